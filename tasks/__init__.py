@@ -1,0 +1,16 @@
+"""Domain code of the batch scorer: plain functions over Arrow / polars / numpy.
+
+Prefect and Great Expectations phone home by default; the product runs offline at night,
+so telemetry is off unless the operator explicitly turns it back on.
+"""
+
+import os
+
+for _name, _value in (
+    ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
+    ("GX_ANALYTICS_ENABLED", "false"),
+    ("DO_NOT_TRACK", "1"),
+    # The [INF] / [PRED] lines of the domain loggers belong in the Prefect run logs too.
+    ("PREFECT_LOGGING_EXTRA_LOGGERS", "scoring"),
+):
+    os.environ.setdefault(_name, _value)

@@ -1,0 +1,122 @@
+"""What crosses the inference → prediction boundary, and the prediction contract written out.
+
+Inference speaks in raw engine outputs (margins, contributions, latency, device); prediction
+speaks in business terms (probability, interval, score, decision, reasons). The DTOs hold whole
+chunks as arrays — never one object per row — and check their invariants on construction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _ArrayModel(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+
+class InferenceInput(_ArrayModel):
+    """One chunk of model input: a C-contiguous float32 matrix in the model's feature order."""
+
+    chunk_id: int = Field(ge=0)
+    entity_ids: pa.Array
+    features: np.ndarray
+    feature_names: tuple[str, ...]
+
+    @model_validator(mode="after")
+    def _matrix_matches_names(self) -> InferenceInput:
+        f = self.features
+        if f.dtype != np.float32 or f.ndim != 2 or not f.flags.c_contiguous:
+            raise ValueError(
+                f"chunk {self.chunk_id}: features must be a 2-d C-contiguous float32 array, "
+                f"got dtype={f.dtype} ndim={f.ndim} c_contiguous={f.flags.c_contiguous}"
+            )
+        if f.shape[1] != len(self.feature_names):
+            raise ValueError(
+                f"chunk {self.chunk_id}: {f.shape[1]} feature columns but {len(self.feature_names)} names"
+            )
+        if f.shape[0] != len(self.entity_ids):
+            raise ValueError(f"chunk {self.chunk_id}: {f.shape[0]} rows but {len(self.entity_ids)} entity ids")
+        return self
+
+
+class InferenceOutput(_ArrayModel):
+    """Raw engine output of one chunk: one log-odds margin per row, plus how it was computed."""
+
+    chunk_id: int = Field(ge=0)
+    entity_ids: pa.Array
+    margins: np.ndarray
+    model_name: str
+    model_version: str
+    device_type: str
+    latency_ms: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _one_margin_per_row(self) -> InferenceOutput:
+        if self.margins.ndim != 1 or self.margins.shape[0] != len(self.entity_ids):
+            raise ValueError(
+                f"chunk {self.chunk_id}: margins shape {self.margins.shape} does not match "
+                f"{len(self.entity_ids)} entity ids"
+            )
+        if not np.isfinite(self.margins).all():
+            raise ValueError(f"chunk {self.chunk_id}: the engine returned non-finite margins")
+        return self
+
+
+class FeatureContributions(_ArrayModel):
+    """Exact per-feature contributions to the margin (TreeSHAP) for a subset of a chunk's rows."""
+
+    row_index: np.ndarray = Field(description="Positions in the chunk of the explained rows.")
+    values: np.ndarray = Field(description="rows × features, bias column removed.")
+    feature_names: tuple[str, ...]
+
+    @model_validator(mode="after")
+    def _shape(self) -> FeatureContributions:
+        expected = (self.row_index.shape[0], len(self.feature_names))
+        if self.values.shape != expected:
+            raise ValueError(f"contributions shape {self.values.shape}, expected {expected}")
+        return self
+
+
+PREDICTION_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("partition_date", pa.date32(), nullable=False),
+        pa.field("entity_id", pa.string(), nullable=False),
+        pa.field("probability", pa.float64(), nullable=False),
+        pa.field("probability_low", pa.float64(), nullable=False),
+        pa.field("probability_high", pa.float64(), nullable=False),
+        pa.field("score", pa.int16(), nullable=False),
+        pa.field("decision", pa.string(), nullable=False),
+        pa.field("rule_id", pa.string(), nullable=False),
+        pa.field("reason_codes", pa.list_(pa.string()), nullable=False),
+        pa.field("reason_texts", pa.list_(pa.string()), nullable=False),
+        pa.field("raw_margin", pa.float64(), nullable=False),
+        pa.field("model_name", pa.string(), nullable=False),
+        pa.field("model_version", pa.string(), nullable=False),
+        pa.field("feature_version", pa.string(), nullable=False),
+    ]
+)
+"""The prediction contract: one row per scored entity, in Parquet and in the warehouse."""
+
+
+class PredictionOutput(_ArrayModel):
+    """The business result of one chunk, conforming to PREDICTION_SCHEMA, with its summary."""
+
+    chunk_id: int = Field(ge=0)
+    table: pa.Table
+    decisions: dict[str, int] = Field(description="Rows per decision.")
+    rules: dict[str, int] = Field(description="Rows per rule id.")
+    rows_needing_reasons: int = Field(ge=0)
+    rows_without_adverse_reason: int = Field(ge=0)
+    straddling_rows: int = Field(ge=0, description="Rows whose interval contains a decision cut-off.")
+
+    @model_validator(mode="after")
+    def _conforms(self) -> PredictionOutput:
+        if not self.table.schema.equals(PREDICTION_SCHEMA):
+            raise ValueError(f"chunk {self.chunk_id}: prediction table does not match PREDICTION_SCHEMA")
+        if sum(self.decisions.values()) != self.table.num_rows:
+            raise ValueError(f"chunk {self.chunk_id}: decisions do not cover every row")
+        return self

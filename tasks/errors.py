@@ -1,0 +1,29 @@
+"""Errors a user can act on. The CLI prints these as one line; anything else is a bug."""
+
+
+class ScoringError(Exception):
+    """Base class of errors caused by input, configuration or artifacts, not by our code."""
+
+
+class JobSpecError(ScoringError):
+    """A job spec is missing or invalid."""
+
+
+class PartitionError(ScoringError):
+    """A partition date or its raw data is unusable."""
+
+
+class FeatureVersionMismatch(ScoringError):
+    """The model was trained on other features than the feature module computes."""
+
+
+class ModelArtifactError(ScoringError):
+    """A model file or its metadata cannot be trusted."""
+
+
+class GuardFailure(ScoringError):
+    """A feature guard whose action is `fail` found violations, or a run-level limit was exceeded."""
+
+
+class SuiteError(ScoringError):
+    """An expectation suite is malformed or uses an expectation the guards cannot honour."""

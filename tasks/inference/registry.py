@@ -1,0 +1,123 @@
+"""Model registry on disk: `<registry>/<name>/<version>/` holds the model file and `metadata.json`.
+
+Only formats that cannot execute code on load are accepted (XGBoost `.ubj` / `.json`), and the
+file's sha256 must match its metadata, so a truncated or swapped file never scores a row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tasks.errors import FeatureVersionMismatch, ModelArtifactError
+
+ACCEPTED_MODEL_SUFFIXES = (".ubj", ".json")
+
+
+class ReferenceStats(BaseModel):
+    """Training distribution of one feature, kept for drift checks."""
+
+    count: int
+    null_count: int
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    quantiles: dict[str, float] = Field(default_factory=dict)
+    bin_edges: list[float] = Field(default_factory=list)
+    bin_counts: list[int] = Field(default_factory=list)
+
+
+class ModelMetadata(BaseModel):
+    """What the registry knows about one model version; written at training time."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    name: str
+    version: str
+    framework: str = Field(description="`xgboost` for now.")
+    model_file: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    feature_version: str
+    features: list[str]
+    feature_dtypes: dict[str, str]
+    calibration: dict[str, Any] = Field(description="Fitted on held-out data; read by the prediction layer.")
+    reference: dict[str, ReferenceStats] = Field(default_factory=dict)
+    training: dict[str, Any] = Field(default_factory=dict, description="Window, rows, seed, holdout metrics.")
+
+
+class ModelArtifact(BaseModel):
+    model_config = ConfigDict(frozen=True, protected_namespaces=())
+
+    metadata: ModelMetadata
+    directory: Path
+
+    @property
+    def model_path(self) -> Path:
+        return self.directory / self.metadata.model_file
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _version_key(version: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in version.replace("-", ".").split("."))
+
+
+def inference_model_versions(registry_dir: Path) -> list[str]:
+    """Versions of a model in the registry, oldest first."""
+    if not registry_dir.is_dir():
+        return []
+    return sorted((p.name for p in registry_dir.iterdir() if (p / "metadata.json").is_file()), key=_version_key)
+
+
+def inference_model_artifact(registry_dir: Path, version: str = "latest") -> ModelArtifact:
+    """The verified artifact of a model version (`latest` = the highest version)."""
+    versions = inference_model_versions(registry_dir)
+    if not versions:
+        raise ModelArtifactError(f"no model versions under {registry_dir}; run `score demo` or train one first")
+    chosen = versions[-1] if version == "latest" else version
+    directory = registry_dir / chosen
+    meta_path = directory / "metadata.json"
+    if not meta_path.is_file():
+        raise ModelArtifactError(f"model version {chosen!r} not found under {registry_dir}; versions: {versions}")
+    try:
+        metadata = ModelMetadata.model_validate(json.loads(meta_path.read_text()))
+    except (json.JSONDecodeError, ValidationError) as exc:
+        raise ModelArtifactError(f"model metadata {meta_path} is invalid: {exc}") from exc
+    artifact = ModelArtifact(metadata=metadata, directory=directory)
+    path = artifact.model_path
+    if path.suffix not in ACCEPTED_MODEL_SUFFIXES:
+        raise ModelArtifactError(
+            f"model file {path} has format {path.suffix!r}; only {ACCEPTED_MODEL_SUFFIXES} load without executing code"
+        )
+    if not path.is_file():
+        raise ModelArtifactError(f"model file {path} named in {meta_path} does not exist")
+    actual = file_sha256(path)
+    if actual != metadata.sha256:
+        raise ModelArtifactError(f"model file {path} has sha256 {actual}, but {meta_path} says {metadata.sha256}")
+    return artifact
+
+
+def inference_check_feature_version(artifact: ModelArtifact, feature_version: str, feature_names: tuple[str, ...]) -> None:
+    """Stop before scoring when the model was trained on other features than the job computes."""
+    meta = artifact.metadata
+    if meta.feature_version != feature_version:
+        raise FeatureVersionMismatch(
+            f"model {meta.name} {meta.version} was trained on feature_version {meta.feature_version}, "
+            f"but the feature module computes feature_version {feature_version}; retrain or pin a matching model"
+        )
+    if tuple(meta.features) != feature_names:
+        raise FeatureVersionMismatch(
+            f"model {meta.name} {meta.version} expects features {meta.features}, the feature module "
+            f"({feature_version}) produces {list(feature_names)}"
+        )

@@ -1,0 +1,133 @@
+"""Typed job specs: `jobs/<job>.yaml` loaded into pydantic models, validated at load time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tasks.errors import JobSpecError
+from tasks.settings import Settings
+
+RuleField = Literal["probability", "probability_low", "probability_high", "score"]
+Comparison = Literal["lt", "le", "gt", "ge"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelRef(_Strict):
+    name: str = Field(description="Model name in the registry, `data/models/<name>/`.")
+    version: str = Field(default="latest", description="A registry version, or `latest`.")
+
+
+class InferenceConfig(_Strict):
+    device: Literal["auto", "cpu", "cuda"] = Field(default="cpu", description="Where the engine runs.")
+    nthread: int = Field(default=0, ge=0, description="Engine threads; 0 lets the engine use every core.")
+
+
+class ScoreConfig(_Strict):
+    base_probability: float = Field(gt=0, lt=1, description="Probability that maps to score 50.")
+    points_to_double_odds: float = Field(gt=0, description="Score points per doubling of the odds.")
+
+
+class ThresholdRule(_Strict):
+    id: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$", description="Stable id stored with every decision.")
+    description: str = ""
+    when: dict[RuleField, dict[Comparison, float]] = Field(
+        default_factory=dict, description="All conditions must hold; empty means always."
+    )
+    decision: str = Field(min_length=1)
+
+
+class ReasonCode(_Strict):
+    code: str
+    text: str
+
+
+class ReasonConfig(_Strict):
+    top_k: int = Field(default=3, ge=1, le=10)
+    for_decisions: list[str] = Field(description="Decisions whose rows get reason codes.")
+    no_adverse_code: str = Field(description="Code given when no feature pushes toward the event.")
+    no_adverse_text: str
+    codes: dict[str, ReasonCode] = Field(description="Model feature → business reason.")
+
+
+class PredictionConfig(_Strict):
+    event: str = Field(description="The adverse outcome the probability is about, in words.")
+    interval_level: float = Field(default=0.90, gt=0, lt=1)
+    score: ScoreConfig
+    rules: list[ThresholdRule] = Field(min_length=1)
+    reasons: ReasonConfig
+
+    @model_validator(mode="after")
+    def _rules_decide_every_row(self) -> PredictionConfig:
+        ids = [r.id for r in self.rules]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"rule ids must be unique; repeated: {dupes}")
+        catch_all = [r.id for r in self.rules if not r.when]
+        if catch_all != [self.rules[-1].id]:
+            raise ValueError(
+                "rules are applied in order and the last one must be the only rule without `when`, "
+                f"so that every row gets exactly one decision; rules without `when`: {catch_all}, "
+                f"last rule: {self.rules[-1].id}"
+            )
+        decisions = {r.decision for r in self.rules}
+        unknown = sorted(set(self.reasons.for_decisions) - decisions)
+        if unknown:
+            raise ValueError(f"reasons.for_decisions names decisions no rule makes: {unknown}")
+        return self
+
+
+class Limits(_Strict):
+    max_repaired_share: float = Field(default=0.2, ge=0, le=1, description="Largest share of rows repaired.")
+    max_quarantined_share: float = Field(default=0.05, ge=0, le=1, description="Largest share quarantined.")
+
+
+class JobSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    description: str = ""
+    entity_column: str
+    feature_module: str = Field(description="Module with FEATURE_VERSION, FEATURES and feature_matrix().")
+    expectation_suite: str = Field(description="File name under `expectations/`.")
+    model: ModelRef
+    chunk_rows: int = Field(default=50_000, ge=1, description="Rows per Arrow chunk.")
+    inference: InferenceConfig = InferenceConfig()
+    prediction: PredictionConfig
+    limits: Limits = Limits()
+
+    @field_validator("expectation_suite")
+    @classmethod
+    def _plain_file_name(cls, value: str) -> str:
+        if Path(value).name != value or not value.endswith(".json"):
+            raise ValueError(f"expectation_suite must be a .json file name under expectations/, got {value!r}")
+        return value
+
+
+def configured_jobs(settings: Settings) -> list[str]:
+    """Names of the jobs that have a spec in the jobs folder, sorted."""
+    return sorted(p.stem for p in settings.jobs_dir.glob("*.yaml"))
+
+
+def load_job_spec(job: str, settings: Settings) -> JobSpec:
+    """The validated spec of `job`; a clear error names the file and the problem."""
+    path = settings.jobs_dir / f"{job}.yaml"
+    if not path.is_file():
+        raise JobSpecError(
+            f"unknown job {job!r}: no {path}; configured jobs: {', '.join(configured_jobs(settings)) or 'none'}"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise JobSpecError(f"job spec {path} is not valid YAML: {exc}") from exc
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise JobSpecError(f"job spec {path} is invalid: {exc}") from exc
+    if spec.name != job:
+        raise JobSpecError(f"job spec {path} declares name {spec.name!r}; it must match the file name {job!r}")
+    return spec

@@ -1,0 +1,107 @@
+"""Raw margins in, the prediction contract out: one chunk at a time, one [PRED] line per chunk."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from tasks.contracts import PREDICTION_SCHEMA, FeatureContributions, InferenceOutput, PredictionOutput
+from tasks.jobspec import PredictionConfig
+from tasks.prediction.calibration import CalibratedProbability, ProbabilityMap
+from tasks.prediction.decisions import RuleDecisions, predict_rule_decisions
+from tasks.prediction.reasons import predict_reason_codes
+from tasks.prediction.scores import predict_risk_score
+
+log = logging.getLogger("scoring.prediction")
+
+
+@dataclass(frozen=True)
+class DecidedChunk:
+    """A chunk after calibration, scoring and rules; `reason_rows` are the rows that need reasons."""
+
+    inference: InferenceOutput
+    calibrated: CalibratedProbability
+    score: np.ndarray
+    rules: RuleDecisions
+    reason_rows: np.ndarray
+
+
+def predict_decided_chunk(output: InferenceOutput, probability_map: ProbabilityMap, config: PredictionConfig) -> DecidedChunk:
+    calibrated = probability_map.predict_calibrated_probability(output.margins)
+    score = predict_risk_score(calibrated.probability, config.score)
+    rules = predict_rule_decisions(
+        {
+            "probability": calibrated.probability,
+            "probability_low": calibrated.low,
+            "probability_high": calibrated.high,
+            "score": score,
+        },
+        config.rules,
+    )
+    reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
+    return DecidedChunk(inference=output, calibrated=calibrated, score=score, rules=rules, reason_rows=reason_rows)
+
+
+def predict_output(
+    decided: DecidedChunk,
+    contributions: FeatureContributions,
+    config: PredictionConfig,
+    *,
+    run_id: str,
+    job: str,
+    partition_date: dt.date,
+    feature_version: str,
+) -> PredictionOutput:
+    """The chunk's rows in PREDICTION_SCHEMA, with reason codes on every row that needs them."""
+    if not np.array_equal(contributions.row_index, decided.reason_rows):
+        raise ValueError("contributions were computed for other rows than those needing reasons")
+    out = decided.inference
+    n = len(out.entity_ids)
+    reasons = predict_reason_codes(contributions, config.reasons)
+    codes: list[list[str]] = [[] for _ in range(n)]
+    texts: list[list[str]] = [[] for _ in range(n)]
+    for i, row in enumerate(decided.reason_rows):
+        codes[row] = reasons.codes[i]
+        texts[row] = reasons.texts[i]
+    columns = {
+        "run_id": pa.array([run_id] * n, pa.string()),
+        "job": pa.array([job] * n, pa.string()),
+        "partition_date": pa.array([partition_date] * n, pa.date32()),
+        "entity_id": out.entity_ids.cast(pa.string()),
+        "probability": pa.array(decided.calibrated.probability, pa.float64()),
+        "probability_low": pa.array(decided.calibrated.low, pa.float64()),
+        "probability_high": pa.array(decided.calibrated.high, pa.float64()),
+        "score": pa.array(decided.score, pa.int16()),
+        "decision": pa.array(decided.rules.decision.tolist(), pa.string()),
+        "rule_id": pa.array(decided.rules.rule_id.tolist(), pa.string()),
+        "reason_codes": pa.array(codes, pa.list_(pa.string())),
+        "reason_texts": pa.array(texts, pa.list_(pa.string())),
+        "raw_margin": pa.array(out.margins, pa.float64()),
+        "model_name": pa.array([out.model_name] * n, pa.string()),
+        "model_version": pa.array([out.model_version] * n, pa.string()),
+        "feature_version": pa.array([feature_version] * n, pa.string()),
+    }
+    table = pa.Table.from_pydict(columns, schema=PREDICTION_SCHEMA)
+    decisions = dict(Counter(decided.rules.decision.tolist()))
+    rules = dict(Counter(decided.rules.rule_id.tolist()))
+    straddling = int(decided.rules.straddling.sum())
+    log.info(
+        "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s confidence_score=%.1f "
+        "reasons_share=%.3f no_adverse_reason=%d straddling_share=%.3f",
+        job, out.chunk_id, n, rules, decisions, float(decided.score.mean()) if n else 0.0,
+        len(decided.reason_rows) / n if n else 0.0, reasons.without_adverse_factor, straddling / n if n else 0.0,
+    )
+    return PredictionOutput(
+        chunk_id=out.chunk_id,
+        table=table,
+        decisions=decisions,
+        rules=rules,
+        rows_needing_reasons=int(len(decided.reason_rows)),
+        rows_without_adverse_reason=reasons.without_adverse_factor,
+        straddling_rows=straddling,
+    )

@@ -1,0 +1,19 @@
+"""Risk score 0–100 from the calibrated probability.
+
+score = 50 + points_to_double_odds × log2(odds / base_odds), rounded and clipped to 0..100, where
+odds = p / (1 − p) and base_odds is the odds of `base_probability`. Higher means riskier; every
+`points_to_double_odds` points double the odds of the event. The map is monotone in p.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tasks.jobspec import ScoreConfig
+
+
+def predict_risk_score(probability: np.ndarray, config: ScoreConfig) -> np.ndarray:
+    p = np.clip(probability, 1e-12, 1 - 1e-12)
+    base_odds = config.base_probability / (1 - config.base_probability)
+    raw = 50.0 + config.points_to_double_odds * np.log2((p / (1 - p)) / base_odds)
+    return np.clip(np.rint(raw), 0, 100).astype(np.int16)

@@ -1,0 +1,36 @@
+"""Read-side summaries of what was scored, for people (CLI tables, artifacts)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from tasks.settings import Settings
+from tasks.warehouse import DuckDBWarehouse
+
+
+def partition_summaries(settings: Settings, job: str, dates: list[dt.date]) -> list[dict[str, Any]]:
+    """The latest run of each date (or status `not scored`), oldest date first."""
+    if not settings.duckdb_path.exists():
+        return [{"partition_date": d, "status": "not scored"} | dict.fromkeys(_COUNTS) for d in dates]
+    with DuckDBWarehouse(settings.duckdb_path).connect(read_only=True) as con:
+        rows = con.execute(
+            f"""
+            SELECT partition_date, status, {", ".join(_COUNTS)}
+            FROM runs WHERE job = ? AND partition_date BETWEEN ? AND ?
+            QUALIFY row_number() OVER (PARTITION BY partition_date ORDER BY started_at DESC) = 1
+            """,
+            [job, min(dates), max(dates)],
+        ).fetchall()
+    by_date = {r[0]: dict(zip(("partition_date", "status", *_COUNTS), r)) for r in rows}
+    out = []
+    for d in dates:
+        row = by_date.get(d, {"partition_date": d, "status": "not scored"} | dict.fromkeys(_COUNTS))
+        if isinstance(row.get("decisions"), str):
+            row["decisions"] = json.loads(row["decisions"])
+        out.append(row)
+    return out
+
+
+_COUNTS = ("rows_read", "rows_scored", "rows_repaired", "rows_quarantined", "decisions", "rows_with_reasons")

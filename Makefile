@@ -1,5 +1,5 @@
 # Every target sets up .venv itself; the stamp makes a second run a no-op until pyproject.toml changes.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 export PREFECT_SERVER_ANALYTICS_ENABLED := false

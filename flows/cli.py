@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
+import sys
 from typing import Annotated
 
 import typer
@@ -19,7 +19,8 @@ from tasks.scoring import parse_partition_date
 from tasks.settings import current_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
-console = Console()
+# Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
+console = Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def _date(value: str, what: str) -> dt.date:
@@ -126,5 +127,4 @@ def backfill_command(
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING)
     app()

@@ -4,6 +4,7 @@ Prefect and Great Expectations phone home by default; the product runs offline a
 so telemetry is off unless the operator explicitly turns it back on.
 """
 
+import logging
 import os
 
 for _name, _value in (
@@ -14,3 +15,6 @@ for _name, _value in (
     ("PREFECT_LOGGING_EXTRA_LOGGERS", "scoring"),
 ):
     os.environ.setdefault(_name, _value)
+
+# The per-chunk [INF] / [PRED] lines are INFO; the root logger's WARNING default would drop them.
+logging.getLogger("scoring").setLevel(logging.INFO)

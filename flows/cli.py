@@ -15,7 +15,7 @@ from tasks.calendar import partition_range, yesterday
 from tasks.errors import ScoringError
 from tasks.jobspec import load_job_spec
 from tasks.reporting import partition_summaries
-from tasks.scoring import parse_partition_date
+from tasks.scoring import parse_partition_date, prepared_job
 from tasks.settings import current_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
@@ -95,7 +95,8 @@ def run(
         from flows.score_partition import score_partition
 
         day = _date(date, "--date")
-        load_job_spec(job, current_settings())
+        # The same checks the flow starts with, so that a user mistake is one line, not a run log.
+        prepared_job(job, day, current_settings())
         score_partition(job, day, chunk_rows)
         _print_summary(job, [day])
 

@@ -1,0 +1,50 @@
+"""prefect.yaml: the deployments people use exist, point at real flows and render typed forms."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import yaml
+from prefect.flows import Flow
+from prefect.utilities.callables import parameter_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _deployments() -> dict[str, dict]:
+    doc = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    return {d["name"]: d for d in doc["deployments"]}
+
+
+def _flow(entrypoint: str) -> Flow:
+    path, name = entrypoint.split(":")
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    return getattr(module, name)
+
+
+def test_every_entrypoint_is_a_prefect_flow() -> None:
+    for name, deployment in _deployments().items():
+        assert isinstance(_flow(deployment["entrypoint"]), Flow), name
+
+
+def test_nightly_runs_at_two_with_a_timezone() -> None:
+    (schedule,) = _deployments()["nightly"]["schedules"]
+    assert schedule["cron"] == "0 2 * * *"
+    assert schedule["timezone"] and schedule["active"] is True
+
+
+def test_backfill_form_has_a_job_select_and_date_pickers() -> None:
+    schema = parameter_schema(_flow(_deployments()["backfill"]["entrypoint"])).model_dump_for_openapi()
+    props = schema["properties"]
+    assert set(schema["required"]) == {"job", "start_date", "end_date"}
+    job = schema["definitions"]["JobName"] if "$ref" in str(props["job"]) else props["job"]
+    assert "credit_risk" in job["enum"]
+    assert props["start_date"]["format"] == "date" and props["end_date"]["format"] == "date"
+
+
+def test_deployment_default_parameters_name_a_configured_job() -> None:
+    jobs = {p.stem for p in (ROOT / "jobs").glob("*.yaml")}
+    for name, deployment in _deployments().items():
+        job = (deployment.get("parameters") or {}).get("job")
+        assert job is None or job in jobs, name

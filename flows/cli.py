@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.calendar import partition_range, yesterday
@@ -49,7 +50,8 @@ def _run(action) -> None:  # noqa: ANN001
     try:
         action()
     except ScoringError as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False)
+        # Plain text on one line: messages carry paths and pydantic's [type=...] details, not markup.
+        console.print(Text("error: ", style="red") + Text(str(error)), highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 

@@ -52,12 +52,14 @@ class Expectation:
     def violated(self, frame: pl.DataFrame) -> pl.Expr:
         return _VIOLATIONS[self.type](self, frame)
 
-    def repaired_value(self) -> pl.Expr:
+    def repaired_value(self, dtype: pl.DataType) -> pl.Expr:
         if self.repair == "default":
             return pl.lit(self.default, dtype=None)
         lo, hi = self.kwargs.get("min_value"), self.kwargs.get("max_value")
         col = pl.col(self.column)
-        return col.clip(lower_bound=lo, upper_bound=hi)
+        # NaN has no side to clip to: it becomes missing, which the model handles as such.
+        clipped = col.clip(lower_bound=lo, upper_bound=hi)
+        return pl.when(col.is_nan()).then(None).otherwise(clipped) if dtype.is_float() else clipped
 
 
 def _numeric(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
@@ -73,7 +75,8 @@ def _numeric(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
 def _between(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
     col = _numeric(exp, frame)
     lo, hi = exp.kwargs.get("min_value"), exp.kwargs.get("max_value")
-    ok = pl.lit(True)
+    # NaN sorts above every number in polars and ±inf compares like a number: neither is "between".
+    ok = col.is_finite() if frame.schema[exp.column].is_float() else pl.lit(True)
     if lo is not None:
         ok = ok & ((col > lo) if exp.kwargs.get("strict_min") else (col >= lo))
     if hi is not None:
@@ -232,7 +235,7 @@ def guarded_chunk(frame: pl.DataFrame, suite: GuardSuite, *, entity_column: str)
             )
             counts.by_expectation[exp.key] = {"quarantine": n_bad}
             continue
-        new_value = exp.repaired_value()
+        new_value = exp.repaired_value(work.schema[exp.column])
         actions.append(
             hit.select(
                 _as_text(pl.col(entity_column)).alias("entity_id"),

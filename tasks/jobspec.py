@@ -127,7 +127,10 @@ def load_job_spec(job: str, settings: Settings) -> JobSpec:
     try:
         spec = JobSpec.model_validate(raw)
     except ValidationError as exc:
-        raise JobSpecError(f"job spec {path} is invalid: {exc}") from exc
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']} (got {err['input']!r})" for err in exc.errors()
+        )
+        raise JobSpecError(f"job spec {path} is invalid: {problems}") from None
     if spec.name != job:
         raise JobSpecError(f"job spec {path} declares name {spec.name!r}; it must match the file name {job!r}")
     return spec

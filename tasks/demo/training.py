@@ -14,7 +14,7 @@ import xgboost as xgb
 
 from tasks.features import FeatureModule
 from tasks.guards import GuardSuite, guarded_chunk
-from tasks.inference.registry import ModelMetadata, ReferenceStats, file_sha256
+from tasks.inference.registry import ModelMetadata, ReferenceStats, inference_model_checksum
 from tasks.prediction.calibration import BinnedBetaCalibrator
 
 log = logging.getLogger("scoring.training")
@@ -106,7 +106,7 @@ def train_credit_model(
         version=version,
         framework="xgboost",
         model_file=model_path.name,
-        sha256=file_sha256(model_path),
+        sha256=inference_model_checksum(model_path),
         feature_version=features.FEATURE_VERSION,
         features=names,
         feature_dtypes={n: "float32" for n in names},

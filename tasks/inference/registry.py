@@ -61,7 +61,7 @@ class ModelArtifact(BaseModel):
         return self.directory / self.metadata.model_file
 
 
-def file_sha256(path: Path) -> str:
+def inference_model_checksum(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -70,7 +70,8 @@ def file_sha256(path: Path) -> str:
 
 
 def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in version.replace("-", ".").split("."))
+    # Numbers sort numerically and before words, so "10" > "9" and "2" < "2.rc1" never compare int to str.
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.replace("-", ".").split("."))
 
 
 def inference_model_versions(registry_dir: Path) -> list[str]:
@@ -102,7 +103,7 @@ def inference_model_artifact(registry_dir: Path, version: str = "latest") -> Mod
         )
     if not path.is_file():
         raise ModelArtifactError(f"model file {path} named in {meta_path} does not exist")
-    actual = file_sha256(path)
+    actual = inference_model_checksum(path)
     if actual != metadata.sha256:
         raise ModelArtifactError(f"model file {path} has sha256 {actual}, but {meta_path} says {metadata.sha256}")
     return artifact

@@ -26,7 +26,7 @@ from tasks.errors import GuardFailure, SuiteError
 
 Action = Literal["repair", "quarantine", "fail"]
 
-GUARD_ACTIONS_SCHEMA = {
+_ACTION_COLUMNS = {
     "entity_id": pl.String,
     "expectation": pl.String,
     "column": pl.String,
@@ -263,7 +263,7 @@ def guarded_chunk(frame: pl.DataFrame, suite: GuardSuite, *, entity_column: str)
     scorable = work.filter(scorable_mask).drop("__row")
     counts.rows_quarantined = quarantined.height
     counts.rows_repaired = int((repaired_rows & scorable_mask).sum())
-    action_table = pl.concat(actions) if actions else pl.DataFrame(schema=GUARD_ACTIONS_SCHEMA)
+    action_table = pl.concat(actions) if actions else pl.DataFrame(schema=_ACTION_COLUMNS)
     return GuardedChunk(scorable=scorable, quarantined=quarantined, actions=action_table, counts=counts)
 
 

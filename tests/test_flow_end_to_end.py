@@ -366,3 +366,16 @@ def test_chunk_size_does_not_change_any_prediction(demo_env: DemoEnv, backfilled
     assert by_chunks[500].height > 0
     assert_frame_equal(by_chunks[500], by_chunks[3000])
     assert_frame_equal(by_chunks[777], by_chunks[3000])
+
+
+# --- 7. nightly ---------------------------------------------------------------------------------
+
+
+def test_nightly_scores_every_configured_job_for_the_given_day(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    from flows.people import nightly
+
+    day = demo_env.plan.scoring_dates[0]
+    outcomes = nightly(day)
+    assert [(o["job"], o["date"], o["outcome"]) for o in outcomes] == [(DEMO_JOB, day.isoformat(), "succeeded")]
+    assert warehouse_predictions(fresh_data, day).height == outcomes[0]["rows_scored"] > 0
+

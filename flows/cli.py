@@ -8,14 +8,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.calendar import partition_range, yesterday
 from tasks.errors import ScoringError
 from tasks.jobspec import load_job_spec
-from tasks.reporting import partition_summaries
+from tasks.reporting import partition_summaries, partition_summary_table
 from tasks.scoring import parse_partition_date, prepared_job
 from tasks.settings import current_settings
 
@@ -32,18 +31,7 @@ def _date(value: str, what: str) -> dt.date:
 
 
 def _print_summary(job: str, dates: list[dt.date]) -> None:
-    rows = partition_summaries(current_settings(), job, dates)
-    decisions = sorted({d for r in rows for d in (r["decisions"] or {})})
-    table = Table(title=f"{job}: latest run per partition")
-    for col in ("date", "status", "read", "scored", "repaired", "quarantined", *decisions, "with reasons"):
-        table.add_column(col, justify="left" if col in ("date", "status") else "right")
-    for r in rows:
-        table.add_row(
-            str(r["partition_date"]), r["status"], *(str(r[k] if r[k] is not None else "-") for k in (
-                "rows_read", "rows_scored", "rows_repaired", "rows_quarantined")),
-            *(str((r["decisions"] or {}).get(d, 0)) for d in decisions), str(r["rows_with_reasons"] or 0),
-        )
-    console.print(table)
+    console.print(partition_summary_table(job, partition_summaries(current_settings(), job, dates)))
 
 
 def _run(action) -> None:  # noqa: ANN001

@@ -6,6 +6,8 @@ import datetime as dt
 import json
 from typing import Any
 
+from rich.table import Table
+
 from tasks.settings import Settings
 from tasks.warehouse import DuckDBWarehouse
 
@@ -34,3 +36,20 @@ def partition_summaries(settings: Settings, job: str, dates: list[dt.date]) -> l
 
 
 _COUNTS = ("rows_read", "rows_scored", "rows_repaired", "rows_quarantined", "decisions", "rows_with_reasons")
+
+
+def partition_summary_table(job: str, rows: list[dict[str, Any]]) -> Table:
+    """Rows read / scored / repaired / quarantined and decisions per date, as a terminal table."""
+    decisions = sorted({d for r in rows for d in (r["decisions"] or {})})
+    table = Table(title=f"{job}: latest run per partition")
+    for col in ("date", "status", "read", "scored", "repaired", "quarantined", *decisions, "with reasons"):
+        table.add_column(col, justify="left" if col in ("date", "status") else "right")
+    for r in rows:
+        table.add_row(
+            str(r["partition_date"]),
+            r["status"],
+            *(str(r[k] if r[k] is not None else "-") for k in ("rows_read", "rows_scored", "rows_repaired", "rows_quarantined")),
+            *(str((r["decisions"] or {}).get(d, 0)) for d in decisions),
+            str(r["rows_with_reasons"] or 0),
+        )
+    return table

@@ -23,13 +23,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scorin
 console = Console() if sys.stdout.isatty() else Console(width=160)
 
 
-def _date(value: str, what: str) -> dt.date:
-    try:
-        return parse_partition_date(value)
-    except ScoringError:
-        raise ScoringError(f"{what} {value!r} is not a valid ISO date (YYYY-MM-DD)") from None
-
-
 def _print_summary(job: str, dates: list[dt.date]) -> None:
     console.print(partition_summary_table(job, partition_summaries(current_settings(), job, dates)))
 
@@ -84,7 +77,7 @@ def run(
     def action() -> None:
         from flows.score_partition import score_partition
 
-        day = _date(date, "--date")
+        day = parse_partition_date(date, what="--date")
         # The same checks the flow starts with, so that a user mistake is one line, not a run log.
         prepared_job(job, day, current_settings())
         score_partition(job, day, chunk_rows)
@@ -104,7 +97,7 @@ def backfill_command(
     def action() -> None:
         from flows.people import backfill
 
-        first, last = _date(start, "--start"), _date(end, "--end")
+        first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
         dates = partition_range(first, last)
         load_job_spec(job, current_settings())
         try:

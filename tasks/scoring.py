@@ -36,14 +36,14 @@ from tasks.settings import Settings
 log = logging.getLogger("scoring.run")
 
 
-def parse_partition_date(value: str | dt.date) -> dt.date:
-    """A partition date from an ISO string; a clear error names the bad value."""
+def parse_partition_date(value: str | dt.date, *, what: str = "partition date") -> dt.date:
+    """A partition date from an ISO string; a clear error names `what` and the bad value."""
     if isinstance(value, dt.date):
         return value
     try:
         return dt.date.fromisoformat(value)
     except (TypeError, ValueError):
-        raise PartitionError(f"partition date {value!r} is not a valid ISO date (YYYY-MM-DD)") from None
+        raise PartitionError(f"{what} {value!r} is not a valid ISO date (YYYY-MM-DD)") from None
 
 
 @dataclass(frozen=True)

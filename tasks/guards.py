@@ -7,24 +7,35 @@ expectation's `meta.guard` says what to do with a row that breaks it:
 - `quarantine` — the row is not scored; it is recorded with the expectations it failed;
 - `fail` — the run stops with a message naming the column, the expectation and examples.
 
-Every action is counted per expectation and recorded per row; nothing is dropped uncounted.
-The suite is read as JSON here so that scoring does not pay GX's import on every run.
+The expectation types the jobs use are compiled to polars expressions and evaluated together,
+once per chunk, on the raw values, so per-expectation counts are the unexpected counts GX itself
+reports for the same data. Any other row-level (column map) expectation runs through GX on the
+chunk: slower, but honoured. Every action is counted per expectation and recorded per row.
+
+Semantics shared with GX: nulls and NaN are both missing, which only `not_be_null` flags. One
+deliberate difference: ±inf is never `between`, even when a bound is open, because no model
+input may be infinite (GX lets +inf pass a minimum-only check).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import polars as pl
 
 from tasks.errors import GuardFailure, SuiteError
 
+log = logging.getLogger("scoring.guards")
+
 Action = Literal["repair", "quarantine", "fail"]
+EvaluatedBy = Literal["compiled", "great_expectations"]
 
 _ACTION_COLUMNS = {
     "entity_id": pl.String,
@@ -36,71 +47,135 @@ _ACTION_COLUMNS = {
 }
 """One row per (row, expectation) acted on: what was repaired or why a row was quarantined."""
 
+_TYPE_FAMILIES: dict[str, Callable[[pl.DataType], bool]] = {
+    **dict.fromkeys(("float", "float32", "float64", "double"), lambda t: t.is_float()),
+    **dict.fromkeys(("int", "int8", "int16", "int32", "int64", "integer", "bigint"), lambda t: t.is_integer()),
+    **dict.fromkeys(("str", "string", "varchar"), lambda t: t == pl.String),
+    **dict.fromkeys(("bool", "boolean"), lambda t: t == pl.Boolean),
+}
+"""`expect_column_values_to_be_of_type` type names (as GX writes them for pandas) → polars dtype test."""
+
 
 @dataclass(frozen=True)
 class Expectation:
-    """One compiled expectation: a violation test and the action it carries."""
+    """One row-level expectation: a violation test and the action it carries."""
 
     key: str
     type: str
     column: str
     kwargs: dict[str, Any]
     action: Action
+    evaluated_by: EvaluatedBy = "compiled"
     repair: Literal["default", "clip"] | None = None
     default: Any = None
 
     def violated(self, frame: pl.DataFrame) -> pl.Expr:
+        if frame.get_column(self.column).dtype == pl.Null:
+            # A column without a single value: only "not null" can be broken, by every row.
+            col = pl.col(self.column)
+            return col.is_null() if self.type == "expect_column_values_to_not_be_null" else col.is_not_null()
         return _VIOLATIONS[self.type](self, frame)
 
     def repaired_value(self, dtype: pl.DataType) -> pl.Expr:
         if self.repair == "default":
             return pl.lit(self.default, dtype=None)
         lo, hi = self.kwargs.get("min_value"), self.kwargs.get("max_value")
-        col = pl.col(self.column)
-        # NaN has no side to clip to: it becomes missing, which the model handles as such.
-        clipped = col.clip(lower_bound=lo, upper_bound=hi)
-        return pl.when(col.is_nan()).then(None).otherwise(clipped) if dtype.is_float() else clipped
+        # ±inf clip to the bounds; an open side leaves them infinite, so clip those to missing.
+        clipped = pl.col(self.column).clip(lower_bound=lo, upper_bound=hi)
+        return pl.when(clipped.is_infinite()).then(None).otherwise(clipped) if dtype.is_float() else clipped
 
 
-def _numeric(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
-    dtype = frame.schema[exp.column]
-    if not dtype.is_numeric():
-        raise GuardFailure(
-            f"column {exp.column!r} has type {dtype}, but {exp.key} needs numbers "
-            f"(e.g. a value {frame[exp.column].drop_nulls().head(1).to_list()})"
-        )
-    return pl.col(exp.column)
+def _present(column: str, dtype: pl.DataType) -> pl.Expr:
+    col = pl.col(column)
+    return (col.is_not_null() & ~col.is_nan()) if dtype.is_float() else col.is_not_null()
+
+
+def _needs(exp: Expectation, frame: pl.DataFrame, ok: Callable[[pl.DataType], bool], what: str) -> pl.DataType:
+    dtype = frame.get_column(exp.column).dtype
+    if not ok(dtype):
+        example = frame[exp.column].drop_nulls().head(1).to_list()
+        raise GuardFailure(f"column {exp.column!r} has type {dtype}, but {exp.key} needs {what} (e.g. a value {example})")
+    return dtype
 
 
 def _between(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
-    col = _numeric(exp, frame)
+    dtype = _needs(exp, frame, lambda t: t.is_numeric(), "numbers")
+    col = pl.col(exp.column)
     lo, hi = exp.kwargs.get("min_value"), exp.kwargs.get("max_value")
-    # NaN sorts above every number in polars and ±inf compares like a number: neither is "between".
-    ok = col.is_finite() if frame.schema[exp.column].is_float() else pl.lit(True)
+    ok = ~col.is_infinite() if dtype.is_float() else pl.lit(True)
     if lo is not None:
         ok = ok & ((col > lo) if exp.kwargs.get("strict_min") else (col >= lo))
     if hi is not None:
         ok = ok & ((col < hi) if exp.kwargs.get("strict_max") else (col <= hi))
-    # Nulls are the not-null expectation's business; NaN and ±inf are never "between".
-    return col.is_not_null() & ~ok.fill_null(False)
+    return _present(exp.column, dtype) & ~ok
 
 
 def _not_null(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
-    col = pl.col(exp.column)
-    if frame.schema[exp.column].is_float():
-        return col.is_null() | col.is_nan()
-    return col.is_null()
+    return ~_present(exp.column, frame.get_column(exp.column).dtype)
 
 
 def _in_set(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
-    values = exp.kwargs["value_set"]
-    return pl.col(exp.column).is_not_null() & ~pl.col(exp.column).is_in(values)
+    return _present(exp.column, frame.get_column(exp.column).dtype) & ~pl.col(exp.column).is_in(exp.kwargs["value_set"])
 
 
 def _regex(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
-    if frame.schema[exp.column] != pl.String:
-        raise GuardFailure(f"column {exp.column!r} has type {frame.schema[exp.column]}, but {exp.key} needs strings")
-    return pl.col(exp.column).is_not_null() & ~pl.col(exp.column).str.contains(exp.kwargs["regex"])
+    _needs(exp, frame, lambda t: t == pl.String, "strings")
+    return pl.col(exp.column).is_not_null() & ~pl.col(exp.column).str.contains(exp.kwargs["compiled_regex"])
+
+
+def _rust_regex(pattern: str) -> str | None:
+    """`pattern` with Python's `re` meaning in polars' regex dialect, or None when it has no equivalent.
+
+    GX matches with Python's `re.search`, where a bare `$` also matches before a final newline;
+    polars' `$` does not, so it becomes `\n?\z`. Python-only syntax (look-around, `\Z`) does not
+    compile in polars: such a pattern is left to GX.
+    """
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "^":
+                out.append("[^")
+                i += 2
+                if pattern[i : i + 1] == "]":
+                    out.append("]")
+                    i += 1
+                continue
+            if pattern[i + 1 : i + 2] == "]":
+                out.append("[]")
+                i += 2
+                continue
+        elif ch == "$":
+            out.append(r"(?:\n?\z)")
+            i += 1
+            continue
+        out.append(ch)
+        i += 1
+    translated = "".join(out)
+    try:
+        pl.Series([""], dtype=pl.String).str.contains(translated)
+    except pl.exceptions.PolarsError:
+        return None
+    return translated
+
+
+def _lengths(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
+    _needs(exp, frame, lambda t: t == pl.String, "strings")
+    length = pl.col(exp.column).str.len_chars()
+    lo, hi = exp.kwargs.get("min_value"), exp.kwargs.get("max_value")
+    ok = pl.lit(True)
+    if lo is not None:
+        ok = ok & ((length > lo) if exp.kwargs.get("strict_min") else (length >= lo))
+    if hi is not None:
+        ok = ok & ((length < hi) if exp.kwargs.get("strict_max") else (length <= hi))
+    return pl.col(exp.column).is_not_null() & ~ok
 
 
 _VIOLATIONS: dict[str, Callable[[Expectation, pl.DataFrame], pl.Expr]] = {
@@ -108,16 +183,91 @@ _VIOLATIONS: dict[str, Callable[[Expectation, pl.DataFrame], pl.Expr]] = {
     "expect_column_values_to_not_be_null": _not_null,
     "expect_column_values_to_be_in_set": _in_set,
     "expect_column_values_to_match_regex": _regex,
+    "expect_column_value_lengths_to_be_between": _lengths,
 }
-_REPAIRABLE = {"expect_column_values_to_be_between", "expect_column_values_to_not_be_null", "expect_column_values_to_be_in_set"}
+_COLUMN_LEVEL = ("expect_column_to_exist", "expect_column_values_to_be_of_type", "expect_column_values_to_be_in_type_list")
+COMPILED_TYPES = frozenset(_VIOLATIONS) | frozenset(_COLUMN_LEVEL)
+
+
+@dataclass(frozen=True)
+class ColumnCheck:
+    """A column-level expectation (exists, has a type); breaking one always fails the run."""
+
+    key: str
+    type: str
+    column: str
+    type_names: tuple[str, ...] = ()
+
+
+class GreatExpectationsRowChecks:
+    """Row-level expectations the guards do not compile, validated by GX itself on each chunk."""
+
+    def __init__(self, expectations: list[Expectation], configs: list[Any]) -> None:
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self.expectations = expectations
+        self.configs = configs
+        context = gx.get_context(mode="ephemeral")
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        asset = context.data_sources.add_pandas("guards").add_dataframe_asset("chunk")
+        self._batch_definition = asset.add_batch_definition_whole_dataframe("whole_chunk")
+
+    def violation_masks(self, frame: pl.DataFrame) -> dict[str, np.ndarray]:
+        columns = sorted({e.column for e in self.expectations})
+        batch = self._batch_definition.get_batch(batch_parameters={"dataframe": frame.select(columns).to_pandas()})
+        masks: dict[str, np.ndarray] = {}
+        for exp, config in zip(self.expectations, self.configs, strict=True):
+            result = batch.validate(config, result_format={"result_format": "COMPLETE"})
+            if result.exception_info.get("raised_exception"):
+                raise GuardFailure(
+                    f"Great Expectations could not evaluate {exp.key} on column {exp.column!r}: "
+                    f"{result.exception_info.get('exception_message')}"
+                )
+            mask = np.zeros(frame.height, dtype=bool)
+            mask[np.asarray(result.result.get("unexpected_index_list") or [], dtype=np.int64)] = True
+            masks[exp.key] = mask
+        return masks
 
 
 @dataclass(frozen=True)
 class GuardSuite:
     name: str
     path: Path
-    required_columns: tuple[str, ...]
+    column_checks: tuple[ColumnCheck, ...]
     expectations: tuple[Expectation, ...]
+    gx_checks: GreatExpectationsRowChecks | None = None
+    order: tuple[str, ...] = ()
+    """Keys of every expectation in the suite file's order."""
+
+    @property
+    def required_columns(self) -> tuple[str, ...]:
+        return tuple(c.column for c in self.column_checks if c.type == "expect_column_to_exist")
+
+
+def _key(etype: str, column: str) -> str:
+    return f"{etype.removeprefix('expect_column_values_to_').removeprefix('expect_column_')}({column})"
+
+
+def _gx_map_expectation(etype: str, kwargs: dict[str, Any], where: str) -> Any:
+    """The GX expectation object for a type we do not compile; only row-level types can guard rows."""
+    from great_expectations.exceptions import ExpectationNotFoundError
+    from great_expectations.expectations.expectation import ColumnMapExpectation
+    from great_expectations.expectations.registry import get_expectation_impl
+
+    try:
+        impl = get_expectation_impl(etype)
+    except ExpectationNotFoundError:
+        raise SuiteError(f"{where}: {etype!r} is not a Great Expectations expectation type") from None
+    if not issubclass(impl, ColumnMapExpectation):
+        raise SuiteError(
+            f"{where}: {etype} judges the whole column, not rows, so it cannot guard rows; "
+            "check it in the drift report or a separate validation instead"
+        )
+    try:
+        return impl(**kwargs)
+    except Exception as exc:
+        raise SuiteError(f"{where}: Great Expectations rejects the kwargs of {etype}: {exc}") from None
 
 
 def load_guard_suite(path: Path) -> GuardSuite:
@@ -130,39 +280,90 @@ def load_guard_suite(path: Path) -> GuardSuite:
         raise SuiteError(f"expectation suite {path} is not valid JSON: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("expectations"), list):
         raise SuiteError(f"expectation suite {path} has no `expectations` list")
-    required: list[str] = []
-    compiled: list[Expectation] = []
+    column_checks: list[ColumnCheck] = []
+    rows: list[Expectation] = []
+    gx_rows: list[tuple[Expectation, Any]] = []
     for i, item in enumerate(doc["expectations"]):
-        where = f"{path.name} expectation #{i}"
+        if not isinstance(item, dict):
+            raise SuiteError(f"{path.name} expectation #{i} is not an object: {item!r}")
         etype, kwargs = item.get("type"), item.get("kwargs") or {}
         column = kwargs.get("column")
         guard = (item.get("meta") or {}).get("guard") or {}
         action = guard.get("action")
-        if not column:
-            raise SuiteError(f"{where} ({etype}) has no kwargs.column")
+        where = f"{path.name} expectation #{i} ({etype} on {column!r})"
+        if not etype or not column:
+            raise SuiteError(f"{where} needs a `type` and kwargs.column")
         if action not in ("repair", "quarantine", "fail"):
-            raise SuiteError(f"{where} ({etype} on {column!r}) needs meta.guard.action repair|quarantine|fail, got {action!r}")
-        if etype == "expect_column_to_exist":
-            required.append(column)
+            raise SuiteError(f"{where} needs meta.guard.action repair|quarantine|fail, got {action!r}")
+        if "mostly" in kwargs:
+            raise SuiteError(f"{where}: `mostly` has no meaning for a row guard; set the job's run-level limits instead")
+        key = _key(etype, column)
+        if etype in _COLUMN_LEVEL:
+            if action != "fail":
+                raise SuiteError(f"{where} checks the whole column, so its action must be fail, got {action!r}")
+            type_names = {
+                "expect_column_values_to_be_of_type": [kwargs.get("type_")],
+                "expect_column_values_to_be_in_type_list": kwargs.get("type_list") or [None],
+            }.get(etype, [])
+            unknown = [t for t in type_names if str(t).lower() not in _TYPE_FAMILIES]
+            if unknown:
+                raise SuiteError(f"{where}: type(s) {unknown} are not among {sorted(_TYPE_FAMILIES)}")
+            column_checks.append(ColumnCheck(key=key, type=etype, column=column, type_names=tuple(type_names)))
             continue
-        if etype not in _VIOLATIONS:
-            raise SuiteError(f"{where}: expectation type {etype!r} on {column!r} is not supported by the guards")
         repair = guard.get("repair")
         if action == "repair":
-            if etype not in _REPAIRABLE:
-                raise SuiteError(f"{where}: {etype} cannot be repaired; use quarantine or fail")
+            if etype == "expect_column_values_to_match_regex" or etype == "expect_column_value_lengths_to_be_between":
+                raise SuiteError(f"{where}: an id that breaks {etype} cannot be repaired; use quarantine or fail")
             if repair not in ("default", "clip") or (repair == "clip" and etype != "expect_column_values_to_be_between"):
                 raise SuiteError(f"{where}: repair must be `default`, or `clip` on a between expectation; got {repair!r}")
             if repair == "default" and "default" not in guard:
                 raise SuiteError(f"{where}: repair=default needs meta.guard.default")
-        key = f"{etype.removeprefix('expect_column_values_to_')}({column})"
-        compiled.append(
-            Expectation(key=key, type=etype, column=column, kwargs=kwargs, action=action, repair=repair, default=guard.get("default"))
+        evaluated_by: EvaluatedBy = "compiled" if etype in _VIOLATIONS else "great_expectations"
+        if etype == "expect_column_values_to_match_regex":
+            compiled_regex = _rust_regex(str(kwargs.get("regex", "")))
+            if compiled_regex is None:
+                evaluated_by = "great_expectations"
+            else:
+                kwargs = {**kwargs, "compiled_regex": compiled_regex}
+        exp = Expectation(
+            key=key, type=etype, column=column, kwargs=kwargs, action=action,
+            evaluated_by=evaluated_by, repair=repair, default=guard.get("default"),
         )
-    keys = [e.key for e in compiled]
+        rows.append(exp)
+        if evaluated_by == "great_expectations":
+            gx_rows.append((exp, _gx_map_expectation(etype, item.get("kwargs") or {}, where)))
+    keys = [_key(item["type"], item["kwargs"]["column"]) for item in doc["expectations"]]
     if len(set(keys)) != len(keys):
         raise SuiteError(f"{path.name}: an expectation type appears twice for one column: {sorted({k for k in keys if keys.count(k) > 1})}")
-    return GuardSuite(name=doc.get("name") or path.stem, path=path, required_columns=tuple(required), expectations=tuple(compiled))
+    _check_defaults(rows, path)
+    gx_checks = None
+    if gx_rows:
+        log.warning(
+            "suite %s: %d expectation(s) are not compiled and run through Great Expectations per chunk (slower): %s",
+            path.name, len(gx_rows), [e.key for e, _ in gx_rows],
+        )
+        gx_checks = GreatExpectationsRowChecks([e for e, _ in gx_rows], [c for _, c in gx_rows])
+    return GuardSuite(
+        name=doc.get("name") or path.stem, path=path, column_checks=tuple(column_checks),
+        expectations=tuple(rows), gx_checks=gx_checks, order=tuple(keys),
+    )
+
+
+def _check_defaults(rows: list[Expectation], path: Path) -> None:
+    """A repair default must itself pass the compiled checks of its column, or repairs would lie."""
+    for exp in rows:
+        if exp.repair != "default":
+            continue
+        probe = pl.DataFrame({exp.column: [exp.default]})
+        for other in rows:
+            if other.column != exp.column or other.evaluated_by != "compiled":
+                continue
+            try:
+                bad = probe.select(other.violated(probe)).item()
+            except (GuardFailure, pl.exceptions.PolarsError):
+                bad = True
+            if bad:
+                raise SuiteError(f"{path.name}: the repair default {exp.default!r} of {exp.key} itself breaks {other.key}")
 
 
 @dataclass
@@ -192,79 +393,165 @@ class GuardedChunk:
     counts: GuardCounts
 
 
-def _as_text(expr: pl.Expr) -> pl.Expr:
-    return expr.cast(pl.String)
-
-
-def guarded_chunk(frame: pl.DataFrame, suite: GuardSuite, *, entity_column: str) -> GuardedChunk:
-    """Apply the suite to one chunk: repaired scorable rows, quarantined rows, and every action taken."""
-    missing = [c for c in suite.required_columns if c not in frame.columns]
-    if missing:
-        raise GuardFailure(f"raw data lacks column(s) {missing} required by column_to_exist in {suite.path.name}")
+def _checked_columns(frame: pl.DataFrame, suite: GuardSuite) -> None:
+    for check in suite.column_checks:
+        if check.column not in frame.columns:
+            raise GuardFailure(f"raw data lacks column {check.column!r} required by {check.key} in {suite.path.name}")
+        dtype = frame.get_column(check.column).dtype
+        if check.type_names and not any(_TYPE_FAMILIES[t.lower()](dtype) for t in check.type_names):
+            raise GuardFailure(
+                f"column {check.column!r} has type {dtype}, but {check.key} in {suite.path.name} "
+                f"wants {' or '.join(check.type_names)}"
+            )
     absent = sorted({e.column for e in suite.expectations if e.column not in frame.columns})
     if absent:
         raise GuardFailure(f"suite {suite.path.name} checks column(s) {absent} that the raw data does not have")
 
-    counts = GuardCounts(rows_in=frame.height)
-    work = frame.with_row_index("__row")
-    quarantine_reasons: list[pl.DataFrame] = []
-    actions: list[pl.DataFrame] = []
-    repaired_rows = pl.Series("r", [False] * frame.height)
-    for exp in suite.expectations:
-        bad = work.select(exp.violated(work).fill_null(False)).to_series()
-        n_bad = int(bad.sum())
-        if n_bad == 0:
-            continue
-        if exp.action == "fail":
-            examples = work.filter(bad)[exp.column].head(3).to_list()
-            raise GuardFailure(
-                f"{n_bad} row(s) break {exp.key} in {suite.path.name} (action fail); examples: {examples}"
-            )
-        hit = work.filter(bad)
-        if exp.action == "quarantine":
-            quarantine_reasons.append(hit.select("__row", pl.lit(exp.key).alias("expectation")))
-            actions.append(
-                hit.select(
-                    _as_text(pl.col(entity_column)).alias("entity_id"),
-                    pl.lit(exp.key).alias("expectation"),
-                    pl.lit(exp.column).alias("column"),
-                    pl.lit("quarantine").alias("action"),
-                    _as_text(pl.col(exp.column)).alias("old_value"),
-                    pl.lit(None, dtype=pl.String).alias("new_value"),
-                )
-            )
-            counts.by_expectation[exp.key] = {"quarantine": n_bad}
-            continue
-        new_value = exp.repaired_value(work.schema[exp.column])
-        actions.append(
-            hit.select(
-                _as_text(pl.col(entity_column)).alias("entity_id"),
-                pl.lit(exp.key).alias("expectation"),
-                pl.lit(exp.column).alias("column"),
-                pl.lit("repair").alias("action"),
-                _as_text(pl.col(exp.column)).alias("old_value"),
-                _as_text(new_value.cast(work.schema[exp.column])).alias("new_value"),
-            )
-        )
-        work = work.with_columns(
-            pl.when(pl.Series(bad)).then(new_value).otherwise(pl.col(exp.column)).cast(work.schema[exp.column]).alias(exp.column)
-        )
-        repaired_rows = repaired_rows | bad
-        counts.by_expectation[exp.key] = {"repair": n_bad}
 
-    if quarantine_reasons:
-        reasons = pl.concat(quarantine_reasons).group_by("__row").agg(pl.col("expectation").alias("failed_expectations"))
-        flagged = work.join(reasons, on="__row", how="left")
-        quarantined = flagged.filter(pl.col("failed_expectations").is_not_null()).sort("__row").drop("__row")
-        scorable_mask = flagged.sort("__row")["failed_expectations"].is_null()
-    else:
-        quarantined = work.head(0).drop("__row").with_columns(pl.lit(None, dtype=pl.List(pl.String)).alias("failed_expectations"))
-        scorable_mask = pl.Series([True] * frame.height)
-    scorable = work.filter(scorable_mask).drop("__row")
+def _gx_violation_masks(frame: pl.DataFrame, suite: GuardSuite) -> dict[str, np.ndarray]:
+    if suite.gx_checks is None:
+        return {}
+    if frame.height == 0:
+        return {e.key: np.zeros(0, dtype=bool) for e in suite.gx_checks.expectations}
+    return suite.gx_checks.violation_masks(frame)
+
+
+def _compiled_violation_counts(frame: pl.DataFrame, suite: GuardSuite) -> dict[str, int]:
+    compiled = [e for e in suite.expectations if e.evaluated_by == "compiled"]
+    if not compiled:
+        return {}
+    sums = frame.lazy().select([e.violated(frame).fill_null(False).sum().alias(e.key) for e in compiled]).collect()
+    return dict(zip(sums.columns, sums.row(0), strict=True))
+
+
+def guard_violation_counts(frame: pl.DataFrame, suite: GuardSuite) -> dict[str, int]:
+    """Rows of the chunk that break each row expectation (GX's unexpected counts), nothing else."""
+    _checked_columns(frame, suite)
+    gx_masks = _gx_violation_masks(frame, suite)
+    return {**_compiled_violation_counts(frame, suite), **{k: int(m.sum()) for k, m in gx_masks.items()}}
+
+
+def _action_rows(
+    flagged: pl.LazyFrame, exp: Expectation, mask: str, entity_column: str, new_value: pl.Expr
+) -> pl.LazyFrame:
+    return flagged.filter(pl.col(mask)).select(
+        pl.col(entity_column).cast(pl.String).alias("entity_id"),
+        pl.lit(exp.key).alias("expectation"),
+        pl.lit(exp.column).alias("column"),
+        pl.lit(exp.action).alias("action"),
+        pl.col(exp.column).cast(pl.String).alias("old_value"),
+        new_value.cast(pl.String).alias("new_value"),
+    )
+
+
+def guarded_chunk(frame: pl.DataFrame, suite: GuardSuite, *, entity_column: str) -> GuardedChunk:
+    """Apply the suite to one chunk: repaired scorable rows, quarantined rows, and every action taken.
+
+    Every expectation is judged on the raw values, so counts are what GX reports for the chunk;
+    when two repairs hit the same cell, the later expectation in the suite wins.
+    """
+    _checked_columns(frame, suite)
+    gx_masks = _gx_violation_masks(frame, suite)
+    # Counting first is cheap; masks are materialised only for the expectations a chunk breaks.
+    violations = {**_compiled_violation_counts(frame, suite), **{k: int(m.sum()) for k, m in gx_masks.items()}}
+    hits = [e for e in suite.expectations if violations[e.key]]
+    if not hits:
+        return GuardedChunk(
+            scorable=frame,
+            quarantined=frame.head(0).with_columns(pl.lit(None, dtype=pl.List(pl.String)).alias("failed_expectations")),
+            actions=pl.DataFrame(schema=_ACTION_COLUMNS),
+            counts=GuardCounts(rows_in=frame.height),
+        )
+    masks = pl.DataFrame(
+        [
+            *frame.select(e.violated(frame).fill_null(False).alias(e.key) for e in hits if e.key not in gx_masks).get_columns(),
+            *(pl.Series(e.key, gx_masks[e.key], dtype=pl.Boolean) for e in hits if e.key in gx_masks),
+        ]
+    )
+    failing = [e for e in hits if e.action == "fail"]
+    if failing:
+        raise GuardFailure(
+            "; ".join(
+                f"{violations[e.key]} row(s) break {e.key} in {suite.path.name} (action fail); "
+                f"examples: {frame.filter(masks[e.key])[e.column].head(3).to_list()}"
+                for e in failing
+            )
+        )
+
+    counts = GuardCounts(rows_in=frame.height, by_expectation={e.key: {e.action: violations[e.key]} for e in hits})
+    return _applied(frame, masks, hits, counts, entity_column)
+
+
+def _applied(
+    frame: pl.DataFrame, masks: pl.DataFrame, hits: list[Expectation], counts: GuardCounts, entity_column: str
+) -> GuardedChunk:
+    """The chunk with the repairs and quarantines that the violation masks call for, and their records."""
+    mask_of = {e.key: f"__violates {e.key}" for e in hits}
+    work = frame.with_columns(
+        # A column with no value at all has no type of its own; a repair gives it the default's.
+        pl.col(e.column).cast(pl.select(pl.lit(e.default)).to_series().dtype)
+        for e in hits
+        if e.action == "repair" and frame.get_column(e.column).dtype == pl.Null
+    )
+    flagged = pl.concat([work.with_row_index("__row"), masks.rename(mask_of)], how="horizontal")
+    repairs = [e for e in hits if e.action == "repair"]
+    new_values = {e.key: e.repaired_value(work.get_column(e.column).dtype).cast(work.get_column(e.column).dtype) for e in repairs}
+    plans = [
+        _action_rows(flagged.lazy(), e, mask_of[e.key], entity_column, new_values.get(e.key, pl.lit(None, dtype=pl.String)))
+        for e in hits
+    ]
+    action_table = pl.concat(plans).collect()
+
+    repaired_columns: dict[str, pl.Expr] = {}
+    for exp in repairs:
+        current = repaired_columns.get(exp.column, pl.col(exp.column))
+        repaired_columns[exp.column] = pl.when(pl.col(mask_of[exp.key])).then(new_values[exp.key]).otherwise(current)
+    quarantine_keys = [e.key for e in hits if e.action == "quarantine"]
+    is_quarantined = pl.any_horizontal([pl.col(mask_of[k]) for k in quarantine_keys]) if quarantine_keys else pl.lit(False)
+    was_repaired = pl.any_horizontal([pl.col(mask_of[e.key]) for e in repairs]) if repairs else pl.lit(False)
+    flagged = flagged.with_columns(
+        *(expr.alias(column) for column, expr in repaired_columns.items()),
+        is_quarantined.alias("__quarantined"),
+        was_repaired.alias("__repaired"),
+    )
+    scorable = flagged.filter(~pl.col("__quarantined")).select(frame.columns)
+    # Reasons in suite order, gathered from the (few) flagged rows rather than tested on every row.
+    reasons = (
+        pl.concat(
+            [flagged.lazy().filter(pl.col(mask_of[k])).select("__row", pl.lit(k).alias("failed_expectations")) for k in quarantine_keys]
+        )
+        .group_by("__row")
+        .agg("failed_expectations")
+        .collect()
+        if quarantine_keys
+        else pl.DataFrame(schema={"__row": pl.UInt32, "failed_expectations": pl.List(pl.String)})
+    )
+    quarantined = (
+        flagged.filter(pl.col("__quarantined"))
+        .select("__row", *frame.columns)
+        .join(reasons, on="__row", how="left", maintain_order="left")
+        .drop("__row")
+    )
     counts.rows_quarantined = quarantined.height
-    counts.rows_repaired = int((repaired_rows & scorable_mask).sum())
-    action_table = pl.concat(actions) if actions else pl.DataFrame(schema=_ACTION_COLUMNS)
+    counts.rows_repaired = int(flagged.select((pl.col("__repaired") & ~pl.col("__quarantined")).sum()).item())
     return GuardedChunk(scorable=scorable, quarantined=quarantined, actions=action_table, counts=counts)
+
+
+def guard_summary_rows(suite: GuardSuite, counts: GuardCounts) -> list[dict[str, Any]]:
+    """Every expectation of the suite with what it did in the run, in suite order: the readable summary."""
+    by_key: dict[str, dict[str, Any]] = {
+        c.key: {"expectation": c.key, "column_name": c.column, "expectation_type": c.type, "action": "fail",
+                "evaluated_by": "compiled", "rows": 0, "share": 0.0}
+        for c in suite.column_checks
+    }
+    for exp in suite.expectations:
+        n = counts.by_expectation.get(exp.key, {}).get(exp.action, 0)
+        by_key[exp.key] = {
+            "expectation": exp.key, "column_name": exp.column, "expectation_type": exp.type,
+            "action": exp.action if exp.action != "repair" else f"repair:{exp.repair}",
+            "evaluated_by": exp.evaluated_by, "rows": n, "share": n / counts.rows_in if counts.rows_in else 0.0,
+        }
+    return [by_key[k] for k in suite.order]
 
 
 def guard_limit_breaches(counts: GuardCounts, *, max_repaired_share: float, max_quarantined_share: float) -> list[str]:

@@ -86,6 +86,9 @@ class PredictionConfig(_Strict):
 class Limits(_Strict):
     max_repaired_share: float = Field(default=0.2, ge=0, le=1, description="Largest share of rows repaired.")
     max_quarantined_share: float = Field(default=0.05, ge=0, le=1, description="Largest share quarantined.")
+    min_rows: int = Field(
+        default=1, ge=0, description="Fewest raw rows a partition may have; 0 accepts an empty partition."
+    )
 
 
 class JobSpec(_Strict):

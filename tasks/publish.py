@@ -25,6 +25,13 @@ GUARD_ACTIONS_SCHEMA = pa.schema(
         ("old_value", pa.string()), ("new_value", pa.string()),
     ]
 )
+GUARD_SUMMARY_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()), ("job", pa.string()), ("partition_date", pa.date32()), ("expectation", pa.string()),
+        ("column_name", pa.string()), ("expectation_type", pa.string()), ("action", pa.string()),
+        ("evaluated_by", pa.string()), ("rows", pa.int64()), ("share", pa.float64()),
+    ]
+)
 
 
 def published_partition(
@@ -36,6 +43,7 @@ def published_partition(
         "predictions": (dirs.predictions, PREDICTION_SCHEMA),
         "quarantine": (dirs.quarantine, QUARANTINE_SCHEMA),
         "guard_actions": (dirs.guard_actions, GUARD_ACTIONS_SCHEMA),
+        "guard_summary": (dirs.guard_summary, GUARD_SUMMARY_SCHEMA),
     }
     inserted = warehouse.replace_partition(
         job=job,
@@ -48,5 +56,5 @@ def published_partition(
 
 
 def discard_run_staging(dirs: OutputDirs, run_id: str) -> None:
-    for folder in (dirs.predictions, dirs.quarantine, dirs.guard_actions):
+    for folder in dirs.all():
         discard_staged(folder, run_id)

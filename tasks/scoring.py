@@ -24,7 +24,7 @@ import pyarrow.dataset as pads
 from tasks.contracts import InferenceInput
 from tasks.errors import GuardFailure, PartitionError
 from tasks.features import FeatureModule, load_feature_module
-from tasks.guards import GuardCounts, GuardSuite, guard_limit_breaches, guarded_chunk, load_guard_suite
+from tasks.guards import GuardCounts, GuardSuite, guard_limit_breaches, guard_summary_rows, guarded_chunk, load_guard_suite
 from tasks.inference.engine import XGBoostEngine
 from tasks.inference.registry import ModelArtifact, inference_check_feature_version, inference_model_artifact
 from tasks.jobspec import JobSpec, load_job_spec
@@ -34,6 +34,16 @@ from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.settings import Settings
 
 log = logging.getLogger("scoring.run")
+
+GUARD_SUMMARY_COLUMNS = {
+    "expectation": pl.String,
+    "column_name": pl.String,
+    "expectation_type": pl.String,
+    "action": pl.String,
+    "evaluated_by": pl.String,
+    "rows": pl.Int64,
+    "share": pl.Float64,
+}
 
 
 def parse_partition_date(value: str | dt.date, *, what: str = "partition date") -> dt.date:
@@ -70,11 +80,16 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
 
 
 def raw_chunks(raw_dir: Path, chunk_rows: int) -> Iterator[pa.Table]:
-    """The partition as tables of exactly `chunk_rows` rows (the last may be shorter)."""
+    """The partition as tables of exactly `chunk_rows` rows (the last may be shorter).
+
+    Read-ahead is one batch of one file: pyarrow's defaults (16 batches, 4 files) would hold most
+    of a partition in memory. A Parquet row group is still read whole, so producers should write
+    row groups no larger than a chunk.
+    """
     dataset = pads.dataset(raw_dir, format="parquet")
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
-    for batch in dataset.to_batches(batch_size=chunk_rows):
+    for batch in dataset.to_batches(batch_size=chunk_rows, batch_readahead=1, fragment_readahead=1):
         pending.append(batch)
         pending_rows += batch.num_rows
         while pending_rows >= chunk_rows:
@@ -100,6 +115,7 @@ class ScoringSummary:
     decisions: dict[str, int] = field(default_factory=dict)
     rules: dict[str, int] = field(default_factory=dict)
     guard: GuardCounts = field(default_factory=GuardCounts)
+    guard_summary: list[dict[str, Any]] = field(default_factory=list)
     chunk_latency_ms: list[float] = field(default_factory=list)
     device_type: str = "cpu"
     wall_s: float = 0.0
@@ -137,11 +153,20 @@ class OutputDirs:
     predictions: Path
     quarantine: Path
     guard_actions: Path
+    guard_summary: Path
+
+    def all(self) -> tuple[Path, ...]:
+        return (self.predictions, self.quarantine, self.guard_actions, self.guard_summary)
 
 
 def output_dirs(settings: Settings, job: str) -> OutputDirs:
     base = settings.data_dir / "output" / job
-    return OutputDirs(predictions=base / "predictions", quarantine=base / "quarantine", guard_actions=base / "guard_actions")
+    return OutputDirs(
+        predictions=base / "predictions",
+        quarantine=base / "quarantine",
+        guard_actions=base / "guard_actions",
+        guard_summary=base / "guard_summary",
+    )
 
 
 def _partition_columns(frame: pl.DataFrame, run_id: str, job: str, partition_date: dt.date) -> pl.DataFrame:
@@ -214,6 +239,16 @@ def score_partition_chunks(
     summary.wall_s = time.perf_counter() - started
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))
+    summary.guard_summary = guard_summary_rows(prepared.suite, summary.guard)
+    write_staged_chunk(
+        dirs.guard_summary, run_id, 0,
+        _partition_columns(pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS), run_id, spec.name, partition_date).to_arrow(),
+    )
+    if summary.rows_read < spec.limits.min_rows:
+        raise PartitionError(
+            f"partition {partition_date} of job {spec.name} has {summary.rows_read} raw rows in {prepared.raw_dir}; "
+            f"the job needs at least {spec.limits.min_rows} (limits.min_rows)"
+        )
     breaches = guard_limit_breaches(
         summary.guard,
         max_repaired_share=spec.limits.max_repaired_share,

@@ -93,6 +93,14 @@ def finish_run(ticket: RunTicket, summary: ScoringSummary, published: dict[str, 
         table=[{"measure": k, "value": str(v)} for k, v in {**ticket.model_dump(), **counts, "published": published}.items()],
         description=f"Scoring of {ticket.job} for {ticket.partition_date}",
     )
+    create_table_artifact(
+        key=f"guard-summary-{ticket.job.replace('_', '-')}",
+        table=summary.guard_summary,
+        description=(
+            f"Feature guards of {ticket.job} on {ticket.partition_date}: rows each expectation repaired, "
+            f"quarantined or failed, of {summary.rows_read} read (table guard_summary)"
+        ),
+    )
     return {"run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(), **counts}
 
 

@@ -28,11 +28,15 @@ _DUCK_TYPES = {
     pa.list_(pa.string()): "VARCHAR[]",
 }
 
-PARTITIONED_TABLES = frozenset({"predictions", "quarantine", "guard_actions"})
+PARTITIONED_TABLES = frozenset({"predictions", "quarantine", "guard_actions", "guard_summary"})
 QUARANTINE_COLUMNS = "run_id VARCHAR, job VARCHAR, partition_date DATE, entity_id VARCHAR, failed_expectations VARCHAR[], raw_row VARCHAR"
 GUARD_ACTION_COLUMNS = (
     "run_id VARCHAR, job VARCHAR, partition_date DATE, entity_id VARCHAR, expectation VARCHAR, "
     "column_name VARCHAR, action VARCHAR, old_value VARCHAR, new_value VARCHAR"
+)
+GUARD_SUMMARY_COLUMNS = (
+    "run_id VARCHAR, job VARCHAR, partition_date DATE, expectation VARCHAR, column_name VARCHAR, "
+    "expectation_type VARCHAR, action VARCHAR, evaluated_by VARCHAR, rows BIGINT, share DOUBLE"
 )
 RUN_COLUMNS = """
     run_id VARCHAR PRIMARY KEY, job VARCHAR NOT NULL, partition_date DATE NOT NULL, status VARCHAR NOT NULL,
@@ -80,6 +84,7 @@ class DuckDBWarehouse:
         con.execute(_ddl("predictions", PREDICTION_SCHEMA))
         con.execute(f"CREATE TABLE IF NOT EXISTS quarantine ({QUARANTINE_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS guard_actions ({GUARD_ACTION_COLUMNS})")
+        con.execute(f"CREATE TABLE IF NOT EXISTS guard_summary ({GUARD_SUMMARY_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS runs ({RUN_COLUMNS})")
 
     def record_run_started(self, row: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from tasks.errors import GuardFailure, SuiteError
-from tasks.guards import GuardCounts, GuardSuite, guard_limit_breaches, guarded_chunk, load_guard_suite
+from tasks.guards import _VIOLATIONS, GuardCounts, GuardSuite, guard_limit_breaches, guarded_chunk, load_guard_suite
 from tasks.settings import PROJECT_ROOT
 
 SUITE_PATH = PROJECT_ROOT / "expectations" / "credit_risk.json"
@@ -232,18 +232,20 @@ def test_strings_in_a_numeric_column_raise_naming_the_column(make_suite) -> None
 # --- between: NaN, inf and bounds -------------------------------------------------------------
 
 
-def test_nan_and_inf_violate_a_two_sided_between(make_suite) -> None:
+def test_inf_violates_a_two_sided_between_and_nan_is_left_to_not_null(make_suite) -> None:
+    # GX's semantics: NaN is missing like null, so only not_be_null flags it.
     suite = make_suite(between("x", QUARANTINE, min_value=0, max_value=10))
     frame = pl.DataFrame({"id": ids(4), "x": [1.0, NAN, INF, -INF]})
     g = guard(frame, suite)
-    assert g.quarantined["id"].to_list() == ["e1", "e2", "e3"]
-    assert g.scorable["id"].to_list() == ["e0"]
+    assert g.quarantined["id"].to_list() == ["e2", "e3"]
+    assert g.scorable["id"].to_list() == ["e0", "e1"]
 
 
-def test_nan_and_inf_violate_a_between_with_only_a_minimum(make_suite) -> None:
+def test_inf_violates_a_between_with_only_a_minimum(make_suite) -> None:
+    # Stricter than GX on purpose: no model input may be infinite.
     suite = make_suite(between("x", QUARANTINE, min_value=0))
     frame = pl.DataFrame({"id": ids(3), "x": [1.0, NAN, INF]})
-    assert guard(frame, suite).quarantined["id"].to_list() == ["e1", "e2"]
+    assert guard(frame, suite).quarantined["id"].to_list() == ["e2"]
 
 
 def test_minus_inf_violates_a_between_with_only_a_maximum(make_suite) -> None:
@@ -253,18 +255,21 @@ def test_minus_inf_violates_a_between_with_only_a_maximum(make_suite) -> None:
 
 
 def test_clip_repair_leaves_no_value_out_of_bounds(make_suite) -> None:
-    # NaN has no side to clip to; whatever the repair makes of it, no NaN and no out-of-bounds
-    # value may be scored, and guarding the repaired frame again finds nothing left to do.
     suite = make_suite(between("x", CLIP, min_value=0, max_value=1))
     frame = pl.DataFrame({"id": ids(4), "x": [0.5, NAN, 2.0, -INF]})
     g = guard(frame, suite)
     x = g.scorable["x"]
-    assert x.is_nan().fill_null(False).sum() == 0, x.to_list()
-    assert x.drop_nulls().is_between(0.0, 1.0).all(), x.to_list()
     assert x.to_list()[2:] == [1.0, 0.0]
-    assert g.counts.rows_repaired == 3
-    assert "NaN" not in g.actions["new_value"].to_list()
+    assert x.filter(x.is_not_nan()).is_between(0.0, 1.0).all(), x.to_list()
+    assert g.counts.rows_repaired == 2
     assert guard(g.scorable, suite).actions.height == 0
+
+
+def test_clip_repair_of_inf_beyond_an_open_bound_makes_it_missing(make_suite) -> None:
+    suite = make_suite(between("x", CLIP, min_value=0))
+    g = guard(pl.DataFrame({"id": ids(2), "x": [INF, -5.0]}), suite)
+    assert g.scorable["x"].to_list() == [None, 0.0]
+    assert g.actions["new_value"].to_list() == [None, "0.0"]
 
 
 def test_values_on_the_bounds_pass_inclusive_between(make_suite) -> None:
@@ -345,10 +350,12 @@ def test_job_suite_compiles_every_expectation() -> None:
     suite = load_guard_suite(SUITE_PATH)
     exist = [e["kwargs"]["column"] for e in doc["expectations"] if e["type"] == "expect_column_to_exist"]
     assert list(suite.required_columns) == exist
-    assert len(suite.expectations) + len(exist) == len(doc["expectations"])
+    assert len(suite.expectations) + len(suite.column_checks) == len(doc["expectations"])
     assert [e.action for e in suite.expectations] == [
-        e["meta"]["guard"]["action"] for e in doc["expectations"] if e["type"] != "expect_column_to_exist"
+        e["meta"]["guard"]["action"] for e in doc["expectations"] if e["type"] in _VIOLATIONS
     ]
+    # The job's own suite never pays for Great Expectations at scoring time.
+    assert suite.gx_checks is None and {e.evaluated_by for e in suite.expectations} == {"compiled"}
 
 
 @pytest.mark.gx

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
@@ -27,9 +30,9 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
     console.print(partition_summary_table(job, partition_summaries(current_settings(), job, dates)))
 
 
-def _run(action) -> None:  # noqa: ANN001
+def _run(action):  # noqa: ANN001, ANN202
     try:
-        action()
+        return action()
     except ScoringError as error:
         # Plain text on one line: messages carry paths and pydantic's [type=...] details, not markup.
         console.print(Text("error: ", style="red") + Text(str(error)), highlight=False, soft_wrap=True)
@@ -108,6 +111,56 @@ def backfill_command(
             _print_summary(job, dates)
 
     _run(action)
+
+
+class TargetProvider(str, enum.Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+ONNX_PROVIDERS = {TargetProvider.cpu: "CPUExecutionProvider", TargetProvider.cuda: "CUDAExecutionProvider"}
+_STATUS_STYLE = {"passed": "green", "failed": "bold red", "not_run": "yellow"}
+
+
+@app.command(name="check-model")
+def check_model(
+    path: Annotated[Path, typer.Argument(help="A .onnx file, or a registry version folder holding model.onnx.")],
+    provider: Annotated[TargetProvider, typer.Option(help="Execution provider the model must run on.")] = TargetProvider.cpu,
+    atol: Annotated[float, typer.Option(min=0.0, help="Largest absolute difference from the reference output.")] = 1e-4,
+) -> None:
+    """ONNX triple check: shapes, numerics against reference_io.npz, operator placement. Exit 1 if one fails."""
+    from tasks.inference.onnx_check import inference_check_onnx_path
+
+    report = _run(lambda: inference_check_onnx_path(path, provider=ONNX_PROVIDERS[provider], atol=atol))
+    table = Table(
+        title=Text(f"ONNX check of {report.model_path}"),
+        caption=Text(f"target {report.target_provider}; session runs on {', '.join(report.providers) or '-'}"),
+    )
+    for column in ("check", "status", "details"):
+        table.add_column(column, overflow="fold")
+    for check in report.checks:
+        table.add_row(check.name, Text(check.status, style=_STATUS_STYLE[check.status]), Text(check.details))
+    console.print(table)
+    open_points = [f"{check.name} {check.status.replace('_', ' ')}" for check in report.checks if check.status != "passed"]
+    console.print(("ok" if report.ok else "not ok") + (f" ({', '.join(open_points)})" if open_points else ""))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def card(
+    job: Annotated[str, typer.Argument(help="A configured job, e.g. credit_risk.")],
+    out: Annotated[Path | None, typer.Option(help="Where to write the Markdown; default data/output/<job>/model_card.md.")] = None,
+) -> None:
+    """Write the model card: Prediction Contract and Inference Specification, from spec, registry and latest run."""
+    from tasks.model_card import job_model_card
+
+    settings = current_settings()
+    markdown = _run(lambda: job_model_card(job, settings))
+    target = out or settings.data_dir / "output" / job / "model_card.md"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(markdown)
+    console.print(f"model card of {job}: {target}")
 
 
 def main() -> None:

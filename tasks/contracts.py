@@ -101,6 +101,25 @@ PREDICTION_SCHEMA = pa.schema(
 )
 """The prediction contract: one row per scored entity, in Parquet and in the warehouse."""
 
+PREDICTION_FIELD_MEANINGS = {
+    "run_id": "The run that wrote the row; joins to the `runs` ledger.",
+    "job": "The job spec that scored the row.",
+    "partition_date": "The raw partition the row came from.",
+    "entity_id": "The scored entity (application, turbine window).",
+    "probability": "Calibrated probability of the job's event.",
+    "probability_low": "Lower end of the credible interval for the event rate of rows like this one.",
+    "probability_high": "Upper end of that interval.",
+    "score": "Risk score from the probability; higher is riskier.",
+    "decision": "What to do with the entity.",
+    "rule_id": "The one threshold rule that made the decision.",
+    "reason_codes": "Codes of the features that pushed most toward the event, strongest first.",
+    "reason_texts": "The same reasons in business language.",
+    "raw_margin": "The model's raw log-odds output, before calibration (for audit).",
+    "model_name": "Registry name of the final model.",
+    "model_version": "Registry version that actually scored the row (a fallback version if one was used).",
+    "feature_version": "Version of the feature module that computed the inputs.",
+}
+
 
 class PredictionOutput(_ArrayModel):
     """The business result of one chunk, conforming to PREDICTION_SCHEMA, with its summary."""

@@ -27,3 +27,11 @@ class GuardFailure(ScoringError):
 
 class SuiteError(ScoringError):
     """An expectation suite is malformed or uses an expectation the guards cannot honour."""
+
+
+class DeviceUnavailable(ScoringError):
+    """The job asks for a device (e.g. `cuda`) that this machine or runtime cannot use."""
+
+
+class InferenceFailure(ScoringError):
+    """Chunks kept failing in inference after their retries, beyond the job's error budget."""

@@ -167,8 +167,9 @@ def _rust_regex(pattern: str) -> str | None:
 
 
 def _lengths(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
-    _needs(exp, frame, lambda t: t == pl.String, "strings")
-    length = pl.col(exp.column).str.len_chars()
+    dtype = _needs(exp, frame, lambda t: t == pl.String or isinstance(t, pl.List | pl.Array), "strings or lists")
+    # A list's length is its number of elements (e.g. samples in a vibration window), as in GX's pandas.
+    length = pl.col(exp.column).str.len_chars() if dtype == pl.String else pl.col(exp.column).list.len()
     lo, hi = exp.kwargs.get("min_value"), exp.kwargs.get("max_value")
     ok = pl.lit(True)
     if lo is not None:
@@ -431,6 +432,13 @@ def guard_violation_counts(frame: pl.DataFrame, suite: GuardSuite) -> dict[str, 
     return {**_compiled_violation_counts(frame, suite), **{k: int(m.sum()) for k, m in gx_masks.items()}}
 
 
+def _as_text(column: str, dtype: pl.DataType) -> pl.Expr:
+    if isinstance(dtype, pl.List | pl.Array):
+        # A whole vibration window is no use in an audit row; its length is what the checks judge.
+        return pl.format("<{} values>", pl.col(column).list.len())
+    return pl.col(column).cast(pl.String)
+
+
 def _action_rows(
     flagged: pl.LazyFrame, exp: Expectation, mask: str, entity_column: str, new_value: pl.Expr
 ) -> pl.LazyFrame:
@@ -439,7 +447,7 @@ def _action_rows(
         pl.lit(exp.key).alias("expectation"),
         pl.lit(exp.column).alias("column"),
         pl.lit(exp.action).alias("action"),
-        pl.col(exp.column).cast(pl.String).alias("old_value"),
+        _as_text(exp.column, flagged.collect_schema()[exp.column]).alias("old_value"),
         new_value.cast(pl.String).alias("new_value"),
     )
 

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.errors import JobSpecError
+from tasks.prediction.decisions import predict_rule_table_problems
 from tasks.settings import Settings
 
 RuleField = Literal["probability", "probability_low", "probability_high", "score"]
@@ -19,14 +20,30 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class FeatureModelRef(_Strict):
+    name: str = Field(description="Model in the registry whose one output per row becomes a feature.")
+    version: str = Field(default="latest")
+    output_feature: str = Field(description="Name of that feature in the final model's input.")
+
+
 class ModelRef(_Strict):
     name: str = Field(description="Model name in the registry, `data/models/<name>/`.")
     version: str = Field(default="latest", description="A registry version, or `latest`.")
+    fallback_version: str | None = Field(
+        default=None, description="Version that scores when `version` cannot be loaded; its rows are counted as fallbacks."
+    )
+    feature_models: list[FeatureModelRef] = Field(
+        default_factory=list, description="Models run first on the feature matrix (e.g. an autoencoder's error)."
+    )
 
 
 class InferenceConfig(_Strict):
-    device: Literal["auto", "cpu", "cuda"] = Field(default="cpu", description="Where the engine runs.")
+    device: Literal["auto", "cpu", "cuda"] = Field(default="cpu", description="Where the engines run.")
     nthread: int = Field(default=0, ge=0, description="Engine threads; 0 lets the engine use every core.")
+    retries: int = Field(default=1, ge=0, le=10, description="Further attempts of a chunk whose inference failed.")
+    max_failed_share: float = Field(
+        default=0.0, ge=0, le=1, description="Largest share of rows in chunks that failed every attempt before the run fails."
+    )
 
 
 class ScoreConfig(_Strict):
@@ -70,12 +87,14 @@ class PredictionConfig(_Strict):
         if dupes:
             raise ValueError(f"rule ids must be unique; repeated: {dupes}")
         catch_all = [r.id for r in self.rules if not r.when]
-        if catch_all != [self.rules[-1].id]:
+        if catch_all and catch_all != [self.rules[-1].id]:
             raise ValueError(
-                "rules are applied in order and the last one must be the only rule without `when`, "
-                f"so that every row gets exactly one decision; rules without `when`: {catch_all}, "
-                f"last rule: {self.rules[-1].id}"
+                "only the last rule may go without `when` (it then takes every row no other rule takes); "
+                f"rules without `when`: {catch_all}, last rule: {self.rules[-1].id}"
             )
+        problems = predict_rule_table_problems(self.rules, self.score)
+        if problems:
+            raise ValueError("every row must match exactly one rule: " + "; ".join(problems))
         decisions = {r.decision for r in self.rules}
         unknown = sorted(set(self.reasons.for_decisions) - decisions)
         if unknown:
@@ -102,6 +121,10 @@ class JobSpec(_Strict):
     inference: InferenceConfig = InferenceConfig()
     prediction: PredictionConfig
     limits: Limits = Limits()
+    service_level: str = Field(
+        default="Scored nightly at 02:00 (deployment `nightly`); a failed night is re-run from the UI the same day.",
+        description="When consumers can rely on the outputs; printed in the model card.",
+    )
 
     @field_validator("expectation_suite")
     @classmethod
@@ -131,7 +154,9 @@ def load_job_spec(job: str, settings: Settings) -> JobSpec:
         spec = JobSpec.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']} (got {err['input']!r})" for err in exc.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']}"
+            + ("" if isinstance(err["input"], dict | list) else f" (got {err['input']!r})")
+            for err in exc.errors()
         )
         raise JobSpecError(f"job spec {path} is invalid: {problems}") from None
     if spec.name != job:

@@ -19,10 +19,11 @@ def staging_dir(dataset_dir: Path, run_id: str) -> Path:
     return dataset_dir.parent / "_staging" / dataset_dir.name / run_id
 
 
-def write_staged_chunk(dataset_dir: Path, run_id: str, chunk_id: int, table: pa.Table) -> Path:
+def write_staged_chunk(dataset_dir: Path, run_id: str, chunk_id: int, table: pa.Table, *, part: str = "") -> Path:
+    """Stage one chunk's rows; `part` tells apart two files of one chunk (e.g. two kinds of quarantine)."""
     folder = staging_dir(dataset_dir, run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"part-{run_id}-{chunk_id:05d}.parquet"
+    path = folder / f"part-{run_id}-{chunk_id:05d}{'-' + part if part else ''}.parquet"
     pq.write_table(table, path, compression="zstd")
     return path
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import resource
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -21,13 +22,21 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from tasks.contracts import InferenceInput
-from tasks.errors import GuardFailure, PartitionError
+from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
+from tasks.errors import DeviceUnavailable, GuardFailure, InferenceFailure, PartitionError, ScoringError
 from tasks.features import FeatureModule, load_feature_module
-from tasks.guards import GuardCounts, GuardSuite, guard_limit_breaches, guard_summary_rows, guarded_chunk, load_guard_suite
-from tasks.inference.engine import XGBoostEngine
-from tasks.inference.registry import ModelArtifact, inference_check_feature_version, inference_model_artifact
-from tasks.jobspec import JobSpec, load_job_spec
+from tasks.guards import (
+    GuardCounts,
+    GuardedChunk,
+    GuardSuite,
+    guard_limit_breaches,
+    guard_summary_rows,
+    guarded_chunk,
+    load_guard_suite,
+)
+from tasks.inference.engine import LoadedModel, inference_loaded_model
+from tasks.inference.registry import inference_check_feature_version
+from tasks.jobspec import FeatureModelRef, JobSpec, load_job_spec
 from tasks.parquet_store import write_staged_chunk
 from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
@@ -63,20 +72,35 @@ class PreparedJob:
     spec: JobSpec
     suite: GuardSuite
     features: FeatureModule
-    artifact: ModelArtifact
+    model: LoadedModel
+    feature_models: tuple[tuple[FeatureModelRef, LoadedModel], ...]
     raw_dir: Path
+
+    @property
+    def model_features(self) -> tuple[str, ...]:
+        """The final model's input: the feature module's columns, then each feature model's output."""
+        return (*self.features.FEATURES, *(ref.output_feature for ref, _ in self.feature_models))
 
 
 def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> PreparedJob:
     spec = load_job_spec(job, settings)
     suite = load_guard_suite(settings.expectations_dir / spec.expectation_suite)
     features = load_feature_module(spec.feature_module)
-    artifact = inference_model_artifact(settings.model_registry_dir(spec.model.name), spec.model.version)
-    inference_check_feature_version(artifact, features.FEATURE_VERSION, tuple(features.FEATURES))
     raw_dir = settings.raw_partition_dir(job, partition_date.isoformat())
     if not raw_dir.is_dir():
         raise PartitionError(f"no raw partition for job {job!r} on {partition_date}: {raw_dir} does not exist")
-    return PreparedJob(spec=spec, suite=suite, features=features, artifact=artifact, raw_dir=raw_dir)
+    device, nthread = spec.inference.device, spec.inference.nthread
+    feature_models = []
+    for ref in spec.model.feature_models:
+        loaded = inference_loaded_model(settings.model_registry_dir(ref.name), ref.version, None, device=device, nthread=nthread)
+        inference_check_feature_version(loaded.engine.artifact, features.FEATURE_VERSION, tuple(features.FEATURES))
+        feature_models.append((ref, loaded))
+    model = inference_loaded_model(
+        settings.model_registry_dir(spec.model.name), spec.model.version, spec.model.fallback_version, device=device, nthread=nthread
+    )
+    prepared = PreparedJob(spec=spec, suite=suite, features=features, model=model, feature_models=tuple(feature_models), raw_dir=raw_dir)
+    inference_check_feature_version(model.engine.artifact, features.FEATURE_VERSION, prepared.model_features)
+    return prepared
 
 
 def raw_chunks(raw_dir: Path, chunk_rows: int) -> Iterator[pa.Table]:
@@ -118,6 +142,12 @@ class ScoringSummary:
     guard_summary: list[dict[str, Any]] = field(default_factory=list)
     chunk_latency_ms: list[float] = field(default_factory=list)
     device_type: str = "cpu"
+    providers: list[str] = field(default_factory=list)
+    model_version: str = ""
+    fallback_reason: str | None = None
+    rows_failed: int = 0
+    failed_chunks: list[dict[str, Any]] = field(default_factory=list)
+    peak_rss_mb: float = 0.0
     wall_s: float = 0.0
 
     def inference_stats(self) -> dict[str, Any]:
@@ -125,12 +155,17 @@ class ScoringSummary:
         infer_s = lat.sum() / 1000.0
         return {
             "device_type": self.device_type,
+            "providers": self.providers,
+            "model_version": self.model_version,
+            "fallback_reason": self.fallback_reason,
+            "failed_chunks": self.failed_chunks,
             "chunks": self.chunks,
             "latency_ms_p50": float(np.percentile(lat, 50)),
             "latency_ms_p99": float(np.percentile(lat, 99)),
             "latency_ms_max": float(lat.max()),
             "inference_rows_per_s": float(self.rows_scored / infer_s) if infer_s > 0 else None,
             "end_to_end_rows_per_s": float(self.rows_read / self.wall_s) if self.wall_s > 0 else None,
+            "peak_rss_mb": self.peak_rss_mb,
         }
 
     def ledger_counts(self) -> dict[str, Any]:
@@ -139,6 +174,8 @@ class ScoringSummary:
             "rows_scored": self.rows_scored,
             "rows_repaired": self.guard.rows_repaired,
             "rows_quarantined": self.guard.rows_quarantined,
+            "rows_failed": self.rows_failed,
+            "rows_fallback": self.rows_scored if self.fallback_reason else 0,
             "rows_with_reasons": self.rows_with_reasons,
             "rows_without_adverse_reason": self.rows_without_adverse_reason,
             "rows_straddling": self.rows_straddling,
@@ -169,10 +206,62 @@ def output_dirs(settings: Settings, job: str) -> OutputDirs:
     )
 
 
-def _partition_columns(frame: pl.DataFrame, run_id: str, job: str, partition_date: dt.date) -> pl.DataFrame:
-    return frame.select(
-        pl.lit(run_id).alias("run_id"), pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date"), pl.all()
+def _write_guard_outputs(guarded: GuardedChunk, dirs: OutputDirs, chunk: ChunkRef) -> None:
+    if guarded.quarantined.height:
+        _write_quarantine(guarded.quarantined, dirs, chunk, "guards")
+    if guarded.actions.height:
+        actions = guarded.actions.rename({"column": "column_name"})
+        write_staged_chunk(dirs.guard_actions, chunk.run_id, chunk.chunk_id, chunk.stamped(actions))
+
+
+def _write_quarantine(rows: pl.DataFrame, dirs: OutputDirs, chunk: ChunkRef, part: str) -> None:
+    """Rows that were not scored, with why and the row itself as JSON, so they can be replayed."""
+    quarantined = rows.select(
+        pl.col(chunk.entity_column).cast(pl.String).alias("entity_id"),
+        "failed_expectations",
+        pl.struct(pl.exclude("failed_expectations")).struct.json_encode().alias("raw_row"),
     )
+    write_staged_chunk(dirs.quarantine, chunk.run_id, chunk.chunk_id, chunk.stamped(quarantined), part=part)
+
+
+@dataclass(frozen=True)
+class ChunkRef:
+    run_id: str
+    job: str
+    partition_date: dt.date
+    chunk_id: int
+    entity_column: str
+
+    def stamped(self, frame: pl.DataFrame) -> pa.Table:
+        return frame.select(
+            pl.lit(self.run_id).alias("run_id"), pl.lit(self.job).alias("job"),
+            pl.lit(self.partition_date).alias("partition_date"), pl.all(),
+        ).to_arrow()
+
+
+def _inferred(prepared: PreparedJob, batch: InferenceInput) -> tuple[InferenceInput, InferenceOutput]:
+    """Feature models first (each adds one column), then the final model's raw outputs."""
+    features = batch.features
+    for _, loaded in prepared.feature_models:
+        extra = loaded.engine.inference_outputs(batch).margins.astype(np.float32)
+        features = np.ascontiguousarray(np.column_stack([features, extra]))
+    full = batch if features is batch.features else InferenceInput(
+        chunk_id=batch.chunk_id, entity_ids=batch.entity_ids, features=features, feature_names=prepared.model_features
+    )
+    return full, prepared.model.engine.inference_outputs(full)
+
+
+def _with_retries(attempts: int, what: str, fn):
+    """`fn()`, tried `attempts` times; configuration errors are not retried."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except (DeviceUnavailable, InferenceFailure):
+            raise
+        except Exception as exc:
+            log.warning("[INF] %s failed on attempt %d of %d: %s: %s", what, attempt, attempts, type(exc).__name__, exc)
+            if attempt == attempts:
+                raise
 
 
 def score_partition_chunks(
@@ -184,30 +273,25 @@ def score_partition_chunks(
     dirs: OutputDirs,
 ) -> ScoringSummary:
     """Score every chunk of the partition into the run's staging files; the partition stays untouched."""
-    spec, fm = prepared.spec, prepared.features
-    engine = XGBoostEngine(prepared.artifact, device=spec.inference.device, nthread=spec.inference.nthread)
-    probability_map = ProbabilityMap(
-        BinnedBetaCalibrator.from_metadata(prepared.artifact.metadata.calibration), spec.prediction.interval_level
+    spec, fm, engine = prepared.spec, prepared.features, prepared.model.engine
+    probability_map = ProbabilityMap(BinnedBetaCalibrator.from_metadata(engine.metadata.calibration), spec.prediction.interval_level)
+    summary = ScoringSummary(
+        device_type=engine.device_type,
+        providers=list(engine.providers),
+        model_version=engine.metadata.version,
+        fallback_reason=prepared.model.fallback_reason,
     )
-    summary = ScoringSummary(device_type=engine.device_type)
+    rows_expected = pads.dataset(prepared.raw_dir, format="parquet").count_rows()
     decisions: Counter[str] = Counter()
     rules: Counter[str] = Counter()
     started = time.perf_counter()
     for chunk_id, table in enumerate(raw_chunks(prepared.raw_dir, chunk_rows)):
+        chunk = ChunkRef(run_id, spec.name, partition_date, chunk_id, spec.entity_column)
         guarded = guarded_chunk(pl.from_arrow(table), prepared.suite, entity_column=spec.entity_column)
         summary.rows_read += table.num_rows
         summary.chunks += 1
         summary.guard.merge(guarded.counts)
-        if guarded.quarantined.height:
-            quarantined = guarded.quarantined.select(
-                pl.col(spec.entity_column).cast(pl.String).alias("entity_id"),
-                "failed_expectations",
-                pl.struct(pl.exclude("failed_expectations")).struct.json_encode().alias("raw_row"),
-            )
-            write_staged_chunk(dirs.quarantine, run_id, chunk_id, _partition_columns(quarantined, run_id, spec.name, partition_date).to_arrow())
-        if guarded.actions.height:
-            actions = guarded.actions.rename({"column": "column_name"})
-            write_staged_chunk(dirs.guard_actions, run_id, chunk_id, _partition_columns(actions, run_id, spec.name, partition_date).to_arrow())
+        _write_guard_outputs(guarded, dirs, chunk)
         if guarded.scorable.height == 0:
             continue
         batch = InferenceInput(
@@ -216,9 +300,30 @@ def score_partition_chunks(
             features=fm.feature_matrix(guarded.scorable),
             feature_names=tuple(fm.FEATURES),
         )
-        inferred = engine.inference_margins(batch)
-        decided = predict_decided_chunk(inferred, probability_map, spec.prediction)
-        contributions = engine.inference_contributions(batch, decided.reason_rows)
+
+        def inferred_and_explained() -> tuple[InferenceOutput, Any, FeatureContributions]:
+            full, inferred = _inferred(prepared, batch)
+            decided = predict_decided_chunk(inferred, probability_map, spec.prediction)
+            return inferred, decided, engine.inference_contributions(full, decided.reason_rows)
+
+        try:
+            inferred, decided, contributions = _with_retries(
+                1 + spec.inference.retries, f"chunk {chunk_id} of {spec.name} {partition_date}", inferred_and_explained
+            )
+        except Exception as exc:
+            failed = guarded.scorable.with_columns(
+                pl.lit([f"inference_failed({type(exc).__name__})"], dtype=pl.List(pl.String)).alias("failed_expectations")
+            )
+            _write_quarantine(failed, dirs, chunk, "inference")
+            summary.rows_failed += failed.height
+            summary.failed_chunks.append({"chunk": chunk_id, "rows": failed.height, "error": f"{type(exc).__name__}: {exc}"})
+            if summary.rows_failed > spec.inference.max_failed_share * max(rows_expected, 1):
+                raise InferenceFailure(
+                    f"job {spec.name} on {partition_date}: {summary.rows_failed} of {rows_expected} rows are in chunks whose "
+                    f"inference failed after {1 + spec.inference.retries} attempt(s), beyond the error budget "
+                    f"inference.max_failed_share={spec.inference.max_failed_share:.2%}; last error: {type(exc).__name__}: {exc}"
+                ) from exc
+            continue
         predicted = predict_output(
             decided,
             contributions,
@@ -237,12 +342,14 @@ def score_partition_chunks(
         decisions.update(predicted.decisions)
         rules.update(predicted.rules)
     summary.wall_s = time.perf_counter() - started
+    # The worker process's high-water mark: a scoring run's memory must not grow with the partition.
+    summary.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))
     summary.guard_summary = guard_summary_rows(prepared.suite, summary.guard)
     write_staged_chunk(
         dirs.guard_summary, run_id, 0,
-        _partition_columns(pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS), run_id, spec.name, partition_date).to_arrow(),
+        ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS)),
     )
     if summary.rows_read < spec.limits.min_rows:
         raise PartitionError(

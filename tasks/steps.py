@@ -44,7 +44,7 @@ def _warehouse() -> DuckDBWarehouse:
 def start_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int | None) -> RunTicket:
     """Check spec, suite, model and feature versions, then open the run in the ledger."""
     prepared = prepared_job(job, partition_date, current_settings())
-    meta = prepared.artifact.metadata
+    meta = prepared.model.engine.metadata
     ticket = RunTicket(
         run_id=run_id,
         job=job,

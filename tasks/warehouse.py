@@ -42,6 +42,7 @@ RUN_COLUMNS = """
     run_id VARCHAR PRIMARY KEY, job VARCHAR NOT NULL, partition_date DATE NOT NULL, status VARCHAR NOT NULL,
     model_name VARCHAR, model_version VARCHAR, feature_version VARCHAR,
     rows_read BIGINT, rows_scored BIGINT, rows_repaired BIGINT, rows_quarantined BIGINT,
+    rows_failed BIGINT, rows_fallback BIGINT,
     rows_with_reasons BIGINT, rows_without_adverse_reason BIGINT, rows_straddling BIGINT,
     decisions JSON, guard_counts JSON, inference JSON,
     started_at TIMESTAMPTZ NOT NULL, ended_at TIMESTAMPTZ, error VARCHAR
@@ -86,6 +87,9 @@ class DuckDBWarehouse:
         con.execute(f"CREATE TABLE IF NOT EXISTS guard_actions ({GUARD_ACTION_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS guard_summary ({GUARD_SUMMARY_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS runs ({RUN_COLUMNS})")
+        # Ledgers created before these columns existed get them added in place.
+        for column in ("rows_failed BIGINT", "rows_fallback BIGINT"):
+            con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column}")
 
     def record_run_started(self, row: dict[str, Any]) -> None:
         with self.connect() as con:
@@ -103,7 +107,7 @@ class DuckDBWarehouse:
             "ended_at": ended_at,
             "error": error,
             **{k: counts.get(k) for k in (
-                "rows_read", "rows_scored", "rows_repaired", "rows_quarantined",
+                "rows_read", "rows_scored", "rows_repaired", "rows_quarantined", "rows_failed", "rows_fallback",
                 "rows_with_reasons", "rows_without_adverse_reason", "rows_straddling",
             )},
             **{k: json.dumps(counts[k]) if k in counts else None for k in ("decisions", "guard_counts", "inference")},
@@ -112,11 +116,24 @@ class DuckDBWarehouse:
             con.execute(
                 "UPDATE runs SET status=$status, ended_at=$ended_at, error=$error, rows_read=$rows_read, "
                 "rows_scored=$rows_scored, rows_repaired=$rows_repaired, rows_quarantined=$rows_quarantined, "
+                "rows_failed=$rows_failed, rows_fallback=$rows_fallback, "
                 "rows_with_reasons=$rows_with_reasons, rows_without_adverse_reason=$rows_without_adverse_reason, "
                 "rows_straddling=$rows_straddling, decisions=$decisions, guard_counts=$guard_counts, "
                 "inference=$inference WHERE run_id=$run_id",
                 values,
             )
+
+    def latest_succeeded_run(self, job: str) -> dict[str, Any] | None:
+        """The newest succeeded `runs` row of `job`, or None when it never succeeded (or no ledger exists)."""
+        if not self.path.exists():
+            return None
+        with self.connect(read_only=True) as con:
+            cursor = con.execute(
+                "SELECT * FROM runs WHERE job = ? AND status = 'succeeded' ORDER BY ended_at DESC LIMIT 1", [job]
+            )
+            rows = cursor.fetchall()
+            names = [d[0] for d in cursor.description]
+        return dict(zip(names, rows[0], strict=True)) if rows else None
 
     def record_run_failed(self, *, run_id: str, job: str, partition_date: Any, ended_at: Any, error: str) -> None:
         """Close a run as failed; a run that failed before it was opened gets its ledger row here."""

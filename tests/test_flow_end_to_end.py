@@ -80,10 +80,10 @@ def raw_rows(settings: Settings, day: dt.date) -> pl.DataFrame:
 
 
 def first_matching_rule(row: dict, rules) -> str:
-    for rule in rules:
-        if all(_OPS[op](row[f], t) for f, cmp in rule.when.items() for op, t in cmp.items()):
-            return rule.id
-    raise AssertionError(f"no rule matches {row}")
+    """The only rule whose conditions the row meets (the job's rule table is exclusive)."""
+    matching = [r.id for r in rules if r.when and all(_OPS[op](row[f], t) for f, cmp in r.when.items() for op, t in cmp.items())]
+    assert len(matching) == 1, f"{row} matches {matching}"
+    return matching[0]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 import xgboost as xgb
 
 from tasks.contracts import InferenceInput
-from tasks.errors import FeatureVersionMismatch, ModelArtifactError
+from tasks.errors import DeviceUnavailable, FeatureVersionMismatch, ModelArtifactError
 from tasks.features import credit_risk as fm
 from tasks.guards import guarded_chunk, load_guard_suite
 from tasks.inference.engine import XGBoostEngine
@@ -165,7 +165,7 @@ def batch(demo_env: DemoEnv) -> InferenceInput:
 
 
 def test_engine_margins_are_the_boosters_raw_margins(artifact: ModelArtifact, batch: InferenceInput) -> None:
-    out = XGBoostEngine(artifact, nthread=1).inference_margins(batch)
+    out = XGBoostEngine(artifact, nthread=1).inference_outputs(batch)
     reference = xgb.Booster(model_file=str(artifact.model_path))
     expected = reference.predict(
         xgb.DMatrix(batch.features, feature_names=list(fm.FEATURES), missing=np.nan), output_margin=True
@@ -178,7 +178,7 @@ def test_engine_margins_are_the_boosters_raw_margins(artifact: ModelArtifact, ba
 
 def test_contributions_add_up_to_the_margin(artifact: ModelArtifact, batch: InferenceInput) -> None:
     engine = XGBoostEngine(artifact, nthread=1)
-    margins = engine.inference_margins(batch).margins
+    margins = engine.inference_outputs(batch).margins
     rows = np.array([0, 3, 7, 50, len(margins) - 1])
     contrib = engine.inference_contributions(batch, rows)
     assert contrib.values.shape == (rows.size, len(fm.FEATURES))
@@ -190,13 +190,14 @@ def test_contributions_add_up_to_the_margin(artifact: ModelArtifact, batch: Infe
 
 
 def test_engine_refuses_cuda_here(artifact: ModelArtifact) -> None:
-    with pytest.raises(ModelArtifactError, match="cuda"):
+    with pytest.raises(DeviceUnavailable, match="cuda"):
         XGBoostEngine(artifact, device="cuda")
 
 
 def test_engine_refuses_an_unloadable_model_file(tmp_path: Path, demo_version_dir: Path) -> None:
     version = add_version(tmp_path, demo_version_dir, "1")
-    (version / "model.ubj").write_bytes(b"definitely not a model")
+    # Starts like UBJSON, checksum recorded: only XGBoost itself can tell that it is no model.
+    (version / "model.ubj").write_bytes(b"{definitely not a model")
     write_meta(version, sha256=sha256_of(version / "model.ubj"))
     with pytest.raises(ModelArtifactError, match="could not be loaded"):
         XGBoostEngine(inference_model_artifact(tmp_path))

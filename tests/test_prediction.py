@@ -17,7 +17,7 @@ from tasks.contracts import FeatureContributions, InferenceOutput
 from tasks.errors import JobSpecError
 from tasks.jobspec import PredictionConfig, ReasonConfig, ScoreConfig, ThresholdRule, load_job_spec
 from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
-from tasks.prediction.decisions import predict_probability_cutoffs, predict_rule_decisions
+from tasks.prediction.decisions import predict_probability_cutoffs, predict_rule_decisions, predict_rule_table_problems
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.prediction.reasons import predict_reason_codes
 from tasks.prediction.scores import predict_risk_score
@@ -178,10 +178,11 @@ def rule(id_: str, decision: str, **when: dict[str, float]) -> ThresholdRule:
 
 RULES = [
     rule("DECLINE", "decline", probability_low={"ge": 0.25}),
-    rule("REVIEW_STRADDLE", "review", probability_high={"ge": 0.25}),
-    rule("REVIEW_SCORE", "review", score={"gt": 60}, probability={"lt": 0.2}),
+    rule("REVIEW_STRADDLE", "review", probability_low={"lt": 0.25}, probability_high={"ge": 0.25}),
+    rule("REVIEW_SCORE", "review", probability_high={"lt": 0.25}, score={"gt": 60}),
     rule("APPROVE", "approve"),
 ]
+SCORE = ScoreConfig(base_probability=0.1, points_to_double_odds=10)
 
 
 def values(p: list[float], low: list[float], high: list[float], score: list[int]) -> dict[str, np.ndarray]:
@@ -193,29 +194,93 @@ def values(p: list[float], low: list[float], high: list[float], score: list[int]
     }
 
 
-def test_first_matching_rule_wins_and_every_row_gets_one() -> None:
+def test_each_row_gets_the_one_rule_it_matches_and_otherwise_takes_the_rest() -> None:
     v = values(
         p=[0.30, 0.20, 0.19, 0.10, 0.19],
         low=[0.26, 0.15, 0.10, 0.05, 0.10],
         high=[0.40, 0.25, 0.24, 0.15, 0.24],
         score=[75, 65, 61, 50, 60],
     )
+    assert predict_rule_table_problems(RULES, SCORE) == []
     out = predict_rule_decisions(v, RULES)
-    # Row 0 matches DECLINE and REVIEW_STRADDLE: the first wins. Row 2 needs both conditions of
-    # REVIEW_SCORE; row 4 has score exactly 60, not > 60, so it falls through to APPROVE.
+    # Row 4 has score exactly 60, not > 60: no conditional rule takes it, so the last rule does.
     assert out.rule_id.tolist() == ["DECLINE", "REVIEW_STRADDLE", "REVIEW_SCORE", "APPROVE", "APPROVE"]
     assert out.decision.tolist() == ["decline", "review", "review", "approve", "approve"]
-    # An interval straddles when it contains a probability cut-off (0.2 or 0.25): low < cut <= high.
-    assert out.straddling.tolist() == [False, True, True, False, True]
+    # An interval straddles when it contains a probability cut-off (0.25): low < cut <= high.
+    assert out.straddling.tolist() == [False, True, False, False, False]
 
 
 def test_probability_cutoffs_are_the_probability_thresholds_only() -> None:
-    assert predict_probability_cutoffs(RULES) == [0.2, 0.25]
+    assert predict_probability_cutoffs(RULES) == [0.25]
 
 
 def test_rules_on_an_empty_chunk() -> None:
     out = predict_rule_decisions(values([], [], [], []), RULES)
     assert out.decision.size == 0 and out.rule_id.size == 0
+
+
+def test_an_overlap_is_named_with_both_rules_and_a_row_that_matches_both() -> None:
+    rules = [
+        rule("DECLINE", "decline", probability={"ge": 0.3}),
+        rule("REVIEW", "review", probability={"ge": 0.1}),
+        rule("APPROVE", "approve", probability={"lt": 0.1}),
+    ]
+    (problem,) = predict_rule_table_problems(rules, SCORE)
+    assert "DECLINE and REVIEW overlap" in problem
+    p = float(problem.split("probability=")[1].split(",")[0])
+    assert p >= 0.3
+
+
+def test_a_gap_is_named_with_a_row_no_rule_covers() -> None:
+    rules = [
+        rule("DECLINE", "decline", probability={"ge": 0.3}),
+        rule("APPROVE", "approve", probability={"lt": 0.1}),
+    ]
+    (problem,) = predict_rule_table_problems(rules, SCORE)
+    assert "no rule covers" in problem
+    p = float(problem.split("probability=")[1].split(",")[0])
+    assert 0.1 <= p < 0.3
+
+
+def test_a_gap_hidden_by_an_inclusive_bound_is_found() -> None:
+    # p < 0.3 and p > 0.3 leave out exactly p == 0.3.
+    rules = [rule("HIGH", "decline", probability={"gt": 0.3}), rule("LOW", "approve", probability={"lt": 0.3})]
+    (problem,) = predict_rule_table_problems(rules, SCORE)
+    assert "probability=0.3," in problem
+
+
+def test_score_thresholds_are_checked_against_probability_thresholds() -> None:
+    # The rounded score reaches 70 at p ≈ 0.3014 (base 10 %, 10 points per doubling of the odds).
+    high = rule("HIGH", "decline", score={"ge": 70})
+    (overlap,) = predict_rule_table_problems([high, rule("LOW", "approve", probability={"lt": 0.31})], SCORE)
+    assert "HIGH and LOW overlap" in overlap
+    (gap,) = predict_rule_table_problems([high, rule("LOW", "approve", probability={"lt": 0.30})], SCORE)
+    assert "no rule covers" in gap and "score=69" in gap
+    assert predict_rule_table_problems([high, rule("LOW", "approve", score={"lt": 70})], SCORE) == []
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_table_proven_exact_gives_every_random_row_exactly_one_rule(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cuts = np.round(np.sort(rng.uniform(0.02, 0.6, 2)), 2)
+    fields = ["probability", "probability_low", "probability_high"]
+    f1, f2 = rng.choice(fields, 2)
+    rules = [
+        rule("A", "a", **{f1: {"ge": float(cuts[1])}}),
+        rule("B", "b", **{f1: {"lt": float(cuts[1])}, f2: {"ge": float(cuts[0])}}),
+        rule("C", "c", **{f1: {"lt": float(cuts[1])}, f2: {"lt": float(cuts[0])}}),
+    ]
+    if rng.random() < 0.5:
+        rules[1] = rule("B", "b", **{f2: {"ge": float(cuts[0])}})  # may overlap A
+    problems = predict_rule_table_problems(rules, SCORE)
+    p = rng.uniform(0, 1, 20_000)
+    low, high = p * rng.uniform(0, 1, p.size), p + (1 - p) * rng.uniform(0, 1, p.size)
+    v = {"probability": p, "probability_low": low, "probability_high": high, "score": np.zeros(p.size)}
+    hits = sum(predict_rule_decisions(v, [r, rule("Z", "z")]).rule_id.astype(str) != "Z" for r in rules)
+    if problems:
+        assert any("overlap" in x for x in problems) and (hits > 1).any()
+    else:
+        assert (hits == 1).all()
 
 
 def _prediction_doc(rules: list[dict]) -> dict:
@@ -230,7 +295,7 @@ def _prediction_doc(rules: list[dict]) -> dict:
             [
                 {"id": "APPROVE", "decision": "approve"},
                 {"id": "DECLINE", "decision": "decline", "when": {"probability": {"ge": 0.3}}},
-                {"id": "REVIEW", "decision": "manual_review", "when": {"probability": {"ge": 0.1}}},
+                {"id": "REVIEW", "decision": "manual_review", "when": {"probability": {"ge": 0.1, "lt": 0.3}}},
             ],
             id="catch-all-first",
         ),
@@ -239,7 +304,7 @@ def _prediction_doc(rules: list[dict]) -> dict:
                 {"id": "DECLINE", "decision": "decline", "when": {"probability": {"ge": 0.3}}},
                 {"id": "REVIEW", "decision": "manual_review", "when": {"probability": {"ge": 0.1}}},
             ],
-            id="no-catch-all",
+            id="overlap-and-gap",
         ),
         pytest.param(
             [
@@ -251,7 +316,7 @@ def _prediction_doc(rules: list[dict]) -> dict:
         ),
     ],
 )
-def test_rules_must_end_in_exactly_one_catch_all(tmp_path: Path, rules: list[dict]) -> None:
+def test_a_rule_table_that_is_not_exact_is_refused_naming_the_rules(tmp_path: Path, rules: list[dict]) -> None:
     with pytest.raises(ValidationError, match="rules"):
         PredictionConfig.model_validate(_prediction_doc(rules))
     # Through the job spec loader, the error names the file and the rules.
@@ -275,8 +340,8 @@ def test_rule_ids_must_be_unique() -> None:
 
 def test_the_job_spec_is_valid() -> None:
     spec = load_job_spec("credit_risk", Settings())
-    assert spec.prediction.rules[-1].when == {}
-    assert all(r.when for r in spec.prediction.rules[:-1])
+    assert predict_rule_table_problems(spec.prediction.rules, spec.prediction.score) == []
+    assert [r.id for r in spec.prediction.rules] == ["DECLINE_HIGH_RISK", "REVIEW_UNCERTAIN", "REVIEW_ELEVATED", "APPROVE"]
 
 
 # --- reasons ----------------------------------------------------------------------------------

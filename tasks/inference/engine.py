@@ -1,51 +1,95 @@
-"""Engines: built once per worker, then a pure function of each chunk."""
+"""Engines: built once per worker, then a pure function of each chunk.
+
+One interface (`InferenceEngine`), two runtimes: XGBoost native and ONNX Runtime. The device a
+job asks for (`auto | cpu | cuda`) is resolved once, and what the runtime actually uses is read
+back from it — XGBoost and ONNX Runtime both fall back to CPU silently when no GPU is usable, so
+their own report is the only truth. `cuda` where none is usable is an error; `auto` says once
+that it runs on CPU.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
 
 import numpy as np
-import xgboost as xgb
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
-from tasks.errors import ModelArtifactError
-from tasks.inference.registry import ModelArtifact
+from tasks.errors import DeviceUnavailable, ModelArtifactError
+from tasks.inference.registry import ModelArtifact, ModelMetadata, inference_model_artifact
 
 log = logging.getLogger("scoring.inference")
+
+Device = Literal["auto", "cpu", "cuda"]
+
+
+def inference_cuda_device_present() -> bool:
+    """Whether the kernel exposes an NVIDIA device; runtimes may still fail to use it."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+class InferenceEngine(Protocol):
+    artifact: ModelArtifact
+    metadata: ModelMetadata
+    device_type: str
+    providers: tuple[str, ...]
+
+    def inference_outputs(self, batch: InferenceInput) -> InferenceOutput: ...
+
+    def inference_contributions(self, batch: InferenceInput, row_index: np.ndarray) -> FeatureContributions: ...
+
+
+def _log_chunk(meta: ModelMetadata, batch: InferenceInput, latency_ms: float, device_type: str, note: str = "") -> None:
+    log.info(
+        "[INF] model_name=%s model_version=%s input_shape=%s latency_ms=%.2f device_type=%s chunk=%d%s",
+        meta.name, meta.version, batch.features.shape, latency_ms, device_type, batch.chunk_id, note,
+    )
 
 
 class XGBoostEngine:
     """XGBoost native inference: raw margins via `inplace_predict`, TreeSHAP on demand."""
 
-    def __init__(self, artifact: ModelArtifact, *, device: str = "cpu", nthread: int = 0) -> None:
-        if device == "cuda":
-            raise ModelArtifactError("device 'cuda' was asked for, but the XGBoost CUDA path is not available here")
+    def __init__(self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> None:
+        import xgboost as xgb
+
+        self._xgb = xgb
         self.artifact = artifact
-        self.device_type = "cpu"
+        self.metadata = artifact.metadata
+        self.model_path = artifact.model_path
         self.booster = xgb.Booster()
         try:
             self.booster.load_model(str(artifact.model_path))
         except xgb.core.XGBoostError as exc:
             raise ModelArtifactError(f"model file {artifact.model_path} could not be loaded: {exc}") from exc
-        self.booster.set_param({"nthread": nthread, "device": "cpu"})
-        self.feature_names = tuple(artifact.metadata.features)
+        wanted = "cuda" if device == "cuda" or (device == "auto" and inference_cuda_device_present()) else "cpu"
+        with warnings.catch_warnings():
+            # XGBoost warns and falls back to CPU when it sees no GPU; its config says what it will use.
+            warnings.simplefilter("ignore", UserWarning)
+            self.booster.set_param({"nthread": nthread, "device": wanted})
+            self.device_type = json.loads(self.booster.save_config())["learner"]["generic_param"]["device"].split(":")[0]
+        if device == "cuda" and self.device_type != "cuda":
+            raise DeviceUnavailable(f"model {self.metadata.name} {self.metadata.version}: device 'cuda' was asked for, but XGBoost sees no usable GPU")
+        if device == "auto" and self.device_type != "cuda":
+            log.info("[INF] model_name=%s device auto: no usable GPU, scoring on CPU", self.metadata.name)
+        self.providers = (f"xgboost:{self.device_type}",)
+        self.feature_names = tuple(self.metadata.features)
 
-    def inference_margins(self, batch: InferenceInput) -> InferenceOutput:
+    def inference_outputs(self, batch: InferenceInput) -> InferenceOutput:
         start = time.perf_counter()
         margins = self.booster.inplace_predict(batch.features, predict_type="margin", validate_features=False)
         latency_ms = (time.perf_counter() - start) * 1000.0
-        meta = self.artifact.metadata
-        log.info(
-            "[INF] model_name=%s model_version=%s input_shape=%s latency_ms=%.2f device_type=%s chunk=%d",
-            meta.name, meta.version, batch.features.shape, latency_ms, self.device_type, batch.chunk_id,
-        )
+        _log_chunk(self.metadata, batch, latency_ms, self.device_type)
         return InferenceOutput(
             chunk_id=batch.chunk_id,
             entity_ids=batch.entity_ids,
             margins=np.asarray(margins, dtype=np.float64).reshape(-1),
-            model_name=meta.name,
-            model_version=meta.version,
+            model_name=self.metadata.name,
+            model_version=self.metadata.version,
             device_type=self.device_type,
             latency_ms=latency_ms,
         )
@@ -57,11 +101,116 @@ class XGBoostEngine:
             values = np.empty((0, len(self.feature_names)), dtype=np.float64)
         else:
             start = time.perf_counter()
-            contribs = self.booster.predict(xgb.DMatrix(rows, missing=np.nan, feature_names=list(self.feature_names)), pred_contribs=True)
+            matrix = self._xgb.DMatrix(rows, missing=np.nan, feature_names=list(self.feature_names))
+            contribs = self.booster.predict(matrix, pred_contribs=True)
             values = np.asarray(contribs, dtype=np.float64)[:, :-1]
             log.info(
                 "[INF] model_name=%s contributions rows=%d latency_ms=%.2f device_type=%s chunk=%d",
-                self.artifact.metadata.name, rows.shape[0], (time.perf_counter() - start) * 1000.0,
-                self.device_type, batch.chunk_id,
+                self.metadata.name, rows.shape[0], (time.perf_counter() - start) * 1000.0, self.device_type, batch.chunk_id,
             )
         return FeatureContributions(row_index=row_index, values=values, feature_names=self.feature_names)
+
+
+class ONNXEngine:
+    """ONNX Runtime inference: one session per worker; output 0, one value per row, is the raw output."""
+
+    def __init__(self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> None:
+        import onnxruntime as ort
+
+        self.artifact = artifact
+        self.metadata = artifact.metadata
+        self.model_path = artifact.model_path
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = nthread
+        options.inter_op_num_threads = 1
+        # Asking ONNX Runtime for CUDA on a machine without a GPU logs errors and runs on CPU anyway.
+        try_cuda = device == "cuda" or (device == "auto" and inference_cuda_device_present())
+        wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"] if try_cuda else ["CPUExecutionProvider"]
+        try:
+            self.session = ort.InferenceSession(str(artifact.model_path), sess_options=options, providers=wanted)
+        except Exception as exc:
+            raise ModelArtifactError(f"model file {artifact.model_path} could not be loaded by ONNX Runtime: {exc}") from exc
+        self.providers = tuple(self.session.get_providers())
+        self.device_type = "cuda" if "CUDAExecutionProvider" in self.providers else "cpu"
+        if device == "cuda" and self.device_type != "cuda":
+            raise DeviceUnavailable(
+                f"model {self.metadata.name} {self.metadata.version}: device 'cuda' was asked for, but ONNX Runtime "
+                f"could only use {list(self.providers)}"
+            )
+        if device == "auto" and self.device_type != "cuda":
+            log.info("[INF] model_name=%s device auto: no usable GPU, scoring on CPU (%s)", self.metadata.name, list(self.providers))
+        self.input_name = self.session.get_inputs()[0].name
+        self.output_name = self.session.get_outputs()[0].name
+
+    def _run(self, features: np.ndarray) -> np.ndarray:
+        if self.device_type != "cuda":
+            return self.session.run([self.output_name], {self.input_name: features})[0]
+        # On CUDA, bind the output on the device and copy once, instead of ORT's per-run staging.
+        binding = self.session.io_binding()
+        binding.bind_cpu_input(self.input_name, features)
+        binding.bind_output(self.output_name, "cuda")
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0]
+
+    def inference_outputs(self, batch: InferenceInput) -> InferenceOutput:
+        start = time.perf_counter()
+        raw = self._run(batch.features)
+        latency_ms = (time.perf_counter() - start) * 1000.0
+        if raw.shape[0] != batch.features.shape[0] or raw.size != raw.shape[0]:
+            raise ModelArtifactError(
+                f"model file {self.model_path} returned output shape {raw.shape} for input {batch.features.shape}; "
+                "a scoring model must give one value per row"
+            )
+        _log_chunk(self.metadata, batch, latency_ms, self.device_type, f" providers={','.join(self.providers)}")
+        return InferenceOutput(
+            chunk_id=batch.chunk_id,
+            entity_ids=batch.entity_ids,
+            margins=np.asarray(raw, dtype=np.float64).reshape(-1),
+            model_name=self.metadata.name,
+            model_version=self.metadata.version,
+            device_type=self.device_type,
+            latency_ms=latency_ms,
+        )
+
+    def inference_contributions(self, batch: InferenceInput, row_index: np.ndarray) -> FeatureContributions:
+        raise ModelArtifactError(
+            f"model {self.metadata.name} {self.metadata.version} is an ONNX graph: it has no exact feature "
+            "contributions; reason codes need a tree model as the final model"
+        )
+
+
+_ENGINES = {"xgboost": XGBoostEngine, "onnx": ONNXEngine}
+
+
+def inference_engine(artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> InferenceEngine:
+    return _ENGINES[artifact.metadata.framework](artifact, device=device, nthread=nthread)
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """The engine that will score, and why it is not the version the job asked for, if it is not."""
+
+    engine: InferenceEngine
+    fallback_reason: str | None = None
+
+
+def inference_loaded_model(
+    registry_dir: Path, version: str, fallback_version: str | None, *, device: Device, nthread: int
+) -> LoadedModel:
+    """Load the job's model; when it cannot be loaded and the job names a fallback, load that instead.
+
+    A device problem is a configuration error, not a broken model: it never triggers the fallback.
+    """
+    try:
+        return LoadedModel(inference_engine(inference_model_artifact(registry_dir, version), device=device, nthread=nthread))
+    except ModelArtifactError as exc:
+        if fallback_version is None:
+            raise
+        reason = f"{registry_dir.name} {version} failed to load: {exc}"
+    log.warning(
+        "[INF] model_name=%s model_version=%s FAILED to load; scoring with fallback_version=%s — %s",
+        registry_dir.name, version, fallback_version, reason,
+    )
+    engine = inference_engine(inference_model_artifact(registry_dir, fallback_version), device=device, nthread=nthread)
+    return LoadedModel(engine, fallback_reason=reason)
+

@@ -1,7 +1,8 @@
 """Model registry on disk: `<registry>/<name>/<version>/` holds the model file and `metadata.json`.
 
-Only formats that cannot execute code on load are accepted (XGBoost `.ubj` / `.json`), and the
-file's sha256 must match its metadata, so a truncated or swapped file never scores a row.
+Only formats that cannot execute code on load are accepted (XGBoost `.ubj` / `.json`, ONNX),
+the file must look like its format, and its sha256 must match its metadata, so a pickle, a
+truncated or a swapped file never scores a row.
 """
 
 from __future__ import annotations
@@ -9,13 +10,30 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.errors import FeatureVersionMismatch, ModelArtifactError
 
-ACCEPTED_MODEL_SUFFIXES = (".ubj", ".json")
+FRAMEWORK_OF_SUFFIX = {".ubj": "xgboost", ".json": "xgboost", ".onnx": "onnx"}
+ACCEPTED_MODEL_SUFFIXES = tuple(FRAMEWORK_OF_SUFFIX)
+_PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".sav", ".pt", ".pth", ".bin", ".model")
+
+
+def _format_problem(path: Path, framework: str) -> str | None:
+    """Why the file's first bytes do not belong to its format, or None when they do."""
+    with path.open("rb") as fh:
+        head = fh.read(2)
+    if head[:1] == b"\x80" and head[1:2] and head[1] <= 5:
+        return "is a pickle, which executes code when loaded"
+    if not head:
+        return "is empty"
+    if framework == "xgboost" and head[:1] != b"{":
+        return "does not start like an XGBoost JSON/UBJSON model"
+    if framework == "onnx" and head[:1] != b"\x08":
+        return "does not start like an ONNX protobuf (ir_version field)"
+    return None
 
 
 class ReferenceStats(BaseModel):
@@ -39,13 +57,15 @@ class ModelMetadata(BaseModel):
 
     name: str
     version: str
-    framework: str = Field(description="`xgboost` for now.")
+    framework: Literal["xgboost", "onnx"]
     model_file: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     feature_version: str
     features: list[str]
     feature_dtypes: dict[str, str]
-    calibration: dict[str, Any] = Field(description="Fitted on held-out data; read by the prediction layer.")
+    calibration: dict[str, Any] = Field(
+        default_factory=dict, description="Fitted on held-out data; read by the prediction layer. Empty for feature models."
+    )
     reference: dict[str, ReferenceStats] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict, description="Window, rows, seed, holdout metrics.")
 
@@ -97,15 +117,26 @@ def inference_model_artifact(registry_dir: Path, version: str = "latest") -> Mod
         raise ModelArtifactError(f"model metadata {meta_path} is invalid: {exc}") from exc
     artifact = ModelArtifact(metadata=metadata, directory=directory)
     path = artifact.model_path
-    if path.suffix not in ACCEPTED_MODEL_SUFFIXES:
+    if path.suffix in _PICKLE_SUFFIXES:
         raise ModelArtifactError(
-            f"model file {path} has format {path.suffix!r}; only {ACCEPTED_MODEL_SUFFIXES} load without executing code"
+            f"model file {path} is a pickle-style format ({path.suffix}), which executes code when loaded; "
+            f"export the model as one of {ACCEPTED_MODEL_SUFFIXES}"
         )
+    if path.suffix not in ACCEPTED_MODEL_SUFFIXES:
+        raise ModelArtifactError(f"model file {path} has unknown format {path.suffix!r}; accepted: {ACCEPTED_MODEL_SUFFIXES}")
+    if FRAMEWORK_OF_SUFFIX[path.suffix] != metadata.framework:
+        raise ModelArtifactError(f"model file {path} is a {path.suffix} file, but {meta_path} says framework {metadata.framework!r}")
     if not path.is_file():
         raise ModelArtifactError(f"model file {path} named in {meta_path} does not exist")
+    problem = _format_problem(path, metadata.framework)
+    if problem:
+        raise ModelArtifactError(f"model file {path} {problem}; refusing to load it")
     actual = inference_model_checksum(path)
     if actual != metadata.sha256:
-        raise ModelArtifactError(f"model file {path} has sha256 {actual}, but {meta_path} says {metadata.sha256}")
+        raise ModelArtifactError(
+            f"model file {path} ({path.stat().st_size} bytes) has sha256 {actual}, but {meta_path} says "
+            f"{metadata.sha256}: the file is truncated or was replaced"
+        )
     return artifact
 
 

@@ -1,13 +1,26 @@
-"""Threshold rules from the job spec: ordered, first match wins, the last rule catches the rest."""
+"""Threshold rules from the job spec: a rule table where every row matches exactly one rule.
+
+Rules with conditions must not overlap, and together they must cover every possible row — unless
+the last rule has no conditions: it is then `otherwise` and takes exactly the rows no other rule
+takes. `predict_rule_table_problems` proves both at load time by testing every cell of the arrangement the
+thresholds cut the space of (probability_low ≤ probability ≤ probability_high) into; score
+thresholds are mapped to the probabilities where the rounded score changes.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
 import operator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tasks.jobspec import ThresholdRule
+from tasks.prediction.scores import predict_risk_score
+
+if TYPE_CHECKING:
+    from tasks.jobspec import ScoreConfig, ThresholdRule
 
 _OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 _PROBABILITY_FIELDS = ("probability", "probability_low", "probability_high")
@@ -25,24 +38,81 @@ def predict_probability_cutoffs(rules: list[ThresholdRule]) -> list[float]:
     return sorted({v for r in rules for f, cmp in r.when.items() if f in _PROBABILITY_FIELDS for v in cmp.values()})
 
 
+def _matches(rule: ThresholdRule, values: dict[str, np.ndarray]) -> np.ndarray:
+    hit = np.ones(len(values["probability"]), dtype=bool)
+    for field_name, comparisons in rule.when.items():
+        for op, threshold in comparisons.items():
+            hit &= _OPS[op](values[field_name], threshold)
+    return hit
+
+
 def predict_rule_decisions(values: dict[str, np.ndarray], rules: list[ThresholdRule]) -> RuleDecisions:
     """The decision and deciding rule id of every row; `values` holds the fields rules may test."""
     n = len(values["probability"])
     decision = np.empty(n, dtype=object)
     rule_id = np.empty(n, dtype=object)
-    open_rows = np.ones(n, dtype=bool)
-    for rule in rules:
-        hit = open_rows.copy()
-        for field_name, comparisons in rule.when.items():
-            for op, threshold in comparisons.items():
-                hit &= _OPS[op](values[field_name], threshold)
+    matched = np.zeros(n, dtype=np.int8)
+    for rule in (r for r in rules if r.when):
+        hit = _matches(rule, values)
         decision[hit] = rule.decision
         rule_id[hit] = rule.id
-        open_rows &= ~hit
-    if open_rows.any():
-        raise AssertionError(f"{int(open_rows.sum())} rows matched no rule although the last rule catches all")
+        matched += hit
+    otherwise = rules[-1] if not rules[-1].when else None
+    if otherwise is not None:
+        decision[matched == 0] = otherwise.decision
+        rule_id[matched == 0] = otherwise.id
+        matched[matched == 0] = 1
+    if (matched != 1).any():
+        raise AssertionError(f"{int((matched != 1).sum())} rows matched no rule or several, although the rule table was proven exact")
     low, high = values["probability_low"], values["probability_high"]
     straddling = np.zeros(n, dtype=bool)
     for cut in predict_probability_cutoffs(rules):
         straddling |= (low < cut) & (high >= cut)
     return RuleDecisions(decision=decision, rule_id=rule_id, straddling=straddling)
+
+
+def _probability_at_raw_score(raw: float, score: ScoreConfig) -> float:
+    base_odds = score.base_probability / (1 - score.base_probability)
+    odds = base_odds * 2 ** ((raw - 50.0) / score.points_to_double_odds)
+    return odds / (1 + odds) if math.isfinite(odds) else 1.0
+
+
+def _grid(rules: list[ThresholdRule], score: ScoreConfig) -> list[float]:
+    """Each probability cut, and one point strictly between each pair of neighbouring cuts."""
+    cuts = {0.0, 1.0, *predict_probability_cutoffs(rules)}
+    for rule in rules:
+        for value in rule.when.get("score", {}).values():
+            # The rounded score steps from s-1 to s where the raw score crosses s-0.5.
+            cuts |= {_probability_at_raw_score(value - 0.5, score), _probability_at_raw_score(value + 0.5, score)}
+    ordered = sorted(c for c in cuts if 0.0 <= c <= 1.0)
+    return sorted({*ordered, *((a + b) / 2 for a, b in itertools.pairwise(ordered))})
+
+
+def _point(values: dict[str, np.ndarray], i: int) -> str:
+    return ", ".join(f"{k}={values[k][i]:.4g}" for k in ("probability_low", "probability", "probability_high", "score"))
+
+
+def predict_rule_table_problems(rules: list[ThresholdRule], score: ScoreConfig) -> list[str]:
+    """Overlaps between conditional rules, and gaps no rule covers, each with an example row."""
+    grid = _grid(rules, score)
+    triples = np.array([t for t in itertools.combinations_with_replacement(grid, 3)])
+    values = {
+        "probability_low": triples[:, 0],
+        "probability": triples[:, 1],
+        "probability_high": triples[:, 2],
+        "score": predict_risk_score(triples[:, 1], score),
+    }
+    conditional = [r for r in rules if r.when]
+    hits = {r.id: _matches(r, values) for r in conditional}
+    problems = []
+    for a, b in itertools.combinations(conditional, 2):
+        both = np.flatnonzero(hits[a.id] & hits[b.id])
+        if both.size:
+            problems.append(f"rules {a.id} and {b.id} overlap, e.g. at {_point(values, both[0])}")
+    if rules[-1].when:
+        uncovered = np.flatnonzero(~np.any(list(hits.values()), axis=0)) if hits else np.arange(len(triples))
+        if uncovered.size:
+            problems.append(
+                f"no rule covers e.g. {_point(values, uncovered[0])}; add a rule, or end with a rule without `when`"
+            )
+    return problems

@@ -7,9 +7,12 @@ odds = p / (1 − p) and base_odds is the odds of `base_probability`. Higher mea
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from tasks.jobspec import ScoreConfig
+if TYPE_CHECKING:
+    from tasks.jobspec import ScoreConfig
 
 
 def predict_risk_score(probability: np.ndarray, config: ScoreConfig) -> np.ndarray:

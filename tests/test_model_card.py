@@ -1,0 +1,72 @@
+"""`score card`: the two tables are filled from the job spec, the registry and the latest run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tasks.contracts import PREDICTION_SCHEMA
+from tasks.inference.registry import inference_model_artifact
+from tasks.jobspec import load_job_spec
+from tasks.model_card import job_model_card
+from tasks.settings import Settings
+from tasks.warehouse import DuckDBWarehouse
+
+from conftest import DEMO_JOB, DemoEnv
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def _section(card: str, title: str) -> str:
+    return card.split(f"## {title}")[1].split("\n## ")[0]
+
+
+def test_card_before_any_run_says_so(fresh_data: Settings) -> None:
+    card = job_model_card(DEMO_JOB, fresh_data)
+    assert "no succeeded run yet" in card and "no run yet rows/s" in card
+
+
+def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    from flows.score_partition import score_partition
+
+    day = demo_env.plan.scoring_dates[0]
+    result = score_partition(DEMO_JOB, day)
+    card = job_model_card(DEMO_JOB, fresh_data)
+    spec = load_job_spec(DEMO_JOB, fresh_data)
+    run = DuckDBWarehouse(fresh_data.duckdb_path).latest_succeeded_run(DEMO_JOB)
+    assert run["run_id"] == result["run_id"]
+    inference = json.loads(run["inference"])
+
+    contract = _section(card, "Prediction Contract")
+    rows = [line for line in contract.splitlines() if line.startswith("| ") and not line.startswith("| field")]
+    assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == PREDICTION_SCHEMA.names
+    decision_row = next(r for r in rows if r.startswith("| decision "))
+    for rule in spec.prediction.rules:
+        assert f"{rule.id} → {rule.decision}" in decision_row
+    assert spec.service_level.split(";")[0] in contract
+
+    inference_spec = _section(card, "Inference Specification")
+    meta = inference_model_artifact(fresh_data.model_registry_dir(DEMO_JOB), run["model_version"]).metadata
+    assert f"{meta.name} version {meta.version} (xgboost" in inference_spec
+    assert meta.sha256[:12] in inference_spec
+    assert f"shape (chunk rows, {len(meta.features)})" in inference_spec
+    assert f"{inference['inference_rows_per_s']:,.0f} rows/s" in inference_spec
+    assert f"p99 {inference['latency_ms_p99']:.1f} ms" in inference_spec
+    assert f"peak RSS {inference['peak_rss_mb']:,.0f} MB" in inference_spec and inference["peak_rss_mb"] > 0
+    assert "cpu: xgboost:cpu" in inference_spec
+    assert result["run_id"] in inference_spec
+
+
+def test_score_card_writes_the_card_and_names_the_file(fresh_data: Settings, tmp_path, prefect_logging) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    target = tmp_path / "card.md"
+    result = CliRunner().invoke(app, ["card", DEMO_JOB, "--out", str(target)])
+    assert result.exit_code == 0, result.output
+    assert str(target) in result.output.replace("\n", "")
+    assert target.read_text() == job_model_card(DEMO_JOB, fresh_data)
+    unknown = CliRunner().invoke(app, ["card", "no_such_job"])
+    assert unknown.exit_code == 2 and "unknown job 'no_such_job'" in unknown.output

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
-from tasks.errors import DeviceUnavailable, GuardFailure, InferenceFailure, PartitionError, ScoringError
+from tasks.errors import DeviceUnavailable, GuardFailure, InferenceFailure, ModelArtifactError, PartitionError
 from tasks.features import FeatureModule, load_feature_module
 from tasks.guards import (
     GuardCounts,
@@ -251,12 +251,16 @@ def _inferred(prepared: PreparedJob, batch: InferenceInput) -> tuple[InferenceIn
     return full, prepared.model.engine.inference_outputs(full)
 
 
+_NOT_RETRIED = (DeviceUnavailable, InferenceFailure, ModelArtifactError)
+"""A wrong device or a model that breaks its contract fails the same way on every attempt and chunk."""
+
+
 def _with_retries(attempts: int, what: str, fn):
-    """`fn()`, tried `attempts` times; configuration errors are not retried."""
+    """`fn()`, tried `attempts` times; configuration and artifact errors are not retried."""
     for attempt in range(1, attempts + 1):
         try:
             return fn()
-        except (DeviceUnavailable, InferenceFailure):
+        except _NOT_RETRIED:
             raise
         except Exception as exc:
             log.warning("[INF] %s failed on attempt %d of %d: %s: %s", what, attempt, attempts, type(exc).__name__, exc)
@@ -310,6 +314,8 @@ def score_partition_chunks(
             inferred, decided, contributions = _with_retries(
                 1 + spec.inference.retries, f"chunk {chunk_id} of {spec.name} {partition_date}", inferred_and_explained
             )
+        except _NOT_RETRIED:
+            raise
         except Exception as exc:
             failed = guarded.scorable.with_columns(
                 pl.lit([f"inference_failed({type(exc).__name__})"], dtype=pl.List(pl.String)).alias("failed_expectations")

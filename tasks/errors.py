@@ -35,3 +35,7 @@ class DeviceUnavailable(ScoringError):
 
 class InferenceFailure(ScoringError):
     """Chunks kept failing in inference after their retries, beyond the job's error budget."""
+
+
+class FallbackLimitExceeded(ScoringError):
+    """More rows went down a fallback path (a kind in the fallback report) than the job allows."""

@@ -13,6 +13,7 @@ from tasks.prediction.decisions import predict_rule_table_problems
 from tasks.settings import Settings
 
 RuleField = Literal["probability", "probability_low", "probability_high", "score"]
+FallbackKind = Literal["guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason"]
 Comparison = Literal["lt", "le", "gt", "ge"]
 
 
@@ -108,6 +109,18 @@ class Limits(_Strict):
     min_rows: int = Field(
         default=1, ge=0, description="Fewest raw rows a partition may have; 0 accepts an empty partition."
     )
+    max_fallback_share: dict[FallbackKind, float] = Field(
+        default_factory=dict,
+        description="Largest share of rows read per fallback kind (see tasks/fallback_report.py) before the run fails.",
+    )
+
+    @field_validator("max_fallback_share")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in value.items() if not 0 <= v <= 1}
+        if bad:
+            raise ValueError(f"shares must lie in 0..1, got {bad}")
+        return value
 
 
 class JobSpec(_Strict):

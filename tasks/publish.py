@@ -25,6 +25,13 @@ GUARD_ACTIONS_SCHEMA = pa.schema(
         ("old_value", pa.string()), ("new_value", pa.string()),
     ]
 )
+FALLBACK_REPORT_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()), ("job", pa.string()), ("partition_date", pa.date32()), ("kind", pa.string()),
+        ("detail", pa.string()), ("rows", pa.int64()), ("share", pa.float64()), ("limit", pa.float64()),
+        ("breached", pa.bool_()),
+    ]
+)
 GUARD_SUMMARY_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()), ("job", pa.string()), ("partition_date", pa.date32()), ("expectation", pa.string()),
@@ -44,6 +51,7 @@ def published_partition(
         "quarantine": (dirs.quarantine, QUARANTINE_SCHEMA),
         "guard_actions": (dirs.guard_actions, GUARD_ACTIONS_SCHEMA),
         "guard_summary": (dirs.guard_summary, GUARD_SUMMARY_SCHEMA),
+        "fallback_report": (dirs.fallback_report, FALLBACK_REPORT_SCHEMA),
     }
     inserted = warehouse.replace_partition(
         job=job,

@@ -23,7 +23,15 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
-from tasks.errors import DeviceUnavailable, GuardFailure, InferenceFailure, ModelArtifactError, PartitionError
+from tasks.errors import (
+    DeviceUnavailable,
+    FallbackLimitExceeded,
+    GuardFailure,
+    InferenceFailure,
+    ModelArtifactError,
+    PartitionError,
+)
+from tasks.fallback_report import fallback_limit_breaches, fallback_report_rows
 from tasks.features import FeatureModule, load_feature_module
 from tasks.guards import (
     GuardCounts,
@@ -44,6 +52,14 @@ from tasks.settings import Settings
 
 log = logging.getLogger("scoring.run")
 
+FALLBACK_REPORT_COLUMNS = {
+    "kind": pl.String,
+    "detail": pl.String,
+    "rows": pl.Int64,
+    "share": pl.Float64,
+    "limit": pl.Float64,
+    "breached": pl.Boolean,
+}
 GUARD_SUMMARY_COLUMNS = {
     "expectation": pl.String,
     "column_name": pl.String,
@@ -140,6 +156,7 @@ class ScoringSummary:
     rules: dict[str, int] = field(default_factory=dict)
     guard: GuardCounts = field(default_factory=GuardCounts)
     guard_summary: list[dict[str, Any]] = field(default_factory=list)
+    fallback_report: list[dict[str, Any]] = field(default_factory=list)
     chunk_latency_ms: list[float] = field(default_factory=list)
     device_type: str = "cpu"
     providers: list[str] = field(default_factory=list)
@@ -191,9 +208,10 @@ class OutputDirs:
     quarantine: Path
     guard_actions: Path
     guard_summary: Path
+    fallback_report: Path
 
     def all(self) -> tuple[Path, ...]:
-        return (self.predictions, self.quarantine, self.guard_actions, self.guard_summary)
+        return (self.predictions, self.quarantine, self.guard_actions, self.guard_summary, self.fallback_report)
 
 
 def output_dirs(settings: Settings, job: str) -> OutputDirs:
@@ -203,6 +221,7 @@ def output_dirs(settings: Settings, job: str) -> OutputDirs:
         quarantine=base / "quarantine",
         guard_actions=base / "guard_actions",
         guard_summary=base / "guard_summary",
+        fallback_report=base / "reports" / "fallback",
     )
 
 
@@ -357,6 +376,24 @@ def score_partition_chunks(
         dirs.guard_summary, run_id, 0,
         ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS)),
     )
+    summary.fallback_report = fallback_report_rows(
+        rows_read=summary.rows_read,
+        guard_by_expectation=summary.guard.by_expectation,
+        guard_columns={e.key: e.column for e in prepared.suite.expectations},
+        rows_repaired=summary.guard.rows_repaired,
+        rows_quarantined=summary.guard.rows_quarantined,
+        rows_fallback=summary.rows_scored if summary.fallback_reason else 0,
+        fallback_reason=summary.fallback_reason,
+        rows_failed=summary.rows_failed,
+        rows_without_adverse_reason=summary.rows_without_adverse_reason,
+        limits=spec.limits.max_fallback_share,
+    )
+    write_staged_chunk(
+        dirs.fallback_report, run_id, 0,
+        ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(
+            pl.DataFrame(summary.fallback_report, schema=FALLBACK_REPORT_COLUMNS)
+        ),
+    )
     if summary.rows_read < spec.limits.min_rows:
         raise PartitionError(
             f"partition {partition_date} of job {spec.name} has {summary.rows_read} raw rows in {prepared.raw_dir}; "
@@ -369,6 +406,9 @@ def score_partition_chunks(
     )
     if breaches:
         raise GuardFailure(f"job {spec.name} on {partition_date}: " + "; ".join(breaches))
+    fallback_breaches = fallback_limit_breaches(summary.fallback_report)
+    if fallback_breaches:
+        raise FallbackLimitExceeded(f"job {spec.name} on {partition_date}: " + "; ".join(fallback_breaches))
     log.info(
         "scored %s %s: %d read, %d scored, %d repaired, %d quarantined in %.2fs",
         spec.name, partition_date, summary.rows_read, summary.rows_scored,

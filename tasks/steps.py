@@ -94,6 +94,14 @@ def finish_run(ticket: RunTicket, summary: ScoringSummary, published: dict[str, 
         description=f"Scoring of {ticket.job} for {ticket.partition_date}",
     )
     create_table_artifact(
+        key=f"fallback-report-{ticket.job.replace('_', '-')}",
+        table=[{**row, "share": f"{row['share']:.4%}"} for row in summary.fallback_report],
+        description=(
+            f"Fallbacks of {ticket.job} on {ticket.partition_date}: every repaired, quarantined, fallback-model, "
+            f"failed-chunk and reason-less row, of {summary.rows_read} read (table fallback_report)"
+        ),
+    )
+    create_table_artifact(
         key=f"guard-summary-{ticket.job.replace('_', '-')}",
         table=summary.guard_summary,
         description=(

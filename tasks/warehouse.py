@@ -28,7 +28,11 @@ _DUCK_TYPES = {
     pa.list_(pa.string()): "VARCHAR[]",
 }
 
-PARTITIONED_TABLES = frozenset({"predictions", "quarantine", "guard_actions", "guard_summary"})
+PARTITIONED_TABLES = frozenset({"predictions", "quarantine", "guard_actions", "guard_summary", "fallback_report"})
+FALLBACK_REPORT_COLUMNS = (
+    'run_id VARCHAR, job VARCHAR, partition_date DATE, kind VARCHAR, detail VARCHAR, "rows" BIGINT, share DOUBLE, '
+    '"limit" DOUBLE, breached BOOLEAN'
+)
 QUARANTINE_COLUMNS = "run_id VARCHAR, job VARCHAR, partition_date DATE, entity_id VARCHAR, failed_expectations VARCHAR[], raw_row VARCHAR"
 GUARD_ACTION_COLUMNS = (
     "run_id VARCHAR, job VARCHAR, partition_date DATE, entity_id VARCHAR, expectation VARCHAR, "
@@ -86,6 +90,7 @@ class DuckDBWarehouse:
         con.execute(f"CREATE TABLE IF NOT EXISTS quarantine ({QUARANTINE_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS guard_actions ({GUARD_ACTION_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS guard_summary ({GUARD_SUMMARY_COLUMNS})")
+        con.execute(f"CREATE TABLE IF NOT EXISTS fallback_report ({FALLBACK_REPORT_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS runs ({RUN_COLUMNS})")
         # Ledgers created before these columns existed get them added in place.
         for column in ("rows_failed BIGINT", "rows_fallback BIGINT"):

@@ -1,0 +1,64 @@
+"""The fallback report of a run: every substitution, exclusion and degraded path, counted.
+
+Nothing degrades silently: each kind of fallback is one or more rows with its count and its share
+of the rows read, and a job may cap any kind (`limits.max_fallback_share`), failing the run with
+a message naming the kind before anything is published.
+
+Kinds:
+- `guard_repair` — a value replaced by a default or clipped (per column and expectation);
+- `quarantine` — a row not scored because it broke an expectation (per expectation);
+- `fallback_model` — a row scored by the job's fallback model version;
+- `failed_chunk` — a row of a chunk whose inference failed every attempt;
+- `no_adverse_reason` — a row that needed reasons but had no feature pushing toward the event.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+FALLBACK_KINDS = ("guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason")
+
+
+def _row(kind: str, detail: str, rows: int, rows_read: int, limit: float | None) -> dict[str, Any]:
+    share = rows / rows_read if rows_read else 0.0
+    return {
+        "kind": kind, "detail": detail, "rows": int(rows), "share": share, "limit": limit,
+        "breached": limit is not None and share > limit and not math.isclose(share, limit),
+    }
+
+
+def fallback_report_rows(
+    *,
+    rows_read: int,
+    guard_by_expectation: dict[str, dict[str, int]],
+    guard_columns: dict[str, str],
+    rows_repaired: int,
+    rows_quarantined: int,
+    rows_fallback: int,
+    fallback_reason: str | None,
+    rows_failed: int,
+    rows_without_adverse_reason: int,
+    limits: dict[str, float],
+) -> list[dict[str, Any]]:
+    """One total row per kind (always present, zero or not), then its breakdown rows."""
+    rows: list[dict[str, Any]] = []
+    repairs = {k: v["repair"] for k, v in guard_by_expectation.items() if v.get("repair")}
+    quarantines = {k: v["quarantine"] for k, v in guard_by_expectation.items() if v.get("quarantine")}
+    rows.append(_row("guard_repair", "all", rows_repaired, rows_read, limits.get("guard_repair")))
+    rows += [_row("guard_repair", f"{guard_columns.get(k, '?')}: {k}", n, rows_read, None) for k, n in sorted(repairs.items())]
+    rows.append(_row("quarantine", "all", rows_quarantined, rows_read, limits.get("quarantine")))
+    rows += [_row("quarantine", k, n, rows_read, None) for k, n in sorted(quarantines.items())]
+    rows.append(_row("fallback_model", fallback_reason or "primary model loaded", rows_fallback, rows_read, limits.get("fallback_model")))
+    rows.append(_row("failed_chunk", "all", rows_failed, rows_read, limits.get("failed_chunk")))
+    rows.append(_row("no_adverse_reason", "all", rows_without_adverse_reason, rows_read, limits.get("no_adverse_reason")))
+    return rows
+
+
+def fallback_limit_breaches(rows: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"fallback kind {r['kind']}: {r['rows']} rows ({r['share']:.2%} of rows read) exceeds "
+        f"limits.max_fallback_share.{r['kind']} = {r['limit']:.2%}"
+        for r in rows
+        if r["breached"]
+    ]

@@ -27,7 +27,11 @@ console = Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def _print_summary(job: str, dates: list[dt.date]) -> None:
-    console.print(partition_summary_table(job, partition_summaries(current_settings(), job, dates)))
+    settings = current_settings()
+    console.print(partition_summary_table(job, partition_summaries(settings, job, dates)))
+    reports = [p for d in dates if (p := settings.data_dir / "output" / job / "reports" / "html" / f"date={d}.html").exists()]
+    if reports:
+        console.print(f"run report{'s' if len(reports) > 1 else ''}: " + (str(reports[0]) if len(reports) == 1 else str(reports[0].parent)))
 
 
 def _run(action):  # noqa: ANN001, ANN202

@@ -19,8 +19,11 @@ def _scored(job: str, date: dt.date, chunk_rows: int | None) -> dict:
     state = score_partition(job, date, chunk_rows, return_state=True)
     if state.is_completed():
         result = state.result()
-        return {"job": job, "date": date.isoformat(), "outcome": "succeeded", "rows_scored": result["rows_scored"], "error": ""}
-    return {"job": job, "date": date.isoformat(), "outcome": "failed", "rows_scored": 0, "error": state.message or ""}
+        return {
+            "job": job, "date": date.isoformat(), "outcome": "succeeded", "rows_scored": result["rows_scored"],
+            "error": "", "report": result["report"],
+        }
+    return {"job": job, "date": date.isoformat(), "outcome": "failed", "rows_scored": 0, "error": state.message or "", "report": ""}
 
 
 def _reported(outcomes: list[dict], key: str) -> list[dict]:

@@ -103,6 +103,13 @@ class PredictionConfig(_Strict):
         return self
 
 
+class DriftConfig(_Strict):
+    psi_warn: float = Field(default=0.1, gt=0)
+    psi_alert: float = Field(default=0.25, gt=0)
+    ks_warn: float = Field(default=0.1, gt=0, le=1)
+    ks_alert: float = Field(default=0.2, gt=0, le=1)
+
+
 class Limits(_Strict):
     max_repaired_share: float = Field(default=0.2, ge=0, le=1, description="Largest share of rows repaired.")
     max_quarantined_share: float = Field(default=0.05, ge=0, le=1, description="Largest share quarantined.")
@@ -134,6 +141,7 @@ class JobSpec(_Strict):
     inference: InferenceConfig = InferenceConfig()
     prediction: PredictionConfig
     limits: Limits = Limits()
+    drift: DriftConfig = DriftConfig()
     service_level: str = Field(
         default="Scored nightly at 02:00 (deployment `nightly`); a failed night is re-run from the UI the same day.",
         description="When consumers can rely on the outputs; printed in the model card.",

@@ -32,6 +32,18 @@ FALLBACK_REPORT_SCHEMA = pa.schema(
         ("breached", pa.bool_()),
     ]
 )
+_RUN_KEY = [("run_id", pa.string()), ("job", pa.string()), ("partition_date", pa.date32())]
+DRIFT_REPORT_SCHEMA = pa.schema(
+    [
+        *_RUN_KEY, ("feature", pa.string()), ("baseline", pa.string()), ("psi", pa.float64()), ("ks", pa.float64()),
+        ("ks_upper", pa.float64()), ("wasserstein", pa.float64()), ("js", pa.float64()), ("flag", pa.string()),
+        ("rows", pa.int64()), ("null_share", pa.float64()), ("baseline_null_share", pa.float64()),
+        ("out_of_range_share", pa.float64()),
+    ]
+)
+DRIFT_HISTOGRAM_SCHEMA = pa.schema(
+    [*_RUN_KEY, ("feature", pa.string()), ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64())), ("nulls", pa.int64())]
+)
 GUARD_SUMMARY_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()), ("job", pa.string()), ("partition_date", pa.date32()), ("expectation", pa.string()),
@@ -52,6 +64,8 @@ def published_partition(
         "guard_actions": (dirs.guard_actions, GUARD_ACTIONS_SCHEMA),
         "guard_summary": (dirs.guard_summary, GUARD_SUMMARY_SCHEMA),
         "fallback_report": (dirs.fallback_report, FALLBACK_REPORT_SCHEMA),
+        "drift_report": (dirs.drift_report, DRIFT_REPORT_SCHEMA),
+        "drift_histograms": (dirs.drift_histograms, DRIFT_HISTOGRAM_SCHEMA),
     }
     inserted = warehouse.replace_partition(
         job=job,

@@ -31,6 +31,7 @@ from tasks.errors import (
     ModelArtifactError,
     PartitionError,
 )
+from tasks.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram, drift_report_rows
 from tasks.fallback_report import fallback_limit_breaches, fallback_report_rows
 from tasks.features import FeatureModule, load_feature_module
 from tasks.guards import (
@@ -49,9 +50,16 @@ from tasks.parquet_store import write_staged_chunk
 from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.settings import Settings
+from tasks.warehouse import DuckDBWarehouse
 
 log = logging.getLogger("scoring.run")
 
+DRIFT_REPORT_COLUMNS = {
+    "feature": pl.String, "baseline": pl.String, "psi": pl.Float64, "ks": pl.Float64, "ks_upper": pl.Float64,
+    "wasserstein": pl.Float64, "js": pl.Float64, "flag": pl.String, "rows": pl.Int64, "null_share": pl.Float64,
+    "baseline_null_share": pl.Float64, "out_of_range_share": pl.Float64,
+}
+DRIFT_HISTOGRAM_COLUMNS = {"feature": pl.String, "edges": pl.List(pl.Float64), "counts": pl.List(pl.Int64), "nulls": pl.Int64}
 FALLBACK_REPORT_COLUMNS = {
     "kind": pl.String,
     "detail": pl.String,
@@ -91,6 +99,16 @@ class PreparedJob:
     model: LoadedModel
     feature_models: tuple[tuple[FeatureModelRef, LoadedModel], ...]
     raw_dir: Path
+    drift_baselines: dict[str, dict[str, Histogram]] = field(default_factory=dict)
+    """`reference` (training, from the model's metadata) and `previous` (the last scored partition before this one)."""
+
+    @property
+    def drift_edges(self) -> dict[str, np.ndarray]:
+        return {name: hist.edges for name, hist in self.drift_baselines.get("reference", {}).items()}
+
+    @property
+    def psi_edges(self) -> dict[str, np.ndarray]:
+        return {name: hist.psi_edges for name, hist in self.drift_baselines.get("reference", {}).items()}
 
     @property
     def model_features(self) -> tuple[str, ...]:
@@ -114,7 +132,25 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     model = inference_loaded_model(
         settings.model_registry_dir(spec.model.name), spec.model.version, spec.model.fallback_version, device=device, nthread=nthread
     )
-    prepared = PreparedJob(spec=spec, suite=suite, features=features, model=model, feature_models=tuple(feature_models), raw_dir=raw_dir)
+    reference = {
+        name: Histogram(
+            edges=np.asarray(stats.drift_edges), counts=np.asarray(stats.drift_counts, dtype=np.int64),
+            nulls=stats.null_count, psi_edges=np.asarray(stats.psi_edges),
+        )
+        for name, stats in model.engine.metadata.reference.items()
+        if stats.drift_edges
+    }
+    previous = {
+        row["feature"]: Histogram(
+            edges=np.asarray(row["edges"]), counts=np.asarray(row["counts"], dtype=np.int64), nulls=row["nulls"],
+            psi_edges=reference[row["feature"]].psi_edges if row["feature"] in reference else SCORE_PSI_EDGES,
+        )
+        for row in DuckDBWarehouse(settings.duckdb_path).previous_drift_histograms(job, partition_date)
+    }
+    prepared = PreparedJob(
+        spec=spec, suite=suite, features=features, model=model, feature_models=tuple(feature_models), raw_dir=raw_dir,
+        drift_baselines={"reference": reference, "previous": previous},
+    )
     inference_check_feature_version(model.engine.artifact, features.FEATURE_VERSION, prepared.model_features)
     return prepared
 
@@ -157,6 +193,9 @@ class ScoringSummary:
     guard: GuardCounts = field(default_factory=GuardCounts)
     guard_summary: list[dict[str, Any]] = field(default_factory=list)
     fallback_report: list[dict[str, Any]] = field(default_factory=list)
+    drift_report: list[dict[str, Any]] = field(default_factory=list)
+    drift_histograms: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Per feature: bin `edges`, `current` counts and `reference` counts (empty without a reference)."""
     chunk_latency_ms: list[float] = field(default_factory=list)
     device_type: str = "cpu"
     providers: list[str] = field(default_factory=list)
@@ -209,9 +248,14 @@ class OutputDirs:
     guard_actions: Path
     guard_summary: Path
     fallback_report: Path
+    drift_report: Path
+    drift_histograms: Path
 
     def all(self) -> tuple[Path, ...]:
-        return (self.predictions, self.quarantine, self.guard_actions, self.guard_summary, self.fallback_report)
+        return (
+            self.predictions, self.quarantine, self.guard_actions, self.guard_summary,
+            self.fallback_report, self.drift_report, self.drift_histograms,
+        )
 
 
 def output_dirs(settings: Settings, job: str) -> OutputDirs:
@@ -222,6 +266,8 @@ def output_dirs(settings: Settings, job: str) -> OutputDirs:
         guard_actions=base / "guard_actions",
         guard_summary=base / "guard_summary",
         fallback_report=base / "reports" / "fallback",
+        drift_report=base / "reports" / "drift",
+        drift_histograms=base / "reports" / "drift_histograms",
     )
 
 
@@ -305,6 +351,9 @@ def score_partition_chunks(
         fallback_reason=prepared.model.fallback_reason,
     )
     rows_expected = pads.dataset(prepared.raw_dir, format="parquet").count_rows()
+    drift = DriftAccumulator(
+        edges={**prepared.drift_edges, "score": SCORE_EDGES}, psi_edges={**prepared.psi_edges, "score": SCORE_PSI_EDGES}
+    )
     decisions: Counter[str] = Counter()
     rules: Counter[str] = Counter()
     started = time.perf_counter()
@@ -324,13 +373,13 @@ def score_partition_chunks(
             feature_names=tuple(fm.FEATURES),
         )
 
-        def inferred_and_explained() -> tuple[InferenceOutput, Any, FeatureContributions]:
+        def inferred_and_explained() -> tuple[InferenceInput, InferenceOutput, Any, FeatureContributions]:
             full, inferred = _inferred(prepared, batch)
             decided = predict_decided_chunk(inferred, probability_map, spec.prediction)
-            return inferred, decided, engine.inference_contributions(full, decided.reason_rows)
+            return full, inferred, decided, engine.inference_contributions(full, decided.reason_rows)
 
         try:
-            inferred, decided, contributions = _with_retries(
+            full, inferred, decided, contributions = _with_retries(
                 1 + spec.inference.retries, f"chunk {chunk_id} of {spec.name} {partition_date}", inferred_and_explained
             )
         except _NOT_RETRIED:
@@ -364,6 +413,8 @@ def score_partition_chunks(
         summary.rows_without_adverse_reason += predicted.rows_without_adverse_reason
         summary.rows_straddling += predicted.straddling_rows
         summary.chunk_latency_ms.append(inferred.latency_ms)
+        drift.add_matrix(prepared.model_features, full.features)
+        drift.add("score", predicted.table.column("score").to_numpy())
         decisions.update(predicted.decisions)
         rules.update(predicted.rules)
     summary.wall_s = time.perf_counter() - started
@@ -376,6 +427,19 @@ def score_partition_chunks(
         dirs.guard_summary, run_id, 0,
         ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS)),
     )
+    summary.drift_report = drift_report_rows(drift, prepared.drift_baselines, spec.drift.model_dump())
+    reference = prepared.drift_baselines.get("reference", {})
+    summary.drift_histograms = {
+        name: {"edges": h.edges.tolist(), "current": h.counts.tolist(),
+               "reference": reference[name].counts.tolist() if name in reference else []}
+        for name, h in drift.histograms.items()
+    }
+    stamp = ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column)
+    write_staged_chunk(dirs.drift_report, run_id, 0, stamp.stamped(pl.DataFrame(summary.drift_report, schema=DRIFT_REPORT_COLUMNS)))
+    write_staged_chunk(dirs.drift_histograms, run_id, 0, stamp.stamped(pl.DataFrame(
+        [{"feature": k, "edges": h.edges.tolist(), "counts": h.counts.tolist(), "nulls": h.nulls} for k, h in drift.histograms.items()],
+        schema=DRIFT_HISTOGRAM_COLUMNS,
+    )))
     summary.fallback_report = fallback_report_rows(
         rows_read=summary.rows_read,
         guard_by_expectation=summary.guard.by_expectation,

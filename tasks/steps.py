@@ -7,15 +7,21 @@ built inside the task that uses them.
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from pathlib import Path
 
+import numpy as np
 from prefect import task
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict
 
+from tasks.html_report import run_report_html, write_run_report
 from tasks.publish import discard_run_staging, published_partition
 from tasks.scoring import ScoringSummary, output_dirs, prepared_job, score_partition_chunks
 from tasks.settings import current_settings
 from tasks.warehouse import DuckDBWarehouse
+
+log = logging.getLogger("scoring.run")
 
 
 class RunTicket(BaseModel):
@@ -83,6 +89,26 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> dict[str, i
     )
 
 
+def _written_run_report(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> Path:
+    histograms = {
+        name: (np.asarray(h["edges"]), np.asarray(h["current"]), np.asarray(h["reference"]) if h["reference"] else None)
+        for name, h in summary.drift_histograms.items()
+    }
+    html = run_report_html(
+        job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
+        fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
+    )
+    folder = current_settings().data_dir / "output" / ticket.job / "reports" / "html"
+    return write_run_report(folder / f"date={ticket.partition_date.isoformat()}.html", html)
+
+
+def _drift_flags_markdown(rows: list[dict]) -> str:
+    flagged = [r for r in rows if r["flag"] in ("warn", "alert")]
+    if not flagged:
+        return "No feature drifted beyond the warn thresholds."
+    return "Drift flags: " + ", ".join(f"**{r['feature']}** {r['flag']} vs {r['baseline']} (PSI {r['psi']:.3f})" for r in flagged)
+
+
 @task(name="finish-run")
 def finish_run(ticket: RunTicket, summary: ScoringSummary, published: dict[str, int]) -> dict:
     """Close the run as succeeded and leave a summary artifact on it."""
@@ -92,6 +118,22 @@ def finish_run(ticket: RunTicket, summary: ScoringSummary, published: dict[str, 
         key=f"run-summary-{ticket.job.replace('_', '-')}",
         table=[{"measure": k, "value": str(v)} for k, v in {**ticket.model_dump(), **counts, "published": published}.items()],
         description=f"Scoring of {ticket.job} for {ticket.partition_date}",
+    )
+    report_path = _written_run_report(ticket, summary, counts)
+    log.info("run report of %s %s: %s", ticket.job, ticket.partition_date, report_path)
+    create_markdown_artifact(
+        key=f"run-report-{ticket.job.replace('_', '-')}",
+        markdown=(
+            f"**Run report** of `{ticket.job}` on {ticket.partition_date}: [{report_path.name}]({report_path.as_uri()})\n\n"
+            f"`{report_path}` — summary, fallback table, drift table and a histogram per feature, most drifted first.\n\n"
+            + _drift_flags_markdown(summary.drift_report)
+        ),
+        description=f"HTML run report of {ticket.job} for {ticket.partition_date}",
+    )
+    create_table_artifact(
+        key=f"drift-report-{ticket.job.replace('_', '-')}",
+        table=[{k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()} for row in summary.drift_report],
+        description=f"Drift of {ticket.job} on {ticket.partition_date} against the training reference and the previous partition (table drift_report)",
     )
     create_table_artifact(
         key=f"fallback-report-{ticket.job.replace('_', '-')}",
@@ -109,7 +151,10 @@ def finish_run(ticket: RunTicket, summary: ScoringSummary, published: dict[str, 
             f"quarantined or failed, of {summary.rows_read} read (table guard_summary)"
         ),
     )
-    return {"run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(), **counts}
+    return {
+        "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
+        "report": str(report_path), **counts,
+    }
 
 
 @task(name="fail-run")

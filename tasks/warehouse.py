@@ -28,7 +28,17 @@ _DUCK_TYPES = {
     pa.list_(pa.string()): "VARCHAR[]",
 }
 
-PARTITIONED_TABLES = frozenset({"predictions", "quarantine", "guard_actions", "guard_summary", "fallback_report"})
+PARTITIONED_TABLES = frozenset(
+    {"predictions", "quarantine", "guard_actions", "guard_summary", "fallback_report", "drift_report", "drift_histograms"}
+)
+DRIFT_REPORT_COLUMNS = (
+    "run_id VARCHAR, job VARCHAR, partition_date DATE, feature VARCHAR, baseline VARCHAR, psi DOUBLE, ks DOUBLE, "
+    'ks_upper DOUBLE, wasserstein DOUBLE, js DOUBLE, flag VARCHAR, "rows" BIGINT, null_share DOUBLE, '
+    "baseline_null_share DOUBLE, out_of_range_share DOUBLE"
+)
+DRIFT_HISTOGRAM_COLUMNS = (
+    "run_id VARCHAR, job VARCHAR, partition_date DATE, feature VARCHAR, edges DOUBLE[], counts BIGINT[], nulls BIGINT"
+)
 FALLBACK_REPORT_COLUMNS = (
     'run_id VARCHAR, job VARCHAR, partition_date DATE, kind VARCHAR, detail VARCHAR, "rows" BIGINT, share DOUBLE, '
     '"limit" DOUBLE, breached BOOLEAN'
@@ -91,6 +101,8 @@ class DuckDBWarehouse:
         con.execute(f"CREATE TABLE IF NOT EXISTS guard_actions ({GUARD_ACTION_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS guard_summary ({GUARD_SUMMARY_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS fallback_report ({FALLBACK_REPORT_COLUMNS})")
+        con.execute(f"CREATE TABLE IF NOT EXISTS drift_report ({DRIFT_REPORT_COLUMNS})")
+        con.execute(f"CREATE TABLE IF NOT EXISTS drift_histograms ({DRIFT_HISTOGRAM_COLUMNS})")
         con.execute(f"CREATE TABLE IF NOT EXISTS runs ({RUN_COLUMNS})")
         # Ledgers created before these columns existed get them added in place.
         for column in ("rows_failed BIGINT", "rows_fallback BIGINT"):
@@ -127,6 +139,21 @@ class DuckDBWarehouse:
                 "inference=$inference WHERE run_id=$run_id",
                 values,
             )
+
+    def previous_drift_histograms(self, job: str, partition_date: Any) -> list[dict[str, Any]]:
+        """Drift histograms of the job's latest scored partition before `partition_date` (empty if none)."""
+        if not self.path.exists():
+            return []
+        with self.connect(read_only=True) as con:
+            if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'drift_histograms'").fetchall()[0][0]:
+                return []
+            cursor = con.execute(
+                "SELECT feature, edges, counts, nulls FROM drift_histograms WHERE job = ? AND partition_date = "
+                "(SELECT max(partition_date) FROM drift_histograms WHERE job = ? AND partition_date < ?)",
+                [job, job, partition_date],
+            )
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def latest_succeeded_run(self, job: str) -> dict[str, Any] | None:
         """The newest succeeded `runs` row of `job`, or None when it never succeeded (or no ledger exists)."""

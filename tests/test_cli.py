@@ -93,8 +93,10 @@ def test_run_scores_the_date_and_prints_its_summary(fresh_data, prefect_logging:
     files = list((fresh_data.data_dir / "output" / "credit_risk" / "predictions" / f"date={day}").glob("*.parquet"))
     assert files
     scored = sum(pq.read_metadata(f).num_rows for f in files)
-    (row,) = [line for line in result.output.splitlines() if day in line]
+    (row,) = [line for line in result.output.splitlines() if day in line and "run report" not in line]
     assert str(scored) in row.split()
+    report = fresh_data.data_dir / "output" / "credit_risk" / "reports" / "html" / f"date={day}.html"
+    assert f"run report: {report}" in result.output.replace("\n", "") and report.stat().st_size > 10_000
 
 
 def test_a_long_error_message_is_still_one_line(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

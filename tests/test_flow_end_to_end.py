@@ -371,9 +371,16 @@ def test_chunk_size_does_not_change_any_prediction(demo_env: DemoEnv, backfilled
 # --- 7. nightly ---------------------------------------------------------------------------------
 
 
-def test_nightly_scores_every_configured_job_for_the_given_day(demo_env: DemoEnv, fresh_data: Settings) -> None:
+def test_nightly_scores_every_configured_job_for_the_given_day(
+    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from flows.people import nightly
 
+    # The demo data holds the credit job only; a jobs folder with its spec alone configures just it.
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    shutil.copy(fresh_data.jobs_dir / f"{DEMO_JOB}.yaml", jobs)
+    monkeypatch.setenv("SCORING_JOBS_DIR", str(jobs))
     day = demo_env.plan.scoring_dates[0]
     outcomes = nightly(day)
     assert [(o["job"], o["date"], o["outcome"]) for o in outcomes] == [(DEMO_JOB, day.isoformat(), "succeeded")]

@@ -63,7 +63,9 @@ def default_log_odds(frame: pl.DataFrame) -> np.ndarray:
 def _clean_applications(rng: np.random.Generator, plan: DayPlan) -> pl.DataFrame:
     n = plan.rows
     income = np.round(np.exp(rng.normal(np.log(62_000), 0.45, n)), -2)
-    utilization = np.clip(rng.beta(2.0, 3.2, n) + (0.15 if plan.shifted else 0.0), 0.0, 1.0)
+    base_utilization = rng.beta(2.0, 3.2, n)
+    # Only the features in SHIFTED_FEATURES move: the revolving balance keeps the unshifted base.
+    utilization = np.clip(base_utilization + (0.15 if plan.shifted else 0.0), 0.0, 1.0)
     delinquencies = rng.poisson(0.25, n)
     months_since = np.where(
         delinquencies > 0,
@@ -71,7 +73,7 @@ def _clean_applications(rng: np.random.Generator, plan: DayPlan) -> pl.DataFrame
         np.where(rng.random(n) < 0.15, rng.integers(24, 120, n).astype(float), np.nan),
     )
     history = rng.integers(6, 400, n)
-    revolving = np.round(utilization * rng.uniform(2_000, 40_000, n), 2)
+    revolving = np.round(np.clip(base_utilization, 0.0, 1.0) * rng.uniform(2_000, 40_000, n), 2)
     return pl.DataFrame(
         {
             "entity_id": [f"APP-{plan.date:%Y%m%d}-{i:07d}" for i in range(n)],

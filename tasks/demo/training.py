@@ -1,4 +1,4 @@
-"""Training of the demo credit model, through the same guards and feature module as scoring."""
+"""Training of the demo classifiers, through the same guards and feature modules as scoring."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 import xgboost as xgb
 
+from tasks.drift import drift_bin_counts
 from tasks.features import FeatureModule
 from tasks.guards import GuardSuite, guarded_chunk
 from tasks.inference.registry import ModelMetadata, ReferenceStats, inference_model_checksum
@@ -53,6 +54,9 @@ def reference_stats(matrix: np.ndarray, names: tuple[str, ...]) -> dict[str, Ref
         qs = np.quantile(present, [0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99])
         edges = np.unique(np.quantile(present, np.linspace(0, 1, 11)))
         counts, _ = np.histogram(present, bins=edges) if edges.size > 1 else (np.array([present.size]), None)
+        # Interior quantiles only: the training extremes would put one row in an edge bin of its own.
+        percentiles = np.quantile(present, np.arange(1, 100) / 100)
+        drift_edges, psi_edges = np.unique(percentiles), np.unique(percentiles[9::10])
         stats[name] = ReferenceStats(
             count=col.size,
             null_count=int(col.size - present.size),
@@ -63,6 +67,9 @@ def reference_stats(matrix: np.ndarray, names: tuple[str, ...]) -> dict[str, Ref
             quantiles={f"p{int(q * 100):02d}": float(v) for q, v in zip([0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99], qs)},
             bin_edges=edges.tolist(),
             bin_counts=counts.tolist(),
+            drift_edges=drift_edges.tolist(),
+            drift_counts=drift_bin_counts(col, drift_edges)[0].tolist(),
+            psi_edges=psi_edges.tolist(),
         )
     return stats
 
@@ -88,11 +95,44 @@ def train_credit_model(
     frame = guarded.scorable.join(labels.select(entity_column, "defaulted"), on=entity_column, how="inner")
     x = features.feature_matrix(frame)
     y = frame["defaulted"].to_numpy().astype(np.float32)
+    return registered_classifier(
+        x,
+        y,
+        names=features.FEATURES,
+        feature_version=features.FEATURE_VERSION,
+        model_dir=model_dir,
+        model_name=model_name,
+        version=version,
+        seed=seed,
+        training_window=training_window,
+        rows_quarantined=guarded.counts.rows_quarantined,
+        extra_training_info=extra_training_info,
+    )
+
+
+def registered_classifier(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    names: tuple[str, ...],
+    feature_version: str,
+    model_dir: Path,
+    model_name: str,
+    version: str,
+    seed: int,
+    training_window: tuple[dt.date, dt.date],
+    rows_quarantined: int,
+    extra_training_info: dict[str, Any] | None = None,
+) -> ModelMetadata:
+    """Fit the XGBoost classifier on labelled rows, calibrate it on a held-out quarter, register it.
+
+    `x` holds the final model's input columns in `names` order (feature-model outputs included),
+    so every job's classifier gets the same split, calibration, reference statistics and metadata.
+    """
     rng = np.random.default_rng(seed)
-    holdout = rng.random(frame.height) < 0.25
-    names = list(features.FEATURES)
-    train = xgb.DMatrix(x[~holdout], label=y[~holdout], feature_names=names, missing=np.nan)
-    valid = xgb.DMatrix(x[holdout], label=y[holdout], feature_names=names, missing=np.nan)
+    holdout = rng.random(x.shape[0]) < 0.25
+    train = xgb.DMatrix(x[~holdout], label=y[~holdout], feature_names=list(names), missing=np.nan)
+    valid = xgb.DMatrix(x[holdout], label=y[holdout], feature_names=list(names), missing=np.nan)
     booster = xgb.train({**XGB_PARAMS, "seed": seed}, train, num_boost_round=ROUNDS)
     holdout_margin = booster.predict(valid, output_margin=True)
     calibrator = BinnedBetaCalibrator.fit(holdout_margin, y[holdout])
@@ -107,17 +147,17 @@ def train_credit_model(
         framework="xgboost",
         model_file=model_path.name,
         sha256=inference_model_checksum(model_path),
-        feature_version=features.FEATURE_VERSION,
-        features=names,
+        feature_version=feature_version,
+        features=list(names),
         feature_dtypes={n: "float32" for n in names},
         calibration=calibrator.to_metadata(),
-        reference=reference_stats(x[~holdout], features.FEATURES),
+        reference=reference_stats(x[~holdout], names),
         training={
             "window_start": training_window[0].isoformat(),
             "window_end": training_window[1].isoformat(),
             "rows_train": int((~holdout).sum()),
             "rows_holdout": int(holdout.sum()),
-            "rows_quarantined": guarded.counts.rows_quarantined,
+            "rows_quarantined": rows_quarantined,
             "event_rate": float(y.mean()),
             "holdout_auc": auc,
             "seed": seed,

@@ -48,6 +48,9 @@ class ReferenceStats(BaseModel):
     quantiles: dict[str, float] = Field(default_factory=dict)
     bin_edges: list[float] = Field(default_factory=list)
     bin_counts: list[int] = Field(default_factory=list)
+    drift_edges: list[float] = Field(default_factory=list, description="~100 quantile edges that drift reports bin on.")
+    drift_counts: list[int] = Field(default_factory=list, description="Training counts on them (underflow, bins, overflow).")
+    psi_edges: list[float] = Field(default_factory=list, description="The deciles among drift_edges that PSI is computed on.")
 
 
 class ModelMetadata(BaseModel):

@@ -1,0 +1,225 @@
+"""The per-run HTML report: self-contained, every feature plotted in drift order, text escaped,
+and — in a real headless chromium with the network blocked — rendered without errors."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from tasks.html_report import run_report_html, write_run_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+EVIL = "<script>alert('x')</script>"
+# Expected plot order: reference PSI descending, then the features without a reference PSI, by name.
+EXPECTED_ORDER = ["income", EVIL, "utilisation", "age", "new_feature", "zz_no_data"]
+
+
+def _counts(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Underflow, the bins between edges, overflow — the layout of tasks.drift.drift_bin_counts."""
+    return np.bincount(np.searchsorted(edges, values, side="right"), minlength=len(edges) + 1)
+
+
+def _histograms(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    shifts = {"income": 1.0, EVIL: 0.4, "utilisation": 0.25, "age": 0.02, "new_feature": 0.0, "zz_no_data": 0.0}
+    out = {}
+    for name, shift in shifts.items():
+        reference = rng.normal(0.0, 1.0, 20_000)
+        edges = np.quantile(reference, np.linspace(0.01, 0.99, 40))
+        current = _counts(rng.normal(shift, 1.1, 5_000), edges)
+        out[name] = (edges, current, None if name == "new_feature" else _counts(reference, edges))
+    return out
+
+
+def _drift_row(feature: str, baseline: str, psi: float, flag: str) -> dict[str, Any]:
+    return {
+        "feature": feature, "baseline": baseline, "psi": psi, "ks": psi / 3, "ks_upper": psi / 3 + 0.02,
+        "wasserstein": psi / 2, "js": psi / 10, "flag": flag, "rows": 5_000, "null_share": 0.001,
+        "baseline_null_share": 0.0, "out_of_range_share": 0.02,
+    }
+
+
+DRIFT_ROWS = [
+    _drift_row("age", "reference", 0.004, "ok"),
+    _drift_row("income", "reference", 0.61, "alert"),
+    _drift_row("utilisation", "reference", 0.07, "ok"),
+    _drift_row(EVIL, "reference", 0.16, "warn"),
+    _drift_row("zz_no_data", "reference", float("nan"), "no_data"),
+    _drift_row("income", "previous", 0.02, "ok"),
+    _drift_row("new_feature", "previous", 0.3, "alert"),
+]
+FALLBACK_ROWS = [
+    {"kind": "guard_repair", "detail": "all", "rows": 40, "share": 0.008, "limit": 0.05, "breached": False},
+    {"kind": "guard_repair", "detail": "income: clip <0", "rows": 40, "share": 0.008, "limit": None, "breached": False},
+    {"kind": "quarantine", "detail": "all", "rows": 400, "share": 0.08, "limit": 0.02, "breached": True},
+    {"kind": "fallback_model", "detail": "primary model loaded", "rows": 0, "share": 0.0, "limit": None, "breached": False},
+]
+SUMMARY = {
+    "rows_read": 5_000, "rows_scored": 4_600, "rows_repaired": 40, "rows_quarantined": 400, "rows_failed": 0,
+    "rows_fallback": 0, "decisions": {"approve": 4_000, "review": 450, "decline": 150},
+    "guard_counts": {"income_not_negative": {"repair": 40}},
+    "inference": {"device_type": "cpu", "providers": ["CPUExecutionProvider"], "model_version": "v3 & <b>",
+                  "chunks": 1, "latency_ms_p50": 12.5, "inference_rows_per_s": None},
+}
+
+
+@pytest.fixture(scope="module")
+def page_html() -> str:
+    return run_report_html(
+        job="credit_risk", partition_date="2026-03-10", run_id="run-<42>&co",
+        summary=SUMMARY, fallback_rows=FALLBACK_ROWS, drift_rows=DRIFT_ROWS,
+        histograms=_histograms(np.random.default_rng(7)),
+    )
+
+
+def _plot_pngs(page: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+
+
+def _distinct_colours(image: np.ndarray) -> int:
+    """Distinct colours of an imread image (floats in 0..1, grey, RGB or RGBA), each packed into one int."""
+    channels = np.round(np.atleast_3d(image) * 255).astype(np.uint32)
+    codes = np.zeros(channels.shape[:2], dtype=np.uint32)
+    for i in range(channels.shape[2]):
+        codes = (codes << 8) | channels[..., i]
+    return int(np.unique(codes).size)
+
+
+# --- the page itself -----------------------------------------------------------------------------
+
+
+def test_page_is_self_contained(page_html: str) -> None:
+    refs = re.findall(r"""\b(?:src|href)\s*=\s*["']?([^"'\s>]*)""", page_html, flags=re.IGNORECASE)
+    assert refs, "expected embedded images"
+    assert not [r for r in refs if re.match(r"\s*(https?:)?//", r, flags=re.IGNORECASE)]
+    assert all(r.startswith("data:image/png;base64,") for r in refs), refs
+    assert "http://" not in page_html and "https://" not in page_html
+    assert "<link" not in page_html and "@import" not in page_html and "url(" not in page_html
+
+
+def test_every_feature_appears_in_drift_order_with_its_flag(page_html: str) -> None:
+    figures = re.findall(r'<figure class="plot" data-feature="([^"]*)">(.*?)</figure>', page_html, flags=re.S)
+    assert [html.unescape(f) for f, _ in figures] == EXPECTED_ORDER
+    flags = {html.unescape(f): re.search(r'class="flag [^"]*">([^<]*)<', body).group(1) for f, body in figures}
+    assert flags == {"income": "alert", EVIL: "warn", "utilisation": "ok", "age": "ok",
+                     "new_feature": "alert", "zz_no_data": "no_data"}  # new_feature: vs the previous partition
+    drift_table = page_html.split("<h2>Drift</h2>")[1].split("<h2>")[0]
+    for feature in EXPECTED_ORDER:
+        assert f"<td>{html.escape(feature)}</td>" in drift_table
+
+
+def test_each_plot_is_a_non_blank_png(page_html: str) -> None:
+    pngs = _plot_pngs(page_html)
+    assert len(pngs) == len(EXPECTED_ORDER)
+    for data in pngs:
+        assert data.startswith(PNG_SIGNATURE)
+        image = imread(io.BytesIO(data), format="png")
+        assert image.shape[0] > 50 and image.shape[1] > 100
+        assert _distinct_colours(image) > 1 and float(image.std()) > 0
+
+
+def test_text_is_escaped(page_html: str) -> None:
+    assert "<script" not in page_html.lower()
+    assert html.escape(EVIL) in page_html
+    assert "run-&lt;42&gt;&amp;co" in page_html and "v3 &amp; &lt;b&gt;" in page_html
+
+
+def test_sections_and_breached_fallback_rows(page_html: str) -> None:
+    headings = re.findall(r"<h2>([^<]*)</h2>", page_html)
+    assert headings == ["Run summary", "Fallback report", "Drift", "Feature histograms (most drifted first)"]
+    breached = re.findall(r'<tr class="breached">(.*?)</tr>', page_html)
+    assert len(breached) == 1 and "<td>quarantine</td>" in breached[0] and "BREACHED" in breached[0]
+    assert "approve: 4,000; review: 450; decline: 150" in page_html
+    assert "<th>inference.latency_ms_p50</th>" in page_html
+
+
+def test_write_run_report_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "reports" / "run.html"
+    assert write_run_report(target, "<p>one</p>") == target
+    write_run_report(target, "<p>two</p>")
+    assert target.read_text(encoding="utf-8") == "<p>two</p>"
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_run_report(target, "<p>three</p>")
+    assert target.read_text(encoding="utf-8") == "<p>two</p>"
+    assert [p.name for p in target.parent.iterdir()] == ["run.html"], "temp file left behind"
+
+
+# --- in a real browser, offline ------------------------------------------------------------------
+
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def _chromium() -> str:
+    """Debian's chromium; skipped without it locally, a failure in CI (which must run this test)."""
+    exe = shutil.which("chromium")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but Debian's `chromium` is not installed (.ci/run installs it with apt-get)")
+        pytest.skip("Debian's `chromium` is not installed (apt-get install chromium); CI runs this test")
+    return exe
+
+
+@pytest.mark.browser
+def test_report_renders_offline_in_chromium(page_html: str, tmp_path: Path) -> None:
+    exe = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    report = write_run_report(tmp_path / "report.html", page_html)
+    errors: list[str] = []
+    requested: list[str] = []
+
+    def only_local(route: Any) -> None:
+        url = route.request.url
+        requested.append(url)
+        if url.startswith(("file://", "data:")):
+            route.continue_()
+        else:
+            route.abort()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+            page.route("**/*", only_local)
+            page.goto(report.as_uri(), wait_until="load")
+            page.wait_for_function(
+                "() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)", timeout=15_000
+            )
+            images = page.evaluate(
+                "() => Array.from(document.images).map(i => ({w: i.naturalWidth, done: i.complete}))"
+            )
+            title = page.title()
+            screenshot = tmp_path / "report.png"
+            page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+
+    assert errors == []
+    assert [u for u in requested if not u.startswith(("file://", "data:"))] == []
+    assert title == "Scoring run credit_risk 2026-03-10"
+    assert len(images) == len(EXPECTED_ORDER)
+    assert all(i["done"] and i["w"] > 0 for i in images), images
+    data = screenshot.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    shot = imread(str(screenshot))
+    assert shot.shape[0] > 900  # full page: taller than the viewport
+    assert float(shot.std()) > 0 and _distinct_colours(shot) > 10

@@ -68,21 +68,24 @@ def _onnx_model(tmp: Path) -> Path:
     ).eval()
     path = tmp / "model.onnx"
     torch.onnx.export(
-        net, (torch.zeros(2, len(FEATURES)),), str(path), input_names=["x"], output_names=["y"],
-        dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, dynamo=False,
+        net, (torch.zeros(2, len(FEATURES)),), str(path), input_names=["x"], output_names=["y"], dynamo=True,
+        external_data=False, dynamic_shapes=({0: torch.export.Dim("batch")},), verbose=False,
     )
     return path
 
 
-def _median_s(fn, chunks: list[np.ndarray], repeat: int) -> float:
-    fn(chunks[0])
-    times = []
+def _median_s(fns: list, chunks: list[np.ndarray], repeat: int) -> list[float]:
+    """Median seconds per pass of each function; passes alternate so that load changes hit both alike."""
+    times: list[list[float]] = [[] for _ in fns]
+    for fn in fns:
+        fn(chunks[0])
     for _ in range(repeat):
-        start = time.perf_counter()
-        for chunk in chunks:
-            fn(chunk)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            for chunk in chunks:
+                fn(chunk)
+            times[i].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:
@@ -119,8 +122,7 @@ def main() -> None:
                 i = id_of[id(c)]
                 engine.inference_outputs(InferenceInput(chunk_id=i, entity_ids=ids[i], features=c, feature_names=tuple(FEATURES)))
 
-            bare_s = _median_s(bare[runtime], chunks, args.repeat)
-            stage_s = _median_s(stage, chunks, args.repeat)
+            bare_s, stage_s = _median_s([bare[runtime], stage], chunks, args.repeat)
             print(json.dumps({
                 "bench": "inference_overhead", "runtime": runtime, "rows": args.rows, "chunk_rows": args.chunk_rows,
                 "bare_rows_per_s": round(args.rows / bare_s), "stage_rows_per_s": round(args.rows / stage_s),

@@ -46,29 +46,35 @@ def _run(action):  # noqa: ANN001, ANN202
 @app.command()
 def demo(
     days: Annotated[int, typer.Option(min=1, help="Demo dates to score, ending yesterday.")] = 7,
-    rows_per_day: Annotated[int, typer.Option(min=100, help="Applications per day.")] = 20_000,
+    rows_per_day: Annotated[int, typer.Option(min=100, help="Credit applications per day.")] = 20_000,
+    windows_per_day: Annotated[int, typer.Option(min=10, help="Gearbox vibration windows per turbine and day.")] = 200,
     train_days: Annotated[int, typer.Option(min=1, help="Labelled days before the demo dates to train on.")] = 14,
-    seed: Annotated[int, typer.Option(help="Seed of the data generator and the model.")] = 7,
+    seed: Annotated[int, typer.Option(help="Seed of the data generators and the models.")] = 7,
 ) -> None:
-    """Generate demo data, train the demo model, score every demo date, print a summary."""
+    """Generate demo data for both jobs, train their models, score every demo date, print summaries."""
 
     def action() -> None:
         from flows.people import backfill
-        from tasks.demo.setup import DEMO_JOB, prepared_demo
+        from tasks.demo.setup import DEMO_JOB, GEARBOX_JOB, prepared_demo, prepared_gearbox_demo
 
         settings = current_settings()
-        plan = prepared_demo(
-            settings, days=days, rows_per_day=rows_per_day, train_days=train_days, seed=seed, end=yesterday(settings)
-        )
-        console.print(
-            f"demo: {len(plan.training_dates)} training days, model version {plan.model_version}, "
-            f"scoring {plan.scoring_dates[0]}..{plan.scoring_dates[-1]}"
-        )
-        try:
-            backfill(DEMO_JOB, plan.scoring_dates[0], plan.scoring_dates[-1])
-        finally:
-            _print_summary(DEMO_JOB, plan.scoring_dates)
-        console.print(f"outputs: {settings.data_dir / 'output' / DEMO_JOB} and {settings.duckdb_path}")
+        end = yesterday(settings)
+        plans = {
+            DEMO_JOB: prepared_demo(settings, days=days, rows_per_day=rows_per_day, train_days=train_days, seed=seed, end=end),
+            GEARBOX_JOB: prepared_gearbox_demo(
+                settings, days=days, windows_per_day=windows_per_day, train_days=train_days, seed=seed, end=end
+            ),
+        }
+        for job, plan in plans.items():
+            console.print(
+                f"demo {job}: {len(plan.training_dates)} training days, model version {plan.model_version}, "
+                f"scoring {plan.scoring_dates[0]}..{plan.scoring_dates[-1]}"
+            )
+            try:
+                backfill(job, plan.scoring_dates[0], plan.scoring_dates[-1])
+            finally:
+                _print_summary(job, plan.scoring_dates)
+        console.print(f"outputs: {settings.data_dir / 'output'} and {settings.duckdb_path}")
 
     _run(action)
 

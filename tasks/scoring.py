@@ -25,6 +25,7 @@ import pyarrow.dataset as pads
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import (
     DeviceUnavailable,
+    FeatureVersionMismatch,
     FallbackLimitExceeded,
     GuardFailure,
     InferenceFailure,
@@ -147,6 +148,15 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
         )
         for row in DuckDBWarehouse(settings.duckdb_path).previous_drift_histograms(job, partition_date)
     }
+    trained_with = model.engine.metadata.training.get("feature_models", {})
+    for ref, loaded in feature_models:
+        used = loaded.engine.metadata.version
+        if ref.name in trained_with and str(trained_with[ref.name]) != used:
+            raise FeatureVersionMismatch(
+                f"model {spec.model.name} {model.engine.metadata.version} was trained on the output of {ref.name} "
+                f"{trained_with[ref.name]}, but {ref.name} {used} would feed it; pin version {trained_with[ref.name]} "
+                "in model.feature_models or retrain"
+            )
     prepared = PreparedJob(
         spec=spec, suite=suite, features=features, model=model, feature_models=tuple(feature_models), raw_dir=raw_dir,
         drift_baselines={"reference": reference, "previous": previous},

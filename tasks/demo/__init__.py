@@ -1,1 +1,1 @@
-"""Demo data and the demo model: what `score demo` sets up on a fresh machine."""
+"""Demo data and the demo models: what `score demo` sets up on a fresh machine."""

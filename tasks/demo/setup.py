@@ -1,13 +1,15 @@
-"""What `score demo` prepares before scoring: raw partitions, labels, and a trained model version."""
+"""What `score demo` prepares before scoring: raw partitions, labels, and trained model versions."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from tasks.demo.credit_data import demo_dates, write_demo_partitions
+from tasks.demo.gearbox_data import write_gearbox_partitions
 from tasks.demo.training import train_credit_model
 from tasks.features import load_feature_module
 from tasks.guards import load_guard_suite
@@ -17,6 +19,7 @@ from tasks.settings import Settings
 
 log = logging.getLogger("scoring.demo")
 DEMO_JOB = "credit_risk"
+GEARBOX_JOB = "gearbox"
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,16 @@ class DemoPlan:
     scoring_dates: list[dt.date]
     training_dates: list[dt.date]
     model_version: str
+    feature_model_versions: dict[str, str] = field(default_factory=dict)
+
+
+def _next_version(registry: Path) -> str:
+    existing = inference_model_versions(registry)
+    return str(int(existing[-1]) + 1) if existing and existing[-1].isdigit() else "1"
+
+
+def _training_info(registry: Path, version: str) -> dict:
+    return json.loads((registry / version / "metadata.json").read_text()).get("training", {})
 
 
 def prepared_demo(
@@ -42,12 +55,11 @@ def prepared_demo(
     wanted = {"window_start": training[0].isoformat(), "window_end": training[-1].isoformat(), "seed": seed,
               "rows_per_day": rows_per_day}
     for version in reversed(inference_model_versions(registry)):
-        training_info = json.loads((registry / version / "metadata.json").read_text()).get("training", {})
+        training_info = _training_info(registry, version)
         if {k: training_info.get(k) for k in wanted} == wanted:
             log.info("reusing model %s %s, trained on the same demo window", spec.model.name, version)
             return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=version)
-    existing = inference_model_versions(registry)
-    version = str(int(existing[-1]) + 1) if existing and existing[-1].isdigit() else "1"
+    version = _next_version(registry)
     metadata = train_credit_model(
         raw_dirs=train_dirs,
         labels_dirs=[labels_root / f"date={d.isoformat()}" for d in training],
@@ -62,3 +74,64 @@ def prepared_demo(
         extra_training_info={"rows_per_day": rows_per_day},
     )
     return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=metadata.version)
+
+
+def prepared_gearbox_demo(
+    settings: Settings,
+    *,
+    days: int = 7,
+    windows_per_day: int = 200,
+    train_days: int = 14,
+    seed: int = 7,
+    end: dt.date,
+) -> DemoPlan:
+    """Generate the gearbox partitions and train (or reuse) the autoencoder and classifier on them.
+
+    `windows_per_day` is per turbine (six turbines). The job scores with the `latest` version of
+    both models, so only the latest pair is reused, and only when the classifier was trained on
+    this window together with the latest autoencoder; otherwise both are trained as new versions.
+    """
+    # torch (seconds to import) is needed only when the gearbox models are trained.
+    from tasks.demo.gearbox_training import train_gearbox_models
+
+    spec = load_job_spec(GEARBOX_JOB, settings)
+    (autoencoder,) = spec.model.feature_models
+    scoring = demo_dates(end, days)
+    training = demo_dates(scoring[0] - dt.timedelta(days=1), train_days)
+    raw_root = settings.data_dir / "raw" / GEARBOX_JOB
+    labels_root = settings.data_dir / "labels" / GEARBOX_JOB
+    train_dirs = write_gearbox_partitions(raw_root, labels_root, training, windows_per_turbine=windows_per_day, seed=seed)
+    write_gearbox_partitions(raw_root, labels_root, scoring, windows_per_turbine=windows_per_day, seed=seed)
+
+    registry = settings.model_registry_dir(spec.model.name)
+    ae_registry = settings.model_registry_dir(autoencoder.name)
+    classifiers, autoencoders = inference_model_versions(registry), inference_model_versions(ae_registry)
+    if classifiers and autoencoders:
+        training_info = _training_info(registry, classifiers[-1])
+        wanted = {"window_start": training[0].isoformat(), "window_end": training[-1].isoformat(), "seed": seed,
+                  "windows_per_day": windows_per_day, "feature_models": {autoencoder.name: autoencoders[-1]}}
+        if {k: training_info.get(k) for k in wanted} == wanted:
+            log.info("reusing models %s %s and %s %s, trained on the same demo window",
+                     spec.model.name, classifiers[-1], autoencoder.name, autoencoders[-1])
+            return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=classifiers[-1],
+                            feature_model_versions={autoencoder.name: autoencoders[-1]})
+    ae_version, version = _next_version(ae_registry), _next_version(registry)
+    ae_metadata, metadata = train_gearbox_models(
+        raw_dirs=train_dirs,
+        labels_dirs=[labels_root / f"date={d.isoformat()}" for d in training],
+        suite=load_guard_suite(settings.expectations_dir / spec.expectation_suite),
+        features=load_feature_module(spec.feature_module),
+        entity_column=spec.entity_column,
+        autoencoder_dir=ae_registry / ae_version,
+        autoencoder_name=autoencoder.name,
+        autoencoder_version=ae_version,
+        output_feature=autoencoder.output_feature,
+        model_dir=registry / version,
+        model_name=spec.model.name,
+        version=version,
+        seed=seed,
+        training_window=(training[0], training[-1]),
+        extra_training_info={"windows_per_day": windows_per_day},
+    )
+    return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=metadata.version,
+                    feature_model_versions={ae_metadata.name: ae_metadata.version})

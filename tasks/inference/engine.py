@@ -44,10 +44,22 @@ class InferenceEngine(Protocol):
     def inference_contributions(self, batch: InferenceInput, row_index: np.ndarray) -> FeatureContributions: ...
 
 
-def _log_chunk(meta: ModelMetadata, batch: InferenceInput, latency_ms: float, device_type: str, note: str = "") -> None:
+def _logged_output(
+    meta: ModelMetadata, batch: InferenceInput, raw: np.ndarray, latency_ms: float, device_type: str, note: str = ""
+) -> InferenceOutput:
+    """The chunk's raw outputs as the contract DTO, after its one `[INF]` line."""
     log.info(
         "[INF] model_name=%s model_version=%s input_shape=%s latency_ms=%.2f device_type=%s chunk=%d%s",
         meta.name, meta.version, batch.features.shape, latency_ms, device_type, batch.chunk_id, note,
+    )
+    return InferenceOutput(
+        chunk_id=batch.chunk_id,
+        entity_ids=batch.entity_ids,
+        margins=np.asarray(raw, dtype=np.float64).reshape(-1),
+        model_name=meta.name,
+        model_version=meta.version,
+        device_type=device_type,
+        latency_ms=latency_ms,
     )
 
 
@@ -83,16 +95,7 @@ class XGBoostEngine:
         start = time.perf_counter()
         margins = self.booster.inplace_predict(batch.features, predict_type="margin", validate_features=False)
         latency_ms = (time.perf_counter() - start) * 1000.0
-        _log_chunk(self.metadata, batch, latency_ms, self.device_type)
-        return InferenceOutput(
-            chunk_id=batch.chunk_id,
-            entity_ids=batch.entity_ids,
-            margins=np.asarray(margins, dtype=np.float64).reshape(-1),
-            model_name=self.metadata.name,
-            model_version=self.metadata.version,
-            device_type=self.device_type,
-            latency_ms=latency_ms,
-        )
+        return _logged_output(self.metadata, batch, margins, latency_ms, self.device_type)
 
     def inference_contributions(self, batch: InferenceInput, row_index: np.ndarray) -> FeatureContributions:
         """Exact TreeSHAP contributions to the margin for the given rows of the chunk only."""
@@ -161,16 +164,7 @@ class ONNXEngine:
                 f"model file {self.model_path} returned output shape {raw.shape} for input {batch.features.shape}; "
                 "a scoring model must give one value per row"
             )
-        _log_chunk(self.metadata, batch, latency_ms, self.device_type, f" providers={','.join(self.providers)}")
-        return InferenceOutput(
-            chunk_id=batch.chunk_id,
-            entity_ids=batch.entity_ids,
-            margins=np.asarray(raw, dtype=np.float64).reshape(-1),
-            model_name=self.metadata.name,
-            model_version=self.metadata.version,
-            device_type=self.device_type,
-            latency_ms=latency_ms,
-        )
+        return _logged_output(self.metadata, batch, raw, latency_ms, self.device_type, f" providers={','.join(self.providers)}")
 
     def inference_contributions(self, batch: InferenceInput, row_index: np.ndarray) -> FeatureContributions:
         raise ModelArtifactError(

@@ -26,6 +26,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scorin
 console = Console() if sys.stdout.isatty() else Console(width=160)
 
 
+class BackfillChoice(str, enum.Enum):
+    all = "all"
+    missing = "missing"
+    failed = "failed"
+
+
 def _print_summary(job: str, dates: list[dt.date]) -> None:
     settings = current_settings()
     console.print(partition_summary_table(job, partition_summaries(settings, job, dates)))
@@ -104,8 +110,10 @@ def backfill_command(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
     start: Annotated[str, typer.Option(help="First partition date, YYYY-MM-DD.")],
     end: Annotated[str, typer.Option(help="Last partition date, YYYY-MM-DD (inclusive).")],
+    mode: Annotated[BackfillChoice, typer.Option(help="all; missing: never scored; failed: last run failed.")] = BackfillChoice.all,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the partitions that would be scored; write nothing.")] = False,
 ) -> None:
-    """Score every partition from START to END; failed partitions are listed, the rest still run."""
+    """Score the partitions from START to END that MODE selects; failed partitions are listed, the rest still run."""
 
     def action() -> None:
         from flows.people import backfill
@@ -113,8 +121,12 @@ def backfill_command(
         first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
         dates = partition_range(first, last)
         load_job_spec(job, current_settings())
+        if dry_run:
+            planned = backfill(job, first, last, mode=mode.value, dry_run=True)
+            console.print(f"dry run, mode {mode.value}: would score {len(planned)} partition(s): " + (", ".join(p["date"] for p in planned) or "none"))
+            return
         try:
-            backfill(job, first, last)
+            backfill(job, first, last, mode=mode.value)
         except RuntimeError as error:
             raise ScoringError(str(error)) from None
         finally:

@@ -13,6 +13,8 @@ for _name, _value in (
     ("DO_NOT_TRACK", "1"),
     # The [INF] / [PRED] lines of the domain loggers belong in the Prefect run logs too.
     ("PREFECT_LOGGING_EXTRA_LOGGERS", "scoring"),
+    # Demo preparation and training log outside any flow run; those lines stay on the console.
+    ("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore"),
 ):
     os.environ.setdefault(_name, _value)
 

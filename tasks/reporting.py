@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
+from typing import Any, Literal
 
 from rich.table import Table
 
@@ -53,3 +53,14 @@ def partition_summary_table(job: str, rows: list[dict[str, Any]]) -> Table:
             str(r["rows_with_reasons"] or 0),
         )
     return table
+
+
+BackfillMode = Literal["all", "missing", "failed"]
+
+
+def partitions_to_score(settings: Settings, job: str, dates: list[dt.date], mode: BackfillMode) -> list[dt.date]:
+    """The dates a backfill in `mode` scores: `all`; `missing` — never scored; `failed` — last run failed."""
+    if mode == "all":
+        return list(dates)
+    wanted = "not scored" if mode == "missing" else "failed"
+    return [row["partition_date"] for row in partition_summaries(settings, job, dates) if row["status"] == wanted]

@@ -1,0 +1,91 @@
+"""Backfill modes and dry runs: exactly the selected partitions are touched, a dry run writes nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+
+import duckdb
+import pytest
+
+from tasks.settings import Settings
+
+from conftest import DEMO_JOB, DemoEnv
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def runs_per_date(settings: Settings) -> dict[dt.date, list[str]]:
+    if not settings.duckdb_path.exists():
+        return {}
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        rows = con.sql("SELECT partition_date, status FROM runs ORDER BY started_at").fetchall()
+    out: dict[dt.date, list[str]] = {}
+    for day, status in rows:
+        out.setdefault(day, []).append(status)
+    return out
+
+
+def test_a_dry_run_lists_the_partitions_and_writes_nothing(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    from flows.people import backfill
+
+    days = demo_env.plan.scoring_dates
+    planned = backfill(DEMO_JOB, days[0], days[-1], mode="all", dry_run=True)
+    assert [p["date"] for p in planned] == [d.isoformat() for d in days]
+    assert {p["outcome"] for p in planned} == {"would score"}
+    assert not fresh_data.duckdb_path.exists()
+    assert not (fresh_data.data_dir / "output").exists()
+
+
+def test_missing_and_failed_modes_touch_exactly_their_partitions(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    from flows.people import backfill
+    from flows.score_partition import score_partition
+
+    first, middle, last = demo_env.plan.scoring_dates
+    score_partition(DEMO_JOB, first)
+    # The middle date fails once: its raw partition is briefly absent.
+    raw = fresh_data.raw_partition_dir(DEMO_JOB, middle.isoformat())
+    aside = raw.with_name(raw.name + ".aside")
+    raw.rename(aside)
+    with pytest.raises(Exception, match="no raw partition"):
+        score_partition(DEMO_JOB, middle)
+    aside.rename(raw)
+    before = runs_per_date(fresh_data)
+    assert before == {first: ["succeeded"], middle: ["failed"]}
+
+    assert [p["date"] for p in backfill(DEMO_JOB, first, last, mode="missing", dry_run=True)] == [last.isoformat()]
+    assert [p["date"] for p in backfill(DEMO_JOB, first, last, mode="failed", dry_run=True)] == [middle.isoformat()]
+    assert runs_per_date(fresh_data) == before  # dry runs left the ledger alone
+
+    backfill(DEMO_JOB, first, last, mode="missing")
+    assert runs_per_date(fresh_data) == {**before, last: ["succeeded"]}
+    backfill(DEMO_JOB, first, last, mode="failed")
+    assert runs_per_date(fresh_data) == {first: ["succeeded"], middle: ["failed", "succeeded"], last: ["succeeded"]}
+    # Nothing left to do in either mode.
+    assert backfill(DEMO_JOB, first, last, mode="failed", dry_run=True) == []
+    assert backfill(DEMO_JOB, first, last, mode="missing", dry_run=True) == []
+
+
+def test_backfill_reports_its_progress_as_an_artifact(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.people import backfill
+
+    day = demo_env.plan.scoring_dates[0]
+    backfill(DEMO_JOB, day, day)
+    with get_client(sync_client=True) as client:
+        (latest,) = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["backfill-progress"])))
+    assert latest.type == "progress" and float(latest.data) == 100.0
+
+
+def test_cli_dry_run_prints_the_plan(demo_env: DemoEnv, fresh_data: Settings, prefect_logging: None) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    first, last = demo_env.plan.scoring_dates[0], demo_env.plan.scoring_dates[-1]
+    result = CliRunner().invoke(app, ["backfill", DEMO_JOB, "--start", str(first), "--end", str(last), "--mode", "missing", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert f"would score 3 partition(s): {first}" in result.output
+    assert not fresh_data.duckdb_path.exists()

@@ -45,6 +45,7 @@ _SCORING_VARS = (
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gx: imports Great Expectations itself (a slow import, a few seconds)")
+    config.addinivalue_line("markers", "server: starts a real Prefect server, deploys prefect.yaml and runs a process worker (slow)")
     config.addinivalue_line("markers", "browser: drives Debian's chromium headless through playwright (skipped without it, unless CI is set)")
     # `tasks` routes the `scoring` loggers to Prefect; outside a flow run (unit tests) Prefect warns
     # that it cannot ship those lines to its API. That is expected here.

@@ -82,7 +82,7 @@ def test_backfill_reports_its_progress_as_an_artifact(demo_env: DemoEnv, fresh_d
 def test_cli_dry_run_prints_the_plan(demo_env: DemoEnv, fresh_data: Settings, prefect_logging: None) -> None:
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from cli.score import app
 
     first, last = demo_env.plan.scoring_dates[0], demo_env.plan.scoring_dates[-1]
     result = CliRunner().invoke(app, ["backfill", DEMO_JOB, "--start", str(first), "--end", str(last), "--mode", "missing", "--dry-run"])

@@ -1,4 +1,4 @@
-"""flows/cli.py: user mistakes end in one `error:` line naming the problem, exit code 2, no traceback."""
+"""cli/score.py: user mistakes end in one `error:` line naming the problem, exit code 2, no traceback."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from flows.cli import app
+from cli.score import app
 from tasks.settings import PROJECT_ROOT
 
 from conftest import DemoEnv

@@ -340,7 +340,7 @@ def test_score_partition_scores_the_gearbox_job_end_to_end(gearbox_env: GearboxE
 def test_check_model_passes_on_the_demo_autoencoder(gearbox_env: GearboxEnv, prefect_logging: None) -> None:
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from cli.score import app
 
     version_dir = gearbox_env.settings.model_registry_dir("gearbox_autoencoder") / gearbox_env.plan.feature_model_versions["gearbox_autoencoder"]
     result = CliRunner().invoke(app, ["check-model", str(version_dir)])

@@ -61,7 +61,7 @@ def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(de
 def test_score_card_writes_the_card_and_names_the_file(fresh_data: Settings, tmp_path, prefect_logging) -> None:
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from cli.score import app
 
     target = tmp_path / "card.md"
     result = CliRunner().invoke(app, ["card", DEMO_JOB, "--out", str(target)])

@@ -23,7 +23,7 @@ import pytest
 from onnx import numpy_helper
 from typer.testing import CliRunner
 
-from flows.cli import app
+from cli.score import app
 from tasks.errors import ModelArtifactError
 from tasks.inference import onnx_check
 from tasks.inference.onnx_check import (

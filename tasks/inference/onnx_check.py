@@ -114,9 +114,6 @@ class OnnxCheckReport:
         )
 
 
-# --- the public entry points ---------------------------------------------------------------------
-
-
 def inference_validate_onnx_model(
     model_path: Path,
     sample_input: np.ndarray,
@@ -293,9 +290,6 @@ def inference_node_placements(log_text: str) -> NodePlacementLog:
     )
 
 
-# --- loading -------------------------------------------------------------------------------------
-
-
 def _load_model(model_path: Path):  # noqa: ANN202  (onnx.ModelProto)
     import onnx
 
@@ -329,8 +323,6 @@ def _reference_io(model_path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     except Exception as error:  # noqa: BLE001  (zipfile / pickle refusal / OSError)
         raise ModelArtifactError(f"{path} is not a readable reference_io.npz: {_one_line(error)}") from None
 
-
-# --- shapes --------------------------------------------------------------------------------------
 
 Dim = int | str | None  # a fixed size, a symbolic name, or unknown
 Shape = tuple[Dim, ...]
@@ -436,9 +428,6 @@ def _synthetic_input(value_info, rows: int = 8, seed: int = 0) -> np.ndarray:  #
     return np.ascontiguousarray(values.astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype))
 
 
-# --- numerics ------------------------------------------------------------------------------------
-
-
 def _numerics(
     model_path: Path,
     session,  # noqa: ANN001  (onnxruntime.InferenceSession | None)
@@ -508,9 +497,6 @@ def _abs_diff(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     diff[(a == e) | (np.isnan(a) & np.isnan(e))] = 0.0
     diff[np.isnan(diff)] = np.inf
     return diff
-
-
-# --- operators -----------------------------------------------------------------------------------
 
 
 def _session_and_operators(model_path: Path, provider: str):  # noqa: ANN202

@@ -1,0 +1,310 @@
+"""A real Prefect server, the deployments of prefect.yaml, a process worker and the UI's run form.
+
+The module fixture starts `prefect server start` on a free port with its own PREFECT_HOME, creates
+the process work pool, runs `prefect deploy --all --no-prompt` from the repository root and starts
+a worker whose flow runs write into a tmp copy of the demo data. Test A triggers the backfill
+deployment through the REST API the way the UI does and checks the warehouse, artifacts and run
+reports; test B opens the deployment's custom run form in headless chromium.
+Everything started here is stopped in the fixture's `finally`, also when a step fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import httpx
+import pytest
+
+from conftest import DEMO_JOB, DemoEnv
+
+pytestmark = pytest.mark.server
+
+ROOT = Path(__file__).resolve().parents[1]
+PREFECT = str(Path(sys.executable).parent / "prefect")
+POOL = "scoring-process"
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    url: str  # http://127.0.0.1:PORT
+    data_dir: Path
+    logs_dir: Path
+    env: dict[str, str]
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/api"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, chars: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "<no log>"
+
+
+def _child_env(prefect_home: Path, api_url: str, data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "SCORING_"))}
+    env.update(
+        PREFECT_HOME=str(prefect_home),
+        PREFECT_API_URL=api_url,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_WORKER_QUERY_SECONDS="2",
+        GX_ANALYTICS_ENABLED="false",
+        DO_NOT_TRACK="1",
+        SCORING_DATA_DIR=str(data_dir),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _run_cli(args: list[str], env: dict[str, str], logs_dir: Path, name: str, timeout: float) -> None:
+    log = logs_dir / f"{name}.log"
+    with log.open("w") as out:
+        proc = subprocess.run(
+            [PREFECT, *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+        )
+    assert proc.returncode == 0, f"prefect {' '.join(args)} exited {proc.returncode}:\n{_tail(log)}"
+
+
+def _stop(proc: subprocess.Popen | None, first: int, grace: float) -> None:
+    """Signal the process group (a worker's flow-run children too), escalating to SIGKILL."""
+    if proc is None:
+        return
+    for sig, wait in ((first, grace), (signal.SIGTERM, 15.0), (signal.SIGKILL, 30.0)):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    # Leftovers of the group (a server's or worker's children) go too.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@pytest.fixture(scope="module")
+def live_server(demo_env: DemoEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    base = tmp_path_factory.mktemp("live-server")
+    data_dir = base / "data"
+    for part in ("raw", "labels", "models"):
+        shutil.copytree(demo_env.data_dir / part, data_dir / part)
+    prefect_home = base / "prefect-home"
+    prefect_home.mkdir()
+    logs_dir = base / "logs"
+    logs_dir.mkdir()
+    url = f"http://127.0.0.1:{_free_port()}"
+    env = _child_env(prefect_home, f"{url}/api", data_dir)
+
+    server = worker = None
+    server_log = (logs_dir / "server.log").open("w")
+    worker_log = (logs_dir / "worker.log").open("w")
+    try:
+        port = url.rsplit(":", 1)[1]
+        server = subprocess.Popen(
+            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", port],
+            cwd=base, env=env, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, f"server exited {server.returncode}:\n{_tail(logs_dir / 'server.log')}"
+            try:
+                if httpx.get(f"{url}/api/health", timeout=5).json() is True:
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            assert time.monotonic() < deadline, f"server not healthy in 120 s:\n{_tail(logs_dir / 'server.log')}"
+            time.sleep(0.5)
+
+        _run_cli(["work-pool", "create", POOL, "--type", "process", "--overwrite"], env, logs_dir, "pool", 120)
+        _run_cli(["deploy", "--all", "--no-prompt"], env, logs_dir, "deploy", 300)
+
+        worker = subprocess.Popen(
+            [PREFECT, "worker", "start", "--pool", POOL],
+            cwd=base, env=env, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        yield LiveServer(url=url, data_dir=data_dir, logs_dir=logs_dir, env=env)
+    finally:
+        _stop(worker, signal.SIGINT, 30.0)
+        _stop(server, signal.SIGINT, 30.0)
+        server_log.close()
+        worker_log.close()
+
+
+def _backfill_deployment(live: LiveServer) -> dict:
+    r = httpx.get(f"{live.api}/deployments/name/backfill/backfill", timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _flow_run_logs(live: LiveServer, flow_run_id: str) -> str:
+    try:
+        r = httpx.post(
+            f"{live.api}/logs/filter",
+            json={"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "sort": "TIMESTAMP_ASC", "limit": 200},
+            timeout=30,
+        )
+        return "\n".join(f"{row['level']} {row['message']}" for row in r.json())
+    except Exception as exc:  # noqa: BLE001  (only for a failure message)
+        return f"<logs unavailable: {exc!r}>"
+
+
+def _artifacts(live: LiveServer, flow_run_id: str) -> dict[str, dict]:
+    r = httpx.post(
+        f"{live.api}/artifacts/filter",
+        json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return {a["key"]: a for a in r.json() if a.get("key")}
+
+
+def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_env: DemoEnv) -> None:
+    d1, d2 = demo_env.plan.scoring_dates[:2]
+    deployment = _backfill_deployment(live_server)
+    r = httpx.post(
+        f"{live_server.api}/deployments/{deployment['id']}/create_flow_run",
+        json={"parameters": {"job": DEMO_JOB, "start_date": d1.isoformat(), "end_date": d2.isoformat(),
+                             "mode": "all", "dry_run": False}},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    run_id = r.json()["id"]
+
+    deadline = time.monotonic() + 240
+    state = None
+    while time.monotonic() < deadline:
+        state = httpx.get(f"{live_server.api}/flow_runs/{run_id}", timeout=30).json()["state"]
+        if state and state["type"] == "COMPLETED":
+            break
+        assert not (state and state["type"] in ("FAILED", "CRASHED", "CANCELLED")), (
+            f"flow run {state['type']}: {state.get('message')}\n{_flow_run_logs(live_server, run_id)}\n"
+            f"worker log:\n{_tail(live_server.logs_dir / 'worker.log')}"
+        )
+        time.sleep(1)
+    else:
+        pytest.fail(
+            f"flow run not COMPLETED in 240 s (last state {state})\n{_flow_run_logs(live_server, run_id)}\n"
+            f"worker log:\n{_tail(live_server.logs_dir / 'worker.log')}"
+        )
+
+    con = duckdb.connect(str(live_server.data_dir / "warehouse.duckdb"), read_only=True)
+    try:
+        runs = con.execute(
+            "SELECT partition_date, status FROM runs WHERE job = ? ORDER BY partition_date", [DEMO_JOB]
+        ).fetchall()
+        predicted = dict(con.execute(
+            "SELECT partition_date, count(*) FROM predictions WHERE job = ? GROUP BY 1", [DEMO_JOB]
+        ).fetchall())
+    finally:
+        con.close()
+    assert runs == [(d1, "succeeded"), (d2, "succeeded")], runs
+    assert predicted.get(d1, 0) > 0 and predicted.get(d2, 0) > 0, predicted
+
+    artifacts = _artifacts(live_server, run_id)
+    assert artifacts["backfill-outcomes"]["type"] == "table", artifacts["backfill-outcomes"]
+    assert float(artifacts["backfill-progress"]["data"]) == 100.0, artifacts["backfill-progress"]
+
+    html = live_server.data_dir / "output" / DEMO_JOB / "reports" / "html"
+    for d in (d1, d2):
+        assert (html / f"date={d.isoformat()}.html").is_file(), sorted(p.name for p in html.glob("*"))
+
+
+def _param(page, name: str, *, optional: bool = False):
+    """The form group of one parameter, found by its label (`name`, or `name (Optional)`)."""
+    label = f"{name} (Optional)" if optional else name
+    return page.locator("div.group").filter(
+        has=page.locator("label", has_text=re.compile(rf"^{re.escape(label)}$"))
+    ).first
+
+
+def _expect_options(page, trigger, options: list[str]) -> None:
+    """Open a select, check its options are listed, and close it again."""
+    from playwright.sync_api import expect
+
+    trigger.click()
+    listbox = page.get_by_role("listbox")
+    for option in options:
+        expect(listbox.get_by_role("option", name=option, exact=True)).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(listbox).to_have_count(0)
+
+
+def test_backfill_run_form_renders_typed_parameters(live_server: LiveServer, tmp_path: Path) -> None:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (Debian package `chromium`); CI must run the browser test")
+        pytest.skip("chromium is not installed (Debian package `chromium`)")
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=30_000)  # generous: a loaded CI machine renders slowly
+
+    deployment = _backfill_deployment(live_server)
+    local = "http://127.0.0.1:"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1800})
+            page.set_default_timeout(60_000)
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local) else route.abort())
+            page.goto(f"{live_server.url}/v2/deployments/deployment/{deployment['id']}/run", wait_until="domcontentloaded")
+            # The parameter form renders once the deployment's schema has loaded.
+            expect(_param(page, "chunk_rows", optional=True)).to_be_visible(timeout=90_000)
+
+            job = _param(page, "job")
+            expect(job.get_by_role("button", name="Select job")).to_have_text("credit_risk")
+            _expect_options(page, job.get_by_role("button", name="Select job"), [DEMO_JOB])
+
+            for name in ("start_date", "end_date"):
+                picker = _param(page, name).locator("button[aria-haspopup='dialog']")
+                expect(picker).to_have_text(re.compile("Pick a date"))
+
+            mode = _param(page, "mode", optional=True)
+            expect(mode.get_by_role("button", name="Select mode")).to_have_text("all")
+            _expect_options(page, mode.get_by_role("button", name="Select mode"), ["all", "missing", "failed"])
+
+            expect(_param(page, "dry_run", optional=True).get_by_role("switch")).to_have_attribute("aria-checked", "false")
+
+            chunk_rows = _param(page, "chunk_rows", optional=True)
+            expect(chunk_rows.get_by_role("tab", name="int", exact=True)).to_be_visible()
+            expect(chunk_rows.get_by_role("tab", name="None", exact=True)).to_have_attribute("aria-selected", "true")
+
+            page.wait_for_load_state("networkidle", timeout=60_000)
+            shot = tmp_path / "run-form.png"
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    pixels = mpimg.imread(str(shot))
+    assert pixels.ndim == 3 and len(np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)) > 1, "blank screenshot"

@@ -39,3 +39,7 @@ class InferenceFailure(ScoringError):
 
 class FallbackLimitExceeded(ScoringError):
     """More rows went down a fallback path (a kind in the fallback report) than the job allows."""
+
+
+class LabelError(ScoringError):
+    """Realized outcomes (labels) cannot be read: a missing column or table, or an outcome that is not 0/1."""

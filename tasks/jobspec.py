@@ -130,6 +130,56 @@ class Limits(_Strict):
         return value
 
 
+class DecisionTolerance(_Strict):
+    """How far a partition's measure may move from its trailing-window mean before it is flagged."""
+
+    decision_share: float = Field(default=0.05, gt=0, le=1, description="Share of rows per decision.")
+    rule_share: float = Field(default=0.05, gt=0, le=1, description="Share of rows per threshold rule.")
+    straddling_share: float = Field(default=0.05, gt=0, le=1, description="Share of intervals straddling a cut-off.")
+    expected_event_rate: float = Field(default=0.02, gt=0, le=1, description="Mean calibrated probability.")
+    score_mean: float = Field(default=5.0, gt=0, description="Mean score, in score points.")
+
+
+class LabelSource(_Strict):
+    """Where realized outcomes come from: `data/labels/<job>/date=D/*.parquet`, and a warehouse table if named.
+
+    A labels partition `date=D` (or the table's `partition_date`) holds the outcomes of the
+    entities scored in partition D.
+    """
+
+    entity_column: str = Field(default="entity_id", description="Column with the scored entity's id.")
+    outcome_column: str = Field(default="outcome", description="Column with the outcome: 1 the event happened, 0 it did not.")
+    observed_date_column: str = Field(default="observed_date", description="Column with the date the outcome was observed.")
+    table: str | None = Field(
+        default=None,
+        pattern=r"^[a-z_][a-z0-9_]*$",
+        description="Warehouse table with the same columns plus `partition_date` (and `job`, if several jobs share it).",
+    )
+
+
+class MonitoringConfig(_Strict):
+    """Decision monitoring per partition (tasks/monitoring.py) and realized outcomes (tasks/outcomes.py)."""
+
+    window_days: int = Field(
+        default=28, ge=1, le=366, description="Trailing window of previous partitions a partition is compared with."
+    )
+    tolerance: DecisionTolerance = DecisionTolerance()
+    adverse_decisions: list[str] | None = Field(
+        default=None,
+        description="Decisions whose precision and recall are measured on outcomes; default: prediction.reasons.for_decisions.",
+    )
+    labels: LabelSource = LabelSource()
+    outcome_interval_level: float = Field(
+        default=0.95, gt=0, lt=1, description="Level of the Clopper-Pearson interval of the observed event rate."
+    )
+    calibration_bins: int = Field(
+        default=10, ge=2, le=100, description="Equal-width probability bins of the calibration curve and the ECE."
+    )
+    lookback_days: int = Field(
+        default=35, ge=1, le=3660, description="Partitions a scheduled outcomes run revisits, ending yesterday."
+    )
+
+
 class JobSpec(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     description: str = ""
@@ -142,10 +192,26 @@ class JobSpec(_Strict):
     prediction: PredictionConfig
     limits: Limits = Limits()
     drift: DriftConfig = DriftConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
     service_level: str = Field(
         default="Scored nightly at 02:00 (deployment `nightly`); a failed night is re-run from the UI the same day.",
         description="When consumers can rely on the outputs; printed in the model card.",
     )
+
+    @model_validator(mode="after")
+    def _adverse_decisions_exist(self) -> JobSpec:
+        decisions = {r.decision for r in self.prediction.rules}
+        unknown = sorted(set(self.monitoring.adverse_decisions or ()) - decisions)
+        if unknown:
+            raise ValueError(f"monitoring.adverse_decisions names decisions no rule makes: {unknown}")
+        return self
+
+    @property
+    def adverse_decisions(self) -> list[str]:
+        """Decisions whose precision and recall are measured against outcomes."""
+        if self.monitoring.adverse_decisions is not None:
+            return list(self.monitoring.adverse_decisions)
+        return list(self.prediction.reasons.for_decisions)
 
     @field_validator("expectation_suite")
     @classmethod

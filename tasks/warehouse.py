@@ -8,8 +8,9 @@ transaction: readers see the previous run's rows or the new ones, never a mix.
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from tasks.contracts import PREDICTION_SCHEMA
+from tasks.errors import LabelError
 
 _DUCK_TYPES = {
     pa.string(): "VARCHAR",
@@ -66,6 +68,94 @@ RUN_COLUMNS = """
 def _ddl(table: str, schema: pa.Schema) -> str:
     cols = ", ".join(f'"{f.name}" {_DUCK_TYPES[f.type]}{"" if f.nullable else " NOT NULL"}' for f in schema)
     return f"CREATE TABLE IF NOT EXISTS {table} ({cols})"
+
+
+_RUN_KEYED = [("job", pa.string()), ("partition_date", pa.date32())]
+MONITORING_SCHEMAS: dict[str, pa.Schema] = {
+    "decision_monitoring": pa.schema(
+        [
+            *_RUN_KEYED, ("run_id", pa.string()), ("model_version", pa.string()), ("measure", pa.string()),
+            ("item", pa.string()), ("value", pa.float64()), ("baseline", pa.float64()),
+            ("baseline_partitions", pa.int64()), ("delta", pa.float64()), ("tolerance", pa.float64()),
+            ("flag", pa.string()),
+        ]
+    ),
+    "outcome_labels": pa.schema(
+        [
+            *_RUN_KEYED, ("entity_id", pa.string()), ("outcome", pa.int16()), ("observed_date", pa.date32()),
+            ("source", pa.string()), ("entity_scored", pa.bool_()),
+        ]
+    ),
+    "outcome_partitions": pa.schema(
+        [
+            *_RUN_KEYED, ("status", pa.string()), ("predictions", pa.int64()), ("predictions_labelled", pa.int64()),
+            ("labels", pa.int64()), ("labels_matched", pa.int64()), ("labels_unknown_entity", pa.int64()),
+            ("labels_duplicate", pa.int64()), ("labels_without_outcome", pa.int64()),
+        ]
+    ),
+    "outcome_metrics": pa.schema(
+        [
+            *_RUN_KEYED, ("model_version", pa.string()), ("scoring_run_id", pa.string()), ("rows", pa.int64()),
+            ("labelled", pa.int64()), ("events", pa.int64()), ("observed_rate", pa.float64()),
+            ("observed_low", pa.float64()), ("observed_high", pa.float64()), ("interval_level", pa.float64()),
+            ("expected_rate", pa.float64()), ("expected_events", pa.float64()), ("expected_within_interval", pa.bool_()),
+            ("auc", pa.float64()), ("brier", pa.float64()), ("ece", pa.float64()), ("psi_score", pa.float64()),
+            ("psi_baseline_rows", pa.int64()),
+        ]
+    ),
+    "outcome_calibration": pa.schema(
+        [
+            *_RUN_KEYED, ("model_version", pa.string()), ("bin", pa.int64()), ("bin_low", pa.float64()),
+            ("bin_high", pa.float64()), ("rows", pa.int64()), ("events", pa.int64()), ("probability_sum", pa.float64()),
+        ]
+    ),
+    "outcome_decisions": pa.schema(
+        [
+            *_RUN_KEYED, ("model_version", pa.string()), ("decision", pa.string()), ("rows", pa.int64()),
+            ("events", pa.int64()), ("precision", pa.float64()), ("recall", pa.float64()),
+        ]
+    ),
+}
+"""Tables of prediction monitoring (`decision_monitoring`) and realized outcomes (`outcome_*`), each
+keyed by (job, partition_date) and replaced per partition. No run id or clock time of the monitoring
+run is stored, so recomputing from the same predictions and labels leaves identical tables."""
+
+# Standard SQL types, so the same DDL serves the PostgreSQL backend.
+_PORTABLE_TYPES = {
+    pa.string(): "VARCHAR",
+    pa.date32(): "DATE",
+    pa.float64(): "DOUBLE PRECISION",
+    pa.int16(): "SMALLINT",
+    pa.int64(): "BIGINT",
+    pa.bool_(): "BOOLEAN",
+}
+
+
+_PLAIN_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def _quoted(identifier: str) -> str:
+    """A double-quoted SQL identifier; only plain lower-case names, so nothing needs escaping."""
+    if not _PLAIN_IDENTIFIER.fullmatch(identifier):
+        raise ValueError(f"not a plain SQL identifier: {identifier!r}")
+    return f'"{identifier}"'
+
+
+def _monitoring_table(table: str) -> pa.Schema:
+    try:
+        return MONITORING_SCHEMAS[table]
+    except KeyError:
+        raise ValueError(f"not a monitoring table: {table!r}; known: {sorted(MONITORING_SCHEMAS)}") from None
+
+
+def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchall()[0][0])
+
+
+def _ensure_monitoring_schema(con: duckdb.DuckDBPyConnection) -> None:
+    for table, schema in MONITORING_SCHEMAS.items():
+        columns = ", ".join(f"{_quoted(f.name)} {_PORTABLE_TYPES[f.type]}" for f in schema)
+        con.execute(f"CREATE TABLE IF NOT EXISTS {_quoted(table)} ({columns})")
 
 
 class DuckDBWarehouse:
@@ -200,3 +290,128 @@ class DuckDBWarehouse:
                 con.execute("ROLLBACK")
                 raise
         return inserted
+
+    def replace_monitoring_partition(self, *, job: str, partition_date: Any, tables: dict[str, pa.Table]) -> dict[str, int]:
+        """Swap in the rows of each monitoring table for (job, partition_date) in one transaction.
+
+        A table given zero rows is emptied for the partition. Every row must belong to the
+        partition, or the next replacement would not delete it.
+        """
+        for table, rows in tables.items():
+            schema = _monitoring_table(table)
+            if not rows.schema.equals(schema):
+                raise ValueError(f"rows for {table} do not match its schema: got {rows.schema}, expected {schema}")
+            keys = {(r["job"], r["partition_date"]) for r in rows.select(["job", "partition_date"]).to_pylist()}
+            if keys - {(job, partition_date)}:
+                raise ValueError(f"rows for {table} belong to other partitions than ({job}, {partition_date}): {sorted(keys)}")
+        inserted: dict[str, int] = {}
+        with self.connect() as con:
+            _ensure_monitoring_schema(con)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for table, rows in tables.items():
+                    name = _quoted(table)
+                    con.execute(f"DELETE FROM {name} WHERE job = ? AND partition_date = ?", [job, partition_date])
+                    if rows.num_rows:
+                        columns = ", ".join(_quoted(c) for c in rows.schema.names)
+                        con.register("incoming_rows", rows)
+                        try:
+                            con.execute(f"INSERT INTO {name} ({columns}) SELECT {columns} FROM incoming_rows")
+                        finally:
+                            con.unregister("incoming_rows")
+                    inserted[table] = con.execute(
+                        f"SELECT count(*) FROM {name} WHERE job = ? AND partition_date = ?", [job, partition_date]
+                    ).fetchall()[0][0]
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return inserted
+
+    def monitoring_rows(self, table: str, *, job: str, first_date: Any, last_date: Any) -> pa.Table:
+        """Rows of a monitoring table for the job's partitions from `first_date` to `last_date` inclusive."""
+        schema = _monitoring_table(table)
+        if not self.path.exists():
+            return schema.empty_table()
+        with self.connect(read_only=True) as con:
+            if not _table_exists(con, table):
+                return schema.empty_table()
+            columns = ", ".join(_quoted(c) for c in schema.names)
+            order = ", ".join(_quoted(c) for c in schema.names if c in ("partition_date", "model_version", "measure", "item", "bin", "decision", "entity_id"))
+            result = con.sql(
+                f"SELECT {columns} FROM {_quoted(table)} WHERE job = ? AND partition_date BETWEEN ? AND ? ORDER BY {order}",
+                params=[job, first_date, last_date],
+            ).to_arrow_table()
+        return result.cast(schema)
+
+    def partition_predictions(self, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
+        """The named prediction columns of (job, partition_date); no rows when it was never published."""
+        unknown = [c for c in columns if c not in PREDICTION_SCHEMA.names]
+        if unknown:
+            raise ValueError(f"not prediction columns: {unknown}; known: {PREDICTION_SCHEMA.names}")
+        schema = pa.schema([PREDICTION_SCHEMA.field(c) for c in columns])
+        if not self.path.exists():
+            return schema.empty_table()
+        with self.connect(read_only=True) as con:
+            if not _table_exists(con, "predictions"):
+                return schema.empty_table()
+            result = con.sql(
+                f"SELECT {', '.join(_quoted(c) for c in columns)} FROM predictions WHERE job = ? AND partition_date = ?",
+                params=[job, partition_date],
+            ).to_arrow_table()
+        return result.cast(schema)
+
+    def prediction_counts(self, job: str, *, first_date: Any, last_date: Any, by: Sequence[str]) -> pa.Table:
+        """Prediction rows per distinct value of the `by` columns over a range of partitions (column `rows`)."""
+        unknown = [c for c in by if c not in PREDICTION_SCHEMA.names]
+        if unknown or not by:
+            raise ValueError(f"group predictions by prediction columns, got {list(by)}; known: {PREDICTION_SCHEMA.names}")
+        schema = pa.schema([*(PREDICTION_SCHEMA.field(c).with_nullable(True) for c in by), ("rows", pa.int64())])
+        if not self.path.exists():
+            return schema.empty_table()
+        with self.connect(read_only=True) as con:
+            if not _table_exists(con, "predictions"):
+                return schema.empty_table()
+            keys = ", ".join(_quoted(c) for c in by)
+            result = con.sql(
+                f'SELECT {keys}, count(*) AS "rows" FROM predictions WHERE job = ? AND partition_date BETWEEN ? AND ? '
+                f"GROUP BY {keys} ORDER BY {keys}",
+                params=[job, first_date, last_date],
+            ).to_arrow_table()
+        return result.cast(schema)
+
+    def source_labels(
+        self, table: str, *, job: str, partition_date: Any, entity_column: str, outcome_column: str, observed_date_column: str
+    ) -> pa.Table:
+        """Labels of (job, partition_date) from a warehouse table people load, as entity_id, outcome, observed_date.
+
+        The table needs `partition_date` and the three named columns; a `job` column, if present,
+        selects the job's rows. Only plain lower-case names are accepted, and they are quoted.
+        """
+        own = set(MONITORING_SCHEMAS) | PARTITIONED_TABLES | {"runs"}
+        if table in own:
+            raise LabelError(f"labels table {table!r} is one of the warehouse's own tables; load labels into another table")
+        wanted = {"entity_id": entity_column, "outcome": outcome_column, "observed_date": observed_date_column}
+        for name in (table, *wanted.values()):
+            try:
+                _quoted(name)
+            except ValueError:
+                raise LabelError(f"labels table {table!r}: {name!r} is not a plain lower-case SQL name") from None
+        if not self.path.exists():
+            raise LabelError(f"labels table {table!r}: there is no warehouse at {self.path}")
+        with self.connect(read_only=True) as con:
+            present = {
+                r[0] for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
+                ).fetchall()
+            }
+            if not present:
+                raise LabelError(f"labels table {table!r} does not exist in the warehouse {self.path}")
+            missing = sorted({*wanted.values(), "partition_date"} - present)
+            if missing:
+                raise LabelError(f"labels table {table!r} lacks column(s) {missing}; it has {sorted(present)}")
+            selected = ", ".join(f"{_quoted(source)} AS {_quoted(target)}" for target, source in wanted.items())
+            where, params = "partition_date = ?", [partition_date]
+            if "job" in present:
+                where, params = where + " AND job = ?", [partition_date, job]
+            return con.sql(f"SELECT {selected} FROM {_quoted(table)} WHERE {where}", params=params).to_arrow_table()

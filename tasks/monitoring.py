@@ -1,0 +1,155 @@
+"""Decision monitoring of a published partition, before any label exists: what was decided, and did it move?
+
+Measures, one row per (measure, item) in long format; `item` is a decision, a rule id, or `all`:
+
+- `rows`: prediction rows of the partition;
+- `decision_share` / `rule_share`: share of rows per decision and per threshold rule — every
+  decision and rule of the job's rule table gets a row, so a rule that stops firing shows as 0;
+- `straddling_share`: share of rows whose interval contains a probability cut-off of the rules
+  (`low < cut <= high`, as the rule table decides);
+- `score_mean`, `score_p10`, `score_p50`, `score_p90`: the score distribution (linear quantiles);
+- `expected_event_rate` (mean calibrated probability) and `expected_events` (their sum).
+
+Each measure is compared with its mean over the trailing window: the job's partitions in
+`[date - window_days, date)` that already have monitoring rows. `delta = value - baseline`; a
+measure kind with a tolerance in the job spec (`monitoring.tolerance`) is flagged `shift` when
+`|delta|` exceeds it, else `ok`, or `no_baseline` while the window holds no partition. Counts and
+quantiles are kept for reading but carry no flag.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import polars as pl
+import pyarrow as pa
+
+from tasks.prediction.decisions import predict_probability_cutoffs
+from tasks.warehouse import MONITORING_SCHEMAS, DuckDBWarehouse
+
+if TYPE_CHECKING:
+    from tasks.jobspec import DecisionTolerance, JobSpec
+
+PREDICTION_COLUMNS = ("run_id", "entity_id", "decision", "rule_id", "probability", "probability_low", "probability_high", "score", "model_version")
+"""The only prediction columns decision monitoring reads."""
+TOLERATED_MEASURES = ("decision_share", "rule_share", "straddling_share", "expected_event_rate", "score_mean")
+"""Measure kinds that are flagged; each has a field of the same name in `monitoring.tolerance`."""
+ALL = "all"
+_MEASURES_SCHEMA = {"measure": pl.String, "item": pl.String, "value": pl.Float64}
+
+
+def decision_measures(
+    predictions: pl.DataFrame, *, decisions: Sequence[str], rule_ids: Sequence[str], cutoffs: Sequence[float]
+) -> pl.DataFrame:
+    """The partition's measures as (measure, item, value); shares of an empty partition are NaN."""
+    rows = predictions.height
+    nan = float("nan")
+    decision_counts = dict(predictions.group_by("decision").len().iter_rows())
+    rule_counts = dict(predictions.group_by("rule_id").len().iter_rows())
+    out: list[tuple[str, str, float]] = [("rows", ALL, float(rows))]
+    for decision in [*decisions, *sorted(set(decision_counts) - set(decisions))]:
+        out.append(("decision_share", decision, decision_counts.get(decision, 0) / rows if rows else nan))
+    for rule in [*rule_ids, *sorted(set(rule_counts) - set(rule_ids))]:
+        out.append(("rule_share", rule, rule_counts.get(rule, 0) / rows if rows else nan))
+    low, high = pl.col("probability_low"), pl.col("probability_high")
+    straddling = pl.lit(False)
+    for cut in cutoffs:
+        straddling = straddling | ((low < cut) & (high >= cut))
+    stats = predictions.select(
+        straddling.mean().alias("straddling_share"),
+        pl.col("score").cast(pl.Float64).mean().alias("score_mean"),
+        *(pl.col("score").cast(pl.Float64).quantile(q / 100, interpolation="linear").alias(f"score_p{q}") for q in (10, 50, 90)),
+        pl.col("probability").mean().alias("expected_event_rate"),
+        pl.col("probability").sum().alias("expected_events"),
+    ).row(0, named=True)
+    out += [(name, ALL, nan if value is None else float(value)) for name, value in stats.items()]
+    return pl.DataFrame(out, schema=_MEASURES_SCHEMA, orient="row")
+
+
+def measures_against_baseline(
+    measures: pl.DataFrame, history: pl.DataFrame, tolerance: DecisionTolerance
+) -> pl.DataFrame:
+    """`measures` with baseline (trailing mean), baseline_partitions, delta, tolerance and flag.
+
+    `history` holds (partition_date, measure, item, value) of the previous partitions in the window.
+    """
+    baseline = (
+        history.filter(pl.col("value").is_not_nan())
+        .group_by("measure", "item")
+        .agg(pl.col("value").mean().alias("baseline"), pl.col("partition_date").n_unique().cast(pl.Int64).alias("baseline_partitions"))
+    )
+    limits = pl.DataFrame(
+        {"measure": list(TOLERATED_MEASURES), "tolerance": [float(getattr(tolerance, m)) for m in TOLERATED_MEASURES]}
+    )
+    joined = (
+        measures.join(baseline, on=["measure", "item"], how="left", maintain_order="left")
+        .join(limits, on="measure", how="left", maintain_order="left")
+        .with_columns(pl.col("baseline_partitions").fill_null(0), (pl.col("value") - pl.col("baseline")).alias("delta"))
+    )
+    flag = (
+        pl.when(pl.col("tolerance").is_null()).then(None)
+        .when(pl.col("value").is_nan()).then(pl.lit("no_data"))
+        .when(pl.col("baseline").is_null()).then(pl.lit("no_baseline"))
+        .when(pl.col("delta").abs() > pl.col("tolerance")).then(pl.lit("shift"))
+        .otherwise(pl.lit("ok"))
+    )
+    return joined.with_columns(flag.alias("flag"))
+
+
+def _versions(predictions: pl.DataFrame) -> str:
+    """The model versions that scored the partition, comma-separated (more than one when a fallback scored)."""
+    return ",".join(sorted(predictions["model_version"].unique().to_list()))
+
+
+def decision_monitoring_rows(
+    predictions: pl.DataFrame,
+    history: pl.DataFrame,
+    spec: JobSpec,
+    *,
+    partition_date: dt.date,
+    run_id: str,
+) -> pa.Table:
+    """The `decision_monitoring` rows of one partition, in the table's schema."""
+    rules = spec.prediction.rules
+    measures = decision_measures(
+        predictions.sort("entity_id"),
+        decisions=list(dict.fromkeys(r.decision for r in rules)),
+        rule_ids=[r.id for r in rules],
+        cutoffs=predict_probability_cutoffs(rules),
+    )
+    compared = measures_against_baseline(measures, history, spec.monitoring.tolerance)
+    schema = MONITORING_SCHEMAS["decision_monitoring"]
+    frame = compared.with_columns(
+        pl.lit(spec.name).alias("job"),
+        pl.lit(partition_date).alias("partition_date"),
+        pl.lit(run_id).alias("run_id"),
+        pl.lit(_versions(predictions)).alias("model_version"),
+    ).select(schema.names)
+    return frame.to_arrow().cast(schema)
+
+
+def monitored_decisions(warehouse: DuckDBWarehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str) -> pa.Table:
+    """Compute the partition's decision monitoring from its published predictions and store it.
+
+    The predictions must be those of `run_id`: monitoring a partition that another run has
+    since replaced would store measures of rows nobody reads any more.
+    """
+    predictions = pl.from_arrow(warehouse.partition_predictions(spec.name, partition_date, PREDICTION_COLUMNS))
+    runs = sorted(predictions["run_id"].unique().to_list())
+    if runs and runs != [run_id]:
+        raise ValueError(
+            f"predictions of {spec.name} {partition_date} were published by run(s) {runs}, not by run {run_id!r}; "
+            "monitor the run that published the partition"
+        )
+    window = spec.monitoring.window_days
+    history = pl.from_arrow(
+        warehouse.monitoring_rows(
+            "decision_monitoring", job=spec.name,
+            first_date=partition_date - dt.timedelta(days=window), last_date=partition_date - dt.timedelta(days=1),
+        )
+    ).select("partition_date", "measure", "item", "value")
+    rows = decision_monitoring_rows(predictions, history, spec, partition_date=partition_date, run_id=run_id)
+    warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables={"decision_monitoring": rows})
+    return rows

@@ -1,0 +1,350 @@
+"""What people read about prediction monitoring and realized outcomes of one job over a range of partitions.
+
+- `monitoring_page_html`: one self-contained page (same style and Content-Security-Policy as the
+  run report: inline CSS, plots as data: PNGs, no script) with the decision mix over time (dates
+  whose decision shares moved beyond tolerance marked), the observed event rate with its
+  interval against the expected rate per model version, a calibration curve per model version
+  (the range's calibration bins added up), and tables of realized performance, precision and
+  recall of the adverse decisions, labels per partition (unknown entities highlighted) and the
+  decision-monitoring flags;
+- `realized_performance_rows` / `realized_performance_table`: the same realized performance as
+  plain rows (Prefect table artifact) and as a rich table (the `score` CLI).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from rich.table import Table
+
+# The run report's page style, so both pages of a job read alike.
+from tasks.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
+from tasks.outcomes import event_rate_interval
+from tasks.warehouse import DuckDBWarehouse
+
+_EXTRA_CSS = "tr.unknown td{background:#fde2e1;font-weight:600}.plots.wide{grid-template-columns:1fr}"
+_DECISION_COLOURS = ("#2e7d32", "#e69500", "#c62828", "#1565c0", "#6a1b9a", "#00838f", "#8d6e63", "#546e7a")
+_VERSION_COLOURS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#e69500", "#00838f")
+
+
+@dataclass(frozen=True)
+class MonitoringHistory:
+    """The warehouse's monitoring and outcome rows of one job over a range of partitions."""
+
+    job: str
+    first_date: dt.date
+    last_date: dt.date
+    decision_counts: pl.DataFrame
+    decision_monitoring: pl.DataFrame
+    partitions: pl.DataFrame
+    metrics: pl.DataFrame
+    calibration: pl.DataFrame
+    decisions: pl.DataFrame
+
+
+def monitoring_history(warehouse: DuckDBWarehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> MonitoringHistory:
+    def rows(table: str) -> pl.DataFrame:
+        return pl.from_arrow(warehouse.monitoring_rows(table, job=job, first_date=first_date, last_date=last_date))
+
+    return MonitoringHistory(
+        job=job,
+        first_date=first_date,
+        last_date=last_date,
+        decision_counts=pl.from_arrow(
+            warehouse.prediction_counts(job, first_date=first_date, last_date=last_date, by=("partition_date", "decision"))
+        ),
+        decision_monitoring=rows("decision_monitoring"),
+        partitions=rows("outcome_partitions"),
+        metrics=rows("outcome_metrics"),
+        calibration=rows("outcome_calibration"),
+        decisions=rows("outcome_decisions"),
+    )
+
+
+def _interval_text(low: Any, high: Any) -> str:
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return "—"
+    return f"{low:.2%}–{high:.2%}"
+
+
+def realized_performance_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
+    """One row per (partition, model version) with labels, plus every partition whose labels are all unknown."""
+    unknown = {r["partition_date"]: r["labels_unknown_entity"] for r in history.partitions.iter_rows(named=True)}
+    out = []
+    for r in history.metrics.sort("partition_date", "model_version").iter_rows(named=True):
+        level = r["interval_level"]
+        out.append({
+            "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"],
+            "labelled": r["labelled"], "events": r["events"], "observed_rate": _pct(r["observed_rate"]),
+            f"observed_{level:.0%}_interval": _interval_text(r["observed_low"], r["observed_high"]),
+            "expected_rate": _pct(r["expected_rate"]),
+            "expected_in_interval": {True: "yes", False: "NO", None: "—"}[r["expected_within_interval"]],
+            "auc": _fmt(r["auc"]), "brier": _fmt(r["brier"]), "ece": _fmt(r["ece"]), "psi_score": _fmt(r["psi_score"]),
+            "labels_unknown_entity": unknown.get(r["partition_date"], 0),
+        })
+    scored = set(history.metrics["partition_date"].to_list())
+    for r in history.partitions.sort("partition_date").iter_rows(named=True):
+        if r["partition_date"] not in scored:
+            out.append({
+                "date": r["partition_date"].isoformat(), "model_version": f"({r['status']})", "rows": r["predictions"],
+                "labelled": 0, "events": 0, "labels_unknown_entity": r["labels_unknown_entity"],
+            })
+    return sorted(out, key=lambda row: (row["date"], row["model_version"]))
+
+
+def realized_performance_table(job: str, rows: list[dict[str, Any]]) -> Table:
+    """`realized_performance_rows` as a terminal table; unknown-entity labels and misses in red."""
+    columns = list(dict.fromkeys(k for r in rows for k in r)) or ["date"]
+    table = Table(title=f"{job}: realized performance per partition and model version")
+    for col in columns:
+        table.add_column(col.replace("_", " "), justify="left" if col in ("date", "model_version") else "right")
+    for r in rows:
+        cells = []
+        for col in columns:
+            value = r.get(col, "—")
+            text = str(value)
+            if (col == "labels_unknown_entity" and value) or (col == "expected_in_interval" and value == "NO"):
+                text = f"[red]{text}[/red]"
+            cells.append(text)
+        table.add_row(*cells)
+    return table
+
+
+def _png(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _figure(width: float = 9.0, height: float = 3.2) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(width, height), dpi=80)
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _date_axis(ax: Any, dates: list[dt.date]) -> None:
+    step = max(1, len(dates) // 12)
+    ticks = list(range(0, len(dates), step))
+    ax.set_xticks(ticks, [dates[i].strftime("%m-%d") for i in ticks], fontsize=8)
+    ax.set_xlim(-0.6, len(dates) - 0.4)
+    ax.tick_params(axis="y", labelsize=8)
+
+
+def _shifted_dates(history: MonitoringHistory) -> list[dt.date]:
+    """Partitions with a decision share flagged `shift` against their trailing window."""
+    frame = history.decision_monitoring
+    if frame.is_empty():
+        return []
+    flagged = frame.filter((pl.col("measure") == "decision_share") & (pl.col("flag") == "shift"))
+    return sorted(set(flagged["partition_date"].to_list()))
+
+
+def decision_mix_png(history: MonitoringHistory) -> str:
+    """Stacked share of rows per decision and partition; partitions with a shifted decision share marked."""
+    counts = history.decision_counts
+    fig, ax = _figure()
+    if counts.is_empty():
+        ax.text(0.5, 0.5, "no scored partitions", ha="center", va="center", transform=ax.transAxes)
+        return _png(fig)
+    wide = counts.pivot(on="decision", index="partition_date", values="rows").sort("partition_date").fill_null(0)
+    dates = wide["partition_date"].to_list()
+    decisions = sorted(c for c in wide.columns if c != "partition_date")
+    totals = wide.select(pl.sum_horizontal(decisions)).to_series().to_numpy().astype(np.float64)
+    bottom = np.zeros(len(dates))
+    x = np.arange(len(dates))
+    for i, decision in enumerate(decisions):
+        share = wide[decision].to_numpy() / np.where(totals > 0, totals, 1)
+        ax.bar(x, share, bottom=bottom, width=0.8, color=_DECISION_COLOURS[i % len(_DECISION_COLOURS)], label=decision)
+        bottom += share
+    shifted = [dates.index(d) for d in _shifted_dates(history) if d in dates]
+    if shifted:
+        ax.plot(shifted, [1.04] * len(shifted), "v", color="#c62828", markersize=8, label="decision share shifted", clip_on=False)
+    ax.set_ylim(0, 1.0)
+    ax.set_ylabel("share of rows", fontsize=8)
+    _date_axis(ax, dates)
+    ax.legend(fontsize=8, frameon=False, ncol=min(5, len(decisions) + 1), loc="lower left", bbox_to_anchor=(0.0, 1.04))
+    fig.subplots_adjust(left=0.07, right=0.99, bottom=0.12, top=0.82)
+    return _png(fig)
+
+
+def event_rate_png(history: MonitoringHistory, event: str) -> str:
+    """Observed event rate with its interval and the expected rate, per partition and model version."""
+    metrics = history.metrics.filter(pl.col("labelled") > 0).sort("partition_date")
+    fig, ax = _figure()
+    if metrics.is_empty():
+        ax.text(0.5, 0.5, "no labelled predictions yet", ha="center", va="center", transform=ax.transAxes)
+        return _png(fig)
+    dates = sorted(set(metrics["partition_date"].to_list()))
+    position = {d: i for i, d in enumerate(dates)}
+    versions = sorted(set(metrics["model_version"].to_list()))
+    for i, version in enumerate(versions):
+        rows = metrics.filter(pl.col("model_version") == version)
+        offset = (i - (len(versions) - 1) / 2) * 0.12
+        x = np.array([position[d] for d in rows["partition_date"].to_list()]) + offset
+        observed = rows["observed_rate"].to_numpy()
+        err = np.vstack([observed - rows["observed_low"].to_numpy(), rows["observed_high"].to_numpy() - observed])
+        colour = _VERSION_COLOURS[i % len(_VERSION_COLOURS)]
+        level = rows["interval_level"][0]
+        ax.errorbar(x, observed, yerr=err, fmt="o", color=colour, capsize=3, markersize=4,
+                    label=f"observed, v{version} ({level:.0%} interval)")
+        ax.plot(x, rows["expected_rate"].to_numpy(), "_", color=colour, markersize=14, markeredgewidth=2,
+                label=f"expected, v{version}")
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel(f"rate of {event}"[:60], fontsize=8)
+    _date_axis(ax, dates)
+    ax.legend(fontsize=8, frameon=False, ncol=4, loc="lower left", bbox_to_anchor=(0.0, 1.0))
+    fig.subplots_adjust(left=0.07, right=0.99, bottom=0.12, top=0.84)
+    return _png(fig)
+
+
+def calibration_png(history: MonitoringHistory, version: str) -> str:
+    """Event rate against mean probability per bin, the range's bins added up; ideal on the diagonal."""
+    bins = (
+        history.calibration.filter(pl.col("model_version") == version)
+        .group_by("bin").agg(pl.col("rows").sum(), pl.col("events").sum(), pl.col("probability_sum").sum())
+        .filter(pl.col("rows") > 0).sort("bin")
+    )
+    fig, ax = _figure(4.6, 3.6)
+    top = 0.05
+    if not bins.is_empty():
+        mean_p = (bins["probability_sum"] / bins["rows"]).to_numpy()
+        rate = (bins["events"] / bins["rows"]).to_numpy()
+        intervals = [event_rate_interval(int(e), int(n), 0.95) for e, n in zip(bins["events"], bins["rows"], strict=True)]
+        err = np.array([[r - lo for (lo, _), r in zip(intervals, rate, strict=True)],
+                        [hi - r for (_, hi), r in zip(intervals, rate, strict=True)]])
+        ax.errorbar(mean_p, rate, yerr=err, fmt="o-", color="#1565c0", capsize=3, markersize=4, label="bins (95% interval)")
+        top = float(max(mean_p.max(), np.nanmax([hi for _, hi in intervals]))) * 1.08
+    ax.plot([0, top], [0, top], "--", color="#777", linewidth=1, label="perfect calibration")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("mean calibrated probability", fontsize=8)
+    ax.set_ylabel("observed event rate", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.set_title(f"model version {version}", fontsize=9, loc="left")
+    ax.legend(fontsize=8, frameon=False, loc="upper left")
+    fig.subplots_adjust(left=0.15, right=0.97, bottom=0.13, top=0.92)
+    return _png(fig)
+
+
+def _figure_html(name: str, caption: str, png: str) -> str:
+    return (
+        f'<figure class="plot" data-plot="{_e(name)}"><figcaption>{caption}</figcaption>'
+        f'<img alt="{_e(name)}" src="data:image/png;base64,{png}"></figure>'
+    )
+
+
+def _cells(values: list[Any]) -> str:
+    out = []
+    for v in values:
+        numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
+        cls = ' class="n"' if numeric else ""
+        out.append(f"<td{cls}>{_e(_fmt(v) if not isinstance(v, str) else v)}</td>")
+    return "".join(out)
+
+
+def _performance_section(history: MonitoringHistory) -> str:
+    rows = realized_performance_rows(history)
+    header = list(dict.fromkeys(k for r in rows for k in r)) or ["date"]
+    body = []
+    for r in rows:
+        cls = ' class="unknown"' if r.get("labels_unknown_entity") else ""
+        body.append(f"<tr{cls}>" + _cells([r.get(h, "—") for h in header]) + "</tr>")
+    return "<h2>Realized performance</h2>" + _table([h.replace("_", " ") for h in header], body)
+
+
+def _precision_section(history: MonitoringHistory) -> str:
+    decisions = history.decisions
+    body = []
+    if not decisions.is_empty():
+        events = history.metrics.group_by("model_version").agg(pl.col("events").sum().alias("all_events"))
+        pooled = (
+            decisions.group_by("model_version", "decision", maintain_order=True)
+            .agg(pl.col("rows").sum(), pl.col("events").sum())
+            .join(events, on="model_version", how="left")
+            .sort("model_version", maintain_order=True)
+        )
+        for r in pooled.iter_rows(named=True):
+            precision = r["events"] / r["rows"] if r["rows"] else float("nan")
+            recall = r["events"] / r["all_events"] if r["all_events"] else float("nan")
+            body.append("<tr>" + _cells([r["model_version"], r["decision"], r["rows"], r["events"], _pct(precision), _pct(recall)]) + "</tr>")
+    return (
+        "<h2>Adverse decisions against outcomes</h2>"
+        '<p class="muted">Labelled rows of the whole range: precision = events among the rows given the decision, '
+        "recall = share of all events that got it.</p>"
+        + _table(["model version", "decision", "labelled rows", "events", "precision", "recall"], body)
+    )
+
+
+def _labels_section(history: MonitoringHistory) -> str:
+    body = []
+    for r in history.partitions.sort("partition_date").iter_rows(named=True):
+        cls = ' class="unknown"' if r["labels_unknown_entity"] else ""
+        body.append(
+            f"<tr{cls}>" + _cells([
+                r["partition_date"].isoformat(), r["status"], r["predictions"], r["predictions_labelled"], r["labels"],
+                r["labels_matched"], r["labels_unknown_entity"], r["labels_duplicate"], r["labels_without_outcome"],
+            ]) + "</tr>"
+        )
+    header = ["date", "status", "predictions", "with outcome", "labels", "matched", "unknown entity", "duplicates", "without outcome"]
+    return (
+        "<h2>Labels per partition</h2>"
+        '<p class="muted">Labels of entities the partition never scored are kept in <code>outcome_labels</code> '
+        "(<code>entity_scored = false</code>) and counted here, highlighted.</p>" + _table(header, body)
+    )
+
+
+def _flags_section(history: MonitoringHistory) -> str:
+    frame = history.decision_monitoring
+    body = []
+    if not frame.is_empty():
+        for r in frame.filter(pl.col("flag") == "shift").sort("partition_date", "measure", "item").iter_rows(named=True):
+            body.append("<tr>" + _cells([
+                r["partition_date"].isoformat(), r["measure"], r["item"], r["value"], r["baseline"], r["delta"],
+                r["tolerance"], r["baseline_partitions"],
+            ]) + "</tr>")
+    note = "" if not frame.is_empty() else '<p class="muted">No decision monitoring rows in this range.</p>'
+    header = ["date", "measure", "item", "value", "trailing mean", "delta", "tolerance", "partitions in window"]
+    return "<h2>Decision-monitoring flags</h2>" + note + _table(header, body)
+
+
+def monitoring_page_html(history: MonitoringHistory, *, event: str) -> str:
+    """The whole monitoring page as one string; every text from the inputs is HTML-escaped."""
+    title = f"Prediction monitoring {history.job} {history.first_date}..{history.last_date}"
+    versions = sorted(set(history.calibration["model_version"].to_list()))
+    calibration = "".join(
+        _figure_html(f"calibration-{v}", f"<b>Calibration</b> of model version {_e(v)}", calibration_png(history, v))
+        for v in versions
+    ) or '<p class="muted">No labelled predictions yet.</p>'
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>"
+        f"<h1>{_e(title)}</h1>"
+        f'<p class="meta">job <b>{_e(history.job)}</b> · event: {_e(event)} · partitions '
+        f"<b>{_e(history.first_date)}</b> to <b>{_e(history.last_date)}</b></p>"
+        "<h2>Decision mix over time</h2>"
+        '<div class="plots wide">'
+        + _figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved "
+                       "beyond tolerance against the trailing window</span>", decision_mix_png(history))
+        + "</div><h2>Expected vs observed event rate</h2>"
+        '<div class="plots wide">'
+        + _figure_html("event-rate", "<b>Observed event rate</b> with its interval, and the <b>expected</b> rate "
+                       "(mean calibrated probability of the same rows)", event_rate_png(history, event))
+        + '</div><h2>Calibration per model version</h2><div class="plots">' + calibration + "</div>"
+        + _performance_section(history)
+        + _precision_section(history)
+        + _labels_section(history)
+        + _flags_section(history)
+        + "</body></html>\n"
+    )

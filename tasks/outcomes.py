@@ -1,0 +1,317 @@
+"""Realized outcomes: labels joined to the predictions they belong to, and how those predictions held up.
+
+A labels partition `date=D` holds the outcomes (1: the job's event happened, 0: it did not) of
+entities scored in partition D: Parquet files under `data/labels/<job>/date=D/` and, when the job
+spec names one (`monitoring.labels.table`), the rows of a warehouse table with that
+`partition_date`. An entity labelled more than once keeps its latest observation (the higher
+outcome on a tie); the extra rows are counted as `labels_duplicate`. Labels join the partition's
+published predictions on entity id, so each labelled row keeps the model version that scored it.
+Labels of entities the partition never scored are stored with `entity_scored = false` and counted
+as `labels_unknown_entity`; labels without an outcome are stored and counted, never dropped.
+
+Per partition and model version, on the labelled rows that have an outcome:
+- the observed event rate with its Clopper–Pearson interval (`scipy.stats.binomtest(...)
+  .proportion_ci`, level `monitoring.outcome_interval_level`) against the expected rate (the mean
+  calibrated probability of the same rows);
+- AUC by the Mann–Whitney rank formula (mid-ranks for ties; NaN while only one class occurs);
+- the Brier score, and the expected calibration error on `monitoring.calibration_bins`
+  equal-width probability bins, Σ_b n_b/N · |mean probability_b − event rate_b| (the bins are
+  stored, so calibration curves add up over partitions);
+- precision and recall of each adverse decision, and of all adverse decisions together;
+- PSI of the score (ten-point bands, as tasks/drift.py) against the pooled scores of the job's
+  partitions in the trailing `monitoring.window_days`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+from scipy.stats import binomtest, rankdata
+
+from tasks.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
+from tasks.errors import LabelError
+from tasks.warehouse import MONITORING_SCHEMAS, DuckDBWarehouse
+
+if TYPE_CHECKING:
+    from tasks.jobspec import JobSpec, LabelSource
+
+PREDICTION_COLUMNS = ("run_id", "entity_id", "probability", "score", "decision", "model_version")
+"""The only prediction columns the outcome metrics read."""
+ANY_ADVERSE = "any adverse"
+"""The `decision` of the row that pools every adverse decision."""
+_LABEL_SCHEMA = {"entity_id": pl.String, "outcome": pl.Int16, "observed_date": pl.Date, "source": pl.String}
+
+
+def _checked_labels(frame: pl.DataFrame, *, source: str, where: str) -> pl.DataFrame:
+    """(entity_id, outcome, observed_date, source) with outcome 0, 1 or null; anything else is refused."""
+    outcome = frame["outcome"]
+    if outcome.dtype == pl.Boolean:
+        outcome = outcome.cast(pl.Int16)
+    if not outcome.dtype.is_numeric():
+        raise LabelError(f"{where}: outcome column must be numeric 0/1, got type {outcome.dtype}")
+    bad = outcome.filter(outcome.is_not_null() & ~outcome.cast(pl.Float64).is_in([0.0, 1.0]))
+    if bad.len():
+        raise LabelError(f"{where}: outcomes must be 0 or 1; found {bad.len()} other value(s), e.g. {bad.unique().sort().head(5).to_list()}")
+    try:
+        observed = frame["observed_date"].cast(pl.Date)
+    except pl.exceptions.PolarsError as error:
+        raise LabelError(f"{where}: observed date column cannot be read as dates ({frame['observed_date'].dtype}): {error}") from None
+    return pl.DataFrame(
+        {
+            "entity_id": frame["entity_id"].cast(pl.String),
+            "outcome": outcome.cast(pl.Int16),
+            "observed_date": observed,
+            "source": pl.Series([source] * frame.height, dtype=pl.String),
+        },
+        schema=_LABEL_SCHEMA,
+    )
+
+
+def parquet_labels(folder: Path, source: LabelSource) -> pl.DataFrame:
+    """The labels of one partition folder (`date=D`), with the columns the job spec names; empty without files."""
+    columns = {source.entity_column: "entity_id", source.outcome_column: "outcome", source.observed_date_column: "observed_date"}
+    frames = []
+    for path in sorted(folder.glob("*.parquet")):
+        present = pq.read_schema(path).names
+        missing = [c for c in columns if c not in present]
+        if missing:
+            raise LabelError(
+                f"labels file {path} lacks column(s) {missing} named in the job spec's monitoring.labels; it has {present}"
+            )
+        frame = pl.read_parquet(path, columns=list(columns), hive_partitioning=False).rename(columns)
+        frames.append(_checked_labels(frame, source="parquet", where=f"labels file {path}"))
+    return pl.concat(frames) if frames else pl.DataFrame(schema=_LABEL_SCHEMA)
+
+
+def table_labels(table: pa.Table, *, name: str) -> pl.DataFrame:
+    """Labels read from the warehouse table `name` (columns entity_id, outcome, observed_date)."""
+    return _checked_labels(pl.from_arrow(table), source=f"table {name}", where=f"labels table {name!r}")
+
+
+def deduplicated_labels(labels: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """One label per entity — the latest observation, the higher outcome on a tie — and how many rows went."""
+    ordered = labels.sort(
+        ["entity_id", "observed_date", "outcome", "source"], descending=[False, True, True, False], nulls_last=True
+    )
+    unique = ordered.unique(subset="entity_id", keep="first", maintain_order=True)
+    return unique, labels.height - unique.height
+
+
+def roc_auc(outcome: np.ndarray, probability: np.ndarray) -> float:
+    """Area under the ROC curve by the rank formula (mid-ranks for ties); NaN unless both classes occur."""
+    positives = int(outcome.sum())
+    negatives = int(outcome.size - positives)
+    if positives == 0 or negatives == 0:
+        return float("nan")
+    ranks = rankdata(probability)
+    return float((ranks[outcome == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def brier_score(outcome: np.ndarray, probability: np.ndarray) -> float:
+    return float(np.mean((probability - outcome) ** 2)) if outcome.size else float("nan")
+
+
+def calibration_bins(outcome: np.ndarray, probability: np.ndarray, bins: int) -> pl.DataFrame:
+    """Rows, events and probability sum per equal-width probability bin (every bin, empty ones too)."""
+    index = np.minimum((probability * bins).astype(np.int64), bins - 1)
+    return pl.DataFrame(
+        {
+            "bin": np.arange(bins, dtype=np.int64),
+            "bin_low": np.arange(bins) / bins,
+            "bin_high": np.arange(1, bins + 1) / bins,
+            "rows": np.bincount(index, minlength=bins).astype(np.int64),
+            "events": np.bincount(index, weights=outcome, minlength=bins).round().astype(np.int64),
+            "probability_sum": np.bincount(index, weights=probability, minlength=bins),
+        }
+    )
+
+
+def expected_calibration_error(bins: pl.DataFrame) -> float:
+    """Σ n_b/N · |mean probability_b − event rate_b| over the non-empty bins; NaN without rows."""
+    filled = bins.filter(pl.col("rows") > 0)
+    total = filled["rows"].sum()
+    if not total:
+        return float("nan")
+    gap = (filled["probability_sum"] - filled["events"]).abs() / total
+    return float(gap.sum())
+
+
+def event_rate_interval(events: int, rows: int, level: float) -> tuple[float, float]:
+    """Clopper–Pearson (exact) interval of an event rate; NaNs without rows."""
+    if rows == 0:
+        return float("nan"), float("nan")
+    ci = binomtest(events, rows).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def score_histogram(scores: np.ndarray, counts: np.ndarray | None = None) -> Histogram:
+    """Integer scores on the drift module's score bins; `counts` weighs each score (from grouped rows)."""
+    if counts is None:
+        binned, _ = drift_bin_counts(scores, SCORE_EDGES)
+    else:
+        index = np.searchsorted(SCORE_EDGES, np.asarray(scores, dtype=np.float64), side="right")
+        binned = np.bincount(index, weights=counts, minlength=len(SCORE_EDGES) + 1).astype(np.int64)
+    return Histogram(edges=SCORE_EDGES, counts=binned, psi_edges=SCORE_PSI_EDGES)
+
+
+def _nan_if_none(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class PartitionOutcomes:
+    """The outcome tables of one partition, each in its warehouse schema."""
+
+    tables: dict[str, pa.Table]
+
+    def partition_row(self) -> dict[str, Any] | None:
+        rows = self.tables["outcome_partitions"].to_pylist()
+        return rows[0] if rows else None
+
+    def metric_rows(self) -> list[dict[str, Any]]:
+        return self.tables["outcome_metrics"].to_pylist()
+
+
+def partition_outcome_tables(
+    predictions: pl.DataFrame,
+    labels: pl.DataFrame,
+    baseline_scores: pa.Table,
+    spec: JobSpec,
+    *,
+    partition_date: dt.date,
+) -> PartitionOutcomes:
+    """Join the partition's labels to its predictions and compute every outcome table of it.
+
+    `labels` may hold several rows per entity (they are deduplicated here); `baseline_scores`
+    holds (score, rows) of the trailing window's predictions.
+    """
+    job, config = spec.name, spec.monitoring
+    unique, duplicates = deduplicated_labels(labels)
+    predictions = predictions.sort("entity_id")
+    scored_ids = predictions.select("entity_id").unique()
+    stored_labels = unique.join(
+        scored_ids.with_columns(pl.lit(True).alias("entity_scored")), on="entity_id", how="left"
+    ).with_columns(pl.col("entity_scored").fill_null(False)).sort("entity_id")
+    joined = predictions.join(unique.select("entity_id", "outcome"), on="entity_id", how="left", maintain_order="left")
+    labelled = joined.filter(pl.col("outcome").is_not_null())
+    matched = int(stored_labels["entity_scored"].sum())
+
+    key = {"job": job, "partition_date": partition_date}
+    partition_rows = []
+    if predictions.height or unique.height:
+        status = "not scored" if not predictions.height else ("labelled" if labelled.height else "awaiting labels")
+        partition_rows.append({
+            **key, "status": status, "predictions": predictions.height, "predictions_labelled": labelled.height,
+            "labels": unique.height, "labels_matched": matched, "labels_unknown_entity": unique.height - matched,
+            "labels_duplicate": duplicates, "labels_without_outcome": int(unique["outcome"].null_count()),
+        })
+
+    baseline = score_histogram(
+        baseline_scores.column("score").to_numpy(zero_copy_only=False),
+        baseline_scores.column("rows").to_numpy(zero_copy_only=False),
+    )
+    adverse = spec.adverse_decisions
+    metric_rows, calibration_frames, decision_rows = [], [], []
+    for version in sorted(predictions["model_version"].unique().to_list()):
+        scored = predictions.filter(pl.col("model_version") == version)
+        rows = labelled.filter(pl.col("model_version") == version)
+        outcome = rows["outcome"].to_numpy().astype(np.float64)
+        probability = rows["probability"].to_numpy()
+        events = int(outcome.sum())
+        low, high = event_rate_interval(events, rows.height, config.outcome_interval_level)
+        expected = float(probability.mean()) if rows.height else float("nan")
+        bins = calibration_bins(outcome, probability, config.calibration_bins)
+        current = score_histogram(scored["score"].to_numpy())
+        metric_rows.append({
+            **key, "model_version": version, "scoring_run_id": ",".join(sorted(scored["run_id"].unique().to_list())),
+            "rows": scored.height, "labelled": rows.height, "events": events,
+            "observed_rate": events / rows.height if rows.height else float("nan"),
+            "observed_low": low, "observed_high": high, "interval_level": config.outcome_interval_level,
+            "expected_rate": expected, "expected_events": float(probability.sum()),
+            "expected_within_interval": bool(low <= expected <= high) if rows.height else None,
+            "auc": roc_auc(outcome, probability), "brier": brier_score(outcome, probability),
+            "ece": expected_calibration_error(bins),
+            "psi_score": drift_metrics(baseline, current)["psi"] if baseline.total else float("nan"),
+            "psi_baseline_rows": baseline.total,
+        })
+        calibration_frames.append(bins.with_columns(pl.lit(version).alias("model_version")))
+        for decision in [*adverse, ANY_ADVERSE]:
+            chosen = [decision] if decision != ANY_ADVERSE else adverse
+            hit = rows.filter(pl.col("decision").is_in(chosen))
+            hit_events = int(hit["outcome"].sum()) if hit.height else 0
+            decision_rows.append({
+                **key, "model_version": version, "decision": decision, "rows": hit.height, "events": hit_events,
+                "precision": hit_events / hit.height if hit.height else float("nan"),
+                "recall": hit_events / events if events else float("nan"),
+            })
+
+    def table(name: str, rows: list[dict[str, Any]] | pl.DataFrame) -> pa.Table:
+        schema = MONITORING_SCHEMAS[name]
+        if isinstance(rows, pl.DataFrame):
+            return rows.select(schema.names).to_arrow().cast(schema)
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    calibration = (
+        pl.concat(calibration_frames).with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date"))
+        if calibration_frames else []
+    )
+    return PartitionOutcomes(
+        tables={
+            "outcome_labels": table(
+                "outcome_labels",
+                stored_labels.with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")),
+            ),
+            "outcome_partitions": table("outcome_partitions", partition_rows),
+            "outcome_metrics": table("outcome_metrics", metric_rows),
+            "outcome_calibration": table("outcome_calibration", calibration),
+            "outcome_decisions": table("outcome_decisions", decision_rows),
+        }
+    )
+
+
+def partition_labels(warehouse: DuckDBWarehouse, spec: JobSpec, labels_dir: Path, partition_date: dt.date) -> pl.DataFrame:
+    """Every label of the partition: the Parquet folder's, then the warehouse table's if the spec names one."""
+    source = spec.monitoring.labels
+    frames = [parquet_labels(labels_dir, source)]
+    if source.table:
+        rows = warehouse.source_labels(
+            source.table, job=spec.name, partition_date=partition_date, entity_column=source.entity_column,
+            outcome_column=source.outcome_column, observed_date_column=source.observed_date_column,
+        )
+        frames.append(table_labels(rows, name=source.table))
+    return pl.concat(frames)
+
+
+def ingested_outcomes(
+    warehouse: DuckDBWarehouse, spec: JobSpec, *, labels_dir: Path, partition_date: dt.date
+) -> PartitionOutcomes:
+    """Read the partition's labels and predictions, compute its outcome tables and store them.
+
+    The tables of (job, partition) are replaced in one transaction, and nothing in them depends on
+    when or by which run they were computed: ingesting the same labels again leaves them identical.
+    """
+    labels = partition_labels(warehouse, spec, labels_dir, partition_date)
+    predictions = pl.from_arrow(warehouse.partition_predictions(spec.name, partition_date, PREDICTION_COLUMNS))
+    window = spec.monitoring.window_days
+    baseline_scores = warehouse.prediction_counts(
+        spec.name, first_date=partition_date - dt.timedelta(days=window),
+        last_date=partition_date - dt.timedelta(days=1), by=("score",),
+    )
+    outcomes = partition_outcome_tables(predictions, labels, baseline_scores, spec, partition_date=partition_date)
+    warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables=outcomes.tables)
+    return outcomes
+
+
+def outcome_window(spec: JobSpec, *, start_date: dt.date | None, end_date: dt.date | None, yesterday: dt.date) -> tuple[dt.date, dt.date]:
+    """The partitions an outcomes run covers: the given range, or the job's `lookback_days` ending yesterday."""
+    last = end_date or yesterday
+    first = start_date or last - dt.timedelta(days=spec.monitoring.lookback_days - 1)
+    return first, last
+

@@ -75,7 +75,10 @@ def ingest_outcomes(job: str, partition_date: dt.date) -> dict:
         partition_date=partition_date,
     )
     partition = outcomes.partition_row() or {"status": "no labels, not scored", "labels": 0, "labels_unknown_entity": 0}
-    if partition.get("labels_unknown_entity"):
+    if partition["status"] == "not scored":
+        log.warning("[OUT] %s %s: the partition was never scored; its %d label(s) are kept and counted as unknown entities",
+                    job, partition_date, partition["labels"])
+    elif partition.get("labels_unknown_entity"):
         log.warning("[OUT] %s %s: %d label(s) for entities the partition never scored", job, partition_date,
                     partition["labels_unknown_entity"])
     return {

@@ -3,12 +3,47 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 
 from prefect import flow
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.futures import as_completed, wait
 from prefect.runtime import flow_run
 
-from tasks.steps import fail_run, finish_run, publish_partition, score_chunks, start_run
+from tasks.execution import configured_task_runner, inference_task_resources
+from tasks.progress import reported_progress
+from tasks.scoring import ScoringSummary
+from tasks.settings import current_settings
+from tasks.steps import (
+    RunTicket,
+    fail_run,
+    finish_run,
+    infer_unit,
+    plan_work_units,
+    predict_unit,
+    publish_partition,
+    start_run,
+    summarize_run,
+)
+
+
+@flow(name="score-units")
+def score_units(ticket: RunTicket) -> ScoringSummary:
+    """Each work unit's inference task, then its prediction task, on the configured task runner."""
+    started = time.time()
+    units = plan_work_units(ticket)
+    with inference_task_resources(current_settings()):
+        inferred = [infer_unit.submit(ticket, unit) for unit in units]
+    predicted = [predict_unit.submit(ticket, inference) for inference in inferred]
+    label = f"{ticket.job} {ticket.partition_date}"
+    progress = create_progress_artifact(0.0, description=f"{label}: {len(units)} work unit(s) of {ticket.chunk_rows}-row chunks")
+    for done, _ in enumerate(as_completed(predicted), start=1):
+        update_progress_artifact(progress, 100.0 * done / len(units))
+        reported_progress(f"{label} units", done, len(units))
+    # Every unit has stopped writing staging files before a failure is raised and they are dropped.
+    wait(inferred + predicted)
+    return summarize_run(ticket, [f.result() for f in inferred], [f.result() for f in predicted], started)
 
 
 @flow(name="score_partition", log_prints=True)
@@ -17,7 +52,7 @@ def score_partition(job: str, date: dt.date, chunk_rows: int | None = None) -> d
     run_id = str(flow_run.id or uuid.uuid4())
     try:
         ticket = start_run(run_id, job, date, chunk_rows)
-        summary = score_chunks(ticket)
+        summary = score_units.with_options(task_runner=configured_task_runner(current_settings()))(ticket)
         published = publish_partition(ticket, summary)
     except Exception as error:
         fail_run(run_id, job, date, error)

@@ -74,6 +74,7 @@ def published_partition(
     )
     for folder, schema in datasets.values():
         publish_staged_partition(folder, partition_date.isoformat(), run_id, schema)
+    discard_staged(dirs.inference_handoff, run_id)
     return inserted
 
 

@@ -8,11 +8,14 @@ stays flat whatever the partition size.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
+import os
 import resource
+import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as pads
+import pyarrow.ipc  # noqa: F401  (pa.ipc: the inference → prediction handoff files)
+import pyarrow.parquet as pq
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import (
@@ -47,7 +52,7 @@ from tasks.guards import (
 from tasks.inference.engine import LoadedModel, inference_loaded_model
 from tasks.inference.registry import inference_check_feature_version
 from tasks.jobspec import FeatureModelRef, JobSpec, load_job_spec
-from tasks.parquet_store import write_staged_chunk
+from tasks.parquet_store import staging_dir, write_staged_chunk
 from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.settings import Settings
@@ -165,17 +170,11 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     return prepared
 
 
-def raw_chunks(raw_dir: Path, chunk_rows: int) -> Iterator[pa.Table]:
-    """The partition as tables of exactly `chunk_rows` rows (the last may be shorter).
-
-    Read-ahead is one batch of one file: pyarrow's defaults (16 batches, 4 files) would hold most
-    of a partition in memory. A Parquet row group is still read whole, so producers should write
-    row groups no larger than a chunk.
-    """
-    dataset = pads.dataset(raw_dir, format="parquet")
+def _rechunked(batches: Iterable[pa.RecordBatch], chunk_rows: int) -> Iterator[pa.Table]:
+    """Tables of exactly `chunk_rows` rows (the last may be shorter) from batches of any size."""
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
-    for batch in dataset.to_batches(batch_size=chunk_rows, batch_readahead=1, fragment_readahead=1):
+    for batch in batches:
         pending.append(batch)
         pending_rows += batch.num_rows
         while pending_rows >= chunk_rows:
@@ -186,6 +185,75 @@ def raw_chunks(raw_dir: Path, chunk_rows: int) -> Iterator[pa.Table]:
             pending_rows = rest.num_rows
     if pending_rows:
         yield pa.Table.from_batches(pending)
+
+
+def raw_chunks(raw_dir: Path, chunk_rows: int) -> Iterator[pa.Table]:
+    """The partition as tables of exactly `chunk_rows` rows (the last may be shorter).
+
+    Read-ahead is one batch of one file: pyarrow's defaults (16 batches, 4 files) would hold most
+    of a partition in memory. A Parquet row group is still read whole, so producers should write
+    row groups no larger than a chunk.
+    """
+    dataset = pads.dataset(raw_dir, format="parquet")
+    return _rechunked(dataset.to_batches(batch_size=chunk_rows, batch_readahead=1, fragment_readahead=1), chunk_rows)
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """Whole row groups of the raw partition that one task scores as consecutive chunks.
+
+    Parquet reads a row group whole, so a unit never splits one between tasks: a row group larger
+    than a chunk is read once and cut into chunks inside its unit, not re-read by several tasks.
+    """
+
+    unit_id: int
+    row_groups: tuple[tuple[str, int], ...]
+    rows: int
+    first_chunk_id: int
+
+
+def partition_work_units(raw_dir: Path, chunk_rows: int) -> list[WorkUnit]:
+    """The partition cut into units of at least `chunk_rows` rows (the last may be smaller), from
+    the Parquet footers alone."""
+    units: list[WorkUnit] = []
+    pending: list[tuple[str, int]] = []
+    pending_rows = next_chunk = 0
+
+    def flush() -> None:
+        nonlocal pending, pending_rows, next_chunk
+        units.append(WorkUnit(len(units), tuple(pending), pending_rows, next_chunk))
+        next_chunk += -(-pending_rows // chunk_rows)
+        pending, pending_rows = [], 0
+
+    for path in sorted(raw_dir.rglob("*.parquet")):
+        try:
+            metadata = pq.ParquetFile(path).metadata
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise PartitionError(f"raw file {path} is not a readable Parquet file: {exc}") from exc
+        for group in range(metadata.num_row_groups):
+            rows = metadata.row_group(group).num_rows
+            if rows:
+                pending.append((str(path), group))
+                pending_rows += rows
+            if pending_rows >= chunk_rows:
+                flush()
+    if pending:
+        flush()
+    return units
+
+
+def unit_chunks(unit: WorkUnit, chunk_rows: int) -> Iterator[tuple[int, pa.Table]]:
+    """(chunk id, table) of each chunk of the unit, one row group in memory at a time."""
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for path, group in unit.row_groups:
+            yield from pq.ParquetFile(path).read_row_group(group).to_batches(max_chunksize=chunk_rows)
+
+    try:
+        yield from enumerate(_rechunked(batches(), chunk_rows), start=unit.first_chunk_id)
+    except pa.ArrowInvalid as exc:
+        files = sorted({path for path, _ in unit.row_groups})
+        raise PartitionError(f"raw files {files} do not share one schema: {exc}") from exc
 
 
 @dataclass
@@ -215,6 +283,8 @@ class ScoringSummary:
     failed_chunks: list[dict[str, Any]] = field(default_factory=list)
     peak_rss_mb: float = 0.0
     wall_s: float = 0.0
+    workers: list[str] = field(default_factory=list)
+    """host:pid of each process that ran inference for the run."""
 
     def inference_stats(self) -> dict[str, Any]:
         lat = np.asarray(self.chunk_latency_ms or [0.0])
@@ -232,6 +302,7 @@ class ScoringSummary:
             "inference_rows_per_s": float(self.rows_scored / infer_s) if infer_s > 0 else None,
             "end_to_end_rows_per_s": float(self.rows_read / self.wall_s) if self.wall_s > 0 else None,
             "peak_rss_mb": self.peak_rss_mb,
+            "workers": self.workers,
         }
 
     def ledger_counts(self) -> dict[str, Any]:
@@ -260,11 +331,13 @@ class OutputDirs:
     fallback_report: Path
     drift_report: Path
     drift_histograms: Path
+    inference_handoff: Path
+    """Raw outputs of a chunk between its inference and its prediction task; staged only, never published."""
 
     def all(self) -> tuple[Path, ...]:
         return (
             self.predictions, self.quarantine, self.guard_actions, self.guard_summary,
-            self.fallback_report, self.drift_report, self.drift_histograms,
+            self.fallback_report, self.drift_report, self.drift_histograms, self.inference_handoff,
         )
 
 
@@ -278,6 +351,7 @@ def output_dirs(settings: Settings, job: str) -> OutputDirs:
         fallback_report=base / "reports" / "fallback",
         drift_report=base / "reports" / "drift",
         drift_histograms=base / "reports" / "drift_histograms",
+        inference_handoff=base / "inference_handoff",
     )
 
 
@@ -342,37 +416,115 @@ def _with_retries(attempts: int, what: str, fn):
             if attempt == attempts:
                 raise
 
+_HANDOFF_FEATURES = b"feature_names"
 
-def score_partition_chunks(
-    prepared: PreparedJob,
-    *,
-    run_id: str,
-    partition_date: dt.date,
-    chunk_rows: int,
-    dirs: OutputDirs,
-) -> ScoringSummary:
-    """Score every chunk of the partition into the run's staging files; the partition stays untouched."""
+
+def _handoff_path(dirs: OutputDirs, run_id: str, chunk_id: int) -> Path:
+    return staging_dir(dirs.inference_handoff, run_id) / f"chunk-{chunk_id:05d}.arrow"
+
+
+def _write_handoff(path: Path, inferred: InferenceOutput, contributions: FeatureContributions) -> None:
+    """The chunk's raw outputs for its prediction task: margins per row, and the contributions
+    of the rows that need reasons (row index, then one column per feature)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = len(inferred.margins)
+    rows = np.full(n, -1, dtype=np.int64)
+    rows[contributions.row_index] = np.arange(len(contributions.row_index))
+    explained = np.zeros((n, len(contributions.feature_names)), dtype=np.float64)
+    explained[contributions.row_index] = contributions.values
+    table = pa.table(
+        {
+            "entity_id": inferred.entity_ids,
+            "margin": pa.array(inferred.margins, type=pa.float64()),
+            "contribution_row": pa.array(rows),
+            **{f"c{j}": pa.array(explained[:, j]) for j in range(explained.shape[1])},
+        }
+    ).replace_schema_metadata(
+        {
+            _HANDOFF_FEATURES: json.dumps(list(contributions.feature_names)).encode(),
+            b"inference": json.dumps(
+                {"model_name": inferred.model_name, "model_version": inferred.model_version,
+                 "device_type": inferred.device_type, "latency_ms": inferred.latency_ms}
+            ).encode(),
+        }
+    )
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _read_handoff(path: Path, chunk_id: int) -> tuple[InferenceOutput, FeatureContributions]:
+    with pa.memory_map(str(path)) as source:
+        table = pa.ipc.open_file(source).read_all()
+    meta = json.loads(table.schema.metadata[b"inference"])
+    names = tuple(json.loads(table.schema.metadata[_HANDOFF_FEATURES]))
+    inferred = InferenceOutput(
+        chunk_id=chunk_id, entity_ids=table.column("entity_id").combine_chunks(),
+        margins=table.column("margin").to_numpy(), **meta,
+    )
+    rows = table.column("contribution_row").to_numpy()
+    row_index = np.flatnonzero(rows >= 0)
+    values = np.column_stack([table.column(f"c{j}").to_numpy()[row_index] for j in range(len(names))]) if names else np.empty((len(row_index), 0))
+    return inferred, FeatureContributions(row_index=row_index, values=values.reshape(len(row_index), len(names)), feature_names=names)
+
+
+@dataclass
+class UnitInference:
+    """What the inference task of one unit hands on: counts, and the chunks whose outputs wait in handoff files."""
+
+    unit_id: int
+    chunk_ids: list[int] = field(default_factory=list)
+    chunks: int = 0
+    rows_read: int = 0
+    rows_failed: int = 0
+    failed_chunks: list[dict[str, Any]] = field(default_factory=list)
+    guard: GuardCounts = field(default_factory=GuardCounts)
+    latency_ms: list[float] = field(default_factory=list)
+    drift: DriftAccumulator | None = None
+    peak_rss_mb: float = 0.0
+    worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    """The process that ran the unit's inference: on Dask, one of the cluster's workers."""
+
+
+@dataclass
+class UnitPrediction:
+    unit_id: int
+    rows_scored: int = 0
+    rows_with_reasons: int = 0
+    rows_without_adverse_reason: int = 0
+    rows_straddling: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)
+    rules: Counter[str] = field(default_factory=Counter)
+    drift: DriftAccumulator | None = None
+    peak_rss_mb: float = 0.0
+
+
+def _peak_rss_mb() -> float:
+    # The worker process's high-water mark: a scoring run's memory must not grow with the partition.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _probability_map(prepared: PreparedJob) -> ProbabilityMap:
+    engine = prepared.model.engine
+    return ProbabilityMap(BinnedBetaCalibrator.from_metadata(engine.metadata.calibration), prepared.spec.prediction.interval_level)
+
+
+def inferred_unit(
+    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs
+) -> UnitInference:
+    """Guard, build features, infer and explain every chunk of `unit`; raw outputs go to handoff files.
+
+    Which rows need reasons is a business rule, so the prediction layer's pure decision function
+    picks them here; only their contributions are computed, on the same device as the margins.
+    """
     spec, fm, engine = prepared.spec, prepared.features, prepared.model.engine
-    probability_map = ProbabilityMap(BinnedBetaCalibrator.from_metadata(engine.metadata.calibration), spec.prediction.interval_level)
-    summary = ScoringSummary(
-        device_type=engine.device_type,
-        providers=list(engine.providers),
-        model_version=engine.metadata.version,
-        fallback_reason=prepared.model.fallback_reason,
-    )
-    rows_expected = pads.dataset(prepared.raw_dir, format="parquet").count_rows()
-    drift = DriftAccumulator(
-        edges={**prepared.drift_edges, "score": SCORE_EDGES}, psi_edges={**prepared.psi_edges, "score": SCORE_PSI_EDGES}
-    )
-    decisions: Counter[str] = Counter()
-    rules: Counter[str] = Counter()
-    started = time.perf_counter()
-    for chunk_id, table in enumerate(raw_chunks(prepared.raw_dir, chunk_rows)):
+    probability_map = _probability_map(prepared)
+    result = UnitInference(unit.unit_id, drift=DriftAccumulator(edges=prepared.drift_edges, psi_edges=prepared.psi_edges))
+    for chunk_id, table in unit_chunks(unit, chunk_rows):
         chunk = ChunkRef(run_id, spec.name, partition_date, chunk_id, spec.entity_column)
         guarded = guarded_chunk(pl.from_arrow(table), prepared.suite, entity_column=spec.entity_column)
-        summary.rows_read += table.num_rows
-        summary.chunks += 1
-        summary.guard.merge(guarded.counts)
+        result.rows_read += table.num_rows
+        result.chunks += 1
+        result.guard.merge(guarded.counts)
         _write_guard_outputs(guarded, dirs, chunk)
         if guarded.scorable.height == 0:
             continue
@@ -383,13 +535,13 @@ def score_partition_chunks(
             feature_names=tuple(fm.FEATURES),
         )
 
-        def inferred_and_explained() -> tuple[InferenceInput, InferenceOutput, Any, FeatureContributions]:
+        def inferred_and_explained() -> tuple[InferenceInput, InferenceOutput, FeatureContributions]:
             full, inferred = _inferred(prepared, batch)
             decided = predict_decided_chunk(inferred, probability_map, spec.prediction)
-            return full, inferred, decided, engine.inference_contributions(full, decided.reason_rows)
+            return full, inferred, engine.inference_contributions(full, decided.reason_rows)
 
         try:
-            full, inferred, decided, contributions = _with_retries(
+            full, inferred, contributions = _with_retries(
                 1 + spec.inference.retries, f"chunk {chunk_id} of {spec.name} {partition_date}", inferred_and_explained
             )
         except _NOT_RETRIED:
@@ -399,39 +551,98 @@ def score_partition_chunks(
                 pl.lit([f"inference_failed({type(exc).__name__})"], dtype=pl.List(pl.String)).alias("failed_expectations")
             )
             _write_quarantine(failed, dirs, chunk, "inference")
-            summary.rows_failed += failed.height
-            summary.failed_chunks.append({"chunk": chunk_id, "rows": failed.height, "error": f"{type(exc).__name__}: {exc}"})
-            if summary.rows_failed > spec.inference.max_failed_share * max(rows_expected, 1):
-                raise InferenceFailure(
-                    f"job {spec.name} on {partition_date}: {summary.rows_failed} of {rows_expected} rows are in chunks whose "
-                    f"inference failed after {1 + spec.inference.retries} attempt(s), beyond the error budget "
-                    f"inference.max_failed_share={spec.inference.max_failed_share:.2%}; last error: {type(exc).__name__}: {exc}"
-                ) from exc
+            result.rows_failed += failed.height
+            result.failed_chunks.append({"chunk": chunk_id, "rows": failed.height, "error": f"{type(exc).__name__}: {exc}"})
             continue
+        _write_handoff(_handoff_path(dirs, run_id, chunk_id), inferred, contributions)
+        result.chunk_ids.append(chunk_id)
+        result.latency_ms.append(inferred.latency_ms)
+        result.drift.add_matrix(prepared.model_features, full.features)
+    result.peak_rss_mb = _peak_rss_mb()
+    return result
+
+
+def predicted_unit(
+    prepared: PreparedJob, inference: UnitInference, *, run_id: str, partition_date: dt.date, dirs: OutputDirs
+) -> UnitPrediction:
+    """Turn the unit's raw outputs into the prediction contract: probability, interval, score,
+    decision and reasons, one staged Parquet file per chunk."""
+    spec = prepared.spec
+    probability_map = _probability_map(prepared)
+    result = UnitPrediction(inference.unit_id, drift=DriftAccumulator(edges={"score": SCORE_EDGES}, psi_edges={"score": SCORE_PSI_EDGES}))
+    for chunk_id in inference.chunk_ids:
+        path = _handoff_path(dirs, run_id, chunk_id)
+        inferred, contributions = _read_handoff(path, chunk_id)
+        decided = predict_decided_chunk(inferred, probability_map, spec.prediction)
         predicted = predict_output(
-            decided,
-            contributions,
-            spec.prediction,
-            run_id=run_id,
-            job=spec.name,
-            partition_date=partition_date,
-            feature_version=fm.FEATURE_VERSION,
+            decided, contributions, spec.prediction,
+            run_id=run_id, job=spec.name, partition_date=partition_date, feature_version=prepared.features.FEATURE_VERSION,
         )
         write_staged_chunk(dirs.predictions, run_id, chunk_id, predicted.table)
-        summary.rows_scored += predicted.table.num_rows
-        summary.rows_with_reasons += predicted.rows_needing_reasons
-        summary.rows_without_adverse_reason += predicted.rows_without_adverse_reason
-        summary.rows_straddling += predicted.straddling_rows
-        summary.chunk_latency_ms.append(inferred.latency_ms)
-        drift.add_matrix(prepared.model_features, full.features)
-        drift.add("score", predicted.table.column("score").to_numpy())
-        decisions.update(predicted.decisions)
-        rules.update(predicted.rules)
-    summary.wall_s = time.perf_counter() - started
-    # The worker process's high-water mark: a scoring run's memory must not grow with the partition.
-    summary.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        path.unlink()
+        result.rows_scored += predicted.table.num_rows
+        result.rows_with_reasons += predicted.rows_needing_reasons
+        result.rows_without_adverse_reason += predicted.rows_without_adverse_reason
+        result.rows_straddling += predicted.straddling_rows
+        result.drift.add("score", predicted.table.column("score").to_numpy())
+        result.decisions.update(predicted.decisions)
+        result.rules.update(predicted.rules)
+    result.peak_rss_mb = _peak_rss_mb()
+    return result
+
+
+def scoring_summary(
+    prepared: PreparedJob,
+    inferences: list[UnitInference],
+    predictions: list[UnitPrediction],
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    dirs: OutputDirs,
+    wall_s: float,
+) -> ScoringSummary:
+    """Merge the units' counts into the run's summary, stage its reports, and enforce the job's limits."""
+    spec, engine = prepared.spec, prepared.model.engine
+    summary = ScoringSummary(
+        device_type=engine.device_type,
+        providers=list(engine.providers),
+        model_version=engine.metadata.version,
+        fallback_reason=prepared.model.fallback_reason,
+        wall_s=wall_s,
+    )
+    drift = DriftAccumulator(
+        edges={**prepared.drift_edges, "score": SCORE_EDGES}, psi_edges={**prepared.psi_edges, "score": SCORE_PSI_EDGES}
+    )
+    decisions: Counter[str] = Counter()
+    rules: Counter[str] = Counter()
+    for inference in sorted(inferences, key=lambda u: u.unit_id):
+        summary.rows_read += inference.rows_read
+        summary.chunks += inference.chunks
+        summary.rows_failed += inference.rows_failed
+        summary.failed_chunks += inference.failed_chunks
+        summary.guard.merge(inference.guard)
+        summary.chunk_latency_ms += inference.latency_ms
+        drift.merge(inference.drift)
+        summary.peak_rss_mb = max(summary.peak_rss_mb, inference.peak_rss_mb)
+    summary.workers = sorted({inference.worker for inference in inferences})
+    for prediction in sorted(predictions, key=lambda u: u.unit_id):
+        summary.rows_scored += prediction.rows_scored
+        summary.rows_with_reasons += prediction.rows_with_reasons
+        summary.rows_without_adverse_reason += prediction.rows_without_adverse_reason
+        summary.rows_straddling += prediction.rows_straddling
+        drift.merge(prediction.drift)
+        decisions.update(prediction.decisions)
+        rules.update(prediction.rules)
+        summary.peak_rss_mb = max(summary.peak_rss_mb, prediction.peak_rss_mb)
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))
+    if summary.rows_failed > spec.inference.max_failed_share * max(summary.rows_read, 1):
+        last = summary.failed_chunks[-1]["error"]
+        raise InferenceFailure(
+            f"job {spec.name} on {partition_date}: {summary.rows_failed} of {summary.rows_read} rows are in chunks whose "
+            f"inference failed after {1 + spec.inference.retries} attempt(s), beyond the error budget "
+            f"inference.max_failed_share={spec.inference.max_failed_share:.2%}; last error: {last}"
+        )
     summary.guard_summary = guard_summary_rows(prepared.suite, summary.guard)
     write_staged_chunk(
         dirs.guard_summary, run_id, 0,
@@ -489,3 +700,25 @@ def score_partition_chunks(
         summary.guard.rows_repaired, summary.guard.rows_quarantined, summary.wall_s,
     )
     return summary
+
+
+def score_partition_chunks(
+    prepared: PreparedJob,
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    chunk_rows: int,
+    dirs: OutputDirs,
+) -> ScoringSummary:
+    """Score every chunk of the partition in this process, unit after unit: the flow's tasks in
+    sequence. The run's staging files are written; the partition stays untouched."""
+    started = time.perf_counter()
+    inferences, predictions = [], []
+    for unit in partition_work_units(prepared.raw_dir, chunk_rows):
+        inference = inferred_unit(prepared, unit, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs)
+        inferences.append(inference)
+        predictions.append(predicted_unit(prepared, inference, run_id=run_id, partition_date=partition_date, dirs=dirs))
+    return scoring_summary(
+        prepared, inferences, predictions, run_id=run_id, partition_date=partition_date, dirs=dirs,
+        wall_s=time.perf_counter() - started,
+    )

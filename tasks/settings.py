@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,6 +27,24 @@ class Settings(BaseSettings):
     timezone: str = Field(default="UTC", description="Business timezone: what 'yesterday' means for nightly runs.")
     warehouse_path: Path | None = Field(
         default=None, description="DuckDB file; defaults to `<data_dir>/warehouse.duckdb`."
+    )
+
+    task_runner: Literal["threads", "dask"] = Field(
+        default="threads",
+        description="Where the chunk tasks of score_partition run: a thread pool here, or a Dask cluster.",
+    )
+    task_workers: int = Field(default=2, ge=1, description="Threads of the thread runner (chunk tasks at once).")
+    dask_address: str | None = Field(
+        default=None, description="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786; none starts a local one."
+    )
+    dask_workers: int = Field(default=2, ge=1, description="Worker processes of the local Dask cluster.")
+    dask_threads_per_worker: int = Field(default=1, ge=1, description="Threads per worker of the local Dask cluster.")
+    inference_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description=(
+            'Dask worker resources each inference task holds, e.g. {"GPU": 1}; the cluster\'s workers must '
+            "declare them (`dask worker --resources GPU=1`). Prediction tasks never ask for any."
+        ),
     )
 
     @property

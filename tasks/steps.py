@@ -7,7 +7,9 @@ built inside the task that uses them.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +19,20 @@ from pydantic import BaseModel, ConfigDict
 
 from tasks.html_report import run_report_html, write_run_report
 from tasks.publish import discard_run_staging, published_partition
-from tasks.scoring import ScoringSummary, output_dirs, prepared_job, score_partition_chunks
-from tasks.settings import current_settings
+from tasks.scoring import (
+    PreparedJob,
+    ScoringSummary,
+    UnitInference,
+    UnitPrediction,
+    WorkUnit,
+    inferred_unit,
+    output_dirs,
+    partition_work_units,
+    predicted_unit,
+    prepared_job,
+    scoring_summary,
+)
+from tasks.settings import Settings, current_settings
 from tasks.warehouse import DuckDBWarehouse
 
 log = logging.getLogger("scoring.run")
@@ -49,7 +63,7 @@ def _warehouse() -> DuckDBWarehouse:
 @task(name="start-run")
 def start_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int | None) -> RunTicket:
     """Check spec, suite, model and feature versions, then open the run in the ledger."""
-    prepared = prepared_job(job, partition_date, current_settings())
+    prepared = _prepared(run_id, job, partition_date, current_settings().model_dump_json())
     meta = prepared.model.engine.metadata
     ticket = RunTicket(
         run_id=run_id,
@@ -66,17 +80,48 @@ def start_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int | 
     return ticket
 
 
-@task(name="score-chunks")
-def score_chunks(ticket: RunTicket) -> ScoringSummary:
-    """Guard, infer and predict every chunk into staging files."""
-    settings = current_settings()
-    prepared = prepared_job(ticket.job, ticket.partition_date, settings)
-    return score_partition_chunks(
-        prepared,
-        run_id=ticket.run_id,
-        partition_date=ticket.partition_date,
-        chunk_rows=ticket.chunk_rows,
-        dirs=output_dirs(settings, ticket.job),
+@functools.lru_cache(maxsize=4)
+def _prepared(run_id: str, job: str, partition_date: dt.date, settings_json: str) -> PreparedJob:
+    # Once per run and worker process: a Dask worker loads the model on its first unit of the run.
+    return prepared_job(job, partition_date, Settings.model_validate_json(settings_json))
+
+
+def _run_job(ticket: RunTicket) -> PreparedJob:
+    return _prepared(ticket.run_id, ticket.job, ticket.partition_date, current_settings().model_dump_json())
+
+
+@task(name="plan-work-units")
+def plan_work_units(ticket: RunTicket) -> list[WorkUnit]:
+    """The partition's row groups grouped into units of at least one chunk, from the Parquet footers."""
+    return partition_work_units(_run_job(ticket).raw_dir, ticket.chunk_rows)
+
+
+@task(name="infer-unit")
+def infer_unit(ticket: RunTicket, unit: WorkUnit) -> UnitInference:
+    """Guards, features, raw margins and contributions of one unit's chunks (the inference side)."""
+    return inferred_unit(
+        _run_job(ticket), unit, run_id=ticket.run_id, partition_date=ticket.partition_date,
+        chunk_rows=ticket.chunk_rows, dirs=output_dirs(current_settings(), ticket.job),
+    )
+
+
+@task(name="predict-unit")
+def predict_unit(ticket: RunTicket, inference: UnitInference) -> UnitPrediction:
+    """Probabilities, intervals, scores, decisions and reasons of one unit's chunks (the business side)."""
+    return predicted_unit(
+        _run_job(ticket), inference, run_id=ticket.run_id, partition_date=ticket.partition_date,
+        dirs=output_dirs(current_settings(), ticket.job),
+    )
+
+
+@task(name="summarize-run")
+def summarize_run(
+    ticket: RunTicket, inferences: list[UnitInference], predictions: list[UnitPrediction], started: float
+) -> ScoringSummary:
+    """Merge the units' counts, stage the run's reports and enforce the job's limits."""
+    return scoring_summary(
+        _run_job(ticket), inferences, predictions, run_id=ticket.run_id, partition_date=ticket.partition_date,
+        dirs=output_dirs(current_settings(), ticket.job), wall_s=time.time() - started,
     )
 
 

@@ -252,12 +252,12 @@ def test_guards_hold_one_chunk_of_raw_data_at_a_time(
 
     alive: list[weakref.ref] = []
     most_alive = 0
-    real_chunks, real_guard = scoring.raw_chunks, scoring.guarded_chunk
+    real_chunks, real_guard = scoring.unit_chunks, scoring.guarded_chunk
 
-    def tracked_chunks(raw_dir: Path, chunk_rows: int):
-        for table in real_chunks(raw_dir, chunk_rows):
+    def tracked_chunks(unit: scoring.WorkUnit, chunk_rows: int):
+        for chunk_id, table in real_chunks(unit, chunk_rows):
             alive.append(weakref.ref(table))
-            yield table
+            yield chunk_id, table
 
     def tracked_guard(frame: pl.DataFrame, suite, *, entity_column: str):
         nonlocal most_alive
@@ -266,7 +266,7 @@ def test_guards_hold_one_chunk_of_raw_data_at_a_time(
         most_alive = max(most_alive, sum(ref() is not None for ref in alive))
         return real_guard(frame, suite, entity_column=entity_column)
 
-    monkeypatch.setattr(scoring, "raw_chunks", tracked_chunks)
+    monkeypatch.setattr(scoring, "unit_chunks", tracked_chunks)
     monkeypatch.setattr(scoring, "guarded_chunk", tracked_guard)
     prepared = scoring.prepared_job(DEMO_JOB, day, fresh_data)
     summary = scoring.score_partition_chunks(

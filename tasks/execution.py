@@ -1,0 +1,44 @@
+"""The task runner of a run's chunk tasks, chosen by configuration: threads here or a Dask cluster.
+
+Only references cross a task boundary (a run ticket, a work unit of row-group ids, per-unit
+counts and histograms); tables stay in the worker that reads them and in staging files.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+
+from tasks.settings import Settings
+
+
+def configured_task_runner(settings: Settings) -> TaskRunner:
+    if settings.task_runner == "threads":
+        return ThreadPoolTaskRunner(max_workers=settings.task_workers)
+    from prefect_dask import DaskTaskRunner
+
+    if settings.dask_address:
+        return DaskTaskRunner(address=settings.dask_address)
+    resources = {name: amount for name, amount in settings.inference_resources.items()}
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": settings.dask_workers,
+            "threads_per_worker": settings.dask_threads_per_worker,
+            "processes": True,
+            # None would still serve a dashboard on the default port; a free local port never clashes.
+            "dashboard_address": "127.0.0.1:0",
+            # A local cluster gives each worker the resources inference asks for, or its tasks would wait forever.
+            **({"resources": resources} if resources else {}),
+        }
+    )
+
+
+def inference_task_resources(settings: Settings) -> AbstractContextManager[Any]:
+    """Wrap the submission of inference tasks: on Dask they hold `inference_resources`."""
+    if settings.task_runner != "dask" or not settings.inference_resources:
+        return nullcontext()
+    import dask
+
+    return dask.annotate(resources=dict(settings.inference_resources))

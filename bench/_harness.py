@@ -1,0 +1,155 @@
+"""Measured child processes, medians, JSON lines and the closing table of the bench scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _data import REPO_ROOT, BenchData
+
+PYTHON = sys.executable
+SCORE = str(Path(sys.executable).with_name("score"))
+
+
+@dataclass
+class ChildRun:
+    """One measured child process: wall seconds from spawn to exit, and its memory high-water marks."""
+
+    cmd: list[str]
+    rc: int
+    wall_s: float
+    maxrss_mb: float
+    """ru_maxrss from wait4 of this child: the largest RSS of the child or any descendant it waited for."""
+    tree_peak_rss_mb: float
+    """Largest sum of RSS over the child and all its descendants, sampled every `sample_s`."""
+    log_path: Path
+    stdout: str = field(repr=False, default="")
+
+    def log_tail(self, lines: int = 25) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def child_env(data: BenchData, *, jobs_dir: Path | None = None) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "SCORING_DATA_DIR": str(data.data_dir),
+        "SCORING_WAREHOUSE_PATH": str(data.data_dir / "warehouse.duckdb"),
+        "PREFECT_HOME": str(data.prefect_home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "GX_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        # The summary table of `score run` is printed to a file: keep it on one line per row.
+        "COLUMNS": "200",
+    }
+    if jobs_dir is not None:
+        env["SCORING_JOBS_DIR"] = str(jobs_dir)
+    else:
+        env.pop("SCORING_JOBS_DIR", None)
+    return env
+
+
+def _tree_rss_sampler(pid: int, sample_s: float, peak: list[int], done: threading.Event) -> None:
+    try:
+        import psutil
+    except ImportError:  # the wait4 figure still comes back
+        return
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return
+    while not done.is_set():
+        total = 0
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        peak[0] = max(peak[0], total)
+        done.wait(sample_s)
+
+
+def measured_child(cmd: list[str], *, env: dict[str, str], log_path: Path, sample_s: float = 0.1) -> ChildRun:
+    """Run `cmd` (stdout kept, stderr to `log_path`) and measure it. Its own rusage comes from
+    wait4 on its pid, so earlier children do not mask it (RUSAGE_CHILDREN is a max over all)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
+        peak = [0]
+        done = threading.Event()
+        sampler = threading.Thread(target=_tree_rss_sampler, args=(proc.pid, sample_s, peak, done), daemon=True)
+        sampler.start()
+        chunks: list[str] = []
+        reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        done.set()
+        reader.join()
+        sampler.join()
+    stdout = "".join(chunks)
+    with open(log_path, "a") as log:
+        log.write("\n--- stdout ---\n" + stdout)
+    return ChildRun(
+        cmd=cmd, rc=proc.returncode, wall_s=wall, maxrss_mb=usage.ru_maxrss / 1024,
+        tree_peak_rss_mb=peak[0] / 2**20, log_path=log_path, stdout=stdout,
+    )
+
+
+def checked(run: ChildRun, what: str) -> ChildRun:
+    if run.rc != 0:
+        print(json.dumps({"bench": "error", "what": what, "rc": run.rc, "cmd": run.cmd, "log": str(run.log_path)}), flush=True)
+        print(run.log_tail(), file=sys.stderr)
+        raise SystemExit(1)
+    return run
+
+
+def last_json_line(text: str) -> dict:
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise ValueError("no JSON line in the child's output")
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record, default=str), flush=True)
+
+
+def print_table(title: str, columns: list[str], rows: list[list]) -> None:
+    """A short table for people, after the JSON lines; on stderr when stdout is piped to a JSON consumer."""
+    out = sys.stdout if sys.stdout.isatty() else sys.stderr
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(title, file=out)
+        for row in [columns, *rows]:
+            print("  ".join(str(c) for c in row), file=out)
+        return
+    table = Table(title=title)
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*[str(c) for c in row])
+    Console(file=out, width=160).print(table)
+
+
+def add_repeat_argument(parser, default: int = 3) -> None:  # noqa: ANN001
+    parser.add_argument("--repeat", type=int, default=default, help=f"runs per figure; the median is reported (default {default})")

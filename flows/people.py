@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import datetime as dt
 
-from prefect import flow
+from typing import Annotated
+
+from prefect import flow, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.futures import as_completed
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import Field
 
 from flows.score_partition import score_partition
 from tasks.calendar import job_name_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs
+from tasks.progress import reported_progress
 from tasks.reporting import BackfillMode, partitions_to_score
 from tasks.settings import current_settings
 
 JobName = job_name_enum(current_settings())
+MAX_CONCURRENCY = 8
+"""Partitions one backfill scores at once, at most."""
 
 
 def _scored(job: str, date: dt.date, chunk_rows: int | None) -> dict:
@@ -25,6 +33,12 @@ def _scored(job: str, date: dt.date, chunk_rows: int | None) -> dict:
             "error": "", "report": result["report"],
         }
     return {"job": job, "date": date.isoformat(), "outcome": "failed", "rows_scored": 0, "error": state.message or "", "report": ""}
+
+
+@task(name="score-partition-run")
+def score_partition_run(job: str, date: dt.date, chunk_rows: int | None) -> dict:
+    """One partition's score_partition run as a task, so a backfill can run several at once."""
+    return _scored(job, date, chunk_rows)
 
 
 def _reported(outcomes: list[dict], key: str) -> list[dict]:
@@ -42,7 +56,7 @@ def nightly(date: dt.date | None = None) -> list[dict]:
     return _reported([_scored(job, day, None) for job in configured_jobs(current_settings())], "nightly-outcomes")
 
 
-@flow(name="backfill")
+@flow(name="backfill", task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
 def backfill(
     job: JobName,  # type: ignore[valid-type]
     start_date: dt.date,
@@ -50,10 +64,11 @@ def backfill(
     mode: BackfillMode = "all",
     dry_run: bool = False,
     chunk_rows: int | None = None,
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = 1,
 ) -> list[dict]:
     """Score the partitions from `start_date` to `end_date` inclusive that `mode` selects (`all`,
     `missing`: never scored, `failed`: last run failed); failures are listed, not fatal to the rest.
-    `dry_run` lists what would be scored and writes nothing."""
+    `dry_run` lists what would be scored and writes nothing; `concurrency` partitions run at once."""
     settings = current_settings()
     dates = partitions_to_score(settings, str(job), partition_range(start_date, end_date), mode)
     if dry_run:
@@ -61,10 +76,17 @@ def backfill(
         create_table_artifact(key="backfill-plan", table=planned, description=f"Dry run, mode {mode}: nothing was written")
         return planned
     progress = create_progress_artifact(0.0, key="backfill-progress", description=f"{job}: {len(dates)} partition(s), mode {mode}")
-    outcomes = []
-    for i, d in enumerate(dates, start=1):
-        outcomes.append(_scored(str(job), d, chunk_rows))
-        update_progress_artifact(progress, 100.0 * i / len(dates))
+    outcomes: dict[dt.date, dict] = {}
+    waiting, running = list(dates), []
+    while waiting or running:
+        while waiting and len(running) < concurrency:
+            running.append(score_partition_run.submit(str(job), waiting.pop(0), chunk_rows))
+        finished = next(as_completed(running))
+        running.remove(finished)
+        outcome = finished.result()
+        outcomes[dt.date.fromisoformat(outcome["date"])] = outcome
+        update_progress_artifact(progress, 100.0 * len(outcomes) / len(dates))
+        reported_progress(f"{job} partitions", len(outcomes), len(dates))
     if not dates:
         update_progress_artifact(progress, 100.0)
-    return _reported(outcomes, "backfill-outcomes")
+    return _reported([outcomes[d] for d in dates], "backfill-outcomes")

@@ -89,3 +89,42 @@ def test_cli_dry_run_prints_the_plan(demo_env: DemoEnv, fresh_data: Settings, pr
     assert result.exit_code == 0, result.output
     assert f"would score 3 partition(s): {first}" in result.output
     assert not fresh_data.duckdb_path.exists()
+
+
+def _partition_task_runs(flow_run_id) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    return sorted((r for r in runs if r.name.startswith("score-partition-run")), key=lambda r: r.created)
+
+
+def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_failure(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    from flows.people import backfill
+    from tasks.progress import progress_listener
+
+    first, middle, last = demo_env.plan.scoring_dates
+    shutil.rmtree(fresh_data.raw_partition_dir(DEMO_JOB, middle.isoformat()))
+    seen: list[tuple[str, int, int]] = []
+    with progress_listener(lambda what, done, total: seen.append((what, done, total))):
+        state = backfill(DEMO_JOB, first, last, concurrency=3, return_state=True)
+    assert state.is_failed() and f"1 of 3 partition(s) failed: {DEMO_JOB} {middle}" in state.message
+    assert [s for s in seen if s[0].endswith("partitions")] == [(f"{DEMO_JOB} partitions", n, 3) for n in (1, 2, 3)]
+    # Inside each scored partition, its work units report too.
+    assert {s for s in seen if s[0].endswith("units")} == {(f"{DEMO_JOB} {d} units", 1, 1) for d in (first, last)}
+    with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
+        rows = con.sql("SELECT partition_date, status FROM runs ORDER BY partition_date").fetchall()
+    assert rows == [(first, "succeeded"), (middle, "failed"), (last, "succeeded")]
+    # All three partitions were started before the first one ended.
+    runs = _partition_task_runs(state.state_details.flow_run_id)
+    assert len(runs) == 3 and max(r.created for r in runs) < min(r.end_time for r in runs)
+
+    # With concurrency 1, each partition starts after the one before it ended.
+    state = backfill(DEMO_JOB, first, last, mode="failed", concurrency=1, return_state=True)
+    assert state.is_failed()
+    sequential = _partition_task_runs(state.state_details.flow_run_id)
+    assert len(sequential) == 1
+    state = backfill(DEMO_JOB, first, last, concurrency=1, return_state=True)
+    sequential = _partition_task_runs(state.state_details.flow_run_id)
+    assert [r.created < p.end_time for p, r in zip(sequential, sequential[1:])] == [False, False]

@@ -41,6 +41,9 @@ def test_backfill_form_has_a_job_select_and_date_pickers() -> None:
     job = schema["definitions"]["JobName"] if "$ref" in str(props["job"]) else props["job"]
     assert "credit_risk" in job["enum"]
     assert props["start_date"]["format"] == "date" and props["end_date"]["format"] == "date"
+    # At most this many partitions at once; the form shows a bounded number field.
+    assert props["concurrency"]["default"] == 1
+    assert (props["concurrency"]["minimum"], props["concurrency"]["maximum"]) == (1, 8)
 
 
 def test_deployment_default_parameters_name_a_configured_job() -> None:

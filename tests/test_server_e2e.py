@@ -188,7 +188,7 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
     r = httpx.post(
         f"{live_server.api}/deployments/{deployment['id']}/create_flow_run",
         json={"parameters": {"job": DEMO_JOB, "start_date": d1.isoformat(), "end_date": d2.isoformat(),
-                             "mode": "all", "dry_run": False}},
+                             "mode": "all", "dry_run": False, "concurrency": 2}},
         timeout=30,
     )
     assert r.status_code == 201, r.text
@@ -292,6 +292,7 @@ def test_backfill_run_form_renders_typed_parameters(live_server: LiveServer, tmp
             _expect_options(page, mode.get_by_role("button", name="Select mode"), ["all", "missing", "failed"])
 
             expect(_param(page, "dry_run", optional=True).get_by_role("switch")).to_have_attribute("aria-checked", "false")
+            expect(_param(page, "concurrency", optional=True).locator("input")).to_have_value("1")
 
             chunk_rows = _param(page, "chunk_rows", optional=True)
             expect(chunk_rows.get_by_role("tab", name="int", exact=True)).to_be_visible()

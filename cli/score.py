@@ -5,11 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import TaskID
 from rich.table import Table
 from rich.text import Text
 
@@ -17,6 +20,7 @@ import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.calendar import partition_range, yesterday
 from tasks.errors import ScoringError
 from tasks.jobspec import load_job_spec
+from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
 from tasks.scoring import parse_partition_date, prepared_job
 from tasks.settings import current_settings
@@ -40,6 +44,38 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
         console.print(f"run report{'s' if len(reports) > 1 else ''}: " + (str(reports[0]) if len(reports) == 1 else str(reports[0].parent)))
 
 
+def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
+    from tasks.monitoring_report import monitoring_history, realized_performance_rows, realized_performance_table
+    from tasks.warehouse import DuckDBWarehouse
+
+    settings = current_settings()
+    history = monitoring_history(DuckDBWarehouse(settings.duckdb_path), job, first_date=min(dates), last_date=max(dates))
+    level = load_job_spec(job, settings).monitoring.outcome_interval_level
+    console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))
+    console.print(f"monitoring page: {settings.data_dir / 'output' / job / 'reports' / 'html' / 'monitoring.html'}")
+
+
+@contextmanager
+def _progress_bars() -> Iterator[None]:
+    """A rich progress bar per thing the flows report (partitions of a backfill, units of a partition)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    # Off a terminal the bars would only repeat what the flow logs already say.
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=not console.is_terminal,
+    ) as bars:
+        tasks_by_name: dict[str, TaskID] = {}
+
+        def advance(what: str, done: int, total: int) -> None:
+            if what not in tasks_by_name:
+                tasks_by_name[what] = bars.add_task(what, total=total)
+            bars.update(tasks_by_name[what], completed=done, total=total)
+
+        with progress_listener(advance):
+            yield
+
+
 def _run(action):  # noqa: ANN001, ANN202
     try:
         return action()
@@ -57,7 +93,8 @@ def demo(
     train_days: Annotated[int, typer.Option(min=1, help="Labelled days before the demo dates to train on.")] = 14,
     seed: Annotated[int, typer.Option(help="Seed of the data generators and the models.")] = 7,
 ) -> None:
-    """Generate demo data for both jobs, train their models, score every demo date, print summaries."""
+    """Generate demo data for both jobs, train their models, score every demo date, print summaries, then
+    ingest the demo labels and print the realized performance per partition and model version."""
 
     def action() -> None:
         from flows.people import backfill
@@ -80,6 +117,12 @@ def demo(
                 backfill(job, plan.scoring_dates[0], plan.scoring_dates[-1])
             finally:
                 _print_summary(job, plan.scoring_dates)
+        from flows.outcomes import outcomes
+
+        for job, plan in plans.items():
+            # The demo's labels are known at once; in production they arrive later (deployment `outcomes`).
+            outcomes(job, plan.scoring_dates[0], plan.scoring_dates[-1])
+            _print_realized_performance(job, plan.scoring_dates)
         console.print(f"outputs: {settings.data_dir / 'output'} and {settings.duckdb_path}")
 
     _run(action)
@@ -99,7 +142,8 @@ def run(
         day = parse_partition_date(date, what="--date")
         # The same checks the flow starts with, so that a user mistake is one line, not a run log.
         prepared_job(job, day, current_settings())
-        score_partition(job, day, chunk_rows)
+        with _progress_bars():
+            score_partition(job, day, chunk_rows)
         _print_summary(job, [day])
 
     _run(action)
@@ -112,6 +156,7 @@ def backfill_command(
     end: Annotated[str, typer.Option(help="Last partition date, YYYY-MM-DD (inclusive).")],
     mode: Annotated[BackfillChoice, typer.Option(help="all; missing: never scored; failed: last run failed.")] = BackfillChoice.all,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the partitions that would be scored; write nothing.")] = False,
+    concurrency: Annotated[int, typer.Option(min=1, max=8, help="Partitions scored at once.")] = 1,
 ) -> None:
     """Score the partitions from START to END that MODE selects; failed partitions are listed, the rest still run."""
 
@@ -126,7 +171,8 @@ def backfill_command(
             console.print(f"dry run, mode {mode.value}: would score {len(planned)} partition(s): " + (", ".join(p["date"] for p in planned) or "none"))
             return
         try:
-            backfill(job, first, last, mode=mode.value)
+            with _progress_bars():
+                backfill(job, first, last, mode=mode.value, concurrency=concurrency)
         except RuntimeError as error:
             raise ScoringError(str(error)) from None
         finally:

@@ -17,6 +17,7 @@ import base64
 import datetime as dt
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +29,12 @@ from rich.table import Table
 
 # The run report's page style, so both pages of a job read alike.
 from tasks.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
-from tasks.outcomes import event_rate_interval
+from tasks.outcomes import ANY_ADVERSE, event_rate_interval
 from tasks.warehouse import DuckDBWarehouse
 
 _EXTRA_CSS = "tr.unknown td{background:#fde2e1;font-weight:600}.plots.wide{grid-template-columns:1fr}"
-_DECISION_COLOURS = ("#2e7d32", "#e69500", "#c62828", "#1565c0", "#6a1b9a", "#00838f", "#8d6e63", "#546e7a")
+_ADVERSE_COLOURS = ("#c62828", "#e69500", "#8e24aa", "#d84315", "#ad1457")
+_OTHER_COLOURS = ("#2e7d32", "#1565c0", "#00838f", "#546e7a", "#8d6e63")
 _VERSION_COLOURS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#e69500", "#00838f")
 
 
@@ -76,37 +78,64 @@ def _interval_text(low: Any, high: Any) -> str:
     return f"{low:.2%}–{high:.2%}"
 
 
+def _three_decimals(value: Any) -> str:
+    return "—" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
 def realized_performance_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
-    """One row per (partition, model version) with labels, plus every partition whose labels are all unknown."""
-    unknown = {r["partition_date"]: r["labels_unknown_entity"] for r in history.partitions.iter_rows(named=True)}
+    """One row per (partition, model version) that was scored, plus one per partition labelled but never scored."""
+    labels = {r["partition_date"]: r for r in history.partitions.iter_rows(named=True)}
+
+    def label_counts(day: dt.date) -> dict[str, int]:
+        row = labels.get(day) or {}
+        return {"labels_quarantined": row.get("labels_quarantined", 0), "labels_unknown_entity": row.get("labels_unknown_entity", 0)}
+
     out = []
     for r in history.metrics.sort("partition_date", "model_version").iter_rows(named=True):
-        level = r["interval_level"]
         out.append({
             "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"],
             "labelled": r["labelled"], "events": r["events"], "observed_rate": _pct(r["observed_rate"]),
-            f"observed_{level:.0%}_interval": _interval_text(r["observed_low"], r["observed_high"]),
+            "observed_interval": _interval_text(r["observed_low"], r["observed_high"]),
             "expected_rate": _pct(r["expected_rate"]),
             "expected_in_interval": {True: "yes", False: "NO", None: "—"}[r["expected_within_interval"]],
-            "auc": _fmt(r["auc"]), "brier": _fmt(r["brier"]), "ece": _fmt(r["ece"]), "psi_score": _fmt(r["psi_score"]),
-            "labels_unknown_entity": unknown.get(r["partition_date"], 0),
+            **{k: _three_decimals(r[k]) for k in ("auc", "brier", "ece", "psi_score")},
+            **label_counts(r["partition_date"]),
         })
     scored = set(history.metrics["partition_date"].to_list())
-    for r in history.partitions.sort("partition_date").iter_rows(named=True):
-        if r["partition_date"] not in scored:
+    for day, r in sorted(labels.items()):
+        if day not in scored:
             out.append({
-                "date": r["partition_date"].isoformat(), "model_version": f"({r['status']})", "rows": r["predictions"],
-                "labelled": 0, "events": 0, "labels_unknown_entity": r["labels_unknown_entity"],
+                "date": day.isoformat(), "model_version": f"({r['status']})", "rows": r["predictions"], "labelled": 0,
+                "events": 0, "observed_rate": "—", "observed_interval": "—", "expected_rate": "—",
+                "expected_in_interval": "—", "auc": "—", "brier": "—", "ece": "—", "psi_score": "—", **label_counts(day),
             })
     return sorted(out, key=lambda row: (row["date"], row["model_version"]))
 
 
-def realized_performance_table(job: str, rows: list[dict[str, Any]]) -> Table:
-    """`realized_performance_rows` as a terminal table; unknown-entity labels and misses in red."""
+_TERMINAL_HEADERS = {
+    "model_version": "version", "observed_rate": "observed", "observed_interval": "interval", "expected_rate": "expected",
+    "expected_in_interval": "in int.", "auc": "AUC", "brier": "Brier", "ece": "ECE", "psi_score": "PSI",
+    "labels_quarantined": "quar.", "labels_unknown_entity": "unknown",
+}
+
+
+def realized_performance_table(job: str, rows: list[dict[str, Any]], *, interval_level: float = 0.95) -> Table:
+    """`realized_performance_rows` as a terminal table; unknown-entity labels and expected rates outside the interval in red."""
     columns = list(dict.fromkeys(k for r in rows for k in r)) or ["date"]
-    table = Table(title=f"{job}: realized performance per partition and model version")
+    table = Table(
+        title=f"{job}: realized performance per partition and model version",
+        caption=(
+            f"observed event rate with its {interval_level:.0%} Clopper–Pearson interval; expected: mean calibrated "
+            "probability; in int.: expected inside the interval; PSI: score vs the trailing window; quar. / unknown: "
+            "labels of entities the partition quarantined / never saw"
+        ),
+    )
     for col in columns:
-        table.add_column(col.replace("_", " "), justify="left" if col in ("date", "model_version") else "right")
+        table.add_column(
+            _TERMINAL_HEADERS.get(col, col.replace("_", " ")),
+            justify="left" if col in ("date", "model_version") else "right",
+            no_wrap=True,
+        )
     for r in rows:
         cells = []
         for col in columns:
@@ -148,8 +177,19 @@ def _shifted_dates(history: MonitoringHistory) -> list[dt.date]:
     return sorted(set(flagged["partition_date"].to_list()))
 
 
-def decision_mix_png(history: MonitoringHistory) -> str:
-    """Stacked share of rows per decision and partition; partitions with a shifted decision share marked."""
+def _decision_colours(decisions: list[str], adverse: Sequence[str]) -> dict[str, str]:
+    """Adverse decisions in warm colours, the others in cool ones, each in rule-table order."""
+    harmful = [d for d in decisions if d in adverse]
+    rest = [d for d in decisions if d not in adverse]
+    return {
+        **{d: _ADVERSE_COLOURS[i % len(_ADVERSE_COLOURS)] for i, d in enumerate(harmful)},
+        **{d: _OTHER_COLOURS[i % len(_OTHER_COLOURS)] for i, d in enumerate(rest)},
+    }
+
+
+def decision_mix_png(history: MonitoringHistory, *, decisions: Sequence[str] = (), adverse: Sequence[str] = ()) -> str:
+    """Stacked share of rows per decision and partition, adverse decisions on top; partitions with a shifted
+    decision share marked. `decisions` gives the rule-table order; decisions not in it follow by name."""
     counts = history.decision_counts
     fig, ax = _figure()
     if counts.is_empty():
@@ -157,13 +197,16 @@ def decision_mix_png(history: MonitoringHistory) -> str:
         return _png(fig)
     wide = counts.pivot(on="decision", index="partition_date", values="rows").sort("partition_date").fill_null(0)
     dates = wide["partition_date"].to_list()
-    decisions = sorted(c for c in wide.columns if c != "partition_date")
-    totals = wide.select(pl.sum_horizontal(decisions)).to_series().to_numpy().astype(np.float64)
+    present = [c for c in wide.columns if c != "partition_date"]
+    ordered = [d for d in decisions if d in present] + sorted(set(present) - set(decisions))
+    colours = _decision_colours(ordered, adverse)
+    stacked = [d for d in ordered if d not in adverse] + [d for d in reversed(ordered) if d in adverse]
+    totals = wide.select(pl.sum_horizontal(present)).to_series().to_numpy().astype(np.float64)
     bottom = np.zeros(len(dates))
     x = np.arange(len(dates))
-    for i, decision in enumerate(decisions):
+    for decision in stacked:
         share = wide[decision].to_numpy() / np.where(totals > 0, totals, 1)
-        ax.bar(x, share, bottom=bottom, width=0.8, color=_DECISION_COLOURS[i % len(_DECISION_COLOURS)], label=decision)
+        ax.bar(x, share, bottom=bottom, width=0.8, color=colours[decision], label=decision)
         bottom += share
     shifted = [dates.index(d) for d in _shifted_dates(history) if d in dates]
     if shifted:
@@ -171,7 +214,7 @@ def decision_mix_png(history: MonitoringHistory) -> str:
     ax.set_ylim(0, 1.0)
     ax.set_ylabel("share of rows", fontsize=8)
     _date_axis(ax, dates)
-    ax.legend(fontsize=8, frameon=False, ncol=min(5, len(decisions) + 1), loc="lower left", bbox_to_anchor=(0.0, 1.04))
+    ax.legend(fontsize=8, frameon=False, ncol=min(5, len(present) + 1), loc="lower left", bbox_to_anchor=(0.0, 1.04))
     fig.subplots_adjust(left=0.07, right=0.99, bottom=0.12, top=0.82)
     return _png(fig)
 
@@ -261,7 +304,7 @@ def _performance_section(history: MonitoringHistory) -> str:
     return "<h2>Realized performance</h2>" + _table([h.replace("_", " ") for h in header], body)
 
 
-def _precision_section(history: MonitoringHistory) -> str:
+def _precision_section(history: MonitoringHistory, adverse: Sequence[str]) -> str:
     decisions = history.decisions
     body = []
     if not decisions.is_empty():
@@ -270,7 +313,10 @@ def _precision_section(history: MonitoringHistory) -> str:
             decisions.group_by("model_version", "decision", maintain_order=True)
             .agg(pl.col("rows").sum(), pl.col("events").sum())
             .join(events, on="model_version", how="left")
-            .sort("model_version", maintain_order=True)
+        )
+        rank = {d: i for i, d in enumerate([*adverse, ANY_ADVERSE])}
+        pooled = pooled.sort(
+            pl.col("model_version"), pl.col("decision").replace_strict(rank, default=len(rank), return_dtype=pl.Int64)
         )
         for r in pooled.iter_rows(named=True):
             precision = r["events"] / r["rows"] if r["rows"] else float("nan")
@@ -291,14 +337,17 @@ def _labels_section(history: MonitoringHistory) -> str:
         body.append(
             f"<tr{cls}>" + _cells([
                 r["partition_date"].isoformat(), r["status"], r["predictions"], r["predictions_labelled"], r["labels"],
-                r["labels_matched"], r["labels_unknown_entity"], r["labels_duplicate"], r["labels_without_outcome"],
+                r["labels_matched"], r["labels_quarantined"], r["labels_unknown_entity"], r["labels_duplicate"],
+                r["labels_without_outcome"],
             ]) + "</tr>"
         )
-    header = ["date", "status", "predictions", "with outcome", "labels", "matched", "unknown entity", "duplicates", "without outcome"]
+    header = ["date", "status", "predictions", "with outcome", "labels", "matched", "quarantined entity", "unknown entity",
+              "duplicates", "without outcome"]
     return (
         "<h2>Labels per partition</h2>"
-        '<p class="muted">Labels of entities the partition never scored are kept in <code>outcome_labels</code> '
-        "(<code>entity_scored = false</code>) and counted here, highlighted.</p>" + _table(header, body)
+        '<p class="muted">Every label is kept in <code>outcome_labels</code> with the status of its entity: labels of '
+        "entities the partition quarantined or never saw are counted here; unknown entities are highlighted.</p>"
+        + _table(header, body)
     )
 
 
@@ -316,8 +365,13 @@ def _flags_section(history: MonitoringHistory) -> str:
     return "<h2>Decision-monitoring flags</h2>" + note + _table(header, body)
 
 
-def monitoring_page_html(history: MonitoringHistory, *, event: str) -> str:
-    """The whole monitoring page as one string; every text from the inputs is HTML-escaped."""
+def monitoring_page_html(
+    history: MonitoringHistory, *, event: str, decisions: Sequence[str] = (), adverse: Sequence[str] = ()
+) -> str:
+    """The whole monitoring page as one string; every text from the inputs is HTML-escaped.
+
+    `decisions` (rule-table order) and `adverse` (the adverse decisions) order and colour the decision mix.
+    """
     title = f"Prediction monitoring {history.job} {history.first_date}..{history.last_date}"
     versions = sorted(set(history.calibration["model_version"].to_list()))
     calibration = "".join(
@@ -336,14 +390,14 @@ def monitoring_page_html(history: MonitoringHistory, *, event: str) -> str:
         "<h2>Decision mix over time</h2>"
         '<div class="plots wide">'
         + _figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved "
-                       "beyond tolerance against the trailing window</span>", decision_mix_png(history))
+                       "beyond tolerance against the trailing window</span>", decision_mix_png(history, decisions=decisions, adverse=adverse))
         + "</div><h2>Expected vs observed event rate</h2>"
         '<div class="plots wide">'
         + _figure_html("event-rate", "<b>Observed event rate</b> with its interval, and the <b>expected</b> rate "
                        "(mean calibrated probability of the same rows)", event_rate_png(history, event))
         + '</div><h2>Calibration per model version</h2><div class="plots">' + calibration + "</div>"
         + _performance_section(history)
-        + _precision_section(history)
+        + _precision_section(history, adverse)
         + _labels_section(history)
         + _flags_section(history)
         + "</body></html>\n"

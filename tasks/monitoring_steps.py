@@ -95,15 +95,18 @@ def report_outcomes(job: str, first_date: dt.date, last_date: dt.date) -> str:
     spec = load_job_spec(job, settings)
     history = monitoring_history(_warehouse(), job, first_date=first_date, last_date=last_date)
     page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
-    write_run_report(page, monitoring_page_html(history, event=spec.prediction.event))
+    decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
+    html = monitoring_page_html(history, event=spec.prediction.event, decisions=decisions, adverse=spec.adverse_decisions)
+    write_run_report(page, html)
     rows = realized_performance_rows(history)
     unknown = sum(int(r["labels_unknown_entity"]) for r in history.partitions.iter_rows(named=True))
     create_table_artifact(
         key=_artifact_key("realized-performance", job),
         table=[{k: str(v) for k, v in r.items()} for r in rows],
         description=(
-            f"Realized performance of {job}, partitions {first_date}..{last_date}, per model version "
-            f"(tables outcome_metrics, outcome_partitions); labels for unknown entities: {unknown}"
+            f"Realized performance of {job}, partitions {first_date}..{last_date}, per model version: observed event "
+            f"rate with its {spec.monitoring.outcome_interval_level:.0%} Clopper-Pearson interval against the expected "
+            f"rate (tables outcome_metrics, outcome_partitions); labels for unknown entities: {unknown}"
         ),
     )
     create_markdown_artifact(

@@ -6,8 +6,10 @@ spec names one (`monitoring.labels.table`), the rows of a warehouse table with t
 `partition_date`. An entity labelled more than once keeps its latest observation (the higher
 outcome on a tie); the extra rows are counted as `labels_duplicate`. Labels join the partition's
 published predictions on entity id, so each labelled row keeps the model version that scored it.
-Labels of entities the partition never scored are stored with `entity_scored = false` and counted
-as `labels_unknown_entity`; labels without an outcome are stored and counted, never dropped.
+Every label is stored with the status of its entity in the partition — `scored`, `quarantined`
+(read, but not scored: a guard or a failed chunk kept it out) or `unknown` (never seen) — and
+counted per status (`labels_matched`, `labels_quarantined`, `labels_unknown_entity`); labels
+without an outcome are stored and counted too. No label is dropped.
 
 Per partition and model version, on the labelled rows that have an outcome:
 - the observed event rate with its Clopper–Pearson interval (`scipy.stats.binomtest(...)
@@ -186,22 +188,30 @@ def partition_outcome_tables(
     spec: JobSpec,
     *,
     partition_date: dt.date,
+    quarantined: pl.DataFrame | None = None,
 ) -> PartitionOutcomes:
     """Join the partition's labels to its predictions and compute every outcome table of it.
 
     `labels` may hold several rows per entity (they are deduplicated here); `baseline_scores`
-    holds (score, rows) of the trailing window's predictions.
+    holds (score, rows) of the trailing window's predictions; `quarantined` the entity ids the
+    partition read but did not score.
     """
     job, config = spec.name, spec.monitoring
     unique, duplicates = deduplicated_labels(labels)
     predictions = predictions.sort("entity_id")
-    scored_ids = predictions.select("entity_id").unique()
-    stored_labels = unique.join(
-        scored_ids.with_columns(pl.lit(True).alias("entity_scored")), on="entity_id", how="left"
-    ).with_columns(pl.col("entity_scored").fill_null(False)).sort("entity_id")
+    known = pl.concat([
+        predictions.select("entity_id").unique().with_columns(pl.lit("scored").alias("entity_status")),
+        (quarantined if quarantined is not None else pl.DataFrame(schema={"entity_id": pl.String}))
+        .select(pl.col("entity_id").cast(pl.String)).unique().with_columns(pl.lit("quarantined").alias("entity_status")),
+    ]).unique(subset="entity_id", keep="first", maintain_order=True)
+    stored_labels = (
+        unique.join(known, on="entity_id", how="left")
+        .with_columns(pl.col("entity_status").fill_null("unknown"))
+        .sort("entity_id")
+    )
     joined = predictions.join(unique.select("entity_id", "outcome"), on="entity_id", how="left", maintain_order="left")
     labelled = joined.filter(pl.col("outcome").is_not_null())
-    matched = int(stored_labels["entity_scored"].sum())
+    per_status = dict(stored_labels.group_by("entity_status").len().iter_rows())
 
     key = {"job": job, "partition_date": partition_date}
     partition_rows = []
@@ -209,7 +219,8 @@ def partition_outcome_tables(
         status = "not scored" if not predictions.height else ("labelled" if labelled.height else "awaiting labels")
         partition_rows.append({
             **key, "status": status, "predictions": predictions.height, "predictions_labelled": labelled.height,
-            "labels": unique.height, "labels_matched": matched, "labels_unknown_entity": unique.height - matched,
+            "labels": unique.height, "labels_matched": per_status.get("scored", 0),
+            "labels_quarantined": per_status.get("quarantined", 0), "labels_unknown_entity": per_status.get("unknown", 0),
             "labels_duplicate": duplicates, "labels_without_outcome": int(unique["outcome"].null_count()),
         })
 
@@ -304,7 +315,10 @@ def ingested_outcomes(
         spec.name, first_date=partition_date - dt.timedelta(days=window),
         last_date=partition_date - dt.timedelta(days=1), by=("score",),
     )
-    outcomes = partition_outcome_tables(predictions, labels, baseline_scores, spec, partition_date=partition_date)
+    quarantined = pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date))
+    outcomes = partition_outcome_tables(
+        predictions, labels, baseline_scores, spec, partition_date=partition_date, quarantined=quarantined
+    )
     warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables=outcomes.tables)
     return outcomes
 

@@ -83,13 +83,14 @@ MONITORING_SCHEMAS: dict[str, pa.Schema] = {
     "outcome_labels": pa.schema(
         [
             *_RUN_KEYED, ("entity_id", pa.string()), ("outcome", pa.int16()), ("observed_date", pa.date32()),
-            ("source", pa.string()), ("entity_scored", pa.bool_()),
+            ("source", pa.string()), ("entity_status", pa.string()),
         ]
     ),
     "outcome_partitions": pa.schema(
         [
             *_RUN_KEYED, ("status", pa.string()), ("predictions", pa.int64()), ("predictions_labelled", pa.int64()),
-            ("labels", pa.int64()), ("labels_matched", pa.int64()), ("labels_unknown_entity", pa.int64()),
+            ("labels", pa.int64()), ("labels_matched", pa.int64()), ("labels_quarantined", pa.int64()),
+            ("labels_unknown_entity", pa.int64()),
             ("labels_duplicate", pa.int64()), ("labels_without_outcome", pa.int64()),
         ]
     ),
@@ -165,12 +166,18 @@ class DuckDBWarehouse:
 
     @contextmanager
     def connect(self, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short connection; `read_only` only skips the schema check.
+
+        The database is always opened read-write: DuckDB keeps one instance per file and process,
+        and refuses a read-only connection beside a read-write one (partitions of a backfill run
+        in threads of one process), while another process's lock blocks readers and writers alike.
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path))
                 break
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
@@ -358,6 +365,19 @@ class DuckDBWarehouse:
             result = con.sql(
                 f"SELECT {', '.join(_quoted(c) for c in columns)} FROM predictions WHERE job = ? AND partition_date = ?",
                 params=[job, partition_date],
+            ).to_arrow_table()
+        return result.cast(schema)
+
+    def quarantined_entities(self, job: str, partition_date: Any) -> pa.Table:
+        """Entity ids of (job, partition_date) that were read but not scored (column `entity_id`)."""
+        schema = pa.schema([("entity_id", pa.string())])
+        if not self.path.exists():
+            return schema.empty_table()
+        with self.connect(read_only=True) as con:
+            if not _table_exists(con, "quarantine"):
+                return schema.empty_table()
+            result = con.sql(
+                "SELECT DISTINCT entity_id FROM quarantine WHERE job = ? AND partition_date = ?", params=[job, partition_date]
             ).to_arrow_table()
         return result.cast(schema)
 

@@ -158,10 +158,11 @@ def test_every_partition_and_every_label_is_accounted_for(env: OutcomesEnv) -> N
     for day in env.demo.dates:
         row = partitions[day]
         assert row["status"] == "labelled"
-        assert row["labels"] == row["labels_matched"] + row["labels_unknown_entity"]
+        assert row["labels"] == row["labels_matched"] + row["labels_quarantined"] + row["labels_unknown_entity"]
         assert row["predictions_labelled"] == joined_by_hand(env.data_dir, day).height
     labels = table(env.settings, "outcome_labels")
-    assert labels.filter(~pl.col("entity_scored")).height == sum(r["labels_unknown_entity"] for r in partitions.values())
+    assert labels.filter(pl.col("entity_status") == "unknown").height == sum(r["labels_unknown_entity"] for r in partitions.values())
+    assert set(labels["entity_status"]) <= {"scored", "quarantined", "unknown"}
     returned = {r["date"]: r for r in env.returned}
     assert returned[env.unscored_date.isoformat()]["labels_unknown_entity"] == label_rows
 
@@ -209,7 +210,7 @@ def test_unknown_entities_and_duplicates_are_counted_kept_and_reported(
     (partition,) = table(settings, "outcome_partitions").filter(pl.col("partition_date") == day).to_dicts()
     assert partition["labels_unknown_entity"] == 3 and partition["labels_duplicate"] == 1
     labels = table(settings, "outcome_labels").filter(pl.col("partition_date") == day)
-    ghosts = labels.filter(~pl.col("entity_scored"))
+    ghosts = labels.filter(pl.col("entity_status") == "unknown")
     assert ghosts["entity_id"].to_list() == ["APP-GHOST-1", "APP-GHOST-2", "APP-GHOST-3"]
     (kept,) = labels.filter(pl.col("entity_id") == known["entity_id"]).to_dicts()
     assert kept["outcome"] == 1 - known["defaulted"], "the later observation wins"
@@ -287,12 +288,13 @@ def test_a_partition_scored_by_two_versions_is_measured_per_version(tmp_path: Pa
         }
     )
     labels = pl.DataFrame(
-        {"entity_id": [f"E{i:05d}" for i in range(n)] + ["NOBODY"], "outcome": pl.Series([*y, 1], dtype=pl.Int16),
-         "observed_date": [dt.date(2027, 1, 1)] * (n + 1), "source": "parquet"}
+        {"entity_id": [f"E{i:05d}" for i in range(n)] + ["NOBODY", "QUARANTINED"],
+         "outcome": pl.Series([*y, 1, 0], dtype=pl.Int16), "observed_date": [dt.date(2027, 1, 1)] * (n + 2), "source": "parquet"}
     )
     day = dt.date(2026, 3, 1)
     baseline = pa.table({"score": pa.array([], pa.int16()), "rows": pa.array([], pa.int64())})
-    tables = partition_outcome_tables(predictions, labels, baseline, spec, partition_date=day).tables
+    quarantined = pl.DataFrame({"entity_id": ["QUARANTINED"]})
+    tables = partition_outcome_tables(predictions, labels, baseline, spec, partition_date=day, quarantined=quarantined).tables
     for name, rows in tables.items():
         assert rows.schema.equals(MONITORING_SCHEMAS[name]), name
     metrics = {r["model_version"]: r for r in tables["outcome_metrics"].to_pylist()}
@@ -304,7 +306,9 @@ def test_a_partition_scored_by_two_versions_is_measured_per_version(tmp_path: Pa
             assert got[name] == pytest.approx(value, rel=1e-9), (v, name)
         assert np.isnan(got["psi_score"]) and got["psi_baseline_rows"] == 0
     (partition,) = tables["outcome_partitions"].to_pylist()
-    assert partition["labels_unknown_entity"] == 1 and partition["labels_matched"] == n
+    assert partition["labels_unknown_entity"] == 1 and partition["labels_quarantined"] == 1 and partition["labels_matched"] == n
+    statuses = dict(zip(*tables["outcome_labels"].select(["entity_id", "entity_status"]).to_pydict().values(), strict=True))
+    assert statuses["NOBODY"] == "unknown" and statuses["QUARANTINED"] == "quarantined" and statuses["E00000"] == "scored"
 
 
 def test_the_default_window_and_a_reversed_range(env: OutcomesEnv) -> None:

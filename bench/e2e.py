@@ -1,6 +1,6 @@
 """End to end: `score run credit_risk --date D` as a child process, against the limit script. JSON lines.
 
-    .venv/bin/python bench/e2e.py --rows 200000 --repeat 3
+    .venv/bin/python bench/e2e.py --rows 100000 --repeat 3
 
 Everything the product does for a partition counts: Python and Prefect start-up (the ephemeral
 API server included), guards, inference, calibration + interval, score, decisions, reasons,
@@ -132,7 +132,7 @@ def e2e_figure(data: BenchData, variant: str, for_decisions: list[str], runs: li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    add_data_arguments(parser, rows=200_000)
+    add_data_arguments(parser, rows=100_000)
     add_repeat_argument(parser)
     add_limit_arguments(parser)
     parser.add_argument("--chunk-rows", type=int, default=None, help="passed to `score run --chunk-rows` and used as the "

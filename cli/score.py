@@ -17,12 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
-from tasks.calendar import partition_range, yesterday
+from tasks.calendar import parse_partition_date, partition_range, yesterday
 from tasks.errors import ScoringError
 from tasks.jobspec import load_job_spec
 from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
-from tasks.scoring import parse_partition_date, prepared_job
+from tasks.scoring import prepared_job
 from tasks.settings import current_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")

@@ -11,7 +11,9 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import as_completed, wait
 from prefect.runtime import flow_run
 
+from tasks.calendar import parse_partition_date
 from tasks.execution import configured_task_runner, inference_task_resources
+from tasks.jobspec import checked_job_name
 from tasks.progress import reported_progress
 from tasks.scoring import ScoringSummary
 from tasks.settings import current_settings
@@ -49,6 +51,8 @@ def score_units(ticket: RunTicket) -> ScoringSummary:
 @flow(name="score_partition", log_prints=True)
 def score_partition(job: str, date: dt.date, chunk_rows: int | None = None) -> dict:
     """Guard, infer, predict and publish `job` for the partition `date`; re-running replaces it."""
+    # Checked before anything is read, written or logged under their names.
+    job, date = checked_job_name(job, current_settings()), parse_partition_date(date, what="date")
     run_id = str(flow_run.id or uuid.uuid4())
     try:
         ticket = start_run(run_id, job, date, chunk_rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import re
 from zoneinfo import ZoneInfo
 
 from tasks.errors import PartitionError
@@ -11,7 +12,32 @@ from tasks.jobspec import configured_jobs
 from tasks.settings import Settings
 
 
+EARLIEST_PARTITION = dt.date(1970, 1, 1)
+LATEST_PARTITION = dt.date(2199, 12, 31)
+_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def parse_partition_date(value: object, *, what: str = "partition date") -> dt.date:
+    """A partition date from `YYYY-MM-DD` (or a date), within 1970..2199; anything else — another
+    format, a path, a NUL byte, an impossible day — is refused with a message naming `what`."""
+    if isinstance(value, dt.datetime):
+        raise PartitionError(f"{what} {value!r} is a timestamp; give a date (YYYY-MM-DD)")
+    if isinstance(value, dt.date):
+        day = value
+    elif isinstance(value, str) and _ISO_DATE.fullmatch(value):
+        try:
+            day = dt.date.fromisoformat(value)
+        except ValueError as exc:
+            raise PartitionError(f"{what} {value!r} is not a real date: {exc}") from None
+    else:
+        raise PartitionError(f"{what} {str(value)[:80]!r} is not a date in the form YYYY-MM-DD")
+    if not EARLIEST_PARTITION <= day <= LATEST_PARTITION:
+        raise PartitionError(f"{what} {day} is outside {EARLIEST_PARTITION}..{LATEST_PARTITION}")
+    return day
+
+
 def partition_range(start: dt.date, end: dt.date, *, max_days: int = 3660) -> list[dt.date]:
+    start, end = parse_partition_date(start, what="start date"), parse_partition_date(end, what="end date")
     if end < start:
         raise PartitionError(f"end date {end} is before start date {start}")
     days = (end - start).days + 1

@@ -43,3 +43,7 @@ class FallbackLimitExceeded(ScoringError):
 
 class LabelError(ScoringError):
     """Realized outcomes (labels) cannot be read: a missing column or table, or an outcome that is not 0/1."""
+
+
+class UnsafePath(ScoringError):
+    """A path built from input that would leave the data root."""

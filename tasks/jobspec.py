@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -17,21 +18,26 @@ FallbackKind = Literal["guard_repair", "quarantine", "fallback_model", "failed_c
 Comparison = Literal["lt", "le", "gt", "ge"]
 
 
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+"""Job and model names: they become folder names and table keys, so nothing else is allowed."""
+VERSION_PATTERN = r"^(latest|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class FeatureModelRef(_Strict):
-    name: str = Field(description="Model in the registry whose one output per row becomes a feature.")
+    name: str = Field(pattern=NAME_PATTERN, description="Model in the registry whose one output per row becomes a feature.")
     version: str = Field(default="latest")
     output_feature: str = Field(description="Name of that feature in the final model's input.")
 
 
 class ModelRef(_Strict):
-    name: str = Field(description="Model name in the registry, `data/models/<name>/`.")
-    version: str = Field(default="latest", description="A registry version, or `latest`.")
+    name: str = Field(pattern=NAME_PATTERN, description="Model name in the registry, `data/models/<name>/`.")
+    version: str = Field(default="latest", pattern=VERSION_PATTERN, description="A registry version, or `latest`.")
     fallback_version: str | None = Field(
-        default=None, description="Version that scores when `version` cannot be loaded; its rows are counted as fallbacks."
+        default=None, pattern=VERSION_PATTERN, description="Version that scores when `version` cannot be loaded; its rows are counted as fallbacks."
     )
     feature_models: list[FeatureModelRef] = Field(
         default_factory=list, description="Models run first on the feature matrix (e.g. an autoencoder's error)."
@@ -181,7 +187,7 @@ class MonitoringConfig(_Strict):
 
 
 class JobSpec(_Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
     entity_column: str
     feature_module: str = Field(description="Module with FEATURE_VERSION, FEATURES and feature_matrix().")
@@ -226,8 +232,19 @@ def configured_jobs(settings: Settings) -> list[str]:
     return sorted(p.stem for p in settings.jobs_dir.glob("*.yaml"))
 
 
+def checked_job_name(job: object, settings: Settings) -> str:
+    """`job` if it names a configured job; anything else (a path, a NUL byte, an unknown name) is
+    refused before it is used in a path, a query or a log line."""
+    if not isinstance(job, str) or not re.fullmatch(NAME_PATTERN, job):
+        raise JobSpecError(f"job name {str(job)[:80]!r} is not allowed: use lower-case letters, digits and _ (at most 64)")
+    if job not in configured_jobs(settings):
+        raise JobSpecError(f"unknown job {job!r}; configured jobs: {', '.join(configured_jobs(settings)) or 'none'}")
+    return job
+
+
 def load_job_spec(job: str, settings: Settings) -> JobSpec:
     """The validated spec of `job`; a clear error names the file and the problem."""
+    checked_job_name(job, settings)
     path = settings.jobs_dir / f"{job}.yaml"
     if not path.is_file():
         raise JobSpecError(

@@ -1,11 +1,16 @@
-"""Parquet partitions: chunks are staged per run, then the partition folder is swapped in.
+"""Parquet partitions: chunks are staged per run, then the partition is swapped in atomically.
 
-File names carry the run id, so a reader never mixes files of two runs under one name, and the
-old partition is renamed aside before the new one is renamed in, then deleted.
+A partition `date=D` is a symlink to a version folder `_versions/<dataset>/date=D/<run_id>`. A
+run stages its files, renames the staging folder into a new version, and replaces the symlink
+with `rename(2)`: a reader that opens `date=D` sees the old run's complete files or the new
+run's, never a mix and never nothing. Then the older versions of that partition are deleted;
+leftovers of a killed run (a staged folder, a version never linked, a half-made link) are
+removed by the next publish of the same partition.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -32,32 +37,45 @@ def staged_files(dataset_dir: Path, run_id: str) -> list[Path]:
     return sorted(staging_dir(dataset_dir, run_id).glob("*.parquet"))
 
 
-def _restore_interrupted_swap(dataset_dir: Path, partition: str) -> None:
-    target = dataset_dir / f"date={partition}"
-    for aside in sorted(dataset_dir.glob(f".replaced-date={partition}-*")):
-        if target.exists():
-            shutil.rmtree(aside)
-        else:
-            aside.rename(target)
+def versions_dir(dataset_dir: Path, partition: str) -> Path:
+    # Beside the dataset like staging: readers that walk the dataset never see other versions.
+    return dataset_dir.parent / "_versions" / dataset_dir.name / f"date={partition}"
 
 
 def publish_staged_partition(dataset_dir: Path, partition: str, run_id: str, empty_schema: pa.Schema) -> Path:
-    """Make the run's staged files the partition `date=<partition>`; returns its folder."""
-    _restore_interrupted_swap(dataset_dir, partition)
+    """Make the run's staged files the partition `date=<partition>`; returns its path (the symlink)."""
     staged = staging_dir(dataset_dir, run_id)
     staged.mkdir(parents=True, exist_ok=True)
     if not any(staged.glob("*.parquet")):
         # An empty partition is still a partition: readers must see zero rows, not the old run.
         pq.write_table(empty_schema.empty_table(), staged / f"part-{run_id}-00000.parquet")
+    version = versions_dir(dataset_dir, partition) / run_id
+    version.parent.mkdir(parents=True, exist_ok=True)
+    staged.rename(version)
+    dataset_dir.mkdir(parents=True, exist_ok=True)
     target = dataset_dir / f"date={partition}"
-    aside = dataset_dir / f".replaced-date={partition}-{run_id}"
-    if target.exists():
-        target.rename(aside)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staged.rename(target)
-    if aside.exists():
-        shutil.rmtree(aside)
+    for stale in dataset_dir.glob(f".date={partition}.*.link"):
+        stale.unlink()
+    link = dataset_dir / f".date={partition}.{run_id}.link"
+    link.symlink_to(os.path.relpath(version, dataset_dir), target_is_directory=True)
+    if target.is_dir() and not target.is_symlink():
+        # A partition published as a plain folder (before versions existed) becomes a version once.
+        target.rename(version.parent / f"unversioned-{run_id}")
+    os.replace(link, target)
+    _synced(dataset_dir)
+    for older in version.parent.iterdir():
+        if older != version:
+            shutil.rmtree(older)
     return target
+
+
+def _synced(folder: Path) -> None:
+    """The folder's renames on disk, not only in the page cache (a power cut after commit)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def discard_staged(dataset_dir: Path, run_id: str) -> None:

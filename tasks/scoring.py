@@ -85,16 +85,6 @@ GUARD_SUMMARY_COLUMNS = {
 }
 
 
-def parse_partition_date(value: str | dt.date, *, what: str = "partition date") -> dt.date:
-    """A partition date from an ISO string; a clear error names `what` and the bad value."""
-    if isinstance(value, dt.date):
-        return value
-    try:
-        return dt.date.fromisoformat(value)
-    except (TypeError, ValueError):
-        raise PartitionError(f"{what} {value!r} is not a valid ISO date (YYYY-MM-DD)") from None
-
-
 @dataclass(frozen=True)
 class PreparedJob:
     """Everything a run needs, loaded and cross-checked before any row is scored."""
@@ -342,7 +332,7 @@ class OutputDirs:
 
 
 def output_dirs(settings: Settings, job: str) -> OutputDirs:
-    base = settings.data_dir / "output" / job
+    base = settings.output_dir(job)
     return OutputDirs(
         predictions=base / "predictions",
         quarantine=base / "quarantine",

@@ -51,17 +51,31 @@ class Settings(BaseSettings):
     def duckdb_path(self) -> Path:
         return self.warehouse_path or self.data_dir / "warehouse.duckdb"
 
+    def inside_data_root(self, *parts: str) -> Path:
+        """`data_dir / parts…`, refused if it would resolve outside the data root (`..`, an
+        absolute part, a symlink pointing away)."""
+        path = self.data_dir.joinpath(*parts)
+        root = self.data_dir.resolve()
+        if any(not part or "\x00" in part or Path(part).is_absolute() for part in parts) or not path.resolve().is_relative_to(root):
+            from tasks.errors import UnsafePath
+
+            raise UnsafePath(f"path {str(path)[:200]!r} leaves the data root {root}")
+        return path
+
     def raw_partition_dir(self, job: str, partition: str) -> Path:
-        return self.data_dir / "raw" / job / f"date={partition}"
+        return self.inside_data_root("raw", job, f"date={partition}")
 
     def labels_partition_dir(self, job: str, partition: str) -> Path:
-        return self.data_dir / "labels" / job / f"date={partition}"
+        return self.inside_data_root("labels", job, f"date={partition}")
 
     def model_registry_dir(self, model_name: str) -> Path:
-        return self.data_dir / "models" / model_name
+        return self.inside_data_root("models", model_name)
+
+    def output_dir(self, job: str) -> Path:
+        return self.inside_data_root("output", job)
 
     def predictions_dir(self, job: str) -> Path:
-        return self.data_dir / "output" / job / "predictions"
+        return self.output_dir(job) / "predictions"
 
 
 def current_settings() -> Settings:

@@ -70,6 +70,10 @@ class FeatureContributions(_ArrayModel):
     row_index: np.ndarray = Field(description="Positions in the chunk of the explained rows.")
     values: np.ndarray = Field(description="rows × features, bias column removed.")
     feature_names: tuple[str, ...]
+    explained_by: str = Field(default="xgboost", description="`table_treeshap` (the load-checked kernel) or `xgboost` (pred_contribs).")
+    tie_recomputed_rows: int = Field(
+        default=0, ge=0, description="Rows the kernel explained whose top-k was near a tie, so XGBoost recomputed them."
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> FeatureContributions:

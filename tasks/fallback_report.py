@@ -9,7 +9,9 @@ Kinds:
 - `quarantine` — a row not scored because it broke an expectation (per expectation);
 - `fallback_model` — a row scored by the job's fallback model version;
 - `failed_chunk` — a row of a chunk whose inference failed every attempt;
-- `no_adverse_reason` — a row that needed reasons but had no feature pushing toward the event.
+- `no_adverse_reason` — a row that needed reasons but had no feature pushing toward the event;
+- `reasons_by_xgboost` — a row whose reasons XGBoost's own TreeSHAP explained because the table
+  kernel was refused for the model (the detail says why); exact all the same, only slower.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-FALLBACK_KINDS = ("guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason")
+FALLBACK_KINDS = ("guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost")
 
 
 def _row(kind: str, detail: str, rows: int, rows_read: int, limit: float | None) -> dict[str, Any]:
@@ -39,6 +41,8 @@ def fallback_report_rows(
     fallback_reason: str | None,
     rows_failed: int,
     rows_without_adverse_reason: int,
+    rows_reasons_by_xgboost: int,
+    reasons_kernel_reason: str | None,
     limits: dict[str, float],
 ) -> list[dict[str, Any]]:
     """One total row per kind (always present, zero or not), then its breakdown rows."""
@@ -52,6 +56,10 @@ def fallback_report_rows(
     rows.append(_row("fallback_model", fallback_reason or "primary model loaded", rows_fallback, rows_read, limits.get("fallback_model")))
     rows.append(_row("failed_chunk", "all", rows_failed, rows_read, limits.get("failed_chunk")))
     rows.append(_row("no_adverse_reason", "all", rows_without_adverse_reason, rows_read, limits.get("no_adverse_reason")))
+    rows.append(_row(
+        "reasons_by_xgboost", reasons_kernel_reason or "table kernel in use", rows_reasons_by_xgboost, rows_read,
+        limits.get("reasons_by_xgboost"),
+    ))
     return rows
 
 

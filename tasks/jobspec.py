@@ -14,7 +14,7 @@ from tasks.prediction.decisions import predict_rule_table_problems
 from tasks.settings import Settings
 
 RuleField = Literal["probability", "probability_low", "probability_high", "score"]
-FallbackKind = Literal["guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason"]
+FallbackKind = Literal["guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost"]
 Comparison = Literal["lt", "le", "gt", "ge"]
 
 

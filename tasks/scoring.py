@@ -51,6 +51,7 @@ from tasks.guards import (
 )
 from tasks.inference.engine import LoadedModel, inference_loaded_model
 from tasks.inference.registry import inference_check_feature_version
+from tasks.inference.treeshap import XGBOOST_NAME
 from tasks.jobspec import FeatureModelRef, JobSpec, load_job_spec
 from tasks.parquet_store import staging_dir, write_staged_chunk
 from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
@@ -275,6 +276,9 @@ class ScoringSummary:
     wall_s: float = 0.0
     workers: list[str] = field(default_factory=list)
     """host:pid of each process that ran inference for the run."""
+    explained_rows: dict[str, int] = field(default_factory=dict)
+    tie_recomputed_rows: int = 0
+    contributions_kernel_reason: str | None = None
 
     def inference_stats(self) -> dict[str, Any]:
         lat = np.asarray(self.chunk_latency_ms or [0.0])
@@ -293,6 +297,9 @@ class ScoringSummary:
             "end_to_end_rows_per_s": float(self.rows_read / self.wall_s) if self.wall_s > 0 else None,
             "peak_rss_mb": self.peak_rss_mb,
             "workers": self.workers,
+            "reasons_explained_by": self.explained_rows,
+            "reasons_tie_recomputed_rows": self.tie_recomputed_rows,
+            "reasons_kernel_reason": self.contributions_kernel_reason,
         }
 
     def ledger_counts(self) -> dict[str, Any]:
@@ -471,6 +478,9 @@ class UnitInference:
     latency_ms: list[float] = field(default_factory=list)
     drift: DriftAccumulator | None = None
     peak_rss_mb: float = 0.0
+    explained_rows: Counter[str] = field(default_factory=Counter)
+    """Rows whose reasons' contributions each explainer computed (`table_treeshap` or `xgboost`)."""
+    tie_recomputed_rows: int = 0
     worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     """The process that ran the unit's inference: on Dask, one of the cluster's workers."""
 
@@ -528,7 +538,7 @@ def inferred_unit(
         def inferred_and_explained() -> tuple[InferenceInput, InferenceOutput, FeatureContributions]:
             full, inferred = _inferred(prepared, batch)
             decided = predict_decided_chunk(inferred, probability_map, spec.prediction)
-            return full, inferred, engine.inference_contributions(full, decided.reason_rows)
+            return full, inferred, engine.inference_contributions(full, decided.reason_rows, top_k=spec.prediction.reasons.top_k)
 
         try:
             full, inferred, contributions = _with_retries(
@@ -545,6 +555,8 @@ def inferred_unit(
             result.failed_chunks.append({"chunk": chunk_id, "rows": failed.height, "error": f"{type(exc).__name__}: {exc}"})
             continue
         _write_handoff(_handoff_path(dirs, run_id, chunk_id), inferred, contributions)
+        result.explained_rows[contributions.explained_by] += contributions.row_index.shape[0]
+        result.tie_recomputed_rows += contributions.tie_recomputed_rows
         result.chunk_ids.append(chunk_id)
         result.latency_ms.append(inferred.latency_ms)
         result.drift.add_matrix(prepared.model_features, full.features)
@@ -605,6 +617,7 @@ def scoring_summary(
     )
     decisions: Counter[str] = Counter()
     rules: Counter[str] = Counter()
+    explained: Counter[str] = Counter()
     for inference in sorted(inferences, key=lambda u: u.unit_id):
         summary.rows_read += inference.rows_read
         summary.chunks += inference.chunks
@@ -614,6 +627,10 @@ def scoring_summary(
         summary.chunk_latency_ms += inference.latency_ms
         drift.merge(inference.drift)
         summary.peak_rss_mb = max(summary.peak_rss_mb, inference.peak_rss_mb)
+        explained.update(inference.explained_rows)
+        summary.tie_recomputed_rows += inference.tie_recomputed_rows
+    summary.explained_rows = dict(sorted(explained.items()))
+    summary.contributions_kernel_reason = getattr(engine, "contributions_kernel_reason", None)
     summary.workers = sorted({inference.worker for inference in inferences})
     for prediction in sorted(predictions, key=lambda u: u.unit_id):
         summary.rows_scored += prediction.rows_scored
@@ -661,6 +678,8 @@ def scoring_summary(
         fallback_reason=summary.fallback_reason,
         rows_failed=summary.rows_failed,
         rows_without_adverse_reason=summary.rows_without_adverse_reason,
+        rows_reasons_by_xgboost=summary.explained_rows.get(XGBOOST_NAME, 0),
+        reasons_kernel_reason=summary.contributions_kernel_reason,
         limits=spec.limits.max_fallback_share,
     )
     write_staged_chunk(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 import numpy as np
 import polars as pl
@@ -26,6 +28,9 @@ def test_reason_codes_are_xgboosts_top_positive_contributions(demo_env: DemoEnv,
     score_partition(DEMO_JOB, day)
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
         preds = pl.from_arrow(con.sql("SELECT * FROM predictions WHERE partition_date = ?", params=[day]).to_arrow_table())
+        inference, rows_with_reasons = con.execute(
+            "SELECT inference, rows_with_reasons FROM runs WHERE partition_date = ? AND status = 'succeeded'", [day]
+        ).fetchone()
     spec = load_job_spec(DEMO_JOB, fresh_data)
     fm = load_feature_module(spec.feature_module)
     raw = pl.read_parquet(fresh_data.raw_partition_dir(DEMO_JOB, day.isoformat()) / "*.parquet")
@@ -44,6 +49,9 @@ def test_reason_codes_are_xgboosts_top_positive_contributions(demo_env: DemoEnv,
         order = np.argsort(-row, kind="stable")
         expected = [code_of[fm.FEATURES[j]] for j in order[:k] if row[j] > 0]
         assert codes.to_list() == (expected or [spec.prediction.reasons.no_adverse_code]), entity
+    # The table kernel explained them all (checked against XGBoost at load), and the ledger says so.
+    assert json.loads(inference)["reasons_explained_by"] == {"table_treeshap": rows_with_reasons}
+    assert rows_with_reasons == explained.height
     # Reasons go only to the configured decisions.
     others = preds.filter(~pl.col("decision").is_in(spec.prediction.reasons.for_decisions))
     assert others.height > 0 and (others["reason_codes"].list.len() == 0).all()

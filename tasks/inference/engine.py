@@ -22,6 +22,14 @@ import numpy as np
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.registry import ModelArtifact, ModelMetadata, inference_model_artifact
+from tasks.inference.treeshap import (
+    DEFAULT_MAX_PATH_FEATURES,
+    TIE_TOLERANCE,
+    XGBOOST_NAME,
+    ContributionCounts,
+    inference_checked_treeshap,
+    inference_near_tie_rows,
+)
 
 log = logging.getLogger("scoring.inference")
 
@@ -41,7 +49,9 @@ class InferenceEngine(Protocol):
 
     def inference_outputs(self, batch: InferenceInput) -> InferenceOutput: ...
 
-    def inference_contributions(self, batch: InferenceInput, row_index: np.ndarray) -> FeatureContributions: ...
+    def inference_contributions(
+        self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None
+    ) -> FeatureContributions: ...
 
 
 def _logged_output(
@@ -66,7 +76,10 @@ def _logged_output(
 class XGBoostEngine:
     """XGBoost native inference: raw margins via `inplace_predict`, TreeSHAP on demand."""
 
-    def __init__(self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> None:
+    def __init__(
+        self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0,
+        max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
+    ) -> None:
         import xgboost as xgb
 
         self._xgb = xgb
@@ -90,6 +103,25 @@ class XGBoostEngine:
             log.info("[INF] model_name=%s device auto: no usable GPU, scoring on CPU", self.metadata.name)
         self.providers = (f"xgboost:{self.device_type}",)
         self.feature_names = tuple(self.metadata.features)
+        self._nthread = nthread
+        self.contributions_counts = ContributionCounts()
+        self._treeshap = None
+        self.contributions_kernel_load_s = 0.0
+        self.contributions_kernel_max_abs_diff: float | None = None
+        if self.device_type == "cuda":
+            self.contributions_kernel, self.contributions_kernel_reason = XGBOOST_NAME, "device cuda: XGBoost's GPU TreeSHAP"
+        else:
+            choice = inference_checked_treeshap(
+                self.booster.save_raw("json"),
+                self._xgboost_contributions,
+                model_label=f"{self.metadata.name} {self.metadata.version}",
+                nthread=nthread,
+                max_path_features=max_path_features,
+            )
+            self._treeshap = choice.kernel
+            self.contributions_kernel, self.contributions_kernel_reason = choice.name, choice.reason
+            self.contributions_kernel_load_s = choice.load_s
+            self.contributions_kernel_max_abs_diff = choice.max_abs_diff
 
     def inference_outputs(self, batch: InferenceInput) -> InferenceOutput:
         start = time.perf_counter()
@@ -97,21 +129,45 @@ class XGBoostEngine:
         latency_ms = (time.perf_counter() - start) * 1000.0
         return _logged_output(self.metadata, batch, margins, latency_ms, self.device_type)
 
-    def inference_contributions(self, batch: InferenceInput, row_index: np.ndarray) -> FeatureContributions:
-        """Exact TreeSHAP contributions to the margin for the given rows of the chunk only."""
+    def _xgboost_contributions(self, rows: np.ndarray) -> np.ndarray:
+        """XGBoost's own TreeSHAP: rows × (features + 1), the bias last."""
+        matrix = self._xgb.DMatrix(rows, missing=np.nan, feature_names=list(self.feature_names))
+        return np.asarray(self.booster.predict(matrix, pred_contribs=True), dtype=np.float64)
+
+    def inference_contributions(
+        self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None
+    ) -> FeatureContributions:
+        """Exact TreeSHAP contributions to the margin for the given rows of the chunk only.
+
+        With `top_k`, rows whose top-k reasons the kernel's float noise could reorder are
+        recomputed by XGBoost, so the reasons are always XGBoost's.
+        """
         rows = np.ascontiguousarray(batch.features[row_index])
+        recomputed = 0
         if rows.shape[0] == 0:
             values = np.empty((0, len(self.feature_names)), dtype=np.float64)
         else:
             start = time.perf_counter()
-            matrix = self._xgb.DMatrix(rows, missing=np.nan, feature_names=list(self.feature_names))
-            contribs = self.booster.predict(matrix, pred_contribs=True)
-            values = np.asarray(contribs, dtype=np.float64)[:, :-1]
+            if self._treeshap is None:
+                values = self._xgboost_contributions(rows)[:, :-1]
+                self.contributions_counts.add(xgboost_rows=rows.shape[0])
+            else:
+                values = self._treeshap.contributions(rows, nthread=self._nthread)[:, :-1]
+                if top_k is not None:
+                    tied = inference_near_tie_rows(values, top_k, exact=~self._treeshap.used_features, tolerance=TIE_TOLERANCE)
+                    recomputed = int(tied.sum())
+                    if recomputed:
+                        values[tied] = self._xgboost_contributions(rows[tied])[:, :-1]
+                self.contributions_counts.add(kernel_rows=rows.shape[0], tie_recomputed_rows=recomputed)
             log.info(
-                "[INF] model_name=%s contributions rows=%d latency_ms=%.2f device_type=%s chunk=%d",
+                "[INF] model_name=%s contributions rows=%d latency_ms=%.2f device_type=%s chunk=%d kernel=%s tie_recomputed=%d",
                 self.metadata.name, rows.shape[0], (time.perf_counter() - start) * 1000.0, self.device_type, batch.chunk_id,
+                self.contributions_kernel, recomputed,
             )
-        return FeatureContributions(row_index=row_index, values=values, feature_names=self.feature_names)
+        return FeatureContributions(
+            row_index=row_index, values=values, feature_names=self.feature_names,
+            explained_by=self.contributions_kernel, tie_recomputed_rows=recomputed,
+        )
 
 
 class ONNXEngine:
@@ -166,7 +222,9 @@ class ONNXEngine:
             )
         return _logged_output(self.metadata, batch, raw, latency_ms, self.device_type, f" providers={','.join(self.providers)}")
 
-    def inference_contributions(self, batch: InferenceInput, row_index: np.ndarray) -> FeatureContributions:
+    def inference_contributions(
+        self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None
+    ) -> FeatureContributions:
         raise ModelArtifactError(
             f"model {self.metadata.name} {self.metadata.version} is an ONNX graph: it has no exact feature "
             "contributions; reason codes need a tree model as the final model"

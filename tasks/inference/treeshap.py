@@ -1,0 +1,587 @@
+"""Exact path-dependent TreeSHAP for XGBoost tree models, from lookup tables built at model load.
+
+Path-dependent TreeSHAP gives each leaf's contribution to the d distinct features split on along
+its root path as a function of d bits only: for each of those features, whether the row follows
+every split on it towards the leaf (a missing value takes the default branch). The cover ratios
+and the leaf value are constants of the leaf, so at load the leaf's d contributions are computed
+for all 2^d bit patterns with TreeSHAP's own extend/unwind arithmetic (Lundberg et al., as XGBoost
+does it). Explaining a row then costs one comparison per split plus d additions per leaf, instead
+of TreeSHAP's O(leaves × depth²) per tree.
+
+The kernel is only trusted after it matched XGBoost's `pred_contribs` on a sample of rows at load;
+anything it cannot represent (categorical splits, several outputs, linear or DART boosters, paths
+too wide for a table) is left to XGBoost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numba
+import numpy as np
+
+log = logging.getLogger("scoring.inference")
+
+KERNEL_NAME = "table_treeshap"
+XGBOOST_NAME = "xgboost"
+DEFAULT_MAX_PATH_FEATURES = 12
+# A 300-tree depth-6 model needs at most ~60 MB; a depth-8 one up to 4 MB per tree. Past this the tables stop
+# fitting next to the worker's chunks, and XGBoost's own TreeSHAP is the better trade.
+DEFAULT_MAX_TABLE_BYTES = 256 * 2**20
+GUARD_TOLERANCE = 1e-5
+GUARD_ROWS = 256
+# Kernel and XGBoost each may be off by up to the guard tolerance, so two contributions closer
+# than twice that may rank either way in XGBoost.
+TIE_TOLERANCE = 2 * GUARD_TOLERANCE
+# Bits of the int32 pattern word; far beyond what the table-size cap lets through.
+_PATTERN_BITS = 30
+# numba's workqueue threading layer (what is left where neither TBB nor OpenMP is installed)
+# aborts the process when two threads launch parallel kernels at once; each launch already
+# uses every core, so serialising them costs nothing.
+_PARALLEL_LAUNCH = threading.Lock()
+
+# XGBoost keeps `base_score` on the scale of the prediction; the bias column holds it as a margin.
+_LOGIT_OBJECTIVES = frozenset({"binary:logistic", "reg:logistic"})
+_LOG_OBJECTIVES = frozenset({"count:poisson", "reg:gamma", "reg:tweedie", "survival:cox"})
+_IDENTITY_OBJECTIVES = frozenset(
+    {
+        "reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror", "reg:absoluteerror", "reg:quantileerror",
+        "binary:hinge", "binary:logitraw",
+    }
+)
+
+
+class TreeShapUnsupported(Exception):
+    """The model has something the table kernel does not represent; XGBoost explains it."""
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _tree_layout(left, right, split_feature, split_value, default_left, hess, node_start, max_width):
+    """Reachable nodes of every tree in preorder, each split's pattern bit, and each leaf's path.
+
+    A split's bit is the position of its feature among the distinct features on the path from the
+    root down to it, so all leaves below a split agree on it and a row's pattern can be pushed
+    down the tree one split at a time.
+    """
+    n_trees = node_start.size - 1
+    total = node_start[n_trees]
+    o_feature = np.full(total, -1, np.int32)
+    o_value = np.zeros(total, np.float32)
+    o_default_left = np.zeros(total, np.uint8)
+    o_bit = np.zeros(total, np.int32)
+    o_left = np.full(total, -1, np.int32)
+    o_right = np.full(total, -1, np.int32)
+    parent = np.full(total, -1, np.int32)
+    original = np.zeros(total, np.int64)
+    above = np.zeros(total, np.int32)
+    adds_bit = np.zeros(total, np.uint8)
+    mean = np.zeros(total, np.float64)
+    tree_node_start = np.zeros(n_trees + 1, np.int64)
+    tree_leaf_start = np.zeros(n_trees + 1, np.int64)
+    tree_mean = np.zeros(n_trees, np.float64)
+    leaf_node = np.zeros(total, np.int32)
+    leaf_width = np.zeros(total, np.int32)
+    leaf_feature = np.full((total, max_width), -1, np.int32)
+    leaf_zero = np.ones((total, max_width), np.float64)
+    leaf_value = np.zeros(total, np.float64)
+    widest = 0
+    stack_node = np.zeros(total + 1, np.int64)
+    stack_parent = np.zeros(total + 1, np.int32)
+    stack_is_left = np.zeros(total + 1, np.uint8)
+    out = 0
+    leaves = 0
+    for t in range(n_trees):
+        first = node_start[t]
+        base = out
+        tree_node_start[t] = base
+        tree_leaf_start[t] = leaves
+        top = 0
+        stack_node[0] = first
+        stack_parent[0] = -1
+        stack_is_left[0] = 0
+        top = 1
+        while top > 0:
+            top -= 1
+            node = stack_node[top]
+            up = stack_parent[top]
+            local = out - base
+            g = out
+            out += 1
+            original[g] = node
+            parent[g] = up
+            if up >= 0:
+                above[g] = above[base + up] + adds_bit[base + up]
+                if stack_is_left[top]:
+                    o_left[base + up] = local
+                else:
+                    o_right[base + up] = local
+            if left[node] < 0:
+                width = above[g]
+                if width > widest:
+                    widest = width
+                leaf_node[leaves] = local
+                leaf_width[leaves] = width
+                leaf_value[leaves] = split_value[node]
+                if width <= max_width:
+                    child = g
+                    a = up
+                    while a >= 0:
+                        ga = base + a
+                        slot = o_bit[ga]
+                        leaf_feature[leaves, slot] = o_feature[ga]
+                        leaf_zero[leaves, slot] *= np.float64(hess[original[child]]) / np.float64(hess[original[ga]])
+                        child = ga
+                        a = parent[ga]
+                leaves += 1
+                continue
+            f = split_feature[node]
+            o_feature[g] = f
+            o_value[g] = split_value[node]
+            o_default_left[g] = default_left[node]
+            found = -1
+            a = up
+            while a >= 0:
+                if o_feature[base + a] == f:
+                    found = o_bit[base + a]
+                    break
+                a = parent[base + a]
+            if found >= 0:
+                o_bit[g] = found
+                adds_bit[g] = 0
+            else:
+                o_bit[g] = above[g]
+                adds_bit[g] = 1
+            # Right pushed first: the left subtree is laid out right after its parent (preorder).
+            stack_node[top] = first + right[node]
+            stack_parent[top] = local
+            stack_is_left[top] = 0
+            stack_node[top + 1] = first + left[node]
+            stack_parent[top + 1] = local
+            stack_is_left[top + 1] = 1
+            top += 2
+        # XGBoost's node means: cover-weighted averages of the children, children first.
+        for g in range(out - 1, base - 1, -1):
+            node = original[g]
+            if o_left[g] < 0:
+                mean[g] = split_value[node]
+            else:
+                gl = base + o_left[g]
+                gr = base + o_right[g]
+                mean[g] = (mean[gl] * hess[original[gl]] + mean[gr] * hess[original[gr]]) / hess[node]
+        tree_mean[t] = mean[base]
+    tree_node_start[n_trees] = out
+    tree_leaf_start[n_trees] = leaves
+    return (
+        o_feature[:out], o_value[:out], o_default_left[:out], o_bit[:out], o_left[:out], o_right[:out],
+        tree_node_start, tree_leaf_start, tree_mean,
+        leaf_node[:leaves], leaf_width[:leaves], leaf_feature[:leaves], leaf_zero[:leaves], leaf_value[:leaves],
+        widest,
+    )
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _extend_path(pweight, depth, zero_fraction, one_fraction):
+    pweight[depth] = 1.0 if depth == 0 else 0.0
+    for i in range(depth - 1, -1, -1):
+        pweight[i + 1] += one_fraction * pweight[i] * (i + 1) / (depth + 1)
+        pweight[i] = zero_fraction * pweight[i] * (depth - i) / (depth + 1)
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _unwound_path_sum(pweight, depth, zero_fraction, one_fraction):
+    total = 0.0
+    if one_fraction != 0.0:
+        next_one_portion = pweight[depth]
+        for i in range(depth - 1, -1, -1):
+            tmp = next_one_portion * (depth + 1) / ((i + 1) * one_fraction)
+            total += tmp
+            next_one_portion = pweight[i] - tmp * zero_fraction * (depth - i) / (depth + 1)
+    else:
+        for i in range(depth - 1, -1, -1):
+            total += (pweight[i] / zero_fraction) / ((depth - i) / (depth + 1))
+    return total
+
+
+@numba.njit(cache=True, parallel=True, error_model="numpy")
+def _leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, table):
+    """For every leaf and bit pattern, TreeSHAP's contribution of each path feature (slot order)."""
+    for leaf in numba.prange(leaf_width.size):
+        d = leaf_width[leaf]
+        if d == 0:
+            continue
+        z = leaf_zero[leaf]
+        v = leaf_value[leaf]
+        pweight = np.zeros(d + 1, np.float64)
+        offset = leaf_offset[leaf]
+        for pattern in range(1 << d):
+            # Element 0 is TreeSHAP's root element (zero and one fraction 1), as in XGBoost.
+            _extend_path(pweight, 0, 1.0, 1.0)
+            for i in range(d):
+                _extend_path(pweight, i + 1, z[i], np.float64((pattern >> i) & 1))
+            for i in range(d):
+                one = np.float64((pattern >> i) & 1)
+                w = _unwound_path_sum(pweight, d, z[i], one)
+                table[offset + pattern * d + i] = w * (one - z[i]) * v
+
+
+@numba.njit(cache=True, parallel=True)
+def _table_contributions(
+    x, node_feature, node_value, node_default_left, node_bit, node_left, node_right, tree_node_start,
+    leaf_node, leaf_width, leaf_feature, leaf_offset, tree_leaf_start, table, bias, out, block,
+):
+    # Rows are the innermost loop everywhere: every row of a block does the same split or reads the
+    # same leaf's table, so the loops carry no dependency, branch on nothing and stay in cache.
+    n_rows, n_features = x.shape
+    n_trees = tree_node_start.size - 1
+    widest_tree = 0
+    for t in range(n_trees):
+        widest_tree = max(widest_tree, tree_node_start[t + 1] - tree_node_start[t])
+    n_blocks = (n_rows + block - 1) // block
+    for b in numba.prange(n_blocks):
+        first = b * block
+        m = min(n_rows, first + block) - first
+        xt = np.empty((n_features, block), np.float32)
+        for j in range(m):
+            for f in range(n_features):
+                xt[f, j] = x[first + j, f]
+        acc = np.zeros((n_features, block), np.float64)
+        pattern = np.empty((widest_tree, block), np.int32)
+        at = np.empty(block, np.int64)
+        for t in range(n_trees):
+            base = tree_node_start[t]
+            for j in range(m):
+                pattern[0, j] = -1
+            for k in range(tree_node_start[t + 1] - base):
+                g = base + k
+                lk = node_left[g]
+                if lk < 0:
+                    continue
+                rk = node_right[g]
+                threshold = node_value[g]
+                default_left = np.int32(node_default_left[g])
+                bit = np.int32(1) << node_bit[g]
+                column = xt[node_feature[g]]
+                for j in range(m):
+                    value = column[j]
+                    # NaN fails every comparison: it goes left only when the default is left.
+                    go_left = np.int32(value < threshold) | (np.int32(value != value) & default_left)
+                    here = pattern[k, j]
+                    pattern[lk, j] = here & ~(bit * (1 - go_left))
+                    pattern[rk, j] = here & ~(bit * go_left)
+            for leaf in range(tree_leaf_start[t], tree_leaf_start[t + 1]):
+                d = leaf_width[leaf]
+                if d == 0:
+                    continue
+                mask = (np.int32(1) << d) - 1
+                offset = leaf_offset[leaf]
+                reached = pattern[leaf_node[leaf]]
+                for j in range(m):
+                    at[j] = offset + np.int64(reached[j] & mask) * d
+                for i in range(d):
+                    row = acc[leaf_feature[leaf, i]]
+                    for j in range(m):
+                        row[j] += table[at[j] + i]
+        for j in range(m):
+            for f in range(n_features):
+                out[first + j, f] = acc[f, j]
+            out[first + j, n_features] = bias
+
+
+def _base_margin(learner: dict) -> float:
+    objective = learner["objective"]["name"]
+    base_score = json.loads(learner["learner_model_param"]["base_score"])
+    score = float(np.float32(base_score[0] if isinstance(base_score, list) else base_score))
+    if objective in _LOGIT_OBJECTIVES:
+        return -math.log(1.0 / score - 1.0)
+    if objective in _LOG_OBJECTIVES:
+        return math.log(score)
+    if objective in _IDENTITY_OBJECTIVES:
+        return score
+    raise TreeShapUnsupported(f"objective {objective}: its base_score margin is not known to the kernel")
+
+
+@dataclass
+class TreeShapKernel:
+    """Pattern tables of one single-output XGBoost tree ensemble; `contributions` explains rows."""
+
+    n_features: int
+    node_feature: np.ndarray
+    node_value: np.ndarray
+    node_default_left: np.ndarray
+    node_bit: np.ndarray
+    node_left: np.ndarray
+    node_right: np.ndarray
+    tree_node_start: np.ndarray
+    leaf_node: np.ndarray
+    leaf_width: np.ndarray
+    leaf_feature: np.ndarray
+    leaf_offset: np.ndarray
+    tree_leaf_start: np.ndarray
+    table: np.ndarray
+    bias: float
+    widest_path: int
+
+    @property
+    def n_trees(self) -> int:
+        return self.tree_node_start.size - 1
+
+    @property
+    def table_bytes(self) -> int:
+        return self.table.nbytes
+
+    @cached_property
+    def used_features(self) -> np.ndarray:
+        """Features split on somewhere; every other contribution is exactly 0, here and in XGBoost."""
+        used = np.zeros(self.n_features, dtype=bool)
+        used[self.node_feature[self.node_left >= 0]] = True
+        return used
+
+    def split_thresholds(self, feature: int) -> np.ndarray:
+        splits = (self.node_left >= 0) & (self.node_feature == feature)
+        return np.unique(self.node_value[splits])
+
+    def contributions(self, features: np.ndarray, *, nthread: int = 0) -> np.ndarray:
+        """rows × (features + 1) float64 contributions, the bias last, like XGBoost's `pred_contribs`."""
+        x = np.ascontiguousarray(features, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.n_features:
+            raise ValueError(f"the kernel explains {self.n_features} features, got an array of shape {x.shape}")
+        out = np.zeros((x.shape[0], self.n_features + 1), dtype=np.float64)
+        if x.shape[0] == 0:
+            return out
+        threads = numba.config.NUMBA_NUM_THREADS if nthread <= 0 else min(nthread, numba.config.NUMBA_NUM_THREADS)
+        # Long blocks amortise each tree's setup, as long as a tree's patterns for the block stay in
+        # L2 (512 KiB of int32); a few blocks per thread keep the threads busy.
+        widest_tree = int(np.diff(self.tree_node_start).max())
+        block = int(min(512, 2**17 // widest_tree, max(16, math.ceil(x.shape[0] / (2 * threads)))))
+        with _PARALLEL_LAUNCH:
+            numba.set_num_threads(threads)
+            _table_contributions(
+                x, self.node_feature, self.node_value, self.node_default_left, self.node_bit, self.node_left,
+                self.node_right, self.tree_node_start, self.leaf_node, self.leaf_width, self.leaf_feature,
+                self.leaf_offset, self.tree_leaf_start, self.table, self.bias, out, max(block, 1),
+            )
+        return out
+
+
+def inference_treeshap_kernel(
+    model_json: bytes | bytearray | str | dict,
+    *,
+    max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
+    max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES,
+) -> TreeShapKernel:
+    """The table kernel of a model saved by `booster.save_raw("json")`; raises TreeShapUnsupported."""
+    if not 0 <= max_path_features <= _PATTERN_BITS:
+        raise ValueError(f"max_path_features must be within 0..{_PATTERN_BITS}, got {max_path_features}")
+    model = model_json if isinstance(model_json, dict) else json.loads(model_json)
+    learner = model["learner"]
+    params = learner["learner_model_param"]
+    booster = learner["gradient_booster"]
+    if booster["name"] != "gbtree":
+        raise TreeShapUnsupported(f"booster {booster['name']}: the kernel explains plain gbtree models only")
+    if int(params.get("num_class", "0")) > 1 or int(params.get("num_target", "1")) > 1:
+        raise TreeShapUnsupported(
+            f"{params.get('num_class')} classes, {params.get('num_target')} targets: the kernel explains single-output models only"
+        )
+    trees = booster["model"]["trees"]
+    if not trees:
+        raise TreeShapUnsupported("the model has no trees")
+    for tree in trees:
+        if int(tree["tree_param"].get("size_leaf_vector", "1")) > 1:
+            raise TreeShapUnsupported(f"tree {tree['id']} has vector leaves (multi-target)")
+        if any(tree["split_type"]) or tree.get("categories_nodes"):
+            raise TreeShapUnsupported(f"tree {tree['id']} has categorical splits")
+    bias_margin = _base_margin(learner)
+    sizes = np.array([len(tree["left_children"]) for tree in trees], dtype=np.int64)
+    node_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    def concatenated(key: str, dtype: type) -> np.ndarray:
+        return np.concatenate([np.asarray(tree[key], dtype=dtype) for tree in trees])
+
+    layout = _tree_layout(
+        concatenated("left_children", np.int64),
+        concatenated("right_children", np.int64),
+        concatenated("split_indices", np.int64),
+        concatenated("split_conditions", np.float32),
+        concatenated("default_left", np.uint8),
+        concatenated("sum_hessian", np.float32),
+        node_start,
+        max_path_features,
+    )
+    (node_feature, node_value, node_default_left, node_bit, node_left, node_right, tree_node_start, tree_leaf_start,
+     tree_mean, leaf_node, leaf_width, leaf_feature, leaf_zero, leaf_value, widest) = layout
+    if widest > max_path_features:
+        raise TreeShapUnsupported(
+            f"a root path splits on {widest} distinct features, over the table cap of {max_path_features}"
+        )
+    entries = leaf_width.astype(np.int64) << leaf_width.astype(np.int64)
+    table_bytes = int(entries.sum()) * 8
+    if table_bytes > max_table_bytes:
+        raise TreeShapUnsupported(
+            f"the tables would take {table_bytes / 2**20:.0f} MiB, over the cap of {max_table_bytes / 2**20:.0f} MiB"
+        )
+    leaf_offset = np.concatenate([[0], np.cumsum(entries)[:-1]]).astype(np.int64)
+    table = np.empty(int(entries.sum()), dtype=np.float64)
+    with _PARALLEL_LAUNCH:
+        _leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, table)
+    if not np.isfinite(table).all():
+        # A zero-cover branch makes TreeSHAP divide by zero; XGBoost's answer there is its own.
+        raise TreeShapUnsupported("a split has a branch with zero cover")
+    n_features = int(params["num_feature"])
+    if node_feature.size and int(node_feature.max()) >= n_features:
+        raise TreeShapUnsupported(f"a split uses feature {int(node_feature.max())} of a {n_features}-feature model")
+    return TreeShapKernel(
+        n_features=n_features,
+        node_feature=node_feature,
+        node_value=node_value,
+        node_default_left=node_default_left,
+        node_bit=node_bit,
+        node_left=node_left,
+        node_right=node_right,
+        tree_node_start=tree_node_start,
+        leaf_node=leaf_node,
+        leaf_width=leaf_width,
+        leaf_feature=np.ascontiguousarray(leaf_feature[:, : max(1, widest)]),
+        leaf_offset=leaf_offset,
+        tree_leaf_start=tree_leaf_start,
+        table=table,
+        bias=bias_margin + float(tree_mean.sum()),
+        widest_path=int(widest),
+    )
+
+
+def inference_guard_rows(kernel: TreeShapKernel, *, rows: int = GUARD_ROWS, seed: int = 0) -> np.ndarray:
+    """Rows that exercise the splits: exact thresholds, values just below them, values around them, NaNs."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, kernel.n_features)).astype(np.float32)
+    for feature in np.flatnonzero(kernel.used_features):
+        thresholds = kernel.split_thresholds(int(feature))
+        lo, hi = float(thresholds.min()), float(thresholds.max())
+        pad = 0.1 * (hi - lo) + 0.05 * max(abs(lo), abs(hi)) + 1e-3
+        picked = thresholds[rng.integers(0, thresholds.size, rows)]
+        kind = rng.random(rows)
+        around = rng.uniform(lo - pad, hi + pad, rows).astype(np.float32)
+        below = np.nextafter(picked, np.float32(-np.inf))
+        x[:, feature] = np.where(kind < 0.25, picked, np.where(kind < 0.4, below, around))
+    x[rng.random(x.shape) < 0.1] = np.nan
+    return x
+
+
+def inference_treeshap_max_diff(
+    kernel: TreeShapKernel, reference: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, *, nthread: int = 0
+) -> float:
+    """Largest absolute difference to `reference` (XGBoost's pred_contribs), bias column included; inf on NaN."""
+    ours = kernel.contributions(rows, nthread=nthread)
+    theirs = np.asarray(reference(rows), dtype=np.float64)
+    if theirs.shape != ours.shape:
+        return math.inf
+    diff = np.abs(ours - theirs)
+    return float(diff.max()) if np.isfinite(diff).all() else math.inf
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """Which kernel explains the model's rows, and why XGBoost does when it does."""
+
+    kernel: TreeShapKernel | None
+    reason: str | None
+    max_abs_diff: float | None
+    load_s: float
+
+    @property
+    def name(self) -> str:
+        return KERNEL_NAME if self.kernel is not None else XGBOOST_NAME
+
+
+def inference_checked_treeshap(
+    model_json: bytes | bytearray | str | dict,
+    reference: Callable[[np.ndarray], np.ndarray],
+    *,
+    model_label: str,
+    nthread: int = 0,
+    max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
+    max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES,
+    guard_rows: int = GUARD_ROWS,
+    tolerance: float = GUARD_TOLERANCE,
+) -> KernelChoice:
+    """Build the table kernel and keep it only if it matches `reference` on the guard rows.
+
+    A model the kernel cannot represent is logged at INFO (a property of the model); a kernel
+    that disagrees with XGBoost is refused with a WARNING, because that is a defect.
+    """
+    start = time.perf_counter()
+    try:
+        kernel = inference_treeshap_kernel(model_json, max_path_features=max_path_features, max_table_bytes=max_table_bytes)
+    except TreeShapUnsupported as exc:
+        log.info("[INF] model_name=%s contributions by XGBoost TreeSHAP: %s", model_label, exc)
+        return KernelChoice(None, str(exc), None, time.perf_counter() - start)
+    rows = inference_guard_rows(kernel, rows=guard_rows)
+    try:
+        max_diff = inference_treeshap_max_diff(kernel, reference, rows, nthread=nthread)
+    except Exception as exc:  # the reference is XGBoost itself: whatever fails there, it keeps the job
+        reason = f"load-time check against XGBoost pred_contribs failed: {type(exc).__name__}: {exc}"
+        log.warning("[INF] model_name=%s TreeSHAP kernel refused, contributions by XGBoost: %s", model_label, reason)
+        return KernelChoice(None, reason, None, time.perf_counter() - start)
+    if not max_diff <= tolerance:
+        reason = (
+            f"max_abs_diff={max_diff:.3g} against XGBoost pred_contribs on {rows.shape[0]} load-time rows, "
+            f"over the tolerance {tolerance:g}"
+        )
+        log.warning("[INF] model_name=%s TreeSHAP kernel refused, contributions by XGBoost: %s", model_label, reason)
+        return KernelChoice(None, reason, max_diff, time.perf_counter() - start)
+    load_s = time.perf_counter() - start
+    log.info(
+        "[INF] model_name=%s contributions by %s: trees=%d widest_path=%d table_mib=%.1f max_abs_diff=%.2g load_ms=%.0f",
+        model_label, KERNEL_NAME, kernel.n_trees, kernel.widest_path, kernel.table_bytes / 2**20, max_diff, load_s * 1000,
+    )
+    return KernelChoice(kernel, None, max_diff, load_s)
+
+
+def inference_near_tie_rows(
+    values: np.ndarray, top_k: int, *, exact: np.ndarray | None = None, tolerance: float = TIE_TOLERANCE
+) -> np.ndarray:
+    """Rows whose top-k reasons could change under float noise of `tolerance` in the contributions.
+
+    Mirrors how reasons are ranked: by signed value, largest first, only values above 0 kept. A row
+    is flagged when, within its first k ranks, a value that could be positive lies within
+    `tolerance` of 0 or of the next rank's value. `exact` marks features whose value is exactly
+    known (never split on: 0 in every implementation), so two of them never make a tie.
+    """
+    n_rows, n_features = values.shape
+    flagged = np.zeros(n_rows, dtype=bool)
+    if n_rows == 0 or n_features == 0 or top_k <= 0:
+        return flagged
+    exact = np.zeros(n_features, dtype=bool) if exact is None else np.asarray(exact, dtype=bool)
+    ranks = min(top_k + 1, n_features)
+    order = np.argsort(-values, axis=1, kind="stable")[:, :ranks]
+    ranked = np.take_along_axis(values, order, axis=1)
+    ranked_exact = exact[order]
+    for j in range(min(top_k, n_features)):
+        may_be_positive = ranked[:, j] > -tolerance
+        flagged |= may_be_positive & (np.abs(ranked[:, j]) < tolerance) & ~ranked_exact[:, j]
+        if j + 1 < ranks:
+            close = ranked[:, j] - ranked[:, j + 1] < tolerance
+            flagged |= may_be_positive & close & ~(ranked_exact[:, j] & ranked_exact[:, j + 1])
+    return flagged
+
+
+@dataclass
+class ContributionCounts:
+    """Rows explained so far by each path; `tie_recomputed` rows were explained twice."""
+
+    kernel_rows: int = 0
+    tie_recomputed_rows: int = 0
+    xgboost_rows: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, *, kernel_rows: int = 0, tie_recomputed_rows: int = 0, xgboost_rows: int = 0) -> None:
+        with self._lock:
+            self.kernel_rows += kernel_rows
+            self.tie_recomputed_rows += tie_recomputed_rows
+            self.xgboost_rows += xgboost_rows

@@ -14,6 +14,7 @@ from prefect.runtime import flow_run
 from tasks.calendar import parse_partition_date
 from tasks.execution import configured_task_runner, inference_task_resources
 from tasks.jobspec import checked_job_name
+from tasks.monitoring_steps import monitor_decisions
 from tasks.progress import reported_progress
 from tasks.scoring import ScoringSummary
 from tasks.settings import current_settings
@@ -61,4 +62,8 @@ def score_partition(job: str, date: dt.date, chunk_rows: int | None = None) -> d
     except Exception as error:
         fail_run(run_id, job, date, error)
         raise
-    return finish_run(ticket, summary, published)
+    result = finish_run(ticket, summary, published)
+    # Prediction health of the published partition; the run has already succeeded, so a failure
+    # here fails the flow run without reopening the scoring run.
+    result["decision_monitoring"] = monitor_decisions(job, date, run_id)
+    return result

@@ -55,11 +55,10 @@ def published_run_ids(settings: Settings, job: str) -> dict[dt.date, str]:
 
 
 def monitored_demo(tmp_path_factory: pytest.TempPathFactory) -> MonitoredDemo:
-    """Generate, score (backfill) and monitor (`monitor-decisions` after each date, in order) the demo."""
+    """Generate and score (backfill, which runs `monitor-decisions` after each date, in order) the demo."""
     if "demo" in _BUILT:
         return _BUILT["demo"]
     from flows.people import backfill
-    from tasks.monitoring_steps import monitor_decisions
 
     data_dir = tmp_path_factory.mktemp("monitoring-data")
     with pytest.MonkeyPatch.context() as mp:
@@ -75,8 +74,6 @@ def monitored_demo(tmp_path_factory: pytest.TempPathFactory) -> MonitoredDemo:
         _registered_copy(settings, JOB, plan.model_version, str(int(plan.model_version) + 1))
         backfill(JOB, dates[split], dates[-1])
         run_ids = published_run_ids(settings, JOB)
-        for day in dates:
-            monitor_decisions(JOB, day, run_ids[day])
     built = MonitoredDemo(
         data_dir=data_dir,
         dates=dates,

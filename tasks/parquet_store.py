@@ -3,9 +3,9 @@
 A partition `date=D` is a symlink to a version folder `_versions/<dataset>/date=D/<run_id>`. A
 run stages its files, renames the staging folder into a new version, and replaces the symlink
 with `rename(2)`: a reader that opens `date=D` sees the old run's complete files or the new
-run's, never a mix and never nothing. Then the older versions of that partition are deleted;
-leftovers of a killed run (a staged folder, a version never linked, a half-made link) are
-removed by the next publish of the same partition.
+run's, never a mix and never nothing. The version it replaced is kept until the next publish
+(a reader that resolved the link just before the swap can finish); older versions and the
+leftovers of a killed run (a version never linked, a half-made link) are removed then.
 """
 
 from __future__ import annotations
@@ -58,13 +58,17 @@ def publish_staged_partition(dataset_dir: Path, partition: str, run_id: str, emp
         stale.unlink()
     link = dataset_dir / f".date={partition}.{run_id}.link"
     link.symlink_to(os.path.relpath(version, dataset_dir), target_is_directory=True)
+    previous = (dataset_dir / os.readlink(target)).resolve() if target.is_symlink() else None
     if target.is_dir() and not target.is_symlink():
         # A partition published as a plain folder (before versions existed) becomes a version once.
-        target.rename(version.parent / f"unversioned-{run_id}")
+        previous = version.parent / f"unversioned-{run_id}"
+        target.rename(previous)
     os.replace(link, target)
     _synced(dataset_dir)
+    # The version just replaced stays until the next publish: a reader that resolved the link a
+    # moment ago still finds every file it listed.
     for older in version.parent.iterdir():
-        if older != version:
+        if older not in (version, previous):
             shutil.rmtree(older)
     return target
 

@@ -24,6 +24,7 @@ from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
 from tasks.scoring import prepared_job
 from tasks.settings import current_settings
+from tasks.warehouse_config import with_warehouse_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
@@ -37,7 +38,7 @@ class BackfillChoice(str, enum.Enum):
 
 
 def _print_summary(job: str, dates: list[dt.date]) -> None:
-    settings = current_settings()
+    settings = with_warehouse_url(current_settings())
     console.print(partition_summary_table(job, partition_summaries(settings, job, dates)))
     reports = [p for d in dates if (p := settings.data_dir / "output" / job / "reports" / "html" / f"date={d}.html").exists()]
     if reports:
@@ -46,10 +47,10 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
 
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
     from tasks.monitoring_report import monitoring_history, realized_performance_rows, realized_performance_table
-    from tasks.warehouse import DuckDBWarehouse
+    from tasks.warehouse_config import configured_warehouse
 
     settings = current_settings()
-    history = monitoring_history(DuckDBWarehouse(settings.duckdb_path), job, first_date=min(dates), last_date=max(dates))
+    history = monitoring_history(configured_warehouse(settings), job, first_date=min(dates), last_date=max(dates))
     level = load_job_spec(job, settings).monitoring.outcome_interval_level
     console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))
     console.print(f"monitoring page: {settings.data_dir / 'output' / job / 'reports' / 'html' / 'monitoring.html'}")
@@ -100,7 +101,7 @@ def demo(
         from flows.people import backfill
         from tasks.demo.setup import DEMO_JOB, GEARBOX_JOB, prepared_demo, prepared_gearbox_demo
 
-        settings = current_settings()
+        settings = with_warehouse_url(current_settings())
         end = yesterday(settings)
         plans = {
             DEMO_JOB: prepared_demo(settings, days=days, rows_per_day=rows_per_day, train_days=train_days, seed=seed, end=end),
@@ -123,7 +124,7 @@ def demo(
             # The demo's labels are known at once; in production they arrive later (deployment `outcomes`).
             outcomes(job, plan.scoring_dates[0], plan.scoring_dates[-1])
             _print_realized_performance(job, plan.scoring_dates)
-        console.print(f"outputs: {settings.data_dir / 'output'} and {settings.duckdb_path}")
+        console.print(f"outputs: {settings.data_dir / 'output'} and the warehouse {configured_warehouse(settings).location}")
 
     _run(action)
 
@@ -141,7 +142,7 @@ def run(
 
         day = parse_partition_date(date, what="--date")
         # The same checks the flow starts with, so that a user mistake is one line, not a run log.
-        prepared_job(job, day, current_settings())
+        prepared_job(job, day, with_warehouse_url(current_settings()))
         with _progress_bars():
             score_partition(job, day, chunk_rows)
         _print_summary(job, [day])

@@ -18,6 +18,7 @@ from tasks.jobspec import configured_jobs
 from tasks.progress import reported_progress
 from tasks.reporting import BackfillMode, partitions_to_score
 from tasks.settings import current_settings
+from tasks.warehouse_config import with_warehouse_url
 
 JobName = job_name_enum(current_settings())
 MAX_CONCURRENCY = 8
@@ -69,7 +70,7 @@ def backfill(
     """Score the partitions from `start_date` to `end_date` inclusive that `mode` selects (`all`,
     `missing`: never scored, `failed`: last run failed); failures are listed, not fatal to the rest.
     `dry_run` lists what would be scored and writes nothing; `concurrency` partitions run at once."""
-    settings = current_settings()
+    settings = with_warehouse_url(current_settings())
     dates = partitions_to_score(settings, str(job), partition_range(start_date, end_date), mode)
     if dry_run:
         planned = [{"job": str(job), "date": d.isoformat(), "outcome": "would score", "rows_scored": 0, "error": "", "report": ""} for d in dates]

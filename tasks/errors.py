@@ -47,3 +47,11 @@ class LabelError(ScoringError):
 
 class UnsafePath(ScoringError):
     """A path built from input that would leave the data root."""
+
+
+class PartitionBusy(ScoringError):
+    """Another live run holds the partition's lease, and waiting for it timed out."""
+
+
+class PartitionLeaseLost(ScoringError):
+    """The run's partition lease was taken over while it ran; it must not publish."""

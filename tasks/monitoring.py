@@ -27,7 +27,7 @@ import polars as pl
 import pyarrow as pa
 
 from tasks.prediction.decisions import predict_probability_cutoffs
-from tasks.warehouse import MONITORING_SCHEMAS, DuckDBWarehouse
+from tasks.warehouse import MONITORING_SCHEMAS, Warehouse
 
 if TYPE_CHECKING:
     from tasks.jobspec import DecisionTolerance, JobSpec
@@ -130,7 +130,7 @@ def decision_monitoring_rows(
     return frame.to_arrow().cast(schema)
 
 
-def monitored_decisions(warehouse: DuckDBWarehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str) -> pa.Table:
+def monitored_decisions(warehouse: Warehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str) -> pa.Table:
     """Compute the partition's decision monitoring from its published predictions and store it.
 
     The predictions must be those of `run_id`: monitoring a partition that another run has

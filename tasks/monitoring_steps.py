@@ -16,7 +16,8 @@ from tasks.monitoring import monitored_decisions
 from tasks.monitoring_report import monitoring_history, monitoring_page_html, realized_performance_rows
 from tasks.outcomes import ingested_outcomes
 from tasks.settings import current_settings
-from tasks.warehouse import DuckDBWarehouse
+from tasks.warehouse import Warehouse
+from tasks.warehouse_config import configured_warehouse
 
 log = logging.getLogger("scoring.monitoring")
 
@@ -25,8 +26,8 @@ def _artifact_key(prefix: str, job: str) -> str:
     return f"{prefix}-{job.replace('_', '-')}"
 
 
-def _warehouse() -> DuckDBWarehouse:
-    return DuckDBWarehouse(current_settings().duckdb_path)
+def _warehouse() -> Warehouse:
+    return configured_warehouse(current_settings())
 
 
 @task(name="monitor-decisions")

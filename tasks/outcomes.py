@@ -39,7 +39,7 @@ from scipy.stats import binomtest, rankdata
 
 from tasks.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.errors import LabelError
-from tasks.warehouse import MONITORING_SCHEMAS, DuckDBWarehouse
+from tasks.warehouse import MONITORING_SCHEMAS, Warehouse
 
 if TYPE_CHECKING:
     from tasks.jobspec import JobSpec, LabelSource
@@ -287,7 +287,7 @@ def partition_outcome_tables(
     )
 
 
-def partition_labels(warehouse: DuckDBWarehouse, spec: JobSpec, labels_dir: Path, partition_date: dt.date) -> pl.DataFrame:
+def partition_labels(warehouse: Warehouse, spec: JobSpec, labels_dir: Path, partition_date: dt.date) -> pl.DataFrame:
     """Every label of the partition: the Parquet folder's, then the warehouse table's if the spec names one."""
     source = spec.monitoring.labels
     frames = [parquet_labels(labels_dir, source)]
@@ -301,7 +301,7 @@ def partition_labels(warehouse: DuckDBWarehouse, spec: JobSpec, labels_dir: Path
 
 
 def ingested_outcomes(
-    warehouse: DuckDBWarehouse, spec: JobSpec, *, labels_dir: Path, partition_date: dt.date
+    warehouse: Warehouse, spec: JobSpec, *, labels_dir: Path, partition_date: dt.date
 ) -> PartitionOutcomes:
     """Read the partition's labels and predictions, compute its outcome tables and store them.
 

@@ -9,23 +9,14 @@ from typing import Any, Literal
 from rich.table import Table
 
 from tasks.settings import Settings
-from tasks.warehouse import DuckDBWarehouse
+from tasks.warehouse_config import configured_warehouse
 
 
 def partition_summaries(settings: Settings, job: str, dates: list[dt.date]) -> list[dict[str, Any]]:
     """The latest run of each date (or status `not scored`), oldest date first."""
-    if not settings.duckdb_path.exists():
-        return [{"partition_date": d, "status": "not scored"} | dict.fromkeys(_COUNTS) for d in dates]
-    with DuckDBWarehouse(settings.duckdb_path).connect(read_only=True) as con:
-        rows = con.execute(
-            f"""
-            SELECT partition_date, status, {", ".join(_COUNTS)}
-            FROM runs WHERE job = ? AND partition_date BETWEEN ? AND ?
-            QUALIFY row_number() OVER (PARTITION BY partition_date ORDER BY started_at DESC) = 1
-            """,
-            [job, min(dates), max(dates)],
-        ).fetchall()
-    by_date = {r[0]: dict(zip(("partition_date", "status", *_COUNTS), r)) for r in rows}
+    runs = configured_warehouse(settings).latest_partition_runs(job, first_date=min(dates), last_date=max(dates))
+    rows = [{k: run[k] for k in ("partition_date", "status", *_COUNTS)} for run in runs]
+    by_date = {r["partition_date"]: r for r in rows}
     out = []
     for d in dates:
         row = by_date.get(d, {"partition_date": d, "status": "not scored"} | dict.fromkeys(_COUNTS))

@@ -57,7 +57,7 @@ from tasks.parquet_store import staging_dir, write_staged_chunk
 from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.settings import Settings
-from tasks.warehouse import DuckDBWarehouse
+from tasks.warehouse import warehouse_for
 
 log = logging.getLogger("scoring.run")
 
@@ -142,7 +142,7 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
             edges=np.asarray(row["edges"]), counts=np.asarray(row["counts"], dtype=np.int64), nulls=row["nulls"],
             psi_edges=reference[row["feature"]].psi_edges if row["feature"] in reference else SCORE_PSI_EDGES,
         )
-        for row in DuckDBWarehouse(settings.duckdb_path).previous_drift_histograms(job, partition_date)
+        for row in warehouse_for(settings).previous_drift_histograms(job, partition_date)
     }
     trained_with = model.engine.metadata.training.get("feature_models", {})
     for ref, loaded in feature_models:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tasks.errors import UnsafePath
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +29,21 @@ class Settings(BaseSettings):
     timezone: str = Field(default="UTC", description="Business timezone: what 'yesterday' means for nightly runs.")
     warehouse_path: Path | None = Field(
         default=None, description="DuckDB file; defaults to `<data_dir>/warehouse.duckdb`."
+    )
+    warehouse_url: SecretStr | None = Field(
+        default=None,
+        description="PostgreSQL warehouse, e.g. postgresql://user:password@host:5432/db; none keeps the DuckDB file.",
+    )
+    warehouse_secret_block: str | None = Field(
+        default=None, description="Name of a Prefect Secret block holding the PostgreSQL warehouse URL instead."
+    )
+    lock_ttl_s: float = Field(
+        default=300.0, gt=0,
+        description="Partition lease lifetime; renewed every third of it while the run lives, taken over once expired.",
+    )
+    lock_wait_s: float = Field(
+        default=900.0, ge=0,
+        description="How long a run waits for another live run of the same partition before failing (0: fail at once).",
     )
 
     task_runner: Literal["threads", "dask"] = Field(
@@ -56,9 +73,8 @@ class Settings(BaseSettings):
         absolute part, a symlink pointing away)."""
         path = self.data_dir.joinpath(*parts)
         root = self.data_dir.resolve()
-        if any(not part or "\x00" in part or Path(part).is_absolute() for part in parts) or not path.resolve().is_relative_to(root):
-            from tasks.errors import UnsafePath
-
+        unsafe = any(not part or "\x00" in part or Path(part).is_absolute() or ".." in Path(part).parts for part in parts)
+        if unsafe or not path.resolve().is_relative_to(root):
             raise UnsafePath(f"path {str(path)[:200]!r} leaves the data root {root}")
         return path
 

@@ -1,74 +1,110 @@
-"""The DuckDB warehouse: tables `predictions`, `quarantine`, `guard_actions` and the `runs` ledger.
+"""The warehouse: per-partition tables (`predictions`, `quarantine`, guard and drift reports), the
+monitoring tables, the `runs` ledger and `partition_leases`, on DuckDB or on PostgreSQL.
 
-DuckDB allows one read-write process per file, so connections are short and opening one retries
-with backoff while another process holds the lock. A partition's rows are replaced in one
-transaction: readers see the previous run's rows or the new ones, never a mix.
+Both backends create their tables from the same Arrow schemas and run the same SQL; they differ
+only in how they connect, how parameters are written and how rows are bulk-loaded. A partition's
+rows are replaced in one transaction: readers see the previous run's rows or the new ones, never a
+mix. DuckDB allows one read-write process per file, so its connections are short and opening one
+retries with backoff while another process holds the lock. PostgreSQL is loaded over Arrow with
+ADBC (binary COPY), never row by row, and its password never appears in errors, logs or reprs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+import urllib.parse
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tasks.contracts import PREDICTION_SCHEMA
 from tasks.errors import LabelError
 
-_DUCK_TYPES = {
-    pa.string(): "VARCHAR",
-    pa.date32(): "DATE",
-    pa.float64(): "DOUBLE",
-    pa.int16(): "SMALLINT",
-    pa.int64(): "BIGINT",
-    pa.list_(pa.string()): "VARCHAR[]",
+if TYPE_CHECKING:
+    from adbc_driver_manager.dbapi import Connection as AdbcConnection
+
+    from tasks.settings import Settings
+
+log = logging.getLogger("scoring.warehouse")
+
+_RUN_KEY = [("run_id", pa.string()), ("job", pa.string()), ("partition_date", pa.date32())]
+QUARANTINE_SCHEMA = pa.schema(
+    [*_RUN_KEY, ("entity_id", pa.string()), ("failed_expectations", pa.list_(pa.string())), ("raw_row", pa.string())]
+)
+GUARD_ACTIONS_SCHEMA = pa.schema(
+    [
+        *_RUN_KEY, ("entity_id", pa.string()), ("expectation", pa.string()), ("column_name", pa.string()),
+        ("action", pa.string()), ("old_value", pa.string()), ("new_value", pa.string()),
+    ]
+)
+GUARD_SUMMARY_SCHEMA = pa.schema(
+    [
+        *_RUN_KEY, ("expectation", pa.string()), ("column_name", pa.string()), ("expectation_type", pa.string()),
+        ("action", pa.string()), ("evaluated_by", pa.string()), ("rows", pa.int64()), ("share", pa.float64()),
+    ]
+)
+FALLBACK_REPORT_SCHEMA = pa.schema(
+    [
+        *_RUN_KEY, ("kind", pa.string()), ("detail", pa.string()), ("rows", pa.int64()), ("share", pa.float64()),
+        ("limit", pa.float64()), ("breached", pa.bool_()),
+    ]
+)
+DRIFT_REPORT_SCHEMA = pa.schema(
+    [
+        *_RUN_KEY, ("feature", pa.string()), ("baseline", pa.string()), ("psi", pa.float64()), ("ks", pa.float64()),
+        ("ks_upper", pa.float64()), ("wasserstein", pa.float64()), ("js", pa.float64()), ("flag", pa.string()),
+        ("rows", pa.int64()), ("null_share", pa.float64()), ("baseline_null_share", pa.float64()),
+        ("out_of_range_share", pa.float64()),
+    ]
+)
+DRIFT_HISTOGRAM_SCHEMA = pa.schema(
+    [*_RUN_KEY, ("feature", pa.string()), ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64())), ("nulls", pa.int64())]
+)
+PARTITIONED_SCHEMAS: dict[str, pa.Schema] = {
+    "predictions": PREDICTION_SCHEMA,
+    "quarantine": QUARANTINE_SCHEMA,
+    "guard_actions": GUARD_ACTIONS_SCHEMA,
+    "guard_summary": GUARD_SUMMARY_SCHEMA,
+    "fallback_report": FALLBACK_REPORT_SCHEMA,
+    "drift_report": DRIFT_REPORT_SCHEMA,
+    "drift_histograms": DRIFT_HISTOGRAM_SCHEMA,
 }
+"""Tables a scoring run replaces per (job, partition_date) from its staged Parquet files."""
+PARTITIONED_TABLES = frozenset(PARTITIONED_SCHEMAS)
 
-PARTITIONED_TABLES = frozenset(
-    {"predictions", "quarantine", "guard_actions", "guard_summary", "fallback_report", "drift_report", "drift_histograms"}
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_JSON = pa.json_()
+RUNS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False), pa.field("job", pa.string(), nullable=False),
+        pa.field("partition_date", pa.date32(), nullable=False), pa.field("status", pa.string(), nullable=False),
+        ("model_name", pa.string()), ("model_version", pa.string()), ("feature_version", pa.string()),
+        ("rows_read", pa.int64()), ("rows_scored", pa.int64()), ("rows_repaired", pa.int64()),
+        ("rows_quarantined", pa.int64()), ("rows_failed", pa.int64()), ("rows_fallback", pa.int64()),
+        ("rows_with_reasons", pa.int64()), ("rows_without_adverse_reason", pa.int64()), ("rows_straddling", pa.int64()),
+        ("decisions", _JSON), ("guard_counts", _JSON), ("inference", _JSON),
+        pa.field("started_at", _TIMESTAMP, nullable=False), ("ended_at", _TIMESTAMP), ("error", pa.string()),
+    ]
 )
-DRIFT_REPORT_COLUMNS = (
-    "run_id VARCHAR, job VARCHAR, partition_date DATE, feature VARCHAR, baseline VARCHAR, psi DOUBLE, ks DOUBLE, "
-    'ks_upper DOUBLE, wasserstein DOUBLE, js DOUBLE, flag VARCHAR, "rows" BIGINT, null_share DOUBLE, '
-    "baseline_null_share DOUBLE, out_of_range_share DOUBLE"
+"""The run ledger; JSON columns read back as JSON text on both backends."""
+PARTITION_LEASES_SCHEMA = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False), pa.field("partition_date", pa.date32(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False), ("host", pa.string()), ("pid", pa.int64()),
+        pa.field("acquired_at", _TIMESTAMP, nullable=False), pa.field("expires_at", _TIMESTAMP, nullable=False),
+    ]
 )
-DRIFT_HISTOGRAM_COLUMNS = (
-    "run_id VARCHAR, job VARCHAR, partition_date DATE, feature VARCHAR, edges DOUBLE[], counts BIGINT[], nulls BIGINT"
-)
-FALLBACK_REPORT_COLUMNS = (
-    'run_id VARCHAR, job VARCHAR, partition_date DATE, kind VARCHAR, detail VARCHAR, "rows" BIGINT, share DOUBLE, '
-    '"limit" DOUBLE, breached BOOLEAN'
-)
-QUARANTINE_COLUMNS = "run_id VARCHAR, job VARCHAR, partition_date DATE, entity_id VARCHAR, failed_expectations VARCHAR[], raw_row VARCHAR"
-GUARD_ACTION_COLUMNS = (
-    "run_id VARCHAR, job VARCHAR, partition_date DATE, entity_id VARCHAR, expectation VARCHAR, "
-    "column_name VARCHAR, action VARCHAR, old_value VARCHAR, new_value VARCHAR"
-)
-GUARD_SUMMARY_COLUMNS = (
-    "run_id VARCHAR, job VARCHAR, partition_date DATE, expectation VARCHAR, column_name VARCHAR, "
-    "expectation_type VARCHAR, action VARCHAR, evaluated_by VARCHAR, rows BIGINT, share DOUBLE"
-)
-RUN_COLUMNS = """
-    run_id VARCHAR PRIMARY KEY, job VARCHAR NOT NULL, partition_date DATE NOT NULL, status VARCHAR NOT NULL,
-    model_name VARCHAR, model_version VARCHAR, feature_version VARCHAR,
-    rows_read BIGINT, rows_scored BIGINT, rows_repaired BIGINT, rows_quarantined BIGINT,
-    rows_failed BIGINT, rows_fallback BIGINT,
-    rows_with_reasons BIGINT, rows_without_adverse_reason BIGINT, rows_straddling BIGINT,
-    decisions JSON, guard_counts JSON, inference JSON,
-    started_at TIMESTAMPTZ NOT NULL, ended_at TIMESTAMPTZ, error VARCHAR
-"""
-
-
-def _ddl(table: str, schema: pa.Schema) -> str:
-    cols = ", ".join(f'"{f.name}" {_DUCK_TYPES[f.type]}{"" if f.nullable else " NOT NULL"}' for f in schema)
-    return f"CREATE TABLE IF NOT EXISTS {table} ({cols})"
-
+"""Which run may write a partition until when; expiry is judged by the database clock."""
 
 _RUN_KEYED = [("job", pa.string()), ("partition_date", pa.date32())]
 MONITORING_SCHEMAS: dict[str, pa.Schema] = {
@@ -121,18 +157,36 @@ MONITORING_SCHEMAS: dict[str, pa.Schema] = {
 keyed by (job, partition_date) and replaced per partition. No run id or clock time of the monitoring
 run is stored, so recomputing from the same predictions and labels leaves identical tables."""
 
-# Standard SQL types, so the same DDL serves the PostgreSQL backend.
-_PORTABLE_TYPES = {
+WAREHOUSE_TABLES: dict[str, pa.Schema] = {
+    **PARTITIONED_SCHEMAS, "runs": RUNS_SCHEMA, "partition_leases": PARTITION_LEASES_SCHEMA, **MONITORING_SCHEMAS
+}
+"""Every table the warehouse creates, the one definition both backends' DDL comes from."""
+_PRIMARY_KEYS = {"runs": ("run_id",), "partition_leases": ("job", "partition_date")}
+
+_DUCKDB_TYPES: dict[pa.DataType, str] = {
     pa.string(): "VARCHAR",
     pa.date32(): "DATE",
-    pa.float64(): "DOUBLE PRECISION",
+    pa.float64(): "DOUBLE",
     pa.int16(): "SMALLINT",
     pa.int64(): "BIGINT",
     pa.bool_(): "BOOLEAN",
+    pa.list_(pa.string()): "VARCHAR[]",
+    pa.list_(pa.float64()): "DOUBLE[]",
+    pa.list_(pa.int64()): "BIGINT[]",
+    _TIMESTAMP: "TIMESTAMPTZ",
+    _JSON: "JSON",
+}
+_POSTGRES_TYPES: dict[pa.DataType, str] = {
+    **_DUCKDB_TYPES,
+    pa.string(): "TEXT",
+    pa.float64(): "DOUBLE PRECISION",
+    pa.list_(pa.string()): "TEXT[]",
+    pa.list_(pa.float64()): "DOUBLE PRECISION[]",
+    _JSON: "JSONB",
 }
 
-
 _PLAIN_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+_NAMED_PARAMETER = re.compile(r"\$([a-z_][a-z0-9_]*)")
 
 
 def _quoted(identifier: str) -> str:
@@ -142,6 +196,19 @@ def _quoted(identifier: str) -> str:
     return f'"{identifier}"'
 
 
+def create_table_sql(table: str, types: Mapping[pa.DataType, str]) -> str:
+    """`CREATE TABLE IF NOT EXISTS` for one of WAREHOUSE_TABLES in a backend's type names."""
+    columns = [f"{_quoted(f.name)} {types[f.type]}{'' if f.nullable else ' NOT NULL'}" for f in WAREHOUSE_TABLES[table]]
+    if table in _PRIMARY_KEYS:
+        columns.append(f"PRIMARY KEY ({', '.join(_quoted(c) for c in _PRIMARY_KEYS[table])})")
+    return f"CREATE TABLE IF NOT EXISTS {_quoted(table)} ({', '.join(columns)})"
+
+
+def _parameter_names(sql: str) -> list[str]:
+    """The `$name` parameters of a query, each once, in order of first use."""
+    return list(dict.fromkeys(_NAMED_PARAMETER.findall(sql)))
+
+
 def _monitoring_table(table: str) -> pa.Schema:
     try:
         return MONITORING_SCHEMAS[table]
@@ -149,20 +216,436 @@ def _monitoring_table(table: str) -> pa.Schema:
         raise ValueError(f"not a monitoring table: {table!r}; known: {sorted(MONITORING_SCHEMAS)}") from None
 
 
-def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchall()[0][0])
+def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """A staged batch in the table's column order and types; columns it lacks are null, as with DuckDB's BY NAME."""
+    columns = [
+        batch.column(f.name).cast(f.type) if f.name in batch.schema.names else pa.nulls(batch.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _ensure_monitoring_schema(con: duckdb.DuckDBPyConnection) -> None:
-    for table, schema in MONITORING_SCHEMAS.items():
-        columns = ", ".join(f"{_quoted(f.name)} {_PORTABLE_TYPES[f.type]}" for f in schema)
-        con.execute(f"CREATE TABLE IF NOT EXISTS {_quoted(table)} ({columns})")
+class _Session(Protocol):
+    """One connection of a backend, speaking the shared SQL (`$name` parameters)."""
+
+    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]: ...
+
+    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table: ...
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None: ...
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def append_parquet(self, table: str, paths: Sequence[Path]) -> None: ...
+
+    def append_arrow(self, table: str, rows: pa.Table) -> None: ...
 
 
-class DuckDBWarehouse:
+_RUN_COUNT_COLUMNS = (
+    "rows_read", "rows_scored", "rows_repaired", "rows_quarantined", "rows_failed", "rows_fallback",
+    "rows_with_reasons", "rows_without_adverse_reason", "rows_straddling",
+)
+_RUN_JSON_COLUMNS = ("decisions", "guard_counts", "inference")
+_PARTITION_KEY = "job = $job AND partition_date = $partition_date"
+_LEASE_EXPIRY = "now() + CAST($ttl_s AS DOUBLE PRECISION) * INTERVAL '1 second'"
+
+
+class Warehouse(ABC):
+    """The warehouse's operations, written once over a backend's sessions."""
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the warehouse is, safe to log and show (no password)."""
+
+    @abstractmethod
+    def _exists(self) -> bool:
+        """False when there is no warehouse yet, so reads return nothing instead of creating one."""
+
+    @abstractmethod
+    def _session(self, *, write: bool) -> contextlib.AbstractContextManager[_Session]:
+        """A short connection; `write` first creates any missing table."""
+
+    @staticmethod
+    def _table_exists(session: _Session, table: str) -> bool:
+        return bool(
+            session.rows(
+                "SELECT count(*) AS n FROM information_schema.tables WHERE table_name = $table "
+                "AND table_schema = current_schema()",
+                {"table": table},
+            )[0]["n"]
+        )
+
+    @staticmethod
+    def _missing_tables(session: _Session) -> list[str]:
+        present = {
+            r["table_name"]
+            for r in session.rows("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+        }
+        return [t for t in WAREHOUSE_TABLES if t not in present]
+
+    @staticmethod
+    def _create_missing_tables(session: _Session, types: Mapping[pa.DataType, str]) -> None:
+        for table in Warehouse._missing_tables(session):
+            session.execute(create_table_sql(table, types))
+
+    def record_run_started(self, row: dict[str, Any]) -> None:
+        with self._session(write=True) as session:
+            session.execute(
+                "INSERT INTO runs (run_id, job, partition_date, status, model_name, model_version, feature_version, started_at) "
+                "VALUES ($run_id, $job, $partition_date, 'running', $model_name, $model_version, $feature_version, $started_at)",
+                row,
+            )
+
+    def record_run_ended(self, run_id: str, *, status: str, ended_at: Any, error: str | None = None, counts: dict[str, Any] | None = None) -> None:
+        counts = counts or {}
+        values = {
+            "run_id": run_id,
+            "status": status,
+            "ended_at": ended_at,
+            "error": error,
+            **{k: counts.get(k) for k in _RUN_COUNT_COLUMNS},
+            **{k: json.dumps(counts[k]) if k in counts else None for k in _RUN_JSON_COLUMNS},
+        }
+        assignments = ", ".join(
+            [f"{c} = ${c}" for c in ("status", "ended_at", "error", *_RUN_COUNT_COLUMNS)]
+            + [f"{c} = CAST(${c} AS JSON)" for c in _RUN_JSON_COLUMNS]
+        )
+        with self._session(write=True) as session:
+            session.execute(f"UPDATE runs SET {assignments} WHERE run_id = $run_id", values)
+
+    def record_run_failed(self, *, run_id: str, job: str, partition_date: Any, ended_at: Any, error: str) -> None:
+        """Close a run as failed; a run that failed before it was opened gets its ledger row here."""
+        with self._session(write=True) as session:
+            session.execute(
+                "INSERT INTO runs (run_id, job, partition_date, status, started_at, ended_at, error) "
+                "VALUES ($run_id, $job, $partition_date, 'failed', $ended_at, $ended_at, $error) "
+                "ON CONFLICT (run_id) DO UPDATE SET status = 'failed', ended_at = $ended_at, error = $error",
+                {"run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": ended_at, "error": error},
+            )
+
+    def closed_abandoned_runs(self, *, job: str, partition_date: Any, run_id: str, ended_at: Any) -> list[str]:
+        """Close as failed every run of the partition still `running` except `run_id`; returns their ids.
+
+        Only the holder of the partition's lease may call this: any other run still marked running
+        was killed, or lost its lease and may not publish.
+        """
+        values = {"job": job, "partition_date": partition_date, "run_id": run_id, "ended_at": ended_at}
+        with self._session(write=True) as session:
+            abandoned = session.rows(
+                f"UPDATE runs SET status = 'failed', ended_at = $ended_at, "
+                f"error = 'abandoned: its process died or lost the partition lease; taken over by run ' || $run_id "
+                f"WHERE {_PARTITION_KEY} AND status = 'running' AND run_id <> $run_id RETURNING run_id",
+                values,
+            )
+        return sorted(r["run_id"] for r in abandoned)
+
+    def previous_drift_histograms(self, job: str, partition_date: Any) -> list[dict[str, Any]]:
+        """Drift histograms of the job's latest scored partition before `partition_date` (empty if none)."""
+        if not self._exists():
+            return []
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "drift_histograms"):
+                return []
+            return session.rows(
+                "SELECT feature, edges, counts, nulls FROM drift_histograms WHERE job = $job AND partition_date = "
+                "(SELECT max(partition_date) FROM drift_histograms WHERE job = $job AND partition_date < $partition_date)",
+                {"job": job, "partition_date": partition_date},
+            )
+
+    def latest_succeeded_run(self, job: str) -> dict[str, Any] | None:
+        """The newest succeeded `runs` row of `job`, or None when it never succeeded (or no ledger exists)."""
+        if not self._exists():
+            return None
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "runs"):
+                return None
+            rows = session.rows(
+                "SELECT * FROM runs WHERE job = $job AND status = 'succeeded' ORDER BY ended_at DESC NULLS LAST LIMIT 1",
+                {"job": job},
+            )
+        return rows[0] if rows else None
+
+    def latest_partition_runs(self, job: str, *, first_date: Any, last_date: Any) -> list[dict[str, Any]]:
+        """The newest `runs` row of each of the job's partitions from `first_date` to `last_date`, oldest date first."""
+        if not self._exists():
+            return []
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "runs"):
+                return []
+            rows = session.rows(
+                "SELECT ranked.* FROM (SELECT *, row_number() OVER (PARTITION BY partition_date ORDER BY started_at DESC) "
+                "AS newest FROM runs WHERE job = $job AND partition_date BETWEEN $first_date AND $last_date) AS ranked "
+                "WHERE newest = 1 ORDER BY partition_date",
+                {"job": job, "first_date": first_date, "last_date": last_date},
+            )
+        return [{k: v for k, v in row.items() if k != "newest"} for row in rows]
+
+    def replace_partition(self, *, job: str, partition_date: Any, files: dict[str, list[Path]]) -> dict[str, int]:
+        """Swap in the run's rows of each table for (job, partition_date) in one transaction."""
+        unknown = set(files) - PARTITIONED_TABLES
+        if unknown:
+            raise ValueError(f"not a partitioned warehouse table: {sorted(unknown)}")
+        key = {"job": job, "partition_date": partition_date}
+        inserted: dict[str, int] = {}
+        with self._session(write=True) as session, session.transaction():
+            for table, paths in files.items():
+                session.execute(f"DELETE FROM {_quoted(table)} WHERE {_PARTITION_KEY}", key)
+                if paths:
+                    session.append_parquet(table, paths)
+                inserted[table] = session.rows(f"SELECT count(*) AS n FROM {_quoted(table)} WHERE {_PARTITION_KEY}", key)[0]["n"]
+        log.info("warehouse %s: partition (%s, %s) replaced, rows %s", self.location, job, partition_date, inserted)
+        return inserted
+
+    def replace_monitoring_partition(self, *, job: str, partition_date: Any, tables: dict[str, pa.Table]) -> dict[str, int]:
+        """Swap in the rows of each monitoring table for (job, partition_date) in one transaction.
+
+        A table given zero rows is emptied for the partition. Every row must belong to the
+        partition, or the next replacement would not delete it.
+        """
+        for table, rows in tables.items():
+            schema = _monitoring_table(table)
+            if not rows.schema.equals(schema):
+                raise ValueError(f"rows for {table} do not match its schema: got {rows.schema}, expected {schema}")
+            keys = {(r["job"], r["partition_date"]) for r in rows.select(["job", "partition_date"]).to_pylist()}
+            if keys - {(job, partition_date)}:
+                raise ValueError(f"rows for {table} belong to other partitions than ({job}, {partition_date}): {sorted(keys)}")
+        key = {"job": job, "partition_date": partition_date}
+        inserted: dict[str, int] = {}
+        with self._session(write=True) as session, session.transaction():
+            for table, rows in tables.items():
+                session.execute(f"DELETE FROM {_quoted(table)} WHERE {_PARTITION_KEY}", key)
+                if rows.num_rows:
+                    session.append_arrow(table, rows)
+                inserted[table] = session.rows(f"SELECT count(*) AS n FROM {_quoted(table)} WHERE {_PARTITION_KEY}", key)[0]["n"]
+        return inserted
+
+    def monitoring_rows(self, table: str, *, job: str, first_date: Any, last_date: Any) -> pa.Table:
+        """Rows of a monitoring table for the job's partitions from `first_date` to `last_date` inclusive."""
+        schema = _monitoring_table(table)
+        if not self._exists():
+            return schema.empty_table()
+        columns = ", ".join(_quoted(c) for c in schema.names)
+        order = ", ".join(_quoted(c) for c in schema.names if c in ("partition_date", "model_version", "measure", "item", "bin", "decision", "entity_id"))
+        with self._session(write=False) as session:
+            if not self._table_exists(session, table):
+                return schema.empty_table()
+            result = session.arrow(
+                f"SELECT {columns} FROM {_quoted(table)} WHERE job = $job AND partition_date BETWEEN $first_date AND $last_date "
+                f"ORDER BY {order}",
+                {"job": job, "first_date": first_date, "last_date": last_date},
+            )
+        return result.cast(schema)
+
+    def partition_predictions(self, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
+        """The named prediction columns of (job, partition_date); no rows when it was never published."""
+        unknown = [c for c in columns if c not in PREDICTION_SCHEMA.names]
+        if unknown:
+            raise ValueError(f"not prediction columns: {unknown}; known: {PREDICTION_SCHEMA.names}")
+        schema = pa.schema([PREDICTION_SCHEMA.field(c) for c in columns])
+        if not self._exists():
+            return schema.empty_table()
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "predictions"):
+                return schema.empty_table()
+            result = session.arrow(
+                f"SELECT {', '.join(_quoted(c) for c in columns)} FROM predictions WHERE {_PARTITION_KEY}",
+                {"job": job, "partition_date": partition_date},
+            )
+        return result.cast(schema)
+
+    def quarantined_entities(self, job: str, partition_date: Any) -> pa.Table:
+        """Entity ids of (job, partition_date) that were read but not scored (column `entity_id`)."""
+        schema = pa.schema([("entity_id", pa.string())])
+        if not self._exists():
+            return schema.empty_table()
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "quarantine"):
+                return schema.empty_table()
+            result = session.arrow(
+                f"SELECT DISTINCT entity_id FROM quarantine WHERE {_PARTITION_KEY}", {"job": job, "partition_date": partition_date}
+            )
+        return result.cast(schema)
+
+    def prediction_counts(self, job: str, *, first_date: Any, last_date: Any, by: Sequence[str]) -> pa.Table:
+        """Prediction rows per distinct value of the `by` columns over a range of partitions (column `rows`)."""
+        unknown = [c for c in by if c not in PREDICTION_SCHEMA.names]
+        if unknown or not by:
+            raise ValueError(f"group predictions by prediction columns, got {list(by)}; known: {PREDICTION_SCHEMA.names}")
+        schema = pa.schema([*(PREDICTION_SCHEMA.field(c).with_nullable(True) for c in by), ("rows", pa.int64())])
+        if not self._exists():
+            return schema.empty_table()
+        keys = ", ".join(_quoted(c) for c in by)
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "predictions"):
+                return schema.empty_table()
+            result = session.arrow(
+                f'SELECT {keys}, count(*) AS "rows" FROM predictions WHERE job = $job AND partition_date BETWEEN $first_date '
+                f"AND $last_date GROUP BY {keys} ORDER BY {keys}",
+                {"job": job, "first_date": first_date, "last_date": last_date},
+            )
+        return result.cast(schema)
+
+    def source_labels(
+        self, table: str, *, job: str, partition_date: Any, entity_column: str, outcome_column: str, observed_date_column: str
+    ) -> pa.Table:
+        """Labels of (job, partition_date) from a warehouse table people load, as entity_id, outcome, observed_date.
+
+        The table needs `partition_date` and the three named columns; a `job` column, if present,
+        selects the job's rows. Only plain lower-case names are accepted, and they are quoted.
+        """
+        if table in WAREHOUSE_TABLES:
+            raise LabelError(f"labels table {table!r} is one of the warehouse's own tables; load labels into another table")
+        wanted = {"entity_id": entity_column, "outcome": outcome_column, "observed_date": observed_date_column}
+        for name in (table, *wanted.values()):
+            try:
+                _quoted(name)
+            except ValueError:
+                raise LabelError(f"labels table {table!r}: {name!r} is not a plain lower-case SQL name") from None
+        if not self._exists():
+            raise LabelError(f"labels table {table!r}: there is no warehouse at {self.location}")
+        with self._session(write=False) as session:
+            present = {
+                r["column_name"]
+                for r in session.rows(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = $table "
+                    "AND table_schema = current_schema()",
+                    {"table": table},
+                )
+            }
+            if not present:
+                raise LabelError(f"labels table {table!r} does not exist in the warehouse {self.location}")
+            missing = sorted({*wanted.values(), "partition_date"} - present)
+            if missing:
+                raise LabelError(f"labels table {table!r} lacks column(s) {missing}; it has {sorted(present)}")
+            selected = ", ".join(f"{_quoted(source)} AS {_quoted(target)}" for target, source in wanted.items())
+            where = "partition_date = $partition_date" + (" AND job = $job" if "job" in present else "")
+            return session.arrow(
+                f"SELECT {selected} FROM {_quoted(table)} WHERE {where}", {"job": job, "partition_date": partition_date}
+            )
+
+    def acquire_partition_lease(
+        self, job: str, partition_date: Any, run_id: str, host: str, pid: int, ttl_s: float
+    ) -> dict[str, Any] | None:
+        """Take the partition's lease for `ttl_s` seconds: None when this run now holds it (it was
+        free, expired or already ours), else the holder's row (run_id, host, pid, expires_at)."""
+        values = {"job": job, "partition_date": partition_date, "run_id": run_id, "host": host, "pid": pid, "ttl_s": ttl_s}
+        with self._session(write=True) as session:
+            # A holder may release between the failed insert and the look-up; then the insert is retried.
+            for _ in range(3):
+                taken = session.rows(
+                    "INSERT INTO partition_leases AS held (job, partition_date, run_id, host, pid, acquired_at, expires_at) "
+                    f"VALUES ($job, $partition_date, $run_id, $host, $pid, now(), {_LEASE_EXPIRY}) "
+                    "ON CONFLICT (job, partition_date) DO UPDATE SET run_id = excluded.run_id, host = excluded.host, "
+                    "pid = excluded.pid, expires_at = excluded.expires_at, "
+                    "acquired_at = CASE WHEN held.run_id = excluded.run_id THEN held.acquired_at ELSE excluded.acquired_at END "
+                    "WHERE held.expires_at <= now() OR held.run_id = excluded.run_id RETURNING run_id",
+                    values,
+                )
+                if taken:
+                    return None
+                holder = session.rows(
+                    f"SELECT run_id, host, pid, expires_at FROM partition_leases WHERE {_PARTITION_KEY}", values
+                )
+                if holder:
+                    return holder[0]
+        raise RuntimeError(f"lease of ({job}, {partition_date}) kept changing hands; try again")
+
+    def renew_partition_lease(self, job: str, partition_date: Any, run_id: str, ttl_s: float) -> bool:
+        """Extend this run's lease to `ttl_s` seconds from now; False when the run no longer holds it."""
+        with self._session(write=True) as session:
+            return bool(
+                session.rows(
+                    f"UPDATE partition_leases SET expires_at = {_LEASE_EXPIRY} WHERE {_PARTITION_KEY} AND run_id = $run_id "
+                    "RETURNING run_id",
+                    {"job": job, "partition_date": partition_date, "run_id": run_id, "ttl_s": ttl_s},
+                )
+            )
+
+    def release_partition_lease(self, job: str, partition_date: Any, run_id: str) -> None:
+        """Give up this run's lease; a lease another run holds is left alone."""
+        with self._session(write=True) as session:
+            session.execute(
+                f"DELETE FROM partition_leases WHERE {_PARTITION_KEY} AND run_id = $run_id",
+                {"job": job, "partition_date": partition_date, "run_id": run_id},
+            )
+
+    def take_over_partition_lease(
+        self, job: str, partition_date: Any, run_id: str, host: str, pid: int, ttl_s: float, previous_run_id: str
+    ) -> bool:
+        """Take the lease from `previous_run_id`, which the caller judged dead; False when that run
+        no longer holds it (it renewed into someone else's hands, released, or another taker won)."""
+        with self._session(write=True) as session:
+            return bool(
+                session.rows(
+                    "UPDATE partition_leases SET run_id = $run_id, host = $host, pid = $pid, acquired_at = now(), "
+                    f"expires_at = {_LEASE_EXPIRY} WHERE {_PARTITION_KEY} AND run_id = $previous_run_id RETURNING run_id",
+                    {
+                        "job": job, "partition_date": partition_date, "run_id": run_id, "host": host, "pid": pid,
+                        "ttl_s": ttl_s, "previous_run_id": previous_run_id,
+                    },
+                )
+            )
+
+
+class _DuckDBSession:
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    @staticmethod
+    def _bound(sql: str, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        names = _parameter_names(sql)
+        return {n: params[n] for n in names} if names and params is not None else None
+
+    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        cursor = self.con.execute(sql, self._bound(sql, params))
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
+        return self.con.sql(sql, params=self._bound(sql, params)).to_arrow_table()
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        self.con.execute(sql, self._bound(sql, params))
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    def append_parquet(self, table: str, paths: Sequence[Path]) -> None:
+        self.con.execute(f"INSERT INTO {_quoted(table)} BY NAME SELECT * FROM read_parquet(?)", [[str(p) for p in paths]])
+
+    def append_arrow(self, table: str, rows: pa.Table) -> None:
+        columns = ", ".join(_quoted(c) for c in rows.schema.names)
+        self.con.register("incoming_rows", rows)
+        try:
+            self.con.execute(f"INSERT INTO {_quoted(table)} ({columns}) SELECT {columns} FROM incoming_rows")
+        finally:
+            self.con.unregister("incoming_rows")
+
+
+class DuckDBWarehouse(Warehouse):
+    """The warehouse in one local DuckDB file."""
+
     def __init__(self, path: Path, *, lock_timeout_s: float = 120.0) -> None:
         self.path = path
         self.lock_timeout_s = lock_timeout_s
+
+    def __repr__(self) -> str:
+        return f"DuckDBWarehouse({str(self.path)!r})"
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    def _exists(self) -> bool:
+        return self.path.exists()
 
     @contextmanager
     def connect(self, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -193,245 +676,197 @@ class DuckDBWarehouse:
 
     @staticmethod
     def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-        con.execute(_ddl("predictions", PREDICTION_SCHEMA))
-        con.execute(f"CREATE TABLE IF NOT EXISTS quarantine ({QUARANTINE_COLUMNS})")
-        con.execute(f"CREATE TABLE IF NOT EXISTS guard_actions ({GUARD_ACTION_COLUMNS})")
-        con.execute(f"CREATE TABLE IF NOT EXISTS guard_summary ({GUARD_SUMMARY_COLUMNS})")
-        con.execute(f"CREATE TABLE IF NOT EXISTS fallback_report ({FALLBACK_REPORT_COLUMNS})")
-        con.execute(f"CREATE TABLE IF NOT EXISTS drift_report ({DRIFT_REPORT_COLUMNS})")
-        con.execute(f"CREATE TABLE IF NOT EXISTS drift_histograms ({DRIFT_HISTOGRAM_COLUMNS})")
-        con.execute(f"CREATE TABLE IF NOT EXISTS runs ({RUN_COLUMNS})")
+        Warehouse._create_missing_tables(_DuckDBSession(con), _DUCKDB_TYPES)
         # Ledgers created before these columns existed get them added in place.
         for column in ("rows_failed BIGINT", "rows_fallback BIGINT"):
             con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column}")
 
-    def record_run_started(self, row: dict[str, Any]) -> None:
-        with self.connect() as con:
-            con.execute(
-                "INSERT INTO runs (run_id, job, partition_date, status, model_name, model_version, feature_version, started_at) "
-                "VALUES ($run_id, $job, $partition_date, 'running', $model_name, $model_version, $feature_version, $started_at)",
-                row,
-            )
+    @contextmanager
+    def _session(self, *, write: bool) -> Iterator[_Session]:
+        with self.connect(read_only=not write) as con:
+            yield _DuckDBSession(con)
 
-    def record_run_ended(self, run_id: str, *, status: str, ended_at: Any, error: str | None = None, counts: dict[str, Any] | None = None) -> None:
-        counts = counts or {}
-        values = {
-            "run_id": run_id,
-            "status": status,
-            "ended_at": ended_at,
-            "error": error,
-            **{k: counts.get(k) for k in (
-                "rows_read", "rows_scored", "rows_repaired", "rows_quarantined", "rows_failed", "rows_fallback",
-                "rows_with_reasons", "rows_without_adverse_reason", "rows_straddling",
-            )},
-            **{k: json.dumps(counts[k]) if k in counts else None for k in ("decisions", "guard_counts", "inference")},
-        }
-        with self.connect() as con:
-            con.execute(
-                "UPDATE runs SET status=$status, ended_at=$ended_at, error=$error, rows_read=$rows_read, "
-                "rows_scored=$rows_scored, rows_repaired=$rows_repaired, rows_quarantined=$rows_quarantined, "
-                "rows_failed=$rows_failed, rows_fallback=$rows_fallback, "
-                "rows_with_reasons=$rows_with_reasons, rows_without_adverse_reason=$rows_without_adverse_reason, "
-                "rows_straddling=$rows_straddling, decisions=$decisions, guard_counts=$guard_counts, "
-                "inference=$inference WHERE run_id=$run_id",
-                values,
-            )
 
-    def previous_drift_histograms(self, job: str, partition_date: Any) -> list[dict[str, Any]]:
-        """Drift histograms of the job's latest scored partition before `partition_date` (empty if none)."""
-        if not self.path.exists():
-            return []
-        with self.connect(read_only=True) as con:
-            if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'drift_histograms'").fetchall()[0][0]:
-                return []
-            cursor = con.execute(
-                "SELECT feature, edges, counts, nulls FROM drift_histograms WHERE job = ? AND partition_date = "
-                "(SELECT max(partition_date) FROM drift_histograms WHERE job = ? AND partition_date < ?)",
-                [job, job, partition_date],
-            )
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+def redacted(url: str) -> str:
+    """`url` with its password (in the user part or a `password=` query parameter) shown as `***`."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, _, hostport = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{hostport}"
+    query = "&".join(
+        "password=***" if item.partition("=")[0].lower() == "password" else item for item in parts.query.split("&")
+    )
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
-    def latest_succeeded_run(self, job: str) -> dict[str, Any] | None:
-        """The newest succeeded `runs` row of `job`, or None when it never succeeded (or no ledger exists)."""
-        if not self.path.exists():
-            return None
-        with self.connect(read_only=True) as con:
-            cursor = con.execute(
-                "SELECT * FROM runs WHERE job = ? AND status = 'succeeded' ORDER BY ended_at DESC LIMIT 1", [job]
-            )
-            rows = cursor.fetchall()
-            names = [d[0] for d in cursor.description]
-        return dict(zip(names, rows[0], strict=True)) if rows else None
 
-    def record_run_failed(self, *, run_id: str, job: str, partition_date: Any, ended_at: Any, error: str) -> None:
-        """Close a run as failed; a run that failed before it was opened gets its ledger row here."""
-        with self.connect() as con:
-            con.execute(
-                "INSERT INTO runs (run_id, job, partition_date, status, started_at, ended_at, error) "
-                "VALUES ($run_id, $job, $partition_date, 'failed', $ended_at, $ended_at, $error) "
-                "ON CONFLICT (run_id) DO UPDATE SET status = 'failed', ended_at = $ended_at, error = $error",
-                {"run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": ended_at, "error": error},
-            )
+def _url_secrets(url: str) -> list[str]:
+    """The password of `url` as written and as decoded, longest first, so no fragment of it survives a scrub."""
+    parts = urllib.parse.urlsplit(url)
+    found = [parts.password] if parts.password else []
+    for item in parts.query.split("&"):
+        name, _, value = item.partition("=")
+        if name.lower() == "password" and value:
+            found.append(value)
+    return sorted({*found, *(urllib.parse.unquote(s) for s in found)}, key=len, reverse=True)
 
-    def replace_partition(self, *, job: str, partition_date: Any, files: dict[str, list[Path]]) -> dict[str, int]:
-        """Swap in the run's rows of each table for (job, partition_date) in one transaction."""
-        unknown = set(files) - PARTITIONED_TABLES
-        if unknown:
-            raise ValueError(f"not a partitioned warehouse table: {sorted(unknown)}")
-        inserted: dict[str, int] = {}
-        with self.connect() as con:
-            con.execute("BEGIN TRANSACTION")
+
+class _PostgresSession:
+    def __init__(self, con: AdbcConnection) -> None:
+        self.con = con
+        with con.cursor() as cursor:
+            cursor.execute("SELECT current_schema()")
+            # adbc_ingest resolves table names in `public` unless told the schema the session uses.
+            self.schema: str = cursor.fetchall()[0][0]
+
+    @staticmethod
+    def _positional(sql: str, params: Mapping[str, Any] | None) -> tuple[str, list[Any]]:
+        names = _parameter_names(sql)
+        numbered = _NAMED_PARAMETER.sub(lambda m: f"${names.index(m.group(1)) + 1}", sql)
+        return numbered, [params[n] for n in names] if names and params is not None else []
+
+    def _table(self, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
+        text, values = self._positional(sql, params)
+        with self.con.cursor() as cursor:
+            cursor.execute(text, values or None)
+            return cursor.fetch_arrow_table()
+
+    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self._table(sql, params).to_pylist()
+
+    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
+        result = self._table(sql, params)
+        # The driver tags every field with its PostgreSQL type; callers compare schemas without it.
+        return result.cast(pa.schema([f.remove_metadata() for f in result.schema]))
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        text, values = self._positional(sql, params)
+        with self.con.cursor() as cursor:
+            cursor.execute(text, values or None)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        # ADBC connections are never in autocommit here: everything since the last commit is one transaction.
+        self.con.commit()
+        try:
+            yield
+        except BaseException:
+            self.con.rollback()
+            raise
+        self.con.commit()
+
+    def append_parquet(self, table: str, paths: Sequence[Path]) -> None:
+        schema = PARTITIONED_SCHEMAS[table]
+        for path in paths:
+            with pq.ParquetFile(path) as file:
+                extra = sorted(set(file.schema_arrow.names) - set(schema.names))
+                if extra:
+                    raise ValueError(f"{path}: column(s) {extra} are not in the warehouse table {table}")
+                if not file.metadata.num_rows:
+                    continue
+                batches = (_conformed(batch, schema) for batch in file.iter_batches())
+                try:
+                    self._ingest(table, pa.RecordBatchReader.from_batches(schema, batches))
+                except Exception as exc:
+                    exc.add_note(f"while loading {path} into the warehouse table {table}")
+                    raise
+
+    def append_arrow(self, table: str, rows: pa.Table) -> None:
+        self._ingest(table, rows)
+
+    def _ingest(self, table: str, data: pa.Table | pa.RecordBatchReader) -> None:
+        with self.con.cursor() as cursor:
+            cursor.adbc_ingest(table, data, mode="append", db_schema_name=self.schema)
+
+
+class PostgresWarehouse(Warehouse):
+    """The warehouse in a PostgreSQL database, given as `postgresql://user:password@host:port/db`."""
+
+    def __init__(self, url: str) -> None:
+        if urllib.parse.urlsplit(url).scheme not in ("postgresql", "postgres"):
+            raise ValueError("the warehouse URL must start with postgresql:// (the value is not shown: it may hold a password)")
+        self._url = url
+        self._secrets = _url_secrets(url)
+
+    def __repr__(self) -> str:
+        return f"PostgresWarehouse({self.location!r})"
+
+    @property
+    def location(self) -> str:
+        return redacted(self._url)
+
+    def _exists(self) -> bool:
+        return True
+
+    def _scrub(self, exc: BaseException) -> None:
+        """Blank the password out of the messages of `exc` and every exception chained to it, in place."""
+        pending, seen = [exc], set()
+        while pending:
+            current = pending.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            current.args = tuple(self._scrubbed(a) if isinstance(a, str) else a for a in current.args)
+            pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+
+    def _scrubbed(self, text: str) -> str:
+        text = text.replace(self._url, self.location)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _connect(self) -> AdbcConnection:
+        import adbc_driver_postgresql.dbapi
+
+        try:
+            return adbc_driver_postgresql.dbapi.connect(self._url)
+        except Exception as exc:
+            self._scrub(exc)
+            log.warning("cannot connect to the PostgreSQL warehouse %s: %s", self.location, exc)
+            raise
+
+    @contextmanager
+    def _session(self, *, write: bool) -> Iterator[_Session]:
+        try:
+            con = self._connect()
             try:
-                for table, paths in files.items():
-                    con.execute(f"DELETE FROM {table} WHERE job = ? AND partition_date = ?", [job, partition_date])
-                    if paths:
-                        con.execute(
-                            f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [[str(p) for p in paths]]
-                        )
-                    inserted[table] = con.execute(
-                        f"SELECT count(*) FROM {table} WHERE job = ? AND partition_date = ?", [job, partition_date]
-                    ).fetchall()[0][0]
-                con.execute("COMMIT")
+                session = _PostgresSession(con)
+                if write:
+                    self._ensure_schema(session)
+                yield session
+                con.commit()
             except BaseException:
-                con.execute("ROLLBACK")
+                # The error that got here is the one to report, not a rollback failing on a broken connection.
+                with contextlib.suppress(Exception):
+                    con.rollback()
                 raise
-        return inserted
+            finally:
+                con.close()
+        except Exception as exc:
+            self._scrub(exc)
+            raise
 
-    def replace_monitoring_partition(self, *, job: str, partition_date: Any, tables: dict[str, pa.Table]) -> dict[str, int]:
-        """Swap in the rows of each monitoring table for (job, partition_date) in one transaction.
+    @staticmethod
+    def _ensure_schema(session: _PostgresSession) -> None:
+        # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL's catalog, so writers
+        # that find a table missing create them one at a time.
+        if Warehouse._missing_tables(session):
+            session.execute("SELECT pg_advisory_xact_lock(hashtext('scoring warehouse schema'))")
+            Warehouse._create_missing_tables(session, _POSTGRES_TYPES)
+            session.con.commit()
 
-        A table given zero rows is emptied for the partition. Every row must belong to the
-        partition, or the next replacement would not delete it.
-        """
-        for table, rows in tables.items():
-            schema = _monitoring_table(table)
-            if not rows.schema.equals(schema):
-                raise ValueError(f"rows for {table} do not match its schema: got {rows.schema}, expected {schema}")
-            keys = {(r["job"], r["partition_date"]) for r in rows.select(["job", "partition_date"]).to_pylist()}
-            if keys - {(job, partition_date)}:
-                raise ValueError(f"rows for {table} belong to other partitions than ({job}, {partition_date}): {sorted(keys)}")
-        inserted: dict[str, int] = {}
-        with self.connect() as con:
-            _ensure_monitoring_schema(con)
-            con.execute("BEGIN TRANSACTION")
-            try:
-                for table, rows in tables.items():
-                    name = _quoted(table)
-                    con.execute(f"DELETE FROM {name} WHERE job = ? AND partition_date = ?", [job, partition_date])
-                    if rows.num_rows:
-                        columns = ", ".join(_quoted(c) for c in rows.schema.names)
-                        con.register("incoming_rows", rows)
-                        try:
-                            con.execute(f"INSERT INTO {name} ({columns}) SELECT {columns} FROM incoming_rows")
-                        finally:
-                            con.unregister("incoming_rows")
-                    inserted[table] = con.execute(
-                        f"SELECT count(*) FROM {name} WHERE job = ? AND partition_date = ?", [job, partition_date]
-                    ).fetchall()[0][0]
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-        return inserted
 
-    def monitoring_rows(self, table: str, *, job: str, first_date: Any, last_date: Any) -> pa.Table:
-        """Rows of a monitoring table for the job's partitions from `first_date` to `last_date` inclusive."""
-        schema = _monitoring_table(table)
-        if not self.path.exists():
-            return schema.empty_table()
-        with self.connect(read_only=True) as con:
-            if not _table_exists(con, table):
-                return schema.empty_table()
-            columns = ", ".join(_quoted(c) for c in schema.names)
-            order = ", ".join(_quoted(c) for c in schema.names if c in ("partition_date", "model_version", "measure", "item", "bin", "decision", "entity_id"))
-            result = con.sql(
-                f"SELECT {columns} FROM {_quoted(table)} WHERE job = ? AND partition_date BETWEEN ? AND ? ORDER BY {order}",
-                params=[job, first_date, last_date],
-            ).to_arrow_table()
-        return result.cast(schema)
-
-    def partition_predictions(self, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
-        """The named prediction columns of (job, partition_date); no rows when it was never published."""
-        unknown = [c for c in columns if c not in PREDICTION_SCHEMA.names]
-        if unknown:
-            raise ValueError(f"not prediction columns: {unknown}; known: {PREDICTION_SCHEMA.names}")
-        schema = pa.schema([PREDICTION_SCHEMA.field(c) for c in columns])
-        if not self.path.exists():
-            return schema.empty_table()
-        with self.connect(read_only=True) as con:
-            if not _table_exists(con, "predictions"):
-                return schema.empty_table()
-            result = con.sql(
-                f"SELECT {', '.join(_quoted(c) for c in columns)} FROM predictions WHERE job = ? AND partition_date = ?",
-                params=[job, partition_date],
-            ).to_arrow_table()
-        return result.cast(schema)
-
-    def quarantined_entities(self, job: str, partition_date: Any) -> pa.Table:
-        """Entity ids of (job, partition_date) that were read but not scored (column `entity_id`)."""
-        schema = pa.schema([("entity_id", pa.string())])
-        if not self.path.exists():
-            return schema.empty_table()
-        with self.connect(read_only=True) as con:
-            if not _table_exists(con, "quarantine"):
-                return schema.empty_table()
-            result = con.sql(
-                "SELECT DISTINCT entity_id FROM quarantine WHERE job = ? AND partition_date = ?", params=[job, partition_date]
-            ).to_arrow_table()
-        return result.cast(schema)
-
-    def prediction_counts(self, job: str, *, first_date: Any, last_date: Any, by: Sequence[str]) -> pa.Table:
-        """Prediction rows per distinct value of the `by` columns over a range of partitions (column `rows`)."""
-        unknown = [c for c in by if c not in PREDICTION_SCHEMA.names]
-        if unknown or not by:
-            raise ValueError(f"group predictions by prediction columns, got {list(by)}; known: {PREDICTION_SCHEMA.names}")
-        schema = pa.schema([*(PREDICTION_SCHEMA.field(c).with_nullable(True) for c in by), ("rows", pa.int64())])
-        if not self.path.exists():
-            return schema.empty_table()
-        with self.connect(read_only=True) as con:
-            if not _table_exists(con, "predictions"):
-                return schema.empty_table()
-            keys = ", ".join(_quoted(c) for c in by)
-            result = con.sql(
-                f'SELECT {keys}, count(*) AS "rows" FROM predictions WHERE job = ? AND partition_date BETWEEN ? AND ? '
-                f"GROUP BY {keys} ORDER BY {keys}",
-                params=[job, first_date, last_date],
-            ).to_arrow_table()
-        return result.cast(schema)
-
-    def source_labels(
-        self, table: str, *, job: str, partition_date: Any, entity_column: str, outcome_column: str, observed_date_column: str
-    ) -> pa.Table:
-        """Labels of (job, partition_date) from a warehouse table people load, as entity_id, outcome, observed_date.
-
-        The table needs `partition_date` and the three named columns; a `job` column, if present,
-        selects the job's rows. Only plain lower-case names are accepted, and they are quoted.
-        """
-        own = set(MONITORING_SCHEMAS) | PARTITIONED_TABLES | {"runs"}
-        if table in own:
-            raise LabelError(f"labels table {table!r} is one of the warehouse's own tables; load labels into another table")
-        wanted = {"entity_id": entity_column, "outcome": outcome_column, "observed_date": observed_date_column}
-        for name in (table, *wanted.values()):
-            try:
-                _quoted(name)
-            except ValueError:
-                raise LabelError(f"labels table {table!r}: {name!r} is not a plain lower-case SQL name") from None
-        if not self.path.exists():
-            raise LabelError(f"labels table {table!r}: there is no warehouse at {self.path}")
-        with self.connect(read_only=True) as con:
-            present = {
-                r[0] for r in con.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
-                ).fetchall()
-            }
-            if not present:
-                raise LabelError(f"labels table {table!r} does not exist in the warehouse {self.path}")
-            missing = sorted({*wanted.values(), "partition_date"} - present)
-            if missing:
-                raise LabelError(f"labels table {table!r} lacks column(s) {missing}; it has {sorted(present)}")
-            selected = ", ".join(f"{_quoted(source)} AS {_quoted(target)}" for target, source in wanted.items())
-            where, params = "partition_date = ?", [partition_date]
-            if "job" in present:
-                where, params = where + " AND job = ?", [partition_date, job]
-            return con.sql(f"SELECT {selected} FROM {_quoted(table)} WHERE {where}", params=params).to_arrow_table()
+def warehouse_for(settings: Settings) -> Warehouse:
+    """The warehouse the settings name: PostgreSQL at `warehouse_url` when set, else the DuckDB file
+    at `settings.duckdb_path`. A Prefect Secret block is read at the orchestration edge
+    (`tasks.warehouse_config`), never here: domain code does not know the orchestrator."""
+    if settings.warehouse_url is not None and settings.warehouse_secret_block:
+        raise ValueError("set SCORING_WAREHOUSE_URL or SCORING_WAREHOUSE_SECRET_BLOCK, not both")
+    if settings.warehouse_secret_block:
+        raise ValueError(
+            f"the warehouse URL is in the Prefect Secret block {settings.warehouse_secret_block!r}, which this code "
+            "does not read: resolve it first with tasks.warehouse_config.with_warehouse_url(settings)"
+        )
+    if settings.warehouse_url is not None:
+        return PostgresWarehouse(settings.warehouse_url.get_secret_value())
+    return DuckDBWarehouse(settings.duckdb_path)

@@ -8,7 +8,12 @@ only reads them or writes to partitions it owns.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
 
 # Telemetry off before anything imports Prefect or Great Expectations (`tasks` does the same).
 for _name, _value in (
@@ -28,6 +33,7 @@ import pytest
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.demo.setup import DemoPlan, prepared_demo
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
+from tasks.warehouse import DuckDBWarehouse, PostgresWarehouse, Warehouse
 
 DEMO_JOB = "credit_risk"
 DEMO_END = dt.date(2026, 3, 10)
@@ -39,12 +45,26 @@ _SCORING_VARS = (
     "SCORING_JOBS_DIR",
     "SCORING_EXPECTATIONS_DIR",
     "SCORING_WAREHOUSE_PATH",
+    "SCORING_WAREHOUSE_URL",
+    "SCORING_WAREHOUSE_SECRET_BLOCK",
     "SCORING_TIMEZONE",
 )
 
 
+CRASH_SUMMARY: list[str] = []
+"""One line per crash-test backend, printed at the end of the session (trial counts, outcomes)."""
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if CRASH_SUMMARY:
+        terminalreporter.section("crash trials (SIGKILL at random points)")
+        for line in CRASH_SUMMARY:
+            terminalreporter.write_line(line)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gx: imports Great Expectations itself (a slow import, a few seconds)")
+    config.addinivalue_line("markers", "crash: kills `score run` child processes with SIGKILL and checks the outputs (slow)")
     config.addinivalue_line("markers", "server: starts a real Prefect server, deploys prefect.yaml and runs a process worker (slow)")
     config.addinivalue_line("markers", "browser: drives Debian's chromium headless through playwright (skipped without it, unless CI is set)")
     # `tasks` routes the `scoring` loggers to Prefect; outside a flow run (unit tests) Prefect warns
@@ -112,3 +132,97 @@ def fresh_data(demo_env: DemoEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     settings = current_settings()
     assert settings.data_dir == data
     return settings
+
+
+def _postgres_bin_dir() -> Path | None:
+    """A folder with initdb, pg_ctl and postgres: the one `initdb` on PATH lives in, else Debian's newest."""
+    candidates = [Path(found).resolve().parent] if (found := shutil.which("initdb")) else []
+    candidates += sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True
+    )
+    return next((d for d in candidates if all((d / name).is_file() for name in ("initdb", "pg_ctl", "postgres"))), None)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL server for the session: the URL (with its random password) of an empty database.
+
+    PostgreSQL refuses to run as root, so as root initdb and pg_ctl run as the `postgres` user, in a
+    folder under /tmp that user owns (pytest's own tmp folders are private to root).
+    """
+    bin_dir = _postgres_bin_dir()
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if bin_dir is None or (as_postgres and shutil.which("runuser") is None):
+        message = (
+            "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found on PATH nor under "
+            "/usr/lib/postgresql/*/bin (as root, runuser too): install Debian's `postgresql` package"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    root = Path(tempfile.mkdtemp(prefix="scoring-pg-"))
+    password = secrets.token_urlsafe(18)
+    (root / "pwfile").write_text(password + "\n")
+    (root / "sockets").mkdir()
+    if as_postgres:
+        for path in (root, root / "pwfile", root / "sockets"):
+            shutil.chown(path, "postgres")
+    data, port = root / "data", _free_port()
+
+    def pg(*args: str) -> None:
+        subprocess.run([*as_postgres, *args], check=True, capture_output=True, text=True, timeout=120)
+
+    try:
+        pg(
+            str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", f"--pwfile={root / 'pwfile'}",
+            "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync",
+        )
+        pg(
+            str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60",
+            "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {root / 'sockets'} -c fsync=off", "start",
+        )
+    except subprocess.CalledProcessError as exc:
+        server_log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"could not start a throwaway PostgreSQL: {exc.stderr}\n{server_log}")
+    try:
+        base = f"postgresql://postgres:{password}@127.0.0.1:{port}"
+        _run_admin_sql(f"{base}/postgres", 'CREATE DATABASE "scoring"')
+        yield f"{base}/scoring"
+    finally:
+        subprocess.run(
+            [*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True, timeout=60
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_admin_sql(url: str, sql: str) -> None:
+    """One statement outside a transaction (CREATE/DROP DATABASE refuse to run inside one)."""
+    import adbc_driver_postgresql.dbapi
+
+    with adbc_driver_postgresql.dbapi.connect(url, autocommit=True) as con, con.cursor() as cursor:
+        cursor.execute(sql)
+
+
+@pytest.fixture
+def postgres_database_url(postgres_url: str) -> Iterator[str]:
+    """The URL of a new, empty database on the session's server, dropped after the test."""
+    server, _, admin_db = postgres_url.rpartition("/")
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    _run_admin_sql(postgres_url, f'CREATE DATABASE "{name}"')
+    yield f"{server}/{name}"
+    _run_admin_sql(f"{server}/{admin_db}", f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def any_warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
+    """An empty warehouse on each backend in turn: a new DuckDB file, a new PostgreSQL database."""
+    if request.param == "duckdb":
+        return DuckDBWarehouse(tmp_path / "warehouse.duckdb")
+    return PostgresWarehouse(request.getfixturevalue("postgres_database_url"))

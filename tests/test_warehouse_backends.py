@@ -1,0 +1,313 @@
+"""The warehouse behaves the same on DuckDB and PostgreSQL: partition replacement from Parquet
+(all or nothing), the run ledger, monitoring tables, partition leases; and on PostgreSQL, bulk
+Arrow loads and a password that never shows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+import traceback
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tasks.contracts import PREDICTION_SCHEMA
+from tasks.settings import Settings
+from tasks.warehouse import (
+    MONITORING_SCHEMAS,
+    PARTITIONED_SCHEMAS,
+    DuckDBWarehouse,
+    PostgresWarehouse,
+    Warehouse,
+    redacted,
+    warehouse_for,
+)
+from tasks.warehouse_config import configured_warehouse, with_warehouse_url
+
+JOB = "credit_risk"
+DAY = dt.date(2026, 3, 9)
+NEXT_DAY = DAY + dt.timedelta(days=1)
+
+_SAMPLE_VALUES: dict[pa.DataType, Callable[[str, int], Any]] = {
+    pa.string(): lambda name, i: f"{name}-{i}",
+    pa.float64(): lambda name, i: i / 8,
+    pa.int16(): lambda name, i: i % 1000,
+    pa.int64(): lambda name, i: i * 3,
+    pa.bool_(): lambda name, i: i % 2 == 0,
+    pa.list_(pa.string()): lambda name, i: [f"{name}-{i}", "second"],
+    pa.list_(pa.float64()): lambda name, i: [0.0, i / 4, 1.5],
+    pa.list_(pa.int64()): lambda name, i: [i, 2, 3],
+}
+
+
+def sample_rows(schema: pa.Schema, *, run_id: str, rows: int, day: dt.date = DAY, first: int = 0) -> pa.Table:
+    """Rows of a partitioned table's schema for (JOB, day), every value derived from its row number."""
+    fixed = {"run_id": run_id, "job": JOB, "partition_date": day}
+    columns = {
+        f.name: pa.array(
+            [fixed[f.name] if f.name in fixed else _SAMPLE_VALUES[f.type](f.name, i) for i in range(first, first + rows)],
+            f.type,
+        )
+        for f in schema
+    }
+    return pa.table(columns, schema=schema)
+
+
+def written(folder: Path, name: str, table: pa.Table) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+def staged_run(folder: Path, run_id: str, *, rows: int, day: dt.date = DAY) -> dict[str, list[Path]]:
+    """A run's staged files: predictions in two files, one file for every other partitioned table."""
+    files = {
+        table: [written(folder / run_id / table, "part-0", sample_rows(schema, run_id=run_id, rows=rows, day=day))]
+        for table, schema in PARTITIONED_SCHEMAS.items()
+    }
+    second = sample_rows(PREDICTION_SCHEMA, run_id=run_id, rows=rows, day=day, first=rows)
+    files["predictions"].append(written(folder / run_id / "predictions", "part-1", second))
+    return files
+
+
+def test_replacing_a_partition_twice_leaves_exactly_the_second_runs_rows(any_warehouse: Warehouse, tmp_path: Path) -> None:
+    other_day = any_warehouse.replace_partition(
+        job=JOB, partition_date=NEXT_DAY, files=staged_run(tmp_path, "run-other", rows=4, day=NEXT_DAY)
+    )
+    first = any_warehouse.replace_partition(job=JOB, partition_date=DAY, files=staged_run(tmp_path, "run-1", rows=50))
+    second = any_warehouse.replace_partition(job=JOB, partition_date=DAY, files=staged_run(tmp_path, "run-2", rows=20))
+
+    assert first == {table: 100 if table == "predictions" else 50 for table in PARTITIONED_SCHEMAS}
+    assert second == {table: 40 if table == "predictions" else 20 for table in PARTITIONED_SCHEMAS}
+    stored = any_warehouse.partition_predictions(JOB, DAY, PREDICTION_SCHEMA.names).sort_by("entity_id")
+    expected = pa.concat_tables(
+        [sample_rows(PREDICTION_SCHEMA, run_id="run-2", rows=20), sample_rows(PREDICTION_SCHEMA, run_id="run-2", rows=20, first=20)]
+    ).sort_by("entity_id")
+    assert stored.schema.equals(PREDICTION_SCHEMA)
+    assert stored.to_pylist() == expected.to_pylist()
+    assert sorted(any_warehouse.quarantined_entities(JOB, DAY)["entity_id"].to_pylist()) == sorted(f"entity_id-{i}" for i in range(20))
+    histograms = any_warehouse.previous_drift_histograms(JOB, NEXT_DAY)
+    assert histograms == [
+        {"feature": f"feature-{i}", "edges": [0.0, i / 4, 1.5], "counts": [i, 2, 3], "nulls": i * 3} for i in range(20)
+    ]
+    assert other_day["predictions"] == 8
+    assert any_warehouse.partition_predictions(JOB, NEXT_DAY, ["run_id"])["run_id"].to_pylist() == ["run-other"] * 8
+    counts = any_warehouse.prediction_counts(JOB, first_date=DAY, last_date=NEXT_DAY, by=("partition_date", "run_id"))
+    assert counts.to_pylist() == [
+        {"partition_date": DAY, "run_id": "run-2", "rows": 40},
+        {"partition_date": NEXT_DAY, "run_id": "run-other", "rows": 8},
+    ]
+
+
+def test_a_failing_load_leaves_the_previous_rows(any_warehouse: Warehouse, tmp_path: Path) -> None:
+    any_warehouse.replace_partition(job=JOB, partition_date=DAY, files=staged_run(tmp_path, "run-1", rows=10))
+    files = staged_run(tmp_path, "run-2", rows=12)
+    broken = sample_rows(PARTITIONED_SCHEMAS["fallback_report"], run_id="run-2", rows=3)
+    broken = broken.set_column(broken.schema.get_field_index("rows"), "rows", pa.array(["many", "few", "none"]))
+    files["fallback_report"] = [written(tmp_path / "broken", "part-0", broken)]
+
+    with pytest.raises(Exception, match="many|few|none|rows"):
+        any_warehouse.replace_partition(job=JOB, partition_date=DAY, files=files)
+
+    kept = any_warehouse.partition_predictions(JOB, DAY, ["run_id"])
+    assert kept["run_id"].to_pylist() == ["run-1"] * 20
+
+
+def test_the_ledger_records_started_succeeded_and_failed_runs(any_warehouse: Warehouse) -> None:
+    started = dt.datetime(2026, 3, 10, 6, 0, tzinfo=dt.timezone.utc)
+    assert any_warehouse.latest_succeeded_run(JOB) is None
+    any_warehouse.record_run_started(
+        {"run_id": "run-1", "job": JOB, "partition_date": DAY, "model_name": "m", "model_version": "3",
+         "feature_version": "1.0", "started_at": started}
+    )
+    assert [r["status"] for r in any_warehouse.latest_partition_runs(JOB, first_date=DAY, last_date=DAY)] == ["running"]
+    decisions = {"refer": 2, "approve": 7}
+    any_warehouse.record_run_ended(
+        "run-1", status="succeeded", ended_at=started + dt.timedelta(minutes=2),
+        counts={"rows_read": 9, "rows_scored": 9, "decisions": decisions},
+    )
+    any_warehouse.record_run_started(
+        {"run_id": "run-2", "job": JOB, "partition_date": DAY, "model_name": "m", "model_version": "4",
+         "feature_version": "1.0", "started_at": started + dt.timedelta(hours=1)}
+    )
+    any_warehouse.record_run_failed(
+        run_id="run-2", job=JOB, partition_date=DAY, ended_at=started + dt.timedelta(hours=1, minutes=1), error="model exploded"
+    )
+    any_warehouse.record_run_failed(
+        run_id="run-3", job=JOB, partition_date=NEXT_DAY, ended_at=started + dt.timedelta(hours=2), error="no raw partition"
+    )
+
+    succeeded = any_warehouse.latest_succeeded_run(JOB)
+    assert succeeded is not None
+    assert (succeeded["run_id"], succeeded["model_version"], succeeded["rows_read"]) == ("run-1", "3", 9)
+    assert json.loads(succeeded["decisions"]) == decisions
+    assert succeeded["started_at"] == started and succeeded["ended_at"] == started + dt.timedelta(minutes=2)
+    latest = any_warehouse.latest_partition_runs(JOB, first_date=DAY, last_date=NEXT_DAY)
+    assert [(r["partition_date"], r["run_id"], r["status"], r["error"]) for r in latest] == [
+        (DAY, "run-2", "failed", "model exploded"),
+        (NEXT_DAY, "run-3", "failed", "no raw partition"),
+    ]
+
+
+def test_replacing_monitoring_rows_is_idempotent(any_warehouse: Warehouse) -> None:
+    schema = MONITORING_SCHEMAS["outcome_labels"]
+    labels = pa.table(
+        {"job": [JOB] * 3, "partition_date": [DAY] * 3, "entity_id": ["a", "b", "c"], "outcome": pa.array([1, 0, None], pa.int16()),
+         "observed_date": [NEXT_DAY] * 3, "source": ["parquet"] * 3, "entity_status": ["matched", "matched", "quarantined"]},
+        schema=schema,
+    )
+    for _ in range(2):
+        assert any_warehouse.replace_monitoring_partition(job=JOB, partition_date=DAY, tables={"outcome_labels": labels}) == {
+            "outcome_labels": 3
+        }
+    stored = any_warehouse.monitoring_rows("outcome_labels", job=JOB, first_date=DAY, last_date=DAY)
+    assert stored.schema.equals(schema)
+    assert stored.to_pylist() == labels.to_pylist()
+    emptied = any_warehouse.replace_monitoring_partition(job=JOB, partition_date=DAY, tables={"outcome_labels": schema.empty_table()})
+    assert emptied == {"outcome_labels": 0}
+
+
+def test_partition_leases_are_taken_over_only_when_expired_or_by_compare_and_set(any_warehouse: Warehouse) -> None:
+    assert any_warehouse.acquire_partition_lease(JOB, DAY, "run-1", "host-a", 101, ttl_s=0.3) is None
+    holder = any_warehouse.acquire_partition_lease(JOB, DAY, "run-2", "host-b", 202, ttl_s=60)
+    assert holder is not None
+    assert (holder["run_id"], holder["host"], holder["pid"]) == ("run-1", "host-a", 101)
+    assert isinstance(holder["expires_at"], dt.datetime)
+    assert any_warehouse.acquire_partition_lease(JOB, DAY, "run-1", "host-a", 101, ttl_s=0.3) is None, "re-acquiring one's own lease"
+
+    time.sleep(0.6)
+    assert any_warehouse.acquire_partition_lease(JOB, DAY, "run-2", "host-b", 202, ttl_s=60) is None
+    assert any_warehouse.renew_partition_lease(JOB, DAY, "run-1", ttl_s=60) is False
+    assert any_warehouse.renew_partition_lease(JOB, DAY, "run-2", ttl_s=60) is True
+    assert any_warehouse.acquire_partition_lease(JOB, NEXT_DAY, "run-1", "host-a", 101, ttl_s=60) is None, "other partitions are free"
+
+    assert any_warehouse.take_over_partition_lease(JOB, DAY, "run-3", "host-c", 303, 60, previous_run_id="run-1") is False
+    assert any_warehouse.take_over_partition_lease(JOB, DAY, "run-3", "host-c", 303, 60, previous_run_id="run-2") is True
+    assert any_warehouse.renew_partition_lease(JOB, DAY, "run-2", ttl_s=60) is False
+
+    any_warehouse.release_partition_lease(JOB, DAY, "run-2")
+    assert (any_warehouse.acquire_partition_lease(JOB, DAY, "run-4", "host-d", 404, ttl_s=60) or {}).get("run_id") == "run-3"
+    any_warehouse.release_partition_lease(JOB, DAY, "run-3")
+    assert any_warehouse.acquire_partition_lease(JOB, DAY, "run-4", "host-d", 404, ttl_s=60) is None
+
+
+def test_postgres_loads_each_staged_file_in_bulk(postgres_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from adbc_driver_manager import dbapi
+
+    calls: dict[str, list[Any]] = {"execute": [], "executemany": [], "adbc_ingest": []}
+    for method in calls:
+        original = getattr(dbapi.Cursor, method)
+
+        def counted(self: Any, first: Any, *args: Any, _name: str = method, _original: Any = original, **kwargs: Any) -> Any:
+            calls[_name].append(first)
+            return _original(self, first, *args, **kwargs)
+
+        monkeypatch.setattr(dbapi.Cursor, method, counted)
+    warehouse = PostgresWarehouse(postgres_database_url)
+    rows = 50_000
+    files = {
+        "predictions": [
+            written(tmp_path, "part-0", sample_rows(PREDICTION_SCHEMA, run_id="run-1", rows=rows)),
+            written(tmp_path, "part-1", sample_rows(PREDICTION_SCHEMA, run_id="run-1", rows=rows, first=rows)),
+        ]
+    }
+    warehouse.record_run_failed(run_id="run-0", job=JOB, partition_date=DAY, ended_at=dt.datetime.now(dt.timezone.utc), error="e")
+    for found in calls.values():
+        found.clear()
+
+    assert warehouse.replace_partition(job=JOB, partition_date=DAY, files=files) == {"predictions": 2 * rows}
+    assert calls["adbc_ingest"] == ["predictions", "predictions"], "one bulk load per staged file"
+    assert calls["executemany"] == []
+    assert not [sql for sql in calls["execute"] if "INSERT" in sql.upper()]
+    assert len(calls["execute"]) < 10
+
+
+def test_postgres_password_never_shows_in_errors_logs_or_repr(
+    postgres_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    password = "Wr0ng-pass%40word"
+    url = f"postgresql://postgres:{password}@{postgres_url.split('@', 1)[1]}"
+    warehouse = PostgresWarehouse(url)
+    secrets = (password, urllib.parse.unquote(password))
+
+    with caplog.at_level(logging.DEBUG), pytest.raises(Exception) as failure:
+        warehouse.latest_succeeded_run(JOB)
+    assert "password authentication failed" in str(failure.value)
+
+    import adbc_driver_postgresql.dbapi
+
+    def echoing(uri: str, **kwargs: Any) -> Any:
+        raise RuntimeError(f"could not use {uri} (password {secrets[0]}, decoded {secrets[1]})")
+
+    monkeypatch.setattr(adbc_driver_postgresql.dbapi, "connect", echoing)
+    with caplog.at_level(logging.DEBUG), pytest.raises(RuntimeError) as echoed:
+        warehouse.record_run_failed(run_id="r", job=JOB, partition_date=DAY, ended_at=dt.datetime.now(dt.timezone.utc), error="e")
+    assert redacted(url) in str(echoed.value)
+
+    shown = [
+        repr(warehouse), str(warehouse.location),
+        *("".join(traceback.format_exception(e.value)) for e in (failure, echoed)),
+        *(r.getMessage() for r in caplog.records), caplog.text,
+    ]
+    assert caplog.records, "connect failures are logged"
+    for text in shown:
+        for secret in secrets:
+            assert secret not in text
+    assert "***" in repr(warehouse)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://scorer:s3cret@db.example:5432/warehouse", "postgresql://scorer:***@db.example:5432/warehouse"),
+        ("postgresql://scorer:p@ss:w0rd@db:5432/w?sslmode=require", "postgresql://scorer:***@db:5432/w?sslmode=require"),
+        ("postgresql://db/w?user=scorer&password=s3cret", "postgresql://db/w?user=scorer&password=***"),
+        ("postgresql://scorer@db/w", "postgresql://scorer@db/w"),
+    ],
+)
+def test_redacted_hides_the_password_only(url: str, expected: str) -> None:
+    assert redacted(url) == expected
+
+
+def test_the_settings_choose_the_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SCORING_WAREHOUSE_URL", "SCORING_WAREHOUSE_SECRET_BLOCK", "SCORING_WAREHOUSE_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SCORING_DATA_DIR", str(tmp_path))
+    assert isinstance(configured_warehouse(Settings()), DuckDBWarehouse)
+    monkeypatch.setenv("SCORING_WAREHOUSE_URL", "postgresql://scorer:s3cret@db:5432/w")
+    settings = Settings()
+    assert "s3cret" not in repr(settings) and "s3cret" not in settings.model_dump_json()
+    chosen = configured_warehouse(settings)
+    assert isinstance(chosen, PostgresWarehouse) and chosen.location == "postgresql://scorer:***@db:5432/w"
+    monkeypatch.setenv("SCORING_WAREHOUSE_SECRET_BLOCK", "warehouse-url")
+    with pytest.raises(ValueError, match="not both"):
+        configured_warehouse(Settings())
+    monkeypatch.setenv("SCORING_WAREHOUSE_URL", "mysql://scorer:s3cret@db/w")
+    monkeypatch.delenv("SCORING_WAREHOUSE_SECRET_BLOCK")
+    with pytest.raises(ValueError, match="postgresql://") as refused:
+        configured_warehouse(Settings())
+    assert "s3cret" not in str(refused.value)
+
+
+def test_the_url_can_come_from_a_prefect_secret_block(prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.blocks.system import Secret
+
+    Secret(value="postgresql://scorer:bl0ck-s3cret@db:5432/w").save("scoring-warehouse-test", overwrite=True)
+    monkeypatch.delenv("SCORING_WAREHOUSE_URL", raising=False)
+    monkeypatch.setenv("SCORING_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("SCORING_WAREHOUSE_SECRET_BLOCK", "scoring-warehouse-test")
+    settings = Settings()
+    with pytest.raises(ValueError, match="with_warehouse_url"):
+        warehouse_for(settings)
+    chosen = configured_warehouse(settings)
+    assert isinstance(chosen, PostgresWarehouse)
+    assert chosen.location == "postgresql://scorer:***@db:5432/w" and "bl0ck-s3cret" not in repr(chosen)
+    assert with_warehouse_url(settings).warehouse_url is not None

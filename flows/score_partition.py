@@ -23,6 +23,7 @@ from tasks.steps import (
     fail_run,
     finish_run,
     infer_unit,
+    partition_lease,
     plan_work_units,
     predict_unit,
     publish_partition,
@@ -55,15 +56,20 @@ def score_partition(job: str, date: dt.date, chunk_rows: int | None = None) -> d
     # Checked before anything is read, written or logged under their names.
     job, date = checked_job_name(job, current_settings()), parse_partition_date(date, what="date")
     run_id = str(flow_run.id or uuid.uuid4())
-    try:
-        ticket = start_run(run_id, job, date, chunk_rows)
-        summary = score_units.with_options(task_runner=configured_task_runner(current_settings()))(ticket)
-        published = publish_partition(ticket, summary)
-    except Exception as error:
-        fail_run(run_id, job, date, error)
-        raise
-    result = finish_run(ticket, summary, published)
-    # Prediction health of the published partition; the run has already succeeded, so a failure
-    # here fails the flow run without reopening the scoring run.
-    result["decision_monitoring"] = monitor_decisions(job, date, run_id)
+    # One writer per partition: a second run waits for the lease or fails naming its holder,
+    # before it opens a ledger row.
+    lease = partition_lease(run_id, job, date)
+    with lease.held():
+        try:
+            ticket = start_run(run_id, job, date, chunk_rows)
+            summary = score_units.with_options(task_runner=configured_task_runner(current_settings()))(ticket)
+            lease.ensure_held()
+            published = publish_partition(ticket, summary)
+        except Exception as error:
+            fail_run(run_id, job, date, error)
+            raise
+        result = finish_run(ticket, summary, published)
+        # Prediction health of the published partition; the run has already succeeded, so a failure
+        # here fails the flow run without reopening the scoring run.
+        result["decision_monitoring"] = monitor_decisions(job, date, run_id)
     return result

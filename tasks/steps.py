@@ -18,6 +18,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict
 
 from tasks.html_report import run_report_html, write_run_report
+from tasks.partition_lock import PartitionLease
 from tasks.publish import discard_run_staging, published_partition
 from tasks.scoring import (
     PreparedJob,
@@ -33,7 +34,8 @@ from tasks.scoring import (
     scoring_summary,
 )
 from tasks.settings import Settings, current_settings
-from tasks.warehouse import DuckDBWarehouse
+from tasks.warehouse import Warehouse
+from tasks.warehouse_config import configured_warehouse, with_warehouse_url
 
 log = logging.getLogger("scoring.run")
 
@@ -56,13 +58,25 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _warehouse() -> DuckDBWarehouse:
-    return DuckDBWarehouse(current_settings().duckdb_path)
+def _warehouse() -> Warehouse:
+    return configured_warehouse(current_settings())
+
+
+def partition_lease(run_id: str, job: str, partition_date: dt.date) -> PartitionLease:
+    """The lease that makes this run the partition's only writer (`with lease.held(): …`)."""
+    settings = current_settings()
+    return PartitionLease(_warehouse(), job, partition_date, run_id, ttl_s=settings.lock_ttl_s, wait_s=settings.lock_wait_s)
 
 
 @task(name="start-run")
 def start_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int | None) -> RunTicket:
-    """Check spec, suite, model and feature versions, then open the run in the ledger."""
+    """Close runs of the partition that died holding it, check spec, suite, model and feature
+    versions, then open the run in the ledger. Runs under the partition's lease."""
+    abandoned = _warehouse().closed_abandoned_runs(job=job, partition_date=partition_date, run_id=run_id, ended_at=_now())
+    for dead in abandoned:
+        discard_run_staging(output_dirs(current_settings(), job), dead)
+    if abandoned:
+        log.warning("%s %s: closed abandoned run(s) %s as failed and removed their staged files", job, partition_date, ", ".join(abandoned))
     prepared = _prepared(run_id, job, partition_date, current_settings().model_dump_json())
     meta = prepared.model.engine.metadata
     ticket = RunTicket(
@@ -83,7 +97,12 @@ def start_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int | 
 @functools.lru_cache(maxsize=4)
 def _prepared(run_id: str, job: str, partition_date: dt.date, settings_json: str) -> PreparedJob:
     # Once per run and worker process: a Dask worker loads the model on its first unit of the run.
-    return prepared_job(job, partition_date, Settings.model_validate_json(settings_json))
+    # The JSON key masks the warehouse URL (a secret), so that one comes from this process's settings.
+    resolved = with_warehouse_url(current_settings())
+    settings = Settings.model_validate_json(settings_json).model_copy(
+        update={"warehouse_url": resolved.warehouse_url, "warehouse_secret_block": None}
+    )
+    return prepared_job(job, partition_date, settings)
 
 
 def _run_job(ticket: RunTicket) -> PreparedJob:
@@ -143,7 +162,7 @@ def _written_run_report(ticket: RunTicket, summary: ScoringSummary, counts: dict
         job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
         fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
     )
-    folder = current_settings().data_dir / "output" / ticket.job / "reports" / "html"
+    folder = current_settings().output_dir(ticket.job) / "reports" / "html"
     return write_run_report(folder / f"date={ticket.partition_date.isoformat()}.html", html)
 
 

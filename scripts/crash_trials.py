@@ -1,0 +1,254 @@
+"""Kill `score run` with SIGKILL at random points, re-run, and check no one ever saw a partial partition.
+
+    .venv/bin/python scripts/crash_trials.py --trials 30                      # DuckDB warehouse
+    .venv/bin/python scripts/crash_trials.py --trials 30 --warehouse-url postgresql://…
+
+Prepares a demo credit partition in a temporary data dir (or uses `--data-dir`, which must hold
+raw data and a trained model), scores it once cleanly as the reference, then per trial starts
+`score run` as a child process and, once it logs its first Prefect line (imports done, the flow
+starting), kills its process group with SIGKILL after a random delay between 0 and 105 % of the
+clean run's flow time (first to last Prefect line), so kills land all along guards, inference,
+prediction, publishing and reports; then it checks the partition:
+
+- the Parquet partitions (predictions, quarantine, guard tables, reports) each hold exactly one
+  run's rows, and the predictions are complete (as many rows as the reference);
+- the warehouse's predictions of the partition are one run's, complete.
+
+A reader thread checks the Parquet predictions (and, on PostgreSQL, the warehouse) the whole
+time the children run. After the last trial one run goes to completion; its predictions must
+equal the reference's (every column but run_id), no ledger row of the partition may be left
+`running`, and no staged files of the killed runs may remain.
+
+Prints one JSON line with the figures; exit code 1 when any check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import tasks  # noqa: E402,F401  (telemetry off before anything loads Prefect)
+from tasks.settings import Settings  # noqa: E402
+from tasks.warehouse_config import configured_warehouse  # noqa: E402
+
+SCORE = str(Path(sys.executable).with_name("score"))
+JOB = "credit_risk"
+DATASETS = ("predictions", "quarantine", "guard_actions", "guard_summary", "fallback_report", "drift_report", "drift_histograms")
+_TASK_LINE = re.compile(r"Task run '([a-z][a-z-]*[a-z])-[0-9a-z]+'")
+# Prefect's console lines start with a wall-clock time: `07:39:05.021 | INFO    | …`.
+_PREFECT_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) \| ", re.MULTILINE)
+
+
+@dataclass
+class CrashReport:
+    backend: str
+    trials: int
+    clean_run_s: float
+    flow_s: float
+    kills: int = 0
+    completed_before_kill: int = 0
+    interrupted_in: dict[str, int] = field(default_factory=dict)
+    """Where the kills landed: after the last task a killed child had logged as finished."""
+    parquet_reads: int = 0
+    warehouse_reads: int = 0
+    violations: list[str] = field(default_factory=list)
+    final_equals_reference: bool = False
+    runs_left_running: int = -1
+    leftover_staging: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.final_equals_reference and self.runs_left_running == 0 and not self.leftover_staging
+
+
+def _parquet_partition(settings: Settings, dataset: str, day: dt.date) -> pa.Table | None:
+    link = settings.output_dir(JOB) / dataset / f"date={day.isoformat()}"
+    if not os.path.lexists(link):
+        return None
+    return pq.read_table(os.path.realpath(link))
+
+
+def _prediction_problems(where: str, table: pa.Table | None, expected_rows: int) -> list[str]:
+    if table is None:
+        return [f"{where}: partition missing"]
+    runs = set(table.column("run_id").to_pylist())
+    problems = []
+    if len(runs) != 1:
+        problems.append(f"{where}: {len(runs)} runs mixed: {sorted(runs)[:4]}")
+    if table.num_rows != expected_rows:
+        problems.append(f"{where}: {table.num_rows} rows, a complete run has {expected_rows}")
+    return problems
+
+
+def _parquet_problems(settings: Settings, day: dt.date, expected_rows: int) -> list[str]:
+    problems = _prediction_problems("parquet predictions", _parquet_partition(settings, "predictions", day), expected_rows)
+    for dataset in DATASETS[1:]:
+        table = _parquet_partition(settings, dataset, day)
+        if table is not None and table.num_rows and len(set(table.column("run_id").to_pylist())) != 1:
+            problems.append(f"parquet {dataset}: runs mixed")
+    return problems
+
+
+def _warehouse_problems(settings: Settings, day: dt.date, expected_rows: int) -> list[str]:
+    table = configured_warehouse(settings).partition_predictions(JOB, day, ["run_id", "entity_id"])
+    return _prediction_problems("warehouse predictions", table, expected_rows)
+
+
+def _comparable(table: pa.Table) -> pa.Table:
+    return table.drop_columns(["run_id"]).sort_by("entity_id")
+
+
+def _child(env: dict[str, str], day: dt.date, log_path: Path) -> subprocess.Popen:
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [SCORE, "run", JOB, "--date", day.isoformat()], env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=REPO_ROOT,
+        )
+
+
+def _last_task(log_path: Path) -> str:
+    tasks_seen = _TASK_LINE.findall(log_path.read_text(errors="replace"))
+    return f"after {tasks_seen[-1]}" if tasks_seen else "before any task finished"
+
+
+def _flow_span_s(output: str) -> float:
+    """Seconds from the first to the last Prefect log line of a run's output."""
+    stamps = [int(h) * 3600 + int(m) * 60 + float(sec) for h, m, sec in _PREFECT_LINE.findall(output)]
+    if len(stamps) < 2:
+        raise RuntimeError(f"no Prefect log lines to time the flow by in:\n{output[-2000:]}")
+    return (stamps[-1] - stamps[0]) % 86_400
+
+
+def _wait_for_flow_start(child: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while child.poll() is None and time.monotonic() < deadline:
+        if _PREFECT_LINE.search(log_path.read_text(errors="replace")):
+            return
+        time.sleep(0.01)
+
+
+def crash_trials(settings: Settings, day: dt.date, *, trials: int, seed: int, env: dict[str, str], logs: Path) -> CrashReport:
+    """Run the trials against the data dir and warehouse that `settings` and `env` name."""
+    logs.mkdir(parents=True, exist_ok=True)
+    postgres = settings.warehouse_url is not None or settings.warehouse_secret_block is not None
+    start = time.perf_counter()
+    reference_run = subprocess.run(
+        [SCORE, "run", JOB, "--date", day.isoformat()], env=env, capture_output=True, text=True, cwd=REPO_ROOT
+    )
+    clean_s = time.perf_counter() - start
+    if reference_run.returncode != 0:
+        raise RuntimeError(f"the clean reference run failed:\n{reference_run.stdout[-3000:]}\n{reference_run.stderr[-3000:]}")
+    flow_s = _flow_span_s(reference_run.stdout + reference_run.stderr)
+    reference = _parquet_partition(settings, "predictions", day)
+    assert reference is not None
+    expected_rows = reference.num_rows
+    report = CrashReport(
+        backend="postgresql" if postgres else "duckdb", trials=trials, clean_run_s=round(clean_s, 2), flow_s=round(flow_s, 2)
+    )
+
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                report.violations += [f"reader: {p}" for p in _parquet_problems(settings, day, expected_rows)]
+                report.parquet_reads += 1
+                if postgres:
+                    report.violations += [f"reader: {p}" for p in _warehouse_problems(settings, day, expected_rows)]
+                    report.warehouse_reads += 1
+            except FileNotFoundError as exc:
+                report.violations.append(f"reader: a file vanished while reading: {exc}")
+            time.sleep(0.02)
+
+    rng = random.Random(seed)
+    interrupted: Counter[str] = Counter()
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        for trial in range(trials):
+            log_path = logs / f"trial-{trial:03d}.log"
+            child = _child(env, day, log_path)
+            _wait_for_flow_start(child, log_path, timeout_s=2 * clean_s)
+            delay = rng.uniform(0.0, 1.05) * flow_s
+            try:
+                child.wait(timeout=delay)
+                report.completed_before_kill += 1
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                report.kills += 1
+                interrupted[_last_task(log_path)] += 1
+            report.violations += [f"after trial {trial}: {p}" for p in _parquet_problems(settings, day, expected_rows)]
+            if not postgres:
+                report.violations += [f"after trial {trial}: {p}" for p in _warehouse_problems(settings, day, expected_rows)]
+        final = subprocess.run(
+            [SCORE, "run", JOB, "--date", day.isoformat()], env=env, capture_output=True, text=True, cwd=REPO_ROOT
+        )
+    finally:
+        done.set()
+        thread.join()
+    report.interrupted_in = dict(sorted(interrupted.items()))
+    if final.returncode != 0:
+        report.violations.append(f"the run after the last kill failed: {final.stdout[-2000:]} {final.stderr[-2000:]}")
+        return report
+    report.violations += _parquet_problems(settings, day, expected_rows) + _warehouse_problems(settings, day, expected_rows)
+    published = _parquet_partition(settings, "predictions", day)
+    warehoused = configured_warehouse(settings).partition_predictions(JOB, day, list(reference.schema.names))
+    report.final_equals_reference = (
+        published is not None
+        and _comparable(published).equals(_comparable(reference))
+        and _comparable(warehoused.cast(reference.schema)).equals(_comparable(reference))
+    )
+    runs = configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)
+    report.runs_left_running = sum(1 for r in runs if r["status"] == "running")
+    staging = settings.output_dir(JOB) / "_staging"
+    report.leftover_staging = sorted(str(p.relative_to(staging)) for p in staging.glob("*/*")) if staging.exists() else []
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--data-dir", type=Path, help="a data dir with raw data and a model; default: a fresh demo in a temp dir")
+    parser.add_argument("--warehouse-url", help="PostgreSQL URL; default: the DuckDB file of the data dir")
+    args = parser.parse_args()
+    from tasks.demo.setup import prepared_demo
+
+    with tempfile.TemporaryDirectory(prefix="crash-trials-") as tmp:
+        data_dir = args.data_dir or Path(tmp) / "data"
+        env = {**os.environ, "SCORING_DATA_DIR": str(data_dir), "SCORING_LOCK_WAIT_S": "60"}
+        if args.warehouse_url:
+            env["SCORING_WAREHOUSE_URL"] = args.warehouse_url
+        settings = Settings(data_dir=data_dir, warehouse_url=args.warehouse_url)
+        if args.data_dir is None:
+            plan = prepared_demo(settings, days=2, rows_per_day=3000, train_days=5, seed=7, end=dt.date(2026, 3, 10))
+            day = plan.scoring_dates[-1]
+        else:
+            day = max(dt.date.fromisoformat(p.name.removeprefix("date=")) for p in settings.inside_data_root("raw", JOB).glob("date=*"))
+        report = crash_trials(settings, day, trials=args.trials, seed=args.seed, env=env, logs=Path(tmp) / "logs")
+    print(json.dumps({"figure": "crash_trials", **asdict(report), "violations": report.violations[:20], "ok": report.ok}))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""SIGKILL `score run` at random points, re-run, and check nobody ever saw a partial partition (both backends).
+
+The trials run through `scripts/crash_trials.py`, which also runs more of them by hand; the
+count here comes from `SCORING_CRASH_TRIALS` (default 10 per backend) and is printed in the
+session's summary.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks.settings import PROJECT_ROOT, Settings, current_settings
+
+from conftest import CRASH_SUMMARY, DemoEnv
+
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+from crash_trials import crash_trials  # noqa: E402
+
+TRIALS = int(os.environ.get("SCORING_CRASH_TRIALS", "10"))
+
+
+@pytest.mark.crash
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.parametrize("backend", ["duckdb", "postgres"])
+def test_sigkill_at_random_points_leaves_one_complete_run(
+    backend: str, request: pytest.FixtureRequest, demo_env: DemoEnv, fresh_data: Settings,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    if backend == "postgres":
+        monkeypatch.setenv("SCORING_WAREHOUSE_URL", request.getfixturevalue("postgres_database_url"))
+    settings = current_settings()
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "SCORING_LOCK_WAIT_S": "60"}
+    day = demo_env.plan.scoring_dates[-1]
+    report = crash_trials(settings, day, trials=TRIALS, seed=20261203, env=env, logs=tmp_path / "logs")
+    CRASH_SUMMARY.append(
+        f"{report.backend}: {report.trials} trials, {report.kills} killed by SIGKILL (landed in {report.interrupted_in}), "
+        f"{report.completed_before_kill} finished first; {report.parquet_reads} Parquet and {report.warehouse_reads} "
+        f"concurrent warehouse reads; violations {len(report.violations)}; final equals clean run: {report.final_equals_reference}"
+    )
+    assert TRIALS >= 10
+    assert report.kills >= TRIALS // 2, report
+    assert not report.violations, report.violations[:10]
+    assert report.final_equals_reference
+    assert report.runs_left_running == 0
+    assert report.leftover_staging == []

@@ -1,0 +1,73 @@
+"""The PostgreSQL password never shows: scoring runs, a failing run and a wrong password, then every
+log line (here and in Prefect's API), artifact, flow-run state message and ledger row is scanned."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import urllib.parse
+
+import pytest
+
+from tasks.settings import Settings, current_settings
+from tasks.warehouse_config import configured_warehouse
+
+from conftest import DEMO_JOB, DemoEnv
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+async def _everything_prefect_stored(flow_run_ids: list) -> list[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, LogFilter, LogFilterFlowRunId
+
+    async with get_client() as client:
+        logs: list = []
+        while page := await client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=flow_run_ids)), limit=200, offset=len(logs)
+        ):
+            logs += page
+        artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=flow_run_ids)))
+        runs = [await client.read_flow_run(i) for i in flow_run_ids]
+    return (
+        [log.message for log in logs]
+        + [f"{a.key} {a.description} {a.data}" for a in artifacts]
+        + [f"{r.state.message if r.state else ''} {r.parameters}" for r in runs]
+    )
+
+
+def test_no_log_artifact_state_or_ledger_row_holds_the_password(
+    demo_env: DemoEnv, fresh_data: Settings, postgres_database_url: str, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from flows.score_partition import score_partition
+
+    password = urllib.parse.unquote(urllib.parse.urlsplit(postgres_database_url).password or "")
+    assert len(password) >= 16
+    monkeypatch.setenv("SCORING_WAREHOUSE_URL", postgres_database_url)
+    day = demo_env.plan.scoring_dates[0]
+    states = []
+    with caplog.at_level(logging.DEBUG):
+        states.append(score_partition(DEMO_JOB, day, return_state=True))
+        # A run that fails inside (no raw partition): its error goes to the ledger and the state.
+        states.append(score_partition(DEMO_JOB, day - dt.timedelta(days=400), return_state=True))
+        wrong = postgres_database_url.replace(urllib.parse.quote(password, safe=""), "Not-The-Password-42")
+        monkeypatch.setenv("SCORING_WAREHOUSE_URL", wrong)
+        states.append(score_partition(DEMO_JOB, day, return_state=True))
+    assert [s.is_completed() for s in states] == [True, False, False]
+    assert "password authentication failed" in str(states[2].message)
+    monkeypatch.setenv("SCORING_WAREHOUSE_URL", postgres_database_url)
+
+    shown = [caplog.text, *(str(s.message) for s in states)]
+    shown += asyncio.run(_everything_prefect_stored([s.state_details.flow_run_id for s in states]))
+    with configured_warehouse(current_settings())._session(write=False) as session:
+        ledger = session.rows("SELECT * FROM runs")
+        leases = session.rows("SELECT * FROM partition_leases")
+    assert {r["status"] for r in ledger} == {"succeeded", "failed"} and leases == []
+    shown += [str(row) for row in ledger]
+    for text in shown:
+        assert password not in text
+        assert "Not-The-Password-42" not in text
+    # The scans looked at real content: the runs' logs and artifacts are there.
+    assert any("run report" in t for t in shown) and any("fallback" in t for t in shown)

@@ -121,7 +121,9 @@ def _warm_prefect_home(prefect_home: Path) -> None:
     prefect_home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     code = "import tasks\nfrom prefect import flow\n@flow\ndef bench_warmup():\n    return 1\nbench_warmup()\n"
-    subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, check=True, capture_output=True)
+    warmup = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+    if warmup.returncode != 0:
+        raise RuntimeError(f"the warm-up flow in PREFECT_HOME={prefect_home} failed:\n{(warmup.stdout + warmup.stderr)[-3000:]}")
     marker.write_text("ok\n")
 
 

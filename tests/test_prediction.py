@@ -372,22 +372,22 @@ def test_reasons_are_the_top_k_positive_contributions_largest_first() -> None:
         ),
         REASONS,
     )
-    assert out.codes == [["C_dti", "C_age"], ["C_util"], ["C_util", "C_age"]]
-    assert out.texts[0] == ["dti text", "age text"]
+    assert out.codes.to_pylist() == [["C_dti", "C_age"], ["C_util"], ["C_util", "C_age"]]
+    assert out.texts.to_pylist()[0] == ["dti text", "age text"]
     assert out.without_adverse_factor == 0
 
 
 def test_reason_ties_break_on_feature_order() -> None:
     out = predict_reason_codes(contributions([[0.3, 0.1, 0.3, 0.3], [0.0, 0.2, 0.2, 0.1]]), REASONS)
-    assert out.codes == [["C_income", "C_util"], ["C_dti", "C_util"]]
+    assert out.codes.to_pylist() == [["C_income", "C_util"], ["C_dti", "C_util"]]
 
 
 def test_a_row_without_positive_contribution_gets_the_no_adverse_code_and_is_counted() -> None:
     out = predict_reason_codes(
         contributions([[-0.1, 0.0, -0.2, -0.3], [0.1, -0.1, -0.1, -0.1], [0.0, 0.0, 0.0, 0.0]]), REASONS
     )
-    assert out.codes == [["R00"], ["C_income"], ["R00"]]
-    assert out.texts[0] == ["nothing adverse"]
+    assert out.codes.to_pylist() == [["R00"], ["C_income"], ["R00"]]
+    assert out.texts.to_pylist()[0] == ["nothing adverse"]
     assert out.without_adverse_factor == 2
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tasks.contracts import PREDICTION_SCHEMA, FeatureContributions, InferenceOutput, PredictionOutput
 from tasks.jobspec import PredictionConfig
@@ -47,6 +47,10 @@ def predict_decided_chunk(output: InferenceOutput, probability_map: ProbabilityM
     return DecidedChunk(inference=output, calibrated=calibrated, score=score, rules=rules, reason_rows=reason_rows)
 
 
+def _counts(values: pa.Array) -> dict[str, int]:
+    return {row["values"]: row["counts"] for row in pc.value_counts(values).to_pylist()}
+
+
 def predict_output(
     decided: DecidedChunk,
     contributions: FeatureContributions,
@@ -63,11 +67,15 @@ def predict_output(
     out = decided.inference
     n = len(out.entity_ids)
     reasons = predict_reason_codes(contributions, config.reasons)
-    codes: list[list[str]] = [[] for _ in range(n)]
-    texts: list[list[str]] = [[] for _ in range(n)]
-    for i, row in enumerate(decided.reason_rows):
-        codes[row] = reasons.codes[i]
-        texts[row] = reasons.texts[i]
+    # Rows without reasons get empty lists: spread the explained rows' list lengths over the chunk
+    # (reason_rows ascend, so the flat values keep their order).
+    lengths = np.zeros(n, dtype=np.int64)
+    lengths[decided.reason_rows] = np.diff(reasons.codes.offsets.to_numpy())
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    codes = pa.ListArray.from_arrays(offsets, reasons.codes.flatten())
+    texts = pa.ListArray.from_arrays(offsets, reasons.texts.flatten())
+    decision = pa.array(decided.rules.decision, pa.string())
+    rule_id = pa.array(decided.rules.rule_id, pa.string())
     columns = {
         "run_id": pa.array([run_id] * n, pa.string()),
         "job": pa.array([job] * n, pa.string()),
@@ -77,18 +85,18 @@ def predict_output(
         "probability_low": pa.array(decided.calibrated.low, pa.float64()),
         "probability_high": pa.array(decided.calibrated.high, pa.float64()),
         "score": pa.array(decided.score, pa.int16()),
-        "decision": pa.array(decided.rules.decision.tolist(), pa.string()),
-        "rule_id": pa.array(decided.rules.rule_id.tolist(), pa.string()),
-        "reason_codes": pa.array(codes, pa.list_(pa.string())),
-        "reason_texts": pa.array(texts, pa.list_(pa.string())),
+        "decision": decision,
+        "rule_id": rule_id,
+        "reason_codes": codes,
+        "reason_texts": texts,
         "raw_margin": pa.array(out.margins, pa.float64()),
         "model_name": pa.array([out.model_name] * n, pa.string()),
         "model_version": pa.array([out.model_version] * n, pa.string()),
         "feature_version": pa.array([feature_version] * n, pa.string()),
     }
     table = pa.Table.from_pydict(columns, schema=PREDICTION_SCHEMA)
-    decisions = dict(Counter(decided.rules.decision.tolist()))
-    rules = dict(Counter(decided.rules.rule_id.tolist()))
+    decisions = _counts(decision)
+    rules = _counts(rule_id)
     straddling = int(decided.rules.straddling.sum())
     log.info(
         "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s confidence_score=%.1f "

@@ -76,14 +76,15 @@ def test_paths_stay_inside_the_data_root(tmp_path: Path, part: str) -> None:
         settings.inside_data_root("raw", part)
 
 
-def test_a_symlink_pointing_out_of_the_data_root_is_refused(tmp_path: Path) -> None:
+def test_names_are_checked_and_an_operators_symlinks_followed(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data")
-    (tmp_path / "data" / "raw").mkdir(parents=True)
-    (tmp_path / "elsewhere").mkdir()
-    (tmp_path / "data" / "raw" / "sneaky").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(UnsafePath):
-        settings.raw_partition_dir("sneaky", "2024-01-01")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "models-mount").mkdir()
+    (tmp_path / "data" / "models").symlink_to(tmp_path / "models-mount")
+    assert settings.model_registry_dir("credit_risk").resolve() == tmp_path / "models-mount" / "credit_risk"
     assert settings.raw_partition_dir("credit_risk", "2024-01-01") == tmp_path / "data" / "raw" / "credit_risk" / "date=2024-01-01"
+    with pytest.raises(UnsafePath):
+        settings.raw_partition_dir("credit_risk", "../2024-01-01")
 
 
 def _files_under(root: Path) -> set[Path]:

@@ -115,7 +115,8 @@ def demo(
                 f"scoring {plan.scoring_dates[0]}..{plan.scoring_dates[-1]}"
             )
             try:
-                backfill(job, plan.scoring_dates[0], plan.scoring_dates[-1])
+                with _progress_bars():
+                    backfill(job, plan.scoring_dates[0], plan.scoring_dates[-1])
             finally:
                 _print_summary(job, plan.scoring_dates)
         from flows.outcomes import outcomes

@@ -15,6 +15,7 @@ from pydantic import Field
 from flows.score_partition import score_partition
 from tasks.calendar import job_name_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs
+from tasks.monitoring_steps import monitor_decisions
 from tasks.progress import reported_progress
 from tasks.reporting import BackfillMode, partitions_to_score
 from tasks.settings import current_settings
@@ -31,9 +32,12 @@ def _scored(job: str, date: dt.date, chunk_rows: int | None) -> dict:
         result = state.result()
         return {
             "job": job, "date": date.isoformat(), "outcome": "succeeded", "rows_scored": result["rows_scored"],
-            "error": "", "report": result["report"],
+            "error": "", "report": result["report"], "run_id": result["run_id"],
         }
-    return {"job": job, "date": date.isoformat(), "outcome": "failed", "rows_scored": 0, "error": state.message or "", "report": ""}
+    return {
+        "job": job, "date": date.isoformat(), "outcome": "failed", "rows_scored": 0, "error": state.message or "", "report": "",
+        "run_id": "",
+    }
 
 
 @task(name="score-partition-run")
@@ -90,4 +94,10 @@ def backfill(
         reported_progress(f"{job} partitions", len(outcomes), len(dates))
     if not dates:
         update_progress_artifact(progress, 100.0)
+    if concurrency > 1:
+        # Partitions finished out of order, so a partition's trailing window may have missed
+        # earlier ones; monitor them again in date order.
+        for day in dates:
+            if outcomes[day]["outcome"] == "succeeded":
+                monitor_decisions(str(job), day, outcomes[day]["run_id"])
     return _reported([outcomes[d] for d in dates], "backfill-outcomes")

@@ -116,6 +116,13 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
         rows = con.sql("SELECT partition_date, status FROM runs ORDER BY partition_date").fetchall()
     assert rows == [(first, "succeeded"), (middle, "failed"), (last, "succeeded")]
+    with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
+        baselines = con.sql(
+            "SELECT partition_date, max(baseline_partitions) FROM decision_monitoring GROUP BY partition_date ORDER BY 1"
+        ).fetchall()
+    # Monitored again in date order after the out-of-order finish: the last day's trailing window
+    # holds the first day, whichever finished first.
+    assert baselines == [(first, 0), (last, 1)]
     # All three partitions were started before the first one ended.
     runs = _partition_task_runs(state.state_details.flow_run_id)
     assert len(runs) == 3 and max(r.created for r in runs) < min(r.end_time for r in runs)

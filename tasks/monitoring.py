@@ -23,6 +23,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -32,39 +33,56 @@ from tasks.warehouse import MONITORING_SCHEMAS, Warehouse
 if TYPE_CHECKING:
     from tasks.jobspec import DecisionTolerance, JobSpec
 
-PREDICTION_COLUMNS = ("run_id", "entity_id", "decision", "rule_id", "probability", "probability_low", "probability_high", "score", "model_version")
-"""The only prediction columns decision monitoring reads."""
 TOLERATED_MEASURES = ("decision_share", "rule_share", "straddling_share", "expected_event_rate", "score_mean")
 """Measure kinds that are flagged; each has a field of the same name in `monitoring.tolerance`."""
 ALL = "all"
 _MEASURES_SCHEMA = {"measure": pl.String, "item": pl.String, "value": pl.Float64}
 
 
+def prediction_groups(predictions: pl.DataFrame, cutoffs: Sequence[float]) -> pl.DataFrame:
+    """Predictions counted by (run_id, model_version, decision, rule_id, score, straddling), with
+    the sum of their probabilities: everything decision monitoring needs, a few hundred rows."""
+    low, high = pl.col("probability_low"), pl.col("probability_high")
+    straddling = pl.lit(False)
+    for cut in cutoffs:
+        straddling = straddling | ((low < cut) & (high >= cut))
+    keys = [c for c in ("run_id", "model_version") if c in predictions.columns]
+    return predictions.group_by(*keys, "decision", "rule_id", "score", straddling.alias("straddling")).agg(
+        pl.len().cast(pl.Int64).alias("rows"), pl.col("probability").sum().alias("probability_sum")
+    )
+
+
 def decision_measures(
     predictions: pl.DataFrame, *, decisions: Sequence[str], rule_ids: Sequence[str], cutoffs: Sequence[float]
 ) -> pl.DataFrame:
     """The partition's measures as (measure, item, value); shares of an empty partition are NaN."""
-    rows = predictions.height
+    return grouped_decision_measures(prediction_groups(predictions, cutoffs), decisions=decisions, rule_ids=rule_ids)
+
+
+def grouped_decision_measures(groups: pl.DataFrame, *, decisions: Sequence[str], rule_ids: Sequence[str]) -> pl.DataFrame:
+    """`decision_measures` from `prediction_groups` rows, so a partition of any size is never loaded whole."""
+    rows = int(groups["rows"].sum())
     nan = float("nan")
-    decision_counts = dict(predictions.group_by("decision").len().iter_rows())
-    rule_counts = dict(predictions.group_by("rule_id").len().iter_rows())
+    decision_counts = dict(groups.group_by("decision").agg(pl.col("rows").sum()).iter_rows())
+    rule_counts = dict(groups.group_by("rule_id").agg(pl.col("rows").sum()).iter_rows())
     out: list[tuple[str, str, float]] = [("rows", ALL, float(rows))]
     for decision in [*decisions, *sorted(set(decision_counts) - set(decisions))]:
         out.append(("decision_share", decision, decision_counts.get(decision, 0) / rows if rows else nan))
     for rule in [*rule_ids, *sorted(set(rule_counts) - set(rule_ids))]:
         out.append(("rule_share", rule, rule_counts.get(rule, 0) / rows if rows else nan))
-    low, high = pl.col("probability_low"), pl.col("probability_high")
-    straddling = pl.lit(False)
-    for cut in cutoffs:
-        straddling = straddling | ((low < cut) & (high >= cut))
-    stats = predictions.select(
-        straddling.mean().alias("straddling_share"),
-        pl.col("score").cast(pl.Float64).mean().alias("score_mean"),
-        *(pl.col("score").cast(pl.Float64).quantile(q / 100, interpolation="linear").alias(f"score_p{q}") for q in (10, 50, 90)),
-        pl.col("probability").mean().alias("expected_event_rate"),
-        pl.col("probability").sum().alias("expected_events"),
-    ).row(0, named=True)
-    out += [(name, ALL, nan if value is None else float(value)) for name, value in stats.items()]
+    counts = groups["rows"].to_numpy()
+    scores = groups["score"].cast(pl.Float64).to_numpy()
+    # Scores are integers 0..100, so their quantiles come exactly from one value per row, rebuilt
+    # from the counts (2 bytes a row even for tens of millions).
+    every_score = np.repeat(scores.astype(np.int16), counts)
+    probability_sum = float(groups["probability_sum"].sum()) if rows else nan
+    out += [
+        ("straddling_share", ALL, float(groups.filter(pl.col("straddling"))["rows"].sum()) / rows if rows else nan),
+        ("score_mean", ALL, float((scores * counts).sum()) / rows if rows else nan),
+        *(("score_p%d" % q, ALL, float(np.quantile(every_score, q / 100)) if rows else nan) for q in (10, 50, 90)),
+        ("expected_event_rate", ALL, probability_sum / rows if rows else nan),
+        ("expected_events", ALL, probability_sum),
+    ]
     return pl.DataFrame(out, schema=_MEASURES_SCHEMA, orient="row")
 
 
@@ -98,26 +116,23 @@ def measures_against_baseline(
     return joined.with_columns(flag.alias("flag"))
 
 
-def _versions(predictions: pl.DataFrame) -> str:
+def _versions(groups: pl.DataFrame) -> str:
     """The model versions that scored the partition, comma-separated (more than one when a fallback scored)."""
-    return ",".join(sorted(predictions["model_version"].unique().to_list()))
+    return ",".join(sorted(groups["model_version"].unique().to_list()))
 
 
 def decision_monitoring_rows(
-    predictions: pl.DataFrame,
+    groups: pl.DataFrame,
     history: pl.DataFrame,
     spec: JobSpec,
     *,
     partition_date: dt.date,
     run_id: str,
 ) -> pa.Table:
-    """The `decision_monitoring` rows of one partition, in the table's schema."""
+    """The `decision_monitoring` rows of one partition from its `prediction_groups`, in the table's schema."""
     rules = spec.prediction.rules
-    measures = decision_measures(
-        predictions.sort("entity_id"),
-        decisions=list(dict.fromkeys(r.decision for r in rules)),
-        rule_ids=[r.id for r in rules],
-        cutoffs=predict_probability_cutoffs(rules),
+    measures = grouped_decision_measures(
+        groups, decisions=list(dict.fromkeys(r.decision for r in rules)), rule_ids=[r.id for r in rules]
     )
     compared = measures_against_baseline(measures, history, spec.monitoring.tolerance)
     schema = MONITORING_SCHEMAS["decision_monitoring"]
@@ -125,7 +140,7 @@ def decision_monitoring_rows(
         pl.lit(spec.name).alias("job"),
         pl.lit(partition_date).alias("partition_date"),
         pl.lit(run_id).alias("run_id"),
-        pl.lit(_versions(predictions)).alias("model_version"),
+        pl.lit(_versions(groups)).alias("model_version"),
     ).select(schema.names)
     return frame.to_arrow().cast(schema)
 
@@ -133,11 +148,13 @@ def decision_monitoring_rows(
 def monitored_decisions(warehouse: Warehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str) -> pa.Table:
     """Compute the partition's decision monitoring from its published predictions and store it.
 
-    The predictions must be those of `run_id`: monitoring a partition that another run has
+    The warehouse aggregates the predictions (`prediction_groups`), so memory does not grow with
+    the partition. They must be those of `run_id`: monitoring a partition that another run has
     since replaced would store measures of rows nobody reads any more.
     """
-    predictions = pl.from_arrow(warehouse.partition_predictions(spec.name, partition_date, PREDICTION_COLUMNS))
-    runs = sorted(predictions["run_id"].unique().to_list())
+    rules = spec.prediction.rules
+    groups = pl.from_arrow(warehouse.prediction_groups(spec.name, partition_date, predict_probability_cutoffs(rules)))
+    runs = sorted(groups["run_id"].unique().to_list())
     if runs and runs != [run_id]:
         raise ValueError(
             f"predictions of {spec.name} {partition_date} were published by run(s) {runs}, not by run {run_id!r}; "
@@ -150,6 +167,6 @@ def monitored_decisions(warehouse: Warehouse, spec: JobSpec, *, partition_date: 
             first_date=partition_date - dt.timedelta(days=window), last_date=partition_date - dt.timedelta(days=1),
         )
     ).select("partition_date", "measure", "item", "value")
-    rows = decision_monitoring_rows(predictions, history, spec, partition_date=partition_date, run_id=run_id)
+    rows = decision_monitoring_rows(groups, history, spec, partition_date=partition_date, run_id=run_id)
     warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables={"decision_monitoring": rows})
     return rows

@@ -454,6 +454,32 @@ class Warehouse(ABC):
             )
         return result.cast(schema)
 
+    def prediction_groups(self, job: str, partition_date: Any, cutoffs: Sequence[float]) -> pa.Table:
+        """Predictions of (job, partition_date) counted by run_id, model_version, decision, rule_id,
+        score and whether the interval straddles one of `cutoffs`, with their probability sum; the
+        aggregation runs in the database, so nothing the size of the partition is loaded."""
+        schema = pa.schema(
+            [("run_id", pa.string()), ("model_version", pa.string()), ("decision", pa.string()), ("rule_id", pa.string()),
+             ("score", pa.int16()), ("straddling", pa.bool_()), ("rows", pa.int64()), ("probability_sum", pa.float64())]
+        )
+        if not self._exists():
+            return schema.empty_table()
+        params: dict[str, Any] = {"job": job, "partition_date": partition_date}
+        straddles = []
+        for i, cut in enumerate(cutoffs):
+            params[f"cut_{i}"] = float(cut)
+            straddles.append(f"(probability_low < CAST($cut_{i} AS DOUBLE PRECISION) AND probability_high >= CAST($cut_{i} AS DOUBLE PRECISION))")
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "predictions"):
+                return schema.empty_table()
+            result = session.arrow(
+                f"SELECT run_id, model_version, decision, rule_id, score, ({' OR '.join(straddles) or 'FALSE'}) AS straddling, "
+                f'count(*) AS "rows", sum(probability) AS probability_sum FROM predictions WHERE {_PARTITION_KEY} '
+                "GROUP BY 1, 2, 3, 4, 5, 6",
+                params,
+            )
+        return result.cast(schema)
+
     def quarantined_entities(self, job: str, partition_date: Any) -> pa.Table:
         """Entity ids of (job, partition_date) that were read but not scored (column `entity_id`)."""
         schema = pa.schema([("entity_id", pa.string())])

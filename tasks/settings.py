@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     warehouse_path: Path | None = Field(
         default=None, description="DuckDB file; defaults to `<data_dir>/warehouse.duckdb`."
     )
+    duckdb_memory_limit: str = Field(
+        default="1GB", description="DuckDB's memory cap for warehouse loads and queries (e.g. 512MB, 4GB)."
+    )
     warehouse_url: SecretStr | None = Field(
         default=None,
         description="PostgreSQL warehouse, e.g. postgresql://user:password@host:5432/db; none keeps the DuckDB file.",

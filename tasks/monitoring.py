@@ -153,7 +153,10 @@ def monitored_decisions(warehouse: Warehouse, spec: JobSpec, *, partition_date: 
     since replaced would store measures of rows nobody reads any more.
     """
     rules = spec.prediction.rules
-    groups = pl.from_arrow(warehouse.prediction_groups(spec.name, partition_date, predict_probability_cutoffs(rules)))
+    # Sorted, so the sums over groups add in the same order every time.
+    groups = pl.from_arrow(warehouse.prediction_groups(spec.name, partition_date, predict_probability_cutoffs(rules))).sort(
+        "run_id", "model_version", "decision", "rule_id", "score", "straddling"
+    )
     runs = sorted(groups["run_id"].unique().to_list())
     if runs and runs != [run_id]:
         raise ValueError(

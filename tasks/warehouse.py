@@ -474,7 +474,10 @@ class Warehouse(ABC):
                 return schema.empty_table()
             result = session.arrow(
                 f"SELECT run_id, model_version, decision, rule_id, score, ({' OR '.join(straddles) or 'FALSE'}) AS straddling, "
-                f'count(*) AS "rows", sum(probability) AS probability_sum FROM predictions WHERE {_PARTITION_KEY} '
+                # An exact decimal sum: a float sum in parallel would differ in the last bits from
+                # run to run, and recomputing monitoring must leave identical tables.
+                f'count(*) AS "rows", CAST(sum(CAST(probability AS DECIMAL(38, 18))) AS DOUBLE PRECISION) AS probability_sum '
+                f"FROM predictions WHERE {_PARTITION_KEY} "
                 "GROUP BY 1, 2, 3, 4, 5, 6",
                 params,
             )

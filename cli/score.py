@@ -24,7 +24,7 @@ from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
 from tasks.scoring import prepared_job
 from tasks.settings import current_settings
-from tasks.warehouse_config import with_warehouse_url
+from tasks.warehouse_config import configured_warehouse, with_warehouse_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
@@ -47,9 +47,8 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
 
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
     from tasks.monitoring_report import monitoring_history, realized_performance_rows, realized_performance_table
-    from tasks.warehouse_config import configured_warehouse
 
-    settings = current_settings()
+    settings = with_warehouse_url(current_settings())
     history = monitoring_history(configured_warehouse(settings), job, first_date=min(dates), last_date=max(dates))
     level = load_job_spec(job, settings).monitoring.outcome_interval_level
     console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))

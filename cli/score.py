@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -144,8 +145,10 @@ def run(
         # The same checks the flow starts with, so that a user mistake is one line, not a run log.
         prepared_job(job, day, with_warehouse_url(current_settings()))
         with _progress_bars():
-            score_partition(job, day, chunk_rows)
+            result = score_partition(job, day, chunk_rows)
         _print_summary(job, [day])
+        for warning in result.get("warnings", []):
+            console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
 
     _run(action)
 
@@ -230,6 +233,31 @@ def card(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(markdown)
     console.print(f"model card of {job}: {target}")
+
+
+@app.command()
+def recover(
+    job: Annotated[str | None, typer.Argument(help="A configured job; every configured job when left out.")] = None,
+) -> None:
+    """Finish or undo what killed runs left: roll committed runs forward, close the others as failed."""
+    from tasks.jobspec import checked_job_name, configured_jobs
+    from tasks.recovery import recovered_job
+
+    def action() -> None:
+        settings = with_warehouse_url(current_settings())
+        jobs = [checked_job_name(job, settings)] if job else configured_jobs(settings)
+        warehouse = configured_warehouse(settings)
+        table = Table(title="recovered runs")
+        for column in ("job", "date", "run", "was", "now", "what was done"):
+            table.add_column(column)
+        recovered = []
+        for name in jobs:
+            recovered += recovered_job(warehouse, settings, name, recovering_run_id=f"recover-{uuid.uuid4()}")
+        for r in recovered:
+            table.add_row(r.job, str(r.partition_date), r.run_id, r.was, r.now, r.action)
+        console.print(table if recovered else f"nothing to recover in {', '.join(jobs) or 'no configured job'}")
+
+    _run(action)
 
 
 def main() -> None:

@@ -26,7 +26,9 @@ from tasks.steps import (
     partition_lease,
     plan_work_units,
     predict_unit,
+    prepare_run,
     publish_partition,
+    record_run_warnings,
     start_run,
     summarize_run,
 )
@@ -56,20 +58,33 @@ def score_partition(job: str, date: dt.date, chunk_rows: int | None = None) -> d
     # Checked before anything is read, written or logged under their names.
     job, date = checked_job_name(job, current_settings()), parse_partition_date(date, what="date")
     run_id = str(flow_run.id or uuid.uuid4())
+    # Spec, suite and model are checked before the lease, so a mistake leaves no trace.
+    ticket = prepare_run(run_id, job, date, chunk_rows)
     # One writer per partition: a second run waits for the lease or fails naming its holder,
     # before it opens a ledger row.
     lease = partition_lease(run_id, job, date)
     with lease.held():
         try:
-            ticket = start_run(run_id, job, date, chunk_rows)
+            recovered = start_run(ticket)
             summary = score_units.with_options(task_runner=configured_task_runner(current_settings()))(ticket)
             lease.ensure_held()
             published = publish_partition(ticket, summary)
         except Exception as error:
             fail_run(run_id, job, date, error)
             raise
-        result = finish_run(ticket, summary, published)
-        # Prediction health of the published partition; the run has already succeeded, so a failure
-        # here fails the flow run without reopening the scoring run.
-        result["decision_monitoring"] = monitor_decisions(job, date, run_id)
+        # The outputs are published and the run has succeeded: what fails from here on is kept on
+        # the run as a warning, not lost and not a failure.
+        finished = finish_run(ticket, summary, published, return_state=True)
+        result = finished.result() if finished.is_completed() else {
+            "run_id": run_id, "job": job, "partition_date": date.isoformat(), **summary.ledger_counts(),
+            "report": "", "warnings": [*published.warnings, f"artifacts not written: {finished.message}"],
+        }
+        monitored = monitor_decisions(job, date, run_id, return_state=True)
+        if monitored.is_completed():
+            result["decision_monitoring"] = monitored.result()
+        else:
+            result["warnings"].append(f"decision monitoring failed: {monitored.message}")
+        if result["warnings"] != published.warnings:
+            record_run_warnings(run_id, result["warnings"])
+        result["recovered"] = recovered
     return result

@@ -1,49 +1,107 @@
-"""Make a run's staged outputs the partition's outputs: warehouse transaction, then Parquet swap."""
+"""Make a run's staged outputs the partition's outputs, in both stores, as one commit.
+
+1. The staged files of every dataset and the run's page are fsynced and moved into the run's
+   version folder (nothing a reader sees changes).
+2. The ledger records the intent: `publishing`.
+3. One warehouse transaction replaces the partition's rows of every table and moves the run's
+   ledger row to `committed`: the ledger says which run's rows the warehouse holds.
+4. One `rename(2)` points the partition at the run's version folder: every Parquet dataset of
+   the partition changes at once.
+5. The ledger row becomes `succeeded`.
+
+A kill before 3 leaves both stores on the previous run (recovery closes the run as failed); a kill
+after 3 leaves a committed run with a complete version, which recovery swaps in (roll forward).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
-
-import pyarrow as pa
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tasks.contracts import PREDICTION_SCHEMA
-from tasks.parquet_store import discard_staged, publish_staged_partition, staged_files
+from tasks.crash_points import crash_point
+from tasks.errors import PartitionLeaseLost
+from tasks.parquet_store import PartitionStore, discard_staged
 from tasks.scoring import OutputDirs
-from tasks.warehouse import (
-    DRIFT_HISTOGRAM_SCHEMA,
-    DRIFT_REPORT_SCHEMA,
-    FALLBACK_REPORT_SCHEMA,
-    GUARD_ACTIONS_SCHEMA,
-    GUARD_SUMMARY_SCHEMA,
-    QUARANTINE_SCHEMA,
-    Warehouse,
-)
+from tasks.warehouse import PARTITIONED_SCHEMAS, Warehouse
+
+log = logging.getLogger("scoring.publish")
+T = TypeVar("T")
+
+
+def partition_store(dirs: OutputDirs) -> PartitionStore:
+    """The job's Parquet datasets, each under the name of its warehouse table."""
+    datasets = {
+        "predictions": dirs.predictions, "quarantine": dirs.quarantine, "guard_actions": dirs.guard_actions,
+        "guard_summary": dirs.guard_summary, "fallback_report": dirs.fallback_report, "drift_report": dirs.drift_report,
+        "drift_histograms": dirs.drift_histograms,
+    }
+    return PartitionStore(root=dirs.predictions.parent, datasets=datasets, schemas={**PARTITIONED_SCHEMAS, "predictions": PREDICTION_SCHEMA})
+
+
+@dataclass
+class PublishedPartition:
+    """Rows now in the warehouse per table, and what did not go as planned after the commit."""
+
+    rows: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+    ledger_pending: bool = False
+    """The `succeeded` write failed; the row stays `committed` until the next start reconciles it."""
 
 
 def published_partition(
-    warehouse: Warehouse, dirs: OutputDirs, *, job: str, partition_date: dt.date, run_id: str
-) -> dict[str, int]:
-    """Rows now in the warehouse per table for the partition. Parquet is swapped only after the
-    warehouse commit, so a failed load leaves both stores on the previous run."""
-    datasets: dict[str, tuple[Path, pa.Schema]] = {
-        "predictions": (dirs.predictions, PREDICTION_SCHEMA),
-        "quarantine": (dirs.quarantine, QUARANTINE_SCHEMA),
-        "guard_actions": (dirs.guard_actions, GUARD_ACTIONS_SCHEMA),
-        "guard_summary": (dirs.guard_summary, GUARD_SUMMARY_SCHEMA),
-        "fallback_report": (dirs.fallback_report, FALLBACK_REPORT_SCHEMA),
-        "drift_report": (dirs.drift_report, DRIFT_REPORT_SCHEMA),
-        "drift_histograms": (dirs.drift_histograms, DRIFT_HISTOGRAM_SCHEMA),
-    }
-    inserted = warehouse.replace_partition(
-        job=job,
-        partition_date=partition_date,
-        files={table: staged_files(folder, run_id) for table, (folder, _) in datasets.items()},
+    warehouse: Warehouse, dirs: OutputDirs, *, job: str, partition_date: dt.date, run_id: str,
+    counts: dict, page_html: str | None, warnings: Sequence[str], ended_at: dt.datetime, crash_at: str | None = None,
+) -> PublishedPartition:
+    store = partition_store(dirs)
+    partition = partition_date.isoformat()
+    _assembled(store, partition, run_id, page_html, crash_at)
+    crash_point("publish:assembled", crash_at)
+    if not warehouse.record_run_publishing(run_id):
+        raise PartitionLeaseLost(f"run {run_id} of {job} {partition_date} was closed by another run; nothing is published")
+    crash_point("publish:intent", crash_at)
+    rows = warehouse.replace_partition(
+        job=job, partition_date=partition_date, committing_run=run_id, counts=counts,
+        files={name: store.version_files(partition, run_id, name) for name in store.datasets},
     )
-    for folder, schema in datasets.values():
-        publish_staged_partition(folder, partition_date.isoformat(), run_id, schema)
+    crash_point("publish:committed", crash_at)
+    store.swapped_in(partition, run_id)
+    crash_point("publish:swapped", crash_at)
     discard_staged(dirs.inference_handoff, run_id)
-    return inserted
+    published = PublishedPartition(rows=rows, warnings=list(warnings))
+    try:
+        retried(lambda: warehouse.record_run_ended(run_id, status="succeeded", ended_at=ended_at, counts=counts, warnings=warnings))
+    except Exception as exc:
+        published.ledger_pending = True
+        published.warnings.append(f"ledger not updated ({type(exc).__name__}: {exc}); the next start of {job} closes the run as succeeded")
+        log.warning("%s %s: run %s published, but its ledger row could not be closed: %s", job, partition_date, run_id, exc)
+    return published
+
+
+def retried(fn: Callable[[], T], *, attempts: int = 4, first_delay_s: float = 0.5) -> T:
+    """`fn()`, retried with backoff: a ledger write must survive a warehouse that is busy for a moment."""
+    delay = first_delay_s
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except Exception:
+            if attempt == attempts:
+                raise
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def _assembled(store: PartitionStore, partition: str, run_id: str, page_html: str | None, crash_at: str | None) -> None:
+    # Dataset by dataset, so a crash trial can stop between any two of them.
+    for name in store.datasets:
+        store.assembled_version(partition, run_id, page_html=None, only=name)
+        crash_point(f"publish:staged:{name}", crash_at)
+    store.assembled_version(partition, run_id, page_html=page_html)
 
 
 def discard_run_staging(dirs: OutputDirs, run_id: str) -> None:

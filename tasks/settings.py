@@ -67,6 +67,15 @@ class Settings(BaseSettings):
         ),
     )
 
+    catch_up_days: int = Field(
+        default=3, ge=0, le=366,
+        description="Days before the new one that `nightly` re-scores first when their last run failed or was abandoned.",
+    )
+    crash_at: str | None = Field(
+        default=None,
+        description="Crash trials only: a glob of tasks/crash_points.py names where the process kills itself.",
+    )
+
     @property
     def duckdb_path(self) -> Path:
         return self.warehouse_path or self.data_dir / "warehouse.duckdb"

@@ -6,20 +6,22 @@ built inside the task that uses them.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import logging
 import time
-from pathlib import Path
+import traceback
 
 import numpy as np
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict
 
-from tasks.html_report import run_report_html, write_run_report
+from tasks.html_report import run_report_html
 from tasks.partition_lock import PartitionLease
-from tasks.publish import discard_run_staging, published_partition
+from tasks.publish import PublishedPartition, discard_run_staging, partition_store, published_partition, retried
+from tasks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
 from tasks.scoring import (
     PreparedJob,
     ScoringSummary,
@@ -68,18 +70,13 @@ def partition_lease(run_id: str, job: str, partition_date: dt.date) -> Partition
     return PartitionLease(_warehouse(), job, partition_date, run_id, ttl_s=settings.lock_ttl_s, wait_s=settings.lock_wait_s)
 
 
-@task(name="start-run")
-def start_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int | None) -> RunTicket:
-    """Close runs of the partition that died holding it, check spec, suite, model and feature
-    versions, then open the run in the ledger. Runs under the partition's lease."""
-    abandoned = _warehouse().closed_abandoned_runs(job=job, partition_date=partition_date, run_id=run_id, ended_at=_now())
-    for dead in abandoned:
-        discard_run_staging(output_dirs(current_settings(), job), dead)
-    if abandoned:
-        log.warning("%s %s: closed abandoned run(s) %s as failed and removed their staged files", job, partition_date, ", ".join(abandoned))
+@task(name="prepare-run")
+def prepare_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int | None) -> RunTicket:
+    """Check spec, suite, model metadata and feature versions, before the lease: a mistake fails
+    here, with nothing written and no ledger row. The model stays loaded for the run's units."""
     prepared = _prepared(run_id, job, partition_date, current_settings().model_dump_json())
     meta = prepared.model.engine.metadata
-    ticket = RunTicket(
+    return RunTicket(
         run_id=run_id,
         job=job,
         partition_date=partition_date,
@@ -88,10 +85,22 @@ def start_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int | 
         model_version=meta.version,
         feature_version=prepared.features.FEATURE_VERSION,
     )
-    _warehouse().record_run_started(
+
+
+@task(name="start-run")
+def start_run(ticket: RunTicket) -> list[dict]:
+    """Under the partition's lease: finish or undo what dead runs of the job left (this partition's
+    and, where no live run holds them, the others'), then open the run in the ledger."""
+    settings, warehouse = current_settings(), _warehouse()
+    recovered = recovered_partition(
+        warehouse, output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
+        holder_run_id=ticket.run_id, pending_dir=pending_ledger_dir(settings, ticket.job), now=_now(),
+    )
+    recovered += recovered_job(warehouse, settings, ticket.job, recovering_run_id=f"recovery-{ticket.run_id}", skip=ticket.partition_date)
+    warehouse.record_run_started(
         {**ticket.model_dump(include={"run_id", "job", "partition_date", "model_name", "model_version", "feature_version"}), "started_at": _now()}
     )
-    return ticket
+    return [dataclasses.asdict(r) for r in recovered]
 
 
 @functools.lru_cache(maxsize=4)
@@ -145,25 +154,33 @@ def summarize_run(
 
 
 @task(name="publish-partition")
-def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> dict[str, int]:
-    """Replace the partition in the warehouse and in Parquet with this run's rows."""
+def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPartition:
+    """Replace the partition in the warehouse and in Parquet with this run's rows and page, as one commit."""
+    counts = summary.ledger_counts()
+    warnings: list[str] = []
+    try:
+        page = _run_page(ticket, summary, counts)
+    except Exception as exc:
+        # The page is a view of the run, not its output: the run publishes without it.
+        warnings.append(f"run page not written: {type(exc).__name__}: {exc}")
+        log.warning("%s %s: the run page failed: %s", ticket.job, ticket.partition_date, exc)
+        page = None
+    settings = current_settings()
     return published_partition(
-        _warehouse(), output_dirs(current_settings(), ticket.job),
-        job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id,
+        _warehouse(), output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
+        run_id=ticket.run_id, counts=counts, page_html=page, warnings=warnings, ended_at=_now(), crash_at=settings.crash_at,
     )
 
 
-def _written_run_report(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> Path:
+def _run_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> str:
     histograms = {
         name: (np.asarray(h["edges"]), np.asarray(h["current"]), np.asarray(h["reference"]) if h["reference"] else None)
         for name, h in summary.drift_histograms.items()
     }
-    html = run_report_html(
+    return run_report_html(
         job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
         fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
     )
-    folder = current_settings().output_dir(ticket.job) / "reports" / "html"
-    return write_run_report(folder / f"date={ticket.partition_date.isoformat()}.html", html)
 
 
 def _drift_flags_markdown(rows: list[dict]) -> str:
@@ -174,16 +191,15 @@ def _drift_flags_markdown(rows: list[dict]) -> str:
 
 
 @task(name="finish-run")
-def finish_run(ticket: RunTicket, summary: ScoringSummary, published: dict[str, int]) -> dict:
-    """Close the run as succeeded and leave a summary artifact on it."""
+def finish_run(ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition) -> dict:
+    """Leave the run's summary, page link, drift, fallback and guard tables as artifacts."""
     counts = summary.ledger_counts()
-    _warehouse().record_run_ended(ticket.run_id, status="succeeded", ended_at=_now(), counts=counts)
+    report_path = partition_store(output_dirs(current_settings(), ticket.job)).page_link(ticket.partition_date.isoformat())
     create_table_artifact(
         key=f"run-summary-{ticket.job.replace('_', '-')}",
-        table=[{"measure": k, "value": str(v)} for k, v in {**ticket.model_dump(), **counts, "published": published}.items()],
+        table=[{"measure": k, "value": str(v)} for k, v in {**ticket.model_dump(), **counts, "published": published.rows, "warnings": published.warnings}.items()],
         description=f"Scoring of {ticket.job} for {ticket.partition_date}",
     )
-    report_path = _written_run_report(ticket, summary, counts)
     log.info("run report of %s %s: %s", ticket.job, ticket.partition_date, report_path)
     create_markdown_artifact(
         key=f"run-report-{ticket.job.replace('_', '-')}",
@@ -217,14 +233,41 @@ def finish_run(ticket: RunTicket, summary: ScoringSummary, published: dict[str, 
     )
     return {
         "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
-        "report": str(report_path), **counts,
+        "report": str(report_path), **counts, "warnings": list(published.warnings),
     }
+
+
+@task(name="record-run-warnings")
+def record_run_warnings(run_id: str, warnings: list[str]) -> None:
+    """What failed after the run published (page, artifacts, monitoring), kept on its ledger row."""
+    retried(lambda: _warehouse().record_run_warnings(run_id, warnings))
 
 
 @task(name="fail-run")
 def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> None:
-    """Record the failure with its message in the ledger and drop the run's staging files."""
-    discard_run_staging(output_dirs(current_settings(), job), run_id)
-    _warehouse().record_run_failed(
-        run_id=run_id, job=job, partition_date=partition_date, ended_at=_now(), error=f"{type(error).__name__}: {error}"
-    )
+    """Record the failure in the ledger (one line and the traceback) and drop the run's files.
+
+    A run whose rows were already committed is not failed: recovery finishes its publish. When the
+    ledger cannot be written (warehouse locked, disk full), the failure is kept beside the outputs
+    and the next start of the job records it; the files stay until then."""
+    settings = current_settings()
+    record = {
+        "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": _now(),
+        "error": f"{type(error).__name__}: {error}",
+        "error_detail": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+    }
+    try:
+        failed = retried(lambda: _warehouse().record_run_failed(**record))
+    except Exception as exc:
+        kept = recorded_pending_failure(pending_ledger_dir(settings, job), record)
+        log.warning(
+            "%s %s: the failure of run %s could not be written to the ledger (%s: %s); %s", job, partition_date, run_id,
+            type(exc).__name__, exc, f"kept in {kept} for the next start" if kept else "the next start closes it as abandoned",
+        )
+        return
+    if failed:
+        dirs = output_dirs(settings, job)
+        partition_store(dirs).discarded_run(partition_date.isoformat(), run_id)
+        discard_run_staging(dirs, run_id)
+    else:
+        log.warning("%s %s: run %s had committed its rows; the next start of the job finishes its Parquet swap", job, partition_date, run_id)

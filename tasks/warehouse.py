@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.contracts import PREDICTION_SCHEMA
-from tasks.errors import LabelError
+from tasks.errors import LabelError, PartitionLeaseLost
 
 if TYPE_CHECKING:
     from adbc_driver_manager.dbapi import Connection as AdbcConnection
@@ -94,9 +94,18 @@ RUNS_SCHEMA = pa.schema(
         ("rows_with_reasons", pa.int64()), ("rows_without_adverse_reason", pa.int64()), ("rows_straddling", pa.int64()),
         ("decisions", _JSON), ("guard_counts", _JSON), ("inference", _JSON),
         pa.field("started_at", _TIMESTAMP, nullable=False), ("ended_at", _TIMESTAMP), ("error", pa.string()),
+        ("error_detail", pa.string()), ("warnings", _JSON),
     ]
 )
-"""The run ledger; JSON columns read back as JSON text on both backends."""
+"""The run ledger; JSON columns read back as JSON text on both backends.
+
+`status` moves `running` → `publishing` (the run's outputs are assembled and it is about to commit)
+→ `committed` (in the same transaction as the partition's warehouse rows) → `succeeded` (the
+Parquet pointer swapped), or to `failed` with `error` (one line) and `error_detail` (the
+traceback). `warnings` lists what failed after the outputs were published (page, monitoring)."""
+UNFINISHED_STATUSES = ("running", "publishing", "committed")
+_ADDED_RUN_COLUMNS = {"rows_failed": "BIGINT", "rows_fallback": "BIGINT", "error_detail": "TEXT", "warnings": "JSON"}
+"""Ledger columns added after the first release, added in place to older ledgers."""
 PARTITION_LEASES_SCHEMA = pa.schema(
     [
         pa.field("job", pa.string(), nullable=False), pa.field("partition_date", pa.date32(), nullable=False),
@@ -297,48 +306,113 @@ class Warehouse(ABC):
                 row,
             )
 
-    def record_run_ended(self, run_id: str, *, status: str, ended_at: Any, error: str | None = None, counts: dict[str, Any] | None = None) -> None:
-        counts = counts or {}
-        values = {
-            "run_id": run_id,
-            "status": status,
-            "ended_at": ended_at,
-            "error": error,
-            **{k: counts.get(k) for k in _RUN_COUNT_COLUMNS},
-            **{k: json.dumps(counts[k]) if k in counts else None for k in _RUN_JSON_COLUMNS},
-        }
-        assignments = ", ".join(
-            [f"{c} = ${c}" for c in ("status", "ended_at", "error", *_RUN_COUNT_COLUMNS)]
-            + [f"{c} = CAST(${c} AS JSON)" for c in _RUN_JSON_COLUMNS]
-        )
+    def record_run_publishing(self, run_id: str) -> bool:
+        """The publish intent: the run's outputs are assembled and it is about to commit. False when
+        the run is no longer `running` (closed as abandoned by a run that took its partition over)."""
         with self._session(write=True) as session:
-            session.execute(f"UPDATE runs SET {assignments} WHERE run_id = $run_id", values)
+            return bool(
+                session.rows(
+                    "UPDATE runs SET status = 'publishing' WHERE run_id = $run_id AND status = 'running' RETURNING run_id",
+                    {"run_id": run_id},
+                )
+            )
 
-    def record_run_failed(self, *, run_id: str, job: str, partition_date: Any, ended_at: Any, error: str) -> None:
-        """Close a run as failed; a run that failed before it was opened gets its ledger row here."""
+    def record_run_ended(
+        self, run_id: str, *, status: str, ended_at: Any, error: str | None = None, counts: dict[str, Any] | None = None,
+        warnings: Sequence[str] = (),
+    ) -> None:
+        with self._session(write=True) as session:
+            self._run_closed(session, run_id, status=status, ended_at=ended_at, error=error, counts=counts, warnings=warnings)
+
+    @staticmethod
+    def _run_closed(
+        session: _Session, run_id: str, *, status: str, ended_at: Any, error: str | None, counts: dict[str, Any] | None,
+        warnings: Sequence[str], only_if: str = "",
+    ) -> bool:
+        values = {
+            "run_id": run_id, "status": status, "ended_at": ended_at, "error": error, "warnings": json.dumps(list(warnings)),
+            **{k: (counts or {}).get(k) for k in _RUN_COUNT_COLUMNS},
+            **{k: json.dumps(counts[k]) if counts and k in counts else None for k in _RUN_JSON_COLUMNS},
+        }
+        assignments = [f"{c} = ${c}" for c in ("status", "ended_at", "error")] + ["warnings = CAST($warnings AS JSON)"]
+        if counts is not None:
+            assignments += [f"{c} = ${c}" for c in _RUN_COUNT_COLUMNS] + [f"{c} = CAST(${c} AS JSON)" for c in _RUN_JSON_COLUMNS]
+        return bool(
+            session.rows(f"UPDATE runs SET {', '.join(assignments)} WHERE run_id = $run_id {only_if} RETURNING run_id", values)
+        )
+
+    def record_run_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
+        """What failed after the run's outputs were published; the run stays `succeeded`."""
         with self._session(write=True) as session:
             session.execute(
-                "INSERT INTO runs (run_id, job, partition_date, status, started_at, ended_at, error) "
-                "VALUES ($run_id, $job, $partition_date, 'failed', $ended_at, $ended_at, $error) "
-                "ON CONFLICT (run_id) DO UPDATE SET status = 'failed', ended_at = $ended_at, error = $error",
-                {"run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": ended_at, "error": error},
+                "UPDATE runs SET warnings = CAST($warnings AS JSON) WHERE run_id = $run_id",
+                {"run_id": run_id, "warnings": json.dumps(list(warnings))},
             )
 
-    def closed_abandoned_runs(self, *, job: str, partition_date: Any, run_id: str, ended_at: Any) -> list[str]:
-        """Close as failed every run of the partition still `running` except `run_id`; returns their ids.
+    def record_run_failed(
+        self, *, run_id: str, job: str, partition_date: Any, ended_at: Any, error: str, error_detail: str | None = None
+    ) -> bool:
+        """Close a run as failed; a run that failed before it was opened gets its ledger row here.
 
-        Only the holder of the partition's lease may call this: any other run still marked running
-        was killed, or lost its lease and may not publish.
-        """
-        values = {"job": job, "partition_date": partition_date, "run_id": run_id, "ended_at": ended_at}
+        A run whose rows were committed is never marked failed: its outputs are the partition's,
+        and recovery finishes its publish. Returns whether the row now says failed."""
         with self._session(write=True) as session:
-            abandoned = session.rows(
-                f"UPDATE runs SET status = 'failed', ended_at = $ended_at, "
-                f"error = 'abandoned: its process died or lost the partition lease; taken over by run ' || $run_id "
-                f"WHERE {_PARTITION_KEY} AND status = 'running' AND run_id <> $run_id RETURNING run_id",
-                values,
+            return bool(
+                session.rows(
+                    "INSERT INTO runs AS r (run_id, job, partition_date, status, started_at, ended_at, error, error_detail) "
+                    "VALUES ($run_id, $job, $partition_date, 'failed', $ended_at, $ended_at, $error, $error_detail) "
+                    "ON CONFLICT (run_id) DO UPDATE SET status = 'failed', ended_at = excluded.ended_at, "
+                    "error = excluded.error, error_detail = excluded.error_detail "
+                    "WHERE r.status IN ('running', 'publishing', 'failed') RETURNING run_id",
+                    {
+                        "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": ended_at,
+                        "error": error, "error_detail": error_detail,
+                    },
+                )
             )
-        return sorted(r["run_id"] for r in abandoned)
+
+    def unfinished_runs(self, job: str, partition_date: Any = None) -> list[dict[str, Any]]:
+        """Runs of `job` (of one partition when given) not yet `succeeded` or `failed`, oldest first."""
+        if not self._exists():
+            return []
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "runs"):
+                return []
+            return session.rows(
+                "SELECT run_id, job, partition_date, status, started_at FROM runs WHERE job = $job "
+                "AND status IN ('running', 'publishing', 'committed') "
+                + ("AND partition_date = $partition_date " if partition_date is not None else "")
+                + "ORDER BY started_at, run_id",
+                {"job": job, "partition_date": partition_date},
+            )
+
+    def run_status(self, run_id: str) -> str | None:
+        if not self._exists():
+            return None
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "runs"):
+                return None
+            rows = session.rows("SELECT status FROM runs WHERE run_id = $run_id", {"run_id": run_id})
+        return rows[0]["status"] if rows else None
+
+    def record_run_abandoned(self, run_id: str, *, ended_at: Any, error: str) -> bool:
+        """Close a run that died before its commit as failed; False when it is no longer unfinished."""
+        with self._session(write=True) as session:
+            return self._run_closed(
+                session, run_id, status="failed", ended_at=ended_at, error=error, counts=None, warnings=(),
+                only_if="AND status IN ('running', 'publishing')",
+            )
+
+    def record_run_rolled_forward(self, run_id: str, *, ended_at: Any, warning: str) -> bool:
+        """Close a committed run whose Parquet swap recovery finished as succeeded."""
+        with self._session(write=True) as session:
+            return bool(
+                session.rows(
+                    "UPDATE runs SET status = 'succeeded', ended_at = $ended_at, "
+                    "warnings = CAST($warnings AS JSON) WHERE run_id = $run_id AND status = 'committed' RETURNING run_id",
+                    {"run_id": run_id, "ended_at": ended_at, "warnings": json.dumps([warning])},
+                )
+            )
 
     def previous_drift_histograms(self, job: str, partition_date: Any) -> list[dict[str, Any]]:
         """Drift histograms of the job's latest scored partition before `partition_date` (empty if none)."""
@@ -381,8 +455,16 @@ class Warehouse(ABC):
             )
         return [{k: v for k, v in row.items() if k != "newest"} for row in rows]
 
-    def replace_partition(self, *, job: str, partition_date: Any, files: dict[str, list[Path]]) -> dict[str, int]:
-        """Swap in the run's rows of each table for (job, partition_date) in one transaction."""
+    def replace_partition(
+        self, *, job: str, partition_date: Any, files: dict[str, list[Path]], committing_run: str | None = None,
+        counts: dict[str, Any] | None = None,
+    ) -> dict[str, int]:
+        """Swap in the run's rows of each table for (job, partition_date) in one transaction.
+
+        With `committing_run`, the same transaction moves that run's ledger row from `publishing` to
+        `committed` with its counts, and empties the partition's decision monitoring (it describes
+        the rows being replaced): the ledger then says which run's rows the warehouse holds, and
+        fails the commit when the run was closed meanwhile."""
         unknown = set(files) - PARTITIONED_TABLES
         if unknown:
             raise ValueError(f"not a partitioned warehouse table: {sorted(unknown)}")
@@ -394,6 +476,16 @@ class Warehouse(ABC):
                 if paths:
                     session.append_parquet(table, paths)
                 inserted[table] = session.rows(f"SELECT count(*) AS n FROM {_quoted(table)} WHERE {_PARTITION_KEY}", key)[0]["n"]
+            if committing_run is not None:
+                session.execute(f"DELETE FROM decision_monitoring WHERE {_PARTITION_KEY}", key)
+                if not self._run_closed(
+                    session, committing_run, status="committed", ended_at=None, error=None, counts=counts, warnings=(),
+                    only_if="AND status = 'publishing'",
+                ):
+                    raise PartitionLeaseLost(
+                        f"run {committing_run} of {job} {partition_date} is no longer publishing (another run closed it); "
+                        "its rows were not committed"
+                    )
         log.info("warehouse %s: partition (%s, %s) replaced, rows %s", self.location, job, partition_date, inserted)
         return inserted
 
@@ -648,7 +740,7 @@ class _DuckDBSession:
         self.con.execute("COMMIT")
 
     def append_parquet(self, table: str, paths: Sequence[Path]) -> None:
-        self.con.execute(f"INSERT INTO {_quoted(table)} BY NAME SELECT * FROM read_parquet(?)", [[str(p) for p in paths]])
+        self.con.execute(f"INSERT INTO {_quoted(table)} BY NAME SELECT * FROM read_parquet(?, hive_partitioning = false)", [[str(p) for p in paths]])
 
     def append_arrow(self, table: str, rows: pa.Table) -> None:
         columns = ", ".join(_quoted(c) for c in rows.schema.names)
@@ -710,8 +802,8 @@ class DuckDBWarehouse(Warehouse):
     def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         Warehouse._create_missing_tables(_DuckDBSession(con), _DUCKDB_TYPES)
         # Ledgers created before these columns existed get them added in place.
-        for column in ("rows_failed BIGINT", "rows_fallback BIGINT"):
-            con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column}")
+        for column, kind in _ADDED_RUN_COLUMNS.items():
+            con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {_DUCKDB_TYPES[_JSON] if kind == 'JSON' else kind}")
 
     @contextmanager
     def _session(self, *, write: bool) -> Iterator[_Session]:
@@ -882,9 +974,19 @@ class PostgresWarehouse(Warehouse):
     def _ensure_schema(session: _PostgresSession) -> None:
         # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL's catalog, so writers
         # that find a table missing create them one at a time.
-        if Warehouse._missing_tables(session):
+        present = {
+            r["column_name"]
+            for r in session.rows(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs' AND table_schema = current_schema()"
+            )
+        }
+        added = [c for c in _ADDED_RUN_COLUMNS if c not in present] if present else []
+        if Warehouse._missing_tables(session) or added:
             session.execute("SELECT pg_advisory_xact_lock(hashtext('scoring warehouse schema'))")
             Warehouse._create_missing_tables(session, _POSTGRES_TYPES)
+            for column in added:
+                kind = _ADDED_RUN_COLUMNS[column]
+                session.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {'JSONB' if kind == 'JSON' else kind}")
             session.con.commit()
 
 

@@ -238,13 +238,8 @@ def test_feature_version_mismatch_stops_the_run_before_anything_is_written(misma
 
     assert not partition_dir(settings, day).exists()
     assert not list(settings.data_dir.glob("output/**/*.parquet"))
-    assert query(settings, "SELECT count(*) AS n FROM predictions WHERE partition_date = ?", [day])["n"].item() == 0
-    runs = runs_of(settings, day)
-    assert runs.height == 1
-    run = runs.row(0, named=True)
-    assert run["status"] == "failed"
-    assert "FeatureVersionMismatch" in run["error"] and message in run["error"]
-    assert run["ended_at"] is not None
+    # Checked before the lease: a user mistake leaves no ledger row, not even a warehouse file.
+    assert not settings.duckdb_path.exists()
     assert not list(settings.data_dir.glob("output/*/_staging/*/*"))
 
 
@@ -261,8 +256,9 @@ def test_a_failed_rerun_leaves_the_previous_outputs_untouched(demo_env: DemoEnv,
     assert_frame_equal(warehouse_predictions(settings, day), before_wh)
     assert_frame_equal(parquet_predictions(settings, day), before_pq)
     assert set(before_wh["run_id"]) == {first["run_id"]}
+    # The mismatch is found before the lease, so the refused re-run leaves no ledger row.
     statuses = runs_of(settings, day)["status"].to_list()
-    assert statuses == ["succeeded", "failed"]
+    assert statuses == ["succeeded"]
 
 
 def test_breaking_a_guard_limit_fails_the_run_and_publishes_nothing(
@@ -300,8 +296,9 @@ def test_backfill_goes_on_after_a_failed_date_and_lists_it(demo_env: DemoEnv, fr
     assert "1 of 2" in str(err.value)
     assert warehouse_predictions(settings, last).height > 0
     assert [r["status"] for r in runs_of(settings, last).to_dicts()] == ["succeeded"]
-    (failed,) = runs_of(settings, missing).to_dicts()
-    assert failed["status"] == "failed" and "PartitionError" in failed["error"]
+    # A partition with no raw data is refused before the lease: listed as failed, no ledger row.
+    assert runs_of(settings, missing).height == 0
+    assert "no raw partition" in str(err.value) or missing.isoformat() in str(err.value)
 
 
 # --- 4. dirty data in the ledger ---------------------------------------------------------------

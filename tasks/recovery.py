@@ -1,0 +1,150 @@
+"""Finish or undo what killed and faulted runs left behind, so the ledger and both stores agree.
+
+A run that died before its warehouse commit (`running` or `publishing`) is closed as `failed` and
+its staged files and unpublished version are removed: the previous run's outputs stand in both
+stores. A run that died after the commit (`committed`) has its rows in the warehouse and a
+complete version folder: recovery swaps the Parquet pointer to it (roll forward) and closes it as
+`succeeded`. A failure that could not be written to the ledger (the warehouse was locked or
+unreachable) was kept as a pending record beside the outputs and is applied first, so the ledger
+keeps the real error rather than "abandoned".
+
+Recovery of a partition runs under its lease, so it never touches a partition a live run holds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tasks.errors import PartitionBusy
+from tasks.parquet_store import PartitionStore, discard_staged
+from tasks.partition_lock import PartitionLease
+from tasks.publish import partition_store
+from tasks.scoring import OutputDirs, output_dirs
+from tasks.settings import Settings
+from tasks.warehouse import Warehouse
+
+log = logging.getLogger("scoring.recovery")
+
+
+@dataclass(frozen=True)
+class RecoveredRun:
+    """One run recovery closed: its status before and after, and what was done to its outputs."""
+
+    run_id: str
+    job: str
+    partition_date: dt.date
+    was: str
+    now: str
+    action: str
+
+
+def pending_ledger_dir(settings: Settings, job: str) -> Path:
+    return settings.output_dir(job) / "_ledger"
+
+
+def recorded_pending_failure(folder: Path, record: dict[str, Any]) -> Path | None:
+    """Keep a failure the ledger could not take, for the next start to apply; None when even that fails."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{record['run_id']}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, default=str))
+        os.replace(tmp, path)
+        return path
+    except OSError as exc:
+        log.warning("could not keep the failure of run %s for later either (%s)", record["run_id"], exc)
+        return None
+
+
+def _pending_failures(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+            record["partition_date"] = dt.date.fromisoformat(str(record["partition_date"]))
+            found.append((path, record))
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("ignoring unreadable pending ledger record %s: %s", path, exc)
+    return found
+
+
+def recovered_partition(
+    warehouse: Warehouse, dirs: OutputDirs, *, job: str, partition_date: dt.date, holder_run_id: str,
+    pending_dir: Path, now: dt.datetime,
+) -> list[RecoveredRun]:
+    """Close every unfinished run of the partition but `holder_run_id`. The caller holds the lease."""
+    store = partition_store(dirs)
+    partition = partition_date.isoformat()
+    recovered: list[RecoveredRun] = []
+    for path, record in _pending_failures(pending_dir):
+        if record["partition_date"] != partition_date or record["run_id"] == holder_run_id:
+            continue
+        was = warehouse.run_status(record["run_id"]) or "missing"
+        if warehouse.record_run_failed(**{k: record[k] for k in ("run_id", "job", "partition_date", "ended_at", "error", "error_detail")}):
+            _discarded(store, dirs, partition, record["run_id"])
+            recovered.append(RecoveredRun(record["run_id"], job, partition_date, was, "failed", "failure recorded from the pending record"))
+        path.unlink(missing_ok=True)
+    for row in warehouse.unfinished_runs(job, partition_date):
+        run_id, status = row["run_id"], row["status"]
+        if run_id == holder_run_id:
+            continue
+        if status == "committed":
+            store.swapped_in(partition, run_id)
+            warehouse.record_run_rolled_forward(
+                run_id, ended_at=now,
+                warning=f"published by recovery (run {holder_run_id}): the run stopped between its warehouse commit and its Parquet swap",
+            )
+            discard_staged(dirs.inference_handoff, run_id)
+            recovered.append(RecoveredRun(run_id, job, partition_date, status, "succeeded", "Parquet swapped to its committed version"))
+        else:
+            warehouse.record_run_abandoned(
+                run_id, ended_at=now,
+                error=(
+                    f"abandoned while {status}: its process died or lost the partition lease before the warehouse commit; "
+                    f"the previous outputs stand (closed by run {holder_run_id})"
+                ),
+            )
+            _discarded(store, dirs, partition, run_id)
+            recovered.append(RecoveredRun(run_id, job, partition_date, status, "failed", "staged files and unpublished version removed"))
+    for run in recovered:
+        log.warning("recovered run %s of %s %s: %s -> %s (%s)", run.run_id, job, partition_date, run.was, run.now, run.action)
+    return recovered
+
+
+def _discarded(store: PartitionStore, dirs: OutputDirs, partition: str, run_id: str) -> None:
+    store.discarded_run(partition, run_id)
+    discard_staged(dirs.inference_handoff, run_id)
+
+
+def partitions_needing_recovery(warehouse: Warehouse, settings: Settings, job: str) -> list[dt.date]:
+    dates = {row["partition_date"] for row in warehouse.unfinished_runs(job)}
+    dates |= {record["partition_date"] for _, record in _pending_failures(pending_ledger_dir(settings, job))}
+    return sorted(dates)
+
+
+def recovered_job(
+    warehouse: Warehouse, settings: Settings, job: str, *, recovering_run_id: str, skip: dt.date | None = None,
+) -> list[RecoveredRun]:
+    """Recover every partition of `job` that has unfinished runs, except `skip` and partitions a live
+    run holds (their lease is busy: that run is still working and closes its own row)."""
+    recovered: list[RecoveredRun] = []
+    dirs = output_dirs(settings, job)
+    for day in partitions_needing_recovery(warehouse, settings, job):
+        if day == skip:
+            continue
+        lease = PartitionLease(warehouse, job, day, recovering_run_id, ttl_s=settings.lock_ttl_s, wait_s=0)
+        try:
+            with lease.held():
+                recovered += recovered_partition(
+                    warehouse, dirs, job=job, partition_date=day, holder_run_id=recovering_run_id,
+                    pending_dir=pending_ledger_dir(settings, job), now=dt.datetime.now(dt.timezone.utc),
+                )
+        except PartitionBusy:
+            log.info("partition %s of %s is held by a live run; left to it", day, job)
+    return recovered

@@ -161,8 +161,10 @@ class PartitionStore:
         for name in self.datasets:
             self._linked(self.datasets[name] / f"date={partition}", pointer / self._relative(name), partition)
         self._linked(self.page_link(partition), pointer / REPORT_PAGE, partition)
+        if previous == run_id:
+            return None
         self._removed_older_versions(partition, keep={run_id, previous})
-        return previous if previous != run_id else None
+        return previous
 
     def _linked(self, link: Path, target: Path, partition: str) -> None:
         """`link` → `target` (relative), made once; a link or folder of the older layouts is replaced."""

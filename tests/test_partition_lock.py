@@ -132,5 +132,5 @@ def test_ten_reruns_leave_exactly_one_runs_rows(backend: Settings) -> None:
     assert {r["status"] for r in ledger} == {"succeeded"}
     assert json.loads(ledger[0]["inference"])["chunks"] >= 3
     # Only the current and the previous version of each Parquet partition stay on disk.
-    versions = backend.output_dir(DEMO_JOB) / "_versions" / "predictions" / f"date={DAY}"
+    versions = backend.output_dir(DEMO_JOB) / "_partitions" / f"date={DAY}"
     assert sorted(p.name for p in versions.iterdir()) == sorted(run_ids[-2:])

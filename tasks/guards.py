@@ -7,6 +7,12 @@ expectation's `meta.guard` says what to do with a row that breaks it:
 - `quarantine` — the row is not scored; it is recorded with the expectations it failed;
 - `fail` — the run stops with a message naming the column, the expectation and examples.
 
+One expectation judges the whole partition rather than a row: `expect_column_values_to_be_unique`
+on the job's entity column (the contract is one row per entity). Its action is `keep_first`,
+`quarantine_all` (the default, also when the suite does not declare it) or `fail`; the planner
+finds the duplicated ids across every file before scoring (`tasks/duplicates.py`) and each chunk
+quarantines the rows it is told to, with the same records and counts as any other quarantine.
+
 The expectation types the jobs use are compiled to polars expressions and evaluated together,
 once per chunk, on the raw values, so per-expectation counts are the unexpected counts GX itself
 reports for the same data. Any other row-level (column map) expectation runs through GX on the
@@ -35,7 +41,9 @@ from tasks.errors import GuardFailure, SuiteError
 log = logging.getLogger("scoring.guards")
 
 Action = Literal["repair", "quarantine", "fail"]
-EvaluatedBy = Literal["compiled", "great_expectations"]
+EvaluatedBy = Literal["compiled", "great_expectations", "partition_prepass", "implicit"]
+OnDuplicate = Literal["keep_first", "quarantine_all", "fail"]
+UNIQUE_TYPE = "expect_column_values_to_be_unique"
 
 _ACTION_COLUMNS = {
     "entity_id": pl.String,
@@ -232,6 +240,28 @@ class GreatExpectationsRowChecks:
 
 
 @dataclass(frozen=True)
+class EntityKeyRule:
+    """Each entity id appears once in the partition; what to do with the rows of one that does not."""
+
+    column: str
+    on_duplicate: OnDuplicate = "quarantine_all"
+    declared: bool = True
+    """False when the suite does not name the rule and the contract's default applies."""
+
+    @property
+    def key(self) -> str:
+        return _key(UNIQUE_TYPE, self.column)
+
+    @property
+    def expectation(self) -> Expectation:
+        """The rule as a row expectation whose violations (rows the pre-pass picked) are quarantined."""
+        return Expectation(
+            key=self.key, type=UNIQUE_TYPE, column=self.column, kwargs={}, action="quarantine",
+            evaluated_by="partition_prepass" if self.declared else "implicit",
+        )
+
+
+@dataclass(frozen=True)
 class GuardSuite:
     name: str
     path: Path
@@ -240,6 +270,17 @@ class GuardSuite:
     gx_checks: GreatExpectationsRowChecks | None = None
     order: tuple[str, ...] = ()
     """Keys of every expectation in the suite file's order."""
+    entity_key: EntityKeyRule | None = None
+    """The partition's uniqueness rule; None only for a suite loaded without knowing the entity column."""
+
+    @property
+    def row_rules(self) -> tuple[Expectation, ...]:
+        """The row expectations and the entity-key rule, in suite order (an implicit rule last)."""
+        if self.entity_key is None:
+            return self.expectations
+        rank = {key: i for i, key in enumerate(self.order)}
+        rules = (*self.expectations, self.entity_key.expectation)
+        return tuple(sorted(rules, key=lambda e: rank.get(e.key, len(rank))))
 
     @property
     def required_columns(self) -> tuple[str, ...]:
@@ -271,8 +312,29 @@ def _gx_map_expectation(etype: str, kwargs: dict[str, Any], where: str) -> Any:
         raise SuiteError(f"{where}: Great Expectations rejects the kwargs of {etype}: {exc}") from None
 
 
-def load_guard_suite(path: Path) -> GuardSuite:
-    """Compile a GX suite file; a malformed file or an expectation we cannot honour is an error."""
+def _entity_key_rule(
+    path: Path, where: str, column: str, kwargs: dict[str, Any], guard: dict[str, Any], entity_column: str | None
+) -> EntityKeyRule:
+    if entity_column is not None and column != entity_column:
+        raise SuiteError(
+            f"{path.name}: {UNIQUE_TYPE} on column {column!r} is not accepted; uniqueness is checked across the "
+            f"partition only for the job's entity column {entity_column!r}"
+        )
+    action = guard.get("action", "quarantine_all")
+    if action not in ("keep_first", "quarantine_all", "fail"):
+        raise SuiteError(f"{where} needs meta.guard.action keep_first|quarantine_all|fail, got {action!r}")
+    extra = sorted(set(kwargs) - {"column"})
+    if extra:
+        raise SuiteError(f"{where}: kwargs {extra} have no meaning for the partition's entity key")
+    return EntityKeyRule(column=column, on_duplicate=action)
+
+
+def load_guard_suite(path: Path, *, entity_column: str | None = None) -> GuardSuite:
+    """Compile a GX suite file; a malformed file or an expectation we cannot honour is an error.
+
+    With the job's `entity_column`, the suite always has its entity-key rule: the declared one,
+    or an implicit `quarantine_all`; uniqueness declared on any other column is refused.
+    """
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
@@ -284,6 +346,7 @@ def load_guard_suite(path: Path) -> GuardSuite:
     column_checks: list[ColumnCheck] = []
     rows: list[Expectation] = []
     gx_rows: list[tuple[Expectation, Any]] = []
+    entity_key: EntityKeyRule | None = None
     for i, item in enumerate(doc["expectations"]):
         if not isinstance(item, dict):
             raise SuiteError(f"{path.name} expectation #{i} is not an object: {item!r}")
@@ -294,6 +357,9 @@ def load_guard_suite(path: Path) -> GuardSuite:
         where = f"{path.name} expectation #{i} ({etype} on {column!r})"
         if not etype or not column:
             raise SuiteError(f"{where} needs a `type` and kwargs.column")
+        if etype == UNIQUE_TYPE:
+            entity_key = _entity_key_rule(path, where, column, kwargs, guard, entity_column)
+            continue
         if action not in ("repair", "quarantine", "fail"):
             raise SuiteError(f"{where} needs meta.guard.action repair|quarantine|fail, got {action!r}")
         if "mostly" in kwargs:
@@ -337,6 +403,8 @@ def load_guard_suite(path: Path) -> GuardSuite:
     if len(set(keys)) != len(keys):
         raise SuiteError(f"{path.name}: an expectation type appears twice for one column: {sorted({k for k in keys if keys.count(k) > 1})}")
     _check_defaults(rows, path)
+    if entity_key is None and entity_column is not None:
+        entity_key = EntityKeyRule(column=entity_column, declared=False)
     gx_checks = None
     if gx_rows:
         log.warning(
@@ -346,7 +414,7 @@ def load_guard_suite(path: Path) -> GuardSuite:
         gx_checks = GreatExpectationsRowChecks([e for e, _ in gx_rows], [c for _, c in gx_rows])
     return GuardSuite(
         name=doc.get("name") or path.stem, path=path, column_checks=tuple(column_checks),
-        expectations=tuple(rows), gx_checks=gx_checks, order=tuple(keys),
+        expectations=tuple(rows), gx_checks=gx_checks, order=tuple(keys), entity_key=entity_key,
     )
 
 
@@ -452,17 +520,25 @@ def _action_rows(
     )
 
 
-def guarded_chunk(frame: pl.DataFrame, suite: GuardSuite, *, entity_column: str) -> GuardedChunk:
+def guarded_chunk(
+    frame: pl.DataFrame, suite: GuardSuite, *, entity_column: str, duplicate_rows: np.ndarray | None = None
+) -> GuardedChunk:
     """Apply the suite to one chunk: repaired scorable rows, quarantined rows, and every action taken.
 
     Every expectation is judged on the raw values, so counts are what GX reports for the chunk;
-    when two repairs hit the same cell, the later expectation in the suite wins.
+    when two repairs hit the same cell, the later expectation in the suite wins. `duplicate_rows`
+    marks the chunk's rows that the partition's entity-key rule quarantines (found by the planner's
+    pre-pass over the whole partition; a chunk alone cannot tell). A row that breaks it and other
+    quarantine expectations is one quarantined row listing all of them, and counts once per
+    expectation, as any row breaking two expectations does.
     """
     _checked_columns(frame, suite)
-    gx_masks = _gx_violation_masks(frame, suite)
+    given = _gx_violation_masks(frame, suite)
+    if suite.entity_key is not None and duplicate_rows is not None:
+        given[suite.entity_key.key] = duplicate_rows
     # Counting first is cheap; masks are materialised only for the expectations a chunk breaks.
-    violations = {**_compiled_violation_counts(frame, suite), **{k: int(m.sum()) for k, m in gx_masks.items()}}
-    hits = [e for e in suite.expectations if violations[e.key]]
+    violations = {**_compiled_violation_counts(frame, suite), **{k: int(m.sum()) for k, m in given.items()}}
+    hits = [e for e in suite.row_rules if violations.get(e.key)]
     if not hits:
         return GuardedChunk(
             scorable=frame,
@@ -472,8 +548,8 @@ def guarded_chunk(frame: pl.DataFrame, suite: GuardSuite, *, entity_column: str)
         )
     masks = pl.DataFrame(
         [
-            *frame.select(e.violated(frame).fill_null(False).alias(e.key) for e in hits if e.key not in gx_masks).get_columns(),
-            *(pl.Series(e.key, gx_masks[e.key], dtype=pl.Boolean) for e in hits if e.key in gx_masks),
+            *frame.select(e.violated(frame).fill_null(False).alias(e.key) for e in hits if e.key not in given).get_columns(),
+            *(pl.Series(e.key, given[e.key], dtype=pl.Boolean) for e in hits if e.key in given),
         ]
     )
     failing = [e for e in hits if e.action == "fail"]
@@ -552,14 +628,16 @@ def guard_summary_rows(suite: GuardSuite, counts: GuardCounts) -> list[dict[str,
                 "evaluated_by": "compiled", "rows": 0, "share": 0.0}
         for c in suite.column_checks
     }
-    for exp in suite.expectations:
+    for exp in suite.row_rules:
         n = counts.by_expectation.get(exp.key, {}).get(exp.action, 0)
+        action = exp.action if exp.action != "repair" else f"repair:{exp.repair}"
         by_key[exp.key] = {
             "expectation": exp.key, "column_name": exp.column, "expectation_type": exp.type,
-            "action": exp.action if exp.action != "repair" else f"repair:{exp.repair}",
+            "action": suite.entity_key.on_duplicate if exp.type == UNIQUE_TYPE else action,
             "evaluated_by": exp.evaluated_by, "rows": n, "share": n / counts.rows_in if counts.rows_in else 0.0,
         }
-    return [by_key[k] for k in suite.order]
+    implicit = (suite.entity_key.key,) if suite.entity_key is not None and not suite.entity_key.declared else ()
+    return [by_key[k] for k in (*suite.order, *implicit)]
 
 
 def guard_limit_breaches(counts: GuardCounts, *, max_repaired_share: float, max_quarantined_share: float) -> list[str]:

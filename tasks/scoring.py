@@ -16,7 +16,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,13 @@ from tasks.errors import (
     PartitionError,
 )
 from tasks.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram, drift_report_rows
+from tasks.duplicates import (
+    chunk_duplicate_mask,
+    duplicated_entity_ids,
+    partition_row_groups,
+    quarantined_rows_between,
+    write_quarantined_rows,
+)
 from tasks.fallback_report import fallback_limit_breaches, fallback_report_rows
 from tasks.features import FeatureModule, load_feature_module
 from tasks.guards import (
@@ -115,7 +122,7 @@ class PreparedJob:
 
 def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> PreparedJob:
     spec = load_job_spec(job, settings)
-    suite = load_guard_suite(settings.expectations_dir / spec.expectation_suite)
+    suite = load_guard_suite(settings.expectations_dir / spec.expectation_suite, entity_column=spec.entity_column)
     features = load_feature_module(spec.feature_module)
     raw_dir = settings.raw_partition_dir(job, partition_date.isoformat())
     if not raw_dir.is_dir():
@@ -201,6 +208,10 @@ class WorkUnit:
     row_groups: tuple[tuple[str, int], ...]
     rows: int
     first_chunk_id: int
+    first_row: int = 0
+    """Global number of the unit's first row in partition order (file, row group, row)."""
+    duplicate_rows_file: str | None = None
+    """Staged row numbers that the entity-key rule quarantines, when the partition has any."""
 
 
 def partition_work_units(raw_dir: Path, chunk_rows: int) -> list[WorkUnit]:
@@ -208,29 +219,48 @@ def partition_work_units(raw_dir: Path, chunk_rows: int) -> list[WorkUnit]:
     the Parquet footers alone."""
     units: list[WorkUnit] = []
     pending: list[tuple[str, int]] = []
-    pending_rows = next_chunk = 0
+    pending_rows = next_chunk = first_row = 0
 
     def flush() -> None:
-        nonlocal pending, pending_rows, next_chunk
-        units.append(WorkUnit(len(units), tuple(pending), pending_rows, next_chunk))
+        nonlocal pending, pending_rows, next_chunk, first_row
+        units.append(WorkUnit(len(units), tuple(pending), pending_rows, next_chunk, first_row))
         next_chunk += -(-pending_rows // chunk_rows)
+        first_row += pending_rows
         pending, pending_rows = [], 0
 
-    for path in sorted(raw_dir.rglob("*.parquet")):
-        try:
-            metadata = pq.ParquetFile(path).metadata
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise PartitionError(f"raw file {path} is not a readable Parquet file: {exc}") from exc
-        for group in range(metadata.num_row_groups):
-            rows = metadata.row_group(group).num_rows
-            if rows:
-                pending.append((str(path), group))
-                pending_rows += rows
-            if pending_rows >= chunk_rows:
-                flush()
+    for group in partition_row_groups(raw_dir):
+        pending.append((group.path, group.group))
+        pending_rows += group.rows
+        if pending_rows >= chunk_rows:
+            flush()
     if pending:
         flush()
     return units
+
+
+def planned_work_units(prepared: PreparedJob, *, run_id: str, chunk_rows: int, dirs: OutputDirs) -> list[WorkUnit]:
+    """The work units, each told which of its rows repeat an entity id seen elsewhere in the partition.
+
+    The duplicate pre-pass reads only the entity column; an id found twice fails the run here,
+    before any scoring, when the suite's entity-key action is `fail`.
+    """
+    units = partition_work_units(prepared.raw_dir, chunk_rows)
+    rule = prepared.suite.entity_key
+    if rule is None:
+        return units
+    scratch = staging_dir(dirs.inference_handoff, run_id)
+    duplicates = duplicated_entity_ids(partition_row_groups(prepared.raw_dir), rule.column, scratch_parent=scratch)
+    if duplicates.rows.is_empty():
+        return units
+    if rule.on_duplicate == "fail":
+        raise duplicates.failure(rule, prepared.suite.path.name)
+    quarantined = duplicates.quarantined_rows(rule.on_duplicate)
+    log.warning(
+        "%s: %d entity id(s) appear more than once in column %r (%d rows); %s quarantines %d of them (%s)",
+        prepared.raw_dir, duplicates.id_count, rule.column, duplicates.rows.height, rule.key, quarantined.size, rule.on_duplicate,
+    )
+    path = write_quarantined_rows(scratch / "duplicate-rows.parquet", quarantined)
+    return [replace(unit, duplicate_rows_file=str(path)) for unit in units]
 
 
 def unit_chunks(unit: WorkUnit, chunk_rows: int) -> Iterator[tuple[int, pa.Table]]:
@@ -519,9 +549,13 @@ def inferred_unit(
     spec, fm, engine = prepared.spec, prepared.features, prepared.model.engine
     probability_map = _probability_map(prepared)
     result = UnitInference(unit.unit_id, drift=DriftAccumulator(edges=prepared.drift_edges, psi_edges=prepared.psi_edges))
+    duplicate_rows = quarantined_rows_between(unit.duplicate_rows_file, unit.first_row, unit.rows)
     for chunk_id, table in unit_chunks(unit, chunk_rows):
         chunk = ChunkRef(run_id, spec.name, partition_date, chunk_id, spec.entity_column)
-        guarded = guarded_chunk(pl.from_arrow(table), prepared.suite, entity_column=spec.entity_column)
+        guarded = guarded_chunk(
+            pl.from_arrow(table), prepared.suite, entity_column=spec.entity_column,
+            duplicate_rows=chunk_duplicate_mask(duplicate_rows, unit.first_row + result.rows_read, table.num_rows),
+        )
         result.rows_read += table.num_rows
         result.chunks += 1
         result.guard.merge(guarded.counts)
@@ -723,7 +757,7 @@ def score_partition_chunks(
     sequence. The run's staging files are written; the partition stays untouched."""
     started = time.perf_counter()
     inferences, predictions = [], []
-    for unit in partition_work_units(prepared.raw_dir, chunk_rows):
+    for unit in planned_work_units(prepared, run_id=run_id, chunk_rows=chunk_rows, dirs=dirs):
         inference = inferred_unit(prepared, unit, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs)
         inferences.append(inference)
         predictions.append(predicted_unit(prepared, inference, run_id=run_id, partition_date=partition_date, dirs=dirs))

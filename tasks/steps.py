@@ -30,7 +30,7 @@ from tasks.scoring import (
     WorkUnit,
     inferred_unit,
     output_dirs,
-    partition_work_units,
+    planned_work_units,
     predicted_unit,
     prepared_job,
     scoring_summary,
@@ -120,8 +120,10 @@ def _run_job(ticket: RunTicket) -> PreparedJob:
 
 @task(name="plan-work-units")
 def plan_work_units(ticket: RunTicket) -> list[WorkUnit]:
-    """The partition's row groups grouped into units of at least one chunk, from the Parquet footers."""
-    return partition_work_units(_run_job(ticket).raw_dir, ticket.chunk_rows)
+    """The partition's row groups grouped into units of at least one chunk, with the rows of duplicated entity ids."""
+    return planned_work_units(
+        _run_job(ticket), run_id=ticket.run_id, chunk_rows=ticket.chunk_rows, dirs=output_dirs(current_settings(), ticket.job)
+    )
 
 
 @task(name="infer-unit")

@@ -259,12 +259,12 @@ def test_guards_hold_one_chunk_of_raw_data_at_a_time(
             alive.append(weakref.ref(table))
             yield chunk_id, table
 
-    def tracked_guard(frame: pl.DataFrame, suite, *, entity_column: str):
+    def tracked_guard(frame: pl.DataFrame, suite, *, entity_column: str, **kwargs):
         nonlocal most_alive
         alive.append(weakref.ref(frame))
         gc.collect()
         most_alive = max(most_alive, sum(ref() is not None for ref in alive))
-        return real_guard(frame, suite, entity_column=entity_column)
+        return real_guard(frame, suite, entity_column=entity_column, **kwargs)
 
     monkeypatch.setattr(scoring, "unit_chunks", tracked_chunks)
     monkeypatch.setattr(scoring, "guarded_chunk", tracked_guard)

@@ -350,7 +350,9 @@ def test_job_suite_compiles_every_expectation() -> None:
     suite = load_guard_suite(SUITE_PATH)
     exist = [e["kwargs"]["column"] for e in doc["expectations"] if e["type"] == "expect_column_to_exist"]
     assert list(suite.required_columns) == exist
-    assert len(suite.expectations) + len(suite.column_checks) == len(doc["expectations"])
+    # The entity key's uniqueness is the one partition-level rule, declared in the job's suite.
+    assert suite.entity_key is not None and suite.entity_key.declared and suite.entity_key.on_duplicate == "quarantine_all"
+    assert len(suite.expectations) + len(suite.column_checks) + 1 == len(doc["expectations"])
     assert [e.action for e in suite.expectations] == [
         e["meta"]["guard"]["action"] for e in doc["expectations"] if e["type"] in _VIOLATIONS
     ]

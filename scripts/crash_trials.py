@@ -80,8 +80,11 @@ class CrashReport:
         return not self.violations and self.final_equals_reference and self.runs_left_running == 0 and not self.leftover_staging
 
 
+_FOLDERS = {"fallback_report": "reports/fallback", "drift_report": "reports/drift", "drift_histograms": "reports/drift_histograms"}
+
+
 def _parquet_partition(settings: Settings, dataset: str, day: dt.date) -> pa.Table | None:
-    link = settings.output_dir(JOB) / dataset / f"date={day.isoformat()}"
+    link = settings.output_dir(JOB) / _FOLDERS.get(dataset, dataset) / f"date={day.isoformat()}"
     if not os.path.lexists(link):
         return None
     return pq.read_table(os.path.realpath(link))
@@ -225,12 +228,172 @@ def crash_trials(settings: Settings, day: dt.date, *, trials: int, seed: int, en
     return report
 
 
+PUBLISH_POINTS = (
+    *(f"publish:staged:{d}" for d in DATASETS), "publish:assembled", "publish:intent", "publish:committed", "publish:swapped",
+)
+"""Where `publish_crash_trials` kills a run (tasks/crash_points.py): between any two dataset moves,
+before and after the ledger's intent, between the warehouse commit and the Parquet swap, after the swap."""
+
+
+@dataclass
+class PublishCrashReport:
+    backend: str
+    trials: int
+    kills: int = 0
+    rolled_back: int = 0
+    """Kills before the warehouse commit: the previous run's outputs stand."""
+    rolled_forward: int = 0
+    """Kills after the commit: recovery swapped the killed run's version in."""
+    recovered_by: dict[str, int] = field(default_factory=dict)
+    partitions_checked: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.kills == self.trials
+
+
+def _raw_versions(settings: Settings, day: dt.date) -> tuple[pa.Table, pa.Table]:
+    """The partition's raw rows as they are, and with more rows the guards quarantine (no loan
+    amount on every 50th row): two inputs whose runs differ in predictions, quarantine and every report."""
+    raw_dir = settings.raw_partition_dir(JOB, day.isoformat())
+    original = pq.read_table(raw_dir)
+    amounts = original.column("loan_amount").to_pylist()
+    for i in range(0, len(amounts), 50):
+        amounts[i] = None
+    return original, original.set_column(original.schema.get_field_index("loan_amount"), "loan_amount", pa.array(amounts, original.schema.field("loan_amount").type))
+
+
+def _write_raw(settings: Settings, day: dt.date, table: pa.Table) -> None:
+    raw_dir = settings.raw_partition_dir(JOB, day.isoformat())
+    for old in raw_dir.glob("*.parquet"):
+        old.unlink()
+    pq.write_table(table, raw_dir / "part-0.parquet", row_group_size=1000)
+
+
+def _partition_runs(settings: Settings, day: dt.date) -> dict[str, set[str]]:
+    """The run ids each dataset of the partition holds, in Parquet and in the warehouse."""
+    found: dict[str, set[str]] = {}
+    for dataset in DATASETS:
+        table = _parquet_partition(settings, dataset, day)
+        found[f"parquet {dataset}"] = set(table.column("run_id").to_pylist()) if table is not None else {"<missing>"}
+    warehouse = configured_warehouse(settings)
+    with warehouse._session(write=False) as session:
+        for table in (*DATASETS, "decision_monitoring"):
+            rows = session.rows(f"SELECT DISTINCT run_id FROM {table} WHERE job = $job AND partition_date = $day", {"job": JOB, "day": day})
+            found[f"warehouse {table}"] = {r["run_id"] for r in rows}
+    return found
+
+
+def _consistency_problems(settings: Settings, day: dt.date, expected_run: str, raw: pa.Table) -> list[str]:
+    problems = []
+    for where, runs in _partition_runs(settings, day).items():
+        # Decision monitoring may be absent after a kill (it is recomputed later), never another run's.
+        allowed = ({expected_run}, set()) if where.endswith("decision_monitoring") or "quarantine" in where or "guard_actions" in where else ({expected_run},)
+        if runs not in allowed:
+            problems.append(f"{where} holds runs {sorted(runs)}, expected {expected_run}")
+    ids = {i for i in raw.column("entity_id").to_pylist() if i}
+    for store in ("parquet", "warehouse"):
+        if store == "parquet":
+            scored = _parquet_partition(settings, "predictions", day)
+            held = _parquet_partition(settings, "quarantine", day)
+        else:
+            warehouse = configured_warehouse(settings)
+            scored = warehouse.partition_predictions(JOB, day, ["entity_id"])
+            with warehouse._session(write=False) as session:
+                held = pa.Table.from_pylist(session.rows(
+                    "SELECT entity_id FROM quarantine WHERE job = $job AND partition_date = $day", {"job": JOB, "day": day}
+                ), schema=pa.schema([("entity_id", pa.string())]))
+        seen = set(scored.column("entity_id").to_pylist()) | set(held.column("entity_id").to_pylist())
+        lost = ids - seen
+        if lost:
+            problems.append(f"{store}: {len(lost)} raw id(s) in neither predictions nor quarantine, e.g. {sorted(lost)[:3]}")
+    runs = configured_warehouse(settings).unfinished_runs(JOB)
+    if runs:
+        problems.append(f"ledger: runs left unfinished: {[(r['run_id'], r['status']) for r in runs]}")
+    return problems
+
+
+def publish_crash_trials(
+    settings: Settings, day: dt.date, other_day: dt.date, *, trials: int, env: dict[str, str], logs: Path,
+) -> PublishCrashReport:
+    """Kill `score run` inside its publish at each point of PUBLISH_POINTS in turn, with an input that
+    differs from the published run's, then recover — alternately by `score recover` and by the next
+    run start of the job (a run of `other_day`) — and check both stores hold exactly one run."""
+    logs.mkdir(parents=True, exist_ok=True)
+    postgres = settings.warehouse_url is not None or settings.warehouse_secret_block is not None
+    report = PublishCrashReport(backend="postgresql" if postgres else "duckdb", trials=trials)
+    raws = _raw_versions(settings, day)
+    published_raw: dict[str, int] = {}
+
+    def scored(which: int, log_name: str, extra: dict[str, str] | None = None, target: dt.date = day) -> subprocess.CompletedProcess:
+        if target == day:
+            _write_raw(settings, day, raws[which])
+        with (logs / log_name).open("wb") as log:
+            return subprocess.run(
+                [SCORE, "run", JOB, "--date", target.isoformat()], env={**env, **(extra or {})}, stdout=log,
+                stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+            )
+
+    if scored(0, "clean.log").returncode != 0:
+        raise RuntimeError(f"the clean run failed; see {logs / 'clean.log'}")
+    recovered_by: Counter[str] = Counter()
+    for trial in range(trials):
+        point = PUBLISH_POINTS[trial % len(PUBLISH_POINTS)]
+        current = configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)[0]
+        previous_run = next(iter(_partition_runs(settings, day)["parquet predictions"]))
+        which = 1 - published_raw.get(previous_run, 0)
+        killed = scored(which, f"trial-{trial:03d}.log", {"SCORING_CRASH_AT": point})
+        if killed.returncode != -signal.SIGKILL:
+            report.violations.append(f"trial {trial} ({point}): the run was not killed (exit {killed.returncode}); see trial-{trial:03d}.log")
+            continue
+        report.kills += 1
+        runs = configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)
+        killed_run = runs[0]["run_id"] if runs and runs[0]["run_id"] != current["run_id"] else None
+        committed = point in ("publish:committed", "publish:swapped")
+        if committed:
+            report.rolled_forward += 1
+            expected_run = killed_run
+        else:
+            report.rolled_back += 1
+            expected_run = previous_run
+        # At rest right after the kill, every Parquet dataset still shows one run (one pointer).
+        parquet_runs = {w: r for w, r in _partition_runs(settings, day).items() if w.startswith("parquet")}
+        if len(set().union(*parquet_runs.values()) - {"<missing>"}) != 1:
+            report.violations.append(f"trial {trial} ({point}): right after the kill Parquet mixes runs: {parquet_runs}")
+        if trial % 2 == 0:
+            how = "score recover"
+            with (logs / f"recover-{trial:03d}.log").open("wb") as log:
+                done = subprocess.run([SCORE, "recover", JOB], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        else:
+            how = "next run start"
+            done = scored(0, f"next-{trial:03d}.log", target=other_day)
+        recovered_by[how] += 1
+        if done.returncode != 0:
+            report.violations.append(f"trial {trial} ({point}): {how} failed (exit {done.returncode})")
+            continue
+        if expected_run is None:
+            report.violations.append(f"trial {trial} ({point}): the killed run has no ledger row")
+            continue
+        if committed:
+            published_raw[expected_run] = which
+        surviving_raw = raws[published_raw.get(expected_run, 0)]
+        report.violations += [f"trial {trial} ({point}, {how}): {p}" for p in _consistency_problems(settings, day, expected_run, surviving_raw)]
+        status = {r["run_id"]: r["status"] for r in configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)}
+        if killed_run and status.get(killed_run) not in (None, "succeeded" if committed else "failed"):
+            report.violations.append(f"trial {trial} ({point}): the killed run ended {status.get(killed_run)}")
+        report.partitions_checked += 1
+    report.recovered_by = dict(recovered_by)
+    return report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--data-dir", type=Path, help="a data dir with raw data and a model; default: a fresh demo in a temp dir")
     parser.add_argument("--warehouse-url", help="PostgreSQL URL; default: the DuckDB file of the data dir")
+    parser.add_argument("--mode", choices=("random", "publish"), default="random", help="random kills, or kills at each point inside publish")
     args = parser.parse_args()
     from tasks.demo.setup import prepared_demo
 
@@ -245,8 +408,12 @@ def main() -> int:
             day = plan.scoring_dates[-1]
         else:
             day = max(dt.date.fromisoformat(p.name.removeprefix("date=")) for p in settings.inside_data_root("raw", JOB).glob("date=*"))
-        report = crash_trials(settings, day, trials=args.trials, seed=args.seed, env=env, logs=Path(tmp) / "logs")
-    print(json.dumps({"figure": "crash_trials", **asdict(report), "violations": report.violations[:20], "ok": report.ok}))
+        if args.mode == "publish":
+            other = day - dt.timedelta(days=1)
+            report = publish_crash_trials(settings, day, other, trials=args.trials, env=env, logs=Path(tmp) / "logs")
+        else:
+            report = crash_trials(settings, day, trials=args.trials, seed=args.seed, env=env, logs=Path(tmp) / "logs")
+    print(json.dumps({"figure": f"crash_trials_{args.mode}", **asdict(report), "violations": report.violations[:20], "ok": report.ok}))
     return 0 if report.ok else 1
 
 

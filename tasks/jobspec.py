@@ -14,7 +14,9 @@ from tasks.prediction.decisions import predict_rule_table_problems
 from tasks.settings import Settings
 
 RuleField = Literal["probability", "probability_low", "probability_high", "score"]
-FallbackKind = Literal["guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost"]
+FallbackKind = Literal[
+    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost", "no_drift_reference"
+]
 Comparison = Literal["lt", "le", "gt", "ge"]
 
 
@@ -114,6 +116,13 @@ class DriftConfig(_Strict):
     psi_alert: float = Field(default=0.25, gt=0)
     ks_warn: float = Field(default=0.1, gt=0, le=1)
     ks_alert: float = Field(default=0.2, gt=0, le=1)
+    require_reference: bool = Field(
+        default=True,
+        description=(
+            "Refuse a model whose metadata has no training reference statistics. false scores it anyway: drift "
+            "against training is skipped and the fallback report gets a `no_drift_reference` row."
+        ),
+    )
 
 
 class Limits(_Strict):

@@ -136,9 +136,12 @@ def _existing_ancestor(path: Path) -> Path:
     return Path("/")
 
 
-def disk_full_fault(path: Path | None, *, needed_bytes: int | None = None, detail: str = "") -> DiskFull:
-    """DiskFull naming `path`, the free space left on its filesystem and, when known, the space needed."""
-    where = f" writing {path}" if path else ""
+def disk_full_fault(
+    path: Path | None, *, needed_bytes: int | None = None, detail: str = "", exact: bool = True
+) -> DiskFull:
+    """DiskFull naming `path` (the file written, or with `exact=False` a folder it lay under), the
+    free space left on its filesystem and, when known, the space needed."""
+    where = (f" writing {path}" if exact else f" under {path}") if path else ""
     space = ""
     if path is not None:
         usage = shutil.disk_usage(_existing_ancestor(path))
@@ -196,9 +199,11 @@ def _classified(exc: BaseException, path_hint: Path | None) -> EnvironmentFault 
     io_like = isinstance(exc, OSError) or type(exc).__name__ in ("IOException", "ArrowIOError")
     if not io_like:
         return None
-    path = _path_of(exc) or path_hint
+    named = _path_of(exc)
+    path = named or path_hint
     if errno_ == errno.ENOSPC or _NO_SPACE.search(message):
-        return disk_full_fault(path)
+        # pyarrow's write errors carry errno 28 but no file name: the hint (the data root) is the best place to name.
+        return disk_full_fault(path, exact=named is not None)
     pid = duckdb_lock_holder(message)
     if pid is not None:
         return locked_warehouse_fault(Path(_DUCKDB_LOCK.search(message)["path"]), pid, 0)

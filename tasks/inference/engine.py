@@ -102,7 +102,7 @@ class XGBoostEngine:
             # XGBoost decodes its own parse error as UTF-8, so bytes that are not a model can surface as a
             # UnicodeDecodeError; its message is C++ log context and a stack trace: keep the reason.
             raise ModelArtifactError(
-                f"model file {artifact.model_path} is not a loadable XGBoost model (matching sha256 or not): {_xgboost_reason(exc)}"
+                f"model file {artifact.model_path} could not be loaded: its sha256 matches, but it is not an XGBoost model: {_xgboost_reason(exc)}"
             ) from exc
         wanted = "cuda" if device == "cuda" or (device == "auto" and inference_cuda_device_present()) else "cpu"
         with warnings.catch_warnings():

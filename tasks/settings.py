@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from tasks.errors import SettingsError, UnsafePath
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_SECRET_MASK = str(SecretStr("x"))
 
 
 class Settings(BaseSettings):
@@ -108,7 +109,9 @@ class Settings(BaseSettings):
     @field_validator("warehouse_url")
     @classmethod
     def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None:
+        # Settings sent to a task as JSON carry pydantic's mask instead of the URL; the task takes the URL
+        # from its own environment (tasks/steps.py), so the mask is not checked as one.
+        if value is None or value.get_secret_value() == _SECRET_MASK:
             return value
         try:
             parts = urllib.parse.urlsplit(value.get_secret_value())

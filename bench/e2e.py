@@ -46,13 +46,15 @@ def variant_jobs_dir(base: Path, variant: str) -> tuple[Path, list[str]]:
     """A copy of the jobs folder whose credit_risk.yaml gives reasons to the variant's decisions."""
     import yaml
 
+    from tasks.jobspec import loaded_yaml
+
     source = _spec_jobs_dir()
     target = base / "jobs-variants" / variant
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source, target)
     spec_path = target / f"{DEMO_JOB}.yaml"
-    spec = yaml.safe_load(spec_path.read_text())
+    spec = loaded_yaml(spec_path)
     decisions = list(dict.fromkeys(rule["decision"] for rule in spec["prediction"]["rules"]))
     shipped = list(spec["prediction"]["reasons"]["for_decisions"])
     wanted = {"off": [], "non_approved": [d for d in decisions if d != APPROVE], "every_row": decisions}[variant]

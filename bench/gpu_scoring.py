@@ -24,6 +24,7 @@ import tasks  # noqa: F401
 from tasks.demo.credit_data import write_demo_partitions
 from tasks.demo.setup import DEMO_JOB, GEARBOX_JOB, prepared_demo, prepared_gearbox_demo
 from tasks.errors import DeviceUnavailable
+from tasks.jobspec import loaded_yaml
 from tasks.parquet_store import discard_staged
 from tasks.scoring import output_dirs, prepared_job, score_partition_chunks
 from tasks.settings import PROJECT_ROOT, Settings
@@ -33,7 +34,7 @@ def _jobs_with_device(folder: Path, device: str) -> Path:
     target = folder / f"jobs-{device}"
     target.mkdir()
     for job in (DEMO_JOB, GEARBOX_JOB):
-        spec = yaml.safe_load((PROJECT_ROOT / "jobs" / f"{job}.yaml").read_text())
+        spec = loaded_yaml(PROJECT_ROOT / "jobs" / f"{job}.yaml")
         spec.setdefault("inference", {})["device"] = device
         (target / f"{job}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return target

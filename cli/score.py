@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import logging
+import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.calendar import parse_partition_date, partition_range, yesterday
-from tasks.errors import ScoringError
+from tasks.errors import ExitCode, ScoringError, user_facing_error
 from tasks.jobspec import load_job_spec
 from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
@@ -78,12 +80,79 @@ def _progress_bars() -> Iterator[None]:
 
 
 def _run(action):  # noqa: ANN001, ANN202
+    """Run a command's action: a user or environment fault ends as one `error:` line and exit code 2 or 3
+    (tasks/errors.py: user_facing_error); a bug keeps its traceback."""
     try:
         return action()
-    except ScoringError as error:
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as error:
+        message, code = user_facing_error(error, path_hint=_data_dir_or_none())
+        if code == ExitCode.BUG:
+            raise
         # Plain text on one line: messages carry paths and pydantic's [type=...] details, not markup.
-        console.print(Text("error: ", style="red") + Text(str(error)), highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        console.print(Text("error: ", style="red") + Text(message), highlight=False, soft_wrap=True)
+        raise typer.Exit(code) from None
+
+
+def _data_dir_or_none() -> Path | None:
+    """Where a full disk most likely is when the error names no file; None when the settings are the problem."""
+    try:
+        return current_settings().data_dir
+    except Exception:  # noqa: BLE001  (a settings fault: the error being reported comes first)
+        return None
+
+
+class _NoFaultTracebacks(logging.Formatter):
+    """Prefect's console format, without the traceback of an expected fault.
+
+    Prefect logs every failed task and flow run with its traceback; for a user or environment
+    fault the CLI prints one `error:` line instead, and the traceback stays in the run log file
+    (and the Prefect API). A bug's traceback is still shown.
+    """
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and user_facing_error(error)[1] != ExitCode.BUG:
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None, "stack_info": None})
+        return self.inner.format(record)
+
+
+class _RunLogFile(logging.FileHandler):
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: ARG002
+        # On a full or read-only disk the log file fails too; logging's own traceback would bury the error line.
+        return
+
+
+@contextmanager
+def _run_log(data_dir: Path) -> Iterator[Path | None]:
+    """Flow and task logs, tracebacks included, in `<data_dir>/output/logs/score-<UTC time>-<pid>.log`
+    for the duration of a command; the console keeps the progress lines but no fault tracebacks."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    root = logging.getLogger()
+    for handler in root.handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not isinstance(handler.formatter, _NoFaultTracebacks):
+            handler.setFormatter(_NoFaultTracebacks(handler.formatter))
+    path = data_dir / "output" / "logs" / f"score-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        yield None
+        return
+    file = _RunLogFile(path, delay=True, encoding="utf-8")
+    file.setLevel(logging.INFO)
+    file.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s - %(message)s"))
+    root.addHandler(file)
+    try:
+        yield path
+    finally:
+        root.removeHandler(file)
+        file.close()
 
 
 @app.command()
@@ -115,7 +184,7 @@ def demo(
                 f"scoring {plan.scoring_dates[0]}..{plan.scoring_dates[-1]}"
             )
             try:
-                with _progress_bars():
+                with _run_log(settings.data_dir), _progress_bars():
                     backfill(job, plan.scoring_dates[0], plan.scoring_dates[-1])
             finally:
                 _print_summary(job, plan.scoring_dates)
@@ -142,9 +211,10 @@ def run(
         from flows.score_partition import score_partition
 
         day = parse_partition_date(date, what="--date")
+        settings = current_settings()
         # The same checks the flow starts with, so that a user mistake is one line, not a run log.
-        prepared_job(job, day, with_warehouse_url(current_settings()))
-        with _progress_bars():
+        prepared_job(job, day, with_warehouse_url(settings))
+        with _run_log(settings.data_dir), _progress_bars():
             result = score_partition(job, day, chunk_rows)
         _print_summary(job, [day])
         for warning in result.get("warnings", []):
@@ -169,13 +239,14 @@ def backfill_command(
 
         first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
         dates = partition_range(first, last)
-        load_job_spec(job, current_settings())
+        settings = current_settings()
+        load_job_spec(job, settings)
         if dry_run:
             planned = backfill(job, first, last, mode=mode.value, dry_run=True)
             console.print(f"dry run, mode {mode.value}: would score {len(planned)} partition(s): " + (", ".join(p["date"] for p in planned) or "none"))
             return
         try:
-            with _progress_bars():
+            with _run_log(settings.data_dir), _progress_bars():
                 backfill(job, first, last, mode=mode.value, concurrency=concurrency)
         except RuntimeError as error:
             raise ScoringError(str(error)) from None
@@ -227,7 +298,7 @@ def card(
     """Write the model card: Prediction Contract and Inference Specification, from spec, registry and latest run."""
     from tasks.model_card import job_model_card
 
-    settings = current_settings()
+    settings = _run(current_settings)
     markdown = _run(lambda: job_model_card(job, settings))
     target = out or settings.data_dir / "output" / job / "model_card.md"
     target.parent.mkdir(parents=True, exist_ok=True)

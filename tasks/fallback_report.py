@@ -11,7 +11,9 @@ Kinds:
 - `failed_chunk` — a row of a chunk whose inference failed every attempt;
 - `no_adverse_reason` — a row that needed reasons but had no feature pushing toward the event;
 - `reasons_by_xgboost` — a row whose reasons XGBoost's own TreeSHAP explained because the table
-  kernel was refused for the model (the detail says why); exact all the same, only slower.
+  kernel was refused for the model (the detail says why); exact all the same, only slower;
+- `no_drift_reference` — a row scored by a model without training reference statistics (allowed
+  only by `drift: {require_reference: false}`): its features' drift against training is not known.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-FALLBACK_KINDS = ("guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost")
+FALLBACK_KINDS = (
+    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost", "no_drift_reference",
+)
 
 
 def _row(kind: str, detail: str, rows: int, rows_read: int, limit: float | None) -> dict[str, Any]:
@@ -44,6 +48,8 @@ def fallback_report_rows(
     rows_reasons_by_xgboost: int,
     reasons_kernel_reason: str | None,
     limits: dict[str, float],
+    rows_without_drift_reference: int = 0,
+    drift_reference_detail: str | None = None,
 ) -> list[dict[str, Any]]:
     """One total row per kind (always present, zero or not), then its breakdown rows."""
     rows: list[dict[str, Any]] = []
@@ -59,6 +65,10 @@ def fallback_report_rows(
     rows.append(_row(
         "reasons_by_xgboost", reasons_kernel_reason or "table kernel in use", rows_reasons_by_xgboost, rows_read,
         limits.get("reasons_by_xgboost"),
+    ))
+    rows.append(_row(
+        "no_drift_reference", drift_reference_detail or "training reference in use", rows_without_drift_reference, rows_read,
+        limits.get("no_drift_reference"),
     ))
     return rows
 

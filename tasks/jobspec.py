@@ -14,7 +14,9 @@ from tasks.prediction.decisions import predict_rule_table_problems
 from tasks.settings import Settings
 
 RuleField = Literal["probability", "probability_low", "probability_high", "score"]
-FallbackKind = Literal["guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost"]
+FallbackKind = Literal[
+    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost", "no_drift_reference"
+]
 Comparison = Literal["lt", "le", "gt", "ge"]
 
 
@@ -114,6 +116,13 @@ class DriftConfig(_Strict):
     psi_alert: float = Field(default=0.25, gt=0)
     ks_warn: float = Field(default=0.1, gt=0, le=1)
     ks_alert: float = Field(default=0.2, gt=0, le=1)
+    require_reference: bool = Field(
+        default=True,
+        description=(
+            "Refuse a model whose metadata has no training reference statistics. false scores it anyway: drift "
+            "against training is skipped and the fallback report gets a `no_drift_reference` row."
+        ),
+    )
 
 
 class Limits(_Strict):
@@ -227,6 +236,29 @@ class JobSpec(_Strict):
         return value
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key: plain `safe_load` keeps the last
+    value silently, so a spec edited twice in one place would score with whichever came last."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} on line {line} (first on line {seen[key]})", key_node.start_mark
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def loaded_yaml(path: Path) -> object:
+    """The YAML document in `path`, read with UniqueKeyLoader; the product reads every user YAML this way."""
+    with path.open(encoding="utf-8") as fh:
+        return yaml.load(fh, Loader=UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
+
+
 def configured_jobs(settings: Settings) -> list[str]:
     """Names of the jobs that have a spec in the jobs folder, sorted."""
     return sorted(p.stem for p in settings.jobs_dir.glob("*.yaml"))
@@ -251,9 +283,12 @@ def load_job_spec(job: str, settings: Settings) -> JobSpec:
             f"unknown job {job!r}: no {path}; configured jobs: {', '.join(configured_jobs(settings)) or 'none'}"
         )
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = loaded_yaml(path)
     except yaml.YAMLError as exc:
-        raise JobSpecError(f"job spec {path} is not valid YAML: {exc}") from exc
+        problem = " ".join(str(exc).split())
+        raise JobSpecError(f"job spec {path} is not valid YAML: {problem}") from None
+    except UnicodeDecodeError as exc:
+        raise JobSpecError(f"job spec {path} is not UTF-8 text: {exc}") from None
     try:
         spec = JobSpec.model_validate(raw)
     except ValidationError as exc:

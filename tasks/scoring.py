@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.ipc  # noqa: F401  (pa.ipc: the inference → prediction handoff files)
 import pyarrow.parquet as pq
 
@@ -127,6 +126,7 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     raw_dir = settings.raw_partition_dir(job, partition_date.isoformat())
     if not raw_dir.is_dir():
         raise PartitionError(f"no raw partition for job {job!r} on {partition_date}: {raw_dir} does not exist")
+    checked_raw_files(raw_dir)
     device, nthread = spec.inference.device, spec.inference.nthread
     feature_models = []
     for ref in spec.model.feature_models:
@@ -136,6 +136,7 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     model = inference_loaded_model(
         settings.model_registry_dir(spec.model.name), spec.model.version, spec.model.fallback_version, device=device, nthread=nthread
     )
+    _check_scoring_metadata(model, spec, settings)
     reference = {
         name: Histogram(
             edges=np.asarray(stats.drift_edges), counts=np.asarray(stats.drift_counts, dtype=np.int64),
@@ -168,6 +169,29 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     return prepared
 
 
+def _check_scoring_metadata(model: LoadedModel, spec: JobSpec, settings: Settings) -> None:
+    """Refuse, before any lease or ledger row, a final model that could not finish a run: no usable
+    calibration map, or no training reference unless the job opts out of drift against training."""
+    meta = model.engine.metadata
+    meta_path = model.engine.artifact.directory / "metadata.json"
+    try:
+        BinnedBetaCalibrator.from_metadata(meta.calibration)
+    except ValueError as exc:
+        raise ModelArtifactError(f"invalid model metadata: {meta_path}: field calibration: {exc}") from None
+    if meta.reference:
+        return
+    if spec.drift.require_reference:
+        raise ModelArtifactError(
+            f"invalid model metadata: {meta_path}: field reference: is missing or empty, so drift cannot be checked "
+            f"against training; retrain the model, or set `drift: {{require_reference: false}}` in "
+            f"{settings.jobs_dir / (spec.name + '.yaml')} to score without it"
+        )
+    log.warning(
+        "model %s %s has no training reference statistics; scoring %s without drift against training "
+        "(drift.require_reference: false)", meta.name, meta.version, spec.name,
+    )
+
+
 def _rechunked(batches: Iterable[pa.RecordBatch], chunk_rows: int) -> Iterator[pa.Table]:
     """Tables of exactly `chunk_rows` rows (the last may be shorter) from batches of any size."""
     pending: list[pa.RecordBatch] = []
@@ -188,12 +212,49 @@ def _rechunked(batches: Iterable[pa.RecordBatch], chunk_rows: int) -> Iterator[p
 def raw_chunks(raw_dir: Path, chunk_rows: int) -> Iterator[pa.Table]:
     """The partition as tables of exactly `chunk_rows` rows (the last may be shorter).
 
-    Read-ahead is one batch of one file: pyarrow's defaults (16 batches, 4 files) would hold most
-    of a partition in memory. A Parquet row group is still read whole, so producers should write
-    row groups no larger than a chunk.
+    Files are read one after the other, a batch at a time, so memory holds one row group (a Parquet
+    row group is read whole: producers should write row groups no larger than a chunk) and a
+    corrupt file is named.
     """
-    dataset = pads.dataset(raw_dir, format="parquet")
-    return _rechunked(dataset.to_batches(batch_size=chunk_rows, batch_readahead=1, fragment_readahead=1), chunk_rows)
+    files = checked_raw_files(raw_dir)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for path in files:
+            try:
+                yield from pq.ParquetFile(path).iter_batches(batch_size=chunk_rows)
+            except _CORRUPT_PARQUET as exc:
+                _raise_if_os_error(exc)
+                raise PartitionError(f"raw file {path} is corrupt: {_first_line(exc)}") from exc
+
+    return _rechunked(batches(), chunk_rows)
+
+
+_CORRUPT_PARQUET = (pa.ArrowException, OSError)
+"""What pyarrow raises for bytes that are not (or no longer) Parquet: ArrowInvalid, or an OSError without errno."""
+
+
+def _raise_if_os_error(exc: BaseException) -> None:
+    # A real OS error (permission, disk) has an errno and is the environment's, not the file's content.
+    if isinstance(exc, OSError) and exc.errno is not None:
+        raise exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def checked_raw_files(raw_dir: Path) -> list[Path]:
+    """The partition's Parquet files, each footer read: a zero-byte, non-Parquet or garbage-footer
+    file is a PartitionError naming it, found before anything is scored."""
+    files = sorted(raw_dir.rglob("*.parquet"))
+    for path in files:
+        try:
+            pq.ParquetFile(path).metadata  # noqa: B018  (reading the footer is the check)
+        except _CORRUPT_PARQUET as exc:
+            _raise_if_os_error(exc)
+            raise PartitionError(f"raw file {path} is not a readable Parquet file: {_first_line(exc)}") from exc
+    return files
 
 
 @dataclass(frozen=True)
@@ -268,7 +329,12 @@ def unit_chunks(unit: WorkUnit, chunk_rows: int) -> Iterator[tuple[int, pa.Table
 
     def batches() -> Iterator[pa.RecordBatch]:
         for path, group in unit.row_groups:
-            yield from pq.ParquetFile(path).read_row_group(group).to_batches(max_chunksize=chunk_rows)
+            try:
+                table = pq.ParquetFile(path).read_row_group(group)
+            except _CORRUPT_PARQUET as exc:
+                _raise_if_os_error(exc)
+                raise PartitionError(f"raw file {path} is corrupt in row group {group}: {_first_line(exc)}") from exc
+            yield from table.to_batches(max_chunksize=chunk_rows)
 
     try:
         yield from enumerate(_rechunked(batches(), chunk_rows), start=unit.first_chunk_id)
@@ -689,7 +755,7 @@ def scoring_summary(
         dirs.guard_summary, run_id, 0,
         ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS)),
     )
-    summary.drift_report = drift_report_rows(drift, prepared.drift_baselines, spec.drift.model_dump())
+    summary.drift_report = drift_report_rows(drift, prepared.drift_baselines, spec.drift.model_dump(exclude={"require_reference"}))
     reference = prepared.drift_baselines.get("reference", {})
     summary.drift_histograms = {
         name: {"edges": h.edges.tolist(), "current": h.counts.tolist(),
@@ -714,6 +780,10 @@ def scoring_summary(
         rows_without_adverse_reason=summary.rows_without_adverse_reason,
         rows_reasons_by_xgboost=summary.explained_rows.get(XGBOOST_NAME, 0),
         reasons_kernel_reason=summary.contributions_kernel_reason,
+        rows_without_drift_reference=0 if reference else summary.rows_read,
+        drift_reference_detail=None if reference else (
+            f"model {engine.metadata.name} {engine.metadata.version} has no training reference (drift.require_reference: false)"
+        ),
         limits=spec.limits.max_fallback_share,
     )
     write_staged_chunk(

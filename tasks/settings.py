@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import urllib.parse
+import zoneinfo
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tasks.errors import UnsafePath
+from tasks.errors import SettingsError, UnsafePath
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_SECRET_MASK = str(SecretStr("x"))
 
 
 class Settings(BaseSettings):
@@ -31,7 +35,8 @@ class Settings(BaseSettings):
         default=None, description="DuckDB file; defaults to `<data_dir>/warehouse.duckdb`."
     )
     duckdb_memory_limit: str = Field(
-        default="1GB", description="DuckDB's memory cap for warehouse loads and queries (e.g. 512MB, 4GB)."
+        default="1GB", pattern=r"(?i)^\s*\d+(\.\d+)?\s*([KMGT]i?B|B|%)\s*$",
+        description="DuckDB's memory cap for warehouse loads and queries (e.g. 512MB, 4GB, 50%).",
     )
     warehouse_url: SecretStr | None = Field(
         default=None,
@@ -40,12 +45,16 @@ class Settings(BaseSettings):
     warehouse_secret_block: str | None = Field(
         default=None, description="Name of a Prefect Secret block holding the PostgreSQL warehouse URL instead."
     )
+    warehouse_lock_wait_s: float = Field(
+        default=120.0, ge=0, allow_inf_nan=False,
+        description="How long opening the DuckDB warehouse waits while another process holds its file lock (0: fail at once).",
+    )
     lock_ttl_s: float = Field(
-        default=300.0, gt=0,
+        default=300.0, gt=0, allow_inf_nan=False,
         description="Partition lease lifetime; renewed every third of it while the run lives, taken over once expired.",
     )
     lock_wait_s: float = Field(
-        default=900.0, ge=0,
+        default=900.0, ge=0, allow_inf_nan=False,
         description="How long a run waits for another live run of the same partition before failing (0: fail at once).",
     )
 
@@ -76,6 +85,54 @@ class Settings(BaseSettings):
         description="Crash trials only: a glob of tasks/crash_points.py names where the process kills itself.",
     )
 
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError("not a known IANA time zone (e.g. UTC, Europe/Berlin, America/New_York)") from None
+        return value
+
+    @field_validator("jobs_dir", "expectations_dir")
+    @classmethod
+    def _existing_folder(cls, value: Path) -> Path:
+        if not value.is_dir():
+            raise ValueError("no such folder" if not value.exists() else "not a folder")
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _folder_if_present(cls, value: Path) -> Path:
+        if value.exists() and not value.is_dir():
+            raise ValueError("exists and is not a folder")
+        return value
+
+    @field_validator("warehouse_path")
+    @classmethod
+    def _file_if_present(cls, value: Path | None) -> Path | None:
+        if value is not None and value.is_dir():
+            raise ValueError("is a folder; give the DuckDB file, e.g. /srv/scoring/warehouse.duckdb")
+        return value
+
+    @field_validator("warehouse_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        # Settings sent to a task as JSON carry pydantic's mask instead of the URL; the task takes the URL
+        # from its own environment (tasks/steps.py), so the mask is not checked as one.
+        if value is None or value.get_secret_value() == _SECRET_MASK:
+            return value
+        try:
+            parts = urllib.parse.urlsplit(value.get_secret_value())
+            parts.port  # noqa: B018  (raises on a port that is not a number)
+        except ValueError:
+            raise ValueError("is not a URL") from None
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError("must start with postgresql:// (e.g. postgresql://user:password@host:5432/db)")
+        if not parts.hostname and "host=" not in parts.query:
+            raise ValueError("names no host (e.g. postgresql://user:password@host:5432/db)")
+        return value
+
     @property
     def duckdb_path(self) -> Path:
         return self.warehouse_path or self.data_dir / "warehouse.duckdb"
@@ -105,5 +162,32 @@ class Settings(BaseSettings):
         return self.output_dir(job) / "predictions"
 
 
+def _shown_value(field: str, value: object) -> str:
+    if field == "warehouse_url":
+        # The URL may hold a password: show it as the warehouse shows it, with `***`.
+        from tasks.warehouse import redacted
+
+        try:
+            return repr(redacted(str(value)))
+        except ValueError:
+            return "(not shown: it may hold a password)"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "…"
+
+
+def settings_problems(error: ValidationError) -> str:
+    """`SCORING_<NAME>=<value>: <problem>` for each invalid variable, with any password hidden."""
+    problems = []
+    for item in error.errors(include_url=False):
+        field = str(item["loc"][0]) if item["loc"] else "?"
+        message = re.sub(r"^Value error, ", "", item["msg"])
+        problems.append(f"environment variable SCORING_{field.upper()}={_shown_value(field, item.get('input'))}: {message}")
+    return "; ".join(problems)
+
+
 def current_settings() -> Settings:
-    return Settings()
+    """The settings of this process's environment; SettingsError names each invalid variable and value."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError(settings_problems(exc)) from None

@@ -18,6 +18,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict
 
+from tasks.errors import user_facing_error
 from tasks.html_report import run_report_html
 from tasks.partition_lock import PartitionLease
 from tasks.publish import PublishedPartition, discard_run_staging, partition_store, published_partition, retried
@@ -255,7 +256,7 @@ def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseExceptio
     settings = current_settings()
     record = {
         "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": _now(),
-        "error": f"{type(error).__name__}: {error}",
+        "error": f"{type(error).__name__}: {user_facing_error(error)[0]}",
         "error_detail": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
     }
     try:

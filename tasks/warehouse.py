@@ -28,7 +28,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.contracts import PREDICTION_SCHEMA
-from tasks.errors import LabelError, PartitionLeaseLost
+from tasks.errors import (
+    LabelError,
+    PartitionLeaseLost,
+    ReadOnlyStorage,
+    WarehouseUnreachable,
+    duckdb_lock_holder,
+    environment_fault,
+    locked_warehouse_fault,
+    process_description,
+)
 
 if TYPE_CHECKING:
     from adbc_driver_manager.dbapi import Connection as AdbcConnection
@@ -779,24 +788,51 @@ class DuckDBWarehouse(Warehouse):
         and refuses a read-only connection beside a read-write one (partitions of a backfill run
         in threads of one process), while another process's lock blocks readers and writers alike.
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + self.lock_timeout_s
-        delay = 0.05
-        while True:
-            try:
-                con = duckdb.connect(str(self.path), config={"memory_limit": self.memory_limit})
-                break
-            except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        con = self._opened()
         try:
             if not read_only:
                 self._ensure_schema(con)
             yield con
         finally:
             con.close()
+
+    def _opened(self) -> duckdb.DuckDBPyConnection:
+        """A connection, once no other process holds the file's lock (waiting up to `lock_timeout_s`).
+
+        Waiting is logged once, naming the holder, and a lock still held at the deadline, a
+        read-only file or a full disk end as one EnvironmentFault naming the file.
+        """
+        started = time.monotonic()
+        delay, announced = 0.05, False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._fault(exc) from exc
+        while True:
+            try:
+                return duckdb.connect(str(self.path), config={"memory_limit": self.memory_limit})
+            except duckdb.IOException as exc:
+                holder = duckdb_lock_holder(str(exc))
+                if holder is None:
+                    raise self._fault(exc) from exc
+                waited = time.monotonic() - started
+                if waited >= self.lock_timeout_s:
+                    raise locked_warehouse_fault(self.path, holder, self.lock_timeout_s) from exc
+                if not announced:
+                    log.warning(
+                        "warehouse %s is locked by process %d (%s); waiting up to %g s for it (SCORING_WAREHOUSE_LOCK_WAIT_S)",
+                        self.path, holder, process_description(holder), self.lock_timeout_s,
+                    )
+                    announced = True
+                time.sleep(min(delay, max(self.lock_timeout_s - waited, 0.0)))
+                delay = min(delay * 2, 2.0)
+
+    def _fault(self, exc: BaseException) -> BaseException:
+        """`exc` as the EnvironmentFault it amounts to, worded for this warehouse; `exc` itself otherwise."""
+        fault = environment_fault(exc, path_hint=self.path)
+        if isinstance(fault, ReadOnlyStorage):
+            return ReadOnlyStorage(f"read-only warehouse {self.path}: {str(fault).rpartition(': ')[2]}")
+        return fault or exc
 
     @staticmethod
     def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -947,7 +983,9 @@ class PostgresWarehouse(Warehouse):
         except Exception as exc:
             self._scrub(exc)
             log.warning("cannot connect to the PostgreSQL warehouse %s: %s", self.location, exc)
-            raise
+            # The driver's first line says why (refused, timed out, authentication); the rest is its context.
+            reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise WarehouseUnreachable(f"cannot connect to the PostgreSQL warehouse {self.location}: {reason}") from exc
 
     @contextmanager
     def _session(self, *, write: bool) -> Iterator[_Session]:
@@ -1003,4 +1041,6 @@ def warehouse_for(settings: Settings) -> Warehouse:
         )
     if settings.warehouse_url is not None:
         return PostgresWarehouse(settings.warehouse_url.get_secret_value())
-    return DuckDBWarehouse(settings.duckdb_path, memory_limit=settings.duckdb_memory_limit)
+    return DuckDBWarehouse(
+        settings.duckdb_path, lock_timeout_s=settings.warehouse_lock_wait_s, memory_limit=settings.duckdb_memory_limit
+    )

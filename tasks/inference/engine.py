@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -73,6 +74,14 @@ def _logged_output(
     )
 
 
+def _xgboost_reason(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "its bytes are neither XGBoost JSON nor UBJSON"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    # "[12:45:58] /path/src/c_api/c_api.cc:1532: Check failed: …": the time and source position say nothing to a user.
+    return re.sub(r"^\[[\d:]+\]\s+\S+:\d+:\s*", "", first)
+
+
 class XGBoostEngine:
     """XGBoost native inference: raw margins via `inplace_predict`, TreeSHAP on demand."""
 
@@ -89,8 +98,12 @@ class XGBoostEngine:
         self.booster = xgb.Booster()
         try:
             self.booster.load_model(str(artifact.model_path))
-        except xgb.core.XGBoostError as exc:
-            raise ModelArtifactError(f"model file {artifact.model_path} could not be loaded: {exc}") from exc
+        except (xgb.core.XGBoostError, UnicodeDecodeError, ValueError) as exc:
+            # XGBoost decodes its own parse error as UTF-8, so bytes that are not a model can surface as a
+            # UnicodeDecodeError; its message is C++ log context and a stack trace: keep the reason.
+            raise ModelArtifactError(
+                f"model file {artifact.model_path} could not be loaded: its sha256 matches, but it is not an XGBoost model: {_xgboost_reason(exc)}"
+            ) from exc
         wanted = "cuda" if device == "cuda" or (device == "auto" and inference_cuda_device_present()) else "cpu"
         with warnings.catch_warnings():
             # XGBoost warns and falls back to CPU when it sees no GPU; its config says what it will use.

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tasks.errors import FeatureVersionMismatch, ModelArtifactError
 
@@ -52,6 +52,22 @@ class ReferenceStats(BaseModel):
     drift_counts: list[int] = Field(default_factory=list, description="Training counts on them (underflow, bins, overflow).")
     psi_edges: list[float] = Field(default_factory=list, description="The deciles among drift_edges that PSI is computed on.")
 
+    @model_validator(mode="after")
+    def _drift_bins_fit(self) -> ReferenceStats:
+        # A feature that was null in every training row has no distribution to bin; any other needs its edges.
+        if not self.drift_edges and self.count > self.null_count:
+            raise ValueError("drift_edges is missing or empty, but the feature has training values")
+        if self.drift_edges and len(self.drift_counts) != len(self.drift_edges) + 1:
+            raise ValueError(
+                f"drift_counts has {len(self.drift_counts)} counts for {len(self.drift_edges)} drift_edges "
+                f"(want {len(self.drift_edges) + 1}: underflow, bins, overflow)"
+            )
+        if any(b <= a for a, b in zip(self.drift_edges, self.drift_edges[1:], strict=False)):
+            raise ValueError("drift_edges must increase strictly")
+        if not set(self.psi_edges) <= set(self.drift_edges):
+            raise ValueError("psi_edges must be among drift_edges")
+        return self
+
 
 class ModelMetadata(BaseModel):
     """What the registry knows about one model version; written at training time."""
@@ -72,6 +88,35 @@ class ModelMetadata(BaseModel):
     reference: dict[str, ReferenceStats] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict, description="Window, rows, seed, holdout metrics.")
 
+    @field_validator("features")
+    @classmethod
+    def _unique_features(cls, value: list[str]) -> list[str]:
+        repeated = sorted({f for f in value if value.count(f) > 1})
+        if repeated:
+            raise ValueError(f"repeats {repeated}")
+        return value
+
+    @field_validator("feature_dtypes")
+    @classmethod
+    def _dtypes_of_the_features(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        features = info.data.get("features")
+        if features is not None and set(features) != set(value):
+            raise ValueError(
+                f"must name the same features as `features` ({len(value)} vs {len(features)}); only in features: "
+                f"{sorted(set(features) - set(value))}, only in feature_dtypes: {sorted(set(value) - set(features))}"
+            )
+        return value
+
+    @field_validator("reference")
+    @classmethod
+    def _reference_of_every_feature(cls, value: dict[str, ReferenceStats], info: ValidationInfo) -> dict[str, ReferenceStats]:
+        # No reference at all is allowed here (the job spec decides whether it may score without
+        # drift); a partial one would silently leave features unmonitored.
+        missing = [f for f in info.data.get("features") or () if f not in value]
+        if value and missing:
+            raise ValueError(f"has no statistics for features {missing}")
+        return value
+
 
 class ModelArtifact(BaseModel):
     model_config = ConfigDict(frozen=True, protected_namespaces=())
@@ -82,6 +127,15 @@ class ModelArtifact(BaseModel):
     @property
     def model_path(self) -> Path:
         return self.directory / self.metadata.model_file
+
+
+def inference_metadata_problems(meta_path: Path, error: ValidationError) -> str:
+    """`<path>: field <loc>: <msg>` for each problem pydantic found, joined on one line."""
+    problems = []
+    for item in error.errors(include_url=False):
+        loc = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        problems.append(f"{meta_path}: field {loc}: {item['msg'].removeprefix('Value error, ')}")
+    return "; ".join(problems)
 
 
 def inference_model_checksum(path: Path) -> str:
@@ -115,9 +169,11 @@ def inference_model_artifact(registry_dir: Path, version: str = "latest") -> Mod
     if not meta_path.is_file():
         raise ModelArtifactError(f"model version {chosen!r} not found under {registry_dir}; versions: {versions}")
     try:
-        metadata = ModelMetadata.model_validate(json.loads(meta_path.read_text()))
-    except (json.JSONDecodeError, ValidationError) as exc:
-        raise ModelArtifactError(f"model metadata {meta_path} is invalid: {exc}") from exc
+        metadata = ModelMetadata.model_validate(json.loads(meta_path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelArtifactError(f"model metadata {meta_path} is not JSON: {exc}") from None
+    except ValidationError as exc:
+        raise ModelArtifactError(f"invalid model metadata: {inference_metadata_problems(meta_path, exc)}") from None
     artifact = ModelArtifact(metadata=metadata, directory=directory)
     path = artifact.model_path
     if path.suffix in _PICKLE_SUFFIXES:

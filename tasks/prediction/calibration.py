@@ -48,13 +48,29 @@ class BinnedBetaCalibrator:
 
     @classmethod
     def from_metadata(cls, calibration: dict[str, Any]) -> BinnedBetaCalibrator:
+        """The calibrator a model's metadata holds; ValueError names the first key that is missing or unusable."""
+        if not calibration:
+            raise ValueError("is missing or empty: the model was registered without a calibration map")
         if calibration.get("method") != METHOD:
-            raise ValueError(f"calibration method {calibration.get('method')!r} is not {METHOD!r}")
-        return cls(
-            centers=np.asarray(calibration["centers"], dtype=np.float64),
-            events=np.asarray(calibration["events"], dtype=np.float64),
-            totals=np.asarray(calibration["totals"], dtype=np.float64),
-        )
+            raise ValueError(f"method {calibration.get('method')!r} is not {METHOD!r}")
+        arrays = {}
+        for key in ("centers", "events", "totals"):
+            try:
+                arrays[key] = np.asarray(calibration[key], dtype=np.float64)
+            except KeyError:
+                raise ValueError(f"has no {key!r}") from None
+            except (TypeError, ValueError):
+                raise ValueError(f"{key!r} is not a list of numbers") from None
+            if arrays[key].ndim != 1 or arrays[key].size == 0 or not np.isfinite(arrays[key]).all():
+                raise ValueError(f"{key!r} must be a non-empty list of finite numbers")
+        centers, events, totals = arrays["centers"], arrays["events"], arrays["totals"]
+        if not centers.size == events.size == totals.size:
+            raise ValueError(f"centers, events and totals differ in length ({centers.size}, {events.size}, {totals.size})")
+        if (np.diff(centers) <= 0).any():
+            raise ValueError("'centers' must increase strictly")
+        if (events < 0).any() or (totals <= 0).any() or (events > totals).any():
+            raise ValueError("each bin needs 0 <= events <= totals and totals > 0")
+        return cls(centers=centers, events=events, totals=totals)
 
     def to_metadata(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,337 @@
+"""Operator faults through the installed `score` command: one `error:` line naming the thing, exit 2
+for bad input and 3 for a broken environment, no traceback, nothing written before the lease.
+
+Each CLI test runs the real console script in a child process against its own copy of the demo data.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tasks.errors import ExitCode, ReadOnlyStorage, user_facing_error
+from tasks.inference.registry import inference_model_checksum
+from tasks.settings import PROJECT_ROOT
+
+from conftest import DEMO_JOB, DemoEnv
+
+SCORE = Path(sys.executable).parent / "score"
+DAY = "2026-03-10"
+
+
+def copied_demo(demo_env: DemoEnv, target: Path) -> Path:
+    """A never-scored copy of the demo inputs under `target/data`."""
+    data = target / "data"
+    for part in ("raw", "models"):
+        shutil.copytree(demo_env.data_dir / part, data / part)
+    return data
+
+
+@pytest.fixture
+def data(demo_env: DemoEnv, tmp_path: Path) -> Path:
+    return copied_demo(demo_env, tmp_path)
+
+
+def score(data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SCORING_")}
+    environment.update({"SCORING_DATA_DIR": str(data_dir), **(env or {})})
+    return subprocess.run(
+        [str(SCORE), *(args or ("run", DEMO_JOB, "--date", DAY))],
+        cwd=PROJECT_ROOT, env=environment, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout,
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess, code: int) -> str:
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, output[-3000:]
+    return errors[0]
+
+
+def ledger_rows(warehouse: Path) -> int:
+    if not warehouse.exists():
+        return 0
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'").fetchall()[0][0]:
+            return 0
+        return con.execute("SELECT count(*) FROM runs").fetchall()[0][0]
+
+
+def nothing_scored(data_dir: Path) -> bool:
+    return ledger_rows(data_dir / "warehouse.duckdb") == 0 and not (data_dir / "output" / DEMO_JOB).exists()
+
+
+def metadata_path(data_dir: Path) -> Path:
+    (path,) = (data_dir / "models" / DEMO_JOB).glob("*/metadata.json")
+    return path
+
+
+def edit_metadata(data_dir: Path, change) -> Path:  # noqa: ANN001
+    path = metadata_path(data_dir)
+    meta = json.loads(path.read_text())
+    change(meta)
+    path.write_text(json.dumps(meta))
+    return path
+
+
+def jobs_copy(tmp_path: Path, change) -> Path:  # noqa: ANN001
+    jobs = tmp_path / "jobs"
+    shutil.copytree(PROJECT_ROOT / "jobs", jobs)
+    spec = yaml.safe_load((jobs / f"{DEMO_JOB}.yaml").read_text())
+    change(spec)
+    (jobs / f"{DEMO_JOB}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return jobs
+
+
+def outputs_fingerprint(data_dir: Path) -> dict[str, str]:
+    """Every published output file (resolved through the partition links) with its sha256; logs aside."""
+    root = data_dir / "output" / DEMO_JOB
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "_staging" not in path.parts:
+            found[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+# Model metadata: refused before the lease, naming metadata.json and the field.
+
+
+def test_a_model_without_calibration_is_refused_before_the_lease(data: Path) -> None:
+    path = edit_metadata(data, lambda m: m.pop("calibration"))
+    line = one_error_line(score(data), ExitCode.USER)
+    assert str(path) in line and "field calibration" in line, line
+    assert nothing_scored(data)
+
+
+def test_a_model_with_a_broken_calibration_map_is_refused(data: Path) -> None:
+    path = edit_metadata(data, lambda m: m["calibration"].update(totals=m["calibration"]["totals"][:-1]))
+    line = one_error_line(score(data), ExitCode.USER)
+    assert str(path) in line and "field calibration" in line and "length" in line, line
+    assert nothing_scored(data)
+
+
+def test_a_model_without_reference_statistics_is_refused(data: Path) -> None:
+    path = edit_metadata(data, lambda m: m.pop("reference"))
+    line = one_error_line(score(data), ExitCode.USER)
+    assert str(path) in line and "field reference" in line and "require_reference" in line, line
+    assert nothing_scored(data)
+
+
+def test_a_partial_reference_or_mismatched_dtypes_name_the_field(data: Path) -> None:
+    def change(meta: dict) -> None:
+        meta["reference"]["loan_amount"]["drift_edges"] = []
+        meta["feature_dtypes"].pop("annual_income")
+
+    path = edit_metadata(data, change)
+    line = one_error_line(score(data), ExitCode.USER)
+    assert f"{path}: field feature_dtypes" in line and "annual_income" in line, line
+    assert f"{path}: field reference.loan_amount" in line and "drift_edges" in line, line
+    assert nothing_scored(data)
+
+
+def test_the_reference_opt_in_scores_and_reports_no_drift_reference(data: Path, tmp_path: Path) -> None:
+    edit_metadata(data, lambda m: m.pop("reference"))
+    jobs = jobs_copy(tmp_path, lambda spec: spec.setdefault("drift", {}).update(require_reference=False))
+    result = score(data, env={"SCORING_JOBS_DIR": str(jobs)})
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "no training reference" in output
+    report = pq.read_table(data / "output" / DEMO_JOB / "reports" / "fallback" / f"date={DAY}").to_pylist()
+    (row,) = [r for r in report if r["kind"] == "no_drift_reference"]
+    rows_read = sum(pq.read_metadata(f).num_rows for f in (data / "raw" / DEMO_JOB / f"date={DAY}").glob("*.parquet"))
+    assert row["rows"] == rows_read and row["share"] == 1.0 and "require_reference: false" in row["detail"]
+    drift = pq.read_table(data / "output" / DEMO_JOB / "reports" / "drift" / f"date={DAY}").to_pylist()
+    assert not [r for r in drift if r["baseline"] == "reference" and r["feature"] != "score"]
+
+
+def test_a_model_file_that_is_not_a_model_but_matches_its_sha256_is_named(data: Path) -> None:
+    model = metadata_path(data).parent / "model.ubj"
+    model.write_bytes(b"{" + os.urandom(4096))
+    edit_metadata(data, lambda m: m.update(sha256=inference_model_checksum(model)))
+    line = one_error_line(score(data), ExitCode.USER)
+    assert str(model) in line and "not an XGBoost model" in line, line
+    assert nothing_scored(data)
+
+
+# Settings: exit 3, naming the variable and the value (never a password).
+
+
+def test_an_unknown_timezone_is_refused_when_the_settings_are_read(data: Path) -> None:
+    line = one_error_line(score(data, env={"SCORING_TIMEZONE": "Mars/Olympus"}), ExitCode.ENVIRONMENT)
+    assert "SCORING_TIMEZONE='Mars/Olympus'" in line and "IANA" in line, line
+    assert nothing_scored(data)
+
+
+def test_a_bad_warehouse_url_is_refused_without_its_password(data: Path) -> None:
+    result = score(data, env={"SCORING_WAREHOUSE_URL": "mysql://scorer:Hunter2Secret@db:3306/scoring"})
+    line = one_error_line(result, ExitCode.ENVIRONMENT)
+    assert "SCORING_WAREHOUSE_URL" in line and "mysql://scorer:***@db:3306/scoring" in line, line
+    assert "Hunter2Secret" not in result.stdout + result.stderr
+    assert nothing_scored(data)
+
+
+def test_bad_numeric_limits_name_the_variable(data: Path) -> None:
+    line = one_error_line(score(data, env={"SCORING_WAREHOUSE_LOCK_WAIT_S": "-1"}), ExitCode.ENVIRONMENT)
+    assert "SCORING_WAREHOUSE_LOCK_WAIT_S='-1'" in line, line
+
+
+def test_an_unreachable_postgres_warehouse_is_one_line_without_its_password(data: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = score(data, env={"SCORING_WAREHOUSE_URL": f"postgresql://scorer:Hunter2Secret@127.0.0.1:{port}/scoring"})
+    line = one_error_line(result, ExitCode.ENVIRONMENT)
+    assert f"postgresql://scorer:***@127.0.0.1:{port}/scoring" in line and "cannot connect" in line, line
+    assert "Hunter2Secret" not in result.stdout + result.stderr
+
+
+# Job spec YAML.
+
+
+def test_a_job_spec_with_a_duplicate_key_names_the_key_and_the_line(data: Path, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    shutil.copytree(PROJECT_ROOT / "jobs", jobs)
+    spec = jobs / f"{DEMO_JOB}.yaml"
+    lines = spec.read_text().splitlines()
+    first = next(i for i, text in enumerate(lines) if text.startswith("chunk_rows:"))
+    lines.insert(first + 1, "chunk_rows: 7")
+    spec.write_text("\n".join(lines) + "\n")
+    line = one_error_line(score(data, env={"SCORING_JOBS_DIR": str(jobs)}), ExitCode.USER)
+    assert str(spec) in line and "duplicate key 'chunk_rows'" in line and f"line {first + 2}" in line, line
+    assert nothing_scored(data)
+
+
+# Corrupt raw Parquet: footer problems before the lease, mid-file corruption when read.
+
+
+def _raw_file(data_dir: Path) -> Path:
+    (path,) = (data_dir / "raw" / DEMO_JOB / f"date={DAY}").glob("*.parquet")
+    return path
+
+
+def _garbage_footer(content: bytes) -> bytes:
+    footer_len = int.from_bytes(content[-8:-4], "little")
+    return content[: -8 - footer_len] + bytes(b ^ 0x5A for b in content[-8 - footer_len : -8]) + content[-8:]
+
+
+CORRUPT_FOOTERS = {
+    "zero_bytes": lambda content: b"",
+    "not_parquet": lambda content: b"entity_id,annual_income\n1,2\n" * 100,
+    "garbage_footer": _garbage_footer,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CORRUPT_FOOTERS))
+def test_a_raw_file_with_a_broken_footer_is_named_before_the_lease(data: Path, kind: str) -> None:
+    raw = _raw_file(data)
+    raw.write_bytes(CORRUPT_FOOTERS[kind](raw.read_bytes()))
+    line = one_error_line(score(data), ExitCode.USER)
+    assert f"raw file {raw}" in line, line
+    assert nothing_scored(data)
+
+
+@pytest.fixture(scope="module")
+def scored(demo_env: DemoEnv, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data copy whose DAY was scored once by `score run`."""
+    data = copied_demo(demo_env, tmp_path_factory.mktemp("scored"))
+    result = score(data)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return data
+
+
+def test_a_raw_file_truncated_mid_file_with_its_footer_intact_is_named_when_read(scored: Path) -> None:
+    raw = _raw_file(scored)
+    content = raw.read_bytes()
+    footer_len = int.from_bytes(content[-8:-4], "little")
+    before = outputs_fingerprint(scored)
+    raw.write_bytes(content[: len(content) // 3] + content[-8 - footer_len :])
+    line = one_error_line(score(scored), ExitCode.USER)
+    assert f"raw file {raw}" in line and "row group 0" in line, line
+    assert outputs_fingerprint(scored) == before
+
+
+# The environment: a full disk, a read-only warehouse, a locked warehouse.
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    tried = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if tried.returncode != 0:
+        # test_enospc_and_erofs_are_classified_from_the_errno covers the classification without a mount.
+        pytest.skip(f"cannot mount a tmpfs here ({tried.stderr.strip()}); run as root for the real full-disk test")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_naming_where_and_the_free_space(demo_env: DemoEnv, tmpfs: Path, tmp_path: Path) -> None:
+    data = copied_demo(demo_env, tmpfs)
+    with (tmpfs / "filler").open("wb") as filler:
+        filler.write(b"\0" * (shutil.disk_usage(tmpfs).free - 200 * 1024))
+    warehouse = tmp_path / "warehouse.duckdb"
+    line = one_error_line(score(data, env={"SCORING_WAREHOUSE_PATH": str(warehouse)}), ExitCode.ENVIRONMENT)
+    assert line.startswith("error: disk full") and str(data) in line and "MiB free of 30.0 MiB" in line, line
+    assert not list((data / "output" / DEMO_JOB / "predictions").glob("date=*"))
+
+
+def test_a_read_only_warehouse_is_one_line_naming_it(data: Path, tmpfs: Path) -> None:
+    warehouse = tmpfs / "warehouse.duckdb"
+    duckdb.connect(str(warehouse)).close()
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    line = one_error_line(score(data, env={"SCORING_WAREHOUSE_PATH": str(warehouse)}), ExitCode.ENVIRONMENT)
+    assert f"read-only warehouse {warehouse}" in line and "Read-only file system" in line, line
+    assert not (data / "output" / DEMO_JOB).exists()
+
+
+def test_a_warehouse_locked_by_another_process_names_the_holder(data: Path) -> None:
+    warehouse = data / "warehouse.duckdb"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb, sys, time; c = duckdb.connect({str(warehouse)!r}); print('held', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = score(data, env={"SCORING_WAREHOUSE_LOCK_WAIT_S": "1"})
+    finally:
+        holder.kill()
+        holder.wait()
+    line = one_error_line(result, ExitCode.ENVIRONMENT)
+    assert f"warehouse {warehouse} is locked by process {holder.pid}" in line and "waited 1 s" in line, line
+    assert "SCORING_WAREHOUSE_LOCK_WAIT_S" in line and "python -c import duckdb" in line, line  # the holder's command line
+    assert "waiting up to 1 s" in result.stdout + result.stderr  # logged once while it waited
+    assert ledger_rows(warehouse) == 0
+
+
+# The classification itself, for faults a test cannot cause cheaply.
+
+
+def test_enospc_and_erofs_are_classified_from_the_errno(tmp_path: Path) -> None:
+    target = tmp_path / "out" / "part-0.parquet"
+    message, code = user_facing_error(OSError(errno.ENOSPC, "No space left on device", str(target)))
+    assert code == ExitCode.ENVIRONMENT and f"disk full: no space left on device writing {target}" in message
+    assert "MiB free of" in message
+    message, code = user_facing_error(OSError(errno.EROFS, "Read-only file system", str(target)))
+    assert code == ExitCode.ENVIRONMENT and str(target) in message and "Read-only file system" in message
+    wrapped = RuntimeError("publish failed")
+    wrapped.__cause__ = PermissionError(errno.EACCES, "Permission denied", str(target))
+    assert user_facing_error(wrapped)[1] == ExitCode.ENVIRONMENT
+    assert user_facing_error(ValueError("a bug"))[1] == ExitCode.BUG
+    assert user_facing_error(ReadOnlyStorage("read-only warehouse /w.duckdb"))[1] == ExitCode.ENVIRONMENT

@@ -17,8 +17,9 @@ from tasks.calendar import job_name_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs
 from tasks.monitoring_steps import monitor_decisions
 from tasks.progress import reported_progress
-from tasks.reporting import BackfillMode, partitions_to_score
+from tasks.reporting import BackfillMode, catch_up_dates, partitions_to_score
 from tasks.settings import current_settings
+from tasks.steps import recover_job
 from tasks.warehouse_config import with_warehouse_url
 
 JobName = job_name_enum(current_settings())
@@ -56,9 +57,16 @@ def _reported(outcomes: list[dict], key: str) -> list[dict]:
 
 @flow(name="nightly")
 def nightly(date: dt.date | None = None) -> list[dict]:
-    """Score yesterday (business timezone) for every configured job; one failure does not stop the rest."""
-    day = date or yesterday(current_settings())
-    return _reported([_scored(job, day, None) for job in configured_jobs(current_settings())], "nightly-outcomes")
+    """Score yesterday (business timezone) for every configured job, after re-scoring the days of the
+    last `SCORING_CATCH_UP_DAYS` whose run failed or was abandoned; one failure does not stop the rest."""
+    settings = with_warehouse_url(current_settings())
+    day = date or yesterday(settings)
+    outcomes = []
+    for job in configured_jobs(settings):
+        recover_job(job)
+        outcomes += [_scored(job, earlier, None) for earlier in catch_up_dates(settings, job, day)]
+        outcomes.append(_scored(job, day, None))
+    return _reported(outcomes, "nightly-outcomes")
 
 
 @flow(name="backfill", task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
@@ -75,6 +83,9 @@ def backfill(
     `missing`: never scored, `failed`: last run failed); failures are listed, not fatal to the rest.
     `dry_run` lists what would be scored and writes nothing; `concurrency` partitions run at once."""
     settings = with_warehouse_url(current_settings())
+    if not dry_run:
+        # Runs that died are closed first, so `failed` selects abandoned partitions too.
+        recover_job(str(job))
     dates = partitions_to_score(settings, str(job), partition_range(start_date, end_date), mode)
     if dry_run:
         planned = [{"job": str(job), "date": d.isoformat(), "outcome": "would score", "rows_scored": 0, "error": "", "report": ""} for d in dates]

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from rich.table import Table
 
+from tasks.calendar import partition_range
 from tasks.settings import Settings
 from tasks.warehouse_config import configured_warehouse
 
@@ -55,3 +56,12 @@ def partitions_to_score(settings: Settings, job: str, dates: list[dt.date], mode
         return list(dates)
     wanted = "not scored" if mode == "missing" else "failed"
     return [row["partition_date"] for row in partition_summaries(settings, job, dates) if row["status"] == wanted]
+
+
+def catch_up_dates(settings: Settings, job: str, day: dt.date) -> list[dt.date]:
+    """The days of the `catch_up_days` before `day` whose last run failed (abandoned runs are failed
+    once recovered), oldest first: what `nightly` re-scores before the new day."""
+    if settings.catch_up_days == 0:
+        return []
+    window = partition_range(day - dt.timedelta(days=settings.catch_up_days), day - dt.timedelta(days=1))
+    return partitions_to_score(settings, job, window, "failed")

@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import html
 import logging
 import time
 import traceback
+import uuid
 
 import numpy as np
 from prefect import task
@@ -119,6 +121,13 @@ def _run_job(ticket: RunTicket) -> PreparedJob:
     return _prepared(ticket.run_id, ticket.job, ticket.partition_date, current_settings().model_dump_json())
 
 
+@task(name="recover-job")
+def recover_job(job: str) -> list[dict]:
+    """Finish or undo what dead runs of `job` left, where no live run holds the partition."""
+    recovered = recovered_job(_warehouse(), with_warehouse_url(current_settings()), job, recovering_run_id=f"recovery-{uuid.uuid4()}")
+    return [dataclasses.asdict(r) for r in recovered]
+
+
 @task(name="plan-work-units")
 def plan_work_units(ticket: RunTicket) -> list[WorkUnit]:
     """The partition's row groups grouped into units of at least one chunk, with the rows of duplicated entity ids."""
@@ -165,9 +174,13 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
         page = _run_page(ticket, summary, counts)
     except Exception as exc:
         # The page is a view of the run, not its output: the run publishes without it.
-        warnings.append(f"run page not written: {type(exc).__name__}: {exc}")
+        warnings.append(f"run page not rendered: {type(exc).__name__}: {exc}")
         log.warning("%s %s: the run page failed: %s", ticket.job, ticket.partition_date, exc)
-        page = None
+        page = (
+            f"<!doctype html><meta charset=utf-8><title>{ticket.job} {ticket.partition_date}</title>"
+            f"<p>The page of run {ticket.run_id} could not be rendered: {html.escape(f'{type(exc).__name__}: {exc}')}. "
+            "Its outputs are published; the runs ledger and the Parquet reports hold its figures.</p>"
+        )
     settings = current_settings()
     return published_partition(
         _warehouse(), output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,

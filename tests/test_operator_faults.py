@@ -290,6 +290,10 @@ def test_a_full_disk_is_one_line_naming_where_and_the_free_space(demo_env: DemoE
     line = one_error_line(score(data, env={"SCORING_WAREHOUSE_PATH": str(warehouse)}), ExitCode.ENVIRONMENT)
     assert line.startswith("error: disk full") and str(data) in line and "MiB free of 30.0 MiB" in line, line
     assert not list((data / "output" / DEMO_JOB / "predictions").glob("date=*"))
+    # The warehouse is on another disk: the ledger tells the truth about the run.
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        ((status, error),) = con.execute("SELECT status, error FROM runs").fetchall()
+    assert status == "failed" and "disk full" in error, error
 
 
 def test_a_read_only_warehouse_is_one_line_naming_it(data: Path, tmpfs: Path) -> None:

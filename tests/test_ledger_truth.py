@@ -1,0 +1,202 @@
+"""The ledger is the truth after faults: every run ends `succeeded` or `failed`, also when the kill,
+the fault or the failed write hits the ledger itself, and what died is picked up again.
+
+Kills land at named points of the publish (`SCORING_CRASH_AT`, tasks/crash_points.py) in a real
+`score run` child process; ledger faults are the DuckDB lock error injected at the ledger write.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from tasks.recovery import pending_ledger_dir, recovered_job
+from tasks.reporting import partitions_to_score
+from tasks.settings import PROJECT_ROOT, Settings, current_settings
+from tasks.warehouse import DuckDBWarehouse
+from tasks.warehouse_config import configured_warehouse
+
+from conftest import DEMO_JOB, DemoEnv
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+SCORE = Path(sys.executable).parent / "score"
+_LOCKED = duckdb.IOException(
+    'IO Error: Could not set lock on file "warehouse.duckdb": Conflicting lock is held in /usr/bin/python3.11 (PID 4242)'
+)
+
+
+def _ledger(settings: Settings, day: dt.date) -> list[dict]:
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        cursor = con.execute("SELECT * FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at", [DEMO_JOB, day])
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _published_run(settings: Settings, day: dt.date) -> set[str]:
+    link = settings.output_dir(DEMO_JOB) / "predictions" / f"date={day}"
+    return set(pq.read_table(os.path.realpath(link)).column("run_id").to_pylist())
+
+
+def _killed_at(point: str, day: dt.date) -> None:
+    """`score run` of `day` in a child process, killed by itself at `point`."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "SCORING_CRASH_AT": point, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    child = subprocess.run([str(SCORE), "run", DEMO_JOB, "--date", day.isoformat()], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stdout[-2000:] + child.stderr[-2000:]
+
+
+@pytest.fixture
+def one_job(fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Only the credit job is configured, so `nightly` scores what the demo data holds."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    shutil.copy(fresh_data.jobs_dir / f"{DEMO_JOB}.yaml", jobs)
+    monkeypatch.setenv("SCORING_JOBS_DIR", str(jobs))
+    return current_settings()
+
+
+def test_a_run_killed_before_its_commit_is_failed_and_backfill_failed_rescores_it(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    from flows.people import backfill
+
+    day = demo_env.plan.scoring_dates[-1]
+    _killed_at("publish:intent", day)
+    (killed,) = _ledger(fresh_data, day)
+    assert killed["status"] == "publishing"
+    # Nothing was published: no partition, no warehouse rows.
+    assert not os.path.lexists(fresh_data.output_dir(DEMO_JOB) / "predictions" / f"date={day}")
+    (outcome,) = backfill(DEMO_JOB, day, day, mode="failed")
+    assert outcome["outcome"] == "succeeded"
+    first, second = _ledger(fresh_data, day)
+    assert first["run_id"] == killed["run_id"] and first["status"] == "failed"
+    assert first["error"].startswith("abandoned while publishing")
+    assert second["status"] == "succeeded" and _published_run(fresh_data, day) == {second["run_id"]}
+    assert not list((fresh_data.output_dir(DEMO_JOB) / "_partitions" / f"date={day}").glob(f"{killed['run_id']}*"))
+
+
+def test_nightly_rescores_an_abandoned_day_before_the_new_one(demo_env: DemoEnv, one_job: Settings) -> None:
+    from flows.people import nightly
+
+    earlier, day = demo_env.plan.scoring_dates[-2], demo_env.plan.scoring_dates[-1]
+    assert (day - earlier).days <= one_job.catch_up_days
+    _killed_at("publish:staged:guard_summary", earlier)
+    outcomes = nightly(day)
+    assert [(o["date"], o["outcome"]) for o in outcomes] == [(earlier.isoformat(), "succeeded"), (day.isoformat(), "succeeded")]
+    killed, rescored = _ledger(one_job, earlier)
+    assert killed["status"] == "failed" and "abandoned while running" in killed["error"]
+    assert rescored["status"] == "succeeded"
+
+
+def test_a_run_killed_after_its_commit_is_rolled_forward_by_score_recover(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    from typer.testing import CliRunner
+
+    from cli.score import app
+
+    day = demo_env.plan.scoring_dates[-1]
+    _killed_at("publish:committed", day)
+    (killed,) = _ledger(fresh_data, day)
+    assert killed["status"] == "committed" and killed["rows_scored"] > 0
+    result = CliRunner().invoke(app, ["recover", DEMO_JOB])
+    assert result.exit_code == 0, result.output
+    assert killed["run_id"] in result.output and "committed" in result.output
+    (closed,) = _ledger(fresh_data, day)
+    assert closed["status"] == "succeeded" and "published by recovery" in closed["warnings"]
+    assert _published_run(fresh_data, day) == {killed["run_id"]}
+    page = (fresh_data.output_dir(DEMO_JOB) / "reports" / "html" / f"date={day}.html").read_text()
+    assert killed["run_id"] in page
+    assert "nothing to recover" in CliRunner().invoke(app, ["recover", DEMO_JOB]).output
+
+
+def test_a_ledger_close_that_fails_leaves_a_committed_run_the_next_start_closes(
+    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flows.score_partition import score_partition
+
+    day = demo_env.plan.scoring_dates[-1]
+    original = DuckDBWarehouse.record_run_ended
+
+    def locked(self, run_id, *, status, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if status == "succeeded":
+            raise _LOCKED
+        return original(self, run_id, status=status, **kwargs)
+
+    monkeypatch.setattr(DuckDBWarehouse, "record_run_ended", locked)
+    result = score_partition(DEMO_JOB, day)
+    assert any("ledger not updated" in w for w in result["warnings"]), result["warnings"]
+    (run,) = _ledger(fresh_data, day)
+    assert run["status"] == "committed" and _published_run(fresh_data, day) == {run["run_id"]}
+    monkeypatch.setattr(DuckDBWarehouse, "record_run_ended", original)
+    (recovered,) = recovered_job(configured_warehouse(fresh_data), fresh_data, DEMO_JOB, recovering_run_id="recovery-test")
+    assert (recovered.run_id, recovered.was, recovered.now) == (run["run_id"], "committed", "succeeded")
+    assert [r["status"] for r in _ledger(fresh_data, day)] == ["succeeded"]
+
+
+def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
+    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tasks.steps
+    from flows.score_partition import score_partition
+
+    day = demo_env.plan.scoring_dates[-1]
+    first = score_partition(DEMO_JOB, day)
+
+    def full_disk(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OSError(errno.ENOSPC, "No space left on device", str(fresh_data.output_dir(DEMO_JOB) / "reports"))
+
+    def locked(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        raise _LOCKED
+
+    monkeypatch.setattr(tasks.steps, "scoring_summary", full_disk)
+    monkeypatch.setattr(DuckDBWarehouse, "record_run_failed", locked)
+    with pytest.raises(OSError, match="No space left"):
+        score_partition(DEMO_JOB, day)
+    _, stuck = _ledger(fresh_data, day)
+    assert stuck["status"] == "running"
+    (pending,) = pending_ledger_dir(fresh_data, DEMO_JOB).glob("*.json")
+    assert json.loads(pending.read_text())["run_id"] == stuck["run_id"]
+    # The previous run's outputs are untouched.
+    assert _published_run(fresh_data, day) == {first["run_id"]}
+    monkeypatch.undo()
+    recovered_job(configured_warehouse(fresh_data), fresh_data, DEMO_JOB, recovering_run_id="recovery-test")
+    _, closed = _ledger(fresh_data, day)
+    assert closed["status"] == "failed" and closed["error"].startswith("OSError: disk full"), closed["error"]
+    assert "Traceback" in closed["error_detail"] and "full_disk" in closed["error_detail"]
+    assert not pending.exists()
+    assert partitions_to_score(fresh_data, DEMO_JOB, [day], "failed") == [day]
+
+
+def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_warning(
+    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tasks.monitoring_steps
+    import tasks.steps
+    from flows.score_partition import score_partition
+
+    def full_disk(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def broken_page(**kwargs):  # noqa: ANN003, ANN202
+        raise ValueError("a histogram without edges")
+
+    monkeypatch.setattr(tasks.monitoring_steps, "monitored_decisions", full_disk)
+    monkeypatch.setattr(tasks.steps, "run_report_html", broken_page)
+    day = demo_env.plan.scoring_dates[-1]
+    result = score_partition(DEMO_JOB, day)
+    assert any(w.startswith("decision monitoring failed") for w in result["warnings"]), result["warnings"]
+    assert any(w.startswith("run page not rendered") for w in result["warnings"]), result["warnings"]
+    (run,) = _ledger(fresh_data, day)
+    assert run["status"] == "succeeded"
+    assert json.loads(run["warnings"]) == result["warnings"]
+    page = (fresh_data.output_dir(DEMO_JOB) / "reports" / "html" / f"date={day}.html").read_text()
+    assert "could not be rendered" in page and "a histogram without edges" in page

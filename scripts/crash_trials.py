@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/crash_trials.py --trials 30                      # DuckDB warehouse
     .venv/bin/python scripts/crash_trials.py --trials 30 --warehouse-url postgresql://…
+    .venv/bin/python scripts/crash_trials.py --mode publish --trials 22       # kills inside publish
 
 Prepares a demo credit partition in a temporary data dir (or uses `--data-dir`, which must hold
 raw data and a trained model), scores it once cleanly as the reference, then per trial starts
@@ -18,6 +19,14 @@ A reader thread checks the Parquet predictions (and, on PostgreSQL, the warehous
 time the children run. After the last trial one run goes to completion; its predictions must
 equal the reference's (every column but run_id), no ledger row of the partition may be left
 `running`, and no staged files of the killed runs may remain.
+
+`--mode publish` kills inside the publish step instead, at each point of `PUBLISH_POINTS` in turn
+(`SCORING_CRASH_AT`, tasks/crash_points.py), each time with raw input that differs from the
+published run's; after each kill it recovers — alternately with `score recover` and by starting a
+run of another date of the job — and checks that every dataset of the partition, in Parquet and
+the warehouse, holds rows of exactly one run (the previous one for kills before the warehouse
+commit, the killed one after it), that every raw id is in predictions or quarantine, and that no
+ledger row is left unfinished.
 
 Prints one JSON line with the figures; exit code 1 when any check failed.
 """

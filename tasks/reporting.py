@@ -60,8 +60,9 @@ def partitions_to_score(settings: Settings, job: str, dates: list[dt.date], mode
 
 def catch_up_dates(settings: Settings, job: str, day: dt.date) -> list[dt.date]:
     """The days of the `catch_up_days` before `day` whose last run failed (abandoned runs are failed
-    once recovered), oldest first: what `nightly` re-scores before the new day."""
+    once recovered) or that were never scored (their data came late), oldest first: what `nightly`
+    scores before the new day."""
     if settings.catch_up_days == 0:
         return []
     window = partition_range(day - dt.timedelta(days=settings.catch_up_days), day - dt.timedelta(days=1))
-    return partitions_to_score(settings, job, window, "failed")
+    return [row["partition_date"] for row in partition_summaries(settings, job, window) if row["status"] in ("failed", "not scored")]

@@ -20,7 +20,7 @@ _SECRET_MASK = str(SecretStr("x"))
 class Settings(BaseSettings):
     """Where data, job specs and the warehouse live. Override with `SCORING_*` variables."""
 
-    model_config = SettingsConfigDict(env_prefix="SCORING_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SCORING_", extra="ignore", hide_input_in_errors=True)
 
     data_dir: Path = Field(
         default=PROJECT_ROOT / "data",
@@ -78,7 +78,7 @@ class Settings(BaseSettings):
 
     catch_up_days: int = Field(
         default=3, ge=0, le=366,
-        description="Days before the new one that `nightly` re-scores first when their last run failed or was abandoned.",
+        description="Days before the new one that `nightly` scores first when their last run failed, was abandoned or never ran.",
     )
     crash_at: str | None = Field(
         default=None,

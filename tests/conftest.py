@@ -57,7 +57,7 @@ CRASH_SUMMARY: list[str] = []
 
 def pytest_terminal_summary(terminalreporter) -> None:
     if CRASH_SUMMARY:
-        terminalreporter.section("crash trials (SIGKILL at random points)")
+        terminalreporter.section("crash trials (SIGKILL at random points and inside publish)")
         for line in CRASH_SUMMARY:
             terminalreporter.write_line(line)
 

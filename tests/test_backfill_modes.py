@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from pathlib import Path
 
 import duckdb
 import pytest
+import yaml
 
 from tasks.settings import Settings
 
@@ -37,19 +39,24 @@ def test_a_dry_run_lists_the_partitions_and_writes_nothing(demo_env: DemoEnv, fr
     assert not (fresh_data.data_dir / "output").exists()
 
 
-def test_missing_and_failed_modes_touch_exactly_their_partitions(demo_env: DemoEnv, fresh_data: Settings) -> None:
+def test_missing_and_failed_modes_touch_exactly_their_partitions(
+    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from flows.people import backfill
     from flows.score_partition import score_partition
 
     first, middle, last = demo_env.plan.scoring_dates
     score_partition(DEMO_JOB, first)
-    # The middle date fails once: its raw partition is briefly absent.
-    raw = fresh_data.raw_partition_dir(DEMO_JOB, middle.isoformat())
-    aside = raw.with_name(raw.name + ".aside")
-    raw.rename(aside)
-    with pytest.raises(Exception, match="no raw partition"):
-        score_partition(DEMO_JOB, middle)
-    aside.rename(raw)
+    # The middle date fails once, after its ledger row opened: a quarantine limit it breaks.
+    jobs = tmp_path / "strict-jobs"
+    jobs.mkdir()
+    spec = yaml.safe_load((fresh_data.jobs_dir / f"{DEMO_JOB}.yaml").read_text())
+    spec["limits"]["max_quarantined_share"] = 0.0  # the demo always quarantines blank ids
+    (jobs / f"{DEMO_JOB}.yaml").write_text(yaml.safe_dump(spec))
+    with monkeypatch.context() as strict:
+        strict.setenv("SCORING_JOBS_DIR", str(jobs))
+        with pytest.raises(Exception, match="exceeds the job limit"):
+            score_partition(DEMO_JOB, middle)
     before = runs_per_date(fresh_data)
     assert before == {first: ["succeeded"], middle: ["failed"]}
 
@@ -115,7 +122,8 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     assert {s for s in seen if s[0].endswith("units")} == {(f"{DEMO_JOB} {d} units", 1, 1) for d in (first, last)}
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
         rows = con.sql("SELECT partition_date, status FROM runs ORDER BY partition_date").fetchall()
-    assert rows == [(first, "succeeded"), (middle, "failed"), (last, "succeeded")]
+    # The middle date has no raw data: refused before its lease, so it has no ledger row.
+    assert rows == [(first, "succeeded"), (last, "succeeded")]
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
         baselines = con.sql(
             "SELECT partition_date, max(baseline_partitions) FROM decision_monitoring GROUP BY partition_date ORDER BY 1"
@@ -128,7 +136,7 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     assert len(runs) == 3 and max(r.created for r in runs) < min(r.end_time for r in runs)
 
     # With concurrency 1, each partition starts after the one before it ended.
-    state = backfill(DEMO_JOB, first, last, mode="failed", concurrency=1, return_state=True)
+    state = backfill(DEMO_JOB, first, last, mode="missing", concurrency=1, return_state=True)
     assert state.is_failed()
     sequential = _partition_task_runs(state.state_details.flow_run_id)
     assert len(sequential) == 1

@@ -18,9 +18,10 @@ from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from conftest import CRASH_SUMMARY, DemoEnv
 
 sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
-from crash_trials import crash_trials  # noqa: E402
+from crash_trials import PUBLISH_POINTS, crash_trials, publish_crash_trials  # noqa: E402
 
 TRIALS = int(os.environ.get("SCORING_CRASH_TRIALS", "10"))
+PUBLISH_TRIALS = int(os.environ.get("SCORING_PUBLISH_CRASH_TRIALS", str(len(PUBLISH_POINTS))))
 
 
 @pytest.mark.crash
@@ -49,3 +50,33 @@ def test_sigkill_at_random_points_leaves_one_complete_run(
     assert report.final_equals_reference
     assert report.runs_left_running == 0
     assert report.leftover_staging == []
+
+
+@pytest.mark.crash
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.parametrize("backend", ["duckdb", "postgres"])
+def test_sigkill_inside_publish_is_recovered_to_exactly_one_run(
+    backend: str, request: pytest.FixtureRequest, demo_env: DemoEnv, fresh_data: Settings,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """A kill at each point of the publish (between any two dataset moves, around the ledger intent,
+    between the warehouse commit and the Parquet swap, after the swap), with an input that differs
+    from the published run's; after `score recover` or the next run of the job, every dataset of the
+    partition in Parquet and the warehouse holds exactly one run's rows, the same run in both, and
+    every raw id is in predictions or quarantine."""
+    from prefect.settings import PREFECT_API_URL
+
+    if backend == "postgres":
+        monkeypatch.setenv("SCORING_WAREHOUSE_URL", request.getfixturevalue("postgres_database_url"))
+    settings = current_settings()
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "SCORING_LOCK_WAIT_S": "60"}
+    day, other = demo_env.plan.scoring_dates[-1], demo_env.plan.scoring_dates[-2]
+    report = publish_crash_trials(settings, day, other, trials=PUBLISH_TRIALS, env=env, logs=tmp_path / "logs")
+    CRASH_SUMMARY.append(
+        f"{report.backend} publish: {report.kills} of {report.trials} runs killed inside publish; {report.rolled_back} rolled back, "
+        f"{report.rolled_forward} rolled forward; recovered by {report.recovered_by}; {report.partitions_checked} partitions "
+        f"checked in both stores; violations {len(report.violations)}"
+    )
+    assert PUBLISH_TRIALS >= 10
+    assert not report.violations, report.violations[:10]
+    assert report.ok and report.rolled_forward >= 2 and report.rolled_back >= 8

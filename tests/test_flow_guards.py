@@ -238,7 +238,9 @@ def test_a_malformed_suite_file_fails_the_run_naming_the_file(
     with pytest.raises(SuiteError, match="not valid JSON") as err:
         score_partition(DEMO_JOB, day)
     assert f"{DEMO_JOB}.json" in str(err.value)
-    assert_failed_cleanly(settings, day, "SuiteError")
+    # Refused before the lease: no ledger row, no warehouse, no output.
+    assert not settings.duckdb_path.exists()
+    assert not list(settings.data_dir.glob("output/**/*.parquet"))
 
 
 def test_guards_hold_one_chunk_of_raw_data_at_a_time(

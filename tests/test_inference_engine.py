@@ -403,10 +403,9 @@ def test_a_broken_version_without_fallback_fails_the_run(
     day = demo_env.plan.scoring_dates[-1]
     with pytest.raises(ModelArtifactError, match="sha256"):
         score_partition(DEMO_JOB, day)
-    (run,) = runs_of(settings, day)
-    assert run["status"] == "failed"
-    assert run["error"].startswith("ModelArtifactError") and "99" in run["error"]
-    nothing_published(settings, day)
+    # Refused before the lease: no ledger row (not even a warehouse file) and nothing published.
+    assert not settings.duckdb_path.exists()
+    assert not (settings.output_dir(DEMO_JOB) / "predictions").exists()
 
 
 # --- 5. retries and the error budget ------------------------------------------------------------------

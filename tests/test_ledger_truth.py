@@ -85,14 +85,18 @@ def test_a_run_killed_before_its_commit_is_failed_and_backfill_failed_rescores_i
     assert not list((fresh_data.output_dir(DEMO_JOB) / "_partitions" / f"date={day}").glob(f"{killed['run_id']}*"))
 
 
-def test_nightly_rescores_an_abandoned_day_before_the_new_one(demo_env: DemoEnv, one_job: Settings) -> None:
+def test_nightly_rescores_an_abandoned_day_before_the_new_one(
+    demo_env: DemoEnv, one_job: Settings, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from flows.people import nightly
 
-    earlier, day = demo_env.plan.scoring_dates[-2], demo_env.plan.scoring_dates[-1]
-    assert (day - earlier).days <= one_job.catch_up_days
+    first, earlier, day = demo_env.plan.scoring_dates
+    # The window holds exactly the two demo dates before `day` (the days before them are training days).
+    monkeypatch.setenv("SCORING_CATCH_UP_DAYS", str((day - first).days))
     _killed_at("publish:staged:guard_summary", earlier)
     outcomes = nightly(day)
-    assert [(o["date"], o["outcome"]) for o in outcomes] == [(earlier.isoformat(), "succeeded"), (day.isoformat(), "succeeded")]
+    # The never-scored first day and the abandoned day, oldest first, then the new day.
+    assert [(o["date"], o["outcome"]) for o in outcomes] == [(d.isoformat(), "succeeded") for d in (first, earlier, day)]
     killed, rescored = _ledger(one_job, earlier)
     assert killed["status"] == "failed" and "abandoned while running" in killed["error"]
     assert rescored["status"] == "succeeded"

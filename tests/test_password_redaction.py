@@ -4,11 +4,12 @@ log line (here and in Prefect's API), artifact, flow-run state message and ledge
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import urllib.parse
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tasks.settings import Settings, current_settings
 from tasks.warehouse_config import configured_warehouse
@@ -37,9 +38,18 @@ async def _everything_prefect_stored(flow_run_ids: list) -> list[str]:
     )
 
 
+def _strict_jobs(settings: Settings, tmp_path: Path) -> Path:
+    jobs = tmp_path / "strict-jobs"
+    jobs.mkdir()
+    spec = yaml.safe_load((settings.jobs_dir / f"{DEMO_JOB}.yaml").read_text())
+    spec["limits"]["max_quarantined_share"] = 0.0  # the demo always quarantines blank ids
+    (jobs / f"{DEMO_JOB}.yaml").write_text(yaml.safe_dump(spec))
+    return jobs
+
+
 def test_no_log_artifact_state_or_ledger_row_holds_the_password(
     demo_env: DemoEnv, fresh_data: Settings, postgres_database_url: str, monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, tmp_path: Path,
 ) -> None:
     from flows.score_partition import score_partition
 
@@ -50,8 +60,10 @@ def test_no_log_artifact_state_or_ledger_row_holds_the_password(
     states = []
     with caplog.at_level(logging.DEBUG):
         states.append(score_partition(DEMO_JOB, day, return_state=True))
-        # A run that fails inside (no raw partition): its error goes to the ledger and the state.
-        states.append(score_partition(DEMO_JOB, day - dt.timedelta(days=400), return_state=True))
+        # A run that fails inside (a quarantine limit it breaks): its error goes to the ledger and the state.
+        with monkeypatch.context() as strict:
+            strict.setenv("SCORING_JOBS_DIR", str(_strict_jobs(fresh_data, tmp_path)))
+            states.append(score_partition(DEMO_JOB, day, return_state=True))
         wrong = postgres_database_url.replace(urllib.parse.quote(password, safe=""), "Not-The-Password-42")
         monkeypatch.setenv("SCORING_WAREHOUSE_URL", wrong)
         states.append(score_partition(DEMO_JOB, day, return_state=True))

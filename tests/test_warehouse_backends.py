@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.contracts import PREDICTION_SCHEMA
+from tasks.errors import WarehouseUnreachable
 from tasks.settings import Settings
 from tasks.warehouse import (
     MONITORING_SCHEMAS,
@@ -248,7 +249,7 @@ def test_postgres_password_never_shows_in_errors_logs_or_repr(
         raise RuntimeError(f"could not use {uri} (password {secrets[0]}, decoded {secrets[1]})")
 
     monkeypatch.setattr(adbc_driver_postgresql.dbapi, "connect", echoing)
-    with caplog.at_level(logging.DEBUG), pytest.raises(RuntimeError) as echoed:
+    with caplog.at_level(logging.DEBUG), pytest.raises(WarehouseUnreachable) as echoed:
         warehouse.record_run_failed(run_id="r", job=JOB, partition_date=DAY, ended_at=dt.datetime.now(dt.timezone.utc), error="e")
     assert redacted(url) in str(echoed.value)
 

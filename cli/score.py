@@ -27,7 +27,7 @@ from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
 from tasks.scoring import prepared_job
 from tasks.settings import current_settings
-from tasks.warehouse_config import configured_warehouse, with_warehouse_url
+from flows.warehouse_config import configured_warehouse, with_warehouse_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
@@ -299,7 +299,7 @@ def card(
     from tasks.model_card import job_model_card
 
     settings = _run(current_settings)
-    markdown = _run(lambda: job_model_card(job, settings))
+    markdown = _run(lambda: job_model_card(job, with_warehouse_url(settings)))
     target = out or settings.data_dir / "output" / job / "model_card.md"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(markdown)

@@ -13,7 +13,7 @@ from tasks.contracts import PREDICTION_FIELD_MEANINGS, PREDICTION_SCHEMA
 from tasks.inference.registry import ModelMetadata, inference_model_artifact
 from tasks.jobspec import JobSpec, load_job_spec
 from tasks.settings import Settings
-from tasks.warehouse_config import configured_warehouse
+from tasks.warehouse import warehouse_for
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -97,7 +97,7 @@ def model_card_markdown(spec: JobSpec, metadata: ModelMetadata, latest_run: dict
 def job_model_card(job: str, settings: Settings) -> str:
     """The card of `job` for the model version its latest run used (or the spec's version before any run)."""
     spec = load_job_spec(job, settings)
-    latest = configured_warehouse(settings).latest_succeeded_run(job)
+    latest = warehouse_for(settings).latest_succeeded_run(job)
     version = latest["model_version"] if latest else spec.model.version
     metadata = inference_model_artifact(settings.model_registry_dir(spec.model.name), version).metadata
     return model_card_markdown(spec, metadata, latest)

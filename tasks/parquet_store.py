@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,17 +55,13 @@ def discard_staged(dataset_dir: Path, run_id: str) -> None:
     shutil.rmtree(staging_dir(dataset_dir, run_id), ignore_errors=True)
 
 
-def _synced_file(path: Path) -> None:
+def _synced(path: Path) -> None:
+    """A file's bytes, or a folder's entries, on disk, not only in the page cache (a power cut after commit)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _synced(folder: Path) -> None:
-    """The folder's entries on disk, not only in the page cache (a power cut after commit)."""
-    _synced_file(folder)
 
 
 @dataclass(frozen=True)
@@ -99,16 +95,17 @@ class PartitionStore:
     def version_files(self, partition: str, run_id: str, name: str) -> list[Path]:
         return sorted((self.version_dir(partition, run_id) / self._relative(name)).glob("*.parquet"))
 
-    def assembled_version(self, partition: str, run_id: str, *, page_html: str | None, only: str | None = None) -> Path:
-        """Move the run's staged files into its version folder, fsynced, ready to be swapped in.
+    def assembled_version(
+        self, partition: str, run_id: str, *, page_html: str | None, after_each: Callable[[str], None] = lambda name: None,
+    ) -> Path:
+        """Move the run's staged files into its version folder, fsynced, ready to be swapped in;
+        `after_each(name)` runs once each dataset is moved (crash trials stop there).
 
         Repeatable: a dataset already moved is left as it is. An empty dataset gets one empty file,
         so readers of the partition see zero rows, not the previous run's.
         """
         version = self.version_dir(partition, run_id)
         for name, folder in self.datasets.items():
-            if only is not None and name != only:
-                continue
             target = version / self._relative(name)
             if target.is_dir():
                 continue
@@ -117,13 +114,12 @@ class PartitionStore:
             if not any(staged.glob("*.parquet")):
                 pq.write_table(self.schemas[name].empty_table(), staged / f"part-{run_id}-00000.parquet")
             for path in staged.iterdir():
-                _synced_file(path)
+                _synced(path)
             _synced(staged)
             target.parent.mkdir(parents=True, exist_ok=True)
             staged.rename(target)
             _synced(target.parent)
-        if only is not None:
-            return version
+            after_each(name)
         if page_html is not None:
             page = version / REPORT_PAGE
             tmp = page.with_suffix(".tmp")

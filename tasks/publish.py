@@ -59,7 +59,7 @@ def published_partition(
 ) -> PublishedPartition:
     store = partition_store(dirs)
     partition = partition_date.isoformat()
-    _assembled(store, partition, run_id, page_html, crash_at)
+    store.assembled_version(partition, run_id, page_html=page_html, after_each=lambda name: crash_point(f"publish:staged:{name}", crash_at))
     crash_point("publish:assembled", crash_at)
     if not warehouse.record_run_publishing(run_id):
         raise PartitionLeaseLost(f"run {run_id} of {job} {partition_date} was closed by another run; nothing is published")
@@ -94,14 +94,6 @@ def retried(fn: Callable[[], T], *, attempts: int = 4, first_delay_s: float = 0.
             time.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")
-
-
-def _assembled(store: PartitionStore, partition: str, run_id: str, page_html: str | None, crash_at: str | None) -> None:
-    # Dataset by dataset, so a crash trial can stop between any two of them.
-    for name in store.datasets:
-        store.assembled_version(partition, run_id, page_html=None, only=name)
-        crash_point(f"publish:staged:{name}", crash_at)
-    store.assembled_version(partition, run_id, page_html=page_html)
 
 
 def discard_run_staging(dirs: OutputDirs, run_id: str) -> None:

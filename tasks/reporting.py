@@ -10,12 +10,12 @@ from rich.table import Table
 
 from tasks.calendar import partition_range
 from tasks.settings import Settings
-from tasks.warehouse_config import configured_warehouse
+from tasks.warehouse import warehouse_for
 
 
 def partition_summaries(settings: Settings, job: str, dates: list[dt.date]) -> list[dict[str, Any]]:
     """The latest run of each date (or status `not scored`), oldest date first."""
-    runs = configured_warehouse(settings).latest_partition_runs(job, first_date=min(dates), last_date=max(dates))
+    runs = warehouse_for(settings).latest_partition_runs(job, first_date=min(dates), last_date=max(dates))
     rows = [{k: run[k] for k in ("partition_date", "status", *_COUNTS)} for run in runs]
     by_date = {r["partition_date"]: r for r in rows}
     out = []
@@ -66,3 +66,21 @@ def catch_up_dates(settings: Settings, job: str, day: dt.date) -> list[dt.date]:
         return []
     window = partition_range(day - dt.timedelta(days=settings.catch_up_days), day - dt.timedelta(days=1))
     return [row["partition_date"] for row in partition_summaries(settings, job, window) if row["status"] in ("failed", "not scored")]
+
+
+def partition_outcome(
+    job: str, date: dt.date, *, result: dict[str, Any] | None = None, error: str = "", planned: bool = False,
+) -> dict[str, Any]:
+    """One row of a nightly or backfill outcome table: what became of one partition."""
+    row = {"job": job, "date": date.isoformat(), "rows_scored": 0, "error": error, "report": "", "run_id": ""}
+    if planned:
+        return {**row, "outcome": "would score"}
+    if result is None:
+        return {**row, "outcome": "failed"}
+    return {**row, "outcome": "succeeded", "rows_scored": result["rows_scored"], "report": result["report"], "run_id": result["run_id"]}
+
+
+def failed_outcomes_message(outcomes: list[dict[str, Any]]) -> str | None:
+    """`N of M partition(s) failed: job date, …`, or None when every partition succeeded."""
+    failed = [f"{o['job']} {o['date']}" for o in outcomes if o["outcome"] == "failed"]
+    return f"{len(failed)} of {len(outcomes)} partition(s) failed: {', '.join(failed)}" if failed else None

@@ -1,6 +1,6 @@
 """One partition of one job, scored chunk by chunk: guard → features → inference → prediction.
 
-This module joins the two halves and knows nothing of Prefect; `tasks.steps` wraps it in tasks.
+This module joins the two halves and knows nothing of Prefect; `flows.steps` wraps it in tasks.
 Chunks stream from the raw Parquet and their outputs go straight to staging files, so memory
 stays flat whatever the partition size.
 """

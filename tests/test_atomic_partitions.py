@@ -71,7 +71,12 @@ def test_a_killed_runs_leftovers_go_with_the_next_publish(tmp_path: Path) -> Non
     _published(store, "run-a", 100)
     # A run killed halfway through assembling its version: one dataset moved, the others staged.
     _stage(store, "killed", 7)
-    store.assembled_version(PARTITION, "killed", page_html=None, only="predictions")
+
+    def killed_after(name: str) -> None:
+        raise KeyboardInterrupt(name)
+
+    with pytest.raises(KeyboardInterrupt, match="predictions"):
+        store.assembled_version(PARTITION, "killed", page_html=None, after_each=killed_after)
     with pytest.raises(FileNotFoundError, match="not complete"):
         store.swapped_in(PARTITION, "killed")
     assert all(_runs(store, n) == {"run-a"} for n in store.datasets)  # still run-a, complete

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
-from tasks.execution import configured_task_runner
+from flows.execution import configured_task_runner
 from tasks.scoring import partition_work_units
 from tasks.settings import Settings, current_settings
 from tests.conftest import DEMO_JOB, DemoEnv

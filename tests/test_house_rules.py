@@ -115,7 +115,7 @@ def test_the_scan_covers_both_layers() -> None:
     [
         ("tasks.scoring", "def predict(x):\n    return x\n", "bare 'predict'"),
         ("flows.people", "class Runner:\n    def inference(self):\n        pass\n", "bare 'inference'"),
-        ("tasks.steps", "inference = lambda x: x\n", "bare 'inference'"),
+        ("flows.steps", "inference = lambda x: x\n", "bare 'inference'"),
         ("tasks.prediction.scores", "def risk_score(p):\n    return p\n", "'risk_score' is not named predict_*"),
         ("tasks.inference.engine", "async def margins(x):\n    return x\n", "'margins' is not named inference_*"),
         ("tasks.prediction.outputs", "import xgboost as xgb\n", "imports xgboost"),

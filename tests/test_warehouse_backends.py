@@ -30,7 +30,7 @@ from tasks.warehouse import (
     redacted,
     warehouse_for,
 )
-from tasks.warehouse_config import configured_warehouse, with_warehouse_url
+from flows.warehouse_config import configured_warehouse, with_warehouse_url
 
 JOB = "credit_risk"
 DAY = dt.date(2026, 3, 9)

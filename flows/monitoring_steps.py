@@ -17,7 +17,7 @@ from tasks.monitoring_report import monitoring_history, monitoring_page_html, re
 from tasks.outcomes import ingested_outcomes
 from tasks.settings import current_settings
 from tasks.warehouse import Warehouse
-from tasks.warehouse_config import configured_warehouse
+from flows.warehouse_config import configured_warehouse
 
 log = logging.getLogger("scoring.monitoring")
 

@@ -17,9 +17,18 @@ import uuid
 
 import numpy as np
 from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.futures import PrefectFuture, as_completed, wait
 from pydantic import BaseModel, ConfigDict
 
+from flows.execution import inference_task_resources
+from flows.monitoring_steps import monitor_decisions
+from flows.warehouse_config import configured_warehouse, with_warehouse_url
 from tasks.errors import user_facing_error
 from tasks.html_report import run_report_html
 from tasks.partition_lock import PartitionLease
@@ -38,9 +47,9 @@ from tasks.scoring import (
     prepared_job,
     scoring_summary,
 )
+from tasks.progress import reported_progress
 from tasks.settings import Settings, current_settings
 from tasks.warehouse import Warehouse
-from tasks.warehouse_config import configured_warehouse, with_warehouse_url
 
 log = logging.getLogger("scoring.run")
 
@@ -251,6 +260,39 @@ def finish_run(ticket: RunTicket, summary: ScoringSummary, published: PublishedP
         "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
         "report": str(report_path), **counts, "warnings": list(published.warnings),
     }
+
+
+def submitted_units(ticket: RunTicket, units: list[WorkUnit]) -> tuple[list[PrefectFuture], list[PrefectFuture]]:
+    """Each unit's inference task, then its prediction task; returns once every one has stopped
+    (so no unit still writes staging files when a failure drops them), with progress on the way."""
+    with inference_task_resources(current_settings()):
+        inferred = [infer_unit.submit(ticket, unit) for unit in units]
+    predicted = [predict_unit.submit(ticket, inference) for inference in inferred]
+    label = f"{ticket.job} {ticket.partition_date}"
+    progress = create_progress_artifact(0.0, description=f"{label}: {len(units)} work unit(s) of {ticket.chunk_rows}-row chunks")
+    for done, _ in enumerate(as_completed(predicted), start=1):
+        update_progress_artifact(progress, 100.0 * done / len(units))
+        reported_progress(f"{label} units", done, len(units))
+    wait(inferred + predicted)
+    return inferred, predicted
+
+
+def finished_run(ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition) -> dict:
+    """Artifacts and decision monitoring of a published run. The run has succeeded: what fails here
+    is kept on its ledger row as a warning, not lost and not a failure."""
+    finished = finish_run(ticket, summary, published, return_state=True)
+    result = finished.result() if finished.is_completed() else {
+        "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
+        **summary.ledger_counts(), "report": "", "warnings": [*published.warnings, f"artifacts not written: {finished.message}"],
+    }
+    monitored = monitor_decisions(ticket.job, ticket.partition_date, ticket.run_id, return_state=True)
+    if monitored.is_completed():
+        result["decision_monitoring"] = monitored.result()
+    else:
+        result["warnings"].append(f"decision monitoring failed: {monitored.message}")
+    if result["warnings"] != published.warnings:
+        record_run_warnings(ticket.run_id, result["warnings"])
+    return result
 
 
 @task(name="record-run-warnings")

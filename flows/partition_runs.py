@@ -1,0 +1,71 @@
+"""Running many partitions: one score_partition subflow each, a bounded number at once, with progress
+and a table of outcomes. The flows people start (flows/people.py) are wired from these."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from prefect import task
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.futures import as_completed
+
+from flows.monitoring_steps import monitor_decisions
+from flows.score_partition import score_partition
+from tasks.progress import reported_progress
+from tasks.reporting import failed_outcomes_message, partition_outcome
+
+
+def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:
+    """One partition scored in a score_partition subflow; its outcome row, also when it failed."""
+    state = score_partition(job, date, chunk_rows, return_state=True)
+    if state.is_completed():
+        return partition_outcome(job, date, result=state.result())
+    return partition_outcome(job, date, error=state.message or "")
+
+
+@task(name="score-partition-run")
+def score_partition_run(job: str, date: dt.date, chunk_rows: int | None) -> dict:
+    """One partition's score_partition run as a task, so a backfill can run several at once."""
+    return scored_partition(job, date, chunk_rows)
+
+
+def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None, concurrency: int, label: str) -> list[dict]:
+    """Outcome rows of `dates` in date order, scored `concurrency` at a time (a sliding window: the
+    next partition starts as soon as any one ends), with a progress artifact and bars."""
+    progress = create_progress_artifact(0.0, key="backfill-progress", description=f"{job}: {len(dates)} partition(s), {label}")
+    outcomes: dict[dt.date, dict] = {}
+    waiting, running = list(dates), []
+    while waiting or running:
+        while waiting and len(running) < concurrency:
+            running.append(score_partition_run.submit(job, waiting.pop(0), chunk_rows))
+        finished = next(as_completed(running))
+        running.remove(finished)
+        outcome = finished.result()
+        outcomes[dt.date.fromisoformat(outcome["date"])] = outcome
+        update_progress_artifact(progress, 100.0 * len(outcomes) / len(dates))
+        reported_progress(f"{job} partitions", len(outcomes), len(dates))
+    if not dates:
+        update_progress_artifact(progress, 100.0)
+    if concurrency > 1:
+        # Partitions finished out of order, so a partition's trailing window may have missed
+        # earlier ones; monitor them again in date order.
+        for day in dates:
+            if outcomes[day]["outcome"] == "succeeded":
+                monitor_decisions(job, day, outcomes[day]["run_id"])
+    return [outcomes[d] for d in dates]
+
+
+def reported_outcomes(outcomes: list[dict], key: str) -> list[dict]:
+    """Leave the outcomes as a table artifact; raise naming the failed partitions, if any."""
+    create_table_artifact(key=key, table=outcomes, description="Partitions and their outcomes")
+    failed = failed_outcomes_message(outcomes)
+    if failed:
+        raise RuntimeError(failed)
+    return outcomes
+
+
+def planned_outcomes(job: str, dates: list[dt.date], mode: str) -> list[dict]:
+    """What a dry run would score, as outcome rows and a table artifact; nothing is written."""
+    planned = [partition_outcome(job, d, planned=True) for d in dates]
+    create_table_artifact(key="backfill-plan", table=planned, description=f"Dry run, mode {mode}: nothing was written")
+    return planned

@@ -32,7 +32,7 @@ from flows.warehouse_config import configured_warehouse, with_warehouse_url
 from tasks.errors import user_facing_error
 from tasks.html_report import run_report_html
 from tasks.partition_lock import PartitionLease
-from tasks.publish import PublishedPartition, discard_run_staging, partition_store, published_partition, retried
+from tasks.publish import PublishedPartition, discarded_run, partition_store, published_partition, retried
 from tasks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
 from tasks.scoring import (
     PreparedJob,
@@ -324,8 +324,6 @@ def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseExceptio
         )
         return
     if failed:
-        dirs = output_dirs(settings, job)
-        partition_store(dirs).discarded_run(partition_date.isoformat(), run_id)
-        discard_run_staging(dirs, run_id)
+        discarded_run(output_dirs(settings, job), partition_date, run_id)
     else:
         log.warning("%s %s: run %s had committed its rows; the next start of the job finishes its Parquet swap", job, partition_date, run_id)

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from tasks.contracts import PREDICTION_SCHEMA
 from tasks.crash_points import crash_point
 from tasks.errors import PartitionLeaseLost
 from tasks.parquet_store import PartitionStore, discard_staged
@@ -34,13 +33,9 @@ T = TypeVar("T")
 
 
 def partition_store(dirs: OutputDirs) -> PartitionStore:
-    """The job's Parquet datasets, each under the name of its warehouse table."""
-    datasets = {
-        "predictions": dirs.predictions, "quarantine": dirs.quarantine, "guard_actions": dirs.guard_actions,
-        "guard_summary": dirs.guard_summary, "fallback_report": dirs.fallback_report, "drift_report": dirs.drift_report,
-        "drift_histograms": dirs.drift_histograms,
-    }
-    return PartitionStore(root=dirs.predictions.parent, datasets=datasets, schemas={**PARTITIONED_SCHEMAS, "predictions": PREDICTION_SCHEMA})
+    """The job's Parquet datasets, each under the name of its warehouse table (and OutputDirs field)."""
+    datasets = {name: getattr(dirs, name) for name in PARTITIONED_SCHEMAS}
+    return PartitionStore(root=dirs.predictions.parent, datasets=datasets, schemas=PARTITIONED_SCHEMAS)
 
 
 @dataclass
@@ -49,14 +44,13 @@ class PublishedPartition:
 
     rows: dict[str, int]
     warnings: list[str] = field(default_factory=list)
-    ledger_pending: bool = False
-    """The `succeeded` write failed; the row stays `committed` until the next start reconciles it."""
 
 
 def published_partition(
     warehouse: Warehouse, dirs: OutputDirs, *, job: str, partition_date: dt.date, run_id: str,
     counts: dict, page_html: str | None, warnings: Sequence[str], ended_at: dt.datetime, crash_at: str | None = None,
 ) -> PublishedPartition:
+    """Publish the run's staged outputs in the five steps above; `crash_at` names a point to die at (crash trials)."""
     store = partition_store(dirs)
     partition = partition_date.isoformat()
     store.assembled_version(partition, run_id, page_html=page_html, after_each=lambda name: crash_point(f"publish:staged:{name}", crash_at))
@@ -76,7 +70,6 @@ def published_partition(
     try:
         retried(lambda: warehouse.record_run_ended(run_id, status="succeeded", ended_at=ended_at, counts=counts, warnings=warnings))
     except Exception as exc:
-        published.ledger_pending = True
         published.warnings.append(f"ledger not updated ({type(exc).__name__}: {exc}); the next start of {job} closes the run as succeeded")
         log.warning("%s %s: run %s published, but its ledger row could not be closed: %s", job, partition_date, run_id, exc)
     return published
@@ -96,6 +89,8 @@ def retried(fn: Callable[[], T], *, attempts: int = 4, first_delay_s: float = 0.
     raise AssertionError("unreachable")
 
 
-def discard_run_staging(dirs: OutputDirs, run_id: str) -> None:
-    for folder in dirs.all():
-        discard_staged(folder, run_id)
+def discarded_run(dirs: OutputDirs, partition_date: dt.date, run_id: str) -> None:
+    """Remove what a failed or abandoned run wrote: its staging (hand-off files too) and, unless
+    readers see it, its version folder."""
+    partition_store(dirs).discarded_run(partition_date.isoformat(), run_id)
+    discard_staged(dirs.inference_handoff, run_id)

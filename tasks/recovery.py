@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import PartitionBusy
-from tasks.parquet_store import PartitionStore, discard_staged
+from tasks.parquet_store import discard_staged
 from tasks.partition_lock import PartitionLease
-from tasks.publish import partition_store
+from tasks.publish import discarded_run, partition_store
 from tasks.scoring import OutputDirs, output_dirs
 from tasks.settings import Settings
 from tasks.warehouse import Warehouse
@@ -87,7 +87,7 @@ def recovered_partition(
             continue
         was = warehouse.run_status(record["run_id"]) or "missing"
         if warehouse.record_run_failed(**{k: record[k] for k in ("run_id", "job", "partition_date", "ended_at", "error", "error_detail")}):
-            _discarded(store, dirs, partition, record["run_id"])
+            discarded_run(dirs, partition_date, record["run_id"])
             recovered.append(RecoveredRun(record["run_id"], job, partition_date, was, "failed", "failure recorded from the pending record"))
         path.unlink(missing_ok=True)
     for row in warehouse.unfinished_runs(job, partition_date):
@@ -110,16 +110,11 @@ def recovered_partition(
                     f"the previous outputs stand (closed by run {holder_run_id})"
                 ),
             )
-            _discarded(store, dirs, partition, run_id)
+            discarded_run(dirs, partition_date, run_id)
             recovered.append(RecoveredRun(run_id, job, partition_date, status, "failed", "staged files and unpublished version removed"))
     for run in recovered:
         log.warning("recovered run %s of %s %s: %s -> %s (%s)", run.run_id, job, partition_date, run.was, run.now, run.action)
     return recovered
-
-
-def _discarded(store: PartitionStore, dirs: OutputDirs, partition: str, run_id: str) -> None:
-    store.discarded_run(partition, run_id)
-    discard_staged(dirs.inference_handoff, run_id)
 
 
 def partitions_needing_recovery(warehouse: Warehouse, settings: Settings, job: str) -> list[dt.date]:

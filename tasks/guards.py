@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from tasks.errors import GuardFailure, SuiteError
 
@@ -475,6 +476,16 @@ def _checked_columns(frame: pl.DataFrame, suite: GuardSuite) -> None:
     absent = sorted({e.column for e in suite.expectations if e.column not in frame.columns})
     if absent:
         raise GuardFailure(f"suite {suite.path.name} checks column(s) {absent} that the raw data does not have")
+
+
+def checked_raw_schema(schema: pa.Schema, suite: GuardSuite, *, where: str) -> None:
+    """The suite's column checks (presence, column types, every column it names) against a raw
+    file's schema alone, so a missing or mistyped column fails before the run starts, naming the
+    file and the columns it does have."""
+    try:
+        _checked_columns(pl.from_arrow(schema.empty_table()), suite)
+    except GuardFailure as exc:
+        raise GuardFailure(f"{where}: {exc}; the file's columns: {', '.join(schema.names)}") from None
 
 
 def _gx_violation_masks(frame: pl.DataFrame, suite: GuardSuite) -> dict[str, np.ndarray]:

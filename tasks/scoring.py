@@ -50,6 +50,7 @@ from tasks.guards import (
     GuardCounts,
     GuardedChunk,
     GuardSuite,
+    checked_raw_schema,
     guard_limit_breaches,
     guard_summary_rows,
     guarded_chunk,
@@ -126,7 +127,8 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     raw_dir = settings.raw_partition_dir(job, partition_date.isoformat())
     if not raw_dir.is_dir():
         raise PartitionError(f"no raw partition for job {job!r} on {partition_date}: {raw_dir} does not exist")
-    checked_raw_files(raw_dir)
+    for path in checked_raw_files(raw_dir):
+        checked_raw_schema(pq.read_schema(path), suite, where=f"raw file {path}")
     device, nthread = spec.inference.device, spec.inference.nthread
     feature_models = []
     for ref in spec.model.feature_models:

@@ -74,6 +74,12 @@ def assert_failed_cleanly(settings: Settings, day: dt.date, *needles: str) -> No
     assert query(settings, "SELECT count(*) AS n FROM predictions")["n"].item() == 0
 
 
+def assert_refused_before_the_lease(settings: Settings) -> None:
+    """Found from the raw files' schemas before the run started: no ledger row, no output."""
+    assert not settings.duckdb_path.exists()
+    assert not list(settings.data_dir.glob("output/**/*.parquet"))
+
+
 @pytest.fixture
 def day(demo_env: DemoEnv) -> dt.date:
     return demo_env.plan.scoring_dates[-1]
@@ -119,8 +125,10 @@ def test_a_missing_column_fails_the_run_naming_the_column_and_expectation(fresh_
     rewrite_raw(fresh_data, day, lambda raw: raw.drop("loan_amount"))
     with pytest.raises(GuardFailure, match="loan_amount") as err:
         score_partition(DEMO_JOB, day)
-    assert "to_exist(loan_amount)" in str(err.value)
-    assert_failed_cleanly(fresh_data, day, "GuardFailure", "loan_amount")
+    assert "to_exist(loan_amount)" in str(err.value) and "raw file " in str(err.value)
+    # The message lists what the file does have, so a renamed column is easy to spot.
+    assert "the file's columns: entity_id, application_date, annual_income" in str(err.value)
+    assert_refused_before_the_lease(fresh_data)
 
 
 def test_strings_in_a_numeric_column_fail_the_run_naming_both(fresh_data: Settings, day: dt.date) -> None:
@@ -130,7 +138,7 @@ def test_strings_in_a_numeric_column_fail_the_run_naming_both(fresh_data: Settin
     with pytest.raises(GuardFailure) as err:
         score_partition(DEMO_JOB, day)
     assert "annual_income" in str(err.value) and "be_in_type_list(annual_income)" in str(err.value)
-    assert_failed_cleanly(fresh_data, day, "annual_income")
+    assert_refused_before_the_lease(fresh_data)
 
 
 def test_an_all_null_column_is_repaired_counted_and_stopped_by_the_repair_limit(fresh_data: Settings, day: dt.date) -> None:
@@ -226,7 +234,7 @@ def test_a_suite_naming_a_column_the_data_lacks_fails_the_run(
     settings = suite_with(fresh_data, tmp_path, monkeypatch, json.dumps(doc))
     with pytest.raises(GuardFailure, match="bureau_score"):
         score_partition(DEMO_JOB, day)
-    assert_failed_cleanly(settings, day, "bureau_score")
+    assert_refused_before_the_lease(settings)
 
 
 def test_a_malformed_suite_file_fails_the_run_naming_the_file(

@@ -58,7 +58,7 @@ def _credit(data_dir: Path, rows: int, rng: np.random.Generator) -> tuple[XGBoos
     import polars as pl
 
     from tasks.demo.setup import prepared_demo
-    from tasks.features import load_feature_module
+    from tasks.features import job_features
     from tasks.guards import guarded_chunk, load_guard_suite
     from tasks.jobspec import load_job_spec
     from tasks.settings import current_settings
@@ -67,7 +67,7 @@ def _credit(data_dir: Path, rows: int, rng: np.random.Generator) -> tuple[XGBoos
     settings = current_settings()
     plan = prepared_demo(settings, **CREDIT_PLAN)
     spec = load_job_spec(CREDIT_JOB, settings)
-    features = load_feature_module(spec.feature_module)
+    features = job_features(spec)
     suite = load_guard_suite(settings.expectations_dir / spec.expectation_suite)
     raw = pl.read_parquet(settings.data_dir / "raw" / CREDIT_JOB / "*" / "*.parquet", hive_partitioning=False)
     scorable = guarded_chunk(raw, suite, entity_column=spec.entity_column).scorable

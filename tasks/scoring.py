@@ -45,7 +45,7 @@ from tasks.duplicates import (
     write_quarantined_rows,
 )
 from tasks.fallback_report import fallback_limit_breaches, fallback_report_rows
-from tasks.features import FeatureModule, load_feature_module
+from tasks.features import FeatureModule, job_features
 from tasks.guards import (
     GuardCounts,
     GuardedChunk,
@@ -123,7 +123,7 @@ class PreparedJob:
 def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> PreparedJob:
     spec = load_job_spec(job, settings)
     suite = load_guard_suite(settings.expectations_dir / spec.expectation_suite, entity_column=spec.entity_column)
-    features = load_feature_module(spec.feature_module)
+    features = job_features(spec)
     raw_dir = settings.raw_partition_dir(job, partition_date.isoformat())
     if not raw_dir.is_dir():
         raise PartitionError(f"no raw partition for job {job!r} on {partition_date}: {raw_dir} does not exist")

@@ -11,7 +11,7 @@ from pathlib import Path
 from tasks.demo.credit_data import demo_dates, write_demo_partitions
 from tasks.demo.gearbox_data import write_gearbox_partitions
 from tasks.demo.training import train_credit_model
-from tasks.features import load_feature_module
+from tasks.features import job_features
 from tasks.guards import load_guard_suite
 from tasks.inference.registry import inference_model_versions
 from tasks.jobspec import load_job_spec
@@ -64,7 +64,7 @@ def prepared_demo(
         raw_dirs=train_dirs,
         labels_dirs=[labels_root / f"date={d.isoformat()}" for d in training],
         suite=load_guard_suite(settings.expectations_dir / spec.expectation_suite),
-        features=load_feature_module(spec.feature_module),
+        features=job_features(spec),
         entity_column=spec.entity_column,
         model_dir=registry / version,
         model_name=spec.model.name,
@@ -120,7 +120,7 @@ def prepared_gearbox_demo(
         raw_dirs=train_dirs,
         labels_dirs=[labels_root / f"date={d.isoformat()}" for d in training],
         suite=load_guard_suite(settings.expectations_dir / spec.expectation_suite),
-        features=load_feature_module(spec.feature_module),
+        features=job_features(spec),
         entity_column=spec.entity_column,
         autoencoder_dir=ae_registry / ae_version,
         autoencoder_name=autoencoder.name,

@@ -1,14 +1,24 @@
 """Job feature modules. Each declares FEATURE_VERSION, FEATURES and feature_matrix(); training and
-scoring both go through the same module, so the two cannot drift apart."""
+scoring both go through the same module, so the two cannot drift apart.
+
+A module may also declare FEATURE_KINDS (feature → "numeric" | "boolean" | "categorical"; unnamed
+features are numeric) and CATEGORIES (categorical feature → the category each code 0, 1, … stands
+for), which drift, reason texts and registration read through `feature_kinds` / `feature_categories`.
+"""
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 import numpy as np
 import polars as pl
+
+if TYPE_CHECKING:
+    from tasks.jobspec import JobSpec
+
+FeatureKind = Literal["numeric", "boolean", "categorical"]
 
 
 class FeatureModule(Protocol):
@@ -24,3 +34,19 @@ def load_feature_module(dotted: str) -> FeatureModule:
         if not hasattr(module, attr):
             raise AttributeError(f"feature module {dotted} lacks {attr}")
     return cast(FeatureModule, module)
+
+
+def job_features(spec: JobSpec) -> FeatureModule:
+    """The features of a job: its feature module."""
+    return load_feature_module(spec.feature_module)
+
+
+def feature_kinds(features: FeatureModule) -> dict[str, FeatureKind]:
+    """Every model feature of the module with its kind; numeric unless the module says otherwise."""
+    declared = getattr(features, "FEATURE_KINDS", {})
+    return {name: declared.get(name, "numeric") for name in features.FEATURES}
+
+
+def feature_categories(features: FeatureModule) -> dict[str, tuple[str, ...]]:
+    """Categorical feature → the category that code 0, 1, … stands for (only those the module declares)."""
+    return {name: tuple(values) for name, values in getattr(features, "CATEGORIES", {}).items()}

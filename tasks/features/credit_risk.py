@@ -26,6 +26,8 @@ FEATURES: tuple[str, ...] = (
     "revolving_balance",
     "loan_purpose",
 )
+FEATURE_KINDS = {"home_ownership": "categorical", "loan_purpose": "categorical"}
+CATEGORIES = {"home_ownership": HOME_OWNERSHIP, "loan_purpose": LOAN_PURPOSE}
 
 
 def _category_code(column: str, categories: tuple[str, ...]) -> pl.Expr:

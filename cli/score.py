@@ -256,6 +256,113 @@ def backfill_command(
     _run(action)
 
 
+@app.command()
+def register(
+    job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
+    model: Annotated[Path, typer.Option(help="The model file: XGBoost .ubj/.json or ONNX .onnx, trained anywhere.")],
+    holdout: Annotated[Path, typer.Option(help="Labelled rows the model never saw (a Parquet file or folder) with the raw columns and the job's outcome column.")],
+    reference: Annotated[Path | None, typer.Option(help="Rows that stand for the training distribution, for drift (default: the hold-out).")] = None,
+    version: Annotated[str | None, typer.Option(help="Version to register (default: the next number).")] = None,
+    trained_from: Annotated[str | None, typer.Option(help="First day of the training window, YYYY-MM-DD (recorded).")] = None,
+    trained_to: Annotated[str | None, typer.Option(help="Last day of the training window, YYYY-MM-DD (recorded).")] = None,
+) -> None:
+    """Register a model trained elsewhere: check it against the job, calibrate it on the hold-out, compute the
+    drift reference, and write a new registry version (never over an existing one)."""
+
+    def action() -> None:
+        from tasks.registration import registered_job_model
+
+        window = {}
+        if trained_from:
+            window["window_start"] = parse_partition_date(trained_from, what="--trained-from").isoformat()
+        if trained_to:
+            window["window_end"] = parse_partition_date(trained_to, what="--trained-to").isoformat()
+        settings = current_settings()
+        report = registered_job_model(job, model, settings=settings, holdout=holdout, reference=reference, version=version, training=window)
+        _print_registration(report)
+
+    _run(action)
+
+
+@app.command(name="features")
+def features_command(
+    job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
+    rows: Annotated[Path, typer.Option("--from", help="Raw rows: a Parquet file or a partition folder (with the outcome column, if any).")],
+    out: Annotated[Path, typer.Option(help="Parquet file to write: the entity, one column per model input, and `outcome` when the rows have it.")],
+) -> None:
+    """Write the model inputs the job computes from raw rows (guards, features, feature models), so a training
+    script fits on exactly what scoring will feed the model."""
+
+    def action() -> None:
+        from tasks.jobspec import load_job_spec as spec_of
+        from tasks.registration import job_model_inputs
+
+        settings = current_settings()
+        labelled = spec_of(job, settings).monitoring.labels.outcome_column in _parquet_columns(rows)
+        inputs = job_model_inputs(job, rows, settings=settings, labelled=labelled)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        inputs.frame().write_parquet(out)
+        console.print(
+            f"wrote {out}: {inputs.matrix.shape[0]:,} rows × {len(inputs.names)} model inputs"
+            + (" + outcome" if labelled else "") + f"; {inputs.rows_quarantined:,} rows quarantined by the guards",
+            highlight=False,
+        )
+
+    _run(action)
+
+
+def _parquet_columns(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+    return pq.read_schema(files[0]).names if files and files[0].is_file() else []
+
+
+def _print_registration(report) -> None:  # noqa: ANN001  (tasks.registration.RegistrationReport, imported lazily)
+    quality = report.calibration
+    auc = "n/a" if report.auc is None else f"{report.auc:.3f}"
+    console.print(
+        f"registered {report.model} version {report.version} ({report.framework}, {len(report.features)} features) at {report.directory}\n"
+        f"hold-out: {report.rows:,} rows, {report.events:,} events ({report.events / max(report.rows, 1):.2%}), "
+        f"{report.rows_quarantined:,} quarantined by the guards; AUC {auc}, ECE {quality.ece:.4f}; "
+        f"drift reference: {report.reference_rows:,} rows",
+        highlight=False,
+    )
+    table = Table(title="calibration on the hold-out")
+    for column in quality.table_columns:
+        table.add_column(column, justify="right")
+    for row in quality.table_rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"reachable probability: {quality.reachable_low:.4f} .. {quality.reachable_high:.4f}", highlight=False)
+    for warning in report.warnings:
+        console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
+
+
+@app.command(name="outcomes")
+def outcomes_command(
+    job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
+    start: Annotated[str, typer.Option(help="First partition date whose labels to ingest, YYYY-MM-DD.")],
+    end: Annotated[str, typer.Option(help="Last partition date, YYYY-MM-DD (inclusive).")],
+) -> None:
+    """Ingest the labels of the partitions START..END, join them to their predictions, and print the realized
+    performance per partition and model version."""
+
+    def action() -> None:
+        from flows.outcomes import outcomes
+
+        first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
+        if last < first:
+            raise ScoringError(f"--end {last} is before --start {first}")
+        settings = current_settings()
+        load_job_spec(job, settings)
+        with _run_log(settings.data_dir):
+            outcomes(job, first, last)
+        _print_realized_performance(job, partition_range(first, last))
+
+    _run(action)
+
+
 class TargetProvider(str, enum.Enum):
     cpu = "cpu"
     cuda = "cuda"

@@ -25,7 +25,9 @@ import pyarrow as pa
 import torch
 
 from tasks.contracts import InferenceInput
-from tasks.demo.training import reference_stats, registered_classifier
+from tasks.demo.training import registered_classifier
+from tasks.drift import reference_statistics as reference_stats
+from tasks.registration import RegistrationReport
 from tasks.errors import ModelArtifactError
 from tasks.features import FeatureModule
 from tasks.guards import GuardSuite, guarded_chunk
@@ -222,15 +224,13 @@ def train_gearbox_models(
     autoencoder_version: str,
     output_feature: str,
     model_dir: Path,
-    model_name: str,
-    version: str,
     seed: int,
     training_window: tuple[dt.date, dt.date],
     extra_training_info: dict[str, Any] | None = None,
-) -> tuple[ModelMetadata, ModelMetadata]:
+) -> tuple[ModelMetadata, RegistrationReport]:
     """Register the autoencoder, then the classifier on the feature rows plus its ONNX error column.
 
-    Returns (autoencoder, classifier) metadata. The classifier's training info names the
+    Returns the autoencoder's metadata and the classifier's registration. The classifier's training info names the
     autoencoder version it was fitted with: its inputs mean nothing with another one.
     """
     rows = labelled_rows(raw_dirs, labels_dirs, suite=suite, features=features, entity_column=entity_column)
@@ -260,8 +260,6 @@ def train_gearbox_models(
         names=(*features.FEATURES, output_feature),
         feature_version=features.FEATURE_VERSION,
         model_dir=model_dir,
-        model_name=model_name,
-        version=version,
         seed=seed,
         training_window=training_window,
         rows_quarantined=rows.rows_quarantined,

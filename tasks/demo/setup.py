@@ -60,20 +60,17 @@ def prepared_demo(
             log.info("reusing model %s %s, trained on the same demo window", spec.model.name, version)
             return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=version)
     version = _next_version(registry)
-    metadata = train_credit_model(
+    registered = train_credit_model(
+        settings,
+        DEMO_JOB,
         raw_dirs=train_dirs,
         labels_dirs=[labels_root / f"date={d.isoformat()}" for d in training],
-        suite=load_guard_suite(settings.expectations_dir / spec.expectation_suite),
-        features=job_features(spec),
-        entity_column=spec.entity_column,
-        model_dir=registry / version,
-        model_name=spec.model.name,
         version=version,
         seed=seed,
         training_window=(training[0], training[-1]),
         extra_training_info={"rows_per_day": rows_per_day},
     )
-    return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=metadata.version)
+    return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=registered.version)
 
 
 def prepared_gearbox_demo(
@@ -127,8 +124,6 @@ def prepared_gearbox_demo(
         autoencoder_version=ae_version,
         output_feature=autoencoder.output_feature,
         model_dir=registry / version,
-        model_name=spec.model.name,
-        version=version,
         seed=seed,
         training_window=(training[0], training[-1]),
         extra_training_info={"windows_per_day": windows_per_day},

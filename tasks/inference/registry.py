@@ -21,7 +21,7 @@ ACCEPTED_MODEL_SUFFIXES = tuple(FRAMEWORK_OF_SUFFIX)
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".sav", ".pt", ".pth", ".bin", ".model")
 
 
-def _format_problem(path: Path, framework: str) -> str | None:
+def inference_model_file_problem(path: Path, framework: str) -> str | None:
     """Why the file's first bytes do not belong to its format, or None when they do."""
     with path.open("rb") as fh:
         head = fh.read(2)
@@ -187,7 +187,7 @@ def inference_model_artifact(registry_dir: Path, version: str = "latest") -> Mod
         raise ModelArtifactError(f"model file {path} is a {path.suffix} file, but {meta_path} says framework {metadata.framework!r}")
     if not path.is_file():
         raise ModelArtifactError(f"model file {path} named in {meta_path} does not exist")
-    problem = _format_problem(path, metadata.framework)
+    problem = inference_model_file_problem(path, metadata.framework)
     if problem:
         raise ModelArtifactError(f"model file {path} {problem}; refusing to load it")
     actual = inference_model_checksum(path)

@@ -1,0 +1,365 @@
+"""Registration: a model file trained anywhere plus a labelled hold-out → a new registry version.
+
+One path for users (`score register`) and the demo trainers alike. The model file is checked
+(format, no pickles, a binary classifier, inputs matching the job's features), its raw outputs on
+the hold-out are computed by the same engine that scores, the calibration is fitted on them, the
+reference statistics for drift come from the reference rows (the hold-out unless given), and the
+version folder is written aside and renamed into the registry in one step, never over an
+existing version.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from tasks.contracts import InferenceInput
+from tasks.drift import reference_statistics
+from tasks.errors import ModelArtifactError, PartitionError
+from tasks.features import FeatureKind, feature_kinds, job_features
+from tasks.guards import checked_raw_schema, guarded_chunk, load_guard_suite
+from tasks.inference.engine import inference_engine, inference_loaded_model
+from tasks.inference.registry import (
+    ACCEPTED_MODEL_SUFFIXES,
+    FRAMEWORK_OF_SUFFIX,
+    ModelArtifact,
+    ModelMetadata,
+    inference_model_artifact,
+    inference_model_checksum,
+    inference_model_file_problem,
+    inference_model_versions,
+)
+from tasks.jobspec import VERSION_PATTERN, load_job_spec
+from tasks.prediction.calibration import CalibrationQuality, calibration_quality, fitted_calibrator
+from tasks.settings import Settings
+
+log = logging.getLogger("scoring.registration")
+
+REGISTRATION_REPORT = "registration.json"
+"""Beside metadata.json in every version folder registered through this module."""
+
+
+@dataclass(frozen=True)
+class RegistrationReport:
+    """What registration found and wrote; printed by `score register`, kept as registration.json."""
+
+    model: str
+    version: str
+    directory: Path
+    framework: str
+    features: list[str]
+    rows: int
+    events: int
+    rows_quarantined: int
+    auc: float | None
+    reference_rows: int
+    calibration: CalibrationQuality
+    warnings: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "version": self.version, "framework": self.framework, "features": self.features,
+            "rows": self.rows, "events": self.events, "rows_quarantined": self.rows_quarantined, "auc": self.auc,
+            "reference_rows": self.reference_rows, "calibration": self.calibration.as_json(), "warnings": self.warnings,
+        }
+
+
+def holdout_auc(scores: np.ndarray, labels: np.ndarray) -> float | None:
+    """Rank AUC (ties get mid-ranks); None when the hold-out has one class only."""
+    from scipy.stats import rankdata
+
+    pos = labels == 1
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    ranks = rankdata(scores)
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def _next_version(registry_dir: Path) -> str:
+    numeric = [int(v) for v in inference_model_versions(registry_dir) if v.isdigit()]
+    return str(max(numeric, default=0) + 1)
+
+
+def _model_input_problem(model_path: Path, framework: str, features: tuple[str, ...]) -> str | None:
+    """Why the model cannot take the job's feature matrix (names where it has them, count and order
+    always, binary output), or None."""
+    if framework == "xgboost":
+        import xgboost as xgb
+
+        booster = xgb.Booster()
+        try:
+            booster.load_model(str(model_path))
+        except xgb.core.XGBoostError as exc:
+            return f"could not be loaded by XGBoost: {str(exc).splitlines()[0]}"
+        objective = json.loads(booster.save_config())["learner"]["objective"]["name"]
+        if not objective.startswith("binary:"):
+            return f"has objective {objective!r}; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"
+        if booster.num_features() != len(features):
+            return f"takes {booster.num_features()} inputs, but the job computes {len(features)} features {list(features)}"
+        names = booster.feature_names
+        if names is not None and tuple(names) != features:
+            if set(names) == set(features):
+                return f"takes the job's features in another order: model {list(names)}, job {list(features)}"
+            return (
+                f"was trained on features the job does not compute: only in the model {sorted(set(names) - set(features))}, "
+                f"only in the job {sorted(set(features) - set(names))}"
+            )
+        return None
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001  (ONNX Runtime raises its own exception classes)
+        return f"could not be loaded by ONNX Runtime: {str(exc).splitlines()[0]}"
+    shape = session.get_inputs()[0].shape
+    if len(shape) != 2:
+        return f"takes input of shape {shape}; a scoring model takes rows × features"
+    if isinstance(shape[1], int) and shape[1] != len(features):
+        return f"takes {shape[1]} inputs, but the job computes {len(features)} features {list(features)}"
+    return None
+
+
+def _staged_model(model_file: Path, stage: Path) -> Path:
+    target = stage / f"model{model_file.suffix}"
+    shutil.copyfile(model_file, target)
+    with target.open("rb") as fh:
+        os.fsync(fh.fileno())
+    return target
+
+
+def _fsynced_json(path: Path, document: dict[str, Any]) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        json.dump(document, fh, indent=2)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def registered_model_version(
+    model_file: Path,
+    *,
+    registry_dir: Path,
+    feature_version: str,
+    features: tuple[str, ...],
+    kinds: Mapping[str, FeatureKind] | None = None,
+    holdout_features: np.ndarray,
+    holdout_outcomes: np.ndarray,
+    reference_features: np.ndarray | None = None,
+    version: str | None = None,
+    interval_level: float = 0.90,
+    rows_quarantined: int = 0,
+    training: Mapping[str, Any] | None = None,
+) -> RegistrationReport:
+    """Register `model_file` as a new version under `registry_dir` (`<registry>/<model name>`).
+
+    `holdout_features` are the model's input columns in `features` order (feature-model outputs
+    included) for labelled rows the model never saw; `holdout_outcomes` their 0/1 outcomes. The
+    reference for drift is `reference_features` (default: the hold-out).
+    """
+    name = registry_dir.name
+    model_file = Path(model_file)
+    if not model_file.is_file():
+        raise ModelArtifactError(f"model file {model_file} does not exist")
+    framework = FRAMEWORK_OF_SUFFIX.get(model_file.suffix)
+    if framework is None:
+        raise ModelArtifactError(
+            f"model file {model_file} has format {model_file.suffix or '(no suffix)'!r}; accepted: "
+            f"{', '.join(ACCEPTED_MODEL_SUFFIXES)} (save an XGBoost model with booster.save_model('model.ubj'), "
+            "export others to ONNX); pickles are refused because they execute code when loaded"
+        )
+    problem = inference_model_file_problem(model_file, framework) or _model_input_problem(model_file, framework, features)
+    if problem:
+        raise ModelArtifactError(f"model file {model_file} {problem}")
+    outcomes = np.asarray(holdout_outcomes, dtype=np.float64)
+    if holdout_features.shape != (outcomes.size, len(features)):
+        raise ValueError(f"hold-out features {holdout_features.shape} do not match {outcomes.size} outcomes × {len(features)} features")
+    if version is None:
+        version = _next_version(registry_dir)
+    elif not re.fullmatch(VERSION_PATTERN, version) or version == "latest":
+        raise ModelArtifactError(f"--version {version!r} is not a version: use letters, digits, '.', '_' or '-' (at most 64), not 'latest'")
+    target = registry_dir / version
+    if target.exists():
+        raise ModelArtifactError(f"model {name} version {version} already exists at {target}; registered versions are never overwritten")
+
+    stage = registry_dir.parent / ".staging" / f"{name}-{version}-{uuid.uuid4().hex[:8]}"
+    stage.mkdir(parents=True)
+    try:
+        staged = _staged_model(model_file, stage)
+        base = dict(
+            name=name, version=version, framework=framework, model_file=staged.name, sha256=inference_model_checksum(staged),
+            feature_version=feature_version, features=list(features), feature_dtypes={f: "float32" for f in features},
+        )
+        engine = inference_engine(ModelArtifact(metadata=ModelMetadata(**base), directory=stage))
+        margins = engine.inference_outputs(
+            InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(outcomes.size).astype(str)),
+                           features=np.ascontiguousarray(holdout_features, dtype=np.float32), feature_names=features)
+        ).margins
+        calibrator = fitted_calibrator(margins, outcomes)
+        quality = calibration_quality(calibrator, margins, outcomes, level=interval_level)
+        reference = holdout_features if reference_features is None else reference_features
+        auc = holdout_auc(margins, outcomes)
+        warnings = list(quality.warnings)
+        if auc is not None and auc < 0.55:
+            warnings.append(f"hold-out AUC is {auc:.3f}: the model barely ranks the hold-out; check the label column and the features")
+        metadata = ModelMetadata(
+            **base,
+            calibration=calibrator.to_metadata(),
+            reference=reference_statistics(np.asarray(reference, dtype=np.float32), features, kinds),
+            training={
+                **(training or {}),
+                "rows_holdout": int(outcomes.size),
+                "events_holdout": int(outcomes.sum()),
+                "holdout_event_rate": float(outcomes.mean()) if outcomes.size else None,
+                "holdout_auc": auc,
+                "holdout_ece": quality.ece,
+                "rows_reference": int(reference.shape[0]),
+                "rows_quarantined": rows_quarantined,
+                "registered_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "registered_by": getpass.getuser(),
+                "model_file_source": str(model_file),
+            },
+        )
+        report = RegistrationReport(
+            model=name, version=version, directory=target, framework=framework, features=list(features),
+            rows=int(outcomes.size), events=int(outcomes.sum()), rows_quarantined=rows_quarantined, auc=auc,
+            reference_rows=int(reference.shape[0]), calibration=quality, warnings=warnings,
+        )
+        _fsynced_json(stage / REGISTRATION_REPORT, report.as_json())
+        _fsynced_json(stage / "metadata.json", metadata.model_dump(mode="json"))
+        registry_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            # rename(2) onto a non-empty folder fails: a version registered meanwhile is never replaced.
+            os.rename(stage, target)
+        except OSError:
+            raise ModelArtifactError(f"model {name} version {version} already exists at {target}; registered versions are never overwritten") from None
+        fd = os.open(registry_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    inference_model_artifact(registry_dir, version)
+    log.info("registered %s %s: hold-out AUC %s on %d rows, %d events", name, version,
+             "n/a" if auc is None else f"{auc:.3f}", outcomes.size, int(outcomes.sum()))
+    return report
+
+
+def _read_parquet(path: Path, what: str) -> pl.DataFrame:
+    path = Path(path)
+    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+    if not files or not files[0].exists():
+        raise PartitionError(f"{what} {path} does not exist or holds no .parquet files")
+    try:
+        return pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed")
+    except Exception as exc:  # noqa: BLE001  (polars and pyarrow raise several kinds for a bad file)
+        raise PartitionError(f"{what} {path} could not be read as Parquet: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """Rows of a job after its guards, as the final model sees them."""
+
+    entity_ids: pl.Series
+    names: tuple[str, ...]
+    matrix: np.ndarray
+    outcomes: np.ndarray | None
+    rows_quarantined: int
+    feature_models: dict[str, str]
+    """Feature model name → the version whose output is among `names`."""
+
+    def frame(self) -> pl.DataFrame:
+        """Entity, one column per model input, and the outcome when there is one: what a training script fits on."""
+        columns = [self.entity_ids, *(pl.Series(n, self.matrix[:, j]) for j, n in enumerate(self.names))]
+        if self.outcomes is not None:
+            columns.append(pl.Series("outcome", self.outcomes.astype(np.int8)))
+        return pl.DataFrame(columns)
+
+
+def job_model_inputs(job: str, rows: Path | pl.DataFrame, *, settings: Settings, labelled: bool, what: str = "rows") -> ModelInputs:
+    """`rows` (raw columns; the spec's outcome column too when `labelled`) through the job's guards, features
+    and feature models — the same path scoring takes, so a model trained on it sees what it will score."""
+    spec = load_job_spec(job, settings)
+    suite = load_guard_suite(settings.expectations_dir / spec.expectation_suite, entity_column=spec.entity_column)
+    features = job_features(spec)
+    label = spec.monitoring.labels.outcome_column
+    frame = rows if isinstance(rows, pl.DataFrame) else _read_parquet(rows, what)
+    where = what if isinstance(rows, pl.DataFrame) else f"{what} {rows}"
+    if labelled and label not in frame.columns:
+        raise PartitionError(
+            f"{where} has no outcome column {label!r} (monitoring.labels.outcome_column in "
+            f"{settings.jobs_dir / (job + '.yaml')}); it has columns {frame.columns}"
+        )
+    checked_raw_schema(frame.to_arrow().schema, suite, where=where)
+    guarded = guarded_chunk(frame, suite, entity_column=spec.entity_column)
+    scorable = guarded.scorable
+    outcomes = None
+    if labelled:
+        bad = scorable.filter(~pl.col(label).cast(pl.Float64, strict=False).is_in([0.0, 1.0]).fill_null(False))
+        if bad.height:
+            raise PartitionError(
+                f"{where}: outcome column {label!r} must be 0 or 1 on every row; {bad.height} rows are not, "
+                f"e.g. {bad[label].head(3).to_list()}"
+            )
+        outcomes = scorable[label].cast(pl.Float64).to_numpy()
+    x = features.feature_matrix(scorable)
+    names = tuple(features.FEATURES)
+    used = {}
+    for ref in spec.model.feature_models:
+        loaded = inference_loaded_model(settings.model_registry_dir(ref.name), ref.version, None, device="cpu", nthread=0)
+        batch = InferenceInput(chunk_id=0, entity_ids=scorable[spec.entity_column].cast(pl.String).to_arrow(),
+                               features=x, feature_names=names)
+        x = np.ascontiguousarray(np.column_stack([x, loaded.engine.inference_outputs(batch).margins.astype(np.float32)]))
+        names = (*names, ref.output_feature)
+        used[ref.name] = loaded.engine.metadata.version
+    return ModelInputs(entity_ids=scorable[spec.entity_column], names=names, matrix=x, outcomes=outcomes,
+                       rows_quarantined=guarded.counts.rows_quarantined, feature_models=used)
+
+
+def registered_job_model(
+    job: str,
+    model_file: Path,
+    *,
+    settings: Settings,
+    holdout: Path | pl.DataFrame,
+    reference: Path | pl.DataFrame | None = None,
+    version: str | None = None,
+    training: Mapping[str, Any] | None = None,
+) -> RegistrationReport:
+    """Register a model of `job`: its hold-out (and reference) rows go through the job's own guards,
+    features and feature models; the outcome is the spec's `monitoring.labels.outcome_column`."""
+    spec = load_job_spec(job, settings)
+    features = job_features(spec)
+    held = job_model_inputs(job, holdout, settings=settings, labelled=True, what="hold-out")
+    if held.outcomes is None or held.outcomes.size == 0:
+        raise PartitionError(f"hold-out {holdout} has no rows the job's guards let through")
+    reference_x = None if reference is None else job_model_inputs(job, reference, settings=settings, labelled=False, what="reference").matrix
+    kinds = {**feature_kinds(features), **{ref.output_feature: "numeric" for ref in spec.model.feature_models}}
+    return registered_model_version(
+        model_file,
+        registry_dir=settings.model_registry_dir(spec.model.name),
+        feature_version=features.FEATURE_VERSION,
+        features=held.names,
+        kinds=kinds,
+        holdout_features=held.matrix,
+        holdout_outcomes=held.outcomes,
+        reference_features=reference_x,
+        version=version,
+        interval_level=spec.prediction.interval_level,
+        rows_quarantined=held.rows_quarantined,
+        training={**({"feature_models": held.feature_models} if held.feature_models else {}), **(training or {})},
+    )

@@ -22,6 +22,7 @@ from rich.text import Text
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.calendar import parse_partition_date, partition_range, yesterday
 from tasks.errors import ExitCode, ScoringError, user_facing_error
+from tasks.features import job_features
 from tasks.jobspec import load_job_spec
 from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
@@ -327,6 +328,44 @@ def recover(
         for r in recovered:
             table.add_row(r.job, str(r.partition_date), r.run_id, r.was, r.now, r.action)
         console.print(table if recovered else f"nothing to recover in {', '.join(jobs) or 'no configured job'}")
+
+    _run(action)
+
+
+@app.command()
+def init(
+    job: Annotated[str, typer.Argument(help="Name of the new job: lower-case letters, digits and _.")],
+    sample: Annotated[Path, typer.Option("--from", help="A sample partition: a folder of Parquet files, or one file.")],
+    entity_column: Annotated[str, typer.Option(help="Column with the id of the scored entity.")],
+    label_column: Annotated[
+        str | None, typer.Option(help="Column with the outcome (1: the event), if the sample has one: sets the base rate.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the job's spec and suite if they exist.")] = False,
+) -> None:
+    """Scaffold jobs/JOB.yaml (declared features, starter rules, reason codes) and expectations/JOB.json
+    (guards profiled from the sample), with `review:` notes on every proposal."""
+    from tasks.scaffold import scaffolded_job
+
+    def action() -> None:
+        settings = current_settings()
+        done = scaffolded_job(
+            job, sample=sample, entity_column=entity_column, label_column=label_column, settings=settings, force=force
+        )
+        kinds = ", ".join(f"{sum(k == kind for k in done.features.values())} {kind}" for kind in ("numeric", "boolean", "categorical"))
+        console.print(f"profiled {done.rows} rows from {len(done.sample_files)} file(s) of {sample}", highlight=False, soft_wrap=True)
+        console.print(f"wrote {done.spec_path}: {len(done.features)} declared features ({kinds})", highlight=False, soft_wrap=True)
+        console.print(f"wrote {done.suite_path}: {done.expectations} expectations", highlight=False, soft_wrap=True)
+        for column, why in done.left_out.items():
+            console.print(f"left out {column}: {why}", highlight=False, soft_wrap=True)
+        console.print(
+            "next: review every `review:` note in both files, then\n"
+            f"  1. register a model named {done.job} trained on these features, feature version "
+            f"{job_features(load_job_spec(done.job, settings)).FEATURE_VERSION} (`score register`)\n"
+            f"  2. score validate {done.job}\n"
+            f"  3. put a partition under {settings.data_dir / 'raw' / done.job}/date=YYYY-MM-DD/ and "
+            f"score run {done.job} --date YYYY-MM-DD",
+            highlight=False, soft_wrap=True,
+        )
 
     _run(action)
 

@@ -22,7 +22,6 @@ from rich.text import Text
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.calendar import parse_partition_date, partition_range, yesterday
 from tasks.errors import ExitCode, ScoringError, user_facing_error
-from tasks.features import job_features
 from tasks.jobspec import load_job_spec
 from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
@@ -352,20 +351,19 @@ def init(
             job, sample=sample, entity_column=entity_column, label_column=label_column, settings=settings, force=force
         )
         kinds = ", ".join(f"{sum(k == kind for k in done.features.values())} {kind}" for kind in ("numeric", "boolean", "categorical"))
-        console.print(f"profiled {done.rows} rows from {len(done.sample_files)} file(s) of {sample}", highlight=False, soft_wrap=True)
-        console.print(f"wrote {done.spec_path}: {len(done.features)} declared features ({kinds})", highlight=False, soft_wrap=True)
-        console.print(f"wrote {done.suite_path}: {done.expectations} expectations", highlight=False, soft_wrap=True)
-        for column, why in done.left_out.items():
-            console.print(f"left out {column}: {why}", highlight=False, soft_wrap=True)
-        console.print(
-            "next: review every `review:` note in both files, then\n"
-            f"  1. register a model named {done.job} trained on these features, feature version "
-            f"{job_features(load_job_spec(done.job, settings)).FEATURE_VERSION} (`score register`)\n"
-            f"  2. score validate {done.job}\n"
-            f"  3. put a partition under {settings.data_dir / 'raw' / done.job}/date=YYYY-MM-DD/ and "
-            f"score run {done.job} --date YYYY-MM-DD",
-            highlight=False, soft_wrap=True,
-        )
+        lines = [
+            f"profiled {done.rows} rows from {len(done.sample_files)} file(s) of {sample}",
+            f"wrote {done.spec_path}: {len(done.features)} declared features ({kinds})",
+            f"wrote {done.suite_path}: {done.expectations} expectations",
+            *(f"left out {column}: {why}" for column, why in done.left_out.items()),
+            "next: review every `review:` note in both files, then",
+            f"  1. register a model named {done.job} trained on these features, feature version {done.feature_version} (`score register`)",
+            f"  2. score validate {done.job}",
+            f"  3. put a partition in {settings.raw_partition_dir(done.job, 'YYYY-MM-DD')} and score run {done.job} --date YYYY-MM-DD",
+        ]
+        for line in lines:
+            # Text, not markup: a path or a column name may hold brackets.
+            console.print(Text(line), highlight=False, soft_wrap=True)
 
     _run(action)
 

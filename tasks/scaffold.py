@@ -14,7 +14,8 @@ and a Great Expectations suite of guards profiled from the same rows (tasks/guar
   that are no feature get no row guard: they cannot harm a score.
 
 The spec is written as text, with a `# review:` comment on every proposal, and is validated (and
-the suite compiled) before anything is written: the sample passes its own suite by construction.
+the suite compiled) before anything is written. The sample passes its own suite by construction,
+except for rows with an infinite number or a missing or repeated id.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class ScaffoldedJob:
     left_out: dict[str, str]
     expectations: int
     base_probability: float | None
+    feature_version: str = FEATURE_VERSION
 
 
 def _sample(path: Path) -> tuple[pl.DataFrame, tuple[Path, ...]]:
@@ -212,10 +214,13 @@ def _profile(series: pl.Series, *, taken: set[str]) -> ColumnProfile:
         why = (
             "numbers stored as text: cast the column upstream to make it a numeric feature"
             if numeric_text
-            else f"{len(values)} distinct strings, too many for categories (an id or free text): derive a feature from it in a Python feature module"
+            else f"{len(values)} distinct strings, too many for categories (an id or free text): "
+            "derive a feature from it in a Python feature module"
         )
         return ColumnProfile(**base, left_out=why)
-    return ColumnProfile(**base, left_out=f"type {series.dtype}: declared features read numbers, booleans and categories; use a Python feature module")
+    return ColumnProfile(
+        **base, left_out=f"type {series.dtype}: declared features read numbers, booleans and categories; use a Python feature module"
+    )
 
 
 def column_profiles(frame: pl.DataFrame, *, entity_column: str, label_column: str | None) -> list[ColumnProfile]:
@@ -273,7 +278,10 @@ def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: st
             expectations.append(typed)
         if p.column == entity_column:
             expectations.append(
-                _expectation("expect_column_values_to_not_be_null", p.column, "quarantine", "a row without an id cannot be scored or matched to its outcome")
+                _expectation(
+                    "expect_column_values_to_not_be_null", p.column, "quarantine",
+                    "a row without an id cannot be scored or matched to its outcome",
+                )
             )
         elif p.nulls == 0 and p.kind is not None:
             expectations.append(
@@ -442,7 +450,8 @@ def job_spec_text(
         f"  name: {job}",
         "  version: latest",
         "prediction:",
-        f"  event: {q(f'{label_column} = 1' if label_column else 'the adverse outcome')}  # review: the event the probability is about, in words",
+        f"  event: {q(f'{label_column} = 1' if label_column else 'the adverse outcome')}"
+        "  # review: the event the probability is about, in words",
         "  interval_level: 0.90",
         "  score:",
         "    # risk score = 50 + points_to_double_odds * log2(odds / base_odds), clipped to 0..100",

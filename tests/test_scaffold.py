@@ -307,3 +307,36 @@ def test_a_scaffolded_job_scores_a_partition_with_nothing_but_a_model_added(scaf
     explained = predictions.filter(pl.col("decision") != "approve")
     assert explained.height > 0 and set(explained["reason_codes"].explode().drop_nulls()) <= codes
     assert pq.read_metadata(files[0]).num_rows > 0
+
+
+def test_odd_columns_get_safe_feature_names_or_are_left_out_with_a_reason(workspace: Settings, tmp_path: Path) -> None:
+    from tasks.scaffold import scaffolded_job
+
+    rng = np.random.default_rng(9)
+    rows = 400
+    sample = pl.DataFrame(
+        {
+            "key": [f"k{i}" for i in range(rows)],
+            "loan amount": rng.uniform(100, 900, rows),
+            "amount_text": [f"{v:.2f}" for v in rng.uniform(0, 1e4, rows)],
+            "opened": [dt.date(2026, 1, 1) + dt.timedelta(days=int(d)) for d in rng.integers(0, 60, rows)],
+            "flag01": rng.integers(0, 2, rows),
+            "yn": rng.choice(["Y", "N"], rows),
+            'home "type"': rng.choice(["a b", "[c]", "yes"], rows),
+        }
+    )
+    path = tmp_path / "odd.parquet"
+    sample.write_parquet(path)
+    done = scaffolded_job("odd", sample=path, entity_column="key", label_column=None, settings=workspace)
+    assert done.features == {"loan_amount": "numeric", "flag01": "boolean", "yn": "boolean", "home__type_": "categorical"}
+    assert "numbers stored as text" in done.left_out["amount_text"] and "Date" in done.left_out["opened"]
+    spec = load_job_spec("odd", workspace)
+    sources = {c.name: c.raw_column for c in spec.features.columns}
+    assert sources["loan_amount"] == "loan amount" and sources["home__type_"] == 'home "type"'
+    features = job_features(spec)
+    matrix = features.feature_matrix(sample)
+    np.testing.assert_array_equal(matrix[:, 0], sample["loan amount"].cast(pl.Float32).to_numpy())
+    np.testing.assert_array_equal(matrix[:, 2], (sample["yn"] == "Y").cast(pl.Float32).to_numpy())
+    assert set(features.CATEGORIES["home__type_"]) == {"a b", "[c]", "yes"}
+    guarded = guarded_chunk(sample, load_guard_suite(done.suite_path, entity_column="key"), entity_column="key")
+    assert guarded.actions.height == 0

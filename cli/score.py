@@ -438,5 +438,42 @@ def recover(
     _run(action)
 
 
+@app.command()
+def init(
+    job: Annotated[str, typer.Argument(help="Name of the new job: lower-case letters, digits and _.")],
+    sample: Annotated[Path, typer.Option("--from", help="A sample partition: a folder of Parquet files, or one file.")],
+    entity_column: Annotated[str, typer.Option(help="Column with the id of the scored entity.")],
+    label_column: Annotated[
+        str | None, typer.Option(help="Column with the outcome (1: the event), if the sample has one: sets the base rate.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the job's spec and suite if they exist.")] = False,
+) -> None:
+    """Scaffold jobs/JOB.yaml (declared features, starter rules, reason codes) and expectations/JOB.json
+    (guards profiled from the sample), with `review:` notes on every proposal."""
+    from tasks.scaffold import scaffolded_job
+
+    def action() -> None:
+        settings = current_settings()
+        done = scaffolded_job(
+            job, sample=sample, entity_column=entity_column, label_column=label_column, settings=settings, force=force
+        )
+        kinds = ", ".join(f"{sum(k == kind for k in done.features.values())} {kind}" for kind in ("numeric", "boolean", "categorical"))
+        lines = [
+            f"profiled {done.rows} rows from {len(done.sample_files)} file(s) of {sample}",
+            f"wrote {done.spec_path}: {len(done.features)} declared features ({kinds})",
+            f"wrote {done.suite_path}: {done.expectations} expectations",
+            *(f"left out {column}: {why}" for column, why in done.left_out.items()),
+            "next: review every `review:` note in both files, then",
+            f"  1. register a model named {done.job} trained on these features, feature version {done.feature_version} (`score register`)",
+            f"  2. score validate {done.job}",
+            f"  3. put a partition in {settings.raw_partition_dir(done.job, 'YYYY-MM-DD')} and score run {done.job} --date YYYY-MM-DD",
+        ]
+        for line in lines:
+            # Text, not markup: a path or a column name may hold brackets.
+            console.print(Text(line), highlight=False, soft_wrap=True)
+
+    _run(action)
+
+
 def main() -> None:
     app()

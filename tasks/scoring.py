@@ -46,6 +46,7 @@ from tasks.duplicates import (
 )
 from tasks.fallback_report import fallback_limit_breaches, fallback_report_rows
 from tasks.features import FeatureModule, job_features
+from tasks.features.declared import DeclaredFeatures
 from tasks.guards import (
     GuardCounts,
     GuardedChunk,
@@ -128,7 +129,11 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     if not raw_dir.is_dir():
         raise PartitionError(f"no raw partition for job {job!r} on {partition_date}: {raw_dir} does not exist")
     for path in checked_raw_files(raw_dir):
-        checked_raw_schema(pq.read_schema(path), suite, where=f"raw file {path}")
+        schema = pq.read_schema(path)
+        checked_raw_schema(schema, suite, where=f"raw file {path}")
+        if isinstance(features, DeclaredFeatures):
+            # A Python module reads what it needs itself; declared features say what they read, so check it now.
+            features.checked_raw_schema(schema, where=f"raw file {path}")
     device, nthread = spec.inference.device, spec.inference.nthread
     feature_models = []
     for ref in spec.model.feature_models:

@@ -1,5 +1,7 @@
 """Job feature modules. Each declares FEATURE_VERSION, FEATURES and feature_matrix(); training and
-scoring both go through the same module, so the two cannot drift apart.
+scoring both go through the same module, so the two cannot drift apart. A job spec either names a
+Python module (`feature_module`) or declares tabular features itself (`features`, computed by
+tasks/features/declared.py); `job_features` gives either as a FeatureModule.
 
 A module may also declare FEATURE_KINDS (feature → "numeric" | "boolean" | "categorical"; unnamed
 features are numeric) and CATEGORIES (categorical feature → the category each code 0, 1, … stands
@@ -37,7 +39,12 @@ def load_feature_module(dotted: str) -> FeatureModule:
 
 
 def job_features(spec: JobSpec) -> FeatureModule:
-    """The features of a job: its feature module."""
+    """The features of a job: the ones its spec declares, or its Python feature module."""
+    if spec.features is not None:
+        from tasks.features.declared import DeclaredFeatures
+
+        return DeclaredFeatures(spec.features)
+    assert spec.feature_module is not None, "JobSpec validation gives a job exactly one source of features"
     return load_feature_module(spec.feature_module)
 
 

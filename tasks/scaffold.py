@@ -1,0 +1,553 @@
+"""`score init`: a job scaffolded from a sample partition, to review before a model is registered.
+
+From the sample's columns it proposes a job spec with declared features (tasks/features/declared.py)
+and a Great Expectations suite of guards profiled from the same rows (tasks/guards.py):
+
+- numeric columns are numeric features; a column of just 0 and 1, a polars Boolean, or strings
+  that are one true and one false word (yes/no, true/false, y/n) are boolean; strings with few
+  distinct values are categorical, their categories most frequent first; anything else (ids, free
+  text, dates) is left out, with a comment saying why;
+- every column must exist with its type (fail); a feature's column without nulls in the sample
+  must stay without (quarantine); numbers must lie within the sample's p0.1..p99.9 widened by a tenth of that
+  range and by the sample's own extremes (quarantine); low-cardinality strings must be a value the
+  sample had (quarantine); an entity id with one evident shape must keep it (quarantine). Columns
+  that are no feature get no row guard: they cannot harm a score.
+
+The spec is written as text, with a `# review:` comment on every proposal, and is validated (and
+the suite compiled) before anything is written. The sample passes its own suite by construction,
+except for rows with an infinite number or a missing or repeated id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from tasks.errors import JobSpecError, LabelError, PartitionError
+from tasks.features import FeatureKind
+from tasks.guards import load_guard_suite
+from tasks.jobspec import FALSE_VALUES, FEATURE_NAME_PATTERN, NAME_PATTERN, TRUE_VALUES, JobSpec, UniqueKeyLoader
+from tasks.settings import Settings
+
+MAX_CATEGORIES = 30
+"""More distinct strings than this make a column an id or free text, not a category."""
+QUANTILES = (0.001, 0.999)
+MARGIN = 0.1
+"""Share of the p0.1..p99.9 range added on each side of a `between` guard."""
+FEATURE_VERSION = "1.0.0"
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
+_TOKEN = r"[0-9]+|[A-Z]+|[a-z]+|[^0-9A-Za-z]+"
+
+
+@dataclass(frozen=True)
+class ColumnProfile:
+    """What the sample says about one raw column, and what the scaffold makes of it."""
+
+    column: str
+    dtype: pl.DataType
+    rows: int
+    nulls: int
+    kind: FeatureKind | None = None
+    """The feature's kind; None when the column is no feature (the entity, or see `left_out`)."""
+    feature: str | None = None
+    values: tuple[Any, ...] = ()
+    """Distinct values, most frequent first, of a boolean or categorical column."""
+    shares: tuple[float, ...] = ()
+    bounds: tuple[float, float] | None = None
+    observed: dict[str, float] = field(default_factory=dict)
+    id_regex: str | None = None
+    left_out: str = ""
+
+
+@dataclass(frozen=True)
+class ScaffoldedJob:
+    """The files `score init` wrote and what it proposed in them."""
+
+    job: str
+    spec_path: Path
+    suite_path: Path
+    sample_files: tuple[Path, ...]
+    rows: int
+    features: dict[str, FeatureKind]
+    left_out: dict[str, str]
+    expectations: int
+    base_probability: float | None
+    feature_version: str = FEATURE_VERSION
+
+
+def _sample(path: Path) -> tuple[pl.DataFrame, tuple[Path, ...]]:
+    if not path.exists():
+        raise PartitionError(f"sample {path} does not exist; give a partition folder of Parquet files or one Parquet file")
+    files = (path,) if path.is_file() else tuple(sorted(path.rglob("*.parquet")))
+    if not files:
+        raise PartitionError(f"sample folder {path} holds no .parquet file")
+    frames = []
+    for file in files:
+        try:
+            frames.append(pl.read_parquet(file))
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise PartitionError(f"sample file {file} is not a readable Parquet file: {' '.join(str(exc).split())[:200]}") from None
+    try:
+        frame = pl.concat(frames, how="vertical_relaxed")
+    except pl.exceptions.PolarsError as exc:
+        raise PartitionError(f"the files of sample {path} do not share one schema: {' '.join(str(exc).split())[:200]}") from None
+    if frame.height == 0:
+        raise PartitionError(f"sample {path} has no rows")
+    return frame, files
+
+
+def _missing(series: pl.Series) -> int:
+    return series.null_count() + (int(series.is_nan().sum()) if series.dtype.is_float() else 0)
+
+
+def _nice_bounds(low: float, high: float, lowest: float, highest: float, *, integer: bool, non_negative: bool) -> tuple[float, float]:
+    """[low, high] widened to contain [lowest, highest], rounded outward to a readable step."""
+    low, high = min(low, lowest), max(high, highest)
+    if non_negative:
+        low = max(low, 0.0)
+    span = high - low
+    step = 10.0 ** (math.floor(math.log10(span)) - 1) if span > 0 else 1.0
+    if integer:
+        step = max(step, 1.0)
+    digits = max(0, -math.floor(math.log10(step)))
+    lo, hi = round(math.floor(low / step) * step, digits), round(math.ceil(high / step) * step, digits)
+    lo = lo - step if lo > lowest else lo
+    hi = hi + step if hi < highest else hi
+    return (int(lo), int(hi)) if integer else (lo, hi)
+
+
+def _between(series: pl.Series) -> tuple[tuple[float, float], dict[str, float]]:
+    present = series.drop_nulls()
+    present = present.filter(present.is_finite()) if present.dtype.is_float() else present
+    p_low, p_high = (float(present.quantile(q, interpolation="linear")) for q in QUANTILES)
+    lowest, highest = float(present.min()), float(present.max())
+    margin = MARGIN * (p_high - p_low) if p_high > p_low else max(MARGIN * abs(p_high), 1.0)
+    bounds = _nice_bounds(
+        p_low - margin, p_high + margin, lowest, highest, integer=series.dtype.is_integer(), non_negative=lowest >= 0
+    )
+    return bounds, {"p0.1": p_low, "p99.9": p_high, "min": lowest, "max": highest}
+
+
+def _id_regex(series: pl.Series) -> str | None:
+    """`^…$` that every value of a string column matches, when all values share one shape of runs of
+    digits, upper- and lower-case letters and other characters; constant letters and separators stay
+    literal (`C-`, `APP-`), digits become `\\d{n}` (or `{m,n}`). None when no single shape is evident."""
+    values = series.drop_nulls().unique()
+    if values.len() < 2:
+        return None
+    shapes = values.str.replace_all("[0-9]+", "9").str.replace_all("[A-Z]+", "A").str.replace_all("[a-z]+", "a")
+    if shapes.n_unique() != 1:
+        return None
+    tokens = values.str.extract_all(_TOKEN)
+    width = tokens.list.len().max()
+    parts = []
+    for i in range(width):
+        token = tokens.list.get(i)
+        first = token[0]
+        lengths = token.str.len_chars()
+        low, high = lengths.min(), lengths.max()
+        repeat = f"{{{low}}}" if low == high else f"{{{low},{high}}}"
+        if first.isdigit():
+            parts.append(rf"\d{repeat}")
+        elif token.n_unique() == 1:
+            parts.append(re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", first))
+        elif first.isupper():
+            parts.append(f"[A-Z]{repeat}")
+        else:
+            parts.append(f"[a-z]{repeat}")
+    if all(not p.startswith(("\\d", "[")) for p in parts):
+        return None
+    pattern = "^" + "".join(parts) + "$"
+    return pattern if bool(values.str.contains(pattern).all()) else None
+
+
+def _feature_name(column: str, taken: set[str]) -> str:
+    if re.fullmatch(FEATURE_NAME_PATTERN, column) and column not in taken:
+        return column
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", column)[:120]
+    base = base if re.match(r"[A-Za-z_]", base) else f"_{base}"
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    return name
+
+
+def _counted(series: pl.Series) -> tuple[tuple[Any, ...], tuple[float, ...]]:
+    counts = series.drop_nulls().value_counts(name="n").sort(["n", series.name], descending=[True, False])
+    total = counts["n"].sum()
+    return tuple(counts[series.name].to_list()), tuple(n / total for n in counts["n"].to_list())
+
+
+def _profile(series: pl.Series, *, taken: set[str]) -> ColumnProfile:
+    base = {"column": series.name, "dtype": series.dtype, "rows": series.len(), "nulls": _missing(series)}
+    present = series.drop_nulls()
+    if series.dtype == pl.Null or present.len() == 0:
+        return ColumnProfile(**base, left_out="no value in the sample, so its kind is unknown")
+    if series.dtype == pl.Boolean:
+        values, shares = _counted(series)
+        return ColumnProfile(**base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares)
+    if series.dtype.is_numeric():
+        if series.dtype.is_float() and not present.is_finite().any():
+            return ColumnProfile(**base, left_out="no finite value in the sample, so its range is unknown")
+        if set(present.unique().to_list()) == {0, 1}:
+            values, shares = _counted(series)
+            return ColumnProfile(**base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares)
+        bounds, observed = _between(series)
+        return ColumnProfile(**base, kind="numeric", feature=_feature_name(series.name, taken), bounds=bounds, observed=observed)
+    if series.dtype in (pl.String, pl.Categorical) or isinstance(series.dtype, pl.Enum):
+        text = series.cast(pl.String)
+        values, shares = _counted(text)
+        words = {str(v).strip().lower() for v in values}
+        if len(words) == 2 and len(values) == 2 and words & set(TRUE_VALUES) and words & set(FALSE_VALUES):
+            return ColumnProfile(**base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares)
+        if len(values) <= MAX_CATEGORIES and len(values) <= max(2, present.len() // 2):
+            return ColumnProfile(**base, kind="categorical", feature=_feature_name(series.name, taken), values=values, shares=shares)
+        numeric_text = text.drop_nulls().str.contains(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$").all()
+        why = (
+            "numbers stored as text: cast the column upstream to make it a numeric feature"
+            if numeric_text
+            else f"{len(values)} distinct strings, too many for categories (an id or free text): "
+            "derive a feature from it in a Python feature module"
+        )
+        return ColumnProfile(**base, left_out=why)
+    return ColumnProfile(
+        **base, left_out=f"type {series.dtype}: declared features read numbers, booleans and categories; use a Python feature module"
+    )
+
+
+def column_profiles(frame: pl.DataFrame, *, entity_column: str, label_column: str | None) -> list[ColumnProfile]:
+    """A profile of every column of the sample but the label's, in the sample's order."""
+    taken: set[str] = set()
+    profiles = []
+    for name in frame.columns:
+        if name == label_column:
+            continue
+        series = frame.get_column(name)
+        if name == entity_column:
+            id_regex = _id_regex(series.cast(pl.String)) if series.dtype == pl.String else None
+            profiles.append(ColumnProfile(column=name, dtype=series.dtype, rows=series.len(), nulls=_missing(series), id_regex=id_regex))
+            continue
+        profile = _profile(series, taken=taken)
+        if profile.feature:
+            taken.add(profile.feature)
+        profiles.append(profile)
+    return profiles
+
+
+# --- the expectation suite ------------------------------------------------------------------------
+
+
+def _expectation(etype: str, column: str, action: str, review: str = "", **kwargs: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"guard": {"action": action}}
+    if review:
+        meta["review"] = review
+    return {"type": etype, "kwargs": {"column": column, **kwargs}, "meta": meta}
+
+
+def _type_expectation(profile: ColumnProfile) -> dict[str, Any] | None:
+    dtype, column = profile.dtype, profile.column
+    if dtype.is_numeric():
+        # Both: a column of integers arrives as floats once a writer fills a null with NaN.
+        return _expectation("expect_column_values_to_be_in_type_list", column, "fail", type_list=["int64", "float64"])
+    if dtype == pl.String:
+        return _expectation("expect_column_values_to_be_of_type", column, "fail", type_="str")
+    if dtype == pl.Boolean:
+        return _expectation("expect_column_values_to_be_of_type", column, "fail", type_="bool")
+    return None
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: str, sample: Path) -> dict[str, Any]:
+    """The Great Expectations 1.x suite profiled from the sample, each expectation with its `meta.guard` action."""
+    expectations: list[dict[str, Any]] = []
+    for p in profiles:
+        expectations.append(_expectation("expect_column_to_exist", p.column, "fail"))
+        typed = _type_expectation(p)
+        if typed is not None:
+            expectations.append(typed)
+        if p.column == entity_column:
+            expectations.append(
+                _expectation(
+                    "expect_column_values_to_not_be_null", p.column, "quarantine",
+                    "a row without an id cannot be scored or matched to its outcome",
+                )
+            )
+        elif p.nulls == 0 and p.kind is not None:
+            expectations.append(
+                _expectation(
+                    "expect_column_values_to_not_be_null", p.column, "quarantine",
+                    f"the sample had no missing value in {p.rows} rows; delete this if missing values are expected "
+                    "(the model sees them as missing), or repair with a default",
+                )
+            )
+        if p.id_regex:
+            expectations.append(
+                _expectation(
+                    "expect_column_values_to_match_regex", p.column, "quarantine",
+                    "every id in the sample has this shape; widen the pattern if other shapes are valid", regex=p.id_regex,
+                )
+            )
+        if p.bounds is not None:
+            observed = ", ".join(f"{k} {v:.6g}" for k, v in p.observed.items())
+            expectations.append(
+                _expectation(
+                    "expect_column_values_to_be_between", p.column, "quarantine",
+                    f"sample {observed}; the bounds widen p0.1..p99.9 by a tenth of that range each side. "
+                    "Set the range the model may score; `repair` with `repair: clip` scores clipped values instead",
+                    min_value=p.bounds[0], max_value=p.bounds[1],
+                )
+            )
+        if p.kind in ("boolean", "categorical") and p.dtype != pl.Boolean:
+            expectations.append(
+                _expectation(
+                    "expect_column_values_to_be_in_set", p.column, "quarantine",
+                    "the values of the sample; an unlisted value would be a missing feature. Add the valid values, "
+                    "or repair with a default",
+                    value_set=[_plain(v) for v in p.values],
+                )
+            )
+        if p.column == entity_column:
+            expectations.append(
+                {"type": "expect_column_values_to_be_unique", "kwargs": {"column": p.column}, "meta": {"guard": {"action": "quarantine_all"}}}
+            )
+    return {
+        "name": job,
+        "expectations": expectations,
+        "meta": {
+            "guard_contract": (
+                "Each expectation's meta.guard.action is repair (with repair=default|clip), quarantine or fail; the entity "
+                "key's uniqueness (expect_column_values_to_be_unique) takes keep_first, quarantine_all or fail; see tasks/guards.py."
+            ),
+            "scaffolded_from": str(sample),
+        },
+        "notes": (
+            f"Feature guards of the {job} job, profiled by `score init` from {sample}. Review each expectation's "
+            "meta.review and its action before the first run; this suite decides what a scorable row looks like."
+        ),
+    }
+
+
+# --- the job spec ---------------------------------------------------------------------------------
+
+
+def _scalar(value: Any) -> str:
+    """A YAML scalar that reads back as `value`: plain when it is safe, JSON-quoted otherwise."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return repr(value) if isinstance(value, float) else str(value)
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _flow(items: list[Any]) -> str:
+    return "[" + ", ".join(_scalar(v) for v in items) + "]"
+
+
+def _humane(name: str) -> str:
+    words = re.sub(r"[_.\-]+", " ", name).strip()
+    return (words[:1].upper() + words[1:]) or name
+
+
+def _feature_line(p: ColumnProfile) -> str:
+    fields = [f"name: {_scalar(p.feature)}"]
+    if p.feature != p.column:
+        fields.append(f"source: {_scalar(p.column)}")
+    if p.kind != "numeric":
+        fields.append(f"kind: {p.kind}")
+    if p.kind == "categorical":
+        fields.append(f"categories: {_flow(list(p.values))}")
+    if p.kind == "boolean" and p.dtype == pl.String:
+        words = [str(v) for v in p.values]
+        truthy = [w for w in words if w.strip().lower() in TRUE_VALUES]
+        falsy = [w for w in words if w.strip().lower() in FALSE_VALUES]
+        note = f"{_scalar(truthy[0])} → 1, {_scalar(falsy[0])} → 0"
+    elif p.kind == "boolean":
+        note = "1/true → 1, 0/false → 0"
+    elif p.kind == "categorical":
+        note = f"{len(p.values)} values, most frequent first ({p.shares[0]:.0%} {_scalar(p.values[0])})"
+    else:
+        note = f"{p.observed['min']:.6g} to {p.observed['max']:.6g}"
+    nulls = f"{p.nulls} missing of {p.rows}" if p.nulls else "none missing"
+    return f"    - {{{', '.join(fields)}}}  # {p.dtype}, {nulls}; {note}"
+
+
+def _label_rate(frame: pl.DataFrame, label_column: str, where: str) -> tuple[float, int, int]:
+    labels = frame.get_column(label_column).drop_nulls()
+    if labels.dtype == pl.Boolean:
+        labels = labels.cast(pl.Int8)
+    if not labels.dtype.is_numeric() or not set(labels.unique().to_list()) <= {0, 1} or labels.len() == 0:
+        shown = labels.unique().head(5).to_list() if labels.len() else "no value"
+        raise LabelError(f"{where}: label column {label_column!r} must hold 1 (the event) and 0 (not), got {shown} ({labels.dtype})")
+    events = int(labels.sum())
+    return events / labels.len(), events, labels.len()
+
+
+def _base_probability(rate: float) -> float:
+    # The spec needs 0 < p < 1: a sample without (or with only) events still gets a valid, visibly extreme value.
+    return min(max(round(rate, 4), 0.0001), 0.9999)
+
+
+def job_spec_text(
+    job: str,
+    profiles: list[ColumnProfile],
+    *,
+    entity_column: str,
+    label_column: str | None,
+    sample: Path,
+    label_rate: tuple[float, int, int] | None,
+) -> str:
+    """The job spec as commented YAML: declared features, a starter rule table, one reason code per feature."""
+    features = [p for p in profiles if p.kind is not None]
+    left_out = [p for p in profiles if p.kind is None and p.column != entity_column]
+    if label_rate is not None:
+        rate, events, labelled = label_rate
+        base = _base_probability(rate)
+        base_note = f"the rate of {label_column} = 1 in the sample ({events} of {labelled} rows)"
+    else:
+        base, base_note = 0.1, "a placeholder: no --label-column was given"
+    cut = min(0.5, max(0.01, round(2 * base, 2)))
+    q = _scalar
+    lines = [
+        f"# Job {job}, scaffolded by `score init` from {sample}.",
+        "# Every value below is a proposal from that sample: read each `# review:` line, then register a",
+        "# model trained on exactly these features (FEATURE_VERSION = features.version) before the first run.",
+        f"name: {job}",
+        f"description: {q(f'Scaffolded from {sample.name}; say what the job scores.')}  # review: one sentence for the model card",
+        f"entity_column: {q(entity_column)}",
+        f"expectation_suite: {job}.json  # the guards, profiled from the same sample: review its meta.review notes",
+        "features:",
+        "  # FEATURE_VERSION: a registered model must declare this version; bump it whenever a column below changes.",
+        f'  version: "{FEATURE_VERSION}"',
+        "  # numeric: the number as it is, missing stays missing; add `clip: [low, high]` to bound it.",
+        f"  # boolean: {'/'.join(TRUE_VALUES)} → 1, {'/'.join(FALSE_VALUES)} → 0 (any case), anything else missing;",
+        "  #   `true_values: [...]` / `false_values: [...]` replace those words.",
+        "  # categorical: the code is the position in `categories`, an unlisted value is missing; append new",
+        "  #   categories at the end (and bump the version), never reorder them under a trained model.",
+        "  # review: the kinds were guessed from the sample's values; the order is the model's input order.",
+        "  columns:",
+        *(_feature_line(p) for p in features),
+    ]
+    if left_out:
+        lines.append("  # Left out (no feature; add one by hand or use a Python `feature_module` instead of `features`):")
+        lines += [f"  #   {p.column}: {p.left_out}" for p in left_out]
+    lines += [
+        "model:",
+        "  # review: the registry name of the model trained on these features (data/models/<name>/).",
+        f"  name: {job}",
+        "  version: latest",
+        "prediction:",
+        f"  event: {q(f'{label_column} = 1' if label_column else 'the adverse outcome')}"
+        "  # review: the event the probability is about, in words",
+        "  interval_level: 0.90",
+        "  score:",
+        "    # risk score = 50 + points_to_double_odds * log2(odds / base_odds), clipped to 0..100",
+        f"    # review: base_probability (the probability at score 50) is {base_note}.",
+        f"    base_probability: {base}",
+        "    points_to_double_odds: 10",
+        "  rules:",
+        f"    # review: the cut-off {cut} is a placeholder (twice the base probability): set your risk appetite.",
+        "    # Every row must match exactly one rule; loading the spec proves it, so edit the three together.",
+        "    - id: DECLINE_HIGH_RISK",
+        "      description: Even the optimistic end of the interval is above the cut-off.",
+        f"      when: {{probability_low: {{ge: {cut}}}}}",
+        "      decision: decline",
+        "    - id: REVIEW_UNCERTAIN",
+        "      description: The interval straddles the cut-off; a person decides.",
+        f"      when: {{probability_low: {{lt: {cut}}}, probability_high: {{ge: {cut}}}}}",
+        "      decision: manual_review",
+        "    - id: APPROVE",
+        "      description: Even the pessimistic end of the interval is below the cut-off.",
+        f"      when: {{probability_high: {{lt: {cut}}}}}",
+        "      decision: approve",
+        "  reasons:",
+        "    top_k: 3",
+        "    for_decisions: [decline, manual_review]",
+        "    no_adverse_code: R00",
+        "    no_adverse_text: No single factor raised the risk.",
+        "    # review: one code per feature; the text is what the reader of a decision sees, so say what it means.",
+        "    codes:",
+        *(
+            f"      {q(p.feature)}: {{code: R{i:02d}, text: {q(_humane(p.feature or p.column))}}}"
+            for i, p in enumerate(features, start=1)
+        ),
+        "limits:",
+        "  # Largest shares of a partition's rows the guards may repair / quarantine before the run fails.",
+        "  max_repaired_share: 0.20",
+        "  max_quarantined_share: 0.05",
+        "monitoring:",
+        "  labels:",
+        f"    # review: outcomes arrive as data/labels/{job}/date=D/*.parquet with these columns (1: the event happened).",
+        f"    entity_column: {q(entity_column)}",
+    ]
+    if label_column:
+        lines.append(f"    outcome_column: {q(label_column)}")
+    else:
+        lines.append("    outcome_column: outcome  # review: no --label-column was given; name the labels' outcome column")
+    lines.append("    observed_date_column: observed_date")
+    return "\n".join(lines) + "\n"
+
+
+def _refused_name(job: str) -> None:
+    if not re.fullmatch(NAME_PATTERN, job):
+        raise JobSpecError(f"job name {job[:80]!r} is not allowed: use lower-case letters, digits and _ (at most 64), starting with a letter")
+
+
+def scaffolded_job(
+    job: str, *, sample: Path, entity_column: str, label_column: str | None, settings: Settings, force: bool = False
+) -> ScaffoldedJob:
+    """Write `jobs/<job>.yaml` and `expectations/<job>.json` profiled from the sample partition.
+
+    Refuses (JobSpecError) to overwrite either file unless `force`; a missing sample or column is a
+    PartitionError listing the columns the sample has. Both files are validated before either is written.
+    """
+    _refused_name(job)
+    spec_path, suite_path = settings.jobs_dir / f"{job}.yaml", settings.expectations_dir / f"{job}.json"
+    existing = [str(p) for p in (spec_path, suite_path) if p.exists()]
+    if existing and not force:
+        raise JobSpecError(f"job {job!r} already has {' and '.join(existing)}; pass --force to overwrite, or choose another name")
+    frame, files = _sample(sample)
+    for option, column in (("--entity-column", entity_column), ("--label-column", label_column)):
+        if column is not None and column not in frame.columns:
+            raise PartitionError(f"{option} {column!r} is not a column of sample {sample}; its columns: {', '.join(frame.columns)}")
+    if label_column == entity_column:
+        raise PartitionError(f"--label-column {label_column!r} is the entity column; name the column with the outcome")
+    profiles = column_profiles(frame, entity_column=entity_column, label_column=label_column)
+    if not any(p.kind for p in profiles):
+        raise PartitionError(
+            f"sample {sample} has no column that can be a declared feature besides {entity_column!r}"
+            + (f" and {label_column!r}" if label_column else "")
+            + "; " + "; ".join(f"{p.column}: {p.left_out}" for p in profiles if p.left_out)
+        )
+    rate = _label_rate(frame, label_column, f"sample {sample}") if label_column else None
+    spec_text = job_spec_text(job, profiles, entity_column=entity_column, label_column=label_column, sample=sample, label_rate=rate)
+    suite = profiled_suite(job, profiles, entity_column=entity_column, sample=sample)
+    suite_text = json.dumps(suite, indent=2, ensure_ascii=False) + "\n"
+    # A scaffold that did not load would be a bug here, not the user's to debug: prove both load first.
+    JobSpec.model_validate(yaml.load(spec_text, Loader=UniqueKeyLoader))  # noqa: S506  (a SafeLoader subclass)
+    with tempfile.TemporaryDirectory() as scratch:
+        probe = Path(scratch) / suite_path.name
+        probe.write_text(suite_text, encoding="utf-8")
+        load_guard_suite(probe, entity_column=entity_column)
+    spec_path.write_text(spec_text, encoding="utf-8")
+    suite_path.write_text(suite_text, encoding="utf-8")
+    return ScaffoldedJob(
+        job=job, spec_path=spec_path, suite_path=suite_path, sample_files=files, rows=frame.height,
+        features={p.feature: p.kind for p in profiles if p.feature and p.kind},
+        left_out={p.column: p.left_out for p in profiles if p.left_out},
+        expectations=len(suite["expectations"]),
+        base_probability=None if rate is None else _base_probability(rate[0]),
+    )

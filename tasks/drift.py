@@ -160,3 +160,36 @@ def drift_report_rows(
                 "out_of_range_share": float(shares[0] + shares[-1]),
             })
     return sorted(rows, key=lambda r: (r["baseline"], -np.nan_to_num(r["psi"], nan=-1.0)))
+
+
+# SHIM
+def reference_statistics(matrix, names, kinds=None) :
+    """Per-feature training distribution: moments, quantiles and a decile histogram."""
+    stats: dict[str, ReferenceStats] = {}
+    for j, name in enumerate(names):
+        col = matrix[:, j].astype(np.float64)
+        present = col[~np.isnan(col)]
+        if present.size == 0:
+            stats[name] = __import__('tasks.inference.registry', fromlist=['x']).ReferenceStats(count=col.size, null_count=col.size, mean=None, std=None, min=None, max=None)
+            continue
+        qs = np.quantile(present, [0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99])
+        edges = np.unique(np.quantile(present, np.linspace(0, 1, 11)))
+        counts, _ = np.histogram(present, bins=edges) if edges.size > 1 else (np.array([present.size]), None)
+        # Interior quantiles only: the training extremes would put one row in an edge bin of its own.
+        percentiles = np.quantile(present, np.arange(1, 100) / 100)
+        drift_edges, psi_edges = np.unique(percentiles), np.unique(percentiles[9::10])
+        stats[name] = __import__('tasks.inference.registry', fromlist=['x']).ReferenceStats(
+            count=col.size,
+            null_count=int(col.size - present.size),
+            mean=float(present.mean()),
+            std=float(present.std()),
+            min=float(present.min()),
+            max=float(present.max()),
+            quantiles={f"p{int(q * 100):02d}": float(v) for q, v in zip([0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99], qs)},
+            bin_edges=edges.tolist(),
+            bin_counts=counts.tolist(),
+            drift_edges=drift_edges.tolist(),
+            drift_counts=drift_bin_counts(col, drift_edges)[0].tolist(),
+            psi_edges=psi_edges.tolist(),
+        )
+    return stats

@@ -286,8 +286,8 @@ def test_a_scaffolded_job_scores_a_partition_with_nothing_but_a_model_added(scaf
     x = features.feature_matrix(scaffold.sample)
     registered_classifier(
         x, scaffold.sample["defaulted"].to_numpy().astype(np.float32), names=features.FEATURES,
-        feature_version=features.FEATURE_VERSION, model_dir=settings.model_registry_dir(JOB) / "1", model_name=JOB,
-        version="1", seed=1, training_window=(dt.date(2026, 3, 1), dt.date(2026, 3, 1)), rows_quarantined=0,
+        feature_version=features.FEATURE_VERSION, model_dir=settings.model_registry_dir(JOB) / "1",
+        seed=1, training_window=(dt.date(2026, 3, 1), dt.date(2026, 3, 1)), rows_quarantined=0,
     )
     day = "2026-03-02"
     raw = sample_frame(seed=4, rows=1_500, first_id=10_000).drop("defaulted")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,10 @@ import numpy as np
 import polars as pl
 import xgboost as xgb
 
-from tasks.drift import drift_bin_counts
-from tasks.features import FeatureModule
+from tasks.drift import reference_statistics
+from tasks.features import FeatureKind, FeatureModule, feature_kinds
 from tasks.guards import GuardSuite, guarded_chunk
-from tasks.inference.registry import ModelMetadata, ReferenceStats, inference_model_checksum
+from tasks.inference.registry import ModelMetadata, inference_model_checksum
 from tasks.prediction.calibration import BinnedBetaCalibrator
 
 log = logging.getLogger("scoring.training")
@@ -40,38 +41,6 @@ def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
     pos = labels == 1
     n_pos, n_neg = pos.sum(), (~pos).sum()
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
-def reference_stats(matrix: np.ndarray, names: tuple[str, ...]) -> dict[str, ReferenceStats]:
-    """Per-feature training distribution: moments, quantiles and a decile histogram."""
-    stats: dict[str, ReferenceStats] = {}
-    for j, name in enumerate(names):
-        col = matrix[:, j].astype(np.float64)
-        present = col[~np.isnan(col)]
-        if present.size == 0:
-            stats[name] = ReferenceStats(count=col.size, null_count=col.size, mean=None, std=None, min=None, max=None)
-            continue
-        qs = np.quantile(present, [0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99])
-        edges = np.unique(np.quantile(present, np.linspace(0, 1, 11)))
-        counts, _ = np.histogram(present, bins=edges) if edges.size > 1 else (np.array([present.size]), None)
-        # Interior quantiles only: the training extremes would put one row in an edge bin of its own.
-        percentiles = np.quantile(present, np.arange(1, 100) / 100)
-        drift_edges, psi_edges = np.unique(percentiles), np.unique(percentiles[9::10])
-        stats[name] = ReferenceStats(
-            count=col.size,
-            null_count=int(col.size - present.size),
-            mean=float(present.mean()),
-            std=float(present.std()),
-            min=float(present.min()),
-            max=float(present.max()),
-            quantiles={f"p{int(q * 100):02d}": float(v) for q, v in zip([0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99], qs)},
-            bin_edges=edges.tolist(),
-            bin_counts=counts.tolist(),
-            drift_edges=drift_edges.tolist(),
-            drift_counts=drift_bin_counts(col, drift_edges)[0].tolist(),
-            psi_edges=psi_edges.tolist(),
-        )
-    return stats
 
 
 def train_credit_model(
@@ -107,6 +76,7 @@ def train_credit_model(
         training_window=training_window,
         rows_quarantined=guarded.counts.rows_quarantined,
         extra_training_info=extra_training_info,
+        kinds=feature_kinds(features),
     )
 
 
@@ -123,11 +93,13 @@ def registered_classifier(
     training_window: tuple[dt.date, dt.date],
     rows_quarantined: int,
     extra_training_info: dict[str, Any] | None = None,
+    kinds: Mapping[str, FeatureKind] | None = None,
 ) -> ModelMetadata:
     """Fit the XGBoost classifier on labelled rows, calibrate it on a held-out quarter, register it.
 
     `x` holds the final model's input columns in `names` order (feature-model outputs included),
-    so every job's classifier gets the same split, calibration, reference statistics and metadata.
+    so every job's classifier gets the same split, calibration, reference statistics and metadata;
+    `kinds` says which of them are boolean or categorical (default: all numeric).
     """
     rng = np.random.default_rng(seed)
     holdout = rng.random(x.shape[0]) < 0.25
@@ -151,7 +123,7 @@ def registered_classifier(
         features=list(names),
         feature_dtypes={n: "float32" for n in names},
         calibration=calibrator.to_metadata(),
-        reference=reference_stats(x[~holdout], names),
+        reference=reference_statistics(x[~holdout], names, kinds),
         training={
             "window_start": training_window[0].isoformat(),
             "window_end": training_window[1].isoformat(),

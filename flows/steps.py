@@ -205,6 +205,7 @@ def _run_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> str:
     return run_report_html(
         job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
         fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
+        bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
     )
 
 

@@ -74,12 +74,18 @@ class FeatureContributions(_ArrayModel):
     tie_recomputed_rows: int = Field(
         default=0, ge=0, description="Rows the kernel explained whose top-k was near a tie, so XGBoost recomputed them."
     )
+    feature_values: np.ndarray | None = Field(
+        default=None,
+        description="rows × features: the explained rows' own model inputs (float32, NaN where missing), for reason texts that depend on the value.",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> FeatureContributions:
         expected = (self.row_index.shape[0], len(self.feature_names))
         if self.values.shape != expected:
             raise ValueError(f"contributions shape {self.values.shape}, expected {expected}")
+        if self.feature_values is not None and self.feature_values.shape != expected:
+            raise ValueError(f"feature_values shape {self.feature_values.shape}, expected {expected}")
         return self
 
 

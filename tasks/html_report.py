@@ -17,7 +17,7 @@ import io
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,11 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tasks.drift import KS_BOUND_SHOWN_WITHIN
+
 Histograms = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+BinLabels = Mapping[str, Sequence[str]]
+"""Boolean / categorical feature → the name of each of its bins (categories, then unseen)."""
 
 _FLAGS = ("alert", "warn", "ok", "no_data")
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -150,18 +154,32 @@ def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str]) -> str
                                                  r.get("baseline") != "reference", str(r.get("baseline"))))
     rows = []
     for r in ordered:
-        ks, ks_upper = r.get("ks"), r.get("ks_upper")
-        ks_text = f"{_fmt(ks)} (≤ {_fmt(ks_upper)})" if _is_num(ks) and _is_num(ks_upper) and not math.isnan(ks) else None
         rows.append(
-            "<tr>" + _cell(r.get("feature")) + _cell(r.get("baseline"))
+            "<tr>" + _cell(r.get("feature")) + _cell(r.get("kind") or "numeric") + _cell(r.get("baseline"))
             + f"<td>{_flag_badge(r.get('flag'))}</td>"
-            + _cell(r.get("psi")) + _cell(r.get("ks"), ks_text) + _cell(r.get("wasserstein")) + _cell(r.get("js"))
-            + _cell(r.get("rows"))
+            + _cell(r.get("psi")) + _cell(r.get("ks"), _ks_text(r.get("ks"), r.get("ks_upper")))
+            + _cell(r.get("wasserstein")) + _cell(r.get("js")) + _cell(r.get("rows"))
             + f'<td class="n">{_e(_pct(r.get("null_share")))}</td>'
-            + f'<td class="n">{_e(_pct(r.get("out_of_range_share")))}</td></tr>'
+            + f'<td class="n">{_e(_pct(r.get("outside_p1_p99_share")))}</td>'
+            + f'<td class="n">{_e(_pct(r.get("unseen_share")))}</td></tr>'
         )
-    header = ["feature", "baseline", "flag", "PSI", "KS", "Wasserstein", "JS", "rows", "null share", "out of range"]
-    return "<h2>Drift</h2>" + _table(header, rows)
+    header = [
+        "feature", "kind", "baseline", "flag", "PSI", "KS", "Wasserstein", "JS", "rows", "null share",
+        "outside training p1–p99", "unseen values",
+    ]
+    note = (
+        '<p class="muted">KS is a lower bound from the bins; "≤" gives its upper bound where that is within '
+        f"{KS_BOUND_SHOWN_WITHIN:g} of it. Outside training p1–p99: numeric values below the reference's 1st or above its 99th "
+        "percentile. Unseen values: boolean or categorical values the training reference never had.</p>"
+    )
+    return "<h2>Drift</h2>" + _table(header, rows) + note
+
+
+def _ks_text(ks: Any, ks_upper: Any) -> str | None:
+    """`ks (≤ upper)` where the report kept an upper bound above it; None leaves the plain cell."""
+    if not (_is_num(ks) and _is_num(ks_upper)) or math.isnan(float(ks)) or math.isnan(float(ks_upper)):
+        return None
+    return f"{_fmt(ks)} (≤ {_fmt(ks_upper)})" if float(ks_upper) > float(ks) else None
 
 
 def _shares(counts: np.ndarray) -> np.ndarray:
@@ -170,30 +188,44 @@ def _shares(counts: np.ndarray) -> np.ndarray:
     return counts / total if total > 0 else np.zeros_like(counts)
 
 
-def histogram_png(feature: str, edges: np.ndarray, current: np.ndarray, reference: np.ndarray | None) -> bytes:
-    """Shares per bin (underflow, bins, overflow) of the current partition over the reference, as a PNG.
+def histogram_png(
+    feature: str, edges: np.ndarray, current: np.ndarray, reference: np.ndarray | None, *, labels: Sequence[str] | None = None
+) -> bytes:
+    """Shares per bin of the current partition over the reference, as a PNG.
 
-    Bins are drawn at equal width by index — the edges are the reference's quantiles, so the
-    reference is about flat and any drift stands out; ticks show a few edge values.
+    Numeric (no `labels`): underflow, bins, overflow, drawn at equal width by index — the edges
+    are the reference's quantiles, so the reference is about flat and any drift stands out; ticks
+    show a few edge values. Boolean / categorical (`labels`, one per bin): one pair of bars per
+    category and one for the unseen values, each named.
     """
     edges = np.asarray(edges, dtype=np.float64)
     n_bins = len(edges) + 1
     if len(current) != n_bins or (reference is not None and len(reference) != n_bins):
         raise ValueError(f"{feature}: counts need len(edges) + 1 = {n_bins} bins")
+    if labels is not None and len(labels) != n_bins:
+        raise ValueError(f"{feature}: {len(labels)} bin labels for {n_bins} bins")
     fig = Figure(figsize=(6.0, 2.4), dpi=80)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    x = np.arange(n_bins + 1)
-    if reference is not None:
-        ax.stairs(_shares(reference), x, fill=True, color="#9fb7d6", alpha=0.8, label="reference")
-    ax.stairs(_shares(current), x, color="#c62828", linewidth=1.4, label="current")
-    step = max(1, len(edges) // 6)
-    ticks = list(range(0, len(edges), step))
-    ax.set_xticks([i + 1 for i in ticks], [f"{edges[i]:.3g}" for i in ticks], fontsize=8)
-    ax.set_xlim(0, n_bins)
+    if labels is None:
+        x = np.arange(n_bins + 1)
+        if reference is not None:
+            ax.stairs(_shares(reference), x, fill=True, color="#9fb7d6", alpha=0.8, label="reference")
+        ax.stairs(_shares(current), x, color="#c62828", linewidth=1.4, label="current")
+        step = max(1, len(edges) // 6)
+        ticks = list(range(0, len(edges), step))
+        ax.set_xticks([i + 1 for i in ticks], [f"{edges[i]:.3g}" for i in ticks], fontsize=8)
+        ax.set_xlim(0, n_bins)
+    else:
+        x = np.arange(n_bins)
+        if reference is not None:
+            ax.bar(x - 0.2, _shares(reference), width=0.4, color="#9fb7d6", label="reference")
+        ax.bar(x + 0.2, _shares(current), width=0.4, color="#c62828", label="current")
+        ax.set_xticks(x, [label.replace("$", r"\$") for label in labels], fontsize=8, rotation=20 if n_bins > 5 else 0)
+        ax.set_xlim(-0.6, n_bins - 0.4)
     ax.set_ylim(bottom=0)
     ax.tick_params(axis="y", labelsize=8)
-    ax.set_ylabel("share per bin", fontsize=8)
+    ax.set_ylabel("share per bin" if labels is None else "share per value", fontsize=8)
     ax.set_title(feature.replace("$", r"\$"), fontsize=9, loc="left")
     ax.legend(fontsize=8, frameon=False, ncol=2, loc="lower right", bbox_to_anchor=(1.0, 1.0), borderaxespad=0.1)
     fig.subplots_adjust(left=0.11, right=0.985, bottom=0.13, top=0.9)  # fixed: tight_layout costs ~40%
@@ -202,12 +234,14 @@ def histogram_png(feature: str, edges: np.ndarray, current: np.ndarray, referenc
     return buf.getvalue()
 
 
-def _plots_section(histograms: Histograms, drift_rows: list[Mapping[str, Any]], order: list[str]) -> str:
+def _plots_section(
+    histograms: Histograms, drift_rows: list[Mapping[str, Any]], order: list[str], bin_labels: BinLabels
+) -> str:
     figures = []
     for feature in order:
         edges, current, reference = histograms[feature]
         flag, psi, baseline = _flag_of(drift_rows, feature)
-        png = base64.b64encode(histogram_png(feature, edges, current, reference)).decode("ascii")
+        png = base64.b64encode(histogram_png(feature, edges, current, reference, labels=bin_labels.get(feature))).decode("ascii")
         psi_text = f"PSI {_fmt(psi)} vs {baseline}" if baseline else "no baseline"
         figures.append(
             f'<figure class="plot" data-feature="{_e(feature)}"><figcaption><b>{_e(feature)}</b> '
@@ -217,8 +251,9 @@ def _plots_section(histograms: Histograms, drift_rows: list[Mapping[str, Any]], 
     body = "".join(figures) or '<p class="muted">no histograms</p>'
     return (
         "<h2>Feature histograms (most drifted first)</h2>"
-        '<p class="muted">Share of rows per bin: current partition (red line) over the training reference '
-        "(blue); first and last bins are under- and overflow.</p>"
+        '<p class="muted">Share of rows per bin: current partition (red) over the training reference '
+        "(blue). Numeric features: first and last bins are below the reference's 1st and from its 99th "
+        "percentile on. Boolean and categorical features: one bar per value, then the unseen values.</p>"
         f'<div class="plots">{body}</div>'
     )
 
@@ -232,8 +267,12 @@ def run_report_html(
     fallback_rows: list[dict[str, Any]],
     drift_rows: list[dict[str, Any]],
     histograms: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+    bin_labels: BinLabels | None = None,
 ) -> str:
-    """The whole page as one string; every text from the inputs is HTML-escaped."""
+    """The whole page as one string; every text from the inputs is HTML-escaped.
+
+    `bin_labels` names the bins of the boolean and categorical features, which are drawn as bars.
+    """
     features = list(dict.fromkeys(str(f) for f in histograms))
     order = feature_order(drift_rows, features)
     title = f"Scoring run {job} {partition_date}"
@@ -248,7 +287,7 @@ def run_report_html(
         + _summary_section(summary)
         + _fallback_section(fallback_rows)
         + _drift_section(drift_rows, order)
-        + _plots_section(histograms, drift_rows, order)
+        + _plots_section(histograms, drift_rows, order, bin_labels or {})
         + "</body></html>\n"
     )
 

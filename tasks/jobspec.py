@@ -173,9 +173,75 @@ class ThresholdRule(_Strict):
     decision: str = Field(min_length=1)
 
 
+class ReasonBands(_Strict):
+    """Two texts split at the training median of the feature (the model metadata's reference p50)."""
+
+    low: str = Field(description="Text for a value at or below the training median.")
+    high: str = Field(description="Text for a value above the training median.")
+
+
+class ReasonCuts(_Strict):
+    """Texts for the ranges between fixed cut points: texts[0] below cuts[0], texts[i] from cuts[i-1]
+    up to (not including) cuts[i], the last from the last cut on."""
+
+    cuts: list[float] = Field(min_length=1, description="Increasing cut points, in the feature's units.")
+    texts: list[str] = Field(description="One text per range: len(cuts) + 1.")
+
+    @model_validator(mode="after")
+    def _one_text_per_range(self) -> ReasonCuts:
+        if any(b <= a for a, b in zip(self.cuts, self.cuts[1:], strict=False)):
+            raise ValueError(f"cuts must increase strictly, got {self.cuts}")
+        if len(self.texts) != len(self.cuts) + 1:
+            raise ValueError(
+                f"{len(self.cuts)} cuts make {len(self.cuts) + 1} ranges, so texts needs {len(self.cuts) + 1} entries, got {len(self.texts)}"
+            )
+        return self
+
+
+def _value_key(key: object) -> str:
+    # YAML reads `1:` as an int and `yes:`/`true:` as a bool; the spec means the value either way.
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
+
+
 class ReasonCode(_Strict):
+    """The business reason for one model feature; its text may depend on the row's value of it.
+
+    `text` is the default: for a missing value, and for a value no variant covers. At most one of
+    `by_band` (numeric: low / high around the training median), `by_cut` (numeric: ranges between
+    fixed cuts) or `by_value` (one text per value: a category name of a categorical feature, 0/1 or
+    true/false of a boolean, a number of a numeric one).
+    """
+
     code: str
-    text: str
+    text: str = Field(description="Default text: missing value, or a value no variant below covers.")
+    by_band: ReasonBands | None = None
+    by_cut: ReasonCuts | None = None
+    by_value: dict[str, str] | None = Field(default=None, description="Value (category name, 0/1, number) → text.")
+
+    @field_validator("by_value", mode="before")
+    @classmethod
+    def _keys_as_text(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        keys = [_value_key(k) for k in value]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise ValueError(f"names the same value more than once: {repeated}")
+        return {_value_key(k): v for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _one_variant(self) -> ReasonCode:
+        given = [name for name in ("by_band", "by_cut", "by_value") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of by_band, by_cut, by_value; got {', '.join(given)}")
+        return self
+
+    @property
+    def varies(self) -> bool:
+        """Whether the text depends on the row's value."""
+        return self.by_band is not None or self.by_cut is not None or self.by_value is not None
 
 
 class ReasonConfig(_Strict):

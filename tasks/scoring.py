@@ -33,10 +33,11 @@ from tasks.errors import (
     FallbackLimitExceeded,
     GuardFailure,
     InferenceFailure,
+    JobSpecError,
     ModelArtifactError,
     PartitionError,
 )
-from tasks.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram, drift_report_rows
+from tasks.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram, drift_bin_labels, drift_report_rows
 from tasks.duplicates import (
     chunk_duplicate_mask,
     duplicated_entity_ids,
@@ -45,7 +46,7 @@ from tasks.duplicates import (
     write_quarantined_rows,
 )
 from tasks.fallback_report import fallback_limit_breaches, fallback_report_rows
-from tasks.features import FeatureModule, job_features
+from tasks.features import FeatureKind, FeatureModule, feature_categories, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import (
     GuardCounts,
@@ -64,17 +65,25 @@ from tasks.jobspec import FeatureModelRef, JobSpec, load_job_spec
 from tasks.parquet_store import staging_dir, write_staged_chunk
 from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
+from tasks.prediction.reasons import ReasonTexts, predict_reason_text_problems, predict_reason_texts
 from tasks.settings import Settings
 from tasks.warehouse import warehouse_for
 
 log = logging.getLogger("scoring.run")
 
 DRIFT_REPORT_COLUMNS = {
-    "feature": pl.String, "baseline": pl.String, "psi": pl.Float64, "ks": pl.Float64, "ks_upper": pl.Float64,
-    "wasserstein": pl.Float64, "js": pl.Float64, "flag": pl.String, "rows": pl.Int64, "null_share": pl.Float64,
-    "baseline_null_share": pl.Float64, "out_of_range_share": pl.Float64,
+    "feature": pl.String, "kind": pl.String, "baseline": pl.String, "psi": pl.Float64, "ks": pl.Float64,
+    "ks_upper": pl.Float64, "wasserstein": pl.Float64, "js": pl.Float64, "flag": pl.String, "rows": pl.Int64,
+    "null_share": pl.Float64, "baseline_null_share": pl.Float64, "outside_p1_p99_share": pl.Float64,
+    "unseen_share": pl.Float64,
 }
-DRIFT_HISTOGRAM_COLUMNS = {"feature": pl.String, "edges": pl.List(pl.Float64), "counts": pl.List(pl.Int64), "nulls": pl.Int64}
+"""`ks_upper` is null where the bound is too loose to inform, `ks` and `wasserstein` for categorical
+features; `outside_p1_p99_share` (below the training p1 or above its p99) is for numeric features,
+`unseen_share` (a value the training reference never had) for boolean and categorical ones."""
+DRIFT_HISTOGRAM_COLUMNS = {
+    "feature": pl.String, "kind": pl.String, "edges": pl.List(pl.Float64), "counts": pl.List(pl.Int64), "nulls": pl.Int64,
+}
+"""`edges` of a boolean or categorical feature are its category values (one bin each, then unseen)."""
 FALLBACK_REPORT_COLUMNS = {
     "kind": pl.String,
     "detail": pl.String,
@@ -106,6 +115,8 @@ class PreparedJob:
     raw_dir: Path
     drift_baselines: dict[str, dict[str, Histogram]] = field(default_factory=dict)
     """`reference` (training, from the model's metadata) and `previous` (the last scored partition before this one)."""
+    reason_texts: ReasonTexts = field(default_factory=ReasonTexts)
+    """The spec's value-dependent reason texts, resolved against the features and the model's training medians."""
 
     @property
     def drift_edges(self) -> dict[str, np.ndarray]:
@@ -114,6 +125,18 @@ class PreparedJob:
     @property
     def psi_edges(self) -> dict[str, np.ndarray]:
         return {name: hist.psi_edges for name, hist in self.drift_baselines.get("reference", {}).items()}
+
+    @property
+    def drift_kinds(self) -> dict[str, FeatureKind]:
+        return {name: hist.kind for name, hist in self.drift_baselines.get("reference", {}).items()}
+
+    def drift_accumulator(self, *, with_score: bool = False) -> DriftAccumulator:
+        """An empty accumulator on the reference's bins of every model input, and the score's if asked."""
+        score = {"score": SCORE_EDGES} if with_score else {}
+        return DriftAccumulator(
+            edges={**self.drift_edges, **score}, kinds=self.drift_kinds,
+            psi_edges={**self.psi_edges, **({"score": SCORE_PSI_EDGES} if with_score else {})},
+        )
 
     @property
     def model_features(self) -> tuple[str, ...]:
@@ -125,6 +148,10 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     spec = load_job_spec(job, settings)
     suite = load_guard_suite(settings.expectations_dir / spec.expectation_suite, entity_column=spec.entity_column)
     features = job_features(spec)
+    kinds, categories = feature_kinds(features), feature_categories(features)
+    problems = predict_reason_text_problems(spec.prediction.reasons, kinds=kinds, categories=categories)
+    if problems:
+        raise JobSpecError(f"job spec {settings.jobs_dir / (job + '.yaml')} is invalid: " + "; ".join(problems))
     raw_dir = settings.raw_partition_dir(job, partition_date.isoformat())
     if not raw_dir.is_dir():
         raise PartitionError(f"no raw partition for job {job!r} on {partition_date}: {raw_dir} does not exist")
@@ -145,16 +172,14 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     )
     _check_scoring_metadata(model, spec, settings)
     reference = {
-        name: Histogram(
-            edges=np.asarray(stats.drift_edges), counts=np.asarray(stats.drift_counts, dtype=np.int64),
-            nulls=stats.null_count, psi_edges=np.asarray(stats.psi_edges),
-        )
+        name: hist
         for name, stats in model.engine.metadata.reference.items()
-        if stats.drift_edges
+        if (hist := Histogram.of_reference(stats)) is not None
     }
     previous = {
         row["feature"]: Histogram(
-            edges=np.asarray(row["edges"]), counts=np.asarray(row["counts"], dtype=np.int64), nulls=row["nulls"],
+            edges=np.asarray(row["edges"], dtype=np.float64), counts=np.asarray(row["counts"], dtype=np.int64),
+            nulls=row["nulls"], kind=row.get("kind") or "numeric",
             psi_edges=reference[row["feature"]].psi_edges if row["feature"] in reference else SCORE_PSI_EDGES,
         )
         for row in warehouse_for(settings).previous_drift_histograms(job, partition_date)
@@ -171,9 +196,25 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     prepared = PreparedJob(
         spec=spec, suite=suite, features=features, model=model, feature_models=tuple(feature_models), raw_dir=raw_dir,
         drift_baselines={"reference": reference, "previous": previous},
+        reason_texts=_reason_texts(model, spec, kinds, categories),
     )
     inference_check_feature_version(model.engine.artifact, features.FEATURE_VERSION, prepared.model_features)
     return prepared
+
+
+def _reason_texts(
+    model: LoadedModel, spec: JobSpec, kinds: dict[str, FeatureKind], categories: dict[str, tuple[str, ...]]
+) -> ReasonTexts:
+    """The spec's reason texts resolved; `by_band` needs each banded feature's training median."""
+    meta = model.engine.metadata
+    medians = {name: stats.quantiles["p50"] for name, stats in meta.reference.items() if "p50" in stats.quantiles}
+    try:
+        return predict_reason_texts(spec.prediction.reasons, kinds=kinds, categories=categories, medians=medians)
+    except ValueError as exc:
+        raise ModelArtifactError(
+            f"model {meta.name} {meta.version} ({model.engine.artifact.directory / 'metadata.json'}) cannot serve the "
+            f"job's reason texts: {exc}"
+        ) from None
 
 
 def _check_scoring_metadata(model: LoadedModel, spec: JobSpec, settings: Settings) -> None:
@@ -366,8 +407,9 @@ class ScoringSummary:
     guard_summary: list[dict[str, Any]] = field(default_factory=list)
     fallback_report: list[dict[str, Any]] = field(default_factory=list)
     drift_report: list[dict[str, Any]] = field(default_factory=list)
-    drift_histograms: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    """Per feature: bin `edges`, `current` counts and `reference` counts (empty without a reference)."""
+    drift_histograms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per feature: its `kind`, bin `edges`, `current` counts, `reference` counts (empty without a
+    reference) and, for boolean and categorical features, the bins' `labels` (categories, then unseen)."""
     chunk_latency_ms: list[float] = field(default_factory=list)
     device_type: str = "cpu"
     providers: list[str] = field(default_factory=list)
@@ -524,20 +566,25 @@ def _handoff_path(dirs: OutputDirs, run_id: str, chunk_id: int) -> Path:
 
 
 def _write_handoff(path: Path, inferred: InferenceOutput, contributions: FeatureContributions) -> None:
-    """The chunk's raw outputs for its prediction task: margins per row, and the contributions
-    of the rows that need reasons (row index, then one column per feature)."""
+    """The chunk's raw outputs for its prediction task: margins per row, and for the rows that need
+    reasons their contributions and their own feature values (row index, then `c<j>` and `v<j>`
+    per feature; NaN values on the other rows)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     n = len(inferred.margins)
     rows = np.full(n, -1, dtype=np.int64)
     rows[contributions.row_index] = np.arange(len(contributions.row_index))
     explained = np.zeros((n, len(contributions.feature_names)), dtype=np.float64)
     explained[contributions.row_index] = contributions.values
+    values = np.full((n, len(contributions.feature_names)), np.nan, dtype=np.float32)
+    if contributions.feature_values is not None:
+        values[contributions.row_index] = contributions.feature_values
     table = pa.table(
         {
             "entity_id": inferred.entity_ids,
             "margin": pa.array(inferred.margins, type=pa.float64()),
             "contribution_row": pa.array(rows),
             **{f"c{j}": pa.array(explained[:, j]) for j in range(explained.shape[1])},
+            **{f"v{j}": pa.array(values[:, j]) for j in range(values.shape[1])},
         }
     ).replace_schema_metadata(
         {
@@ -563,8 +610,15 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[InferenceOutput, FeatureCo
     )
     rows = table.column("contribution_row").to_numpy()
     row_index = np.flatnonzero(rows >= 0)
-    values = np.column_stack([table.column(f"c{j}").to_numpy()[row_index] for j in range(len(names))]) if names else np.empty((len(row_index), 0))
-    return inferred, FeatureContributions(row_index=row_index, values=values.reshape(len(row_index), len(names)), feature_names=names)
+    shape = (len(row_index), len(names))
+
+    def explained(prefix: str, dtype: type) -> np.ndarray:
+        columns = [table.column(f"{prefix}{j}").to_numpy()[row_index] for j in range(len(names))]
+        return (np.column_stack(columns) if names else np.empty(shape)).astype(dtype, copy=False).reshape(shape)
+
+    return inferred, FeatureContributions(
+        row_index=row_index, values=explained("c", np.float64), feature_names=names, feature_values=explained("v", np.float32)
+    )
 
 
 @dataclass
@@ -621,7 +675,7 @@ def inferred_unit(
     """
     spec, fm, engine = prepared.spec, prepared.features, prepared.model.engine
     probability_map = _probability_map(prepared)
-    result = UnitInference(unit.unit_id, drift=DriftAccumulator(edges=prepared.drift_edges, psi_edges=prepared.psi_edges))
+    result = UnitInference(unit.unit_id, drift=prepared.drift_accumulator())
     duplicate_rows = quarantined_rows_between(unit.duplicate_rows_file, unit.first_row, unit.rows)
     for chunk_id, table in unit_chunks(unit, chunk_rows):
         chunk = ChunkRef(run_id, spec.name, partition_date, chunk_id, spec.entity_column)
@@ -686,6 +740,7 @@ def predicted_unit(
         predicted = predict_output(
             decided, contributions, spec.prediction,
             run_id=run_id, job=spec.name, partition_date=partition_date, feature_version=prepared.features.FEATURE_VERSION,
+            reason_texts=prepared.reason_texts,
         )
         write_staged_chunk(dirs.predictions, run_id, chunk_id, predicted.table)
         path.unlink()
@@ -719,9 +774,7 @@ def scoring_summary(
         fallback_reason=prepared.model.fallback_reason,
         wall_s=wall_s,
     )
-    drift = DriftAccumulator(
-        edges={**prepared.drift_edges, "score": SCORE_EDGES}, psi_edges={**prepared.psi_edges, "score": SCORE_PSI_EDGES}
-    )
+    drift = prepared.drift_accumulator(with_score=True)
     decisions: Counter[str] = Counter()
     rules: Counter[str] = Counter()
     explained: Counter[str] = Counter()
@@ -764,15 +817,18 @@ def scoring_summary(
     )
     summary.drift_report = drift_report_rows(drift, prepared.drift_baselines, spec.drift.model_dump(exclude={"require_reference"}))
     reference = prepared.drift_baselines.get("reference", {})
+    categories = feature_categories(prepared.features)
     summary.drift_histograms = {
-        name: {"edges": h.edges.tolist(), "current": h.counts.tolist(),
-               "reference": reference[name].counts.tolist() if name in reference else []}
+        name: {"kind": h.kind, "edges": h.edges.tolist(), "current": h.counts.tolist(),
+               "reference": reference[name].counts.tolist() if name in reference else [],
+               "labels": drift_bin_labels(h, categories.get(name, ()))}
         for name, h in drift.histograms.items()
     }
     stamp = ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column)
     write_staged_chunk(dirs.drift_report, run_id, 0, stamp.stamped(pl.DataFrame(summary.drift_report, schema=DRIFT_REPORT_COLUMNS)))
     write_staged_chunk(dirs.drift_histograms, run_id, 0, stamp.stamped(pl.DataFrame(
-        [{"feature": k, "edges": h.edges.tolist(), "counts": h.counts.tolist(), "nulls": h.nulls} for k, h in drift.histograms.items()],
+        [{"feature": k, "kind": h.kind, "edges": h.edges.tolist(), "counts": h.counts.tolist(), "nulls": h.nulls}
+         for k, h in drift.histograms.items()],
         schema=DRIFT_HISTOGRAM_COLUMNS,
     )))
     summary.fallback_report = fallback_report_rows(

@@ -73,11 +73,15 @@ DRIFT_REPORT_SCHEMA = pa.schema(
         *_RUN_KEY, ("feature", pa.string()), ("baseline", pa.string()), ("psi", pa.float64()), ("ks", pa.float64()),
         ("ks_upper", pa.float64()), ("wasserstein", pa.float64()), ("js", pa.float64()), ("flag", pa.string()),
         ("rows", pa.int64()), ("null_share", pa.float64()), ("baseline_null_share", pa.float64()),
-        ("out_of_range_share", pa.float64()),
+        ("outside_p1_p99_share", pa.float64()), ("kind", pa.string()), ("unseen_share", pa.float64()),
     ]
 )
+"""Column meanings: tasks/scoring.py DRIFT_REPORT_COLUMNS. `kind` null: a row written before kinds (numeric)."""
 DRIFT_HISTOGRAM_SCHEMA = pa.schema(
-    [*_RUN_KEY, ("feature", pa.string()), ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64())), ("nulls", pa.int64())]
+    [
+        *_RUN_KEY, ("feature", pa.string()), ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64())),
+        ("nulls", pa.int64()), ("kind", pa.string()),
+    ]
 )
 PARTITIONED_SCHEMAS: dict[str, pa.Schema] = {
     "predictions": PREDICTION_SCHEMA,
@@ -115,6 +119,10 @@ traceback). `warnings` lists what failed after the outputs were published (page,
 UNFINISHED_STATUSES = ("running", "publishing", "committed")
 _ADDED_RUN_COLUMNS = {"rows_failed": "BIGINT", "rows_fallback": "BIGINT", "error_detail": "TEXT", "warnings": "JSON"}
 """Ledger columns added after the first release, added in place to older ledgers."""
+_ADDED_COLUMNS = {"drift_report": ("kind", "unseen_share"), "drift_histograms": ("kind",)}
+"""Columns of other tables added after the first release (types from WAREHOUSE_TABLES), added in place."""
+_RENAMED_COLUMNS = {"drift_report": {"out_of_range_share": "outside_p1_p99_share"}}
+"""Old name → new name; the values keep their meaning (numeric: share below p1 or at/above p99)."""
 PARTITION_LEASES_SCHEMA = pa.schema(
     [
         pa.field("job", pa.string(), nullable=False), pa.field("partition_date", pa.date32(), nullable=False),
@@ -307,6 +315,33 @@ class Warehouse(ABC):
         for table in Warehouse._missing_tables(session):
             session.execute(create_table_sql(table, types))
 
+    @staticmethod
+    def _columns(session: _Session, tables: Sequence[str]) -> dict[str, set[str]]:
+        """The columns each of `tables` has now (no entry for a table that does not exist)."""
+        found: dict[str, set[str]] = {}
+        for r in session.rows(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        ):
+            if r["table_name"] in tables:
+                found.setdefault(r["table_name"], set()).add(r["column_name"])
+        return found
+
+    @staticmethod
+    def _column_migrations(session: _Session, types: Mapping[pa.DataType, str]) -> list[str]:
+        """ALTER statements that bring drift tables written by earlier releases to today's columns."""
+        present = Warehouse._columns(session, sorted({*_ADDED_COLUMNS, *_RENAMED_COLUMNS}))
+        statements = []
+        for table, renames in _RENAMED_COLUMNS.items():
+            for old, new in renames.items():
+                if old in present.get(table, ()) and new not in present[table]:
+                    statements.append(f"ALTER TABLE {_quoted(table)} RENAME COLUMN {_quoted(old)} TO {_quoted(new)}")
+        for table, columns in _ADDED_COLUMNS.items():
+            for column in columns:
+                if table in present and column not in present[table]:
+                    kind = types[WAREHOUSE_TABLES[table].field(column).type]
+                    statements.append(f"ALTER TABLE {_quoted(table)} ADD COLUMN {_quoted(column)} {kind}")
+        return statements
+
     def record_run_started(self, row: dict[str, Any]) -> None:
         with self._session(write=True) as session:
             session.execute(
@@ -430,8 +465,10 @@ class Warehouse(ABC):
         with self._session(write=False) as session:
             if not self._table_exists(session, "drift_histograms"):
                 return []
+            # A table from before kinds existed is read as it is (all numeric); the next write migrates it.
+            kind = "kind" if "kind" in self._columns(session, ["drift_histograms"])["drift_histograms"] else "NULL AS kind"
             return session.rows(
-                "SELECT feature, edges, counts, nulls FROM drift_histograms WHERE job = $job AND partition_date = "
+                f"SELECT feature, edges, counts, nulls, {kind} FROM drift_histograms WHERE job = $job AND partition_date = "
                 "(SELECT max(partition_date) FROM drift_histograms WHERE job = $job AND partition_date < $partition_date)",
                 {"job": job, "partition_date": partition_date},
             )
@@ -840,6 +877,8 @@ class DuckDBWarehouse(Warehouse):
         # Ledgers created before these columns existed get them added in place.
         for column, kind in _ADDED_RUN_COLUMNS.items():
             con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {_DUCKDB_TYPES[_JSON] if kind == 'JSON' else kind}")
+        for statement in Warehouse._column_migrations(_DuckDBSession(con), _DUCKDB_TYPES):
+            con.execute(statement)
 
     @contextmanager
     def _session(self, *, write: bool) -> Iterator[_Session]:
@@ -1019,12 +1058,15 @@ class PostgresWarehouse(Warehouse):
             )
         }
         added = [c for c in _ADDED_RUN_COLUMNS if c not in present] if present else []
-        if Warehouse._missing_tables(session) or added:
+        if Warehouse._missing_tables(session) or added or Warehouse._column_migrations(session, _POSTGRES_TYPES):
             session.execute("SELECT pg_advisory_xact_lock(hashtext('scoring warehouse schema'))")
             Warehouse._create_missing_tables(session, _POSTGRES_TYPES)
             for column in added:
                 kind = _ADDED_RUN_COLUMNS[column]
                 session.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {'JSONB' if kind == 'JSON' else kind}")
+            # Listed again under the lock: another writer may have migrated the tables meanwhile.
+            for statement in Warehouse._column_migrations(session, _POSTGRES_TYPES):
+                session.execute(statement)
             session.con.commit()
 
 

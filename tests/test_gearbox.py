@@ -319,12 +319,17 @@ def test_score_partition_scores_the_gearbox_job_end_to_end(gearbox_env: GearboxE
     assert {"alarm", "normal"} <= set(predictions["decision"]) <= {"alarm", "inspect", "normal"}
 
     reasons = SPEC["prediction"]["reasons"]
-    codes = {c["code"]: c["text"] for c in reasons["codes"].values()} | {reasons["no_adverse_code"]: reasons["no_adverse_text"]}
+    # A code's text is its default or, where the spec bands the feature, the side the row's value is on
+    # (which side is checked on the credit job, tests/test_reasons_e2e.py).
+    codes = {
+        c["code"]: {c["text"], *c.get("by_band", {}).values()} for c in reasons["codes"].values()
+    } | {reasons["no_adverse_code"]: {reasons["no_adverse_text"]}}
     alarms = predictions.filter(pl.col("decision") == "alarm")
     assert alarms.height > 0
     assert (alarms["reason_codes"].list.len() > 0).all()
     for row in alarms.select("reason_codes", "reason_texts").iter_rows(named=True):
-        assert row["reason_texts"] == [codes[c] for c in row["reason_codes"]]
+        assert len(row["reason_texts"]) == len(row["reason_codes"])
+        assert all(t in codes[c] for c, t in zip(row["reason_codes"], row["reason_texts"], strict=True)), row
     names_a_band = alarms["reason_texts"].list.eval(pl.element().str.contains(r"kHz band \(")).list.any()
     assert names_a_band.mean() > 0.9, alarms["reason_texts"].to_list()
     assert predictions.filter(pl.col("decision") == "normal")["reason_codes"].list.len().max() == 0

@@ -44,7 +44,7 @@ def _drift_row(feature: str, baseline: str, psi: float, flag: str) -> dict[str, 
     return {
         "feature": feature, "baseline": baseline, "psi": psi, "ks": psi / 3, "ks_upper": psi / 3 + 0.02,
         "wasserstein": psi / 2, "js": psi / 10, "flag": flag, "rows": 5_000, "null_share": 0.001,
-        "baseline_null_share": 0.0, "out_of_range_share": 0.02,
+        "baseline_null_share": 0.0, "outside_p1_p99_share": 0.02, "unseen_share": None,
     }
 
 

@@ -97,7 +97,8 @@ def test_replacing_a_partition_twice_leaves_exactly_the_second_runs_rows(any_war
     assert sorted(any_warehouse.quarantined_entities(JOB, DAY)["entity_id"].to_pylist()) == sorted(f"entity_id-{i}" for i in range(20))
     histograms = any_warehouse.previous_drift_histograms(JOB, NEXT_DAY)
     assert histograms == [
-        {"feature": f"feature-{i}", "edges": [0.0, i / 4, 1.5], "counts": [i, 2, 3], "nulls": i * 3} for i in range(20)
+        {"feature": f"feature-{i}", "edges": [0.0, i / 4, 1.5], "counts": [i, 2, 3], "nulls": i * 3, "kind": f"kind-{i}"}
+        for i in range(20)
     ]
     assert other_day["predictions"] == 8
     assert any_warehouse.partition_predictions(JOB, NEXT_DAY, ["run_id"])["run_id"].to_pylist() == ["run-other"] * 8

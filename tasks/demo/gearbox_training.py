@@ -26,10 +26,10 @@ import torch
 
 from tasks.contracts import InferenceInput
 from tasks.demo.training import registered_classifier
-from tasks.drift import reference_statistics as reference_stats
+from tasks.drift import reference_statistics
 from tasks.registration import RegistrationReport
 from tasks.errors import ModelArtifactError
-from tasks.features import FeatureModule
+from tasks.features import FeatureModule, feature_kinds
 from tasks.guards import GuardSuite, guarded_chunk
 from tasks.inference.engine import inference_engine
 from tasks.inference.onnx_check import MODEL_FILE, REFERENCE_IO_FILE, inference_validate_onnx_model
@@ -192,7 +192,7 @@ def registered_autoencoder(
         feature_version=features.FEATURE_VERSION,
         features=names,
         feature_dtypes={n: "float32" for n in names},
-        reference=reference_stats(healthy, features.FEATURES),
+        reference=reference_statistics(healthy, features.FEATURES, feature_kinds(features)),
         training={
             "window_start": training_window[0].isoformat(),
             "window_end": training_window[1].isoformat(),
@@ -264,5 +264,6 @@ def train_gearbox_models(
         training_window=training_window,
         rows_quarantined=rows.rows_quarantined,
         extra_training_info={**(extra_training_info or {}), "feature_models": {autoencoder_name: autoencoder_version}},
+        kinds=feature_kinds(features),
     )
     return autoencoder, classifier

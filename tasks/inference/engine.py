@@ -179,7 +179,7 @@ class XGBoostEngine:
             )
         return FeatureContributions(
             row_index=row_index, values=values, feature_names=self.feature_names,
-            explained_by=self.contributions_kernel, tie_recomputed_rows=recomputed,
+            explained_by=self.contributions_kernel, tie_recomputed_rows=recomputed, feature_values=rows,
         )
 
 

@@ -18,6 +18,9 @@ from tasks.errors import FeatureVersionMismatch, ModelArtifactError
 
 FRAMEWORK_OF_SUFFIX = {".ubj": "xgboost", ".json": "xgboost", ".onnx": "onnx"}
 ACCEPTED_MODEL_SUFFIXES = tuple(FRAMEWORK_OF_SUFFIX)
+ReferenceKind = Literal["numeric", "boolean", "categorical"]
+"""tasks.features.FeatureKind, spelled out: the registry may not import tasks.features, whose type
+hints reach the job spec and through it the prediction layer (an import-linter contract)."""
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".sav", ".pt", ".pth", ".bin", ".model")
 
 
@@ -37,7 +40,12 @@ def inference_model_file_problem(path: Path, framework: str) -> str | None:
 
 
 class ReferenceStats(BaseModel):
-    """Training distribution of one feature, kept for drift checks."""
+    """Training distribution of one feature, kept for drift checks.
+
+    Numeric features are binned on `drift_edges`; boolean and categorical ones on `categories`
+    (one bin each, then one for values the reference never had). Metadata written before kinds
+    existed has neither `kind` nor `categories` and reads as numeric.
+    """
 
     count: int
     null_count: int
@@ -45,17 +53,40 @@ class ReferenceStats(BaseModel):
     std: float | None
     min: float | None
     max: float | None
+    kind: ReferenceKind = Field(default="numeric", description="How drift bins the feature: on percentiles, or one bin per value.")
     quantiles: dict[str, float] = Field(default_factory=dict)
     bin_edges: list[float] = Field(default_factory=list)
     bin_counts: list[int] = Field(default_factory=list)
-    drift_edges: list[float] = Field(default_factory=list, description="~100 quantile edges that drift reports bin on.")
-    drift_counts: list[int] = Field(default_factory=list, description="Training counts on them (underflow, bins, overflow).")
-    psi_edges: list[float] = Field(default_factory=list, description="The deciles among drift_edges that PSI is computed on.")
+    drift_edges: list[float] = Field(default_factory=list, description="Numeric: ~100 quantile edges that drift reports bin on.")
+    drift_counts: list[int] = Field(
+        default_factory=list,
+        description="Training counts on the drift bins: numeric (underflow, bins, overflow); otherwise one per category, then unseen (0).",
+    )
+    psi_edges: list[float] = Field(default_factory=list, description="Numeric: the deciles among drift_edges that PSI is computed on.")
+    categories: list[float] = Field(
+        default_factory=list, description="Boolean / categorical: the values (codes) the feature took in the reference, ascending."
+    )
 
     @model_validator(mode="after")
     def _drift_bins_fit(self) -> ReferenceStats:
+        has_values = self.count > self.null_count
+        if self.kind != "numeric":
+            if self.drift_edges or self.psi_edges:
+                raise ValueError(f"a {self.kind} feature is binned on categories; drift_edges and psi_edges must be empty")
+            if not self.categories and has_values:
+                raise ValueError(f"categories is missing or empty, but the {self.kind} feature has training values")
+            if any(b <= a for a, b in zip(self.categories, self.categories[1:], strict=False)):
+                raise ValueError("categories must increase strictly")
+            if self.categories and len(self.drift_counts) != len(self.categories) + 1:
+                raise ValueError(
+                    f"drift_counts has {len(self.drift_counts)} counts for {len(self.categories)} categories "
+                    f"(want {len(self.categories) + 1}: one per category, then unseen)"
+                )
+            return self
+        if self.categories:
+            raise ValueError("categories is for boolean and categorical features; this one is numeric")
         # A feature that was null in every training row has no distribution to bin; any other needs its edges.
-        if not self.drift_edges and self.count > self.null_count:
+        if not self.drift_edges and has_values:
             raise ValueError("drift_edges is missing or empty, but the feature has training values")
         if self.drift_edges and len(self.drift_counts) != len(self.drift_edges) + 1:
             raise ValueError(

@@ -14,7 +14,7 @@ from tasks.contracts import PREDICTION_SCHEMA, FeatureContributions, InferenceOu
 from tasks.jobspec import PredictionConfig
 from tasks.prediction.calibration import CalibratedProbability, ProbabilityMap
 from tasks.prediction.decisions import RuleDecisions, predict_rule_decisions
-from tasks.prediction.reasons import predict_reason_codes
+from tasks.prediction.reasons import ReasonTexts, predict_reason_codes
 from tasks.prediction.scores import predict_risk_score
 
 log = logging.getLogger("scoring.prediction")
@@ -60,13 +60,17 @@ def predict_output(
     job: str,
     partition_date: dt.date,
     feature_version: str,
+    reason_texts: ReasonTexts | None = None,
 ) -> PredictionOutput:
-    """The chunk's rows in PREDICTION_SCHEMA, with reason codes on every row that needs them."""
+    """The chunk's rows in PREDICTION_SCHEMA, with reason codes on every row that needs them.
+
+    `reason_texts` (from predict_reason_texts) is needed when a reason's text depends on the value.
+    """
     if not np.array_equal(contributions.row_index, decided.reason_rows):
         raise ValueError("contributions were computed for other rows than those needing reasons")
     out = decided.inference
     n = len(out.entity_ids)
-    reasons = predict_reason_codes(contributions, config.reasons)
+    reasons = predict_reason_codes(contributions, config.reasons, reason_texts)
     # Rows without reasons get empty lists: spread the explained rows' list lengths over the chunk
     # (reason_rows ascend, so the flat values keep their order).
     lengths = np.zeros(n, dtype=np.int64)

@@ -1,14 +1,22 @@
-"""Reason codes: the features that pushed a row's margin most toward the adverse outcome."""
+"""Reason codes: the features that pushed a row's margin most toward the adverse outcome.
+
+A reason's text may depend on the row's own value of the feature (`by_band`, `by_cut`,
+`by_value` in the job spec); the explained rows' values come with their contributions.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from tasks.contracts import FeatureContributions
-from tasks.jobspec import ReasonConfig
+from tasks.features import FeatureKind
+from tasks.jobspec import ReasonCode, ReasonConfig
+
+_BOOLEAN_KEYS = {"0": 0.0, "1": 1.0, "false": 0.0, "true": 1.0}
 
 
 @dataclass(frozen=True)
@@ -20,18 +28,163 @@ class ReasonCodes:
     without_adverse_factor: int
 
 
-def predict_reason_codes(contributions: FeatureContributions, config: ReasonConfig) -> ReasonCodes:
+@dataclass(frozen=True)
+class ValueTexts:
+    """How one feature's value picks its reason text: ranges between `cuts`, or exact `values`.
+
+    Values and cuts are compared as float32, the precision of the model input, so a value written
+    as 0.35 in the data lands where the spec's cut 0.35 puts it.
+    """
+
+    texts: tuple[str, ...]
+    cuts: np.ndarray | None = None
+    cut_side: str = "right"
+    """`right`: a value on a cut belongs to the range above it (by_cut); `left`: below (by_band's median)."""
+    values: np.ndarray | None = None
+
+    def variant(self, x: np.ndarray) -> np.ndarray:
+        """Index into `texts` per value; -1 (the default text) for a missing or uncovered value."""
+        x = np.asarray(x, dtype=np.float32)
+        if self.cuts is not None:
+            index = np.searchsorted(self.cuts, x, side=self.cut_side)
+        else:
+            order = np.argsort(self.values, kind="stable")
+            sorted_values = self.values[order]
+            pos = np.minimum(np.searchsorted(sorted_values, x), len(sorted_values) - 1)
+            index = np.where(sorted_values[pos] == x, order[pos], -1)
+        return np.where(np.isnan(x), -1, index)
+
+
+@dataclass(frozen=True)
+class ReasonTexts:
+    """The job's value-dependent reason texts, resolved against its features and the model's medians."""
+
+    by_feature: Mapping[str, ValueTexts] = field(default_factory=dict)
+
+
+def _meant_value(key: str, kind: FeatureKind, names: tuple[str, ...]) -> float | None:
+    """The feature value a by_value key stands for (a categorical's code, a boolean's 0/1), or None."""
+    if kind == "categorical" and names:
+        return float(names.index(key)) if key in names else None
+    if kind == "boolean":
+        if key.lower() in _BOOLEAN_KEYS:
+            return _BOOLEAN_KEYS[key.lower()]
+        number = _number(key)
+        return number if number in (0.0, 1.0) else None
+    return _number(key)
+
+
+def _number(key: str) -> float | None:
+    try:
+        value = float(key)
+    except ValueError:
+        return None
+    return value if np.isfinite(value) else None
+
+
+def _value_problems(feature: str, reason: ReasonCode, kind: FeatureKind, names: tuple[str, ...]) -> list[str]:
+    where = f"prediction.reasons.codes.{feature}"
+    problems = [
+        f"{where}.{variant}: {feature} is {kind}, which has no order to band or cut; use by_value"
+        for variant in ("by_band", "by_cut")
+        if getattr(reason, variant) is not None and kind != "numeric"
+    ]
+    meant: dict[float, str] = {}
+    for key in reason.by_value or {}:
+        value = _meant_value(key, kind, names)
+        if value is None and kind == "categorical" and names:
+            problems.append(f"{where}.by_value: key {key!r} is not a category of {feature} (categories: {', '.join(names)})")
+        elif value is None and kind == "boolean":
+            problems.append(f"{where}.by_value: key {key!r} is not a value of the boolean {feature} (use 0/1 or true/false)")
+        elif value is None:
+            problems.append(f"{where}.by_value: key {key!r} is not a number (the {kind} {feature} has numeric values)")
+        elif value in meant:
+            problems.append(f"{where}.by_value: keys {meant[value]!r} and {key!r} name the same value")
+        else:
+            meant[value] = key
+    return problems
+
+
+def predict_reason_text_problems(
+    reasons: ReasonConfig, *, kinds: Mapping[str, FeatureKind], categories: Mapping[str, tuple[str, ...]]
+) -> list[str]:
+    """What in the reason texts does not fit the features: `prediction.reasons.codes.<feature>.<variant>: …`
+    per problem (a by_value key that is not a category, by_band on a categorical feature, …).
+
+    Features missing from `kinds` (e.g. a feature model's output) are numeric.
+    """
+    problems = []
+    for feature, reason in reasons.codes.items():
+        problems += _value_problems(feature, reason, kinds.get(feature, "numeric"), tuple(categories.get(feature, ())))
+    return problems
+
+
+def predict_reason_texts(
+    reasons: ReasonConfig,
+    *,
+    kinds: Mapping[str, FeatureKind],
+    categories: Mapping[str, tuple[str, ...]],
+    medians: Mapping[str, float],
+) -> ReasonTexts:
+    """The value-dependent texts resolved: category names to their codes, by_band to the training median.
+
+    Raises ValueError naming the field when the spec does not fit the features, or when a by_band
+    feature has no training median in `medians`.
+    """
+    problems = predict_reason_text_problems(reasons, kinds=kinds, categories=categories)
+    missing = [f for f, r in reasons.codes.items() if r.by_band is not None and f not in medians]
+    problems += [
+        f"prediction.reasons.codes.{f}.by_band: the model's training reference has no median (quantiles.p50) of {f}"
+        for f in missing
+    ]
+    if problems:
+        raise ValueError("; ".join(problems))
+    resolved: dict[str, ValueTexts] = {}
+    for feature, reason in reasons.codes.items():
+        kind = kinds.get(feature, "numeric")
+        if reason.by_band is not None:
+            resolved[feature] = ValueTexts(
+                texts=(reason.by_band.low, reason.by_band.high), cuts=np.array([medians[feature]], dtype=np.float32), cut_side="left"
+            )
+        elif reason.by_cut is not None:
+            resolved[feature] = ValueTexts(texts=tuple(reason.by_cut.texts), cuts=np.array(reason.by_cut.cuts, dtype=np.float32))
+        elif reason.by_value:
+            names = tuple(categories.get(feature, ()))
+            values = [_meant_value(k, kind, names) for k in reason.by_value]
+            resolved[feature] = ValueTexts(texts=tuple(reason.by_value.values()), values=np.array(values, dtype=np.float32))
+    return ReasonTexts(by_feature=resolved)
+
+
+def predict_reason_codes(
+    contributions: FeatureContributions, config: ReasonConfig, texts: ReasonTexts | None = None
+) -> ReasonCodes:
     """Top-k positive contributions per row, largest first; ties go to the earlier model feature.
 
-    A row where no feature pushes toward the event gets `no_adverse_code`, and is counted.
+    A row where no feature pushes toward the event gets `no_adverse_code`, and is counted. A
+    feature with value-dependent texts (`texts`) gets the text its value in that row picks, the
+    default `text` where the value is missing or no variant covers it.
     Vectorised: one sort of the matrix, then the lists are cut from a flat array of code indices.
     """
     names = contributions.feature_names
     missing = [f for f in names if f not in config.codes]
     if missing:
         raise ValueError(f"reason table lacks codes for model feature(s) {missing}")
+    by_feature = texts.by_feature if texts is not None else {}
+    unresolved = [f for f in names if config.codes[f].varies and f not in by_feature]
+    if unresolved:
+        raise ValueError(f"reason texts of {unresolved} depend on the value, but were not resolved (predict_reason_texts)")
+    varying = [j for j, f in enumerate(names) if f in by_feature]
+    if varying and contributions.feature_values is None:
+        raise ValueError(f"reason texts of {[names[j] for j in varying]} depend on the value, but the contributions carry no feature values")
     codes = pa.array([config.codes[f].code for f in names] + [config.no_adverse_code], pa.string())
-    texts = pa.array([config.codes[f].text for f in names] + [config.no_adverse_text], pa.string())
+    # The text table: each feature's default text, then its variants; the no-adverse text last.
+    text_list: list[str] = []
+    first_text = np.zeros(len(names) + 1, dtype=np.int64)
+    for j, f in enumerate(names):
+        first_text[j] = len(text_list)
+        text_list += [config.codes[f].text, *(by_feature[f].texts if f in by_feature else ())]
+    first_text[-1] = len(text_list)
+    text_list.append(config.no_adverse_text)
     values = contributions.values
     # Stable sort on the negated value keeps feature order among equal contributions.
     order = np.argsort(-values, axis=1, kind="stable")[:, : config.top_k]
@@ -41,11 +194,16 @@ def predict_reason_codes(contributions: FeatureContributions, config: ReasonConf
     none = ~chosen[:, 0]
     order[none, 0] = len(names)
     chosen[none, 0] = True
+    text_index = first_text[order]
+    for j in varying:
+        at = chosen & (order == j)
+        rows = np.nonzero(at)[0]
+        text_index[at] += 1 + by_feature[names[j]].variant(contributions.feature_values[rows, j])
     lengths = chosen.sum(axis=1)
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     picked = pa.array(order[chosen].astype(np.int64))
     return ReasonCodes(
         codes=pa.ListArray.from_arrays(offsets, codes.take(picked)),
-        texts=pa.ListArray.from_arrays(offsets, texts.take(picked)),
+        texts=pa.ListArray.from_arrays(offsets, pa.array(text_list, pa.string()).take(pa.array(text_index[chosen]))),
         without_adverse_factor=int(none.sum()),
     )

@@ -45,7 +45,7 @@ def day_rows(day: dt.date, rows: int, seed: int) -> pl.DataFrame:
     frame = pl.DataFrame({
         "customer_id": [f"CU-{day:%m%d}-{i:06d}" for i in range(rows)],
         "tenure_months": rng.integers(0, 73, rows),
-        "monthly_charges": pl.Series(np.where(rng.random(rows) < 0.03, None, charges), dtype=pl.Float64),
+        "monthly_charges": pl.Series(np.where(rng.random(rows) < 0.03, np.nan, charges)).fill_nan(None),
         "contract": rng.choice(CONTRACTS, rows, p=[0.5, 0.3, 0.2]),
         "paperless": rng.choice(["yes", "no"], rows),
         "support_calls": rng.poisson(1.2, rows),
@@ -76,7 +76,7 @@ def user(tmp_path_factory: pytest.TempPathFactory):
         frame.drop("churned").write_parquet(raw / "part-0.parquet")
         labels = root / "data" / "labels" / "churn" / f"date={day}"
         labels.mkdir(parents=True)
-        frame.select(pl.col("customer_id").alias("entity_id"), "churned", pl.lit(day + dt.timedelta(days=90)).alias("observed_date")).write_parquet(labels / "part-0.parquet")
+        frame.select("customer_id", "churned", pl.lit(day + dt.timedelta(days=90)).alias("observed_date")).write_parquet(labels / "part-0.parquet")
         labelled[day] = frame
 
     def score(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
@@ -91,16 +91,16 @@ def user(tmp_path_factory: pytest.TempPathFactory):
 
 def test_from_partitions_to_a_scored_nightly_job_with_cli_commands_only(user) -> None:
     root, score, labelled = user
-    first = root / "data" / "raw" / "churn" / f"date={DAYS[0]}"
-
-    init = score("init", "churn", "--from", str(first), "--entity-column", "customer_id", "--label-column", "churned")
-    assert (root / "jobs" / "churn.yaml").is_file() and (root / "expectations" / "churn.json").is_file(), init.stdout
-
-    # The user's training script: the model inputs come from `score features`, the fit is theirs.
+    # The user's history, with its outcome column: the sample to scaffold from and to train on.
     train = pl.concat([labelled[d] for d in TRAIN_DAYS])
     holdout = pl.concat([labelled[d] for d in HOLDOUT_DAYS])
     train.write_parquet(root / "train.parquet")
     holdout.write_parquet(root / "holdout.parquet")
+
+    init = score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
+    assert (root / "jobs" / "churn.yaml").is_file() and (root / "expectations" / "churn.json").is_file(), init.stdout
+
+    # The user's training script: the model inputs come from `score features`, the fit is theirs.
     score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
     inputs = pl.read_parquet(root / "train_inputs.parquet")
     names = [c for c in inputs.columns if c not in ("customer_id", "outcome")]

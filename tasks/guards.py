@@ -464,23 +464,28 @@ class GuardedChunk:
 
 
 def _column_problems(schema: pl.Schema, suite: GuardSuite) -> list[tuple[str, str]]:
-    """(column, problem) for every column the suite needs that the schema lacks or types otherwise."""
-    problems: list[tuple[str, str]] = []
+    """(column, problem) for every column the suite needs that the schema lacks (one problem per
+    column, naming every expectation that needs it) or types otherwise."""
+    missing: dict[str, list[str]] = {}
+    mistyped: list[tuple[str, str]] = []
     for check in suite.column_checks:
         if check.column not in schema:
-            problems.append((check.column, f"raw data lacks column {check.column!r} required by {check.key} in {suite.path.name}"))
+            missing.setdefault(check.column, []).append(check.key)
             continue
         dtype = schema[check.column]
         if check.type_names and not any(_TYPE_FAMILIES[t.lower()](dtype) for t in check.type_names):
-            problems.append((check.column, (
+            mistyped.append((check.column, (
                 f"column {check.column!r} has type {dtype}, but {check.key} in {suite.path.name} "
                 f"wants {' or '.join(check.type_names)}"
             )))
-    named = {column for column, _ in problems}
-    for column in sorted({e.column for e in suite.expectations if e.column not in schema and e.column not in named}):
-        keys = [e.key for e in suite.expectations if e.column == column]
-        problems.append((column, f"suite {suite.path.name} checks column {column!r} ({', '.join(keys)}) that the raw data does not have"))
-    return problems
+    for exp in suite.expectations:
+        if exp.column not in schema:
+            missing.setdefault(exp.column, []).append(exp.key)
+    lacking = [
+        (column, f"raw data lacks column {column!r} required by {', '.join(keys)} in {suite.path.name}")
+        for column, keys in missing.items()
+    ]
+    return lacking + mistyped
 
 
 def _checked_columns(frame: pl.DataFrame, suite: GuardSuite) -> None:

@@ -246,3 +246,19 @@ def test_a_deployment_run_fails_in_prepare_run_with_every_problem_and_no_ledger_
     assert len(err.value.problems) == 2
     assert all(part in str(err.value) for part in named + suite_named), str(err.value)
     assert env.untouched()
+
+
+def test_a_broken_version_with_a_loadable_fallback_validates_with_a_warning(env: JobEnv) -> None:
+    good = env.metadata_path.parent
+    broken = good.parent / "99"
+    shutil.copytree(good, broken)
+    meta = json.loads((broken / "metadata.json").read_text())
+    (broken / "metadata.json").write_text(json.dumps({**meta, "version": "99", "sha256": "0" * 64}))
+    env.edit_spec(lambda s: s["model"].update(version="99", fallback_version=good.name))
+    result = CliRunner().invoke(app, COMMANDS["validate"])
+    # The run would score every row with the fallback and count them: not a mistake, but said.
+    assert result.exit_code == 0, result.output
+    assert f"model {DEMO_JOB} {good.name} " in result.output
+    warning = next(line for line in result.output.splitlines() if line.startswith("warning: "))
+    assert f"{DEMO_JOB} 99 cannot be loaded, so fallback_version {good.name} would score every row" in warning
+    assert f"{broken / 'metadata.json'}: sha256: " in warning, warning

@@ -21,12 +21,13 @@ from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.calendar import parse_partition_date, partition_range, yesterday
-from tasks.errors import ExitCode, ScoringError, user_facing_error
-from tasks.jobspec import load_job_spec
+from tasks.errors import ExitCode, JobValidationError, ScoringError, user_facing_error
+from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
 from tasks.scoring import prepared_job
 from tasks.settings import current_settings
+from tasks.validation import ValidatedJob, validated_job
 from flows.warehouse_config import configured_warehouse, with_warehouse_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
@@ -86,13 +87,21 @@ def _run(action):  # noqa: ANN001, ANN202
         return action()
     except (typer.Exit, typer.Abort):
         raise
+    except JobValidationError as error:
+        for problem in error.problems:
+            _print_error(str(problem))
+        raise typer.Exit(ExitCode.USER) from None
     except Exception as error:
         message, code = user_facing_error(error, path_hint=_data_dir_or_none())
         if code == ExitCode.BUG:
             raise
-        # Plain text on one line: messages carry paths and pydantic's [type=...] details, not markup.
-        console.print(Text("error: ", style="red") + Text(message), highlight=False, soft_wrap=True)
+        _print_error(message)
         raise typer.Exit(code) from None
+
+
+def _print_error(message: str) -> None:
+    # Plain text on one line: messages carry paths and pydantic's [type=...] details, not markup.
+    console.print(Text("error: ", style="red") + Text(" ".join(message.split())), highlight=False, soft_wrap=True)
 
 
 def _data_dir_or_none() -> Path | None:
@@ -208,12 +217,13 @@ def run(
     """Score one partition of one job."""
 
     def action() -> None:
-        from flows.score_partition import score_partition
-
         day = parse_partition_date(date, what="--date")
         settings = current_settings()
-        # The same checks the flow starts with, so that a user mistake is one line, not a run log.
+        # The same checks the flow starts with, before Prefect is even imported: a user mistake is
+        # an `error:` line per problem, not a run log.
         prepared_job(job, day, with_warehouse_url(settings))
+        from flows.score_partition import score_partition
+
         with _run_log(settings.data_dir), _progress_bars():
             result = score_partition(job, day, chunk_rows)
         _print_summary(job, [day])
@@ -235,12 +245,14 @@ def backfill_command(
     """Score the partitions from START to END that MODE selects; failed partitions are listed, the rest still run."""
 
     def action() -> None:
-        from flows.people import backfill
-
         first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
         dates = partition_range(first, last)
         settings = current_settings()
-        load_job_spec(job, settings)
+        # The checks every partition's run starts with, once, against the range's first raw partition.
+        present = [d for d in dates if settings.raw_partition_dir(checked_job_name(job, settings), d.isoformat()).is_dir()]
+        validated_job(job, settings, partition_date=present[0] if present else None, check_labels=False)
+        from flows.people import backfill
+
         if dry_run:
             planned = backfill(job, first, last, mode=mode.value, dry_run=True)
             console.print(f"dry run, mode {mode.value}: would score {len(planned)} partition(s): " + (", ".join(p["date"] for p in planned) or "none"))
@@ -280,6 +292,21 @@ def register(
         settings = current_settings()
         report = registered_job_model(job, model, settings=settings, holdout=holdout, reference=reference, version=version, training=window)
         _print_registration(report)
+
+    _run(action)
+
+
+@app.command()
+def validate(
+    job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
+    date: Annotated[str | None, typer.Option(help="Raw partition to check the suite against, YYYY-MM-DD (default: the latest).")] = None,
+) -> None:
+    """Cross-check a job's spec, suite, features, model metadata and data schemas; print every problem (exit 2) or a summary."""
+
+    def action() -> None:
+        day = parse_partition_date(date, what="--date") if date is not None else None
+        for line in _validated_summary(validated_job(job, current_settings(), partition_date=day)):
+            console.print(Text(line), highlight=False, soft_wrap=True)
 
     _run(action)
 
@@ -363,6 +390,23 @@ def outcomes_command(
     _run(action)
 
 
+def _validated_summary(validated: ValidatedJob) -> list[str]:
+    spec, meta = validated.spec, validated.model.metadata
+    lines = [
+        f"ok: job {spec.name} ({validated.spec_path})",
+        f"  suite {validated.suite.path}: {len(validated.suite.order)} expectations",
+        f"  features {getattr(spec, 'feature_module', None) or 'of the spec'}: version {validated.features.FEATURE_VERSION}, "
+        f"{len(validated.features.FEATURES)} features",
+        f"  model {meta.name} {meta.version} ({meta.framework}, sha256 {meta.sha256[:12]}…), {len(meta.features)} features",
+        *(f"  feature model {ref.name} {a.metadata.version} → {ref.output_feature}" for ref, a in validated.feature_models),
+        f"  reason codes: {len(spec.prediction.reasons.codes)}, one per model feature",
+        f"  raw partition {validated.raw_dir}: {validated.raw_files} file(s) checked" if validated.raw_dir
+        else "  raw partition: none yet, the suite's columns were not checked against data",
+        f"  labels partition {validated.labels_dir}: label columns checked" if validated.labels_dir else "  labels partition: none yet",
+    ]
+    return lines + [f"warning: {note}" for note in validated.notes]
+
+
 class TargetProvider(str, enum.Enum):
     cpu = "cpu"
     cuda = "cuda"
@@ -418,7 +462,7 @@ def recover(
     job: Annotated[str | None, typer.Argument(help="A configured job; every configured job when left out.")] = None,
 ) -> None:
     """Finish or undo what killed runs left: roll committed runs forward, close the others as failed."""
-    from tasks.jobspec import checked_job_name, configured_jobs
+    from tasks.jobspec import configured_jobs
     from tasks.recovery import recovered_job
 
     def action() -> None:

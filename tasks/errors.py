@@ -12,6 +12,8 @@ import errno
 import os
 import re
 import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -21,6 +23,33 @@ class ScoringError(Exception):
 
 class JobSpecError(ScoringError):
     """A job spec is missing or invalid."""
+
+
+@dataclass(frozen=True)
+class JobProblem:
+    """One mistake in a job's inputs, found before anything runs."""
+
+    file: Path
+    """The file to fix: the job spec, the suite, a model's metadata.json, a raw file."""
+    field: str
+    """Where in it: a dotted spec key, an expectation, a metadata field, a column."""
+    message: str
+    """What is wrong, naming the value found."""
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.message}"
+
+
+class JobValidationError(ScoringError):
+    """A job's spec, suite, features, model metadata and data do not fit together; every problem at once."""
+
+    def __init__(self, problems: Sequence[JobProblem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+    def __reduce__(self) -> tuple:
+        # Prefect and Dask pickle a task's exception; the default would rebuild it from the joined text.
+        return (type(self), (self.problems,))
 
 
 class PartitionError(ScoringError):

@@ -463,29 +463,43 @@ class GuardedChunk:
     counts: GuardCounts
 
 
-def _checked_columns(frame: pl.DataFrame, suite: GuardSuite) -> None:
+def _column_problems(schema: pl.Schema, suite: GuardSuite) -> list[tuple[str, str]]:
+    """(column, problem) for every column the suite needs that the schema lacks (one problem per
+    column, naming every expectation that needs it) or types otherwise."""
+    missing: dict[str, list[str]] = {}
+    mistyped: list[tuple[str, str]] = []
     for check in suite.column_checks:
-        if check.column not in frame.columns:
-            raise GuardFailure(f"raw data lacks column {check.column!r} required by {check.key} in {suite.path.name}")
-        dtype = frame.get_column(check.column).dtype
+        if check.column not in schema:
+            missing.setdefault(check.column, []).append(check.key)
+            continue
+        dtype = schema[check.column]
         if check.type_names and not any(_TYPE_FAMILIES[t.lower()](dtype) for t in check.type_names):
-            raise GuardFailure(
+            mistyped.append((check.column, (
                 f"column {check.column!r} has type {dtype}, but {check.key} in {suite.path.name} "
                 f"wants {' or '.join(check.type_names)}"
-            )
-    absent = sorted({e.column for e in suite.expectations if e.column not in frame.columns})
-    if absent:
-        raise GuardFailure(f"suite {suite.path.name} checks column(s) {absent} that the raw data does not have")
+            )))
+    for exp in suite.expectations:
+        if exp.column not in schema:
+            missing.setdefault(exp.column, []).append(exp.key)
+    lacking = [
+        (column, f"raw data lacks column {column!r} required by {', '.join(keys)} in {suite.path.name}")
+        for column, keys in missing.items()
+    ]
+    return lacking + mistyped
 
 
-def checked_raw_schema(schema: pa.Schema, suite: GuardSuite, *, where: str) -> None:
-    """The suite's column checks (presence, column types, every column it names) against a raw
-    file's schema alone, so a missing or mistyped column fails before the run starts, naming the
-    file and the columns it does have."""
-    try:
-        _checked_columns(pl.from_arrow(schema.empty_table()), suite)
-    except GuardFailure as exc:
-        raise GuardFailure(f"{where}: {exc}; the file's columns: {', '.join(schema.names)}") from None
+def _checked_columns(frame: pl.DataFrame, suite: GuardSuite) -> None:
+    problems = _column_problems(frame.schema, suite)
+    if problems:
+        raise GuardFailure("; ".join(problem for _, problem in problems))
+
+
+def raw_schema_problems(schema: pa.Schema, suite: GuardSuite) -> list[tuple[str, str]]:
+    """(column, problem) for each of the suite's column checks (presence, column types, every column
+    it names) that a raw file's schema fails, read from the schema alone so that a missing or
+    mistyped column is found before the run starts; each problem lists the columns the file has."""
+    has = f"; the file's columns: {', '.join(schema.names)}"
+    return [(column, problem + has) for column, problem in _column_problems(pl.from_arrow(schema.empty_table()).schema, suite)]
 
 
 def _gx_violation_masks(frame: pl.DataFrame, suite: GuardSuite) -> dict[str, np.ndarray]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Literal
 
@@ -171,6 +174,20 @@ class ThresholdRule(_Strict):
         default_factory=dict, description="All conditions must hold; empty means always."
     )
     decision: str = Field(min_length=1)
+
+    @field_validator("when")
+    @classmethod
+    def _reachable_thresholds(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        # A threshold outside the field's range makes the condition always or never true: a typo, not a rule.
+        bad = {
+            f"{name}.{op}": threshold
+            for name, comparisons in value.items()
+            for op, threshold in comparisons.items()
+            if not (0 <= threshold <= (100 if name == "score" else 1))
+        }
+        if bad:
+            raise ValueError(f"thresholds outside 0..1 (probabilities) or 0..100 (score): {bad}")
+        return value
 
 
 class ReasonBands(_Strict):
@@ -476,29 +493,74 @@ def checked_job_name(job: object, settings: Settings) -> str:
     return job
 
 
-def load_job_spec(job: str, settings: Settings) -> JobSpec:
-    """The validated spec of `job`; a clear error names the file and the problem."""
+def job_spec_path(job: str, settings: Settings) -> Path:
+    return settings.jobs_dir / f"{job}.yaml"
+
+
+def job_spec_document(job: str, settings: Settings) -> object:
+    """The parsed YAML of `job`'s spec, not yet validated; JobSpecError when the name, the file or
+    its YAML is unusable."""
     checked_job_name(job, settings)
-    path = settings.jobs_dir / f"{job}.yaml"
+    path = job_spec_path(job, settings)
     if not path.is_file():
         raise JobSpecError(
             f"unknown job {job!r}: no {path}; configured jobs: {', '.join(configured_jobs(settings)) or 'none'}"
         )
     try:
-        raw = loaded_yaml(path)
+        return loaded_yaml(path)
     except yaml.YAMLError as exc:
         problem = " ".join(str(exc).split())
         raise JobSpecError(f"job spec {path} is not valid YAML: {problem}") from None
     except UnicodeDecodeError as exc:
         raise JobSpecError(f"job spec {path} is not UTF-8 text: {exc}") from None
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The spec model that holds the last key of `loc`, following fields, list items and dict values."""
+    current: object = JobSpec
+    for part in loc:
+        while typing.get_origin(current) in (typing.Union, types.UnionType):
+            current = next(a for a in typing.get_args(current) if a is not type(None))
+        if isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
+            current = current.model_fields[part].annotation
+        elif typing.get_origin(current) is list and isinstance(part, int):
+            current = typing.get_args(current)[0]
+        elif typing.get_origin(current) is dict:
+            current = typing.get_args(current)[1]
+        else:
+            return None
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def spec_field_problems(error: ValidationError) -> list[tuple[str, str]]:
+    """(field, problem naming the value) for each error pydantic found in a job spec; an unknown key
+    is named with the keys allowed there and the closest of them."""
+    problems = []
+    for err in error.errors(include_url=False):
+        loc = tuple(err["loc"])
+        field = ".".join(str(p) for p in loc) or "spec"
+        if err["type"] == "extra_forbidden":
+            holder = _model_at(loc[:-1])
+            allowed = sorted(holder.model_fields) if holder else []
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            problems.append((field, (
+                f"unknown key {loc[-1]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                + (f"; allowed here: {', '.join(allowed)}" if allowed else "")
+            )))
+            continue
+        shown = "" if isinstance(err["input"], dict | list) else f" (got {err['input']!r})"
+        problems.append((field, err["msg"].removeprefix("Value error, ") + shown))
+    return problems
+
+
+def load_job_spec(job: str, settings: Settings) -> JobSpec:
+    """The validated spec of `job`; a clear error names the file and the problem."""
+    raw = job_spec_document(job, settings)
+    path = job_spec_path(job, settings)
     try:
         spec = JobSpec.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']}"
-            + ("" if isinstance(err["input"], dict | list) else f" (got {err['input']!r})")
-            for err in exc.errors()
-        )
+        problems = "; ".join(f"{field}: {problem}" for field, problem in spec_field_problems(exc))
         raise JobSpecError(f"job spec {path} is invalid: {problems}") from None
     if spec.name != job:
         raise JobSpecError(f"job spec {path} declares name {spec.name!r}; it must match the file name {job!r}")

@@ -29,11 +29,9 @@ import pyarrow.parquet as pq
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import (
     DeviceUnavailable,
-    FeatureVersionMismatch,
     FallbackLimitExceeded,
     GuardFailure,
     InferenceFailure,
-    JobSpecError,
     ModelArtifactError,
     PartitionError,
 )
@@ -46,27 +44,25 @@ from tasks.duplicates import (
     write_quarantined_rows,
 )
 from tasks.fallback_report import fallback_limit_breaches, fallback_report_rows
-from tasks.features import FeatureKind, FeatureModule, feature_categories, feature_kinds, job_features
-from tasks.features.declared import DeclaredFeatures
+from tasks.features import FeatureKind, FeatureModule, feature_categories, feature_kinds
 from tasks.guards import (
     GuardCounts,
     GuardedChunk,
     GuardSuite,
-    checked_raw_schema,
     guard_limit_breaches,
     guard_summary_rows,
     guarded_chunk,
-    load_guard_suite,
 )
 from tasks.inference.engine import LoadedModel, inference_loaded_model
 from tasks.inference.registry import inference_check_feature_version
 from tasks.inference.treeshap import XGBOOST_NAME
-from tasks.jobspec import FeatureModelRef, JobSpec, load_job_spec
+from tasks.jobspec import FeatureModelRef, JobSpec
 from tasks.parquet_store import staging_dir, write_staged_chunk
 from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
-from tasks.prediction.reasons import ReasonTexts, predict_reason_text_problems, predict_reason_texts
+from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
 from tasks.settings import Settings
+from tasks.validation import checked_raw_files, validated_job
 from tasks.warehouse import warehouse_for
 
 log = logging.getLogger("scoring.run")
@@ -145,22 +141,10 @@ class PreparedJob:
 
 
 def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> PreparedJob:
-    spec = load_job_spec(job, settings)
-    suite = load_guard_suite(settings.expectations_dir / spec.expectation_suite, entity_column=spec.entity_column)
-    features = job_features(spec)
-    kinds, categories = feature_kinds(features), feature_categories(features)
-    problems = predict_reason_text_problems(spec.prediction.reasons, kinds=kinds, categories=categories)
-    if problems:
-        raise JobSpecError(f"job spec {settings.jobs_dir / (job + '.yaml')} is invalid: " + "; ".join(problems))
-    raw_dir = settings.raw_partition_dir(job, partition_date.isoformat())
-    if not raw_dir.is_dir():
-        raise PartitionError(f"no raw partition for job {job!r} on {partition_date}: {raw_dir} does not exist")
-    for path in checked_raw_files(raw_dir):
-        schema = pq.read_schema(path)
-        checked_raw_schema(schema, suite, where=f"raw file {path}")
-        if isinstance(features, DeclaredFeatures):
-            # A Python module reads what it needs itself; declared features say what they read, so check it now.
-            features.checked_raw_schema(schema, where=f"raw file {path}")
+    """The job loaded for a run of `partition_date`, after `validated_job` found no problem in its
+    inputs (JobValidationError lists them all), with its engines built and drift baselines read."""
+    validated = validated_job(job, settings, partition_date=partition_date, check_labels=False)
+    spec, features = validated.spec, validated.features
     device, nthread = spec.inference.device, spec.inference.nthread
     feature_models = []
     for ref in spec.model.feature_models:
@@ -170,10 +154,15 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     model = inference_loaded_model(
         settings.model_registry_dir(spec.model.name), spec.model.version, spec.model.fallback_version, device=device, nthread=nthread
     )
-    _check_scoring_metadata(model, spec, settings)
+    meta = model.engine.metadata
+    if not meta.reference:
+        log.warning(
+            "model %s %s has no training reference statistics; scoring %s without drift against training "
+            "(drift.require_reference: false)", meta.name, meta.version, spec.name,
+        )
     reference = {
         name: hist
-        for name, stats in model.engine.metadata.reference.items()
+        for name, stats in meta.reference.items()
         if (hist := Histogram.of_reference(stats)) is not None
     }
     previous = {
@@ -184,20 +173,12 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
         )
         for row in warehouse_for(settings).previous_drift_histograms(job, partition_date)
     }
-    trained_with = model.engine.metadata.training.get("feature_models", {})
-    for ref, loaded in feature_models:
-        used = loaded.engine.metadata.version
-        if ref.name in trained_with and str(trained_with[ref.name]) != used:
-            raise FeatureVersionMismatch(
-                f"model {spec.model.name} {model.engine.metadata.version} was trained on the output of {ref.name} "
-                f"{trained_with[ref.name]}, but {ref.name} {used} would feed it; pin version {trained_with[ref.name]} "
-                "in model.feature_models or retrain"
-            )
     prepared = PreparedJob(
-        spec=spec, suite=suite, features=features, model=model, feature_models=tuple(feature_models), raw_dir=raw_dir,
-        drift_baselines={"reference": reference, "previous": previous},
-        reason_texts=_reason_texts(model, spec, kinds, categories),
+        spec=spec, suite=validated.suite, features=features, model=model, feature_models=tuple(feature_models),
+        raw_dir=settings.raw_partition_dir(job, partition_date.isoformat()), drift_baselines={"reference": reference, "previous": previous},
+        reason_texts=_reason_texts(model, spec, feature_kinds(features), feature_categories(features)),
     )
+    # The engine that loaded may be the fallback chosen only now, when the job's version failed to load.
     inference_check_feature_version(model.engine.artifact, features.FEATURE_VERSION, prepared.model_features)
     return prepared
 
@@ -215,29 +196,6 @@ def _reason_texts(
             f"model {meta.name} {meta.version} ({model.engine.artifact.directory / 'metadata.json'}) cannot serve the "
             f"job's reason texts: {exc}"
         ) from None
-
-
-def _check_scoring_metadata(model: LoadedModel, spec: JobSpec, settings: Settings) -> None:
-    """Refuse, before any lease or ledger row, a final model that could not finish a run: no usable
-    calibration map, or no training reference unless the job opts out of drift against training."""
-    meta = model.engine.metadata
-    meta_path = model.engine.artifact.directory / "metadata.json"
-    try:
-        BinnedBetaCalibrator.from_metadata(meta.calibration)
-    except ValueError as exc:
-        raise ModelArtifactError(f"invalid model metadata: {meta_path}: field calibration: {exc}") from None
-    if meta.reference:
-        return
-    if spec.drift.require_reference:
-        raise ModelArtifactError(
-            f"invalid model metadata: {meta_path}: field reference: is missing or empty, so drift cannot be checked "
-            f"against training; retrain the model, or set `drift: {{require_reference: false}}` in "
-            f"{settings.jobs_dir / (spec.name + '.yaml')} to score without it"
-        )
-    log.warning(
-        "model %s %s has no training reference statistics; scoring %s without drift against training "
-        "(drift.require_reference: false)", meta.name, meta.version, spec.name,
-    )
 
 
 def _rechunked(batches: Iterable[pa.RecordBatch], chunk_rows: int) -> Iterator[pa.Table]:
@@ -290,19 +248,6 @@ def _raise_if_os_error(exc: BaseException) -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def checked_raw_files(raw_dir: Path) -> list[Path]:
-    """The partition's Parquet files, each footer read: a zero-byte, non-Parquet or garbage-footer
-    file is a PartitionError naming it, found before anything is scored."""
-    files = sorted(raw_dir.rglob("*.parquet"))
-    for path in files:
-        try:
-            pq.ParquetFile(path).metadata  # noqa: B018  (reading the footer is the check)
-        except _CORRUPT_PARQUET as exc:
-            _raise_if_os_error(exc)
-            raise PartitionError(f"raw file {path} is not a readable Parquet file: {_first_line(exc)}") from exc
-    return files
 
 
 @dataclass(frozen=True)

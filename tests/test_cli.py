@@ -102,9 +102,12 @@ def test_run_scores_the_date_and_prints_its_summary(fresh_data, prefect_logging:
 def test_a_long_error_message_is_still_one_line(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / ("a-long-folder-name-" * 6) / "data"
     data.mkdir(parents=True)
-    monkeypatch.setenv("SCORING_DATA_DIR", str(data))  # no model registry here: a user mistake
-    line = one_error_line(cli("run", "credit_risk", "--date", "2026-03-10"))
-    assert str(data) in line
+    monkeypatch.setenv("SCORING_DATA_DIR", str(data))  # no model registry and no raw partition here: two user mistakes
+    result = cli("run", "credit_risk", "--date", "2026-03-10")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    # Each problem stays on its own line however long it is: rich must not wrap it.
+    assert len(lines) == 2 and all(line.startswith("error:") and str(data) in line for line in lines), result.output
 
 
 def test_an_invalid_job_spec_error_keeps_the_offending_value(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

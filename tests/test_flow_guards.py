@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 import yaml
 
-from tasks.errors import GuardFailure, PartitionError, SuiteError
+from tasks.errors import GuardFailure, JobValidationError, PartitionError
 from tasks.settings import Settings, current_settings
 
 from conftest import DEMO_JOB, DemoEnv
@@ -123,9 +123,11 @@ def test_a_missing_column_fails_the_run_naming_the_column_and_expectation(fresh_
     from flows.score_partition import score_partition
 
     rewrite_raw(fresh_data, day, lambda raw: raw.drop("loan_amount"))
-    with pytest.raises(GuardFailure, match="loan_amount") as err:
+    with pytest.raises(JobValidationError, match="loan_amount") as err:
         score_partition(DEMO_JOB, day)
-    assert "to_exist(loan_amount)" in str(err.value) and "raw file " in str(err.value)
+    (problem,) = err.value.problems
+    assert problem.field == "loan_amount" and problem.file.parent == fresh_data.raw_partition_dir(DEMO_JOB, day.isoformat())
+    assert "to_exist(loan_amount)" in problem.message
     # The message lists what the file does have, so a renamed column is easy to spot.
     assert "the file's columns: entity_id, application_date, annual_income" in str(err.value)
     assert_refused_before_the_lease(fresh_data)
@@ -135,7 +137,7 @@ def test_strings_in_a_numeric_column_fail_the_run_naming_both(fresh_data: Settin
     from flows.score_partition import score_partition
 
     rewrite_raw(fresh_data, day, lambda raw: raw.with_columns(pl.col("annual_income").cast(pl.String)))
-    with pytest.raises(GuardFailure) as err:
+    with pytest.raises(JobValidationError) as err:
         score_partition(DEMO_JOB, day)
     assert "annual_income" in str(err.value) and "be_in_type_list(annual_income)" in str(err.value)
     assert_refused_before_the_lease(fresh_data)
@@ -232,7 +234,7 @@ def test_a_suite_naming_a_column_the_data_lacks_fails_the_run(
         {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "bureau_score"}, "meta": {"guard": {"action": "quarantine"}}}
     )
     settings = suite_with(fresh_data, tmp_path, monkeypatch, json.dumps(doc))
-    with pytest.raises(GuardFailure, match="bureau_score"):
+    with pytest.raises(JobValidationError, match="bureau_score"):
         score_partition(DEMO_JOB, day)
     assert_refused_before_the_lease(settings)
 
@@ -243,7 +245,7 @@ def test_a_malformed_suite_file_fails_the_run_naming_the_file(
     from flows.score_partition import score_partition
 
     settings = suite_with(fresh_data, tmp_path, monkeypatch, '{"name": "credit_risk", "expectations": [')
-    with pytest.raises(SuiteError, match="not valid JSON") as err:
+    with pytest.raises(JobValidationError, match="not valid JSON") as err:
         score_partition(DEMO_JOB, day)
     assert f"{DEMO_JOB}.json" in str(err.value)
     # Refused before the lease: no ledger row, no warehouse, no output.

@@ -367,7 +367,7 @@ def test_the_model_card_of_the_gearbox_job_is_filled_from_its_last_run(gearbox_e
 def test_an_autoencoder_newer_than_the_classifier_was_trained_with_is_refused(gearbox_env: GearboxEnv) -> None:
     import shutil
 
-    from tasks.errors import FeatureVersionMismatch
+    from tasks.errors import JobValidationError
     from tasks.scoring import prepared_job
 
     registry = gearbox_env.settings.model_registry_dir("gearbox_autoencoder")
@@ -377,7 +377,7 @@ def test_an_autoencoder_newer_than_the_classifier_was_trained_with_is_refused(ge
     meta = json.loads((newer / "metadata.json").read_text())
     (newer / "metadata.json").write_text(json.dumps({**meta, "version": "999"}))
     try:
-        with pytest.raises(FeatureVersionMismatch, match="gearbox_autoencoder") as err:
+        with pytest.raises(JobValidationError, match="gearbox_autoencoder") as err:
             prepared_job("gearbox", gearbox_env.plan.scoring_dates[-1], gearbox_env.settings)
         assert f"{trained}, but gearbox_autoencoder 999" in str(err.value)
     finally:

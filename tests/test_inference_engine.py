@@ -30,7 +30,7 @@ import yaml
 from polars.testing import assert_frame_equal
 
 from tasks.contracts import InferenceInput
-from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError
+from tasks.errors import DeviceUnavailable, InferenceFailure, JobValidationError, ModelArtifactError
 from tasks.inference.engine import ONNXEngine, XGBoostEngine, inference_cuda_device_present, inference_loaded_model
 from tasks.inference.registry import inference_model_artifact
 from tasks.settings import Settings, current_settings
@@ -401,7 +401,7 @@ def test_a_broken_version_without_fallback_fails_the_run(
     add_broken_version_99(fresh_data, demo_env.plan.model_version)
     settings = use_job_spec(tmp_path, monkeypatch, fresh_data, lambda s: s["model"].update(version="99"))
     day = demo_env.plan.scoring_dates[-1]
-    with pytest.raises(ModelArtifactError, match="sha256"):
+    with pytest.raises(JobValidationError, match="sha256"):
         score_partition(DEMO_JOB, day)
     # Refused before the lease: no ledger row (not even a warehouse file) and nothing published.
     assert not settings.duckdb_path.exists()

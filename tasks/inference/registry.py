@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from tasks.errors import FeatureVersionMismatch, ModelArtifactError
+from tasks.errors import FeatureVersionMismatch, JobProblem, ModelArtifactError
 
 FRAMEWORK_OF_SUFFIX = {".ubj": "xgboost", ".json": "xgboost", ".onnx": "onnx"}
 ACCEPTED_MODEL_SUFFIXES = tuple(FRAMEWORK_OF_SUFFIX)
@@ -160,13 +160,17 @@ class ModelArtifact(BaseModel):
         return self.directory / self.metadata.model_file
 
 
+def inference_metadata_field_problems(meta_path: Path, error: ValidationError) -> list[JobProblem]:
+    """One problem per field pydantic found wrong in `meta_path`."""
+    return [
+        JobProblem(meta_path, ".".join(str(part) for part in item["loc"]) or "(top level)", item["msg"].removeprefix("Value error, "))
+        for item in error.errors(include_url=False)
+    ]
+
+
 def inference_metadata_problems(meta_path: Path, error: ValidationError) -> str:
     """`<path>: field <loc>: <msg>` for each problem pydantic found, joined on one line."""
-    problems = []
-    for item in error.errors(include_url=False):
-        loc = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        problems.append(f"{meta_path}: field {loc}: {item['msg'].removeprefix('Value error, ')}")
-    return "; ".join(problems)
+    return "; ".join(f"{p.file}: field {p.field}: {p.message}" for p in inference_metadata_field_problems(meta_path, error))
 
 
 def inference_model_checksum(path: Path) -> str:
@@ -191,43 +195,62 @@ def inference_model_versions(registry_dir: Path) -> list[str]:
 
 def inference_model_artifact(registry_dir: Path, version: str = "latest") -> ModelArtifact:
     """The verified artifact of a model version (`latest` = the highest version)."""
+    artifact, problems, message = _checked_artifact(registry_dir, version)
+    if artifact is None:
+        raise ModelArtifactError(message)
+    return artifact
+
+
+def inference_artifact_problems(registry_dir: Path, version: str = "latest") -> tuple[ModelArtifact | None, list[JobProblem]]:
+    """The verified artifact of a model version, or None and every reason it cannot be trusted:
+    each field of its metadata.json that is wrong, else the one check of the model file that failed."""
+    artifact, problems, _ = _checked_artifact(registry_dir, version)
+    return artifact, problems
+
+
+def _checked_artifact(registry_dir: Path, version: str) -> tuple[ModelArtifact | None, list[JobProblem], str]:
+    """(artifact, problems, the one-line message of ModelArtifactError) of a model version."""
+
+    def refused(file: Path, field: str, message: str) -> tuple[None, list[JobProblem], str]:
+        return None, [JobProblem(file, field, message)], message
+
     versions = inference_model_versions(registry_dir)
     if not versions:
-        raise ModelArtifactError(f"no model versions under {registry_dir}; run `score demo` or train one first")
+        return refused(registry_dir, "version", f"no model versions under {registry_dir}; run `score demo` or train one first")
     chosen = versions[-1] if version == "latest" else version
     directory = registry_dir / chosen
     meta_path = directory / "metadata.json"
     if not meta_path.is_file():
-        raise ModelArtifactError(f"model version {chosen!r} not found under {registry_dir}; versions: {versions}")
+        return refused(registry_dir, "version", f"model version {chosen!r} not found under {registry_dir}; versions: {versions}")
     try:
         metadata = ModelMetadata.model_validate(json.loads(meta_path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelArtifactError(f"model metadata {meta_path} is not JSON: {exc}") from None
+        return refused(meta_path, "(file)", f"model metadata {meta_path} is not JSON: {exc}")
     except ValidationError as exc:
-        raise ModelArtifactError(f"invalid model metadata: {inference_metadata_problems(meta_path, exc)}") from None
+        return None, inference_metadata_field_problems(meta_path, exc), f"invalid model metadata: {inference_metadata_problems(meta_path, exc)}"
     artifact = ModelArtifact(metadata=metadata, directory=directory)
     path = artifact.model_path
     if path.suffix in _PICKLE_SUFFIXES:
-        raise ModelArtifactError(
+        return refused(meta_path, "model_file", (
             f"model file {path} is a pickle-style format ({path.suffix}), which executes code when loaded; "
             f"export the model as one of {ACCEPTED_MODEL_SUFFIXES}"
-        )
+        ))
     if path.suffix not in ACCEPTED_MODEL_SUFFIXES:
-        raise ModelArtifactError(f"model file {path} has unknown format {path.suffix!r}; accepted: {ACCEPTED_MODEL_SUFFIXES}")
+        return refused(meta_path, "model_file", f"model file {path} has unknown format {path.suffix!r}; accepted: {ACCEPTED_MODEL_SUFFIXES}")
     if FRAMEWORK_OF_SUFFIX[path.suffix] != metadata.framework:
-        raise ModelArtifactError(f"model file {path} is a {path.suffix} file, but {meta_path} says framework {metadata.framework!r}")
+        return refused(meta_path, "framework", f"model file {path} is a {path.suffix} file, but {meta_path} says framework {metadata.framework!r}")
     if not path.is_file():
-        raise ModelArtifactError(f"model file {path} named in {meta_path} does not exist")
+        return refused(meta_path, "model_file", f"model file {path} named in {meta_path} does not exist")
     problem = inference_model_file_problem(path, metadata.framework)
     if problem:
-        raise ModelArtifactError(f"model file {path} {problem}; refusing to load it")
+        return refused(meta_path, "model_file", f"model file {path} {problem}; refusing to load it")
     actual = inference_model_checksum(path)
     if actual != metadata.sha256:
-        raise ModelArtifactError(
+        return refused(meta_path, "sha256", (
             f"model file {path} ({path.stat().st_size} bytes) has sha256 {actual}, but {meta_path} says "
             f"{metadata.sha256}: the file is truncated or was replaced"
-        )
-    return artifact
+        ))
+    return artifact, [], ""
 
 
 def inference_check_feature_version(artifact: ModelArtifact, feature_version: str, feature_names: tuple[str, ...]) -> None:

@@ -29,9 +29,10 @@ import pyarrow as pa
 
 from tasks.contracts import InferenceInput
 from tasks.drift import reference_statistics
-from tasks.errors import ModelArtifactError, PartitionError
+from tasks.errors import JobProblem, JobSpecError, JobValidationError, ModelArtifactError, PartitionError
 from tasks.features import FeatureKind, feature_kinds, job_features
-from tasks.guards import checked_raw_schema, guarded_chunk, load_guard_suite
+from tasks.features.declared import DeclaredFeatures
+from tasks.guards import guarded_chunk, load_guard_suite, raw_schema_problems
 from tasks.inference.engine import inference_engine, inference_loaded_model
 from tasks.inference.registry import (
     ACCEPTED_MODEL_SUFFIXES,
@@ -304,7 +305,15 @@ def job_model_inputs(job: str, rows: Path | pl.DataFrame, *, settings: Settings,
             f"{where} has no outcome column {label!r} (monitoring.labels.outcome_column in "
             f"{settings.jobs_dir / (job + '.yaml')}); it has columns {frame.columns}"
         )
-    checked_raw_schema(frame.to_arrow().schema, suite, where=where)
+    file = Path(what if isinstance(rows, pl.DataFrame) else rows)
+    problems = [JobProblem(file, column, problem) for column, problem in raw_schema_problems(frame.to_arrow().schema, suite)]
+    if isinstance(features, DeclaredFeatures):
+        try:
+            features.checked_raw_schema(frame.to_arrow().schema, where=where)
+        except JobSpecError as exc:
+            problems.append(JobProblem(file, "features", str(exc)))
+    if problems:
+        raise JobValidationError(problems)
     guarded = guarded_chunk(frame, suite, entity_column=spec.entity_column)
     scorable = guarded.scorable
     outcomes = None

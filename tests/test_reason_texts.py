@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from tasks.contracts import FeatureContributions
-from tasks.errors import JobSpecError
+from tasks.errors import JobValidationError
 from tasks.jobspec import ReasonCode, ReasonConfig
 from tasks.prediction.reasons import predict_reason_codes, predict_reason_text_problems, predict_reason_texts
 from tasks.settings import Settings
@@ -147,7 +147,7 @@ def test_a_bad_by_value_key_stops_before_the_lease_naming_the_spec(
     jobs.mkdir()
     (jobs / f"{DEMO_JOB}.yaml").write_text(yaml.safe_dump(spec))
     settings = fresh_data.model_copy(update={"jobs_dir": jobs})
-    with pytest.raises(JobSpecError) as err:
+    with pytest.raises(JobValidationError) as err:
         prepared_job(DEMO_JOB, demo_env.plan.scoring_dates[0], settings)
     assert str(jobs / f"{DEMO_JOB}.yaml") in str(err.value)
     assert "prediction.reasons.codes.home_ownership.by_value: key 'RENTING'" in str(err.value)

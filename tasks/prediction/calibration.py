@@ -111,23 +111,3 @@ class ProbabilityMap:
             low=np.interp(margins, self._x, self._low),
             high=np.interp(margins, self._x, self._high),
         )
-
-
-# SHIM
-@dataclass(frozen=True)
-class CalibrationQuality:
-    rows: int
-    events: int
-    ece: float
-    warnings: list
-
-    def as_json(self):
-        return {"rows": self.rows, "events": self.events, "ece": self.ece, "warnings": self.warnings}
-
-
-def fitted_calibrator(margins, outcomes):
-    return BinnedBetaCalibrator.fit(margins, outcomes)
-
-
-def calibration_quality(calibrator, margins, outcomes, *, level):
-    return CalibrationQuality(rows=int(outcomes.size), events=int(outcomes.sum()), ece=0.0, warnings=[])

@@ -61,7 +61,7 @@ from tasks.inference.registry import inference_check_feature_version
 from tasks.inference.treeshap import XGBOOST_NAME
 from tasks.jobspec import FeatureModelRef, JobSpec, load_job_spec
 from tasks.parquet_store import staging_dir, write_staged_chunk
-from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
+from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.settings import Settings
 from tasks.warehouse import warehouse_for
@@ -177,7 +177,7 @@ def _check_scoring_metadata(model: LoadedModel, spec: JobSpec, settings: Setting
     meta = model.engine.metadata
     meta_path = model.engine.artifact.directory / "metadata.json"
     try:
-        BinnedBetaCalibrator.from_metadata(meta.calibration)
+        predict_calibrator_from_metadata(meta.calibration)
     except ValueError as exc:
         raise ModelArtifactError(f"invalid model metadata: {meta_path}: field calibration: {exc}") from None
     if meta.reference:
@@ -603,7 +603,7 @@ def _peak_rss_mb() -> float:
 
 def _probability_map(prepared: PreparedJob) -> ProbabilityMap:
     engine = prepared.model.engine
-    return ProbabilityMap(BinnedBetaCalibrator.from_metadata(engine.metadata.calibration), prepared.spec.prediction.interval_level)
+    return ProbabilityMap(predict_calibrator_from_metadata(engine.metadata.calibration), prepared.spec.prediction.interval_level)
 
 
 def inferred_unit(

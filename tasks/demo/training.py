@@ -16,7 +16,7 @@ from tasks.drift import drift_bin_counts
 from tasks.features import FeatureModule
 from tasks.guards import GuardSuite, guarded_chunk
 from tasks.inference.registry import ModelMetadata, ReferenceStats, inference_model_checksum
-from tasks.prediction.calibration import BinnedBetaCalibrator
+from tasks.prediction.calibration import predict_fitted_calibrator
 
 log = logging.getLogger("scoring.training")
 
@@ -135,7 +135,7 @@ def registered_classifier(
     valid = xgb.DMatrix(x[holdout], label=y[holdout], feature_names=list(names), missing=np.nan)
     booster = xgb.train({**XGB_PARAMS, "seed": seed}, train, num_boost_round=ROUNDS)
     holdout_margin = booster.predict(valid, output_margin=True)
-    calibrator = BinnedBetaCalibrator.fit(holdout_margin, y[holdout])
+    calibrator = predict_fitted_calibrator(holdout_margin, y[holdout])
     auc = _auc(holdout_margin, y[holdout])
 
     model_dir.mkdir(parents=True, exist_ok=True)

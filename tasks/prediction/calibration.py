@@ -242,26 +242,15 @@ class _LogisticFit:
 
     @classmethod
     def of(cls, margin: np.ndarray, outcome: np.ndarray, rate: float) -> _LogisticFit:
-        """MAP under β ~ Normal(1, 1), β ≥ 0, and a weak α prior around the bin's log-odds, by Newton's method."""
+        """MAP under β ~ Normal(1, 1), β ≥ 0, and a weak α prior around the bin's log-odds."""
         center = float(margin.mean())
         x = np.column_stack([np.ones_like(margin), margin - center])
         prior_mean = np.array([float(special.logit(rate)), SLOPE_PRIOR_MEAN])
         prior_precision = np.diag([1.0 / INTERCEPT_PRIOR_SD**2, 1.0 / SLOPE_PRIOR_SD**2])
-        theta = prior_mean.copy()
-        free = np.array([True, True])
-        for _ in range(100):
-            p = special.expit(x @ theta)
-            gradient = x.T @ (outcome - p) - prior_precision @ (theta - prior_mean)
-            hessian = (x * (p * (1.0 - p))[:, None]).T @ x + prior_precision
-            step = np.zeros(2)
-            step[free] = np.linalg.solve(hessian[np.ix_(free, free)], gradient[free])
-            theta = theta + step
-            if free[1] and theta[1] < 0:
-                # A falling fit: the map stays monotone, so the slope is held at 0 and only α is refitted.
-                theta[1], free[1] = 0.0, False
-                continue
-            if np.abs(step).max() < 1e-10:
-                break
+        theta = _posterior_mode(x, outcome, prior_mean, prior_precision, free=np.array([True, True]))
+        if theta[1] < 0:
+            # A falling fit: the map stays monotone, so the slope is held at 0 and only α is refitted.
+            theta = _posterior_mode(x, outcome, np.array([prior_mean[0], 0.0]), prior_precision, free=np.array([True, False]))
         p = special.expit(x @ theta)
         hessian = (x * (p * (1.0 - p))[:, None]).T @ x + prior_precision
         return cls(center=center, intercept=float(theta[0]), slope=float(theta[1]), covariance=np.linalg.inv(hessian))
@@ -278,6 +267,33 @@ class _LogisticFit:
             anchor_variance=float(s[0, 0] + 2.0 * shift * s[0, 1] + shift**2 * s[1, 1]),
             covariance=float(s[0, 1] + shift * s[1, 1]),
         )
+
+
+def _posterior_mode(x: np.ndarray, y: np.ndarray, start: np.ndarray, prior_precision: np.ndarray, *, free: np.ndarray) -> np.ndarray:
+    """Mode of a logistic regression's log posterior (Normal prior centred on `start`) over the `free`
+    coefficients: Newton steps, halved until the posterior rises, since a full step can overshoot."""
+
+    def log_posterior(theta: np.ndarray) -> float:
+        eta = x @ theta
+        return float(y @ eta - np.logaddexp(0.0, eta).sum() - 0.5 * (theta - start) @ prior_precision @ (theta - start))
+
+    theta = start.copy()
+    current = log_posterior(theta)
+    for _ in range(100):
+        p = special.expit(x @ theta)
+        gradient = x.T @ (y - p) - prior_precision @ (theta - start)
+        hessian = (x * (p * (1.0 - p))[:, None]).T @ x + prior_precision
+        step = np.zeros_like(theta)
+        step[free] = np.linalg.solve(hessian[np.ix_(free, free)], gradient[free])
+        for _ in range(50):
+            trial = log_posterior(theta + step)
+            if trial >= current:
+                break
+            step /= 2.0
+        theta, improvement, current = theta + step, trial - current, trial
+        if np.abs(step).max() < 1e-10 or improvement < 1e-12:
+            break
+    return theta
 
 
 def predict_calibrator_from_metadata(calibration: dict[str, Any]) -> BinnedBetaCalibrator:

@@ -78,7 +78,8 @@ class LogisticTail:
 
 @dataclass(frozen=True)
 class BinnedBetaCalibrator:
-    """Bins of held-out margins with their event counts; `tails` None means flat beyond the outer centres."""
+    """Bins of held-out margins with their event counts; without `lower_tail` and `upper_tail` (the older
+    method) the map is flat beyond the outer centres."""
 
     method: str
     centers: np.ndarray

@@ -345,6 +345,19 @@ def _parquet_columns(path: Path) -> list[str]:
     return pq.read_schema(files[0]).names if files and files[0].is_file() else []
 
 
+def _calibration_table(bins: list[dict], *, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("bin", "rows", "events", "observed", "margin", "probability", "interval"):
+        table.add_column(column, justify="right")
+    for b in bins:
+        table.add_row(
+            str(b["bin"]), f"{b['rows']:,.0f}", f"{b['events']:,.0f}", f"{b['observed_rate']:.3f}",
+            f"{b['margin_low']:.2f} .. {b['margin_high']:.2f}", f"{b['probability_from']:.3f} .. {b['probability_to']:.3f}",
+            f"{b['interval_low']:.3f} .. {b['interval_high']:.3f}",
+        )
+    return table
+
+
 def _print_registration(report) -> None:  # noqa: ANN001  (tasks.registration.RegistrationReport, imported lazily)
     quality = report.calibration
     auc = "n/a" if report.auc is None else f"{report.auc:.3f}"
@@ -355,12 +368,7 @@ def _print_registration(report) -> None:  # noqa: ANN001  (tasks.registration.Re
         f"drift reference: {report.reference_rows:,} rows",
         highlight=False,
     )
-    table = Table(title="calibration on the hold-out")
-    for column in quality.table_columns:
-        table.add_column(column, justify="right")
-    for row in quality.table_rows:
-        table.add_row(*row)
-    console.print(table)
+    console.print(_calibration_table(quality.table, title=f"calibration on the hold-out ({quality.interval_level:.0%} interval)"))
     console.print(f"reachable probability: {quality.reachable_low:.4f} .. {quality.reachable_high:.4f}", highlight=False)
     for warning in report.warnings:
         console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)

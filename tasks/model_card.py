@@ -1,4 +1,5 @@
-"""The model card of a job: the Prediction Contract and the Inference Specification, as Markdown.
+"""The model card of a job, as Markdown: the Prediction Contract, its reason codes, the calibration
+map, the Inference Specification, the training record and what the guards did in the latest run.
 
 Generated from the job spec, the registry metadata and the latest succeeded run in the ledger —
 never written by hand — so it cannot drift from what the nightly run really does.
@@ -7,11 +8,14 @@ never written by hand — so it cannot drift from what the nightly run really do
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from tasks.contracts import PREDICTION_FIELD_MEANINGS, PREDICTION_SCHEMA
 from tasks.inference.registry import ModelMetadata, inference_model_artifact
-from tasks.jobspec import JobSpec, load_job_spec
+from tasks.jobspec import JobSpec, ReasonCode, load_job_spec
+from tasks.prediction.calibration import METHOD as LOGISTIC_TAILS_METHOD
+from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.settings import Settings
 from tasks.warehouse import warehouse_for
 
@@ -47,13 +51,128 @@ def _ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
     }
 
 
-def model_card_markdown(spec: JobSpec, metadata: ModelMetadata, latest_run: dict[str, Any] | None) -> str:
-    """The card as Markdown; `latest_run` is the job's newest succeeded `runs` row, if any."""
-    extra = _ranges_and_actions(spec)
-    contract = [
-        [f.name, str(f.type), PREDICTION_FIELD_MEANINGS[f.name], *extra.get(f.name, ("", "")), spec.service_level]
-        for f in PREDICTION_SCHEMA
+def reason_text(reason: ReasonCode) -> str:
+    """How the card shows a reason code's text: the default, then each value-dependent variant."""
+    if reason.by_band is not None:
+        variants = [f"at or below the training median: {reason.by_band.low}", f"above it: {reason.by_band.high}"]
+    elif reason.by_cut is not None:
+        edges = ["", *(f"{c:g}" for c in reason.by_cut.cuts), ""]
+        variants = [
+            (f"< {hi}" if not lo else f"≥ {lo}" if not hi else f"{lo} – {hi}") + f": {text}"
+            for lo, hi, text in zip(edges, edges[1:], reason.by_cut.texts, strict=True)
+        ]
+    elif reason.by_value is not None:
+        variants = [f"{value}: {text}" for value, text in reason.by_value.items()]
+    else:
+        return reason.text
+    return "; ".join(variants) + f" (otherwise: {reason.text})"
+
+
+def _reason_section(spec: JobSpec) -> str:
+    reasons = spec.prediction.reasons
+    rows = [[f"`{feature}`", reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
+    rows.append(["no feature pushes toward the event", reasons.no_adverse_code, reasons.no_adverse_text])
+    return (
+        f"Up to {reasons.top_k} codes per row, for decisions {', '.join(reasons.for_decisions) or 'none'}: the features "
+        "that pushed the row's margin most toward the event.\n\n" + _md_table(["feature", "code", "text"], rows)
+    )
+
+
+def _number(value: Any) -> str:
+    """A readable number: thousands separators for integers, four significant digits otherwise."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "-∞" if value < 0 else "∞"
+        return f"{value:,.0f}" if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_number(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_number(v) for v in value)
+    return str(value)
+
+
+def _training_rows(training: dict[str, Any]) -> list[list[str]]:
+    """One row per training fact; rates and shares as percentages, the window in one row."""
+    rows, rest = [], dict(training)
+    if "window_start" in rest and "window_end" in rest:
+        rows.append(["Window", f"{rest.pop('window_start')} – {rest.pop('window_end')}"])
+    for key, value in rest.items():
+        label = key.replace("_", " ").replace("holdout", "hold-out").replace("auc", "AUC")
+        label = label[:1].upper() + label[1:]
+        is_share = key.endswith(("_rate", "_share")) and isinstance(value, float)
+        rows.append([label, f"{value:.2%}" if is_share else _number(value)])
+    return rows
+
+
+def _probability(value: float) -> str:
+    return f"{value:.4f}" if value >= 1e-4 else f"{value:.1e}"
+
+
+def _calibration_section(spec: JobSpec, metadata: ModelMetadata) -> str:
+    level = spec.prediction.interval_level
+    try:
+        table = predict_calibration_table(metadata.calibration, level=level)
+    except ValueError as exc:
+        return f"The registered calibration map is unusable: field calibration: {exc}."
+    beyond = (
+        "beyond them the map continues as a logistic in the margin toward 0 and 1"
+        if table.method == LOGISTIC_TAILS_METHOD else "beyond them it stays flat"
+    )
+    rows = sum(b["rows"] for b in table.bins)
+    events = sum(b["events"] for b in table.bins)
+    lines = [
+        f"Method `{table.method}`, fitted on {rows:,} held-out rows with {events:,} events; intervals at {level:.0%} "
+        f"credibility. Reachable probability over the held-out margins: **{_probability(table.reachable_low)} to "
+        f"{_probability(table.reachable_high)}**; {beyond}.",
+        _md_table(
+            ["bin", "rows", "events", "observed rate", "margins", "probability", "interval"],
+            [
+                [
+                    str(b["bin"]), f"{b['rows']:,}", f"{b['events']:,}", f"{b['observed_rate']:.2%}",
+                    f"{_number(b['margin_low'])} to {_number(b['margin_high'])}",
+                    f"{_probability(b['probability_from'])} – {_probability(b['probability_to'])}",
+                    f"{_probability(b['interval_low'])} – {_probability(b['interval_high'])}",
+                ]
+                for b in table.bins
+            ],
+        ),
     ]
+    if table.warnings:
+        lines.append("\n".join(f"- **Warning:** {w}" for w in table.warnings))
+    return "\n\n".join(lines)
+
+
+def _guard_section(latest_run: dict[str, Any] | None, guard_summary: list[dict[str, Any]]) -> str:
+    if not latest_run:
+        return "No succeeded run yet."
+    run = f"Run `{latest_run['run_id']}` of {latest_run['partition_date']}, {latest_run['rows_read']:,} rows read"
+    if not guard_summary:
+        return f"{run}: no guard summary was recorded."
+    acted = [g for g in guard_summary if g["rows"]]
+    return (
+        f"{run}: {len(acted)} of {len(guard_summary)} expectations acted on rows.\n\n"
+        + _md_table(
+            ["expectation", "column", "type", "action", "evaluated by", "rows", "share"],
+            [
+                [g["expectation"], g["column_name"] or "", g["expectation_type"], g["action"], g["evaluated_by"],
+                 f"{g['rows']:,}", f"{g['share']:.2%}"]
+                for g in guard_summary
+            ],
+        )
+    )
+
+
+def model_card_markdown(
+    spec: JobSpec, metadata: ModelMetadata, latest_run: dict[str, Any] | None, *, guard_summary: list[dict[str, Any]] | None = None
+) -> str:
+    """The card as Markdown; `latest_run` is the job's newest succeeded `runs` row, if any, and
+    `guard_summary` that run's `guard_summary` rows."""
+    extra = _ranges_and_actions(spec)
+    contract = [[f.name, str(f.type), PREDICTION_FIELD_MEANINGS[f.name], *extra.get(f.name, ("", ""))] for f in PREDICTION_SCHEMA]
     inference = json.loads(latest_run["inference"]) if latest_run and latest_run.get("inference") else {}
 
     def measured(key: str, fmt: str = "{:,.0f}") -> str:
@@ -81,23 +200,32 @@ def model_card_markdown(spec: JobSpec, metadata: ModelMetadata, latest_run: dict
         ["Latency per chunk", f"p50 {measured('latency_ms_p50', '{:.1f}')} ms, p99 {measured('latency_ms_p99', '{:.1f}')} ms, max {measured('latency_ms_max', '{:.1f}')} ms"],
         ["Memory", f"peak RSS {measured('peak_rss_mb', '{:,.0f}')} MB"],
         ["Measured on", run_ref],
-        ["Training", ", ".join(f"{k}: {v}" for k, v in metadata.training.items())],
     ]
     return "\n\n".join([
         f"# Model card: {spec.name}",
         spec.description,
         "## Prediction Contract",
-        f"Event: **{spec.prediction.event}**. Service level: {spec.service_level}",
-        _md_table(["field", "type", "meaning", "range", "business action", "service level"], contract),
+        f"Event: **{spec.prediction.event}**.\n\nService level: {spec.service_level}",
+        _md_table(["field", "type", "meaning", "range", "business action"], contract),
+        "## Reason codes",
+        _reason_section(spec),
+        "## Calibration",
+        _calibration_section(spec, metadata),
         "## Inference Specification",
         _md_table(["", ""], spec_rows),
+        "## Training",
+        _md_table(["", ""], _training_rows(metadata.training)) if metadata.training else "No training record in the metadata.",
+        "## Guards in the latest run",
+        _guard_section(latest_run, guard_summary or []),
     ]) + "\n"
 
 
 def job_model_card(job: str, settings: Settings) -> str:
     """The card of `job` for the model version its latest run used (or the spec's version before any run)."""
     spec = load_job_spec(job, settings)
-    latest = warehouse_for(settings).latest_succeeded_run(job)
+    warehouse = warehouse_for(settings)
+    latest = warehouse.latest_succeeded_run(job)
     version = latest["model_version"] if latest else spec.model.version
     metadata = inference_model_artifact(settings.model_registry_dir(spec.model.name), version).metadata
-    return model_card_markdown(spec, metadata, latest)
+    guard_summary = warehouse.run_guard_summary(latest["run_id"]) if latest else []
+    return model_card_markdown(spec, metadata, latest, guard_summary=guard_summary)

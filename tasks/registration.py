@@ -10,6 +10,7 @@ existing version.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import getpass
 import json
@@ -45,7 +46,8 @@ from tasks.inference.registry import (
     inference_model_versions,
 )
 from tasks.jobspec import VERSION_PATTERN, load_job_spec
-from tasks.prediction.calibration import CalibrationQuality, calibration_quality, fitted_calibrator
+from tasks.prediction.calibration import predict_fitted_calibrator
+from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
 from tasks.settings import Settings
 
 log = logging.getLogger("scoring.registration")
@@ -75,7 +77,7 @@ class RegistrationReport:
         return {
             "model": self.model, "version": self.version, "framework": self.framework, "features": self.features,
             "rows": self.rows, "events": self.events, "rows_quarantined": self.rows_quarantined, "auc": self.auc,
-            "reference_rows": self.reference_rows, "calibration": self.calibration.as_json(), "warnings": self.warnings,
+            "reference_rows": self.reference_rows, "calibration": dataclasses.asdict(self.calibration), "warnings": self.warnings,
         }
 
 
@@ -209,8 +211,8 @@ def registered_model_version(
             InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(outcomes.size).astype(str)),
                            features=np.ascontiguousarray(holdout_features, dtype=np.float32), feature_names=features)
         ).margins
-        calibrator = fitted_calibrator(margins, outcomes)
-        quality = calibration_quality(calibrator, margins, outcomes, level=interval_level)
+        calibrator = predict_fitted_calibrator(margins, outcomes)
+        quality = predict_calibration_quality(calibrator, margins, outcomes, level=interval_level)
         reference = holdout_features if reference_features is None else reference_features
         auc = holdout_auc(margins, outcomes)
         warnings = list(quality.warnings)

@@ -58,7 +58,7 @@ from tasks.inference.registry import inference_check_feature_version
 from tasks.inference.treeshap import XGBOOST_NAME
 from tasks.jobspec import FeatureModelRef, JobSpec
 from tasks.parquet_store import staging_dir, write_staged_chunk
-from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
+from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
 from tasks.settings import Settings
@@ -607,7 +607,7 @@ def _peak_rss_mb() -> float:
 
 def _probability_map(prepared: PreparedJob) -> ProbabilityMap:
     engine = prepared.model.engine
-    return ProbabilityMap(BinnedBetaCalibrator.from_metadata(engine.metadata.calibration), prepared.spec.prediction.interval_level)
+    return ProbabilityMap(predict_calibrator_from_metadata(engine.metadata.calibration), prepared.spec.prediction.interval_level)
 
 
 def inferred_unit(

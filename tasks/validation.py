@@ -27,7 +27,7 @@ from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, load_guard_suite, raw_schema_problems
 from tasks.inference.registry import ModelArtifact, inference_artifact_problems
 from tasks.jobspec import FeatureModelRef, JobSpec, checked_job_name, job_spec_document, job_spec_path, spec_field_problems
-from tasks.prediction.calibration import BinnedBetaCalibrator
+from tasks.prediction.calibration import predict_calibrator_from_metadata
 from tasks.prediction.reasons import predict_reason_text_problems
 from tasks.settings import Settings
 
@@ -230,7 +230,7 @@ def _scoring_metadata_problems(
     meta, meta_path = artifact.metadata, artifact.directory / "metadata.json"
     problems = []
     try:
-        BinnedBetaCalibrator.from_metadata(meta.calibration)
+        predict_calibrator_from_metadata(meta.calibration)
     except ValueError as exc:
         problems.append(JobProblem(meta_path, "calibration", str(exc)))
     if not meta.reference and spec.drift.require_reference:

@@ -486,6 +486,19 @@ class Warehouse(ABC):
             )
         return rows[0] if rows else None
 
+    def run_guard_summary(self, run_id: str) -> list[dict[str, Any]]:
+        """The `guard_summary` rows of one run, the expectations that acted on most rows first (empty if none)."""
+        if not self._exists():
+            return []
+        with self._session(write=False) as session:
+            if not self._table_exists(session, "guard_summary"):
+                return []
+            return session.rows(
+                "SELECT expectation, column_name, expectation_type, action, evaluated_by, rows, share FROM guard_summary "
+                "WHERE run_id = $run_id ORDER BY rows DESC, expectation",
+                {"run_id": run_id},
+            )
+
     def latest_partition_runs(self, job: str, *, first_date: Any, last_date: Any) -> list[dict[str, Any]]:
         """The newest `runs` row of each of the job's partitions from `first_date` to `last_date`, oldest date first."""
         if not self._exists():

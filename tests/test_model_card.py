@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import duckdb
 import pytest
 
 from tasks.contracts import PREDICTION_SCHEMA
 from tasks.inference.registry import inference_model_artifact
 from tasks.jobspec import load_job_spec
 from tasks.model_card import job_model_card
+from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.settings import Settings
 from tasks.warehouse import DuckDBWarehouse
 
@@ -22,9 +24,16 @@ def _section(card: str, title: str) -> str:
     return card.split(f"## {title}")[1].split("\n## ")[0]
 
 
+def _table_rows(section: str) -> list[list[str]]:
+    """The cells of a section's Markdown table rows, header and rule left out."""
+    lines = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+
+
 def test_card_before_any_run_says_so(fresh_data: Settings) -> None:
     card = job_model_card(DEMO_JOB, fresh_data)
     assert "no succeeded run yet" in card and "no run yet rows/s" in card
+    assert _section(card, "Guards in the latest run").strip() == "No succeeded run yet."
 
 
 def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(demo_env: DemoEnv, fresh_data: Settings) -> None:
@@ -56,6 +65,49 @@ def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(de
     assert f"peak RSS {inference['peak_rss_mb']:,.0f} MB" in inference_spec and inference["peak_rss_mb"] > 0
     assert "cpu: xgboost:cpu" in inference_spec
     assert result["run_id"] in inference_spec
+
+
+def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    from flows.score_partition import score_partition
+
+    result = score_partition(DEMO_JOB, demo_env.plan.scoring_dates[0])
+    card = job_model_card(DEMO_JOB, fresh_data)
+    spec = load_job_spec(DEMO_JOB, fresh_data)
+    meta = inference_model_artifact(fresh_data.model_registry_dir(DEMO_JOB), demo_env.plan.model_version).metadata
+
+    assert card.count(spec.service_level) == 1
+    (header,) = [line for line in _section(card, "Prediction Contract").splitlines() if line.startswith("| field")]
+    assert header == "| field | type | meaning | range | business action |"
+
+    reasons = spec.prediction.reasons
+    assert _table_rows(_section(card, "Reason codes")) == [
+        *([f"`{feature}`", r.code, r.text] for feature, r in reasons.codes.items()),
+        ["no feature pushes toward the event", reasons.no_adverse_code, reasons.no_adverse_text],
+    ]
+
+    calibration = _section(card, "Calibration")
+    table = predict_calibration_table(meta.calibration, level=spec.prediction.interval_level)
+    assert f"Method `{table.method}`" in calibration and table.method == meta.calibration["method"]
+    assert f"**{table.reachable_low:.4f} to {table.reachable_high:.4f}**" in calibration
+    bins = _table_rows(calibration)
+    assert [(int(b[0]), b[1], b[2]) for b in bins] == [(t["bin"], f"{t['rows']:,}", f"{t['events']:,}") for t in table.bins]
+    assert sum(t["rows"] for t in table.bins) == meta.training["rows_holdout"]
+    assert [line.removeprefix("- **Warning:** ") for line in calibration.splitlines() if "Warning" in line] == table.warnings
+
+    training = dict(_table_rows(_section(card, "Training")))
+    assert training["Window"] == f"{meta.training['window_start']} – {meta.training['window_end']}"
+    assert training["Event rate"] == f"{meta.training['event_rate']:.2%}"
+    assert training["Hold-out AUC"] == f"{meta.training['holdout_auc']:.4g}"
+    assert training["Rows train"] == f"{meta.training['rows_train']:,}"
+    assert str(meta.training["event_rate"]) not in card and "{" not in _section(card, "Training")
+
+    guards = _section(card, "Guards in the latest run")
+    with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
+        stored = con.sql("SELECT expectation, action, rows FROM guard_summary WHERE run_id = ?", params=[result["run_id"]]).fetchall()
+    assert stored and result["run_id"] in guards
+    shown = {(row[0], row[3], int(row[5].replace(",", ""))) for row in _table_rows(guards)}
+    assert shown == set(stored) and len(_table_rows(guards)) == len(stored)
+    assert f"{sum(1 for _, _, n in stored if n)} of {len(stored)} expectations acted on rows" in guards
 
 
 def test_score_card_writes_the_card_and_names_the_file(fresh_data: Settings, tmp_path, prefect_logging) -> None:

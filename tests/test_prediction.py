@@ -16,7 +16,12 @@ from pydantic import ValidationError
 from tasks.contracts import FeatureContributions, InferenceOutput
 from tasks.errors import JobSpecError
 from tasks.jobspec import PredictionConfig, ReasonConfig, ScoreConfig, ThresholdRule, load_job_spec
-from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap
+from tasks.prediction.calibration import (
+    BinnedBetaCalibrator,
+    ProbabilityMap,
+    predict_calibrator_from_metadata,
+    predict_fitted_calibrator,
+)
 from tasks.prediction.decisions import predict_probability_cutoffs, predict_rule_decisions, predict_rule_table_problems
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.prediction.reasons import predict_reason_codes
@@ -41,7 +46,7 @@ def logistic_sample(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def calibrator() -> BinnedBetaCalibrator:
-    return BinnedBetaCalibrator.fit(*logistic_sample(100_000, seed=1))
+    return predict_fitted_calibrator(*logistic_sample(100_000, seed=1))
 
 
 def test_calibrated_probability_is_monotone_in_the_margin(calibrator: BinnedBetaCalibrator) -> None:
@@ -55,9 +60,9 @@ def test_calibrated_probability_is_monotone_in_the_margin(calibrator: BinnedBeta
 def test_calibrator_knots_are_monotone_even_on_noisy_data() -> None:
     # Few rows per bin: raw bin rates are out of order, pooling must restore monotonicity.
     margins, outcomes = logistic_sample(400, seed=3)
-    cal = BinnedBetaCalibrator.fit(margins, outcomes)
-    rates = cal.events / cal.totals
-    assert np.all(np.diff(rates) > 0)
+    cal = predict_fitted_calibrator(margins, outcomes)
+    posterior_means = (cal.events + 0.5) / (cal.totals + 1.0)
+    assert np.all(np.diff(posterior_means) > 0)
     assert np.all(np.diff(cal.centers) > 0)
     assert cal.totals.sum() == 400 and cal.events.sum() == outcomes.sum()
 
@@ -74,13 +79,13 @@ def test_interval_contains_the_probability_and_stays_in_unit_range(calibrator: B
 
 @pytest.mark.parametrize("level", [0.05, 0.5, 0.9])
 def test_interval_contains_the_probability_for_rare_events_at_any_level(level: float) -> None:
-    # Mostly bins without a single event: their Beta posteriors are strongly skewed, so a narrow
+    # Bins of a single event: their Beta posteriors are strongly skewed, so a narrow
     # equal-tailed interval around the median need not contain the mean.
     rng = np.random.default_rng(8)
     margins = rng.normal(-5.0, 1.0, 2_000)
     outcomes = (rng.random(margins.size) < sigmoid(margins)).astype(np.float64)
-    cal = BinnedBetaCalibrator.fit(margins, outcomes)
-    assert (cal.events == 0).any()
+    cal = predict_fitted_calibrator(margins, outcomes, min_class_rows=1)
+    assert (cal.events == 1).any()
     out = ProbabilityMap(cal, level).predict_calibrated_probability(np.linspace(-9, 0, 301))
     assert np.all(out.low <= out.probability) and np.all(out.probability <= out.high)
     assert np.all(out.low >= 0) and np.all(out.high <= 1)
@@ -96,8 +101,8 @@ def test_wider_credibility_gives_wider_intervals(calibrator: BinnedBetaCalibrato
 
 def test_intervals_shrink_with_more_training_data() -> None:
     margins = np.linspace(-3, 0, 61)
-    small = ProbabilityMap(BinnedBetaCalibrator.fit(*logistic_sample(2_000, seed=4)), 0.9)
-    large = ProbabilityMap(BinnedBetaCalibrator.fit(*logistic_sample(200_000, seed=5)), 0.9)
+    small = ProbabilityMap(predict_fitted_calibrator(*logistic_sample(2_000, seed=4)), 0.9)
+    large = ProbabilityMap(predict_fitted_calibrator(*logistic_sample(200_000, seed=5)), 0.9)
     width = lambda m: (lambda o: np.mean(o.high - o.low))(m.predict_calibrated_probability(margins))  # noqa: E731
     assert width(large) < width(small) / 3  # ~ sqrt(100) = 10x more data per bin
 
@@ -120,21 +125,25 @@ def test_calibrated_probability_matches_the_true_rate(calibrator: BinnedBetaCali
 
 
 def test_calibrator_round_trips_through_metadata(calibrator: BinnedBetaCalibrator) -> None:
-    again = BinnedBetaCalibrator.from_metadata(calibrator.to_metadata())
+    again = predict_calibrator_from_metadata(calibrator.to_metadata())
     margins = np.linspace(-5, 3, 77)
     a = ProbabilityMap(calibrator, 0.9).predict_calibrated_probability(margins)
     b = ProbabilityMap(again, 0.9).predict_calibrated_probability(margins)
     np.testing.assert_array_equal(a.probability, b.probability)
     np.testing.assert_array_equal(a.low, b.low)
     with pytest.raises(ValueError, match="method"):
-        BinnedBetaCalibrator.from_metadata({**calibrator.to_metadata(), "method": "platt"})
+        predict_calibrator_from_metadata({**calibrator.to_metadata(), "method": "platt"})
 
 
-def test_calibrator_needs_enough_rows() -> None:
-    with pytest.raises(ValueError):
-        BinnedBetaCalibrator.fit(np.zeros(10), np.zeros(10), bins=40)
-    with pytest.raises(ValueError):
-        BinnedBetaCalibrator.fit(np.zeros(100), np.zeros(99))
+def test_calibrator_needs_one_binary_outcome_per_finite_margin() -> None:
+    with pytest.raises(ValueError, match="one outcome each"):
+        predict_fitted_calibrator(np.zeros(0), np.zeros(0))
+    with pytest.raises(ValueError, match="one outcome each"):
+        predict_fitted_calibrator(np.zeros(100), np.zeros(99))
+    with pytest.raises(ValueError, match="finite"):
+        predict_fitted_calibrator(np.array([0.0, np.nan]), np.array([0.0, 1.0]))
+    with pytest.raises(ValueError, match="0 or 1"):
+        predict_fitted_calibrator(np.zeros(3), np.array([0.0, 1.0, 0.5]))
 
 
 # --- score ------------------------------------------------------------------------------------

@@ -109,6 +109,19 @@ def test_replacing_a_partition_twice_leaves_exactly_the_second_runs_rows(any_war
     ]
 
 
+def test_a_runs_guard_summary_reads_back_most_acting_expectation_first(any_warehouse: Warehouse, tmp_path: Path) -> None:
+    assert any_warehouse.run_guard_summary("run-1") == []
+    any_warehouse.replace_partition(job=JOB, partition_date=DAY, files=staged_run(tmp_path, "run-1", rows=5))
+    any_warehouse.replace_partition(job=JOB, partition_date=NEXT_DAY, files=staged_run(tmp_path, "run-2", rows=3, day=NEXT_DAY))
+    summary = any_warehouse.run_guard_summary("run-1")
+    assert [r["expectation"] for r in summary] == [f"expectation-{i}" for i in (4, 3, 2, 1, 0)]
+    assert summary[0] == {
+        "expectation": "expectation-4", "column_name": "column_name-4", "expectation_type": "expectation_type-4",
+        "action": "action-4", "evaluated_by": "evaluated_by-4", "rows": 12, "share": 0.5,
+    }
+    assert len(any_warehouse.run_guard_summary("run-2")) == 3
+
+
 def test_a_failing_load_leaves_the_previous_rows(any_warehouse: Warehouse, tmp_path: Path) -> None:
     any_warehouse.replace_partition(job=JOB, partition_date=DAY, files=staged_run(tmp_path, "run-1", rows=10))
     files = staged_run(tmp_path, "run-2", rows=12)

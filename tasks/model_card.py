@@ -59,7 +59,7 @@ def reason_text(reason: ReasonCode) -> str:
         edges = ["", *(f"{c:g}" for c in reason.by_cut.cuts), ""]
         variants = [
             (f"< {hi}" if not lo else f"≥ {lo}" if not hi else f"{lo} – {hi}") + f": {text}"
-            for lo, hi, text in zip(edges, edges[1:], reason.by_cut.texts, strict=True)
+            for lo, hi, text in zip(edges[:-1], edges[1:], reason.by_cut.texts, strict=True)
         ]
     elif reason.by_value is not None:
         variants = [f"{value}: {text}" for value, text in reason.by_value.items()]

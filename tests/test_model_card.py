@@ -80,10 +80,19 @@ def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_e
     assert header == "| field | type | meaning | range | business action |"
 
     reasons = spec.prediction.reasons
-    assert _table_rows(_section(card, "Reason codes")) == [
-        *([f"`{feature}`", r.code, r.text] for feature, r in reasons.codes.items()),
-        ["no feature pushes toward the event", reasons.no_adverse_code, reasons.no_adverse_text],
+    rows = _table_rows(_section(card, "Reason codes"))
+    assert [row[:2] for row in rows] == [
+        *([f"`{feature}`", r.code] for feature, r in reasons.codes.items()), ["no feature pushes toward the event", reasons.no_adverse_code]
     ]
+    assert rows[-1][2] == reasons.no_adverse_text
+    for (_, _, shown), r in zip(rows, reasons.codes.values(), strict=False):
+        # Every text a row can get is on the card: the default and each value-dependent variant.
+        variants = (
+            [r.by_band.low, r.by_band.high] if r.by_band else r.by_cut.texts if r.by_cut else list(r.by_value.values()) if r.by_value else []
+        )
+        assert all(text in shown for text in [r.text, *variants]), shown
+    home = rows[list(reasons.codes).index("home_ownership")][2]
+    assert "RENT: " + reasons.codes["home_ownership"].by_value["RENT"] in home
 
     calibration = _section(card, "Calibration")
     table = predict_calibration_table(meta.calibration, level=spec.prediction.interval_level)

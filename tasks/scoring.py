@@ -144,6 +144,8 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     """The job loaded for a run of `partition_date`, after `validated_job` found no problem in its
     inputs (JobValidationError lists them all), with its engines built and drift baselines read."""
     validated = validated_job(job, settings, partition_date=partition_date, check_labels=False)
+    for note in validated.notes:
+        log.warning("[PRED] job %s: %s", job, note)
     spec, features = validated.spec, validated.features
     device, nthread = spec.inference.device, spec.inference.nthread
     feature_models = []

@@ -28,6 +28,7 @@ from tasks.guards import GuardSuite, load_guard_suite, raw_schema_problems
 from tasks.inference.registry import ModelArtifact, inference_artifact_problems
 from tasks.jobspec import FeatureModelRef, JobSpec, checked_job_name, job_spec_document, job_spec_path, spec_field_problems
 from tasks.prediction.calibration import predict_calibrator_from_metadata
+from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.prediction.reasons import predict_reason_text_problems
 from tasks.settings import Settings
 
@@ -219,6 +220,10 @@ def _scoring_model(
     problems += model_problems
     for artifact in checked:
         problems += _scoring_metadata_problems(artifact, spec, spec_path, features)
+    if model is not None and not problems:
+        meta = model.metadata
+        table = predict_calibration_table(meta.calibration, level=spec.prediction.interval_level)
+        notes += [f"model {meta.name} {meta.version} calibration: {warning}" for warning in table.warnings]
     return model, notes
 
 

@@ -100,6 +100,16 @@ def test_from_partitions_to_a_scored_nightly_job_with_cli_commands_only(user) ->
     init = score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
     assert (root / "jobs" / "churn.yaml").is_file() and (root / "expectations" / "churn.json").is_file(), init.stdout
 
+    # The user reviews the spec: the contract's reason reads by the row's own contract.
+    spec_path = root / "jobs" / "churn.yaml"
+    scaffolded = spec_path.read_text()
+    line = next(x for x in scaffolded.splitlines() if x.strip().startswith("contract: {code:"))
+    code = line.split("code: ")[1].split(",")[0]
+    by_contract = {"monthly": "Month-to-month contract", "one_year": "One-year contract", "two_year": "Two-year contract"}
+    spec_path.write_text(scaffolded.replace(
+        line, f"      contract: {{code: {code}, text: Contract, by_value: {{{', '.join(f'{k}: {v}' for k, v in by_contract.items())}}}}}"
+    ))
+
     # The user's training script: the model inputs come from `score features`, the fit is theirs.
     score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
     inputs = pl.read_parquet(root / "train_inputs.parquet")
@@ -143,6 +153,19 @@ def test_from_partitions_to_a_scored_nightly_job_with_cli_commands_only(user) ->
         reasons = joined.filter(pl.col("decision") != "approve")
         assert reasons.height > 0 and reasons["reason_codes"].list.len().min() >= 1
         assert joined.filter(pl.col("decision") == "approve")["reason_codes"].list.len().max() in (0, None)
+        # Where the contract is a reason, its text is the one of the row's own contract.
+        contract = joined.join(raw.select(pl.col("customer_id").alias("entity_id"), "contract"), on="entity_id").explode(
+            ["reason_codes", "reason_texts"]
+        ).filter(pl.col("reason_codes") == code)
+        assert contract.height > 0
+        assert (contract["reason_texts"] == contract["contract"].replace_strict(by_contract)).all()
+
+    drift = pl.read_parquet(root / "data" / "output" / "churn" / "reports" / "drift" / f"date={SCORED_DAYS[0]}" / "*.parquet")
+    kinds = dict(drift.filter(pl.col("baseline") == "reference").select("feature", "kind").iter_rows())
+    assert kinds == {"tenure_months": "numeric", "monthly_charges": "numeric", "contract": "categorical",
+                     "paperless": "boolean", "support_calls": "numeric"}
+    page = (root / "data" / "output" / "churn" / "reports" / "html" / f"date={SCORED_DAYS[0]}.html").read_text()
+    assert "p1–p99" in page and "<th>kind</th>" in page
 
 
 def _quarantined(root: Path, day: dt.date) -> int:

@@ -516,9 +516,11 @@ def init(
             f"wrote {done.suite_path}: {done.expectations} expectations",
             *(f"left out {column}: {why}" for column, why in done.left_out.items()),
             "next: review every `review:` note in both files, then",
-            f"  1. register a model named {done.job} trained on these features, feature version {done.feature_version} (`score register`)",
-            f"  2. score validate {done.job}",
-            f"  3. put a partition in {settings.raw_partition_dir(done.job, 'YYYY-MM-DD')} and score run {done.job} --date YYYY-MM-DD",
+            f"  1. score features {done.job} --from TRAIN.parquet --out INPUTS.parquet   (the model inputs to train on, in order)",
+            "  2. train a binary classifier on them, save it as .ubj/.json (XGBoost) or .onnx, then",
+            f"     score register {done.job} --model MODEL.ubj --holdout HOLDOUT.parquet   (rows it never saw, with the outcome)",
+            f"  3. score validate {done.job}",
+            f"  4. put a partition in {settings.raw_partition_dir(done.job, 'YYYY-MM-DD')} and score run {done.job} --date YYYY-MM-DD",
         ]
         for line in lines:
             # Text, not markup: a path or a column name may hold brackets.

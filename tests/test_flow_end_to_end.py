@@ -21,7 +21,7 @@ import pytest
 import yaml
 from polars.testing import assert_frame_equal
 
-from tasks.errors import FeatureVersionMismatch, GuardFailure
+from tasks.errors import GuardFailure, JobValidationError
 from tasks.features import credit_risk as fm
 from tasks.jobspec import load_job_spec
 from tasks.settings import Settings, current_settings
@@ -231,7 +231,7 @@ def test_feature_version_mismatch_stops_the_run_before_anything_is_written(misma
 
     settings = mismatched_env
     day = dt.date(2026, 3, 10)
-    with pytest.raises(FeatureVersionMismatch) as err:
+    with pytest.raises(JobValidationError) as err:
         score_partition(DEMO_JOB, day)
     message = str(err.value)
     assert "0.9.0" in message and fm.FEATURE_VERSION in message
@@ -251,7 +251,7 @@ def test_a_failed_rerun_leaves_the_previous_outputs_untouched(demo_env: DemoEnv,
     first = score_partition(DEMO_JOB, day)
     before_wh, before_pq = warehouse_predictions(settings, day), parquet_predictions(settings, day)
     add_mismatched_model(settings, demo_env.plan.model_version)
-    with pytest.raises(FeatureVersionMismatch):
+    with pytest.raises(JobValidationError):
         score_partition(DEMO_JOB, day)
     assert_frame_equal(warehouse_predictions(settings, day), before_wh)
     assert_frame_equal(parquet_predictions(settings, day), before_pq)

@@ -27,7 +27,7 @@ from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
 from tasks.scoring import prepared_job
 from tasks.settings import current_settings
-from tasks.validation import ValidatedJob, validated_job
+from tasks.validation import ValidatedJob, raw_partition_problems, validated_job
 from flows.warehouse_config import configured_warehouse, with_warehouse_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
@@ -131,6 +131,18 @@ class _NoFaultTracebacks(logging.Formatter):
         return self.inner.format(record)
 
 
+def _no_failure_echo(record: logging.LogRecord) -> bool:
+    """False for Prefect's ERROR lines that only echo a failure the CLI reports itself: a task or flow
+    run failing with a user or environment fault, and the "Finished in state Failed" summaries. They
+    stay in the run log file and the Prefect API; a bug's traceback is still shown."""
+    if record.levelno < logging.ERROR or not record.name.startswith("prefect"):
+        return True
+    error = record.exc_info[1] if record.exc_info else None
+    if error is not None:
+        return user_facing_error(error)[1] == ExitCode.BUG
+    return "Finished in state Failed" not in record.getMessage()
+
+
 class _RunLogFile(logging.FileHandler):
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: ARG002
         # On a full or read-only disk the log file fails too; logging's own traceback would bury the error line.
@@ -147,6 +159,7 @@ def _run_log(data_dir: Path) -> Iterator[Path | None]:
     for handler in root.handlers:
         if isinstance(handler, PrefectConsoleHandler) and not isinstance(handler.formatter, _NoFaultTracebacks):
             handler.setFormatter(_NoFaultTracebacks(handler.formatter))
+            handler.addFilter(_no_failure_echo)
     path = data_dir / "output" / "logs" / f"score-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -248,9 +261,13 @@ def backfill_command(
         first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
         dates = partition_range(first, last)
         settings = current_settings()
-        # The checks every partition's run starts with, once, against the range's first raw partition.
+        # The checks every partition's run starts with, before any flow: the job once, and every raw
+        # partition of the range against its suite, so that all mistakes are listed at once.
         present = [d for d in dates if settings.raw_partition_dir(checked_job_name(job, settings), d.isoformat()).is_dir()]
-        validated_job(job, settings, partition_date=present[0] if present else None, check_labels=False)
+        validated = validated_job(job, settings, partition_date=present[0] if present else None, check_labels=False)
+        problems = [p for day in present[1:] for p in raw_partition_problems(validated, settings, day)]
+        if problems:
+            raise JobValidationError(problems)
         from flows.people import backfill
 
         if dry_run:
@@ -260,8 +277,6 @@ def backfill_command(
         try:
             with _run_log(settings.data_dir), _progress_bars():
                 backfill(job, first, last, mode=mode.value, concurrency=concurrency)
-        except RuntimeError as error:
-            raise ScoringError(str(error)) from None
         finally:
             _print_summary(job, dates)
 
@@ -369,7 +384,7 @@ def _print_registration(report) -> None:  # noqa: ANN001  (tasks.registration.Re
         highlight=False,
     )
     console.print(_calibration_table(quality.table, title=f"calibration on the hold-out ({quality.interval_level:.0%} interval)"))
-    console.print(f"reachable probability: {quality.reachable_low:.4f} .. {quality.reachable_high:.4f}", highlight=False)
+    console.print(f"reachable probability: {quality.reachable_low:.3g} .. {quality.reachable_high:.3g}", highlight=False)
     for warning in report.warnings:
         console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
 

@@ -11,6 +11,7 @@ from prefect.futures import as_completed
 
 from flows.monitoring_steps import monitor_decisions
 from flows.score_partition import score_partition
+from tasks.errors import PartitionsFailed
 from tasks.progress import reported_progress
 from tasks.reporting import failed_outcomes_message, partition_outcome
 
@@ -60,7 +61,7 @@ def reported_outcomes(outcomes: list[dict], key: str) -> list[dict]:
     create_table_artifact(key=key, table=outcomes, description="Partitions and their outcomes")
     failed = failed_outcomes_message(outcomes)
     if failed:
-        raise RuntimeError(failed)
+        raise PartitionsFailed(failed)
     return outcomes
 
 

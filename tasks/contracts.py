@@ -115,7 +115,7 @@ PREDICTION_FIELD_MEANINGS = {
     "run_id": "The run that wrote the row; joins to the `runs` ledger.",
     "job": "The job spec that scored the row.",
     "partition_date": "The raw partition the row came from.",
-    "entity_id": "The scored entity (application, turbine window).",
+    "entity_id": "The scored entity: the value of the job's entity column (a loan application, a turbine window, a customer).",
     "probability": "Calibrated probability of the job's event.",
     "probability_low": "Lower end of the credible interval for the event rate of rows like this one.",
     "probability_high": "Upper end of that interval.",

@@ -56,6 +56,11 @@ class PartitionError(ScoringError):
     """A partition date or its raw data is unusable."""
 
 
+class PartitionsFailed(ScoringError):
+    """Some partitions of a backfill or nightly run failed; the others were scored. The message names
+    each failed partition with its error."""
+
+
 class FeatureVersionMismatch(ScoringError):
     """The model was trained on other features than the feature module computes."""
 

@@ -25,6 +25,7 @@ input may be infinite (GX lets +inf pass a minimum-only check).
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
@@ -481,8 +482,13 @@ def _column_problems(schema: pl.Schema, suite: GuardSuite) -> list[tuple[str, st
     for exp in suite.expectations:
         if exp.column not in schema:
             missing.setdefault(exp.column, []).append(exp.key)
+    def near(column: str) -> str:
+        # A column the data has under a close name is most likely a typo in the suite or upstream.
+        close = difflib.get_close_matches(column, [c for c in schema.names() if c not in missing], n=1, cutoff=0.75)
+        return f" (did you mean {close[0]!r}?)" if close else ""
+
     lacking = [
-        (column, f"raw data lacks column {column!r} required by {', '.join(keys)} in {suite.path.name}")
+        (column, f"raw data lacks column {column!r}{near(column)} required by {', '.join(keys)} in {suite.path.name}")
         for column, keys in missing.items()
     ]
     return lacking + mistyped
@@ -676,5 +682,16 @@ def guard_limit_breaches(counts: GuardCounts, *, max_repaired_share: float, max_
     ):
         share = n / counts.rows_in
         if share > limit and not math.isclose(share, limit):
-            breaches.append(f"{n} of {counts.rows_in} rows {what} ({share:.2%}) exceeds the job limit {limit:.2%}")
+            breaches.append(f"{n} of {counts.rows_in} rows {what} ({share:.2%}) exceeds the job limit {limit:.2%}{_most_hit(counts, what)}")
     return breaches
+
+
+def _most_hit(counts: GuardCounts, what: str) -> str:
+    """`; most by <expectation> (n rows), …`: the expectations an operator should look at first."""
+    actions = {"repaired": ("repair",), "quarantined": ("quarantine",)}[what]
+    hit = sorted(
+        ((sum(n for action, n in by.items() if action in actions), key) for key, by in counts.by_expectation.items()),
+        key=lambda pair: (-pair[0], pair[1]),
+    )
+    top = [f"{key} ({n} rows)" for n, key in hit[:3] if n]
+    return f"; most by {', '.join(top)}" if top else ""

@@ -412,24 +412,6 @@ class JobSpec(_Strict):
             raise ValueError(
                 f"give exactly one of `feature_module` (a Python module) and `features` (columns declared in the spec); got {given}"
             )
-        if self.features is not None:
-            # A declared job is checked whole here; a Python module's reason codes are checked when it scores.
-            inputs = [c.name for c in self.features.columns] + [ref.output_feature for ref in self.model.feature_models]
-            codes = self.prediction.reasons.codes
-            lacking = [name for name in inputs if name not in codes]
-            unknown = sorted(set(codes) - set(inputs))
-            if lacking or unknown:
-                raise ValueError(
-                    "prediction.reasons.codes needs exactly one entry per model feature: "
-                    + "; ".join(
-                        part
-                        for part in (
-                            f"no code for {lacking}" if lacking else "",
-                            f"codes for {unknown}, which are not features" if unknown else "",
-                        )
-                        if part
-                    )
-                )
         return self
 
     @model_validator(mode="after")

@@ -137,6 +137,13 @@ def _model_input_problem(model_path: Path, framework: str, features: tuple[str, 
     return None
 
 
+def _registered_sha256(directory: Path) -> str | None:
+    try:
+        return json.loads((directory / "metadata.json").read_text(encoding="utf-8")).get("sha256")
+    except (OSError, ValueError):
+        return None
+
+
 def _staged_model(model_file: Path, stage: Path) -> Path:
     target = stage / f"model{model_file.suffix}"
     shutil.copyfile(model_file, target)
@@ -216,6 +223,12 @@ def registered_model_version(
         reference = holdout_features if reference_features is None else reference_features
         auc = holdout_auc(margins, outcomes)
         warnings = list(quality.warnings)
+        same = [v for v in inference_model_versions(registry_dir) if _registered_sha256(registry_dir / v) == base["sha256"]]
+        if same:
+            warnings.append(
+                f"the same model file (sha256 {str(base['sha256'])[:12]}…) is already version {', '.join(same)}; "
+                f"version {version} recalibrates it on this hold-out"
+            )
         if auc is not None and auc < 0.55:
             warnings.append(f"hold-out AUC is {auc:.3f}: the model barely ranks the hold-out; check the label column and the features")
         metadata = ModelMetadata(

@@ -81,6 +81,14 @@ def partition_outcome(
 
 
 def failed_outcomes_message(outcomes: list[dict[str, Any]]) -> str | None:
-    """`N of M partition(s) failed: job date, …`, or None when every partition succeeded."""
-    failed = [f"{o['job']} {o['date']}" for o in outcomes if o["outcome"] == "failed"]
+    """`N of M partition(s) failed: job date (why), …`, or None when every partition succeeded."""
+    failed = [
+        f"{o['job']} {o['date']}" + (f" ({_short(o['error'])})" if o.get("error") else "") for o in outcomes if o["outcome"] == "failed"
+    ]
     return f"{len(failed)} of {len(outcomes)} partition(s) failed: {', '.join(failed)}" if failed else None
+
+
+def _short(error: str, limit: int = 400) -> str:
+    # Prefect's state message wraps the exception; the operator needs the exception's own words.
+    text = " ".join(error.split()).removeprefix("Flow run encountered an exception: ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -208,6 +208,9 @@ def _profile(series: pl.Series, *, taken: set[str]) -> ColumnProfile:
         words = {str(v).strip().lower() for v in values}
         if len(words) == 2 and len(values) == 2 and words & set(TRUE_VALUES) and words & set(FALSE_VALUES):
             return ColumnProfile(**base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares)
+        if text.drop_nulls().str.contains(r"^\s*\d{4}-\d{2}-\d{2}([T ][\d:.]+)?\s*$").all():
+            # A CSV read without date parsing keeps dates as text; as categories they would quarantine every new day.
+            return ColumnProfile(**base, left_out="dates stored as text (a new day is a value no model saw): derive a feature from it in a Python feature module")
         if len(values) <= MAX_CATEGORIES and len(values) <= max(2, present.len() // 2):
             return ColumnProfile(**base, kind="categorical", feature=_feature_name(series.name, taken), values=values, shares=shares)
         numeric_text = text.drop_nulls().str.contains(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$").all()

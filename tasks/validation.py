@@ -73,6 +73,14 @@ def validated_job(
     return validated
 
 
+def raw_partition_problems(validated: ValidatedJob, settings: Settings, partition_date: dt.date) -> list[JobProblem]:
+    """The raw partition of `partition_date` against a job already validated: its files readable, the
+    suite's columns and the declared features' columns present with their types."""
+    problems: list[JobProblem] = []
+    _raw_partition(validated.spec.name, validated.spec, settings, partition_date, validated.suite, validated.features, problems)
+    return problems
+
+
 def checked_raw_files(raw_dir: Path) -> list[Path]:
     """The partition's Parquet files, each footer read: a zero-byte, non-Parquet or garbage-footer
     file is a PartitionError naming it, found before anything is scored."""
@@ -134,7 +142,7 @@ def _checked_job(
     feature_models = _feature_models(spec, spec_path, settings, features, model, problems)
     raw_dir, raw_files = _raw_partition(job, spec, settings, partition_date, suite, features, problems)
     # A labels file that does not fit the spec fails the outcomes flow; scoring a night does not need labels.
-    labels_dir = _labels_partition(job, spec, spec_path, settings, problems if check_labels else [])
+    labels_dir = _labels_partition(job, spec, spec_path, settings, partition_date, problems if check_labels else [])
     if problems or suite is None or features is None or model is None or feature_models is None:
         return None, problems
     return ValidatedJob(
@@ -330,19 +338,27 @@ def _raw_partition(
             if any(schema.equals(s) for s in seen):
                 continue
             seen.append(schema)
-            problems += [JobProblem(path, column, problem) for column, problem in raw_schema_problems(schema, suite)]
-        if isinstance(features, DeclaredFeatures):
-            # A Python module reads what it needs itself; declared features say what they read, so check it now.
-            try:
-                features.checked_raw_schema(schema, where=f"raw file {path}")
-            except JobSpecError as exc:
-                problems.append(JobProblem(path, "features", str(exc)))
+            found = [JobProblem(path, column, problem) for column, problem in raw_schema_problems(schema, suite)]
+            problems += found
+            if found:
+                # The suite checks every column it names; the features' view of the same gap would repeat it.
+                continue
+            if isinstance(features, DeclaredFeatures):
+                # A Python module reads what it needs itself; declared features say what they read, so check it now.
+                try:
+                    features.checked_raw_schema(schema, where=f"raw file {path}")
+                except JobSpecError as exc:
+                    problems.append(JobProblem(path, "features", str(exc)))
     return raw_dir, len(files)
 
 
-def _labels_partition(job: str, spec: JobSpec, spec_path: Path, settings: Settings, problems: list[JobProblem]) -> Path | None:
-    """The columns `monitoring.labels` names against the latest labels partition's files, if any."""
-    labels_dir = _latest_partition(settings.inside_data_root("labels", job))
+def _labels_partition(
+    job: str, spec: JobSpec, spec_path: Path, settings: Settings, partition_date: dt.date | None, problems: list[JobProblem]
+) -> Path | None:
+    """The columns `monitoring.labels` names against the files of the labels partition of `partition_date`
+    (the latest one when no date is given or that day has no labels yet), if any."""
+    dated = settings.labels_partition_dir(job, partition_date.isoformat()) if partition_date else None
+    labels_dir = dated if dated is not None and dated.is_dir() else _latest_partition(settings.inside_data_root("labels", job))
     if labels_dir is None:
         return None
     source = spec.monitoring.labels

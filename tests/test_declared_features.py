@@ -180,12 +180,16 @@ def test_exactly_one_of_feature_module_and_features(tmp_path: Path, which: str) 
 
 
 def test_a_declared_job_needs_one_reason_code_per_feature_and_no_other(tmp_path: Path) -> None:
+    from tasks.validation import job_problems
+
     spec = base_spec()
-    spec["features"] = {"version": "1", "columns": [{"name": "annual_income"}, {"name": "new_feature"}]}
-    with pytest.raises(JobSpecError) as err:
-        load_job_spec("credit_risk", _write_spec(tmp_path, spec))
-    message = str(err.value)
-    assert "no code for ['new_feature']" in message and "'debt_to_income'" in message and "not features" in message
+    spec["features"] = {"version": "1", "columns": [{"name": "annual_income"}, {"name": "debt_to_incme"}, {"name": "new_feature"}]}
+    problems = [p for p in job_problems("credit_risk", _write_spec(tmp_path, spec)) if p.field.startswith("prediction.reasons.codes")]
+    by_field = {p.field: p.message for p in problems}
+    # The code of a renamed feature is named with the feature it most likely means; the rest are listed.
+    assert "did you mean 'debt_to_incme'" in by_field["prediction.reasons.codes.debt_to_income"]
+    assert "'new_feature'" in by_field["prediction.reasons.codes"]
+    assert "'loan_amount' is not a feature of the model" in by_field["prediction.reasons.codes.loan_amount"]
 
 
 def test_a_python_feature_module_job_still_loads_its_module() -> None:

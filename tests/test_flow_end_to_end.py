@@ -21,7 +21,7 @@ import pytest
 import yaml
 from polars.testing import assert_frame_equal
 
-from tasks.errors import GuardFailure, JobValidationError
+from tasks.errors import GuardFailure, JobValidationError, PartitionsFailed
 from tasks.features import credit_risk as fm
 from tasks.jobspec import load_job_spec
 from tasks.settings import Settings, current_settings
@@ -291,9 +291,10 @@ def test_backfill_goes_on_after_a_failed_date_and_lists_it(demo_env: DemoEnv, fr
     settings = fresh_data
     last = demo_env.plan.scoring_dates[-1]
     missing = last + dt.timedelta(days=1)  # no raw partition
-    with pytest.raises(RuntimeError, match=missing.isoformat()) as err:
+    with pytest.raises(PartitionsFailed, match=missing.isoformat()) as err:
         backfill(DEMO_JOB, last, missing)
     assert "1 of 2" in str(err.value)
+    assert "no raw partition" in str(err.value)  # each failed partition with its own error
     assert warehouse_predictions(settings, last).height > 0
     assert [r["status"] for r in runs_of(settings, last).to_dicts()] == ["succeeded"]
     # A partition with no raw data is refused before the lease: listed as failed, no ledger row.

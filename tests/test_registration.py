@@ -206,3 +206,15 @@ def test_a_holdout_without_its_outcome_or_with_other_values_is_refused(
     with pytest.raises(JobValidationError, match="annual_income"):
         registered_job_model(DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=tmp_path / "short.parquet")
     assert len(inference_model_versions(fresh_data.model_registry_dir(DEMO_JOB))) == 1
+
+
+def test_registering_the_same_file_again_says_it_recalibrates_an_existing_version(
+    fresh_data: Settings, labelled: dict[str, Path], tmp_path: Path
+) -> None:
+    booster, _ = _user_booster(fresh_data, labelled["train"])
+    booster.save_model(str(tmp_path / "mine.ubj"))
+    first = registered_job_model(DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=labelled["holdout"])
+    assert not any("already version" in w for w in first.warnings)
+    again = registered_job_model(DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=labelled["holdout"])
+    assert again.version != first.version
+    assert any(f"is already version {first.version}" in w for w in again.warnings), again.warnings

@@ -237,11 +237,21 @@ class ReasonCode(_Strict):
     by_cut: ReasonCuts | None = None
     by_value: dict[str, str] | None = Field(default=None, description="Value (category name, 0/1, number) → text.")
 
+    @field_validator("text", mode="before")
+    @classmethod
+    def _text_not_a_yaml_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError(f"is {value!r}: YAML reads an unquoted yes/no/on/off/true/false as a boolean; put the text in quotes")
+        return value
+
     @field_validator("by_value", mode="before")
     @classmethod
     def _keys_as_text(cls, value: object) -> object:
         if not isinstance(value, dict):
             return value
+        for key, text in value.items():
+            if isinstance(text, bool):
+                raise ValueError(f"text of {key!r} is {text!r}: YAML reads an unquoted yes/no/on/off as a boolean; put the text in quotes")
         keys = [_value_key(k) for k in value]
         repeated = sorted({k for k in keys if keys.count(k) > 1})
         if repeated:

@@ -270,6 +270,8 @@ def registered_model_version(
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     inference_model_artifact(registry_dir, version)
+    for warning in warnings:
+        log.warning("registration of %s %s: %s", name, version, warning)
     log.info("registered %s %s: hold-out AUC %s on %d rows, %d events", name, version,
              "n/a" if auc is None else f"{auc:.3f}", outcomes.size, int(outcomes.sum()))
     return report

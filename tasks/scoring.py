@@ -191,8 +191,16 @@ def _reason_texts(
     """The spec's reason texts resolved; `by_band` needs each banded feature's training median."""
     meta = model.engine.metadata
     medians = {name: stats.quantiles["p50"] for name, stats in meta.reference.items() if "p50" in stats.quantiles}
+    # Without a training reference (the job's opt-in) there is no median to band on: the default text speaks.
+    unreferenced = not meta.reference and not spec.drift.require_reference
+    if unreferenced and any(r.by_band is not None for r in spec.prediction.reasons.codes.values()):
+        log.warning("[PRED] model %s %s has no training reference: by_band reasons of %s get their default text",
+                    meta.name, meta.version, spec.name)
     try:
-        return predict_reason_texts(spec.prediction.reasons, kinds=kinds, categories=categories, medians=medians)
+        return predict_reason_texts(
+            spec.prediction.reasons, kinds=kinds, categories=categories, medians=medians,
+            bands_without_median="default_text" if unreferenced else "refuse",
+        )
     except ValueError as exc:
         raise ModelArtifactError(
             f"model {meta.name} {meta.version} ({model.engine.artifact.directory / 'metadata.json'}) cannot serve the "

@@ -93,6 +93,17 @@ def test_value_dependent_texts_refuse_to_guess_without_values_or_resolution() ->
         predict_reason_texts(REASONS, kinds=KINDS, categories=CATEGORIES, medians={})
 
 
+def test_without_a_training_median_by_choice_a_band_falls_back_to_its_default_text() -> None:
+    texts = predict_reason_texts(REASONS, kinds=KINDS, categories=CATEGORIES, medians={}, bands_without_median="default_text")
+    assert texts.defaulted == {"income"} and "income" not in texts.by_feature
+    values = np.array([[10.0, 0.6, 0.0, 1.0, 36.0, 30.0], [1e9, 0.1, 2.0, 0.0, 60.0, 30.0]], dtype=np.float32)
+    contributions = np.array([[1.0, 0.5, 0, 0, 0, 0], [1.0, 0, 0, 0, 0, 0]])
+    explained = FeatureContributions(row_index=np.arange(2), values=contributions, feature_names=NAMES, feature_values=values)
+    out = predict_reason_codes(explained, REASONS.model_copy(update={"top_k": 2}), texts)
+    # Low and high incomes alike get the default text; the other variants still follow the value.
+    assert out.texts.to_pylist() == [["income default", "dti very high"], ["income default"]]
+
+
 @pytest.mark.parametrize(
     ("reason", "match"),
     [

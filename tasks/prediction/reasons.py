@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +61,8 @@ class ReasonTexts:
     """The job's value-dependent reason texts, resolved against its features and the model's medians."""
 
     by_feature: Mapping[str, ValueTexts] = field(default_factory=dict)
+    defaulted: frozenset[str] = frozenset()
+    """Features whose variants could not be resolved by the job's choice (no training median): default text."""
 
 
 def _meant_value(key: str, kind: FeatureKind, names: tuple[str, ...]) -> float | None:
@@ -125,14 +128,19 @@ def predict_reason_texts(
     kinds: Mapping[str, FeatureKind],
     categories: Mapping[str, tuple[str, ...]],
     medians: Mapping[str, float],
+    bands_without_median: Literal["refuse", "default_text"] = "refuse",
 ) -> ReasonTexts:
     """The value-dependent texts resolved: category names to their codes, by_band to the training median.
 
     Raises ValueError naming the field when the spec does not fit the features, or when a by_band
-    feature has no training median in `medians`.
+    feature has no training median in `medians` — unless `bands_without_median="default_text"` (a
+    model scored without a training reference by the job's choice), where such a feature's rows get
+    its default `text`.
     """
     problems = predict_reason_text_problems(reasons, kinds=kinds, categories=categories)
     missing = [f for f, r in reasons.codes.items() if r.by_band is not None and f not in medians]
+    unbanded = set(missing) if bands_without_median == "default_text" else set()
+    missing = [f for f in missing if f not in unbanded]
     problems += [
         f"prediction.reasons.codes.{f}.by_band: the model's training reference has no median (quantiles.p50) of {f}"
         for f in missing
@@ -142,6 +150,8 @@ def predict_reason_texts(
     resolved: dict[str, ValueTexts] = {}
     for feature, reason in reasons.codes.items():
         kind = kinds.get(feature, "numeric")
+        if feature in unbanded:
+            continue
         if reason.by_band is not None:
             resolved[feature] = ValueTexts(
                 texts=(reason.by_band.low, reason.by_band.high), cuts=np.array([medians[feature]], dtype=np.float32), cut_side="left"
@@ -152,7 +162,7 @@ def predict_reason_texts(
             names = tuple(categories.get(feature, ()))
             values = [_meant_value(k, kind, names) for k in reason.by_value]
             resolved[feature] = ValueTexts(texts=tuple(reason.by_value.values()), values=np.array(values, dtype=np.float32))
-    return ReasonTexts(by_feature=resolved)
+    return ReasonTexts(by_feature=resolved, defaulted=frozenset(unbanded))
 
 
 def predict_reason_codes(
@@ -170,7 +180,8 @@ def predict_reason_codes(
     if missing:
         raise ValueError(f"reason table lacks codes for model feature(s) {missing}")
     by_feature = texts.by_feature if texts is not None else {}
-    unresolved = [f for f in names if config.codes[f].varies and f not in by_feature]
+    defaulted = texts.defaulted if texts is not None else frozenset()
+    unresolved = [f for f in names if config.codes[f].varies and f not in by_feature and f not in defaulted]
     if unresolved:
         raise ValueError(f"reason texts of {unresolved} depend on the value, but were not resolved (predict_reason_texts)")
     varying = [j for j, f in enumerate(names) if f in by_feature]

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from pydantic import ValidationError
 
 from tasks.contracts import InferenceInput
 from tasks.drift import reference_statistics
@@ -214,10 +215,18 @@ def registered_model_version(
             feature_version=feature_version, features=list(features), feature_dtypes={f: "float32" for f in features},
         )
         engine = inference_engine(ModelArtifact(metadata=ModelMetadata(**base), directory=stage))
-        margins = engine.inference_outputs(
-            InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(outcomes.size).astype(str)),
-                           features=np.ascontiguousarray(holdout_features, dtype=np.float32), feature_names=features)
-        ).margins
+        try:
+            margins = engine.inference_outputs(
+                InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(outcomes.size).astype(str)),
+                               features=np.ascontiguousarray(holdout_features, dtype=np.float32), feature_names=features)
+            ).margins
+        except ValidationError as exc:
+            missing = int(np.isnan(holdout_features).any(axis=1).sum())
+            raise ModelArtifactError(
+                f"model file {model_file} gives no usable output on the hold-out: {exc.errors()[0]['msg'].removeprefix('Value error, ')}"
+                + (f"; {missing} of its {outcomes.size} rows have missing inputs, which reach the model as NaN and it must handle"
+                   if missing else "")
+            ) from None
         calibrator = predict_fitted_calibrator(margins, outcomes)
         quality = predict_calibration_quality(calibrator, margins, outcomes, level=interval_level)
         reference = holdout_features if reference_features is None else reference_features

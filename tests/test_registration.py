@@ -113,7 +113,9 @@ def test_an_onnx_model_is_registered_through_the_same_path(fresh_data: Settings,
     theta = minimize(loss, np.zeros(x.shape[1] + 1), method="L-BFGS-B").x
     _logistic_onnx(tmp_path / "logit.onnx", theta[:-1] / scale, float(theta[-1]))
 
-    # The ONNX graph sees NaN as NaN: its hold-out rows are those without missing values.
+    # The graph passes NaN through: registration refuses its outputs on rows with missing inputs.
+    with pytest.raises(ModelArtifactError, match=r"no usable output on the hold-out: .*non-finite.* have missing inputs"):
+        registered_job_model(DEMO_JOB, tmp_path / "logit.onnx", settings=fresh_data, holdout=labelled["holdout"])
     holdout = pl.read_parquet(labelled["holdout"]).filter(pl.col("months_since_last_delinquency").is_not_null())
     report = registered_job_model(DEMO_JOB, tmp_path / "logit.onnx", settings=fresh_data, holdout=holdout, version="lr-1")
     assert report.framework == "onnx" and report.version == "lr-1"

@@ -224,10 +224,12 @@ def drift_bin_labels(hist: Histogram, names: tuple[str, ...] = ()) -> list[str]:
     """Names of a boolean or categorical histogram's bins: each category, then `unseen`; [] for numeric.
 
     `names` are the feature module's CATEGORIES (code 0, 1, … stands for names[0], names[1], …);
-    a code without a name, and a boolean's values, are shown as the value itself.
+    a code without a name is shown as the value itself, a boolean's as `0 (false)` / `1 (true)`.
     """
     if hist.kind == "numeric":
         return []
+    if hist.kind == "boolean":
+        return [{0.0: "0 (false)", 1.0: "1 (true)"}.get(float(v), f"{v:g}") for v in hist.edges.tolist()] + [UNSEEN_LABEL]
     labels = []
     for value in hist.edges.tolist():
         code = int(value) if float(value).is_integer() else -1

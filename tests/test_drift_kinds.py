@@ -94,6 +94,8 @@ def test_categorical_shares_unseen_values_and_psi_js_match_a_direct_count() -> N
     assert row["ks"] is None and row["ks_upper"] is None and row["wasserstein"] is None
     assert row["flag"] == "alert" and row["kind"] == "categorical"
     assert drift_bin_labels(hist, HOUSING) == [*HOUSING, "unseen"]
+    flag = Histogram(edges=np.array([0.0, 1.0]), counts=np.array([5, 3, 0]), kind="boolean")
+    assert drift_bin_labels(flag) == ["0 (false)", "1 (true)", "unseen"]
 
 
 def test_a_boolean_has_no_overflow_artefact_and_an_exact_ks() -> None:

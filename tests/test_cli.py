@@ -120,3 +120,29 @@ def test_an_invalid_job_spec_error_keeps_the_offending_value(cli, tmp_path: Path
     assert "chunk_rows" in result.output
     line = one_error_line(result)
     assert "chunk_rows" in line and "(got 0)" in line, line
+
+
+def test_outcomes_with_end_before_start_fails_clearly(cli) -> None:
+    line = one_error_line(cli("outcomes", "credit_risk", "--start", "2026-03-10", "--end", "2026-03-01"))
+    assert "2026-03-01" in line and "2026-03-10" in line and "before" in line
+
+
+def test_features_of_a_missing_file_names_it(cli, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.parquet"
+    line = one_error_line(cli("features", "credit_risk", "--from", str(missing), "--out", str(tmp_path / "out.parquet")))
+    assert str(missing) in line
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_features_writes_the_model_inputs_of_raw_rows_in_the_models_order(cli, demo_env: DemoEnv, tmp_path: Path) -> None:
+    import polars as pl
+
+    from tasks.features.credit_risk import FEATURES
+
+    raw = demo_env.settings.raw_partition_dir("credit_risk", demo_env.plan.scoring_dates[0].isoformat())
+    result = cli("features", "credit_risk", "--from", str(raw), "--out", str(tmp_path / "inputs.parquet"))
+    assert result.exit_code == 0, result.output
+    inputs = pl.read_parquet(tmp_path / "inputs.parquet")
+    assert inputs.columns == ["entity_id", *FEATURES]  # no outcome column in a raw partition
+    rows = pl.read_parquet(raw).height
+    assert 0 < inputs.height <= rows and f"{inputs.height:,} rows" in result.output

@@ -11,18 +11,16 @@ from prefect.runtime import flow_run
 
 from flows.execution import configured_task_runner
 from flows.steps import (
-    RunTicket,
     fail_run,
     finished_run,
     partition_lease,
-    plan_work_units,
     prepare_run,
     publish_partition,
     start_run,
-    submitted_units,
-    summarize_run,
 )
+from flows.unit_steps import plan_work_units, submitted_units, summarize_run
 from tasks.calendar import parse_partition_date
+from tasks.partition_run import RunTicket
 from tasks.jobspec import checked_job_name
 from tasks.scoring import ScoringSummary
 from tasks.settings import current_settings

@@ -149,7 +149,7 @@ def test_a_ledger_close_that_fails_leaves_a_committed_run_the_next_start_closes(
 def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
     demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import flows.steps
+    import flows.unit_steps
     from flows.score_partition import score_partition
 
     day = demo_env.plan.scoring_dates[-1]
@@ -161,7 +161,7 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
     def locked(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
         raise _LOCKED
 
-    monkeypatch.setattr(flows.steps, "scoring_summary", full_disk)
+    monkeypatch.setattr(flows.unit_steps, "scoring_summary", full_disk)
     monkeypatch.setattr(DuckDBWarehouse, "record_run_failed", locked)
     with pytest.raises(OSError, match="No space left"):
         score_partition(DEMO_JOB, day)
@@ -183,8 +183,8 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
 def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_warning(
     demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import flows.monitoring_steps
-    import flows.steps
+    import tasks.monitoring_runs
+    import tasks.partition_run
     from flows.score_partition import score_partition
 
     def full_disk(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -193,8 +193,8 @@ def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_war
     def broken_page(**kwargs):  # noqa: ANN003, ANN202
         raise ValueError("a histogram without edges")
 
-    monkeypatch.setattr(flows.monitoring_steps, "monitored_decisions", full_disk)
-    monkeypatch.setattr(flows.steps, "run_report_html", broken_page)
+    monkeypatch.setattr(tasks.monitoring_runs, "monitored_decisions", full_disk)
+    monkeypatch.setattr(tasks.partition_run, "run_report_html", broken_page)
     day = demo_env.plan.scoring_dates[-1]
     result = score_partition(DEMO_JOB, day)
     assert any(w.startswith("decision monitoring failed") for w in result["warnings"]), result["warnings"]

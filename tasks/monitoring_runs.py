@@ -1,0 +1,125 @@
+"""Decision monitoring of a published partition, outcome ingestion and the monitoring page, as plain
+results and artifact contents. Prefect-free: flows/monitoring_steps.py wraps these as tasks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tasks.html_report import write_run_report
+from tasks.jobspec import load_job_spec
+from tasks.monitoring import monitored_decisions
+from tasks.monitoring_report import monitoring_history, monitoring_page_html, realized_performance_rows
+from tasks.outcomes import ingested_outcomes
+from tasks.partition_run import Artifact, artifact_key
+from tasks.settings import Settings
+from tasks.warehouse import Warehouse
+
+log = logging.getLogger("scoring.monitoring")
+
+
+def decision_monitoring(
+    warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date, run_id: str
+) -> tuple[dict[str, Any], Artifact]:
+    """Decision mix, rule hits, score summary, straddling share and expected events of the published
+    partition against the trailing window, stored in `decision_monitoring`: the flagged measures and the table."""
+    spec = load_job_spec(job, settings)
+    rows = pl.from_arrow(monitored_decisions(warehouse, spec, partition_date=partition_date, run_id=run_id)).to_dicts()
+    shifted = [r for r in rows if r["flag"] == "shift"]
+    if shifted:
+        log.warning(
+            "[MON] %s %s: %d measure(s) moved beyond tolerance: %s", job, partition_date, len(shifted),
+            ", ".join(f"{r['measure']}[{r['item']}] {r['delta']:+.3f}" for r in shifted),
+        )
+    result = {
+        "job": job, "partition_date": partition_date.isoformat(), "run_id": run_id, "measures": len(rows),
+        "shifted": [f"{r['measure']}:{r['item']}" for r in shifted],
+    }
+    return result, decision_monitoring_artifact(rows, job=job, partition_date=partition_date, run_id=run_id,
+                                                window_days=spec.monitoring.window_days)
+
+
+def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date) -> dict[str, Any]:
+    """Labels of one partition joined to its predictions; labels and outcome metrics replaced in the warehouse."""
+    spec = load_job_spec(job, settings)
+    outcomes = ingested_outcomes(
+        warehouse, spec, labels_dir=settings.labels_partition_dir(job, partition_date.isoformat()), partition_date=partition_date
+    )
+    partition = outcomes.partition_row() or {"status": "no labels, not scored", "labels": 0, "labels_unknown_entity": 0}
+    if partition["status"] == "not scored":
+        log.warning("[OUT] %s %s: the partition was never scored; its %d label(s) are kept and counted as unknown entities",
+                    job, partition_date, partition["labels"])
+    elif partition.get("labels_unknown_entity"):
+        log.warning("[OUT] %s %s: %d label(s) for entities the partition never scored", job, partition_date,
+                    partition["labels_unknown_entity"])
+    return {
+        "job": job, "date": partition_date.isoformat(), "status": partition["status"],
+        "labels": partition.get("labels", 0), "labels_unknown_entity": partition.get("labels_unknown_entity", 0),
+        "model_versions": ",".join(r["model_version"] for r in outcomes.metric_rows()),
+    }
+
+
+def written_monitoring_page(
+    warehouse: Warehouse, settings: Settings, job: str, first_date: dt.date, last_date: dt.date
+) -> tuple[Path, list[Artifact]]:
+    """The job's monitoring page for the range, written, and its realized-performance artifacts."""
+    spec = load_job_spec(job, settings)
+    history = monitoring_history(warehouse, job, first_date=first_date, last_date=last_date)
+    page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
+    decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
+    write_run_report(page, monitoring_page_html(history, event=spec.prediction.event, decisions=decisions, adverse=spec.adverse_decisions))
+    unknown = sum(int(r["labels_unknown_entity"]) for r in history.partitions.iter_rows(named=True))
+    log.info("monitoring page of %s: %s", job, page)
+    return page, monitoring_page_artifacts(
+        realized_performance_rows(history), job=job, first_date=first_date, last_date=last_date, page=page,
+        unknown=unknown, interval_level=spec.monitoring.outcome_interval_level,
+    )
+
+
+def decision_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.date, run_id: str, window_days: int) -> Artifact:
+    """The `decision_monitoring` rows of one partition as a table artifact, the shifted measures named."""
+    shifted = [r for r in rows if r["flag"] == "shift"]
+
+    def shown(value: float | None, fmt: str) -> str:
+        return "—" if value is None else format(value, fmt)
+
+    return Artifact(
+        artifact_key("decision-monitoring", job),
+        f"Decision monitoring of {job} on {partition_date} (run {run_id}) against the trailing {window_days} days "
+        "(table decision_monitoring): " + (", ".join(f"{r['measure']} {r['item']} shifted" for r in shifted) or "nothing shifted"),
+        table=[
+            {
+                "measure": r["measure"], "item": r["item"], "value": f"{r['value']:.4g}", "trailing_mean": shown(r["baseline"], ".4g"),
+                "delta": shown(r["delta"], "+.4g"), "tolerance": shown(r["tolerance"], ".4g"), "flag": r["flag"] or "",
+            }
+            for r in rows
+        ],
+    )
+
+
+def monitoring_page_artifacts(
+    performance: list[dict], *, job: str, first_date: dt.date, last_date: dt.date, page: Path, unknown: int, interval_level: float
+) -> list[Artifact]:
+    """The realized-performance table and the monitoring page's link, as artifact contents."""
+    return [
+        Artifact(
+            artifact_key("realized-performance", job),
+            f"Realized performance of {job}, partitions {first_date}..{last_date}, per model version: observed event "
+            f"rate with its {interval_level:.0%} Clopper-Pearson interval against the expected rate (tables "
+            f"outcome_metrics, outcome_partitions); labels for unknown entities: {unknown}",
+            table=[{k: str(v) for k, v in r.items()} for r in performance],
+        ),
+        Artifact(
+            artifact_key("monitoring-report", job),
+            f"Prediction monitoring and realized outcomes of {job}",
+            markdown=(
+                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: [{page.name}]({page.as_uri()})\n\n"
+                f"`{page}` — decision mix over time, expected vs observed event rate, calibration per model version.\n\n"
+                f"Labels for entities never scored: **{unknown}**."
+            ),
+        ),
+    ]

@@ -1,0 +1,185 @@
+"""One partition run outside the chunk loop: its ticket, its start under the lease, its page, its
+artifacts' contents, its result and its failure record. Prefect-free: flows/steps.py wraps these
+as tasks and turns `Artifact`s into Prefect artifacts."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import html
+import logging
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from tasks.errors import user_facing_error
+from tasks.html_report import run_report_html
+from tasks.publish import PublishedPartition, discarded_run, retried
+from tasks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
+from tasks.scoring import PreparedJob, ScoringSummary, output_dirs
+from tasks.settings import Settings
+from tasks.warehouse import Warehouse
+
+log = logging.getLogger("scoring.run")
+
+
+class RunTicket(BaseModel):
+    """Identity of one scoring run, handed from step to step."""
+
+    model_config = ConfigDict(frozen=True, protected_namespaces=())
+
+    run_id: str
+    job: str
+    partition_date: dt.date
+    chunk_rows: int
+    model_name: str
+    model_version: str
+    feature_version: str
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What a Prefect artifact shows: a table (list of rows) or Markdown, under a key."""
+
+    key: str
+    description: str
+    table: list[dict[str, Any]] | None = None
+    markdown: str | None = None
+
+
+def artifact_key(prefix: str, job: str) -> str:
+    return f"{prefix}-{job.replace('_', '-')}"
+
+
+def now_utc() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def run_ticket(prepared: PreparedJob, *, run_id: str, partition_date: dt.date, chunk_rows: int | None) -> RunTicket:
+    meta = prepared.model.engine.metadata
+    return RunTicket(
+        run_id=run_id, job=prepared.spec.name, partition_date=partition_date,
+        chunk_rows=chunk_rows or prepared.spec.chunk_rows, model_name=meta.name, model_version=meta.version,
+        feature_version=prepared.features.FEATURE_VERSION,
+    )
+
+
+def started_run(warehouse: Warehouse, settings: Settings, ticket: RunTicket) -> list[dict]:
+    """Under the partition's lease: what dead runs of the job left, finished or undone (this
+    partition's and, where no live run holds them, the others'), then the run opened in the ledger."""
+    recovered = recovered_partition(
+        warehouse, output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
+        holder_run_id=ticket.run_id, pending_dir=pending_ledger_dir(settings, ticket.job), now=now_utc(),
+    )
+    recovered += recovered_job(warehouse, settings, ticket.job, recovering_run_id=f"recovery-{ticket.run_id}", skip=ticket.partition_date)
+    warehouse.record_run_started(
+        {**ticket.model_dump(include={"run_id", "job", "partition_date", "model_name", "model_version", "feature_version"}), "started_at": now_utc()}
+    )
+    return [dataclasses.asdict(r) for r in recovered]
+
+
+def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> tuple[str, list[str]]:
+    """The run's HTML page and the warnings of making it. The page is a view of the run, not its
+    output: when it cannot be rendered, a short page says why and the run publishes without it."""
+    try:
+        histograms = {
+            name: (np.asarray(h["edges"]), np.asarray(h["current"]), np.asarray(h["reference"]) if h["reference"] else None)
+            for name, h in summary.drift_histograms.items()
+        }
+        return run_report_html(
+            job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
+            fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
+            bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
+        ), []
+    except Exception as exc:
+        log.warning("%s %s: the run page failed: %s", ticket.job, ticket.partition_date, exc)
+        page = (
+            f"<!doctype html><meta charset=utf-8><title>{ticket.job} {ticket.partition_date}</title>"
+            f"<p>The page of run {ticket.run_id} could not be rendered: {html.escape(f'{type(exc).__name__}: {exc}')}. "
+            "Its outputs are published; the runs ledger and the Parquet reports hold its figures.</p>"
+        )
+        return page, [f"run page not rendered: {type(exc).__name__}: {exc}"]
+
+
+def _drift_flags_markdown(rows: list[dict]) -> str:
+    flagged = [r for r in rows if r["flag"] in ("warn", "alert")]
+    if not flagged:
+        return "No feature drifted beyond the warn thresholds."
+    return "Drift flags: " + ", ".join(f"**{r['feature']}** {r['flag']} vs {r['baseline']} (PSI {r['psi']:.3f})" for r in flagged)
+
+
+def run_artifacts(ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, report_path: Path) -> list[Artifact]:
+    """The run's summary, page link, drift, fallback and guard tables, as artifact contents."""
+    job, day = ticket.job, ticket.partition_date
+    counts = summary.ledger_counts()
+    measures = {**ticket.model_dump(), **counts, "published": published.rows, "warnings": published.warnings}
+    return [
+        Artifact(artifact_key("run-summary", job), f"Scoring of {job} for {day}",
+                 table=[{"measure": k, "value": str(v)} for k, v in measures.items()]),
+        Artifact(
+            artifact_key("run-report", job), f"HTML run report of {job} for {day}",
+            markdown=(
+                f"**Run report** of `{job}` on {day}: [{report_path.name}]({report_path.as_uri()})\n\n"
+                f"`{report_path}` — summary, fallback table, drift table and a histogram per feature, most drifted first.\n\n"
+                + _drift_flags_markdown(summary.drift_report)
+            ),
+        ),
+        Artifact(
+            artifact_key("drift-report", job),
+            f"Drift of {job} on {day} against the training reference and the previous partition (table drift_report)",
+            table=[{k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()} for row in summary.drift_report],
+        ),
+        Artifact(
+            artifact_key("fallback-report", job),
+            f"Fallbacks of {job} on {day}: every repaired, quarantined, fallback-model, failed-chunk and reason-less row, "
+            f"of {summary.rows_read} read (table fallback_report)",
+            table=[{**row, "share": f"{row['share']:.4%}"} for row in summary.fallback_report],
+        ),
+        Artifact(
+            artifact_key("guard-summary", job),
+            f"Feature guards of {job} on {day}: rows each expectation repaired, quarantined or failed, of "
+            f"{summary.rows_read} read (table guard_summary)",
+            table=summary.guard_summary,
+        ),
+    ]
+
+
+def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warnings: list[str]) -> dict:
+    """What score_partition returns for a published run."""
+    return {
+        "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
+        "report": report, **summary.ledger_counts(), "warnings": list(warnings),
+    }
+
+
+def recorded_failed_run(
+    warehouse: Warehouse, settings: Settings, *, run_id: str, job: str, partition_date: dt.date, error: BaseException
+) -> None:
+    """The failure in the ledger (one line and the traceback) and the run's files dropped.
+
+    A run whose rows were already committed is not failed: recovery finishes its publish. When the
+    ledger cannot be written (warehouse locked, disk full), the failure is kept beside the outputs
+    and the next start of the job records it; the files stay until then."""
+    record = {
+        "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": now_utc(),
+        "error": f"{type(error).__name__}: {user_facing_error(error)[0]}",
+        "error_detail": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+    }
+    try:
+        failed = retried(lambda: warehouse.record_run_failed(**record))
+    except Exception as exc:
+        kept = recorded_pending_failure(pending_ledger_dir(settings, job), record)
+        log.warning(
+            "%s %s: the failure of run %s could not be written to the ledger (%s: %s); %s", job, partition_date, run_id,
+            type(exc).__name__, exc, f"kept in {kept} for the next start" if kept else "the next start closes it as abandoned",
+        )
+        return
+    if failed:
+        discarded_run(output_dirs(settings, job), partition_date, run_id)
+    else:
+        log.warning("%s %s: run %s had committed its rows; the next start of the job finishes its Parquet swap", job, partition_date, run_id)
+

@@ -520,10 +520,10 @@ def _handoff_path(dirs: OutputDirs, run_id: str, chunk_id: int) -> Path:
     return staging_dir(dirs.inference_handoff, run_id) / f"chunk-{chunk_id:05d}.arrow"
 
 
-def _write_handoff(path: Path, inferred: InferenceOutput, contributions: FeatureContributions) -> None:
+def _write_handoff(path: Path, inferred: InferenceOutput, contributions: FeatureContributions, *, with_values: bool) -> None:
     """The chunk's raw outputs for its prediction task: margins per row, and for the rows that need
-    reasons their contributions and their own feature values (row index, then `c<j>` and `v<j>`
-    per feature; NaN values on the other rows)."""
+    reasons their contributions (row index, then `c<j>` per feature) and, when a reason's text
+    depends on the value (`with_values`), their own feature values (`v<j>`; NaN on the other rows)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     n = len(inferred.margins)
     rows = np.full(n, -1, dtype=np.int64)
@@ -531,7 +531,7 @@ def _write_handoff(path: Path, inferred: InferenceOutput, contributions: Feature
     explained = np.zeros((n, len(contributions.feature_names)), dtype=np.float64)
     explained[contributions.row_index] = contributions.values
     values = np.full((n, len(contributions.feature_names)), np.nan, dtype=np.float32)
-    if contributions.feature_values is not None:
+    if with_values and contributions.feature_values is not None:
         values[contributions.row_index] = contributions.feature_values
     table = pa.table(
         {
@@ -539,7 +539,7 @@ def _write_handoff(path: Path, inferred: InferenceOutput, contributions: Feature
             "margin": pa.array(inferred.margins, type=pa.float64()),
             "contribution_row": pa.array(rows),
             **{f"c{j}": pa.array(explained[:, j]) for j in range(explained.shape[1])},
-            **{f"v{j}": pa.array(values[:, j]) for j in range(values.shape[1])},
+            **({f"v{j}": pa.array(values[:, j]) for j in range(values.shape[1])} if with_values else {}),
         }
     ).replace_schema_metadata(
         {
@@ -572,7 +572,8 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[InferenceOutput, FeatureCo
         return (np.column_stack(columns) if names else np.empty(shape)).astype(dtype, copy=False).reshape(shape)
 
     return inferred, FeatureContributions(
-        row_index=row_index, values=explained("c", np.float64), feature_names=names, feature_values=explained("v", np.float32)
+        row_index=row_index, values=explained("c", np.float64), feature_names=names,
+        feature_values=explained("v", np.float32) if "v0" in table.column_names else None,
     )
 
 
@@ -670,7 +671,7 @@ def inferred_unit(
             result.rows_failed += failed.height
             result.failed_chunks.append({"chunk": chunk_id, "rows": failed.height, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        _write_handoff(_handoff_path(dirs, run_id, chunk_id), inferred, contributions)
+        _write_handoff(_handoff_path(dirs, run_id, chunk_id), inferred, contributions, with_values=bool(prepared.reason_texts.by_feature))
         result.explained_rows[contributions.explained_by] += contributions.row_index.shape[0]
         result.tie_recomputed_rows += contributions.tie_recomputed_rows
         result.chunk_ids.append(chunk_id)

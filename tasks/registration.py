@@ -32,10 +32,10 @@ from pydantic import ValidationError
 from tasks.contracts import InferenceInput
 from tasks.drift import reference_statistics
 from tasks.errors import JobProblem, JobSpecError, JobValidationError, ModelArtifactError, PartitionError
-from tasks.features import FeatureKind, feature_kinds, job_features
+from tasks.features import FeatureKind, FeatureModule, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures
-from tasks.guards import guarded_chunk, load_guard_suite, raw_schema_problems
-from tasks.inference.engine import inference_engine, inference_loaded_model
+from tasks.guards import GuardSuite, guarded_chunk, load_guard_suite, raw_schema_problems
+from tasks.inference.engine import LoadedModel, inference_engine, inference_loaded_model
 from tasks.inference.registry import (
     ACCEPTED_MODEL_SUFFIXES,
     FRAMEWORK_OF_SUFFIX,
@@ -46,7 +46,7 @@ from tasks.inference.registry import (
     inference_model_file_problem,
     inference_model_versions,
 )
-from tasks.jobspec import VERSION_PATTERN, load_job_spec
+from tasks.jobspec import VERSION_PATTERN, FeatureModelRef, JobSpec, load_job_spec
 from tasks.prediction.calibration import predict_fitted_calibrator
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
 from tasks.settings import Settings
@@ -317,19 +317,45 @@ class ModelInputs:
         return pl.DataFrame(columns)
 
 
+@dataclass(frozen=True)
+class _JobPath:
+    """What turns a job's raw rows into model inputs, loaded once: spec, suite, features, feature models."""
+
+    spec: JobSpec
+    spec_path: Path
+    suite: GuardSuite
+    features: FeatureModule
+    feature_models: tuple[tuple[FeatureModelRef, LoadedModel], ...]
+
+
+def _job_path(job: str, settings: Settings) -> _JobPath:
+    spec = load_job_spec(job, settings)
+    return _JobPath(
+        spec=spec, spec_path=settings.jobs_dir / f"{job}.yaml",
+        suite=load_guard_suite(settings.expectations_dir / spec.expectation_suite, entity_column=spec.entity_column),
+        features=job_features(spec),
+        feature_models=tuple(
+            (ref, inference_loaded_model(settings.model_registry_dir(ref.name), ref.version, None, device="cpu", nthread=0))
+            for ref in spec.model.feature_models
+        ),
+    )
+
+
 def job_model_inputs(job: str, rows: Path | pl.DataFrame, *, settings: Settings, labelled: bool, what: str = "rows") -> ModelInputs:
     """`rows` (raw columns; the spec's outcome column too when `labelled`) through the job's guards, features
     and feature models — the same path scoring takes, so a model trained on it sees what it will score."""
-    spec = load_job_spec(job, settings)
-    suite = load_guard_suite(settings.expectations_dir / spec.expectation_suite, entity_column=spec.entity_column)
-    features = job_features(spec)
+    return _model_inputs(_job_path(job, settings), rows, labelled=labelled, what=what)
+
+
+def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, what: str) -> ModelInputs:
+    spec, suite, features = path.spec, path.suite, path.features
     label = spec.monitoring.labels.outcome_column
     frame = rows if isinstance(rows, pl.DataFrame) else _read_parquet(rows, what)
     where = what if isinstance(rows, pl.DataFrame) else f"{what} {rows}"
     if labelled and label not in frame.columns:
         raise PartitionError(
             f"{where} has no outcome column {label!r} (monitoring.labels.outcome_column in "
-            f"{settings.jobs_dir / (job + '.yaml')}); it has columns {frame.columns}"
+            f"{path.spec_path}); it has columns {frame.columns}"
         )
     file = Path(what if isinstance(rows, pl.DataFrame) else rows)
     problems = [JobProblem(file, column, problem) for column, problem in raw_schema_problems(frame.to_arrow().schema, suite)]
@@ -354,8 +380,7 @@ def job_model_inputs(job: str, rows: Path | pl.DataFrame, *, settings: Settings,
     x = features.feature_matrix(scorable)
     names = tuple(features.FEATURES)
     used = {}
-    for ref in spec.model.feature_models:
-        loaded = inference_loaded_model(settings.model_registry_dir(ref.name), ref.version, None, device="cpu", nthread=0)
+    for ref, loaded in path.feature_models:
         batch = InferenceInput(chunk_id=0, entity_ids=scorable[spec.entity_column].cast(pl.String).to_arrow(),
                                features=x, feature_names=names)
         x = np.ascontiguousarray(np.column_stack([x, loaded.engine.inference_outputs(batch).margins.astype(np.float32)]))
@@ -377,12 +402,12 @@ def registered_job_model(
 ) -> RegistrationReport:
     """Register a model of `job`: its hold-out (and reference) rows go through the job's own guards,
     features and feature models; the outcome is the spec's `monitoring.labels.outcome_column`."""
-    spec = load_job_spec(job, settings)
-    features = job_features(spec)
-    held = job_model_inputs(job, holdout, settings=settings, labelled=True, what="hold-out")
+    path = _job_path(job, settings)
+    spec, features = path.spec, path.features
+    held = _model_inputs(path, holdout, labelled=True, what="hold-out")
     if held.outcomes is None or held.outcomes.size == 0:
         raise PartitionError(f"hold-out {holdout} has no rows the job's guards let through")
-    reference_x = None if reference is None else job_model_inputs(job, reference, settings=settings, labelled=False, what="reference").matrix
+    reference_x = None if reference is None else _model_inputs(path, reference, labelled=False, what="reference").matrix
     kinds = {**feature_kinds(features), **{ref.output_feature: "numeric" for ref in spec.model.feature_models}}
     return registered_model_version(
         model_file,

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import re
+import threading
 import time
 import urllib.parse
 from abc import ABC, abstractmethod
@@ -810,6 +811,10 @@ class _DuckDBSession:
             self.con.unregister("incoming_rows")
 
 
+_SCHEMA_LOCK = threading.Lock()
+_SCHEMA_CHECKED: set[tuple[str, int, int]] = set()
+
+
 class DuckDBWarehouse(Warehouse):
     """The warehouse in one local DuckDB file."""
 
@@ -841,7 +846,7 @@ class DuckDBWarehouse(Warehouse):
         con = self._opened()
         try:
             if not read_only:
-                self._ensure_schema(con)
+                self._ensure_schema_once(con)
             yield con
         finally:
             con.close()
@@ -883,6 +888,21 @@ class DuckDBWarehouse(Warehouse):
         if isinstance(fault, ReadOnlyStorage):
             return ReadOnlyStorage(f"read-only warehouse {self.path}: {str(fault).rpartition(': ')[2]}")
         return fault or exc
+
+    def _ensure_schema_once(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The schema checked once per database file and process, never by two threads at once.
+
+        Partitions of a backfill share the process's DuckDB instance, and two concurrent
+        `CREATE TABLE IF NOT EXISTS` of one table fail with a catalog write-write conflict.
+        The file's identity is part of the key, so a file deleted and made anew is checked again.
+        """
+        with _SCHEMA_LOCK:
+            stat = self.path.stat()
+            key = (str(self.path.resolve()), stat.st_dev, stat.st_ino)
+            if key in _SCHEMA_CHECKED:
+                return
+            self._ensure_schema(con)
+            _SCHEMA_CHECKED.add(key)
 
     @staticmethod
     def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:

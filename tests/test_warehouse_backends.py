@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 import time
 import traceback
 import urllib.parse
@@ -170,6 +171,33 @@ def test_the_ledger_records_started_succeeded_and_failed_runs(any_warehouse: War
         (DAY, "run-2", "failed", "model exploded"),
         (NEXT_DAY, "run-3", "failed", "no raw partition"),
     ]
+
+
+def test_partitions_of_one_backfill_can_open_a_fresh_warehouse_at_once(any_warehouse: Warehouse) -> None:
+    # A backfill's partitions run in threads of one process; their first writes each check the
+    # schema, and two concurrent creates of one table used to end in a catalog conflict.
+    writers = 6
+    barrier = threading.Barrier(writers)
+    errors: list[BaseException] = []
+
+    def first_write(i: int) -> None:
+        barrier.wait()
+        try:
+            any_warehouse.record_run_started(
+                {"run_id": f"run-{i}", "job": JOB, "partition_date": DAY + dt.timedelta(days=i), "model_name": "m",
+                 "model_version": "1", "feature_version": "1.0", "started_at": dt.datetime(2026, 3, 10, tzinfo=dt.timezone.utc)}
+            )
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_write, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    runs = any_warehouse.latest_partition_runs(JOB, first_date=DAY, last_date=DAY + dt.timedelta(days=writers))
+    assert sorted(r["run_id"] for r in runs) == [f"run-{i}" for i in range(writers)]
 
 
 def test_replacing_monitoring_rows_is_idempotent(any_warehouse: Warehouse) -> None:

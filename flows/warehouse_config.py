@@ -1,5 +1,5 @@
-"""The warehouse the settings name, with the PostgreSQL URL read from a Prefect Secret block when
-`SCORING_WAREHOUSE_SECRET_BLOCK` names one.
+"""The warehouse the settings name, with the PostgreSQL URLs read from Prefect Secret blocks when
+`SCORING_WAREHOUSE_SECRET_BLOCK` or `SCORING_SOURCE_SECRET_BLOCK` names one.
 
 Only orchestration-side code (Prefect tasks, flows, the CLI and the reports they print) imports this
 module; domain code receives settings whose URL is already resolved and calls `warehouse_for`.
@@ -14,17 +14,22 @@ from tasks.warehouse import Warehouse, warehouse_for
 
 
 def with_warehouse_url(settings: Settings) -> Settings:
-    """`settings` with `warehouse_url` taken from the Secret block they name; unchanged without one."""
-    if not settings.warehouse_secret_block:
-        return settings
-    if settings.warehouse_url is not None:
-        raise ValueError("set SCORING_WAREHOUSE_URL or SCORING_WAREHOUSE_SECRET_BLOCK, not both")
-    from prefect.blocks.system import Secret
+    """`settings` with `warehouse_url` and `source_url` taken from the Secret blocks they name; unchanged without any."""
+    for url_field, block_field, what in (
+        ("warehouse_url", "warehouse_secret_block", "warehouse"), ("source_url", "source_secret_block", "source")
+    ):
+        block = getattr(settings, block_field)
+        if not block:
+            continue
+        if getattr(settings, url_field) is not None:
+            raise ValueError(f"set SCORING_{url_field.upper()} or SCORING_{block_field.upper()}, not both")
+        from prefect.blocks.system import Secret
 
-    url = Secret.load(settings.warehouse_secret_block).get()
-    if not isinstance(url, str):
-        raise ValueError(f"Secret block {settings.warehouse_secret_block!r} must hold the warehouse URL as one string")
-    return settings.model_copy(update={"warehouse_url": SecretStr(url), "warehouse_secret_block": None})
+        url = Secret.load(block).get()
+        if not isinstance(url, str):
+            raise ValueError(f"Secret block {block!r} must hold the {what} URL as one string")
+        settings = settings.model_copy(update={url_field: SecretStr(url), block_field: None})
+    return settings
 
 
 def configured_warehouse(settings: Settings) -> Warehouse:

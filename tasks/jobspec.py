@@ -16,6 +16,8 @@ from tasks.errors import JobSpecError
 from tasks.features import FeatureKind
 from tasks.prediction.decisions import predict_rule_table_problems
 from tasks.settings import Settings
+from tasks.sinks.config import SinksConfig
+from tasks.sources.config import SourceConfig
 
 RuleField = Literal["probability", "probability_low", "probability_high", "score"]
 FallbackKind = Literal[
@@ -403,6 +405,10 @@ class JobSpec(_Strict):
         default=None, description="Tabular features declared here, computed without Python; or give `feature_module`."
     )
     expectation_suite: str = Field(description="File name under `expectations/`.")
+    source: SourceConfig | None = Field(
+        default=None, description="Where raw partitions live; none reads Parquet under `data/raw/<job>/date=<date>/`."
+    )
+    sinks: SinksConfig = Field(default_factory=SinksConfig, description="Outputs besides the Parquet store and the warehouse.")
     model: ModelRef
     chunk_rows: int = Field(default=50_000, ge=1, description="Rows per Arrow chunk.")
     inference: InferenceConfig = InferenceConfig()

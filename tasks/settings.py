@@ -45,6 +45,13 @@ class Settings(BaseSettings):
     warehouse_secret_block: str | None = Field(
         default=None, description="Name of a Prefect Secret block holding the PostgreSQL warehouse URL instead."
     )
+    source_url: SecretStr | None = Field(
+        default=None,
+        description="PostgreSQL database of jobs whose `source.sql.warehouse` is postgresql; none uses the warehouse URL.",
+    )
+    source_secret_block: str | None = Field(
+        default=None, description="Name of a Prefect Secret block holding the PostgreSQL source URL instead."
+    )
     warehouse_lock_wait_s: float = Field(
         default=120.0, ge=0, allow_inf_nan=False,
         description="How long opening the DuckDB warehouse waits while another process holds its file lock (0: fail at once).",
@@ -115,7 +122,7 @@ class Settings(BaseSettings):
             raise ValueError("is a folder; give the DuckDB file, e.g. /srv/scoring/warehouse.duckdb")
         return value
 
-    @field_validator("warehouse_url")
+    @field_validator("warehouse_url", "source_url")
     @classmethod
     def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
         # Settings sent to a task as JSON carry pydantic's mask instead of the URL; the task takes the URL
@@ -163,7 +170,7 @@ class Settings(BaseSettings):
 
 
 def _shown_value(field: str, value: object) -> str:
-    if field == "warehouse_url":
+    if field in ("warehouse_url", "source_url"):
         # The URL may hold a password: show it as the warehouse shows it, with `***`.
         from tasks.warehouse import redacted
 

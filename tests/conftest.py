@@ -24,6 +24,9 @@ for _name, _value in (
     os.environ.setdefault(_name, _value)
 
 import datetime as dt
+import json
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +50,8 @@ _SCORING_VARS = (
     "SCORING_WAREHOUSE_PATH",
     "SCORING_WAREHOUSE_URL",
     "SCORING_WAREHOUSE_SECRET_BLOCK",
+    "SCORING_SOURCE_URL",
+    "SCORING_SOURCE_SECRET_BLOCK",
     "SCORING_TIMEZONE",
 )
 
@@ -226,3 +231,70 @@ def any_warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
     if request.param == "duckdb":
         return DuckDBWarehouse(tmp_path / "warehouse.duckdb")
     return PostgresWarehouse(request.getfixturevalue("postgres_database_url"))
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """An S3-compatible server (moto) on 127.0.0.1 that checks signatures, and a key that may use it."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    bucket: str
+
+    def environment(self) -> dict[str, str]:
+        """What pyarrow, delta-rs and boto3 read to reach this server with the scorer's key."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto's server mode for the session, with IAM checks on: after the first four requests (the
+    bucket, then an IAM user, its key and its policy) only that user's key is accepted, so a wrong
+    or missing credential fails as it would on AWS."""
+    import boto3
+
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "4"}
+    with open(log_path, "wb") as log_file:
+        server = subprocess.Popen(
+            [shutil.which("moto_server") or "moto_server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log_file, stderr=subprocess.STDOUT, env=env,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"moto_server did not start on {endpoint}: {log_path.read_text()[-2000:]}")
+                time.sleep(0.2)
+        bootstrap = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "bootstrap",
+                     "aws_secret_access_key": "bootstrap"}
+        boto3.client("s3", **bootstrap).create_bucket(Bucket="scoring")
+        iam = boto3.client("iam", **bootstrap)
+        iam.create_user(UserName="scorer")
+        key = iam.create_access_key(UserName="scorer")["AccessKey"]
+        iam.put_user_policy(UserName="scorer", PolicyName="everything", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        ))
+        yield S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"], "scoring")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """This test's process environment pointed at the session's S3 server, with the scorer's key."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    return s3_server

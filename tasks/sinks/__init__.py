@@ -1,0 +1,1 @@
+"""Where a run's outputs go besides the Parquet store and the warehouse."""

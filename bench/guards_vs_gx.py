@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 import tasks  # noqa: F401
 from tasks.guards import GuardCounts, GuardSuite, guard_violation_counts, guarded_chunk, load_guard_suite
 from tasks.scoring import raw_chunks
+from tasks.sources import ParquetPartition
 
 FILES = 4
 ENTITY = "entity_id"
@@ -285,7 +286,7 @@ def streamed_guarding(suite: GuardSuite, raw_dir: Path, chunk_rows: int) -> tupl
     counts = GuardCounts()
     chunks = 0
     start = time.perf_counter()
-    for table in raw_chunks(raw_dir, chunk_rows):
+    for table in raw_chunks(ParquetPartition(str(raw_dir)), chunk_rows):
         counts.merge(guarded_chunk(pl.from_arrow(table), suite, entity_column=ENTITY).counts)
         chunks += 1
     return counts, time.perf_counter() - start, chunks
@@ -361,7 +362,7 @@ def main() -> None:
         ours, streamed_s, chunks = streamed_guarding(suite, raw_dir, args.chunk_rows)
         rss_compiled = peak_rss_mb()
         # Timed like GX: on data already in memory (the same chunks), so no read competes for the cores.
-        frames = [pl.from_arrow(table) for table in raw_chunks(raw_dir, args.chunk_rows)]
+        frames = [pl.from_arrow(table) for table in raw_chunks(ParquetPartition(str(raw_dir)), args.chunk_rows)]
         per_chunk, compiled_s = timed_passes(lambda f: guard_violation_counts(f, suite), frames, args.repeat)
         judged = {key: sum(c[key] for c in per_chunk) for key in per_chunk[0]}
         _, guarding_s = timed_passes(lambda f: guarded_chunk(f, suite, entity_column=ENTITY), frames, args.repeat)

@@ -21,12 +21,13 @@ from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.calendar import parse_partition_date, partition_range, yesterday
-from tasks.errors import ExitCode, JobValidationError, ScoringError, user_facing_error
+from tasks.errors import ExitCode, JobSpecError, JobValidationError, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.progress import progress_listener
 from tasks.reporting import partition_summaries, partition_summary_table
 from tasks.scoring import prepared_job
 from tasks.settings import current_settings
+from tasks.sources import SqlPartition, raw_partition
 from tasks.validation import ValidatedJob, raw_partition_problems, validated_job
 from flows.warehouse_config import configured_warehouse, with_warehouse_url
 
@@ -260,10 +261,14 @@ def backfill_command(
     def action() -> None:
         first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
         dates = partition_range(first, last)
-        settings = current_settings()
+        settings = with_warehouse_url(current_settings())
         # The checks every partition's run starts with, before any flow: the job once, and every raw
         # partition of the range against its suite, so that all mistakes are listed at once.
-        present = [d for d in dates if settings.raw_partition_dir(checked_job_name(job, settings), d.isoformat()).is_dir()]
+        try:
+            spec = load_job_spec(checked_job_name(job, settings), settings)
+        except JobSpecError:
+            spec = None  # validated_job below lists every problem of the spec at once
+        present = [d for d in dates if spec is not None and raw_partition(spec.source, settings, spec.name, d).exists()]
         validated = validated_job(job, settings, partition_date=present[0] if present else None, check_labels=False)
         problems = [p for day in present[1:] for p in raw_partition_problems(validated, settings, day)]
         if problems:
@@ -320,7 +325,7 @@ def validate(
 
     def action() -> None:
         day = parse_partition_date(date, what="--date") if date is not None else None
-        for line in _validated_summary(validated_job(job, current_settings(), partition_date=day)):
+        for line in _validated_summary(validated_job(job, with_warehouse_url(current_settings()), partition_date=day)):
             console.print(Text(line), highlight=False, soft_wrap=True)
 
     _run(action)
@@ -423,7 +428,8 @@ def _validated_summary(validated: ValidatedJob) -> list[str]:
         f"  model {meta.name} {meta.version} ({meta.framework}, sha256 {meta.sha256[:12]}…), {len(meta.features)} features",
         *(f"  feature model {ref.name} {a.metadata.version} → {ref.output_feature}" for ref, a in validated.feature_models),
         f"  reason codes: {len(spec.prediction.reasons.codes)}, one per model feature",
-        f"  raw partition {validated.raw_dir}: {validated.raw_files} file(s) checked" if validated.raw_dir
+        (f"  raw partition {validated.raw}: {validated.raw_files} "
+         + ("query checked" if isinstance(validated.raw, SqlPartition) else "file(s) checked")) if validated.raw
         else "  raw partition: none yet, the suite's columns were not checked against data",
         f"  labels partition {validated.labels_dir}: label columns checked" if validated.labels_dir else "  labels partition: none yet",
     ]

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from tasks.errors import GuardFailure, PartitionError
 from tasks.guards import EntityKeyRule, OnDuplicate
+from tasks.sources import ParquetPartition, opened_parquet
 
 _HASHES_PER_BUCKET = 2_000_000
 _QUARANTINED_ROWS_GROUP = 65_536
@@ -45,22 +46,22 @@ class RawRowGroup:
     first_row: int
 
 
-def partition_row_groups(raw_dir: Path) -> list[RawRowGroup]:
+def partition_row_groups(raw: ParquetPartition) -> list[RawRowGroup]:
     """The partition's non-empty row groups in partition order, from the Parquet footers alone.
 
     This order defines a row's global number; the work units and the duplicate pre-pass both use it.
     """
     groups: list[RawRowGroup] = []
     first_row = 0
-    for path in sorted(raw_dir.rglob("*.parquet")):
+    for path in raw.files():
         try:
-            metadata = pq.ParquetFile(path).metadata
+            metadata = opened_parquet(path).metadata
         except (pa.ArrowInvalid, OSError) as exc:
             raise PartitionError(f"raw file {path} is not a readable Parquet file: {exc}") from exc
         for group in range(metadata.num_row_groups):
             rows = metadata.row_group(group).num_rows
             if rows:
-                groups.append(RawRowGroup(str(path), group, rows, first_row))
+                groups.append(RawRowGroup(path, group, rows, first_row))
                 first_row += rows
     return groups
 
@@ -93,8 +94,11 @@ class DuplicatedIds:
 
 def _entity_ids(groups: list[RawRowGroup], column: str) -> Iterator[tuple[RawRowGroup, pl.Series]]:
     """The entity column of each row group as text, one row group in memory at a time."""
+    opened: tuple[str, pq.ParquetFile] | None = None
     for group in groups:
-        parquet = pq.ParquetFile(group.path)
+        if opened is None or opened[0] != group.path:
+            opened = (group.path, opened_parquet(group.path))
+        parquet = opened[1]
         if column not in parquet.schema_arrow.names:
             raise GuardFailure(f"raw file {group.path} lacks the entity column {column!r}")
         ids = pl.from_arrow(parquet.read_row_group(group.group, columns=[column]).column(column))

@@ -29,8 +29,8 @@ class JobSpecError(ScoringError):
 class JobProblem:
     """One mistake in a job's inputs, found before anything runs."""
 
-    file: Path
-    """The file to fix: the job spec, the suite, a model's metadata.json, a raw file."""
+    file: Path | str
+    """The file to fix: the job spec, the suite, a model's metadata.json, a raw file (a path or a URL)."""
     field: str
     """Where in it: a dotted spec key, an expectation, a metadata field, a column."""
     message: str
@@ -139,6 +139,10 @@ class WarehouseLocked(EnvironmentFault):
 
 class WarehouseUnreachable(EnvironmentFault):
     """The PostgreSQL warehouse refused or did not answer a connection."""
+
+
+class SourceUnreachable(EnvironmentFault):
+    """A raw source (an object store, a source database) refused the credentials or did not answer."""
 
 
 _NO_SPACE = re.compile(r"no space left on device|errno 28\b|disk is full|out of disk space", re.IGNORECASE)

@@ -15,7 +15,7 @@ import resource
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,8 @@ from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
 from tasks.settings import Settings
+from tasks.sources import ParquetPartition, RawPartition, opened_parquet, raw_partition
+from tasks.sources.chunks import rechunked_tables
 from tasks.validation import checked_raw_files, validated_job
 from tasks.warehouse import warehouse_for
 
@@ -108,7 +110,8 @@ class PreparedJob:
     features: FeatureModule
     model: LoadedModel
     feature_models: tuple[tuple[FeatureModelRef, LoadedModel], ...]
-    raw_dir: Path
+    raw: RawPartition
+    """Where the partition's raw rows come from (a folder, an object-store prefix, a query)."""
     drift_baselines: dict[str, dict[str, Histogram]] = field(default_factory=dict)
     """`reference` (training, from the model's metadata) and `previous` (the last scored partition before this one)."""
     reason_texts: ReasonTexts = field(default_factory=ReasonTexts)
@@ -177,7 +180,7 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     }
     prepared = PreparedJob(
         spec=spec, suite=validated.suite, features=features, model=model, feature_models=tuple(feature_models),
-        raw_dir=settings.raw_partition_dir(job, partition_date.isoformat()), drift_baselines={"reference": reference, "previous": previous},
+        raw=validated.raw or raw_partition(spec.source, settings, job, partition_date), drift_baselines={"reference": reference, "previous": previous},
         reason_texts=_reason_texts(model, spec, feature_kinds(features), feature_categories(features)),
     )
     # The engine that loaded may be the fallback chosen only now, when the job's version failed to load.
@@ -208,41 +211,24 @@ def _reason_texts(
         ) from None
 
 
-def _rechunked(batches: Iterable[pa.RecordBatch], chunk_rows: int) -> Iterator[pa.Table]:
-    """Tables of exactly `chunk_rows` rows (the last may be shorter) from batches of any size."""
-    pending: list[pa.RecordBatch] = []
-    pending_rows = 0
-    for batch in batches:
-        pending.append(batch)
-        pending_rows += batch.num_rows
-        while pending_rows >= chunk_rows:
-            table = pa.Table.from_batches(pending)
-            yield table.slice(0, chunk_rows)
-            rest = table.slice(chunk_rows)
-            pending = rest.to_batches()
-            pending_rows = rest.num_rows
-    if pending_rows:
-        yield pa.Table.from_batches(pending)
-
-
-def raw_chunks(raw_dir: Path, chunk_rows: int) -> Iterator[pa.Table]:
+def raw_chunks(raw: ParquetPartition, chunk_rows: int) -> Iterator[pa.Table]:
     """The partition as tables of exactly `chunk_rows` rows (the last may be shorter).
 
     Files are read one after the other, a batch at a time, so memory holds one row group (a Parquet
     row group is read whole: producers should write row groups no larger than a chunk) and a
     corrupt file is named.
     """
-    files = checked_raw_files(raw_dir)
+    files = checked_raw_files(raw)
 
     def batches() -> Iterator[pa.RecordBatch]:
         for path in files:
             try:
-                yield from pq.ParquetFile(path).iter_batches(batch_size=chunk_rows)
+                yield from opened_parquet(path).iter_batches(batch_size=chunk_rows)
             except _CORRUPT_PARQUET as exc:
                 _raise_if_os_error(exc)
                 raise PartitionError(f"raw file {path} is corrupt: {_first_line(exc)}") from exc
 
-    return _rechunked(batches(), chunk_rows)
+    return rechunked_tables(batches(), chunk_rows)
 
 
 _CORRUPT_PARQUET = (pa.ArrowException, OSError)
@@ -278,7 +264,7 @@ class WorkUnit:
     """Staged row numbers that the entity-key rule quarantines, when the partition has any."""
 
 
-def partition_work_units(raw_dir: Path, chunk_rows: int) -> list[WorkUnit]:
+def partition_work_units(raw: ParquetPartition, chunk_rows: int) -> list[WorkUnit]:
     """The partition cut into units of at least `chunk_rows` rows (the last may be smaller), from
     the Parquet footers alone."""
     units: list[WorkUnit] = []
@@ -292,7 +278,7 @@ def partition_work_units(raw_dir: Path, chunk_rows: int) -> list[WorkUnit]:
         first_row += pending_rows
         pending, pending_rows = [], 0
 
-    for group in partition_row_groups(raw_dir):
+    for group in partition_row_groups(raw):
         pending.append((group.path, group.group))
         pending_rows += group.rows
         if pending_rows >= chunk_rows:
@@ -308,12 +294,13 @@ def planned_work_units(prepared: PreparedJob, *, run_id: str, chunk_rows: int, d
     The duplicate pre-pass reads only the entity column; an id found twice fails the run here,
     before any scoring, when the suite's entity-key action is `fail`.
     """
-    units = partition_work_units(prepared.raw_dir, chunk_rows)
+    scratch = staging_dir(dirs.inference_handoff, run_id)
+    raw = prepared.raw.parquet_partition(scratch / "raw-snapshot", chunk_rows)
+    units = partition_work_units(raw, chunk_rows)
     rule = prepared.suite.entity_key
     if rule is None:
         return units
-    scratch = staging_dir(dirs.inference_handoff, run_id)
-    duplicates = duplicated_entity_ids(partition_row_groups(prepared.raw_dir), rule.column, scratch_parent=scratch)
+    duplicates = duplicated_entity_ids(partition_row_groups(raw), rule.column, scratch_parent=scratch)
     if duplicates.rows.is_empty():
         return units
     if rule.on_duplicate == "fail":
@@ -321,7 +308,7 @@ def planned_work_units(prepared: PreparedJob, *, run_id: str, chunk_rows: int, d
     quarantined = duplicates.quarantined_rows(rule.on_duplicate)
     log.warning(
         "%s: %d entity id(s) appear more than once in column %r (%d rows); %s quarantines %d of them (%s)",
-        prepared.raw_dir, duplicates.id_count, rule.column, duplicates.rows.height, rule.key, quarantined.size, rule.on_duplicate,
+        prepared.raw, duplicates.id_count, rule.column, duplicates.rows.height, rule.key, quarantined.size, rule.on_duplicate,
     )
     path = write_quarantined_rows(scratch / "duplicate-rows.parquet", quarantined)
     return [replace(unit, duplicate_rows_file=str(path)) for unit in units]
@@ -331,16 +318,20 @@ def unit_chunks(unit: WorkUnit, chunk_rows: int) -> Iterator[tuple[int, pa.Table
     """(chunk id, table) of each chunk of the unit, one row group in memory at a time."""
 
     def batches() -> Iterator[pa.RecordBatch]:
+        opened: tuple[str, pq.ParquetFile] | None = None
         for path, group in unit.row_groups:
             try:
-                table = pq.ParquetFile(path).read_row_group(group)
+                # One open per file of the unit: on an object store each open costs requests for the footer.
+                if opened is None or opened[0] != path:
+                    opened = (path, opened_parquet(path))
+                table = opened[1].read_row_group(group)
             except _CORRUPT_PARQUET as exc:
                 _raise_if_os_error(exc)
                 raise PartitionError(f"raw file {path} is corrupt in row group {group}: {_first_line(exc)}") from exc
             yield from table.to_batches(max_chunksize=chunk_rows)
 
     try:
-        yield from enumerate(_rechunked(batches(), chunk_rows), start=unit.first_chunk_id)
+        yield from enumerate(rechunked_tables(batches(), chunk_rows), start=unit.first_chunk_id)
     except pa.ArrowInvalid as exc:
         files = sorted({path for path, _ in unit.row_groups})
         raise PartitionError(f"raw files {files} do not share one schema: {exc}") from exc
@@ -812,8 +803,13 @@ def scoring_summary(
         ),
     )
     if summary.rows_read < spec.limits.min_rows:
+        if summary.rows_read == 0:
+            raise PartitionError(
+                f"no raw partition for job {spec.name!r} on {partition_date}: {prepared.raw} holds no rows "
+                f"(limits.min_rows: {spec.limits.min_rows}; 0 accepts an empty partition)"
+            )
         raise PartitionError(
-            f"partition {partition_date} of job {spec.name} has {summary.rows_read} raw rows in {prepared.raw_dir}; "
+            f"partition {partition_date} of job {spec.name} has {summary.rows_read} raw rows in {prepared.raw}; "
             f"the job needs at least {spec.limits.min_rows} (limits.min_rows)"
         )
     breaches = guard_limit_breaches(

@@ -31,6 +31,7 @@ from tasks.prediction.calibration import predict_calibrator_from_metadata
 from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.prediction.reasons import predict_reason_text_problems
 from tasks.settings import Settings
+from tasks.sources import ParquetPartition, RawPartition, SqlPartition, checked_parquet_files, raw_partition
 
 _CORRUPT_PARQUET = (pa.ArrowException, OSError)
 """What pyarrow raises for bytes that are not Parquet: ArrowInvalid, or an OSError without errno."""
@@ -47,7 +48,7 @@ class ValidatedJob:
     model: ModelArtifact
     """The version that will score: the job's, or its fallback_version when the job's cannot be loaded."""
     feature_models: tuple[tuple[FeatureModelRef, ModelArtifact], ...]
-    raw_dir: Path | None
+    raw: RawPartition | None
     """The raw partition the suite was checked against; None when the job has none yet."""
     raw_files: int
     labels_dir: Path | None
@@ -77,31 +78,20 @@ def raw_partition_problems(validated: ValidatedJob, settings: Settings, partitio
     """The raw partition of `partition_date` against a job already validated: its files readable, the
     suite's columns and the declared features' columns present with their types."""
     problems: list[JobProblem] = []
-    _raw_partition(validated.spec.name, validated.spec, settings, partition_date, validated.suite, validated.features, problems)
+    _raw_partition(
+        validated.spec.name, validated.spec, validated.spec_path, settings, partition_date, validated.suite, validated.features, problems
+    )
     return problems
 
 
-def checked_raw_files(raw_dir: Path) -> list[Path]:
+def checked_raw_files(raw: ParquetPartition) -> list[str]:
     """The partition's Parquet files, each footer read: a zero-byte, non-Parquet or garbage-footer
     file is a PartitionError naming it, found before anything is scored."""
-    files, problems = _raw_files(raw_dir)
-    if problems:
-        raise PartitionError(problems[0].message)
-    return [path for path, _ in files]
-
-
-def _raw_files(raw_dir: Path) -> tuple[list[tuple[Path, pa.Schema]], list[JobProblem]]:
-    files, problems = [], []
-    for path in sorted(raw_dir.rglob("*.parquet")):
-        try:
-            files.append((path, pq.ParquetFile(path).schema_arrow))
-        except _CORRUPT_PARQUET as exc:
-            # A real OS error (permission, disk) has an errno and is the environment's, not the file's content.
-            if isinstance(exc, OSError) and exc.errno is not None:
-                raise
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            problems.append(JobProblem(path, "(file)", f"raw file {path} is not a readable Parquet file: {first}"))
-    return files, problems
+    checked = checked_parquet_files(raw)
+    for _, _, problem in checked:
+        if problem:
+            raise PartitionError(problem)
+    return [location for location, _, _ in checked]
 
 
 def _latest_partition(root: Path) -> Path | None:
@@ -140,14 +130,14 @@ def _checked_job(
         ]
     model, notes = _scoring_model(spec, spec_path, settings, features, problems)
     feature_models = _feature_models(spec, spec_path, settings, features, model, problems)
-    raw_dir, raw_files = _raw_partition(job, spec, settings, partition_date, suite, features, problems)
+    raw, raw_files = _raw_partition(job, spec, spec_path, settings, partition_date, suite, features, problems)
     # A labels file that does not fit the spec fails the outcomes flow; scoring a night does not need labels.
     labels_dir = _labels_partition(job, spec, spec_path, settings, partition_date, problems if check_labels else [])
     if problems or suite is None or features is None or model is None or feature_models is None:
         return None, problems
     return ValidatedJob(
         spec=spec, spec_path=spec_path, suite=suite, features=features, model=model, feature_models=feature_models,
-        raw_dir=raw_dir, raw_files=raw_files, labels_dir=labels_dir, notes=tuple(notes),
+        raw=raw, raw_files=raw_files, labels_dir=labels_dir, notes=tuple(notes),
     ), []
 
 
@@ -317,24 +307,36 @@ def _feature_models(
 
 
 def _raw_partition(
-    job: str, spec: JobSpec, settings: Settings, partition_date: dt.date | None, suite: GuardSuite | None,
+    job: str, spec: JobSpec, spec_path: Path, settings: Settings, partition_date: dt.date | None, suite: GuardSuite | None,
     features: FeatureModule | None, problems: list[JobProblem],
-) -> tuple[Path | None, int]:
-    """The suite's columns against each distinct schema of the partition's raw files."""
-    if partition_date is not None:
-        raw_dir = settings.raw_partition_dir(job, partition_date.isoformat())
-        if not raw_dir.is_dir():
-            problems.append(JobProblem(raw_dir, "date", f"no raw partition for job {job!r} on {partition_date}: the folder does not exist"))
+) -> tuple[RawPartition | None, int]:
+    """The suite's columns against each distinct schema of the partition's raw files (or its query's result).
+
+    Without a date, a job on the default layout is checked against its latest partition and a SQL
+    job against its query's columns (any date answers that); an object-store job only with a date.
+    """
+    try:
+        raw = _dated_raw_partition(job, spec, settings, partition_date)
+        if raw is None:
             return None, 0
-    else:
-        raw_dir = _latest_partition(settings.inside_data_root("raw", job))
-        if raw_dir is None:
-            return None, 0
-    files, unreadable = _raw_files(raw_dir)
-    problems += unreadable
+        if isinstance(raw, SqlPartition):
+            schemas = [(raw.location, raw.schema())]
+        else:
+            if not raw.exists() and partition_date is not None:
+                if not raw.local and spec.limits.min_rows == 0:
+                    return raw, 0
+                what = "the folder does not exist" if raw.local else "no Parquet files under it"
+                problems.append(JobProblem(str(raw), "date", f"no raw partition for job {job!r} on {partition_date}: {what}"))
+                return None, 0
+            checked = checked_parquet_files(raw)
+            problems += [JobProblem(location, "(file)", problem) for location, _, problem in checked if problem]
+            schemas = [(location, schema) for location, schema, _ in checked if schema is not None]
+    except PartitionError as exc:
+        problems.append(JobProblem(spec_path, "source", str(exc)))
+        return None, 0
     if suite is not None:
         seen: list[pa.Schema] = []
-        for path, schema in files:
+        for path, schema in schemas:
             if any(schema.equals(s) for s in seen):
                 continue
             seen.append(schema)
@@ -349,7 +351,18 @@ def _raw_partition(
                     features.checked_raw_schema(schema, where=f"raw file {path}")
                 except JobSpecError as exc:
                     problems.append(JobProblem(path, "features", str(exc)))
-    return raw_dir, len(files)
+    return raw, len(schemas)
+
+
+def _dated_raw_partition(job: str, spec: JobSpec, settings: Settings, partition_date: dt.date | None) -> RawPartition | None:
+    if partition_date is not None:
+        return raw_partition(spec.source, settings, job, partition_date)
+    if spec.source is None:
+        latest = _latest_partition(settings.inside_data_root("raw", job))
+        return ParquetPartition(str(latest)) if latest is not None else None
+    if spec.source.sql is not None:
+        return raw_partition(spec.source, settings, job, dt.date.today())
+    return None
 
 
 def _labels_partition(

@@ -932,7 +932,7 @@ def redacted(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
-def _url_secrets(url: str) -> list[str]:
+def url_secrets(url: str) -> list[str]:
     """The password of `url` as written and as decoded, longest first, so no fragment of it survives a scrub."""
     parts = urllib.parse.urlsplit(url)
     found = [parts.password] if parts.password else []
@@ -1018,7 +1018,7 @@ class PostgresWarehouse(Warehouse):
         if urllib.parse.urlsplit(url).scheme not in ("postgresql", "postgres"):
             raise ValueError("the warehouse URL must start with postgresql:// (the value is not shown: it may hold a password)")
         self._url = url
-        self._secrets = _url_secrets(url)
+        self._secrets = url_secrets(url)
 
     def __repr__(self) -> str:
         return f"PostgresWarehouse({self.location!r})"

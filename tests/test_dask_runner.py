@@ -15,6 +15,7 @@ from polars.testing import assert_frame_equal
 
 from flows.execution import configured_task_runner
 from tasks.scoring import partition_work_units
+from tasks.sources import ParquetPartition
 from tasks.settings import Settings, current_settings
 from tests.conftest import DEMO_JOB, DemoEnv
 
@@ -56,7 +57,7 @@ def test_dask_runner_equals_thread_runner(demo_env: DemoEnv, fresh_data: Setting
 
     day = demo_env.plan.scoring_dates[-1]
     _split_into_row_groups(fresh_data, day, rows_per_group=700)
-    units = partition_work_units(fresh_data.raw_partition_dir(DEMO_JOB, day.isoformat()), 500)
+    units = partition_work_units(ParquetPartition(str(fresh_data.raw_partition_dir(DEMO_JOB, day.isoformat()))), 500)
     assert len(units) == 5 and sum(u.rows for u in units) == 3000
 
     monkeypatch.setenv("SCORING_TASK_RUNNER", "threads")

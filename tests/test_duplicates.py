@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.duplicates import duplicated_entity_ids, partition_row_groups
+from tasks.sources import ParquetPartition
 from tasks.errors import GuardFailure, SuiteError
 from tasks.guards import GuardCounts, guard_summary_rows, guarded_chunk, load_guard_suite
 from tasks.settings import Settings
@@ -340,7 +341,7 @@ def test_prepass_finds_exactly_the_duplicated_ids_in_partition_order(
         tmp_path / "raw",
         {"b.parquet": ["k", "m", None, "n", "k"], "a.parquet": ["x", "k", None, "y"], "a-copy.parquet": ["z", "y"]},
     )
-    found = duplicated_entity_ids(partition_row_groups(tmp_path / "raw"), "entity_id", scratch_parent=tmp_path / "scratch")
+    found = duplicated_entity_ids(partition_row_groups(ParquetPartition(str(tmp_path / "raw"))), "entity_id", scratch_parent=tmp_path / "scratch")
     assert list(found.rows.select("entity_id", "row", "first").iter_rows()) == _expected_rows(values)
     assert found.id_count == 2
     assert found.quarantined_rows("keep_first").tolist() == [r for _, r, first in _expected_rows(values) if not first]
@@ -349,8 +350,8 @@ def test_prepass_finds_exactly_the_duplicated_ids_in_partition_order(
 
 def test_prepass_on_integer_ids_and_a_clean_partition(tmp_path: Path) -> None:
     _write_partition(tmp_path / "ints", {"p.parquet": [3, 1, 2, 3]})
-    found = duplicated_entity_ids(partition_row_groups(tmp_path / "ints"), "entity_id", scratch_parent=tmp_path / "s")
+    found = duplicated_entity_ids(partition_row_groups(ParquetPartition(str(tmp_path / "ints"))), "entity_id", scratch_parent=tmp_path / "s")
     assert list(found.rows.select("entity_id", "row", "first").iter_rows()) == [("3", 0, True), ("3", 3, False)]
     _write_partition(tmp_path / "clean", {"p.parquet": ["a", "b", None, None]})
-    clean = duplicated_entity_ids(partition_row_groups(tmp_path / "clean"), "entity_id", scratch_parent=tmp_path / "s")
+    clean = duplicated_entity_ids(partition_row_groups(ParquetPartition(str(tmp_path / "clean"))), "entity_id", scratch_parent=tmp_path / "s")
     assert clean.rows.is_empty() and clean.id_count == 0

@@ -546,7 +546,9 @@ def spec_field_problems(error: ValidationError) -> list[tuple[str, str]]:
                 + (f"; allowed here: {', '.join(allowed)}" if allowed else "")
             )))
             continue
-        shown = "" if isinstance(err["input"], dict | list) else f" (got {err['input']!r})"
+        # A value refused for carrying credentials is not echoed: the secret would reach the terminal and the ledger.
+        secret = "carries credentials" in err["msg"]
+        shown = "" if secret or isinstance(err["input"], dict | list) else f" (got {err['input']!r})"
         problems.append((field, err["msg"].removeprefix("Value error, ") + shown))
     return problems
 

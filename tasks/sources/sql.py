@@ -117,7 +117,7 @@ class SqlPartition:
             bound = PARTITION_PARAMETER.sub("$partition_date", query)
             try:
                 con.execute(bound, {"partition_date": self.partition_date})
-                reader = con.fetch_record_batch(rows_per_batch=batch_rows)
+                reader = con.to_arrow_reader(batch_size=batch_rows)
             except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
                     duckdb.ConversionException, duckdb.InvalidInputException) as exc:
                 raise self._query_error(exc) from None

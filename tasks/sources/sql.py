@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ class SqlPartition:
     partition_date: dt.date
     database: Path | None
     """The DuckDB file the query runs on; None for PostgreSQL."""
-    url: str | None
+    url: str | None = field(repr=False)
     """The PostgreSQL URL, password and all; never shown (see `location`)."""
     memory_limit: str = "1GB"
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from pydantic import SecretStr
 from typer.testing import CliRunner
 
 from cli.score import app
@@ -266,3 +267,15 @@ def test_a_partition_day_bound_as_a_parameter_selects_that_day(fresh_data: Setti
         with raw.batches(256) as reader:
             got = reader.read_all()
         assert got.num_rows == 3000 and set(got.column("d").to_pylist()) == {day}
+
+
+def test_a_postgres_source_shows_its_url_without_the_password(fresh_data: Settings) -> None:
+    from tasks.sources import raw_partition
+    from tasks.sources.config import SourceConfig
+
+    password = "pw-" + uuid.uuid4().hex
+    settings = fresh_data.model_copy(update={"source_url": SecretStr(f"postgresql://scorer:{password}@db.internal:5432/raw")})
+    source = SourceConfig.model_validate({"sql": {"warehouse": "postgresql", "query": "select * from t where d = :partition_date"}})
+    raw = raw_partition(source, settings, DEMO_JOB, DAY)
+    assert str(raw) == "postgresql query on postgresql://scorer:***@db.internal:5432/raw"
+    assert password not in repr(raw) and password not in str(raw)

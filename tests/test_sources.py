@@ -279,3 +279,25 @@ def test_a_postgres_source_shows_its_url_without_the_password(fresh_data: Settin
     raw = raw_partition(source, settings, DEMO_JOB, DAY)
     assert str(raw) == "postgresql query on postgresql://scorer:***@db.internal:5432/raw"
     assert password not in repr(raw) and password not in str(raw)
+
+
+def test_a_corrupt_or_misshapen_remote_file_is_named_by_its_url(source_job, fresh_data: Settings, s3_env: S3Server) -> None:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_env.endpoint, region_name="us-east-1",
+                          aws_access_key_id=s3_env.access_key, aws_secret_access_key=s3_env.secret_key)
+    prefix = uuid.uuid4().hex
+    client.put_object(Bucket=s3_env.bucket, Key=f"{prefix}/date={DAY}/part-0.parquet", Body=b"PAR1 not really parquet")
+    job, result = source_job({"parquet": {"url": f"s3://{s3_env.bucket}/{prefix}/date={{date}}/"}})
+    line = _one_error_line(result, 2)
+    assert f"s3://{s3_env.bucket}/{prefix}/date={DAY}/part-0.parquet" in line and "not a readable Parquet file" in line
+    _nothing_written(fresh_data, job)
+
+    narrow = pq.read_table(raw_files(fresh_data)[0]).drop_columns(["annual_income"])
+    sink = pa.BufferOutputStream()
+    pq.write_table(narrow, sink)
+    client.put_object(Bucket=s3_env.bucket, Key=f"{prefix}/date={DAY}/part-0.parquet", Body=sink.getvalue().to_pybytes())
+    job, result = source_job({"parquet": {"url": f"s3://{s3_env.bucket}/{prefix}/date={{date}}/"}}, name="misshapen")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"s3://{s3_env.bucket}/{prefix}/date={DAY}/part-0.parquet: annual_income" in result.output.replace("\n", "")
+    _nothing_written(fresh_data, job)

@@ -805,7 +805,7 @@ def scoring_summary(
     if summary.rows_read < spec.limits.min_rows:
         if summary.rows_read == 0:
             raise PartitionError(
-                f"no raw partition for job {spec.name!r} on {partition_date}: {prepared.raw} holds no rows "
+                f"no raw partition for job {spec.name!r} on {partition_date}: {prepared.raw} holds 0 raw rows "
                 f"(limits.min_rows: {spec.limits.min_rows}; 0 accepts an empty partition)"
             )
         raise PartitionError(

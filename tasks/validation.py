@@ -326,10 +326,10 @@ def _raw_partition(
                 if not raw.local and spec.limits.min_rows == 0:
                     return raw, 0
                 what = "the folder does not exist" if raw.local else "no Parquet files under it"
-                problems.append(JobProblem(str(raw), "date", f"no raw partition for job {job!r} on {partition_date}: {what}"))
+                problems.append(JobProblem(_problem_file(raw, str(raw)), "date", f"no raw partition for job {job!r} on {partition_date}: {what}"))
                 return None, 0
             checked = checked_parquet_files(raw)
-            problems += [JobProblem(location, "(file)", problem) for location, _, problem in checked if problem]
+            problems += [JobProblem(_problem_file(raw, location), "(file)", problem) for location, _, problem in checked if problem]
             schemas = [(location, schema) for location, schema, _ in checked if schema is not None]
     except PartitionError as exc:
         problems.append(JobProblem(spec_path, "source", str(exc)))
@@ -340,7 +340,7 @@ def _raw_partition(
             if any(schema.equals(s) for s in seen):
                 continue
             seen.append(schema)
-            found = [JobProblem(path, column, problem) for column, problem in raw_schema_problems(schema, suite)]
+            found = [JobProblem(_problem_file(raw, path), column, problem) for column, problem in raw_schema_problems(schema, suite)]
             problems += found
             if found:
                 # The suite checks every column it names; the features' view of the same gap would repeat it.
@@ -350,8 +350,13 @@ def _raw_partition(
                 try:
                     features.checked_raw_schema(schema, where=f"raw file {path}")
                 except JobSpecError as exc:
-                    problems.append(JobProblem(path, "features", str(exc)))
+                    problems.append(JobProblem(_problem_file(raw, path), "features", str(exc)))
     return raw, len(schemas)
+
+
+def _problem_file(raw: RawPartition, location: str) -> Path | str:
+    """A file of a local folder as the Path it is; a URL or a query's description as written (a Path would fold `//`)."""
+    return Path(location) if isinstance(raw, ParquetPartition) and raw.local else location
 
 
 def _dated_raw_partition(job: str, spec: JobSpec, settings: Settings, partition_date: dt.date | None) -> RawPartition | None:

@@ -248,7 +248,7 @@ def test_an_empty_query_is_no_raw_partition(source_job, fresh_data: Settings, pr
         con.execute("CREATE TABLE applications AS SELECT * FROM incoming")
     query = "select * from applications where application_date = :partition_date and application_date < date '2000-01-01'"
     job, result = source_job({"sql": {"warehouse": "duckdb", "database": "source.duckdb", "query": query}})
-    assert result.exit_code == 2 and "no raw partition" in result.output and "holds no rows" in result.output, result.output
+    assert result.exit_code == 2 and "no raw partition" in result.output and "holds 0 raw rows" in result.output, result.output
 
 
 def test_a_partition_day_bound_as_a_parameter_selects_that_day(fresh_data: Settings) -> None:

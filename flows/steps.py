@@ -33,6 +33,7 @@ from tasks.publish import PublishedPartition, partition_store, published_partiti
 from tasks.recovery import recovered_job
 from tasks.scoring import ScoringSummary, output_dirs
 from tasks.settings import current_settings
+from tasks.sinks.delta import delta_tables
 from tasks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.run")
@@ -72,13 +73,15 @@ def recover_job(job: str) -> list[dict]:
 
 @task(name="publish-partition")
 def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPartition:
-    """Replace the partition in the warehouse and in Parquet with this run's rows and page, as one commit."""
+    """Replace the partition in the warehouse and in Parquet with this run's rows and page, as one commit,
+    then in the spec's Delta tables."""
     counts = summary.ledger_counts()
     page, warnings = partition_page(ticket, summary, counts)
     settings = current_settings()
     return published_partition(
         _warehouse(), output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
         run_id=ticket.run_id, counts=counts, page_html=page, warnings=warnings, ended_at=now_utc(), crash_at=settings.crash_at,
+        delta=delta_tables(ticket.delta_sink, settings),
     )
 
 

@@ -8,7 +8,9 @@ its publish instead of hoping a random kill lands there.
     publish:assembled          every dataset and the page in the version folder, nothing committed
     publish:intent             the ledger says `publishing`, the warehouse not yet committed
     publish:committed          the warehouse transaction committed, the Parquet pointer not swapped
-    publish:swapped            the pointer swapped, the ledger row not yet `succeeded`
+    publish:swapped            the pointer swapped, the Delta tables not yet written
+    publish:delta              the Delta tables written (reached without a Delta sink too), the
+                               ledger row not yet `succeeded`
 """
 
 from __future__ import annotations

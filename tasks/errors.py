@@ -145,6 +145,12 @@ class SourceUnreachable(EnvironmentFault):
     """A raw source (an object store, a source database) refused the credentials or did not answer."""
 
 
+class SinkUnwritable(EnvironmentFault):
+    """An output sink (a Delta table) could not be written: its store is unreachable, has no such
+    bucket, refuses the credentials, or holds a table the rows do not fit. The run's rows are
+    committed in the warehouse and Parquet; the next start of the job writes the sink again."""
+
+
 _NO_SPACE = re.compile(r"no space left on device|errno 28\b|disk is full|out of disk space", re.IGNORECASE)
 _READ_ONLY = re.compile(
     r"read-only file system|permission denied|operation not permitted|errno (13|30)\b|read-only mode", re.IGNORECASE

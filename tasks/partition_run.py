@@ -22,6 +22,8 @@ from tasks.publish import PublishedPartition, discarded_run, retried
 from tasks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
 from tasks.scoring import PreparedJob, ScoringSummary, output_dirs
 from tasks.settings import Settings
+from tasks.sinks.config import DeltaSink
+from tasks.sinks.delta import delta_tables
 from tasks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.run")
@@ -39,6 +41,8 @@ class RunTicket(BaseModel):
     model_name: str
     model_version: str
     feature_version: str
+    delta_sink: DeltaSink | None = None
+    """The Delta sink of the spec the run was prepared with: its publish writes there."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ def run_ticket(prepared: PreparedJob, *, run_id: str, partition_date: dt.date, c
     return RunTicket(
         run_id=run_id, job=prepared.spec.name, partition_date=partition_date,
         chunk_rows=chunk_rows or prepared.spec.chunk_rows, model_name=meta.name, model_version=meta.version,
-        feature_version=prepared.features.FEATURE_VERSION,
+        feature_version=prepared.features.FEATURE_VERSION, delta_sink=prepared.spec.sinks.delta,
     )
 
 
@@ -74,6 +78,7 @@ def started_run(warehouse: Warehouse, settings: Settings, ticket: RunTicket) -> 
     recovered = recovered_partition(
         warehouse, output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
         holder_run_id=ticket.run_id, pending_dir=pending_ledger_dir(settings, ticket.job), now=now_utc(),
+        delta=lambda: delta_tables(ticket.delta_sink, settings),
     )
     recovered += recovered_job(warehouse, settings, ticket.job, recovering_run_id=f"recovery-{ticket.run_id}", skip=ticket.partition_date)
     warehouse.record_run_started(
@@ -181,5 +186,5 @@ def recorded_failed_run(
     if failed:
         discarded_run(output_dirs(settings, job), partition_date, run_id)
     else:
-        log.warning("%s %s: run %s had committed its rows; the next start of the job finishes its Parquet swap", job, partition_date, run_id)
+        log.warning("%s %s: run %s had committed its rows; the next start of the job finishes its publish", job, partition_date, run_id)
 

@@ -7,10 +7,17 @@
    ledger row to `committed`: the ledger says which run's rows the warehouse holds.
 4. One `rename(2)` points the partition at the run's version folder: every Parquet dataset of
    the partition changes at once.
-5. The ledger row becomes `succeeded`.
+5. With a Delta sink in the job spec, each dataset's version files replace the partition in its
+   Delta table, one commit per table (tasks/sinks/delta.py).
+6. The ledger row becomes `succeeded`.
 
-A kill before 3 leaves both stores on the previous run (recovery closes the run as failed); a kill
-after 3 leaves a committed run with a complete version, which recovery swaps in (roll forward).
+The warehouse commit (3) is the truth. A kill before 3 leaves every store on the previous run
+(recovery closes the run as failed); a kill after 3 leaves a committed run with a complete
+version, which recovery swaps in and writes to the Delta tables again (roll forward; both steps
+are repeatable). A Delta table that cannot be written fails the run with SinkUnwritable naming
+the table, after Parquet and the warehouse were published: the row stays `committed`, so the next
+start of the job (or `score recover`) finishes the Delta writes before anything else of the job
+is published.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from tasks.crash_points import crash_point
 from tasks.errors import PartitionLeaseLost
 from tasks.parquet_store import PartitionStore, discard_staged
 from tasks.scoring import OutputDirs
+from tasks.sinks.delta import DeltaTables, written_delta_partition
 from tasks.warehouse import PARTITIONED_SCHEMAS, Warehouse
 
 log = logging.getLogger("scoring.publish")
@@ -49,8 +57,10 @@ class PublishedPartition:
 def published_partition(
     warehouse: Warehouse, dirs: OutputDirs, *, job: str, partition_date: dt.date, run_id: str,
     counts: dict, page_html: str | None, warnings: Sequence[str], ended_at: dt.datetime, crash_at: str | None = None,
+    delta: DeltaTables | None = None,
 ) -> PublishedPartition:
-    """Publish the run's staged outputs in the five steps above; `crash_at` names a point to die at (crash trials)."""
+    """Publish the run's staged outputs in the six steps above, to the Delta tables of `delta` too
+    when given; `crash_at` names a point to die at (crash trials)."""
     store = partition_store(dirs)
     partition = partition_date.isoformat()
     store.assembled_version(partition, run_id, page_html=page_html, after_each=lambda name: crash_point(f"publish:staged:{name}", crash_at))
@@ -58,13 +68,14 @@ def published_partition(
     if not warehouse.record_run_publishing(run_id):
         raise PartitionLeaseLost(f"run {run_id} of {job} {partition_date} was closed by another run; nothing is published")
     crash_point("publish:intent", crash_at)
-    rows = warehouse.replace_partition(
-        job=job, partition_date=partition_date, committing_run=run_id, counts=counts,
-        files={name: store.version_files(partition, run_id, name) for name in store.datasets},
-    )
+    files = {name: store.version_files(partition, run_id, name) for name in store.datasets}
+    rows = warehouse.replace_partition(job=job, partition_date=partition_date, committing_run=run_id, counts=counts, files=files)
     crash_point("publish:committed", crash_at)
     store.swapped_in(partition, run_id)
     crash_point("publish:swapped", crash_at)
+    if delta is not None:
+        written_delta_partition(delta, job=job, partition_date=partition_date, run_id=run_id, files=files)
+    crash_point("publish:delta", crash_at)
     discard_staged(dirs.inference_handoff, run_id)
     published = PublishedPartition(rows=rows, warnings=list(warnings))
     try:

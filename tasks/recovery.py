@@ -1,12 +1,16 @@
-"""Finish or undo what killed and faulted runs left behind, so the ledger and both stores agree.
+"""Finish or undo what killed and faulted runs left behind, so the ledger and every store agree.
 
 A run that died before its warehouse commit (`running` or `publishing`) is closed as `failed` and
-its staged files and unpublished version are removed: the previous run's outputs stand in both
-stores. A run that died after the commit (`committed`) has its rows in the warehouse and a
-complete version folder: recovery swaps the Parquet pointer to it (roll forward) and closes it as
-`succeeded`. A failure that could not be written to the ledger (the warehouse was locked or
-unreachable) was kept as a pending record beside the outputs and is applied first, so the ledger
-keeps the real error rather than "abandoned".
+its staged files and unpublished version are removed: the previous run's outputs stand in every
+store. A run that died after the commit (`committed`), or whose Delta tables could not be written,
+has its rows in the warehouse and a complete version folder: recovery swaps the Parquet pointer to
+it, writes its version files to the job's Delta tables when the spec has a Delta sink (a predicate
+overwrite, harmless when they were written already), and closes it as `succeeded` (roll forward).
+A Delta table that still cannot be written stops the recovery with SinkUnwritable and the run stays
+`committed`: no later run of the partition may publish before its tables caught up. A failure
+that could not be written to the ledger (the warehouse was locked or unreachable) was kept as a
+pending record beside the outputs and is applied first, so the ledger keeps the real error rather
+than "abandoned".
 
 Recovery of a partition runs under its lease, so it never touches a partition a live run holds.
 """
@@ -14,19 +18,23 @@ Recovery of a partition runs under its lease, so it never touches a partition a 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tasks.errors import PartitionBusy
+from tasks.jobspec import load_job_spec
 from tasks.parquet_store import discard_staged
 from tasks.partition_lock import PartitionLease
 from tasks.publish import discarded_run, partition_store
 from tasks.scoring import OutputDirs, output_dirs
 from tasks.settings import Settings
+from tasks.sinks.delta import DeltaTables, delta_tables, written_delta_partition
 from tasks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.recovery")
@@ -74,11 +82,19 @@ def _pending_failures(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
+def job_delta_tables(job: str, settings: Settings) -> DeltaTables | None:
+    """The Delta tables the job's spec names now; None without a Delta sink."""
+    return delta_tables(load_job_spec(job, settings).sinks.delta, settings)
+
+
 def recovered_partition(
     warehouse: Warehouse, dirs: OutputDirs, *, job: str, partition_date: dt.date, holder_run_id: str,
-    pending_dir: Path, now: dt.datetime,
+    pending_dir: Path, now: dt.datetime, delta: Callable[[], DeltaTables | None] = lambda: None,
 ) -> list[RecoveredRun]:
-    """Close every unfinished run of the partition but `holder_run_id`. The caller holds the lease."""
+    """Close every unfinished run of the partition but `holder_run_id`. The caller holds the lease.
+
+    `delta()` gives the job's Delta tables; called only to roll a committed run forward, so a spec
+    that no longer loads stops only the recovery that needs it."""
     store = partition_store(dirs)
     partition = partition_date.isoformat()
     recovered: list[RecoveredRun] = []
@@ -96,12 +112,22 @@ def recovered_partition(
             continue
         if status == "committed":
             store.swapped_in(partition, run_id)
+            tables = delta()
+            if tables is not None:
+                written_delta_partition(
+                    tables, job=job, partition_date=partition_date, run_id=run_id,
+                    files={name: store.version_files(partition, run_id, name) for name in store.datasets},
+                )
             warehouse.record_run_rolled_forward(
                 run_id, ended_at=now,
-                warning=f"published by recovery (run {holder_run_id}): the run stopped between its warehouse commit and its Parquet swap",
+                warning=(
+                    f"published by recovery (run {holder_run_id}): the run's publish did not finish after its warehouse commit"
+                    + ("; recovery wrote its Delta tables" if tables is not None else "")
+                ),
             )
             discard_staged(dirs.inference_handoff, run_id)
-            recovered.append(RecoveredRun(run_id, job, partition_date, status, "succeeded", "Parquet swapped to its committed version"))
+            done = "Parquet swapped to its committed version" + (f", Delta tables {tables.base} written" if tables is not None else "")
+            recovered.append(RecoveredRun(run_id, job, partition_date, status, "succeeded", done))
         else:
             warehouse.record_run_abandoned(
                 run_id, ended_at=now,
@@ -130,6 +156,7 @@ def recovered_job(
     run holds (their lease is busy: that run is still working and closes its own row)."""
     recovered: list[RecoveredRun] = []
     dirs = output_dirs(settings, job)
+    delta = functools.cache(lambda: job_delta_tables(job, settings))
     for day in partitions_needing_recovery(warehouse, settings, job):
         if day == skip:
             continue
@@ -138,7 +165,7 @@ def recovered_job(
             with lease.held():
                 recovered += recovered_partition(
                     warehouse, dirs, job=job, partition_date=day, holder_run_id=recovering_run_id,
-                    pending_dir=pending_ledger_dir(settings, job), now=dt.datetime.now(dt.timezone.utc),
+                    pending_dir=pending_ledger_dir(settings, job), now=dt.datetime.now(dt.timezone.utc), delta=delta,
                 )
         except PartitionBusy:
             log.info("partition %s of %s is held by a live run; left to it", day, job)

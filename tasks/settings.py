@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.parse
 import zoneinfo
@@ -190,6 +191,16 @@ def settings_problems(error: ValidationError) -> str:
         message = re.sub(r"^Value error, ", "", item["msg"])
         problems.append(f"environment variable SCORING_{field.upper()}={_shown_value(field, item.get('input'))}: {message}")
     return "; ".join(problems)
+
+
+OBJECT_STORE_CREDENTIALS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+"""Variables holding object-store credentials, which delta-rs and pyarrow read themselves."""
+
+
+def object_store_credentials() -> list[str]:
+    """The values of OBJECT_STORE_CREDENTIALS set in this process's environment, to be masked in
+    messages; never passed on, and never shown."""
+    return [value for name in OBJECT_STORE_CREDENTIALS if (value := os.environ.get(name, "").strip())]
 
 
 def current_settings() -> Settings:

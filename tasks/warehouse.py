@@ -115,8 +115,8 @@ RUNS_SCHEMA = pa.schema(
 
 `status` moves `running` → `publishing` (the run's outputs are assembled and it is about to commit)
 → `committed` (in the same transaction as the partition's warehouse rows) → `succeeded` (the
-Parquet pointer swapped), or to `failed` with `error` (one line) and `error_detail` (the
-traceback). `warnings` lists what failed after the outputs were published (page, monitoring)."""
+Parquet pointer swapped and any Delta tables written), or to `failed` with `error` (one line)
+and `error_detail` (the traceback). `warnings` lists what failed after the outputs were published (page, monitoring)."""
 UNFINISHED_STATUSES = ("running", "publishing", "committed")
 _ADDED_RUN_COLUMNS = {"rows_failed": "BIGINT", "rows_fallback": "BIGINT", "error_detail": "TEXT", "warnings": "JSON"}
 """Ledger columns added after the first release, added in place to older ledgers."""

@@ -12,6 +12,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 
@@ -262,9 +263,12 @@ def _moto_server(folder: Path, *, checks_credentials: bool) -> Iterator[S3Server
     endpoint = f"http://127.0.0.1:{port}"
     log_path = folder / "moto.log"
     env = {**os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "4"} if checks_credentials else {})}
+    # The venv's own moto first: with the venv not on PATH, `which` finds whatever moto another
+    # Python installed, and moto 5.2.1 rejects delta-rs's (object_store's) S3 signatures.
+    own = Path(sys.executable).with_name("moto_server")
     with open(log_path, "wb") as log_file:
         server = subprocess.Popen(
-            [shutil.which("moto_server") or "moto_server", "-H", "127.0.0.1", "-p", str(port)],
+            [str(own) if own.is_file() else shutil.which("moto_server") or "moto_server", "-H", "127.0.0.1", "-p", str(port)],
             stdout=log_file, stderr=subprocess.STDOUT, env=env,
         )
     try:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import urllib.parse
+from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 _SECRET_QUERY_KEYS = {"access_key", "secret_key", "session_token", "password", "sas_token", "account_key", "token"}
+DELTA_SCHEMES = ("", "file", "s3")
+"""Where tasks/sinks/delta.py writes: a local path, a file:// URL or an s3:// prefix."""
 
 
 class _Strict(BaseModel):
@@ -28,6 +31,24 @@ class DeltaSink(_Strict):
         keys = {k.lower() for k, _ in urllib.parse.parse_qsl(parts.query)}
         if parts.password is not None or parts.username is not None or keys & _SECRET_QUERY_KEYS:
             raise ValueError("url carries credentials; put them in the environment (AWS_ACCESS_KEY_ID, ...) and keep the spec free of secrets")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _writable_kind(cls, value: str) -> str:
+        # Checked when the spec loads: the tables are written after the warehouse commit, where a
+        # URL that could never work would leave the run committed until the spec is fixed.
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme not in DELTA_SCHEMES:
+            raise ValueError(f"url scheme {parts.scheme!r} is not supported; use a local path, file:///… or s3://bucket/prefix")
+        if parts.scheme == "s3" and not parts.netloc:
+            raise ValueError("an s3:// url names its bucket: s3://bucket/prefix")
+        if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+            raise ValueError("a file:// url is absolute and local: file:///path/to/tables")
+        if parts.query or parts.fragment:
+            raise ValueError("url takes no query or fragment")
+        if not parts.scheme and not PurePosixPath(value).is_absolute() and ".." in PurePosixPath(value).parts:
+            raise ValueError("a relative path stays inside the data root: no `..`; give an absolute path to write elsewhere")
         return value
 
 

@@ -252,17 +252,18 @@ class S3Server:
         }
 
 
-def _moto_server(folder: Path, *, checks_credentials: bool) -> Iterator[S3Server]:
-    """moto's server mode with bucket `scoring`. Checking credentials, only the key of an IAM user
-    created in the first four requests is accepted afterwards, so a wrong or missing credential
-    fails as on AWS; but moto 5 then also refuses correctly signed listings whose query holds a
-    `/`, so only the credential tests use that mode."""
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto's server mode on 127.0.0.1 for the session, bucket `scoring`, with IAM checks on: after
+    the first four requests (the bucket, an IAM user, its key, its policy) only that user's key is
+    accepted, so a wrong or missing credential fails as it would on AWS."""
+    folder = tmp_path_factory.mktemp("moto")
     import boto3
 
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
     log_path = folder / "moto.log"
-    env = {**os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "4"} if checks_credentials else {})}
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "4"}
     # The venv's own moto first: with the venv not on PATH, `which` finds whatever moto another
     # Python installed, and moto 5.2.1 rejects delta-rs's (object_store's) S3 signatures.
     own = Path(sys.executable).with_name("moto_server")
@@ -284,9 +285,6 @@ def _moto_server(folder: Path, *, checks_credentials: bool) -> Iterator[S3Server
         bootstrap = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "bootstrap",
                      "aws_secret_access_key": "bootstrap"}
         boto3.client("s3", **bootstrap).create_bucket(Bucket="scoring")
-        if not checks_credentials:
-            yield S3Server(endpoint, "scorer-key", "scorer-secret-" + secrets.token_hex(8), "scoring")
-            return
         iam = boto3.client("iam", **bootstrap)
         iam.create_user(UserName="scorer")
         key = iam.create_access_key(UserName="scorer")["AccessKey"]
@@ -297,18 +295,6 @@ def _moto_server(folder: Path, *, checks_credentials: bool) -> Iterator[S3Server
     finally:
         server.terminate()
         server.wait(timeout=30)
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """An S3-compatible server on 127.0.0.1 for the session."""
-    yield from _moto_server(tmp_path_factory.mktemp("moto"), checks_credentials=False)
-
-
-@pytest.fixture(scope="session")
-def s3_server_checking_credentials(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """An S3-compatible server on 127.0.0.1 that refuses any key but its own."""
-    yield from _moto_server(tmp_path_factory.mktemp("moto-iam"), checks_credentials=True)
 
 
 @pytest.fixture

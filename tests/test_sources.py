@@ -171,11 +171,9 @@ def test_a_wrong_bucket_is_named(source_job, fresh_data: Settings, s3_env: S3Ser
 
 
 def test_refused_credentials_are_the_environment_and_never_shown(
-    source_job, fresh_data: Settings, s3_server_checking_credentials: S3Server, monkeypatch: pytest.MonkeyPatch
+    source_job, fresh_data: Settings, s3_env: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = s3_server_checking_credentials
-    for name, value in server.environment().items():
-        monkeypatch.setenv(name, value)
+    server = s3_env
     # The first request, for the bucket, already carries the credentials; no file is needed.
     url = f"s3://{server.bucket}/{uuid.uuid4().hex}/raw/date={{date}}/"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-" + uuid.uuid4().hex)

@@ -31,6 +31,7 @@ from tasks.prediction.calibration import predict_calibrator_from_metadata
 from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.prediction.reasons import predict_reason_text_problems
 from tasks.settings import Settings
+from tasks.sinks.delta import delta_store_problem, delta_tables
 from tasks.sources import ParquetPartition, RawPartition, SqlPartition, checked_parquet_files, raw_partition
 
 _CORRUPT_PARQUET = (pa.ArrowException, OSError)
@@ -131,6 +132,8 @@ def _checked_job(
     model, notes = _scoring_model(spec, spec_path, settings, features, problems)
     feature_models = _feature_models(spec, spec_path, settings, features, model, problems)
     raw, raw_files = _raw_partition(job, spec, spec_path, settings, partition_date, suite, features, problems)
+    if (tables := delta_tables(spec.sinks.delta, settings)) is not None and (problem := delta_store_problem(tables)):
+        problems.append(JobProblem(spec_path, "sinks.delta.url", problem))
     # A labels file that does not fit the spec fails the outcomes flow; scoring a night does not need labels.
     labels_dir = _labels_partition(job, spec, spec_path, settings, partition_date, problems if check_labels else [])
     if problems or suite is None or features is None or model is None or feature_models is None:

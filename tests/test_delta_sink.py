@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from tasks.errors import ExitCode, SinkUnwritable
 from tasks.jobspec import load_job_spec
@@ -207,16 +207,19 @@ def test_an_unwritable_table_fails_the_run_with_one_line_and_the_next_start_fini
 
     from cli.score import app
 
-    missing = f"no-such-bucket-{uuid.uuid4().hex[:8]}"
-    settings = _with_delta_sink(fresh_data, tmp_path, monkeypatch, f"s3://{missing}/tables")
+    # Someone else's table where the predictions should go: its entity_id is a number, ours text.
+    broken = f"s3://{s3_env.bucket}/{uuid.uuid4().hex}/tables"
+    write_deltalake(f"{broken}/predictions", pa.table({"entity_id": pa.array([1], pa.int64()), "partition_date": [dt.date(2020, 1, 1)]}),
+                    partition_by=["partition_date"])
+    settings = _with_delta_sink(fresh_data, tmp_path, monkeypatch, broken)
     day = demo_env.plan.scoring_dates[-1]
     result = CliRunner().invoke(app, ["run", DEMO_JOB, "--date", day.isoformat()])
     output = result.output
     assert result.exit_code == ExitCode.ENVIRONMENT, (output[-3000:], result.exception)
     assert "Traceback" not in output, output[-3000:]
     (line,) = [line for line in output.splitlines() if line.startswith("error:")]
-    assert f"Delta table s3://{missing}/tables/predictions could not be written" in line, line
-    assert "NoSuchBucket" in line and "stays `committed`" in line and f"score recover {DEMO_JOB}" in line, line
+    assert f"Delta table {broken}/predictions could not be written" in line, line
+    assert "stays `committed`" in line and f"score recover {DEMO_JOB}" in line, line
     (run,) = _ledger(settings, day)
     assert run["status"] == "committed"
     assert _warehouse_partition(settings, "predictions", day)[1] == {run["run_id"]}
@@ -228,7 +231,7 @@ def test_an_unwritable_table_fails_the_run_with_one_line_and_the_next_start_fini
     # While the sink stays broken, recovery refuses to close the run; once the spec names a
     # writable place, the next start writes the tables and closes it.
     warehouse = configured_warehouse(settings)
-    with pytest.raises(SinkUnwritable, match="NoSuchBucket"):
+    with pytest.raises(SinkUnwritable, match=f"{broken}/predictions"):
         recovered_job(warehouse, settings, DEMO_JOB, recovering_run_id="recovery-broken")
     assert _ledger(settings, day)[0]["status"] == "committed"
     base = f"s3://{s3_env.bucket}/{uuid.uuid4().hex}/tables"
@@ -236,6 +239,22 @@ def test_an_unwritable_table_fails_the_run_with_one_line_and_the_next_start_fini
     (recovered,) = recovered_job(warehouse, settings, DEMO_JOB, recovering_run_id="recovery-fixed")
     assert recovered.run_id == run["run_id"] and recovered.now == "succeeded"
     _assert_delta_holds(settings, base, day, run["run_id"])
+
+
+def test_a_missing_bucket_is_found_before_the_run_starts(
+    fresh_data: Settings, s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_logging: None,
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.score import app
+
+    missing = f"no-such-bucket-{uuid.uuid4().hex[:8]}"
+    settings = _with_delta_sink(fresh_data, tmp_path, monkeypatch, f"s3://{missing}/tables")
+    result = CliRunner().invoke(app, ["run", DEMO_JOB, "--date", "2026-03-10"])
+    assert result.exit_code == ExitCode.USER and "Traceback" not in result.output, result.output
+    (line,) = [line for line in result.output.splitlines() if line.strip()]
+    assert line.startswith("error:") and "sinks.delta.url" in line and f"bucket '{missing}'" in line, line
+    assert not (settings.data_dir / "output" / DEMO_JOB).exists() and not (settings.data_dir / "warehouse.duckdb").exists()
 
 
 def test_a_spec_whose_delta_url_could_never_be_written_is_refused_at_load(

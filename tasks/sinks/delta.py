@@ -66,6 +66,28 @@ def delta_tables(sink: DeltaSink | None, settings: Settings) -> DeltaTables | No
     return DeltaTables(str(path if path.is_absolute() else settings.data_dir / path))
 
 
+def delta_store_problem(tables: DeltaTables) -> str | None:
+    """What makes the tables' store unusable before any run publishes to it: a missing S3 bucket
+    (None when there is none). A store that refuses the credentials or does not answer is
+    SinkUnwritable, so a run fails before its commit instead of after it."""
+    parts = urllib.parse.urlsplit(tables.base)
+    if parts.scheme != "s3":
+        return None
+    import pyarrow.fs as pafs
+
+    try:
+        fs, _ = pafs.FileSystem.from_uri(f"s3://{parts.netloc}/")
+        found = fs.get_file_info(parts.netloc).type
+    except OSError as exc:
+        raise SinkUnwritable(
+            f"the Delta tables' store {tables.base} cannot be reached: {_reason(type(exc).__name__, _masked(str(exc)))} "
+            "(credentials and endpoint come from the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ...)"
+        ) from None
+    if found == pafs.FileType.NotFound:
+        return f"bucket {parts.netloc!r} of {tables.base} does not exist"
+    return None
+
+
 def partition_predicate(job: str, partition_date: dt.date) -> str:
     """The SQL predicate of one (job, partition) in every table."""
     return f"job = {_sql_text(job)} AND partition_date = '{partition_date.isoformat()}'"

@@ -257,6 +257,24 @@ def test_a_missing_bucket_is_found_before_the_run_starts(
     assert not (settings.data_dir / "output" / DEMO_JOB).exists() and not (settings.data_dir / "warehouse.duckdb").exists()
 
 
+def test_refused_credentials_for_the_sink_fail_before_the_run_without_showing_them(
+    fresh_data: Settings, s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_logging: None,
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.score import app
+
+    settings = _with_delta_sink(fresh_data, tmp_path, monkeypatch, f"s3://{s3_env.bucket}/{uuid.uuid4().hex}/tables")
+    wrong = "wrong-secret-" + uuid.uuid4().hex
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
+    result = CliRunner().invoke(app, ["run", DEMO_JOB, "--date", "2026-03-10"])
+    assert result.exit_code == ExitCode.ENVIRONMENT and "Traceback" not in result.output, result.output
+    (line,) = [line for line in result.output.splitlines() if line.strip()]
+    assert line.startswith("error:") and "cannot be reached" in line and "AWS_SECRET_ACCESS_KEY" in line, line
+    assert wrong not in result.output and s3_env.secret_key not in result.output
+    assert not (settings.data_dir / "output" / DEMO_JOB).exists()
+
+
 def test_a_spec_whose_delta_url_could_never_be_written_is_refused_at_load(
     demo_env: DemoEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -129,6 +129,9 @@ def recovered_partition(
             done = "Parquet swapped to its committed version" + (f", Delta tables {tables.base} written" if tables is not None else "")
             recovered.append(RecoveredRun(run_id, job, partition_date, status, "succeeded", done))
         else:
+            # Files first, then the ledger: a kill between the two leaves a row still unfinished, which
+            # the next start closes again, never a closed row whose staged files nobody removes.
+            discarded_run(dirs, partition_date, run_id)
             warehouse.record_run_abandoned(
                 run_id, ended_at=now,
                 error=(
@@ -136,7 +139,6 @@ def recovered_partition(
                     f"the previous outputs stand (closed by run {holder_run_id})"
                 ),
             )
-            discarded_run(dirs, partition_date, run_id)
             recovered.append(RecoveredRun(run_id, job, partition_date, status, "failed", "staged files and unpublished version removed"))
     for run in recovered:
         log.warning("recovered run %s of %s %s: %s -> %s (%s)", run.run_id, job, partition_date, run.was, run.now, run.action)

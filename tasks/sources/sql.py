@@ -116,8 +116,8 @@ class SqlPartition:
         try:
             bound = PARTITION_PARAMETER.sub("$partition_date", query)
             try:
-                con.execute(bound, {"partition_date": self.partition_date})
-                reader = con.to_arrow_reader(batch_size=batch_rows)
+                # A relation's reader streams from the engine; a DB-API result's would copy the rows first.
+                reader = con.sql(bound, params={"partition_date": self.partition_date}).to_arrow_reader(batch_size=batch_rows)
             except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
                     duckdb.ConversionException, duckdb.InvalidInputException) as exc:
                 raise self._query_error(exc) from None

@@ -36,7 +36,7 @@ from tasks.errors import (
     PartitionError,
 )
 from tasks.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram, drift_bin_labels, drift_report_rows
-from tasks.duplicates import (
+from tasks.guards.duplicates import (
     chunk_duplicate_mask,
     duplicated_entity_ids,
     partition_row_groups,

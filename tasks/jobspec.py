@@ -332,7 +332,7 @@ class Limits(_Strict):
     )
     max_fallback_share: dict[FallbackKind, float] = Field(
         default_factory=dict,
-        description="Largest share of rows read per fallback kind (see tasks/fallback_report.py) before the run fails.",
+        description="Largest share of rows read per fallback kind (see tasks/quality/fallback_report.py) before the run fails.",
     )
 
     @field_validator("max_fallback_share")

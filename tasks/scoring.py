@@ -35,7 +35,7 @@ from tasks.errors import (
     ModelArtifactError,
     PartitionError,
 )
-from tasks.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram, drift_bin_labels, drift_report_rows
+from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram, drift_bin_labels, drift_report_rows
 from tasks.guards.duplicates import (
     chunk_duplicate_mask,
     duplicated_entity_ids,
@@ -43,7 +43,7 @@ from tasks.guards.duplicates import (
     quarantined_rows_between,
     write_quarantined_rows,
 )
-from tasks.fallback_report import fallback_limit_breaches, fallback_report_rows
+from tasks.quality.fallback_report import fallback_limit_breaches, fallback_report_rows
 from tasks.features import FeatureKind, FeatureModule, feature_categories, feature_kinds
 from tasks.guards import (
     GuardCounts,

@@ -16,7 +16,7 @@ import pytest
 from matplotlib.image import imread
 from pydantic import ValidationError
 
-from tasks.drift import (
+from tasks.quality.drift import (
     KS_BOUND_SHOWN_WITHIN,
     DriftAccumulator,
     Histogram,

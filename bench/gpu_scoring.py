@@ -25,7 +25,7 @@ from tasks.demo.credit_data import write_demo_partitions
 from tasks.demo.setup import DEMO_JOB, GEARBOX_JOB, prepared_demo, prepared_gearbox_demo
 from tasks.errors import DeviceUnavailable
 from tasks.jobspec import loaded_yaml
-from tasks.parquet_store import discard_staged
+from tasks.sinks.parquet_store import discard_staged
 from tasks.scoring import output_dirs, prepared_job, score_partition_chunks
 from tasks.settings import PROJECT_ROOT, Settings
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import tasks  # noqa: F401
 from tasks.demo.credit_data import write_demo_partitions
 from tasks.demo.setup import prepared_demo
-from tasks.publish import published_partition
+from tasks.sinks.publish import published_partition
 from tasks.scoring import output_dirs, prepared_job, score_partition_chunks
 from tasks.settings import Settings
 from tasks.warehouse import DuckDBWarehouse

@@ -492,7 +492,7 @@ def recover(
 ) -> None:
     """Finish or undo what killed runs left: roll committed runs forward, close the others as failed."""
     from tasks.jobspec import configured_jobs
-    from tasks.recovery import recovered_job
+    from tasks.sinks.recovery import recovered_job
 
     def action() -> None:
         settings = with_warehouse_url(current_settings())

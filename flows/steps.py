@@ -1,5 +1,5 @@
 """Prefect tasks of a partition run's life — prepare, start, publish, finish, fail — thin wrappers over
-tasks/partition_run.py and tasks/publish.py; the work units' tasks are in unit_steps.py.
+tasks/partition_run.py and tasks/sinks/publish.py; the work units' tasks are in unit_steps.py.
 
 They pass small references (a run ticket, a summary) and never tables; engines and models are
 built inside the task that uses them.
@@ -18,7 +18,7 @@ from flows.artifacts import left_artifacts
 from flows.monitoring_steps import monitor_decisions
 from flows.unit_steps import prepared_run_job
 from flows.warehouse_config import configured_warehouse, with_warehouse_url
-from tasks.partition_lock import PartitionLease
+from tasks.sinks.partition_lock import PartitionLease
 from tasks.partition_run import (
     RunTicket,
     now_utc,
@@ -29,8 +29,8 @@ from tasks.partition_run import (
     run_ticket,
     started_run,
 )
-from tasks.publish import PublishedPartition, partition_store, published_partition, retried
-from tasks.recovery import recovered_job
+from tasks.sinks.publish import PublishedPartition, partition_store, published_partition, retried
+from tasks.sinks.recovery import recovered_job
 from tasks.scoring import ScoringSummary, output_dirs
 from tasks.settings import current_settings
 from tasks.sinks.delta import delta_tables

@@ -57,7 +57,7 @@ from tasks.inference.engine import LoadedModel, inference_loaded_model
 from tasks.inference.registry import inference_check_feature_version
 from tasks.inference.treeshap import XGBOOST_NAME
 from tasks.jobspec import FeatureModelRef, JobSpec
-from tasks.parquet_store import staging_dir, write_staged_chunk
+from tasks.sinks.parquet_store import staging_dir, write_staged_chunk
 from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts

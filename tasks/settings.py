@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     )
     crash_at: str | None = Field(
         default=None,
-        description="Crash trials only: a glob of tasks/crash_points.py names where the process kills itself.",
+        description="Crash trials only: a glob of tasks/sinks/crash_points.py names where the process kills itself.",
     )
 
     @field_validator("timezone")

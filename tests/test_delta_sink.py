@@ -23,7 +23,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from tasks.errors import ExitCode, SinkUnwritable
 from tasks.jobspec import load_job_spec
-from tasks.recovery import recovered_job
+from tasks.sinks.recovery import recovered_job
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.delta import DeltaTables, written_delta_partition
 from tasks.warehouse import PARTITIONED_SCHEMAS

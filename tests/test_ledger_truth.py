@@ -1,7 +1,7 @@
 """The ledger is the truth after faults: every run ends `succeeded` or `failed`, also when the kill,
 the fault or the failed write hits the ledger itself, and what died is picked up again.
 
-Kills land at named points of the publish (`SCORING_CRASH_AT`, tasks/crash_points.py) in a real
+Kills land at named points of the publish (`SCORING_CRASH_AT`, tasks/sinks/crash_points.py) in a real
 `score run` child process; ledger faults are the DuckDB lock error injected at the ledger write.
 """
 
@@ -21,7 +21,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.recovery import pending_ledger_dir, recovered_job
+from tasks.sinks.recovery import pending_ledger_dir, recovered_job
 from tasks.reporting import partitions_to_score
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.warehouse import DuckDBWarehouse

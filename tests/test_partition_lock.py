@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.errors import PartitionBusy, PartitionLeaseLost
-from tasks.partition_lock import PartitionLease
+from tasks.sinks.partition_lock import PartitionLease
 from tasks.settings import Settings, current_settings
 from tasks.warehouse import Warehouse
 from flows.warehouse_config import configured_warehouse

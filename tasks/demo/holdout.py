@@ -11,7 +11,7 @@ import uuid
 
 import polars as pl
 
-from tasks.parquet_store import discard_staged, staged_files
+from tasks.sinks.parquet_store import discard_staged, staged_files
 from tasks.scoring import output_dirs, prepared_job, score_partition_chunks
 from tasks.settings import Settings
 

@@ -23,7 +23,7 @@ from tasks.demo.setup import prepared_demo
 from tasks.sinks.publish import published_partition
 from tasks.scoring import output_dirs, prepared_job, score_partition_chunks
 from tasks.settings import Settings
-from tasks.warehouse import DuckDBWarehouse
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from tasks.sinks.recovery import recovered_job
 from tasks.scoring import ScoringSummary, output_dirs
 from tasks.settings import current_settings
 from tasks.sinks.delta import delta_tables
-from tasks.warehouse import Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.run")
 

@@ -17,7 +17,7 @@ from tasks.monitoring_report import monitoring_history, monitoring_page_html, re
 from tasks.outcomes import ingested_outcomes
 from tasks.partition_run import Artifact, artifact_key
 from tasks.settings import Settings
-from tasks.warehouse import Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.monitoring")
 

@@ -39,7 +39,7 @@ from scipy.stats import binomtest, rankdata
 
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.errors import LabelError
-from tasks.warehouse import MONITORING_SCHEMAS, Warehouse
+from tasks.sinks.warehouse import MONITORING_SCHEMAS, Warehouse
 
 if TYPE_CHECKING:
     from tasks.jobspec import JobSpec, LabelSource

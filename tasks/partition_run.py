@@ -24,7 +24,7 @@ from tasks.scoring import PreparedJob, ScoringSummary, output_dirs
 from tasks.settings import Settings
 from tasks.sinks.config import DeltaSink
 from tasks.sinks.delta import delta_tables
-from tasks.warehouse import Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.run")
 

@@ -65,7 +65,7 @@ from tasks.settings import Settings
 from tasks.sources import ParquetPartition, RawPartition, opened_parquet, raw_partition
 from tasks.sources.chunks import rechunked_tables
 from tasks.validation import checked_raw_files, validated_job
-from tasks.warehouse import warehouse_for
+from tasks.sinks.warehouse_choice import warehouse_for
 
 log = logging.getLogger("scoring.run")
 

@@ -173,7 +173,7 @@ class Settings(BaseSettings):
 def _shown_value(field: str, value: object) -> str:
     if field in ("warehouse_url", "source_url"):
         # The URL may hold a password: show it as the warehouse shows it, with `***`.
-        from tasks.warehouse import redacted
+        from tasks.sinks.warehouse import redacted
 
         try:
             return repr(redacted(str(value)))

@@ -27,7 +27,7 @@ from tasks.quality.drift import (
 from tasks.features import FeatureKind
 from tasks.html_report import histogram_png, run_report_html
 from tasks.inference.registry import ReferenceKind, ReferenceStats
-from tasks.warehouse import PARTITIONED_SCHEMAS, Warehouse
+from tasks.sinks.warehouse import PARTITIONED_SCHEMAS, Warehouse
 
 from test_warehouse_backends import DAY, JOB, NEXT_DAY, staged_run
 

@@ -24,7 +24,7 @@ import pytest
 from tasks.sinks.recovery import pending_ledger_dir, recovered_job
 from tasks.reporting import partitions_to_score
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
-from tasks.warehouse import DuckDBWarehouse
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from flows.warehouse_config import configured_warehouse
 
 from conftest import DEMO_JOB, DemoEnv

@@ -13,7 +13,7 @@ from tasks.jobspec import load_job_spec
 from tasks.model_card import job_model_card
 from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.settings import Settings
-from tasks.warehouse import DuckDBWarehouse
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 
 from conftest import DEMO_JOB, DemoEnv
 

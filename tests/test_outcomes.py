@@ -38,7 +38,8 @@ from tasks.outcomes import (
     partition_outcome_tables,
 )
 from tasks.settings import PROJECT_ROOT, Settings
-from tasks.warehouse import MONITORING_SCHEMAS, DuckDBWarehouse
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
+from tasks.sinks.warehouse import MONITORING_SCHEMAS
 
 from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
 

@@ -34,7 +34,7 @@ from tasks.errors import PartitionLeaseLost
 from tasks.sinks.parquet_store import PartitionStore, discard_staged
 from tasks.scoring import OutputDirs
 from tasks.sinks.delta import DeltaTables, written_delta_partition
-from tasks.warehouse import PARTITIONED_SCHEMAS, Warehouse
+from tasks.sinks.warehouse import PARTITIONED_SCHEMAS, Warehouse
 
 log = logging.getLogger("scoring.publish")
 T = TypeVar("T")

@@ -35,7 +35,7 @@ from tasks.sinks.publish import discarded_run, partition_store
 from tasks.scoring import OutputDirs, output_dirs
 from tasks.settings import Settings
 from tasks.sinks.delta import DeltaTables, delta_tables, written_delta_partition
-from tasks.warehouse import Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.recovery")
 

@@ -51,7 +51,7 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
 
 
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
-    from tasks.monitoring_report import monitoring_history, realized_performance_rows, realized_performance_table
+    from tasks.monitoring.report import monitoring_history, realized_performance_rows, realized_performance_table
 
     settings = with_warehouse_url(current_settings())
     history = monitoring_history(configured_warehouse(settings), job, first_date=min(dates), last_date=max(dates))

@@ -372,7 +372,7 @@ class LabelSource(_Strict):
 
 
 class MonitoringConfig(_Strict):
-    """Decision monitoring per partition (tasks/monitoring.py) and realized outcomes (tasks/outcomes.py)."""
+    """Decision monitoring per partition (tasks/monitoring/decisions.py) and realized outcomes (tasks/monitoring/outcomes.py)."""
 
     window_days: int = Field(
         default=28, ge=1, le=366, description="Trailing window of previous partitions a partition is compared with."

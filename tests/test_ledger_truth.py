@@ -183,7 +183,7 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
 def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_warning(
     demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import tasks.monitoring_runs
+    import tasks.monitoring.runs
     import tasks.partition_run
     from flows.score_partition import score_partition
 
@@ -193,7 +193,7 @@ def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_war
     def broken_page(**kwargs):  # noqa: ANN003, ANN202
         raise ValueError("a histogram without edges")
 
-    monkeypatch.setattr(tasks.monitoring_runs, "monitored_decisions", full_disk)
+    monkeypatch.setattr(tasks.monitoring.runs, "monitored_decisions", full_disk)
     monkeypatch.setattr(tasks.partition_run, "run_report_html", broken_page)
     day = demo_env.plan.scoring_dates[-1]
     result = score_partition(DEMO_JOB, day)

@@ -29,8 +29,8 @@ from scipy.stats import beta, mannwhitneyu
 
 from tasks.errors import LabelError, PartitionError
 from tasks.jobspec import load_job_spec
-from tasks.monitoring_report import monitoring_history, realized_performance_rows, realized_performance_table
-from tasks.outcomes import (
+from tasks.monitoring.report import monitoring_history, realized_performance_rows, realized_performance_table
+from tasks.monitoring.outcomes import (
     ANY_ADVERSE,
     ingested_outcomes,
     outcome_window,

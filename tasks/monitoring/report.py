@@ -29,7 +29,7 @@ from rich.table import Table
 
 # The run report's page style, so both pages of a job read alike.
 from tasks.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
-from tasks.outcomes import ANY_ADVERSE, event_rate_interval
+from tasks.monitoring.outcomes import ANY_ADVERSE, event_rate_interval
 from tasks.sinks.warehouse import Warehouse
 
 _EXTRA_CSS = "tr.unknown td{background:#fde2e1;font-weight:600}.plots.wide{grid-template-columns:1fr}"

@@ -12,9 +12,9 @@ import polars as pl
 
 from tasks.html_report import write_run_report
 from tasks.jobspec import load_job_spec
-from tasks.monitoring import monitored_decisions
-from tasks.monitoring_report import monitoring_history, monitoring_page_html, realized_performance_rows
-from tasks.outcomes import ingested_outcomes
+from tasks.monitoring.decisions import monitored_decisions
+from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_performance_rows
+from tasks.monitoring.outcomes import ingested_outcomes
 from tasks.partition_run import Artifact, artifact_key
 from tasks.settings import Settings
 from tasks.sinks.warehouse import Warehouse

@@ -24,7 +24,7 @@ from tasks.calendar import parse_partition_date, partition_range, yesterday
 from tasks.errors import ExitCode, JobSpecError, JobValidationError, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.progress import progress_listener
-from tasks.reporting import partition_summaries, partition_summary_table
+from tasks.reports.reporting import partition_summaries, partition_summary_table
 from tasks.scoring import prepared_job
 from tasks.settings import current_settings
 from tasks.sources import SqlPartition, raw_partition
@@ -476,7 +476,7 @@ def card(
     out: Annotated[Path | None, typer.Option(help="Where to write the Markdown; default data/output/<job>/model_card.md.")] = None,
 ) -> None:
     """Write the model card: Prediction Contract and Inference Specification, from spec, registry and latest run."""
-    from tasks.model_card import job_model_card
+    from tasks.reports.model_card import job_model_card
 
     settings = _run(current_settings)
     markdown = _run(lambda: job_model_card(job, with_warehouse_url(settings)))

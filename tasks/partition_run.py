@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from tasks.errors import user_facing_error
-from tasks.html_report import run_report_html
+from tasks.reports.html_report import run_report_html
 from tasks.sinks.publish import PublishedPartition, discarded_run, retried
 from tasks.sinks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
 from tasks.scoring import PreparedJob, ScoringSummary, output_dirs

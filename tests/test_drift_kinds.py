@@ -25,7 +25,7 @@ from tasks.quality.drift import (
     reference_statistics,
 )
 from tasks.features import FeatureKind
-from tasks.html_report import histogram_png, run_report_html
+from tasks.reports.html_report import histogram_png, run_report_html
 from tasks.inference.registry import ReferenceKind, ReferenceStats
 from tasks.sinks.warehouse import PARTITIONED_SCHEMAS, Warehouse
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from tasks.html_report import run_report_html, write_run_report
+from tasks.reports.html_report import run_report_html, write_run_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EVIL = "<script>alert('x')</script>"

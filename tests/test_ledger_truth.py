@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.sinks.recovery import pending_ledger_dir, recovered_job
-from tasks.reporting import partitions_to_score
+from tasks.reports.reporting import partitions_to_score
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from flows.warehouse_config import configured_warehouse

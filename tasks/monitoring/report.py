@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 from rich.table import Table
 
 # The run report's page style, so both pages of a job read alike.
-from tasks.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
+from tasks.reports.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
 from tasks.monitoring.outcomes import ANY_ADVERSE, event_rate_interval
 from tasks.sinks.warehouse import Warehouse
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from tasks.html_report import write_run_report
+from tasks.reports.html_report import write_run_report
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.decisions import monitored_decisions
 from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_performance_rows

@@ -19,7 +19,7 @@ from flows.steps import (
     start_run,
 )
 from flows.unit_steps import plan_work_units, submitted_units, summarize_run
-from tasks.calendar import parse_partition_date
+from tasks.jobs.calendar import parse_partition_date
 from tasks.partition_run import RunTicket
 from tasks.jobspec import checked_job_name
 from tasks.scoring import ScoringSummary

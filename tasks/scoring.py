@@ -64,7 +64,7 @@ from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
 from tasks.settings import Settings
 from tasks.sources import ParquetPartition, RawPartition, opened_parquet, raw_partition
 from tasks.sources.chunks import rechunked_tables
-from tasks.validation import checked_raw_files, validated_job
+from tasks.jobs.validation import checked_raw_files, validated_job
 from tasks.sinks.warehouse_choice import warehouse_for
 
 log = logging.getLogger("scoring.run")

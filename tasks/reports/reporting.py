@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from rich.table import Table
 
-from tasks.calendar import partition_range
+from tasks.jobs.calendar import partition_range
 from tasks.settings import Settings
 from tasks.sinks.warehouse_choice import warehouse_for
 

@@ -23,9 +23,9 @@ import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.jobs.calendar import parse_partition_date, partition_range, yesterday
 from tasks.errors import ExitCode, JobSpecError, JobValidationError, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
-from tasks.progress import progress_listener
+from tasks.scoring.progress import progress_listener
 from tasks.reports.reporting import partition_summaries, partition_summary_table
-from tasks.scoring import prepared_job
+from tasks.scoring.prepared import prepared_job
 from tasks.settings import current_settings
 from tasks.sources import SqlPartition, raw_partition
 from tasks.jobs.validation import ValidatedJob, raw_partition_problems, validated_job

@@ -20,9 +20,9 @@ from flows.steps import (
 )
 from flows.unit_steps import plan_work_units, submitted_units, summarize_run
 from tasks.jobs.calendar import parse_partition_date
-from tasks.partition_run import RunTicket
+from tasks.scoring.partition_run import RunTicket
 from tasks.jobspec import checked_job_name
-from tasks.scoring import ScoringSummary
+from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
 
 

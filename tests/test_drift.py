@@ -13,7 +13,7 @@ from tasks.quality.drift import KS_BOUND_SHOWN_WITHIN, DriftAccumulator, Histogr
 from tasks.features import feature_kinds, load_feature_module
 from tasks.guards import guarded_chunk
 from tasks.jobspec import load_job_spec
-from tasks.scoring import prepared_job
+from tasks.scoring.prepared import prepared_job
 from tasks.settings import Settings
 
 from conftest import DEMO_JOB, DemoEnv

@@ -368,7 +368,7 @@ def test_an_autoencoder_newer_than_the_classifier_was_trained_with_is_refused(ge
     import shutil
 
     from tasks.errors import JobValidationError
-    from tasks.scoring import prepared_job
+    from tasks.scoring.prepared import prepared_job
 
     registry = gearbox_env.settings.model_registry_dir("gearbox_autoencoder")
     trained = gearbox_env.plan.feature_model_versions["gearbox_autoencoder"]

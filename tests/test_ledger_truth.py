@@ -184,7 +184,7 @@ def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_war
     demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import tasks.monitoring.runs
-    import tasks.partition_run
+    import tasks.scoring.partition_run
     from flows.score_partition import score_partition
 
     def full_disk(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -194,7 +194,7 @@ def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_war
         raise ValueError("a histogram without edges")
 
     monkeypatch.setattr(tasks.monitoring.runs, "monitored_decisions", full_disk)
-    monkeypatch.setattr(tasks.partition_run, "run_report_html", broken_page)
+    monkeypatch.setattr(tasks.scoring.partition_run, "run_report_html", broken_page)
     day = demo_env.plan.scoring_dates[-1]
     result = score_partition(DEMO_JOB, day)
     assert any(w.startswith("decision monitoring failed") for w in result["warnings"]), result["warnings"]

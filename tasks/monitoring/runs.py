@@ -15,7 +15,7 @@ from tasks.jobspec import load_job_spec
 from tasks.monitoring.decisions import monitored_decisions
 from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_performance_rows
 from tasks.monitoring.outcomes import ingested_outcomes
-from tasks.partition_run import Artifact, artifact_key
+from tasks.scoring.partition_run import Artifact, artifact_key
 from tasks.settings import Settings
 from tasks.sinks.warehouse import Warehouse
 

@@ -32,7 +32,7 @@ from typing import TypeVar
 from tasks.sinks.crash_points import crash_point
 from tasks.errors import PartitionLeaseLost
 from tasks.sinks.parquet_store import PartitionStore, discard_staged
-from tasks.scoring import OutputDirs
+from tasks.sinks.parquet_store import OutputDirs
 from tasks.sinks.delta import DeltaTables, written_delta_partition
 from tasks.sinks.warehouse import PARTITIONED_SCHEMAS, Warehouse
 

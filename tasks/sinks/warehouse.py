@@ -61,7 +61,7 @@ DRIFT_REPORT_SCHEMA = pa.schema(
         ("outside_p1_p99_share", pa.float64()), ("kind", pa.string()), ("unseen_share", pa.float64()),
     ]
 )
-"""Column meanings: tasks/scoring.py DRIFT_REPORT_COLUMNS. `kind` null: a row written before kinds (numeric)."""
+"""Column meanings: tasks/scoring/summary.py DRIFT_REPORT_COLUMNS. `kind` null: a row written before kinds (numeric)."""
 DRIFT_HISTOGRAM_SCHEMA = pa.schema(
     [
         *_RUN_KEY, ("feature", pa.string()), ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64())),

@@ -26,7 +26,7 @@ def _peak_mb() -> float:
 
 
 def _run(rows: int, chunk_rows: int, queue: multiprocessing.Queue) -> None:
-    from tasks.drift import SCORE_EDGES, DriftAccumulator, drift_report_rows
+    from tasks.quality.drift import SCORE_EDGES, DriftAccumulator, drift_report_rows
 
     rng = np.random.default_rng(0)
     edges = {f"f{j}": np.quantile(rng.normal(size=20_000), np.arange(1, 100) / 100) for j in range(FEATURES)}

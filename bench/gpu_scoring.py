@@ -25,8 +25,10 @@ from tasks.demo.credit_data import write_demo_partitions
 from tasks.demo.setup import DEMO_JOB, GEARBOX_JOB, prepared_demo, prepared_gearbox_demo
 from tasks.errors import DeviceUnavailable
 from tasks.jobspec import loaded_yaml
-from tasks.parquet_store import discard_staged
-from tasks.scoring import output_dirs, prepared_job, score_partition_chunks
+from tasks.sinks.parquet_store import discard_staged
+from tasks.scoring.prepared import prepared_job
+from tasks.scoring.summary import score_partition_chunks
+from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import PROJECT_ROOT, Settings
 
 

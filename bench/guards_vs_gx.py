@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 
 import tasks  # noqa: F401
 from tasks.guards import GuardCounts, GuardSuite, guard_violation_counts, guarded_chunk, load_guard_suite
-from tasks.scoring import raw_chunks
+from tasks.scoring.units import raw_chunks
 from tasks.sources import ParquetPartition
 
 FILES = 4

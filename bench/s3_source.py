@@ -92,7 +92,7 @@ def s3_jobs_dir(base: Path, url: str) -> Path:
 
 
 def measured_read(location: str, chunk_rows: int) -> dict:
-    from tasks.scoring import partition_work_units, unit_chunks
+    from tasks.scoring.units import partition_work_units, unit_chunks
     from tasks.sources import ParquetPartition
 
     start = time.perf_counter()

@@ -20,15 +20,15 @@ from rich.table import Table
 from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
-from tasks.calendar import parse_partition_date, partition_range, yesterday
+from tasks.jobs.calendar import parse_partition_date, partition_range, yesterday
 from tasks.errors import ExitCode, JobSpecError, JobValidationError, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
-from tasks.progress import progress_listener
-from tasks.reporting import partition_summaries, partition_summary_table
-from tasks.scoring import prepared_job
+from tasks.scoring.progress import progress_listener
+from tasks.reports.reporting import partition_summaries, partition_summary_table
+from tasks.scoring.prepared import prepared_job
 from tasks.settings import current_settings
 from tasks.sources import SqlPartition, raw_partition
-from tasks.validation import ValidatedJob, raw_partition_problems, validated_job
+from tasks.jobs.validation import ValidatedJob, raw_partition_problems, validated_job
 from flows.warehouse_config import configured_warehouse, with_warehouse_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
@@ -51,7 +51,7 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
 
 
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
-    from tasks.monitoring_report import monitoring_history, realized_performance_rows, realized_performance_table
+    from tasks.monitoring.report import monitoring_history, realized_performance_rows, realized_performance_table
 
     settings = with_warehouse_url(current_settings())
     history = monitoring_history(configured_warehouse(settings), job, first_date=min(dates), last_date=max(dates))
@@ -302,7 +302,7 @@ def register(
     drift reference, and write a new registry version (never over an existing one)."""
 
     def action() -> None:
-        from tasks.registration import registered_job_model
+        from tasks.jobs.registration import registered_job_model
 
         window = {}
         if trained_from:
@@ -342,7 +342,7 @@ def features_command(
 
     def action() -> None:
         from tasks.jobspec import load_job_spec as spec_of
-        from tasks.registration import job_model_inputs
+        from tasks.jobs.registration import job_model_inputs
 
         settings = current_settings()
         labelled = spec_of(job, settings).monitoring.labels.outcome_column in _parquet_columns(rows)
@@ -378,7 +378,7 @@ def _calibration_table(bins: list[dict], *, title: str) -> Table:
     return table
 
 
-def _print_registration(report) -> None:  # noqa: ANN001  (tasks.registration.RegistrationReport, imported lazily)
+def _print_registration(report) -> None:  # noqa: ANN001  (tasks.jobs.registration.RegistrationReport, imported lazily)
     quality = report.calibration
     auc = "n/a" if report.auc is None else f"{report.auc:.3f}"
     console.print(
@@ -476,7 +476,7 @@ def card(
     out: Annotated[Path | None, typer.Option(help="Where to write the Markdown; default data/output/<job>/model_card.md.")] = None,
 ) -> None:
     """Write the model card: Prediction Contract and Inference Specification, from spec, registry and latest run."""
-    from tasks.model_card import job_model_card
+    from tasks.reports.model_card import job_model_card
 
     settings = _run(current_settings)
     markdown = _run(lambda: job_model_card(job, with_warehouse_url(settings)))
@@ -492,7 +492,7 @@ def recover(
 ) -> None:
     """Finish or undo what killed runs left: roll committed runs forward, close the others as failed."""
     from tasks.jobspec import configured_jobs
-    from tasks.recovery import recovered_job
+    from tasks.sinks.recovery import recovered_job
 
     def action() -> None:
         settings = with_warehouse_url(current_settings())
@@ -523,7 +523,7 @@ def init(
 ) -> None:
     """Scaffold jobs/JOB.yaml (declared features, starter rules, reason codes) and expectations/JOB.json
     (guards profiled from the sample), with `review:` notes on every proposal."""
-    from tasks.scaffold import scaffolded_job
+    from tasks.jobs.scaffold import scaffolded_job
 
     def action() -> None:
         settings = current_settings()

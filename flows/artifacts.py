@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from tasks.partition_run import Artifact
+from tasks.scoring.partition_run import Artifact
 
 
 def left_artifacts(artifacts: list[Artifact]) -> None:

@@ -1,4 +1,4 @@
-"""Prefect tasks of prediction monitoring and realized outcomes: thin wrappers over tasks/monitoring_runs.py.
+"""Prefect tasks of prediction monitoring and realized outcomes: thin wrappers over tasks/monitoring/runs.py.
 They take and return plain values, never tables."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from prefect import task
 
 from flows.artifacts import left_artifacts
 from flows.warehouse_config import configured_warehouse
-from tasks.monitoring_runs import decision_monitoring, ingested_partition_outcomes, written_monitoring_page
+from tasks.monitoring.runs import decision_monitoring, ingested_partition_outcomes, written_monitoring_page
 from tasks.settings import current_settings
 
 

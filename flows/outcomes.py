@@ -6,10 +6,10 @@ import datetime as dt
 
 from prefect import flow
 
-from tasks.calendar import job_name_enum, partition_range, yesterday
+from tasks.jobs.calendar import job_name_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs, load_job_spec
 from flows.monitoring_steps import ingest_outcomes, report_outcomes
-from tasks.outcomes import outcome_window
+from tasks.monitoring.outcomes import outcome_window
 from tasks.settings import current_settings
 
 JobName = job_name_enum(current_settings())

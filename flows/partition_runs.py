@@ -12,8 +12,8 @@ from prefect.futures import as_completed
 from flows.monitoring_steps import monitor_decisions
 from flows.score_partition import score_partition
 from tasks.errors import PartitionsFailed
-from tasks.progress import reported_progress
-from tasks.reporting import failed_outcomes_message, partition_outcome
+from tasks.scoring.progress import reported_progress
+from tasks.reports.reporting import failed_outcomes_message, partition_outcome
 
 
 def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:

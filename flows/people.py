@@ -12,9 +12,9 @@ from pydantic import Field
 from flows.partition_runs import planned_outcomes, reported_outcomes, scored_partition, scored_partitions
 from flows.steps import recover_job
 from flows.warehouse_config import with_warehouse_url
-from tasks.calendar import job_name_enum, partition_range, yesterday
+from tasks.jobs.calendar import job_name_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs
-from tasks.reporting import BackfillMode, catch_up_dates, partitions_to_score
+from tasks.reports.reporting import BackfillMode, catch_up_dates, partitions_to_score
 from tasks.settings import current_settings
 
 JobName = job_name_enum(current_settings())

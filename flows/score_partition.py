@@ -19,10 +19,10 @@ from flows.steps import (
     start_run,
 )
 from flows.unit_steps import plan_work_units, submitted_units, summarize_run
-from tasks.calendar import parse_partition_date
-from tasks.partition_run import RunTicket
+from tasks.jobs.calendar import parse_partition_date
+from tasks.scoring.partition_run import RunTicket
 from tasks.jobspec import checked_job_name
-from tasks.scoring import ScoringSummary
+from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
 
 

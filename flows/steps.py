@@ -1,5 +1,5 @@
 """Prefect tasks of a partition run's life — prepare, start, publish, finish, fail — thin wrappers over
-tasks/partition_run.py and tasks/publish.py; the work units' tasks are in unit_steps.py.
+tasks/scoring/partition_run.py and tasks/sinks/publish.py; the work units' tasks are in unit_steps.py.
 
 They pass small references (a run ticket, a summary) and never tables; engines and models are
 built inside the task that uses them.
@@ -18,8 +18,8 @@ from flows.artifacts import left_artifacts
 from flows.monitoring_steps import monitor_decisions
 from flows.unit_steps import prepared_run_job
 from flows.warehouse_config import configured_warehouse, with_warehouse_url
-from tasks.partition_lock import PartitionLease
-from tasks.partition_run import (
+from tasks.sinks.partition_lock import PartitionLease
+from tasks.scoring.partition_run import (
     RunTicket,
     now_utc,
     partition_page,
@@ -29,12 +29,13 @@ from tasks.partition_run import (
     run_ticket,
     started_run,
 )
-from tasks.publish import PublishedPartition, partition_store, published_partition, retried
-from tasks.recovery import recovered_job
-from tasks.scoring import ScoringSummary, output_dirs
+from tasks.sinks.publish import PublishedPartition, partition_store, published_partition, retried
+from tasks.sinks.recovery import recovered_job
+from tasks.scoring.summary import ScoringSummary
+from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import current_settings
 from tasks.sinks.delta import delta_tables
-from tasks.warehouse import Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.run")
 
@@ -119,5 +120,5 @@ def record_run_warnings(run_id: str, warnings: list[str]) -> None:
 
 @task(name="fail-run")
 def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> None:
-    """Record the failure in the ledger and drop the run's files (tasks/partition_run.py: recorded_failed_run)."""
+    """Record the failure in the ledger and drop the run's files (tasks/scoring/partition_run.py: recorded_failed_run)."""
     recorded_failed_run(_warehouse(), current_settings(), run_id=run_id, job=job, partition_date=partition_date, error=error)

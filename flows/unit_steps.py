@@ -1,6 +1,6 @@
 """Prefect tasks of one run's work units: plan, infer, predict, summarize, each a thin wrapper over
-tasks/scoring.py, and their submission on the configured task runner. The prepared job (model and
-engines) is built once per run and worker process."""
+tasks/scoring/ (units, unit_pass, summary), and their submission on the configured task runner.
+The prepared job (model and engines) is built once per run and worker process."""
 
 from __future__ import annotations
 
@@ -14,21 +14,13 @@ from prefect.futures import PrefectFuture, as_completed, wait
 
 from flows.execution import inference_task_resources
 from flows.warehouse_config import with_warehouse_url
-from tasks.partition_run import RunTicket
-from tasks.progress import reported_progress
-from tasks.scoring import (
-    PreparedJob,
-    ScoringSummary,
-    UnitInference,
-    UnitPrediction,
-    WorkUnit,
-    inferred_unit,
-    output_dirs,
-    planned_work_units,
-    predicted_unit,
-    prepared_job,
-    scoring_summary,
-)
+from tasks.scoring.partition_run import RunTicket
+from tasks.scoring.progress import reported_progress
+from tasks.scoring.prepared import PreparedJob, prepared_job
+from tasks.scoring.summary import ScoringSummary, scoring_summary
+from tasks.scoring.unit_pass import UnitInference, UnitPrediction, inferred_unit, predicted_unit
+from tasks.scoring.units import WorkUnit, planned_work_units
+from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import Settings, current_settings
 
 

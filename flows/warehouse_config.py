@@ -10,7 +10,8 @@ from __future__ import annotations
 from pydantic import SecretStr
 
 from tasks.settings import Settings
-from tasks.warehouse import Warehouse, warehouse_for
+from tasks.sinks.warehouse import Warehouse
+from tasks.sinks.warehouse_choice import warehouse_for
 
 
 def with_warehouse_url(settings: Settings) -> Settings:

@@ -21,7 +21,7 @@ equal the reference's (every column but run_id), no ledger row of the partition 
 `running`, and no staged files of the killed runs may remain.
 
 `--mode publish` kills inside the publish step instead, at each point of `PUBLISH_POINTS` in turn
-(`SCORING_CRASH_AT`, tasks/crash_points.py), each time with raw input that differs from the
+(`SCORING_CRASH_AT`, tasks/sinks/crash_points.py), each time with raw input that differs from the
 published run's; after each kill it recovers — alternately with `score recover` and by starting a
 run of another date of the job — and checks that every dataset of the partition, in Parquet and
 the warehouse, holds rows of exactly one run (the previous one for kills before the warehouse
@@ -241,7 +241,7 @@ PUBLISH_POINTS = (
     *(f"publish:staged:{d}" for d in DATASETS), "publish:assembled", "publish:intent", "publish:committed", "publish:swapped",
     "publish:delta",
 )
-"""Where `publish_crash_trials` kills a run (tasks/crash_points.py): between any two dataset moves,
+"""Where `publish_crash_trials` kills a run (tasks/sinks/crash_points.py): between any two dataset moves,
 before and after the ledger's intent, between the warehouse commit and the Parquet swap, after the
 swap, after the Delta writes (none in the demo spec: the point is reached all the same)."""
 COMMITTED_POINTS = ("publish:committed", "publish:swapped", "publish:delta")

@@ -332,7 +332,7 @@ class Limits(_Strict):
     )
     max_fallback_share: dict[FallbackKind, float] = Field(
         default_factory=dict,
-        description="Largest share of rows read per fallback kind (see tasks/fallback_report.py) before the run fails.",
+        description="Largest share of rows read per fallback kind (see tasks/quality/fallback_report.py) before the run fails.",
     )
 
     @field_validator("max_fallback_share")
@@ -372,7 +372,7 @@ class LabelSource(_Strict):
 
 
 class MonitoringConfig(_Strict):
-    """Decision monitoring per partition (tasks/monitoring.py) and realized outcomes (tasks/outcomes.py)."""
+    """Decision monitoring per partition (tasks/monitoring/decisions.py) and realized outcomes (tasks/monitoring/outcomes.py)."""
 
     window_days: int = Field(
         default=28, ge=1, le=366, description="Trailing window of previous partitions a partition is compared with."

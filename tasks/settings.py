@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     )
     crash_at: str | None = Field(
         default=None,
-        description="Crash trials only: a glob of tasks/crash_points.py names where the process kills itself.",
+        description="Crash trials only: a glob of tasks/sinks/crash_points.py names where the process kills itself.",
     )
 
     @field_validator("timezone")
@@ -173,7 +173,7 @@ class Settings(BaseSettings):
 def _shown_value(field: str, value: object) -> str:
     if field in ("warehouse_url", "source_url"):
         # The URL may hold a password: show it as the warehouse shows it, with `***`.
-        from tasks.warehouse import redacted
+        from tasks.sinks.warehouse import redacted
 
         try:
             return repr(redacted(str(value)))

@@ -37,7 +37,9 @@ import pytest
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.demo.setup import DemoPlan, prepared_demo
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
-from tasks.warehouse import DuckDBWarehouse, PostgresWarehouse, Warehouse
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
+from tasks.sinks.postgres_warehouse import PostgresWarehouse
+from tasks.sinks.warehouse import Warehouse
 
 DEMO_JOB = "credit_risk"
 DEMO_END = dt.date(2026, 3, 10)

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.parquet_store import PartitionStore, staging_dir, write_staged_chunk
+from tasks.sinks.parquet_store import PartitionStore, staging_dir, write_staged_chunk
 
 SCHEMA = pa.schema([("run_id", pa.string()), ("row", pa.int64())])
 PARTITION = "2026-03-10"

@@ -109,7 +109,7 @@ def _partition_task_runs(flow_run_id) -> list:
 
 def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_failure(demo_env: DemoEnv, fresh_data: Settings) -> None:
     from flows.people import backfill
-    from tasks.progress import progress_listener
+    from tasks.scoring.progress import progress_listener
 
     first, middle, last = demo_env.plan.scoring_dates
     shutil.rmtree(fresh_data.raw_partition_dir(DEMO_JOB, middle.isoformat()))

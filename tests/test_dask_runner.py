@@ -14,7 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from flows.execution import configured_task_runner
-from tasks.scoring import partition_work_units
+from tasks.scoring.units import partition_work_units
 from tasks.sources import ParquetPartition
 from tasks.settings import Settings, current_settings
 from tests.conftest import DEMO_JOB, DemoEnv

@@ -180,7 +180,7 @@ def test_exactly_one_of_feature_module_and_features(tmp_path: Path, which: str) 
 
 
 def test_a_declared_job_needs_one_reason_code_per_feature_and_no_other(tmp_path: Path) -> None:
-    from tasks.validation import job_problems
+    from tasks.jobs.validation import job_problems
 
     spec = base_spec()
     spec["features"] = {"version": "1", "columns": [{"name": "annual_income"}, {"name": "debt_to_incme"}, {"name": "new_feature"}]}

@@ -23,10 +23,10 @@ from deltalake import DeltaTable, write_deltalake
 
 from tasks.errors import ExitCode, SinkUnwritable
 from tasks.jobspec import load_job_spec
-from tasks.recovery import recovered_job
+from tasks.sinks.recovery import recovered_job
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.delta import DeltaTables, written_delta_partition
-from tasks.warehouse import PARTITIONED_SCHEMAS
+from tasks.sinks.warehouse import PARTITIONED_SCHEMAS
 from flows.warehouse_config import configured_warehouse
 
 from conftest import DEMO_JOB, DemoEnv, S3Server

@@ -9,11 +9,11 @@ import pytest
 from scipy.stats import ks_2samp
 
 from tasks.demo.credit_data import SHIFTED_FEATURES
-from tasks.drift import KS_BOUND_SHOWN_WITHIN, DriftAccumulator, Histogram, drift_bin_counts, drift_metrics
+from tasks.quality.drift import KS_BOUND_SHOWN_WITHIN, DriftAccumulator, Histogram, drift_bin_counts, drift_metrics
 from tasks.features import feature_kinds, load_feature_module
 from tasks.guards import guarded_chunk
 from tasks.jobspec import load_job_spec
-from tasks.scoring import prepared_job
+from tasks.scoring.prepared import prepared_job
 from tasks.settings import Settings
 
 from conftest import DEMO_JOB, DemoEnv

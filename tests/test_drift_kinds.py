@@ -16,7 +16,7 @@ import pytest
 from matplotlib.image import imread
 from pydantic import ValidationError
 
-from tasks.drift import (
+from tasks.quality.drift import (
     KS_BOUND_SHOWN_WITHIN,
     DriftAccumulator,
     Histogram,
@@ -25,9 +25,9 @@ from tasks.drift import (
     reference_statistics,
 )
 from tasks.features import FeatureKind
-from tasks.html_report import histogram_png, run_report_html
+from tasks.reports.html_report import histogram_png, run_report_html
 from tasks.inference.registry import ReferenceKind, ReferenceStats
-from tasks.warehouse import PARTITIONED_SCHEMAS, Warehouse
+from tasks.sinks.warehouse import PARTITIONED_SCHEMAS, Warehouse
 
 from test_warehouse_backends import DAY, JOB, NEXT_DAY, staged_run
 

@@ -25,7 +25,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.duplicates import duplicated_entity_ids, partition_row_groups
+from tasks.guards.duplicates import duplicated_entity_ids, partition_row_groups
 from tasks.sources import ParquetPartition
 from tasks.errors import GuardFailure, SuiteError
 from tasks.guards import GuardCounts, guard_summary_rows, guarded_chunk, load_guard_suite
@@ -331,7 +331,7 @@ def _expected_rows(values: list) -> list[tuple]:
 def test_prepass_finds_exactly_the_duplicated_ids_in_partition_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hashes: str, per_bucket: int
 ) -> None:
-    import tasks.duplicates as duplicates
+    import tasks.guards.duplicates as duplicates
 
     if hashes == "all_collide":
         # Every id shares one hash: only the comparison of the values themselves can tell them apart.

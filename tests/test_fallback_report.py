@@ -13,7 +13,7 @@ import yaml
 
 from tasks.demo.credit_data import DIRTY_RATES
 from tasks.errors import FallbackLimitExceeded
-from tasks.fallback_report import FALLBACK_KINDS
+from tasks.quality.fallback_report import FALLBACK_KINDS
 from tasks.settings import Settings, current_settings
 
 from conftest import DEMO_JOB, DemoEnv

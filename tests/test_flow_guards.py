@@ -260,13 +260,17 @@ def test_guards_hold_one_chunk_of_raw_data_at_a_time(
     import gc
     import weakref
 
-    import tasks.scoring as scoring
+    import tasks.scoring.unit_pass as unit_pass
+    from tasks.scoring.prepared import prepared_job
+    from tasks.scoring.summary import score_partition_chunks
+    from tasks.scoring.units import WorkUnit
+    from tasks.sinks.parquet_store import output_dirs
 
     alive: list[weakref.ref] = []
     most_alive = 0
-    real_chunks, real_guard = scoring.unit_chunks, scoring.guarded_chunk
+    real_chunks, real_guard = unit_pass.unit_chunks, unit_pass.guarded_chunk
 
-    def tracked_chunks(unit: scoring.WorkUnit, chunk_rows: int):
+    def tracked_chunks(unit: WorkUnit, chunk_rows: int):
         for chunk_id, table in real_chunks(unit, chunk_rows):
             alive.append(weakref.ref(table))
             yield chunk_id, table
@@ -278,11 +282,11 @@ def test_guards_hold_one_chunk_of_raw_data_at_a_time(
         most_alive = max(most_alive, sum(ref() is not None for ref in alive))
         return real_guard(frame, suite, entity_column=entity_column, **kwargs)
 
-    monkeypatch.setattr(scoring, "unit_chunks", tracked_chunks)
-    monkeypatch.setattr(scoring, "guarded_chunk", tracked_guard)
-    prepared = scoring.prepared_job(DEMO_JOB, day, fresh_data)
-    summary = scoring.score_partition_chunks(
-        prepared, run_id="memory-check", partition_date=day, chunk_rows=500, dirs=scoring.output_dirs(fresh_data, DEMO_JOB)
+    monkeypatch.setattr(unit_pass, "unit_chunks", tracked_chunks)
+    monkeypatch.setattr(unit_pass, "guarded_chunk", tracked_guard)
+    prepared = prepared_job(DEMO_JOB, day, fresh_data)
+    summary = score_partition_chunks(
+        prepared, run_id="memory-check", partition_date=day, chunk_rows=500, dirs=output_dirs(fresh_data, DEMO_JOB)
     )
     assert summary.chunks == 6
     # The current chunk's Arrow table and its polars frame; nothing of the chunks before it.

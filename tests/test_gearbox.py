@@ -355,7 +355,7 @@ def test_check_model_passes_on_the_demo_autoencoder(gearbox_env: GearboxEnv, pre
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_the_model_card_of_the_gearbox_job_is_filled_from_its_last_run(gearbox_env: GearboxEnv) -> None:
-    from tasks.model_card import job_model_card
+    from tasks.reports.model_card import job_model_card
 
     card = job_model_card("gearbox", gearbox_env.settings)
     assert f"gearbox_fault version {gearbox_env.plan.model_version} (xgboost" in card
@@ -368,7 +368,7 @@ def test_an_autoencoder_newer_than_the_classifier_was_trained_with_is_refused(ge
     import shutil
 
     from tasks.errors import JobValidationError
-    from tasks.scoring import prepared_job
+    from tasks.scoring.prepared import prepared_job
 
     registry = gearbox_env.settings.model_registry_dir("gearbox_autoencoder")
     trained = gearbox_env.plan.feature_model_versions["gearbox_autoencoder"]

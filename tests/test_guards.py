@@ -1,4 +1,4 @@
-"""tasks/guards.py: the GX suite compiled into polars checks, on small hand-built frames."""
+"""tasks/guards/__init__.py: the GX suite compiled into polars checks, on small hand-built frames."""
 
 from __future__ import annotations
 

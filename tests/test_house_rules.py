@@ -113,7 +113,7 @@ def test_the_scan_covers_both_layers() -> None:
 @pytest.mark.parametrize(
     ("module", "source", "expected"),
     [
-        ("tasks.scoring", "def predict(x):\n    return x\n", "bare 'predict'"),
+        ("tasks.scoring.unit_pass", "def predict(x):\n    return x\n", "bare 'predict'"),
         ("flows.people", "class Runner:\n    def inference(self):\n        pass\n", "bare 'inference'"),
         ("flows.steps", "inference = lambda x: x\n", "bare 'inference'"),
         ("tasks.prediction.scores", "def risk_score(p):\n    return p\n", "'risk_score' is not named predict_*"),

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from tasks.html_report import run_report_html, write_run_report
+from tasks.reports.html_report import run_report_html, write_run_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EVIL = "<script>alert('x')</script>"
@@ -25,7 +25,7 @@ EXPECTED_ORDER = ["income", EVIL, "utilisation", "age", "new_feature", "zz_no_da
 
 
 def _counts(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Underflow, the bins between edges, overflow — the layout of tasks.drift.drift_bin_counts."""
+    """Underflow, the bins between edges, overflow — the layout of tasks.quality.drift.drift_bin_counts."""
     return np.bincount(np.searchsorted(edges, values, side="right"), minlength=len(edges) + 1)
 
 

@@ -1,7 +1,7 @@
 """The ledger is the truth after faults: every run ends `succeeded` or `failed`, also when the kill,
 the fault or the failed write hits the ledger itself, and what died is picked up again.
 
-Kills land at named points of the publish (`SCORING_CRASH_AT`, tasks/crash_points.py) in a real
+Kills land at named points of the publish (`SCORING_CRASH_AT`, tasks/sinks/crash_points.py) in a real
 `score run` child process; ledger faults are the DuckDB lock error injected at the ledger write.
 """
 
@@ -21,10 +21,10 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.recovery import pending_ledger_dir, recovered_job
-from tasks.reporting import partitions_to_score
+from tasks.sinks.recovery import pending_ledger_dir, recovered_job
+from tasks.reports.reporting import partitions_to_score
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
-from tasks.warehouse import DuckDBWarehouse
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from flows.warehouse_config import configured_warehouse
 
 from conftest import DEMO_JOB, DemoEnv
@@ -183,8 +183,8 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
 def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_warning(
     demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import tasks.monitoring_runs
-    import tasks.partition_run
+    import tasks.monitoring.runs
+    import tasks.scoring.partition_run
     from flows.score_partition import score_partition
 
     def full_disk(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -193,8 +193,8 @@ def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_war
     def broken_page(**kwargs):  # noqa: ANN003, ANN202
         raise ValueError("a histogram without edges")
 
-    monkeypatch.setattr(tasks.monitoring_runs, "monitored_decisions", full_disk)
-    monkeypatch.setattr(tasks.partition_run, "run_report_html", broken_page)
+    monkeypatch.setattr(tasks.monitoring.runs, "monitored_decisions", full_disk)
+    monkeypatch.setattr(tasks.scoring.partition_run, "run_report_html", broken_page)
     day = demo_env.plan.scoring_dates[-1]
     result = score_partition(DEMO_JOB, day)
     assert any(w.startswith("decision monitoring failed") for w in result["warnings"]), result["warnings"]

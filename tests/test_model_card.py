@@ -10,10 +10,10 @@ import pytest
 from tasks.contracts import PREDICTION_SCHEMA
 from tasks.inference.registry import inference_model_artifact
 from tasks.jobspec import load_job_spec
-from tasks.model_card import job_model_card
+from tasks.reports.model_card import job_model_card
 from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.settings import Settings
-from tasks.warehouse import DuckDBWarehouse
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 
 from conftest import DEMO_JOB, DemoEnv
 

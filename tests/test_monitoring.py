@@ -18,10 +18,11 @@ import yaml
 
 from tasks.errors import JobSpecError
 from tasks.jobspec import DecisionTolerance, load_job_spec
-from tasks.monitoring import decision_measures, measures_against_baseline, monitored_decisions
+from tasks.monitoring.decisions import decision_measures, measures_against_baseline, monitored_decisions
 from tasks.prediction.decisions import predict_probability_cutoffs
 from tasks.settings import PROJECT_ROOT, Settings
-from tasks.warehouse import MONITORING_SCHEMAS, DuckDBWarehouse
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
+from tasks.sinks.warehouse import MONITORING_SCHEMAS
 
 from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
 

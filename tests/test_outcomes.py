@@ -29,8 +29,8 @@ from scipy.stats import beta, mannwhitneyu
 
 from tasks.errors import LabelError, PartitionError
 from tasks.jobspec import load_job_spec
-from tasks.monitoring_report import monitoring_history, realized_performance_rows, realized_performance_table
-from tasks.outcomes import (
+from tasks.monitoring.report import monitoring_history, realized_performance_rows, realized_performance_table
+from tasks.monitoring.outcomes import (
     ANY_ADVERSE,
     ingested_outcomes,
     outcome_window,
@@ -38,7 +38,8 @@ from tasks.outcomes import (
     partition_outcome_tables,
 )
 from tasks.settings import PROJECT_ROOT, Settings
-from tasks.warehouse import MONITORING_SCHEMAS, DuckDBWarehouse
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
+from tasks.sinks.warehouse import MONITORING_SCHEMAS
 
 from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
 

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.errors import PartitionBusy, PartitionLeaseLost
-from tasks.partition_lock import PartitionLease
+from tasks.sinks.partition_lock import PartitionLease
 from tasks.settings import Settings, current_settings
-from tasks.warehouse import Warehouse
+from tasks.sinks.warehouse import Warehouse
 from flows.warehouse_config import configured_warehouse
 
 from conftest import DEMO_JOB

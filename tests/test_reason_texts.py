@@ -149,8 +149,8 @@ def test_problems_name_the_field_and_the_bad_key() -> None:
 def test_a_bad_by_value_key_stops_before_the_lease_naming_the_spec(
     demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tasks.scoring import prepared_job
-    from tasks.warehouse import warehouse_for
+    from tasks.scoring.prepared import prepared_job
+    from tasks.sinks.warehouse_choice import warehouse_for
 
     spec = yaml.safe_load((fresh_data.jobs_dir / f"{DEMO_JOB}.yaml").read_text())
     spec["prediction"]["reasons"]["codes"]["home_ownership"]["by_value"]["RENTING"] = "Renting"

@@ -1,4 +1,4 @@
-"""tasks/registration.py and `score register`: a model trained anywhere becomes a registry version,
+"""tasks/jobs/registration.py and `score register`: a model trained anywhere becomes a registry version,
 or is refused with one line naming the file and what is wrong, and nothing is written."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from tasks.demo.setup import DEMO_JOB
 from tasks.errors import JobValidationError, ModelArtifactError, PartitionError
 from tasks.inference.registry import inference_model_artifact, inference_model_checksum, inference_model_versions
-from tasks.registration import REGISTRATION_REPORT, job_model_inputs, registered_job_model
+from tasks.jobs.registration import REGISTRATION_REPORT, job_model_inputs, registered_job_model
 from tasks.settings import Settings
 
 from conftest import DemoEnv

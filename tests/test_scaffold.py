@@ -310,7 +310,7 @@ def test_a_scaffolded_job_scores_a_partition_with_nothing_but_a_model_added(scaf
 
 
 def test_odd_columns_get_safe_feature_names_or_are_left_out_with_a_reason(workspace: Settings, tmp_path: Path) -> None:
-    from tasks.scaffold import scaffolded_job
+    from tasks.jobs.scaffold import scaffolded_job
 
     rng = np.random.default_rng(9)
     rows = 400

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from cli.score import app
 from tasks.errors import ExitCode, JobValidationError
 from tasks.settings import PROJECT_ROOT, current_settings
-from tasks.validation import job_problems
+from tasks.jobs.validation import job_problems
 
 from conftest import DEMO_JOB, DemoEnv
 

@@ -22,15 +22,10 @@ import pytest
 from tasks.contracts import PREDICTION_SCHEMA
 from tasks.errors import WarehouseUnreachable
 from tasks.settings import Settings
-from tasks.warehouse import (
-    MONITORING_SCHEMAS,
-    PARTITIONED_SCHEMAS,
-    DuckDBWarehouse,
-    PostgresWarehouse,
-    Warehouse,
-    redacted,
-    warehouse_for,
-)
+from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
+from tasks.sinks.postgres_warehouse import PostgresWarehouse
+from tasks.sinks.warehouse import MONITORING_SCHEMAS, PARTITIONED_SCHEMAS, Warehouse, redacted
+from tasks.sinks.warehouse_choice import warehouse_for
 from flows.warehouse_config import configured_warehouse, with_warehouse_url
 
 JOB = "credit_risk"

@@ -26,8 +26,8 @@ import torch
 
 from tasks.contracts import InferenceInput
 from tasks.demo.training import registered_classifier
-from tasks.drift import reference_statistics
-from tasks.registration import RegistrationReport
+from tasks.quality.drift import reference_statistics
+from tasks.jobs.registration import RegistrationReport
 from tasks.errors import ModelArtifactError
 from tasks.features import FeatureModule, feature_kinds
 from tasks.guards import GuardSuite, guarded_chunk

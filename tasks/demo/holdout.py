@@ -11,8 +11,10 @@ import uuid
 
 import polars as pl
 
-from tasks.parquet_store import discard_staged, staged_files
-from tasks.scoring import output_dirs, prepared_job, score_partition_chunks
+from tasks.sinks.parquet_store import discard_staged, staged_files
+from tasks.scoring.prepared import prepared_job
+from tasks.scoring.summary import score_partition_chunks
+from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import Settings
 
 

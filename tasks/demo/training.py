@@ -15,7 +15,7 @@ import xgboost as xgb
 from tasks.features import FeatureKind, job_features
 from tasks.guards import guarded_chunk, load_guard_suite
 from tasks.jobspec import load_job_spec
-from tasks.registration import RegistrationReport, registered_job_model, registered_model_version
+from tasks.jobs.registration import RegistrationReport, registered_job_model, registered_model_version
 from tasks.settings import Settings
 
 log = logging.getLogger("scoring.training")

@@ -1,5 +1,5 @@
 """A run's partitioned datasets as Delta Lake tables (delta-rs): `<url>/<dataset>` for each table of
-tasks.warehouse.PARTITIONED_SCHEMAS, partitioned by `partition_date`, with `job` kept as a column.
+tasks.sinks.warehouse.PARTITIONED_SCHEMAS, partitioned by `partition_date`, with `job` kept as a column.
 
 Each table gets one commit per run: `write_deltalake(mode="overwrite", predicate="job = … AND
 partition_date = …")` removes the partition's previous files and adds the run's in the same
@@ -36,7 +36,7 @@ from deltalake import CommitProperties, write_deltalake
 from tasks.errors import SinkUnwritable
 from tasks.settings import Settings, object_store_credentials
 from tasks.sinks.config import DeltaSink
-from tasks.warehouse import PARTITIONED_SCHEMAS
+from tasks.sinks.warehouse import PARTITIONED_SCHEMAS
 
 log = logging.getLogger("scoring.sinks.delta")
 

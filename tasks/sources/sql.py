@@ -55,7 +55,7 @@ class SqlPartition:
 
     @property
     def location(self) -> str:
-        from tasks.warehouse import redacted
+        from tasks.sinks.warehouse import redacted
 
         where = str(self.database) if self.database is not None else redacted(self.url or "")
         return f"{self.source.warehouse} query on {where}"
@@ -130,7 +130,7 @@ class SqlPartition:
         import adbc_driver_manager
         import adbc_driver_postgresql.dbapi
 
-        from tasks.warehouse import redacted, url_secrets
+        from tasks.sinks.warehouse import redacted, url_secrets
 
         assert self.url is not None
         scrub = _scrubber(self.url, redacted(self.url), url_secrets(self.url))

@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from rich.table import Table
 
-from tasks.calendar import partition_range
+from tasks.jobs.calendar import partition_range
 from tasks.settings import Settings
-from tasks.warehouse import warehouse_for
+from tasks.sinks.warehouse_choice import warehouse_for
 
 
 def partition_summaries(settings: Settings, job: str, dates: list[dt.date]) -> list[dict[str, Any]]:

@@ -7,6 +7,9 @@ rows are replaced in one transaction: readers see the previous run's rows or the
 mix. DuckDB allows one read-write process per file, so its connections are short and opening one
 retries with backoff while another process holds the lock. PostgreSQL is loaded over Arrow with
 ADBC (binary COPY), never row by row, and its password never appears in errors, logs or reprs.
+
+This module holds what both share (the tables, the SQL, the URL scrubbing); the backends are
+`duckdb_warehouse` and `postgres_warehouse`, and `warehouse_choice.warehouse_for` picks one.
 """
 
 from __future__ import annotations
@@ -15,35 +18,16 @@ import contextlib
 import json
 import logging
 import re
-import threading
-import time
 import urllib.parse
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tasks.contracts import PREDICTION_SCHEMA
-from tasks.errors import (
-    LabelError,
-    PartitionLeaseLost,
-    ReadOnlyStorage,
-    WarehouseUnreachable,
-    duckdb_lock_holder,
-    environment_fault,
-    locked_warehouse_fault,
-    process_description,
-)
-
-if TYPE_CHECKING:
-    from adbc_driver_manager.dbapi import Connection as AdbcConnection
-
-    from tasks.settings import Settings
+from tasks.errors import LabelError, PartitionLeaseLost
 
 log = logging.getLogger("scoring.warehouse")
 
@@ -77,7 +61,7 @@ DRIFT_REPORT_SCHEMA = pa.schema(
         ("outside_p1_p99_share", pa.float64()), ("kind", pa.string()), ("unseen_share", pa.float64()),
     ]
 )
-"""Column meanings: tasks/scoring.py DRIFT_REPORT_COLUMNS. `kind` null: a row written before kinds (numeric)."""
+"""Column meanings: tasks/scoring/summary.py DRIFT_REPORT_COLUMNS. `kind` null: a row written before kinds (numeric)."""
 DRIFT_HISTOGRAM_SCHEMA = pa.schema(
     [
         *_RUN_KEY, ("feature", pa.string()), ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64())),
@@ -241,15 +225,6 @@ def _monitoring_table(table: str) -> pa.Schema:
         return MONITORING_SCHEMAS[table]
     except KeyError:
         raise ValueError(f"not a monitoring table: {table!r}; known: {sorted(MONITORING_SCHEMAS)}") from None
-
-
-def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """A staged batch in the table's column order and types; columns it lacks are null, as with DuckDB's BY NAME."""
-    columns = [
-        batch.column(f.name).cast(f.type) if f.name in batch.schema.names else pa.nulls(batch.num_rows, f.type)
-        for f in schema
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 class _Session(Protocol):
@@ -769,156 +744,6 @@ class Warehouse(ABC):
             )
 
 
-class _DuckDBSession:
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.con = con
-
-    @staticmethod
-    def _bound(sql: str, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        names = _parameter_names(sql)
-        return {n: params[n] for n in names} if names and params is not None else None
-
-    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        cursor = self.con.execute(sql, self._bound(sql, params))
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
-        return self.con.sql(sql, params=self._bound(sql, params)).to_arrow_table()
-
-    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
-        self.con.execute(sql, self._bound(sql, params))
-
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        self.con.execute("BEGIN TRANSACTION")
-        try:
-            yield
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
-        self.con.execute("COMMIT")
-
-    def append_parquet(self, table: str, paths: Sequence[Path]) -> None:
-        self.con.execute(f"INSERT INTO {_quoted(table)} BY NAME SELECT * FROM read_parquet(?, hive_partitioning = false)", [[str(p) for p in paths]])
-
-    def append_arrow(self, table: str, rows: pa.Table) -> None:
-        columns = ", ".join(_quoted(c) for c in rows.schema.names)
-        self.con.register("incoming_rows", rows)
-        try:
-            self.con.execute(f"INSERT INTO {_quoted(table)} ({columns}) SELECT {columns} FROM incoming_rows")
-        finally:
-            self.con.unregister("incoming_rows")
-
-
-_SCHEMA_LOCK = threading.Lock()
-_SCHEMA_CHECKED: set[tuple[str, int, int]] = set()
-
-
-class DuckDBWarehouse(Warehouse):
-    """The warehouse in one local DuckDB file."""
-
-    def __init__(self, path: Path, *, lock_timeout_s: float = 120.0, memory_limit: str = "1GB") -> None:
-        self.path = path
-        self.lock_timeout_s = lock_timeout_s
-        # DuckDB's default (80 % of RAM) lets a 10 M-row partition load grow the scorer's peak by
-        # its buffer pool; with a cap it writes blocks out instead, and memory stays flat.
-        self.memory_limit = memory_limit
-
-    def __repr__(self) -> str:
-        return f"DuckDBWarehouse({str(self.path)!r})"
-
-    @property
-    def location(self) -> str:
-        return str(self.path)
-
-    def _exists(self) -> bool:
-        return self.path.exists()
-
-    @contextmanager
-    def connect(self, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short connection; `read_only` only skips the schema check.
-
-        The database is always opened read-write: DuckDB keeps one instance per file and process,
-        and refuses a read-only connection beside a read-write one (partitions of a backfill run
-        in threads of one process), while another process's lock blocks readers and writers alike.
-        """
-        con = self._opened()
-        try:
-            if not read_only:
-                self._ensure_schema_once(con)
-            yield con
-        finally:
-            con.close()
-
-    def _opened(self) -> duckdb.DuckDBPyConnection:
-        """A connection, once no other process holds the file's lock (waiting up to `lock_timeout_s`).
-
-        Waiting is logged once, naming the holder, and a lock still held at the deadline, a
-        read-only file or a full disk end as one EnvironmentFault naming the file.
-        """
-        started = time.monotonic()
-        delay, announced = 0.05, False
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise self._fault(exc) from exc
-        while True:
-            try:
-                return duckdb.connect(str(self.path), config={"memory_limit": self.memory_limit})
-            except duckdb.IOException as exc:
-                holder = duckdb_lock_holder(str(exc))
-                if holder is None:
-                    raise self._fault(exc) from exc
-                waited = time.monotonic() - started
-                if waited >= self.lock_timeout_s:
-                    raise locked_warehouse_fault(self.path, holder, self.lock_timeout_s) from exc
-                if not announced:
-                    log.warning(
-                        "warehouse %s is locked by process %d (%s); waiting up to %g s for it (SCORING_WAREHOUSE_LOCK_WAIT_S)",
-                        self.path, holder, process_description(holder), self.lock_timeout_s,
-                    )
-                    announced = True
-                time.sleep(min(delay, max(self.lock_timeout_s - waited, 0.0)))
-                delay = min(delay * 2, 2.0)
-
-    def _fault(self, exc: BaseException) -> BaseException:
-        """`exc` as the EnvironmentFault it amounts to, worded for this warehouse; `exc` itself otherwise."""
-        fault = environment_fault(exc, path_hint=self.path)
-        if isinstance(fault, ReadOnlyStorage):
-            return ReadOnlyStorage(f"read-only warehouse {self.path}: {str(fault).rpartition(': ')[2]}")
-        return fault or exc
-
-    def _ensure_schema_once(self, con: duckdb.DuckDBPyConnection) -> None:
-        """The schema checked once per database file and process, never by two threads at once.
-
-        Partitions of a backfill share the process's DuckDB instance, and two concurrent
-        `CREATE TABLE IF NOT EXISTS` of one table fail with a catalog write-write conflict.
-        The file's identity is part of the key, so a file deleted and made anew is checked again.
-        """
-        with _SCHEMA_LOCK:
-            stat = self.path.stat()
-            key = (str(self.path.resolve()), stat.st_dev, stat.st_ino)
-            if key in _SCHEMA_CHECKED:
-                return
-            self._ensure_schema(con)
-            _SCHEMA_CHECKED.add(key)
-
-    @staticmethod
-    def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-        Warehouse._create_missing_tables(_DuckDBSession(con), _DUCKDB_TYPES)
-        # Ledgers created before these columns existed get them added in place.
-        for column, kind in _ADDED_RUN_COLUMNS.items():
-            con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {_DUCKDB_TYPES[_JSON] if kind == 'JSON' else kind}")
-        for statement in Warehouse._column_migrations(_DuckDBSession(con), _DUCKDB_TYPES):
-            con.execute(statement)
-
-    @contextmanager
-    def _session(self, *, write: bool) -> Iterator[_Session]:
-        with self.connect(read_only=not write) as con:
-            yield _DuckDBSession(con)
-
-
 def redacted(url: str) -> str:
     """`url` with its password (in the user part or a `password=` query parameter) shown as `***`."""
     parts = urllib.parse.urlsplit(url)
@@ -941,181 +766,3 @@ def url_secrets(url: str) -> list[str]:
         if name.lower() == "password" and value:
             found.append(value)
     return sorted({*found, *(urllib.parse.unquote(s) for s in found)}, key=len, reverse=True)
-
-
-class _PostgresSession:
-    def __init__(self, con: AdbcConnection) -> None:
-        self.con = con
-        with con.cursor() as cursor:
-            cursor.execute("SELECT current_schema()")
-            # adbc_ingest resolves table names in `public` unless told the schema the session uses.
-            self.schema: str = cursor.fetchall()[0][0]
-
-    @staticmethod
-    def _positional(sql: str, params: Mapping[str, Any] | None) -> tuple[str, list[Any]]:
-        names = _parameter_names(sql)
-        numbered = _NAMED_PARAMETER.sub(lambda m: f"${names.index(m.group(1)) + 1}", sql)
-        return numbered, [params[n] for n in names] if names and params is not None else []
-
-    def _table(self, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
-        text, values = self._positional(sql, params)
-        with self.con.cursor() as cursor:
-            cursor.execute(text, values or None)
-            return cursor.fetch_arrow_table()
-
-    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        return self._table(sql, params).to_pylist()
-
-    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
-        result = self._table(sql, params)
-        # The driver tags every field with its PostgreSQL type; callers compare schemas without it.
-        return result.cast(pa.schema([f.remove_metadata() for f in result.schema]))
-
-    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
-        text, values = self._positional(sql, params)
-        with self.con.cursor() as cursor:
-            cursor.execute(text, values or None)
-
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        # ADBC connections are never in autocommit here: everything since the last commit is one transaction.
-        self.con.commit()
-        try:
-            yield
-        except BaseException:
-            self.con.rollback()
-            raise
-        self.con.commit()
-
-    def append_parquet(self, table: str, paths: Sequence[Path]) -> None:
-        schema = PARTITIONED_SCHEMAS[table]
-        for path in paths:
-            with pq.ParquetFile(path) as file:
-                extra = sorted(set(file.schema_arrow.names) - set(schema.names))
-                if extra:
-                    raise ValueError(f"{path}: column(s) {extra} are not in the warehouse table {table}")
-                if not file.metadata.num_rows:
-                    continue
-                batches = (_conformed(batch, schema) for batch in file.iter_batches())
-                try:
-                    self._ingest(table, pa.RecordBatchReader.from_batches(schema, batches))
-                except Exception as exc:
-                    exc.add_note(f"while loading {path} into the warehouse table {table}")
-                    raise
-
-    def append_arrow(self, table: str, rows: pa.Table) -> None:
-        self._ingest(table, rows)
-
-    def _ingest(self, table: str, data: pa.Table | pa.RecordBatchReader) -> None:
-        with self.con.cursor() as cursor:
-            cursor.adbc_ingest(table, data, mode="append", db_schema_name=self.schema)
-
-
-class PostgresWarehouse(Warehouse):
-    """The warehouse in a PostgreSQL database, given as `postgresql://user:password@host:port/db`."""
-
-    def __init__(self, url: str) -> None:
-        if urllib.parse.urlsplit(url).scheme not in ("postgresql", "postgres"):
-            raise ValueError("the warehouse URL must start with postgresql:// (the value is not shown: it may hold a password)")
-        self._url = url
-        self._secrets = url_secrets(url)
-
-    def __repr__(self) -> str:
-        return f"PostgresWarehouse({self.location!r})"
-
-    @property
-    def location(self) -> str:
-        return redacted(self._url)
-
-    def _exists(self) -> bool:
-        return True
-
-    def _scrub(self, exc: BaseException) -> None:
-        """Blank the password out of the messages of `exc` and every exception chained to it, in place."""
-        pending, seen = [exc], set()
-        while pending:
-            current = pending.pop()
-            if id(current) in seen:
-                continue
-            seen.add(id(current))
-            current.args = tuple(self._scrubbed(a) if isinstance(a, str) else a for a in current.args)
-            pending += [e for e in (current.__cause__, current.__context__) if e is not None]
-
-    def _scrubbed(self, text: str) -> str:
-        text = text.replace(self._url, self.location)
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
-
-    def _connect(self) -> AdbcConnection:
-        import adbc_driver_postgresql.dbapi
-
-        try:
-            return adbc_driver_postgresql.dbapi.connect(self._url)
-        except Exception as exc:
-            self._scrub(exc)
-            log.warning("cannot connect to the PostgreSQL warehouse %s: %s", self.location, exc)
-            # The driver's first line says why (refused, timed out, authentication); the rest is its context.
-            reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-            raise WarehouseUnreachable(f"cannot connect to the PostgreSQL warehouse {self.location}: {reason}") from exc
-
-    @contextmanager
-    def _session(self, *, write: bool) -> Iterator[_Session]:
-        try:
-            con = self._connect()
-            try:
-                session = _PostgresSession(con)
-                if write:
-                    self._ensure_schema(session)
-                yield session
-                con.commit()
-            except BaseException:
-                # The error that got here is the one to report, not a rollback failing on a broken connection.
-                with contextlib.suppress(Exception):
-                    con.rollback()
-                raise
-            finally:
-                con.close()
-        except Exception as exc:
-            self._scrub(exc)
-            raise
-
-    @staticmethod
-    def _ensure_schema(session: _PostgresSession) -> None:
-        # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL's catalog, so writers
-        # that find a table missing create them one at a time.
-        present = {
-            r["column_name"]
-            for r in session.rows(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs' AND table_schema = current_schema()"
-            )
-        }
-        added = [c for c in _ADDED_RUN_COLUMNS if c not in present] if present else []
-        if Warehouse._missing_tables(session) or added or Warehouse._column_migrations(session, _POSTGRES_TYPES):
-            session.execute("SELECT pg_advisory_xact_lock(hashtext('scoring warehouse schema'))")
-            Warehouse._create_missing_tables(session, _POSTGRES_TYPES)
-            for column in added:
-                kind = _ADDED_RUN_COLUMNS[column]
-                session.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {'JSONB' if kind == 'JSON' else kind}")
-            # Listed again under the lock: another writer may have migrated the tables meanwhile.
-            for statement in Warehouse._column_migrations(session, _POSTGRES_TYPES):
-                session.execute(statement)
-            session.con.commit()
-
-
-def warehouse_for(settings: Settings) -> Warehouse:
-    """The warehouse the settings name: PostgreSQL at `warehouse_url` when set, else the DuckDB file
-    at `settings.duckdb_path`. A Prefect Secret block is read at the orchestration edge
-    (`flows.warehouse_config`), never here: domain code does not know the orchestrator."""
-    if settings.warehouse_url is not None and settings.warehouse_secret_block:
-        raise ValueError("set SCORING_WAREHOUSE_URL or SCORING_WAREHOUSE_SECRET_BLOCK, not both")
-    if settings.warehouse_secret_block:
-        raise ValueError(
-            f"the warehouse URL is in the Prefect Secret block {settings.warehouse_secret_block!r}, which this code "
-            "does not read: resolve it first with flows.warehouse_config.with_warehouse_url(settings)"
-        )
-    if settings.warehouse_url is not None:
-        return PostgresWarehouse(settings.warehouse_url.get_secret_value())
-    return DuckDBWarehouse(
-        settings.duckdb_path, lock_timeout_s=settings.warehouse_lock_wait_s, memory_limit=settings.duckdb_memory_limit
-    )

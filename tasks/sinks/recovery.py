@@ -29,13 +29,13 @@ from typing import Any
 
 from tasks.errors import PartitionBusy
 from tasks.jobspec import load_job_spec
-from tasks.parquet_store import discard_staged
-from tasks.partition_lock import PartitionLease
-from tasks.publish import discarded_run, partition_store
-from tasks.scoring import OutputDirs, output_dirs
+from tasks.sinks.parquet_store import discard_staged
+from tasks.sinks.partition_lock import PartitionLease
+from tasks.sinks.publish import discarded_run, partition_store
+from tasks.sinks.parquet_store import OutputDirs, output_dirs
 from tasks.settings import Settings
 from tasks.sinks.delta import DeltaTables, delta_tables, written_delta_partition
-from tasks.warehouse import Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.recovery")
 

@@ -20,7 +20,7 @@ Per partition and model version, on the labelled rows that have an outcome:
   equal-width probability bins, Σ_b n_b/N · |mean probability_b − event rate_b| (the bins are
   stored, so calibration curves add up over partitions);
 - precision and recall of each adverse decision, and of all adverse decisions together;
-- PSI of the score (ten-point bands, as tasks/drift.py) against the pooled scores of the job's
+- PSI of the score (ten-point bands, as tasks/quality/drift.py) against the pooled scores of the job's
   partitions in the trailing `monitoring.window_days`.
 """
 
@@ -37,9 +37,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy.stats import binomtest, rankdata
 
-from tasks.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
+from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.errors import LabelError
-from tasks.warehouse import MONITORING_SCHEMAS, Warehouse
+from tasks.sinks.warehouse import MONITORING_SCHEMAS, Warehouse
 
 if TYPE_CHECKING:
     from tasks.jobspec import JobSpec, LabelSource

@@ -28,7 +28,7 @@ import polars as pl
 import pyarrow as pa
 
 from tasks.prediction.decisions import predict_probability_cutoffs
-from tasks.warehouse import MONITORING_SCHEMAS, Warehouse
+from tasks.sinks.warehouse import MONITORING_SCHEMAS, Warehouse
 
 if TYPE_CHECKING:
     from tasks.jobspec import DecisionTolerance, JobSpec

@@ -17,7 +17,7 @@ from tasks.jobspec import JobSpec, ReasonCode, load_job_spec
 from tasks.prediction.calibration import METHOD as LOGISTIC_TAILS_METHOD
 from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.settings import Settings
-from tasks.warehouse import warehouse_for
+from tasks.sinks.warehouse_choice import warehouse_for
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tasks.drift import KS_BOUND_SHOWN_WITHIN
+from tasks.quality.drift import KS_BOUND_SHOWN_WITHIN
 
 Histograms = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]]
 BinLabels = Mapping[str, Sequence[str]]

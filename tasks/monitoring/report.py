@@ -28,9 +28,9 @@ from matplotlib.figure import Figure
 from rich.table import Table
 
 # The run report's page style, so both pages of a job read alike.
-from tasks.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
-from tasks.outcomes import ANY_ADVERSE, event_rate_interval
-from tasks.warehouse import Warehouse
+from tasks.reports.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
+from tasks.monitoring.outcomes import ANY_ADVERSE, event_rate_interval
+from tasks.sinks.warehouse import Warehouse
 
 _EXTRA_CSS = "tr.unknown td{background:#fde2e1;font-weight:600}.plots.wide{grid-template-columns:1fr}"
 _ADVERSE_COLOURS = ("#c62828", "#e69500", "#8e24aa", "#d84315", "#ad1457")

@@ -24,9 +24,13 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from tasks.settings import Settings
 
 REPORT_PAGE = "report.html"
 """The run's HTML page inside its version folder."""
@@ -198,3 +202,36 @@ class PartitionStore:
             discard_staged(folder, run_id)
         if self.current_run(partition) != run_id:
             shutil.rmtree(self.version_dir(partition, run_id), ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class OutputDirs:
+    predictions: Path
+    quarantine: Path
+    guard_actions: Path
+    guard_summary: Path
+    fallback_report: Path
+    drift_report: Path
+    drift_histograms: Path
+    inference_handoff: Path
+    """Raw outputs of a chunk between its inference and its prediction task; staged only, never published."""
+
+    def all(self) -> tuple[Path, ...]:
+        return (
+            self.predictions, self.quarantine, self.guard_actions, self.guard_summary,
+            self.fallback_report, self.drift_report, self.drift_histograms, self.inference_handoff,
+        )
+
+
+def output_dirs(settings: Settings, job: str) -> OutputDirs:
+    base = settings.output_dir(job)
+    return OutputDirs(
+        predictions=base / "predictions",
+        quarantine=base / "quarantine",
+        guard_actions=base / "guard_actions",
+        guard_summary=base / "guard_summary",
+        fallback_report=base / "reports" / "fallback",
+        drift_report=base / "reports" / "drift",
+        drift_histograms=base / "reports" / "drift_histograms",
+        inference_handoff=base / "inference_handoff",
+    )

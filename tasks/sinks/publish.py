@@ -29,12 +29,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from tasks.crash_points import crash_point
+from tasks.sinks.crash_points import crash_point
 from tasks.errors import PartitionLeaseLost
-from tasks.parquet_store import PartitionStore, discard_staged
-from tasks.scoring import OutputDirs
+from tasks.sinks.parquet_store import PartitionStore, discard_staged
+from tasks.sinks.parquet_store import OutputDirs
 from tasks.sinks.delta import DeltaTables, written_delta_partition
-from tasks.warehouse import PARTITIONED_SCHEMAS, Warehouse
+from tasks.sinks.warehouse import PARTITIONED_SCHEMAS, Warehouse
 
 log = logging.getLogger("scoring.publish")
 T = TypeVar("T")

@@ -10,14 +10,14 @@ from typing import Any
 
 import polars as pl
 
-from tasks.html_report import write_run_report
+from tasks.reports.html_report import write_run_report
 from tasks.jobspec import load_job_spec
-from tasks.monitoring import monitored_decisions
-from tasks.monitoring_report import monitoring_history, monitoring_page_html, realized_performance_rows
-from tasks.outcomes import ingested_outcomes
-from tasks.partition_run import Artifact, artifact_key
+from tasks.monitoring.decisions import monitored_decisions
+from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_performance_rows
+from tasks.monitoring.outcomes import ingested_outcomes
+from tasks.scoring.partition_run import Artifact, artifact_key
 from tasks.settings import Settings
-from tasks.warehouse import Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.monitoring")
 

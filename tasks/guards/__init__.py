@@ -10,7 +10,7 @@ expectation's `meta.guard` says what to do with a row that breaks it:
 One expectation judges the whole partition rather than a row: `expect_column_values_to_be_unique`
 on the job's entity column (the contract is one row per entity). Its action is `keep_first`,
 `quarantine_all` (the default, also when the suite does not declare it) or `fail`; the planner
-finds the duplicated ids across every file before scoring (`tasks/duplicates.py`) and each chunk
+finds the duplicated ids across every file before scoring (`tasks/guards/duplicates.py`) and each chunk
 quarantines the rows it is told to, with the same records and counts as any other quarantine.
 
 The expectation types the jobs use are compiled to polars expressions and evaluated together,

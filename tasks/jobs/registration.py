@@ -30,7 +30,7 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from tasks.contracts import InferenceInput
-from tasks.drift import reference_statistics
+from tasks.quality.drift import reference_statistics
 from tasks.errors import JobProblem, JobSpecError, JobValidationError, ModelArtifactError, PartitionError
 from tasks.features import FeatureKind, FeatureModule, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures

@@ -17,14 +17,16 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from tasks.errors import user_facing_error
-from tasks.html_report import run_report_html
-from tasks.publish import PublishedPartition, discarded_run, retried
-from tasks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
-from tasks.scoring import PreparedJob, ScoringSummary, output_dirs
+from tasks.reports.html_report import run_report_html
+from tasks.sinks.publish import PublishedPartition, discarded_run, retried
+from tasks.sinks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
+from tasks.scoring.prepared import PreparedJob
+from tasks.scoring.summary import ScoringSummary
+from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import Settings
 from tasks.sinks.config import DeltaSink
 from tasks.sinks.delta import delta_tables
-from tasks.warehouse import Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.run")
 

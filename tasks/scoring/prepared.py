@@ -1,0 +1,135 @@
+"""A job loaded for one run of a partition: spec, suite, feature module, engines, drift baselines
+and reason texts, cross-checked before any row is scored."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tasks.errors import ModelArtifactError
+from tasks.features import FeatureKind, FeatureModule, feature_categories, feature_kinds
+from tasks.guards import GuardSuite
+from tasks.inference.engine import LoadedModel, inference_loaded_model
+from tasks.inference.registry import inference_check_feature_version
+from tasks.jobs.validation import validated_job
+from tasks.jobspec import FeatureModelRef, JobSpec
+from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
+from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram
+from tasks.settings import Settings
+from tasks.sinks.warehouse_choice import warehouse_for
+from tasks.sources import RawPartition, raw_partition
+
+log = logging.getLogger("scoring.run")
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """Everything a run needs, loaded and cross-checked before any row is scored."""
+
+    spec: JobSpec
+    suite: GuardSuite
+    features: FeatureModule
+    model: LoadedModel
+    feature_models: tuple[tuple[FeatureModelRef, LoadedModel], ...]
+    raw: RawPartition
+    """Where the partition's raw rows come from (a folder, an object-store prefix, a query)."""
+    drift_baselines: dict[str, dict[str, Histogram]] = field(default_factory=dict)
+    """`reference` (training, from the model's metadata) and `previous` (the last scored partition before this one)."""
+    reason_texts: ReasonTexts = field(default_factory=ReasonTexts)
+    """The spec's value-dependent reason texts, resolved against the features and the model's training medians."""
+
+    @property
+    def drift_edges(self) -> dict[str, np.ndarray]:
+        return {name: hist.edges for name, hist in self.drift_baselines.get("reference", {}).items()}
+
+    @property
+    def psi_edges(self) -> dict[str, np.ndarray]:
+        return {name: hist.psi_edges for name, hist in self.drift_baselines.get("reference", {}).items()}
+
+    @property
+    def drift_kinds(self) -> dict[str, FeatureKind]:
+        return {name: hist.kind for name, hist in self.drift_baselines.get("reference", {}).items()}
+
+    def drift_accumulator(self, *, with_score: bool = False) -> DriftAccumulator:
+        """An empty accumulator on the reference's bins of every model input, and the score's if asked."""
+        score = {"score": SCORE_EDGES} if with_score else {}
+        return DriftAccumulator(
+            edges={**self.drift_edges, **score}, kinds=self.drift_kinds,
+            psi_edges={**self.psi_edges, **({"score": SCORE_PSI_EDGES} if with_score else {})},
+        )
+
+    @property
+    def model_features(self) -> tuple[str, ...]:
+        """The final model's input: the feature module's columns, then each feature model's output."""
+        return (*self.features.FEATURES, *(ref.output_feature for ref, _ in self.feature_models))
+
+
+def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> PreparedJob:
+    """The job loaded for a run of `partition_date`, after `validated_job` found no problem in its
+    inputs (JobValidationError lists them all), with its engines built and drift baselines read."""
+    validated = validated_job(job, settings, partition_date=partition_date, check_labels=False)
+    for note in validated.notes:
+        log.warning("[PRED] job %s: %s", job, note)
+    spec, features = validated.spec, validated.features
+    device, nthread = spec.inference.device, spec.inference.nthread
+    feature_models = []
+    for ref in spec.model.feature_models:
+        loaded = inference_loaded_model(settings.model_registry_dir(ref.name), ref.version, None, device=device, nthread=nthread)
+        inference_check_feature_version(loaded.engine.artifact, features.FEATURE_VERSION, tuple(features.FEATURES))
+        feature_models.append((ref, loaded))
+    model = inference_loaded_model(
+        settings.model_registry_dir(spec.model.name), spec.model.version, spec.model.fallback_version, device=device, nthread=nthread
+    )
+    meta = model.engine.metadata
+    if not meta.reference:
+        log.warning(
+            "model %s %s has no training reference statistics; scoring %s without drift against training "
+            "(drift.require_reference: false)", meta.name, meta.version, spec.name,
+        )
+    reference = {
+        name: hist
+        for name, stats in meta.reference.items()
+        if (hist := Histogram.of_reference(stats)) is not None
+    }
+    previous = {
+        row["feature"]: Histogram(
+            edges=np.asarray(row["edges"], dtype=np.float64), counts=np.asarray(row["counts"], dtype=np.int64),
+            nulls=row["nulls"], kind=row.get("kind") or "numeric",
+            psi_edges=reference[row["feature"]].psi_edges if row["feature"] in reference else SCORE_PSI_EDGES,
+        )
+        for row in warehouse_for(settings).previous_drift_histograms(job, partition_date)
+    }
+    prepared = PreparedJob(
+        spec=spec, suite=validated.suite, features=features, model=model, feature_models=tuple(feature_models),
+        raw=validated.raw or raw_partition(spec.source, settings, job, partition_date), drift_baselines={"reference": reference, "previous": previous},
+        reason_texts=_reason_texts(model, spec, feature_kinds(features), feature_categories(features)),
+    )
+    # The engine that loaded may be the fallback chosen only now, when the job's version failed to load.
+    inference_check_feature_version(model.engine.artifact, features.FEATURE_VERSION, prepared.model_features)
+    return prepared
+
+
+def _reason_texts(
+    model: LoadedModel, spec: JobSpec, kinds: dict[str, FeatureKind], categories: dict[str, tuple[str, ...]]
+) -> ReasonTexts:
+    """The spec's reason texts resolved; `by_band` needs each banded feature's training median."""
+    meta = model.engine.metadata
+    medians = {name: stats.quantiles["p50"] for name, stats in meta.reference.items() if "p50" in stats.quantiles}
+    # Without a training reference (the job's opt-in) there is no median to band on: the default text speaks.
+    unreferenced = not meta.reference and not spec.drift.require_reference
+    if unreferenced and any(r.by_band is not None for r in spec.prediction.reasons.codes.values()):
+        log.warning("[PRED] model %s %s has no training reference: by_band reasons of %s get their default text",
+                    meta.name, meta.version, spec.name)
+    try:
+        return predict_reason_texts(
+            spec.prediction.reasons, kinds=kinds, categories=categories, medians=medians,
+            bands_without_median="default_text" if unreferenced else "refuse",
+        )
+    except ValueError as exc:
+        raise ModelArtifactError(
+            f"model {meta.name} {meta.version} ({model.engine.artifact.directory / 'metadata.json'}) cannot serve the "
+            f"job's reason texts: {exc}"
+        ) from None

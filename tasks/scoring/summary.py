@@ -1,0 +1,287 @@
+"""One partition of one job, summed up: the units' counts merged into a `ScoringSummary`, the run's
+reports (guard summary, drift, fallback) staged and the job's limits enforced; `score_partition_chunks`
+scores the whole partition in this process, unit after unit, as the flow's tasks do in sequence.
+
+Nothing here knows Prefect; `flows.unit_steps` wraps the passes in tasks. Chunks stream from the raw
+Parquet and their outputs go straight to staging files, so memory stays flat whatever the partition size.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from tasks.errors import FallbackLimitExceeded, GuardFailure, InferenceFailure, PartitionError
+from tasks.features import feature_categories
+from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
+from tasks.inference.treeshap import XGBOOST_NAME
+from tasks.quality.drift import drift_bin_labels, drift_report_rows
+from tasks.quality.fallback_report import fallback_limit_breaches, fallback_report_rows
+from tasks.scoring.prepared import PreparedJob
+from tasks.scoring.unit_pass import ChunkRef, UnitInference, UnitPrediction, inferred_unit, predicted_unit
+from tasks.scoring.units import planned_work_units
+from tasks.sinks.parquet_store import OutputDirs, write_staged_chunk
+
+log = logging.getLogger("scoring.run")
+
+
+DRIFT_REPORT_COLUMNS = {
+    "feature": pl.String, "kind": pl.String, "baseline": pl.String, "psi": pl.Float64, "ks": pl.Float64,
+    "ks_upper": pl.Float64, "wasserstein": pl.Float64, "js": pl.Float64, "flag": pl.String, "rows": pl.Int64,
+    "null_share": pl.Float64, "baseline_null_share": pl.Float64, "outside_p1_p99_share": pl.Float64,
+    "unseen_share": pl.Float64,
+}
+"""`ks_upper` is null where the bound is too loose to inform, `ks` and `wasserstein` for categorical
+features; `outside_p1_p99_share` (below the training p1 or above its p99) is for numeric features,
+`unseen_share` (a value the training reference never had) for boolean and categorical ones."""
+DRIFT_HISTOGRAM_COLUMNS = {
+    "feature": pl.String, "kind": pl.String, "edges": pl.List(pl.Float64), "counts": pl.List(pl.Int64), "nulls": pl.Int64,
+}
+"""`edges` of a boolean or categorical feature are its category values (one bin each, then unseen)."""
+FALLBACK_REPORT_COLUMNS = {
+    "kind": pl.String,
+    "detail": pl.String,
+    "rows": pl.Int64,
+    "share": pl.Float64,
+    "limit": pl.Float64,
+    "breached": pl.Boolean,
+}
+GUARD_SUMMARY_COLUMNS = {
+    "expectation": pl.String,
+    "column_name": pl.String,
+    "expectation_type": pl.String,
+    "action": pl.String,
+    "evaluated_by": pl.String,
+    "rows": pl.Int64,
+    "share": pl.Float64,
+}
+
+
+@dataclass
+class ScoringSummary:
+    """Counts and timings of one scored partition; small enough to pass between tasks."""
+
+    rows_read: int = 0
+    rows_scored: int = 0
+    rows_with_reasons: int = 0
+    rows_without_adverse_reason: int = 0
+    rows_straddling: int = 0
+    chunks: int = 0
+    decisions: dict[str, int] = field(default_factory=dict)
+    rules: dict[str, int] = field(default_factory=dict)
+    guard: GuardCounts = field(default_factory=GuardCounts)
+    guard_summary: list[dict[str, Any]] = field(default_factory=list)
+    fallback_report: list[dict[str, Any]] = field(default_factory=list)
+    drift_report: list[dict[str, Any]] = field(default_factory=list)
+    drift_histograms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per feature: its `kind`, bin `edges`, `current` counts, `reference` counts (empty without a
+    reference) and, for boolean and categorical features, the bins' `labels` (categories, then unseen)."""
+    chunk_latency_ms: list[float] = field(default_factory=list)
+    device_type: str = "cpu"
+    providers: list[str] = field(default_factory=list)
+    model_version: str = ""
+    fallback_reason: str | None = None
+    rows_failed: int = 0
+    failed_chunks: list[dict[str, Any]] = field(default_factory=list)
+    peak_rss_mb: float = 0.0
+    wall_s: float = 0.0
+    workers: list[str] = field(default_factory=list)
+    """host:pid of each process that ran inference for the run."""
+    explained_rows: dict[str, int] = field(default_factory=dict)
+    tie_recomputed_rows: int = 0
+    contributions_kernel_reason: str | None = None
+
+    def inference_stats(self) -> dict[str, Any]:
+        lat = np.asarray(self.chunk_latency_ms or [0.0])
+        infer_s = lat.sum() / 1000.0
+        return {
+            "device_type": self.device_type,
+            "providers": self.providers,
+            "model_version": self.model_version,
+            "fallback_reason": self.fallback_reason,
+            "failed_chunks": self.failed_chunks,
+            "chunks": self.chunks,
+            "latency_ms_p50": float(np.percentile(lat, 50)),
+            "latency_ms_p99": float(np.percentile(lat, 99)),
+            "latency_ms_max": float(lat.max()),
+            "inference_rows_per_s": float(self.rows_scored / infer_s) if infer_s > 0 else None,
+            "end_to_end_rows_per_s": float(self.rows_read / self.wall_s) if self.wall_s > 0 else None,
+            "peak_rss_mb": self.peak_rss_mb,
+            "workers": self.workers,
+            "reasons_explained_by": self.explained_rows,
+            "reasons_tie_recomputed_rows": self.tie_recomputed_rows,
+            "reasons_kernel_reason": self.contributions_kernel_reason,
+        }
+
+    def ledger_counts(self) -> dict[str, Any]:
+        return {
+            "rows_read": self.rows_read,
+            "rows_scored": self.rows_scored,
+            "rows_repaired": self.guard.rows_repaired,
+            "rows_quarantined": self.guard.rows_quarantined,
+            "rows_failed": self.rows_failed,
+            "rows_fallback": self.rows_scored if self.fallback_reason else 0,
+            "rows_with_reasons": self.rows_with_reasons,
+            "rows_without_adverse_reason": self.rows_without_adverse_reason,
+            "rows_straddling": self.rows_straddling,
+            "decisions": self.decisions,
+            "guard_counts": self.guard.by_expectation,
+            "inference": self.inference_stats(),
+        }
+
+
+def scoring_summary(
+    prepared: PreparedJob,
+    inferences: list[UnitInference],
+    predictions: list[UnitPrediction],
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    dirs: OutputDirs,
+    wall_s: float,
+) -> ScoringSummary:
+    """Merge the units' counts into the run's summary, stage its reports, and enforce the job's limits."""
+    spec, engine = prepared.spec, prepared.model.engine
+    summary = ScoringSummary(
+        device_type=engine.device_type,
+        providers=list(engine.providers),
+        model_version=engine.metadata.version,
+        fallback_reason=prepared.model.fallback_reason,
+        wall_s=wall_s,
+    )
+    drift = prepared.drift_accumulator(with_score=True)
+    decisions: Counter[str] = Counter()
+    rules: Counter[str] = Counter()
+    explained: Counter[str] = Counter()
+    for inference in sorted(inferences, key=lambda u: u.unit_id):
+        summary.rows_read += inference.rows_read
+        summary.chunks += inference.chunks
+        summary.rows_failed += inference.rows_failed
+        summary.failed_chunks += inference.failed_chunks
+        summary.guard.merge(inference.guard)
+        summary.chunk_latency_ms += inference.latency_ms
+        drift.merge(inference.drift)
+        summary.peak_rss_mb = max(summary.peak_rss_mb, inference.peak_rss_mb)
+        explained.update(inference.explained_rows)
+        summary.tie_recomputed_rows += inference.tie_recomputed_rows
+    summary.explained_rows = dict(sorted(explained.items()))
+    summary.contributions_kernel_reason = getattr(engine, "contributions_kernel_reason", None)
+    summary.workers = sorted({inference.worker for inference in inferences})
+    for prediction in sorted(predictions, key=lambda u: u.unit_id):
+        summary.rows_scored += prediction.rows_scored
+        summary.rows_with_reasons += prediction.rows_with_reasons
+        summary.rows_without_adverse_reason += prediction.rows_without_adverse_reason
+        summary.rows_straddling += prediction.rows_straddling
+        drift.merge(prediction.drift)
+        decisions.update(prediction.decisions)
+        rules.update(prediction.rules)
+        summary.peak_rss_mb = max(summary.peak_rss_mb, prediction.peak_rss_mb)
+    summary.decisions = dict(sorted(decisions.items()))
+    summary.rules = dict(sorted(rules.items()))
+    if summary.rows_failed > spec.inference.max_failed_share * max(summary.rows_read, 1):
+        last = summary.failed_chunks[-1]["error"]
+        raise InferenceFailure(
+            f"job {spec.name} on {partition_date}: {summary.rows_failed} of {summary.rows_read} rows are in chunks whose "
+            f"inference failed after {1 + spec.inference.retries} attempt(s), beyond the error budget "
+            f"inference.max_failed_share={spec.inference.max_failed_share:.2%}; last error: {last}"
+        )
+    summary.guard_summary = guard_summary_rows(prepared.suite, summary.guard)
+    write_staged_chunk(
+        dirs.guard_summary, run_id, 0,
+        ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS)),
+    )
+    summary.drift_report = drift_report_rows(drift, prepared.drift_baselines, spec.drift.model_dump(exclude={"require_reference"}))
+    reference = prepared.drift_baselines.get("reference", {})
+    categories = feature_categories(prepared.features)
+    summary.drift_histograms = {
+        name: {"kind": h.kind, "edges": h.edges.tolist(), "current": h.counts.tolist(),
+               "reference": reference[name].counts.tolist() if name in reference else [],
+               "labels": drift_bin_labels(h, categories.get(name, ()))}
+        for name, h in drift.histograms.items()
+    }
+    stamp = ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column)
+    write_staged_chunk(dirs.drift_report, run_id, 0, stamp.stamped(pl.DataFrame(summary.drift_report, schema=DRIFT_REPORT_COLUMNS)))
+    write_staged_chunk(dirs.drift_histograms, run_id, 0, stamp.stamped(pl.DataFrame(
+        [{"feature": k, "kind": h.kind, "edges": h.edges.tolist(), "counts": h.counts.tolist(), "nulls": h.nulls}
+         for k, h in drift.histograms.items()],
+        schema=DRIFT_HISTOGRAM_COLUMNS,
+    )))
+    summary.fallback_report = fallback_report_rows(
+        rows_read=summary.rows_read,
+        guard_by_expectation=summary.guard.by_expectation,
+        guard_columns={e.key: e.column for e in prepared.suite.expectations},
+        rows_repaired=summary.guard.rows_repaired,
+        rows_quarantined=summary.guard.rows_quarantined,
+        rows_fallback=summary.rows_scored if summary.fallback_reason else 0,
+        fallback_reason=summary.fallback_reason,
+        rows_failed=summary.rows_failed,
+        rows_without_adverse_reason=summary.rows_without_adverse_reason,
+        rows_reasons_by_xgboost=summary.explained_rows.get(XGBOOST_NAME, 0),
+        reasons_kernel_reason=summary.contributions_kernel_reason,
+        rows_without_drift_reference=0 if reference else summary.rows_read,
+        drift_reference_detail=None if reference else (
+            f"model {engine.metadata.name} {engine.metadata.version} has no training reference (drift.require_reference: false)"
+        ),
+        limits=spec.limits.max_fallback_share,
+    )
+    write_staged_chunk(
+        dirs.fallback_report, run_id, 0,
+        ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(
+            pl.DataFrame(summary.fallback_report, schema=FALLBACK_REPORT_COLUMNS)
+        ),
+    )
+    if summary.rows_read < spec.limits.min_rows:
+        if summary.rows_read == 0:
+            raise PartitionError(
+                f"no raw partition for job {spec.name!r} on {partition_date}: {prepared.raw} holds 0 raw rows "
+                f"(limits.min_rows: {spec.limits.min_rows}; 0 accepts an empty partition)"
+            )
+        raise PartitionError(
+            f"partition {partition_date} of job {spec.name} has {summary.rows_read} raw rows in {prepared.raw}; "
+            f"the job needs at least {spec.limits.min_rows} (limits.min_rows)"
+        )
+    breaches = guard_limit_breaches(
+        summary.guard,
+        max_repaired_share=spec.limits.max_repaired_share,
+        max_quarantined_share=spec.limits.max_quarantined_share,
+    )
+    if breaches:
+        raise GuardFailure(f"job {spec.name} on {partition_date}: " + "; ".join(breaches))
+    fallback_breaches = fallback_limit_breaches(summary.fallback_report)
+    if fallback_breaches:
+        raise FallbackLimitExceeded(f"job {spec.name} on {partition_date}: " + "; ".join(fallback_breaches))
+    log.info(
+        "scored %s %s: %d read, %d scored, %d repaired, %d quarantined in %.2fs",
+        spec.name, partition_date, summary.rows_read, summary.rows_scored,
+        summary.guard.rows_repaired, summary.guard.rows_quarantined, summary.wall_s,
+    )
+    return summary
+
+
+def score_partition_chunks(
+    prepared: PreparedJob,
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    chunk_rows: int,
+    dirs: OutputDirs,
+) -> ScoringSummary:
+    """Score every chunk of the partition in this process, unit after unit: the flow's tasks in
+    sequence. The run's staging files are written; the partition stays untouched."""
+    started = time.perf_counter()
+    inferences, predictions = [], []
+    for unit in planned_work_units(prepared, run_id=run_id, chunk_rows=chunk_rows, dirs=dirs):
+        inference = inferred_unit(prepared, unit, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs)
+        inferences.append(inference)
+        predictions.append(predicted_unit(prepared, inference, run_id=run_id, partition_date=partition_date, dirs=dirs))
+    return scoring_summary(
+        prepared, inferences, predictions, run_id=run_id, partition_date=partition_date, dirs=dirs,
+        wall_s=time.perf_counter() - started,
+    )

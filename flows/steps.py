@@ -18,23 +18,17 @@ from flows.artifacts import left_artifacts
 from flows.monitoring_steps import monitor_decisions
 from flows.unit_steps import prepared_run_job
 from flows.warehouse_config import configured_warehouse, with_warehouse_url
-from tasks.sinks.partition_lock import PartitionLease
 from tasks.scoring.partition_run import (
-    RunTicket,
-    now_utc,
-    partition_page,
-    recorded_failed_run,
-    run_artifacts,
-    run_result,
-    run_ticket,
+    RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, run_artifacts, run_lease, run_result, run_ticket,
     started_run,
 )
-from tasks.sinks.publish import PublishedPartition, partition_store, published_partition, retried
-from tasks.sinks.recovery import recovered_job
 from tasks.scoring.summary import ScoringSummary
-from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import current_settings
 from tasks.sinks.delta import delta_tables
+from tasks.sinks.parquet_store import output_dirs
+from tasks.sinks.partition_lock import PartitionLease
+from tasks.sinks.publish import PublishedPartition, partition_store, published_partition, retried
+from tasks.sinks.recovery import recovered_job
 from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.run")
@@ -45,9 +39,7 @@ def _warehouse() -> Warehouse:
 
 
 def partition_lease(run_id: str, job: str, partition_date: dt.date) -> PartitionLease:
-    """The lease that makes this run the partition's only writer (`with lease.held(): …`)."""
-    settings = current_settings()
-    return PartitionLease(_warehouse(), job, partition_date, run_id, ttl_s=settings.lock_ttl_s, wait_s=settings.lock_wait_s)
+    return run_lease(_warehouse(), current_settings(), run_id, job, partition_date)
 
 
 @task(name="prepare-run")
@@ -99,14 +91,11 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
     """Artifacts and decision monitoring of a published run. The run has succeeded: what fails here
     is kept on its ledger row as a warning, not lost and not a failure."""
     finished = finish_run(ticket, summary, published, return_state=True)
-    result = finished.result() if finished.is_completed() else run_result(
-        ticket, summary, report="", warnings=[*published.warnings, f"artifacts not written: {finished.message}"]
-    )
     monitored = monitor_decisions(ticket.job, ticket.partition_date, ticket.run_id, return_state=True)
-    if monitored.is_completed():
-        result["decision_monitoring"] = monitored.result()
-    else:
-        result["warnings"].append(f"decision monitoring failed: {monitored.message}")
+    result = finished_run_result(
+        ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=finished.message,
+        monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=monitored.message,
+    )
     if result["warnings"] != published.warnings:
         record_run_warnings(ticket.run_id, result["warnings"])
     return result

@@ -27,12 +27,7 @@ from tasks.settings import Settings, current_settings
 @functools.lru_cache(maxsize=4)
 def prepared_run_job(run_id: str, job: str, partition_date: dt.date, settings_json: str) -> PreparedJob:
     # Once per run and worker process: a Dask worker loads the model on its first unit of the run.
-    # The JSON key masks the warehouse and source URLs (secrets), so those come from this process's settings.
-    resolved = with_warehouse_url(current_settings())
-    settings = Settings.model_validate_json(settings_json).model_copy(update={
-        "warehouse_url": resolved.warehouse_url, "warehouse_secret_block": None,
-        "source_url": resolved.source_url, "source_secret_block": None,
-    })
+    settings = Settings.model_validate_json(settings_json).with_urls_of(with_warehouse_url(current_settings()))
     return prepared_job(job, partition_date, settings)
 
 

@@ -141,6 +141,14 @@ class Settings(BaseSettings):
             raise ValueError("names no host (e.g. postgresql://user:password@host:5432/db)")
         return value
 
+    def with_urls_of(self, resolved: Settings) -> Settings:
+        """These settings with the warehouse and source URLs of `resolved` (their Secret blocks read):
+        settings sent between processes as JSON carry pydantic's mask in place of those secrets."""
+        return self.model_copy(update={
+            "warehouse_url": resolved.warehouse_url, "warehouse_secret_block": None,
+            "source_url": resolved.source_url, "source_secret_block": None,
+        })
+
     @property
     def duckdb_path(self) -> Path:
         return self.warehouse_path or self.data_dir / "warehouse.duckdb"
@@ -195,6 +203,21 @@ def settings_problems(error: ValidationError) -> str:
 
 OBJECT_STORE_CREDENTIALS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 """Variables holding object-store credentials, which delta-rs and pyarrow read themselves."""
+
+
+_SECRET_QUERY_KEYS = {"access_key", "secret_key", "session_token", "password", "sas_token", "account_key", "token"}
+
+
+def credential_free_url(value: str) -> str:
+    """`value`, refused when it carries a user, a password or a key: credentials live in the environment."""
+    parts = urllib.parse.urlsplit(value)
+    keys = {k.lower() for k, _ in urllib.parse.parse_qsl(parts.query)}
+    if parts.password is not None or parts.username is not None or keys & _SECRET_QUERY_KEYS:
+        raise ValueError(
+            "url carries credentials; put them in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) "
+            "and keep the spec free of secrets"
+        )
+    return value
 
 
 def object_store_credentials() -> list[str]:

@@ -23,6 +23,7 @@ from tasks.sinks.recovery import pending_ledger_dir, recorded_pending_failure, r
 from tasks.scoring.prepared import PreparedJob
 from tasks.scoring.summary import ScoringSummary
 from tasks.sinks.parquet_store import output_dirs
+from tasks.sinks.partition_lock import PartitionLease
 from tasks.settings import Settings
 from tasks.sinks.config import DeltaSink
 from tasks.sinks.delta import delta_tables
@@ -72,6 +73,27 @@ def run_ticket(prepared: PreparedJob, *, run_id: str, partition_date: dt.date, c
         chunk_rows=chunk_rows or prepared.spec.chunk_rows, model_name=meta.name, model_version=meta.version,
         feature_version=prepared.features.FEATURE_VERSION, delta_sink=prepared.spec.sinks.delta,
     )
+
+
+def run_lease(warehouse: Warehouse, settings: Settings, run_id: str, job: str, partition_date: dt.date) -> PartitionLease:
+    """The lease that makes this run the partition's only writer (`with lease.held(): …`)."""
+    return PartitionLease(warehouse, job, partition_date, run_id, ttl_s=settings.lock_ttl_s, wait_s=settings.lock_wait_s)
+
+
+def finished_run_result(
+    ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, *,
+    artifacts: dict | None, artifacts_error: str, monitoring: dict | None, monitoring_error: str,
+) -> dict:
+    """The result of a published run once its artifacts and decision monitoring ran (None: that step
+    failed with its error): the run has succeeded, so a failure there is one more warning."""
+    result = artifacts if artifacts is not None else run_result(
+        ticket, summary, report="", warnings=[*published.warnings, f"artifacts not written: {artifacts_error}"]
+    )
+    if monitoring is not None:
+        result["decision_monitoring"] = monitoring
+    else:
+        result["warnings"].append(f"decision monitoring failed: {monitoring_error}")
+    return result
 
 
 def started_run(warehouse: Warehouse, settings: Settings, ticket: RunTicket) -> list[dict]:

@@ -25,7 +25,7 @@ from tasks.errors import ExitCode, JobSpecError, JobValidationError, ScoringErro
 from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.scoring.progress import progress_listener
 from tasks.reports.reporting import partition_summaries, partition_summary_table
-from tasks.scoring.prepared import prepared_job
+from tasks.scoring.prepared import preloaded_job
 from tasks.settings import current_settings
 from tasks.sources import SqlPartition, raw_partition
 from tasks.jobs.validation import ValidatedJob, raw_partition_problems, validated_job
@@ -235,11 +235,11 @@ def run(
         settings = current_settings()
         # The same checks the flow starts with, before Prefect is even imported: a user mistake is
         # an `error:` line per problem, not a run log.
-        prepared_job(job, day, with_warehouse_url(settings))
-        from flows.score_partition import score_partition
+        with preloaded_job(job, day, with_warehouse_url(settings), run_settings_json=settings.model_dump_json()):
+            from flows.score_partition import score_partition
 
-        with _run_log(settings.data_dir), _progress_bars():
-            result = score_partition(job, day, chunk_rows)
+            with _run_log(settings.data_dir), _progress_bars():
+                result = score_partition(job, day, chunk_rows)
         _print_summary(job, [day])
         for warning in result.get("warnings", []):
             console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)

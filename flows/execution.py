@@ -35,9 +35,15 @@ def configured_task_runner(settings: Settings) -> TaskRunner:
     )
 
 
+def inference_runs_apart(settings: Settings) -> bool:
+    """Whether inference tasks run on workers of their own (Dask resources such as a GPU), so each
+    unit is scored in two tasks rather than one."""
+    return settings.task_runner == "dask" and bool(settings.inference_resources)
+
+
 def inference_task_resources(settings: Settings) -> AbstractContextManager[Any]:
     """Wrap the submission of inference tasks: on Dask they hold `inference_resources`."""
-    if settings.task_runner != "dask" or not settings.inference_resources:
+    if not inference_runs_apart(settings):
         return nullcontext()
     import dask
 

@@ -8,17 +8,18 @@ import datetime as dt
 from prefect import task
 
 from flows.artifacts import left_artifacts
-from flows.warehouse_config import configured_warehouse
+from flows.warehouse_config import configured_warehouse, run_warehouse
 from tasks.monitoring.runs import decision_monitoring, ingested_partition_outcomes, written_monitoring_page
 from tasks.settings import current_settings
 
 
 @task(name="monitor-decisions")
-def monitor_decisions(job: str, partition_date: dt.date, run_id: str) -> dict:
+def monitor_decisions(job: str, partition_date: dt.date, run_id: str, groups: list[dict] | None = None) -> dict:
     """Decision mix, rule hits, score summary, straddling share and expected events of the published
-    partition, against the trailing window; stored in `decision_monitoring`. Returns the flagged measures."""
+    partition, against the trailing window; stored in `decision_monitoring`. Returns the flagged measures.
+    `groups`: the run's own per-chunk counts; without them the published predictions are counted."""
     settings = current_settings()
-    result, artifact = decision_monitoring(configured_warehouse(settings), settings, job, partition_date, run_id)
+    result, artifact = decision_monitoring(run_warehouse(run_id), settings, job, partition_date, run_id, groups)
     left_artifacts([artifact])
     return result
 

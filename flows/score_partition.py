@@ -18,7 +18,7 @@ from flows.steps import (
     publish_partition,
     start_run,
 )
-from flows.unit_steps import plan_work_units, submitted_units, summarize_run
+from flows.unit_steps import plan_work_units, scored_units, summarize_run
 from tasks.jobs.calendar import parse_partition_date
 from tasks.scoring.partition_run import RunTicket
 from tasks.jobspec import checked_job_name
@@ -28,10 +28,10 @@ from tasks.settings import current_settings
 
 @flow(name="score-units")
 def score_units(ticket: RunTicket) -> ScoringSummary:
-    """Each work unit's inference task, then its prediction task, on the configured task runner."""
+    """Each work unit scored on the configured task runner, then their counts merged."""
     started = time.time()
-    inferred, predicted = submitted_units(ticket, plan_work_units(ticket))
-    return summarize_run(ticket, [f.result() for f in inferred], [f.result() for f in predicted], started)
+    inferences, predictions = scored_units(ticket, plan_work_units(ticket))
+    return summarize_run(ticket, inferences, predictions, started)
 
 
 @flow(name="score_partition", log_prints=True)

@@ -17,7 +17,7 @@ from prefect import task
 from flows.artifacts import left_artifacts
 from flows.monitoring_steps import monitor_decisions
 from flows.unit_steps import prepared_run_job
-from flows.warehouse_config import configured_warehouse, with_warehouse_url
+from flows.warehouse_config import configured_warehouse, run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import (
     RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, run_artifacts, run_lease, run_result, run_ticket,
     started_run,
@@ -29,17 +29,12 @@ from tasks.sinks.parquet_store import output_dirs
 from tasks.sinks.partition_lock import PartitionLease
 from tasks.sinks.publish import PublishedPartition, partition_store, published_partition, retried
 from tasks.sinks.recovery import recovered_job
-from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.run")
 
 
-def _warehouse() -> Warehouse:
-    return configured_warehouse(current_settings())
-
-
 def partition_lease(run_id: str, job: str, partition_date: dt.date) -> PartitionLease:
-    return run_lease(_warehouse(), current_settings(), run_id, job, partition_date)
+    return run_lease(run_warehouse(run_id), current_settings(), run_id, job, partition_date)
 
 
 @task(name="prepare-run")
@@ -54,13 +49,13 @@ def prepare_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int 
 def start_run(ticket: RunTicket) -> list[dict]:
     """Under the partition's lease: finish or undo what dead runs of the job left (this partition's
     and, where no live run holds them, the others'), then open the run in the ledger."""
-    return started_run(_warehouse(), current_settings(), ticket)
+    return started_run(run_warehouse(ticket.run_id), current_settings(), ticket)
 
 
 @task(name="recover-job")
 def recover_job(job: str) -> list[dict]:
     """Finish or undo what dead runs of `job` left, where no live run holds the partition."""
-    recovered = recovered_job(_warehouse(), with_warehouse_url(current_settings()), job, recovering_run_id=f"recovery-{uuid.uuid4()}")
+    recovered = recovered_job(configured_warehouse(current_settings()), with_warehouse_url(current_settings()), job, recovering_run_id=f"recovery-{uuid.uuid4()}")
     return [dataclasses.asdict(r) for r in recovered]
 
 
@@ -72,7 +67,7 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
     page, warnings = partition_page(ticket, summary, counts)
     settings = current_settings()
     return published_partition(
-        _warehouse(), output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
+        run_warehouse(ticket.run_id), output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
         run_id=ticket.run_id, counts=counts, page_html=page, warnings=warnings, ended_at=now_utc(), crash_at=settings.crash_at,
         delta=delta_tables(ticket.delta_sink, settings),
     )
@@ -91,7 +86,7 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
     """Artifacts and decision monitoring of a published run. The run has succeeded: what fails here
     is kept on its ledger row as a warning, not lost and not a failure."""
     finished = finish_run(ticket, summary, published, return_state=True)
-    monitored = monitor_decisions(ticket.job, ticket.partition_date, ticket.run_id, return_state=True)
+    monitored = monitor_decisions(ticket.job, ticket.partition_date, ticket.run_id, summary.decision_groups, return_state=True)
     result = finished_run_result(
         ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=finished.message,
         monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=monitored.message,
@@ -104,10 +99,10 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
 @task(name="record-run-warnings")
 def record_run_warnings(run_id: str, warnings: list[str]) -> None:
     """What failed after the run published (page, artifacts, monitoring), kept on its ledger row."""
-    retried(lambda: _warehouse().record_run_warnings(run_id, warnings))
+    retried(lambda: run_warehouse(run_id).record_run_warnings(run_id, warnings))
 
 
 @task(name="fail-run")
 def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> None:
     """Record the failure in the ledger and drop the run's files (tasks/scoring/partition_run.py: recorded_failed_run)."""
-    recorded_failed_run(_warehouse(), current_settings(), run_id=run_id, job=job, partition_date=partition_date, error=error)
+    recorded_failed_run(run_warehouse(run_id), current_settings(), run_id=run_id, job=job, partition_date=partition_date, error=error)

@@ -1,6 +1,7 @@
-"""Prefect tasks of one run's work units: plan, infer, predict, summarize, each a thin wrapper over
-tasks/scoring/ (units, unit_pass, summary), and their submission on the configured task runner.
-The prepared job (model and engines) is built once per run and worker process."""
+"""Prefect tasks of one run's work units: plan, score (or infer, then predict, where inference runs on
+workers of its own), summarize, each a thin wrapper over tasks/scoring/ (units, unit_pass, summary),
+and their submission on the configured task runner. The prepared job (model and engines) is built
+once per run and worker process."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import PrefectFuture, as_completed, wait
 
-from flows.execution import inference_task_resources
-from flows.warehouse_config import with_warehouse_url
+from flows.execution import inference_runs_apart, inference_task_resources
+from flows.warehouse_config import run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import RunTicket
 from tasks.scoring.progress import reported_progress
-from tasks.scoring.prepared import PreparedJob, prepared_job
+from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job
 from tasks.scoring.summary import ScoringSummary, scoring_summary
-from tasks.scoring.unit_pass import UnitInference, UnitPrediction, inferred_unit, predicted_unit
+from tasks.scoring.unit_pass import ScoredUnit, UnitInference, UnitPrediction, inferred_unit, predicted_unit, scored_unit
 from tasks.scoring.units import WorkUnit, planned_work_units
 from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import Settings, current_settings
@@ -26,13 +27,21 @@ from tasks.settings import Settings, current_settings
 
 @functools.lru_cache(maxsize=4)
 def prepared_run_job(run_id: str, job: str, partition_date: dt.date, settings_json: str) -> PreparedJob:
-    # Once per run and worker process: a Dask worker loads the model on its first unit of the run.
+    # Once per run and worker process: a Dask worker loads the model on its first unit of the run;
+    # the command line's own check of the job is taken over rather than loaded twice.
+    preloaded = taken_preloaded_job(job, partition_date, settings_json)
+    if preloaded is not None:
+        return preloaded
     settings = Settings.model_validate_json(settings_json).with_urls_of(with_warehouse_url(current_settings()))
-    return prepared_job(job, partition_date, settings)
+    return prepared_job(job, partition_date, settings, run_warehouse(run_id))
 
 
 def _run_job(ticket: RunTicket) -> PreparedJob:
     return prepared_run_job(ticket.run_id, ticket.job, ticket.partition_date, current_settings().model_dump_json())
+
+
+def _unit_args(ticket: RunTicket) -> dict:
+    return {"run_id": ticket.run_id, "partition_date": ticket.partition_date, "dirs": output_dirs(current_settings(), ticket.job)}
 
 
 @task(name="plan-work-units")
@@ -43,22 +52,23 @@ def plan_work_units(ticket: RunTicket) -> list[WorkUnit]:
     )
 
 
+@task(name="score-unit")
+def score_unit(ticket: RunTicket, unit: WorkUnit) -> ScoredUnit:
+    """One unit's chunks from raw rows to the prediction contract: guards, features, margins, the
+    decision, the contributions of the rows that need reasons, probability, score and reasons."""
+    return scored_unit(_run_job(ticket), unit, chunk_rows=ticket.chunk_rows, **_unit_args(ticket))
+
+
 @task(name="infer-unit")
 def infer_unit(ticket: RunTicket, unit: WorkUnit) -> UnitInference:
-    """Guards, features, raw margins and contributions of one unit's chunks (the inference side)."""
-    return inferred_unit(
-        _run_job(ticket), unit, run_id=ticket.run_id, partition_date=ticket.partition_date,
-        chunk_rows=ticket.chunk_rows, dirs=output_dirs(current_settings(), ticket.job),
-    )
+    """The inference half of score-unit, on a worker holding the inference resources."""
+    return inferred_unit(_run_job(ticket), unit, chunk_rows=ticket.chunk_rows, **_unit_args(ticket))
 
 
 @task(name="predict-unit")
-def predict_unit(ticket: RunTicket, inference: UnitInference) -> UnitPrediction:
-    """Probabilities, intervals, scores, decisions and reasons of one unit's chunks (the business side)."""
-    return predicted_unit(
-        _run_job(ticket), inference, run_id=ticket.run_id, partition_date=ticket.partition_date,
-        dirs=output_dirs(current_settings(), ticket.job),
-    )
+def predict_unit(ticket: RunTicket, plan: PredictionPlan, inference: UnitInference) -> UnitPrediction:
+    """The prediction half of score-unit, on any worker, from the plan alone: no model is loaded."""
+    return predicted_unit(plan, inference, **_unit_args(ticket))
 
 
 @task(name="summarize-run")
@@ -72,16 +82,29 @@ def summarize_run(
     )
 
 
-def submitted_units(ticket: RunTicket, units: list[WorkUnit]) -> tuple[list[PrefectFuture], list[PrefectFuture]]:
-    """Each unit's inference task, then its prediction task; returns once every one has stopped
-    (so no unit still writes staging files when a failure drops them), with progress on the way."""
-    with inference_task_resources(current_settings()):
-        inferred = [infer_unit.submit(ticket, unit) for unit in units]
-    predicted = [predict_unit.submit(ticket, inference) for inference in inferred]
+def _units_done(ticket: RunTicket, futures: list[PrefectFuture]) -> None:
+    """Progress as the units finish; returns once every one has stopped, so no unit still writes
+    staging files when a failure drops them."""
     label = f"{ticket.job} {ticket.partition_date}"
-    progress = create_progress_artifact(0.0, description=f"{label}: {len(units)} work unit(s) of {ticket.chunk_rows}-row chunks")
-    for done, _ in enumerate(as_completed(predicted), start=1):
-        update_progress_artifact(progress, 100.0 * done / len(units))
-        reported_progress(f"{label} units", done, len(units))
+    progress = create_progress_artifact(0.0, description=f"{label}: {len(futures)} work unit(s) of {ticket.chunk_rows}-row chunks")
+    for done, _ in enumerate(as_completed(futures), start=1):
+        update_progress_artifact(progress, 100.0 * done / len(futures))
+        reported_progress(f"{label} units", done, len(futures))
+
+
+def scored_units(ticket: RunTicket, units: list[WorkUnit]) -> tuple[list[UnitInference], list[UnitPrediction]]:
+    """Each unit scored by one task; where inference runs on workers of its own, an inference task
+    there and a prediction task anywhere, handing over through the run's staging files."""
+    settings = current_settings()
+    if not inference_runs_apart(settings):
+        scored = [score_unit.submit(ticket, unit) for unit in units]
+        _units_done(ticket, scored)
+        results = [f.result() for f in scored]
+        return [r.inference for r in results], [r.prediction for r in results]
+    with inference_task_resources(settings):
+        inferred = [infer_unit.submit(ticket, unit) for unit in units]
+    plan = _run_job(ticket).prediction_plan
+    predicted = [predict_unit.submit(ticket, plan, inference) for inference in inferred]
+    _units_done(ticket, predicted)
     wait(inferred + predicted)
-    return inferred, predicted
+    return [f.result() for f in inferred], [f.result() for f in predicted]

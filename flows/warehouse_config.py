@@ -7,9 +7,11 @@ module; domain code receives settings whose URL is already resolved and calls `w
 
 from __future__ import annotations
 
+import functools
+
 from pydantic import SecretStr
 
-from tasks.settings import Settings
+from tasks.settings import Settings, current_settings
 from tasks.sinks.warehouse import Warehouse
 from tasks.sinks.warehouse_choice import warehouse_for
 
@@ -36,3 +38,10 @@ def with_warehouse_url(settings: Settings) -> Settings:
 def configured_warehouse(settings: Settings) -> Warehouse:
     """The warehouse the settings name: PostgreSQL from a URL or a Secret block, else the DuckDB file."""
     return warehouse_for(with_warehouse_url(settings))
+
+
+@functools.lru_cache(maxsize=16)
+def run_warehouse(run_id: str) -> Warehouse:
+    """The warehouse of one run, built once per process from its settings: each of the run's steps
+    reads a Secret block once, not once per step."""
+    return configured_warehouse(current_settings())

@@ -203,13 +203,13 @@ def test_fail_stops_the_run_before_scoring_naming_files_column_count_and_example
     settings = suite_action(fresh_data, tmp_path, monkeypatch, "fail")
     frame = planted(settings, day)
     scored_units = []
-    real_inferred_unit = steps.inferred_unit
+    real_scored_unit = steps.scored_unit
 
     def tracked(*args, **kwargs):
         scored_units.append(args[1].unit_id)
-        return real_inferred_unit(*args, **kwargs)
+        return real_scored_unit(*args, **kwargs)
 
-    monkeypatch.setattr(steps, "inferred_unit", tracked)
+    monkeypatch.setattr(steps, "scored_unit", tracked)
     with pytest.raises(GuardFailure) as err:
         score_partition(DEMO_JOB, day, chunk_rows=700)
     message = str(err.value)

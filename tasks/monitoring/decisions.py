@@ -20,6 +20,7 @@ quantiles are kept for reading but carry no flag.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,28 @@ def prediction_groups(predictions: pl.DataFrame, cutoffs: Sequence[float]) -> pl
     return predictions.group_by(*keys, "decision", "rule_id", "score", straddling.alias("straddling")).agg(
         pl.len().cast(pl.Int64).alias("rows"), pl.col("probability").sum().alias("probability_sum")
     )
+
+
+GROUP_KEYS = ("run_id", "model_version", "decision", "rule_id", "score", "straddling")
+GROUP_SCHEMA = {
+    "run_id": pl.String, "model_version": pl.String, "decision": pl.String, "rule_id": pl.String, "score": pl.Int16,
+    "straddling": pl.Boolean, "rows": pl.Int64, "probability_sum": pl.Float64,
+}
+
+
+def merged_prediction_groups(groups: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    """`prediction_groups` of parts of one partition (its chunks, in order) as those of the whole.
+
+    Probabilities are summed exactly (`math.fsum`), so the result does not depend on how the
+    partition was cut into chunks and units.
+    """
+    parts = [g for g in groups if g.height]
+    if not parts:
+        return pl.DataFrame(schema=GROUP_SCHEMA)
+    merged = pl.concat(parts).group_by(*GROUP_KEYS).agg(pl.col("rows").sum(), pl.col("probability_sum"))
+    return merged.with_columns(
+        pl.col("probability_sum").map_elements(math.fsum, return_dtype=pl.Float64)
+    ).sort(*GROUP_KEYS)
 
 
 def decision_measures(
@@ -145,18 +168,22 @@ def decision_monitoring_rows(
     return frame.to_arrow().cast(schema)
 
 
-def monitored_decisions(warehouse: Warehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str) -> pa.Table:
-    """Compute the partition's decision monitoring from its published predictions and store it.
+def monitored_decisions(
+    warehouse: Warehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str, groups: pl.DataFrame | None = None
+) -> pa.Table:
+    """Compute the partition's decision monitoring and store it.
 
-    The warehouse aggregates the predictions (`prediction_groups`), so memory does not grow with
-    the partition. They must be those of `run_id`: monitoring a partition that another run has
-    since replaced would store measures of rows nobody reads any more.
+    `groups` are the run's `prediction_groups`, counted chunk by chunk while it scored; without
+    them (monitoring a partition again) the warehouse aggregates the published predictions, so
+    memory does not grow with the partition either way. They must be those of `run_id`:
+    monitoring a partition that another run has since replaced would store measures of rows nobody
+    reads any more.
     """
     rules = spec.prediction.rules
+    if groups is None:
+        groups = pl.from_arrow(warehouse.prediction_groups(spec.name, partition_date, predict_probability_cutoffs(rules)))
     # Sorted, so the sums over groups add in the same order every time.
-    groups = pl.from_arrow(warehouse.prediction_groups(spec.name, partition_date, predict_probability_cutoffs(rules))).sort(
-        "run_id", "model_version", "decision", "rule_id", "score", "straddling"
-    )
+    groups = groups.sort(*GROUP_KEYS)
     runs = sorted(groups["run_id"].unique().to_list())
     if runs and runs != [run_id]:
         raise ValueError(

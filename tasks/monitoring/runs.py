@@ -12,7 +12,7 @@ import polars as pl
 
 from tasks.reports.html_report import write_run_report
 from tasks.jobspec import load_job_spec
-from tasks.monitoring.decisions import monitored_decisions
+from tasks.monitoring.decisions import GROUP_SCHEMA, monitored_decisions
 from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_performance_rows
 from tasks.monitoring.outcomes import ingested_outcomes
 from tasks.scoring.partition_run import Artifact, artifact_key
@@ -23,12 +23,17 @@ log = logging.getLogger("scoring.monitoring")
 
 
 def decision_monitoring(
-    warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date, run_id: str
+    warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date, run_id: str,
+    groups: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], Artifact]:
     """Decision mix, rule hits, score summary, straddling share and expected events of the published
-    partition against the trailing window, stored in `decision_monitoring`: the flagged measures and the table."""
+    partition against the trailing window, stored in `decision_monitoring`: the flagged measures and the table.
+    `groups` are the run's own counts (`ScoringSummary.decision_groups`); without them the published rows are counted."""
     spec = load_job_spec(job, settings)
-    rows = pl.from_arrow(monitored_decisions(warehouse, spec, partition_date=partition_date, run_id=run_id)).to_dicts()
+    counted = None if groups is None else pl.DataFrame(groups, schema=GROUP_SCHEMA)
+    rows = pl.from_arrow(
+        monitored_decisions(warehouse, spec, partition_date=partition_date, run_id=run_id, groups=counted)
+    ).to_dicts()
     shifted = [r for r in rows if r["flag"] == "shift"]
     if shifted:
         log.warning(

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -15,14 +19,31 @@ from tasks.guards import GuardSuite
 from tasks.inference.engine import LoadedModel, inference_loaded_model
 from tasks.inference.registry import inference_check_feature_version
 from tasks.jobs.validation import validated_job
-from tasks.jobspec import FeatureModelRef, JobSpec
+from tasks.jobspec import FeatureModelRef, JobSpec, PredictionConfig
+from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
+from tasks.prediction.decisions import predict_probability_cutoffs
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram
 from tasks.settings import Settings
+from tasks.sinks.warehouse import Warehouse
 from tasks.sinks.warehouse_choice import warehouse_for
 from tasks.sources import RawPartition, raw_partition
 
 log = logging.getLogger("scoring.run")
+
+
+@dataclass(frozen=True)
+class PredictionPlan:
+    """What the prediction side of a run needs, and no inference engine: the spec's prediction
+    config, the model's calibration at the spec's level, and the resolved reason texts."""
+
+    job: str
+    config: PredictionConfig
+    probability_map: ProbabilityMap
+    reason_texts: ReasonTexts
+    feature_version: str
+    cutoffs: tuple[float, ...]
+    """The rules' probability cut-offs, which decision monitoring counts straddling rows against."""
 
 
 @dataclass(frozen=True)
@@ -61,15 +82,26 @@ class PreparedJob:
             psi_edges={**self.psi_edges, **({"score": SCORE_PSI_EDGES} if with_score else {})},
         )
 
+    @cached_property
+    def prediction_plan(self) -> PredictionPlan:
+        calibration = self.model.engine.metadata.calibration
+        return PredictionPlan(
+            job=self.spec.name, config=self.spec.prediction,
+            probability_map=ProbabilityMap(predict_calibrator_from_metadata(calibration), self.spec.prediction.interval_level),
+            reason_texts=self.reason_texts, feature_version=self.features.FEATURE_VERSION,
+            cutoffs=tuple(predict_probability_cutoffs(self.spec.prediction.rules)),
+        )
+
     @property
     def model_features(self) -> tuple[str, ...]:
         """The final model's input: the feature module's columns, then each feature model's output."""
         return (*self.features.FEATURES, *(ref.output_feature for ref, _ in self.feature_models))
 
 
-def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> PreparedJob:
+def prepared_job(job: str, partition_date: dt.date, settings: Settings, warehouse: Warehouse | None = None) -> PreparedJob:
     """The job loaded for a run of `partition_date`, after `validated_job` found no problem in its
-    inputs (JobValidationError lists them all), with its engines built and drift baselines read."""
+    inputs (JobValidationError lists them all), with its engines built and drift baselines read
+    from `warehouse` (the settings' own when not given)."""
     validated = validated_job(job, settings, partition_date=partition_date, check_labels=False)
     for note in validated.notes:
         log.warning("[PRED] job %s: %s", job, note)
@@ -100,7 +132,7 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
             nulls=row["nulls"], kind=row.get("kind") or "numeric",
             psi_edges=reference[row["feature"]].psi_edges if row["feature"] in reference else SCORE_PSI_EDGES,
         )
-        for row in warehouse_for(settings).previous_drift_histograms(job, partition_date)
+        for row in (warehouse or warehouse_for(settings)).previous_drift_histograms(job, partition_date)
     }
     prepared = PreparedJob(
         spec=spec, suite=validated.suite, features=features, model=model, feature_models=tuple(feature_models),
@@ -110,6 +142,32 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings) -> Prepa
     # The engine that loaded may be the fallback chosen only now, when the job's version failed to load.
     inference_check_feature_version(model.engine.artifact, features.FEATURE_VERSION, prepared.model_features)
     return prepared
+
+
+_preloaded: dict[tuple[str, dt.date, str], PreparedJob] = {}
+_preloaded_lock = threading.Lock()
+
+
+@contextmanager
+def preloaded_job(job: str, partition_date: dt.date, settings: Settings, *, run_settings_json: str) -> Iterator[PreparedJob]:
+    """`prepared_job`, offered for the run of (job, partition_date) started inside the block in this
+    process (whose settings serialize to `run_settings_json`), so a job checked before its run starts
+    is loaded once; whatever the run did not take is dropped when the block ends."""
+    prepared = prepared_job(job, partition_date, settings)
+    key = (job, partition_date, run_settings_json)
+    with _preloaded_lock:
+        _preloaded[key] = prepared
+    try:
+        yield prepared
+    finally:
+        with _preloaded_lock:
+            _preloaded.pop(key, None)
+
+
+def taken_preloaded_job(job: str, partition_date: dt.date, run_settings_json: str) -> PreparedJob | None:
+    """The job `preloaded_job` offers for this run, taken so that no later run uses it; None without one."""
+    with _preloaded_lock:
+        return _preloaded.pop((job, partition_date, run_settings_json), None)
 
 
 def _reason_texts(

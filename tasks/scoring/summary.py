@@ -22,10 +22,11 @@ from tasks.errors import FallbackLimitExceeded, GuardFailure, InferenceFailure, 
 from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
 from tasks.inference.treeshap import XGBOOST_NAME
+from tasks.monitoring.decisions import merged_prediction_groups
 from tasks.quality.drift import drift_bin_labels, drift_report_rows
 from tasks.quality.fallback_report import fallback_limit_breaches, fallback_report_rows
 from tasks.scoring.prepared import PreparedJob
-from tasks.scoring.unit_pass import ChunkRef, UnitInference, UnitPrediction, inferred_unit, predicted_unit
+from tasks.scoring.unit_pass import ChunkRef, UnitInference, UnitPrediction, scored_unit
 from tasks.scoring.units import planned_work_units
 from tasks.sinks.parquet_store import OutputDirs, write_staged_chunk
 
@@ -97,6 +98,8 @@ class ScoringSummary:
     explained_rows: dict[str, int] = field(default_factory=dict)
     tie_recomputed_rows: int = 0
     contributions_kernel_reason: str | None = None
+    decision_groups: list[dict[str, Any]] = field(default_factory=list)
+    """The predictions counted per decision-monitoring group (`merged_prediction_groups`), a few hundred rows."""
 
     def inference_stats(self) -> dict[str, Any]:
         lat = np.asarray(self.chunk_latency_ms or [0.0])
@@ -183,6 +186,9 @@ def scoring_summary(
         decisions.update(prediction.decisions)
         rules.update(prediction.rules)
         summary.peak_rss_mb = max(summary.peak_rss_mb, prediction.peak_rss_mb)
+    summary.decision_groups = merged_prediction_groups(
+        [p.decision_groups for p in sorted(predictions, key=lambda u: u.unit_id) if p.decision_groups is not None]
+    ).to_dicts()
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))
     if summary.rows_failed > spec.inference.max_failed_share * max(summary.rows_read, 1):
@@ -273,14 +279,13 @@ def score_partition_chunks(
     chunk_rows: int,
     dirs: OutputDirs,
 ) -> ScoringSummary:
-    """Score every chunk of the partition in this process, unit after unit: the flow's tasks in
-    sequence. The run's staging files are written; the partition stays untouched."""
+    """Score every chunk of the partition in this process, unit after unit, as the flow's unit tasks do. The run's staging files are written; the partition stays untouched."""
     started = time.perf_counter()
-    inferences, predictions = [], []
-    for unit in planned_work_units(prepared, run_id=run_id, chunk_rows=chunk_rows, dirs=dirs):
-        inference = inferred_unit(prepared, unit, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs)
-        inferences.append(inference)
-        predictions.append(predicted_unit(prepared, inference, run_id=run_id, partition_date=partition_date, dirs=dirs))
+    units = [
+        scored_unit(prepared, unit, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs)
+        for unit in planned_work_units(prepared, run_id=run_id, chunk_rows=chunk_rows, dirs=dirs)
+    ]
+    inferences, predictions = [u.inference for u in units], [u.prediction for u in units]
     return scoring_summary(
         prepared, inferences, predictions, run_id=run_id, partition_date=partition_date, dirs=dirs,
         wall_s=time.perf_counter() - started,

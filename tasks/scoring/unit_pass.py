@@ -1,6 +1,11 @@
-"""One work unit scored in two passes: inference (guard, features, inference and the chosen rows'
-contributions, raw outputs to handoff files) and prediction (those outputs turned into the
-prediction contract, one staged Parquet file per chunk)."""
+"""One work unit scored in one pass per chunk: guard, features, inference, the decision (once), the
+contributions of the rows the decision says need reasons, then the prediction contract, staged as one
+Parquet file per chunk (`scored_unit`).
+
+Where the task runner sends inference to other workers (GPUs) than prediction, the unit's pass is cut
+in two at the layer boundary: `inferred_unit` hands each decided chunk and the sparse contributions
+of its explained rows over in an Arrow IPC file, and `predicted_unit` turns them into the contract
+with no inference engine loaded (a `PredictionPlan` is all it needs)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import os
 import resource
 import socket
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +30,12 @@ from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutpu
 from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
-from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
-from tasks.prediction.outputs import predict_decided_chunk, predict_output
+from tasks.monitoring.decisions import prediction_groups
+from tasks.prediction.calibration import CalibratedProbability
+from tasks.prediction.decisions import RuleDecisions
+from tasks.prediction.outputs import DecidedChunk, predict_decided_chunk, predict_output
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator
-from tasks.scoring.prepared import PreparedJob
+from tasks.scoring.prepared import PredictionPlan, PreparedJob
 from tasks.scoring.units import WorkUnit, unit_chunks
 from tasks.sinks.parquet_store import OutputDirs, staging_dir, write_staged_chunk
 
@@ -96,39 +104,49 @@ def _with_retries(attempts: int, what: str, fn):
                 raise
 
 _HANDOFF_FEATURES = b"feature_names"
+_DECIDED_COLUMNS = ("probability", "probability_low", "probability_high", "score", "decision", "rule_id", "straddling")
 
 
 def _handoff_path(dirs: OutputDirs, run_id: str, chunk_id: int) -> Path:
     return staging_dir(dirs.inference_handoff, run_id) / f"chunk-{chunk_id:05d}.arrow"
 
 
-def _write_handoff(path: Path, inferred: InferenceOutput, contributions: FeatureContributions, *, with_values: bool) -> None:
-    """The chunk's raw outputs for its prediction task: margins per row, and for the rows that need
-    reasons their contributions (row index, then `c<j>` per feature) and, when a reason's text
-    depends on the value (`with_values`), their own feature values (`v<j>`; NaN on the other rows)."""
+def _sparse_rows(values: np.ndarray, rows: np.ndarray, n: int, dtype: pa.DataType) -> pa.ListArray:
+    """Row i of `values` as the list of row `rows[i]` of n; every other row null (no values stored)."""
+    lengths = np.zeros(n, dtype=np.int32)
+    lengths[rows] = values.shape[1]
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    valid = np.zeros(n, dtype=bool)
+    valid[rows] = True
+    return pa.ListArray.from_arrays(offsets, pa.array(values.ravel(), type=dtype), mask=pa.array(~valid))
+
+
+def _write_handoff(path: Path, decided: DecidedChunk, contributions: FeatureContributions, *, with_values: bool) -> None:
+    """The decided chunk for its prediction task: margins and decisions per row, and for the rows that
+    need reasons their contributions and, when a reason's text depends on the value (`with_values`),
+    their own feature values; the other rows' lists are null and cost nothing."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    n = len(inferred.margins)
-    rows = np.full(n, -1, dtype=np.int64)
-    rows[contributions.row_index] = np.arange(len(contributions.row_index))
-    explained = np.zeros((n, len(contributions.feature_names)), dtype=np.float64)
-    explained[contributions.row_index] = contributions.values
-    values = np.full((n, len(contributions.feature_names)), np.nan, dtype=np.float32)
+    inferred, n = decided.inference, len(decided.inference.margins)
+    columns = {
+        "entity_id": inferred.entity_ids,
+        "margin": pa.array(inferred.margins, type=pa.float64()),
+        "probability": decided.calibrated.probability, "probability_low": decided.calibrated.low,
+        "probability_high": decided.calibrated.high, "score": decided.score,
+        "decision": pa.array(decided.rules.decision, pa.string()), "rule_id": pa.array(decided.rules.rule_id, pa.string()),
+        "straddling": decided.rules.straddling,
+        "contributions": _sparse_rows(contributions.values, contributions.row_index, n, pa.float64()),
+    }
     if with_values and contributions.feature_values is not None:
-        values[contributions.row_index] = contributions.feature_values
-    table = pa.table(
-        {
-            "entity_id": inferred.entity_ids,
-            "margin": pa.array(inferred.margins, type=pa.float64()),
-            "contribution_row": pa.array(rows),
-            **{f"c{j}": pa.array(explained[:, j]) for j in range(explained.shape[1])},
-            **({f"v{j}": pa.array(values[:, j]) for j in range(values.shape[1])} if with_values else {}),
-        }
-    ).replace_schema_metadata(
+        columns["feature_values"] = _sparse_rows(contributions.feature_values, contributions.row_index, n, pa.float32())
+    table = pa.table(columns).replace_schema_metadata(
         {
             _HANDOFF_FEATURES: json.dumps(list(contributions.feature_names)).encode(),
             b"inference": json.dumps(
                 {"model_name": inferred.model_name, "model_version": inferred.model_version,
                  "device_type": inferred.device_type, "latency_ms": inferred.latency_ms}
+            ).encode(),
+            b"contributions": json.dumps(
+                {"explained_by": contributions.explained_by, "tie_recomputed_rows": contributions.tie_recomputed_rows}
             ).encode(),
         }
     )
@@ -136,32 +154,40 @@ def _write_handoff(path: Path, inferred: InferenceOutput, contributions: Feature
         writer.write_table(table)
 
 
-def _read_handoff(path: Path, chunk_id: int) -> tuple[InferenceOutput, FeatureContributions]:
+def _read_handoff(path: Path, chunk_id: int) -> tuple[DecidedChunk, FeatureContributions]:
     with pa.memory_map(str(path)) as source:
-        table = pa.ipc.open_file(source).read_all()
-    meta = json.loads(table.schema.metadata[b"inference"])
-    names = tuple(json.loads(table.schema.metadata[_HANDOFF_FEATURES]))
+        table = pa.ipc.open_file(source).read_all().combine_chunks()
+    meta = table.schema.metadata
+    names = tuple(json.loads(meta[_HANDOFF_FEATURES]))
     inferred = InferenceOutput(
         chunk_id=chunk_id, entity_ids=table.column("entity_id").combine_chunks(),
-        margins=table.column("margin").to_numpy(), **meta,
+        margins=table.column("margin").to_numpy(), **json.loads(meta[b"inference"]),
     )
-    rows = table.column("contribution_row").to_numpy()
-    row_index = np.flatnonzero(rows >= 0)
+    column = {name: table.column(name).to_numpy(zero_copy_only=False) for name in _DECIDED_COLUMNS}
+    contributions = table.column("contributions").combine_chunks()
+    row_index = np.flatnonzero(contributions.is_valid().to_numpy(zero_copy_only=False))
     shape = (len(row_index), len(names))
 
-    def explained(prefix: str, dtype: type) -> np.ndarray:
-        columns = [table.column(f"{prefix}{j}").to_numpy()[row_index] for j in range(len(names))]
-        return (np.column_stack(columns) if names else np.empty(shape)).astype(dtype, copy=False).reshape(shape)
+    def explained(name: str, dtype: type) -> np.ndarray:
+        return table.column(name).combine_chunks().flatten().to_numpy().astype(dtype, copy=False).reshape(shape)
 
-    return inferred, FeatureContributions(
-        row_index=row_index, values=explained("c", np.float64), feature_names=names,
-        feature_values=explained("v", np.float32) if "v0" in table.column_names else None,
+    decided = DecidedChunk(
+        inference=inferred,
+        calibrated=CalibratedProbability(column["probability"], column["probability_low"], column["probability_high"]),
+        score=column["score"], rules=RuleDecisions(column["decision"], column["rule_id"], column["straddling"]),
+        reason_rows=row_index,
+    )
+    return decided, FeatureContributions(
+        row_index=row_index, values=explained("contributions", np.float64), feature_names=names,
+        feature_values=explained("feature_values", np.float32) if "feature_values" in table.column_names else None,
+        **json.loads(meta[b"contributions"]),
     )
 
 
 @dataclass
 class UnitInference:
-    """What the inference task of one unit hands on: counts, and the chunks whose outputs wait in handoff files."""
+    """The inference side's counts of one unit (and, when the pass is cut in two, the chunks whose
+    decided outputs wait in handoff files)."""
 
     unit_id: int
     chunk_ids: list[int] = field(default_factory=list)
@@ -190,7 +216,16 @@ class UnitPrediction:
     decisions: Counter[str] = field(default_factory=Counter)
     rules: Counter[str] = field(default_factory=Counter)
     drift: DriftAccumulator | None = None
+    decision_groups: pl.DataFrame | None = None
+    """The unit's predictions counted per decision-monitoring group (`prediction_groups`), so decision
+    monitoring never re-reads the partition."""
     peak_rss_mb: float = 0.0
+
+
+@dataclass
+class ScoredUnit:
+    inference: UnitInference
+    prediction: UnitPrediction
 
 
 def _peak_rss_mb() -> float:
@@ -198,22 +233,18 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _probability_map(prepared: PreparedJob) -> ProbabilityMap:
-    engine = prepared.model.engine
-    return ProbabilityMap(predict_calibrator_from_metadata(engine.metadata.calibration), prepared.spec.prediction.interval_level)
-
-
-def inferred_unit(
-    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs
-) -> UnitInference:
-    """Guard, build features, infer and explain every chunk of `unit`; raw outputs go to handoff files.
+def _decided_chunks(
+    prepared: PreparedJob, unit: WorkUnit, result: UnitInference, *, run_id: str, partition_date: dt.date, chunk_rows: int,
+    dirs: OutputDirs,
+) -> Iterator[tuple[DecidedChunk, FeatureContributions]]:
+    """Guard, build features, infer, decide and explain every chunk of `unit`, counting into `result`.
 
     Which rows need reasons is a business rule, so the prediction layer's pure decision function
-    picks them here; only their contributions are computed, on the same device as the margins.
+    decides the chunk here, once; only those rows' contributions are computed, on the same device
+    as the margins.
     """
     spec, fm, engine = prepared.spec, prepared.features, prepared.model.engine
-    probability_map = _probability_map(prepared)
-    result = UnitInference(unit.unit_id, drift=prepared.drift_accumulator())
+    plan = prepared.prediction_plan
     duplicate_rows = quarantined_rows_between(unit.duplicate_rows_file, unit.first_row, unit.rows)
     for chunk_id, table in unit_chunks(unit, chunk_rows):
         chunk = ChunkRef(run_id, spec.name, partition_date, chunk_id, spec.entity_column)
@@ -234,14 +265,14 @@ def inferred_unit(
             feature_names=tuple(fm.FEATURES),
         )
 
-        def inferred_and_explained() -> tuple[InferenceInput, InferenceOutput, FeatureContributions]:
+        def decided_and_explained() -> tuple[InferenceInput, DecidedChunk, FeatureContributions]:
             full, inferred = _inferred(prepared, batch)
-            decided = predict_decided_chunk(inferred, probability_map, spec.prediction)
-            return full, inferred, engine.inference_contributions(full, decided.reason_rows, top_k=spec.prediction.reasons.top_k)
+            decided = predict_decided_chunk(inferred, plan.probability_map, plan.config)
+            return full, decided, engine.inference_contributions(full, decided.reason_rows, top_k=plan.config.reasons.top_k)
 
         try:
-            full, inferred, contributions = _with_retries(
-                1 + spec.inference.retries, f"chunk {chunk_id} of {spec.name} {partition_date}", inferred_and_explained
+            full, decided, contributions = _with_retries(
+                1 + spec.inference.retries, f"chunk {chunk_id} of {spec.name} {partition_date}", decided_and_explained
             )
         except _NOT_RETRIED:
             raise
@@ -253,41 +284,82 @@ def inferred_unit(
             result.rows_failed += failed.height
             result.failed_chunks.append({"chunk": chunk_id, "rows": failed.height, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        _write_handoff(_handoff_path(dirs, run_id, chunk_id), inferred, contributions, with_values=bool(prepared.reason_texts.by_feature))
         result.explained_rows[contributions.explained_by] += contributions.row_index.shape[0]
         result.tie_recomputed_rows += contributions.tie_recomputed_rows
-        result.chunk_ids.append(chunk_id)
-        result.latency_ms.append(inferred.latency_ms)
+        result.latency_ms.append(decided.inference.latency_ms)
         result.drift.add_matrix(prepared.model_features, full.features)
+        yield decided, contributions
+
+
+def _unit_prediction(unit_id: int) -> UnitPrediction:
+    return UnitPrediction(unit_id, drift=DriftAccumulator(edges={"score": SCORE_EDGES}, psi_edges={"score": SCORE_PSI_EDGES}))
+
+
+def _predicted_chunk(
+    plan: PredictionPlan, result: UnitPrediction, decided: DecidedChunk, contributions: FeatureContributions, *,
+    run_id: str, partition_date: dt.date, dirs: OutputDirs,
+) -> None:
+    """The decided chunk in the prediction contract, staged, and counted into `result`."""
+    predicted = predict_output(
+        decided, contributions, plan.config,
+        run_id=run_id, job=plan.job, partition_date=partition_date, feature_version=plan.feature_version,
+        reason_texts=plan.reason_texts,
+    )
+    write_staged_chunk(dirs.predictions, run_id, decided.inference.chunk_id, predicted.table)
+    result.rows_scored += predicted.table.num_rows
+    result.rows_with_reasons += predicted.rows_needing_reasons
+    result.rows_without_adverse_reason += predicted.rows_without_adverse_reason
+    result.rows_straddling += predicted.straddling_rows
+    result.drift.add("score", predicted.table.column("score").to_numpy())
+    result.decisions.update(predicted.decisions)
+    result.rules.update(predicted.rules)
+    groups = prediction_groups(pl.from_arrow(predicted.table.select(_GROUPED_COLUMNS)), plan.cutoffs)
+    result.decision_groups = groups if result.decision_groups is None else pl.concat([result.decision_groups, groups])
+
+
+_GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "score", "probability", "probability_low", "probability_high")
+
+
+def scored_unit(
+    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs
+) -> ScoredUnit:
+    """Every chunk of `unit` from raw rows to the staged prediction contract, in one pass per chunk."""
+    inference, prediction = UnitInference(unit.unit_id, drift=prepared.drift_accumulator()), _unit_prediction(unit.unit_id)
+    for decided, contributions in _decided_chunks(
+        prepared, unit, inference, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs
+    ):
+        inference.chunk_ids.append(decided.inference.chunk_id)
+        _predicted_chunk(prepared.prediction_plan, prediction, decided, contributions, run_id=run_id, partition_date=partition_date, dirs=dirs)
+    inference.peak_rss_mb = prediction.peak_rss_mb = _peak_rss_mb()
+    return ScoredUnit(inference, prediction)
+
+
+def inferred_unit(
+    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs
+) -> UnitInference:
+    """The inference half of `scored_unit`: each decided chunk and its explained rows' contributions go to a handoff file."""
+    result = UnitInference(unit.unit_id, drift=prepared.drift_accumulator())
+    with_values = bool(prepared.prediction_plan.reason_texts.by_feature)
+    for decided, contributions in _decided_chunks(
+        prepared, unit, result, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs
+    ):
+        chunk_id = decided.inference.chunk_id
+        _write_handoff(_handoff_path(dirs, run_id, chunk_id), decided, contributions, with_values=with_values)
+        result.chunk_ids.append(chunk_id)
     result.peak_rss_mb = _peak_rss_mb()
     return result
 
 
 def predicted_unit(
-    prepared: PreparedJob, inference: UnitInference, *, run_id: str, partition_date: dt.date, dirs: OutputDirs
+    plan: PredictionPlan, inference: UnitInference, *, run_id: str, partition_date: dt.date, dirs: OutputDirs
 ) -> UnitPrediction:
-    """Turn the unit's raw outputs into the prediction contract: probability, interval, score,
-    decision and reasons, one staged Parquet file per chunk."""
-    spec = prepared.spec
-    probability_map = _probability_map(prepared)
-    result = UnitPrediction(inference.unit_id, drift=DriftAccumulator(edges={"score": SCORE_EDGES}, psi_edges={"score": SCORE_PSI_EDGES}))
+    """The prediction half of `scored_unit`: the handoff files of `inference` in the prediction contract,
+    one staged Parquet file per chunk; no engine is loaded and nothing is decided again."""
+    result = _unit_prediction(inference.unit_id)
     for chunk_id in inference.chunk_ids:
         path = _handoff_path(dirs, run_id, chunk_id)
-        inferred, contributions = _read_handoff(path, chunk_id)
-        decided = predict_decided_chunk(inferred, probability_map, spec.prediction)
-        predicted = predict_output(
-            decided, contributions, spec.prediction,
-            run_id=run_id, job=spec.name, partition_date=partition_date, feature_version=prepared.features.FEATURE_VERSION,
-            reason_texts=prepared.reason_texts,
-        )
-        write_staged_chunk(dirs.predictions, run_id, chunk_id, predicted.table)
+        decided, contributions = _read_handoff(path, chunk_id)
+        _predicted_chunk(plan, result, decided, contributions, run_id=run_id, partition_date=partition_date, dirs=dirs)
         path.unlink()
-        result.rows_scored += predicted.table.num_rows
-        result.rows_with_reasons += predicted.rows_needing_reasons
-        result.rows_without_adverse_reason += predicted.rows_without_adverse_reason
-        result.rows_straddling += predicted.straddling_rows
-        result.drift.add("score", predicted.table.column("score").to_numpy())
-        result.decisions.update(predicted.decisions)
-        result.rules.update(predicted.rules)
     result.peak_rss_mb = _peak_rss_mb()
     return result

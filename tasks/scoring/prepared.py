@@ -15,7 +15,8 @@ from tasks.guards import GuardSuite
 from tasks.inference.engine import LoadedModel, inference_loaded_model
 from tasks.inference.registry import inference_check_feature_version
 from tasks.jobs.validation import validated_job
-from tasks.jobspec import FeatureModelRef, JobSpec
+from tasks.inference.config import FeatureModelRef
+from tasks.jobspec import JobSpec
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram
 from tasks.settings import Settings

@@ -1,4 +1,10 @@
-"""Typed job specs: `jobs/<job>.yaml` loaded into pydantic models, validated at load time."""
+"""Typed job specs: `jobs/<job>.yaml` loaded into pydantic models, validated at load time.
+
+Each layer owns the models of its section and the spec composes them: `features:` is
+tasks/features/config.py, `model:` and `inference:` are tasks/inference/config.py, `prediction:` is
+tasks/prediction/config.py, `source:` and `sinks:` are the config modules of tasks/sources and
+tasks/sinks. Limits, drift and monitoring stay here, beside the loader.
+"""
 
 from __future__ import annotations
 
@@ -13,301 +19,20 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.errors import JobSpecError
-from tasks.features import FeatureKind
-from tasks.prediction.decisions import predict_rule_table_problems
+from tasks.features.config import DeclaredFeatures
+from tasks.inference.config import NAME_PATTERN, InferenceConfig, ModelRef
+from tasks.prediction.config import PredictionConfig
 from tasks.settings import Settings
 from tasks.sinks.config import SinksConfig
 from tasks.sources.config import SourceConfig
 
-RuleField = Literal["probability", "probability_low", "probability_high", "score"]
 FallbackKind = Literal[
     "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost", "no_drift_reference"
 ]
-Comparison = Literal["lt", "le", "gt", "ge"]
-
-
-NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
-"""Job and model names: they become folder names and table keys, so nothing else is allowed."""
-VERSION_PATTERN = r"^(latest|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$"
-FEATURE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"
-"""Model feature names: XGBoost and ONNX refuse `[`, `]`, `<`, commas and spaces in them; a raw column
-with such a name keeps it as the feature's `source`."""
-TRUE_VALUES = ("true", "yes", "y", "1")
-FALSE_VALUES = ("false", "no", "n", "0")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class DeclaredColumn(_Strict):
-    """One model feature computed from one raw column, in a job spec's `features.columns`."""
-
-    name: str = Field(pattern=FEATURE_NAME_PATTERN, description="Feature name: the model's input column and the reason-code key.")
-    source: str | None = Field(
-        default=None, min_length=1, description="Raw column the feature is computed from; default: the feature's name."
-    )
-    kind: FeatureKind = Field(
-        default="numeric",
-        description="numeric: the number as it is; boolean: true/false values → 1/0; categorical: the position in `categories`.",
-    )
-    clip: tuple[float | None, float | None] | None = Field(
-        default=None, description="numeric only: [low, high] a value is clipped to; null leaves that side open."
-    )
-    true_values: tuple[str, ...] | None = Field(
-        default=None,
-        description=f"boolean only: raw values that mean 1, compared case-insensitively; default {list(TRUE_VALUES)}.",
-    )
-    false_values: tuple[str, ...] | None = Field(
-        default=None,
-        description=f"boolean only: raw values that mean 0, compared case-insensitively; default {list(FALSE_VALUES)}.",
-    )
-    categories: tuple[str, ...] | None = Field(
-        default=None,
-        description="categorical only (and required there): the category that code 0, 1, … stands for; any other value is missing.",
-    )
-
-    @field_validator("true_values", "false_values", "categories", mode="before")
-    @classmethod
-    def _numbers_as_text(cls, value: object) -> object:
-        # `categories: [36, 60]` or `true_values: [1]` in YAML are numbers; they match the raw values' text.
-        if isinstance(value, list | tuple):
-            return tuple(str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v for v in value)
-        return value
-
-    @property
-    def raw_column(self) -> str:
-        return self.source or self.name
-
-    @property
-    def truthy(self) -> tuple[str, ...]:
-        return tuple(v.strip().lower() for v in (self.true_values or TRUE_VALUES))
-
-    @property
-    def falsy(self) -> tuple[str, ...]:
-        return tuple(v.strip().lower() for v in (self.false_values or FALSE_VALUES))
-
-    @model_validator(mode="after")
-    def _options_fit_the_kind(self) -> DeclaredColumn:
-        given = {
-            option
-            for option in ("clip", "true_values", "false_values", "categories")
-            if getattr(self, option) is not None
-        }
-        allowed = {"numeric": {"clip"}, "boolean": {"true_values", "false_values"}, "categorical": {"categories"}}[self.kind]
-        if given - allowed:
-            raise ValueError(
-                f"feature {self.name!r} (kind {self.kind}) cannot take {sorted(given - allowed)}; "
-                f"a {self.kind} feature takes {sorted(allowed)}"
-            )
-        if self.kind == "categorical":
-            if not self.categories:
-                raise ValueError(f"feature {self.name!r} is categorical and needs `categories`: the values that codes 0, 1, … stand for")
-            repeated = sorted({c for c in self.categories if self.categories.count(c) > 1})
-            if repeated:
-                raise ValueError(f"feature {self.name!r} lists categories more than once: {repeated}")
-        if self.kind == "boolean":
-            if any(values is not None and not values for values in (self.true_values, self.false_values)):
-                raise ValueError(f"feature {self.name!r}: true_values and false_values must not be empty")
-            both = sorted(set(self.truthy) & set(self.falsy))
-            if both:
-                raise ValueError(f"feature {self.name!r}: values {both} are in both true_values and false_values")
-        if self.clip is not None:
-            low, high = self.clip
-            if low is not None and high is not None and low > high:
-                raise ValueError(f"feature {self.name!r}: clip low {low} is above high {high}")
-        return self
-
-
-class DeclaredFeatures(_Strict):
-    """Tabular features declared in the job spec instead of a Python feature module (tasks/features/declared.py)."""
-
-    version: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-        description="FEATURE_VERSION: a registered model must have been trained on this version; bump it when a column changes.",
-    )
-    columns: tuple[DeclaredColumn, ...] = Field(min_length=1, description="The model's features, in the model's input order.")
-
-    @field_validator("columns")
-    @classmethod
-    def _unique_names(cls, value: tuple[DeclaredColumn, ...]) -> tuple[DeclaredColumn, ...]:
-        names = [c.name for c in value]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"feature names must be unique; repeated: {repeated}")
-        return value
-
-
-class FeatureModelRef(_Strict):
-    name: str = Field(pattern=NAME_PATTERN, description="Model in the registry whose one output per row becomes a feature.")
-    version: str = Field(default="latest")
-    output_feature: str = Field(description="Name of that feature in the final model's input.")
-
-
-class ModelRef(_Strict):
-    name: str = Field(pattern=NAME_PATTERN, description="Model name in the registry, `data/models/<name>/`.")
-    version: str = Field(default="latest", pattern=VERSION_PATTERN, description="A registry version, or `latest`.")
-    fallback_version: str | None = Field(
-        default=None, pattern=VERSION_PATTERN, description="Version that scores when `version` cannot be loaded; its rows are counted as fallbacks."
-    )
-    feature_models: list[FeatureModelRef] = Field(
-        default_factory=list, description="Models run first on the feature matrix (e.g. an autoencoder's error)."
-    )
-
-
-class InferenceConfig(_Strict):
-    device: Literal["auto", "cpu", "cuda"] = Field(default="cpu", description="Where the engines run.")
-    nthread: int = Field(default=0, ge=0, description="Engine threads; 0 lets the engine use every core.")
-    retries: int = Field(default=1, ge=0, le=10, description="Further attempts of a chunk whose inference failed.")
-    max_failed_share: float = Field(
-        default=0.0, ge=0, le=1, description="Largest share of rows in chunks that failed every attempt before the run fails."
-    )
-
-
-class ScoreConfig(_Strict):
-    base_probability: float = Field(gt=0, lt=1, description="Probability that maps to score 50.")
-    points_to_double_odds: float = Field(gt=0, description="Score points per doubling of the odds.")
-
-
-class ThresholdRule(_Strict):
-    id: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$", description="Stable id stored with every decision.")
-    description: str = ""
-    when: dict[RuleField, dict[Comparison, float]] = Field(
-        default_factory=dict, description="All conditions must hold; empty means always."
-    )
-    decision: str = Field(min_length=1)
-
-    @field_validator("when")
-    @classmethod
-    def _reachable_thresholds(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-        # A threshold outside the field's range makes the condition always or never true: a typo, not a rule.
-        bad = {
-            f"{name}.{op}": threshold
-            for name, comparisons in value.items()
-            for op, threshold in comparisons.items()
-            if not (0 <= threshold <= (100 if name == "score" else 1))
-        }
-        if bad:
-            raise ValueError(f"thresholds outside 0..1 (probabilities) or 0..100 (score): {bad}")
-        return value
-
-
-class ReasonBands(_Strict):
-    """Two texts split at the training median of the feature (the model metadata's reference p50)."""
-
-    low: str = Field(description="Text for a value at or below the training median.")
-    high: str = Field(description="Text for a value above the training median.")
-
-
-class ReasonCuts(_Strict):
-    """Texts for the ranges between fixed cut points: texts[0] below cuts[0], texts[i] from cuts[i-1]
-    up to (not including) cuts[i], the last from the last cut on."""
-
-    cuts: list[float] = Field(min_length=1, description="Increasing cut points, in the feature's units.")
-    texts: list[str] = Field(description="One text per range: len(cuts) + 1.")
-
-    @model_validator(mode="after")
-    def _one_text_per_range(self) -> ReasonCuts:
-        if any(b <= a for a, b in zip(self.cuts, self.cuts[1:], strict=False)):
-            raise ValueError(f"cuts must increase strictly, got {self.cuts}")
-        if len(self.texts) != len(self.cuts) + 1:
-            raise ValueError(
-                f"{len(self.cuts)} cuts make {len(self.cuts) + 1} ranges, so texts needs {len(self.cuts) + 1} entries, got {len(self.texts)}"
-            )
-        return self
-
-
-def _value_key(key: object) -> str:
-    # YAML reads `1:` as an int and `yes:`/`true:` as a bool; the spec means the value either way.
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    return str(key)
-
-
-class ReasonCode(_Strict):
-    """The business reason for one model feature; its text may depend on the row's value of it.
-
-    `text` is the default: for a missing value, and for a value no variant covers. At most one of
-    `by_band` (numeric: low / high around the training median), `by_cut` (numeric: ranges between
-    fixed cuts) or `by_value` (one text per value: a category name of a categorical feature, 0/1 or
-    true/false of a boolean, a number of a numeric one).
-    """
-
-    code: str
-    text: str = Field(description="Default text: missing value, or a value no variant below covers.")
-    by_band: ReasonBands | None = None
-    by_cut: ReasonCuts | None = None
-    by_value: dict[str, str] | None = Field(default=None, description="Value (category name, 0/1, number) → text.")
-
-    @field_validator("text", mode="before")
-    @classmethod
-    def _text_not_a_yaml_boolean(cls, value: object) -> object:
-        if isinstance(value, bool):
-            raise ValueError(f"is {value!r}: YAML reads an unquoted yes/no/on/off/true/false as a boolean; put the text in quotes")
-        return value
-
-    @field_validator("by_value", mode="before")
-    @classmethod
-    def _keys_as_text(cls, value: object) -> object:
-        if not isinstance(value, dict):
-            return value
-        for key, text in value.items():
-            if isinstance(text, bool):
-                raise ValueError(f"text of {key!r} is {text!r}: YAML reads an unquoted yes/no/on/off as a boolean; put the text in quotes")
-        keys = [_value_key(k) for k in value]
-        repeated = sorted({k for k in keys if keys.count(k) > 1})
-        if repeated:
-            raise ValueError(f"names the same value more than once: {repeated}")
-        return {_value_key(k): v for k, v in value.items()}
-
-    @model_validator(mode="after")
-    def _one_variant(self) -> ReasonCode:
-        given = [name for name in ("by_band", "by_cut", "by_value") if getattr(self, name) is not None]
-        if len(given) > 1:
-            raise ValueError(f"give at most one of by_band, by_cut, by_value; got {', '.join(given)}")
-        return self
-
-    @property
-    def varies(self) -> bool:
-        """Whether the text depends on the row's value."""
-        return self.by_band is not None or self.by_cut is not None or self.by_value is not None
-
-
-class ReasonConfig(_Strict):
-    top_k: int = Field(default=3, ge=1, le=10)
-    for_decisions: list[str] = Field(description="Decisions whose rows get reason codes.")
-    no_adverse_code: str = Field(description="Code given when no feature pushes toward the event.")
-    no_adverse_text: str
-    codes: dict[str, ReasonCode] = Field(description="Model feature → business reason.")
-
-
-class PredictionConfig(_Strict):
-    event: str = Field(description="The adverse outcome the probability is about, in words.")
-    interval_level: float = Field(default=0.90, gt=0, lt=1)
-    score: ScoreConfig
-    rules: list[ThresholdRule] = Field(min_length=1)
-    reasons: ReasonConfig
-
-    @model_validator(mode="after")
-    def _rules_decide_every_row(self) -> PredictionConfig:
-        ids = [r.id for r in self.rules]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"rule ids must be unique; repeated: {dupes}")
-        catch_all = [r.id for r in self.rules if not r.when]
-        if catch_all and catch_all != [self.rules[-1].id]:
-            raise ValueError(
-                "only the last rule may go without `when` (it then takes every row no other rule takes); "
-                f"rules without `when`: {catch_all}, last rule: {self.rules[-1].id}"
-            )
-        problems = predict_rule_table_problems(self.rules, self.score)
-        if problems:
-            raise ValueError("every row must match exactly one rule: " + "; ".join(problems))
-        decisions = {r.decision for r in self.rules}
-        unknown = sorted(set(self.reasons.for_decisions) - decisions)
-        if unknown:
-            raise ValueError(f"reasons.for_decisions names decisions no rule makes: {unknown}")
-        return self
 
 
 class DriftConfig(_Strict):

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from tasks.contracts import FeatureContributions, InferenceOutput
 from tasks.errors import JobSpecError
-from tasks.jobspec import PredictionConfig, ReasonConfig, ScoreConfig, ThresholdRule, load_job_spec
+from tasks.jobspec import load_job_spec
+from tasks.prediction.config import PredictionConfig, ReasonConfig, ScoreConfig, ThresholdRule
 from tasks.prediction.calibration import (
     BinnedBetaCalibrator,
     ProbabilityMap,

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from tasks.contracts import FeatureContributions
 from tasks.errors import JobValidationError
-from tasks.jobspec import ReasonCode, ReasonConfig
+from tasks.prediction.config import ReasonCode, ReasonConfig
 from tasks.prediction.reasons import predict_reason_codes, predict_reason_text_problems, predict_reason_texts
 from tasks.settings import Settings
 

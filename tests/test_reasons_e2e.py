@@ -13,7 +13,8 @@ import xgboost as xgb
 from tasks.features import load_feature_module
 from tasks.guards import guarded_chunk, load_guard_suite
 from tasks.inference.registry import inference_model_artifact
-from tasks.jobspec import ReasonCode, load_job_spec
+from tasks.jobspec import load_job_spec
+from tasks.prediction.config import ReasonCode
 from tasks.settings import Settings
 
 from conftest import DEMO_JOB, DemoEnv

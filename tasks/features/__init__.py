@@ -1,7 +1,7 @@
 """Job feature modules. Each declares FEATURE_VERSION, FEATURES and feature_matrix(); training and
 scoring both go through the same module, so the two cannot drift apart. A job spec either names a
-Python module (`feature_module`) or declares tabular features itself (`features`, computed by
-tasks/features/declared.py); `job_features` gives either as a FeatureModule.
+Python module (`feature_module`) or declares tabular features itself (`features`, the models of
+tasks/features/config.py, computed by tasks/features/declared.py); `job_features` gives either as a FeatureModule.
 
 A module may also declare FEATURE_KINDS (feature → "numeric" | "boolean" | "categorical"; unnamed
 features are numeric) and CATEGORIES (categorical feature → the category each code 0, 1, … stands
@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 import polars as pl
 
+from tasks.features.config import FeatureKind
+
 if TYPE_CHECKING:
     from tasks.jobspec import JobSpec
-
-FeatureKind = Literal["numeric", "boolean", "categorical"]
 
 
 class FeatureModule(Protocol):

@@ -18,9 +18,8 @@ import polars as pl
 import pyarrow as pa
 
 from tasks.errors import JobSpecError
-from tasks.features import FeatureKind
-from tasks.jobspec import DeclaredColumn
-from tasks.jobspec import DeclaredFeatures as DeclaredFeaturesSpec
+from tasks.features.config import DeclaredColumn, FeatureKind
+from tasks.features.config import DeclaredFeatures as DeclaredFeaturesSpec
 
 
 def _is_number(text: str) -> bool:

@@ -46,7 +46,8 @@ from tasks.inference.registry import (
     inference_model_file_problem,
     inference_model_versions,
 )
-from tasks.jobspec import VERSION_PATTERN, FeatureModelRef, JobSpec, load_job_spec
+from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
+from tasks.jobspec import JobSpec, load_job_spec
 from tasks.prediction.calibration import predict_fitted_calibrator
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
 from tasks.settings import Settings

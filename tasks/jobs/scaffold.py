@@ -34,7 +34,8 @@ import yaml
 from tasks.errors import JobSpecError, LabelError, PartitionError
 from tasks.features import FeatureKind
 from tasks.guards import load_guard_suite
-from tasks.jobspec import FALSE_VALUES, FEATURE_NAME_PATTERN, NAME_PATTERN, TRUE_VALUES, JobSpec, UniqueKeyLoader
+from tasks.features.config import FALSE_VALUES, FEATURE_NAME_PATTERN, TRUE_VALUES
+from tasks.jobspec import NAME_PATTERN, JobSpec, UniqueKeyLoader
 from tasks.settings import Settings
 
 MAX_CATEGORIES = 30

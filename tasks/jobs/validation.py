@@ -26,7 +26,8 @@ from tasks.features import FeatureModule, feature_categories, feature_kinds, job
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, load_guard_suite, raw_schema_problems
 from tasks.inference.registry import ModelArtifact, inference_artifact_problems
-from tasks.jobspec import FeatureModelRef, JobSpec, checked_job_name, job_spec_document, job_spec_path, spec_field_problems
+from tasks.inference.config import FeatureModelRef
+from tasks.jobspec import JobSpec, checked_job_name, job_spec_document, job_spec_path, spec_field_problems
 from tasks.prediction.calibration import predict_calibrator_from_metadata
 from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.prediction.reasons import predict_reason_text_problems

@@ -12,15 +12,32 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Literal, Protocol
 
 import numpy as np
 
-from tasks.prediction.scores import predict_risk_score
+from tasks.prediction.scores import ScoreScale, predict_risk_score
 
-if TYPE_CHECKING:
-    from tasks.jobspec import ScoreConfig, ThresholdRule
+RuleField = Literal["probability", "probability_low", "probability_high", "score"]
+"""What a rule may test."""
+Comparison = Literal["lt", "le", "gt", "ge"]
+
+
+class Rule(Protocol):
+    """What the rule table reads of a rule: a tasks.prediction.config.ThresholdRule. That module
+    proves its tables with this one, so this one names only the fields it reads."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def when(self) -> Mapping[RuleField, Mapping[Comparison, float]]: ...
+
+    @property
+    def decision(self) -> str: ...
+
 
 _OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 _PROBABILITY_FIELDS = ("probability", "probability_low", "probability_high")
@@ -33,12 +50,12 @@ class RuleDecisions:
     straddling: np.ndarray
 
 
-def predict_probability_cutoffs(rules: list[ThresholdRule]) -> list[float]:
+def predict_probability_cutoffs(rules: Sequence[Rule]) -> list[float]:
     """Every probability value a rule compares against: the cut-offs an interval can straddle."""
     return sorted({v for r in rules for f, cmp in r.when.items() if f in _PROBABILITY_FIELDS for v in cmp.values()})
 
 
-def _matches(rule: ThresholdRule, values: dict[str, np.ndarray]) -> np.ndarray:
+def _matches(rule: Rule, values: dict[str, np.ndarray]) -> np.ndarray:
     hit = np.ones(len(values["probability"]), dtype=bool)
     for field_name, comparisons in rule.when.items():
         for op, threshold in comparisons.items():
@@ -46,7 +63,7 @@ def _matches(rule: ThresholdRule, values: dict[str, np.ndarray]) -> np.ndarray:
     return hit
 
 
-def predict_rule_decisions(values: dict[str, np.ndarray], rules: list[ThresholdRule]) -> RuleDecisions:
+def predict_rule_decisions(values: dict[str, np.ndarray], rules: Sequence[Rule]) -> RuleDecisions:
     """The decision and deciding rule id of every row; `values` holds the fields rules may test."""
     n = len(values["probability"])
     decision = np.empty(n, dtype=object)
@@ -71,13 +88,13 @@ def predict_rule_decisions(values: dict[str, np.ndarray], rules: list[ThresholdR
     return RuleDecisions(decision=decision, rule_id=rule_id, straddling=straddling)
 
 
-def _probability_at_raw_score(raw: float, score: ScoreConfig) -> float:
+def _probability_at_raw_score(raw: float, score: ScoreScale) -> float:
     base_odds = score.base_probability / (1 - score.base_probability)
     odds = base_odds * 2 ** ((raw - 50.0) / score.points_to_double_odds)
     return odds / (1 + odds) if math.isfinite(odds) else 1.0
 
 
-def _grid(rules: list[ThresholdRule], score: ScoreConfig) -> list[float]:
+def _grid(rules: Sequence[Rule], score: ScoreScale) -> list[float]:
     """Each probability cut, and one point strictly between each pair of neighbouring cuts."""
     cuts = {0.0, 1.0, *predict_probability_cutoffs(rules)}
     for rule in rules:
@@ -92,7 +109,7 @@ def _point(values: dict[str, np.ndarray], i: int) -> str:
     return ", ".join(f"{k}={values[k][i]:.4g}" for k in ("probability_low", "probability", "probability_high", "score"))
 
 
-def predict_rule_table_problems(rules: list[ThresholdRule], score: ScoreConfig) -> list[str]:
+def predict_rule_table_problems(rules: Sequence[Rule], score: ScoreScale) -> list[str]:
     """Overlaps between conditional rules, and gaps no rule covers, each with an example row."""
     grid = _grid(rules, score)
     triples = np.array([t for t in itertools.combinations_with_replacement(grid, 3)])

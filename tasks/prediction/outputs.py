@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.contracts import PREDICTION_SCHEMA, FeatureContributions, InferenceOutput, PredictionOutput
-from tasks.jobspec import PredictionConfig
+from tasks.prediction.config import PredictionConfig
 from tasks.prediction.calibration import CalibratedProbability, ProbabilityMap
 from tasks.prediction.decisions import RuleDecisions, predict_rule_decisions
 from tasks.prediction.reasons import ReasonTexts, predict_reason_codes

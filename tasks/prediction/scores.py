@@ -7,15 +7,23 @@ odds = p / (1 − p) and base_odds is the odds of `base_probability`. Higher mea
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from tasks.jobspec import ScoreConfig
+
+class ScoreScale(Protocol):
+    """What the score map reads of a tasks.prediction.config.ScoreConfig. That module proves its
+    rule tables with this one (through decisions), so this one names only the fields it reads."""
+
+    @property
+    def base_probability(self) -> float: ...
+
+    @property
+    def points_to_double_odds(self) -> float: ...
 
 
-def predict_risk_score(probability: np.ndarray, config: ScoreConfig) -> np.ndarray:
+def predict_risk_score(probability: np.ndarray, config: ScoreScale) -> np.ndarray:
     p = np.clip(probability, 1e-12, 1 - 1e-12)
     base_odds = config.base_probability / (1 - config.base_probability)
     raw = 50.0 + config.points_to_double_odds * np.log2((p / (1 - p)) / base_odds)

@@ -13,9 +13,10 @@ from typing import Any
 
 from tasks.contracts import PREDICTION_FIELD_MEANINGS, PREDICTION_SCHEMA
 from tasks.inference.registry import ModelMetadata, inference_model_artifact
-from tasks.jobspec import JobSpec, ReasonCode, load_job_spec
+from tasks.jobspec import JobSpec, load_job_spec
 from tasks.prediction.calibration import METHOD as LOGISTIC_TAILS_METHOD
 from tasks.prediction.calibration_check import predict_calibration_table
+from tasks.prediction.config import ReasonCode
 from tasks.settings import Settings
 from tasks.sinks.warehouse_choice import warehouse_for
 

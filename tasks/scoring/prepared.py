@@ -19,8 +19,10 @@ from tasks.guards import GuardSuite
 from tasks.inference.engine import LoadedModel, inference_loaded_model
 from tasks.inference.registry import inference_check_feature_version
 from tasks.jobs.validation import validated_job
-from tasks.jobspec import FeatureModelRef, JobSpec, PredictionConfig
+from tasks.inference.config import FeatureModelRef
+from tasks.jobspec import JobSpec
 from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
+from tasks.prediction.config import PredictionConfig
 from tasks.prediction.decisions import predict_probability_cutoffs
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram

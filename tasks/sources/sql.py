@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,6 +21,7 @@ from tasks.errors import PartitionError, SourceUnreachable, environment_fault
 from tasks.settings import Settings
 from tasks.sources.chunks import rechunked_tables
 from tasks.sources.config import PARTITION_PARAMETER, SqlSource
+from tasks.sources.parquet import ParquetPartition
 
 SNAPSHOT_FILE = "part-0.parquet"
 
@@ -78,11 +78,9 @@ class SqlPartition:
         with self._reader(self.source.query, batch_rows=batch_rows) as reader:
             yield reader
 
-    def parquet_partition(self, staging: Path, chunk_rows: int) -> Any:
+    def parquet_partition(self, staging: Path, chunk_rows: int) -> ParquetPartition:
         """The query's rows, streamed once into `staging/part-0.parquet` in row groups of
         `chunk_rows`, as the Parquet partition every later read uses."""
-        from tasks.sources import ParquetPartition
-
         staging.mkdir(parents=True, exist_ok=True)
         target = staging / SNAPSHOT_FILE
         with self.batches(chunk_rows) as reader, pq.ParquetWriter(target, reader.schema) as writer:

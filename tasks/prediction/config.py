@@ -1,0 +1,162 @@
+"""The job spec's `prediction:` section: score scale, threshold rules, reason codes, interval level.
+
+The prediction layer owns these models; tasks/jobspec.py composes them into the job spec. A rule
+table is proven exact here, at load time, by tasks/prediction/decisions.py, which reads rules and
+the score scale through protocols of its own and so never imports this module.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tasks.prediction.decisions import Comparison, RuleField, predict_rule_table_problems
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScoreConfig(_Strict):
+    base_probability: float = Field(gt=0, lt=1, description="Probability that maps to score 50.")
+    points_to_double_odds: float = Field(gt=0, description="Score points per doubling of the odds.")
+
+
+class ThresholdRule(_Strict):
+    id: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$", description="Stable id stored with every decision.")
+    description: str = ""
+    when: dict[RuleField, dict[Comparison, float]] = Field(
+        default_factory=dict, description="All conditions must hold; empty means always."
+    )
+    decision: str = Field(min_length=1)
+
+    @field_validator("when")
+    @classmethod
+    def _reachable_thresholds(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        # A threshold outside the field's range makes the condition always or never true: a typo, not a rule.
+        bad = {
+            f"{name}.{op}": threshold
+            for name, comparisons in value.items()
+            for op, threshold in comparisons.items()
+            if not (0 <= threshold <= (100 if name == "score" else 1))
+        }
+        if bad:
+            raise ValueError(f"thresholds outside 0..1 (probabilities) or 0..100 (score): {bad}")
+        return value
+
+
+class ReasonBands(_Strict):
+    """Two texts split at the training median of the feature (the model metadata's reference p50)."""
+
+    low: str = Field(description="Text for a value at or below the training median.")
+    high: str = Field(description="Text for a value above the training median.")
+
+
+class ReasonCuts(_Strict):
+    """Texts for the ranges between fixed cut points: texts[0] below cuts[0], texts[i] from cuts[i-1]
+    up to (not including) cuts[i], the last from the last cut on."""
+
+    cuts: list[float] = Field(min_length=1, description="Increasing cut points, in the feature's units.")
+    texts: list[str] = Field(description="One text per range: len(cuts) + 1.")
+
+    @model_validator(mode="after")
+    def _one_text_per_range(self) -> ReasonCuts:
+        if any(b <= a for a, b in zip(self.cuts, self.cuts[1:], strict=False)):
+            raise ValueError(f"cuts must increase strictly, got {self.cuts}")
+        if len(self.texts) != len(self.cuts) + 1:
+            raise ValueError(
+                f"{len(self.cuts)} cuts make {len(self.cuts) + 1} ranges, so texts needs {len(self.cuts) + 1} entries, got {len(self.texts)}"
+            )
+        return self
+
+
+def _value_key(key: object) -> str:
+    # YAML reads `1:` as an int and `yes:`/`true:` as a bool; the spec means the value either way.
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
+
+
+class ReasonCode(_Strict):
+    """The business reason for one model feature; its text may depend on the row's value of it.
+
+    `text` is the default: for a missing value, and for a value no variant covers. At most one of
+    `by_band` (numeric: low / high around the training median), `by_cut` (numeric: ranges between
+    fixed cuts) or `by_value` (one text per value: a category name of a categorical feature, 0/1 or
+    true/false of a boolean, a number of a numeric one).
+    """
+
+    code: str
+    text: str = Field(description="Default text: missing value, or a value no variant below covers.")
+    by_band: ReasonBands | None = None
+    by_cut: ReasonCuts | None = None
+    by_value: dict[str, str] | None = Field(default=None, description="Value (category name, 0/1, number) → text.")
+
+    @field_validator("text", mode="before")
+    @classmethod
+    def _text_not_a_yaml_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError(f"is {value!r}: YAML reads an unquoted yes/no/on/off/true/false as a boolean; put the text in quotes")
+        return value
+
+    @field_validator("by_value", mode="before")
+    @classmethod
+    def _keys_as_text(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        for key, text in value.items():
+            if isinstance(text, bool):
+                raise ValueError(f"text of {key!r} is {text!r}: YAML reads an unquoted yes/no/on/off as a boolean; put the text in quotes")
+        keys = [_value_key(k) for k in value]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise ValueError(f"names the same value more than once: {repeated}")
+        return {_value_key(k): v for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _one_variant(self) -> ReasonCode:
+        given = [name for name in ("by_band", "by_cut", "by_value") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of by_band, by_cut, by_value; got {', '.join(given)}")
+        return self
+
+    @property
+    def varies(self) -> bool:
+        """Whether the text depends on the row's value."""
+        return self.by_band is not None or self.by_cut is not None or self.by_value is not None
+
+
+class ReasonConfig(_Strict):
+    top_k: int = Field(default=3, ge=1, le=10)
+    for_decisions: list[str] = Field(description="Decisions whose rows get reason codes.")
+    no_adverse_code: str = Field(description="Code given when no feature pushes toward the event.")
+    no_adverse_text: str
+    codes: dict[str, ReasonCode] = Field(description="Model feature → business reason.")
+
+
+class PredictionConfig(_Strict):
+    event: str = Field(description="The adverse outcome the probability is about, in words.")
+    interval_level: float = Field(default=0.90, gt=0, lt=1)
+    score: ScoreConfig
+    rules: list[ThresholdRule] = Field(min_length=1)
+    reasons: ReasonConfig
+
+    @model_validator(mode="after")
+    def _rules_decide_every_row(self) -> PredictionConfig:
+        ids = [r.id for r in self.rules]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"rule ids must be unique; repeated: {dupes}")
+        catch_all = [r.id for r in self.rules if not r.when]
+        if catch_all and catch_all != [self.rules[-1].id]:
+            raise ValueError(
+                "only the last rule may go without `when` (it then takes every row no other rule takes); "
+                f"rules without `when`: {catch_all}, last rule: {self.rules[-1].id}"
+            )
+        problems = predict_rule_table_problems(self.rules, self.score)
+        if problems:
+            raise ValueError("every row must match exactly one rule: " + "; ".join(problems))
+        decisions = {r.decision for r in self.rules}
+        unknown = sorted(set(self.reasons.for_decisions) - decisions)
+        if unknown:
+            raise ValueError(f"reasons.for_decisions names decisions no rule makes: {unknown}")
+        return self

@@ -29,7 +29,7 @@ from tasks.scoring.prepared import preloaded_job
 from tasks.settings import current_settings
 from tasks.sources import SqlPartition, raw_partition
 from tasks.jobs.validation import ValidatedJob, raw_partition_problems, validated_job
-from flows.warehouse_config import configured_warehouse, with_warehouse_url
+from flows.steps.blocks import configured_warehouse, with_warehouse_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
@@ -154,11 +154,11 @@ class _RunLogFile(logging.FileHandler):
 def _run_log(data_dir: Path) -> Iterator[Path | None]:
     """Flow and task logs, tracebacks included, in `<data_dir>/output/logs/score-<UTC time>-<pid>.log`
     for the duration of a command; the console keeps the progress lines but no fault tracebacks."""
-    from prefect.logging.handlers import PrefectConsoleHandler
+    from flows.steps.console import prefect_console_handlers
 
     root = logging.getLogger()
-    for handler in root.handlers:
-        if isinstance(handler, PrefectConsoleHandler) and not isinstance(handler.formatter, _NoFaultTracebacks):
+    for handler in prefect_console_handlers():
+        if not isinstance(handler.formatter, _NoFaultTracebacks):
             handler.setFormatter(_NoFaultTracebacks(handler.formatter))
             handler.addFilter(_no_failure_echo)
     path = data_dir / "output" / "logs" / f"score-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log"

@@ -8,7 +8,7 @@ from prefect import flow
 
 from tasks.jobs.calendar import job_name_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs, load_job_spec
-from flows.monitoring_steps import ingest_outcomes, report_outcomes
+from flows.steps.monitoring import ingest_outcomes, report_outcomes
 from tasks.monitoring.outcomes import outcome_window
 from tasks.settings import current_settings
 

@@ -9,9 +9,9 @@ from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from flows.partition_runs import planned_outcomes, reported_outcomes, scored_partition, scored_partitions
-from flows.steps import recover_job
-from flows.warehouse_config import with_warehouse_url
+from flows.steps.partitions import planned_outcomes, reported_outcomes, scored_partition, scored_partitions
+from flows.steps.partition import recover_job
+from flows.steps.blocks import with_warehouse_url
 from tasks.jobs.calendar import job_name_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs
 from tasks.reports.reporting import BackfillMode, catch_up_dates, partitions_to_score

@@ -9,8 +9,8 @@ import uuid
 from prefect import flow
 from prefect.runtime import flow_run
 
-from flows.execution import configured_task_runner
-from flows.steps import (
+from flows.steps.task_runners import configured_task_runner
+from flows.steps.partition import (
     fail_run,
     finished_run,
     partition_lease,
@@ -18,7 +18,7 @@ from flows.steps import (
     publish_partition,
     start_run,
 )
-from flows.unit_steps import plan_work_units, scored_units, summarize_run
+from flows.steps.units import plan_work_units, scored_units, summarize_run
 from tasks.jobs.calendar import parse_partition_date
 from tasks.scoring.partition_run import RunTicket
 from tasks.jobspec import checked_job_name

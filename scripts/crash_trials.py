@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import tasks  # noqa: E402,F401  (telemetry off before anything loads Prefect)
 from tasks.settings import Settings  # noqa: E402
-from flows.warehouse_config import configured_warehouse  # noqa: E402
+from flows.steps.blocks import configured_warehouse  # noqa: E402
 
 SCORE = str(Path(sys.executable).with_name("score"))
 JOB = "credit_risk"

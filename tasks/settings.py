@@ -127,7 +127,7 @@ class Settings(BaseSettings):
     @classmethod
     def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
         # Settings sent to a task as JSON carry pydantic's mask instead of the URL; the task takes the URL
-        # from its own environment (flows/steps.py), so the mask is not checked as one.
+        # from its own environment (flows/steps/partition.py), so the mask is not checked as one.
         if value is None or value.get_secret_value() == _SECRET_MASK:
             return value
         try:

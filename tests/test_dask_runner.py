@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
-from flows.execution import configured_task_runner
+from flows.steps.task_runners import configured_task_runner
 from tasks.scoring.units import partition_work_units
 from tasks.sources import ParquetPartition
 from tasks.settings import Settings, current_settings

@@ -27,7 +27,7 @@ from tasks.sinks.recovery import recovered_job
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.delta import DeltaTables, written_delta_partition
 from tasks.sinks.warehouse import PARTITIONED_SCHEMAS
-from flows.warehouse_config import configured_warehouse
+from flows.steps.blocks import configured_warehouse
 
 from conftest import DEMO_JOB, DemoEnv, S3Server
 

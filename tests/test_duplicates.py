@@ -197,7 +197,7 @@ def test_keep_first_scores_the_first_occurrence_and_is_the_same_for_any_chunk_si
 def test_fail_stops_the_run_before_scoring_naming_files_column_count_and_examples(
     fresh_data: Settings, day: dt.date, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import flows.unit_steps as steps
+    import flows.steps.units as steps
     from flows.score_partition import score_partition
 
     settings = suite_action(fresh_data, tmp_path, monkeypatch, "fail")

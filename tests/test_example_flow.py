@@ -8,7 +8,7 @@ import pytest
 
 from tasks.errors import PartitionError
 from tasks.settings import Settings
-from flows.warehouse_config import configured_warehouse
+from flows.steps.blocks import configured_warehouse
 
 from conftest import DEMO_JOB, DemoEnv
 

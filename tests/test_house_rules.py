@@ -115,7 +115,7 @@ def test_the_scan_covers_both_layers() -> None:
     [
         ("tasks.scoring.unit_pass", "def predict(x):\n    return x\n", "bare 'predict'"),
         ("flows.people", "class Runner:\n    def inference(self):\n        pass\n", "bare 'inference'"),
-        ("flows.steps", "inference = lambda x: x\n", "bare 'inference'"),
+        ("flows.steps.partition", "inference = lambda x: x\n", "bare 'inference'"),
         ("tasks.prediction.scores", "def risk_score(p):\n    return p\n", "'risk_score' is not named predict_*"),
         ("tasks.inference.engine", "async def margins(x):\n    return x\n", "'margins' is not named inference_*"),
         ("tasks.prediction.outputs", "import xgboost as xgb\n", "imports xgboost"),
@@ -169,3 +169,36 @@ def test_import_linter_contracts_are_kept() -> None:
     contracts = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     assert output.count(" KEPT") == len(contracts) >= 3, output
     assert "BROKEN" not in output
+
+
+# --- flows are wiring ----------------------------------------------------------------------------
+
+FLOW_FILES = sorted(p for p in (PROJECT_ROOT / "flows").glob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", FLOW_FILES, ids=lambda p: p.name)
+def test_flow_files_are_short_wiring(path: Path) -> None:
+    """A flow module holds flows and their wiring; Prefect tasks live in flows/steps/, logic in tasks/."""
+    source = path.read_text()
+    lines = [line for line in source.splitlines() if line.strip()]
+    assert len(lines) <= 60, f"{path.name}: {len(lines)} non-blank lines"
+    tree = ast.parse(source)
+    decorated = {
+        ast.unparse(d.func if isinstance(d, ast.Call) else d)
+        for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) for d in node.decorator_list
+    }
+    assert "task" not in decorated, f"{path.name} defines a Prefect task: it belongs in flows/steps/"
+
+
+def test_prefect_is_imported_only_under_flows() -> None:
+    """Outside flows/ nothing imports Prefect, not even inside a function (the contracts see those too,
+    this names the line)."""
+    offenders = []
+    for path in sorted(p for top in ("tasks", "cli") for p in (PROJECT_ROOT / top).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            )
+            offenders += [f"{path.relative_to(PROJECT_ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in ("prefect", "prefect_dask")]
+    assert offenders == []

@@ -25,7 +25,7 @@ from tasks.sinks.recovery import pending_ledger_dir, recovered_job
 from tasks.reports.reporting import partitions_to_score
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
-from flows.warehouse_config import configured_warehouse
+from flows.steps.blocks import configured_warehouse
 
 from conftest import DEMO_JOB, DemoEnv
 
@@ -149,7 +149,7 @@ def test_a_ledger_close_that_fails_leaves_a_committed_run_the_next_start_closes(
 def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
     demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import flows.unit_steps
+    import flows.steps.units
     from flows.score_partition import score_partition
 
     day = demo_env.plan.scoring_dates[-1]
@@ -161,7 +161,7 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
     def locked(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
         raise _LOCKED
 
-    monkeypatch.setattr(flows.unit_steps, "scoring_summary", full_disk)
+    monkeypatch.setattr(flows.steps.units, "scoring_summary", full_disk)
     monkeypatch.setattr(DuckDBWarehouse, "record_run_failed", locked)
     with pytest.raises(OSError, match="No space left"):
         score_partition(DEMO_JOB, day)

@@ -16,7 +16,7 @@ from tasks.errors import PartitionBusy, PartitionLeaseLost
 from tasks.sinks.partition_lock import PartitionLease
 from tasks.settings import Settings, current_settings
 from tasks.sinks.warehouse import Warehouse
-from flows.warehouse_config import configured_warehouse
+from flows.steps.blocks import configured_warehouse
 
 from conftest import DEMO_JOB
 

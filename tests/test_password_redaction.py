@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tasks.settings import Settings, current_settings
-from flows.warehouse_config import configured_warehouse
+from flows.steps.blocks import configured_warehouse
 
 from conftest import DEMO_JOB, DemoEnv
 

@@ -26,7 +26,7 @@ from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from tasks.sinks.postgres_warehouse import PostgresWarehouse
 from tasks.sinks.warehouse import MONITORING_SCHEMAS, PARTITIONED_SCHEMAS, Warehouse, redacted
 from tasks.sinks.warehouse_choice import warehouse_for
-from flows.warehouse_config import configured_warehouse, with_warehouse_url
+from flows.steps.blocks import configured_warehouse, with_warehouse_url
 
 JOB = "credit_risk"
 DAY = dt.date(2026, 3, 9)

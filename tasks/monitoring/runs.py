@@ -1,5 +1,5 @@
 """Decision monitoring of a published partition, outcome ingestion and the monitoring page, as plain
-results and artifact contents. Prefect-free: flows/monitoring_steps.py wraps these as tasks."""
+results and artifact contents. Prefect-free: flows/steps/monitoring.py wraps these as tasks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """One partition run outside the chunk loop: its ticket, its start under the lease, its page, its
-artifacts' contents, its result and its failure record. Prefect-free: flows/steps.py wraps these
+artifacts' contents, its result and its failure record. Prefect-free: flows/steps/partition.py wraps these
 as tasks and turns `Artifact`s into Prefect artifacts."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 reports (guard summary, drift, fallback) staged and the job's limits enforced; `score_partition_chunks`
 scores the whole partition in this process, unit after unit, as the flow's tasks do in sequence.
 
-Nothing here knows Prefect; `flows.unit_steps` wraps the passes in tasks. Chunks stream from the raw
+Nothing here knows Prefect; `flows.steps.units` wraps the passes in tasks. Chunks stream from the raw
 Parquet and their outputs go straight to staging files, so memory stays flat whatever the partition size.
 """
 

@@ -15,13 +15,13 @@ if TYPE_CHECKING:
 def warehouse_for(settings: Settings) -> Warehouse:
     """The warehouse the settings name: PostgreSQL at `warehouse_url` when set, else the DuckDB file
     at `settings.duckdb_path`. A Prefect Secret block is read at the orchestration edge
-    (`flows.warehouse_config`), never here: domain code does not know the orchestrator."""
+    (`flows.steps.blocks`), never here: domain code does not know the orchestrator."""
     if settings.warehouse_url is not None and settings.warehouse_secret_block:
         raise ValueError("set SCORING_WAREHOUSE_URL or SCORING_WAREHOUSE_SECRET_BLOCK, not both")
     if settings.warehouse_secret_block:
         raise ValueError(
             f"the warehouse URL is in the Prefect Secret block {settings.warehouse_secret_block!r}, which this code "
-            "does not read: resolve it first with flows.warehouse_config.with_warehouse_url(settings)"
+            "does not read: resolve it first with flows.steps.blocks.with_warehouse_url(settings)"
         )
     if settings.warehouse_url is not None:
         return PostgresWarehouse(settings.warehouse_url.get_secret_value())

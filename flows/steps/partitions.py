@@ -9,7 +9,7 @@ from prefect import task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.futures import as_completed
 
-from flows.monitoring_steps import monitor_decisions
+from flows.steps.monitoring import monitor_decisions
 from flows.score_partition import score_partition
 from tasks.errors import PartitionsFailed
 from tasks.scoring.progress import reported_progress

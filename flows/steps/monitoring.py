@@ -7,8 +7,8 @@ import datetime as dt
 
 from prefect import task
 
-from flows.artifacts import left_artifacts
-from flows.warehouse_config import configured_warehouse, run_warehouse
+from flows.steps.artifacts import left_artifacts
+from flows.steps.blocks import configured_warehouse, run_warehouse
 from tasks.monitoring.runs import decision_monitoring, ingested_partition_outcomes, written_monitoring_page
 from tasks.settings import current_settings
 

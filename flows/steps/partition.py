@@ -14,10 +14,10 @@ import uuid
 
 from prefect import task
 
-from flows.artifacts import left_artifacts
-from flows.monitoring_steps import monitor_decisions
-from flows.unit_steps import prepared_run_job
-from flows.warehouse_config import configured_warehouse, run_warehouse, with_warehouse_url
+from flows.steps.artifacts import left_artifacts
+from flows.steps.monitoring import monitor_decisions
+from flows.steps.units import prepared_run_job
+from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import (
     RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, run_artifacts, run_lease, run_result, run_ticket,
     started_run,

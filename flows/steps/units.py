@@ -13,8 +13,8 @@ from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import PrefectFuture, as_completed, wait
 
-from flows.execution import inference_runs_apart, inference_task_resources
-from flows.warehouse_config import run_warehouse, with_warehouse_url
+from flows.steps.task_runners import inference_runs_apart, inference_task_resources
+from flows.steps.blocks import run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import RunTicket
 from tasks.scoring.progress import reported_progress
 from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job

@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tasks.catalog import PREDICTION_SCHEMA
+
 
 class _ArrayModel(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -89,28 +91,8 @@ class FeatureContributions(_ArrayModel):
         return self
 
 
-PREDICTION_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("job", pa.string(), nullable=False),
-        pa.field("partition_date", pa.date32(), nullable=False),
-        pa.field("entity_id", pa.string(), nullable=False),
-        pa.field("probability", pa.float64(), nullable=False),
-        pa.field("probability_low", pa.float64(), nullable=False),
-        pa.field("probability_high", pa.float64(), nullable=False),
-        pa.field("score", pa.int16(), nullable=False),
-        pa.field("decision", pa.string(), nullable=False),
-        pa.field("rule_id", pa.string(), nullable=False),
-        pa.field("reason_codes", pa.list_(pa.string()), nullable=False),
-        pa.field("reason_texts", pa.list_(pa.string()), nullable=False),
-        pa.field("raw_margin", pa.float64(), nullable=False),
-        pa.field("model_name", pa.string(), nullable=False),
-        pa.field("model_version", pa.string(), nullable=False),
-        pa.field("feature_version", pa.string(), nullable=False),
-    ]
-)
-"""The prediction contract: one row per scored entity, in Parquet and in the warehouse."""
-
+# The prediction contract's schema is the catalog's PREDICTIONS (tasks/catalog.py), imported above
+# so `tasks.contracts.PREDICTION_SCHEMA` stays where the inference / prediction layers read it.
 PREDICTION_FIELD_MEANINGS = {
     "run_id": "The run that wrote the row; joins to the `runs` ledger.",
     "job": "The job spec that scored the row.",

@@ -28,7 +28,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tasks.prediction.decisions import predict_probability_cutoffs
+from tasks.prediction.decisions import predict_probability_cutoffs, predict_straddling
 from tasks.sinks.warehouse import MONITORING_SCHEMAS, Warehouse
 
 if TYPE_CHECKING:
@@ -43,10 +43,7 @@ _MEASURES_SCHEMA = {"measure": pl.String, "item": pl.String, "value": pl.Float64
 def prediction_groups(predictions: pl.DataFrame, cutoffs: Sequence[float]) -> pl.DataFrame:
     """Predictions counted by (run_id, model_version, decision, rule_id, score, straddling), with
     the sum of their probabilities: everything decision monitoring needs, a few hundred rows."""
-    low, high = pl.col("probability_low"), pl.col("probability_high")
-    straddling = pl.lit(False)
-    for cut in cutoffs:
-        straddling = straddling | ((low < cut) & (high >= cut))
+    straddling = predict_straddling(pl.col("probability_low"), pl.col("probability_high"), cutoffs, none=pl.lit(False))
     keys = [c for c in ("run_id", "model_version") if c in predictions.columns]
     return predictions.group_by(*keys, "decision", "rule_id", "score", straddling.alias("straddling")).agg(
         pl.len().cast(pl.Int64).alias("rows"), pl.col("probability").sum().alias("probability_sum")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,7 @@ class Rule(Protocol):
     def decision(self) -> str: ...
 
 
+_T = TypeVar("_T")
 _OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 _PROBABILITY_FIELDS = ("probability", "probability_low", "probability_high")
 
@@ -53,6 +54,19 @@ class RuleDecisions:
 def predict_probability_cutoffs(rules: Sequence[Rule]) -> list[float]:
     """Every probability value a rule compares against: the cut-offs an interval can straddle."""
     return sorted({v for r in rules for f, cmp in r.when.items() if f in _PROBABILITY_FIELDS for v in cmp.values()})
+
+
+def predict_straddling(low: _T, high: _T, cutoffs: Iterable[float | _T], *, none: _T) -> _T:
+    """Whether an interval straddles a probability cut-off: `low < cut <= high` for one of `cutoffs`
+    (the rule table could decide it either way, so a rule may send it to a person).
+
+    The one statement of the rule. It is written with `<`, `>=`, `&` and `|` only, so `low` and
+    `high` may be numpy arrays, polars expressions or SQL terms (tasks/sinks/warehouse.py); `none`
+    is "no interval straddles" in the same kind (with no cut-off that is the answer)."""
+    straddling = none
+    for cut in cutoffs:
+        straddling = straddling | ((low < cut) & (high >= cut))
+    return straddling
 
 
 def _matches(rule: Rule, values: dict[str, np.ndarray]) -> np.ndarray:
@@ -81,10 +95,9 @@ def predict_rule_decisions(values: dict[str, np.ndarray], rules: Sequence[Rule])
         matched[matched == 0] = 1
     if (matched != 1).any():
         raise AssertionError(f"{int((matched != 1).sum())} rows matched no rule or several, although the rule table was proven exact")
-    low, high = values["probability_low"], values["probability_high"]
-    straddling = np.zeros(n, dtype=bool)
-    for cut in predict_probability_cutoffs(rules):
-        straddling |= (low < cut) & (high >= cut)
+    straddling = predict_straddling(
+        values["probability_low"], values["probability_high"], predict_probability_cutoffs(rules), none=np.zeros(n, dtype=bool)
+    )
     return RuleDecisions(decision=decision, rule_id=rule_id, straddling=straddling)
 
 

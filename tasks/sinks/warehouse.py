@@ -21,6 +21,7 @@ import re
 import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +29,7 @@ import pyarrow as pa
 
 from tasks.contracts import PREDICTION_SCHEMA
 from tasks.errors import LabelError, PartitionLeaseLost
+from tasks.prediction.decisions import predict_straddling
 
 log = logging.getLogger("scoring.warehouse")
 
@@ -225,6 +227,26 @@ def _monitoring_table(table: str) -> pa.Schema:
         return MONITORING_SCHEMAS[table]
     except KeyError:
         raise ValueError(f"not a monitoring table: {table!r}; known: {sorted(MONITORING_SCHEMAS)}") from None
+
+
+@dataclass(frozen=True)
+class _SqlTerm:
+    """A SQL expression that `<`, `>=`, `&` and `|` combine into SQL text, so a rule written with
+    Python's operators (tasks/prediction/decisions.py predict_straddling) runs in the database."""
+
+    sql: str
+
+    def __lt__(self, other: _SqlTerm) -> _SqlTerm:
+        return _SqlTerm(f"{self.sql} < {other.sql}")
+
+    def __ge__(self, other: _SqlTerm) -> _SqlTerm:
+        return _SqlTerm(f"{self.sql} >= {other.sql}")
+
+    def __and__(self, other: _SqlTerm) -> _SqlTerm:
+        return _SqlTerm(f"({self.sql} AND {other.sql})")
+
+    def __or__(self, other: _SqlTerm) -> _SqlTerm:
+        return _SqlTerm(f"({self.sql} OR {other.sql})")
 
 
 class _Session(Protocol):
@@ -592,15 +614,17 @@ class Warehouse(ABC):
         if not self._exists():
             return schema.empty_table()
         params: dict[str, Any] = {"job": job, "partition_date": partition_date}
-        straddles = []
         for i, cut in enumerate(cutoffs):
             params[f"cut_{i}"] = float(cut)
-            straddles.append(f"(probability_low < CAST($cut_{i} AS DOUBLE PRECISION) AND probability_high >= CAST($cut_{i} AS DOUBLE PRECISION))")
+        straddling = predict_straddling(
+            _SqlTerm("probability_low"), _SqlTerm("probability_high"),
+            [_SqlTerm(f"CAST($cut_{i} AS DOUBLE PRECISION)") for i in range(len(cutoffs))], none=_SqlTerm("FALSE"),
+        )
         with self._session(write=False) as session:
             if not self._table_exists(session, "predictions"):
                 return schema.empty_table()
             result = session.arrow(
-                f"SELECT run_id, model_version, decision, rule_id, score, ({' OR '.join(straddles) or 'FALSE'}) AS straddling, "
+                f"SELECT run_id, model_version, decision, rule_id, score, ({straddling.sql}) AS straddling, "
                 # An exact decimal sum: a float sum in parallel would differ in the last bits from
                 # run to run, and recomputing monitoring must leave identical tables.
                 f'count(*) AS "rows", CAST(sum(CAST(probability AS DECIMAL(38, 18))) AS DOUBLE PRECISION) AS probability_sum '

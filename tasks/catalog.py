@@ -1,0 +1,325 @@
+"""The catalog: every dataset the product writes, named once, with where it lives and what it holds.
+
+A `Dataset` says its folder under the job's output dir (`data/output/<job>/…`), its Arrow schema,
+its warehouse table, the columns that identify one of its rows, whether a scoring run replaces it
+per (job, partition_date) and whether a run stages it per chunk or once per run. Scoring, publish,
+the warehouse (DuckDB and PostgreSQL), the Delta sink, recovery, the reports and the crash trials
+read their lists of datasets and their schemas from here; none spells them again.
+
+This module imports only pyarrow and the standard library, so every layer can read it without
+import circles (an import-linter contract in pyproject.toml keeps it so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+
+PARTITION_KEY = ("job", "partition_date")
+"""The columns of a partition: a run replaces exactly the rows of one (job, partition_date)."""
+
+Staging = Literal["chunk", "run"]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One dataset of the product, in every store it has."""
+
+    name: str
+    """What code calls it: the key of the Parquet store, the crash points, the Delta table under the sink's URL."""
+    schema: pa.Schema | None
+    """Its columns, in the warehouse table's order and types (and the Delta table's); None where
+    they are not fixed (the inference hand-off's depend on the model)."""
+    folder: str | None = None
+    """Its folder under the job's output dir (`<job>/<folder>/date=D`); None: the warehouse only."""
+    table: str | None = None
+    """Its warehouse table; None: never in the warehouse (staged files only)."""
+    keys: tuple[str, ...] = ()
+    """The columns that identify one row; empty where a row has no identity of its own (an entity
+    may be quarantined, and acted on by the same expectation, more than once)."""
+    primary_key: bool = False
+    """The warehouse declares `keys` as its PRIMARY KEY (tables updated row by row, not per partition)."""
+    partitioned: bool = False
+    """Replaced as a whole per (job, partition_date): a scoring run's Parquet version and warehouse
+    rows, or a monitoring run's rows."""
+    staged: Staging | None = None
+    """How a scoring run stages it before publishing: a file per chunk, one file per run, or not at all."""
+    published: bool = True
+    """Readers see it (in Parquet, the warehouse and the Delta tables); False: a run's scratch, never published."""
+
+
+_RUN_KEY = [("run_id", pa.string()), ("job", pa.string()), ("partition_date", pa.date32())]
+"""The first columns of what a scoring run writes: the run, then the partition."""
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_JSON = pa.json_()
+
+PREDICTIONS = Dataset(
+    name="predictions",
+    schema=pa.schema(
+        [
+            pa.field("run_id", pa.string(), nullable=False),
+            pa.field("job", pa.string(), nullable=False),
+            pa.field("partition_date", pa.date32(), nullable=False),
+            pa.field("entity_id", pa.string(), nullable=False),
+            pa.field("probability", pa.float64(), nullable=False),
+            pa.field("probability_low", pa.float64(), nullable=False),
+            pa.field("probability_high", pa.float64(), nullable=False),
+            pa.field("score", pa.int16(), nullable=False),
+            pa.field("decision", pa.string(), nullable=False),
+            pa.field("rule_id", pa.string(), nullable=False),
+            pa.field("reason_codes", pa.list_(pa.string()), nullable=False),
+            pa.field("reason_texts", pa.list_(pa.string()), nullable=False),
+            pa.field("raw_margin", pa.float64(), nullable=False),
+            pa.field("model_name", pa.string(), nullable=False),
+            pa.field("model_version", pa.string(), nullable=False),
+            pa.field("feature_version", pa.string(), nullable=False),
+        ]
+    ),
+    folder="predictions", table="predictions", keys=(*PARTITION_KEY, "entity_id"), partitioned=True, staged="chunk",
+)
+"""The prediction contract: one row per scored entity (meanings: tasks/contracts.py PREDICTION_FIELD_MEANINGS)."""
+PREDICTION_SCHEMA = PREDICTIONS.schema
+
+QUARANTINE = Dataset(
+    name="quarantine",
+    schema=pa.schema(
+        [*_RUN_KEY, ("entity_id", pa.string()), ("failed_expectations", pa.list_(pa.string())), ("raw_row", pa.string())]
+    ),
+    folder="quarantine", table="quarantine", partitioned=True, staged="chunk",
+)
+"""Rows not scored, with the expectations they failed and the raw row as JSON."""
+
+GUARD_ACTIONS = Dataset(
+    name="guard_actions",
+    schema=pa.schema(
+        [
+            *_RUN_KEY, ("entity_id", pa.string()), ("expectation", pa.string()), ("column_name", pa.string()),
+            ("action", pa.string()), ("old_value", pa.string()), ("new_value", pa.string()),
+        ]
+    ),
+    folder="guard_actions", table="guard_actions", partitioned=True, staged="chunk",
+)
+"""Every repair (entity, column, expectation, old → new) and quarantine."""
+
+GUARD_SUMMARY = Dataset(
+    name="guard_summary",
+    schema=pa.schema(
+        [
+            *_RUN_KEY, ("expectation", pa.string()), ("column_name", pa.string()), ("expectation_type", pa.string()),
+            ("action", pa.string()), ("evaluated_by", pa.string()), ("rows", pa.int64()), ("share", pa.float64()),
+        ]
+    ),
+    folder="guard_summary", table="guard_summary", keys=(*PARTITION_KEY, "expectation"), partitioned=True, staged="run",
+)
+"""Every expectation of the suite with its action, engine and rows hit."""
+
+FALLBACK_REPORT = Dataset(
+    name="fallback_report",
+    schema=pa.schema(
+        [
+            *_RUN_KEY, ("kind", pa.string()), ("detail", pa.string()), ("rows", pa.int64()), ("share", pa.float64()),
+            ("limit", pa.float64()), ("breached", pa.bool_()),
+        ]
+    ),
+    folder="reports/fallback", table="fallback_report", keys=(*PARTITION_KEY, "kind", "detail"), partitioned=True,
+    staged="run",
+)
+"""Rows per kind of fallback (guard repair, quarantine, fallback model, failed chunk, …), share, limit, breached."""
+
+DRIFT_REPORT = Dataset(
+    name="drift_report",
+    schema=pa.schema(
+        [
+            *_RUN_KEY, ("feature", pa.string()), ("baseline", pa.string()), ("psi", pa.float64()), ("ks", pa.float64()),
+            ("ks_upper", pa.float64()), ("wasserstein", pa.float64()), ("js", pa.float64()), ("flag", pa.string()),
+            ("rows", pa.int64()), ("null_share", pa.float64()), ("baseline_null_share", pa.float64()),
+            ("outside_p1_p99_share", pa.float64()), ("kind", pa.string()), ("unseen_share", pa.float64()),
+        ]
+    ),
+    folder="reports/drift", table="drift_report", keys=(*PARTITION_KEY, "feature", "baseline"), partitioned=True,
+    staged="run",
+)
+"""Drift per feature and baseline (meanings: tasks/scoring/summary.py DRIFT_REPORT_COLUMNS). `kind`
+null: a row written before kinds (numeric); `kind` and `unseen_share` came later, hence at the end."""
+
+DRIFT_HISTOGRAMS = Dataset(
+    name="drift_histograms",
+    schema=pa.schema(
+        [
+            *_RUN_KEY, ("feature", pa.string()), ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64())),
+            ("nulls", pa.int64()), ("kind", pa.string()),
+        ]
+    ),
+    folder="reports/drift_histograms", table="drift_histograms", keys=(*PARTITION_KEY, "feature"), partitioned=True,
+    staged="run",
+)
+"""The merged per-feature histograms the drift was computed from (the next partition's baseline)."""
+
+INFERENCE_HANDOFF = Dataset(
+    name="inference_handoff",
+    schema=None,
+    folder="inference_handoff", staged="chunk", published=False,
+)
+"""Raw outputs of a chunk between its inference and its prediction task (Arrow IPC files whose
+columns depend on the model: tasks/scoring/unit_pass.py); staged only, never published."""
+
+RUNS = Dataset(
+    name="runs",
+    schema=pa.schema(
+        [
+            pa.field("run_id", pa.string(), nullable=False), pa.field("job", pa.string(), nullable=False),
+            pa.field("partition_date", pa.date32(), nullable=False), pa.field("status", pa.string(), nullable=False),
+            ("model_name", pa.string()), ("model_version", pa.string()), ("feature_version", pa.string()),
+            ("rows_read", pa.int64()), ("rows_scored", pa.int64()), ("rows_repaired", pa.int64()),
+            ("rows_quarantined", pa.int64()), ("rows_failed", pa.int64()), ("rows_fallback", pa.int64()),
+            ("rows_with_reasons", pa.int64()), ("rows_without_adverse_reason", pa.int64()), ("rows_straddling", pa.int64()),
+            ("decisions", _JSON), ("guard_counts", _JSON), ("inference", _JSON),
+            pa.field("started_at", _TIMESTAMP, nullable=False), ("ended_at", _TIMESTAMP), ("error", pa.string()),
+            ("error_detail", pa.string()), ("warnings", _JSON),
+        ]
+    ),
+    table="runs", keys=("run_id",), primary_key=True,
+)
+"""The run ledger; JSON columns read back as JSON text on both backends.
+
+`status` moves `running` → `publishing` (the run's outputs are assembled and it is about to commit)
+→ `committed` (in the same transaction as the partition's warehouse rows) → `succeeded` (the
+Parquet pointer swapped and any Delta tables written), or to `failed` with `error` (one line)
+and `error_detail` (the traceback). `warnings` lists what failed after the outputs were published (page, monitoring)."""
+
+PARTITION_LEASES = Dataset(
+    name="partition_leases",
+    schema=pa.schema(
+        [
+            pa.field("job", pa.string(), nullable=False), pa.field("partition_date", pa.date32(), nullable=False),
+            pa.field("run_id", pa.string(), nullable=False), ("host", pa.string()), ("pid", pa.int64()),
+            pa.field("acquired_at", _TIMESTAMP, nullable=False), pa.field("expires_at", _TIMESTAMP, nullable=False),
+        ]
+    ),
+    table="partition_leases", keys=PARTITION_KEY, primary_key=True,
+)
+"""Which run may write a partition until when; expiry is judged by the database clock."""
+
+_MONITORING_KEY = [("job", pa.string()), ("partition_date", pa.date32())]
+
+DECISION_MONITORING = Dataset(
+    name="decision_monitoring",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("run_id", pa.string()), ("model_version", pa.string()), ("measure", pa.string()),
+            ("item", pa.string()), ("value", pa.float64()), ("baseline", pa.float64()),
+            ("baseline_partitions", pa.int64()), ("delta", pa.float64()), ("tolerance", pa.float64()),
+            ("flag", pa.string()),
+        ]
+    ),
+    table="decision_monitoring", keys=(*PARTITION_KEY, "model_version", "measure", "item"), partitioned=True,
+)
+"""Decision monitoring of a published partition (tasks/monitoring/decisions.py)."""
+
+OUTCOME_LABELS = Dataset(
+    name="outcome_labels",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("entity_id", pa.string()), ("outcome", pa.int16()), ("observed_date", pa.date32()),
+            ("source", pa.string()), ("entity_status", pa.string()),
+        ]
+    ),
+    table="outcome_labels", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
+)
+OUTCOME_PARTITIONS = Dataset(
+    name="outcome_partitions",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("status", pa.string()), ("predictions", pa.int64()), ("predictions_labelled", pa.int64()),
+            ("labels", pa.int64()), ("labels_matched", pa.int64()), ("labels_quarantined", pa.int64()),
+            ("labels_unknown_entity", pa.int64()),
+            ("labels_duplicate", pa.int64()), ("labels_without_outcome", pa.int64()),
+        ]
+    ),
+    table="outcome_partitions", keys=PARTITION_KEY, partitioned=True,
+)
+OUTCOME_METRICS = Dataset(
+    name="outcome_metrics",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("model_version", pa.string()), ("scoring_run_id", pa.string()), ("rows", pa.int64()),
+            ("labelled", pa.int64()), ("events", pa.int64()), ("observed_rate", pa.float64()),
+            ("observed_low", pa.float64()), ("observed_high", pa.float64()), ("interval_level", pa.float64()),
+            ("expected_rate", pa.float64()), ("expected_events", pa.float64()), ("expected_within_interval", pa.bool_()),
+            ("auc", pa.float64()), ("brier", pa.float64()), ("ece", pa.float64()), ("psi_score", pa.float64()),
+            ("psi_baseline_rows", pa.int64()),
+        ]
+    ),
+    table="outcome_metrics", keys=(*PARTITION_KEY, "model_version"), partitioned=True,
+)
+OUTCOME_CALIBRATION = Dataset(
+    name="outcome_calibration",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("model_version", pa.string()), ("bin", pa.int64()), ("bin_low", pa.float64()),
+            ("bin_high", pa.float64()), ("rows", pa.int64()), ("events", pa.int64()), ("probability_sum", pa.float64()),
+        ]
+    ),
+    table="outcome_calibration", keys=(*PARTITION_KEY, "model_version", "bin"), partitioned=True,
+)
+OUTCOME_DECISIONS = Dataset(
+    name="outcome_decisions",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("model_version", pa.string()), ("decision", pa.string()), ("rows", pa.int64()),
+            ("events", pa.int64()), ("precision", pa.float64()), ("recall", pa.float64()),
+        ]
+    ),
+    table="outcome_decisions", keys=(*PARTITION_KEY, "model_version", "decision"), partitioned=True,
+)
+
+PARTITION_DATASETS: tuple[Dataset, ...] = (
+    PREDICTIONS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS,
+)
+"""What a scoring run publishes, in publish order: staged, moved into the run's version folder, its
+warehouse rows replaced per (job, partition_date) in one transaction, swapped in by one pointer,
+written to the Delta tables."""
+STAGED_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, INFERENCE_HANDOFF)
+"""Every folder a scoring run stages files in (and a failed run's leftovers are removed from)."""
+OUTCOME_DATASETS: tuple[Dataset, ...] = (
+    OUTCOME_LABELS, OUTCOME_PARTITIONS, OUTCOME_METRICS, OUTCOME_CALIBRATION, OUTCOME_DECISIONS,
+)
+"""Realized outcomes of a partition, replaced together by an outcomes run (tasks/monitoring/outcomes.py)."""
+MONITORING_DATASETS: tuple[Dataset, ...] = (DECISION_MONITORING, *OUTCOME_DATASETS)
+"""Tables of prediction monitoring and realized outcomes, each keyed by (job, partition_date) and
+replaced per partition. No run id or clock time of the monitoring run is stored, so recomputing from
+the same predictions and labels leaves identical tables."""
+LEDGER_DATASETS: tuple[Dataset, ...] = (RUNS, PARTITION_LEASES)
+"""The run ledger and the partition leases: rows updated in place by their primary key."""
+WAREHOUSE_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, *LEDGER_DATASETS, *MONITORING_DATASETS)
+"""Every warehouse table, in the order the warehouse creates them."""
+DATASETS: tuple[Dataset, ...] = (*STAGED_DATASETS, *LEDGER_DATASETS, *MONITORING_DATASETS)
+"""Every dataset, each once."""
+
+_BY_NAME = {d.name: d for d in DATASETS}
+_BY_TABLE = {d.table: d for d in WAREHOUSE_DATASETS}
+
+
+def dataset(name: str) -> Dataset:
+    """The dataset called `name`; KeyError naming the known ones otherwise."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no dataset {name!r} in the catalog; known: {sorted(_BY_NAME)}") from None
+
+
+def warehouse_dataset(table: str) -> Dataset:
+    """The dataset whose warehouse table is `table`; KeyError naming the known tables otherwise."""
+    try:
+        return _BY_TABLE[table]
+    except KeyError:
+        raise KeyError(f"no warehouse table {table!r} in the catalog; known: {sorted(_BY_TABLE)}") from None
+
+
+def table_schemas(datasets: Iterable[Dataset]) -> dict[str, pa.Schema]:
+    """Warehouse table → schema of `datasets`, in their order."""
+    return {d.table: d.schema for d in datasets if d.table is not None}
+

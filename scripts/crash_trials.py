@@ -56,12 +56,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 import tasks  # noqa: E402,F401  (telemetry off before anything loads Prefect)
+from tasks import catalog  # noqa: E402
 from tasks.settings import Settings  # noqa: E402
 from flows.steps.blocks import configured_warehouse  # noqa: E402
 
 SCORE = str(Path(sys.executable).with_name("score"))
 JOB = "credit_risk"
-DATASETS = ("predictions", "quarantine", "guard_actions", "guard_summary", "fallback_report", "drift_report", "drift_histograms")
+DATASETS = tuple(d.name for d in catalog.PARTITION_DATASETS)
+"""Every dataset a run publishes, in publish order (tasks/catalog.py)."""
 _TASK_LINE = re.compile(r"Task run '([a-z][a-z-]*[a-z])-[0-9a-z]+'")
 # Prefect's console lines start with a wall-clock time: `07:39:05.021 | INFO    | …`.
 _PREFECT_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) \| ", re.MULTILINE)
@@ -89,11 +91,8 @@ class CrashReport:
         return not self.violations and self.final_equals_reference and self.runs_left_running == 0 and not self.leftover_staging
 
 
-_FOLDERS = {"fallback_report": "reports/fallback", "drift_report": "reports/drift", "drift_histograms": "reports/drift_histograms"}
-
-
 def _parquet_partition(settings: Settings, dataset: str, day: dt.date) -> pa.Table | None:
-    link = settings.output_dir(JOB) / _FOLDERS.get(dataset, dataset) / f"date={day.isoformat()}"
+    link = settings.output_dir(JOB) / catalog.dataset(dataset).folder / f"date={day.isoformat()}"
     if not os.path.lexists(link):
         return None
     return pq.read_table(os.path.realpath(link))
@@ -292,7 +291,7 @@ def _partition_runs(settings: Settings, day: dt.date) -> dict[str, set[str]]:
         found[f"parquet {dataset}"] = set(table.column("run_id").to_pylist()) if table is not None else {"<missing>"}
     warehouse = configured_warehouse(settings)
     with warehouse._session(write=False) as session:
-        for table in (*DATASETS, "decision_monitoring"):
+        for table in (*(catalog.dataset(d).table for d in DATASETS), catalog.DECISION_MONITORING.table):
             rows = session.rows(f"SELECT DISTINCT run_id FROM {table} WHERE job = $job AND partition_date = $day", {"job": JOB, "day": day})
             found[f"warehouse {table}"] = {r["run_id"] for r in rows}
     return found

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tasks.catalog import PREDICTIONS
 from tasks.errors import SettingsError, UnsafePath
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +176,7 @@ class Settings(BaseSettings):
         return self.inside_data_root("output", job)
 
     def predictions_dir(self, job: str) -> Path:
-        return self.output_dir(job) / "predictions"
+        return self.output_dir(job) / PREDICTIONS.folder
 
 
 def _shown_value(field: str, value: object) -> str:

@@ -26,13 +26,15 @@ from tasks.jobspec import load_job_spec
 from tasks.sinks.recovery import recovered_job
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.delta import DeltaTables, written_delta_partition
-from tasks.sinks.warehouse import PARTITIONED_SCHEMAS
+from tasks.catalog import PARTITION_DATASETS, table_schemas
 from flows.steps.blocks import configured_warehouse
 
 from conftest import DEMO_JOB, DemoEnv, S3Server
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 SCORE = Path(sys.executable).parent / "score"
+PARTITIONED_SCHEMAS = table_schemas(PARTITION_DATASETS)
+"""Every table a scoring run replaces per partition, with its schema (tasks/catalog.py)."""
 
 
 def _with_delta_sink(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str) -> Settings:

@@ -27,7 +27,8 @@ from tasks.quality.drift import (
 from tasks.features import FeatureKind
 from tasks.reports.html_report import histogram_png, run_report_html
 from tasks.inference.registry import ReferenceKind, ReferenceStats
-from tasks.sinks.warehouse import PARTITIONED_SCHEMAS, Warehouse
+from tasks.catalog import DRIFT_REPORT
+from tasks.sinks.warehouse import Warehouse
 
 from test_warehouse_backends import DAY, JOB, NEXT_DAY, staged_run
 
@@ -222,7 +223,7 @@ def test_an_old_drift_report_table_is_migrated_in_place(any_warehouse: Warehouse
         }
         old = session.rows("SELECT outside_p1_p99_share, kind, unseen_share FROM drift_report WHERE run_id = 'old-run'")
         new = session.rows("SELECT kind FROM drift_report WHERE run_id = 'run-new' ORDER BY kind")
-    assert columns == set(PARTITIONED_SCHEMAS["drift_report"].names)
+    assert columns == set(DRIFT_REPORT.schema.names)
     assert old == [{"outside_p1_p99_share": 0.125, "kind": None, "unseen_share": None}]
     assert [r["kind"] for r in new] == ["kind-0", "kind-1", "kind-2"]
     # A second writer finds nothing left to migrate.

@@ -22,7 +22,7 @@ from tasks.monitoring.decisions import decision_measures, measures_against_basel
 from tasks.prediction.decisions import predict_probability_cutoffs
 from tasks.settings import PROJECT_ROOT, Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
-from tasks.sinks.warehouse import MONITORING_SCHEMAS
+from tasks.catalog import DECISION_MONITORING
 
 from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
 
@@ -180,7 +180,7 @@ def test_a_rerun_replaces_the_partition_and_a_foreign_run_is_refused(demo: Monit
 
 def test_replacing_refuses_rows_of_another_partition_or_schema(tmp_path: Path) -> None:
     warehouse = DuckDBWarehouse(tmp_path / "w.duckdb")
-    schema = MONITORING_SCHEMAS["decision_monitoring"]
+    schema = DECISION_MONITORING.schema
     row = {"job": JOB, "partition_date": dt.date(2026, 3, 1), "run_id": "r", "model_version": "1", "measure": "rows",
            "item": "all", "value": 1.0, "baseline": None, "baseline_partitions": 0, "delta": None, "tolerance": None, "flag": None}
     table = pa.Table.from_pylist([row], schema=schema)

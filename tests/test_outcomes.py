@@ -39,20 +39,15 @@ from tasks.monitoring.outcomes import (
 )
 from tasks.settings import PROJECT_ROOT, Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
-from tasks.sinks.warehouse import MONITORING_SCHEMAS
+from tasks.catalog import OUTCOME_DATASETS, warehouse_dataset
 
 from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
-OUTCOME_TABLES = ("outcome_labels", "outcome_partitions", "outcome_metrics", "outcome_calibration", "outcome_decisions")
-SORT_KEYS = {
-    "outcome_labels": ["partition_date", "entity_id"],
-    "outcome_partitions": ["partition_date"],
-    "outcome_metrics": ["partition_date", "model_version"],
-    "outcome_calibration": ["partition_date", "model_version", "bin"],
-    "outcome_decisions": ["partition_date", "model_version", "decision"],
-}
+OUTCOME_TABLES = tuple(d.table for d in OUTCOME_DATASETS)
+SORT_KEYS = {d.table: [k for k in d.keys if k != "job"] for d in OUTCOME_DATASETS}
+"""Each table's rows of the job in the order of their key (tasks/catalog.py)."""
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -297,7 +292,7 @@ def test_a_partition_scored_by_two_versions_is_measured_per_version(tmp_path: Pa
     quarantined = pl.DataFrame({"entity_id": ["QUARANTINED"]})
     tables = partition_outcome_tables(predictions, labels, baseline, spec, partition_date=day, quarantined=quarantined).tables
     for name, rows in tables.items():
-        assert rows.schema.equals(MONITORING_SCHEMAS[name]), name
+        assert rows.schema.equals(warehouse_dataset(name).schema), name
     metrics = {r["model_version"]: r for r in tables["outcome_metrics"].to_pylist()}
     assert set(metrics) == {"4", "fallback-3"}
     for v, got in metrics.items():

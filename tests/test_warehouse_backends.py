@@ -24,13 +24,16 @@ from tasks.errors import WarehouseUnreachable
 from tasks.settings import Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from tasks.sinks.postgres_warehouse import PostgresWarehouse
-from tasks.sinks.warehouse import MONITORING_SCHEMAS, PARTITIONED_SCHEMAS, Warehouse, redacted
+from tasks.catalog import OUTCOME_LABELS, PARTITION_DATASETS, table_schemas
+from tasks.sinks.warehouse import Warehouse, redacted
 from tasks.sinks.warehouse_choice import warehouse_for
 from flows.steps.blocks import configured_warehouse, with_warehouse_url
 
 JOB = "credit_risk"
 DAY = dt.date(2026, 3, 9)
 NEXT_DAY = DAY + dt.timedelta(days=1)
+PARTITIONED_SCHEMAS = table_schemas(PARTITION_DATASETS)
+"""Every table a scoring run replaces per partition, with its schema (tasks/catalog.py)."""
 
 _SAMPLE_VALUES: dict[pa.DataType, Callable[[str, int], Any]] = {
     pa.string(): lambda name, i: f"{name}-{i}",
@@ -196,7 +199,7 @@ def test_partitions_of_one_backfill_can_open_a_fresh_warehouse_at_once(any_wareh
 
 
 def test_replacing_monitoring_rows_is_idempotent(any_warehouse: Warehouse) -> None:
-    schema = MONITORING_SCHEMAS["outcome_labels"]
+    schema = OUTCOME_LABELS.schema
     labels = pa.table(
         {"job": [JOB] * 3, "partition_date": [DAY] * 3, "entity_id": ["a", "b", "c"], "outcome": pa.array([1, 0, None], pa.int16()),
          "observed_date": [NEXT_DAY] * 3, "source": ["parquet"] * 3, "entity_status": ["matched", "matched", "quarantined"]},

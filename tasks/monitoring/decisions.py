@@ -28,8 +28,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from tasks.catalog import DECISION_MONITORING
 from tasks.prediction.decisions import predict_probability_cutoffs, predict_straddling
-from tasks.sinks.warehouse import MONITORING_SCHEMAS, Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
     from tasks.jobspec import DecisionTolerance, JobSpec
@@ -155,7 +156,7 @@ def decision_monitoring_rows(
         groups, decisions=list(dict.fromkeys(r.decision for r in rules)), rule_ids=[r.id for r in rules]
     )
     compared = measures_against_baseline(measures, history, spec.monitoring.tolerance)
-    schema = MONITORING_SCHEMAS["decision_monitoring"]
+    schema = DECISION_MONITORING.schema
     frame = compared.with_columns(
         pl.lit(spec.name).alias("job"),
         pl.lit(partition_date).alias("partition_date"),

@@ -39,7 +39,8 @@ from scipy.stats import binomtest, rankdata
 
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.errors import LabelError
-from tasks.sinks.warehouse import MONITORING_SCHEMAS, Warehouse
+from tasks.catalog import OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_LABELS, OUTCOME_METRICS, OUTCOME_PARTITIONS, Dataset
+from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
     from tasks.jobspec import JobSpec, LabelSource
@@ -174,11 +175,11 @@ class PartitionOutcomes:
     tables: dict[str, pa.Table]
 
     def partition_row(self) -> dict[str, Any] | None:
-        rows = self.tables["outcome_partitions"].to_pylist()
+        rows = self.tables[OUTCOME_PARTITIONS.table].to_pylist()
         return rows[0] if rows else None
 
     def metric_rows(self) -> list[dict[str, Any]]:
-        return self.tables["outcome_metrics"].to_pylist()
+        return self.tables[OUTCOME_METRICS.table].to_pylist()
 
 
 def partition_outcome_tables(
@@ -263,8 +264,8 @@ def partition_outcome_tables(
                 "recall": hit_events / events if events else float("nan"),
             })
 
-    def table(name: str, rows: list[dict[str, Any]] | pl.DataFrame) -> pa.Table:
-        schema = MONITORING_SCHEMAS[name]
+    def table(dataset: Dataset, rows: list[dict[str, Any]] | pl.DataFrame) -> pa.Table:
+        schema = dataset.schema
         if isinstance(rows, pl.DataFrame):
             return rows.select(schema.names).to_arrow().cast(schema)
         return pa.Table.from_pylist(rows, schema=schema)
@@ -275,14 +276,14 @@ def partition_outcome_tables(
     )
     return PartitionOutcomes(
         tables={
-            "outcome_labels": table(
-                "outcome_labels",
+            OUTCOME_LABELS.table: table(
+                OUTCOME_LABELS,
                 stored_labels.with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")),
             ),
-            "outcome_partitions": table("outcome_partitions", partition_rows),
-            "outcome_metrics": table("outcome_metrics", metric_rows),
-            "outcome_calibration": table("outcome_calibration", calibration),
-            "outcome_decisions": table("outcome_decisions", decision_rows),
+            OUTCOME_PARTITIONS.table: table(OUTCOME_PARTITIONS, partition_rows),
+            OUTCOME_METRICS.table: table(OUTCOME_METRICS, metric_rows),
+            OUTCOME_CALIBRATION.table: table(OUTCOME_CALIBRATION, calibration),
+            OUTCOME_DECISIONS.table: table(OUTCOME_DECISIONS, decision_rows),
         }
     )
 

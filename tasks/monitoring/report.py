@@ -27,6 +27,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from rich.table import Table
 
+from tasks.catalog import DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_METRICS, OUTCOME_PARTITIONS, Dataset
 # The run report's page style, so both pages of a job read alike.
 from tasks.reports.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
 from tasks.monitoring.outcomes import ANY_ADVERSE, event_rate_interval
@@ -54,8 +55,8 @@ class MonitoringHistory:
 
 
 def monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> MonitoringHistory:
-    def rows(table: str) -> pl.DataFrame:
-        return pl.from_arrow(warehouse.monitoring_rows(table, job=job, first_date=first_date, last_date=last_date))
+    def rows(dataset: Dataset) -> pl.DataFrame:
+        return pl.from_arrow(warehouse.monitoring_rows(dataset.table, job=job, first_date=first_date, last_date=last_date))
 
     return MonitoringHistory(
         job=job,
@@ -64,11 +65,11 @@ def monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, l
         decision_counts=pl.from_arrow(
             warehouse.prediction_counts(job, first_date=first_date, last_date=last_date, by=("partition_date", "decision"))
         ),
-        decision_monitoring=rows("decision_monitoring"),
-        partitions=rows("outcome_partitions"),
-        metrics=rows("outcome_metrics"),
-        calibration=rows("outcome_calibration"),
-        decisions=rows("outcome_decisions"),
+        decision_monitoring=rows(DECISION_MONITORING),
+        partitions=rows(OUTCOME_PARTITIONS),
+        metrics=rows(OUTCOME_METRICS),
+        calibration=rows(OUTCOME_CALIBRATION),
+        decisions=rows(OUTCOME_DECISIONS),
     )
 
 

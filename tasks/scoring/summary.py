@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tasks.catalog import DRIFT_HISTOGRAMS, DRIFT_REPORT, FALLBACK_REPORT, GUARD_SUMMARY, Dataset
 from tasks.errors import FallbackLimitExceeded, GuardFailure, InferenceFailure, PartitionError
 from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
@@ -33,36 +34,22 @@ from tasks.sinks.parquet_store import OutputDirs, write_staged_chunk
 log = logging.getLogger("scoring.run")
 
 
-DRIFT_REPORT_COLUMNS = {
-    "feature": pl.String, "kind": pl.String, "baseline": pl.String, "psi": pl.Float64, "ks": pl.Float64,
-    "ks_upper": pl.Float64, "wasserstein": pl.Float64, "js": pl.Float64, "flag": pl.String, "rows": pl.Int64,
-    "null_share": pl.Float64, "baseline_null_share": pl.Float64, "outside_p1_p99_share": pl.Float64,
-    "unseen_share": pl.Float64,
-}
+def _staged_columns(dataset: Dataset, *, first: tuple[str, ...] = ()) -> dict[str, pl.DataType]:
+    """A report's columns in polars types before the run key is stamped on: the catalog's, those in
+    `first` leading (the drift files have `kind` beside `feature`; the table got it later, at its end)."""
+    types = pl.from_arrow(dataset.schema.empty_table()).schema
+    rest = [n for n in dataset.schema.names if n not in first and n not in ("run_id", "job", "partition_date")]
+    return {name: types[name] for name in (*first, *rest)}
+
+
+DRIFT_REPORT_COLUMNS = _staged_columns(DRIFT_REPORT, first=("feature", "kind"))
 """`ks_upper` is null where the bound is too loose to inform, `ks` and `wasserstein` for categorical
 features; `outside_p1_p99_share` (below the training p1 or above its p99) is for numeric features,
 `unseen_share` (a value the training reference never had) for boolean and categorical ones."""
-DRIFT_HISTOGRAM_COLUMNS = {
-    "feature": pl.String, "kind": pl.String, "edges": pl.List(pl.Float64), "counts": pl.List(pl.Int64), "nulls": pl.Int64,
-}
+DRIFT_HISTOGRAM_COLUMNS = _staged_columns(DRIFT_HISTOGRAMS, first=("feature", "kind"))
 """`edges` of a boolean or categorical feature are its category values (one bin each, then unseen)."""
-FALLBACK_REPORT_COLUMNS = {
-    "kind": pl.String,
-    "detail": pl.String,
-    "rows": pl.Int64,
-    "share": pl.Float64,
-    "limit": pl.Float64,
-    "breached": pl.Boolean,
-}
-GUARD_SUMMARY_COLUMNS = {
-    "expectation": pl.String,
-    "column_name": pl.String,
-    "expectation_type": pl.String,
-    "action": pl.String,
-    "evaluated_by": pl.String,
-    "rows": pl.Int64,
-    "share": pl.Float64,
-}
+FALLBACK_REPORT_COLUMNS = _staged_columns(FALLBACK_REPORT)
+GUARD_SUMMARY_COLUMNS = _staged_columns(GUARD_SUMMARY)
 
 
 @dataclass

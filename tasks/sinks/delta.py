@@ -1,5 +1,5 @@
-"""A run's partitioned datasets as Delta Lake tables (delta-rs): `<url>/<dataset>` for each table of
-tasks.sinks.warehouse.PARTITIONED_SCHEMAS, partitioned by `partition_date`, with `job` kept as a column.
+"""A run's partitioned datasets as Delta Lake tables (delta-rs): `<url>/<table>` for each warehouse table
+of tasks/catalog.py PARTITION_DATASETS, partitioned by `partition_date`, with `job` kept as a column.
 
 Each table gets one commit per run: `write_deltalake(mode="overwrite", predicate="job = … AND
 partition_date = …")` removes the partition's previous files and adds the run's in the same
@@ -10,7 +10,7 @@ so the previous run's rows go too (tests/test_delta_sink.py checks it). The tabl
 commits: across tables there is no atomicity (README: "Delta Lake sink").
 
 Rows are streamed from the run's version files (a pyarrow dataset read batch by batch), never
-concatenated. Columns go as PARTITIONED_SCHEMAS types them: strings, date32, int16, int64,
+concatenated. Columns go as the catalog's schemas type them: strings, date32, int16, int64,
 float64, bool and lists of strings, floats and ints, which delta-rs takes as Delta's string, date,
 short, long, double, boolean and array types. None needs a cast: there is no timestamp (whose
 time zone Delta would fix to UTC) and no unsigned integer (which Delta lacks).
@@ -33,10 +33,10 @@ from pathlib import Path
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, write_deltalake
 
+from tasks.catalog import warehouse_dataset
 from tasks.errors import SinkUnwritable
 from tasks.settings import Settings, object_store_credentials
 from tasks.sinks.config import DeltaSink
-from tasks.sinks.warehouse import PARTITIONED_SCHEMAS
 
 log = logging.getLogger("scoring.sinks.delta")
 
@@ -102,7 +102,7 @@ def written_delta_partition(
     written: dict[str, int] = {}
     for name, paths in files.items():
         url = tables.table_url(name)
-        rows = ds.dataset([str(p) for p in paths], schema=PARTITIONED_SCHEMAS[name], format="parquet")
+        rows = ds.dataset([str(p) for p in paths], schema=warehouse_dataset(name).schema, format="parquet")
         try:
             write_deltalake(
                 url, rows.scanner(batch_size=_BATCH_ROWS).to_reader(), mode="overwrite", predicate=predicate,

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.catalog import STAGED_DATASETS, Dataset
+
 if TYPE_CHECKING:
     from tasks.settings import Settings
 
@@ -206,32 +208,29 @@ class PartitionStore:
 
 @dataclass(frozen=True)
 class OutputDirs:
-    predictions: Path
-    quarantine: Path
-    guard_actions: Path
-    guard_summary: Path
-    fallback_report: Path
-    drift_report: Path
-    drift_histograms: Path
-    inference_handoff: Path
-    """Raw outputs of a chunk between its inference and its prediction task; staged only, never published."""
+    """The folders of a job's staged datasets (tasks/catalog.py STAGED_DATASETS) under its output dir
+    `root`: `dirs.of(PREDICTIONS)`, or by the dataset's name, `dirs.predictions`."""
+
+    root: Path
+
+    def of(self, dataset: Dataset) -> Path:
+        if dataset.folder is None:
+            raise ValueError(f"dataset {dataset.name} has no folder: it lives in the warehouse only")
+        return self.root / dataset.folder
+
+    def __getattr__(self, name: str) -> Path:
+        # Only names of staged datasets; anything else (pickle's probes too) is a plain AttributeError.
+        dataset = _STAGED.get(name)
+        if dataset is None:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}; staged datasets: {sorted(_STAGED)}")
+        return self.of(dataset)
 
     def all(self) -> tuple[Path, ...]:
-        return (
-            self.predictions, self.quarantine, self.guard_actions, self.guard_summary,
-            self.fallback_report, self.drift_report, self.drift_histograms, self.inference_handoff,
-        )
+        return tuple(self.of(d) for d in STAGED_DATASETS)
+
+
+_STAGED = {d.name: d for d in STAGED_DATASETS}
 
 
 def output_dirs(settings: Settings, job: str) -> OutputDirs:
-    base = settings.output_dir(job)
-    return OutputDirs(
-        predictions=base / "predictions",
-        quarantine=base / "quarantine",
-        guard_actions=base / "guard_actions",
-        guard_summary=base / "guard_summary",
-        fallback_report=base / "reports" / "fallback",
-        drift_report=base / "reports" / "drift",
-        drift_histograms=base / "reports" / "drift_histograms",
-        inference_handoff=base / "inference_handoff",
-    )
+    return OutputDirs(root=settings.output_dir(job))

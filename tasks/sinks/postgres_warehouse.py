@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.catalog import warehouse_dataset
 from tasks.errors import WarehouseUnreachable
 from tasks.sinks.warehouse import (
     _ADDED_RUN_COLUMNS,
     _NAMED_PARAMETER,
     _POSTGRES_TYPES,
-    PARTITIONED_SCHEMAS,
     Warehouse,
     _parameter_names,
     _Session,
@@ -87,7 +87,7 @@ class _PostgresSession:
         self.con.commit()
 
     def append_parquet(self, table: str, paths: Sequence[Path]) -> None:
-        schema = PARTITIONED_SCHEMAS[table]
+        schema = warehouse_dataset(table).schema
         for path in paths:
             with pq.ParquetFile(path) as file:
                 extra = sorted(set(file.schema_arrow.names) - set(schema.names))

@@ -27,23 +27,31 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
+from tasks.catalog import INFERENCE_HANDOFF, PARTITION_DATASETS
 from tasks.sinks.crash_points import crash_point
 from tasks.errors import PartitionLeaseLost
 from tasks.sinks.parquet_store import PartitionStore, discard_staged
 from tasks.sinks.parquet_store import OutputDirs
 from tasks.sinks.delta import DeltaTables, written_delta_partition
-from tasks.sinks.warehouse import PARTITIONED_SCHEMAS, Warehouse
+from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.publish")
 T = TypeVar("T")
 
 
 def partition_store(dirs: OutputDirs) -> PartitionStore:
-    """The job's Parquet datasets, each under the name of its warehouse table (and OutputDirs field)."""
-    datasets = {name: getattr(dirs, name) for name in PARTITIONED_SCHEMAS}
-    return PartitionStore(root=dirs.predictions.parent, datasets=datasets, schemas=PARTITIONED_SCHEMAS)
+    """The job's published Parquet datasets, the catalog's PARTITION_DATASETS, each under its name."""
+    return PartitionStore(
+        root=dirs.root, datasets={d.name: dirs.of(d) for d in PARTITION_DATASETS}, schemas={d.name: d.schema for d in PARTITION_DATASETS},
+    )
+
+
+def version_tables(store: PartitionStore, partition: str, run_id: str) -> dict[str, list[Path]]:
+    """The files of the run's version folder per warehouse (and Delta) table."""
+    return {d.table: store.version_files(partition, run_id, d.name) for d in PARTITION_DATASETS}
 
 
 @dataclass
@@ -68,7 +76,7 @@ def published_partition(
     if not warehouse.record_run_publishing(run_id):
         raise PartitionLeaseLost(f"run {run_id} of {job} {partition_date} was closed by another run; nothing is published")
     crash_point("publish:intent", crash_at)
-    files = {name: store.version_files(partition, run_id, name) for name in store.datasets}
+    files = version_tables(store, partition, run_id)
     rows = warehouse.replace_partition(job=job, partition_date=partition_date, committing_run=run_id, counts=counts, files=files)
     crash_point("publish:committed", crash_at)
     store.swapped_in(partition, run_id)
@@ -76,7 +84,7 @@ def published_partition(
     if delta is not None:
         written_delta_partition(delta, job=job, partition_date=partition_date, run_id=run_id, files=files)
     crash_point("publish:delta", crash_at)
-    discard_staged(dirs.inference_handoff, run_id)
+    discard_staged(dirs.of(INFERENCE_HANDOFF), run_id)
     published = PublishedPartition(rows=rows, warnings=list(warnings))
     try:
         retried(lambda: warehouse.record_run_ended(run_id, status="succeeded", ended_at=ended_at, counts=counts, warnings=warnings))
@@ -104,4 +112,4 @@ def discarded_run(dirs: OutputDirs, partition_date: dt.date, run_id: str) -> Non
     """Remove what a failed or abandoned run wrote: its staging (hand-off files too) and, unless
     readers see it, its version folder."""
     partition_store(dirs).discarded_run(partition_date.isoformat(), run_id)
-    discard_staged(dirs.inference_handoff, run_id)
+    discard_staged(dirs.of(INFERENCE_HANDOFF), run_id)

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tasks.catalog import INFERENCE_HANDOFF
 from tasks.errors import PartitionBusy
 from tasks.jobspec import load_job_spec
 from tasks.sinks.parquet_store import discard_staged
 from tasks.sinks.partition_lock import PartitionLease
-from tasks.sinks.publish import discarded_run, partition_store
+from tasks.sinks.publish import discarded_run, partition_store, version_tables
 from tasks.sinks.parquet_store import OutputDirs, output_dirs
 from tasks.settings import Settings
 from tasks.sinks.delta import DeltaTables, delta_tables, written_delta_partition
@@ -116,7 +117,7 @@ def recovered_partition(
             if tables is not None:
                 written_delta_partition(
                     tables, job=job, partition_date=partition_date, run_id=run_id,
-                    files={name: store.version_files(partition, run_id, name) for name in store.datasets},
+                    files=version_tables(store, partition, run_id),
                 )
             warehouse.record_run_rolled_forward(
                 run_id, ended_at=now,
@@ -125,7 +126,7 @@ def recovered_partition(
                     + ("; recovery wrote its Delta tables" if tables is not None else "")
                 ),
             )
-            discard_staged(dirs.inference_handoff, run_id)
+            discard_staged(dirs.of(INFERENCE_HANDOFF), run_id)
             done = "Parquet swapped to its committed version" + (f", Delta tables {tables.base} written" if tables is not None else "")
             recovered.append(RecoveredRun(run_id, job, partition_date, status, "succeeded", done))
         else:

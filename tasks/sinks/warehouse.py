@@ -1,12 +1,13 @@
 """The warehouse: per-partition tables (`predictions`, `quarantine`, guard and drift reports), the
 monitoring tables, the `runs` ledger and `partition_leases`, on DuckDB or on PostgreSQL.
 
-Both backends create their tables from the same Arrow schemas and run the same SQL; they differ
-only in how they connect, how parameters are written and how rows are bulk-loaded. A partition's
-rows are replaced in one transaction: readers see the previous run's rows or the new ones, never a
-mix. DuckDB allows one read-write process per file, so its connections are short and opening one
-retries with backoff while another process holds the lock. PostgreSQL is loaded over Arrow with
-ADBC (binary COPY), never row by row, and its password never appears in errors, logs or reprs.
+Both backends create their tables from the same Arrow schemas, the catalog's (tasks/catalog.py
+WAREHOUSE_DATASETS), and run the same SQL; they differ only in how they connect, how parameters
+are written and how rows are bulk-loaded. A partition's rows are replaced in one transaction:
+readers see the previous run's rows or the new ones, never a mix. DuckDB allows one read-write
+process per file, so its connections are short and opening one retries with backoff while another
+process holds the lock. PostgreSQL is loaded over Arrow with ADBC (binary COPY), never row by row,
+and its password never appears in errors, logs or reprs.
 
 This module holds what both share (the tables, the SQL, the URL scrubbing); the backends are
 `duckdb_warehouse` and `postgres_warehouse`, and `warehouse_choice.warehouse_for` picks one.
@@ -27,154 +28,35 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from tasks.contracts import PREDICTION_SCHEMA
+from tasks.catalog import (
+    DRIFT_HISTOGRAMS,
+    DRIFT_REPORT,
+    MONITORING_DATASETS,
+    PARTITION_DATASETS,
+    PREDICTION_SCHEMA,
+    WAREHOUSE_DATASETS,
+    Dataset,
+    warehouse_dataset,
+)
 from tasks.errors import LabelError, PartitionLeaseLost
 from tasks.prediction.decisions import predict_straddling
 
 log = logging.getLogger("scoring.warehouse")
 
-_RUN_KEY = [("run_id", pa.string()), ("job", pa.string()), ("partition_date", pa.date32())]
-QUARANTINE_SCHEMA = pa.schema(
-    [*_RUN_KEY, ("entity_id", pa.string()), ("failed_expectations", pa.list_(pa.string())), ("raw_row", pa.string())]
-)
-GUARD_ACTIONS_SCHEMA = pa.schema(
-    [
-        *_RUN_KEY, ("entity_id", pa.string()), ("expectation", pa.string()), ("column_name", pa.string()),
-        ("action", pa.string()), ("old_value", pa.string()), ("new_value", pa.string()),
-    ]
-)
-GUARD_SUMMARY_SCHEMA = pa.schema(
-    [
-        *_RUN_KEY, ("expectation", pa.string()), ("column_name", pa.string()), ("expectation_type", pa.string()),
-        ("action", pa.string()), ("evaluated_by", pa.string()), ("rows", pa.int64()), ("share", pa.float64()),
-    ]
-)
-FALLBACK_REPORT_SCHEMA = pa.schema(
-    [
-        *_RUN_KEY, ("kind", pa.string()), ("detail", pa.string()), ("rows", pa.int64()), ("share", pa.float64()),
-        ("limit", pa.float64()), ("breached", pa.bool_()),
-    ]
-)
-DRIFT_REPORT_SCHEMA = pa.schema(
-    [
-        *_RUN_KEY, ("feature", pa.string()), ("baseline", pa.string()), ("psi", pa.float64()), ("ks", pa.float64()),
-        ("ks_upper", pa.float64()), ("wasserstein", pa.float64()), ("js", pa.float64()), ("flag", pa.string()),
-        ("rows", pa.int64()), ("null_share", pa.float64()), ("baseline_null_share", pa.float64()),
-        ("outside_p1_p99_share", pa.float64()), ("kind", pa.string()), ("unseen_share", pa.float64()),
-    ]
-)
-"""Column meanings: tasks/scoring/summary.py DRIFT_REPORT_COLUMNS. `kind` null: a row written before kinds (numeric)."""
-DRIFT_HISTOGRAM_SCHEMA = pa.schema(
-    [
-        *_RUN_KEY, ("feature", pa.string()), ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64())),
-        ("nulls", pa.int64()), ("kind", pa.string()),
-    ]
-)
-PARTITIONED_SCHEMAS: dict[str, pa.Schema] = {
-    "predictions": PREDICTION_SCHEMA,
-    "quarantine": QUARANTINE_SCHEMA,
-    "guard_actions": GUARD_ACTIONS_SCHEMA,
-    "guard_summary": GUARD_SUMMARY_SCHEMA,
-    "fallback_report": FALLBACK_REPORT_SCHEMA,
-    "drift_report": DRIFT_REPORT_SCHEMA,
-    "drift_histograms": DRIFT_HISTOGRAM_SCHEMA,
-}
+PARTITIONED_TABLES = frozenset(d.table for d in PARTITION_DATASETS)
 """Tables a scoring run replaces per (job, partition_date) from its staged Parquet files."""
-PARTITIONED_TABLES = frozenset(PARTITIONED_SCHEMAS)
+MONITORING_TABLES = frozenset(d.table for d in MONITORING_DATASETS)
+_OWN_TABLES = frozenset(d.table for d in WAREHOUSE_DATASETS)
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _JSON = pa.json_()
-RUNS_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False), pa.field("job", pa.string(), nullable=False),
-        pa.field("partition_date", pa.date32(), nullable=False), pa.field("status", pa.string(), nullable=False),
-        ("model_name", pa.string()), ("model_version", pa.string()), ("feature_version", pa.string()),
-        ("rows_read", pa.int64()), ("rows_scored", pa.int64()), ("rows_repaired", pa.int64()),
-        ("rows_quarantined", pa.int64()), ("rows_failed", pa.int64()), ("rows_fallback", pa.int64()),
-        ("rows_with_reasons", pa.int64()), ("rows_without_adverse_reason", pa.int64()), ("rows_straddling", pa.int64()),
-        ("decisions", _JSON), ("guard_counts", _JSON), ("inference", _JSON),
-        pa.field("started_at", _TIMESTAMP, nullable=False), ("ended_at", _TIMESTAMP), ("error", pa.string()),
-        ("error_detail", pa.string()), ("warnings", _JSON),
-    ]
-)
-"""The run ledger; JSON columns read back as JSON text on both backends.
-
-`status` moves `running` → `publishing` (the run's outputs are assembled and it is about to commit)
-→ `committed` (in the same transaction as the partition's warehouse rows) → `succeeded` (the
-Parquet pointer swapped and any Delta tables written), or to `failed` with `error` (one line)
-and `error_detail` (the traceback). `warnings` lists what failed after the outputs were published (page, monitoring)."""
 UNFINISHED_STATUSES = ("running", "publishing", "committed")
 _ADDED_RUN_COLUMNS = {"rows_failed": "BIGINT", "rows_fallback": "BIGINT", "error_detail": "TEXT", "warnings": "JSON"}
 """Ledger columns added after the first release, added in place to older ledgers."""
-_ADDED_COLUMNS = {"drift_report": ("kind", "unseen_share"), "drift_histograms": ("kind",)}
-"""Columns of other tables added after the first release (types from WAREHOUSE_TABLES), added in place."""
-_RENAMED_COLUMNS = {"drift_report": {"out_of_range_share": "outside_p1_p99_share"}}
+_ADDED_COLUMNS = {DRIFT_REPORT.table: ("kind", "unseen_share"), DRIFT_HISTOGRAMS.table: ("kind",)}
+"""Columns of other tables added after the first release (types from the catalog), added in place."""
+_RENAMED_COLUMNS = {DRIFT_REPORT.table: {"out_of_range_share": "outside_p1_p99_share"}}
 """Old name → new name; the values keep their meaning (numeric: share below p1 or at/above p99)."""
-PARTITION_LEASES_SCHEMA = pa.schema(
-    [
-        pa.field("job", pa.string(), nullable=False), pa.field("partition_date", pa.date32(), nullable=False),
-        pa.field("run_id", pa.string(), nullable=False), ("host", pa.string()), ("pid", pa.int64()),
-        pa.field("acquired_at", _TIMESTAMP, nullable=False), pa.field("expires_at", _TIMESTAMP, nullable=False),
-    ]
-)
-"""Which run may write a partition until when; expiry is judged by the database clock."""
-
-_RUN_KEYED = [("job", pa.string()), ("partition_date", pa.date32())]
-MONITORING_SCHEMAS: dict[str, pa.Schema] = {
-    "decision_monitoring": pa.schema(
-        [
-            *_RUN_KEYED, ("run_id", pa.string()), ("model_version", pa.string()), ("measure", pa.string()),
-            ("item", pa.string()), ("value", pa.float64()), ("baseline", pa.float64()),
-            ("baseline_partitions", pa.int64()), ("delta", pa.float64()), ("tolerance", pa.float64()),
-            ("flag", pa.string()),
-        ]
-    ),
-    "outcome_labels": pa.schema(
-        [
-            *_RUN_KEYED, ("entity_id", pa.string()), ("outcome", pa.int16()), ("observed_date", pa.date32()),
-            ("source", pa.string()), ("entity_status", pa.string()),
-        ]
-    ),
-    "outcome_partitions": pa.schema(
-        [
-            *_RUN_KEYED, ("status", pa.string()), ("predictions", pa.int64()), ("predictions_labelled", pa.int64()),
-            ("labels", pa.int64()), ("labels_matched", pa.int64()), ("labels_quarantined", pa.int64()),
-            ("labels_unknown_entity", pa.int64()),
-            ("labels_duplicate", pa.int64()), ("labels_without_outcome", pa.int64()),
-        ]
-    ),
-    "outcome_metrics": pa.schema(
-        [
-            *_RUN_KEYED, ("model_version", pa.string()), ("scoring_run_id", pa.string()), ("rows", pa.int64()),
-            ("labelled", pa.int64()), ("events", pa.int64()), ("observed_rate", pa.float64()),
-            ("observed_low", pa.float64()), ("observed_high", pa.float64()), ("interval_level", pa.float64()),
-            ("expected_rate", pa.float64()), ("expected_events", pa.float64()), ("expected_within_interval", pa.bool_()),
-            ("auc", pa.float64()), ("brier", pa.float64()), ("ece", pa.float64()), ("psi_score", pa.float64()),
-            ("psi_baseline_rows", pa.int64()),
-        ]
-    ),
-    "outcome_calibration": pa.schema(
-        [
-            *_RUN_KEYED, ("model_version", pa.string()), ("bin", pa.int64()), ("bin_low", pa.float64()),
-            ("bin_high", pa.float64()), ("rows", pa.int64()), ("events", pa.int64()), ("probability_sum", pa.float64()),
-        ]
-    ),
-    "outcome_decisions": pa.schema(
-        [
-            *_RUN_KEYED, ("model_version", pa.string()), ("decision", pa.string()), ("rows", pa.int64()),
-            ("events", pa.int64()), ("precision", pa.float64()), ("recall", pa.float64()),
-        ]
-    ),
-}
-"""Tables of prediction monitoring (`decision_monitoring`) and realized outcomes (`outcome_*`), each
-keyed by (job, partition_date) and replaced per partition. No run id or clock time of the monitoring
-run is stored, so recomputing from the same predictions and labels leaves identical tables."""
-
-WAREHOUSE_TABLES: dict[str, pa.Schema] = {
-    **PARTITIONED_SCHEMAS, "runs": RUNS_SCHEMA, "partition_leases": PARTITION_LEASES_SCHEMA, **MONITORING_SCHEMAS
-}
-"""Every table the warehouse creates, the one definition both backends' DDL comes from."""
-_PRIMARY_KEYS = {"runs": ("run_id",), "partition_leases": ("job", "partition_date")}
 
 _DUCKDB_TYPES: dict[pa.DataType, str] = {
     pa.string(): "VARCHAR",
@@ -210,10 +92,11 @@ def _quoted(identifier: str) -> str:
 
 
 def create_table_sql(table: str, types: Mapping[pa.DataType, str]) -> str:
-    """`CREATE TABLE IF NOT EXISTS` for one of WAREHOUSE_TABLES in a backend's type names."""
-    columns = [f"{_quoted(f.name)} {types[f.type]}{'' if f.nullable else ' NOT NULL'}" for f in WAREHOUSE_TABLES[table]]
-    if table in _PRIMARY_KEYS:
-        columns.append(f"PRIMARY KEY ({', '.join(_quoted(c) for c in _PRIMARY_KEYS[table])})")
+    """`CREATE TABLE IF NOT EXISTS` for one of the catalog's warehouse tables in a backend's type names."""
+    dataset = warehouse_dataset(table)
+    columns = [f"{_quoted(f.name)} {types[f.type]}{'' if f.nullable else ' NOT NULL'}" for f in dataset.schema]
+    if dataset.primary_key:
+        columns.append(f"PRIMARY KEY ({', '.join(_quoted(c) for c in dataset.keys)})")
     return f"CREATE TABLE IF NOT EXISTS {_quoted(table)} ({', '.join(columns)})"
 
 
@@ -222,11 +105,10 @@ def _parameter_names(sql: str) -> list[str]:
     return list(dict.fromkeys(_NAMED_PARAMETER.findall(sql)))
 
 
-def _monitoring_table(table: str) -> pa.Schema:
-    try:
-        return MONITORING_SCHEMAS[table]
-    except KeyError:
-        raise ValueError(f"not a monitoring table: {table!r}; known: {sorted(MONITORING_SCHEMAS)}") from None
+def _monitoring_table(table: str) -> Dataset:
+    if table not in MONITORING_TABLES:
+        raise ValueError(f"not a monitoring table: {table!r}; known: {sorted(MONITORING_TABLES)}")
+    return warehouse_dataset(table)
 
 
 @dataclass(frozen=True)
@@ -306,7 +188,7 @@ class Warehouse(ABC):
             r["table_name"]
             for r in session.rows("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
         }
-        return [t for t in WAREHOUSE_TABLES if t not in present]
+        return [d.table for d in WAREHOUSE_DATASETS if d.table not in present]
 
     @staticmethod
     def _create_missing_tables(session: _Session, types: Mapping[pa.DataType, str]) -> None:
@@ -336,7 +218,7 @@ class Warehouse(ABC):
         for table, columns in _ADDED_COLUMNS.items():
             for column in columns:
                 if table in present and column not in present[table]:
-                    kind = types[WAREHOUSE_TABLES[table].field(column).type]
+                    kind = types[warehouse_dataset(table).schema.field(column).type]
                     statements.append(f"ALTER TABLE {_quoted(table)} ADD COLUMN {_quoted(column)} {kind}")
         return statements
 
@@ -553,7 +435,7 @@ class Warehouse(ABC):
         partition, or the next replacement would not delete it.
         """
         for table, rows in tables.items():
-            schema = _monitoring_table(table)
+            schema = _monitoring_table(table).schema
             if not rows.schema.equals(schema):
                 raise ValueError(f"rows for {table} do not match its schema: got {rows.schema}, expected {schema}")
             keys = {(r["job"], r["partition_date"]) for r in rows.select(["job", "partition_date"]).to_pylist()}
@@ -571,11 +453,13 @@ class Warehouse(ABC):
 
     def monitoring_rows(self, table: str, *, job: str, first_date: Any, last_date: Any) -> pa.Table:
         """Rows of a monitoring table for the job's partitions from `first_date` to `last_date` inclusive."""
-        schema = _monitoring_table(table)
+        dataset = _monitoring_table(table)
+        schema = dataset.schema
         if not self._exists():
             return schema.empty_table()
         columns = ", ".join(_quoted(c) for c in schema.names)
-        order = ", ".join(_quoted(c) for c in schema.names if c in ("partition_date", "model_version", "measure", "item", "bin", "decision", "entity_id"))
+        # The rows' key, but for the job all of them share.
+        order = ", ".join(_quoted(c) for c in dataset.keys if c != "job")
         with self._session(write=False) as session:
             if not self._table_exists(session, table):
                 return schema.empty_table()
@@ -674,7 +558,7 @@ class Warehouse(ABC):
         The table needs `partition_date` and the three named columns; a `job` column, if present,
         selects the job's rows. Only plain lower-case names are accepted, and they are quoted.
         """
-        if table in WAREHOUSE_TABLES:
+        if table in _OWN_TABLES:
             raise LabelError(f"labels table {table!r} is one of the warehouse's own tables; load labels into another table")
         wanted = {"entity_id": entity_column, "outcome": outcome_column, "observed_date": observed_date_column}
         for name in (table, *wanted.values()):

@@ -192,7 +192,7 @@ def main() -> None:
     figures: list[dict] = []
 
     # The numba kernels load from their cache (or compile, the first time) once per process.
-    from tasks.inference import treeshap  # noqa: F401
+    from tasks.inference import treeshap_kernels  # noqa: F401
 
     with tempfile.TemporaryDirectory(prefix="bench-reasons-") as tmp:
         start = time.perf_counter()

@@ -35,7 +35,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from scipy.stats import binomtest, rankdata
 
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.errors import LabelError
@@ -113,6 +112,9 @@ def roc_auc(outcome: np.ndarray, probability: np.ndarray) -> float:
     negatives = int(outcome.size - positives)
     if positives == 0 or negatives == 0:
         return float("nan")
+    # scipy.stats takes ~0.9 s to import: loaded here and below, when outcomes are measured, not with the flows.
+    from scipy.stats import rankdata
+
     ranks = rankdata(probability)
     return float((ranks[outcome == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
@@ -150,6 +152,8 @@ def event_rate_interval(events: int, rows: int, level: float) -> tuple[float, fl
     """Clopper–Pearson (exact) interval of an event rate; NaNs without rows."""
     if rows == 0:
         return float("nan"), float("nan")
+    from scipy.stats import binomtest
+
     ci = binomtest(events, rows).proportion_ci(confidence_level=level, method="exact")
     return float(ci.low), float(ci.high)
 

@@ -19,12 +19,10 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from rich.table import Table
 
 from tasks.catalog import DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_METRICS, OUTCOME_PARTITIONS, Dataset
@@ -32,6 +30,9 @@ from tasks.catalog import DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECI
 from tasks.reports.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
 from tasks.monitoring.outcomes import ANY_ADVERSE, event_rate_interval
 from tasks.sinks.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 _EXTRA_CSS = "tr.unknown td{background:#fde2e1;font-weight:600}.plots.wide{grid-template-columns:1fr}"
 _ADVERSE_COLOURS = ("#c62828", "#e69500", "#8e24aa", "#d84315", "#ad1457")
@@ -156,6 +157,10 @@ def _png(fig: Figure) -> str:
 
 
 def _figure(width: float = 9.0, height: float = 3.2) -> tuple[Figure, Any]:
+    # matplotlib takes ~0.5 s to import: loaded when a page is drawn, not with the flows that may draw one.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height), dpi=80)
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()

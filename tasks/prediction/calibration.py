@@ -46,7 +46,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special, stats
+
+# scipy.stats takes ~0.9 s to import and scipy.special ~0.2 s: each function imports what it uses, so
+# loading this module (every `score` command and flow does) costs nothing (tests/test_lazy_imports.py).
 
 METHOD = "event_binned_beta_logistic_tails"
 LEGACY_METHOD = "binned_beta_jeffreys"
@@ -112,6 +114,8 @@ class BinnedBetaCalibrator:
 
     def knots(self, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean, low, high) of each bin's posterior event rate at the credibility `level`."""
+        from scipy import special, stats
+
         a = self.events + 0.5
         b = self.totals - self.events + 0.5
         mean = a / (a + b)
@@ -244,6 +248,8 @@ class _LogisticFit:
     @classmethod
     def of(cls, margin: np.ndarray, outcome: np.ndarray, rate: float) -> _LogisticFit:
         """MAP under β ~ Normal(1, 1), β ≥ 0, and a weak α prior around the bin's log-odds."""
+        from scipy import special
+
         center = float(margin.mean())
         x = np.column_stack([np.ones_like(margin), margin - center])
         prior_mean = np.array([float(special.logit(rate)), SLOPE_PRIOR_MEAN])
@@ -258,6 +264,8 @@ class _LogisticFit:
 
     def reaching(self, rate: float) -> float:
         """The margin where the fit reaches `rate` (its rows' mean margin when the fit is flat)."""
+        from scipy import special
+
         return self.center + (float(special.logit(rate)) - self.intercept) / self.slope if self.slope > 0 else self.center
 
     def tail_at(self, anchor: float) -> LogisticTail:
@@ -273,6 +281,7 @@ class _LogisticFit:
 def _posterior_mode(x: np.ndarray, y: np.ndarray, start: np.ndarray, prior_precision: np.ndarray, *, free: np.ndarray) -> np.ndarray:
     """Mode of a logistic regression's log posterior (Normal prior centred on `start`) over the `free`
     coefficients: Newton steps, halved until the posterior rises, since a full step can overshoot."""
+    from scipy import special
 
     def log_posterior(theta: np.ndarray) -> float:
         eta = x @ theta
@@ -366,6 +375,8 @@ class ProbabilityMap:
     """A calibrator evaluated at one credibility level, ready to apply to chunks."""
 
     def __init__(self, calibrator: BinnedBetaCalibrator, level: float) -> None:
+        from scipy import special
+
         self.level = level
         self._calibrator = calibrator
         self._x = calibrator.centers
@@ -373,6 +384,8 @@ class ProbabilityMap:
         self._logit_knots = tuple(special.logit(np.clip(k, _TINY, 1.0 - _TINY)) for k in (self._mean, self._low, self._high))
 
     def predict_calibrated_probability(self, margins: np.ndarray) -> CalibratedProbability:
+        from scipy import special
+
         margins = np.asarray(margins, dtype=np.float64)
         cal = self._calibrator
         if cal.lower_tail is None or cal.upper_tail is None:
@@ -394,6 +407,8 @@ class ProbabilityMap:
         The knot's log-odds offsets of both bounds are stretched by the fit's standard error relative to
         the knot's. The bound on the far side (high above, low below) is held once it would turn back,
         and so is the near one, so both stay monotone in the margin."""
+        from scipy import special
+
         center = self._logit_knots[0][at]
         below, above = (self._logit_knots[k][at] - center for k in (1, 2))
         far_pull, near_pull = (above, -below) if outward > 0 else (-below, above)

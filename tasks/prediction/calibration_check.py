@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from tasks.prediction.calibration import BinnedBetaCalibrator, ProbabilityMap, predict_calibrator_from_metadata
 
@@ -187,6 +186,8 @@ def _count_warnings(calibrator: BinnedBetaCalibrator) -> list[str]:
 
 def _saturation_warning(probability_map: ProbabilityMap, margins: np.ndarray, outcomes: np.ndarray, level: float) -> str | None:
     """A sentence when the top margins' observed rate is credibly above every probability the map gives them."""
+    from scipy import stats  # ~0.9 s to import; only a model's calibration check needs it
+
     order = np.argsort(margins, kind="stable")[::-1]
     worst: tuple[float, str] | None = None
     for share in TOP_SHARES:

@@ -38,8 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.spatial.distance import jensenshannon
-from scipy.stats import wasserstein_distance
 
 from tasks.features import FeatureKind
 from tasks.inference.registry import ReferenceStats
@@ -255,6 +253,10 @@ def drift_metrics(reference: Histogram, current: Histogram) -> dict[str, float |
     None where the metric does not apply to the kind (KS, Wasserstein of a categorical) or, for
     `ks_upper`, where the bound is too loose to inform (see KS_BOUND_SHOWN_WITHIN).
     """
+    # scipy.stats and scipy.spatial take ~1.4 s to import: loaded with the first drift measured, not with this module.
+    from scipy.spatial.distance import jensenshannon
+    from scipy.stats import wasserstein_distance
+
     if not reference.same_bins(current):
         raise ValueError("drift metrics need both histograms on the same bins of the same kind")
     ref, cur = reference.shares(), current.shares()

@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from tasks.quality.drift import KS_BOUND_SHOWN_WITHIN
 
@@ -204,6 +202,10 @@ def histogram_png(
         raise ValueError(f"{feature}: counts need len(edges) + 1 = {n_bins} bins")
     if labels is not None and len(labels) != n_bins:
         raise ValueError(f"{feature}: {len(labels)} bin labels for {n_bins} bins")
+    # matplotlib takes ~0.5 s to import: loaded when a page is drawn, not with the flows that may draw one.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(6.0, 2.4), dpi=80)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()

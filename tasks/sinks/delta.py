@@ -30,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.dataset as ds
 from deltalake import CommitProperties, write_deltalake
 
 from tasks.catalog import warehouse_dataset
@@ -98,6 +97,9 @@ def written_delta_partition(
 ) -> dict[str, int]:
     """Rows now in each table for (job, partition_date): every dataset's `files` replace the partition
     in `<base>/<dataset>`, one commit per table. Repeatable (recovery writes a committed run again)."""
+    # pyarrow.dataset loads pandas (~0.5 s): imported when a Delta table is written, not with every `score` command.
+    import pyarrow.dataset as ds
+
     predicate = partition_predicate(job, partition_date)
     written: dict[str, int] = {}
     for name, paths in files.items():

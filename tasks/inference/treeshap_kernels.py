@@ -1,0 +1,245 @@
+"""The numba kernels of the table TreeSHAP (tasks/inference/treeshap.py): the tree layout, the leaf
+tables and the contributions of a block of rows.
+
+numba takes ~0.3 s to import (more on a cold disk) and is needed only once a model's contributions
+are explained, so treeshap.py imports this module where it builds or runs a kernel, never at the
+top: `score --help` and the flows' imports stay free of it. The compiled kernels are cached next to
+this file (`cache=True`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, error_model="numpy")
+def inference_tree_layout(left, right, split_feature, split_value, default_left, hess, node_start, max_width):
+    """Reachable nodes of every tree in preorder, each split's pattern bit, and each leaf's path.
+
+    A split's bit is the position of its feature among the distinct features on the path from the
+    root down to it, so all leaves below a split agree on it and a row's pattern can be pushed
+    down the tree one split at a time.
+    """
+    n_trees = node_start.size - 1
+    total = node_start[n_trees]
+    o_feature = np.full(total, -1, np.int32)
+    o_value = np.zeros(total, np.float32)
+    o_default_left = np.zeros(total, np.uint8)
+    o_bit = np.zeros(total, np.int32)
+    o_left = np.full(total, -1, np.int32)
+    o_right = np.full(total, -1, np.int32)
+    parent = np.full(total, -1, np.int32)
+    original = np.zeros(total, np.int64)
+    above = np.zeros(total, np.int32)
+    adds_bit = np.zeros(total, np.uint8)
+    mean = np.zeros(total, np.float64)
+    tree_node_start = np.zeros(n_trees + 1, np.int64)
+    tree_leaf_start = np.zeros(n_trees + 1, np.int64)
+    tree_mean = np.zeros(n_trees, np.float64)
+    leaf_node = np.zeros(total, np.int32)
+    leaf_width = np.zeros(total, np.int32)
+    leaf_feature = np.full((total, max_width), -1, np.int32)
+    leaf_zero = np.ones((total, max_width), np.float64)
+    leaf_value = np.zeros(total, np.float64)
+    widest = 0
+    stack_node = np.zeros(total + 1, np.int64)
+    stack_parent = np.zeros(total + 1, np.int32)
+    stack_is_left = np.zeros(total + 1, np.uint8)
+    out = 0
+    leaves = 0
+    for t in range(n_trees):
+        first = node_start[t]
+        base = out
+        tree_node_start[t] = base
+        tree_leaf_start[t] = leaves
+        top = 0
+        stack_node[0] = first
+        stack_parent[0] = -1
+        stack_is_left[0] = 0
+        top = 1
+        while top > 0:
+            top -= 1
+            node = stack_node[top]
+            up = stack_parent[top]
+            local = out - base
+            g = out
+            out += 1
+            original[g] = node
+            parent[g] = up
+            if up >= 0:
+                above[g] = above[base + up] + adds_bit[base + up]
+                if stack_is_left[top]:
+                    o_left[base + up] = local
+                else:
+                    o_right[base + up] = local
+            if left[node] < 0:
+                width = above[g]
+                if width > widest:
+                    widest = width
+                leaf_node[leaves] = local
+                leaf_width[leaves] = width
+                leaf_value[leaves] = split_value[node]
+                if width <= max_width:
+                    child = g
+                    a = up
+                    while a >= 0:
+                        ga = base + a
+                        slot = o_bit[ga]
+                        leaf_feature[leaves, slot] = o_feature[ga]
+                        leaf_zero[leaves, slot] *= np.float64(hess[original[child]]) / np.float64(hess[original[ga]])
+                        child = ga
+                        a = parent[ga]
+                leaves += 1
+                continue
+            f = split_feature[node]
+            o_feature[g] = f
+            o_value[g] = split_value[node]
+            o_default_left[g] = default_left[node]
+            found = -1
+            a = up
+            while a >= 0:
+                if o_feature[base + a] == f:
+                    found = o_bit[base + a]
+                    break
+                a = parent[base + a]
+            if found >= 0:
+                o_bit[g] = found
+                adds_bit[g] = 0
+            else:
+                o_bit[g] = above[g]
+                adds_bit[g] = 1
+            # Right pushed first: the left subtree is laid out right after its parent (preorder).
+            stack_node[top] = first + right[node]
+            stack_parent[top] = local
+            stack_is_left[top] = 0
+            stack_node[top + 1] = first + left[node]
+            stack_parent[top + 1] = local
+            stack_is_left[top + 1] = 1
+            top += 2
+        # XGBoost's node means: cover-weighted averages of the children, children first.
+        for g in range(out - 1, base - 1, -1):
+            node = original[g]
+            if o_left[g] < 0:
+                mean[g] = split_value[node]
+            else:
+                gl = base + o_left[g]
+                gr = base + o_right[g]
+                mean[g] = (mean[gl] * hess[original[gl]] + mean[gr] * hess[original[gr]]) / hess[node]
+        tree_mean[t] = mean[base]
+    tree_node_start[n_trees] = out
+    tree_leaf_start[n_trees] = leaves
+    return (
+        o_feature[:out], o_value[:out], o_default_left[:out], o_bit[:out], o_left[:out], o_right[:out],
+        tree_node_start, tree_leaf_start, tree_mean,
+        leaf_node[:leaves], leaf_width[:leaves], leaf_feature[:leaves], leaf_zero[:leaves], leaf_value[:leaves],
+        widest,
+    )
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _extend_path(pweight, depth, zero_fraction, one_fraction):
+    pweight[depth] = 1.0 if depth == 0 else 0.0
+    for i in range(depth - 1, -1, -1):
+        pweight[i + 1] += one_fraction * pweight[i] * (i + 1) / (depth + 1)
+        pweight[i] = zero_fraction * pweight[i] * (depth - i) / (depth + 1)
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _unwound_path_sum(pweight, depth, zero_fraction, one_fraction):
+    total = 0.0
+    if one_fraction != 0.0:
+        next_one_portion = pweight[depth]
+        for i in range(depth - 1, -1, -1):
+            tmp = next_one_portion * (depth + 1) / ((i + 1) * one_fraction)
+            total += tmp
+            next_one_portion = pweight[i] - tmp * zero_fraction * (depth - i) / (depth + 1)
+    else:
+        for i in range(depth - 1, -1, -1):
+            total += (pweight[i] / zero_fraction) / ((depth - i) / (depth + 1))
+    return total
+
+
+@numba.njit(cache=True, parallel=True, error_model="numpy")
+def inference_leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, table):
+    """For every leaf and bit pattern, TreeSHAP's contribution of each path feature (slot order)."""
+    for leaf in numba.prange(leaf_width.size):
+        d = leaf_width[leaf]
+        if d == 0:
+            continue
+        z = leaf_zero[leaf]
+        v = leaf_value[leaf]
+        pweight = np.zeros(d + 1, np.float64)
+        offset = leaf_offset[leaf]
+        for pattern in range(1 << d):
+            # Element 0 is TreeSHAP's root element (zero and one fraction 1), as in XGBoost.
+            _extend_path(pweight, 0, 1.0, 1.0)
+            for i in range(d):
+                _extend_path(pweight, i + 1, z[i], np.float64((pattern >> i) & 1))
+            for i in range(d):
+                one = np.float64((pattern >> i) & 1)
+                w = _unwound_path_sum(pweight, d, z[i], one)
+                table[offset + pattern * d + i] = w * (one - z[i]) * v
+
+
+@numba.njit(cache=True, parallel=True)
+def inference_table_contributions(
+    x, node_feature, node_value, node_default_left, node_bit, node_left, node_right, tree_node_start,
+    leaf_node, leaf_width, leaf_feature, leaf_offset, tree_leaf_start, table, bias, out, block,
+):
+    # Rows are the innermost loop everywhere: every row of a block does the same split or reads the
+    # same leaf's table, so the loops carry no dependency, branch on nothing and stay in cache.
+    n_rows, n_features = x.shape
+    n_trees = tree_node_start.size - 1
+    widest_tree = 0
+    for t in range(n_trees):
+        widest_tree = max(widest_tree, tree_node_start[t + 1] - tree_node_start[t])
+    n_blocks = (n_rows + block - 1) // block
+    for b in numba.prange(n_blocks):
+        first = b * block
+        m = min(n_rows, first + block) - first
+        xt = np.empty((n_features, block), np.float32)
+        for j in range(m):
+            for f in range(n_features):
+                xt[f, j] = x[first + j, f]
+        acc = np.zeros((n_features, block), np.float64)
+        pattern = np.empty((widest_tree, block), np.int32)
+        at = np.empty(block, np.int64)
+        for t in range(n_trees):
+            base = tree_node_start[t]
+            for j in range(m):
+                pattern[0, j] = -1
+            for k in range(tree_node_start[t + 1] - base):
+                g = base + k
+                lk = node_left[g]
+                if lk < 0:
+                    continue
+                rk = node_right[g]
+                threshold = node_value[g]
+                default_left = np.int32(node_default_left[g])
+                bit = np.int32(1) << node_bit[g]
+                column = xt[node_feature[g]]
+                for j in range(m):
+                    value = column[j]
+                    # NaN fails every comparison: it goes left only when the default is left.
+                    go_left = np.int32(value < threshold) | (np.int32(value != value) & default_left)
+                    here = pattern[k, j]
+                    pattern[lk, j] = here & ~(bit * (1 - go_left))
+                    pattern[rk, j] = here & ~(bit * go_left)
+            for leaf in range(tree_leaf_start[t], tree_leaf_start[t + 1]):
+                d = leaf_width[leaf]
+                if d == 0:
+                    continue
+                mask = (np.int32(1) << d) - 1
+                offset = leaf_offset[leaf]
+                reached = pattern[leaf_node[leaf]]
+                for j in range(m):
+                    at[j] = offset + np.int64(reached[j] & mask) * d
+                for i in range(d):
+                    row = acc[leaf_feature[leaf, i]]
+                    for j in range(m):
+                        row[j] += table[at[j] + i]
+        for j in range(m):
+            for f in range(n_features):
+                out[first + j, f] = acc[f, j]
+            out[first + j, n_features] = bias

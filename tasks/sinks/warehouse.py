@@ -295,28 +295,35 @@ class Warehouse(ABC):
                 )
             )
 
-    def unfinished_runs(self, job: str, partition_date: Any = None) -> list[dict[str, Any]]:
-        """Runs of `job` (of one partition when given) not yet `succeeded` or `failed`, oldest first."""
+    def _read_rows(self, table: str, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """`sql`'s rows; none while the warehouse or `table` does not exist yet (nothing wrote them)."""
         if not self._exists():
             return []
         with self._session(write=False) as session:
-            if not self._table_exists(session, "runs"):
-                return []
-            return session.rows(
-                "SELECT run_id, job, partition_date, status, started_at FROM runs WHERE job = $job "
-                "AND status IN ('running', 'publishing', 'committed') "
-                + ("AND partition_date = $partition_date " if partition_date is not None else "")
-                + "ORDER BY started_at, run_id",
-                {"job": job, "partition_date": partition_date},
-            )
+            return session.rows(sql, params) if self._table_exists(session, table) else []
+
+    def _read_arrow(self, table: str, schema: pa.Schema, sql: str, params: Mapping[str, Any]) -> pa.Table:
+        """`sql`'s result in `schema`; an empty table of it while the warehouse or `table` does not exist yet."""
+        if not self._exists():
+            return schema.empty_table()
+        with self._session(write=False) as session:
+            if not self._table_exists(session, table):
+                return schema.empty_table()
+            return session.arrow(sql, params).cast(schema)
+
+    def unfinished_runs(self, job: str, partition_date: Any = None) -> list[dict[str, Any]]:
+        """Runs of `job` (of one partition when given) not yet `succeeded` or `failed`, oldest first."""
+        return self._read_rows(
+            "runs",
+            "SELECT run_id, job, partition_date, status, started_at FROM runs WHERE job = $job "
+            "AND status IN ('running', 'publishing', 'committed') "
+            + ("AND partition_date = $partition_date " if partition_date is not None else "")
+            + "ORDER BY started_at, run_id",
+            {"job": job, "partition_date": partition_date},
+        )
 
     def run_status(self, run_id: str) -> str | None:
-        if not self._exists():
-            return None
-        with self._session(write=False) as session:
-            if not self._table_exists(session, "runs"):
-                return None
-            rows = session.rows("SELECT status FROM runs WHERE run_id = $run_id", {"run_id": run_id})
+        rows = self._read_rows("runs", "SELECT status FROM runs WHERE run_id = $run_id", {"run_id": run_id})
         return rows[0]["status"] if rows else None
 
     def record_run_abandoned(self, run_id: str, *, ended_at: Any, error: str) -> bool:
@@ -355,43 +362,30 @@ class Warehouse(ABC):
 
     def latest_succeeded_run(self, job: str) -> dict[str, Any] | None:
         """The newest succeeded `runs` row of `job`, or None when it never succeeded (or no ledger exists)."""
-        if not self._exists():
-            return None
-        with self._session(write=False) as session:
-            if not self._table_exists(session, "runs"):
-                return None
-            rows = session.rows(
-                "SELECT * FROM runs WHERE job = $job AND status = 'succeeded' ORDER BY ended_at DESC NULLS LAST LIMIT 1",
-                {"job": job},
-            )
+        rows = self._read_rows(
+            "runs", "SELECT * FROM runs WHERE job = $job AND status = 'succeeded' ORDER BY ended_at DESC NULLS LAST LIMIT 1",
+            {"job": job},
+        )
         return rows[0] if rows else None
 
     def run_guard_summary(self, run_id: str) -> list[dict[str, Any]]:
         """The `guard_summary` rows of one run, the expectations that acted on most rows first (empty if none)."""
-        if not self._exists():
-            return []
-        with self._session(write=False) as session:
-            if not self._table_exists(session, "guard_summary"):
-                return []
-            return session.rows(
-                "SELECT expectation, column_name, expectation_type, action, evaluated_by, rows, share FROM guard_summary "
-                "WHERE run_id = $run_id ORDER BY rows DESC, expectation",
-                {"run_id": run_id},
-            )
+        return self._read_rows(
+            "guard_summary",
+            "SELECT expectation, column_name, expectation_type, action, evaluated_by, rows, share FROM guard_summary "
+            "WHERE run_id = $run_id ORDER BY rows DESC, expectation",
+            {"run_id": run_id},
+        )
 
     def latest_partition_runs(self, job: str, *, first_date: Any, last_date: Any) -> list[dict[str, Any]]:
         """The newest `runs` row of each of the job's partitions from `first_date` to `last_date`, oldest date first."""
-        if not self._exists():
-            return []
-        with self._session(write=False) as session:
-            if not self._table_exists(session, "runs"):
-                return []
-            rows = session.rows(
-                "SELECT ranked.* FROM (SELECT *, row_number() OVER (PARTITION BY partition_date ORDER BY started_at DESC) "
-                "AS newest FROM runs WHERE job = $job AND partition_date BETWEEN $first_date AND $last_date) AS ranked "
-                "WHERE newest = 1 ORDER BY partition_date",
-                {"job": job, "first_date": first_date, "last_date": last_date},
-            )
+        rows = self._read_rows(
+            "runs",
+            "SELECT ranked.* FROM (SELECT *, row_number() OVER (PARTITION BY partition_date ORDER BY started_at DESC) "
+            "AS newest FROM runs WHERE job = $job AND partition_date BETWEEN $first_date AND $last_date) AS ranked "
+            "WHERE newest = 1 ORDER BY partition_date",
+            {"job": job, "first_date": first_date, "last_date": last_date},
+        )
         return [{k: v for k, v in row.items() if k != "newest"} for row in rows]
 
     def replace_partition(
@@ -455,20 +449,15 @@ class Warehouse(ABC):
         """Rows of a monitoring table for the job's partitions from `first_date` to `last_date` inclusive."""
         dataset = _monitoring_table(table)
         schema = dataset.schema
-        if not self._exists():
-            return schema.empty_table()
         columns = ", ".join(_quoted(c) for c in schema.names)
         # The rows' key, but for the job all of them share.
         order = ", ".join(_quoted(c) for c in dataset.keys if c != "job")
-        with self._session(write=False) as session:
-            if not self._table_exists(session, table):
-                return schema.empty_table()
-            result = session.arrow(
-                f"SELECT {columns} FROM {_quoted(table)} WHERE job = $job AND partition_date BETWEEN $first_date AND $last_date "
-                f"ORDER BY {order}",
-                {"job": job, "first_date": first_date, "last_date": last_date},
-            )
-        return result.cast(schema)
+        return self._read_arrow(
+            table, schema,
+            f"SELECT {columns} FROM {_quoted(table)} WHERE job = $job AND partition_date BETWEEN $first_date AND $last_date "
+            f"ORDER BY {order}",
+            {"job": job, "first_date": first_date, "last_date": last_date},
+        )
 
     def partition_predictions(self, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
         """The named prediction columns of (job, partition_date); no rows when it was never published."""
@@ -476,16 +465,10 @@ class Warehouse(ABC):
         if unknown:
             raise ValueError(f"not prediction columns: {unknown}; known: {PREDICTION_SCHEMA.names}")
         schema = pa.schema([PREDICTION_SCHEMA.field(c) for c in columns])
-        if not self._exists():
-            return schema.empty_table()
-        with self._session(write=False) as session:
-            if not self._table_exists(session, "predictions"):
-                return schema.empty_table()
-            result = session.arrow(
-                f"SELECT {', '.join(_quoted(c) for c in columns)} FROM predictions WHERE {_PARTITION_KEY}",
-                {"job": job, "partition_date": partition_date},
-            )
-        return result.cast(schema)
+        return self._read_arrow(
+            "predictions", schema, f"SELECT {', '.join(_quoted(c) for c in columns)} FROM predictions WHERE {_PARTITION_KEY}",
+            {"job": job, "partition_date": partition_date},
+        )
 
     def prediction_groups(self, job: str, partition_date: Any, cutoffs: Sequence[float]) -> pa.Table:
         """Predictions of (job, partition_date) counted by run_id, model_version, decision, rule_id,
@@ -495,8 +478,6 @@ class Warehouse(ABC):
             [("run_id", pa.string()), ("model_version", pa.string()), ("decision", pa.string()), ("rule_id", pa.string()),
              ("score", pa.int16()), ("straddling", pa.bool_()), ("rows", pa.int64()), ("probability_sum", pa.float64())]
         )
-        if not self._exists():
-            return schema.empty_table()
         params: dict[str, Any] = {"job": job, "partition_date": partition_date}
         for i, cut in enumerate(cutoffs):
             params[f"cut_{i}"] = float(cut)
@@ -504,32 +485,24 @@ class Warehouse(ABC):
             _SqlTerm("probability_low"), _SqlTerm("probability_high"),
             [_SqlTerm(f"CAST($cut_{i} AS DOUBLE PRECISION)") for i in range(len(cutoffs))], none=_SqlTerm("FALSE"),
         )
-        with self._session(write=False) as session:
-            if not self._table_exists(session, "predictions"):
-                return schema.empty_table()
-            result = session.arrow(
-                f"SELECT run_id, model_version, decision, rule_id, score, ({straddling.sql}) AS straddling, "
-                # An exact decimal sum: a float sum in parallel would differ in the last bits from
-                # run to run, and recomputing monitoring must leave identical tables.
-                f'count(*) AS "rows", CAST(sum(CAST(probability AS DECIMAL(38, 18))) AS DOUBLE PRECISION) AS probability_sum '
-                f"FROM predictions WHERE {_PARTITION_KEY} "
-                "GROUP BY 1, 2, 3, 4, 5, 6",
-                params,
-            )
-        return result.cast(schema)
+        return self._read_arrow(
+            "predictions", schema,
+            f"SELECT run_id, model_version, decision, rule_id, score, ({straddling.sql}) AS straddling, "
+            # An exact decimal sum: a float sum in parallel would differ in the last bits from
+            # run to run, and recomputing monitoring must leave identical tables.
+            f'count(*) AS "rows", CAST(sum(CAST(probability AS DECIMAL(38, 18))) AS DOUBLE PRECISION) AS probability_sum '
+            f"FROM predictions WHERE {_PARTITION_KEY} "
+            "GROUP BY 1, 2, 3, 4, 5, 6",
+            params,
+        )
 
     def quarantined_entities(self, job: str, partition_date: Any) -> pa.Table:
         """Entity ids of (job, partition_date) that were read but not scored (column `entity_id`)."""
         schema = pa.schema([("entity_id", pa.string())])
-        if not self._exists():
-            return schema.empty_table()
-        with self._session(write=False) as session:
-            if not self._table_exists(session, "quarantine"):
-                return schema.empty_table()
-            result = session.arrow(
-                f"SELECT DISTINCT entity_id FROM quarantine WHERE {_PARTITION_KEY}", {"job": job, "partition_date": partition_date}
-            )
-        return result.cast(schema)
+        return self._read_arrow(
+            "quarantine", schema, f"SELECT DISTINCT entity_id FROM quarantine WHERE {_PARTITION_KEY}",
+            {"job": job, "partition_date": partition_date},
+        )
 
     def prediction_counts(self, job: str, *, first_date: Any, last_date: Any, by: Sequence[str]) -> pa.Table:
         """Prediction rows per distinct value of the `by` columns over a range of partitions (column `rows`)."""
@@ -537,18 +510,13 @@ class Warehouse(ABC):
         if unknown or not by:
             raise ValueError(f"group predictions by prediction columns, got {list(by)}; known: {PREDICTION_SCHEMA.names}")
         schema = pa.schema([*(PREDICTION_SCHEMA.field(c).with_nullable(True) for c in by), ("rows", pa.int64())])
-        if not self._exists():
-            return schema.empty_table()
         keys = ", ".join(_quoted(c) for c in by)
-        with self._session(write=False) as session:
-            if not self._table_exists(session, "predictions"):
-                return schema.empty_table()
-            result = session.arrow(
-                f'SELECT {keys}, count(*) AS "rows" FROM predictions WHERE job = $job AND partition_date BETWEEN $first_date '
-                f"AND $last_date GROUP BY {keys} ORDER BY {keys}",
-                {"job": job, "first_date": first_date, "last_date": last_date},
-            )
-        return result.cast(schema)
+        return self._read_arrow(
+            "predictions", schema,
+            f'SELECT {keys}, count(*) AS "rows" FROM predictions WHERE job = $job AND partition_date BETWEEN $first_date '
+            f"AND $last_date GROUP BY {keys} ORDER BY {keys}",
+            {"job": job, "first_date": first_date, "last_date": last_date},
+        )
 
     def source_labels(
         self, table: str, *, job: str, partition_date: Any, entity_column: str, outcome_column: str, observed_date_column: str

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 import uuid
 
 from prefect import flow
 from prefect.runtime import flow_run
 
-from flows.steps.task_runners import configured_task_runner
+from flows.steps.task_runners import UnitThreadPoolTaskRunner, configured_task_runner, units_in_own_flow
 from flows.steps.partition import (
     fail_run,
     finished_run,
@@ -18,7 +17,7 @@ from flows.steps.partition import (
     publish_partition,
     start_run,
 )
-from flows.steps.units import plan_work_units, scored_units, summarize_run
+from flows.steps.units import scored_summary
 from tasks.jobs.calendar import parse_partition_date
 from tasks.scoring.partition_run import RunTicket
 from tasks.jobspec import checked_job_name
@@ -28,13 +27,11 @@ from tasks.settings import current_settings
 
 @flow(name="score-units")
 def score_units(ticket: RunTicket) -> ScoringSummary:
-    """Each work unit scored on the configured task runner, then their counts merged."""
-    started = time.time()
-    inferences, predictions = scored_units(ticket, plan_work_units(ticket))
-    return summarize_run(ticket, inferences, predictions, started)
+    """Each work unit scored on the Dask cluster the flow runs with, then their counts merged."""
+    return scored_summary(ticket)
 
 
-@flow(name="score_partition", log_prints=True)
+@flow(name="score_partition", log_prints=True, task_runner=UnitThreadPoolTaskRunner())
 def score_partition(job: str, date: dt.date, chunk_rows: int | None = None) -> dict:
     """Guard, infer, predict and publish `job` for the partition `date`; re-running replaces it."""
     # Checked before anything is read, written or logged under their names.
@@ -48,7 +45,11 @@ def score_partition(job: str, date: dt.date, chunk_rows: int | None = None) -> d
     with lease.held():
         try:
             recovered = start_run(ticket)
-            summary = score_units.with_options(task_runner=configured_task_runner(current_settings()))(ticket)
+            settings = current_settings()
+            summary = (
+                score_units.with_options(task_runner=configured_task_runner(settings))(ticket)
+                if units_in_own_flow(settings) else scored_summary(ticket)
+            )
             lease.ensure_held()
             published = publish_partition(ticket, summary)
         except Exception as error:

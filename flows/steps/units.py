@@ -108,3 +108,10 @@ def scored_units(ticket: RunTicket, units: list[WorkUnit]) -> tuple[list[UnitInf
     _units_done(ticket, predicted)
     wait(inferred + predicted)
     return [f.result() for f in inferred], [f.result() for f in predicted]
+
+
+def scored_summary(ticket: RunTicket) -> ScoringSummary:
+    """The run's units planned, scored on the running flow's task runner and summarized."""
+    started = time.time()
+    inferences, predictions = scored_units(ticket, plan_work_units(ticket))
+    return summarize_run(ticket, inferences, predictions, started)

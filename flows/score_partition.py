@@ -8,7 +8,7 @@ import uuid
 from prefect import flow
 from prefect.runtime import flow_run
 
-from flows.steps.task_runners import UnitThreadPoolTaskRunner, configured_task_runner, units_in_own_flow
+from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner, units_in_own_flow
 from flows.steps.partition import (
     fail_run,
     finished_run,
@@ -47,7 +47,7 @@ def score_partition(job: str, date: dt.date, chunk_rows: int | None = None) -> d
             recovered = start_run(ticket)
             settings = current_settings()
             summary = (
-                score_units.with_options(task_runner=configured_task_runner(settings))(ticket)
+                score_units.with_options(task_runner=dask_task_runner(settings))(ticket)
                 if units_in_own_flow(settings) else scored_summary(ticket)
             )
             lease.ensure_held()

@@ -82,6 +82,12 @@ PREDICTIONS = Dataset(
 )
 """The prediction contract: one row per scored entity (meanings: tasks/contracts.py PREDICTION_FIELD_MEANINGS)."""
 PREDICTION_SCHEMA = PREDICTIONS.schema
+PREDICTION_GROUP_SCHEMA = pa.schema(
+    [("run_id", pa.string()), ("model_version", pa.string()), ("decision", pa.string()), ("rule_id", pa.string()),
+     ("score", pa.int16()), ("straddling", pa.bool_()), ("rows", pa.int64()), ("probability_sum", pa.float64())]
+)
+"""Predictions counted per (run, model version, decision, rule, score, straddling) with their
+probability sum: what decision monitoring reads, from the run's chunks or from the warehouse."""
 
 QUARANTINE = Dataset(
     name="quarantine",

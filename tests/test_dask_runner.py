@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
-from flows.steps.task_runners import configured_task_runner
+from flows.steps.task_runners import dask_task_runner
 from tasks.scoring.units import partition_work_units
 from tasks.sources import ParquetPartition
 from tasks.settings import Settings, current_settings
@@ -68,7 +68,7 @@ def test_dask_runner_equals_thread_runner(demo_env: DemoEnv, fresh_data: Setting
     monkeypatch.setenv("SCORING_DASK_WORKERS", "2")
     # Inference tasks hold a GPU resource; the local cluster's workers declare one each.
     monkeypatch.setenv("SCORING_INFERENCE_RESOURCES", json.dumps({"GPU": 1}))
-    runner = configured_task_runner(current_settings())
+    runner = dask_task_runner(current_settings())
     assert isinstance(runner, DaskTaskRunner) and runner.cluster_kwargs["resources"] == {"GPU": 1}
     dask_result = score_partition(DEMO_JOB, day, 500)
     on_dask = _outputs(fresh_data, day)

@@ -107,6 +107,6 @@ def test_prediction_side_builds_no_engine_and_matches_the_one_pass(
             whole.prediction.rows_scored, whole.prediction.rows_with_reasons, whole.prediction.decisions, whole.prediction.rules
         )
         assert_frame_equal(
-            merged_prediction_groups([half.decision_groups]).drop("run_id"),
-            merged_prediction_groups([whole.prediction.decision_groups]).drop("run_id"),
+            merged_prediction_groups(half.decision_groups).drop("run_id"),
+            merged_prediction_groups(whole.prediction.decision_groups).drop("run_id"),
         )

@@ -31,9 +31,8 @@ def units_in_own_flow(settings: Settings) -> bool:
     return settings.task_runner != "threads"
 
 
-def configured_task_runner(settings: Settings) -> TaskRunner:
-    if settings.task_runner == "threads":
-        return ThreadPoolTaskRunner(max_workers=settings.task_workers)
+def dask_task_runner(settings: Settings) -> TaskRunner:
+    """The Dask runner of a run's `score-units` subflow: an existing cluster, or a local one."""
     from prefect_dask import DaskTaskRunner
 
     if settings.dask_address:

@@ -28,7 +28,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tasks.catalog import DECISION_MONITORING
+from tasks.catalog import DECISION_MONITORING, PREDICTION_GROUP_SCHEMA
 from tasks.prediction.decisions import predict_probability_cutoffs, predict_straddling
 from tasks.sinks.warehouse import Warehouse
 
@@ -52,21 +52,22 @@ def prediction_groups(predictions: pl.DataFrame, cutoffs: Sequence[float]) -> pl
 
 
 GROUP_KEYS = ("run_id", "model_version", "decision", "rule_id", "score", "straddling")
-GROUP_SCHEMA = {
-    "run_id": pl.String, "model_version": pl.String, "decision": pl.String, "rule_id": pl.String, "score": pl.Int16,
-    "straddling": pl.Boolean, "rows": pl.Int64, "probability_sum": pl.Float64,
-}
+
+
+def decision_groups_frame(rows: Sequence[dict] = ()) -> pl.DataFrame:
+    """`prediction_groups` rows (as `ScoringSummary.decision_groups` holds them) in their schema."""
+    return pl.from_arrow(pa.Table.from_pylist(list(rows), schema=PREDICTION_GROUP_SCHEMA))
 
 
 def merged_prediction_groups(groups: Sequence[pl.DataFrame]) -> pl.DataFrame:
-    """`prediction_groups` of parts of one partition (its chunks, in order) as those of the whole.
+    """`prediction_groups` of parts of one partition (its chunks) as those of the whole.
 
-    Probabilities are summed exactly (`math.fsum`), so the result does not depend on how the
-    partition was cut into chunks and units.
+    The parts' probability sums are added exactly (`math.fsum`), so the result does not depend on
+    the order in which units finish.
     """
     parts = [g for g in groups if g.height]
     if not parts:
-        return pl.DataFrame(schema=GROUP_SCHEMA)
+        return decision_groups_frame()
     merged = pl.concat(parts).group_by(*GROUP_KEYS).agg(pl.col("rows").sum(), pl.col("probability_sum"))
     return merged.with_columns(
         pl.col("probability_sum").map_elements(math.fsum, return_dtype=pl.Float64)

@@ -12,7 +12,7 @@ import polars as pl
 
 from tasks.reports.html_report import write_run_report
 from tasks.jobspec import load_job_spec
-from tasks.monitoring.decisions import GROUP_SCHEMA, monitored_decisions
+from tasks.monitoring.decisions import decision_groups_frame, monitored_decisions
 from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_performance_rows
 from tasks.monitoring.outcomes import ingested_outcomes
 from tasks.scoring.partition_run import Artifact, artifact_key
@@ -30,7 +30,7 @@ def decision_monitoring(
     partition against the trailing window, stored in `decision_monitoring`: the flagged measures and the table.
     `groups` are the run's own counts (`ScoringSummary.decision_groups`); without them the published rows are counted."""
     spec = load_job_spec(job, settings)
-    counted = None if groups is None else pl.DataFrame(groups, schema=GROUP_SCHEMA)
+    counted = None if groups is None else decision_groups_frame(groups)
     rows = pl.from_arrow(
         monitored_decisions(warehouse, spec, partition_date=partition_date, run_id=run_id, groups=counted)
     ).to_dicts()

@@ -174,7 +174,7 @@ def scoring_summary(
         rules.update(prediction.rules)
         summary.peak_rss_mb = max(summary.peak_rss_mb, prediction.peak_rss_mb)
     summary.decision_groups = merged_prediction_groups(
-        [p.decision_groups for p in sorted(predictions, key=lambda u: u.unit_id) if p.decision_groups is not None]
+        [g for p in sorted(predictions, key=lambda u: u.unit_id) for g in p.decision_groups]
     ).to_dicts()
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))

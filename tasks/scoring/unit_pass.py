@@ -216,9 +216,9 @@ class UnitPrediction:
     decisions: Counter[str] = field(default_factory=Counter)
     rules: Counter[str] = field(default_factory=Counter)
     drift: DriftAccumulator | None = None
-    decision_groups: pl.DataFrame | None = None
-    """The unit's predictions counted per decision-monitoring group (`prediction_groups`), so decision
-    monitoring never re-reads the partition."""
+    decision_groups: list[pl.DataFrame] = field(default_factory=list)
+    """Each chunk's predictions counted per decision-monitoring group (`prediction_groups`), so
+    decision monitoring never re-reads the partition."""
     peak_rss_mb: float = 0.0
 
 
@@ -314,7 +314,7 @@ def _predicted_chunk(
     result.decisions.update(predicted.decisions)
     result.rules.update(predicted.rules)
     groups = prediction_groups(pl.from_arrow(predicted.table.select(_GROUPED_COLUMNS)), plan.cutoffs)
-    result.decision_groups = groups if result.decision_groups is None else pl.concat([result.decision_groups, groups])
+    result.decision_groups.append(groups)
 
 
 _GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "score", "probability", "probability_low", "probability_high")

@@ -33,6 +33,7 @@ from tasks.catalog import (
     DRIFT_REPORT,
     MONITORING_DATASETS,
     PARTITION_DATASETS,
+    PREDICTION_GROUP_SCHEMA,
     PREDICTION_SCHEMA,
     WAREHOUSE_DATASETS,
     Dataset,
@@ -474,10 +475,7 @@ class Warehouse(ABC):
         """Predictions of (job, partition_date) counted by run_id, model_version, decision, rule_id,
         score and whether the interval straddles one of `cutoffs`, with their probability sum; the
         aggregation runs in the database, so nothing the size of the partition is loaded."""
-        schema = pa.schema(
-            [("run_id", pa.string()), ("model_version", pa.string()), ("decision", pa.string()), ("rule_id", pa.string()),
-             ("score", pa.int16()), ("straddling", pa.bool_()), ("rows", pa.int64()), ("probability_sum", pa.float64())]
-        )
+        schema = PREDICTION_GROUP_SCHEMA
         params: dict[str, Any] = {"job": job, "partition_date": partition_date}
         for i, cut in enumerate(cutoffs):
             params[f"cut_{i}"] = float(cut)

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import io
 import re
 import typing
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 import pytest
-from matplotlib.image import imread
 from pydantic import ValidationError
 
 from tasks.quality.drift import (
@@ -25,7 +24,7 @@ from tasks.quality.drift import (
     reference_statistics,
 )
 from tasks.features import FeatureKind
-from tasks.reports.html_report import histogram_png, run_report_html
+from tasks.reports.html_report import histogram_svg, run_report_html
 from tasks.inference.registry import ReferenceKind, ReferenceStats
 from tasks.catalog import DRIFT_REPORT
 from tasks.sinks.warehouse import Warehouse
@@ -148,20 +147,23 @@ def test_reference_stats_without_kind_read_as_numeric_and_category_bins_are_chec
 # --- the run page ------------------------------------------------------------------------------
 
 
-def _red_bars(png: bytes) -> int:
-    """Separate runs of the current partition's red along a pixel row just above the bars' base."""
-    image = imread(io.BytesIO(png), format="png")[..., :3]
-    red = (image[..., 0] > 0.7) & (image[..., 1] < 0.3) & (image[..., 2] < 0.3)
-    rows = np.flatnonzero(red.any(axis=1))
-    line = red[rows.max() - 2]
-    return int(np.sum(line[1:] & ~line[:-1]) + line[0])
+def _bar_heights(svg: str, series: str) -> list[float]:
+    """Heights of one series' bars, left to right."""
+    bars = [r for r in ET.fromstring(svg).iter("rect") if r.get("class") == series]
+    return [float(r.get("height")) for r in sorted(bars, key=lambda r: float(r.get("x")))]
 
 
 def test_the_page_draws_one_bar_per_category_and_names_the_renamed_columns() -> None:
     edges = np.array([0.0, 1.0, 2.0, 3.0])
     reference, current = np.array([420, 400, 160, 20, 0]), np.array([200, 500, 250, 40, 10])
-    png = histogram_png("housing", edges, current, reference, labels=[*HOUSING, "unseen"])
-    assert _red_bars(png) == 5
+    svg = histogram_svg("housing", edges, current, reference, labels=[*HOUSING, "unseen"])
+    drawn, drawn_reference = np.array(_bar_heights(svg, "current")), np.array(_bar_heights(svg, "reference"))
+    assert len(drawn) == len(drawn_reference) == 5
+    scale = drawn.max() / (current.max() / current.sum())  # current holds the tallest share
+    np.testing.assert_allclose(drawn, current / current.sum() * scale, atol=0.1)
+    np.testing.assert_allclose(drawn_reference, reference / reference.sum() * scale, atol=0.1)
+    labels = [t.text for t in ET.fromstring(svg).iter("text")]
+    assert all(name in labels for name in [*HOUSING, "unseen"])
     row = {"feature": "housing", "kind": "categorical", "baseline": "reference", "psi": 0.3, "ks": None, "ks_upper": None,
            "wasserstein": None, "js": 0.03, "flag": "alert", "rows": 1000, "null_share": 0.0, "baseline_null_share": 0.0,
            "outside_p1_p99_share": None, "unseen_share": 0.01}

@@ -1,13 +1,13 @@
-"""The per-run HTML report: self-contained, every feature plotted in drift order, text escaped,
-and — in a real headless chromium with the network blocked — rendered without errors."""
+"""The per-run HTML report: self-contained, every feature plotted in drift order (inline SVG whose
+bars are the counts' shares), text escaped, and — in a real headless chromium with the network
+blocked — rendered without errors."""
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import os
 import re
+import xml.etree.ElementTree as ET
 import shutil
 from pathlib import Path
 from typing import Any
@@ -81,8 +81,19 @@ def page_html() -> str:
     )
 
 
-def _plot_pngs(page: str) -> list[bytes]:
-    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+def _plot_svgs(page: str) -> dict[str, ET.Element]:
+    """Each figure's inline SVG, parsed as XML (so it must be well-formed), by feature."""
+    figures = re.findall(r'<figure class="plot" data-feature="([^"]*)">.*?(<svg .*?</svg>)</figure>', page, flags=re.S)
+    return {html.unescape(feature): ET.fromstring(svg) for feature, svg in figures}
+
+
+def drawn_heights(svg: ET.Element, series: str) -> np.ndarray:
+    """Heights above the baseline of a numeric plot's step path (`M x,base` then `V y H x` per bin)."""
+    path = next(p for p in svg.iter("path") if p.get("class") == series)
+    d = path.get("d")
+    base = float(re.match(r"M[\d.]+,([\d.]+)", d).group(1))
+    levels = [float(v) for v in re.findall(r"V([\d.]+)", d)][:-1]  # the last drops back to the baseline
+    return base - np.array(levels)
 
 
 def _distinct_colours(image: np.ndarray) -> int:
@@ -99,9 +110,8 @@ def _distinct_colours(image: np.ndarray) -> int:
 
 def test_page_is_self_contained(page_html: str) -> None:
     refs = re.findall(r"""\b(?:src|href)\s*=\s*["']?([^"'\s>]*)""", page_html, flags=re.IGNORECASE)
-    assert refs, "expected embedded images"
-    assert not [r for r in refs if re.match(r"\s*(https?:)?//", r, flags=re.IGNORECASE)]
-    assert all(r.startswith("data:image/png;base64,") for r in refs), refs
+    assert refs == [], "the plots are inline markup: the page references nothing"
+    assert len(_plot_svgs(page_html)) == len(EXPECTED_ORDER)
     assert "http://" not in page_html and "https://" not in page_html
     assert "<link" not in page_html and "@import" not in page_html and "url(" not in page_html
 
@@ -117,14 +127,22 @@ def test_every_feature_appears_in_drift_order_with_its_flag(page_html: str) -> N
         assert f"<td>{html.escape(feature)}</td>" in drift_table
 
 
-def test_each_plot_is_a_non_blank_png(page_html: str) -> None:
-    pngs = _plot_pngs(page_html)
-    assert len(pngs) == len(EXPECTED_ORDER)
-    for data in pngs:
-        assert data.startswith(PNG_SIGNATURE)
-        image = imread(io.BytesIO(data), format="png")
-        assert image.shape[0] > 50 and image.shape[1] > 100
-        assert _distinct_colours(image) > 1 and float(image.std()) > 0
+def test_each_plot_draws_the_shares_of_its_counts(page_html: str) -> None:
+    histograms = _histograms(np.random.default_rng(7))
+    svgs = _plot_svgs(page_html)
+    assert list(svgs) == EXPECTED_ORDER
+    for feature, svg in svgs.items():
+        edges, current, reference = histograms[feature]
+        drawn = drawn_heights(svg, "current")
+        assert len(drawn) == len(edges) + 1
+        # Heights are shares on one y scale: proportional to the counts, to the 0.1 px the markup keeps.
+        scale = drawn.max() / (current.max() / current.sum()) if current.sum() else 0.0
+        np.testing.assert_allclose(drawn, current / max(current.sum(), 1) * scale, atol=0.1)
+        if reference is None:
+            assert not [p for p in svg.iter("path") if p.get("class") == "reference"]
+        else:
+            np.testing.assert_allclose(drawn_heights(svg, "reference"), reference / reference.sum() * scale, atol=0.1)
+        assert svg.find("title").text == f"histogram of {feature}"
 
 
 def test_text_is_escaped(page_html: str) -> None:
@@ -201,11 +219,10 @@ def test_report_renders_offline_in_chromium(page_html: str, tmp_path: Path) -> N
             page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
             page.route("**/*", only_local)
             page.goto(report.as_uri(), wait_until="load")
-            page.wait_for_function(
-                "() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)", timeout=15_000
-            )
-            images = page.evaluate(
-                "() => Array.from(document.images).map(i => ({w: i.naturalWidth, done: i.complete}))"
+            plots = page.evaluate(
+                "() => Array.from(document.querySelectorAll('figure.plot svg')).map(s => {"
+                " const box = s.getBoundingClientRect(); const line = s.querySelector('path.current');"
+                " return {w: box.width, h: box.height, line: line ? line.getTotalLength() : 0}; })"
             )
             title = page.title()
             screenshot = tmp_path / "report.png"
@@ -216,8 +233,8 @@ def test_report_renders_offline_in_chromium(page_html: str, tmp_path: Path) -> N
     assert errors == []
     assert [u for u in requested if not u.startswith(("file://", "data:"))] == []
     assert title == "Scoring run credit_risk 2026-03-10"
-    assert len(images) == len(EXPECTED_ORDER)
-    assert all(i["done"] and i["w"] > 0 for i in images), images
+    assert len(plots) == len(EXPECTED_ORDER)
+    assert all(p["w"] > 300 and p["h"] > 100 and p["line"] > 100 for p in plots), plots
     data = screenshot.read_bytes()
     assert data.startswith(PNG_SIGNATURE)
     shot = imread(str(screenshot))

@@ -13,6 +13,7 @@ import logging
 import uuid
 
 from prefect import task
+from prefect.utilities.annotations import quote
 
 from flows.steps.artifacts import left_artifacts
 from flows.steps.monitoring import monitor_decisions
@@ -85,8 +86,9 @@ def finish_run(ticket: RunTicket, summary: ScoringSummary, published: PublishedP
 def finished_run(ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition) -> dict:
     """Artifacts and decision monitoring of a published run. The run has succeeded: what fails here
     is kept on its ledger row as a warning, not lost and not a failure."""
-    finished = finish_run(ticket, summary, published, return_state=True)
-    monitored = monitor_decisions(ticket.job, ticket.partition_date, ticket.run_id, summary.decision_groups, return_state=True)
+    # quote(): the summary's lists are not walked for futures (see score_partition).
+    finished = finish_run(ticket, quote(summary), quote(published), return_state=True)
+    monitored = monitor_decisions(ticket.job, ticket.partition_date, ticket.run_id, quote(summary.decision_groups), return_state=True)
     result = finished_run_result(
         ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=finished.message,
         monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=monitored.message,

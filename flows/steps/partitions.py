@@ -8,6 +8,7 @@ import datetime as dt
 from prefect import task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.futures import as_completed
+from prefect.settings import temporary_settings
 
 from flows.steps.monitoring import monitor_decisions
 from flows.score_partition import score_partition
@@ -18,7 +19,11 @@ from tasks.reports.reporting import failed_outcomes_message, partition_outcome
 
 def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:
     """One partition scored in a score_partition subflow; its outcome row, also when it failed."""
-    state = score_partition(job, date, chunk_rows, return_state=True)
+    # The parent flow run beats for the process its partitions run in. A subflow's own beat only
+    # costs time: Prefect joins a flow run's heartbeat thread at its end, and that thread sleeps
+    # in whole seconds (prefect/flow_engine.py: _send_heartbeats), ~0.5 s a partition on average.
+    with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+        state = score_partition(job, date, chunk_rows, return_state=True)
     if state.is_completed():
         return partition_outcome(job, date, result=state.result())
     return partition_outcome(job, date, error=state.message or "")

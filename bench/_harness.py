@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +21,7 @@ from _data import REPO_ROOT, BenchData
 
 PYTHON = sys.executable
 SCORE = str(Path(sys.executable).with_name("score"))
+PREFECT = str(Path(sys.executable).with_name("prefect"))
 
 
 @dataclass
@@ -153,3 +159,66 @@ def print_table(title: str, columns: list[str], rows: list[list]) -> None:
 
 def add_repeat_argument(parser, default: int = 3) -> None:  # noqa: ANN001
     parser.add_argument("--repeat", type=int, default=default, help=f"runs per figure; the median is reported (default {default})")
+
+
+def add_api_argument(parser) -> None:  # noqa: ANN001
+    parser.add_argument("--api", choices=("server", "ephemeral"), default="server",
+                        help="server: the bench starts `prefect server` on 127.0.0.1 and every child talks to it, as "
+                        "deployments run (default); ephemeral: each child starts Prefect's temporary API itself")
+
+
+@contextlib.contextmanager
+def prefect_api(data: BenchData, api: str) -> Iterator[str | None]:
+    """For the block, children (child_env copies os.environ) talk to a `prefect server` started here,
+    with its own database under the bench's PREFECT_HOME and stopped on exit; yields its API URL.
+    `ephemeral`: PREFECT_API_URL is unset, so each child starts Prefect's temporary API; yields None."""
+    saved = os.environ.pop("PREFECT_API_URL", None)
+    try:
+        if api == "ephemeral":
+            yield None
+            return
+        with _started_server(data) as url:
+            os.environ["PREFECT_API_URL"] = url
+            yield url
+    finally:
+        os.environ.pop("PREFECT_API_URL", None)
+        if saved is not None:
+            os.environ["PREFECT_API_URL"] = saved
+
+
+@contextlib.contextmanager
+def _started_server(data: BenchData) -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    env = child_env(data)
+    log_path = data.data_dir / "bench-logs" / "prefect-server.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if server.poll() is not None:
+                    raise SystemExit(f"error: prefect server exited {server.returncode}; see {log_path}")
+                try:
+                    with urllib.request.urlopen(f"{url}/api/health", timeout=5) as response:
+                        if json.loads(response.read()) is True:
+                            break
+                except (OSError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"error: prefect server not healthy in 120 s; see {log_path}")
+                time.sleep(0.5)
+            print(f"prefect server on {url} (log {log_path})", file=sys.stderr, flush=True)
+            yield f"{url}/api"
+        finally:
+            for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
+                if server.poll() is not None:
+                    break
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(server.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    server.wait(timeout=wait)

@@ -10,6 +10,8 @@ the same rows with the same model. Each round runs `score run` of the single par
 `score backfill --start <first day> --end <last day>` (concurrency 1, as a nightly catch-up does).
 `ratio` = backfill wall / single wall (target ≤ 2.0); `overhead_s_per_partition` = (backfill −
 single) / days: what one more partition costs beyond its rows.
+Both run against a `prefect server` the bench starts (`--api server`, the default, as deployments
+run) or each with Prefect's temporary API (`--api ephemeral`, a terminal run without a server).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 import sys
 
 from _data import BENCH_DATE, DEMO_JOB, BenchData, add_data_arguments, data_from_args
-from _harness import SCORE, add_repeat_argument, checked, child_env, emit, measured_child, median, print_table
+from _harness import SCORE, add_api_argument, add_repeat_argument, checked, child_env, emit, measured_child, median, prefect_api, print_table
 
 TARGET_RATIO = 2.0
 
@@ -65,20 +67,22 @@ def main() -> None:
     add_data_arguments(parser, rows=600_000)
     add_repeat_argument(parser, default=1)
     parser.add_argument("--days", type=int, default=30, help="partitions of the backfill (default 30)")
+    add_api_argument(parser)
     args = parser.parse_args()
     data = data_from_args(args)
     dates = backfill_days(data, args.days)
     single_cmd = [SCORE, "run", DEMO_JOB, "--date", data.date]
     backfill_cmd = [SCORE, "backfill", DEMO_JOB, "--start", dates[0].isoformat(), "--end", dates[-1].isoformat()]
     singles, backfills = [], []
-    for i in range(args.repeat):
-        singles.append(measured(data, single_cmd, "single", i))
-        backfills.append(measured(data, backfill_cmd, "backfill", i))
-        print(f"round {i + 1}/{args.repeat}: single {singles[-1]['wall_s']:.2f} s, backfill {backfills[-1]['wall_s']:.2f} s",
-              file=sys.stderr, flush=True)
+    with prefect_api(data, args.api):
+        for i in range(args.repeat):
+            singles.append(measured(data, single_cmd, "single", i))
+            backfills.append(measured(data, backfill_cmd, "backfill", i))
+            print(f"round {i + 1}/{args.repeat}: single {singles[-1]['wall_s']:.2f} s, backfill {backfills[-1]['wall_s']:.2f} s",
+                  file=sys.stderr, flush=True)
     single_s, backfill_s = median([r["wall_s"] for r in singles]), median([r["wall_s"] for r in backfills])
     figure = {
-        "bench": "backfill", "rows": data.rows, "days": args.days, "rows_per_day": -(-data.rows // args.days),
+        "bench": "backfill", "api": args.api, "rows": data.rows, "days": args.days, "rows_per_day": -(-data.rows // args.days),
         "repeat": args.repeat, "single_wall_s": single_s, "backfill_wall_s": backfill_s,
         "ratio": round(backfill_s / single_s, 2), "target_ratio": TARGET_RATIO,
         "overhead_s_per_partition": round((backfill_s - single_s) / args.days, 3),

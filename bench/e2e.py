@@ -2,8 +2,7 @@
 
     .venv/bin/python bench/e2e.py --rows 100000 --repeat 3
 
-Everything the product does for a partition counts: Python and Prefect start-up (the ephemeral
-API server included), guards, inference, calibration + interval, score, decisions, reasons,
+Everything the product does for a partition counts: Python and Prefect start-up, guards, inference, calibration + interval, score, decisions, reasons,
 staged Parquet, the DuckDB transaction, the Parquet swap, reports and artifacts. Variants of the
 job's reason codes, each from a copy of the jobs folder (SCORING_JOBS_DIR) whose credit_risk.yaml
 sets `prediction.reasons.for_decisions`:
@@ -12,7 +11,9 @@ sets `prediction.reasons.for_decisions`:
     non_approved  every decision but `approve`                 the shipped spec's setting
     every_row     every decision the rules make               TreeSHAP on every scored row
 
-Each round runs the limit script (bench/limit.py, same partition, batches of the chunk size)
+The children talk to a `prefect server` the bench starts first (`--api server`, the default: as
+deployments run); `--api ephemeral` lets each start Prefect's temporary API, as a terminal run
+without a server does. Each round runs the limit script (bench/limit.py, same partition, batches of the chunk size)
 first, then each variant; `--repeat` rounds, the median is reported with every run listed.
 `ratio_to_limit` = e2e wall / limit wall of whole processes; `maxrss_mb` is the child's own
 ru_maxrss (wait4), `tree_peak_rss_mb` the sampled sum over the child and its descendants
@@ -28,7 +29,7 @@ import sys
 from pathlib import Path
 
 from _data import DEMO_JOB, BenchData, add_data_arguments, data_from_args
-from _harness import SCORE, add_repeat_argument, checked, child_env, emit, measured_child, median, print_table
+from _harness import SCORE, add_api_argument, add_repeat_argument, checked, child_env, emit, measured_child, median, prefect_api, print_table
 from limit import JOB_CHUNK_ROWS, add_limit_arguments, limit_figure, measured_limit
 
 VARIANTS = ("off", "non_approved", "every_row")
@@ -114,11 +115,11 @@ def measured_e2e(data: BenchData, *, variant: str, jobs_dir: Path, chunk_rows: i
     }
 
 
-def e2e_figure(data: BenchData, variant: str, for_decisions: list[str], runs: list[dict], *, chunk_rows: int | None,
+def e2e_figure(data: BenchData, api: str, variant: str, for_decisions: list[str], runs: list[dict], *, chunk_rows: int | None,
                limit_wall_s: float | None) -> dict:
     wall = median([r["wall_s"] for r in runs])
     figure = {
-        "bench": "e2e", "variant": variant, "for_decisions": for_decisions, "rows": data.rows,
+        "bench": "e2e", "api": api, "variant": variant, "for_decisions": for_decisions, "rows": data.rows,
         "chunk_rows": chunk_rows or JOB_CHUNK_ROWS, "repeat": len(runs), "wall_s": round(wall, 3),
         "rows_per_s": round(data.rows / wall), "maxrss_mb": round(median([r["maxrss_mb"] for r in runs]), 1),
         "tree_peak_rss_mb": round(median([r["tree_peak_rss_mb"] for r in runs]), 1),
@@ -141,6 +142,7 @@ def main() -> None:
                         f"limit's batch size (default: the job's, {JOB_CHUNK_ROWS:,})")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)} (default all)")
     parser.add_argument("--no-limit", action="store_true", help="skip the limit script (no ratio_to_limit)")
+    add_api_argument(parser)
     args = parser.parse_args()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = sorted(set(variants) - set(VARIANTS))
@@ -151,13 +153,14 @@ def main() -> None:
     batch_rows = args.chunk_rows or JOB_CHUNK_ROWS
     limit_runs: list[dict] = []
     runs: dict[str, list[dict]] = {v: [] for v in variants}
-    for i in range(args.repeat):
-        if not args.no_limit:
-            limit_runs.append(measured_limit(data, batch_rows=batch_rows, nthread=args.nthread, run_index=i))
-            print(f"round {i + 1}/{args.repeat}: limit {limit_runs[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
-        for v in variants:
-            runs[v].append(measured_e2e(data, variant=v, jobs_dir=jobs[v][0], chunk_rows=args.chunk_rows, run_index=i))
-            print(f"round {i + 1}/{args.repeat}: {v} {runs[v][-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
+    with prefect_api(data, args.api):
+        for i in range(args.repeat):
+            if not args.no_limit:
+                limit_runs.append(measured_limit(data, batch_rows=batch_rows, nthread=args.nthread, run_index=i))
+                print(f"round {i + 1}/{args.repeat}: limit {limit_runs[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
+            for v in variants:
+                runs[v].append(measured_e2e(data, variant=v, jobs_dir=jobs[v][0], chunk_rows=args.chunk_rows, run_index=i))
+                print(f"round {i + 1}/{args.repeat}: {v} {runs[v][-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
     table_rows = []
     limit_wall = None
     if limit_runs:
@@ -166,12 +169,12 @@ def main() -> None:
         emit(limit)
         table_rows.append(["limit", limit["wall_s"], f"{limit['rows_per_s']:,}", "1.00", limit["maxrss_mb"], "-", "-"])
     for v in variants:
-        figure = e2e_figure(data, v, jobs[v][1], runs[v], chunk_rows=args.chunk_rows, limit_wall_s=limit_wall)
+        figure = e2e_figure(data, args.api, v, jobs[v][1], runs[v], chunk_rows=args.chunk_rows, limit_wall_s=limit_wall)
         emit(figure)
         table_rows.append([f"e2e {v}", figure["wall_s"], f"{figure['rows_per_s']:,}", figure.get("ratio_to_limit", "-"),
                            figure["maxrss_mb"], figure["tree_peak_rss_mb"], f"{figure['rows_with_reasons']:,}"])
     print_table(
-        f"e2e: {data.rows:,} rows, chunks of {batch_rows:,} (median of {args.repeat})",
+        f"e2e: {data.rows:,} rows, chunks of {batch_rows:,}, {args.api} API (median of {args.repeat})",
         ["figure", "wall s", "rows/s", "× limit", "peak RSS MB", "tree peak MB", "rows with reasons"],
         table_rows,
     )

@@ -12,7 +12,7 @@ import time
 from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import PrefectFuture, as_completed, wait
-from prefect.utilities.annotations import opaque, quote
+from prefect.utilities.annotations import quote
 
 from flows.steps.task_runners import inference_runs_apart, inference_task_resources
 from flows.steps.blocks import run_warehouse, with_warehouse_url
@@ -98,14 +98,14 @@ def scored_units(ticket: RunTicket, units: list[WorkUnit]) -> tuple[list[UnitInf
     there and a prediction task anywhere, handing over through the run's staging files."""
     settings = current_settings()
     if not inference_runs_apart(settings):
-        scored = [score_unit.submit(ticket, quote(unit)) for unit in units]
+        scored = [score_unit.submit(ticket, unit) for unit in units]
         _units_done(ticket, scored)
         results = [f.result() for f in scored]
         return [r.inference for r in results], [r.prediction for r in results]
     with inference_task_resources(settings):
-        inferred = [infer_unit.submit(ticket, quote(unit)) for unit in units]
+        inferred = [infer_unit.submit(ticket, unit) for unit in units]
     plan = _run_job(ticket).prediction_plan
-    predicted = [predict_unit.submit(ticket, quote(plan), opaque(inference)) for inference in inferred]
+    predicted = [predict_unit.submit(ticket, plan, inference) for inference in inferred]
     _units_done(ticket, predicted)
     wait(inferred + predicted)
     return [f.result() for f in inferred], [f.result() for f in predicted]
@@ -116,4 +116,5 @@ def scored_summary(ticket: RunTicket) -> ScoringSummary:
     started = time.time()
     inferences, predictions = scored_units(ticket, plan_work_units(ticket))
     # quote(): Prefect would walk every list of the units' results looking for futures, ~0.1 s a task.
+    # Only tasks called in this process get quoted arguments: the Dask runner turns a quote into a tuple.
     return summarize_run(ticket, quote(inferences), quote(predictions), started)

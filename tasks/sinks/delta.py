@@ -30,8 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from deltalake import CommitProperties, write_deltalake
-
 from tasks.catalog import warehouse_dataset
 from tasks.errors import SinkUnwritable
 from tasks.settings import Settings, object_store_credentials
@@ -97,8 +95,10 @@ def written_delta_partition(
 ) -> dict[str, int]:
     """Rows now in each table for (job, partition_date): every dataset's `files` replace the partition
     in `<base>/<dataset>`, one commit per table. Repeatable (recovery writes a committed run again)."""
-    # pyarrow.dataset loads pandas (~0.5 s): imported when a Delta table is written, not with every `score` command.
+    # pyarrow.dataset loads pandas (~0.5 s) and deltalake its Rust core: imported when a Delta table is
+    # written, not with every run (most jobs have no Delta sink).
     import pyarrow.dataset as ds
+    from deltalake import CommitProperties, write_deltalake
 
     predicate = partition_predicate(job, partition_date)
     written: dict[str, int] = {}

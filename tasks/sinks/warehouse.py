@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from tasks.catalog import (
+    empty_table,
     DRIFT_HISTOGRAMS,
     DRIFT_REPORT,
     MONITORING_DATASETS,
@@ -306,10 +307,10 @@ class Warehouse(ABC):
     def _read_arrow(self, table: str, schema: pa.Schema, sql: str, params: Mapping[str, Any]) -> pa.Table:
         """`sql`'s result in `schema`; an empty table of it while the warehouse or `table` does not exist yet."""
         if not self._exists():
-            return schema.empty_table()
+            return empty_table(schema)
         with self._session(write=False) as session:
             if not self._table_exists(session, table):
-                return schema.empty_table()
+                return empty_table(schema)
             return session.arrow(sql, params).cast(schema)
 
     def unfinished_runs(self, job: str, partition_date: Any = None) -> list[dict[str, Any]]:

@@ -18,11 +18,6 @@ from typing import Literal
 
 import pyarrow as pa
 
-def empty_table(schema: pa.Schema) -> pa.Table:
-    """A table of `schema` without rows. `Schema.empty_table()` imports pandas (~60 MB), which nothing else in a run needs."""
-    return pa.Table.from_batches([], schema=schema)
-
-
 PARTITION_KEY = ("job", "partition_date")
 """The columns of a partition: a run replaces exactly the rows of one (job, partition_date)."""
 

@@ -17,7 +17,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tasks.catalog import empty_table
 from tasks.errors import JobSpecError
 from tasks.features.config import DeclaredColumn, FeatureKind
 from tasks.features.config import DeclaredFeatures as DeclaredFeaturesSpec
@@ -104,7 +103,7 @@ class DeclaredFeatures:
 
     def checked_raw_schema(self, schema: pa.Schema, *, where: str) -> None:
         """`checked_schema` on a raw Parquet file's Arrow schema, before anything is read or scored."""
-        self.checked_schema(pl.from_arrow(empty_table(schema)).schema, where=where)
+        self.checked_schema(pl.from_arrow(schema.empty_table()).schema, where=where)
 
     def feature_matrix(self, frame: pl.DataFrame) -> np.ndarray:
         """The model input: rows × FEATURES as a C-contiguous float32 array, NaN where missing."""

@@ -38,7 +38,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tasks.catalog import empty_table
 from tasks.errors import GuardFailure, SuiteError
 
 log = logging.getLogger("scoring.guards")
@@ -506,7 +505,7 @@ def raw_schema_problems(schema: pa.Schema, suite: GuardSuite) -> list[tuple[str,
     it names) that a raw file's schema fails, read from the schema alone so that a missing or
     mistyped column is found before the run starts; each problem lists the columns the file has."""
     has = f"; the file's columns: {', '.join(schema.names)}"
-    return [(column, problem + has) for column, problem in _column_problems(pl.from_arrow(empty_table(schema)).schema, suite)]
+    return [(column, problem + has) for column, problem in _column_problems(pl.from_arrow(schema.empty_table()).schema, suite)]
 
 
 def _gx_violation_masks(frame: pl.DataFrame, suite: GuardSuite) -> dict[str, np.ndarray]:

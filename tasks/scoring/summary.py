@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tasks.catalog import DRIFT_HISTOGRAMS, DRIFT_REPORT, FALLBACK_REPORT, GUARD_SUMMARY, Dataset, empty_table
+from tasks.catalog import DRIFT_HISTOGRAMS, DRIFT_REPORT, FALLBACK_REPORT, GUARD_SUMMARY, Dataset
 from tasks.errors import FallbackLimitExceeded, GuardFailure, InferenceFailure, PartitionError
 from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
@@ -37,7 +37,7 @@ log = logging.getLogger("scoring.run")
 def _staged_columns(dataset: Dataset, *, first: tuple[str, ...] = ()) -> dict[str, pl.DataType]:
     """A report's columns in polars types before the run key is stamped on: the catalog's, those in
     `first` leading (the drift files have `kind` beside `feature`; the table got it later, at its end)."""
-    types = pl.from_arrow(empty_table(dataset.schema)).schema
+    types = pl.from_arrow(dataset.schema.empty_table()).schema
     rest = [n for n in dataset.schema.names if n not in first and n not in ("run_id", "job", "partition_date")]
     return {name: types[name] for name in (*first, *rest)}
 

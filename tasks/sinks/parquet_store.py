@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.catalog import STAGED_DATASETS, Dataset, empty_table
+from tasks.catalog import STAGED_DATASETS, Dataset
 
 if TYPE_CHECKING:
     from tasks.settings import Settings
@@ -118,7 +118,7 @@ class PartitionStore:
             staged = staging_dir(folder, run_id)
             staged.mkdir(parents=True, exist_ok=True)
             if not any(staged.glob("*.parquet")):
-                pq.write_table(empty_table(self.schemas[name]), staged / f"part-{run_id}-00000.parquet")
+                pq.write_table(self.schemas[name].empty_table(), staged / f"part-{run_id}-00000.parquet")
             for path in staged.iterdir():
                 _synced(path)
             _synced(staged)

@@ -29,7 +29,6 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from tasks.catalog import (
-    empty_table,
     DRIFT_HISTOGRAMS,
     DRIFT_REPORT,
     MONITORING_DATASETS,
@@ -307,10 +306,10 @@ class Warehouse(ABC):
     def _read_arrow(self, table: str, schema: pa.Schema, sql: str, params: Mapping[str, Any]) -> pa.Table:
         """`sql`'s result in `schema`; an empty table of it while the warehouse or `table` does not exist yet."""
         if not self._exists():
-            return empty_table(schema)
+            return schema.empty_table()
         with self._session(write=False) as session:
             if not self._table_exists(session, table):
-                return empty_table(schema)
+                return schema.empty_table()
             return session.arrow(sql, params).cast(schema)
 
     def unfinished_runs(self, job: str, partition_date: Any = None) -> list[dict[str, Any]]:

@@ -143,8 +143,11 @@ def duplicated_entity_ids(groups: list[RawRowGroup], column: str, *, scratch_par
     for group, ids in _entity_ids(groups, column):
         hit = np.flatnonzero(np.isin(_hashes(ids), candidates))
         if hit.size:
+            # to_list(): a gathered string Series is views into the row group's whole buffer, which
+            # every row group's hits would then keep alive (~1.6 MB each) until the pass ends.
             found.append(pl.DataFrame({
-                "entity_id": ids.gather(hit), "row": group.first_row + hit.astype(np.int64), "path": group.path,
+                "entity_id": pl.Series(ids.gather(hit).to_list(), dtype=pl.String), "row": group.first_row + hit.astype(np.int64),
+                "path": group.path,
             }))
     rows = (
         pl.concat(found)

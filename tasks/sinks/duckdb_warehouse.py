@@ -69,7 +69,7 @@ _SCHEMA_CHECKED: set[tuple[str, int, int]] = set()
 class DuckDBWarehouse(Warehouse):
     """The warehouse in one local DuckDB file."""
 
-    def __init__(self, path: Path, *, lock_timeout_s: float = 120.0, memory_limit: str = "1GB") -> None:
+    def __init__(self, path: Path, *, lock_timeout_s: float = 120.0, memory_limit: str = "256MB") -> None:
         self.path = path
         self.lock_timeout_s = lock_timeout_s
         # DuckDB's default (80 % of RAM) lets a 10 M-row partition load grow the scorer's peak by
@@ -116,7 +116,9 @@ class DuckDBWarehouse(Warehouse):
             raise self._fault(exc) from exc
         while True:
             try:
-                return duckdb.connect(str(self.path), config={"memory_limit": self.memory_limit})
+                # Without insertion order a load streams instead of buffering row groups to keep
+                # them in file order (every reader orders or groups its rows): at 10 M rows 2× faster.
+                return duckdb.connect(str(self.path), config={"memory_limit": self.memory_limit, "preserve_insertion_order": False})
             except duckdb.IOException as exc:
                 holder = duckdb_lock_holder(str(exc))
                 if holder is None:

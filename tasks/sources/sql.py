@@ -37,7 +37,7 @@ class SqlPartition:
     """The DuckDB file the query runs on; None for PostgreSQL."""
     url: str | None = field(repr=False)
     """The PostgreSQL URL, password and all; never shown (see `location`)."""
-    memory_limit: str = "256MB"
+    memory_limit: str = "128MB"
 
     @classmethod
     def of(cls, source: SqlSource, settings: Settings, job: str, partition_date: dt.date) -> SqlPartition:

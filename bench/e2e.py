@@ -33,6 +33,10 @@ from _harness import SCORE, add_api_argument, add_repeat_argument, checked, chil
 from limit import JOB_CHUNK_ROWS, add_limit_arguments, limit_figure, measured_limit
 
 VARIANTS = ("off", "non_approved", "every_row")
+TARGETS = {"off": 2.0, "non_approved": 2.3}
+"""Goals of `score run`'s wall over the limit script's, per variant."""
+EVERY_ROW_OVER_OFF = 1.25
+"""Goal of reasons on every row over reasons off."""
 APPROVE = "approve"
 
 
@@ -173,11 +177,21 @@ def main() -> None:
         emit(figure)
         table_rows.append([f"e2e {v}", figure["wall_s"], f"{figure['rows_per_s']:,}", figure.get("ratio_to_limit", "-"),
                            figure["maxrss_mb"], figure["tree_peak_rss_mb"], f"{figure['rows_with_reasons']:,}"])
+    walls = {v: median([r["wall_s"] for r in runs[v]]) for v in variants}
+    targets = {f"{v}_over_limit": {"ratio": round(walls[v] / limit_wall, 2), "target": t, "ok": walls[v] / limit_wall <= t}
+               for v, t in TARGETS.items() if v in walls and limit_wall}
+    if "off" in walls and "every_row" in walls:
+        ratio = walls["every_row"] / walls["off"]
+        targets["every_row_over_off"] = {"ratio": round(ratio, 2), "target": EVERY_ROW_OVER_OFF, "ok": ratio <= EVERY_ROW_OVER_OFF}
+    if targets:
+        emit({"bench": "e2e_targets", "api": args.api, "rows": data.rows, **targets})
     print_table(
         f"e2e: {data.rows:,} rows, chunks of {batch_rows:,}, {args.api} API (median of {args.repeat})",
         ["figure", "wall s", "rows/s", "× limit", "peak RSS MB", "tree peak MB", "rows with reasons"],
         table_rows,
     )
+    for name, t in targets.items():
+        print(f"{name}: {t['ratio']} × (target ≤ {t['target']} ×){'' if t['ok'] else ' not reached'}")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ class _DuckDBSession:
         self.con.execute("COMMIT")
 
     def append_parquet(self, table: str, paths: Sequence[Path]) -> None:
+        # Without insertion order the load streams instead of buffering row groups to keep them in
+        # file order: at 10 M rows 2× faster within the memory limit. Only for this connection, so
+        # reads elsewhere keep a stable order (the outcomes' sums must not change between reads).
+        self.con.execute("SET SESSION preserve_insertion_order = false")
         self.con.execute(f"INSERT INTO {_quoted(table)} BY NAME SELECT * FROM read_parquet(?, hive_partitioning = false)", [[str(p) for p in paths]])
 
     def append_arrow(self, table: str, rows: pa.Table) -> None:
@@ -116,9 +120,7 @@ class DuckDBWarehouse(Warehouse):
             raise self._fault(exc) from exc
         while True:
             try:
-                # Without insertion order a load streams instead of buffering row groups to keep
-                # them in file order (every reader orders or groups its rows): at 10 M rows 2× faster.
-                return duckdb.connect(str(self.path), config={"memory_limit": self.memory_limit, "preserve_insertion_order": False})
+                return duckdb.connect(str(self.path), config={"memory_limit": self.memory_limit})
             except duckdb.IOException as exc:
                 holder = duckdb_lock_holder(str(exc))
                 if holder is None:

@@ -143,3 +143,31 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     state = backfill(DEMO_JOB, first, last, concurrency=1, return_state=True)
     sequential = _partition_task_runs(state.state_details.flow_run_id)
     assert [r.created < p.end_time for p, r in zip(sequential, sequential[1:])] == [False, False]
+
+
+def test_a_backfills_partition_subflows_run_without_their_own_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefect joins a flow run's heartbeat thread at the run's end, and that thread sleeps in whole
+    seconds: a heartbeat per partition subflow cost up to 1 s a partition. The backfill's own run beats."""
+    from prefect import flow
+    from prefect.settings import get_current_settings
+
+    from flows.steps import partitions
+
+    seen: dict[str, object] = {}
+
+    @flow(name="score_partition")
+    def probe(job: str, date: dt.date, chunk_rows: int | None = None) -> dict:
+        seen["partition"] = get_current_settings().flows.heartbeat_frequency
+        return {"rows_scored": 1, "report": "", "run_id": "probe"}
+
+    @flow(name="probe-backfill")
+    def parent() -> dict:
+        seen["parent"] = get_current_settings().flows.heartbeat_frequency
+        return partitions.scored_partition(DEMO_JOB, dt.date(2026, 3, 10), None)
+
+    monkeypatch.setattr(partitions, "score_partition", probe)
+    outcome = parent()
+
+    assert outcome["outcome"] == "succeeded"
+    assert seen["partition"] is None
+    assert seen["parent"] == get_current_settings().flows.heartbeat_frequency is not None

@@ -334,6 +334,42 @@ def test_inf_on_an_open_bound_is_the_documented_difference_from_gx(
 
 
 @pytest.mark.gx
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sets_of_every_size_equal_gx_validation(
+    seed: int, gx_validator: GxValidator, suite_dir: Path
+) -> None:
+    # Small sets compile to equality chains and large ones to `is_in`; both, on strings, integers
+    # and floats with NaN, must flag exactly GX's rows.
+    frame = generated_frame(seed)
+    rng = np.random.default_rng(seed)
+    words = [f"w{i:02d}" for i in range(40)]
+    frame = frame.with_columns(
+        pl.Series("word", rng.choice([*words, "W01", "w1", "w40"], size=frame.height).tolist()),
+        pl.Series("level", rng.integers(-3, 25, frame.height)),
+    )
+    doc = suite_doc(
+        in_set("word", QUARANTINE, words[:3]),
+        in_set("n", QUARANTINE, list(range(0, 100, 3))),
+        in_set("x", QUARANTINE, [0.0, 10.0]),
+        in_set("level", QUARANTINE, list(range(20))),
+        name=f"sets_{seed}",
+    )
+    suite = load_guard_suite(write_suite(suite_dir, doc))
+    keys = {(e.type, e.column): e.key for e in suite.expectations}
+    g = guarded_chunk(frame, suite, entity_column="row_id")
+    gx_results = gx_validator.validate(frame, doc)
+
+    row_ids = frame["row_id"].to_list()
+    for item in doc["expectations"]:
+        gx_result = gx_results[(item["type"], item["kwargs"]["column"])]
+        key = keys[(item["type"], item["kwargs"]["column"])]
+        gx_ids = sorted(row_ids[i] for i in gx_result.result["unexpected_index_list"])
+        assert acted_ids(g.actions, key) == gx_ids, key
+        assert g.counts.by_expectation.get(key, {}).get("quarantine", 0) == gx_result.result["unexpected_count"], key
+    assert g.scorable.height + g.quarantined.height == frame.height
+
+
+@pytest.mark.gx
 def test_regex_end_anchor_before_a_trailing_newline_matches_gx(gx_validator: GxValidator, suite_dir: Path) -> None:
     frame = pl.DataFrame({"row_id": ["a", "b", "c"], "app_id": ["APP-12345\n", "APP-12345", "APP-1"]})
     doc = suite_doc(regex("app_id", QUARANTINE, APP_ID), name="newline")
@@ -747,6 +783,13 @@ def test_value_lengths_with_inclusive_bounds_and_one_side(make_suite) -> None:
 def test_value_lengths_cannot_be_repaired(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match="cannot be repaired"):
         load_guard_suite(write_suite(tmp_path, suite_doc(lengths("code", default("abc"), min_value=1))))
+
+
+@pytest.mark.parametrize("expectation", [between("x", QUARANTINE), lengths("code", QUARANTINE)], ids=["between", "lengths"])
+def test_a_range_without_bounds_is_a_suite_error(tmp_path: Path, expectation: dict[str, Any]) -> None:
+    # GX refuses it too; guessing what an unbounded range means would judge rows differently.
+    with pytest.raises(SuiteError, match="needs min_value, max_value or both"):
+        load_guard_suite(write_suite(tmp_path, suite_doc(expectation)))
 
 
 @pytest.mark.parametrize("action", ["quarantine", "repair"])

@@ -556,3 +556,25 @@ def test_large_partition_predictions_do_not_depend_on_the_chunk_size(demo_env: D
     assert [math.ceil(rows / c) for c in by_size] == [26, 3, 1]
     assert_frame_equal(by_size[1_000], by_size[100_000])
     assert_frame_equal(by_size[10_000], by_size[100_000])
+
+
+def test_a_process_builds_an_engine_once_per_verified_version(demo_version_dir: Path, tmp_path: Path) -> None:
+    """Partitions of a backfill share the engine; a version whose metadata changed builds anew, and a
+    model file replaced after the first load is refused, not served from the kept engine."""
+    registry = tmp_path / "registry" / DEMO_JOB
+    copied_version(registry, demo_version_dir, "1")
+    first = inference_loaded_model(registry, "1", None, device="cpu", nthread=1)
+    again = inference_loaded_model(registry, "1", None, device="cpu", nthread=1)
+    assert again.engine is first.engine
+    other_threads = inference_loaded_model(registry, "1", None, device="cpu", nthread=2)
+    assert other_threads.engine is not first.engine
+
+    meta_path = registry / "1" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "training": {**meta.get("training", {}), "note": "recalibrated"}}))
+    assert inference_loaded_model(registry, "1", None, device="cpu", nthread=1).engine is not first.engine
+
+    model = registry / "1" / meta["model_file"]
+    model.write_bytes(model.read_bytes()[:-10])
+    with pytest.raises(ModelArtifactError, match="sha256"):
+        inference_loaded_model(registry, "1", None, device="cpu", nthread=1)

@@ -352,3 +352,41 @@ def test_the_url_can_come_from_a_prefect_secret_block(prefect_harness: None, tmp
     assert isinstance(chosen, PostgresWarehouse)
     assert chosen.location == "postgresql://scorer:***@db:5432/w" and "bl0ck-s3cret" not in repr(chosen)
     assert with_warehouse_url(settings).warehouse_url is not None
+
+
+def test_a_kept_open_duckdb_opens_the_file_once_and_frees_it_at_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step of several calls (start, publish, monitoring) opens the file once; the lock is the
+    block's only: another process opens the file as soon as the block ends."""
+    import subprocess
+    import sys
+
+    warehouse = DuckDBWarehouse(tmp_path / "w.duckdb", lock_timeout_s=0.0)
+
+    def started(run_id: str) -> None:
+        warehouse.record_run_started({"run_id": run_id, "job": JOB, "partition_date": DAY, "model_name": "m", "model_version": "1",
+                                      "feature_version": "1.0", "started_at": dt.datetime(2026, 3, 10, tzinfo=dt.timezone.utc)})
+
+    started("r0")
+    opened = []
+    real = DuckDBWarehouse._opened
+    monkeypatch.setattr(DuckDBWarehouse, "_opened", lambda self: opened.append(1) or real(self))
+
+    def other_process_opens() -> bool:
+        probe = f"import duckdb; duckdb.connect({str(warehouse.path)!r}).close()"
+        return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+    with warehouse.kept_open():
+        started("r1")
+        rows = warehouse.replace_partition(job=JOB, partition_date=DAY, files=staged_run(tmp_path, "r1", rows=3))
+        assert sorted(r["run_id"] for r in warehouse.unfinished_runs(JOB)) == ["r0", "r1"]
+        with warehouse.kept_open():
+            assert warehouse.record_run_publishing("r1")
+        assert not other_process_opens()
+    assert len(opened) == 1 and rows["predictions"] == 6
+    assert other_process_opens()
+    # A thread of its own opens its own connection, and the rows committed in the block are there.
+    seen: list[list[str]] = []
+    thread = threading.Thread(target=lambda: seen.append(sorted(r["run_id"] for r in warehouse.unfinished_runs(JOB))))
+    thread.start()
+    thread.join()
+    assert seen == [["r0", "r1"]] and len(opened) == 2

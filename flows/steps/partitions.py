@@ -3,12 +3,15 @@ and a table of outcomes. The flows people start (flows/people.py) are wired from
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Iterator
 
 from prefect import task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.futures import as_completed
-from prefect.settings import temporary_settings
+from prefect.context import SettingsContext, get_settings_context
+from prefect.settings import Settings
 
 from flows.steps.monitoring import monitor_decisions
 from flows.score_partition import score_partition
@@ -17,12 +20,33 @@ from tasks.scoring.progress import reported_progress
 from tasks.reports.reporting import failed_outcomes_message, partition_outcome
 
 
+_without_heartbeat: tuple[Settings, Settings] | None = None
+"""The last settings seen, and their copy without a flow heartbeat (a copy costs ~25 ms)."""
+
+
+@contextlib.contextmanager
+def subflow_without_heartbeat() -> Iterator[None]:
+    """A partition subflow started in the block beats no heartbeat of its own.
+
+    The parent flow run beats for the process its partitions run in. A subflow's own beat only
+    costs time: Prefect joins a flow run's heartbeat thread at its end, and that thread sleeps in
+    whole seconds (prefect/flow_engine.py: _send_heartbeats), ~0.5 s a partition on average.
+    """
+    global _without_heartbeat
+    context = get_settings_context()
+    if context.settings.flows.heartbeat_frequency is None:
+        yield
+        return
+    cached = _without_heartbeat
+    if cached is None or cached[0] is not context.settings:
+        cached = _without_heartbeat = (context.settings, context.settings.copy_with_update(updates={"flows.heartbeat_frequency": None}))
+    with SettingsContext(profile=context.profile, settings=cached[1]):
+        yield
+
+
 def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:
     """One partition scored in a score_partition subflow; its outcome row, also when it failed."""
-    # The parent flow run beats for the process its partitions run in. A subflow's own beat only
-    # costs time: Prefect joins a flow run's heartbeat thread at its end, and that thread sleeps
-    # in whole seconds (prefect/flow_engine.py: _send_heartbeats), ~0.5 s a partition on average.
-    with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+    with subflow_without_heartbeat():
         state = score_partition(job, date, chunk_rows, return_state=True)
     if state.is_completed():
         return partition_outcome(job, date, result=state.result())

@@ -87,9 +87,14 @@ def _units_done(ticket: RunTicket, futures: list[PrefectFuture]) -> None:
     """Progress as the units finish; returns once every one has stopped, so no unit still writes
     staging files when a failure drops them."""
     label = f"{ticket.job} {ticket.partition_date}"
-    progress = create_progress_artifact(0.0, description=f"{label}: {len(futures)} work unit(s) of {ticket.chunk_rows}-row chunks")
+    # One unit has no progress to show; its artifact would cost two API calls a partition.
+    progress = (
+        create_progress_artifact(0.0, description=f"{label}: {len(futures)} work unit(s) of {ticket.chunk_rows}-row chunks")
+        if len(futures) > 1 else None
+    )
     for done, _ in enumerate(as_completed(futures), start=1):
-        update_progress_artifact(progress, 100.0 * done / len(futures))
+        if progress is not None:
+            update_progress_artifact(progress, 100.0 * done / len(futures))
         reported_progress(f"{label} units", done, len(futures))
 
 

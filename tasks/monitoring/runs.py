@@ -31,9 +31,10 @@ def decision_monitoring(
     `groups` are the run's own counts (`ScoringSummary.decision_groups`); without them the published rows are counted."""
     spec = load_job_spec(job, settings)
     counted = None if groups is None else decision_groups_frame(groups)
-    rows = pl.from_arrow(
-        monitored_decisions(warehouse, spec, partition_date=partition_date, run_id=run_id, groups=counted)
-    ).to_dicts()
+    with warehouse.kept_open():
+        rows = pl.from_arrow(
+            monitored_decisions(warehouse, spec, partition_date=partition_date, run_id=run_id, groups=counted)
+        ).to_dicts()
     shifted = [r for r in rows if r["flag"] == "shift"]
     if shifted:
         log.warning(

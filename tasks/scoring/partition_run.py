@@ -99,15 +99,16 @@ def finished_run_result(
 def started_run(warehouse: Warehouse, settings: Settings, ticket: RunTicket) -> list[dict]:
     """Under the partition's lease: what dead runs of the job left, finished or undone (this
     partition's and, where no live run holds them, the others'), then the run opened in the ledger."""
-    recovered = recovered_partition(
-        warehouse, output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
-        holder_run_id=ticket.run_id, pending_dir=pending_ledger_dir(settings, ticket.job), now=now_utc(),
-        delta=lambda: delta_tables(ticket.delta_sink, settings),
-    )
-    recovered += recovered_job(warehouse, settings, ticket.job, recovering_run_id=f"recovery-{ticket.run_id}", skip=ticket.partition_date)
-    warehouse.record_run_started(
-        {**ticket.model_dump(include={"run_id", "job", "partition_date", "model_name", "model_version", "feature_version"}), "started_at": now_utc()}
-    )
+    with warehouse.kept_open():
+        recovered = recovered_partition(
+            warehouse, output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
+            holder_run_id=ticket.run_id, pending_dir=pending_ledger_dir(settings, ticket.job), now=now_utc(),
+            delta=lambda: delta_tables(ticket.delta_sink, settings),
+        )
+        recovered += recovered_job(warehouse, settings, ticket.job, recovering_run_id=f"recovery-{ticket.run_id}", skip=ticket.partition_date)
+        warehouse.record_run_started(
+            {**ticket.model_dump(include={"run_id", "job", "partition_date", "model_name", "model_version", "feature_version"}), "started_at": now_utc()}
+        )
     return [dataclasses.asdict(r) for r in recovered]
 
 

@@ -69,28 +69,30 @@ def published_partition(
 ) -> PublishedPartition:
     """Publish the run's staged outputs in the six steps above, to the Delta tables of `delta` too
     when given; `crash_at` names a point to die at (crash trials)."""
-    store = partition_store(dirs)
-    partition = partition_date.isoformat()
-    store.assembled_version(partition, run_id, page_html=page_html, after_each=lambda name: crash_point(f"publish:staged:{name}", crash_at))
-    crash_point("publish:assembled", crash_at)
-    if not warehouse.record_run_publishing(run_id):
-        raise PartitionLeaseLost(f"run {run_id} of {job} {partition_date} was closed by another run; nothing is published")
-    crash_point("publish:intent", crash_at)
-    files = version_tables(store, partition, run_id)
-    rows = warehouse.replace_partition(job=job, partition_date=partition_date, committing_run=run_id, counts=counts, files=files)
-    crash_point("publish:committed", crash_at)
-    store.swapped_in(partition, run_id)
-    crash_point("publish:swapped", crash_at)
-    if delta is not None:
-        written_delta_partition(delta, job=job, partition_date=partition_date, run_id=run_id, files=files)
-    crash_point("publish:delta", crash_at)
-    discard_staged(dirs.of(INFERENCE_HANDOFF), run_id)
-    published = PublishedPartition(rows=rows, warnings=list(warnings))
-    try:
-        retried(lambda: warehouse.record_run_ended(run_id, status="succeeded", ended_at=ended_at, counts=counts, warnings=warnings))
-    except Exception as exc:
-        published.warnings.append(f"ledger not updated ({type(exc).__name__}: {exc}); the next start of {job} closes the run as succeeded")
-        log.warning("%s %s: run %s published, but its ledger row could not be closed: %s", job, partition_date, run_id, exc)
+    # One open database for the whole publish: the intent, the transaction and the closing row.
+    with warehouse.kept_open():
+        store = partition_store(dirs)
+        partition = partition_date.isoformat()
+        store.assembled_version(partition, run_id, page_html=page_html, after_each=lambda name: crash_point(f"publish:staged:{name}", crash_at))
+        crash_point("publish:assembled", crash_at)
+        if not warehouse.record_run_publishing(run_id):
+            raise PartitionLeaseLost(f"run {run_id} of {job} {partition_date} was closed by another run; nothing is published")
+        crash_point("publish:intent", crash_at)
+        files = version_tables(store, partition, run_id)
+        rows = warehouse.replace_partition(job=job, partition_date=partition_date, committing_run=run_id, counts=counts, files=files)
+        crash_point("publish:committed", crash_at)
+        store.swapped_in(partition, run_id)
+        crash_point("publish:swapped", crash_at)
+        if delta is not None:
+            written_delta_partition(delta, job=job, partition_date=partition_date, run_id=run_id, files=files)
+        crash_point("publish:delta", crash_at)
+        discard_staged(dirs.of(INFERENCE_HANDOFF), run_id)
+        published = PublishedPartition(rows=rows, warnings=list(warnings))
+        try:
+            retried(lambda: warehouse.record_run_ended(run_id, status="succeeded", ended_at=ended_at, counts=counts, warnings=warnings))
+        except Exception as exc:
+            published.warnings.append(f"ledger not updated ({type(exc).__name__}: {exc}); the next start of {job} closes the run as succeeded")
+            log.warning("%s %s: run %s published, but its ledger row could not be closed: %s", job, partition_date, run_id, exc)
     return published
 
 

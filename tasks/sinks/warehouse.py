@@ -173,6 +173,11 @@ class Warehouse(ABC):
     def _session(self, *, write: bool) -> contextlib.AbstractContextManager[_Session]:
         """A short connection; `write` first creates any missing table."""
 
+    def kept_open(self) -> contextlib.AbstractContextManager[None]:
+        """A block in which this thread's calls may share one connection; a backend whose
+        connections are cheap to open keeps none."""
+        return contextlib.nullcontext()
+
     @staticmethod
     def _table_exists(session: _Session, table: str) -> bool:
         return bool(

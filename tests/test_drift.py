@@ -116,3 +116,17 @@ def test_streamed_psi_is_exact_and_ks_is_within_its_bound(demo_env: DemoEnv, dri
         assert ks - 1e-12 <= exact, (name, exact, prev_row.to_dicts())
         # The bound is reported only where it is tight; where it is, the exact statistic lies within it.
         assert upper is None or (exact <= upper + 1e-12 and upper - ks <= KS_BOUND_SHOWN_WITHIN), (name, exact, prev_row.to_dicts())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_numeric_bin_counts_equal_a_binary_search_of_every_value(seed: int) -> None:
+    """The counted bins are where np.searchsorted(side="right") puts each present value: values on
+    an edge go up, ±inf to the ends, NaN only into the missing count; edges may repeat."""
+    rng = np.random.default_rng(seed)
+    edges = np.sort(rng.choice(np.round(rng.normal(size=12), 1), size=10))
+    values = np.concatenate([rng.normal(size=2000), edges, rng.choice(edges, 50), [np.inf, -np.inf, np.nan, np.nan]])
+    present = values[~np.isnan(values)]
+    expected = np.bincount(np.searchsorted(edges, present, side="right"), minlength=len(edges) + 1)
+    counts, nulls = drift_bin_counts(values, edges)
+    assert counts.tolist() == expected.tolist() and nulls == 2
+    assert drift_bin_counts(values, np.array([]))[0].tolist() == [present.size]

@@ -130,3 +130,21 @@ def test_numeric_bin_counts_equal_a_binary_search_of_every_value(seed: int) -> N
     counts, nulls = drift_bin_counts(values, edges)
     assert counts.tolist() == expected.tolist() and nulls == 2
     assert drift_bin_counts(values, np.array([]))[0].tolist() == [present.size]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_drift_measures_equal_scipys_on_a_shared_support(seed: int) -> None:
+    """The run computes JS and Wasserstein-1 in closed form on the histograms' support; scipy's
+    general functions give the same numbers."""
+    from scipy.spatial.distance import jensenshannon
+    from scipy.stats import wasserstein_distance
+
+    from tasks.quality.drift import _jensen_shannon_bits, _wasserstein_on_support
+
+    rng = np.random.default_rng(seed)
+    support = np.sort(rng.normal(size=12))
+    u, v = rng.integers(0, 50, 12) + 1e-12, rng.integers(0, 50, 12) + 1e-12
+    assert _jensen_shannon_bits(u, v) == pytest.approx(jensenshannon(u, v, base=2) ** 2, rel=1e-12, abs=1e-15)
+    assert _wasserstein_on_support(support, u, v) == pytest.approx(
+        wasserstein_distance(support, support, u_weights=u, v_weights=v), rel=1e-12, abs=1e-15
+    )

@@ -65,3 +65,26 @@ def test_score_help_exits_0() -> None:
 def test_the_probe_sees_a_heavy_import() -> None:
     # The TreeSHAP kernels module is where numba loads; the probe must notice it.
     assert "numba" in heavy_modules_after("import tasks.inference.treeshap_kernels")
+
+
+def test_a_runs_calibration_and_drift_load_no_scipy_stats_and_arrow_gives_memory_back(demo_env) -> None:
+    """The prepared job's probability map (Beta quantiles) and the drift measures of a chunk use
+    scipy.special only: scipy.stats and scipy.spatial cost a run ~45 MB and ~1 s. Arrow allocates
+    from the C library's malloc, which returns freed chunks, not from its caching default."""
+    from conftest import DEMO_JOB
+
+    day = demo_env.plan.scoring_dates[-1]
+    code = (
+        "import datetime as dt, numpy as np, pyarrow as pa\n"
+        "from tasks.scoring.prepared import prepared_job\n"
+        "from tasks.quality.drift import drift_metrics\n"
+        "from tasks.settings import current_settings\n"
+        f"job = prepared_job({DEMO_JOB!r}, dt.date.fromisoformat({day.isoformat()!r}), current_settings())\n"
+        "job.prediction_plan.probability_map.predict_calibrated_probability(np.linspace(-6, 3, 50))\n"
+        "metrics = [drift_metrics(h, h) for h in job.drift_baselines['reference'].values()]\n"
+        "assert metrics and all(m['psi'] == 0.0 for m in metrics), metrics\n"
+        "assert pa.default_memory_pool().backend_name == 'system', pa.default_memory_pool().backend_name\n"
+        "import sys\n"
+        "assert 'scipy.spatial' not in sys.modules\n"
+    )
+    assert "scipy.stats" not in heavy_modules_after(code)

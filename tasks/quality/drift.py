@@ -255,16 +255,32 @@ def _known_shares(hist: Histogram) -> np.ndarray:
     return known / known.sum() if known.sum() else known
 
 
+# Both measures compare two histograms on the same ascending support, where each has a closed form:
+# scipy.stats' and scipy.spatial's general versions would add ~45 MB and ~1 s of imports to every run
+# for two sums (tests/test_drift.py checks these against them).
+
+
+def _jensen_shannon_bits(p: np.ndarray, q: np.ndarray) -> float:
+    """Jensen-Shannon divergence in bits (the square of scipy's base-2 distance)."""
+    from scipy.special import rel_entr
+
+    p, q = p / p.sum(), q / q.sum()
+    m = (p + q) / 2.0
+    return float((rel_entr(p, m).sum() + rel_entr(q, m).sum()) / np.log(2.0) / 2.0)
+
+
+def _wasserstein_on_support(support: np.ndarray, u: np.ndarray, v: np.ndarray) -> float:
+    """Wasserstein-1 between weights `u` and `v` on one ascending `support`: the area between the CDFs."""
+    gaps = np.abs(np.cumsum(u)[:-1] / u.sum() - np.cumsum(v)[:-1] / v.sum())
+    return float(gaps @ np.diff(support))
+
+
 def drift_metrics(reference: Histogram, current: Histogram) -> dict[str, float | None]:
     """PSI, KS (with its upper bound), Wasserstein-1 and JS of `current` against `reference`.
 
     None where the metric does not apply to the kind (KS, Wasserstein of a categorical) or, for
     `ks_upper`, where the bound is too loose to inform (see KS_BOUND_SHOWN_WITHIN).
     """
-    # scipy.stats and scipy.spatial take ~1.4 s to import: loaded with the first drift measured, not with this module.
-    from scipy.spatial.distance import jensenshannon
-    from scipy.stats import wasserstein_distance
-
     if not reference.same_bins(current):
         raise ValueError("drift metrics need both histograms on the same bins of the same kind")
     ref, cur = reference.shares(), current.shares()
@@ -275,7 +291,7 @@ def drift_metrics(reference: Histogram, current: Histogram) -> dict[str, float |
     r, c = np.maximum(ref_psi / ref_psi.sum(), _FLOOR), np.maximum(cur_psi / cur_psi.sum(), _FLOOR)
     metrics: dict[str, float | None] = {
         "psi": float(np.sum((c - r) * np.log(c / r))),
-        "js": float(jensenshannon(ref, cur, base=2) ** 2),
+        "js": _jensen_shannon_bits(ref, cur),
     }
     if current.kind == "categorical":
         return {**metrics, "ks": None, "ks_upper": None, "wasserstein": None}
@@ -285,7 +301,7 @@ def drift_metrics(reference: Histogram, current: Histogram) -> dict[str, float |
             return {**metrics, "ks": None, "ks_upper": None, "wasserstein": None}
         ks = float(np.abs(np.cumsum(ref_known) - np.cumsum(cur_known))[:-1].max(initial=0.0))
         values = current.edges
-        wasserstein = float(wasserstein_distance(values, values, u_weights=ref_known + 1e-12, v_weights=cur_known + 1e-12))
+        wasserstein = _wasserstein_on_support(values, ref_known + 1e-12, cur_known + 1e-12)
         return {**metrics, "ks": ks, "ks_upper": ks, "wasserstein": wasserstein}
     gaps = np.abs(np.cumsum(ref) - np.cumsum(cur))[:-1]
     ks = float(gaps.max()) if gaps.size else 0.0
@@ -295,7 +311,7 @@ def drift_metrics(reference: Histogram, current: Histogram) -> dict[str, float |
         **metrics,
         "ks": ks,
         "ks_upper": upper if upper - ks <= KS_BOUND_SHOWN_WITHIN else None,
-        "wasserstein": float(wasserstein_distance(mids, mids, u_weights=ref + 1e-12, v_weights=cur + 1e-12)),
+        "wasserstein": _wasserstein_on_support(mids, ref + 1e-12, cur + 1e-12),
     }
 
 

@@ -97,11 +97,6 @@ class Expectation:
         return pl.when(clipped.is_infinite()).then(None).otherwise(clipped) if dtype.is_float() else clipped
 
 
-def _present(column: str, dtype: pl.DataType) -> pl.Expr:
-    col = pl.col(column)
-    return (col.is_not_null() & ~col.is_nan()) if dtype.is_float() else col.is_not_null()
-
-
 def _needs(exp: Expectation, frame: pl.DataFrame, ok: Callable[[pl.DataType], bool], what: str) -> pl.DataType:
     dtype = frame.get_column(exp.column).dtype
     if not ok(dtype):

@@ -118,7 +118,9 @@ def _candidate_hashes(groups: list[RawRowGroup], column: str, scratch: Path) -> 
             hashes = _hashes(ids)
             which = hashes % np.uint64(buckets)
             for b in np.unique(which):
-                hashes[which == b].tofile(files[int(b)])
+                # Not ndarray.tofile: on a full disk it raises an OSError without errno ENOSPC
+                # ("3000 requested and 1536 written"), which no one could tell from a bug.
+                files[int(b)].write(hashes[which == b].tobytes())
     finally:
         for f in files:
             f.close()

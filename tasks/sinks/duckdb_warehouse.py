@@ -136,7 +136,7 @@ class DuckDBWarehouse(Warehouse):
             except duckdb.Error as exc:
                 # Every write in the block was committed to the WAL; a checkpoint that fails on
                 # close is retried by the next open, and must not undo a step that succeeded.
-                log.warning("warehouse %s: closing after a step failed (the next open finishes it): %s", self.path, exc)
+                log.warning("warehouse %s: its checkpoint at close failed; the next open replays the log: %s", self.path, exc)
 
     def _opened(self) -> duckdb.DuckDBPyConnection:
         """A connection, once no other process holds the file's lock (waiting up to `lock_timeout_s`).

@@ -127,6 +127,11 @@ def _warm_prefect_home(prefect_home: Path) -> None:
     marker.write_text("ok\n")
 
 
+def _has_health(manifest: dict) -> bool:
+    metadata = Path(manifest["model_path"]).parent / "metadata.json"
+    return metadata.exists() and bool(json.loads(metadata.read_text()).get("health"))
+
+
 def prepared_bench_data(
     *, rows: int, seed: int = 7, base: Path = DEFAULT_BASE, row_group_rows: int = 50_000, gen_batch_rows: int = 250_000,
     log=print,  # noqa: ANN001
@@ -148,7 +153,8 @@ def prepared_bench_data(
     wanted = {"rows": rows, "seed": seed, "row_group_rows": row_group_rows, "date": BENCH_DATE.isoformat(), "generator": GENERATOR}
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
-        if {k: manifest.get(k) for k in wanted} == wanted and (raw_dir / "part-0.parquet").exists():
+        # A model registered before model health has no `health` reference: its runs would skip attribution and PCA.
+        if {k: manifest.get(k) for k in wanted} == wanted and (raw_dir / "part-0.parquet").exists() and _has_health(manifest):
             _warm_prefect_home(prefect_home)
             return BenchData(
                 data_dir=data_dir, prefect_home=prefect_home, raw_dir=raw_dir, date=BENCH_DATE.isoformat(), rows=rows,

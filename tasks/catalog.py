@@ -164,6 +164,21 @@ DRIFT_HISTOGRAMS = Dataset(
 )
 """The merged per-feature histograms the drift was computed from (the next partition's baseline)."""
 
+MODEL_HEALTH = Dataset(
+    name="model_health",
+    schema=pa.schema(
+        [
+            *_RUN_KEY, ("model_version", pa.string()), ("section", pa.string()), ("measure", pa.string()),
+            ("item", pa.string()), ("value", pa.float64()), ("low", pa.float64()), ("high", pa.float64()),
+            ("reference", pa.float64()), ("delta", pa.float64()), ("flag", pa.string()), ("rows", pa.int64()),
+        ]
+    ),
+    folder="reports/model_health", table="model_health", keys=(*PARTITION_KEY, "model_version", "section", "measure", "item"),
+    partitioned=True, staged="run",
+)
+"""Model health before labels (tasks/monitoring/health.py): estimated performance with its interval,
+attribution drift and multivariate drift of the partition, in long format."""
+
 INFERENCE_HANDOFF = Dataset(
     name="inference_handoff",
     schema=None,
@@ -282,8 +297,47 @@ OUTCOME_DECISIONS = Dataset(
     table="outcome_decisions", keys=(*PARTITION_KEY, "model_version", "decision"), partitioned=True,
 )
 
+SLICE_COUNTS = Dataset(
+    name="slice_counts",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("run_id", pa.string()), ("slice_column", pa.string()), ("slice_value", pa.string()),
+            ("decision", pa.string()), ("score_band", pa.int16()), ("rows", pa.int64()), ("probability_sum", pa.float64()),
+            ("probability_sq_sum", pa.float64()),
+        ]
+    ),
+    table="slice_counts", keys=(*PARTITION_KEY, "slice_column", "slice_value", "decision", "score_band"), partitioned=True,
+)
+"""Predictions counted per slice value, decision and ten-point score band (tasks/monitoring/slices.py):
+the next partitions' baseline."""
+SLICE_MONITORING = Dataset(
+    name="slice_monitoring",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("run_id", pa.string()), ("slice_column", pa.string()), ("slice_value", pa.string()),
+            ("measure", pa.string()), ("value", pa.float64()), ("baseline", pa.float64()), ("detail", pa.string()),
+            ("rows", pa.int64()), ("baseline_rows", pa.int64()), ("p_value", pa.float64()), ("q_value", pa.float64()),
+            ("flag", pa.string()),
+        ]
+    ),
+    table="slice_monitoring", keys=(*PARTITION_KEY, "slice_column", "slice_value", "measure"), partitioned=True,
+)
+"""Each slice value's measures against the trailing window, with the false discovery rate controlled."""
+OUTCOME_ESTIMATES = Dataset(
+    name="outcome_estimates",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("model_version", pa.string()), ("measure", pa.string()), ("item", pa.string()),
+            ("estimate", pa.float64()), ("low", pa.float64()), ("high", pa.float64()), ("realized", pa.float64()),
+            ("realized_rows", pa.int64()), ("outside", pa.bool_()), ("partition_flag", pa.bool_()),
+        ]
+    ),
+    table="outcome_estimates", keys=(*PARTITION_KEY, "model_version", "measure", "item"), partitioned=True,
+)
+"""The performance estimated the morning after beside the realized one once labels land."""
+
 PARTITION_DATASETS: tuple[Dataset, ...] = (
-    PREDICTIONS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS,
+    PREDICTIONS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS, MODEL_HEALTH,
 )
 """What a scoring run publishes, in publish order: staged, moved into the run's version folder, its
 warehouse rows replaced per (job, partition_date) in one transaction, swapped in by one pointer,
@@ -291,10 +345,10 @@ written to the Delta tables."""
 STAGED_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, INFERENCE_HANDOFF)
 """Every folder a scoring run stages files in (and a failed run's leftovers are removed from)."""
 OUTCOME_DATASETS: tuple[Dataset, ...] = (
-    OUTCOME_LABELS, OUTCOME_PARTITIONS, OUTCOME_METRICS, OUTCOME_CALIBRATION, OUTCOME_DECISIONS,
+    OUTCOME_LABELS, OUTCOME_PARTITIONS, OUTCOME_METRICS, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES,
 )
 """Realized outcomes of a partition, replaced together by an outcomes run (tasks/monitoring/outcomes.py)."""
-MONITORING_DATASETS: tuple[Dataset, ...] = (DECISION_MONITORING, *OUTCOME_DATASETS)
+MONITORING_DATASETS: tuple[Dataset, ...] = (DECISION_MONITORING, SLICE_COUNTS, SLICE_MONITORING, *OUTCOME_DATASETS)
 """Tables of prediction monitoring and realized outcomes, each keyed by (job, partition_date) and
 replaced per partition. No run id or clock time of the monitoring run is stored, so recomputing from
 the same predictions and labels leaves identical tables."""

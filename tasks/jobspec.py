@@ -96,6 +96,27 @@ class LabelSource(_Strict):
     )
 
 
+class HealthConfig(_Strict):
+    """Model health before labels (tasks/monitoring/health.py), measured inside the scoring pass."""
+
+    enabled: bool = Field(default=True, description="false: no model-health rows (estimated performance, attribution, multivariate).")
+    interval_level: float = Field(default=0.95, gt=0, lt=1, description="Level of the estimated performance's intervals.")
+    attribution_share: float = Field(
+        default=0.02, ge=0, le=1,
+        description="Share of scored rows whose TreeSHAP contributions feed attribution drift (1: every row; 0: none).",
+    )
+    attribution_min_rows: int = Field(
+        default=20_000, ge=0, description="Fewest rows the attribution sample takes, where the partition has them (a larger share on small partitions).",
+    )
+    attribution_warn: float = Field(
+        default=0.05, gt=0, description="Change of a feature's mean |contribution|, as a share of the reference's total, that warns."
+    )
+    attribution_alert: float = Field(default=0.10, gt=0, description="The same change that alerts.")
+    multivariate_tolerance: float = Field(
+        default=0.10, gt=0, description="Relative rise of the mean PCA reconstruction error that alerts (when also significant)."
+    )
+
+
 class MonitoringConfig(_Strict):
     """Decision monitoring per partition (tasks/monitoring/decisions.py) and realized outcomes (tasks/monitoring/outcomes.py)."""
 
@@ -117,6 +138,23 @@ class MonitoringConfig(_Strict):
     lookback_days: int = Field(
         default=35, ge=1, le=3660, description="Partitions a scheduled outcomes run revisits, ending yesterday."
     )
+    health: HealthConfig = HealthConfig()
+    slices: list[str] = Field(
+        default_factory=list,
+        description="Raw columns whose values are monitored apart: decision mix, expected event rate and score PSI per value.",
+    )
+    slice_fdr: float = Field(default=0.05, gt=0, lt=1, description="False discovery rate across slice values × measures.")
+    slice_max_values: int = Field(
+        default=50, ge=1, le=1000, description="Values kept per slice column; the rarer ones are pooled as `(other)`."
+    )
+
+    @field_validator("slices")
+    @classmethod
+    def _distinct_slices(cls, value: list[str]) -> list[str]:
+        repeated = sorted({c for c in value if value.count(c) > 1})
+        if repeated:
+            raise ValueError(f"names {repeated} more than once")
+        return value
 
 
 class JobSpec(_Strict):

@@ -169,7 +169,7 @@ def test_a_rerun_replaces_the_partition_and_a_foreign_run_is_refused(demo: Monit
     warehouse = DuckDBWarehouse(settings.duckdb_path)
     day = demo.dates[-1]
     before = _monitoring(data_dir)
-    again = monitored_decisions(warehouse, spec, partition_date=day, run_id=demo.run_ids[day])
+    again, _ = monitored_decisions(warehouse, spec, partition_date=day, run_id=demo.run_ids[day])
     after = _monitoring(data_dir)
     assert after.equals(before)
     assert again.num_rows == before.filter(pl.col("partition_date") == day).height

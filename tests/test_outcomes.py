@@ -419,7 +419,10 @@ def test_the_monitoring_page_renders_offline_with_its_plots(env: OutcomesEnv, tm
     assert [u for u in requested if not u.startswith(("file://", "data:"))] == []
     assert title == f"Prediction monitoring {JOB} {env.unscored_date}..{env.demo.dates[-1]}"
     versions = sorted(set(env.demo.versions.values()))
-    assert [p["name"] for p in plots] == ["decision-mix", "event-rate", *(f"calibration-{v}" for v in versions)]
+    assert [p["name"] for p in plots] == [
+        "decision-mix", "event-rate", *(f"calibration-{v}" for v in versions), "estimated-event_rate", "estimated-auc",
+        "attribution", "multivariate",
+    ]
     assert all(p["w"] > 100 and p["h"] > 100 for p in plots), plots
     assert screenshot.read_bytes().startswith(PNG_SIGNATURE)
     shot = imread(str(screenshot))

@@ -145,7 +145,20 @@ def metadata_missing_a_field(env: JobEnv) -> list[str]:
     return [str(env.metadata_path), ": feature_version: ", "Field required"]
 
 
-MISTAKES = [reason_key_typo, suite_column_missing, unknown_spec_key, feature_list_mismatch, stale_sha256, metadata_missing_a_field]
+def slice_column_typo(env: JobEnv) -> list[str]:
+    env.edit_spec(lambda s: s["monitoring"].update(slices=["home_ownershp"]))
+    return [str(env.spec_path), "monitoring.slices", "'home_ownershp'", "home_ownership"]
+
+
+def health_level_out_of_range(env: JobEnv) -> list[str]:
+    env.edit_spec(lambda s: s["monitoring"].update(health={"interval_level": 1.5}))
+    return [str(env.spec_path), "monitoring.health.interval_level", "1.5"]
+
+
+MISTAKES = [
+    reason_key_typo, suite_column_missing, unknown_spec_key, feature_list_mismatch, stale_sha256, metadata_missing_a_field,
+    slice_column_typo, health_level_out_of_range,
+]
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])

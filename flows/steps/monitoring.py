@@ -14,13 +14,16 @@ from tasks.settings import current_settings
 
 
 @task(name="monitor-decisions")
-def monitor_decisions(job: str, partition_date: dt.date, run_id: str, groups: list[dict] | None = None) -> dict:
+def monitor_decisions(
+    job: str, partition_date: dt.date, run_id: str, groups: list[dict] | None = None, slice_counts: list[dict] | None = None
+) -> dict:
     """Decision mix, rule hits, score summary, straddling share and expected events of the published
-    partition, against the trailing window; stored in `decision_monitoring`. Returns the flagged measures.
-    `groups`: the run's own per-chunk counts; without them the published predictions are counted."""
+    partition, and its slices, against the trailing window; stored in `decision_monitoring`,
+    `slice_counts` and `slice_monitoring`. Returns the flagged measures. `groups` and `slice_counts`:
+    the run's own counts; without them the published predictions and the stored slice counts are read."""
     settings = current_settings()
-    result, artifact = decision_monitoring(run_warehouse(run_id), settings, job, partition_date, run_id, groups)
-    left_artifacts([artifact])
+    result, artifacts = decision_monitoring(run_warehouse(run_id), settings, job, partition_date, run_id, groups, slice_counts)
+    left_artifacts(artifacts)
     return result
 
 

@@ -88,7 +88,9 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
     is kept on its ledger row as a warning, not lost and not a failure."""
     # quote(): the summary's lists are not walked for futures (see score_partition).
     finished = finish_run(ticket, quote(summary), quote(published), return_state=True)
-    monitored = monitor_decisions(ticket.job, ticket.partition_date, ticket.run_id, quote(summary.decision_groups), return_state=True)
+    monitored = monitor_decisions(
+        ticket.job, ticket.partition_date, ticket.run_id, quote(summary.decision_groups), quote(summary.slice_counts), return_state=True
+    )
     result = finished_run_result(
         ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=finished.message,
         monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=monitored.message,

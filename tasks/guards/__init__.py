@@ -153,7 +153,7 @@ def _regex(exp: Expectation, frame: pl.DataFrame) -> pl.Expr:
 
 
 def _rust_regex(pattern: str) -> str | None:
-    """`pattern` with Python's `re` meaning in polars' regex dialect, or None when it has no equivalent.
+    r"""`pattern` with Python's `re` meaning in polars' regex dialect, or None when it has no equivalent.
 
     GX matches with Python's `re.search`, where a bare `$` also matches before a final newline;
     polars' `$` does not, so it becomes `\n?\z`. Python-only syntax (look-around, `\Z`) does not

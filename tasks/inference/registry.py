@@ -117,6 +117,14 @@ class ModelMetadata(BaseModel):
         default_factory=dict, description="Fitted on held-out data; read by the prediction layer. Empty for feature models."
     )
     reference: dict[str, ReferenceStats] = Field(default_factory=dict)
+    health: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "What model health is measured against, from the reference rows at registration: `pca` (standardization, "
+            "components, the reconstruction error's mean and spread) and `attribution` (mean |contribution| per feature). "
+            "Empty for models registered before it: their partitions get no attribution or multivariate drift rows."
+        ),
+    )
     training: dict[str, Any] = Field(default_factory=dict, description="Window, rows, seed, holdout metrics.")
 
     @field_validator("features")

@@ -30,6 +30,7 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from tasks.contracts import InferenceInput
+from tasks.monitoring.health import ATTRIBUTION_REFERENCE_ROWS, fitted_health_reference
 from tasks.quality.drift import reference_statistics
 from tasks.errors import JobProblem, JobSpecError, JobValidationError, ModelArtifactError, PartitionError
 from tasks.features import FeatureKind, FeatureModule, feature_kinds, job_features
@@ -245,6 +246,7 @@ def registered_model_version(
             **base,
             calibration=calibrator.to_metadata(),
             reference=reference_statistics(np.asarray(reference, dtype=np.float32), features, kinds),
+            health=_health_reference(engine, np.asarray(reference, dtype=np.float32), features),
             training={
                 **(training or {}),
                 "rows_holdout": int(outcomes.size),
@@ -285,6 +287,20 @@ def registered_model_version(
     log.info("registered %s %s: hold-out AUC %s on %d rows, %d events", name, version,
              "n/a" if auc is None else f"{auc:.3f}", outcomes.size, int(outcomes.sum()))
     return report
+
+
+def _health_reference(engine: Any, reference: np.ndarray, features: tuple[str, ...]) -> dict[str, Any]:
+    """PCA of the reference rows and, where the engine explains (XGBoost), the mean |contribution| of up
+    to ATTRIBUTION_REFERENCE_ROWS of them: what the partitions' model health is compared with."""
+    sample = reference
+    if sample.shape[0] > ATTRIBUTION_REFERENCE_ROWS:
+        sample = sample[np.random.default_rng(0).choice(sample.shape[0], ATTRIBUTION_REFERENCE_ROWS, replace=False)]
+    contributions = None
+    if engine.metadata.framework == "xgboost" and sample.shape[0]:
+        batch = InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(sample.shape[0]).astype(str)),
+                               features=np.ascontiguousarray(sample), feature_names=features)
+        contributions = engine.inference_contributions(batch, np.arange(sample.shape[0])).values
+    return fitted_health_reference(reference, features, contributions)
 
 
 def _read_parquet(path: Path, what: str) -> pl.DataFrame:

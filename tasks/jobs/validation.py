@@ -344,6 +344,10 @@ def _raw_partition(
             if any(schema.equals(s) for s in seen):
                 continue
             seen.append(schema)
+            problems += [
+                JobProblem(spec_path, "monitoring.slices", f"{column!r} is not a column of raw file {path}; it has {schema.names}")
+                for column in spec.monitoring.slices if column not in schema.names
+            ]
             found = [JobProblem(_problem_file(raw, path), column, problem) for column, problem in raw_schema_problems(schema, suite)]
             problems += found
             if found:

@@ -28,7 +28,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tasks.catalog import DECISION_MONITORING, PREDICTION_GROUP_SCHEMA
+from tasks.catalog import DECISION_MONITORING, PREDICTION_GROUP_SCHEMA, SLICE_MONITORING
+from tasks.monitoring.slices import monitored_slices
 from tasks.prediction.decisions import predict_probability_cutoffs, predict_straddling
 from tasks.sinks.warehouse import Warehouse
 
@@ -172,9 +173,10 @@ def decision_monitoring_rows(
 
 
 def monitored_decisions(
-    warehouse: Warehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str, groups: pl.DataFrame | None = None
-) -> pa.Table:
-    """Compute the partition's decision monitoring and store it.
+    warehouse: Warehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str, groups: pl.DataFrame | None = None,
+    slice_counts: pl.DataFrame | None = None,
+) -> tuple[pa.Table, pa.Table]:
+    """Compute the partition's decision monitoring and its slices' (tasks/monitoring/slices.py) and store them.
 
     `groups` are the run's `prediction_groups`, counted chunk by chunk while it scored; without
     them (monitoring a partition again) the warehouse aggregates the published predictions, so
@@ -201,5 +203,8 @@ def monitored_decisions(
         )
     ).select("partition_date", "measure", "item", "value")
     rows = decision_monitoring_rows(groups, history, spec, partition_date=partition_date, run_id=run_id)
-    warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables={"decision_monitoring": rows})
-    return rows
+    slices = monitored_slices(warehouse, spec, partition_date=partition_date, run_id=run_id, counts=slice_counts)
+    warehouse.replace_monitoring_partition(
+        job=spec.name, partition_date=partition_date, tables={"decision_monitoring": rows, **slices}
+    )
+    return rows, slices[SLICE_MONITORING.table]

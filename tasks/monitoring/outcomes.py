@@ -21,12 +21,18 @@ Per partition and model version, on the labelled rows that have an outcome:
   stored, so calibration curves add up over partitions);
 - precision and recall of each adverse decision, and of all adverse decisions together;
 - PSI of the score (ten-point bands, as tasks/quality/drift.py) against the pooled scores of the job's
-  partitions in the trailing `monitoring.window_days`.
+  partitions in the trailing `monitoring.window_days`;
+- each performance the scoring run estimated before labels (`model_health`, tasks/monitoring/health.py)
+  beside its realized value on the labelled rows (`outcome_estimates`): a realized value outside the
+  estimate's interval is `outside`, and the partition is flagged when its pooled event rate or its
+  AUC is (the model's relation to the world changed, not just its inputs).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,16 +44,17 @@ import pyarrow.parquet as pq
 
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.errors import LabelError
-from tasks.catalog import OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_LABELS, OUTCOME_METRICS, OUTCOME_PARTITIONS, Dataset
+from tasks.catalog import (
+    OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, OUTCOME_LABELS, OUTCOME_METRICS, OUTCOME_PARTITIONS, Dataset,
+)
+from tasks.monitoring.health import ALL, ANY_ADVERSE, ESTIMATED, PARTITION_FLAG_MEASURES
 from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
     from tasks.jobspec import JobSpec, LabelSource
 
-PREDICTION_COLUMNS = ("run_id", "entity_id", "probability", "score", "decision", "model_version")
+PREDICTION_COLUMNS = ("run_id", "entity_id", "probability", "score", "decision", "rule_id", "model_version")
 """The only prediction columns the outcome metrics read."""
-ANY_ADVERSE = "any adverse"
-"""The `decision` of the row that pools every adverse decision."""
 _LABEL_SCHEMA = {"entity_id": pl.String, "outcome": pl.Int16, "observed_date": pl.Date, "source": pl.String}
 
 
@@ -117,6 +124,52 @@ def roc_auc(outcome: np.ndarray, probability: np.ndarray) -> float:
 
     ranks = rankdata(probability)
     return float((ranks[outcome == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def realized_performance(
+    labelled: pl.DataFrame, *, adverse: Sequence[str]
+) -> dict[tuple[str, str], tuple[float, int]]:
+    """(measure, item) → (realized value, rows it was measured on), for every estimated measure, on
+    `labelled` rows (probability, decision, rule_id, outcome) of one model version."""
+    outcome = labelled["outcome"].cast(pl.Float64).to_numpy()
+    events = float(outcome.sum())
+    nan = float("nan")
+
+    def rate(mask: np.ndarray) -> tuple[float, int]:
+        count = int(mask.sum())
+        return (float(outcome[mask].sum()) / count if count else nan), count
+
+    realized: dict[tuple[str, str], tuple[float, int]] = {("event_rate", ALL): rate(np.ones(outcome.size, dtype=bool))}
+    decision = labelled["decision"].to_numpy()
+    rule = labelled["rule_id"].to_numpy()
+    for value in np.unique(decision):
+        realized[("event_rate_by_decision", str(value))] = rate(decision == value)
+    for value in np.unique(rule):
+        realized[("event_rate_by_rule", str(value))] = rate(rule == value)
+    for item, chosen in [*((d, [d]) for d in adverse), (ANY_ADVERSE, list(adverse))]:
+        mask = np.isin(decision, chosen)
+        realized[("precision", item)] = rate(mask)
+        realized[("recall", item)] = (float(outcome[mask].sum()) / events if events else nan, int(mask.sum()))
+    realized[("auc", ALL)] = (roc_auc(outcome, labelled["probability"].to_numpy()), outcome.size)
+    return realized
+
+
+def estimates_against_realized(estimates: pl.DataFrame, labelled: pl.DataFrame, *, adverse: Sequence[str]) -> list[dict[str, Any]]:
+    """Each estimated measure of one model version beside its realized value on the labelled rows:
+    `outside` when the realized value falls outside the estimate's interval; `partition_flag` (the
+    same on every row) when the pooled event rate or the AUC does (PARTITION_FLAG_MEASURES)."""
+    realized = realized_performance(labelled, adverse=adverse)
+    rows = []
+    for row in estimates.iter_rows(named=True):
+        value, count = realized.get((row["measure"], row["item"]), (float("nan"), 0))
+        known = not (math.isnan(value) or row["low"] is None or math.isnan(row["low"]))
+        rows.append({
+            "measure": row["measure"], "item": row["item"], "estimate": row["value"], "low": row["low"], "high": row["high"],
+            "realized": value, "realized_rows": count,
+            "outside": (not row["low"] <= value <= row["high"]) if known else None,
+        })
+    flagged = any(r["outside"] for r in rows if (r["measure"], r["item"]) in PARTITION_FLAG_MEASURES)
+    return [{**r, "partition_flag": flagged} for r in rows]
 
 
 def brier_score(outcome: np.ndarray, probability: np.ndarray) -> float:
@@ -194,12 +247,13 @@ def partition_outcome_tables(
     *,
     partition_date: dt.date,
     quarantined: pl.DataFrame | None = None,
+    estimates: pl.DataFrame | None = None,
 ) -> PartitionOutcomes:
     """Join the partition's labels to its predictions and compute every outcome table of it.
 
     `labels` may hold several rows per entity (they are deduplicated here); `baseline_scores`
     holds (score, rows) of the trailing window's predictions; `quarantined` the entity ids the
-    partition read but did not score.
+    partition read but did not score; `estimates` the partition's `model_health` rows.
     """
     job, config = spec.name, spec.monitoring
     unique, duplicates = deduplicated_labels(labels)
@@ -234,7 +288,11 @@ def partition_outcome_tables(
         baseline_scores.column("rows").to_numpy(zero_copy_only=False),
     )
     adverse = spec.adverse_decisions
-    metric_rows, calibration_frames, decision_rows = [], [], []
+    metric_rows, calibration_frames, decision_rows, estimate_rows = [], [], [], []
+    estimated = (
+        estimates.filter(pl.col("section") == ESTIMATED) if estimates is not None and estimates.height
+        else pl.DataFrame(schema={"model_version": pl.String})
+    )
     for version in sorted(predictions["model_version"].unique().to_list()):
         scored = predictions.filter(pl.col("model_version") == version)
         rows = labelled.filter(pl.col("model_version") == version)
@@ -258,6 +316,9 @@ def partition_outcome_tables(
             "psi_baseline_rows": baseline.total,
         })
         calibration_frames.append(bins.with_columns(pl.lit(version).alias("model_version")))
+        of_version = estimated.filter(pl.col("model_version") == version)
+        if of_version.height and rows.height:
+            estimate_rows += [{**key, "model_version": version, **r} for r in estimates_against_realized(of_version, rows, adverse=adverse)]
         for decision in [*adverse, ANY_ADVERSE]:
             chosen = [decision] if decision != ANY_ADVERSE else adverse
             hit = rows.filter(pl.col("decision").is_in(chosen))
@@ -288,6 +349,7 @@ def partition_outcome_tables(
             OUTCOME_METRICS.table: table(OUTCOME_METRICS, metric_rows),
             OUTCOME_CALIBRATION.table: table(OUTCOME_CALIBRATION, calibration),
             OUTCOME_DECISIONS.table: table(OUTCOME_DECISIONS, decision_rows),
+            OUTCOME_ESTIMATES.table: table(OUTCOME_ESTIMATES, estimate_rows),
         }
     )
 
@@ -321,8 +383,9 @@ def ingested_outcomes(
         last_date=partition_date - dt.timedelta(days=1), by=("score",),
     )
     quarantined = pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date))
+    estimates = pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date))
     outcomes = partition_outcome_tables(
-        predictions, labels, baseline_scores, spec, partition_date=partition_date, quarantined=quarantined
+        predictions, labels, baseline_scores, spec, partition_date=partition_date, quarantined=quarantined, estimates=estimates
     )
     warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables=outcomes.tables)
     return outcomes

@@ -5,8 +5,9 @@
   whose decision shares moved beyond tolerance marked), the observed event rate with its
   interval against the expected rate per model version, a calibration curve per model version
   (the range's calibration bins added up), and tables of realized performance, precision and
-  recall of the adverse decisions, labels per partition (unknown entities highlighted) and the
-  decision-monitoring flags;
+  recall of the adverse decisions, labels per partition (unknown entities highlighted), the
+  decision-monitoring flags, and model health (tasks/monitoring/health_report.py): estimated vs
+  realized performance, attribution drift, multivariate drift and shifted slices;
 - `realized_performance_rows` / `realized_performance_table`: the same realized performance as
   plain rows (Prefect table artifact) and as a rich table (the `score` CLI).
 """
@@ -25,7 +26,11 @@ import numpy as np
 import polars as pl
 from rich.table import Table
 
-from tasks.catalog import DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_METRICS, OUTCOME_PARTITIONS, Dataset
+from tasks.catalog import (
+    DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, OUTCOME_METRICS, OUTCOME_PARTITIONS,
+    SLICE_MONITORING, Dataset,
+)
+from tasks.monitoring.health_report import attribution_section, estimated_vs_realized_section, multivariate_section, slices_section
 # The run report's page style, so both pages of a job read alike.
 from tasks.reports.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
 from tasks.monitoring.outcomes import ANY_ADVERSE, event_rate_interval
@@ -53,6 +58,9 @@ class MonitoringHistory:
     metrics: pl.DataFrame
     calibration: pl.DataFrame
     decisions: pl.DataFrame
+    model_health: pl.DataFrame
+    estimates: pl.DataFrame
+    slices: pl.DataFrame
 
 
 def monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> MonitoringHistory:
@@ -71,6 +79,9 @@ def monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, l
         metrics=rows(OUTCOME_METRICS),
         calibration=rows(OUTCOME_CALIBRATION),
         decisions=rows(OUTCOME_DECISIONS),
+        model_health=pl.from_arrow(warehouse.model_health_rows(job, first_date, last_date)),
+        estimates=rows(OUTCOME_ESTIMATES),
+        slices=rows(SLICE_MONITORING),
     )
 
 
@@ -406,5 +417,9 @@ def monitoring_page_html(
         + _precision_section(history, adverse)
         + _labels_section(history)
         + _flags_section(history)
+        + estimated_vs_realized_section(history.estimates, history.model_health, _figure, _png, _figure_html)
+        + attribution_section(history.model_health, _figure, _png, _figure_html)
+        + multivariate_section(history.model_health, _figure, _png, _figure_html)
+        + slices_section(history.slices)
         + "</body></html>\n"
     )

@@ -13,6 +13,7 @@ import polars as pl
 from tasks.reports.html_report import write_run_report
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.decisions import decision_groups_frame, monitored_decisions
+from tasks.monitoring.slices import slice_counts_frame
 from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_performance_rows
 from tasks.monitoring.outcomes import ingested_outcomes
 from tasks.scoring.partition_run import Artifact, artifact_key
@@ -24,17 +25,27 @@ log = logging.getLogger("scoring.monitoring")
 
 def decision_monitoring(
     warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date, run_id: str,
-    groups: list[dict[str, Any]] | None = None,
-) -> tuple[dict[str, Any], Artifact]:
+    groups: list[dict[str, Any]] | None = None, slice_counts: list[dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], list[Artifact]]:
     """Decision mix, rule hits, score summary, straddling share and expected events of the published
     partition against the trailing window, stored in `decision_monitoring`: the flagged measures and the table.
     `groups` are the run's own counts (`ScoringSummary.decision_groups`); without them the published rows are counted."""
     spec = load_job_spec(job, settings)
     counted = None if groups is None else decision_groups_frame(groups)
+    sliced = None if slice_counts is None else slice_counts_frame(slice_counts)
     with warehouse.kept_open():
-        rows = pl.from_arrow(
-            monitored_decisions(warehouse, spec, partition_date=partition_date, run_id=run_id, groups=counted)
-        ).to_dicts()
+        decided, slice_table = monitored_decisions(
+            warehouse, spec, partition_date=partition_date, run_id=run_id, groups=counted, slice_counts=sliced
+        )
+    rows = pl.from_arrow(decided).to_dicts()
+    slices = slice_table.to_pylist()
+    shifted_slices = [r for r in slices if r["flag"] == "shift"]
+    if shifted_slices:
+        log.warning(
+            "[MON] %s %s: %d slice measure(s) moved (false discovery rate %.0f%%): %s", job, partition_date, len(shifted_slices),
+            spec.monitoring.slice_fdr * 100,
+            ", ".join(f"{r['slice_column']}={r['slice_value']} {r['measure']} q={r['q_value']:.2g}" for r in shifted_slices),
+        )
     shifted = [r for r in rows if r["flag"] == "shift"]
     if shifted:
         log.warning(
@@ -44,9 +55,14 @@ def decision_monitoring(
     result = {
         "job": job, "partition_date": partition_date.isoformat(), "run_id": run_id, "measures": len(rows),
         "shifted": [f"{r['measure']}:{r['item']}" for r in shifted],
+        "shifted_slices": [f"{r['slice_column']}={r['slice_value']}:{r['measure']}" for r in shifted_slices],
     }
-    return result, decision_monitoring_artifact(rows, job=job, partition_date=partition_date, run_id=run_id,
-                                                window_days=spec.monitoring.window_days)
+    artifacts = [decision_monitoring_artifact(rows, job=job, partition_date=partition_date, run_id=run_id,
+                                              window_days=spec.monitoring.window_days)]
+    if slices:
+        artifacts.append(slice_monitoring_artifact(slices, job=job, partition_date=partition_date, fdr=spec.monitoring.slice_fdr,
+                                                   window_days=spec.monitoring.window_days))
+    return result, artifacts
 
 
 def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date) -> dict[str, Any]:
@@ -103,6 +119,26 @@ def decision_monitoring_artifact(rows: list[dict], *, job: str, partition_date: 
                 "delta": shown(r["delta"], "+.4g"), "tolerance": shown(r["tolerance"], ".4g"), "flag": r["flag"] or "",
             }
             for r in rows
+        ],
+    )
+
+
+def slice_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.date, fdr: float, window_days: int) -> Artifact:
+    """The `slice_monitoring` rows of one partition, shifted ones first, as a table artifact."""
+    shifted = [r for r in rows if r["flag"] == "shift"]
+
+    def shown(value: float | None) -> str:
+        return "—" if value is None or value != value else f"{value:.4g}"
+
+    ordered = sorted(rows, key=lambda r: (r["flag"] != "shift", r["q_value"] if r["q_value"] is not None else 2.0))
+    return Artifact(
+        artifact_key("slice-monitoring", job),
+        f"Slices of {job} on {partition_date} against the trailing {window_days} days, false discovery rate {fdr:.0%} "
+        "(table slice_monitoring): " + (", ".join(f"{r['slice_column']}={r['slice_value']} {r['measure']}" for r in shifted) or "no slice shifted"),
+        table=[
+            {"slice": f"{r['slice_column']}={r['slice_value']}", "measure": r["measure"], "value": shown(r["value"]),
+             "window": shown(r["baseline"]), "rows": r["rows"], "q_value": shown(r["q_value"]), "flag": r["flag"]}
+            for r in ordered
         ],
     )
 

@@ -174,6 +174,30 @@ def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str]) -> str
     return "<h2>Drift</h2>" + _table(header, rows) + note
 
 
+def _health_section(rows: list[Mapping[str, Any]]) -> str:
+    """Model health before labels: every estimate with its interval, then the flagged drift rows."""
+    if not rows:
+        return ""
+    estimates = [r for r in rows if r["section"] == "estimated_performance"]
+    flagged = [r for r in rows if r["section"] != "estimated_performance" and (r["flag"] in ("warn", "alert") or r["measure"] in
+               ("rank_agreement", "reconstruction_error"))]
+    body = [
+        "<tr>" + _cell(r["measure"]) + _cell(r["item"]) + _cell(r["value"]) + _cell(r["low"]) + _cell(r["high"])
+        + _cell(r["rows"]) + "</tr>" for r in estimates
+    ]
+    drift = [
+        "<tr>" + _cell(r["section"]) + _cell(r["measure"]) + _cell(r["item"]) + _cell(r["value"]) + _cell(r["reference"])
+        + _cell(r["delta"]) + f"<td>{_flag_badge(r['flag'])}</td></tr>" for r in flagged
+    ]
+    return (
+        "<h2>Model health before labels</h2>"
+        '<p class="muted">Estimated from the calibrated probabilities (table <code>model_health</code>); the realized '
+        "values join them when labels land (<code>outcome_estimates</code>).</p>"
+        + _table(["measure", "item", "estimate", "low", "high", "rows"], body)
+        + _table(["section", "measure", "item", "value", "reference", "change", "flag"], drift)
+    )
+
+
 def _ks_text(ks: Any, ks_upper: Any) -> str | None:
     """`ks (≤ upper)` where the report kept an upper bound above it; None leaves the plain cell."""
     if not (_is_num(ks) and _is_num(ks_upper)) or math.isnan(float(ks)) or math.isnan(float(ks_upper)):
@@ -304,6 +328,7 @@ def run_report_html(
     drift_rows: list[dict[str, Any]],
     histograms: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
     bin_labels: BinLabels | None = None,
+    health_rows: list[dict[str, Any]] | None = None,
 ) -> str:
     """The whole page as one string; every text from the inputs is HTML-escaped.
 
@@ -322,6 +347,7 @@ def run_report_html(
         f'<p class="meta">job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code></p>'
         + _summary_section(summary)
         + _fallback_section(fallback_rows)
+        + _health_section(health_rows or [])
         + _drift_section(drift_rows, order)
         + _plots_section(histograms, drift_rows, order, bin_labels or {})
         + "</body></html>\n"

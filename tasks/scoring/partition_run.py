@@ -124,6 +124,7 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
             job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
             fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
             bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
+            health_rows=summary.model_health,
         ), []
     except Exception as exc:
         log.warning("%s %s: the run page failed: %s", ticket.job, ticket.partition_date, exc)
@@ -169,6 +170,7 @@ def run_artifacts(ticket: RunTicket, summary: ScoringSummary, published: Publish
             f"of {summary.rows_read} read (table fallback_report)",
             table=[{**row, "share": f"{row['share']:.4%}"} for row in summary.fallback_report],
         ),
+        model_health_artifact(summary.model_health, job=job, partition_date=day),
         Artifact(
             artifact_key("guard-summary", job),
             f"Feature guards of {job} on {day}: rows each expectation repaired, quarantined or failed, of "
@@ -176,6 +178,24 @@ def run_artifacts(ticket: RunTicket, summary: ScoringSummary, published: Publish
             table=summary.guard_summary,
         ),
     ]
+
+
+def model_health_artifact(rows: list[dict], *, job: str, partition_date: dt.date) -> Artifact:
+    """The `model_health` rows of a run, flagged ones first, as a table artifact."""
+    flagged = [r for r in rows if r["flag"] in ("warn", "alert")]
+
+    def shown(value: Any) -> str:
+        return "—" if value is None or value != value else (f"{value:.4g}" if isinstance(value, float) else str(value))
+
+    ordered = flagged + [r for r in rows if r not in flagged]
+    return Artifact(
+        artifact_key("model-health", job),
+        f"Model health of {job} on {partition_date} before labels (table model_health): estimated performance with its "
+        "interval, attribution and multivariate drift; flagged: "
+        + (", ".join(f"{r['section']} {r['item']} {r['flag']}" for r in flagged) or "nothing"),
+        table=[{k: shown(r[k]) for k in ("section", "measure", "item", "value", "low", "high", "reference", "delta", "flag", "rows")}
+               for r in ordered],
+    )
 
 
 def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warnings: list[str]) -> dict:

@@ -95,6 +95,11 @@ class PreparedJob:
         )
 
     @property
+    def health_reference(self) -> dict:
+        """The final model's model-health reference (`ModelMetadata.health`); empty for a model registered before it."""
+        return self.model.engine.metadata.health
+
+    @property
     def model_features(self) -> tuple[str, ...]:
         """The final model's input: the feature module's columns, then each feature model's output."""
         return (*self.features.FEATURES, *(ref.output_feature for ref, _ in self.feature_models))

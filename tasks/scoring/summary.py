@@ -18,12 +18,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tasks.catalog import DRIFT_HISTOGRAMS, DRIFT_REPORT, FALLBACK_REPORT, GUARD_SUMMARY, Dataset
+from tasks.catalog import DRIFT_HISTOGRAMS, DRIFT_REPORT, FALLBACK_REPORT, GUARD_SUMMARY, MODEL_HEALTH, Dataset
 from tasks.errors import FallbackLimitExceeded, GuardFailure, InferenceFailure, PartitionError
 from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
 from tasks.inference.treeshap import XGBOOST_NAME
 from tasks.monitoring.decisions import merged_prediction_groups
+from tasks.monitoring.health import HEALTH_COLUMNS, HealthAccumulator, model_health_rows
+from tasks.monitoring.slices import merged_slice_counts
 from tasks.quality.drift import drift_bin_labels, drift_report_rows
 from tasks.quality.fallback_report import fallback_limit_breaches, fallback_report_rows
 from tasks.scoring.prepared import PreparedJob
@@ -50,6 +52,7 @@ DRIFT_HISTOGRAM_COLUMNS = _staged_columns(DRIFT_HISTOGRAMS, first=("feature", "k
 """`edges` of a boolean or categorical feature are its category values (one bin each, then unseen)."""
 FALLBACK_REPORT_COLUMNS = _staged_columns(FALLBACK_REPORT)
 GUARD_SUMMARY_COLUMNS = _staged_columns(GUARD_SUMMARY)
+MODEL_HEALTH_COLUMNS = _staged_columns(MODEL_HEALTH, first=HEALTH_COLUMNS)
 
 
 @dataclass
@@ -87,6 +90,10 @@ class ScoringSummary:
     contributions_kernel_reason: str | None = None
     decision_groups: list[dict[str, Any]] = field(default_factory=list)
     """The predictions counted per decision-monitoring group (`merged_prediction_groups`), a few hundred rows."""
+    model_health: list[dict[str, Any]] = field(default_factory=list)
+    """The `model_health` rows: estimated performance, attribution and multivariate drift (tasks/monitoring/health.py)."""
+    slice_counts: list[dict[str, Any]] = field(default_factory=list)
+    """The predictions counted per slice value, decision and score band (`merged_slice_counts`)."""
 
     def inference_stats(self) -> dict[str, Any]:
         lat = np.asarray(self.chunk_latency_ms or [0.0])
@@ -178,6 +185,21 @@ def scoring_summary(
     ).to_dicts()
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))
+    health = HealthAccumulator(features=prepared.model_features)
+    for inference in sorted(inferences, key=lambda u: u.unit_id):
+        health.merge(inference.health)
+    monitoring = spec.monitoring
+    summary.model_health = [] if not monitoring.health.enabled else model_health_rows(
+        health, prepared.health_reference, model_version=engine.metadata.version,
+        decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)), rule_ids=[r.id for r in spec.prediction.rules],
+        adverse=spec.adverse_decisions, level=monitoring.health.interval_level,
+        attribution_warn=monitoring.health.attribution_warn, attribution_alert=monitoring.health.attribution_alert,
+        multivariate_tolerance=monitoring.health.multivariate_tolerance,
+    )
+    summary.slice_counts = merged_slice_counts(
+        [part for inference in sorted(inferences, key=lambda u: u.unit_id) for part in inference.slice_counts],
+        max_values=monitoring.slice_max_values,
+    ).to_dicts()
     if summary.rows_failed > spec.inference.max_failed_share * max(summary.rows_read, 1):
         last = summary.failed_chunks[-1]["error"]
         raise InferenceFailure(
@@ -206,6 +228,7 @@ def scoring_summary(
          for k, h in drift.histograms.items()],
         schema=DRIFT_HISTOGRAM_COLUMNS,
     )))
+    write_staged_chunk(dirs.model_health, run_id, 0, stamp.stamped(pl.DataFrame(summary.model_health, schema=MODEL_HEALTH_COLUMNS)))
     summary.fallback_report = fallback_report_rows(
         rows_read=summary.rows_read,
         guard_by_expectation=summary.guard.by_expectation,

@@ -31,6 +31,8 @@ from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
 from tasks.monitoring.decisions import prediction_groups
+from tasks.monitoring.health import HealthAccumulator, attribution_sample
+from tasks.monitoring.slices import chunk_slice_counts
 from tasks.prediction.calibration import CalibratedProbability
 from tasks.prediction.decisions import RuleDecisions
 from tasks.prediction.outputs import DecidedChunk, predict_decided_chunk, predict_output
@@ -204,6 +206,10 @@ class UnitInference:
     tie_recomputed_rows: int = 0
     worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     """The process that ran the unit's inference: on Dask, one of the cluster's workers."""
+    health: HealthAccumulator = field(default_factory=HealthAccumulator)
+    """Sums of the unit's model health (estimated performance, attribution, multivariate drift)."""
+    slice_counts: list[pl.DataFrame] = field(default_factory=list)
+    """Each chunk's predictions counted per slice value (`chunk_slice_counts`)."""
 
 
 @dataclass
@@ -288,7 +294,37 @@ def _decided_chunks(
         result.tie_recomputed_rows += contributions.tie_recomputed_rows
         result.latency_ms.append(decided.inference.latency_ms)
         result.drift.add_matrix(prepared.model_features, full.features)
+        _health_of_chunk(
+            prepared, result, full, decided, guarded.scorable, first_row=unit.first_row + result.rows_read - table.num_rows,
+            partition_rows=unit.partition_rows,
+        )
         yield decided, contributions
+
+
+def _health_of_chunk(
+    prepared: PreparedJob, result: UnitInference, full: InferenceInput, decided: DecidedChunk, scorable: pl.DataFrame, *,
+    first_row: int, partition_rows: int,
+) -> None:
+    """The chunk's model-health sums and slice counts, from what the pass already holds; the only new
+    work is the PCA projection and the contributions of the attribution sample."""
+    calibrated, rules, health = decided.calibrated, decided.rules, prepared.health_reference
+    config = prepared.spec.monitoring.health
+    slices = prepared.spec.monitoring.slices
+    if slices:
+        result.slice_counts.append(chunk_slice_counts(scorable.select(slices), calibrated.probability, rules.decision, decided.score))
+    if not config.enabled:
+        return
+    result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.decision, rules.rule_id)
+    result.health.add_inputs(full.features, health.get("pca"))
+    # A small partition is sampled more, so its attribution rests on enough rows to tell a shift from noise.
+    share = max(config.attribution_share, min(1.0, config.attribution_min_rows / max(partition_rows, 1))) if config.attribution_share else 0.0
+    if "attribution" in health and share > 0:
+        sample = attribution_sample(first_row, full.features.shape[0], share)
+        result.health.add_contributions(prepared.model.engine.inference_contributions(full, sample).values)
+
+
+def _unit_inference(prepared: PreparedJob, unit_id: int) -> UnitInference:
+    return UnitInference(unit_id, drift=prepared.drift_accumulator(), health=HealthAccumulator(features=prepared.model_features))
 
 
 def _unit_prediction(unit_id: int) -> UnitPrediction:
@@ -324,7 +360,7 @@ def scored_unit(
     prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs
 ) -> ScoredUnit:
     """Every chunk of `unit` from raw rows to the staged prediction contract, in one pass per chunk."""
-    inference, prediction = UnitInference(unit.unit_id, drift=prepared.drift_accumulator()), _unit_prediction(unit.unit_id)
+    inference, prediction = _unit_inference(prepared, unit.unit_id), _unit_prediction(unit.unit_id)
     for decided, contributions in _decided_chunks(
         prepared, unit, inference, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs
     ):
@@ -338,7 +374,7 @@ def inferred_unit(
     prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs
 ) -> UnitInference:
     """The inference half of `scored_unit`: each decided chunk and its explained rows' contributions go to a handoff file."""
-    result = UnitInference(unit.unit_id, drift=prepared.drift_accumulator())
+    result = _unit_inference(prepared, unit.unit_id)
     with_values = bool(prepared.prediction_plan.reason_texts.by_feature)
     for decided, contributions in _decided_chunks(
         prepared, unit, result, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs

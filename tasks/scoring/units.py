@@ -73,6 +73,8 @@ class WorkUnit:
     """Global number of the unit's first row in partition order (file, row group, row)."""
     duplicate_rows_file: str | None = None
     """Staged row numbers that the entity-key rule quarantines, when the partition has any."""
+    partition_rows: int = 0
+    """Rows of the whole partition: how large a share of them the attribution sample must take."""
 
 
 def partition_work_units(raw: ParquetPartition, chunk_rows: int) -> list[WorkUnit]:
@@ -108,6 +110,8 @@ def planned_work_units(prepared: PreparedJob, *, run_id: str, chunk_rows: int, d
     scratch = staging_dir(dirs.inference_handoff, run_id)
     raw = prepared.raw.parquet_partition(scratch / "raw-snapshot", chunk_rows)
     units = partition_work_units(raw, chunk_rows)
+    total = sum(unit.rows for unit in units)
+    units = [replace(unit, partition_rows=total) for unit in units]
     rule = prepared.suite.entity_key
     if rule is None:
         return units

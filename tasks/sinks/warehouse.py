@@ -31,6 +31,7 @@ import pyarrow as pa
 from tasks.catalog import (
     DRIFT_HISTOGRAMS,
     DRIFT_REPORT,
+    MODEL_HEALTH,
     MONITORING_DATASETS,
     PARTITION_DATASETS,
     PREDICTION_GROUP_SCHEMA,
@@ -497,6 +498,18 @@ class Warehouse(ABC):
             f"FROM predictions WHERE {_PARTITION_KEY} "
             "GROUP BY 1, 2, 3, 4, 5, 6",
             params,
+        )
+
+    def model_health_rows(self, job: str, first_date: Any, last_date: Any | None = None) -> pa.Table:
+        """The published `model_health` rows of the job's partitions from `first_date` to `last_date`
+        (default: that one partition); none for a partition never published."""
+        schema = MODEL_HEALTH.schema
+        columns = ", ".join(_quoted(c) for c in schema.names)
+        return self._read_arrow(
+            MODEL_HEALTH.table, schema,
+            f"SELECT {columns} FROM {_quoted(MODEL_HEALTH.table)} WHERE job = $job AND partition_date BETWEEN $first_date "
+            "AND $last_date ORDER BY partition_date, model_version, section, measure, item",
+            {"job": job, "first_date": first_date, "last_date": first_date if last_date is None else last_date},
         )
 
     def quarantined_entities(self, job: str, partition_date: Any) -> pa.Table:

@@ -1,0 +1,380 @@
+"""Model health the morning after, before any label: estimated performance, attribution drift and
+multivariate drift of one partition, from sums accumulated chunk by chunk inside the scoring pass.
+
+Every accumulator holds sums only, so a unit's (or a Dask worker's) adds up to the partition's exactly
+whatever the order, and memory stays flat whatever the partition size.
+
+**Estimated performance** (confidence-based, from the calibrated probabilities p with their interval
+[p_low, p_high]). For a group of n rows (a decision, a rule, every row) the expected event rate is
+Σp/n. Its interval adds two uncertainties: the calibrator's (every row's bound moves together, so
+the bounds add: Σp_low/n … Σp_high/n) and the draw of the outcomes (the realized count of events is
+Poisson-binomial with variance Σp(1−p)): [Σp_low/n − z·√Σp(1−p)/n, Σp_high/n + z·√Σp(1−p)/n].
+The expected precision of an adverse decision is its expected event rate; its expected recall is
+Σp over its rows / Σp over all rows (bounds from p_low inside / p_high outside and the reverse, widened
+by the delta method's sampling error). The expected AUC comes from histograms of the probability on
+fine logit bins weighted by p (expected events) and 1 − p (expected non-events):
+Σ_b P_b·(N_below b + N_b/2) / (ΣP·ΣN); its interval spans the AUCs weighted by p_low and p_high,
+widened by Hanley and McNeil's standard error for ΣP events and ΣN non-events.
+
+**Attribution drift**: the mean |contribution| per model input over the scored rows whose TreeSHAP
+contributions were computed for it (`monitoring.health.attribution_share` of the rows, chosen by a
+hash of the row's position, so the same rows are chosen on a re-run, and at least
+`attribution_min_rows` of them), against the reference rows' at registration; the same for the mean
+signed contribution. A feature's change is (current − reference) / Σ reference mean |contribution|:
+how much of the model's total attribution moved to or from it. Kendall's tau-b compares the rankings.
+
+**Multivariate drift**: the model inputs standardized and projected on the principal components
+fitted at registration (enough to explain `PCA_VARIANCE` of the reference's variance); the squared
+reconstruction error per row, averaged. The reference's own mean and row spread come from the half
+of the reference rows the components were not fitted on. A broken correlation leaves every marginal
+as it was and still moves the rows off the reference's principal plane.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+PCA_VARIANCE = 0.65
+"""Share of the reference's standardized variance the kept components explain."""
+_LOGIT_LOW, _LOGIT_HIGH, _LOGIT_STEP = -12.0, 12.0, 0.01
+AUC_BINS = int(round((_LOGIT_HIGH - _LOGIT_LOW) / _LOGIT_STEP)) + 2
+"""Fine probability bins on the logit scale, an under- and an overflow bin: ties inside a bin are rare
+enough that the binned AUC stays within ~1e-4 of the exact one."""
+ATTRIBUTION_REFERENCE_ROWS = 20_000
+ALL = "all"
+ANY_ADVERSE = "any adverse"
+"""The `decision` (`item`) of the row that pools every adverse decision."""
+ESTIMATED = "estimated_performance"
+ATTRIBUTION = "attribution"
+MULTIVARIATE = "multivariate"
+PARTITION_FLAG_MEASURES = (("event_rate", ALL), ("auc", ALL))
+"""Estimates whose realized value, outside the interval, flags the partition: the relation of the
+model to the world changed. The other measures' verdicts are shown but flag nothing on their own, or
+a healthy partition with a dozen measures would be flagged by chance one time in three."""
+
+
+def _z(level: float) -> float:
+    from scipy.special import ndtri
+
+    return float(ndtri((1.0 + level) / 2.0))
+
+
+def _auc_bin(probability: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        logit = np.log(probability) - np.log1p(-probability)
+    index = np.floor((logit - _LOGIT_LOW) / _LOGIT_STEP) + 1
+    return np.clip(np.nan_to_num(index, nan=0.0, posinf=AUC_BINS - 1, neginf=0.0), 0, AUC_BINS - 1).astype(np.int64)
+
+
+def binned_auc(events: np.ndarray, non_events: np.ndarray) -> float:
+    """AUC of bins in ascending order holding `events` and `non_events` (weights); ties count one half."""
+    positives, negatives = float(events.sum()), float(non_events.sum())
+    if positives <= 0 or negatives <= 0:
+        return float("nan")
+    below = np.concatenate(([0.0], np.cumsum(non_events)[:-1]))
+    return float((events * (below + non_events / 2.0)).sum() / (positives * negatives))
+
+
+def hanley_mcneil_se(auc: float, positives: float, negatives: float) -> float:
+    """Standard error of an AUC on `positives` events and `negatives` non-events (Hanley & McNeil, 1982)."""
+    if not (positives > 1 and negatives > 1) or math.isnan(auc):
+        return float("nan")
+    q1, q2 = auc / (2.0 - auc), 2.0 * auc * auc / (1.0 + auc)
+    variance = (auc * (1 - auc) + (positives - 1) * (q1 - auc * auc) + (negatives - 1) * (q2 - auc * auc)) / (positives * negatives)
+    return math.sqrt(max(variance, 0.0))
+
+
+def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau-b of two rankings (ties in either counted as tau-b does); NaN under two items."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.size < 2:
+        return float("nan")
+    i, j = np.triu_indices(x.size, k=1)
+    dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    concordant_minus_discordant = float((dx * dy).sum())
+    pairs_x, pairs_y = float(np.count_nonzero(dx)), float(np.count_nonzero(dy))
+    if pairs_x == 0 or pairs_y == 0:
+        return float("nan")
+    return concordant_minus_discordant / math.sqrt(pairs_x * pairs_y)
+
+
+def fitted_health_reference(
+    matrix: np.ndarray, names: Sequence[str], contributions: np.ndarray | None = None, *, seed: int = 0
+) -> dict[str, Any]:
+    """What a model's health is measured against, from its reference rows (registration time).
+
+    `contributions`: TreeSHAP contributions of (a sample of) the same rows, one column per feature;
+    None where the model has none (an ONNX model). Returned as plain JSON for the model's metadata.
+    """
+    x = np.asarray(matrix, dtype=np.float64)
+    n, d = x.shape
+    reference: dict[str, Any] = {"features": list(names)}
+    if n >= 20 and d >= 2:
+        mean = np.nanmean(x, axis=0)
+        mean = np.where(np.isnan(mean), 0.0, mean)
+        scale = np.nanstd(x, axis=0)
+        scale = np.where(~np.isfinite(scale) | (scale == 0), 1.0, scale)
+        standardized = _standardized(x, mean, scale)
+        fit = np.random.default_rng(seed).random(n) < 0.5
+        _, singular, vt = np.linalg.svd(standardized[fit] - standardized[fit].mean(axis=0), full_matrices=False)
+        explained = singular**2 / max(float((singular**2).sum()), 1e-300)
+        k = int(min(np.searchsorted(np.cumsum(explained), PCA_VARIANCE) + 1, d - 1))
+        components = vt[:k]
+        errors = _reconstruction_errors(standardized[~fit], components)
+        reference["pca"] = {
+            "mean": mean.tolist(), "scale": scale.tolist(), "components": components.tolist(),
+            "explained_variance": float(explained[:k].sum()), "error_mean": float(errors.mean()),
+            "error_std": float(errors.std(ddof=1)), "rows": int((~fit).sum()),
+        }
+    if contributions is not None and len(contributions):
+        values = np.asarray(contributions, dtype=np.float64)
+        reference["attribution"] = {
+            "mean_abs": dict(zip(names, np.abs(values).mean(axis=0).tolist(), strict=True)),
+            "mean": dict(zip(names, values.mean(axis=0).tolist(), strict=True)), "rows": int(values.shape[0]),
+        }
+    return reference
+
+
+def _standardized(x: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    # A missing or infinite input is put at the reference mean: it adds no error of its own (the
+    # guards and the drift tables count missing values already).
+    z = (x - mean) / scale
+    return np.where(np.isfinite(z), z, 0.0)
+
+
+def _reconstruction_errors(standardized: np.ndarray, components: np.ndarray) -> np.ndarray:
+    projected = standardized @ components.T
+    residual = standardized - projected @ components
+    return np.einsum("ij,ij->i", residual, residual)
+
+
+def attribution_sample(first_row: int, rows: int, share: float) -> np.ndarray:
+    """Row indexes (0-based in the chunk starting at the unit's row `first_row`) chosen for attribution:
+    a multiplicative hash of the row's position, so the choice is spread, fixed and needs no state."""
+    if share <= 0 or rows == 0:
+        return np.empty(0, dtype=np.int64)
+    if share >= 1:
+        return np.arange(rows, dtype=np.int64)
+    position = np.arange(first_row, first_row + rows, dtype=np.uint64)
+    hashed = (position * np.uint64(2654435761)) & np.uint64(0xFFFFFFFF)
+    return np.flatnonzero(hashed < np.uint64(int(share * 2**32))).astype(np.int64)
+
+
+_GROUP_SCHEMA = {
+    "decision": pl.String, "rule_id": pl.String, "rows": pl.Int64, "p_sum": pl.Float64, "p_var_sum": pl.Float64,
+    "low_sum": pl.Float64, "high_sum": pl.Float64,
+}
+
+
+@dataclass
+class HealthAccumulator:
+    """Sums of one unit (or partition) for its model health; `merge` adds another's."""
+
+    features: tuple[str, ...] = ()
+    groups: list[pl.DataFrame] = field(default_factory=list)
+    auc_weights: np.ndarray = field(default_factory=lambda: np.zeros((6, AUC_BINS)))
+    """Per fine probability bin: Σp, Σ(1−p), Σp_low, Σ(1−p_low), Σp_high, Σ(1−p_high)."""
+    error_rows: int = 0
+    error_sum: float = 0.0
+    error_sq_sum: float = 0.0
+    attribution_rows: int = 0
+    attribution_abs_sum: np.ndarray | None = None
+    attribution_sum: np.ndarray | None = None
+
+    def add_decided(self, probability: np.ndarray, low: np.ndarray, high: np.ndarray, decision: np.ndarray, rule_id: np.ndarray) -> None:
+        p, lo, hi = (np.asarray(a, dtype=np.float64) for a in (probability, low, high))
+        frame = pl.DataFrame(
+            {"decision": pl.Series(decision, dtype=pl.String), "rule_id": pl.Series(rule_id, dtype=pl.String),
+             "p": p, "lo": lo, "hi": hi}
+        )
+        self.groups.append(
+            frame.group_by("decision", "rule_id").agg(
+                pl.len().cast(pl.Int64).alias("rows"), pl.col("p").sum().alias("p_sum"),
+                (pl.col("p") * (1.0 - pl.col("p"))).sum().alias("p_var_sum"),
+                pl.col("lo").sum().alias("low_sum"), pl.col("hi").sum().alias("high_sum"),
+            )
+        )
+        index = _auc_bin(p)
+        for row, weights in enumerate((p, 1.0 - p, lo, 1.0 - lo, hi, 1.0 - hi)):
+            self.auc_weights[row] += np.bincount(index, weights=weights, minlength=AUC_BINS)
+
+    def add_inputs(self, matrix: np.ndarray, pca: Mapping[str, Any] | None) -> None:
+        if not pca:
+            return
+        standardized = _standardized(
+            np.asarray(matrix, dtype=np.float64), np.asarray(pca["mean"]), np.asarray(pca["scale"])
+        )
+        errors = _reconstruction_errors(standardized, np.asarray(pca["components"]))
+        self.error_rows += errors.size
+        self.error_sum += float(errors.sum())
+        self.error_sq_sum += float((errors * errors).sum())
+
+    def add_contributions(self, values: np.ndarray) -> None:
+        if values.shape[0]:
+            self.add_contribution_sums(np.abs(values).sum(axis=0), values.sum(axis=0), values.shape[0])
+
+    def merge(self, other: HealthAccumulator) -> None:
+        self.groups += other.groups
+        self.auc_weights = self.auc_weights + other.auc_weights
+        self.error_rows += other.error_rows
+        self.error_sum += other.error_sum
+        self.error_sq_sum += other.error_sq_sum
+        if other.attribution_abs_sum is not None and other.attribution_sum is not None:
+            self.add_contribution_sums(other.attribution_abs_sum, other.attribution_sum, other.attribution_rows)
+
+    def add_contribution_sums(self, abs_sums: np.ndarray, sums: np.ndarray, rows: int) -> None:
+        if self.attribution_abs_sum is None or self.attribution_sum is None:
+            self.attribution_abs_sum, self.attribution_sum = abs_sums.copy(), sums.copy()
+        else:
+            self.attribution_abs_sum, self.attribution_sum = self.attribution_abs_sum + abs_sums, self.attribution_sum + sums
+        self.attribution_rows += rows
+
+    def decision_sums(self) -> pl.DataFrame:
+        """Rows and sums per (decision, rule_id), the groups of every chunk added."""
+        parts = [g for g in self.groups if g.height]
+        if not parts:
+            return pl.DataFrame(schema=_GROUP_SCHEMA)
+        return pl.concat(parts).group_by("decision", "rule_id").agg(pl.exclude("decision", "rule_id").sum()).sort("decision", "rule_id")
+
+
+def _row(measure: str, item: str, value: float, low: float | None = None, high: float | None = None, *,
+         section: str, rows: int, reference: float | None = None, flag: str | None = None) -> dict[str, Any]:
+    def clean(v: float | None) -> float | None:
+        return None if v is None else float(v)
+
+    return {"section": section, "measure": measure, "item": item, "value": clean(value), "low": clean(low),
+            "high": clean(high), "reference": clean(reference), "flag": flag, "rows": int(rows)}
+
+
+def _rate_row(measure: str, item: str, sums: Mapping[str, float], z: float) -> dict[str, Any]:
+    n = sums["rows"]
+    if not n:
+        nan = float("nan")
+        return _row(measure, item, nan, nan, nan, section=ESTIMATED, rows=0)
+    noise = z * math.sqrt(sums["p_var_sum"]) / n
+    return _row(
+        measure, item, sums["p_sum"] / n, max(0.0, sums["low_sum"] / n - noise), min(1.0, sums["high_sum"] / n + noise),
+        section=ESTIMATED, rows=int(n),
+    )
+
+
+def _summed(frame: pl.DataFrame) -> dict[str, float]:
+    return {c: float(frame[c].sum()) for c in ("rows", "p_sum", "p_var_sum", "low_sum", "high_sum")}
+
+
+def estimated_performance_rows(
+    health: HealthAccumulator, *, decisions: Sequence[str], rule_ids: Sequence[str], adverse: Sequence[str], level: float
+) -> list[dict[str, Any]]:
+    """Expected event rate (all rows, per decision, per rule), expected precision and recall of each
+    adverse decision and of all of them together, and the expected AUC, each with its interval."""
+    z = _z(level)
+    sums = health.decision_sums()
+    rows = [_rate_row("event_rate", ALL, _summed(sums), z)]
+    for decision in [*decisions, *sorted(set(sums["decision"].to_list()) - set(decisions))]:
+        rows.append(_rate_row("event_rate_by_decision", decision, _summed(sums.filter(pl.col("decision") == decision)), z))
+    for rule in [*rule_ids, *sorted(set(sums["rule_id"].to_list()) - set(rule_ids))]:
+        rows.append(_rate_row("event_rate_by_rule", rule, _summed(sums.filter(pl.col("rule_id") == rule)), z))
+    total = _summed(sums)
+    for item, chosen in [*((d, [d]) for d in adverse), (ANY_ADVERSE, list(adverse))]:
+        inside = _summed(sums.filter(pl.col("decision").is_in(chosen)))
+        rows.append({**_rate_row("precision", item, inside, z)})
+        rows.append(_recall_row(item, inside, total, z))
+    rows.append(_auc_row(health.auc_weights, z))
+    return rows
+
+
+def _recall_row(item: str, inside: Mapping[str, float], total: Mapping[str, float], z: float) -> dict[str, Any]:
+    a, b = inside["p_sum"], total["p_sum"] - inside["p_sum"]
+    if a + b <= 0:
+        nan = float("nan")
+        return _row("recall", item, nan, nan, nan, section=ESTIMATED, rows=int(inside["rows"]))
+    va, vb = inside["p_var_sum"], total["p_var_sum"] - inside["p_var_sum"]
+    noise = z * math.sqrt(b * b * va + a * a * max(vb, 0.0)) / (a + b) ** 2
+    low_a, high_a = inside["low_sum"], inside["high_sum"]
+    low_b, high_b = total["low_sum"] - low_a, total["high_sum"] - high_a
+    low = low_a / (low_a + high_b) if low_a + high_b > 0 else 0.0
+    high = high_a / (high_a + low_b) if high_a + low_b > 0 else 1.0
+    return _row("recall", item, a / (a + b), max(0.0, min(low, a / (a + b)) - noise), min(1.0, max(high, a / (a + b)) + noise),
+                section=ESTIMATED, rows=int(inside["rows"]))
+
+
+def _auc_row(weights: np.ndarray, z: float) -> dict[str, Any]:
+    estimate = binned_auc(weights[0], weights[1])
+    bounds = [binned_auc(weights[2], weights[3]), binned_auc(weights[4], weights[5]), estimate]
+    noise = z * hanley_mcneil_se(estimate, float(weights[0].sum()), float(weights[1].sum()))
+    rows = int(round(weights[0].sum() + weights[1].sum()))
+    if math.isnan(estimate) or math.isnan(noise):
+        return _row("auc", ALL, estimate, float("nan"), float("nan"), section=ESTIMATED, rows=rows)
+    return _row("auc", ALL, estimate, max(0.0, min(bounds) - noise), min(1.0, max(bounds) + noise), section=ESTIMATED, rows=rows)
+
+
+def attribution_rows(health: HealthAccumulator, reference: Mapping[str, Any] | None, *, warn: float, alert: float) -> list[dict[str, Any]]:
+    """Per feature: its mean |contribution| and mean contribution now and at registration, each
+    change as a share of the reference's total mean |contribution| (flagged), and Kendall's tau-b of
+    the two rankings by mean |contribution|.
+
+    Both means are needed: a feature whose values move (the demo's utilization +0.15) shifts its mean
+    contribution at once, while its mean |contribution| can stay put when as many rows move towards
+    the reference's centre as away from it."""
+    if health.attribution_abs_sum is None or health.attribution_sum is None or not health.attribution_rows:
+        return []
+    names, n = health.features, health.attribution_rows
+    ref_abs_means, ref_means = (reference or {}).get("mean_abs", {}), (reference or {}).get("mean", {})
+    ref = np.array([ref_abs_means.get(name, np.nan) for name in names], dtype=np.float64)
+    total = float(np.nansum(ref)) if ref_abs_means else float("nan")
+    rows = []
+    for measure, current, before_of in (
+        ("mean_abs_contribution", health.attribution_abs_sum / n, ref_abs_means),
+        ("mean_contribution", health.attribution_sum / n, ref_means),
+    ):
+        for name, now in zip(names, current, strict=True):
+            before = before_of.get(name)
+            change = (now - before) / total if before is not None and total > 0 else float("nan")
+            flag = None if math.isnan(change) else ("alert" if abs(change) >= alert else "warn" if abs(change) >= warn else "ok")
+            rows.append({**_row(measure, name, float(now), section=ATTRIBUTION, rows=n, reference=before, flag=flag),
+                         "delta": float(change)})
+    current = health.attribution_abs_sum / n
+    known = ~np.isnan(ref)
+    tau = kendall_tau_b(current[known], ref[known]) if ref_means else float("nan")
+    rows.append(_row("rank_agreement", "kendall_tau_b", tau, section=ATTRIBUTION, rows=n, reference=1.0))
+    rows[-1]["delta"] = None if math.isnan(tau) else tau - 1.0
+    return rows
+
+
+def multivariate_rows(health: HealthAccumulator, pca: Mapping[str, Any] | None, *, tolerance: float, z_alert: float = 3.0) -> list[dict[str, Any]]:
+    """The mean reconstruction error against the reference's: `alert` when it is both beyond
+    `z_alert` standard errors of the reference's row spread and more than `tolerance` (relative) above it."""
+    if not pca or not health.error_rows:
+        return []
+    n = health.error_rows
+    mean = health.error_sum / n
+    ref_mean, ref_std = float(pca["error_mean"]), float(pca["error_std"])
+    band = z_alert * ref_std / math.sqrt(n)
+    relative = mean / ref_mean - 1.0 if ref_mean > 0 else float("nan")
+    significant = abs(mean - ref_mean) > band
+    flag = "alert" if significant and abs(relative) > tolerance else "warn" if significant else "ok"
+    row = _row("reconstruction_error", ALL, mean, ref_mean - band, ref_mean + band, section=MULTIVARIATE, rows=n,
+               reference=ref_mean, flag=flag)
+    row["delta"] = relative
+    return [row]
+
+
+HEALTH_COLUMNS = ("model_version", "section", "measure", "item", "value", "low", "high", "reference", "delta", "flag", "rows")
+
+
+def model_health_rows(
+    health: HealthAccumulator, reference: Mapping[str, Any], *, model_version: str, decisions: Sequence[str],
+    rule_ids: Sequence[str], adverse: Sequence[str], level: float, attribution_warn: float, attribution_alert: float,
+    multivariate_tolerance: float,
+) -> list[dict[str, Any]]:
+    """Every model-health row of one partition, in the `model_health` table's columns (run key aside)."""
+    rows = estimated_performance_rows(health, decisions=decisions, rule_ids=rule_ids, adverse=adverse, level=level)
+    rows += attribution_rows(health, reference.get("attribution"), warn=attribution_warn, alert=attribution_alert)
+    rows += multivariate_rows(health, reference.get("pca"), tolerance=multivariate_tolerance)
+    return [{"model_version": model_version, "delta": None, **row} for row in rows]

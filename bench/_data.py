@@ -165,8 +165,12 @@ def prepared_bench_data(
     start = time.perf_counter()
     log(f"preparing bench data in {data_dir}: demo model on {TRAIN_DAYS}×{TRAIN_ROWS_PER_DAY:,} rows, "
         f"then {rows:,} raw rows for {BENCH_DATE}")
-    if (data_dir / "raw").exists():
-        shutil.rmtree(data_dir / "raw")
+    # The demo set-up keeps a registered model: one from before model health must be trained again.
+    for stale in ("raw", "models", "output", "warehouse.duckdb"):
+        if (data_dir / stale).is_dir():
+            shutil.rmtree(data_dir / stale)
+        elif (data_dir / stale).exists():
+            (data_dir / stale).unlink()
     from tasks.demo.setup import prepared_demo
     from tasks.inference.registry import inference_model_artifact
 

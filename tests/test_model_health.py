@@ -230,7 +230,8 @@ def test_a_broken_correlation_alerts_the_multivariate_measure_and_no_univariate_
         z = (current - np.asarray(pca["mean"])) / np.asarray(pca["scale"])
         components = np.asarray(pca["components"])
         residual = z - z @ components.T @ components
-        assert row["value"] == pytest.approx((residual**2).sum(axis=1).mean(), rel=1e-9)
+        # float32 inputs, as the model's: the mean over 20 000 rows agrees to ~1e-6.
+        assert row["value"] == pytest.approx((residual**2).sum(axis=1).mean(), rel=1e-5)
         assert row["flag"] == ("alert" if broken else "ok"), row
 
 
@@ -248,7 +249,11 @@ def _slice_day(rng: np.random.Generator, n: int, *, shifted_value: str | None = 
     decision = np.where(p >= 0.25, "decline", np.where(p >= 0.12, "manual_review", "approve"))
     score = np.clip(np.round(50 + 10 * np.log2(p / (1 - p) / (0.1 / 0.9))), 0, 100)
     slices = pl.DataFrame({"region": region, "channel": channel})
-    chunks = [chunk_slice_counts(slices[i:i + 5000], p[i:i + 5000], decision[i:i + 5000], score[i:i + 5000]) for i in range(0, n, 5000)]
+    rule = pl.Series("rule_id", decision).str.to_uppercase()
+    chunks = [
+        chunk_slice_counts(slices[i:i + 5000], p[i:i + 5000], decision[i:i + 5000], rule[i:i + 5000], score[i:i + 5000])
+        for i in range(0, n, 5000)
+    ]
     return merged_slice_counts(chunks, max_values=50)
 
 
@@ -343,5 +348,5 @@ def test_attribution_and_reconstruction_error_match_xgboost_and_numpy_on_the_mod
     components = np.asarray(pca["components"])
     residual = z - z @ components.T @ components
     error = health.filter(pl.col("measure") == "reconstruction_error")
-    assert error["value"][0] == pytest.approx((residual**2).sum(axis=1).mean(), rel=1e-9)
+    assert error["value"][0] == pytest.approx((residual**2).sum(axis=1).mean(), rel=1e-5)
     assert error["flag"][0] == "alert"

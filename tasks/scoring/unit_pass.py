@@ -310,11 +310,16 @@ def _health_of_chunk(
     calibrated, rules, health = decided.calibrated, decided.rules, prepared.health_reference
     config = prepared.spec.monitoring.health
     slices = prepared.spec.monitoring.slices
+    if not (slices or config.enabled):
+        return
+    rule_id = pl.Series("rule_id", rules.rule_id, dtype=pl.String)
     if slices:
-        result.slice_counts.append(chunk_slice_counts(scorable.select(slices), calibrated.probability, rules.decision, decided.score))
+        result.slice_counts.append(
+            chunk_slice_counts(scorable.select(slices), calibrated.probability, rules.decision, rule_id, decided.score)
+        )
     if not config.enabled:
         return
-    result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.decision, rules.rule_id)
+    result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.decision, rule_id)
     result.health.add_inputs(full.features, health.get("pca"))
     # A small partition is sampled more, so its attribution rests on enough rows to tell a shift from noise.
     share = max(config.attribution_share, min(1.0, config.attribution_min_rows / max(partition_rows, 1))) if config.attribution_share else 0.0

@@ -100,7 +100,13 @@ class HealthConfig(_Strict):
     """Model health before labels (tasks/monitoring/health.py), measured inside the scoring pass."""
 
     enabled: bool = Field(default=True, description="false: no model-health rows (estimated performance, attribution, multivariate).")
-    interval_level: float = Field(default=0.95, gt=0, lt=1, description="Level of the estimated performance's intervals.")
+    interval_level: float = Field(
+        default=0.99, gt=0, lt=1,
+        description=(
+            "Level of the estimated performance's intervals; a partition is flagged when its realized event rate or AUC "
+            "falls outside, so 0.99 keeps a healthy partition's false flags near 2 %."
+        ),
+    )
     attribution_share: float = Field(
         default=0.02, ge=0, le=1,
         description="Share of scored rows whose TreeSHAP contributions feed attribution drift (1: every row; 0: none).",

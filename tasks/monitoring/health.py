@@ -40,6 +40,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+ERROR_CAP_QUANTILE = 0.999
+"""Each row's reconstruction error counts at most the reference's 99.9th percentile: a few wild rows (an
+electrical spike, a sentinel value) cannot move the mean as a broken correlation over many rows does;
+they are counted apart (`beyond_cap_share`)."""
 PCA_VARIANCE = 0.65
 """Share of the reference's standardized variance the kept components explain."""
 _LOGIT_LOW, _LOGIT_HIGH, _LOGIT_STEP = -12.0, 12.0, 0.01
@@ -128,10 +132,12 @@ def fitted_health_reference(
         k = int(min(np.searchsorted(np.cumsum(explained), PCA_VARIANCE) + 1, d - 1))
         components = vt[:k]
         errors = _reconstruction_errors(standardized[~fit], components)
+        cap = float(np.quantile(errors, ERROR_CAP_QUANTILE))
+        capped = np.minimum(errors, cap)
         reference["pca"] = {
             "mean": mean.tolist(), "scale": scale.tolist(), "components": components.tolist(),
-            "explained_variance": float(explained[:k].sum()), "error_mean": float(errors.mean()),
-            "error_std": float(errors.std(ddof=1)), "rows": int((~fit).sum()),
+            "explained_variance": float(explained[:k].sum()), "error_cap": cap, "error_mean": float(capped.mean()),
+            "error_std": float(capped.std(ddof=1)), "rows": int((~fit).sum()),
         }
     if contributions is not None and len(contributions):
         values = np.asarray(contributions, dtype=np.float64)
@@ -199,6 +205,7 @@ class HealthAccumulator:
     error_rows: int = 0
     error_sum: float = 0.0
     error_sq_sum: float = 0.0
+    error_beyond_cap: int = 0
     attribution_rows: int = 0
     attribution_abs_sum: np.ndarray | None = None
     attribution_sum: np.ndarray | None = None
@@ -229,6 +236,9 @@ class HealthAccumulator:
             return
         mean, scale, components = _pca_arrays(pca)
         errors = _reconstruction_errors(_standardized(matrix, mean, scale), components)
+        if "error_cap" in pca:
+            self.error_beyond_cap += int(np.count_nonzero(errors > pca["error_cap"]))
+            errors = np.minimum(errors, pca["error_cap"])
         self.error_rows += errors.size
         self.error_sum += float(errors.sum())
         self.error_sq_sum += float((errors * errors).sum())
@@ -243,6 +253,7 @@ class HealthAccumulator:
         self.error_rows += other.error_rows
         self.error_sum += other.error_sum
         self.error_sq_sum += other.error_sq_sum
+        self.error_beyond_cap += other.error_beyond_cap
         if other.attribution_abs_sum is not None and other.attribution_sum is not None:
             self.add_contribution_sums(other.attribution_abs_sum, other.attribution_sum, other.attribution_rows)
 
@@ -380,7 +391,12 @@ def multivariate_rows(health: HealthAccumulator, pca: Mapping[str, Any] | None, 
     row = _row("reconstruction_error", ALL, mean, ref_mean - band, ref_mean + band, section=MULTIVARIATE, rows=n,
                reference=ref_mean, flag=flag)
     row["delta"] = relative
-    return [row]
+    rows = [row]
+    if "error_cap" in pca:
+        beyond = _row("beyond_cap_share", ALL, health.error_beyond_cap / n, section=MULTIVARIATE, rows=n,
+                      reference=1.0 - ERROR_CAP_QUANTILE)
+        rows.append({**beyond, "delta": None})
+    return rows
 
 
 HEALTH_COLUMNS = ("model_version", "section", "measure", "item", "value", "low", "high", "reference", "delta", "flag", "rows")

@@ -56,17 +56,20 @@ def estimated_vs_realized_section(estimates: pl.DataFrame, health: pl.DataFrame,
         fig.subplots_adjust(left=0.07, right=0.99, bottom=0.25, top=0.82)
         fig_parts.append(figure_html(f"estimated-{measure}", f"<b>Estimated {label}</b> before labels, realized once they land", png(fig)))
     body = []
-    if estimates.height:
-        for r in estimates.sort("partition_date", "model_version", "measure", "item").iter_rows(named=True):
-            cls = ' class="unknown"' if r["outside"] else ""
-            body.append(f"<tr{cls}>" + _cells([r["partition_date"].isoformat(), r["model_version"], r["measure"], r["item"],
-                                               r["estimate"], r["low"], r["high"], r["realized"], r["realized_rows"],
-                                               r["outside"], r["partition_flag"]]) + "</tr>")
+    judged = estimates.filter(pl.col("outside").is_not_null()) if estimates.height else estimates
+    outside = judged.filter(pl.col("outside") | pl.col("partition_flag")) if judged.height else judged
+    for r in outside.sort("partition_date", "model_version", "measure", "item").iter_rows(named=True):
+        cls = ' class="unknown"' if r["outside"] else ""
+        body.append(f"<tr{cls}>" + _cells([r["partition_date"].isoformat(), r["model_version"], r["measure"], r["item"],
+                                           r["estimate"], r["low"], r["high"], r["realized"], r["realized_rows"],
+                                           r["outside"], r["partition_flag"]]) + "</tr>")
+    inside = judged.height - int(judged["outside"].sum()) if judged.height else 0
     return (
         "<h2>Estimated vs realized performance</h2>"
         '<p class="muted">Estimated by the scoring run from the calibrated probabilities (<code>model_health</code>); '
-        "realized on the labelled rows (<code>outcome_estimates</code>). A partition is flagged when its pooled event rate "
-        "or AUC falls outside the estimate's interval; rows outside are highlighted.</p>"
+        "realized on the labelled rows (<code>outcome_estimates</code>, every measure). A partition is flagged when its pooled "
+        f"event rate or AUC falls outside the estimate's interval. <b>{inside} of {judged.height}</b> realized values fell "
+        "inside their estimate's interval; the table lists those outside and the flagged partitions' rows.</p>"
         '<div class="plots wide">' + "".join(fig_parts) + "</div>"
         + _table(["date", "model version", "measure", "item", "estimate", "low", "high", "realized", "labelled rows",
                   "outside", "partition flagged"], body)
@@ -105,7 +108,10 @@ def attribution_section(health: pl.DataFrame, figure: Callable, png: Callable, f
 
 
 def multivariate_section(health: pl.DataFrame, figure: Callable, png: Callable, figure_html: Callable) -> str:
-    rows = health.filter(pl.col("section") == MULTIVARIATE).sort("partition_date") if health.height else health
+    rows = (
+        health.filter((pl.col("section") == MULTIVARIATE) & (pl.col("measure") == "reconstruction_error")).sort("partition_date")
+        if health.height else health
+    )
     fig, ax = figure(9.0, 2.8)
     if not rows.height:
         ax.text(0.5, 0.5, "no multivariate rows in this range (a model registered before model health)", ha="center",

@@ -187,7 +187,7 @@ def _health_section(rows: list[Mapping[str, Any]]) -> str:
     ]
     drift = [
         "<tr>" + _cell(r["section"]) + _cell(r["measure"]) + _cell(r["item"]) + _cell(r["value"]) + _cell(r["reference"])
-        + _cell(r["delta"]) + f"<td>{_flag_badge(r['flag'])}</td></tr>" for r in flagged
+        + _cell(r["delta"]) + (f"<td>{_flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>") + "</tr>" for r in flagged
     ]
     return (
         "<h2>Model health before labels</h2>"

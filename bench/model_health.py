@@ -5,8 +5,9 @@
     .venv/bin/python bench/model_health.py --rows 1000000 --repeat 3
 
 Both variants run as child processes against one `prefect server` (as deployments run), alternating
-in each round, on the same partition and model (registered with its health reference). The figure
-is `added = (wall on − wall off) / wall off` of the medians; the goal is ≤ 10 %. `--every-row` adds a
+in each round, on the same partition and model (registered with its health reference). The figures
+are `added = (wall on − wall off) / wall off` of the medians and `added_paired`, the median of each
+round's own ratio; the goal is ≤ 10 % for both. `--every-row` adds a
 third variant that explains every scored row for attribution (`attribution_share: 1`), to show what
 the sample saves.
 """
@@ -71,8 +72,12 @@ def main() -> None:
                 print(f"round {i + 1}/{args.repeat}: {v} {run.wall_s:.2f} s", file=sys.stderr, flush=True)
     walls = {v: median(r) for v, r in runs.items()}
     added = (walls["on"] - walls["off"]) / walls["off"]
+    # Each round runs the variants back to back: the median of the rounds' own ratios is less moved by
+    # the machine's drift over the bench (several seconds here) than the ratio of the medians.
+    paired = median([(on - off) / off for on, off in zip(runs["on"], runs["off"], strict=True)])
     figure = {"bench": "model_health", "rows": data.rows, "repeat": args.repeat, "wall_off_s": walls["off"], "wall_on_s": walls["on"],
-              "added": round(added, 3), "goal": GOAL, "ok": added <= GOAL, "runs": runs}
+              "added": round(added, 3), "added_paired": round(paired, 3), "goal": GOAL,
+              "ok": max(added, paired) <= GOAL, "runs": runs}
     if "every_row" in walls:
         figure["wall_every_row_s"] = walls["every_row"]
         figure["added_every_row"] = round((walls["every_row"] - walls["off"]) / walls["off"], 3)
@@ -81,7 +86,9 @@ def main() -> None:
         f"model health: {data.rows:,} rows (median of {args.repeat})", ["variant", "wall s", "added over off"],
         [[v, walls[v], f"{(walls[v] - walls['off']) / walls['off']:+.1%}"] for v in variants],
     )
-    print(f"added: {added:.1%} of score run's wall (goal ≤ {GOAL:.0%}){'' if added <= GOAL else ' not reached'}")
+    worst = max(added, paired)
+    print(f"added: {added:.1%} of score run's wall by the medians, {paired:.1%} by the rounds' own ratios "
+          f"(goal ≤ {GOAL:.0%}){'' if worst <= GOAL else ' not reached'}")
 
 
 if __name__ == "__main__":

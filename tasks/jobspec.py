@@ -108,11 +108,11 @@ class HealthConfig(_Strict):
         ),
     )
     attribution_share: float = Field(
-        default=0.02, ge=0, le=1,
+        default=0.01, ge=0, le=1,
         description="Share of scored rows whose TreeSHAP contributions feed attribution drift (1: every row; 0: none).",
     )
     attribution_min_rows: int = Field(
-        default=20_000, ge=0, description="Fewest rows the attribution sample takes, where the partition has them (a larger share on small partitions).",
+        default=10_000, ge=0, description="Fewest rows the attribution sample takes, where the partition has them (a larger share on small partitions).",
     )
     attribution_warn: float = Field(
         default=0.05, gt=0, description="Change of a feature's mean |contribution|, as a share of the reference's total, that warns."

@@ -247,12 +247,12 @@ def _slice_day(rng: np.random.Generator, n: int, *, shifted_value: str | None = 
     channel = rng.choice(["web", "branch", "phone"], n)
     logit = rng.normal(-2.2, 0.8, n) + (0.8 * (region == shifted_value) if shifted_value else 0.0)
     p = 1 / (1 + np.exp(-logit))
-    decision = np.where(p >= 0.25, "decline", np.where(p >= 0.12, "manual_review", "approve"))
+    rule = np.where(p >= 0.25, 0, np.where(p >= 0.12, 1, 2)).astype(np.int16)
     score = np.clip(np.round(50 + 10 * np.log2(p / (1 - p) / (0.1 / 0.9))), 0, 100)
     slices = pl.DataFrame({"region": region, "channel": channel})
-    rule = pl.Series("rule_id", decision).str.to_uppercase()
+    decisions = np.array(DECISIONS, dtype=object)
     chunks = [
-        chunk_slice_counts(slices[i:i + 5000], p[i:i + 5000], decision[i:i + 5000], rule[i:i + 5000], score[i:i + 5000])
+        chunk_slice_counts(slices[i:i + 5000], p[i:i + 5000], rule[i:i + 5000], decisions, score[i:i + 5000])
         for i in range(0, n, 5000)
     ]
     return merged_slice_counts(chunks, max_values=50)

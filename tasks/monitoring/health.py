@@ -188,10 +188,7 @@ def attribution_sample(first_row: int, rows: int, share: float) -> np.ndarray:
     return np.flatnonzero(hashed < np.uint64(int(share * 2**32))).astype(np.int64)
 
 
-_GROUP_SCHEMA = {
-    "decision": pl.String, "rule_id": pl.String, "rows": pl.Int64, "p_sum": pl.Float64, "p_var_sum": pl.Float64,
-    "low_sum": pl.Float64, "high_sum": pl.Float64,
-}
+_SUM_NAMES = ("rows", "p_sum", "p_var_sum", "low_sum", "high_sum")
 
 
 @dataclass
@@ -199,7 +196,11 @@ class HealthAccumulator:
     """Sums of one unit (or partition) for its model health; `merge` adds another's."""
 
     features: tuple[str, ...] = ()
-    groups: list[pl.DataFrame] = field(default_factory=list)
+    rule_ids: tuple[str, ...] = ()
+    rule_decisions: tuple[str, ...] = ()
+    """The rule table's ids and the decision of each, in order: per-rule sums are kept by position."""
+    rule_sums: np.ndarray = field(default_factory=lambda: np.zeros((len(_SUM_NAMES), 0)))
+    """Per rule: rows, Σp, Σp(1−p), Σp_low, Σp_high."""
     auc_weights: np.ndarray = field(default_factory=lambda: np.zeros((6, AUC_BINS)))
     """Per fine probability bin: Σp, Σ(1−p), Σp_low, Σ(1−p_low), Σp_high, Σ(1−p_high)."""
     error_rows: int = 0
@@ -210,19 +211,16 @@ class HealthAccumulator:
     attribution_abs_sum: np.ndarray | None = None
     attribution_sum: np.ndarray | None = None
 
-    def add_decided(self, probability: np.ndarray, low: np.ndarray, high: np.ndarray, decision: np.ndarray, rule_id: pl.Series) -> None:
-        """One decided chunk: `decision` per row (an object array, as the rules return it), `rule_id` the
-        same rows' rule ids as a polars String series (converted once per chunk, shared with the slices)."""
+    def __post_init__(self) -> None:
+        if self.rule_sums.shape[1] != len(self.rule_ids):
+            self.rule_sums = np.zeros((len(_SUM_NAMES), len(self.rule_ids)))
+
+    def add_decided(self, probability: np.ndarray, low: np.ndarray, high: np.ndarray, rule_index: np.ndarray) -> None:
+        """One decided chunk: calibrated probabilities with their interval, and each row's rule position."""
         p, lo, hi = (np.asarray(a, dtype=np.float64) for a in (probability, low, high))
-        frame = pl.DataFrame({"rule_id": rule_id, "p": p, "lo": lo, "hi": hi, "row": np.arange(p.size, dtype=np.int64)})
-        grouped = frame.group_by("rule_id").agg(
-            pl.len().cast(pl.Int64).alias("rows"), pl.col("p").sum().alias("p_sum"),
-            (pl.col("p") * (1.0 - pl.col("p"))).sum().alias("p_var_sum"),
-            pl.col("lo").sum().alias("low_sum"), pl.col("hi").sum().alias("high_sum"), pl.col("row").first(),
-        )
-        # A rule decides one decision: each rule's first row says which.
-        decisions = pl.Series("decision", decision[grouped["row"].to_numpy()], dtype=pl.String)
-        self.groups.append(grouped.drop("row").with_columns(decisions).select(*_GROUP_SCHEMA))
+        k = len(self.rule_ids)
+        for row, weights in enumerate((None, p, p * (1.0 - p), lo, hi)):
+            self.rule_sums[row] += np.bincount(rule_index, weights=weights, minlength=k)[:k]
         index = _auc_bin(p)
         # Σ(1 − x) per bin is the bin's count less Σx: four passes instead of six.
         count = np.bincount(index, minlength=AUC_BINS)
@@ -248,7 +246,9 @@ class HealthAccumulator:
             self.add_contribution_sums(np.abs(values).sum(axis=0), values.sum(axis=0), values.shape[0])
 
     def merge(self, other: HealthAccumulator) -> None:
-        self.groups += other.groups
+        if other.rule_ids != self.rule_ids:
+            raise ValueError(f"cannot merge model-health sums of rule tables {other.rule_ids} and {self.rule_ids}")
+        self.rule_sums = self.rule_sums + other.rule_sums
         self.auc_weights = self.auc_weights + other.auc_weights
         self.error_rows += other.error_rows
         self.error_sum += other.error_sum
@@ -265,11 +265,12 @@ class HealthAccumulator:
         self.attribution_rows += rows
 
     def decision_sums(self) -> pl.DataFrame:
-        """Rows and sums per (decision, rule_id), the groups of every chunk added."""
-        parts = [g for g in self.groups if g.height]
-        if not parts:
-            return pl.DataFrame(schema=_GROUP_SCHEMA)
-        return pl.concat(parts).group_by("decision", "rule_id").agg(pl.exclude("decision", "rule_id").sum()).sort("decision", "rule_id")
+        """Rows and sums per (decision, rule_id), in the rule table's order."""
+        return pl.DataFrame(
+            {"decision": list(self.rule_decisions), "rule_id": list(self.rule_ids),
+             **{name: self.rule_sums[i] for i, name in enumerate(_SUM_NAMES)}},
+            schema={"decision": pl.String, "rule_id": pl.String, **dict.fromkeys(_SUM_NAMES, pl.Float64)},
+        )
 
 
 def _row(measure: str, item: str, value: float, low: float | None = None, high: float | None = None, *,

@@ -47,32 +47,32 @@ SLICE_COUNT_SCHEMA = {
 
 
 def chunk_slice_counts(
-    slices: pl.DataFrame, probability: np.ndarray, decision: np.ndarray, rule_id: pl.Series, score: np.ndarray
+    slices: pl.DataFrame, probability: np.ndarray, rule_index: np.ndarray, rule_decisions: np.ndarray, score: np.ndarray
 ) -> pl.DataFrame:
     """One chunk counted per (slice column, value, decision, score band); `slices` holds the slice
-    columns, `decision` the rows' decisions (object array) and `rule_id` their rules (String series)."""
+    columns, `rule_index` each row's position in the rule table, `rule_decisions` each rule's decision."""
     if not slices.width:
         return pl.DataFrame(schema=SLICE_COUNT_SCHEMA)
+    band = np.minimum(np.asarray(score, dtype=np.int64) // 10, SCORE_BANDS - 1)
+    # Rule and band in one small integer, so each column's count is one group-by on (value, key).
     base = pl.DataFrame({
-        "rule_id": rule_id,
-        "score_band": np.minimum(np.asarray(score, dtype=np.int64) // 10, SCORE_BANDS - 1).astype(np.int16),
+        "key": (np.asarray(rule_index, dtype=np.int32) * SCORE_BANDS + band).astype(np.int32),
         "p": np.asarray(probability, dtype=np.float64),
-        "row": np.arange(len(probability), dtype=np.int64),
     })
     parts = []
     for column in slices.columns:
-        # Grouped by rule rather than decision: the rules' ids are already a polars column, and a rule
-        # decides one decision, which each group's first row gives.
         grouped = (
             base.with_columns(slices[column].cast(pl.String).fill_null(NULL_VALUE).alias("slice_value"))
-            .lazy().group_by("slice_value", "rule_id", "score_band")
+            .lazy().group_by("slice_value", "key")
             .agg(pl.len().cast(pl.Int64).alias("rows"), pl.col("p").sum().alias("probability_sum"),
-                 (pl.col("p") * pl.col("p")).sum().alias("probability_sq_sum"), pl.col("row").first())
+                 (pl.col("p") * pl.col("p")).sum().alias("probability_sq_sum"))
             .collect()
         )
+        key = grouped["key"].to_numpy()
         parts.append(grouped.select(
             pl.lit(column).alias("slice_column"), "slice_value",
-            pl.Series("decision", decision[grouped["row"].to_numpy()], dtype=pl.String), "score_band", *COUNT_COLUMNS,
+            pl.Series("decision", rule_decisions[key // SCORE_BANDS], dtype=pl.String),
+            pl.Series("score_band", (key % SCORE_BANDS).astype(np.int16)), *COUNT_COLUMNS,
         ))
     # Rows of two rules of one decision stay apart here; `merged_slice_counts` adds them up once per run.
     # Copied out of the chunk's buffers (see decisions.prediction_groups): a run keeps every chunk's counts.

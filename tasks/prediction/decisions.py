@@ -49,6 +49,9 @@ class RuleDecisions:
     decision: np.ndarray
     rule_id: np.ndarray
     straddling: np.ndarray
+    rule_index: np.ndarray | None = None
+    """Position of each row's rule in the rule table (int16): what per-rule sums count with, without
+    comparing strings; None where the decisions were read back rather than made (the hand-off files)."""
 
 
 def predict_probability_cutoffs(rules: Sequence[Rule]) -> list[float]:
@@ -82,23 +85,28 @@ def predict_rule_decisions(values: dict[str, np.ndarray], rules: Sequence[Rule])
     n = len(values["probability"])
     decision = np.empty(n, dtype=object)
     rule_id = np.empty(n, dtype=object)
+    rule_index = np.zeros(n, dtype=np.int16)
     matched = np.zeros(n, dtype=np.int8)
-    for rule in (r for r in rules if r.when):
+    for position, rule in enumerate(rules):
+        if not rule.when:
+            continue
         hit = _matches(rule, values)
         decision[hit] = rule.decision
         rule_id[hit] = rule.id
+        rule_index[hit] = position
         matched += hit
     otherwise = rules[-1] if not rules[-1].when else None
     if otherwise is not None:
         decision[matched == 0] = otherwise.decision
         rule_id[matched == 0] = otherwise.id
+        rule_index[matched == 0] = len(rules) - 1
         matched[matched == 0] = 1
     if (matched != 1).any():
         raise AssertionError(f"{int((matched != 1).sum())} rows matched no rule or several, although the rule table was proven exact")
     straddling = predict_straddling(
         values["probability_low"], values["probability_high"], predict_probability_cutoffs(rules), none=np.zeros(n, dtype=bool)
     )
-    return RuleDecisions(decision=decision, rule_id=rule_id, straddling=straddling)
+    return RuleDecisions(decision=decision, rule_id=rule_id, straddling=straddling, rule_index=rule_index)
 
 
 def _probability_at_raw_score(raw: float, score: ScoreScale) -> float:

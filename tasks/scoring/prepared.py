@@ -21,6 +21,7 @@ from tasks.inference.registry import inference_check_feature_version
 from tasks.jobs.validation import validated_job
 from tasks.inference.config import FeatureModelRef
 from tasks.jobspec import JobSpec
+from tasks.monitoring.health import HealthAccumulator
 from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
 from tasks.prediction.config import PredictionConfig
 from tasks.prediction.decisions import predict_probability_cutoffs
@@ -92,6 +93,18 @@ class PreparedJob:
             probability_map=ProbabilityMap(predict_calibrator_from_metadata(calibration), self.spec.prediction.interval_level),
             reason_texts=self.reason_texts, feature_version=self.features.FEATURE_VERSION,
             cutoffs=tuple(predict_probability_cutoffs(self.spec.prediction.rules)),
+        )
+
+    @property
+    def rule_decisions(self) -> np.ndarray:
+        """The decision of each rule of the rule table, in order (an object array, indexed by `RuleDecisions.rule_index`)."""
+        return np.array([r.decision for r in self.spec.prediction.rules], dtype=object)
+
+    def health_accumulator(self) -> HealthAccumulator:
+        """Empty model-health sums for the final model's inputs and the job's rule table."""
+        rules = self.spec.prediction.rules
+        return HealthAccumulator(
+            features=self.model_features, rule_ids=tuple(r.id for r in rules), rule_decisions=tuple(r.decision for r in rules)
         )
 
     @property

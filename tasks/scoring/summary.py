@@ -24,7 +24,7 @@ from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
 from tasks.inference.treeshap import XGBOOST_NAME
 from tasks.monitoring.decisions import merged_prediction_groups
-from tasks.monitoring.health import HEALTH_COLUMNS, HealthAccumulator, model_health_rows
+from tasks.monitoring.health import HEALTH_COLUMNS, model_health_rows
 from tasks.monitoring.slices import merged_slice_counts
 from tasks.quality.drift import drift_bin_labels, drift_report_rows
 from tasks.quality.fallback_report import fallback_limit_breaches, fallback_report_rows
@@ -185,7 +185,7 @@ def scoring_summary(
     ).to_dicts()
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))
-    health = HealthAccumulator(features=prepared.model_features)
+    health = prepared.health_accumulator()
     for inference in sorted(inferences, key=lambda u: u.unit_id):
         health.merge(inference.health)
     monitoring = spec.monitoring

@@ -310,16 +310,13 @@ def _health_of_chunk(
     calibrated, rules, health = decided.calibrated, decided.rules, prepared.health_reference
     config = prepared.spec.monitoring.health
     slices = prepared.spec.monitoring.slices
-    if not (slices or config.enabled):
-        return
-    rule_id = pl.Series("rule_id", rules.rule_id, dtype=pl.String)
     if slices:
-        result.slice_counts.append(
-            chunk_slice_counts(scorable.select(slices), calibrated.probability, rules.decision, rule_id, decided.score)
-        )
+        result.slice_counts.append(chunk_slice_counts(
+            scorable.select(slices), calibrated.probability, rules.rule_index, prepared.rule_decisions, decided.score
+        ))
     if not config.enabled:
         return
-    result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.decision, rule_id)
+    result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.rule_index)
     result.health.add_inputs(full.features, health.get("pca"))
     # A small partition is sampled more, so its attribution rests on enough rows to tell a shift from noise.
     share = max(config.attribution_share, min(1.0, config.attribution_min_rows / max(partition_rows, 1))) if config.attribution_share else 0.0
@@ -329,7 +326,7 @@ def _health_of_chunk(
 
 
 def _unit_inference(prepared: PreparedJob, unit_id: int) -> UnitInference:
-    return UnitInference(unit_id, drift=prepared.drift_accumulator(), health=HealthAccumulator(features=prepared.model_features))
+    return UnitInference(unit_id, drift=prepared.drift_accumulator(), health=prepared.health_accumulator())
 
 
 def _unit_prediction(unit_id: int) -> UnitPrediction:

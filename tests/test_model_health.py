@@ -17,6 +17,7 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 from scipy.stats import chi2_contingency, false_discovery_control, kendalltau, norm
 
 from tasks.catalog import MODEL_HEALTH
@@ -32,7 +33,7 @@ from tasks.monitoring.health import (
     multivariate_rows,
 )
 from tasks.monitoring.outcomes import ingested_outcomes
-from tasks.monitoring.slices import chunk_slice_counts, merged_slice_counts, slice_monitoring_rows
+from tasks.monitoring.slices import chunk_slice_counts, merged_slice_counts, slice_monitoring_rows, summed_slice_counts
 from tasks.quality.drift import DriftAccumulator, Histogram, drift_report_rows, reference_statistics
 from tasks.settings import Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
@@ -354,3 +355,26 @@ def test_attribution_and_reconstruction_error_match_xgboost_and_numpy_on_the_mod
     beyond = health.filter(pl.col("measure") == "beyond_cap_share")["value"][0]
     assert beyond == pytest.approx((errors > pca["error_cap"]).mean(), abs=1.5 / errors.size)
     assert error["flag"][0] == "alert"
+
+
+def test_slice_counts_folded_as_they_come_equal_those_merged_at_the_end() -> None:
+    rng = np.random.default_rng(4)
+    n = 40_000
+    values = pl.DataFrame({"shop": rng.integers(0, 3000, n).astype(str)})
+    p = rng.random(n)
+    rule = rng.integers(0, 3, n).astype(np.int16)
+    score = rng.integers(0, 101, n)
+    decisions = np.array(DECISIONS, dtype=object)
+    parts = [chunk_slice_counts(values[i:i + 1000], p[i:i + 1000], rule[i:i + 1000], decisions, score[i:i + 1000])
+             for i in range(0, n, 1000)]
+    folded: list[pl.DataFrame] = []
+    for part in parts:
+        folded.append(part)
+        if len(folded) >= 4:
+            folded = [summed_slice_counts(folded)]
+    once = merged_slice_counts(parts, max_values=100)
+    # Sums added in another order: equal to the last bits of a float.
+    assert_frame_equal(merged_slice_counts(folded, max_values=100), once, check_exact=False, rel_tol=1e-12)
+    # 100 shops kept by their rows, the other 2900 pooled; every row counted once.
+    assert once["slice_value"].n_unique() == 101 and once["rows"].sum() == n
+    assert summed_slice_counts(folded).height < sum(part.height for part in parts)

@@ -205,7 +205,6 @@ class HealthAccumulator:
     """Per fine probability bin: Σp, Σ(1−p), Σp_low, Σ(1−p_low), Σp_high, Σ(1−p_high)."""
     error_rows: int = 0
     error_sum: float = 0.0
-    error_sq_sum: float = 0.0
     error_beyond_cap: int = 0
     attribution_rows: int = 0
     attribution_abs_sum: np.ndarray | None = None
@@ -239,7 +238,6 @@ class HealthAccumulator:
             errors = np.minimum(errors, pca["error_cap"])
         self.error_rows += errors.size
         self.error_sum += float(errors.sum())
-        self.error_sq_sum += float((errors * errors).sum())
 
     def add_contributions(self, values: np.ndarray) -> None:
         if values.shape[0]:
@@ -252,7 +250,6 @@ class HealthAccumulator:
         self.auc_weights = self.auc_weights + other.auc_weights
         self.error_rows += other.error_rows
         self.error_sum += other.error_sum
-        self.error_sq_sum += other.error_sq_sum
         self.error_beyond_cap += other.error_beyond_cap
         if other.attribution_abs_sum is not None and other.attribution_sum is not None:
             self.add_contribution_sums(other.attribution_abs_sum, other.attribution_sum, other.attribution_rows)

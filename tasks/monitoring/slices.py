@@ -84,12 +84,20 @@ def slice_counts_frame(rows: Sequence[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(list(rows), schema=SLICE_COUNT_SCHEMA)
 
 
-def merged_slice_counts(parts: Sequence[pl.DataFrame], *, max_values: int) -> pl.DataFrame:
-    """Chunks' counts added up; per column the values beyond the `max_values` most frequent pooled as `(other)`."""
+def summed_slice_counts(parts: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    """Chunks' counts added up per (column, value, decision, band), nothing pooled: a unit folds its
+    chunks' counts together as it goes, so they take the room of its distinct keys, not of its chunks."""
     frames = [p for p in parts if p.height]
     if not frames:
         return pl.DataFrame(schema=SLICE_COUNT_SCHEMA)
-    merged = pl.concat(frames).group_by(*SLICE_KEYS).agg(pl.col(c).sum() for c in COUNT_COLUMNS)
+    return pl.concat(frames).group_by(*SLICE_KEYS).agg(pl.col(c).sum() for c in COUNT_COLUMNS)
+
+
+def merged_slice_counts(parts: Sequence[pl.DataFrame], *, max_values: int) -> pl.DataFrame:
+    """Chunks' counts added up; per column the values beyond the `max_values` most frequent pooled as `(other)`."""
+    merged = summed_slice_counts(parts)
+    if not merged.height:
+        return merged
     totals = merged.group_by("slice_column", "slice_value").agg(pl.col("rows").sum().alias("total"))
     kept = totals.sort(["total", "slice_value"], descending=[True, False]).group_by("slice_column", maintain_order=True).head(max_values)
     pooled = merged.join(kept.select("slice_column", "slice_value", pl.lit(True).alias("kept")), on=["slice_column", "slice_value"], how="left")

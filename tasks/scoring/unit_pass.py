@@ -32,7 +32,7 @@ from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
 from tasks.monitoring.decisions import prediction_groups
 from tasks.monitoring.health import HealthAccumulator, attribution_sample
-from tasks.monitoring.slices import chunk_slice_counts
+from tasks.monitoring.slices import chunk_slice_counts, summed_slice_counts
 from tasks.prediction.calibration import CalibratedProbability
 from tasks.prediction.decisions import RuleDecisions
 from tasks.prediction.outputs import DecidedChunk, predict_decided_chunk, predict_output
@@ -301,6 +301,11 @@ def _decided_chunks(
         yield decided, contributions
 
 
+_SLICE_PARTS_FOLDED = 16
+"""A unit folds its chunks' slice counts into one frame every this many chunks: a slice column of many
+values would otherwise keep a frame of them per chunk until the unit ends."""
+
+
 def _health_of_chunk(
     prepared: PreparedJob, result: UnitInference, full: InferenceInput, decided: DecidedChunk, scorable: pl.DataFrame, *,
     first_row: int, partition_rows: int,
@@ -314,6 +319,8 @@ def _health_of_chunk(
         result.slice_counts.append(chunk_slice_counts(
             scorable.select(slices), calibrated.probability, rules.rule_index, prepared.rule_decisions, decided.score
         ))
+        if len(result.slice_counts) >= _SLICE_PARTS_FOLDED:
+            result.slice_counts = [summed_slice_counts(result.slice_counts)]
     if not config.enabled:
         return
     result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.rule_index)

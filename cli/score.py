@@ -100,6 +100,29 @@ def _run(action):  # noqa: ANN001, ANN202
         raise typer.Exit(code) from None
 
 
+def _print_model_health(result: dict) -> None:
+    """One line of the run's model health before labels, and its flags, when the job measures it."""
+    health = result.get("model_health") or {}
+    shifted = (result.get("decision_monitoring") or {}).get("shifted_slices", [])
+    if not health and not shifted:
+        return
+
+    def interval(values: list[float] | None, fmt: str) -> str:
+        if not values or any(v is None or v != v for v in values):
+            return "n/a"
+        value, low, high = values
+        return f"{value:{fmt}} ({low:{fmt}}–{high:{fmt}})"
+
+    line = (
+        f"model health: expected event rate {interval(health.get('event_rate'), '.2%')}, "
+        f"expected AUC {interval(health.get('auc'), '.3f')}; "
+        f"flagged: {', '.join(health.get('flagged', [])) or 'nothing'}"
+    )
+    if shifted:
+        line += f"; slices shifted: {len(shifted)} (table slice_monitoring)"
+    console.print(Text(line), highlight=False, soft_wrap=True)
+
+
 def _print_error(message: str) -> None:
     # Plain text on one line: messages carry paths and pydantic's [type=...] details, not markup.
     console.print(Text("error: ", style="red") + Text(" ".join(message.split())), highlight=False, soft_wrap=True)
@@ -241,6 +264,7 @@ def run(
             with _run_log(settings.data_dir), _progress_bars():
                 result = score_partition(job, day, chunk_rows)
         _print_summary(job, [day])
+        _print_model_health(result)
         for warning in result.get("warnings", []):
             console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
 

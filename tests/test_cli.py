@@ -97,6 +97,8 @@ def test_run_scores_the_date_and_prints_its_summary(fresh_data, prefect_logging:
     assert str(scored) in row.split()
     report = fresh_data.data_dir / "output" / "credit_risk" / "reports" / "html" / f"date={day}.html"
     assert f"run report: {report}" in result.output.replace("\n", "") and report.stat().st_size > 10_000
+    (health,) = [line for line in result.output.splitlines() if line.startswith("model health:")]
+    assert "expected event rate " in health and "expected AUC 0." in health and "flagged: " in health
 
 
 def test_a_long_error_message_is_still_one_line(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -410,3 +410,13 @@ def model_health_rows(
     rows += attribution_rows(health, reference.get("attribution"), warn=attribution_warn, alert=attribution_alert)
     rows += multivariate_rows(health, reference.get("pca"), tolerance=multivariate_tolerance)
     return [{"model_version": model_version, "delta": None, **row} for row in rows]
+
+
+def health_headline(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a terminal shows of a run's `model_health` rows: the expected event rate and AUC with their
+    intervals, and every flagged drift row as `section item measure flag`; {} without rows."""
+    if not rows:
+        return {}
+    estimate = {(r["measure"], r["item"]): [r["value"], r["low"], r["high"]] for r in rows if r["section"] == ESTIMATED}
+    flagged = [f"{r['section']} {r['item']} {r['measure']} {r['flag']}" for r in rows if r["flag"] in ("warn", "alert")]
+    return {"event_rate": estimate.get(("event_rate", ALL)), "auc": estimate.get(("auc", ALL)), "flagged": flagged}

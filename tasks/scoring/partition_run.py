@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from tasks.errors import user_facing_error
+from tasks.monitoring.health import health_headline
 from tasks.reports.html_report import run_report_html
 from tasks.sinks.publish import PublishedPartition, discarded_run, retried
 from tasks.sinks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
@@ -202,7 +203,8 @@ def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warni
     """What score_partition returns for a published run."""
     return {
         "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
-        "report": report, **summary.ledger_counts(), "warnings": list(warnings),
+        "report": report, **summary.ledger_counts(), "model_health": health_headline(summary.model_health),
+        "warnings": list(warnings),
     }
 
 

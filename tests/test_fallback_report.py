@@ -52,13 +52,15 @@ def test_fallback_counts_match_the_injected_dirt_within_sampling_noise(demo_env:
         assert abs(got - expected) <= tolerance, (dirt, got, expected)
     # One total line per kind, always present; nothing on paths the demo never takes.
     totals = report.filter(
-        pl.col("detail").is_in(["all", "primary model loaded", "table kernel in use", "training reference in use"])
+        pl.col("detail").is_in(["all", "primary model loaded", "table kernel in use", "training reference in use",
+                                "model-health reference in use"])
     )
     assert sorted(totals["kind"]) == sorted(FALLBACK_KINDS)
     assert lines[("fallback_model", "primary model loaded")] == 0 and lines[("failed_chunk", "all")] == 0
     # The demo model passes the kernel's load-time check, so no reasons fell back to XGBoost.
     assert lines[("reasons_by_xgboost", "table kernel in use")] == 0
     assert lines[("no_drift_reference", "training reference in use")] == 0
+    assert lines[("no_health_reference", "model-health reference in use")] == 0
     assert (report["share"] - report["rows"] / n).abs().max() < 1e-12
     # The same report in Parquet, for the same run.
     parquet = pl.read_parquet(fresh_data.data_dir / "output" / DEMO_JOB / "reports" / "fallback" / f"date={day}" / "*.parquet")

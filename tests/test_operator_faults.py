@@ -163,6 +163,19 @@ def test_the_reference_opt_in_scores_and_reports_no_drift_reference(data: Path, 
     assert not [r for r in drift if r["baseline"] == "reference" and r["feature"] != "score"]
 
 
+def test_a_model_registered_before_model_health_scores_and_reports_no_health_reference(data: Path) -> None:
+    edit_metadata(data, lambda m: m.pop("health"))
+    result = score(data)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    report = pq.read_table(data / "output" / DEMO_JOB / "reports" / "fallback" / f"date={DAY}").to_pylist()
+    (row,) = [r for r in report if r["kind"] == "no_health_reference"]
+    rows_read = sum(pq.read_metadata(f).num_rows for f in (data / "raw" / DEMO_JOB / f"date={DAY}").glob("*.parquet"))
+    assert row["rows"] == rows_read and "no multivariate drift" in row["detail"] and "register it again" in row["detail"]
+    health = pq.read_table(data / "output" / DEMO_JOB / "reports" / "model_health" / f"date={DAY}").to_pylist()
+    assert {r["section"] for r in health} == {"estimated_performance"}
+
+
 def test_a_model_file_that_is_not_a_model_but_matches_its_sha256_is_named(data: Path) -> None:
     model = metadata_path(data).parent / "model.ubj"
     model.write_bytes(b"{" + os.urandom(4096))

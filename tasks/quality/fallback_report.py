@@ -13,7 +13,9 @@ Kinds:
 - `reasons_by_xgboost` — a row whose reasons XGBoost's own TreeSHAP explained because the table
   kernel was refused for the model (the detail says why); exact all the same, only slower;
 - `no_drift_reference` — a row scored by a model without training reference statistics (allowed
-  only by `drift: {require_reference: false}`): its features' drift against training is not known.
+  only by `drift: {require_reference: false}`): its features' drift against training is not known;
+- `no_health_reference` — a row whose model health is measured without attribution or multivariate
+  drift: the model was registered before model health, or (attribution) has no contributions (ONNX).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 FALLBACK_KINDS = (
     "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost", "no_drift_reference",
+    "no_health_reference",
 )
 
 
@@ -50,6 +53,8 @@ def fallback_report_rows(
     limits: dict[str, float],
     rows_without_drift_reference: int = 0,
     drift_reference_detail: str | None = None,
+    rows_without_health_reference: int = 0,
+    health_reference_detail: str | None = None,
 ) -> list[dict[str, Any]]:
     """One total row per kind (always present, zero or not), then its breakdown rows."""
     rows: list[dict[str, Any]] = []
@@ -69,6 +74,10 @@ def fallback_report_rows(
     rows.append(_row(
         "no_drift_reference", drift_reference_detail or "training reference in use", rows_without_drift_reference, rows_read,
         limits.get("no_drift_reference"),
+    ))
+    rows.append(_row(
+        "no_health_reference", health_reference_detail or "model-health reference in use", rows_without_health_reference, rows_read,
+        limits.get("no_health_reference"),
     ))
     return rows
 

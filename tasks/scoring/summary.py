@@ -134,6 +134,19 @@ class ScoringSummary:
         }
 
 
+def _health_gaps(prepared: PreparedJob) -> list[str]:
+    """What model health cannot measure for this model, and why (empty: everything)."""
+    meta, gaps = prepared.model.engine.metadata, []
+    if "pca" not in meta.health:
+        gaps.append("multivariate drift (the model was registered before model health: register it again)")
+    if "attribution" not in meta.health:
+        gaps.append(
+            "attribution drift (an ONNX model has no contributions)" if meta.framework == "onnx" else
+            "attribution drift (the model was registered before model health: register it again)"
+        )
+    return gaps
+
+
 def scoring_summary(
     prepared: PreparedJob,
     inferences: list[UnitInference],
@@ -229,6 +242,7 @@ def scoring_summary(
         schema=DRIFT_HISTOGRAM_COLUMNS,
     )))
     write_staged_chunk(dirs.model_health, run_id, 0, stamp.stamped(pl.DataFrame(summary.model_health, schema=MODEL_HEALTH_COLUMNS)))
+    health_gaps = _health_gaps(prepared) if monitoring.health.enabled else []
     summary.fallback_report = fallback_report_rows(
         rows_read=summary.rows_read,
         guard_by_expectation=summary.guard.by_expectation,
@@ -244,6 +258,10 @@ def scoring_summary(
         rows_without_drift_reference=0 if reference else summary.rows_read,
         drift_reference_detail=None if reference else (
             f"model {engine.metadata.name} {engine.metadata.version} has no training reference (drift.require_reference: false)"
+        ),
+        rows_without_health_reference=summary.rows_read if health_gaps else 0,
+        health_reference_detail=(
+            f"model {engine.metadata.name} {engine.metadata.version}: no {' and no '.join(health_gaps)}" if health_gaps else None
         ),
         limits=spec.limits.max_fallback_share,
     )

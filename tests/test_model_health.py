@@ -378,3 +378,31 @@ def test_slice_counts_folded_as_they_come_equal_those_merged_at_the_end() -> Non
     # 100 shops kept by their rows, the other 2900 pooled; every row counted once.
     assert once["slice_value"].n_unique() == 101 and once["rows"].sum() == n
     assert summed_slice_counts(folded).height < sum(part.height for part in parts)
+
+
+def test_the_auc_interval_carries_the_hold_out_error_of_an_under_dispersed_calibrator() -> None:
+    """Probabilities that keep half the risk's spread rank the rows right but read the AUC low: the
+    hold-out at registration measures that error, and the partition's interval makes room for it."""
+    from tasks.monitoring.health import estimated_performance_rows, holdout_auc_check, roc_auc
+
+    rng = np.random.default_rng(12)
+
+    def sample(n: int) -> tuple[np.ndarray, np.ndarray]:
+        logit = rng.normal(-1.5, 1.4, n)
+        outcome = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(float)
+        return 1 / (1 + np.exp(-(-1.5 + 0.5 * (logit + 1.5)))), outcome
+
+    check = holdout_auc_check(*sample(3000))
+    assert check["realized"] - check["expected"] > 0.03
+    p, outcome = sample(20_000)
+    health = HealthAccumulator(rule_ids=("ALL",), rule_decisions=("approve",))
+    health.add_decided(p, p, p, np.zeros(p.size, dtype=np.int16))
+    realized = roc_auc(outcome, p)
+
+    def auc_row(holdout: dict | None) -> dict:
+        rows = estimated_performance_rows(health, decisions=["approve"], rule_ids=["ALL"], adverse=[], level=0.99, holdout_auc=holdout)
+        return next(r for r in rows if r["measure"] == "auc")
+
+    bare, widened = auc_row(None), auc_row(check)
+    assert not bare["low"] <= realized <= bare["high"], (bare, realized)
+    assert widened["low"] <= realized <= widened["high"], (widened, realized)

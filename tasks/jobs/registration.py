@@ -30,7 +30,7 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from tasks.contracts import InferenceInput
-from tasks.monitoring.health import ATTRIBUTION_REFERENCE_ROWS, fitted_health_reference
+from tasks.monitoring.health import ATTRIBUTION_REFERENCE_ROWS, fitted_health_reference, holdout_auc_check
 from tasks.quality.drift import reference_statistics
 from tasks.errors import JobProblem, JobSpecError, JobValidationError, ModelArtifactError, PartitionError
 from tasks.features import FeatureKind, FeatureModule, feature_kinds, job_features
@@ -49,7 +49,7 @@ from tasks.inference.registry import (
 )
 from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
 from tasks.jobspec import JobSpec, load_job_spec
-from tasks.prediction.calibration import predict_fitted_calibrator
+from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
 from tasks.settings import Settings
 
@@ -246,7 +246,11 @@ def registered_model_version(
             **base,
             calibration=calibrator.to_metadata(),
             reference=reference_statistics(np.asarray(reference, dtype=np.float32), features, kinds),
-            health=_health_reference(engine, np.asarray(reference, dtype=np.float32), features),
+            health=_health_reference(
+                engine, np.asarray(reference, dtype=np.float32), features,
+                holdout_auc=holdout_auc_check(ProbabilityMap(calibrator, interval_level).predict_calibrated_probability(margins).probability,
+                                              outcomes),
+            ),
             training={
                 **(training or {}),
                 "rows_holdout": int(outcomes.size),
@@ -289,7 +293,9 @@ def registered_model_version(
     return report
 
 
-def _health_reference(engine: Any, reference: np.ndarray, features: tuple[str, ...]) -> dict[str, Any]:
+def _health_reference(
+    engine: Any, reference: np.ndarray, features: tuple[str, ...], *, holdout_auc: dict[str, float]
+) -> dict[str, Any]:
     """PCA of the reference rows and, where the engine explains (XGBoost), the mean |contribution| of up
     to ATTRIBUTION_REFERENCE_ROWS of them: what the partitions' model health is compared with."""
     sample = reference
@@ -300,7 +306,7 @@ def _health_reference(engine: Any, reference: np.ndarray, features: tuple[str, .
         batch = InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(sample.shape[0]).astype(str)),
                                features=np.ascontiguousarray(sample), feature_names=features)
         contributions = engine.inference_contributions(batch, np.arange(sample.shape[0])).values
-    return fitted_health_reference(reference, features, contributions)
+    return fitted_health_reference(reference, features, contributions, holdout_auc=holdout_auc)
 
 
 def _read_parquet(path: Path, what: str) -> pl.DataFrame:

@@ -502,6 +502,12 @@ def job_spec_text(
     else:
         lines.append("    outcome_column: outcome  # review: no --label-column was given; name the labels' outcome column")
     lines.append("    observed_date_column: observed_date")
+    sliced = [p.column for p in features if p.kind == "categorical"]
+    lines += [
+        "  # review: each value of these columns gets its own decision mix, expected event rate and score PSI,",
+        "  #   tested against the trailing window with the false discovery rate controlled (`slice_fdr`).",
+        f"  slices: {_flow(sliced)}",
+    ]
     return "\n".join(lines) + "\n"
 
 

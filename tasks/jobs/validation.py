@@ -345,7 +345,8 @@ def _raw_partition(
                 continue
             seen.append(schema)
             problems += [
-                JobProblem(spec_path, "monitoring.slices", f"{column!r} is not a column of raw file {path}; it has {schema.names}")
+                JobProblem(spec_path, "monitoring.slices", f"{column!r} is not a column of raw file {path}{_did_you_mean(column, schema.names)}; "
+                           f"it has {schema.names}")
                 for column in spec.monitoring.slices if column not in schema.names
             ]
             found = [JobProblem(_problem_file(raw, path), column, problem) for column, problem in raw_schema_problems(schema, suite)]
@@ -360,6 +361,11 @@ def _raw_partition(
                 except JobSpecError as exc:
                     problems.append(JobProblem(_problem_file(raw, path), "features", str(exc)))
     return raw, len(schemas)
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _problem_file(raw: RawPartition, location: str) -> Path | str:

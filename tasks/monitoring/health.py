@@ -14,7 +14,9 @@ The expected precision of an adverse decision is its expected event rate; its ex
 by the delta method's sampling error). The expected AUC comes from histograms of the probability on
 fine logit bins weighted by p (expected events) and 1 − p (expected non-events):
 Σ_b P_b·(N_below b + N_b/2) / (ΣP·ΣN); its interval spans the AUCs weighted by p_low and p_high,
-widened by Hanley and McNeil's standard error for ΣP events and ΣN non-events.
+widened by Hanley and McNeil's standard error for ΣP events and ΣN non-events, and by the same
+estimator's error on the hold-out at registration (|realized − expected| plus z times its standard
+error): how well the calibrated probabilities keep the spread of the risk is what the AUC leans on.
 
 **Attribution drift**: the mean |contribution| per model input over the scored rows whose TreeSHAP
 contributions were computed for it (`monitoring.health.attribution_share` of the rows, chosen by a
@@ -94,6 +96,31 @@ def hanley_mcneil_se(auc: float, positives: float, negatives: float) -> float:
     return math.sqrt(max(variance, 0.0))
 
 
+def roc_auc(outcome: np.ndarray, probability: np.ndarray) -> float:
+    """Area under the ROC curve by the rank formula (mid-ranks for ties); NaN unless both classes occur."""
+    positives = int(outcome.sum())
+    negatives = int(outcome.size - positives)
+    if positives == 0 or negatives == 0:
+        return float("nan")
+    # scipy.stats takes ~0.9 s to import: loaded here and below, when outcomes are measured, not with the flows.
+    from scipy.stats import rankdata
+
+    ranks = rankdata(probability)
+    return float((ranks[outcome == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def holdout_auc_check(probability: np.ndarray, outcome: np.ndarray) -> dict[str, float]:
+    """How far the expected AUC (from the calibrated probabilities alone) fell from the realized one on the
+    hold-out, and the realized AUC's standard error there: the estimator's own error on labels it could
+    see. A calibrator that keeps less of the risk's spread than there is reads the AUC low."""
+    p, y = np.asarray(probability, dtype=np.float64), np.asarray(outcome, dtype=np.float64)
+    weights = HealthAccumulator()
+    weights.add_decided(p, p, p, np.zeros(p.size, dtype=np.int16))
+    expected, realized = binned_auc(weights.auc_weights[0], weights.auc_weights[1]), roc_auc(y, p)
+    positives = float(y.sum())
+    return {"expected": expected, "realized": realized, "se": hanley_mcneil_se(realized, positives, y.size - positives)}
+
+
 def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> float:
     """Kendall's tau-b of two rankings (ties in either counted as tau-b does); NaN under two items."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -109,16 +136,20 @@ def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def fitted_health_reference(
-    matrix: np.ndarray, names: Sequence[str], contributions: np.ndarray | None = None, *, seed: int = 0
+    matrix: np.ndarray, names: Sequence[str], contributions: np.ndarray | None = None, *, seed: int = 0,
+    holdout_auc: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """What a model's health is measured against, from its reference rows (registration time).
 
     `contributions`: TreeSHAP contributions of (a sample of) the same rows, one column per feature;
-    None where the model has none (an ONNX model). Returned as plain JSON for the model's metadata.
+    None where the model has none (an ONNX model). `holdout_auc`: `holdout_auc_check` of the hold-out.
+    Returned as plain JSON for the model's metadata.
     """
     x = np.asarray(matrix, dtype=np.float64)
     n, d = x.shape
     reference: dict[str, Any] = {"features": list(names)}
+    if holdout_auc is not None and not any(math.isnan(v) for v in holdout_auc.values()):
+        reference["auc"] = dict(holdout_auc)
     if n >= 20 and d >= 2:
         mean = np.nanmean(x, axis=0)
         mean = np.where(np.isnan(mean), 0.0, mean)
@@ -296,7 +327,8 @@ def _summed(frame: pl.DataFrame) -> dict[str, float]:
 
 
 def estimated_performance_rows(
-    health: HealthAccumulator, *, decisions: Sequence[str], rule_ids: Sequence[str], adverse: Sequence[str], level: float
+    health: HealthAccumulator, *, decisions: Sequence[str], rule_ids: Sequence[str], adverse: Sequence[str], level: float,
+    holdout_auc: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Expected event rate (all rows, per decision, per rule), expected precision and recall of each
     adverse decision and of all of them together, and the expected AUC, each with its interval."""
@@ -312,7 +344,7 @@ def estimated_performance_rows(
         inside = _summed(sums.filter(pl.col("decision").is_in(chosen)))
         rows.append({**_rate_row("precision", item, inside, z)})
         rows.append(_recall_row(item, inside, total, z))
-    rows.append(_auc_row(health.auc_weights, z))
+    rows.append(_auc_row(health.auc_weights, z, holdout_auc))
     return rows
 
 
@@ -331,10 +363,14 @@ def _recall_row(item: str, inside: Mapping[str, float], total: Mapping[str, floa
                 section=ESTIMATED, rows=int(inside["rows"]))
 
 
-def _auc_row(weights: np.ndarray, z: float) -> dict[str, Any]:
+def _auc_row(weights: np.ndarray, z: float, holdout: Mapping[str, float] | None) -> dict[str, Any]:
     estimate = binned_auc(weights[0], weights[1])
     bounds = [binned_auc(weights[2], weights[3]), binned_auc(weights[4], weights[5]), estimate]
     noise = z * hanley_mcneil_se(estimate, float(weights[0].sum()), float(weights[1].sum()))
+    if holdout:
+        # The estimator's own error on the hold-out, and how sure that error is: the calibrator's bins
+        # may keep less of the risk's spread than there is, and no partition can tell.
+        noise += abs(holdout["realized"] - holdout["expected"]) + z * holdout["se"]
     rows = int(round(weights[0].sum() + weights[1].sum()))
     if math.isnan(estimate) or math.isnan(noise):
         return _row("auc", ALL, estimate, float("nan"), float("nan"), section=ESTIMATED, rows=rows)
@@ -406,7 +442,9 @@ def model_health_rows(
     multivariate_tolerance: float,
 ) -> list[dict[str, Any]]:
     """Every model-health row of one partition, in the `model_health` table's columns (run key aside)."""
-    rows = estimated_performance_rows(health, decisions=decisions, rule_ids=rule_ids, adverse=adverse, level=level)
+    rows = estimated_performance_rows(
+        health, decisions=decisions, rule_ids=rule_ids, adverse=adverse, level=level, holdout_auc=reference.get("auc")
+    )
     rows += attribution_rows(health, reference.get("attribution"), warn=attribution_warn, alert=attribution_alert)
     rows += multivariate_rows(health, reference.get("pca"), tolerance=multivariate_tolerance)
     return [{"model_version": model_version, "delta": None, **row} for row in rows]

@@ -47,7 +47,7 @@ from tasks.errors import LabelError
 from tasks.catalog import (
     OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, OUTCOME_LABELS, OUTCOME_METRICS, OUTCOME_PARTITIONS, Dataset,
 )
-from tasks.monitoring.health import ALL, ANY_ADVERSE, ESTIMATED, PARTITION_FLAG_MEASURES
+from tasks.monitoring.health import ALL, ANY_ADVERSE, ESTIMATED, PARTITION_FLAG_MEASURES, roc_auc
 from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -111,19 +111,6 @@ def deduplicated_labels(labels: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     )
     unique = ordered.unique(subset="entity_id", keep="first", maintain_order=True)
     return unique, labels.height - unique.height
-
-
-def roc_auc(outcome: np.ndarray, probability: np.ndarray) -> float:
-    """Area under the ROC curve by the rank formula (mid-ranks for ties); NaN unless both classes occur."""
-    positives = int(outcome.sum())
-    negatives = int(outcome.size - positives)
-    if positives == 0 or negatives == 0:
-        return float("nan")
-    # scipy.stats takes ~0.9 s to import: loaded here and below, when outcomes are measured, not with the flows.
-    from scipy.stats import rankdata
-
-    ranks = rankdata(probability)
-    return float((ranks[outcome == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
 def realized_performance(

@@ -25,7 +25,9 @@ from tasks.demo.credit_data import SHIFTED_FEATURES
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.health import (
     HealthAccumulator,
+    PcaReference,
     attribution_sample,
+    attribution_share,
     binned_auc,
     fitted_health_reference,
     hanley_mcneil_se,
@@ -189,6 +191,9 @@ def test_the_attribution_sample_is_spread_fixed_and_sized() -> None:
     assert np.array_equal(first, halves)
     assert np.abs(np.diff(np.histogram(first, bins=10)[0])).max() < 100
     assert attribution_sample(0, 10, 1.0).tolist() == list(range(10)) and attribution_sample(0, 10, 0.0).size == 0
+    # A partition under `min_rows` is explained whole; a large one at the configured share; 0 stays off.
+    assert attribution_share(0.01, 10_000, 2_000) == 1.0
+    assert attribution_share(0.01, 10_000, 10_000_000) == 0.01 and attribution_share(0.0, 10_000, 2_000) == 0.0
 
 
 # --- multivariate drift ------------------------------------------------------------------------
@@ -222,7 +227,7 @@ def test_a_broken_correlation_alerts_the_multivariate_measure_and_no_univariate_
             psi_edges={n: h.psi_edges for n, h in baselines["reference"].items()},
         )
         for chunk in np.array_split(current, 7):
-            health.add_inputs(chunk, pca)
+            health.add_inputs(chunk, PcaReference.of(pca))
             drift.add_matrix(names, chunk)
         psi = {r["feature"]: r["psi"] for r in drift_report_rows(drift, baselines, DRIFT_THRESHOLDS)}
         assert max(psi.values()) < DRIFT_THRESHOLDS["psi_warn"], psi

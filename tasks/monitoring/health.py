@@ -195,16 +195,27 @@ def _reconstruction_errors(standardized: np.ndarray, components: np.ndarray) -> 
     return np.maximum(errors, 0.0).astype(np.float64)
 
 
-_PCA_ARRAYS: dict[int, tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+@dataclass(frozen=True)
+class PcaReference:
+    """A model's `health.pca` as the chunk pass uses it: float32 arrays, built once per run, not per chunk."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    components: np.ndarray
+    error_cap: float | None
+
+    @classmethod
+    def of(cls, pca: Mapping[str, Any] | None) -> PcaReference | None:
+        if not pca:
+            return None
+        mean, scale, components = (np.asarray(pca[k], dtype=np.float32) for k in ("mean", "scale", "components"))
+        return cls(mean, scale, components, pca.get("error_cap"))
 
 
-def _pca_arrays(pca: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The reference's mean, scale and components as float32 arrays, built once per metadata dict (not per chunk)."""
-    cached = _PCA_ARRAYS.get(id(pca))
-    if cached is None or cached[0] is not pca:
-        arrays = tuple(np.asarray(pca[k], dtype=np.float32) for k in ("mean", "scale", "components"))
-        cached = _PCA_ARRAYS[id(pca)] = (pca, arrays)  # type: ignore[assignment]
-    return cached[1]
+def attribution_share(share: float, min_rows: int, partition_rows: int) -> float:
+    """The share of a partition's rows explained for attribution: `share`, raised on a small partition so
+    that at least `min_rows` are (its means then rest on enough rows to tell a shift from noise); 0: off."""
+    return max(share, min(1.0, min_rows / max(partition_rows, 1))) if share > 0 else 0.0
 
 
 def attribution_sample(first_row: int, rows: int, share: float) -> np.ndarray:
@@ -259,14 +270,13 @@ class HealthAccumulator:
             self.auc_weights[row] += summed
             self.auc_weights[row + 1] += count - summed
 
-    def add_inputs(self, matrix: np.ndarray, pca: Mapping[str, Any] | None) -> None:
-        if not pca:
+    def add_inputs(self, matrix: np.ndarray, pca: PcaReference | None) -> None:
+        if pca is None:
             return
-        mean, scale, components = _pca_arrays(pca)
-        errors = _reconstruction_errors(_standardized(matrix, mean, scale), components)
-        if "error_cap" in pca:
-            self.error_beyond_cap += int(np.count_nonzero(errors > pca["error_cap"]))
-            errors = np.minimum(errors, pca["error_cap"])
+        errors = _reconstruction_errors(_standardized(matrix, pca.mean, pca.scale), pca.components)
+        if pca.error_cap is not None:
+            self.error_beyond_cap += int(np.count_nonzero(errors > pca.error_cap))
+            errors = np.minimum(errors, pca.error_cap)
         self.error_rows += errors.size
         self.error_sum += float(errors.sum())
 

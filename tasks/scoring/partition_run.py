@@ -188,7 +188,7 @@ def model_health_artifact(rows: list[dict], *, job: str, partition_date: dt.date
     def shown(value: Any) -> str:
         return "—" if value is None or value != value else (f"{value:.4g}" if isinstance(value, float) else str(value))
 
-    ordered = flagged + [r for r in rows if r not in flagged]
+    ordered = sorted(rows, key=lambda r: r["flag"] not in ("warn", "alert"))
     return Artifact(
         artifact_key("model-health", job),
         f"Model health of {job} on {partition_date} before labels (table model_health): estimated performance with its "

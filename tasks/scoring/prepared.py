@@ -21,7 +21,7 @@ from tasks.inference.registry import inference_check_feature_version
 from tasks.jobs.validation import validated_job
 from tasks.inference.config import FeatureModelRef
 from tasks.jobspec import JobSpec
-from tasks.monitoring.health import HealthAccumulator
+from tasks.monitoring.health import HealthAccumulator, PcaReference
 from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
 from tasks.prediction.config import PredictionConfig
 from tasks.prediction.decisions import predict_probability_cutoffs
@@ -95,7 +95,12 @@ class PreparedJob:
             cutoffs=tuple(predict_probability_cutoffs(self.spec.prediction.rules)),
         )
 
-    @property
+    @cached_property
+    def pca_reference(self) -> PcaReference | None:
+        """The final model's PCA for multivariate drift, as arrays; None for a model registered before it."""
+        return PcaReference.of(self.health_reference.get("pca"))
+
+    @cached_property
     def rule_decisions(self) -> np.ndarray:
         """The decision of each rule of the rule table, in order (an object array, indexed by `RuleDecisions.rule_index`)."""
         return np.array([r.decision for r in self.spec.prediction.rules], dtype=object)

@@ -31,7 +31,7 @@ from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
 from tasks.monitoring.decisions import prediction_groups
-from tasks.monitoring.health import HealthAccumulator, attribution_sample
+from tasks.monitoring.health import HealthAccumulator, attribution_sample, attribution_share
 from tasks.monitoring.slices import chunk_slice_counts, summed_slice_counts
 from tasks.prediction.calibration import CalibratedProbability
 from tasks.prediction.decisions import RuleDecisions
@@ -312,7 +312,7 @@ def _health_of_chunk(
 ) -> None:
     """The chunk's model-health sums and slice counts, from what the pass already holds; the only new
     work is the PCA projection and the contributions of the attribution sample."""
-    calibrated, rules, health = decided.calibrated, decided.rules, prepared.health_reference
+    calibrated, rules = decided.calibrated, decided.rules
     config = prepared.spec.monitoring.health
     slices = prepared.spec.monitoring.slices
     if slices:
@@ -324,10 +324,9 @@ def _health_of_chunk(
     if not config.enabled:
         return
     result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.rule_index)
-    result.health.add_inputs(full.features, health.get("pca"))
-    # A small partition is sampled more, so its attribution rests on enough rows to tell a shift from noise.
-    share = max(config.attribution_share, min(1.0, config.attribution_min_rows / max(partition_rows, 1))) if config.attribution_share else 0.0
-    if "attribution" in health and share > 0:
+    result.health.add_inputs(full.features, prepared.pca_reference)
+    share = attribution_share(config.attribution_share, config.attribution_min_rows, partition_rows)
+    if "attribution" in prepared.health_reference and share > 0:
         sample = attribution_sample(first_row, full.features.shape[0], share)
         result.health.add_contributions(prepared.model.engine.inference_contributions(full, sample).values)
 

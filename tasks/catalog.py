@@ -179,6 +179,46 @@ MODEL_HEALTH = Dataset(
 """Model health before labels (tasks/monitoring/health.py): estimated performance with its interval,
 attribution drift and multivariate drift of the partition, in long format."""
 
+SHADOW_PREDICTIONS = Dataset(
+    name="shadow_predictions",
+    schema=pa.schema([*PREDICTIONS.schema, pa.field("alias", pa.string(), nullable=False)]),
+    folder="shadow_predictions", table="shadow_predictions", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
+    staged="chunk",
+)
+"""What the challenger would have predicted for the same rows: the prediction contract, by the
+challenger's version, with the alias or version the job named it by. Nothing here drives a decision."""
+
+DECISION_FLIPS = Dataset(
+    name="decision_flips",
+    schema=pa.schema(
+        [
+            *_RUN_KEY, ("entity_id", pa.string()), ("champion_version", pa.string()), ("challenger_version", pa.string()),
+            ("champion_decision", pa.string()), ("challenger_decision", pa.string()), ("champion_score", pa.int16()),
+            ("challenger_score", pa.int16()), ("champion_probability", pa.float64()), ("challenger_probability", pa.float64()),
+            ("champion_reason_codes", pa.list_(pa.string())), ("challenger_reason_codes", pa.list_(pa.string())),
+        ]
+    ),
+    folder="reports/decision_flips", table="decision_flips", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
+    staged="chunk",
+)
+"""The rows whose decision the challenger would change, with both models' scores and reason codes."""
+
+SHADOW_COMPARISON = Dataset(
+    name="shadow_comparison",
+    schema=pa.schema(
+        [
+            *_RUN_KEY, ("champion_version", pa.string()), ("challenger_version", pa.string()), ("section", pa.string()),
+            ("champion_item", pa.string()), ("challenger_item", pa.string()), ("rows", pa.int64()),
+            ("champion_value", pa.float64()), ("challenger_value", pa.float64()),
+        ]
+    ),
+    folder="reports/shadow_comparison", table="shadow_comparison",
+    keys=(*PARTITION_KEY, "section", "champion_item", "challenger_item"), partitioned=True, staged="run",
+)
+"""Champion against challenger on one partition (tasks/monitoring/shadow.py), in long format: the
+decision crosstab, the score delta's distribution, the expected event rate per decision under each
+model, and the challenger's own failures and fallbacks."""
+
 INFERENCE_HANDOFF = Dataset(
     name="inference_handoff",
     schema=None,
@@ -223,6 +263,20 @@ PARTITION_LEASES = Dataset(
     table="partition_leases", keys=PARTITION_KEY, primary_key=True,
 )
 """Which run may write a partition until when; expiry is judged by the database clock."""
+
+MODEL_ALIASES = Dataset(
+    name="model_aliases",
+    schema=pa.schema(
+        [
+            pa.field("model_name", pa.string(), nullable=False), pa.field("alias", pa.string(), nullable=False),
+            ("from_version", pa.string()), ("to_version", pa.string()), ("changed_by", pa.string()),
+            pa.field("changed_at", _TIMESTAMP, nullable=False), ("job", pa.string()), ("note", pa.string()),
+        ]
+    ),
+    table="model_aliases", keys=("model_name", "alias", "changed_at"), primary_key=True,
+)
+"""Every move of a model alias (tasks/inference/aliases.py): who moved it, when, from which version to
+which (null: created, or removed), and through which job's promotion."""
 
 _MONITORING_KEY = [("job", pa.string()), ("partition_date", pa.date32())]
 
@@ -335,9 +389,24 @@ OUTCOME_ESTIMATES = Dataset(
     table="outcome_estimates", keys=(*PARTITION_KEY, "model_version", "measure", "item"), partitioned=True,
 )
 """The performance estimated the morning after beside the realized one once labels land."""
+SHADOW_OUTCOMES = Dataset(
+    name="shadow_outcomes",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("champion_version", pa.string()), ("challenger_version", pa.string()), ("measure", pa.string()),
+            ("rows", pa.int64()), ("events", pa.int64()), ("champion", pa.float64()), ("challenger", pa.float64()),
+            ("delta", pa.float64()), ("delta_low", pa.float64()), ("delta_high", pa.float64()), ("better", pa.string()),
+            ("recommendation", pa.string()),
+        ]
+    ),
+    table="shadow_outcomes", keys=(*PARTITION_KEY, "measure"), partitioned=True,
+)
+"""Champion and challenger against the same labelled rows: realized AUC, Brier and ECE of each, the
+challenger's paired difference with its bootstrap interval, and a plain-language recommendation."""
 
 PARTITION_DATASETS: tuple[Dataset, ...] = (
     PREDICTIONS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS, MODEL_HEALTH,
+    SHADOW_PREDICTIONS, DECISION_FLIPS, SHADOW_COMPARISON,
 )
 """What a scoring run publishes, in publish order: staged, moved into the run's version folder, its
 warehouse rows replaced per (job, partition_date) in one transaction, swapped in by one pointer,
@@ -346,14 +415,15 @@ STAGED_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, INFERENCE_HANDOFF)
 """Every folder a scoring run stages files in (and a failed run's leftovers are removed from)."""
 OUTCOME_DATASETS: tuple[Dataset, ...] = (
     OUTCOME_LABELS, OUTCOME_PARTITIONS, OUTCOME_METRICS, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES,
+    SHADOW_OUTCOMES,
 )
 """Realized outcomes of a partition, replaced together by an outcomes run (tasks/monitoring/outcomes.py)."""
 MONITORING_DATASETS: tuple[Dataset, ...] = (DECISION_MONITORING, SLICE_COUNTS, SLICE_MONITORING, *OUTCOME_DATASETS)
 """Tables of prediction monitoring and realized outcomes, each keyed by (job, partition_date) and
 replaced per partition. No run id or clock time of the monitoring run is stored, so recomputing from
 the same predictions and labels leaves identical tables."""
-LEDGER_DATASETS: tuple[Dataset, ...] = (RUNS, PARTITION_LEASES)
-"""The run ledger and the partition leases: rows updated in place by their primary key."""
+LEDGER_DATASETS: tuple[Dataset, ...] = (RUNS, PARTITION_LEASES, MODEL_ALIASES)
+"""The run ledger, the partition leases and the alias ledger: rows written one by one under their primary key."""
 WAREHOUSE_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, *LEDGER_DATASETS, *MONITORING_DATASETS)
 """Every warehouse table, in the order the warehouse creates them."""
 DATASETS: tuple[Dataset, ...] = (*STAGED_DATASETS, *LEDGER_DATASETS, *MONITORING_DATASETS)

@@ -34,6 +34,20 @@ class ModelRef(_Strict):
     feature_models: list[FeatureModelRef] = Field(
         default_factory=list, description="Models run first on the feature matrix (e.g. an autoencoder's error)."
     )
+    challenger: str | None = Field(
+        default=None, pattern=VERSION_PATTERN,
+        description=(
+            "A version or alias (e.g. `challenger`) scored in the same pass as a shadow: its predictions go to "
+            "`shadow_predictions` and the decisions it would flip to `decision_flips`; none of them drives a decision."
+        ),
+    )
+    challenger_failure: Literal["count", "fail"] = Field(
+        default="count",
+        description=(
+            "What a challenger that cannot load or score does to the run: `count` scores the champion anyway and counts "
+            "the challenger's rows in the fallback report (`challenger_failed`); `fail` fails the run."
+        ),
+    )
 
 
 class InferenceConfig(_Strict):

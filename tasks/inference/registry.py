@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tasks.errors import FeatureVersionMismatch, JobProblem, ModelArtifactError
+from tasks.inference.aliases import ALIASES_FILE, inference_model_aliases
 
 FRAMEWORK_OF_SUFFIX = {".ubj": "xgboost", ".json": "xgboost", ".onnx": "onnx"}
 ACCEPTED_MODEL_SUFFIXES = tuple(FRAMEWORK_OF_SUFFIX)
@@ -201,6 +202,16 @@ def inference_model_versions(registry_dir: Path) -> list[str]:
     return sorted((p.name for p in registry_dir.iterdir() if (p / "metadata.json").is_file()), key=_version_key)
 
 
+def inference_resolved_version(registry_dir: Path, version: str, versions: list[str] | None = None) -> str:
+    """The registered version `version` names: itself, the highest for `latest`, or an alias's target."""
+    versions = inference_model_versions(registry_dir) if versions is None else versions
+    if version == "latest":
+        return versions[-1] if versions else version
+    if version in versions:
+        return version
+    return inference_model_aliases(registry_dir).get(version, version)
+
+
 def inference_model_artifact(registry_dir: Path, version: str = "latest") -> ModelArtifact:
     """The verified artifact of a model version (`latest` = the highest version)."""
     artifact, problems, message = _checked_artifact(registry_dir, version)
@@ -225,11 +236,18 @@ def _checked_artifact(registry_dir: Path, version: str) -> tuple[ModelArtifact |
     versions = inference_model_versions(registry_dir)
     if not versions:
         return refused(registry_dir, "version", f"no model versions under {registry_dir}; run `score demo` or train one first")
-    chosen = versions[-1] if version == "latest" else version
+    try:
+        chosen = inference_resolved_version(registry_dir, version, versions)
+    except ModelArtifactError as exc:
+        return refused(registry_dir / ALIASES_FILE, "(file)", str(exc))
     directory = registry_dir / chosen
     meta_path = directory / "metadata.json"
     if not meta_path.is_file():
-        return refused(registry_dir, "version", f"model version {chosen!r} not found under {registry_dir}; versions: {versions}")
+        aliases = inference_model_aliases(registry_dir)
+        return refused(registry_dir, "version", (
+            f"model version {chosen!r} not found under {registry_dir}; versions: {versions}"
+            + (f", aliases: {aliases}" if aliases else "")
+        ))
     try:
         metadata = ModelMetadata.model_validate(json.loads(meta_path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

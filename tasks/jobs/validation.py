@@ -59,10 +59,13 @@ class ValidatedJob:
     """What will happen that is not a mistake, e.g. a fallback model scoring every row."""
 
 
-def job_problems(job: str, settings: Settings, *, partition_date: dt.date | None = None) -> list[JobProblem]:
+def job_problems(
+    job: str, settings: Settings, *, partition_date: dt.date | None = None, model_version: str | None = None
+) -> list[JobProblem]:
     """Every problem of `job`'s inputs, checked against the raw partition of `partition_date` (by
-    default the latest one); empty when the job can run."""
-    return _checked_job(job, settings, partition_date)[1]
+    default the latest one); empty when the job can run. `model_version` checks the job as if its
+    spec named that version (a promotion's check)."""
+    return _checked_job(job, settings, partition_date, model_version=model_version)[1]
 
 
 def validated_job(
@@ -102,7 +105,7 @@ def _latest_partition(root: Path) -> Path | None:
 
 
 def _checked_job(
-    job: str, settings: Settings, partition_date: dt.date | None, *, check_labels: bool = True
+    job: str, settings: Settings, partition_date: dt.date | None, *, check_labels: bool = True, model_version: str | None = None
 ) -> tuple[ValidatedJob | None, list[JobProblem]]:
     try:
         checked_job_name(job, settings)
@@ -117,6 +120,8 @@ def _checked_job(
         spec = JobSpec.model_validate(document)
     except ValidationError as exc:
         return None, [JobProblem(spec_path, field, problem) for field, problem in spec_field_problems(exc)]
+    if model_version is not None:
+        spec = spec.model_copy(update={"model": spec.model.model_copy(update={"version": model_version, "challenger": None})})
     problems: list[JobProblem] = []
     if spec.name != job:
         problems.append(JobProblem(spec_path, "name", f"declares name {spec.name!r}; it must match the file name {job!r}"))
@@ -222,11 +227,34 @@ def _scoring_model(
     problems += model_problems
     for artifact in checked:
         problems += _scoring_metadata_problems(artifact, spec, spec_path, features)
+    notes += _challenger_notes(spec, spec_path, registry, features, model, problems)
     if model is not None and not problems:
         meta = model.metadata
         table = predict_calibration_table(meta.calibration, level=spec.prediction.interval_level)
         notes += [f"model {meta.name} {meta.version} calibration: {warning}" for warning in table.warnings]
     return model, notes
+
+
+def _challenger_notes(
+    spec: JobSpec, spec_path: Path, registry: Path, features: FeatureModule | None, model: ModelArtifact | None,
+    problems: list[JobProblem],
+) -> list[str]:
+    """The challenger checked as a scoring model: its problems are the job's when the spec says a
+    failing challenger fails the run (`challenger_failure: fail`), otherwise notes of what the run will count."""
+    if spec.model.challenger is None:
+        return []
+    artifact, found = _artifact(registry, spec.model.challenger, spec_path, "model.challenger")
+    if artifact is not None:
+        found += _scoring_metadata_problems(artifact, spec, spec_path, features)
+    if spec.model.challenger_failure == "fail":
+        problems += found
+        return []
+    if found:
+        return [f"challenger {spec.model.challenger} cannot shadow the run; its rows will be counted as challenger_failed: "
+                + "; ".join(str(p) for p in found)]
+    if model is not None and artifact is not None and artifact.metadata.version == model.metadata.version:
+        return [f"challenger {spec.model.challenger} is version {model.metadata.version}, the champion itself: no decision can flip"]
+    return []
 
 
 def _scoring_metadata_problems(

@@ -15,7 +15,9 @@ Kinds:
 - `no_drift_reference` — a row scored by a model without training reference statistics (allowed
   only by `drift: {require_reference: false}`): its features' drift against training is not known;
 - `no_health_reference` — a row whose model health is measured without attribution or multivariate
-  drift: the model was registered before model health, or (attribution) has no contributions (ONNX).
+  drift: the model was registered before model health, or (attribution) has no contributions (ONNX);
+- `challenger_failed` — only for a job that names a challenger: a row the challenger could not shadow
+  (it did not load, or its chunk failed). The champion's rows are untouched; the count stands apart.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 FALLBACK_KINDS = (
     "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost", "no_drift_reference",
-    "no_health_reference",
+    "no_health_reference", "challenger_failed",
 )
 
 
@@ -55,6 +57,8 @@ def fallback_report_rows(
     drift_reference_detail: str | None = None,
     rows_without_health_reference: int = 0,
     health_reference_detail: str | None = None,
+    rows_challenger_failed: int | None = None,
+    challenger_detail: str | None = None,
 ) -> list[dict[str, Any]]:
     """One total row per kind (always present, zero or not), then its breakdown rows."""
     rows: list[dict[str, Any]] = []
@@ -79,6 +83,11 @@ def fallback_report_rows(
         "no_health_reference", health_reference_detail or "model-health reference in use", rows_without_health_reference, rows_read,
         limits.get("no_health_reference"),
     ))
+    if rows_challenger_failed is not None:
+        rows.append(_row(
+            "challenger_failed", challenger_detail or "challenger scored every row", rows_challenger_failed, rows_read,
+            limits.get("challenger_failed"),
+        ))
     return rows
 
 

@@ -8,12 +8,12 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
 
-from tasks.errors import ModelArtifactError
+from tasks.errors import FeatureVersionMismatch, ModelArtifactError, ScoringError
 from tasks.features import FeatureKind, FeatureModule, feature_categories, feature_kinds
 from tasks.guards import GuardSuite
 from tasks.inference.engine import LoadedModel, inference_loaded_model
@@ -47,6 +47,25 @@ class PredictionPlan:
     feature_version: str
     cutoffs: tuple[float, ...]
     """The rules' probability cut-offs, which decision monitoring counts straddling rows against."""
+    challenger: ChallengerPlan | None = None
+    """How the challenger's outputs become its shadow predictions; None when the job names none or it did not load."""
+    challenger_failure: str = "count"
+
+    @property
+    def decisions(self) -> tuple[str, ...]:
+        """The rule table's decisions, each once, in rule order."""
+        return tuple(dict.fromkeys(r.decision for r in self.config.rules))
+
+
+@dataclass(frozen=True)
+class ChallengerPlan:
+    """The challenger's side of the prediction: its own calibration and reason texts, the same rules."""
+
+    named: str
+    """The alias or version the job named it by (`model.challenger`)."""
+    version: str
+    probability_map: ProbabilityMap
+    reason_texts: ReasonTexts
 
 
 @dataclass(frozen=True)
@@ -64,6 +83,13 @@ class PreparedJob:
     """`reference` (training, from the model's metadata) and `previous` (the last scored partition before this one)."""
     reason_texts: ReasonTexts = field(default_factory=ReasonTexts)
     """The spec's value-dependent reason texts, resolved against the features and the model's training medians."""
+    challenger: LoadedModel | None = None
+    """The job's challenger (`model.challenger`), scored as a shadow in the same pass; None without one or when it did not load."""
+    challenger_columns: np.ndarray | None = None
+    """Where the challenger's inputs sit among `model_features` (it may take a subset of them, in its own order)."""
+    challenger_plan: ChallengerPlan | None = None
+    challenger_error: str | None = None
+    """Why the named challenger does not shadow this run (it did not load or does not fit the job's features)."""
 
     @property
     def drift_edges(self) -> dict[str, np.ndarray]:
@@ -93,6 +119,7 @@ class PreparedJob:
             probability_map=ProbabilityMap(predict_calibrator_from_metadata(calibration), self.spec.prediction.interval_level),
             reason_texts=self.reason_texts, feature_version=self.features.FEATURE_VERSION,
             cutoffs=tuple(predict_probability_cutoffs(self.spec.prediction.rules)),
+            challenger=self.challenger_plan, challenger_failure=self.spec.model.challenger_failure,
         )
 
     @cached_property
@@ -166,7 +193,41 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings, warehous
     )
     # The engine that loaded may be the fallback chosen only now, when the job's version failed to load.
     inference_check_feature_version(model.engine.artifact, features.FEATURE_VERSION, prepared.model_features)
+    if spec.model.challenger is not None:
+        prepared = _with_challenger(prepared, settings)
     return prepared
+
+
+def _with_challenger(prepared: PreparedJob, settings: Settings) -> PreparedJob:
+    """`prepared` with its challenger loaded; when it cannot be, the reason, unless the spec says a
+    failing challenger fails the run (`model.challenger_failure: fail`)."""
+    spec, features = prepared.spec, prepared.features
+    try:
+        challenger = inference_loaded_model(
+            settings.model_registry_dir(spec.model.name), spec.model.challenger, None,
+            device=spec.inference.device, nthread=spec.inference.nthread,
+        )
+        meta = challenger.engine.metadata
+        if meta.feature_version != features.FEATURE_VERSION:
+            raise FeatureVersionMismatch(
+                f"challenger {meta.name} {meta.version} was trained on feature_version {meta.feature_version}, "
+                f"the job computes {features.FEATURE_VERSION}"
+            )
+        missing = [f for f in meta.features if f not in prepared.model_features]
+        if missing:
+            raise FeatureVersionMismatch(f"challenger {meta.name} {meta.version} takes features the job does not compute: {missing}")
+        plan = ChallengerPlan(
+            named=spec.model.challenger, version=meta.version,
+            probability_map=ProbabilityMap(predict_calibrator_from_metadata(meta.calibration), spec.prediction.interval_level),
+            reason_texts=_reason_texts(challenger, spec, feature_kinds(features), feature_categories(features)),
+        )
+    except (ScoringError, ValueError) as exc:
+        if spec.model.challenger_failure == "fail":
+            raise
+        log.warning("[INF] challenger %s of %s does not shadow this run: %s", spec.model.challenger, spec.name, exc)
+        return replace(prepared, challenger_error=f"challenger {spec.model.challenger}: {exc}")
+    columns = np.array([prepared.model_features.index(f) for f in meta.features], dtype=np.intp)
+    return replace(prepared, challenger=challenger, challenger_plan=plan, challenger_columns=columns)
 
 
 _preloaded: dict[tuple[str, dt.date, str], PreparedJob] = {}

@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tasks.catalog import DRIFT_HISTOGRAMS, DRIFT_REPORT, FALLBACK_REPORT, GUARD_SUMMARY, MODEL_HEALTH, Dataset
+from tasks.catalog import DRIFT_HISTOGRAMS, DRIFT_REPORT, FALLBACK_REPORT, GUARD_SUMMARY, MODEL_HEALTH, SHADOW_COMPARISON, Dataset
 from tasks.errors import FallbackLimitExceeded, GuardFailure, InferenceFailure, PartitionError
 from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
 from tasks.inference.treeshap import XGBOOST_NAME
 from tasks.monitoring.decisions import merged_prediction_groups
 from tasks.monitoring.health import HEALTH_COLUMNS, model_health_rows
+from tasks.monitoring.shadow import ShadowAccumulator, shadow_comparison_rows
 from tasks.monitoring.slices import merged_slice_counts
 from tasks.quality.drift import drift_bin_labels, drift_report_rows
 from tasks.quality.fallback_report import fallback_limit_breaches, fallback_report_rows
@@ -53,6 +54,7 @@ DRIFT_HISTOGRAM_COLUMNS = _staged_columns(DRIFT_HISTOGRAMS, first=("feature", "k
 FALLBACK_REPORT_COLUMNS = _staged_columns(FALLBACK_REPORT)
 GUARD_SUMMARY_COLUMNS = _staged_columns(GUARD_SUMMARY)
 MODEL_HEALTH_COLUMNS = _staged_columns(MODEL_HEALTH, first=HEALTH_COLUMNS)
+SHADOW_COMPARISON_COLUMNS = _staged_columns(SHADOW_COMPARISON)
 
 
 @dataclass
@@ -94,6 +96,8 @@ class ScoringSummary:
     """The `model_health` rows: estimated performance, attribution and multivariate drift (tasks/monitoring/health.py)."""
     slice_counts: list[dict[str, Any]] = field(default_factory=list)
     """The predictions counted per slice value, decision and score band (`merged_slice_counts`)."""
+    shadow_comparison: list[dict[str, Any]] = field(default_factory=list)
+    """The `shadow_comparison` rows (tasks/monitoring/shadow.py); empty when the job names no challenger."""
 
     def inference_stats(self) -> dict[str, Any]:
         lat = np.asarray(self.chunk_latency_ms or [0.0])
@@ -145,6 +149,24 @@ def _health_gaps(prepared: PreparedJob) -> list[str]:
             "attribution drift (the model was registered before model health: register it again)"
         )
     return gaps
+
+
+def _merged_shadow(
+    prepared: PreparedJob, inferences: list[UnitInference], predictions: list[UnitPrediction], *, rows_scored: int
+) -> ShadowAccumulator | None:
+    """The units' champion × challenger sums and the challenger's failures; None when the job names no challenger."""
+    if prepared.spec.model.challenger is None:
+        return None
+    shadow = ShadowAccumulator(prepared.prediction_plan.decisions)
+    for prediction in sorted(predictions, key=lambda u: u.unit_id):
+        if prediction.shadow is not None:
+            shadow.merge(prediction.shadow)
+    for inference in sorted(inferences, key=lambda u: u.unit_id):
+        shadow.rows_failed += inference.challenger_rows_failed
+        shadow.failures += inference.challenger_failures
+    if prepared.challenger_error:
+        shadow.add_failed(rows_scored, prepared.challenger_error)
+    return shadow
 
 
 def scoring_summary(
@@ -242,6 +264,13 @@ def scoring_summary(
         schema=DRIFT_HISTOGRAM_COLUMNS,
     )))
     write_staged_chunk(dirs.model_health, run_id, 0, stamp.stamped(pl.DataFrame(summary.model_health, schema=MODEL_HEALTH_COLUMNS)))
+    shadow = _merged_shadow(prepared, inferences, predictions, rows_scored=summary.rows_scored)
+    if shadow is not None:
+        summary.shadow_comparison = shadow_comparison_rows(
+            shadow, champion_version=engine.metadata.version, rows_scored=summary.rows_scored,
+            challenger_version=prepared.challenger_plan.version if prepared.challenger_plan else None,
+        )
+    write_staged_chunk(dirs.shadow_comparison, run_id, 0, stamp.stamped(pl.DataFrame(summary.shadow_comparison, schema=SHADOW_COMPARISON_COLUMNS)))
     health_gaps = _health_gaps(prepared) if monitoring.health.enabled else []
     summary.fallback_report = fallback_report_rows(
         rows_read=summary.rows_read,
@@ -264,6 +293,10 @@ def scoring_summary(
             f"model {engine.metadata.name} {engine.metadata.version}: no {' and no '.join(health_gaps)}" if health_gaps else None
         ),
         limits=spec.limits.max_fallback_share,
+        rows_challenger_failed=None if shadow is None else shadow.rows_failed,
+        challenger_detail=None if shadow is None or not shadow.failures else (
+            f"{shadow.failures[0]}" + (f" (and {len(shadow.failures) - 1} more chunks)" if len(shadow.failures) > 1 else "")
+        ),
     )
     write_staged_chunk(
         dirs.fallback_report, run_id, 0,

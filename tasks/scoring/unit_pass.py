@@ -31,7 +31,9 @@ from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
 from tasks.monitoring.decisions import prediction_groups
+from tasks.catalog import DECISION_FLIPS, SHADOW_PREDICTIONS
 from tasks.monitoring.health import HealthAccumulator, attribution_sample, attribution_share
+from tasks.monitoring.shadow import ShadowAccumulator, flipped_rows
 from tasks.monitoring.slices import chunk_slice_counts, summed_slice_counts
 from tasks.prediction.calibration import CalibratedProbability
 from tasks.prediction.decisions import RuleDecisions
@@ -109,8 +111,8 @@ _HANDOFF_FEATURES = b"feature_names"
 _DECIDED_COLUMNS = ("probability", "probability_low", "probability_high", "score", "decision", "rule_id", "straddling")
 
 
-def _handoff_path(dirs: OutputDirs, run_id: str, chunk_id: int) -> Path:
-    return staging_dir(dirs.inference_handoff, run_id) / f"chunk-{chunk_id:05d}.arrow"
+def _handoff_path(dirs: OutputDirs, run_id: str, chunk_id: int, *, shadow: bool = False) -> Path:
+    return staging_dir(dirs.inference_handoff, run_id) / f"chunk-{chunk_id:05d}{'-shadow' if shadow else ''}.arrow"
 
 
 def _sparse_rows(values: np.ndarray, rows: np.ndarray, n: int, dtype: pa.DataType) -> pa.ListArray:
@@ -210,6 +212,9 @@ class UnitInference:
     """Sums of the unit's model health (estimated performance, attribution, multivariate drift)."""
     slice_counts: list[pl.DataFrame] = field(default_factory=list)
     """Each chunk's predictions counted per slice value (`chunk_slice_counts`)."""
+    challenger_rows_failed: int = 0
+    challenger_failures: list[str] = field(default_factory=list)
+    """Chunks the challenger could not shadow, one line each; the champion's rows there are scored all the same."""
 
 
 @dataclass
@@ -226,6 +231,8 @@ class UnitPrediction:
     """Each chunk's predictions counted per decision-monitoring group (`prediction_groups`), so
     decision monitoring never re-reads the partition."""
     peak_rss_mb: float = 0.0
+    shadow: ShadowAccumulator | None = None
+    """Champion × challenger sums of the unit's chunks; None when no challenger shadows the run."""
 
 
 @dataclass
@@ -242,7 +249,7 @@ def _peak_rss_mb() -> float:
 def _decided_chunks(
     prepared: PreparedJob, unit: WorkUnit, result: UnitInference, *, run_id: str, partition_date: dt.date, chunk_rows: int,
     dirs: OutputDirs,
-) -> Iterator[tuple[DecidedChunk, FeatureContributions]]:
+) -> Iterator[tuple[DecidedChunk, FeatureContributions, Shadow | None]]:
     """Guard, build features, infer, decide and explain every chunk of `unit`, counting into `result`.
 
     Which rows need reasons is a business rule, so the prediction layer's pure decision function
@@ -298,7 +305,36 @@ def _decided_chunks(
             prepared, result, full, decided, guarded.scorable, first_row=unit.first_row + result.rows_read - table.num_rows,
             partition_rows=unit.partition_rows,
         )
-        yield decided, contributions
+        yield decided, contributions, _shadow_of_chunk(prepared, full, result)
+
+
+Shadow = tuple[DecidedChunk, FeatureContributions]
+"""The challenger's decided chunk and the contributions of the rows its own decisions explain."""
+
+
+def _shadow_of_chunk(prepared: PreparedJob, full: InferenceInput, result: UnitInference) -> Shadow | None:
+    """The challenger's pass over the chunk the champion just scored: the same model inputs (its own
+    columns of them), its own calibration, the same rules. A failure is counted, not raised, unless
+    the spec says a failing challenger fails the run."""
+    if prepared.challenger is None:
+        return None
+    plan, engine = prepared.prediction_plan, prepared.challenger.engine
+    try:
+        columns = prepared.challenger_columns
+        inputs = full if np.array_equal(columns, np.arange(full.features.shape[1])) else InferenceInput(
+            chunk_id=full.chunk_id, entity_ids=full.entity_ids, features=np.ascontiguousarray(full.features[:, columns]),
+            feature_names=tuple(engine.metadata.features),
+        )
+        decided = predict_decided_chunk(engine.inference_outputs(inputs), plan.challenger.probability_map, plan.config)
+        return decided, engine.inference_contributions(inputs, decided.reason_rows, top_k=plan.config.reasons.top_k)
+    except Exception as exc:
+        if plan.challenger_failure == "fail":
+            raise
+        why = f"chunk {full.chunk_id}: {type(exc).__name__}: {exc}"
+        log.warning("[INF] challenger %s %s did not shadow %s", plan.challenger.named, plan.challenger.version, why)
+        result.challenger_rows_failed += full.features.shape[0]
+        result.challenger_failures.append(why)
+        return None
 
 
 _SLICE_PARTS_FOLDED = 16
@@ -335,21 +371,51 @@ def _unit_inference(prepared: PreparedJob, unit_id: int) -> UnitInference:
     return UnitInference(unit_id, drift=prepared.drift_accumulator(), health=prepared.health_accumulator())
 
 
-def _unit_prediction(unit_id: int) -> UnitPrediction:
-    return UnitPrediction(unit_id, drift=DriftAccumulator(edges={"score": SCORE_EDGES}, psi_edges={"score": SCORE_PSI_EDGES}))
+def _unit_prediction(plan: PredictionPlan, unit_id: int) -> UnitPrediction:
+    return UnitPrediction(
+        unit_id, drift=DriftAccumulator(edges={"score": SCORE_EDGES}, psi_edges={"score": SCORE_PSI_EDGES}),
+        shadow=ShadowAccumulator(plan.decisions) if plan.challenger is not None else None,
+    )
+
+
+def _shadow_predicted_chunk(
+    plan: PredictionPlan, result: UnitPrediction, champion: pa.Table, shadow: Shadow, *, run_id: str, partition_date: dt.date,
+    dirs: OutputDirs,
+) -> None:
+    """The challenger's chunk in the prediction contract (plus the alias it was named by), staged as
+    shadow predictions; the rows whose decision it flips staged beside; both counted into `result.shadow`."""
+    decided, contributions = shadow
+    chunk_id = decided.inference.chunk_id
+    table = predict_output(
+        decided, contributions, plan.config,
+        run_id=run_id, job=plan.job, partition_date=partition_date, feature_version=plan.feature_version,
+        reason_texts=plan.challenger.reason_texts,
+    ).table
+    table = table.append_column(SHADOW_PREDICTIONS.schema.field("alias"), pa.array([plan.challenger.named] * table.num_rows, pa.string()))
+    write_staged_chunk(dirs.shadow_predictions, run_id, chunk_id, table)
+    flipped = result.shadow.add(champion, table)
+    if flipped.any():
+        flips = flipped_rows(champion, table, flipped)
+        key = champion.select(["run_id", "job", "partition_date"]).take(pa.array(np.flatnonzero(flipped)))
+        write_staged_chunk(
+            dirs.decision_flips, run_id, chunk_id, pa.Table.from_arrays([*key.columns, *flips.columns], schema=DECISION_FLIPS.schema)
+        )
 
 
 def _predicted_chunk(
-    plan: PredictionPlan, result: UnitPrediction, decided: DecidedChunk, contributions: FeatureContributions, *,
-    run_id: str, partition_date: dt.date, dirs: OutputDirs,
+    plan: PredictionPlan, result: UnitPrediction, decided: DecidedChunk, contributions: FeatureContributions, shadow: Shadow | None,
+    *, run_id: str, partition_date: dt.date, dirs: OutputDirs,
 ) -> None:
-    """The decided chunk in the prediction contract, staged, and counted into `result`."""
+    """The decided chunk in the prediction contract, staged, and counted into `result`; the
+    challenger's shadow of it beside, when there is one."""
     predicted = predict_output(
         decided, contributions, plan.config,
         run_id=run_id, job=plan.job, partition_date=partition_date, feature_version=plan.feature_version,
         reason_texts=plan.reason_texts,
     )
     write_staged_chunk(dirs.predictions, run_id, decided.inference.chunk_id, predicted.table)
+    if shadow is not None:
+        _shadow_predicted_chunk(plan, result, predicted.table, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs)
     result.rows_scored += predicted.table.num_rows
     result.rows_with_reasons += predicted.rows_needing_reasons
     result.rows_without_adverse_reason += predicted.rows_without_adverse_reason
@@ -368,12 +434,13 @@ def scored_unit(
     prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs
 ) -> ScoredUnit:
     """Every chunk of `unit` from raw rows to the staged prediction contract, in one pass per chunk."""
-    inference, prediction = _unit_inference(prepared, unit.unit_id), _unit_prediction(unit.unit_id)
-    for decided, contributions in _decided_chunks(
+    plan = prepared.prediction_plan
+    inference, prediction = _unit_inference(prepared, unit.unit_id), _unit_prediction(plan, unit.unit_id)
+    for decided, contributions, shadow in _decided_chunks(
         prepared, unit, inference, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs
     ):
         inference.chunk_ids.append(decided.inference.chunk_id)
-        _predicted_chunk(prepared.prediction_plan, prediction, decided, contributions, run_id=run_id, partition_date=partition_date, dirs=dirs)
+        _predicted_chunk(plan, prediction, decided, contributions, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs)
     inference.peak_rss_mb = prediction.peak_rss_mb = _peak_rss_mb()
     return ScoredUnit(inference, prediction)
 
@@ -384,11 +451,13 @@ def inferred_unit(
     """The inference half of `scored_unit`: each decided chunk and its explained rows' contributions go to a handoff file."""
     result = _unit_inference(prepared, unit.unit_id)
     with_values = bool(prepared.prediction_plan.reason_texts.by_feature)
-    for decided, contributions in _decided_chunks(
+    for decided, contributions, shadow in _decided_chunks(
         prepared, unit, result, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs
     ):
         chunk_id = decided.inference.chunk_id
         _write_handoff(_handoff_path(dirs, run_id, chunk_id), decided, contributions, with_values=with_values)
+        if shadow is not None:
+            _write_handoff(_handoff_path(dirs, run_id, chunk_id, shadow=True), *shadow, with_values=with_values)
         result.chunk_ids.append(chunk_id)
     result.peak_rss_mb = _peak_rss_mb()
     return result
@@ -399,11 +468,13 @@ def predicted_unit(
 ) -> UnitPrediction:
     """The prediction half of `scored_unit`: the handoff files of `inference` in the prediction contract,
     one staged Parquet file per chunk; no engine is loaded and nothing is decided again."""
-    result = _unit_prediction(inference.unit_id)
+    result = _unit_prediction(plan, inference.unit_id)
     for chunk_id in inference.chunk_ids:
-        path = _handoff_path(dirs, run_id, chunk_id)
+        path, shadow_path = _handoff_path(dirs, run_id, chunk_id), _handoff_path(dirs, run_id, chunk_id, shadow=True)
         decided, contributions = _read_handoff(path, chunk_id)
-        _predicted_chunk(plan, result, decided, contributions, run_id=run_id, partition_date=partition_date, dirs=dirs)
+        shadow = _read_handoff(shadow_path, chunk_id) if shadow_path.exists() else None
+        _predicted_chunk(plan, result, decided, contributions, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs)
         path.unlink()
+        shadow_path.unlink(missing_ok=True)
     result.peak_rss_mb = _peak_rss_mb()
     return result

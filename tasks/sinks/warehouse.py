@@ -572,6 +572,24 @@ class Warehouse(ABC):
                 f"SELECT {selected} FROM {_quoted(table)} WHERE {where}", {"job": job, "partition_date": partition_date}
             )
 
+    def record_alias_change(self, row: Mapping[str, Any]) -> None:
+        """One move of a model alias in the `model_aliases` ledger (tasks/inference/aliases.py AliasChange.as_row, and the job)."""
+        with self._session(write=True) as session:
+            session.execute(
+                "INSERT INTO model_aliases (model_name, alias, from_version, to_version, changed_by, changed_at, job, note) "
+                "VALUES ($model_name, $alias, $from_version, $to_version, $changed_by, $changed_at, $job, $note)",
+                dict(row),
+            )
+
+    def alias_changes(self, model_name: str) -> list[dict[str, Any]]:
+        """Every recorded move of the model's aliases, oldest first."""
+        return self._read_rows(
+            "model_aliases",
+            "SELECT model_name, alias, from_version, to_version, changed_by, changed_at, job, note FROM model_aliases "
+            "WHERE model_name = $model_name ORDER BY changed_at, alias",
+            {"model_name": model_name},
+        )
+
     def acquire_partition_lease(
         self, job: str, partition_date: Any, run_id: str, host: str, pid: int, ttl_s: float
     ) -> dict[str, Any] | None:

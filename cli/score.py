@@ -123,6 +123,20 @@ def _print_model_health(result: dict) -> None:
     console.print(Text(line), highlight=False, soft_wrap=True)
 
 
+def _print_challenger(result: dict) -> None:
+    """One line on the challenger that shadowed the run, when the job names one."""
+    shadow = result.get("challenger")
+    if not shadow:
+        return
+    share = "" if shadow["flipped_share"] is None else f" ({shadow['flipped_share']:.2%})"
+    line = (
+        f"challenger {shadow['challenger_version'] or '(not loaded)'}: {shadow['rows_flipped']} of {shadow['rows_compared']} "
+        f"decisions would flip{share}" + (f": {', '.join(shadow['top_flips'])}" if shadow["top_flips"] else "")
+        + (f"; it failed on {shadow['rows_failed']} rows" if shadow["rows_failed"] else "") + " (table decision_flips)"
+    )
+    console.print(Text(line), highlight=False, soft_wrap=True)
+
+
 def _print_error(message: str) -> None:
     # Plain text on one line: messages carry paths and pydantic's [type=...] details, not markup.
     console.print(Text("error: ", style="red") + Text(" ".join(message.split())), highlight=False, soft_wrap=True)
@@ -265,6 +279,7 @@ def run(
                 result = score_partition(job, day, chunk_rows)
         _print_summary(job, [day])
         _print_model_health(result)
+        _print_challenger(result)
         for warning in result.get("warnings", []):
             console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
 
@@ -336,6 +351,72 @@ def register(
         settings = current_settings()
         report = registered_job_model(job, model, settings=settings, holdout=holdout, reference=reference, version=version, training=window)
         _print_registration(report)
+
+    _run(action)
+
+
+@app.command()
+def promote(
+    job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
+    version: Annotated[str | None, typer.Argument(help="Registered version to promote, or an alias (e.g. challenger).")] = None,
+    alias: Annotated[str, typer.Option(help="The alias to point at it.")] = "champion",
+    rollback: Annotated[bool, typer.Option("--rollback", help="Point the alias back at the version it pointed at before its last move.")] = False,
+    by: Annotated[str | None, typer.Option(help="Who promotes, for the model_aliases ledger (default: the login name).")] = None,
+    note: Annotated[str, typer.Option(help="Why, for the ledger.")] = "",
+) -> None:
+    """Point an alias (champion by default) of the job's model at a version, after checking that it was registered
+    and that the job validates with it; every move is recorded in the model_aliases ledger."""
+
+    def action() -> None:
+        import getpass
+
+        from tasks.jobs.promotion import promoted_alias, rolled_back_alias
+
+        if rollback == (version is not None):
+            raise typer.BadParameter("give a VERSION to promote, or --rollback without one")
+        settings = with_warehouse_url(current_settings())
+        warehouse, who = configured_warehouse(settings), by or getpass.getuser()
+        change = (
+            rolled_back_alias(job, alias=alias, settings=settings, warehouse=warehouse, changed_by=who) if rollback else
+            promoted_alias(job, version, alias=alias, settings=settings, warehouse=warehouse, changed_by=who, note=note)
+        )
+        console.print(Text(
+            f"{change.model_name}: alias {change.alias} {change.from_version or '(new)'} → {change.to_version} "
+            f"(by {change.changed_by}, recorded in model_aliases)"
+        ), highlight=False)
+
+    _run(action)
+
+
+@app.command()
+def aliases(job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")]) -> None:
+    """The job model's versions, where each alias points, which the job scores with, and every move of the aliases."""
+
+    def action() -> None:
+        from tasks.jobs.promotion import job_aliases
+
+        settings = with_warehouse_url(current_settings())
+        listing = job_aliases(job, settings=settings, warehouse=configured_warehouse(settings))
+        scoring = listing["scoring"]
+        console.print(Text(
+            f"{listing['model']}: versions {', '.join(listing['versions']) or '(none)'}; the job scores with "
+            f"{scoring['version']}" + (f", shadowed by {scoring['challenger']}" if scoring["challenger"] else "")
+        ), highlight=False)
+        table = Table(title="aliases")
+        for column in ("alias", "version"):
+            table.add_column(column)
+        for name, target in listing["aliases"].items():
+            table.add_row(name, target)
+        console.print(table)
+        history = Table(title="model_aliases ledger")
+        for column in ("changed_at", "alias", "from", "to", "by", "job", "note"):
+            history.add_column(column)
+        for row in listing["history"]:
+            history.add_row(
+                str(row["changed_at"])[:19], row["alias"], row["from_version"] or "—", row["to_version"] or "—",
+                row["changed_by"] or "", row["job"] or "", row["note"] or "",
+            )
+        console.print(history)
 
     _run(action)
 

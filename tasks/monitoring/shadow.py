@@ -27,6 +27,7 @@ SHADOW_SECTIONS = ("summary", "crosstab", "decision_mix", "expected_event_rate",
 - `score_delta`: the challenger's score minus the champion's: `mean`, `mean_abs`, `p01` … `p99` in challenger_value;
 - `score_delta_histogram`: rows per score delta (champion_item)."""
 _DELTA_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+FLIP_EXAMPLES = 20
 
 
 def _decision_codes(decisions: pa.Array | pa.ChunkedArray | np.ndarray, known: tuple[str, ...]) -> np.ndarray:
@@ -51,6 +52,8 @@ class ShadowAccumulator:
     rows_failed: int = 0
     failures: list[str] = field(default_factory=list)
     """Why the challenger did not shadow (it did not load, or a chunk failed), one line each."""
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    """The first FLIP_EXAMPLES flipped rows (`flipped_rows`' columns), for the run page and artifact."""
 
     def __post_init__(self) -> None:
         cells = len(self.decisions) ** 2
@@ -73,7 +76,11 @@ class ShadowAccumulator:
         delta = challenger.column("score").to_numpy().astype(np.int64) - champion.column("score").to_numpy().astype(np.int64)
         values, counts = np.unique(delta, return_counts=True)
         self.score_deltas.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
-        return mine != theirs
+        flipped = mine != theirs
+        if len(self.examples) < FLIP_EXAMPLES and flipped.any():
+            first = np.flatnonzero(flipped)[: FLIP_EXAMPLES - len(self.examples)]
+            self.examples += flipped_rows(champion.take(first), challenger.take(first), np.ones(first.size, dtype=bool)).to_pylist()
+        return flipped
 
     def add_failed(self, rows: int, why: str) -> None:
         self.rows_failed += rows
@@ -88,6 +95,7 @@ class ShadowAccumulator:
         self.score_deltas.update(other.score_deltas)
         self.rows_failed += other.rows_failed
         self.failures += other.failures
+        self.examples = (self.examples + other.examples)[:FLIP_EXAMPLES]
 
 
 def flipped_rows(champion: pa.Table, challenger: pa.Table, flipped: np.ndarray) -> pa.Table:

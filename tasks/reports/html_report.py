@@ -318,6 +318,53 @@ def _plots_section(
     )
 
 
+def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, Any]]) -> str:
+    """Champion against challenger: flipped rows, the decision crosstab, each decision's share and
+    expected event rate under both, the score delta, and the first flipped rows with both reasons."""
+    if not rows:
+        return ""
+    summary = {r["champion_item"]: r for r in rows if r["section"] == "summary"}
+    first = rows[0]
+    compared, flipped, failed = (summary[k]["rows"] for k in ("rows_compared", "rows_flipped", "rows_failed"))
+    decisions = list(dict.fromkeys(r["champion_item"] for r in rows if r["section"] == "decision_mix"))
+    cells = {(r["champion_item"], r["challenger_item"]): r["rows"] for r in rows if r["section"] == "crosstab"}
+    crosstab = [
+        f"<tr><th>{_e(mine)}</th>" + "".join(_cell(cells.get((mine, theirs), 0)) for theirs in decisions) + "</tr>"
+        for mine in decisions
+    ]
+    by_decision = {(r["section"], r["champion_item"]): r for r in rows if r["section"] in ("decision_mix", "expected_event_rate")}
+    mix = [
+        "<tr>" + _cell(d) + f'<td class="n">{_e(_pct(by_decision[("decision_mix", d)]["champion_value"]))}</td>'
+        + f'<td class="n">{_e(_pct(by_decision[("decision_mix", d)]["challenger_value"]))}</td>'
+        + f'<td class="n">{_e(_pct(by_decision[("expected_event_rate", d)]["champion_value"]))}</td>'
+        + f'<td class="n">{_e(_pct(by_decision[("expected_event_rate", d)]["challenger_value"]))}</td></tr>'
+        for d in decisions if ("decision_mix", d) in by_decision
+    ]
+    delta = ["<tr>" + _cell(r["champion_item"]) + _cell(r["challenger_value"]) + "</tr>" for r in rows if r["section"] == "score_delta"]
+    flips = [
+        "<tr>" + _cell(x["entity_id"]) + _cell(x["champion_decision"]) + _cell(x["challenger_decision"])
+        + _cell(x["champion_score"]) + _cell(x["challenger_score"]) + _cell(", ".join(x["champion_reason_codes"] or []))
+        + _cell(", ".join(x["challenger_reason_codes"] or [])) + "</tr>"
+        for x in examples
+    ]
+    share = f"{flipped / compared:.2%}" if compared else "n/a"
+    return (
+        "<h2>Champion and challenger</h2>"
+        f'<p>Champion <b>{_e(first["champion_version"])}</b> decided; challenger <b>{_e(first["challenger_version"] or "(not loaded)")}</b> '
+        f"scored the same {compared} rows as a shadow and would flip <b>{flipped}</b> decisions ({share}). "
+        f"Rows the challenger could not score: {failed}.</p>"
+        '<p class="muted">Tables <code>shadow_comparison</code>, <code>decision_flips</code> (every flipped row) and '
+        "<code>shadow_predictions</code>; nothing the challenger computes drives a decision.</p>"
+        + "<h3>Decisions: champion (rows) × challenger (columns)</h3>"
+        + _table(["champion \\ challenger", *decisions], crosstab)
+        + _table(["decision", "share (champion)", "share (challenger)", "expected event rate (champion)",
+                  "expected event rate (challenger)"], mix)
+        + "<h3>Score delta (challenger − champion)</h3>" + _table(["statistic", "delta"], delta)
+        + "<h3>First flipped rows</h3>"
+        + _table(["entity", "champion", "challenger", "champion score", "challenger score", "champion reasons", "challenger reasons"], flips)
+    )
+
+
 def run_report_html(
     *,
     job: str,
@@ -329,6 +376,8 @@ def run_report_html(
     histograms: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
     bin_labels: BinLabels | None = None,
     health_rows: list[dict[str, Any]] | None = None,
+    shadow_rows: list[dict[str, Any]] | None = None,
+    flip_examples: list[dict[str, Any]] | None = None,
 ) -> str:
     """The whole page as one string; every text from the inputs is HTML-escaped.
 
@@ -348,6 +397,7 @@ def run_report_html(
         + _summary_section(summary)
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
+        + _shadow_section(shadow_rows or [], flip_examples or [])
         + _drift_section(drift_rows, order)
         + _plots_section(histograms, drift_rows, order, bin_labels or {})
         + "</body></html>\n"

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tasks.errors import user_facing_error
 from tasks.monitoring.health import health_headline
+from tasks.monitoring.shadow import shadow_headline
 from tasks.reports.html_report import run_report_html
 from tasks.sinks.publish import PublishedPartition, discarded_run, retried
 from tasks.sinks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
@@ -125,7 +126,7 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
             job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
             fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
             bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
-            health_rows=summary.model_health,
+            health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
         ), []
     except Exception as exc:
         log.warning("%s %s: the run page failed: %s", ticket.job, ticket.partition_date, exc)
@@ -172,6 +173,8 @@ def run_artifacts(ticket: RunTicket, summary: ScoringSummary, published: Publish
             table=[{**row, "share": f"{row['share']:.4%}"} for row in summary.fallback_report],
         ),
         model_health_artifact(summary.model_health, job=job, partition_date=day),
+        *([shadow_artifact(summary.shadow_comparison, summary.flip_examples, job=job, partition_date=day)]
+          if summary.shadow_comparison else []),
         Artifact(
             artifact_key("guard-summary", job),
             f"Feature guards of {job} on {day}: rows each expectation repaired, quarantined or failed, of "
@@ -199,11 +202,39 @@ def model_health_artifact(rows: list[dict], *, job: str, partition_date: dt.date
     )
 
 
+def shadow_artifact(rows: list[dict], examples: list[dict], *, job: str, partition_date: dt.date) -> Artifact:
+    """Champion against challenger on the run's partition: the crosstab, decision mix and expected event
+    rates, the score delta, then the first flipped rows with both reason codes."""
+    headline = shadow_headline(rows)
+    shown = [
+        {"section": r["section"], "champion": r["champion_item"], "challenger": r["challenger_item"], "rows": r["rows"],
+         "champion_value": "—" if r["champion_value"] is None else f"{r['champion_value']:.4g}",
+         "challenger_value": "—" if r["challenger_value"] is None else f"{r['challenger_value']:.4g}"}
+        for r in rows if r["section"] != "score_delta_histogram"
+    ]
+    shown += [
+        {"section": "flipped_row", "champion": f"{x['champion_decision']} ({x['champion_score']}; {', '.join(x['champion_reason_codes'] or [])})",
+         "challenger": f"{x['challenger_decision']} ({x['challenger_score']}; {', '.join(x['challenger_reason_codes'] or [])})",
+         "rows": 1, "champion_value": x["entity_id"], "challenger_value": ""}
+        for x in examples
+    ]
+    share = headline["flipped_share"]
+    return Artifact(
+        artifact_key("champion-challenger", job),
+        f"Champion {rows[0]['champion_version']} against challenger {headline['challenger_version'] or '(not loaded)'} on {job} "
+        f"{partition_date}: {headline['rows_flipped']} of {headline['rows_compared']} decisions would flip"
+        + (f" ({share:.2%})" if share is not None else "") + f"; challenger failed on {headline['rows_failed']} rows "
+        "(tables shadow_comparison, decision_flips, shadow_predictions)",
+        table=shown,
+    )
+
+
 def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warnings: list[str]) -> dict:
     """What score_partition returns for a published run."""
     return {
         "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
         "report": report, **summary.ledger_counts(), "model_health": health_headline(summary.model_health),
+        "challenger": shadow_headline(summary.shadow_comparison),
         "warnings": list(warnings),
     }
 

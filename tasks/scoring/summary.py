@@ -98,6 +98,8 @@ class ScoringSummary:
     """The predictions counted per slice value, decision and score band (`merged_slice_counts`)."""
     shadow_comparison: list[dict[str, Any]] = field(default_factory=list)
     """The `shadow_comparison` rows (tasks/monitoring/shadow.py); empty when the job names no challenger."""
+    flip_examples: list[dict[str, Any]] = field(default_factory=list)
+    """The first flipped rows with both models' decisions, scores and reason codes (all of them: table `decision_flips`)."""
 
     def inference_stats(self) -> dict[str, Any]:
         lat = np.asarray(self.chunk_latency_ms or [0.0])
@@ -270,6 +272,7 @@ def scoring_summary(
             shadow, champion_version=engine.metadata.version, rows_scored=summary.rows_scored,
             challenger_version=prepared.challenger_plan.version if prepared.challenger_plan else None,
         )
+        summary.flip_examples = shadow.examples
     write_staged_chunk(dirs.shadow_comparison, run_id, 0, stamp.stamped(pl.DataFrame(summary.shadow_comparison, schema=SHADOW_COMPARISON_COLUMNS)))
     health_gaps = _health_gaps(prepared) if monitoring.health.enabled else []
     summary.fallback_report = fallback_report_rows(

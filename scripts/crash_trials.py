@@ -26,7 +26,8 @@ published run's; after each kill it recovers — alternately with `score recover
 run of another date of the job — and checks that every dataset of the partition, in Parquet and
 the warehouse, holds rows of exactly one run (the previous one for kills before the warehouse
 commit, the killed one after it), that every raw id is in predictions or quarantine, and that no
-ledger row is left unfinished.
+ledger row is left unfinished. A challenger shadows every run of this mode, so the check covers its
+shadow predictions and flipped decisions too: never one run's champion beside another's challenger.
 
 Prints one JSON line with the figures; exit code 1 when any check failed.
 """
@@ -59,6 +60,8 @@ import tasks  # noqa: E402,F401  (telemetry off before anything loads Prefect)
 from tasks import catalog  # noqa: E402
 from tasks.settings import Settings  # noqa: E402
 from flows.steps.blocks import configured_warehouse  # noqa: E402
+from tasks.demo.challenger import challenger_jobs_dir, registered_demo_challenger  # noqa: E402
+from tasks.inference.registry import inference_model_versions  # noqa: E402
 
 SCORE = str(Path(sys.executable).with_name("score"))
 JOB = "credit_risk"
@@ -305,17 +308,23 @@ def _consistency_problems(settings: Settings, day: dt.date, expected_run: str, r
         if runs not in allowed:
             problems.append(f"{where} holds runs {sorted(runs)}, expected {expected_run}")
     ids = {i for i in raw.column("entity_id").to_pylist() if i}
+    ids_only = pa.schema([("entity_id", pa.string())])
     for store in ("parquet", "warehouse"):
         if store == "parquet":
             scored = _parquet_partition(settings, "predictions", day)
             held = _parquet_partition(settings, "quarantine", day)
+            shadowed = _parquet_partition(settings, "shadow_predictions", day)
         else:
             warehouse = configured_warehouse(settings)
             scored = warehouse.partition_predictions(JOB, day, ["entity_id"])
+            key = {"job": JOB, "day": day}
             with warehouse._session(write=False) as session:
-                held = pa.Table.from_pylist(session.rows(
-                    "SELECT entity_id FROM quarantine WHERE job = $job AND partition_date = $day", {"job": JOB, "day": day}
-                ), schema=pa.schema([("entity_id", pa.string())]))
+                held, shadowed = (
+                    pa.Table.from_pylist(session.rows(f"SELECT entity_id FROM {table} WHERE job = $job AND partition_date = $day", key), schema=ids_only)
+                    for table in ("quarantine", "shadow_predictions")
+                )
+        if shadowed is None or sorted(shadowed.column("entity_id").to_pylist()) != sorted(scored.column("entity_id").to_pylist()):
+            problems.append(f"{store}: the shadow predictions are not of the rows the champion scored")
         seen = set(scored.column("entity_id").to_pylist()) | set(held.column("entity_id").to_pylist())
         lost = ids - seen
         if lost:
@@ -335,6 +344,11 @@ def publish_crash_trials(
     logs.mkdir(parents=True, exist_ok=True)
     postgres = settings.warehouse_url is not None or settings.warehouse_secret_block is not None
     report = PublishCrashReport(backend="postgresql" if postgres else "duckdb", trials=trials)
+    # A challenger shadows every run: its predictions and flipped decisions must commit with the champion's.
+    champion = inference_model_versions(settings.model_registry_dir(JOB))[-1]
+    challenger = registered_demo_challenger(settings, champion=champion)
+    jobs = challenger_jobs_dir(settings, logs.parent / "jobs-with-challenger", champion=champion, challenger=challenger)
+    env = {**env, "SCORING_JOBS_DIR": str(jobs)}
     raws = _raw_versions(settings, day)
     published_raw: dict[str, int] = {}
 

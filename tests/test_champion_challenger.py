@@ -1,0 +1,271 @@
+"""Champion and challenger: promotion by alias with its ledger, shadow scoring in the same pass and the
+same atomic commit, the decision-flip report against an independent recomputation, and a champion
+whose outputs do not change because a challenger watched.
+
+The user-facing paths run the real `score` command against the session's Prefect server; the
+warehouse is the run's own DuckDB file (and PostgreSQL where the backend matters)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from polars.testing import assert_frame_equal
+
+from tasks.demo.challenger import challenger_jobs_dir, registered_demo_challenger
+from tasks.inference.aliases import ALIASES_FILE, inference_model_aliases
+from tasks.settings import Settings
+from tests.conftest import DEMO_JOB, DemoEnv
+
+SCORE = str(Path(sys.executable).with_name("score"))
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    env: dict[str, str]
+    settings: Settings
+
+    def score(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run([SCORE, *args], env=self.env, cwd=self.root, capture_output=True, text=True, timeout=600)
+        if ok:
+            assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
+        assert "Traceback" not in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
+        return done
+
+    def table(self, sql: str) -> pl.DataFrame:
+        with duckdb.connect(str(self.settings.duckdb_path), read_only=True) as con:
+            return pl.from_arrow(con.sql(sql).to_arrow_table())
+
+
+def _project(demo_env: DemoEnv, root: Path, *, champion: str, challenger: str | None, failure: str = "count") -> Project:
+    from prefect.settings import PREFECT_API_URL
+
+    data = root / "data"
+    for part in ("raw", "labels", "models"):
+        shutil.copytree(demo_env.data_dir / part, data / part, dirs_exist_ok=True)
+    settings = Settings(data_dir=data)
+    jobs = challenger_jobs_dir(settings, root / "jobs", champion=champion, challenger=challenger, failure=failure)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SCORING_")},
+        "SCORING_DATA_DIR": str(data), "SCORING_JOBS_DIR": str(jobs), "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+    }
+    return Project(root=root, env=env, settings=Settings(data_dir=data, jobs_dir=jobs))
+
+
+@pytest.fixture(scope="module")
+def shadowed(demo_env: DemoEnv, prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, Project, str, dt.date]:
+    """Two copies of the demo scored on the same day: one shadowed by a challenger named by alias
+    (its champion named by alias too), one without a challenger."""
+    day = demo_env.plan.scoring_dates[-1]
+    champion = demo_env.plan.model_version
+    with_challenger = _project(demo_env, tmp_path_factory.mktemp("shadowed"), champion="champion", challenger="challenger")
+    version = registered_demo_challenger(with_challenger.settings, champion=champion)
+    with_challenger.score("promote", DEMO_JOB, champion)
+    with_challenger.score("promote", DEMO_JOB, version, "--alias", "challenger")
+    with_challenger.score("run", DEMO_JOB, "--date", day.isoformat())
+    alone = _project(demo_env, tmp_path_factory.mktemp("alone"), champion=champion, challenger=None)
+    alone.score("run", DEMO_JOB, "--date", day.isoformat())
+    return with_challenger, alone, version, day
+
+
+def test_the_flip_report_equals_an_independent_recomputation_from_both_prediction_tables(shadowed) -> None:
+    project, _, challenger, day = shadowed
+    mine = project.table(f"SELECT * FROM predictions WHERE partition_date = DATE '{day}'")
+    theirs = project.table(f"SELECT * FROM shadow_predictions WHERE partition_date = DATE '{day}'")
+    assert mine.height > 1000 and theirs.height == mine.height
+    assert set(theirs["model_version"]) == {challenger} and set(theirs["alias"]) == {"challenger"}
+    assert set(theirs["run_id"]) == set(mine["run_id"]) and len(set(mine["run_id"])) == 1
+    both = mine.join(theirs, on="entity_id", how="inner", suffix="_c")
+    assert both.height == mine.height
+    flipped = both.filter(pl.col("decision") != pl.col("decision_c"))
+    assert 0 < flipped.height < mine.height
+
+    flips = project.table(f"SELECT * FROM decision_flips WHERE partition_date = DATE '{day}'")
+    expected = flipped.select(
+        "entity_id", pl.col("decision").alias("champion_decision"), pl.col("decision_c").alias("challenger_decision"),
+        pl.col("score").alias("champion_score"), pl.col("score_c").alias("challenger_score"),
+        pl.col("reason_codes").alias("champion_reason_codes"), pl.col("reason_codes_c").alias("challenger_reason_codes"),
+    ).sort("entity_id")
+    assert_frame_equal(flips.select(expected.columns).sort("entity_id"), expected)
+    # A flipped row into an adverse decision carries the challenger's own reasons.
+    adverse = flips.filter(pl.col("challenger_decision") == "decline")
+    assert adverse.height == 0 or adverse["challenger_reason_codes"].list.len().min() > 0
+
+    comparison = project.table(f"SELECT * FROM shadow_comparison WHERE partition_date = DATE '{day}'")
+    crosstab = comparison.filter(pl.col("section") == "crosstab").select("champion_item", "challenger_item", "rows").sort(pl.all())
+    counted = both.group_by(pl.col("decision").alias("champion_item"), pl.col("decision_c").alias("challenger_item")).agg(
+        pl.len().cast(pl.Int64).alias("rows")
+    ).sort(pl.all())
+    assert_frame_equal(crosstab, counted)
+    summary = {r["champion_item"]: r for r in comparison.filter(pl.col("section") == "summary").to_dicts()}
+    assert summary["rows_flipped"]["rows"] == flipped.height and summary["rows_compared"]["rows"] == mine.height
+    assert summary["rows_failed"]["rows"] == 0
+    rates = {r["champion_item"]: r for r in comparison.filter(pl.col("section") == "expected_event_rate").to_dicts()}
+    for decision in set(mine["decision"]):
+        assert rates[decision]["champion_value"] == pytest.approx(mine.filter(pl.col("decision") == decision)["probability"].mean())
+        own = theirs.filter(pl.col("decision") == decision)
+        if own.height:
+            assert rates[decision]["challenger_value"] == pytest.approx(own["probability"].mean())
+    delta = (both["score_c"].cast(pl.Int64) - both["score"].cast(pl.Int64)).to_numpy()
+    quantiles = {r["champion_item"]: r["challenger_value"] for r in comparison.filter(pl.col("section") == "score_delta").to_dicts()}
+    for q in (1, 5, 25, 50, 75, 95, 99):
+        assert quantiles[f"p{q:02d}"] == np.quantile(delta, q / 100, method="inverted_cdf"), q
+    assert quantiles["mean"] == pytest.approx(delta.mean()) and quantiles["mean_abs"] == pytest.approx(np.abs(delta).mean())
+
+    # The Parquet store holds the same rows as the warehouse, in the run's one version folder.
+    out = project.settings.output_dir(DEMO_JOB)
+    parquet = pl.from_arrow(pq.read_table(os.path.realpath(out / "shadow_predictions" / f"date={day}")))
+    assert sorted(parquet["entity_id"]) == sorted(theirs["entity_id"])
+    assert pl.from_arrow(pq.read_table(os.path.realpath(out / "reports/decision_flips" / f"date={day}"))).height == flipped.height
+
+
+def test_the_champion_outputs_are_identical_with_and_without_a_challenger(shadowed) -> None:
+    project, alone, _, day = shadowed
+    for table, key in (
+        ("predictions", "entity_id"), ("quarantine", "entity_id"), ("guard_actions", "entity_id"), ("drift_report", "feature"),
+        ("model_health", "measure"), ("guard_summary", "expectation"),
+    ):
+        sql = f"SELECT * EXCLUDE (run_id) FROM {table} WHERE partition_date = DATE '{day}'"
+        a, b = project.table(sql), alone.table(sql)
+        assert a.height > 0, table
+        assert_frame_equal(a.sort(pl.all()), b.sort(pl.all()), check_exact=True, check_dtypes=True)
+    sql = f"SELECT * EXCLUDE (run_id) FROM fallback_report WHERE partition_date = DATE '{day}' AND kind <> 'challenger_failed'"
+    assert_frame_equal(project.table(sql).sort(pl.all()), alone.table(sql).sort(pl.all()))
+    assert alone.table("SELECT count(*) AS n FROM shadow_predictions")["n"][0] == 0
+    challenger_row = project.table("SELECT * FROM fallback_report WHERE kind = 'challenger_failed'")
+    assert challenger_row["rows"].to_list() == [0]
+
+
+def test_the_run_page_and_the_terminal_show_the_comparison(shadowed) -> None:
+    project, alone, challenger, day = shadowed
+    flipped = project.table("SELECT count(*) AS n FROM decision_flips")["n"][0]
+    page = (project.settings.output_dir(DEMO_JOB) / "reports" / "html" / f"date={day}.html").read_text()
+    assert "Champion and challenger" in page and f"would flip <b>{flipped}</b> decisions" in page
+    assert "Champion and challenger" not in (alone.settings.output_dir(DEMO_JOB) / "reports" / "html" / f"date={day}.html").read_text()
+    aliases = project.score("aliases", DEMO_JOB).stdout
+    assert f"shadowed by challenger" in aliases and "model_aliases ledger" in aliases
+
+
+def test_promote_rollback_and_refusals_are_recorded_in_the_alias_ledger(shadowed) -> None:
+    project, _, challenger, day = shadowed
+    registry = project.settings.model_registry_dir(DEMO_JOB)
+    champion = inference_model_aliases(registry)["champion"]
+    moved = project.score("promote", DEMO_JOB, "challenger", "--by", "ana", "--note", "beat the champion for 30 nights")
+    assert f"alias champion {champion} → {challenger}" in moved.stdout
+    assert inference_model_aliases(registry) == {"champion": challenger, "challenger": challenger}
+    back = project.score("promote", DEMO_JOB, "--rollback", "--by", "ben")
+    assert f"alias champion {challenger} → {champion}" in back.stdout
+    ledger = project.table("SELECT * FROM model_aliases WHERE alias = 'champion' ORDER BY changed_at")
+    assert ledger.select("from_version", "to_version", "changed_by").rows()[-2:] == [(champion, challenger, "ana"), (challenger, champion, "ben")]
+    assert ledger["note"][-2] == "beat the champion for 30 nights" and ledger["note"][-1] == f"rolled back from {challenger}"
+    assert (ledger["job"] == DEMO_JOB).all()
+
+    # Refused: a version without a registration report, a version the job does not validate with, a bad alias name.
+    shutil.copytree(registry / challenger, registry / "77")
+    (registry / "77" / "registration.json").unlink()
+    refused = project.score("promote", DEMO_JOB, "77", ok=False)
+    assert refused.returncode == 2 and "error:" in refused.stdout and "no registration report" in refused.stdout
+    meta = registry / "77" / "metadata.json"
+    shutil.copy(registry / challenger / "registration.json", registry / "77" / "registration.json")
+    meta.write_text(meta.read_text().replace('"version": "' + challenger + '"', '"version": "77"').replace(
+        '"feature_version": "', '"feature_version": "other-', 1))
+    refused = project.score("promote", DEMO_JOB, "77", ok=False)
+    assert refused.returncode == 2 and "feature_version" in refused.stdout, refused.stdout
+    for bad in ("latest", champion, "Champion"):
+        refused = project.score("promote", DEMO_JOB, challenger, "--alias", bad, ok=False)
+        assert refused.returncode == 2 and "alias" in refused.stdout, (bad, refused.stdout)
+    unchanged = project.score("promote", DEMO_JOB, champion, ok=False)
+    assert unchanged.returncode == 2 and "already points at" in unchanged.stdout
+    assert inference_model_aliases(registry)["champion"] == champion
+    assert project.table("SELECT count(*) AS n FROM model_aliases")["n"][0] == ledger.height + 1  # + the challenger's creation
+    shutil.rmtree(registry / "77")
+
+
+def test_a_night_scored_by_the_wrong_champion_is_rescored_by_backfill_with_the_alias_in_force(shadowed) -> None:
+    project, _, challenger, day = shadowed
+    registry = project.settings.model_registry_dir(DEMO_JOB)
+    champion = inference_model_aliases(registry)["champion"]
+    project.score("promote", DEMO_JOB, challenger, "--by", "ops")
+    project.score("backfill", DEMO_JOB, "--start", day.isoformat(), "--end", day.isoformat())
+    assert set(project.table(f"SELECT model_version FROM predictions WHERE partition_date = DATE '{day}'")["model_version"]) == {challenger}
+    project.score("promote", DEMO_JOB, "--rollback")
+    project.score("backfill", DEMO_JOB, "--start", day.isoformat(), "--end", day.isoformat())
+    scored = project.table(f"SELECT model_version, run_id FROM predictions WHERE partition_date = DATE '{day}'")
+    assert set(scored["model_version"]) == {champion}
+    runs = project.table(f"SELECT run_id, model_version, status FROM runs WHERE partition_date = DATE '{day}' ORDER BY started_at")
+    assert runs.filter(pl.col("status") == "succeeded")["model_version"].to_list()[-2:] == [challenger, champion]
+    assert set(project.table(f"SELECT run_id FROM shadow_predictions WHERE partition_date = DATE '{day}'")["run_id"]) == set(scored["run_id"])
+
+
+def test_a_challenger_that_cannot_load_is_counted_or_fails_the_run_when_the_spec_says_so(demo_env: DemoEnv, prefect_harness: None, tmp_path: Path) -> None:
+    day = demo_env.plan.scoring_dates[-1]
+    counted = _project(demo_env, tmp_path / "count", champion=demo_env.plan.model_version, challenger="missing")
+    checked = counted.score("validate", DEMO_JOB)
+    assert "challenger missing cannot shadow the run" in checked.stdout
+    done = counted.score("run", DEMO_JOB, "--date", day.isoformat())
+    assert "challenger (not loaded): 0 of 0 decisions would flip" in done.stdout
+    fallback = counted.table("SELECT * FROM fallback_report WHERE kind = 'challenger_failed'").to_dicts()
+    scored = counted.table("SELECT count(*) AS n FROM predictions")["n"][0]
+    assert [r["rows"] for r in fallback] == [scored] and "missing" in fallback[0]["detail"]
+    assert counted.table("SELECT count(*) AS n FROM shadow_predictions")["n"][0] == 0
+
+    failing = _project(demo_env, tmp_path / "fail", champion=demo_env.plan.model_version, challenger="missing", failure="fail")
+    refused = failing.score("run", DEMO_JOB, "--date", day.isoformat(), ok=False)
+    assert refused.returncode == 2 and "model.challenger" in refused.stdout
+    assert not failing.settings.duckdb_path.exists() or failing.table("SELECT count(*) AS n FROM runs")["n"][0] == 0
+    assert not (failing.settings.output_dir(DEMO_JOB) / "predictions").exists()
+
+
+def test_an_alias_resolves_to_its_version_and_its_file_stays_whole(tmp_path: Path) -> None:
+    from tasks.errors import ModelArtifactError
+    from tasks.inference.aliases import inference_alias_history, inference_moved_alias
+    from tasks.inference.registry import inference_resolved_version
+
+    registry = tmp_path / "credit_risk"
+    for v in ("1", "2", "10"):
+        (registry / v).mkdir(parents=True)
+        (registry / v / "metadata.json").write_text("{}")
+    versions = ["1", "2", "10"]
+    assert inference_resolved_version(registry, "latest") == "10"
+    inference_moved_alias(registry, "champion", "2", versions=versions, changed_by="a")
+    inference_moved_alias(registry, "champion", "10", versions=versions, changed_by="b")
+    assert inference_resolved_version(registry, "champion") == "10" and inference_resolved_version(registry, "2") == "2"
+    assert [(h["from_version"], h["to_version"], h["changed_by"]) for h in inference_alias_history(registry)] == [
+        (None, "2", "a"), ("2", "10", "b")
+    ]
+    with pytest.raises(ModelArtifactError, match="no version '3'"):
+        inference_moved_alias(registry, "champion", "3", versions=versions, changed_by="c")
+    # Nothing but the one file: the temporary file of the atomic write is gone.
+    assert sorted(p.name for p in registry.iterdir() if p.is_file()) == [ALIASES_FILE]
+    (registry / ALIASES_FILE).write_text("{not json")
+    with pytest.raises(ModelArtifactError, match="is not JSON"):
+        inference_resolved_version(registry, "champion")
+
+
+def test_the_alias_ledger_on_both_warehouses(any_warehouse) -> None:
+    moved = dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.UTC)
+    any_warehouse.record_alias_change({
+        "model_name": "credit_risk", "alias": "champion", "from_version": None, "to_version": "1", "changed_by": "a",
+        "changed_at": moved, "job": "credit_risk", "note": "",
+    })
+    any_warehouse.record_alias_change({
+        "model_name": "credit_risk", "alias": "champion", "from_version": "1", "to_version": "2", "changed_by": "b",
+        "changed_at": moved + dt.timedelta(hours=1), "job": "credit_risk", "note": "better AUC",
+    })
+    rows = any_warehouse.alias_changes("credit_risk")
+    assert [(r["from_version"], r["to_version"], r["changed_by"], r["note"]) for r in rows] == [
+        (None, "1", "a", ""), ("1", "2", "b", "better AUC")
+    ]
+    assert rows[0]["changed_at"] == moved
+    assert any_warehouse.alias_changes("other") == []

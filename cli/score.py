@@ -51,12 +51,14 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
 
 
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
-    from tasks.monitoring.report import monitoring_history, realized_performance_rows, realized_performance_table
+    from tasks.monitoring.report import challenger_lines, monitoring_history, realized_performance_rows, realized_performance_table
 
     settings = with_warehouse_url(current_settings())
     history = monitoring_history(configured_warehouse(settings), job, first_date=min(dates), last_date=max(dates))
     level = load_job_spec(job, settings).monitoring.outcome_interval_level
     console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))
+    for line in challenger_lines(history):
+        console.print(Text(f"challenger: {line}"), highlight=False, soft_wrap=True)
     console.print(f"monitoring page: {settings.data_dir / 'output' / job / 'reports' / 'html' / 'monitoring.html'}")
 
 

@@ -157,6 +157,36 @@ def test_the_run_page_and_the_terminal_show_the_comparison(shadowed) -> None:
     assert f"shadowed by challenger" in aliases and "model_aliases ledger" in aliases
 
 
+def test_when_labels_land_both_models_are_compared_on_the_same_rows(shadowed) -> None:
+    from scipy.stats import mannwhitneyu
+
+    project, _, challenger, day = shadowed
+    done = project.score("outcomes", DEMO_JOB, "--start", day.isoformat(), "--end", day.isoformat())
+    line = next(x for x in done.stdout.splitlines() if x.startswith(f"challenger: {day}: champion"))
+    assert "keep the champion" in line or "promote the challenger" in line or "mixed" in line
+    rows = {r["measure"]: r for r in project.table("SELECT * FROM shadow_outcomes").to_dicts()}
+    assert set(rows) == {"auc", "brier", "ece"}
+    labels = pl.read_parquet(project.settings.labels_partition_dir(DEMO_JOB, day.isoformat()) / "*.parquet")
+    outcome = "defaulted"  # jobs/credit_risk.yaml monitoring.labels.outcome_column
+    mine = project.table(f"SELECT entity_id, probability FROM predictions WHERE partition_date = DATE '{day}'")
+    theirs = project.table(f"SELECT entity_id, probability AS challenger FROM shadow_predictions WHERE partition_date = DATE '{day}'")
+    joined = mine.join(theirs, on="entity_id").join(labels.select(pl.col("entity_id"), pl.col(outcome).alias("y")), on="entity_id")
+    y = joined["y"].to_numpy()
+    for column, side in (("probability", "champion"), ("challenger", "challenger")):
+        p = joined[column].to_numpy()
+        u = mannwhitneyu(p[y == 1], p[y == 0]).statistic
+        assert rows["auc"][side] == pytest.approx(u / ((y == 1).sum() * (y == 0).sum()), abs=1e-12), side
+        assert rows["brier"][side] == pytest.approx(float(np.mean((p - y) ** 2)), abs=1e-12), side
+    assert rows["auc"]["rows"] == joined.height and rows["auc"]["events"] == int(y.sum())
+    assert rows["auc"]["delta_low"] <= rows["auc"]["delta"] <= rows["auc"]["delta_high"]
+    assert rows["auc"]["challenger_version"] == challenger and rows["auc"]["recommendation"]
+    # Recomputed from the same rows, the comparison is the same (its bootstrap is seeded).
+    project.score("outcomes", DEMO_JOB, "--start", day.isoformat(), "--end", day.isoformat())
+    assert {r["measure"]: r for r in project.table("SELECT * FROM shadow_outcomes").to_dicts()} == rows
+    page = (project.settings.output_dir(DEMO_JOB) / "reports" / "html" / "monitoring.html").read_text()
+    assert "Champion and challenger on labels" in page
+
+
 def test_promote_rollback_and_refusals_are_recorded_in_the_alias_ledger(shadowed) -> None:
     project, _, challenger, day = shadowed
     registry = project.settings.model_registry_dir(DEMO_JOB)

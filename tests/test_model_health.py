@@ -388,7 +388,8 @@ def test_slice_counts_folded_as_they_come_equal_those_merged_at_the_end() -> Non
 def test_the_auc_interval_carries_the_hold_out_error_of_an_under_dispersed_calibrator() -> None:
     """Probabilities that keep half the risk's spread rank the rows right but read the AUC low: the
     hold-out at registration measures that error, and the partition's interval makes room for it."""
-    from tasks.monitoring.health import estimated_performance_rows, holdout_auc_check, roc_auc
+    from tasks.monitoring.health import estimated_performance_rows, holdout_auc_check
+    from tasks.monitoring.measures import exact_auc
 
     rng = np.random.default_rng(12)
 
@@ -402,7 +403,7 @@ def test_the_auc_interval_carries_the_hold_out_error_of_an_under_dispersed_calib
     p, outcome = sample(20_000)
     health = HealthAccumulator(rule_ids=("ALL",), rule_decisions=("approve",))
     health.add_decided(p, p, p, np.zeros(p.size, dtype=np.int16))
-    realized = roc_auc(outcome, p)
+    realized = exact_auc(outcome, p)
 
     def auc_row(holdout: dict | None) -> dict:
         rows = estimated_performance_rows(health, decisions=["approve"], rule_ids=["ALL"], adverse=[], level=0.99, holdout_auc=holdout)

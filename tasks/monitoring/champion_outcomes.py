@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tasks.monitoring.measures import brier_score, exact_auc
+
 MEASURES = ("auc", "brier", "ece")
 """The measures compared, in report order."""
 HIGHER_IS_BETTER = {"auc": True, "brier": False, "ece": False}
@@ -80,32 +82,6 @@ class ModelComparison:
         ]
 
 
-# --- exact measures ------------------------------------------------------------------------------
-
-
-def exact_auc(labels: np.ndarray, probability: np.ndarray) -> float:
-    """AUC by Mann–Whitney: P(p_event > p_non-event) + ½ P(tie), over all event/non-event pairs,
-    counted exactly in integers; NaN unless both classes occur."""
-    y = np.asarray(labels, dtype=np.int64)
-    positives = int(y.sum())
-    negatives = int(y.size - positives)
-    if positives == 0 or negatives == 0:
-        return float("nan")
-    _, group = np.unique(np.asarray(probability, dtype=np.float64), return_inverse=True)
-    group = group.ravel()
-    size = int(group.max()) + 1
-    pos = np.bincount(group[y == 1], minlength=size).astype(np.int64)
-    neg = np.bincount(group, minlength=size).astype(np.int64) - pos
-    below = np.cumsum(neg) - neg
-    twice_wins = 2 * int(pos @ below) + int(pos @ neg)
-    return twice_wins / (2 * positives * negatives)
-
-
-def brier_score(labels: np.ndarray, probability: np.ndarray) -> float:
-    """Mean squared difference between probability and outcome; NaN without rows."""
-    if labels.size == 0:
-        return float("nan")
-    return float(np.mean((np.asarray(probability, dtype=np.float64) - labels) ** 2))
 
 
 def ece_bin_index(probability: np.ndarray, bins: int) -> np.ndarray:
@@ -122,7 +98,6 @@ def expected_calibration_error(labels: np.ndarray, probability: np.ndarray, bins
     return float(np.abs(gap).sum() / labels.size)
 
 
-# --- the paired bootstrap ------------------------------------------------------------------------
 
 
 class _BinnedModel:
@@ -219,7 +194,6 @@ def _verdict(measure: str, low: float, high: float) -> str:
     return "challenger" if challenger_higher == HIGHER_IS_BETTER[measure] else "champion"
 
 
-# --- the sentence --------------------------------------------------------------------------------
 
 
 def _count(n: int) -> str:
@@ -294,7 +268,6 @@ def _recommendation(
     return f"no clear difference on {_count(rows)} labelled rows: keep the champion and gather more nights"
 
 
-# --- the comparison ------------------------------------------------------------------------------
 
 
 def _checked_probabilities(values: np.ndarray, name: str, rows: int) -> np.ndarray:

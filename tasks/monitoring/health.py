@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tasks.monitoring.measures import exact_auc
+
 ERROR_CAP_QUANTILE = 0.999
 """Each row's reconstruction error counts at most the reference's 99.9th percentile: a few wild rows (an
 electrical spike, a sentinel value) cannot move the mean as a broken correlation over many rows does;
@@ -96,19 +98,6 @@ def hanley_mcneil_se(auc: float, positives: float, negatives: float) -> float:
     return math.sqrt(max(variance, 0.0))
 
 
-def roc_auc(outcome: np.ndarray, probability: np.ndarray) -> float:
-    """Area under the ROC curve by the rank formula (mid-ranks for ties); NaN unless both classes occur."""
-    positives = int(outcome.sum())
-    negatives = int(outcome.size - positives)
-    if positives == 0 or negatives == 0:
-        return float("nan")
-    # scipy.stats takes ~0.9 s to import: loaded here and below, when outcomes are measured, not with the flows.
-    from scipy.stats import rankdata
-
-    ranks = rankdata(probability)
-    return float((ranks[outcome == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
-
-
 def holdout_auc_check(probability: np.ndarray, outcome: np.ndarray) -> dict[str, float]:
     """How far the expected AUC (from the calibrated probabilities alone) fell from the realized one on the
     hold-out, and the realized AUC's standard error there: the estimator's own error on labels it could
@@ -116,7 +105,7 @@ def holdout_auc_check(probability: np.ndarray, outcome: np.ndarray) -> dict[str,
     p, y = np.asarray(probability, dtype=np.float64), np.asarray(outcome, dtype=np.float64)
     weights = HealthAccumulator()
     weights.add_decided(p, p, p, np.zeros(p.size, dtype=np.int16))
-    expected, realized = binned_auc(weights.auc_weights[0], weights.auc_weights[1]), roc_auc(y, p)
+    expected, realized = binned_auc(weights.auc_weights[0], weights.auc_weights[1]), exact_auc(y, p)
     positives = float(y.sum())
     return {"expected": expected, "realized": realized, "se": hanley_mcneil_se(realized, positives, y.size - positives)}
 

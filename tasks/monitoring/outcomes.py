@@ -15,7 +15,7 @@ Per partition and model version, on the labelled rows that have an outcome:
 - the observed event rate with its Clopper–Pearson interval (`scipy.stats.binomtest(...)
   .proportion_ci`, level `monitoring.outcome_interval_level`) against the expected rate (the mean
   calibrated probability of the same rows);
-- AUC by the Mann–Whitney rank formula (mid-ranks for ties; NaN while only one class occurs);
+- AUC by the Mann–Whitney formula (ties count half; NaN while only one class occurs);
 - the Brier score, and the expected calibration error on `monitoring.calibration_bins`
   equal-width probability bins, Σ_b n_b/N · |mean probability_b − event rate_b| (the bins are
   stored, so calibration curves add up over partitions);
@@ -25,7 +25,10 @@ Per partition and model version, on the labelled rows that have an outcome:
 - each performance the scoring run estimated before labels (`model_health`, tasks/monitoring/health.py)
   beside its realized value on the labelled rows (`outcome_estimates`): a realized value outside the
   estimate's interval is `outside`, and the partition is flagged when its pooled event rate or its
-  AUC is (the model's relation to the world changed, not just its inputs).
+  AUC is (the model's relation to the world changed, not just its inputs);
+- when a challenger shadowed the partition (`shadow_predictions`), its realized AUC, Brier and ECE
+  beside the champion's on the same labelled rows, with the paired bootstrap interval of each
+  difference and a plain-language recommendation (`shadow_outcomes`, tasks/monitoring/champion_outcomes.py).
 """
 
 from __future__ import annotations
@@ -45,9 +48,12 @@ import pyarrow.parquet as pq
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.errors import LabelError
 from tasks.catalog import (
-    OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, OUTCOME_LABELS, OUTCOME_METRICS, OUTCOME_PARTITIONS, Dataset,
+    OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, OUTCOME_LABELS, OUTCOME_METRICS, OUTCOME_PARTITIONS, SHADOW_OUTCOMES,
+    Dataset,
 )
-from tasks.monitoring.health import ALL, ANY_ADVERSE, ESTIMATED, PARTITION_FLAG_MEASURES, roc_auc
+from tasks.monitoring.champion_outcomes import compared_models
+from tasks.monitoring.health import ALL, ANY_ADVERSE, ESTIMATED, PARTITION_FLAG_MEASURES
+from tasks.monitoring.measures import brier_score, exact_auc
 from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -137,7 +143,7 @@ def realized_performance(
         mask = np.isin(decision, chosen)
         realized[("precision", item)] = rate(mask)
         realized[("recall", item)] = (float(outcome[mask].sum()) / events if events else nan, int(mask.sum()))
-    realized[("auc", ALL)] = (roc_auc(outcome, labelled["probability"].to_numpy()), outcome.size)
+    realized[("auc", ALL)] = (exact_auc(outcome, labelled["probability"].to_numpy()), outcome.size)
     return realized
 
 
@@ -157,10 +163,6 @@ def estimates_against_realized(estimates: pl.DataFrame, labelled: pl.DataFrame, 
         })
     flagged = any(r["outside"] for r in rows if (r["measure"], r["item"]) in PARTITION_FLAG_MEASURES)
     return [{**r, "partition_flag": flagged} for r in rows]
-
-
-def brier_score(outcome: np.ndarray, probability: np.ndarray) -> float:
-    return float(np.mean((probability - outcome) ** 2)) if outcome.size else float("nan")
 
 
 def calibration_bins(outcome: np.ndarray, probability: np.ndarray, bins: int) -> pl.DataFrame:
@@ -235,12 +237,14 @@ def partition_outcome_tables(
     partition_date: dt.date,
     quarantined: pl.DataFrame | None = None,
     estimates: pl.DataFrame | None = None,
+    shadow: pl.DataFrame | None = None,
 ) -> PartitionOutcomes:
     """Join the partition's labels to its predictions and compute every outcome table of it.
 
     `labels` may hold several rows per entity (they are deduplicated here); `baseline_scores`
     holds (score, rows) of the trailing window's predictions; `quarantined` the entity ids the
-    partition read but did not score; `estimates` the partition's `model_health` rows.
+    partition read but did not score; `estimates` the partition's `model_health` rows; `shadow` the
+    challenger's (entity_id, probability, model_version) when one shadowed the partition.
     """
     job, config = spec.name, spec.monitoring
     unique, duplicates = deduplicated_labels(labels)
@@ -297,7 +301,7 @@ def partition_outcome_tables(
             "observed_low": low, "observed_high": high, "interval_level": config.outcome_interval_level,
             "expected_rate": expected, "expected_events": float(probability.sum()),
             "expected_within_interval": bool(low <= expected <= high) if rows.height else None,
-            "auc": roc_auc(outcome, probability), "brier": brier_score(outcome, probability),
+            "auc": exact_auc(outcome, probability), "brier": brier_score(outcome, probability),
             "ece": expected_calibration_error(bins),
             "psi_score": drift_metrics(baseline, current)["psi"] if baseline.total else float("nan"),
             "psi_baseline_rows": baseline.total,
@@ -337,8 +341,39 @@ def partition_outcome_tables(
             OUTCOME_CALIBRATION.table: table(OUTCOME_CALIBRATION, calibration),
             OUTCOME_DECISIONS.table: table(OUTCOME_DECISIONS, decision_rows),
             OUTCOME_ESTIMATES.table: table(OUTCOME_ESTIMATES, estimate_rows),
+            SHADOW_OUTCOMES.table: table(SHADOW_OUTCOMES, shadow_outcome_rows(labelled, shadow, key=key, level=config.outcome_interval_level,
+                                                                             bins=config.calibration_bins)),
         }
     )
+
+
+SHADOW_RESAMPLES = 400
+"""Paired bootstrap resamples of the champion/challenger differences; seeded, so an outcomes run
+recomputed from the same rows stores the same intervals."""
+
+
+def shadow_outcome_rows(
+    labelled: pl.DataFrame, shadow: pl.DataFrame | None, *, key: dict[str, Any], level: float, bins: int
+) -> list[dict[str, Any]]:
+    """Champion against challenger on the labelled rows both scored: one row per measure (AUC, Brier, ECE)."""
+    if shadow is None or not shadow.height or not labelled.height:
+        return []
+    both = labelled.join(shadow.select("entity_id", pl.col("probability").alias("challenger_probability"),
+                                       pl.col("model_version").alias("challenger_version")), on="entity_id", how="inner")
+    if not both.height:
+        return []
+    compared = compared_models(
+        both["outcome"].to_numpy().astype(np.int64), both["probability"].to_numpy(), both["challenger_probability"].to_numpy(),
+        level=level, resamples=SHADOW_RESAMPLES, seed=0, ece_bins=bins,
+    )
+    versions = {
+        "champion_version": ",".join(sorted(both["model_version"].unique().to_list())),
+        "challenger_version": ",".join(sorted(both["challenger_version"].unique().to_list())),
+    }
+    return [
+        {**key, **versions, "rows": compared.rows, "events": compared.events, **row, "recommendation": compared.recommendation}
+        for row in compared.rows_long()
+    ]
 
 
 def partition_labels(warehouse: Warehouse, spec: JobSpec, labels_dir: Path, partition_date: dt.date) -> pl.DataFrame:
@@ -371,8 +406,10 @@ def ingested_outcomes(
     )
     quarantined = pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date))
     estimates = pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date))
+    shadow = pl.from_arrow(warehouse.partition_shadow_predictions(spec.name, partition_date))
     outcomes = partition_outcome_tables(
-        predictions, labels, baseline_scores, spec, partition_date=partition_date, quarantined=quarantined, estimates=estimates
+        predictions, labels, baseline_scores, spec, partition_date=partition_date, quarantined=quarantined, estimates=estimates,
+        shadow=shadow,
     )
     warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables=outcomes.tables)
     return outcomes

@@ -28,7 +28,7 @@ from rich.table import Table
 
 from tasks.catalog import (
     DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, OUTCOME_METRICS, OUTCOME_PARTITIONS,
-    SLICE_MONITORING, Dataset,
+    SHADOW_OUTCOMES, SLICE_MONITORING, Dataset,
 )
 from tasks.monitoring.health_report import attribution_section, estimated_vs_realized_section, multivariate_section, slices_section
 # The run report's page style, so both pages of a job read alike.
@@ -61,6 +61,7 @@ class MonitoringHistory:
     model_health: pl.DataFrame
     estimates: pl.DataFrame
     slices: pl.DataFrame
+    shadow_outcomes: pl.DataFrame
 
 
 def monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> MonitoringHistory:
@@ -82,6 +83,7 @@ def monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, l
         model_health=pl.from_arrow(warehouse.model_health_rows(job, first_date, last_date)),
         estimates=rows(OUTCOME_ESTIMATES),
         slices=rows(SLICE_MONITORING),
+        shadow_outcomes=rows(SHADOW_OUTCOMES),
     )
 
 
@@ -347,6 +349,47 @@ def _precision_section(history: MonitoringHistory, adverse: Sequence[str]) -> st
     )
 
 
+def challenger_lines(history: MonitoringHistory) -> list[str]:
+    """Per labelled partition a challenger shadowed: both models' AUC, the differences' intervals and the recommendation."""
+    lines = []
+    for (day,), rows in history.shadow_outcomes.group_by(["partition_date"], maintain_order=True):
+        by = {r["measure"]: r for r in rows.iter_rows(named=True)}
+        first = next(iter(by.values()))
+        measures = ", ".join(
+            f"{m} {by[m]['champion']:.4f} → {by[m]['challenger']:.4f} (Δ {by[m]['delta']:+.4f}, {_interval_text_plain(by[m])})"
+            for m in ("auc", "brier", "ece") if m in by
+        )
+        lines.append(
+            f"{day}: champion {first['champion_version']} vs challenger {first['challenger_version']} on {first['rows']} labelled rows: "
+            f"{measures}; {first['recommendation']}"
+        )
+    return lines
+
+
+def _interval_text_plain(row: dict[str, Any]) -> str:
+    low, high = row["delta_low"], row["delta_high"]
+    return "no interval" if low is None or high is None or math.isnan(low) or math.isnan(high) else f"{low:+.4f} to {high:+.4f}"
+
+
+def _challenger_section(history: MonitoringHistory) -> str:
+    if not history.shadow_outcomes.height:
+        return ""
+    rows = [
+        "<tr>" + _cells([r["partition_date"], r["champion_version"], r["challenger_version"], r["measure"], r["rows"],
+                         r["champion"], r["challenger"], r["delta"], _interval_text_plain(r), r["better"]]) + "</tr>"
+        for r in history.shadow_outcomes.iter_rows(named=True)
+    ]
+    recommendations = "".join(f"<li>{_e(line)}</li>" for line in challenger_lines(history))
+    return (
+        "<h2>Champion and challenger on labels</h2>"
+        '<p class="muted">Both models on the same labelled rows (table <code>shadow_outcomes</code>); the difference is the '
+        "challenger's minus the champion's, with its paired bootstrap interval.</p>"
+        + _table(["partition", "champion", "challenger", "measure", "rows", "champion value", "challenger value", "difference",
+                  "interval", "better"], rows)
+        + f"<ul>{recommendations}</ul>"
+    )
+
+
 def _labels_section(history: MonitoringHistory) -> str:
     body = []
     for r in history.partitions.sort("partition_date").iter_rows(named=True):
@@ -417,6 +460,7 @@ def monitoring_page_html(
         + _precision_section(history, adverse)
         + _labels_section(history)
         + _flags_section(history)
+        + _challenger_section(history)
         + estimated_vs_realized_section(history.estimates, history.model_health, _figure, _png, _figure_html)
         + attribution_section(history.model_health, _figure, _png, _figure_html)
         + multivariate_section(history.model_health, _figure, _png, _figure_html)

@@ -36,6 +36,7 @@ from tasks.catalog import (
     PARTITION_DATASETS,
     PREDICTION_GROUP_SCHEMA,
     PREDICTION_SCHEMA,
+    SHADOW_PREDICTIONS,
     WAREHOUSE_DATASETS,
     Dataset,
     warehouse_dataset,
@@ -474,6 +475,15 @@ class Warehouse(ABC):
         schema = pa.schema([PREDICTION_SCHEMA.field(c) for c in columns])
         return self._read_arrow(
             "predictions", schema, f"SELECT {', '.join(_quoted(c) for c in columns)} FROM predictions WHERE {_PARTITION_KEY}",
+            {"job": job, "partition_date": partition_date},
+        )
+
+    def partition_shadow_predictions(self, job: str, partition_date: Any) -> pa.Table:
+        """The challenger's (entity_id, probability, model_version) of (job, partition_date); no rows without one."""
+        schema = pa.schema([SHADOW_PREDICTIONS.schema.field(c) for c in ("entity_id", "probability", "model_version")])
+        return self._read_arrow(
+            "shadow_predictions", schema,
+            f"SELECT entity_id, probability, model_version FROM shadow_predictions WHERE {_PARTITION_KEY}",
             {"job": job, "partition_date": partition_date},
         )
 

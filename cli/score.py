@@ -532,7 +532,10 @@ def _validated_summary(validated: ValidatedJob) -> list[str]:
         f"  suite {validated.suite.path}: {len(validated.suite.order)} expectations",
         f"  features {getattr(spec, 'feature_module', None) or 'of the spec'}: version {validated.features.FEATURE_VERSION}, "
         f"{len(validated.features.FEATURES)} features",
-        f"  model {meta.name} {meta.version} ({meta.framework}, sha256 {meta.sha256[:12]}…), {len(meta.features)} features",
+        f"  model {meta.name} {meta.version}" + (f" (named {spec.model.version})" if spec.model.version not in (meta.version, "latest") else "")
+        + f" ({meta.framework}, sha256 {meta.sha256[:12]}…), {len(meta.features)} features",
+        *([f"  challenger {spec.model.challenger}: shadow-scored in the same pass (model.challenger_failure: {spec.model.challenger_failure})"]
+          if spec.model.challenger else []),
         *(f"  feature model {ref.name} {a.metadata.version} → {ref.output_feature}" for ref, a in validated.feature_models),
         f"  reason codes: {len(spec.prediction.reasons.codes)}, one per model feature",
         (f"  raw partition {validated.raw}: {validated.raw_files} "

@@ -299,3 +299,98 @@ def test_the_alias_ledger_on_both_warehouses(any_warehouse) -> None:
     ]
     assert rows[0]["changed_at"] == moved
     assert any_warehouse.alias_changes("other") == []
+
+
+def _subset_challenger(settings: Settings, champion: str) -> tuple[str, tuple[str, ...]]:
+    """A challenger trained on the champion's hold-out rows' inputs without two features, in reversed order."""
+    import json
+
+    from tasks.demo.training import fitted_booster
+    from tasks.jobs.registration import job_model_inputs, registered_model_version
+
+    registry = settings.model_registry_dir(DEMO_JOB)
+    meta = json.loads((registry / champion / "metadata.json").read_text())
+    first = dt.date.fromisoformat(meta["training"]["window_start"])
+    raw = pl.read_parquet(settings.raw_partition_dir(DEMO_JOB, first.isoformat()) / "*.parquet")
+    labels = pl.read_parquet(settings.labels_partition_dir(DEMO_JOB, first.isoformat()) / "*.parquet")
+    inputs = job_model_inputs(DEMO_JOB, raw.join(labels.select("entity_id", "defaulted"), on="entity_id"), settings=settings, labelled=True)
+    frame = inputs.frame()
+    names = tuple(reversed(meta["features"][2:]))
+    x, y = frame.select(names).to_numpy().astype(np.float32), frame["outcome"].to_numpy().astype(np.float32)
+    booster = fitted_booster(x[::2], y[::2], names=names, seed=3)
+    model = settings.data_dir / "subset.ubj"
+    booster.save_model(str(model))
+    report = registered_model_version(
+        model, registry_dir=registry, version="50", feature_version=meta["feature_version"], features=names,
+        holdout_features=x[1::2], holdout_outcomes=y[1::2],
+    )
+    return report.version, names
+
+
+def test_the_split_pass_and_a_subset_challenger_stage_what_the_one_pass_does(demo_env: DemoEnv, tmp_path: Path) -> None:
+    """A challenger taking a subset of the job's inputs in its own order is handed its columns; a unit cut
+    in two at the layer boundary stages the same shadow predictions and flips as its one pass."""
+    import tasks.scoring.unit_pass as unit_pass
+    from tasks.scoring.prepared import prepared_job
+    from tasks.scoring.units import planned_work_units
+    from tasks.sinks.parquet_store import output_dirs, staging_dir
+
+    day = demo_env.plan.scoring_dates[-1]
+    project = _project(demo_env, tmp_path, champion=demo_env.plan.model_version, challenger=None)
+    version, names = _subset_challenger(project.settings, demo_env.plan.model_version)
+    project = _project(demo_env, tmp_path, champion=demo_env.plan.model_version, challenger=version)
+    prepared = prepared_job(DEMO_JOB, day, project.settings)
+    assert prepared.challenger is not None and prepared.challenger_error is None
+    assert [prepared.model_features[i] for i in prepared.challenger_columns] == list(names)
+    dirs = output_dirs(project.settings, DEMO_JOB)
+    args = {"partition_date": day, "dirs": dirs}
+    one = [unit_pass.scored_unit(prepared, u, run_id="one", chunk_rows=500, **args)
+           for u in planned_work_units(prepared, run_id="one", chunk_rows=500, dirs=dirs)]
+    inferred = [unit_pass.inferred_unit(prepared, u, run_id="two", chunk_rows=500, **args)
+                for u in planned_work_units(prepared, run_id="two", chunk_rows=500, dirs=dirs)]
+    assert sorted(staging_dir(dirs.inference_handoff, "two").glob("chunk-*-shadow.arrow"))
+    two = [unit_pass.predicted_unit(prepared.prediction_plan, u, run_id="two", **args) for u in inferred]
+    assert not list(staging_dir(dirs.inference_handoff, "two").glob("*.arrow"))
+    for dataset in ("shadow_predictions", "decision_flips"):
+        a, b = (pl.read_parquet(staging_dir(getattr(dirs, dataset), run) / "*.parquet").drop("run_id").sort("entity_id") for run in ("one", "two"))
+        assert a.height > 0, dataset
+        assert_frame_equal(a, b)
+    shadow = pl.read_parquet(staging_dir(dirs.shadow_predictions, "one") / "*.parquet")
+    assert set(shadow["model_version"]) == {version} and set(shadow["alias"]) == {version}
+    assert sum(int(u.prediction.shadow.rows.sum()) for u in one) == sum(int(u.shadow.rows.sum()) for u in two) == shadow.height
+
+
+def test_a_challenger_failing_on_a_chunk_is_counted_and_the_champion_scores_it(demo_env: DemoEnv, tmp_path: Path, monkeypatch) -> None:
+    from tasks.scoring.prepared import prepared_job
+    from tasks.scoring.summary import score_partition_chunks
+    from tasks.sinks.parquet_store import output_dirs, staging_dir
+
+    day = demo_env.plan.scoring_dates[-1]
+    project = _project(demo_env, tmp_path / "p", champion=demo_env.plan.model_version, challenger=None)
+    version = registered_demo_challenger(project.settings, champion=demo_env.plan.model_version)
+    results = {}
+    for failure in ("count", "fail"):
+        project = _project(demo_env, tmp_path / "p", champion=demo_env.plan.model_version, challenger=version, failure=failure)
+        prepared = prepared_job(DEMO_JOB, day, project.settings)
+        real = prepared.challenger.engine.inference_outputs
+
+        def broken(batch, real=real):
+            if batch.chunk_id == 1:
+                raise RuntimeError("the challenger's device fell over")
+            return real(batch)
+
+        monkeypatch.setattr(prepared.challenger.engine, "inference_outputs", broken)
+        dirs = output_dirs(project.settings, DEMO_JOB)
+        if failure == "fail":
+            with pytest.raises(RuntimeError, match="fell over"):
+                score_partition_chunks(prepared, run_id="fail", partition_date=day, chunk_rows=1000, dirs=dirs)
+            continue
+        summary = score_partition_chunks(prepared, run_id="count", partition_date=day, chunk_rows=1000, dirs=dirs)
+        results[failure] = summary
+    summary = results["count"]
+    row = next(r for r in summary.fallback_report if r["kind"] == "challenger_failed")
+    shadowed = pl.read_parquet(staging_dir(dirs.shadow_predictions, "count") / "*.parquet").height
+    assert row["rows"] == summary.rows_scored - shadowed > 0 and "chunk 1" in row["detail"] and "fell over" in row["detail"]
+    assert pl.read_parquet(staging_dir(dirs.predictions, "count") / "*.parquet").height == summary.rows_scored
+    failed = next(r for r in summary.shadow_comparison if r["champion_item"] == "rows_failed")
+    assert failed["rows"] == row["rows"]

@@ -245,7 +245,18 @@ def _challenger_notes(
         return []
     artifact, found = _artifact(registry, spec.model.challenger, spec_path, "model.challenger")
     if artifact is not None:
-        found += _scoring_metadata_problems(artifact, spec, spec_path, features)
+        # A challenger may take a subset of the job's model inputs, in its own order; the pass hands it its columns.
+        found += _scoring_metadata_problems(artifact, spec, spec_path, None)
+        meta = artifact.metadata
+        if features is not None and meta.feature_version != features.FEATURE_VERSION:
+            found.append(JobProblem(artifact.directory / "metadata.json", "feature_version", (
+                f"the challenger was trained on feature_version {meta.feature_version!r}, the job computes {features.FEATURE_VERSION!r}"
+            )))
+        missing = [f for f in meta.features if features is not None and f not in _model_features(spec, features)]
+        if missing:
+            found.append(JobProblem(artifact.directory / "metadata.json", "features", (
+                f"the challenger takes features the job does not compute: {missing}"
+            )))
     if spec.model.challenger_failure == "fail":
         problems += found
         return []

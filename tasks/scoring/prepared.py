@@ -59,13 +59,14 @@ class PredictionPlan:
 
 @dataclass(frozen=True)
 class ChallengerPlan:
-    """The challenger's side of the prediction: its own calibration and reason texts, the same rules."""
+    """The challenger's side of the prediction: its own calibration and contributions, the job's rules and
+    reason wording (banded on the champion's training medians, so both models' reasons read alike; a
+    challenger without some of the job's inputs would have no median of them to band on)."""
 
     named: str
     """The alias or version the job named it by (`model.challenger`)."""
     version: str
     probability_map: ProbabilityMap
-    reason_texts: ReasonTexts
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,6 @@ def _with_challenger(prepared: PreparedJob, settings: Settings) -> PreparedJob:
         plan = ChallengerPlan(
             named=spec.model.challenger, version=meta.version,
             probability_map=ProbabilityMap(predict_calibrator_from_metadata(meta.calibration), spec.prediction.interval_level),
-            reason_texts=_reason_texts(challenger, spec, feature_kinds(features), feature_categories(features)),
         )
     except (ScoringError, ValueError) as exc:
         if spec.model.challenger_failure == "fail":

@@ -389,7 +389,7 @@ def _shadow_predicted_chunk(
     table = predict_output(
         decided, contributions, plan.config,
         run_id=run_id, job=plan.job, partition_date=partition_date, feature_version=plan.feature_version,
-        reason_texts=plan.challenger.reason_texts,
+        reason_texts=plan.reason_texts,
     ).table
     table = table.append_column(SHADOW_PREDICTIONS.schema.field("alias"), pa.array([plan.challenger.named] * table.num_rows, pa.string()))
     write_staged_chunk(dirs.shadow_predictions, run_id, chunk_id, table)

@@ -359,6 +359,16 @@ def test_the_split_pass_and_a_subset_challenger_stage_what_the_one_pass_does(dem
     assert set(shadow["model_version"]) == {version} and set(shadow["alias"]) == {version}
     assert sum(int(u.prediction.shadow.rows.sum()) for u in one) == sum(int(u.shadow.rows.sum()) for u in two) == shadow.height
 
+    # A worker that resolved an alias after it moved refuses to score the run's units with other models.
+    from tasks.errors import ModelArtifactError
+    from tasks.scoring.partition_run import pinned_versions, run_ticket
+
+    ticket = run_ticket(prepared, run_id="one", partition_date=day, chunk_rows=500)
+    assert ticket.challenger_version == version
+    pinned_versions(prepared, ticket)
+    with pytest.raises(ModelArtifactError, match="an alias moved during the run"):
+        pinned_versions(prepared, ticket.model_copy(update={"challenger_version": "1"}))
+
 
 def test_a_challenger_failing_on_a_chunk_is_counted_and_the_champion_scores_it(demo_env: DemoEnv, tmp_path: Path, monkeypatch) -> None:
     from tasks.scoring.prepared import prepared_job

@@ -16,7 +16,7 @@ from prefect.utilities.annotations import quote
 
 from flows.steps.task_runners import inference_runs_apart, inference_task_resources
 from flows.steps.blocks import run_warehouse, with_warehouse_url
-from tasks.scoring.partition_run import RunTicket
+from tasks.scoring.partition_run import RunTicket, pinned_versions
 from tasks.scoring.progress import reported_progress
 from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job
 from tasks.scoring.summary import ScoringSummary, scoring_summary
@@ -38,7 +38,9 @@ def prepared_run_job(run_id: str, job: str, partition_date: dt.date, settings_js
 
 
 def _run_job(ticket: RunTicket) -> PreparedJob:
-    return prepared_run_job(ticket.run_id, ticket.job, ticket.partition_date, current_settings().model_dump_json())
+    prepared = prepared_run_job(ticket.run_id, ticket.job, ticket.partition_date, current_settings().model_dump_json())
+    pinned_versions(prepared, ticket)
+    return prepared
 
 
 def _unit_args(ticket: RunTicket) -> dict:

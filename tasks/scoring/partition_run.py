@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from tasks.errors import user_facing_error
+from tasks.errors import ModelArtifactError, user_facing_error
 from tasks.monitoring.health import health_headline
 from tasks.monitoring.shadow import shadow_headline
 from tasks.reports.html_report import run_report_html
@@ -48,6 +48,8 @@ class RunTicket(BaseModel):
     feature_version: str
     delta_sink: DeltaSink | None = None
     """The Delta sink of the spec the run was prepared with: its publish writes there."""
+    challenger_version: str | None = None
+    """The version the job's challenger (`model.challenger`, maybe an alias) resolved to when the run started."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,21 @@ def run_ticket(prepared: PreparedJob, *, run_id: str, partition_date: dt.date, c
         run_id=run_id, job=prepared.spec.name, partition_date=partition_date,
         chunk_rows=chunk_rows or prepared.spec.chunk_rows, model_name=meta.name, model_version=meta.version,
         feature_version=prepared.features.FEATURE_VERSION, delta_sink=prepared.spec.sinks.delta,
+        challenger_version=prepared.challenger_plan.version if prepared.challenger_plan else None,
     )
+
+
+def pinned_versions(prepared: PreparedJob, ticket: RunTicket) -> None:
+    """Refuse a worker's job whose model versions are not the run's: an alias moved between the run's
+    start and this worker's load, and the partition would be scored by two models."""
+    meta = prepared.model.engine.metadata
+    challenger = prepared.challenger_plan.version if prepared.challenger_plan else None
+    if (meta.version, challenger) != (ticket.model_version, ticket.challenger_version):
+        raise ModelArtifactError(
+            f"run {ticket.run_id} of {ticket.job} {ticket.partition_date} started with model {ticket.model_name} "
+            f"{ticket.model_version} (challenger {ticket.challenger_version}), but this worker loaded {meta.version} "
+            f"(challenger {challenger}): an alias moved during the run; score the partition again"
+        )
 
 
 def run_lease(warehouse: Warehouse, settings: Settings, run_id: str, job: str, partition_date: dt.date) -> PartitionLease:

@@ -134,6 +134,15 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def added_shares(runs: dict[str, list[float]], variant: str, base: str) -> tuple[float, float]:
+    """What `variant` adds to `base`'s wall, as a share of it: by the medians, and by the median of each
+    round's own ratio (each round runs the variants back to back, so that one is less moved by the
+    machine's drift over the bench than the ratio of the medians)."""
+    added = (median(runs[variant]) - median(runs[base])) / median(runs[base])
+    paired = median([(v - b) / b for v, b in zip(runs[variant], runs[base], strict=True)])
+    return added, paired
+
+
 def emit(record: dict) -> None:
     print(json.dumps(record, default=str), flush=True)
 

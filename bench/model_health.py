@@ -20,7 +20,9 @@ import sys
 from pathlib import Path
 
 from _data import DEMO_JOB, add_data_arguments, data_from_args
-from _harness import SCORE, add_api_argument, add_repeat_argument, checked, child_env, emit, measured_child, median, prefect_api, print_table
+from _harness import (
+    SCORE, add_api_argument, add_repeat_argument, added_shares, checked, child_env, emit, measured_child, median, prefect_api, print_table,
+)
 
 GOAL = 0.10
 """Largest added share of `score run`'s wall."""
@@ -71,10 +73,7 @@ def main() -> None:
                 runs[v].append(round(run.wall_s, 3))
                 print(f"round {i + 1}/{args.repeat}: {v} {run.wall_s:.2f} s", file=sys.stderr, flush=True)
     walls = {v: median(r) for v, r in runs.items()}
-    added = (walls["on"] - walls["off"]) / walls["off"]
-    # Each round runs the variants back to back: the median of the rounds' own ratios is less moved by
-    # the machine's drift over the bench (several seconds here) than the ratio of the medians.
-    paired = median([(on - off) / off for on, off in zip(runs["on"], runs["off"], strict=True)])
+    added, paired = added_shares(runs, "on", "off")
     figure = {"bench": "model_health", "rows": data.rows, "repeat": args.repeat, "wall_off_s": walls["off"], "wall_on_s": walls["on"],
               "added": round(added, 3), "added_paired": round(paired, 3), "goal": GOAL,
               "ok": max(added, paired) <= GOAL, "runs": runs}

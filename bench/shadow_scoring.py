@@ -19,7 +19,9 @@ import shutil
 import sys
 
 from _data import DEMO_JOB, add_data_arguments, data_from_args
-from _harness import SCORE, add_api_argument, add_repeat_argument, checked, child_env, emit, measured_child, median, prefect_api, print_table
+from _harness import (
+    SCORE, add_api_argument, add_repeat_argument, added_shares, checked, child_env, emit, measured_child, median, prefect_api, print_table,
+)
 
 GOAL = 0.6
 """Largest added share of the champion-only `score run`'s wall."""
@@ -59,10 +61,7 @@ def main() -> None:
     finally:
         shutil.rmtree(registry / challenger, ignore_errors=True)
     walls = {v: median(r) for v, r in runs.items()}
-    added = (walls["shadowed"] - walls["champion"]) / walls["champion"]
-    # Each round runs the variants back to back: the median of the rounds' own ratios is less moved by
-    # the machine's drift over the bench than the ratio of the medians.
-    paired = median([(s - c) / c for s, c in zip(runs["shadowed"], runs["champion"], strict=True)])
+    added, paired = added_shares(runs, "shadowed", "champion")
     emit({"bench": "shadow_scoring", "rows": data.rows, "repeat": args.repeat, "challenger": challenger,
           "wall_champion_s": walls["champion"], "wall_shadowed_s": walls["shadowed"], "added": round(added, 3),
           "added_paired": round(paired, 3), "goal": GOAL, "ok": max(added, paired) <= GOAL, "runs": runs})

@@ -54,8 +54,11 @@ def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
     from tasks.monitoring.report import challenger_lines, monitoring_history, realized_performance_rows, realized_performance_table
 
     settings = with_warehouse_url(current_settings())
-    history = monitoring_history(configured_warehouse(settings), job, first_date=min(dates), last_date=max(dates))
-    level = load_job_spec(job, settings).monitoring.outcome_interval_level
+    monitoring = load_job_spec(job, settings).monitoring
+    level = monitoring.outcome_interval_level
+    history = monitoring_history(
+        configured_warehouse(settings), job, first_date=min(dates), last_date=max(dates), level=level, bins=monitoring.calibration_bins,
+    )
     console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))
     for line in challenger_lines(history):
         console.print(Text(f"challenger: {line}"), highlight=False, soft_wrap=True)

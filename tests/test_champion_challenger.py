@@ -154,7 +154,10 @@ def test_the_run_page_and_the_terminal_show_the_comparison(shadowed) -> None:
     assert "Champion and challenger" in page and f"would flip <b>{flipped}</b> decisions" in page
     assert "Champion and challenger" not in (alone.settings.output_dir(DEMO_JOB) / "reports" / "html" / f"date={day}.html").read_text()
     aliases = project.score("aliases", DEMO_JOB).stdout
-    assert f"shadowed by challenger" in aliases and "model_aliases ledger" in aliases
+    assert "shadowed by challenger" in aliases and "model_aliases ledger" in aliases
+    project.score("card", DEMO_JOB)
+    card = (project.settings.output_dir(DEMO_JOB) / "model_card.md").read_text()
+    assert "shadowed by challenger challenger" in card and f"challenger → {challenger}" in card
 
 
 def test_when_labels_land_both_models_are_compared_on_the_same_rows(shadowed) -> None:
@@ -184,7 +187,10 @@ def test_when_labels_land_both_models_are_compared_on_the_same_rows(shadowed) ->
     project.score("outcomes", DEMO_JOB, "--start", day.isoformat(), "--end", day.isoformat())
     assert {r["measure"]: r for r in project.table("SELECT * FROM shadow_outcomes").to_dicts()} == rows
     page = (project.settings.output_dir(DEMO_JOB) / "reports" / "html" / "monitoring.html").read_text()
-    assert "Champion and challenger on labels" in page
+    assert "Champion and challenger on labels" in page and f"pooled {day}..{day}" in page
+    # Pooled over the range (one partition here), the comparison is the partition's own.
+    pooled = next(x for x in done.stdout.splitlines() if x.startswith("challenger: pooled over 1 partition(s)"))
+    assert line.split(" labelled rows: ", 1)[1] == pooled.split(" labelled rows: ", 1)[1]
 
 
 def test_promote_rollback_and_refusals_are_recorded_in_the_alias_ledger(shadowed) -> None:

@@ -358,8 +358,9 @@ def shadow_outcome_rows(
     """Champion against challenger on the labelled rows both scored: one row per measure (AUC, Brier, ECE)."""
     if shadow is None or not shadow.height or not labelled.height:
         return []
+    # In entity order: the bootstrap draws by position, so the same rows give the same intervals however they were read.
     both = labelled.join(shadow.select("entity_id", pl.col("probability").alias("challenger_probability"),
-                                       pl.col("model_version").alias("challenger_version")), on="entity_id", how="inner")
+                                       pl.col("model_version").alias("challenger_version")), on="entity_id", how="inner").sort("entity_id")
     if not both.height:
         return []
     compared = compared_models(

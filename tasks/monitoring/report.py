@@ -33,7 +33,8 @@ from tasks.catalog import (
 from tasks.monitoring.health_report import attribution_section, estimated_vs_realized_section, multivariate_section, slices_section
 # The run report's page style, so both pages of a job read alike.
 from tasks.reports.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
-from tasks.monitoring.outcomes import ANY_ADVERSE, event_rate_interval
+from tasks.monitoring.champion_outcomes import compared_models
+from tasks.monitoring.outcomes import ANY_ADVERSE, SHADOW_RESAMPLES, event_rate_interval
 from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -62,9 +63,33 @@ class MonitoringHistory:
     estimates: pl.DataFrame
     slices: pl.DataFrame
     shadow_outcomes: pl.DataFrame
+    pooled_comparisons: list[dict[str, Any]]
+    """Champion against challenger on every labelled row of the range, per (champion, challenger) version pair (`pooled_comparisons`)."""
 
 
-def monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> MonitoringHistory:
+def pooled_comparisons(rows: pl.DataFrame, *, level: float, bins: int) -> list[dict[str, Any]]:
+    """Champion against challenger on the labelled rows of many partitions at once, per (champion, challenger)
+    version pair: one night rarely has the rows to tell two good models apart, a month often does."""
+    out = []
+    for (champion, challenger), pair in rows.group_by(["champion_version", "challenger_version"], maintain_order=True):
+        compared = compared_models(
+            pair["outcome"].to_numpy().astype(np.int64), pair["champion"].to_numpy(), pair["challenger"].to_numpy(),
+            level=level, resamples=SHADOW_RESAMPLES, seed=0, ece_bins=bins,
+        )
+        out.append({
+            "champion_version": champion, "challenger_version": challenger, "partitions": pair["partition_date"].n_unique(),
+            "first_date": pair["partition_date"].min(), "last_date": pair["partition_date"].max(), "rows": compared.rows,
+            "events": compared.events, "measures": compared.rows_long(), "recommendation": compared.recommendation,
+        })
+    return out
+
+
+def monitoring_history(
+    warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date, level: float = 0.95, bins: int = 10
+) -> MonitoringHistory:
+    """The job's monitoring rows of the range; `level` and `bins` (the spec's `monitoring.outcome_interval_level`
+    and `calibration_bins`) are those of the pooled champion/challenger comparison."""
+
     def rows(dataset: Dataset) -> pl.DataFrame:
         return pl.from_arrow(warehouse.monitoring_rows(dataset.table, job=job, first_date=first_date, last_date=last_date))
 
@@ -84,6 +109,9 @@ def monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, l
         estimates=rows(OUTCOME_ESTIMATES),
         slices=rows(SLICE_MONITORING),
         shadow_outcomes=rows(SHADOW_OUTCOMES),
+        pooled_comparisons=pooled_comparisons(
+            pl.from_arrow(warehouse.labelled_shadow_rows(job, first_date=first_date, last_date=last_date)), level=level, bins=bins,
+        ),
     )
 
 
@@ -349,19 +377,29 @@ def _precision_section(history: MonitoringHistory, adverse: Sequence[str]) -> st
     )
 
 
+def _measures_text(by: dict[str, dict[str, Any]]) -> str:
+    return ", ".join(
+        f"{m} {by[m]['champion']:.4f} → {by[m]['challenger']:.4f} (Δ {by[m]['delta']:+.4f}, {_interval_text_plain(by[m])})"
+        for m in ("auc", "brier", "ece") if m in by
+    )
+
+
 def challenger_lines(history: MonitoringHistory) -> list[str]:
-    """Per labelled partition a challenger shadowed: both models' AUC, the differences' intervals and the recommendation."""
+    """Per labelled partition a challenger shadowed, then pooled over the range: both models' AUC, Brier and
+    ECE, the differences' intervals and the recommendation."""
     lines = []
     for (day,), rows in history.shadow_outcomes.group_by(["partition_date"], maintain_order=True):
         by = {r["measure"]: r for r in rows.iter_rows(named=True)}
         first = next(iter(by.values()))
-        measures = ", ".join(
-            f"{m} {by[m]['champion']:.4f} → {by[m]['challenger']:.4f} (Δ {by[m]['delta']:+.4f}, {_interval_text_plain(by[m])})"
-            for m in ("auc", "brier", "ece") if m in by
-        )
         lines.append(
             f"{day}: champion {first['champion_version']} vs challenger {first['challenger_version']} on {first['rows']} labelled rows: "
-            f"{measures}; {first['recommendation']}"
+            f"{_measures_text(by)}; {first['recommendation']}"
+        )
+    for pooled in history.pooled_comparisons:
+        lines.append(
+            f"pooled over {pooled['partitions']} partition(s) {pooled['first_date']}..{pooled['last_date']}: champion "
+            f"{pooled['champion_version']} vs challenger {pooled['challenger_version']} on {pooled['rows']} labelled rows: "
+            f"{_measures_text({r['measure']: r for r in pooled['measures']})}; {pooled['recommendation']}"
         )
     return lines
 
@@ -378,6 +416,10 @@ def _challenger_section(history: MonitoringHistory) -> str:
         "<tr>" + _cells([r["partition_date"], r["champion_version"], r["challenger_version"], r["measure"], r["rows"],
                          r["champion"], r["challenger"], r["delta"], _interval_text_plain(r), r["better"]]) + "</tr>"
         for r in history.shadow_outcomes.iter_rows(named=True)
+    ] + [
+        "<tr>" + _cells([f"pooled {p['first_date']}..{p['last_date']}", p["champion_version"], p["challenger_version"], r["measure"],
+                         p["rows"], r["champion"], r["challenger"], r["delta"], _interval_text_plain(r), r["better"]]) + "</tr>"
+        for p in history.pooled_comparisons for r in p["measures"]
     ]
     recommendations = "".join(f"<li>{_e(line)}</li>" for line in challenger_lines(history))
     return (

@@ -90,7 +90,10 @@ def written_monitoring_page(
 ) -> tuple[Path, list[Artifact]]:
     """The job's monitoring page for the range, written, and its realized-performance artifacts."""
     spec = load_job_spec(job, settings)
-    history = monitoring_history(warehouse, job, first_date=first_date, last_date=last_date)
+    history = monitoring_history(
+        warehouse, job, first_date=first_date, last_date=last_date, level=spec.monitoring.outcome_interval_level,
+        bins=spec.monitoring.calibration_bins,
+    )
     page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
     decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
     write_run_report(page, monitoring_page_html(history, event=spec.prediction.event, decisions=decisions, adverse=spec.adverse_decisions))

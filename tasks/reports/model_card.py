@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from tasks.contracts import PREDICTION_FIELD_MEANINGS, PREDICTION_SCHEMA
+from tasks.inference.aliases import inference_model_aliases
 from tasks.inference.registry import ModelMetadata, inference_model_artifact
 from tasks.jobspec import JobSpec, load_job_spec
 from tasks.prediction.calibration import METHOD as LOGISTIC_TAILS_METHOD
@@ -168,10 +169,11 @@ def _guard_section(latest_run: dict[str, Any] | None, guard_summary: list[dict[s
 
 
 def model_card_markdown(
-    spec: JobSpec, metadata: ModelMetadata, latest_run: dict[str, Any] | None, *, guard_summary: list[dict[str, Any]] | None = None
+    spec: JobSpec, metadata: ModelMetadata, latest_run: dict[str, Any] | None, *, guard_summary: list[dict[str, Any]] | None = None,
+    aliases: dict[str, str] | None = None,
 ) -> str:
-    """The card as Markdown; `latest_run` is the job's newest succeeded `runs` row, if any, and
-    `guard_summary` that run's `guard_summary` rows."""
+    """The card as Markdown; `latest_run` is the job's newest succeeded `runs` row, if any, `guard_summary`
+    that run's `guard_summary` rows, and `aliases` where the model's aliases point."""
     extra = _ranges_and_actions(spec)
     contract = [[f.name, str(f.type), PREDICTION_FIELD_MEANINGS[f.name], *extra.get(f.name, ("", ""))] for f in PREDICTION_SCHEMA]
     inference = json.loads(latest_run["inference"]) if latest_run and latest_run.get("inference") else {}
@@ -187,6 +189,8 @@ def model_card_markdown(
     )
     spec_rows = [
         ["Model", f"{metadata.name} version {metadata.version} ({metadata.framework}, `{metadata.model_file}`, sha256 {metadata.sha256[:12]}…)"],
+        ["Named in the spec", spec.model.version + (f"; shadowed by challenger {spec.model.challenger}" if spec.model.challenger else "")],
+        ["Aliases", ", ".join(f"{a} → {v}" for a, v in (aliases or {}).items()) or "none"],
         ["Fallback version", spec.model.fallback_version or "none"],
         ["Feature models", feature_models],
         ["Feature version", metadata.feature_version],
@@ -227,6 +231,7 @@ def job_model_card(job: str, settings: Settings) -> str:
     warehouse = warehouse_for(settings)
     latest = warehouse.latest_succeeded_run(job)
     version = latest["model_version"] if latest else spec.model.version
-    metadata = inference_model_artifact(settings.model_registry_dir(spec.model.name), version).metadata
+    registry = settings.model_registry_dir(spec.model.name)
+    metadata = inference_model_artifact(registry, version).metadata
     guard_summary = warehouse.run_guard_summary(latest["run_id"]) if latest else []
-    return model_card_markdown(spec, metadata, latest, guard_summary=guard_summary)
+    return model_card_markdown(spec, metadata, latest, guard_summary=guard_summary, aliases=inference_model_aliases(registry))

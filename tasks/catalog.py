@@ -411,6 +411,9 @@ PARTITION_DATASETS: tuple[Dataset, ...] = (
 """What a scoring run publishes, in publish order: staged, moved into the run's version folder, its
 warehouse rows replaced per (job, partition_date) in one transaction, swapped in by one pointer,
 written to the Delta tables."""
+SHADOW_DATASETS: tuple[Dataset, ...] = (SHADOW_PREDICTIONS, DECISION_FLIPS, SHADOW_COMPARISON)
+"""The partition datasets only a job that names a challenger fills; a run without one publishes them empty,
+so a partition re-scored without its challenger keeps no stale shadow rows."""
 STAGED_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, INFERENCE_HANDOFF)
 """Every folder a scoring run stages files in (and a failed run's leftovers are removed from)."""
 OUTCOME_DATASETS: tuple[Dataset, ...] = (

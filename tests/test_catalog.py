@@ -207,9 +207,7 @@ def test_every_published_folder_of_the_demo_is_the_catalogs(demo: MonitoredDemo)
     assert list(root.rglob("_staging/**/*.*")) == []
 
 
-CHALLENGER_TABLES = (
-    catalog.SHADOW_PREDICTIONS, catalog.DECISION_FLIPS, catalog.SHADOW_COMPARISON, catalog.SHADOW_OUTCOMES, catalog.MODEL_ALIASES,
-)
+CHALLENGER_TABLES = (*catalog.SHADOW_DATASETS, catalog.SHADOW_OUTCOMES, catalog.MODEL_ALIASES)
 
 
 def test_every_key_of_the_catalog_identifies_one_row_of_the_demo(demo: MonitoredDemo, tmp_path: Path) -> None:

@@ -375,10 +375,10 @@ def promote(
     def action() -> None:
         import getpass
 
-        from tasks.jobs.promotion import promoted_alias, rolled_back_alias
+        from tasks.jobs.promotion import alias_notes, promoted_alias, rolled_back_alias
 
         if rollback == (version is not None):
-            raise typer.BadParameter("give a VERSION to promote, or --rollback without one")
+            raise ScoringError("give a VERSION to promote (e.g. `score promote credit_risk 2`), or --rollback without one")
         settings = with_warehouse_url(current_settings())
         warehouse, who = configured_warehouse(settings), by or getpass.getuser()
         change = (
@@ -389,24 +389,43 @@ def promote(
             f"{change.model_name}: alias {change.alias} {change.from_version or '(new)'} → {change.to_version} "
             f"(by {change.changed_by}, recorded in model_aliases)"
         ), highlight=False)
+        for warning in alias_notes(job, settings=settings):
+            console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
 
     _run(action)
 
 
 @app.command()
-def aliases(job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")]) -> None:
+def aliases(
+    job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
+    remove: Annotated[str | None, typer.Option(help="Remove this alias (recorded in the ledger like any move).")] = None,
+    by: Annotated[str | None, typer.Option(help="Who removes it, for the ledger (default: the login name).")] = None,
+) -> None:
     """The job model's versions, where each alias points, which the job scores with, and every move of the aliases."""
 
     def action() -> None:
-        from tasks.jobs.promotion import job_aliases
+        import getpass
+
+        from tasks.jobs.promotion import alias_notes, job_aliases, removed_alias
 
         settings = with_warehouse_url(current_settings())
-        listing = job_aliases(job, settings=settings, warehouse=configured_warehouse(settings))
+        warehouse = configured_warehouse(settings)
+        if remove is not None:
+            change = removed_alias(job, alias=remove, settings=settings, warehouse=warehouse, changed_by=by or getpass.getuser())
+            console.print(Text(f"{change.model_name}: alias {change.alias} {change.from_version} → (removed)"), highlight=False)
+        listing = job_aliases(job, settings=settings, warehouse=warehouse)
         scoring = listing["scoring"]
+
+        def named(name: str) -> str:
+            target = listing["aliases"].get(name)
+            return f"{name} ({target})" if target else name
+
         console.print(Text(
             f"{listing['model']}: versions {', '.join(listing['versions']) or '(none)'}; the job scores with "
-            f"{scoring['version']}" + (f", shadowed by {scoring['challenger']}" if scoring["challenger"] else "")
+            f"{named(scoring['version'])}" + (f", shadowed by {named(scoring['challenger'])}" if scoring["challenger"] else "")
         ), highlight=False)
+        for warning in alias_notes(job, settings=settings):
+            console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
         table = Table(title="aliases")
         for column in ("alias", "version"):
             table.add_column(column)

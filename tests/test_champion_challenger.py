@@ -226,6 +226,19 @@ def test_promote_rollback_and_refusals_are_recorded_in_the_alias_ledger(shadowed
     assert inference_model_aliases(registry)["champion"] == champion
     assert project.table("SELECT count(*) AS n FROM model_aliases")["n"][0] == ledger.height + 1  # + the challenger's creation
     shutil.rmtree(registry / "77")
+    neither = project.score("promote", DEMO_JOB, ok=False)
+    assert neither.returncode == 2 and neither.stdout.startswith("error: give a VERSION")
+
+    # Promoting the challenger makes both aliases one version: said at once. Removing an alias the spec names is too.
+    same = project.score("promote", DEMO_JOB, "challenger")
+    assert "are both version" in same.stdout
+    project.score("promote", DEMO_JOB, "--rollback")
+    moved = project.score("aliases", DEMO_JOB, "--remove", "challenger", "--by", "cy")
+    assert "alias challenger" in moved.stdout and "(removed)" in moved.stdout
+    assert "model.challenger names 'challenger', which is neither a version nor an alias" in moved.stdout
+    assert project.table("SELECT to_version, changed_by FROM model_aliases ORDER BY changed_at DESC LIMIT 1").rows() == [(None, "cy")]
+    project.score("promote", DEMO_JOB, challenger, "--alias", "challenger")
+    assert inference_model_aliases(registry) == {"champion": champion, "challenger": challenger}
 
 
 def test_a_night_scored_by_the_wrong_champion_is_rescored_by_backfill_with_the_alias_in_force(shadowed) -> None:

@@ -92,6 +92,38 @@ def rolled_back_alias(job: str, *, alias: str, settings: Settings, warehouse: Wa
     )
 
 
+def removed_alias(job: str, *, alias: str, settings: Settings, warehouse: Warehouse, changed_by: str) -> AliasChange:
+    """Remove `alias` of the job's model, recorded in the ledger; a job whose spec still names it stops resolving it."""
+    spec = load_job_spec(job, settings)
+    registry = settings.model_registry_dir(spec.model.name)
+    before = (inference_model_aliases(registry), inference_alias_history(registry))
+    change = inference_moved_alias(
+        registry, alias, None, versions=inference_model_versions(registry), changed_by=changed_by, note="removed",
+    )
+    return _recorded(warehouse, registry, change, job, before)
+
+
+def alias_notes(job: str, *, settings: Settings) -> list[str]:
+    """What the job's aliases now mean for its runs, when it is worth a word: a challenger that is the
+    champion itself, or an alias the spec names that no longer exists."""
+    spec = load_job_spec(job, settings)
+    registry = settings.model_registry_dir(spec.model.name)
+    versions, aliases = inference_model_versions(registry), inference_model_aliases(registry)
+    notes = []
+    for field, named in (("model.version", spec.model.version), ("model.challenger", spec.model.challenger)):
+        if named is not None and named != "latest" and named not in versions and named not in aliases:
+            notes.append(f"the job's {field} names {named!r}, which is neither a version nor an alias of {spec.model.name}")
+    if spec.model.challenger is not None:
+        champion = inference_resolved_version(registry, spec.model.version, versions)
+        challenger = inference_resolved_version(registry, spec.model.challenger, versions)
+        if champion == challenger:
+            notes.append(
+                f"the job's champion ({spec.model.version}) and challenger ({spec.model.challenger}) are both version {champion}: "
+                "the shadow repeats the champion; point the challenger alias at a new version or remove model.challenger"
+            )
+    return notes
+
+
 def job_aliases(job: str, *, settings: Settings, warehouse: Warehouse) -> dict[str, Any]:
     """The job's model, its versions, where each alias points, and the ledger of their moves."""
     spec = load_job_spec(job, settings)

@@ -30,8 +30,8 @@ from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutpu
 from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
-from tasks.monitoring.decisions import prediction_groups
 from tasks.catalog import DECISION_FLIPS, SHADOW_PREDICTIONS
+from tasks.monitoring.decisions import prediction_groups
 from tasks.monitoring.health import HealthAccumulator, attribution_sample, attribution_share
 from tasks.monitoring.shadow import ShadowAccumulator, flipped_rows
 from tasks.monitoring.slices import chunk_slice_counts, summed_slice_counts
@@ -319,14 +319,20 @@ def _shadow_of_chunk(prepared: PreparedJob, full: InferenceInput, result: UnitIn
     if prepared.challenger is None:
         return None
     plan, engine = prepared.prediction_plan, prepared.challenger.engine
-    try:
-        columns = prepared.challenger_columns
-        inputs = full if np.array_equal(columns, np.arange(full.features.shape[1])) else InferenceInput(
-            chunk_id=full.chunk_id, entity_ids=full.entity_ids, features=np.ascontiguousarray(full.features[:, columns]),
-            feature_names=tuple(engine.metadata.features),
-        )
+    columns = prepared.challenger_columns
+    inputs = full if np.array_equal(columns, np.arange(full.features.shape[1])) else InferenceInput(
+        chunk_id=full.chunk_id, entity_ids=full.entity_ids, features=np.ascontiguousarray(full.features[:, columns]),
+        feature_names=tuple(engine.metadata.features),
+    )
+
+    def decided_and_explained() -> Shadow:
         decided = predict_decided_chunk(engine.inference_outputs(inputs), plan.challenger.probability_map, plan.config)
         return decided, engine.inference_contributions(inputs, decided.reason_rows, top_k=plan.config.reasons.top_k)
+
+    try:
+        return _with_retries(
+            1 + prepared.spec.inference.retries, f"challenger {plan.challenger.version} on chunk {full.chunk_id}", decided_and_explained
+        )
     except Exception as exc:
         if plan.challenger_failure == "fail":
             raise

@@ -6,13 +6,14 @@ import datetime as dt
 from typing import Annotated
 
 from prefect import flow
+from prefect.context import FlowRunContext
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.steps.partitions import planned_outcomes, reported_outcomes, scored_partition, scored_partitions
 from flows.steps.partition import recover_job
 from flows.steps.blocks import with_warehouse_url
-from tasks.jobs.calendar import job_name_enum, partition_range, yesterday
+from tasks.jobs.calendar import job_name_enum, partition_range, scheduled_partition_date
 from tasks.jobspec import configured_jobs
 from tasks.reports.reporting import BackfillMode, catch_up_dates, partitions_to_score
 from tasks.settings import current_settings
@@ -22,12 +23,23 @@ MAX_CONCURRENCY = 8
 """Partitions one backfill scores at once, at most."""
 
 
+def _scheduled_start() -> dt.datetime | None:
+    """When the deployment scheduled this flow run; None for a run not started by a deployment."""
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    if run is None or run.deployment_id is None:
+        return None
+    return run.expected_start_time
+
+
 @flow(name="nightly")
 def nightly(date: dt.date | None = None) -> list[dict]:
-    """Score yesterday (business timezone) for every configured job, after the days of the last
-    `SCORING_CATCH_UP_DAYS` whose run failed, was abandoned or never ran; one failure does not stop the rest."""
+    """Score the night before the run's scheduled start (business timezone) for every configured job —
+    a late, queued or retried run still scores the night it was scheduled for; a run started by hand,
+    yesterday — after the days of the last `SCORING_CATCH_UP_DAYS` whose run failed, was abandoned or
+    never ran; one failure does not stop the rest."""
     settings = with_warehouse_url(current_settings())
-    day = date or yesterday(settings)
+    day = date or scheduled_partition_date(settings, _scheduled_start())
     outcomes = []
     for job in configured_jobs(settings):
         recover_job(job)

@@ -102,6 +102,43 @@ def test_nightly_rescores_an_abandoned_day_before_the_new_one(
     assert rescored["status"] == "succeeded"
 
 
+def test_nightly_scores_the_night_its_run_was_scheduled_for_not_the_wall_clocks(
+    demo_env: DemoEnv, one_job: Settings, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deployment's run scheduled for 00:30 Berlin the night after the last demo day, months ago, and
+    run only now (queued, late or retried) scores that day; a run started by hand scores yesterday."""
+    import asyncio
+    from zoneinfo import ZoneInfo
+
+    from prefect.client.orchestration import get_client
+    from prefect.flow_engine import run_flow
+    from prefect.states import Scheduled
+
+    from flows.people import nightly
+    from tasks.jobs.calendar import scheduled_partition_date, yesterday
+
+    day = demo_env.plan.scoring_dates[-1]
+    monkeypatch.setenv("SCORING_CATCH_UP_DAYS", "0")
+    monkeypatch.setenv("SCORING_TIMEZONE", "Europe/Berlin")
+    settings = current_settings()
+    scheduled = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 30), ZoneInfo("Europe/Berlin"))
+    assert scheduled.astimezone(dt.UTC).date() == day  # 23:30 UTC: the UTC date alone would score the day before `day`
+    assert scheduled_partition_date(settings, scheduled.astimezone(dt.UTC)) == day
+    assert scheduled_partition_date(settings, None) == yesterday(settings)
+
+    async def scheduled_run():  # noqa: ANN202
+        async with get_client() as client:
+            flow_id = await client.create_flow(nightly)
+            deployment_id = await client.create_deployment(flow_id=flow_id, name="nightly-scheduled", entrypoint="flows/people.py:nightly")
+            return await client.create_flow_run_from_deployment(deployment_id, state=Scheduled(scheduled_time=scheduled))
+
+    flow_run = asyncio.run(scheduled_run())
+    assert flow_run.expected_start_time == scheduled
+    outcomes = run_flow(nightly, flow_run=flow_run)
+    assert [(o["job"], o["date"], o["outcome"]) for o in outcomes] == [(DEMO_JOB, day.isoformat(), "succeeded")]
+    assert [r["status"] for r in _ledger(one_job, day)] == ["succeeded"]
+
+
 def test_a_run_killed_after_its_commit_is_rolled_forward_by_score_recover(demo_env: DemoEnv, fresh_data: Settings) -> None:
     from typer.testing import CliRunner
 

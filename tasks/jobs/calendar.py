@@ -1,4 +1,5 @@
-"""Partition dates: ranges, "yesterday" in the business timezone, and the jobs people may pick."""
+"""Partition dates: ranges, "yesterday" in the business timezone, the day a scheduled run scores, and the
+jobs people may pick."""
 
 from __future__ import annotations
 
@@ -48,6 +49,17 @@ def partition_range(start: dt.date, end: dt.date, *, max_days: int = 3660) -> li
 
 def yesterday(settings: Settings) -> dt.date:
     return dt.datetime.now(ZoneInfo(settings.timezone)).date() - dt.timedelta(days=1)
+
+
+def scheduled_partition_date(settings: Settings, scheduled_start: dt.datetime | None) -> dt.date:
+    """The day a nightly run scores: the day before its scheduled start in the business timezone, so a
+    late, queued or retried run scores the night it was scheduled for; without a schedule (a run
+    started by hand, not by a deployment), the day before today."""
+    if scheduled_start is None:
+        return yesterday(settings)
+    if scheduled_start.tzinfo is None:
+        raise ValueError(f"scheduled start {scheduled_start} has no timezone")
+    return scheduled_start.astimezone(ZoneInfo(settings.timezone)).date() - dt.timedelta(days=1)
 
 
 def job_name_enum(settings: Settings) -> type[enum.StrEnum]:

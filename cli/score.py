@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import json
 import logging
 import os
 import sys
@@ -31,9 +32,26 @@ from tasks.sources import SqlPartition, raw_partition
 from tasks.jobs.validation import ValidatedJob, raw_partition_problems, validated_job
 from flows.steps.blocks import configured_warehouse, with_warehouse_url
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
+app = typer.Typer(no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
 console = Console() if sys.stdout.isatty() else Console(width=160)
+_options = {"verbose": False}
+
+
+@app.callback()
+def _global_options(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Prefect's per-task state lines too (the run log file always has them).")] = False,
+) -> None:
+    """Batch scoring: demo, single partitions, backfills."""
+    _options["verbose"] = verbose
+
+
+def _print_json(value: object) -> None:
+    # Plain stdout, no rich markup or wrapping: a program reads it.
+    sys.stdout.write(json.dumps(value, default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v), indent=2) + "\n")
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout instead of tables.")]
 
 
 class BackfillChoice(str, enum.Enum):
@@ -66,14 +84,15 @@ def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
 
 
 @contextmanager
-def _progress_bars() -> Iterator[None]:
-    """A rich progress bar per thing the flows report (partitions of a backfill, units of a partition)."""
+def _progress_bars(*, show: bool = True) -> Iterator[None]:
+    """A rich progress bar per thing the flows report (partitions of a backfill, units of a partition); none
+    when not `show` (a command printing JSON keeps stdout for it)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     # Off a terminal the bars would only repeat what the flow logs already say.
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, disable=not console.is_terminal,
+        console=console, disable=not (show and console.is_terminal),
     ) as bars:
         tasks_by_name: dict[str, TaskID] = {}
 
@@ -174,6 +193,13 @@ class _NoFaultTracebacks(logging.Formatter):
         return self.inner.format(record)
 
 
+def _no_state_lines(record: logging.LogRecord) -> bool:
+    """False for Prefect's per-task "Finished in state Completed()" lines: a run has dozens, and the progress bars
+    and `[INF]`/`[PRED]` lines say the same; `-v` shows them, deployments keep them in the Prefect log."""
+    return not (record.levelno == logging.INFO and record.name.startswith("prefect.task_runs")
+                and "Finished in state Completed()" in record.getMessage())
+
+
 def _no_failure_echo(record: logging.LogRecord) -> bool:
     """False for Prefect's ERROR lines that only echo a failure the CLI reports itself: a task or flow
     run failing with a user or environment fault, and the "Finished in state Failed" summaries. They
@@ -203,6 +229,10 @@ def _run_log(data_dir: Path) -> Iterator[Path | None]:
         if not isinstance(handler.formatter, _NoFaultTracebacks):
             handler.setFormatter(_NoFaultTracebacks(handler.formatter))
             handler.addFilter(_no_failure_echo)
+        if _options["verbose"]:
+            handler.removeFilter(_no_state_lines)
+        else:
+            handler.addFilter(_no_state_lines)
     path = data_dir / "output" / "logs" / f"score-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -269,6 +299,7 @@ def run(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
     date: Annotated[str, typer.Option(help="Partition date, YYYY-MM-DD.")],
     chunk_rows: Annotated[int | None, typer.Option(min=1, help="Rows per chunk (default: the job's).")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Score one partition of one job."""
 
@@ -280,8 +311,11 @@ def run(
         with preloaded_job(job, day, with_warehouse_url(settings), run_settings_json=settings.model_dump_json()):
             from flows.score_partition import score_partition
 
-            with _run_log(settings.data_dir), _progress_bars():
+            with _run_log(settings.data_dir), _progress_bars(show=not as_json):
                 result = score_partition(job, day, chunk_rows)
+        if as_json:
+            _print_json(result)
+            return
         _print_summary(job, [day])
         _print_model_health(result)
         _print_challenger(result)
@@ -299,6 +333,7 @@ def backfill_command(
     mode: Annotated[BackfillChoice, typer.Option(help="all; missing: never scored; failed: last run failed.")] = BackfillChoice.all,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the partitions that would be scored; write nothing.")] = False,
     concurrency: Annotated[int, typer.Option(min=1, max=8, help="Partitions scored at once.")] = 1,
+    as_json: JsonOption = False,
 ) -> None:
     """Score the partitions from START to END that MODE selects; failed partitions are listed, the rest still run."""
 
@@ -321,7 +356,18 @@ def backfill_command(
 
         if dry_run:
             planned = backfill(job, first, last, mode=mode.value, dry_run=True)
+            if as_json:
+                _print_json(planned)
+                return
             console.print(f"dry run, mode {mode.value}: would score {len(planned)} partition(s): " + (", ".join(p["date"] for p in planned) or "none"))
+            return
+        if as_json:
+            with _run_log(settings.data_dir):
+                state = backfill(job, first, last, mode=mode.value, concurrency=concurrency, return_state=True)
+            outcomes = state.result(raise_on_failure=False)
+            _print_json(outcomes if isinstance(outcomes, list) else partition_summaries(settings, job, dates))
+            if state.is_failed():
+                raise typer.Exit(ExitCode.USER)
             return
         try:
             with _run_log(settings.data_dir), _progress_bars():
@@ -356,6 +402,35 @@ def register(
         settings = current_settings()
         report = registered_job_model(job, model, settings=settings, holdout=holdout, reference=reference, version=version, training=window)
         _print_registration(report)
+
+    _run(action)
+
+
+@app.command()
+def runs(
+    job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
+    last: Annotated[int, typer.Option(min=1, max=10_000, help="How many of the newest runs.")] = 20,
+    as_json: JsonOption = False,
+) -> None:
+    """The job's newest runs from the ledger: date, status, model version, rows, when, and the error of a failed run."""
+
+    def action() -> None:
+        settings = with_warehouse_url(current_settings())
+        rows = configured_warehouse(settings).recent_runs(checked_job_name(job, settings), last=last)
+        if as_json:
+            _print_json(rows)
+            return
+        table = Table(title=f"{job}: the {len(rows)} newest runs")
+        for column in ("started (UTC)", "date", "status", "model", "read", "scored", "quarantined", "failed", "run id", "error"):
+            table.add_column(column, overflow="fold")
+        for r in rows:
+            style = {"failed": "red", "succeeded": "green"}.get(r["status"], "yellow")
+            table.add_row(
+                f"{r['started_at']:%Y-%m-%d %H:%M:%S}", str(r["partition_date"]), Text(r["status"], style=style), r["model_version"] or "",
+                *(f"{r[k]:,}" if r[k] is not None else "—" for k in ("rows_read", "rows_scored", "rows_quarantined", "rows_failed")),
+                r["run_id"], r["error"] or "",
+            )
+        console.print(table)
 
     _run(action)
 
@@ -449,12 +524,23 @@ def aliases(
 def validate(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
     date: Annotated[str | None, typer.Option(help="Raw partition to check the suite against, YYYY-MM-DD (default: the latest).")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Cross-check a job's spec, suite, features, model metadata and data schemas; print every problem (exit 2) or a summary."""
 
     def action() -> None:
         day = parse_partition_date(date, what="--date") if date is not None else None
-        for line in _validated_summary(validated_job(job, with_warehouse_url(current_settings()), partition_date=day)):
+        settings = with_warehouse_url(current_settings())
+        if as_json:
+            from tasks.jobs.validation import job_problems
+
+            problems = job_problems(job, settings, partition_date=day)
+            _print_json({"job": job, "ok": not problems,
+                         "problems": [{"file": str(p.file), "field": p.field, "message": p.message} for p in problems]})
+            if problems:
+                raise typer.Exit(ExitCode.USER)
+            return
+        for line in _validated_summary(validated_job(job, settings, partition_date=day)):
             console.print(Text(line), highlight=False, soft_wrap=True)
 
     _run(action)

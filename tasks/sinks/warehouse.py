@@ -385,6 +385,15 @@ class Warehouse(ABC):
             {"run_id": run_id},
         )
 
+    def recent_runs(self, job: str, *, last: int) -> list[dict[str, Any]]:
+        """The job's `last` runs by start time, newest first: the ledger's columns but the JSON ones and the traceback."""
+        return self._read_rows(
+            "runs",
+            "SELECT run_id, partition_date, status, model_version, rows_read, rows_scored, rows_quarantined, rows_failed, "
+            "started_at, ended_at, error FROM runs WHERE job = $job ORDER BY started_at DESC, run_id LIMIT $last",
+            {"job": job, "last": last},
+        )
+
     def latest_partition_runs(self, job: str, *, first_date: Any, last_date: Any) -> list[dict[str, Any]]:
         """The newest `runs` row of each of the job's partitions from `first_date` to `last_date`, oldest date first."""
         rows = self._read_rows(

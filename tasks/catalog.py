@@ -278,6 +278,15 @@ MODEL_ALIASES = Dataset(
 """Every move of a model alias (tasks/inference/aliases.py): who moved it, when, from which version to
 which (null: created, or removed), and through which job's promotion."""
 
+SCHEMA_MIGRATIONS = Dataset(
+    name="schema_migrations",
+    schema=pa.schema(
+        [pa.field("id", pa.string(), nullable=False), ("description", pa.string()), pa.field("applied_at", _TIMESTAMP, nullable=False)]
+    ),
+    table="schema_migrations", keys=("id",), primary_key=True,
+)
+"""Each schema change the warehouse has had (tasks/sinks/warehouse.py MIGRATIONS), when it was applied."""
+
 _MONITORING_KEY = [("job", pa.string()), ("partition_date", pa.date32())]
 
 DECISION_MONITORING = Dataset(
@@ -425,8 +434,9 @@ MONITORING_DATASETS: tuple[Dataset, ...] = (DECISION_MONITORING, SLICE_COUNTS, S
 """Tables of prediction monitoring and realized outcomes, each keyed by (job, partition_date) and
 replaced per partition. No run id or clock time of the monitoring run is stored, so recomputing from
 the same predictions and labels leaves identical tables."""
-LEDGER_DATASETS: tuple[Dataset, ...] = (RUNS, PARTITION_LEASES, MODEL_ALIASES)
-"""The run ledger, the partition leases and the alias ledger: rows written one by one under their primary key."""
+LEDGER_DATASETS: tuple[Dataset, ...] = (RUNS, PARTITION_LEASES, MODEL_ALIASES, SCHEMA_MIGRATIONS)
+"""The run ledger, the partition leases, the alias ledger and the schema's migrations: rows written one by
+one under their primary key."""
 WAREHOUSE_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, *LEDGER_DATASETS, *MONITORING_DATASETS)
 """Every warehouse table, in the order the warehouse creates them."""
 DATASETS: tuple[Dataset, ...] = (*STAGED_DATASETS, *LEDGER_DATASETS, *MONITORING_DATASETS)

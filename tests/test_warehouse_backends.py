@@ -390,3 +390,98 @@ def test_a_kept_open_duckdb_opens_the_file_once_and_frees_it_at_the_end(tmp_path
     thread.start()
     thread.join()
     assert seen == [["r0", "r1"]] and len(opened) == 2
+
+
+FIRST_RELEASE_TABLES = ("predictions", "quarantine", "guard_actions", "guard_summary", "fallback_report", "drift_report", "drift_histograms", "runs")
+"""The warehouse of the first release: these tables, without the columns added since (and drift_report's
+`outside_p1_p99_share` still called `out_of_range_share`)."""
+
+
+def _first_release_ddl(types: dict) -> list[str]:
+    from tasks.catalog import warehouse_dataset
+    from tasks.sinks.warehouse import _ADDED_COLUMNS, _RENAMED_COLUMNS
+
+    statements = []
+    for table in FIRST_RELEASE_TABLES:
+        dataset = warehouse_dataset(table)
+        renamed = {new: old for old, new in _RENAMED_COLUMNS.get(table, {}).items()}
+        columns = [
+            f'"{renamed.get(f.name, f.name)}" {types[f.type]}{"" if f.nullable else " NOT NULL"}'
+            for f in dataset.schema if f.name not in _ADDED_COLUMNS.get(table, ())
+        ]
+        if dataset.primary_key:
+            columns.append(f"PRIMARY KEY ({', '.join(dataset.keys)})")
+        statements.append(f'CREATE TABLE "{table}" ({", ".join(columns)})')
+    statements += [
+        "INSERT INTO runs (run_id, job, partition_date, status, started_at) VALUES ('old-run', 'credit_risk', DATE '2026-03-09', "
+        "'succeeded', TIMESTAMPTZ '2026-03-10 02:00:00+00')",
+        "INSERT INTO drift_report (run_id, job, partition_date, feature, baseline, psi, out_of_range_share) VALUES "
+        "('old-run', 'credit_risk', DATE '2026-03-09', 'annual_income', 'reference', 0.02, 0.013)",
+    ]
+    return statements
+
+
+@pytest.mark.parametrize("backend", ["duckdb", "postgres"])
+def test_a_warehouse_of_the_first_releases_schema_is_upgraded_in_place_by_recorded_migrations(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from tasks.catalog import WAREHOUSE_DATASETS
+    from tasks.sinks.warehouse import _DUCKDB_TYPES, _POSTGRES_TYPES, MIGRATIONS
+
+    if backend == "duckdb":
+        import duckdb
+
+        path = tmp_path / "warehouse.duckdb"
+        with duckdb.connect(str(path)) as con:
+            for statement in _first_release_ddl(_DUCKDB_TYPES):
+                con.execute(statement)
+        warehouse: Warehouse = DuckDBWarehouse(path)
+    else:
+        import adbc_driver_postgresql.dbapi
+
+        url = request.getfixturevalue("postgres_database_url")
+        with adbc_driver_postgresql.dbapi.connect(url, autocommit=True) as con, con.cursor() as cursor:
+            for statement in _first_release_ddl(_POSTGRES_TYPES):
+                cursor.execute(statement)
+        warehouse = PostgresWarehouse(url)
+
+    warehouse.record_run_started({
+        "run_id": "new-run", "job": JOB, "partition_date": DAY, "model_name": "credit_risk", "model_version": "2",
+        "feature_version": "1.0.0", "started_at": dt.datetime(2026, 12, 4, tzinfo=dt.UTC),
+    })
+    assert [m["id"] for m in warehouse.applied_migrations()] == [m.id for m in MIGRATIONS]
+    with warehouse._session(write=False) as session:
+        tables = {r["table_name"] for r in session.rows("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}
+        assert {d.table for d in WAREHOUSE_DATASETS} <= tables
+        for dataset in WAREHOUSE_DATASETS:
+            columns = {r["column_name"] for r in session.rows(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = $t AND table_schema = current_schema()", {"t": dataset.table}
+            )}
+            assert set(dataset.schema.names) <= columns, (dataset.table, set(dataset.schema.names) - columns)
+        old = session.rows("SELECT psi, outside_p1_p99_share, kind FROM drift_report WHERE run_id = 'old-run'")
+        assert old == [{"psi": 0.02, "outside_p1_p99_share": 0.013, "kind": None}]
+        ledger = session.rows("SELECT run_id, status, rows_failed, warnings FROM runs ORDER BY run_id")
+        assert [(r["run_id"], r["status"], r["rows_failed"]) for r in ledger] == [("new-run", "running", None), ("old-run", "succeeded", None)]
+        if backend == "postgres":
+            indexed = {r["tablename"] for r in session.rows("SELECT tablename FROM pg_indexes WHERE indexname LIKE '%\\_partition'")}
+            assert indexed == {d.table for d in WAREHOUSE_DATASETS if d.partitioned}, indexed ^ {d.table for d in WAREHOUSE_DATASETS if d.partitioned}
+    # Opened again by a new writer, nothing is applied twice.
+    again = DuckDBWarehouse(path) if backend == "duckdb" else PostgresWarehouse(url)
+    again.record_run_ended("new-run", status="failed", ended_at=dt.datetime(2026, 12, 4, 0, 1, tzinfo=dt.UTC), error="test")
+    assert [m["id"] for m in again.applied_migrations()] == [m.id for m in MIGRATIONS]
+
+
+def test_a_new_warehouse_records_every_migration_and_has_its_indexes(any_warehouse: Warehouse) -> None:
+    from tasks.catalog import WAREHOUSE_DATASETS
+    from tasks.sinks.postgres_warehouse import PostgresWarehouse as Postgres
+    from tasks.sinks.warehouse import MIGRATIONS
+
+    any_warehouse.record_run_started({
+        "run_id": "r", "job": JOB, "partition_date": DAY, "model_name": "m", "model_version": "1", "feature_version": "1",
+        "started_at": dt.datetime(2026, 12, 4, tzinfo=dt.UTC),
+    })
+    assert [m["id"] for m in any_warehouse.applied_migrations()] == [m.id for m in MIGRATIONS]
+    if isinstance(any_warehouse, Postgres):
+        with any_warehouse._session(write=False) as session:
+            indexed = {r["tablename"] for r in session.rows("SELECT tablename FROM pg_indexes WHERE indexname LIKE '%\\_partition'")}
+        assert indexed == {d.table for d in WAREHOUSE_DATASETS if d.partitioned}

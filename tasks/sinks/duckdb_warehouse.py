@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from tasks.errors import ReadOnlyStorage, duckdb_lock_holder, environment_fault, locked_warehouse_fault, process_description
-from tasks.sinks.warehouse import _ADDED_RUN_COLUMNS, _DUCKDB_TYPES, _JSON, Warehouse, _parameter_names, _quoted, _Session
+from tasks.sinks.warehouse import _DUCKDB_TYPES, Warehouse, _parameter_names, _quoted, _Session
 
 log = logging.getLogger("scoring.warehouse")
 
@@ -193,12 +193,9 @@ class DuckDBWarehouse(Warehouse):
 
     @staticmethod
     def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-        Warehouse._create_missing_tables(_DuckDBSession(con), _DUCKDB_TYPES)
-        # Ledgers created before these columns existed get them added in place.
-        for column, kind in _ADDED_RUN_COLUMNS.items():
-            con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {_DUCKDB_TYPES[_JSON] if kind == 'JSON' else kind}")
-        for statement in Warehouse._column_migrations(_DuckDBSession(con), _DUCKDB_TYPES):
-            con.execute(statement)
+        session = _DuckDBSession(con)
+        Warehouse._create_missing_tables(session, _DUCKDB_TYPES)
+        Warehouse._migrated(session, _DUCKDB_TYPES, "duckdb")
 
     @contextmanager
     def _session(self, *, write: bool) -> Iterator[_Session]:

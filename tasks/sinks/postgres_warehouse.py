@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 from tasks.catalog import warehouse_dataset
 from tasks.errors import WarehouseUnreachable
 from tasks.sinks.warehouse import (
-    _ADDED_RUN_COLUMNS,
     _NAMED_PARAMETER,
     _POSTGRES_TYPES,
     Warehouse,
@@ -182,21 +181,10 @@ class PostgresWarehouse(Warehouse):
     @staticmethod
     def _ensure_schema(session: _PostgresSession) -> None:
         # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL's catalog, so writers
-        # that find a table missing create them one at a time.
-        present = {
-            r["column_name"]
-            for r in session.rows(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs' AND table_schema = current_schema()"
-            )
-        }
-        added = [c for c in _ADDED_RUN_COLUMNS if c not in present] if present else []
-        if Warehouse._missing_tables(session) or added or Warehouse._column_migrations(session, _POSTGRES_TYPES):
+        # that find a table missing or a migration pending change the schema one at a time.
+        if Warehouse._missing_tables(session) or Warehouse._pending_migrations(session):
             session.execute("SELECT pg_advisory_xact_lock(hashtext('scoring warehouse schema'))")
-            Warehouse._create_missing_tables(session, _POSTGRES_TYPES)
-            for column in added:
-                kind = _ADDED_RUN_COLUMNS[column]
-                session.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {'JSONB' if kind == 'JSON' else kind}")
-            # Listed again under the lock: another writer may have migrated the tables meanwhile.
-            for statement in Warehouse._column_migrations(session, _POSTGRES_TYPES):
-                session.execute(statement)
+            # Looked at again under the lock: another writer may have changed the schema meanwhile.
+            Warehouse._create_missing_tables(session, _POSTGRES_TYPES, indexed=True)
+            Warehouse._migrated(session, _POSTGRES_TYPES, "postgres")
             session.con.commit()

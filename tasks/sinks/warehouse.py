@@ -21,7 +21,7 @@ import logging
 import re
 import urllib.parse
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +36,7 @@ from tasks.catalog import (
     PARTITION_DATASETS,
     PREDICTION_GROUP_SCHEMA,
     PREDICTION_SCHEMA,
+    RUNS,
     SHADOW_PREDICTIONS,
     WAREHOUSE_DATASETS,
     Dataset,
@@ -54,10 +55,12 @@ _OWN_TABLES = frozenset(d.table for d in WAREHOUSE_DATASETS)
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _JSON = pa.json_()
 UNFINISHED_STATUSES = ("running", "publishing", "committed")
-_ADDED_RUN_COLUMNS = {"rows_failed": "BIGINT", "rows_fallback": "BIGINT", "error_detail": "TEXT", "warnings": "JSON"}
-"""Ledger columns added after the first release, added in place to older ledgers."""
-_ADDED_COLUMNS = {DRIFT_REPORT.table: ("kind", "unseen_share"), DRIFT_HISTOGRAMS.table: ("kind",)}
-"""Columns of other tables added after the first release (types from the catalog), added in place."""
+_ADDED_COLUMNS = {
+    RUNS.table: ("rows_failed", "rows_fallback", "error_detail", "warnings"),
+    DRIFT_REPORT.table: ("kind", "unseen_share"),
+    DRIFT_HISTOGRAMS.table: ("kind",),
+}
+"""Columns added after the first release (types from the catalog), added in place by migration 0001."""
 _RENAMED_COLUMNS = {DRIFT_REPORT.table: {"out_of_range_share": "outside_p1_p99_share"}}
 """Old name → new name; the values keep their meaning (numeric: share below p1 or at/above p99)."""
 
@@ -101,6 +104,60 @@ def create_table_sql(table: str, types: Mapping[pa.DataType, str]) -> str:
     if dataset.primary_key:
         columns.append(f"PRIMARY KEY ({', '.join(_quoted(c) for c in dataset.keys)})")
     return f"CREATE TABLE IF NOT EXISTS {_quoted(table)} ({', '.join(columns)})"
+
+
+def partition_index_sql(table: str) -> str:
+    """The index a PostgreSQL partition table gets on (job, partition_date): every replace, monitoring read and
+    outcomes join selects one partition, which a table of a year of nightly millions must not scan for."""
+    return f"CREATE INDEX IF NOT EXISTS {_quoted(table + '_partition')} ON {_quoted(table)} (job, partition_date)"
+
+
+_INDEXED_TABLES = tuple(d.table for d in (*PARTITION_DATASETS, *MONITORING_DATASETS))
+
+
+def _added_columns(session: _Session, types: Mapping[pa.DataType, str], backend: str) -> list[str]:  # noqa: ARG001
+    """ALTER statements that bring tables written by earlier releases to today's columns (renames first)."""
+    present = Warehouse._columns(session, sorted({*_ADDED_COLUMNS, *_RENAMED_COLUMNS}))
+    statements = []
+    for table, renames in _RENAMED_COLUMNS.items():
+        for old, new in renames.items():
+            if old in present.get(table, ()) and new not in present[table]:
+                statements.append(f"ALTER TABLE {_quoted(table)} RENAME COLUMN {_quoted(old)} TO {_quoted(new)}")
+    for table, columns in _ADDED_COLUMNS.items():
+        for column in columns:
+            if table in present and column not in present[table]:
+                kind = types[warehouse_dataset(table).schema.field(column).type]
+                statements.append(f"ALTER TABLE {_quoted(table)} ADD COLUMN {_quoted(column)} {kind}")
+    return statements
+
+
+def _partition_indexes(session: _Session, types: Mapping[pa.DataType, str], backend: str) -> list[str]:  # noqa: ARG001
+    # DuckDB's zone maps already skip other partitions' row groups; its ART indexes would slow every bulk replace.
+    return [partition_index_sql(t) for t in _INDEXED_TABLES] if backend == "postgres" else []
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One recorded change of the warehouse's schema: its statements are computed against the tables as
+    they are (so a migration finds nothing to do on a warehouse created by today's release) and run once,
+    then recorded in `schema_migrations`."""
+
+    id: str
+    description: str
+    statements: Callable[[_Session, Mapping[pa.DataType, str], str], list[str]]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        "0001_added_columns",
+        "runs.rows_failed, rows_fallback, error_detail, warnings; drift_report.out_of_range_share renamed "
+        "outside_p1_p99_share, drift_report.kind, unseen_share; drift_histograms.kind",
+        _added_columns,
+    ),
+    Migration("0002_partition_indexes", "an index on (job, partition_date) of every partition table (PostgreSQL)", _partition_indexes),
+)
+"""Every schema change since the first release, in order. A new column or index is a new entry here; tables
+new in a release are created whole (`create_table_sql`) and need none."""
 
 
 def _parameter_names(sql: str) -> list[str]:
@@ -199,9 +256,12 @@ class Warehouse(ABC):
         return [d.table for d in WAREHOUSE_DATASETS if d.table not in present]
 
     @staticmethod
-    def _create_missing_tables(session: _Session, types: Mapping[pa.DataType, str]) -> None:
+    def _create_missing_tables(session: _Session, types: Mapping[pa.DataType, str], *, indexed: bool = False) -> None:
+        """Today's tables that are missing, whole; with `indexed` (PostgreSQL) a partition table with its index."""
         for table in Warehouse._missing_tables(session):
             session.execute(create_table_sql(table, types))
+            if indexed and table in _INDEXED_TABLES:
+                session.execute(partition_index_sql(table))
 
     @staticmethod
     def _columns(session: _Session, tables: Sequence[str]) -> dict[str, set[str]]:
@@ -215,20 +275,29 @@ class Warehouse(ABC):
         return found
 
     @staticmethod
-    def _column_migrations(session: _Session, types: Mapping[pa.DataType, str]) -> list[str]:
-        """ALTER statements that bring drift tables written by earlier releases to today's columns."""
-        present = Warehouse._columns(session, sorted({*_ADDED_COLUMNS, *_RENAMED_COLUMNS}))
-        statements = []
-        for table, renames in _RENAMED_COLUMNS.items():
-            for old, new in renames.items():
-                if old in present.get(table, ()) and new not in present[table]:
-                    statements.append(f"ALTER TABLE {_quoted(table)} RENAME COLUMN {_quoted(old)} TO {_quoted(new)}")
-        for table, columns in _ADDED_COLUMNS.items():
-            for column in columns:
-                if table in present and column not in present[table]:
-                    kind = types[warehouse_dataset(table).schema.field(column).type]
-                    statements.append(f"ALTER TABLE {_quoted(table)} ADD COLUMN {_quoted(column)} {kind}")
-        return statements
+    def _pending_migrations(session: _Session) -> list[Migration]:
+        applied = {r["id"] for r in session.rows("SELECT id FROM schema_migrations")}
+        return [m for m in MIGRATIONS if m.id not in applied]
+
+    @staticmethod
+    def _migrated(session: _Session, types: Mapping[pa.DataType, str], backend: str) -> list[str]:
+        """Run and record every migration not yet in `schema_migrations`; the ids applied."""
+        done = []
+        for migration in Warehouse._pending_migrations(session):
+            for statement in migration.statements(session, types, backend):
+                session.execute(statement)
+            session.execute(
+                "INSERT INTO schema_migrations (id, description, applied_at) VALUES ($id, $description, now())",
+                {"id": migration.id, "description": migration.description},
+            )
+            done.append(migration.id)
+        if done:
+            log.info("warehouse schema: applied %s", ", ".join(done))
+        return done
+
+    def applied_migrations(self) -> list[dict[str, Any]]:
+        """The migrations this warehouse has had, oldest first."""
+        return self._read_rows("schema_migrations", "SELECT id, description, applied_at FROM schema_migrations ORDER BY id", {})
 
     def record_run_started(self, row: dict[str, Any]) -> None:
         with self._session(write=True) as session:

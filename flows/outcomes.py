@@ -24,7 +24,13 @@ def outcomes(
     """Ingest the labels of `job`'s partitions from `start_date` to `end_date` inclusive (every job, and
     the job's `monitoring.lookback_days` ending yesterday, when not given), compute the outcome
     metrics per partition and model version, and write the monitoring page. Re-running leaves the
-    same tables."""
+    same tables.
+
+    Args:
+        job: The job whose labels to ingest; empty: every configured job.
+        start_date: The first partition whose labels to ingest; empty: the job's lookback window.
+        end_date: The last partition, inclusive; empty: yesterday.
+    """
     settings = current_settings()
     jobs = [str(job)] if job else configured_jobs(settings)
     ingested = []

@@ -37,7 +37,12 @@ def nightly(date: dt.date | None = None) -> list[dict]:
     """Score the night before the run's scheduled start (business timezone) for every configured job —
     a late, queued or retried run still scores the night it was scheduled for; a run started by hand,
     yesterday — after the days of the last `SCORING_CATCH_UP_DAYS` whose run failed, was abandoned or
-    never ran; one failure does not stop the rest."""
+    never ran; one failure does not stop the rest.
+
+    Args:
+        date: The partition (business day) to score. Leave it empty: a scheduled run scores the night before
+            its scheduled start, a run started by hand yesterday.
+    """
     settings = with_warehouse_url(current_settings())
     day = date or scheduled_partition_date(settings, _scheduled_start())
     outcomes = []
@@ -54,17 +59,27 @@ def backfill(
     end_date: dt.date,
     mode: BackfillMode = "all",
     dry_run: bool = False,
-    chunk_rows: int | None = None,
     concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = 1,
+    chunk_rows: Annotated[int, Field(ge=0)] = 0,
 ) -> list[dict]:
-    """Score the partitions from `start_date` to `end_date` inclusive that `mode` selects (`all`,
-    `missing`: never scored, `failed`: last run failed); failures are listed, not fatal to the rest.
-    `dry_run` lists what would be scored and writes nothing; `concurrency` partitions run at once."""
+    """Score the partitions from `start_date` to `end_date` inclusive that `mode` selects; failures are
+    listed, not fatal to the rest.
+
+    Args:
+        job: The job to score: one of the specs in jobs/.
+        start_date: The first partition to score: the business day the data belongs to, not the day it is scored.
+        end_date: The last partition to score, inclusive.
+        mode: Which days of the range: all of them; missing, those never scored; failed, those whose last run
+            failed or was abandoned.
+        dry_run: Only list the days the mode selects; nothing is scored or written.
+        concurrency: Engineering: how many days are scored at once (1 to 8); each takes memory and cores.
+        chunk_rows: Engineering: rows per chunk; 0 keeps the job's own chunk size.
+    """
     if not dry_run:
         # Runs that died are closed first, so `failed` selects abandoned partitions too.
         recover_job(str(job))
     dates = partitions_to_score(with_warehouse_url(current_settings()), str(job), partition_range(start_date, end_date), mode)
     if dry_run:
         return planned_outcomes(str(job), dates, mode)
-    outcomes = scored_partitions(str(job), dates, chunk_rows=chunk_rows, concurrency=concurrency, label=f"mode {mode}")
+    outcomes = scored_partitions(str(job), dates, chunk_rows=chunk_rows or None, concurrency=concurrency, label=f"mode {mode}")
     return reported_outcomes(outcomes, "backfill-outcomes")

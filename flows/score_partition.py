@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from typing import Annotated
 
 from prefect import flow
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
+from pydantic import Field
 
 from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner, units_in_own_flow
 from flows.steps.partition import (
@@ -33,13 +35,19 @@ def score_units(ticket: RunTicket) -> ScoringSummary:
 
 
 @flow(name="score_partition", log_prints=True, task_runner=UnitThreadPoolTaskRunner())
-def score_partition(job: str, date: dt.date, chunk_rows: int | None = None) -> dict:
-    """Guard, infer, predict and publish `job` for the partition `date`; re-running replaces it."""
+def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge=0)] = 0) -> dict:
+    """Guard, infer, predict and publish `job` for the partition `date`; re-running replaces it.
+
+    Args:
+        job: The job to score: one of the specs in jobs/.
+        date: The partition: the business day the data belongs to.
+        chunk_rows: Engineering: rows per chunk; 0 keeps the job's own chunk size.
+    """
     # Checked before anything is read, written or logged under their names.
     job, date = checked_job_name(job, current_settings()), parse_partition_date(date, what="date")
     run_id = str(flow_run.id or uuid.uuid4())
     # Spec, suite and model are checked before the lease, so a mistake leaves no trace.
-    ticket = prepare_run(run_id, job, date, chunk_rows)
+    ticket = prepare_run(run_id, job, date, chunk_rows or None)
     # One writer per partition: a second run waits for the lease or fails naming its holder,
     # before it opens a ledger row.
     lease = partition_lease(run_id, job, date)

@@ -51,3 +51,20 @@ def test_deployment_default_parameters_name_a_configured_job() -> None:
     for name, deployment in _deployments().items():
         job = (deployment.get("parameters") or {}).get("job")
         assert job is None or job in jobs, name
+
+
+def test_every_parameter_of_every_deployment_says_what_it_means() -> None:
+    """The run form shows each property's description; a parameter without one is a bare name to an analyst."""
+    for name, deployment in _deployments().items():
+        props = parameter_schema(_flow(deployment["entrypoint"])).model_dump_for_openapi()["properties"]
+        bare = [p for p, spec in props.items() if len(spec.get("description") or "") < 15]
+        assert not bare, (name, bare)
+        # No `int | None` toggle ("Property is type None") for a number: a plain integer field.
+        if "chunk_rows" in props:
+            assert props["chunk_rows"]["type"] == "integer" and props["chunk_rows"]["default"] == 0, name
+    backfill = parameter_schema(_flow(_deployments()["backfill"]["entrypoint"])).model_dump_for_openapi()["properties"]
+    # What an analyst sets comes first; the engineering knobs come last and say so.
+    order = sorted(backfill, key=lambda p: backfill[p]["position"])
+    assert order[-2:] == ["concurrency", "chunk_rows"]
+    assert all(backfill[p]["description"].startswith("Engineering:") for p in order[-2:])
+    assert not any(backfill[p]["description"].startswith("Engineering:") for p in order[:-2])

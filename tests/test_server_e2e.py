@@ -294,9 +294,18 @@ def test_backfill_run_form_renders_typed_parameters(live_server: LiveServer, tmp
             expect(_param(page, "dry_run", optional=True).get_by_role("switch")).to_have_attribute("aria-checked", "false")
             expect(_param(page, "concurrency", optional=True).locator("input")).to_have_value("1")
 
+            # A plain number, no int | None toggle ("Property is type None"); 0 keeps the job's chunk size.
             chunk_rows = _param(page, "chunk_rows", optional=True)
-            expect(chunk_rows.get_by_role("tab", name="int", exact=True)).to_be_visible()
-            expect(chunk_rows.get_by_role("tab", name="None", exact=True)).to_have_attribute("aria-selected", "true")
+            expect(chunk_rows.locator("input")).to_have_value("0")
+            expect(chunk_rows.get_by_role("tab")).to_have_count(0)
+            # Every parameter says what it means, in the form itself; the engineering knobs say so.
+            for name, optional, words in (
+                ("job", False, "one of the specs in jobs/"), ("start_date", False, "not the day it is scored"),
+                ("end_date", False, "inclusive"), ("mode", True, "missing, those never scored"),
+                ("dry_run", True, "nothing is scored or written"), ("concurrency", True, "Engineering: how many days"),
+                ("chunk_rows", True, "Engineering: rows per chunk"),
+            ):
+                expect(_param(page, name, optional=optional).get_by_text(words)).to_be_visible()
 
             page.wait_for_load_state("networkidle", timeout=60_000)
             shot = tmp_path / "run-form.png"

@@ -47,7 +47,7 @@ def subflow_without_heartbeat() -> Iterator[None]:
 def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:
     """One partition scored in a score_partition subflow; its outcome row, also when it failed."""
     with subflow_without_heartbeat():
-        state = score_partition(job, date, chunk_rows, return_state=True)
+        state = score_partition(job, date, chunk_rows or 0, return_state=True)
     if state.is_completed():
         return partition_outcome(job, date, result=state.result())
     return partition_outcome(job, date, error=state.message or "")

@@ -86,6 +86,13 @@ class Settings(BaseSettings):
         ),
     )
 
+    report_base_url: str | None = Field(
+        default=None, pattern=r"^https?://[^\s]+$",
+        description=(
+            "Where a web server serves `<data_dir>/output` (e.g. http://reports.internal:8080): each run then leaves a "
+            "link artifact to its page there, which the Prefect UI opens; none keeps the file path."
+        ),
+    )
     catch_up_days: int = Field(
         default=3, ge=0, le=366,
         description="Days before the new one that `nightly` scores first when their last run failed, was abandoned or never ran.",

@@ -20,7 +20,7 @@ from flows.steps.monitoring import monitor_decisions
 from flows.steps.units import prepared_run_job
 from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import (
-    RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, run_artifacts, run_lease, run_result, run_ticket,
+    RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, report_url, run_artifacts, run_lease, run_result, run_ticket,
     started_run,
 )
 from tasks.scoring.summary import ScoringSummary
@@ -79,7 +79,8 @@ def finish_run(ticket: RunTicket, summary: ScoringSummary, published: PublishedP
     """Leave the run's summary, page link, drift, fallback and guard tables as artifacts."""
     report_path = partition_store(output_dirs(current_settings(), ticket.job)).page_link(ticket.partition_date.isoformat())
     log.info("run report of %s %s: %s", ticket.job, ticket.partition_date, report_path)
-    left_artifacts(run_artifacts(ticket, summary, published, report_path))
+    page_url = report_url(current_settings().report_base_url, ticket.job, ticket.partition_date)
+    left_artifacts(run_artifacts(ticket, summary, published, report_path, page_url=page_url))
     return run_result(ticket, summary, report=str(report_path), warnings=published.warnings)
 
 

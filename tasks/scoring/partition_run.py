@@ -54,12 +54,13 @@ class RunTicket(BaseModel):
 
 @dataclass(frozen=True)
 class Artifact:
-    """What a Prefect artifact shows: a table (list of rows) or Markdown, under a key."""
+    """What a Prefect artifact shows: a table (list of rows), Markdown, or a link, under a key."""
 
     key: str
     description: str
     table: list[dict[str, Any]] | None = None
     markdown: str | None = None
+    link: str | None = None
 
 
 def artifact_key(prefix: str, job: str) -> str:
@@ -161,12 +162,53 @@ def _drift_flags_markdown(rows: list[dict]) -> str:
     return "Drift flags: " + ", ".join(f"**{r['feature']}** {r['flag']} vs {r['baseline']} (PSI {r['psi']:.3f})" for r in flagged)
 
 
-def run_artifacts(ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, report_path: Path) -> list[Artifact]:
-    """The run's summary, page link, drift, fallback and guard tables, as artifact contents."""
+def report_url(base_url: str | None, job: str, partition_date: dt.date) -> str | None:
+    """The run page's address under `SCORING_REPORT_BASE_URL`, which serves `<data_dir>/output`; None without one."""
+    if not base_url:
+        return None
+    return f"{base_url.rstrip('/')}/{job}/reports/html/date={partition_date.isoformat()}.html"
+
+
+def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
+    """The few numbers an analyst looks at first, one row each: rows, decisions, fallbacks, drift flags,
+    the estimated performance and the challenger's flips when there are."""
+    rows = [
+        ("rows read", f"{summary.rows_read:,}"), ("rows scored", f"{summary.rows_scored:,}"),
+        ("rows repaired", f"{summary.guard.rows_repaired:,}"), ("rows quarantined", f"{summary.guard.rows_quarantined:,}"),
+        ("rows in failed chunks", f"{summary.rows_failed:,}"),
+        *((f"decision {d}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n)) for d, n in summary.decisions.items()),
+        *((f"fallback {r['kind']}", f"{r['rows']:,} ({r['share']:.2%})" + (" BREACHED" if r["breached"] else ""))
+          for r in summary.fallback_report if r["rows"] and r["detail"] in _TOTAL_DETAILS),
+    ]
+    flagged = [f"{r['feature']} {r['flag']} vs {r['baseline']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")]
+    rows.append(("drift flags", ", ".join(flagged) or "none"))
+    health = health_headline(summary.model_health)
+    for measure, fmt in (("event_rate", ".2%"), ("auc", ".3f")):
+        values = (health or {}).get(measure)
+        if values and all(v == v for v in values):
+            rows.append((f"expected {measure.replace('_', ' ')}", f"{values[0]:{fmt}} ({values[1]:{fmt}}–{values[2]:{fmt}})"))
+    shadow = shadow_headline(summary.shadow_comparison)
+    if shadow:
+        rows.append((f"challenger {shadow['challenger_version'] or '(not loaded)'}", f"{shadow['rows_flipped']:,} decisions would flip"))
+    return [{"measure": k, "value": v} for k, v in rows]
+
+
+_TOTAL_DETAILS = ("all", "primary model loaded", "table kernel in use", "training reference in use", "model-health reference in use",
+                  "challenger scored every row")
+"""The `detail` of each fallback kind's total row when nothing is wrong; a total with another detail is named by its reason."""
+
+
+def run_artifacts(
+    ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, report_path: Path, *, page_url: str | None = None,
+) -> list[Artifact]:
+    """The run's key numbers, summary, page link, drift, fallback and guard tables, as artifact contents."""
     job, day = ticket.job, ticket.partition_date
     counts = summary.ledger_counts()
     measures = {**ticket.model_dump(), **counts, "published": published.rows, "warnings": published.warnings}
     return [
+        Artifact(artifact_key("key-numbers", job), f"{job} on {day}: rows, decisions, fallbacks, drift flags, expected performance",
+                 table=key_numbers(summary)),
+        *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)] if page_url else []),
         Artifact(artifact_key("run-summary", job), f"Scoring of {job} for {day}",
                  table=[{"measure": k, "value": str(v)} for k, v in measures.items()]),
         Artifact(

@@ -1,0 +1,67 @@
+"""Reports where analysts look: the run's key numbers as a table artifact, and a link artifact to its page
+served from SCORING_REPORT_BASE_URL (a static server on 127.0.0.1 started by the test serves the output folder)."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import threading
+import urllib.request
+
+import pytest
+
+from tasks.settings import Settings, current_settings
+from tests.conftest import DEMO_JOB, DemoEnv
+
+
+def _artifact(key: str):  # noqa: ANN202
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        (latest,) = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    return latest
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
+    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.score_partition import score_partition
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(fresh_data.data_dir / "output"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("SCORING_REPORT_BASE_URL", f"http://127.0.0.1:{server.server_port}/")
+        day = demo_env.plan.scoring_dates[-1]
+        result = score_partition(DEMO_JOB, day)
+        link = _artifact("run-page-credit-risk")
+        assert link.type == "markdown" and str(link.data).startswith("[")  # Prefect stores a link artifact as a Markdown link
+        url = f"http://127.0.0.1:{server.server_port}/{DEMO_JOB}/reports/html/date={day}.html"
+        assert url in str(link.data)
+        with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (127.0.0.1, started above)
+            page = response.read().decode()
+        assert f"Scoring run {DEMO_JOB} {day}" in page and result["run_id"] in page
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    numbers = _artifact("key-numbers-credit-risk").data
+    table = {r["measure"]: r["value"] for r in (numbers if isinstance(numbers, list) else json.loads(numbers))}
+    assert table["rows read"] == f"{result['rows_read']:,}" and table["rows scored"] == f"{result['rows_scored']:,}"
+    for decision, n in result["decisions"].items():
+        assert table[f"decision {decision}"].startswith(f"{n:,} (")
+    assert table["fallback quarantine"].startswith(f"{result['rows_quarantined']:,} (")
+    assert table["drift flags"] != "" and "expected auc" in table
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_without_a_base_url_there_is_no_link_artifact_and_a_bad_one_is_refused(demo_env: DemoEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.scoring.partition_run import report_url
+
+    assert report_url(None, DEMO_JOB, demo_env.plan.scoring_dates[-1]) is None
+    monkeypatch.setenv("SCORING_REPORT_BASE_URL", "reports.internal:8080")
+    with pytest.raises(Exception, match="SCORING_REPORT_BASE_URL=.reports.internal:8080"):
+        current_settings()

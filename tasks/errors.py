@@ -89,6 +89,10 @@ class FallbackLimitExceeded(ScoringError):
     """More rows went down a fallback path (a kind in the fallback report) than the job allows."""
 
 
+class RunTimedOut(ScoringError):
+    """A partition run went past its `limits.max_run_seconds` (or SCORING_MAX_RUN_SECONDS)."""
+
+
 class LabelError(ScoringError):
     """Realized outcomes (labels) cannot be read: a missing column or table, or an outcome that is not 0/1."""
 

@@ -60,6 +60,13 @@ class Limits(_Strict):
         default_factory=dict,
         description="Largest share of rows read per fallback kind (see tasks/quality/fallback_report.py) before the run fails.",
     )
+    max_run_seconds: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description=(
+            "Longest a partition run may take from its start under the lease to its publish; beyond it the run fails "
+            "(\"timed out after N s\") with nothing published. None: SCORING_MAX_RUN_SECONDS."
+        ),
+    )
 
     @field_validator("max_fallback_share")
     @classmethod

@@ -86,6 +86,10 @@ class Settings(BaseSettings):
         ),
     )
 
+    max_run_seconds: float = Field(
+        default=21_600.0, gt=0, allow_inf_nan=False,
+        description="Longest a partition run may take (from its start under the lease to its publish) unless its spec says otherwise.",
+    )
     report_base_url: str | None = Field(
         default=None, pattern=r"^https?://[^\s]+$",
         description=(

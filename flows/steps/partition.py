@@ -42,8 +42,9 @@ def partition_lease(run_id: str, job: str, partition_date: dt.date) -> Partition
 def prepare_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int | None) -> RunTicket:
     """Check spec, suite, model metadata and feature versions, before the lease: a mistake fails
     here, with nothing written and no ledger row. The model stays loaded for the run's units."""
-    prepared = prepared_run_job(run_id, job, partition_date, current_settings().model_dump_json())
-    return run_ticket(prepared, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows)
+    settings = current_settings()
+    prepared = prepared_run_job(run_id, job, partition_date, settings.model_dump_json())
+    return run_ticket(prepared, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, max_run_seconds=settings.max_run_seconds)
 
 
 @task(name="start-run")
@@ -64,6 +65,8 @@ def recover_job(job: str) -> list[dict]:
 def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPartition:
     """Replace the partition in the warehouse and in Parquet with this run's rows and page, as one commit,
     then in the spec's Delta tables."""
+    if (deadline := ticket.run_deadline()) is not None:
+        deadline.check()
     counts = summary.ledger_counts()
     page, warnings = partition_page(ticket, summary, counts)
     settings = current_settings()

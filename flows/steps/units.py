@@ -44,7 +44,10 @@ def _run_job(ticket: RunTicket) -> PreparedJob:
 
 
 def _unit_args(ticket: RunTicket) -> dict:
-    return {"run_id": ticket.run_id, "partition_date": ticket.partition_date, "dirs": output_dirs(current_settings(), ticket.job)}
+    return {
+        "run_id": ticket.run_id, "partition_date": ticket.partition_date, "dirs": output_dirs(current_settings(), ticket.job),
+        "deadline": ticket.run_deadline(),
+    }
 
 
 @task(name="plan-work-units")

@@ -24,6 +24,7 @@ from tasks.sinks.publish import PublishedPartition, discarded_run, retried
 from tasks.sinks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
 from tasks.scoring.prepared import PreparedJob
 from tasks.scoring.summary import ScoringSummary
+from tasks.scoring.units import RunDeadline
 from tasks.sinks.parquet_store import output_dirs
 from tasks.sinks.partition_lock import PartitionLease
 from tasks.settings import Settings
@@ -50,6 +51,19 @@ class RunTicket(BaseModel):
     """The Delta sink of the spec the run was prepared with: its publish writes there."""
     challenger_version: str | None = None
     """The version the job's challenger (`model.challenger`, maybe an alias) resolved to when the run started."""
+    max_run_seconds: float | None = None
+    """The run's time limit (`limits.max_run_seconds`, else SCORING_MAX_RUN_SECONDS)."""
+    deadline: float | None = None
+    """When the run must have finished scoring, in seconds since the epoch: set when it starts under the lease."""
+
+    def started(self, now: float) -> RunTicket:
+        """The ticket of the run starting now: its deadline set."""
+        return self.model_copy(update={"deadline": now + self.max_run_seconds if self.max_run_seconds else None})
+
+    def run_deadline(self) -> RunDeadline | None:
+        if self.deadline is None or self.max_run_seconds is None:
+            return None
+        return RunDeadline(self.deadline, self.max_run_seconds, f"run {self.run_id} of {self.job} {self.partition_date}")
 
 
 @dataclass(frozen=True)
@@ -71,13 +85,17 @@ def now_utc() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def run_ticket(prepared: PreparedJob, *, run_id: str, partition_date: dt.date, chunk_rows: int | None) -> RunTicket:
+def run_ticket(
+    prepared: PreparedJob, *, run_id: str, partition_date: dt.date, chunk_rows: int | None, max_run_seconds: float | None = None,
+) -> RunTicket:
+    """The run's identity; `max_run_seconds` is the settings' limit, which the spec's `limits.max_run_seconds` overrides."""
     meta = prepared.model.engine.metadata
     return RunTicket(
         run_id=run_id, job=prepared.spec.name, partition_date=partition_date,
         chunk_rows=chunk_rows or prepared.spec.chunk_rows, model_name=meta.name, model_version=meta.version,
         feature_version=prepared.features.FEATURE_VERSION, delta_sink=prepared.spec.sinks.delta,
         challenger_version=prepared.challenger_plan.version if prepared.challenger_plan else None,
+        max_run_seconds=prepared.spec.limits.max_run_seconds or max_run_seconds,
     )
 
 

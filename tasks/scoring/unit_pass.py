@@ -40,7 +40,7 @@ from tasks.prediction.decisions import RuleDecisions
 from tasks.prediction.outputs import DecidedChunk, predict_decided_chunk, predict_output
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator
 from tasks.scoring.prepared import PredictionPlan, PreparedJob
-from tasks.scoring.units import WorkUnit, unit_chunks
+from tasks.scoring.units import RunDeadline, WorkUnit, unit_chunks
 from tasks.sinks.parquet_store import OutputDirs, staging_dir, write_staged_chunk
 
 log = logging.getLogger("scoring.run")
@@ -248,7 +248,7 @@ def _peak_rss_mb() -> float:
 
 def _decided_chunks(
     prepared: PreparedJob, unit: WorkUnit, result: UnitInference, *, run_id: str, partition_date: dt.date, chunk_rows: int,
-    dirs: OutputDirs,
+    dirs: OutputDirs, deadline: RunDeadline | None = None,
 ) -> Iterator[tuple[DecidedChunk, FeatureContributions, Shadow | None]]:
     """Guard, build features, infer, decide and explain every chunk of `unit`, counting into `result`.
 
@@ -260,6 +260,8 @@ def _decided_chunks(
     plan = prepared.prediction_plan
     duplicate_rows = quarantined_rows_between(unit.duplicate_rows_file, unit.first_row, unit.rows)
     for chunk_id, table in unit_chunks(unit, chunk_rows):
+        if deadline is not None:
+            deadline.check()
         chunk = ChunkRef(run_id, spec.name, partition_date, chunk_id, spec.entity_column)
         guarded = guarded_chunk(
             pl.from_arrow(table), prepared.suite, entity_column=spec.entity_column,
@@ -437,13 +439,14 @@ _GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "score", "
 
 
 def scored_unit(
-    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs
+    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs,
+    deadline: RunDeadline | None = None,
 ) -> ScoredUnit:
     """Every chunk of `unit` from raw rows to the staged prediction contract, in one pass per chunk."""
     plan = prepared.prediction_plan
     inference, prediction = _unit_inference(prepared, unit.unit_id), _unit_prediction(plan, unit.unit_id)
     for decided, contributions, shadow in _decided_chunks(
-        prepared, unit, inference, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs
+        prepared, unit, inference, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs, deadline=deadline,
     ):
         inference.chunk_ids.append(decided.inference.chunk_id)
         _predicted_chunk(plan, prediction, decided, contributions, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs)
@@ -452,13 +455,14 @@ def scored_unit(
 
 
 def inferred_unit(
-    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs
+    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs,
+    deadline: RunDeadline | None = None,
 ) -> UnitInference:
     """The inference half of `scored_unit`: each decided chunk and its explained rows' contributions go to a handoff file."""
     result = _unit_inference(prepared, unit.unit_id)
     with_values = bool(prepared.prediction_plan.reason_texts.by_feature)
     for decided, contributions, shadow in _decided_chunks(
-        prepared, unit, result, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs
+        prepared, unit, result, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs, deadline=deadline,
     ):
         chunk_id = decided.inference.chunk_id
         _write_handoff(_handoff_path(dirs, run_id, chunk_id), decided, contributions, with_values=with_values)
@@ -470,12 +474,15 @@ def inferred_unit(
 
 
 def predicted_unit(
-    plan: PredictionPlan, inference: UnitInference, *, run_id: str, partition_date: dt.date, dirs: OutputDirs
+    plan: PredictionPlan, inference: UnitInference, *, run_id: str, partition_date: dt.date, dirs: OutputDirs,
+    deadline: RunDeadline | None = None,
 ) -> UnitPrediction:
     """The prediction half of `scored_unit`: the handoff files of `inference` in the prediction contract,
     one staged Parquet file per chunk; no engine is loaded and nothing is decided again."""
     result = _unit_prediction(plan, inference.unit_id)
     for chunk_id in inference.chunk_ids:
+        if deadline is not None:
+            deadline.check()
         path, shadow_path = _handoff_path(dirs, run_id, chunk_id), _handoff_path(dirs, run_id, chunk_id, shadow=True)
         decided, contributions = _read_handoff(path, chunk_id)
         shadow = _read_handoff(shadow_path, chunk_id) if shadow_path.exists() else None

@@ -5,19 +5,37 @@ rule quarantines before any unit is scored."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.errors import PartitionError
+from tasks.errors import PartitionError, RunTimedOut
 from tasks.guards.duplicates import duplicated_entity_ids, partition_row_groups, write_quarantined_rows
 from tasks.jobs.validation import checked_raw_files
 from tasks.scoring.prepared import PreparedJob
 from tasks.sinks.parquet_store import OutputDirs, staging_dir
 from tasks.sources import ParquetPartition, opened_parquet
 from tasks.sources.chunks import rechunked_tables
+
+@dataclass(frozen=True)
+class RunDeadline:
+    """When a run must have finished scoring (seconds since the epoch, so every worker of the run reads the same
+    clock time) and the limit it came from; checked before each chunk and before the publish."""
+
+    at: float
+    limit_s: float
+    what: str
+
+    def check(self) -> None:
+        if time.time() > self.at:
+            raise RunTimedOut(
+                f"{self.what} timed out after {self.limit_s:g} s (limits.max_run_seconds, else SCORING_MAX_RUN_SECONDS); "
+                "nothing of it was published"
+            )
+
 
 log = logging.getLogger("scoring.run")
 

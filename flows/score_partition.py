@@ -12,6 +12,7 @@ from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
+from flows.steps.alerts import alert_failed_run
 from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner, units_in_own_flow
 from flows.steps.partition import (
     fail_run,
@@ -35,7 +36,7 @@ def score_units(ticket: RunTicket) -> ScoringSummary:
     return scored_summary(ticket)
 
 
-@flow(name="score_partition", log_prints=True, task_runner=UnitThreadPoolTaskRunner())
+@flow(name="score_partition", log_prints=True, task_runner=UnitThreadPoolTaskRunner(), on_failure=[alert_failed_run])
 def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge=0)] = 0) -> dict:
     """Guard, infer, predict and publish `job` for the partition `date`; re-running replaces it.
 

@@ -90,6 +90,13 @@ class Settings(BaseSettings):
         default=21_600.0, gt=0, allow_inf_nan=False,
         description="Longest a partition run may take (from its start under the lease to its publish) unless its spec says otherwise.",
     )
+    alert_block: str | None = Field(
+        default=None, pattern=r"^([a-z0-9-]+/)?[a-z0-9][a-z0-9-]*$",
+        description=(
+            "The Prefect notification block alerts go through: `<block type>/<name>` (e.g. slack-webhook/ops), or a "
+            "name alone for a custom-webhook block; none sends no alerts."
+        ),
+    )
     report_base_url: str | None = Field(
         default=None, pattern=r"^https?://[^\s]+$",
         description=(

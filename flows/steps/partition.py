@@ -15,6 +15,7 @@ import uuid
 from prefect import task
 from prefect.utilities.annotations import quote
 
+from flows.steps.alerts import run_link, sent_alerts
 from flows.steps.artifacts import left_artifacts
 from flows.steps.monitoring import monitor_decisions
 from flows.steps.units import prepared_run_job
@@ -23,6 +24,7 @@ from tasks.scoring.partition_run import (
     RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, report_url, run_artifacts, run_lease, run_result, run_ticket,
     started_run,
 )
+from tasks.monitoring.alerts import published_run_alerts
 from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
 from tasks.sinks.delta import delta_tables
@@ -99,9 +101,24 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
         ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=finished.message,
         monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=monitored.message,
     )
+    alerted = send_alerts(ticket, quote(summary.drift_report), result.get("decision_monitoring"), result.get("report") or None, return_state=True)
+    result["warnings"] += alerted.result() if alerted.is_completed() else [f"alerts not sent: {alerted.message}"]
     if result["warnings"] != published.warnings:
         record_run_warnings(ticket.run_id, result["warnings"])
     return result
+
+
+@task(name="send-alerts")
+def send_alerts(ticket: RunTicket, drift_rows: list[dict], monitoring: dict | None, page: str | None) -> list[str]:
+    """Drift alerts and decision-monitoring shifts of the published run, through the settings' notification block."""
+    from prefect.runtime import flow_run
+
+    settings = current_settings()
+    alerts = published_run_alerts(
+        ticket.job, ticket.partition_date.isoformat(), drift_rows=drift_rows, monitoring=monitoring,
+        run_link=run_link(flow_run.id), page=report_url(settings.report_base_url, ticket.job, ticket.partition_date) or page,
+    )
+    return sent_alerts(alerts)
 
 
 @task(name="record-run-warnings")

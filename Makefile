@@ -1,4 +1,6 @@
-# Every target sets up .venv itself; the stamp makes a second run a no-op until pyproject.toml changes.
+# Every target sets up .venv itself, with the tested versions of constraints.txt; the stamp makes a second
+# run a no-op until pyproject.toml or constraints.txt changes. `make lock` takes the newest versions
+# pyproject.toml allows and writes them to constraints.txt (then run `make test`).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -6,15 +8,23 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export GX_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv clean lock
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[demo,test]'
 	touch $(STAMP)
+
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet --upgrade pip
+	.venv-lock/bin/python -m pip install --quiet --upgrade -e '.[demo,test]'
+	( echo "# The versions make and .ci/run install (pip install -c constraints.txt); written by \`make lock\`."; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable | sed -E 's/^([^=]+==[^+]+)\+.*/\1/' | LC_ALL=C sort -f ) > constraints.txt
+	rm -rf .venv-lock
 
 demo: $(STAMP)
 	$(VENV)/bin/score demo

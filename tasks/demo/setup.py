@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
 import logging
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from pathlib import Path
 from tasks.demo.credit_data import demo_dates, write_demo_partitions
 from tasks.demo.gearbox_data import write_gearbox_partitions
 from tasks.demo.training import train_credit_model
+from tasks.errors import EnvironmentFault
 from tasks.features import job_features
 from tasks.guards import load_guard_suite
 from tasks.inference.registry import inference_model_versions
@@ -88,7 +90,14 @@ def prepared_gearbox_demo(
     both models, so only the latest pair is reused, and only when the classifier was trained on
     this window together with the latest autoencoder; otherwise both are trained as new versions.
     """
-    # torch (seconds to import) is needed only when the gearbox models are trained.
+    # torch (seconds to import) is needed only when the gearbox models are trained, and only the demo extra has it.
+    missing = [name for name in ("torch", "onnxscript") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise EnvironmentFault(
+            f"the gearbox demo trains its autoencoder with torch and exports it to ONNX, and {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: a scoring install leaves the demo's training out; install the demo extra "
+            "(pip install -c constraints.txt -e '.[demo]', which `make demo` does)"
+        )
     from tasks.demo.gearbox_training import train_gearbox_models
 
     spec = load_job_spec(GEARBOX_JOB, settings)

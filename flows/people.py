@@ -6,11 +6,10 @@ import datetime as dt
 from typing import Annotated
 
 from prefect import flow
-from prefect.context import FlowRunContext
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from flows.steps.partitions import planned_outcomes, reported_outcomes, scored_partition, scored_partitions
+from flows.steps.partitions import planned_outcomes, reported_outcomes, scheduled_start, scored_partition, scored_partitions
 from flows.steps.partition import recover_job
 from flows.steps.blocks import with_warehouse_url
 from tasks.jobs.calendar import job_name_enum, partition_range, scheduled_partition_date
@@ -23,28 +22,17 @@ MAX_CONCURRENCY = 8
 """Partitions one backfill scores at once, at most."""
 
 
-def _scheduled_start() -> dt.datetime | None:
-    """When the deployment scheduled this flow run; None for a run not started by a deployment."""
-    context = FlowRunContext.get()
-    run = context.flow_run if context is not None else None
-    if run is None or run.deployment_id is None:
-        return None
-    return run.expected_start_time
-
-
 @flow(name="nightly")
 def nightly(date: dt.date | None = None) -> list[dict]:
-    """Score the night before the run's scheduled start (business timezone) for every configured job —
-    a late, queued or retried run still scores the night it was scheduled for; a run started by hand,
-    yesterday — after the days of the last `SCORING_CATCH_UP_DAYS` whose run failed, was abandoned or
-    never ran; one failure does not stop the rest.
+    """Score every configured job's night, after the days of the last `SCORING_CATCH_UP_DAYS` whose run
+    failed, was abandoned or never ran; one failure does not stop the rest.
 
     Args:
         date: The partition (business day) to score. Leave it empty: a scheduled run scores the night before
             its scheduled start, a run started by hand yesterday.
     """
     settings = with_warehouse_url(current_settings())
-    day = date or scheduled_partition_date(settings, _scheduled_start())
+    day = date or scheduled_partition_date(settings, scheduled_start())
     outcomes = []
     for job in configured_jobs(settings):
         recover_job(job)
@@ -62,15 +50,13 @@ def backfill(
     concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = 1,
     chunk_rows: Annotated[int, Field(ge=0)] = 0,
 ) -> list[dict]:
-    """Score the partitions from `start_date` to `end_date` inclusive that `mode` selects; failures are
-    listed, not fatal to the rest.
+    """Score the partitions of the range that `mode` selects; failures are listed, not fatal to the rest.
 
     Args:
         job: The job to score: one of the specs in jobs/.
         start_date: The first partition to score: the business day the data belongs to, not the day it is scored.
         end_date: The last partition to score, inclusive.
-        mode: Which days of the range: all of them; missing, those never scored; failed, those whose last run
-            failed or was abandoned.
+        mode: Which days of the range: all of them; missing, those never scored; failed, whose last run failed.
         dry_run: Only list the days the mode selects; nothing is scored or written.
         concurrency: Engineering: how many days are scored at once (1 to 8); each takes memory and cores.
         chunk_rows: Engineering: rows per chunk; 0 keeps the job's own chunk size.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 import uuid
 from typing import Annotated
 
@@ -54,10 +53,8 @@ def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge
     # before it opens a ledger row.
     lease = partition_lease(run_id, job, date)
     with lease.held():
-        # The time limit counts from here: waiting for another run's lease is not this run's time.
-        ticket = ticket.started(time.time())
         try:
-            recovered = start_run(ticket)
+            ticket, recovered = start_run(ticket)
             settings = current_settings()
             summary = (
                 score_units.with_options(task_runner=dask_task_runner(settings))(ticket)

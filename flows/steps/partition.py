@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import time
 import uuid
 
 from prefect import task
@@ -50,10 +51,13 @@ def prepare_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int 
 
 
 @task(name="start-run")
-def start_run(ticket: RunTicket) -> list[dict]:
+def start_run(ticket: RunTicket) -> tuple[RunTicket, list[dict]]:
     """Under the partition's lease: finish or undo what dead runs of the job left (this partition's
-    and, where no live run holds them, the others'), then open the run in the ledger."""
-    return started_run(run_warehouse(ticket.run_id), current_settings(), ticket)
+    and, where no live run holds them, the others'), then open the run in the ledger. The ticket comes
+    back with its deadline: the time limit counts from here, waiting for another run's lease is not
+    this run's time."""
+    started = ticket.started(time.time())
+    return started, started_run(run_warehouse(ticket.run_id), current_settings(), started)
 
 
 @task(name="recover-job")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from prefect import task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.futures import as_completed
-from prefect.context import SettingsContext, get_settings_context
+from prefect.context import FlowRunContext, SettingsContext, get_settings_context
 from prefect.settings import Settings
 
 from flows.steps.monitoring import monitor_decisions
@@ -83,6 +83,15 @@ def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None,
             if outcomes[day]["outcome"] == "succeeded":
                 monitor_decisions(job, day, outcomes[day]["run_id"])
     return [outcomes[d] for d in dates]
+
+
+def scheduled_start() -> dt.datetime | None:
+    """When the deployment scheduled the current flow run; None for a run not started by a deployment."""
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    if run is None or run.deployment_id is None:
+        return None
+    return run.expected_start_time
 
 
 def reported_outcomes(outcomes: list[dict], key: str) -> list[dict]:

@@ -188,6 +188,18 @@ def test_when_labels_land_both_models_are_compared_on_the_same_rows(shadowed) ->
     assert {r["measure"]: r for r in project.table("SELECT * FROM shadow_outcomes").to_dicts()} == rows
     page = (project.settings.output_dir(DEMO_JOB) / "reports" / "html" / "monitoring.html").read_text()
     assert "Champion and challenger on labels" in page and f"pooled {day}..{day}" in page
+    # Beyond its cap the pooled comparison reads a sample of entities by the md5 of their id: the same rows every time.
+    import hashlib
+
+    from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
+
+    warehouse = DuckDBWarehouse(project.settings.duckdb_path)
+    everything, total = warehouse.labelled_shadow_rows(DEMO_JOB, first_date=day, last_date=day)
+    assert total == everything.num_rows == joined.height
+    sample, counted = warehouse.labelled_shadow_rows(DEMO_JOB, first_date=day, last_date=day, max_rows=total // 4)
+    cut = f"{65_536 * (total // 4) // total:04x}"
+    expected = sorted(i for i in joined["entity_id"] if hashlib.md5(i.encode()).hexdigest()[:4] < cut)
+    assert counted == total and sample.column("entity_id").to_pylist() == expected and 0 < len(expected) < total / 2
     # Pooled over the range (one partition here), the comparison is the partition's own.
     pooled = next(x for x in done.stdout.splitlines() if x.startswith("challenger: pooled over 1 partition(s)"))
     assert line.split(" labelled rows: ", 1)[1] == pooled.split(" labelled rows: ", 1)[1]

@@ -485,3 +485,24 @@ def test_a_new_warehouse_records_every_migration_and_has_its_indexes(any_warehou
         with any_warehouse._session(write=False) as session:
             indexed = {r["tablename"] for r in session.rows("SELECT tablename FROM pg_indexes WHERE indexname LIKE '%\\_partition'")}
         assert indexed == {d.table for d in WAREHOUSE_DATASETS if d.partitioned}
+
+
+def test_the_pooled_comparison_reads_an_md5_sample_of_entities_beyond_its_cap(any_warehouse: Warehouse, tmp_path: Path) -> None:
+    import hashlib
+
+    any_warehouse.replace_partition(job=JOB, partition_date=DAY, files=staged_run(tmp_path, "run-1", rows=400))
+    ids = sample_rows(PREDICTION_SCHEMA, run_id="run-1", rows=400).column("entity_id").to_pylist()
+    labels = pa.Table.from_pylist(
+        [{"job": JOB, "partition_date": DAY, "entity_id": i, "outcome": k % 2, "observed_date": DAY, "source": "test",
+          "entity_status": "scored"} for k, i in enumerate(ids)],
+        schema=OUTCOME_LABELS.schema,
+    )
+    any_warehouse.replace_monitoring_partition(job=JOB, partition_date=DAY, tables={OUTCOME_LABELS.table: labels})
+    everything, total = any_warehouse.labelled_shadow_rows(JOB, first_date=DAY, last_date=DAY)
+    assert total == everything.num_rows == 400
+    sample, counted = any_warehouse.labelled_shadow_rows(JOB, first_date=DAY, last_date=DAY, max_rows=100)
+    cut = f"{65_536 * 100 // 400:04x}"
+    expected = sorted(i for i in ids if hashlib.md5(i.encode()).hexdigest()[:4] < cut)
+    assert counted == 400 and sorted(sample.column("entity_id").to_pylist()) == expected and 50 < len(expected) < 150
+    again, _ = any_warehouse.labelled_shadow_rows(JOB, first_date=DAY, last_date=DAY, max_rows=100)
+    assert again.equals(sample)

@@ -67,9 +67,10 @@ class MonitoringHistory:
     """Champion against challenger on every labelled row of the range, per (champion, challenger) version pair (`pooled_comparisons`)."""
 
 
-def pooled_comparisons(rows: pl.DataFrame, *, level: float, bins: int) -> list[dict[str, Any]]:
+def pooled_comparisons(rows: pl.DataFrame, *, level: float, bins: int, labelled: int | None = None) -> list[dict[str, Any]]:
     """Champion against challenger on the labelled rows of many partitions at once, per (champion, challenger)
-    version pair: one night rarely has the rows to tell two good models apart, a month often does."""
+    version pair: one night rarely has the rows to tell two good models apart, a month often does. `labelled`:
+    how many rows there were when `rows` is a sample of them."""
     out = []
     for (champion, challenger), pair in rows.group_by(["champion_version", "challenger_version"], maintain_order=True):
         compared = compared_models(
@@ -80,6 +81,7 @@ def pooled_comparisons(rows: pl.DataFrame, *, level: float, bins: int) -> list[d
             "champion_version": champion, "challenger_version": challenger, "partitions": pair["partition_date"].n_unique(),
             "first_date": pair["partition_date"].min(), "last_date": pair["partition_date"].max(), "rows": compared.rows,
             "events": compared.events, "measures": compared.rows_long(), "recommendation": compared.recommendation,
+            "sample_of": labelled if labelled is not None and labelled > rows.height else None,
         })
     return out
 
@@ -93,6 +95,8 @@ def monitoring_history(
     def rows(dataset: Dataset) -> pl.DataFrame:
         return pl.from_arrow(warehouse.monitoring_rows(dataset.table, job=job, first_date=first_date, last_date=last_date))
 
+    shadow_table, labelled = warehouse.labelled_shadow_rows(job, first_date=first_date, last_date=last_date)
+    shadowed = pl.from_arrow(shadow_table)
     return MonitoringHistory(
         job=job,
         first_date=first_date,
@@ -109,9 +113,7 @@ def monitoring_history(
         estimates=rows(OUTCOME_ESTIMATES),
         slices=rows(SLICE_MONITORING),
         shadow_outcomes=rows(SHADOW_OUTCOMES),
-        pooled_comparisons=pooled_comparisons(
-            pl.from_arrow(warehouse.labelled_shadow_rows(job, first_date=first_date, last_date=last_date)), level=level, bins=bins,
-        ),
+        pooled_comparisons=pooled_comparisons(shadowed, level=level, bins=bins, labelled=labelled),
     )
 
 
@@ -398,7 +400,8 @@ def challenger_lines(history: MonitoringHistory) -> list[str]:
     for pooled in history.pooled_comparisons:
         lines.append(
             f"pooled over {pooled['partitions']} partition(s) {pooled['first_date']}..{pooled['last_date']}: champion "
-            f"{pooled['champion_version']} vs challenger {pooled['challenger_version']} on {pooled['rows']} labelled rows: "
+            f"{pooled['champion_version']} vs challenger {pooled['challenger_version']} on {pooled['rows']} labelled rows"
+            + (f" (an md5 sample of entities, of {pooled['sample_of']})" if pooled.get("sample_of") else "") + ": "
             f"{_measures_text({r['measure']: r for r in pooled['measures']})}; {pooled['recommendation']}"
         )
     return lines

@@ -565,25 +565,37 @@ class Warehouse(ABC):
             {"job": job, "partition_date": partition_date},
         )
 
-    def labelled_shadow_rows(self, job: str, *, first_date: Any, last_date: Any) -> pa.Table:
-        """Every labelled row of the job's partitions in the range that a challenger shadowed: (partition_date, entity_id,
+    def labelled_shadow_rows(self, job: str, *, first_date: Any, last_date: Any, max_rows: int = 2_000_000) -> tuple[pa.Table, int]:
+        """The labelled rows of the job's partitions in the range that a challenger shadowed: (partition_date, entity_id,
         champion_version, challenger_version, outcome, champion, challenger), the last two the calibrated probabilities,
-        ordered by partition and entity (the comparison's bootstrap draws by position)."""
+        ordered by partition and entity (the comparison's bootstrap draws by position); and how many there are.
+
+        Beyond `max_rows` (a month of million-row nights) a sample of entities chosen by the md5 of their id is read:
+        the same rows on both backends and on every re-run, and memory bounded."""
         schema = pa.schema([
             ("partition_date", pa.date32()), ("entity_id", pa.string()), ("champion_version", pa.string()), ("challenger_version", pa.string()),
             ("outcome", pa.int16()), ("champion", pa.float64()), ("challenger", pa.float64()),
         ])
+        joined = (
+            "FROM predictions p "
+            "JOIN shadow_predictions s ON s.job = p.job AND s.partition_date = p.partition_date AND s.entity_id = p.entity_id "
+            "JOIN outcome_labels l ON l.job = p.job AND l.partition_date = p.partition_date AND l.entity_id = p.entity_id "
+            "WHERE p.job = $job AND p.partition_date BETWEEN $first_date AND $last_date AND l.outcome IS NOT NULL"
+        )
+        key = {"job": job, "first_date": first_date, "last_date": last_date}
         # Every table is created with the others; only a warehouse from before challengers lacks shadow_predictions.
+        counted = self._read_rows("shadow_predictions", f"SELECT count(*) AS n {joined}", key)
+        total = int(counted[0]["n"]) if counted else 0
+        sampled = ""
+        if total > max_rows:
+            # 65 536 md5 buckets: the first four hex digits, compared as fixed-width lower-case text.
+            sampled = f" AND substr(md5(p.entity_id), 1, 4) < '{min(65_535, 65_536 * max_rows // total):04x}'"
         return self._read_arrow(
             "shadow_predictions", schema,
             "SELECT p.partition_date, p.entity_id, p.model_version AS champion_version, s.model_version AS challenger_version, l.outcome, "
-            "p.probability AS champion, s.probability AS challenger FROM predictions p "
-            "JOIN shadow_predictions s ON s.job = p.job AND s.partition_date = p.partition_date AND s.entity_id = p.entity_id "
-            "JOIN outcome_labels l ON l.job = p.job AND l.partition_date = p.partition_date AND l.entity_id = p.entity_id "
-            "WHERE p.job = $job AND p.partition_date BETWEEN $first_date AND $last_date AND l.outcome IS NOT NULL "
-            "ORDER BY p.partition_date, p.entity_id",
-            {"job": job, "first_date": first_date, "last_date": last_date},
-        )
+            f"p.probability AS champion, s.probability AS challenger {joined}{sampled} ORDER BY p.partition_date, p.entity_id",
+            key,
+        ), total
 
     def prediction_groups(self, job: str, partition_date: Any, cutoffs: Sequence[float]) -> pa.Table:
         """Predictions of (job, partition_date) counted by run_id, model_version, decision, rule_id,

@@ -65,3 +65,23 @@ def test_without_a_base_url_there_is_no_link_artifact_and_a_bad_one_is_refused(d
     monkeypatch.setenv("SCORING_REPORT_BASE_URL", "reports.internal:8080")
     with pytest.raises(Exception, match="SCORING_REPORT_BASE_URL=.reports.internal:8080"):
         current_settings()
+
+
+def test_the_key_numbers_name_every_fallback_that_happened_whatever_its_detail() -> None:
+    from tasks.quality.fallback_report import fallback_report_rows
+    from tasks.scoring.partition_run import key_numbers
+    from tasks.scoring.summary import ScoringSummary
+
+    summary = ScoringSummary(rows_read=1000, rows_scored=990, decisions={"approve": 900, "decline": 90})
+    summary.fallback_report = fallback_report_rows(
+        rows_read=1000, guard_by_expectation={"e1": {"quarantine": 10}}, guard_columns={"e1": "amount"}, rows_repaired=0,
+        rows_quarantined=10, rows_fallback=990, fallback_reason="credit_risk 3 failed to load: sha256 mismatch", rows_failed=0,
+        rows_without_adverse_reason=0, rows_reasons_by_xgboost=0, reasons_kernel_reason=None, limits={},
+        rows_challenger_failed=990, challenger_detail="challenger 4: version '4' not found",
+    )
+    table = {r["measure"]: r["value"] for r in key_numbers(summary)}
+    # The totals whose detail is a reason (not "all") are there, the breakdown rows and the zero kinds are not.
+    assert table["fallback fallback_model"] == "990 (99.00%)" and table["fallback challenger_failed"] == "990 (99.00%)"
+    assert table["fallback quarantine"] == "10 (1.00%)"
+    assert not [k for k in table if k.startswith("fallback ") and k.split()[1] in ("guard_repair", "failed_chunk", "no_adverse_reason")]
+    assert table["decision approve"] == "900 (90.9%)" and table["drift flags"] == "none"

@@ -14,6 +14,7 @@ import time
 import uuid
 
 from prefect import task
+from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
 from flows.steps.alerts import run_link, sent_alerts
@@ -115,8 +116,6 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
 @task(name="send-alerts")
 def send_alerts(ticket: RunTicket, drift_rows: list[dict], monitoring: dict | None, page: str | None) -> list[str]:
     """Drift alerts and decision-monitoring shifts of the published run, through the settings' notification block."""
-    from prefect.runtime import flow_run
-
     settings = current_settings()
     alerts = published_run_alerts(
         ticket.job, ticket.partition_date.isoformat(), drift_rows=drift_rows, monitoring=monitoring,

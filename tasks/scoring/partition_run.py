@@ -196,7 +196,7 @@ def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
         ("rows in failed chunks", f"{summary.rows_failed:,}"),
         *((f"decision {d}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n)) for d, n in summary.decisions.items()),
         *((f"fallback {r['kind']}", f"{r['rows']:,} ({r['share']:.2%})" + (" BREACHED" if r["breached"] else ""))
-          for r in summary.fallback_report if r["rows"] and r["detail"] in _TOTAL_DETAILS),
+          for r in _fallback_totals(summary.fallback_report) if r["rows"]),
     ]
     flagged = [f"{r['feature']} {r['flag']} vs {r['baseline']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")]
     rows.append(("drift flags", ", ".join(flagged) or "none"))
@@ -211,9 +211,12 @@ def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
     return [{"measure": k, "value": v} for k, v in rows]
 
 
-_TOTAL_DETAILS = ("all", "primary model loaded", "table kernel in use", "training reference in use", "model-health reference in use",
-                  "challenger scored every row")
-"""The `detail` of each fallback kind's total row when nothing is wrong; a total with another detail is named by its reason."""
+def _fallback_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each kind's total row: `fallback_report_rows` writes it first, before the kind's breakdown rows."""
+    totals: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        totals.setdefault(row["kind"], row)
+    return list(totals.values())
 
 
 def run_artifacts(

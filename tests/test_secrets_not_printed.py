@@ -1,5 +1,5 @@
 """Secrets never printed: a token or signature in a spec URL, a password holding `@` and spaces in
-`SCORING_WAREHOUSE_URL`.
+`SCORING_WAREHOUSE_URL`, a warehouse held by a process whose command line carries a DSN.
 
 The CLI cases run the real `score` command in a child process against a copy of the demo data,
 plant distinct secrets and look for each of them in stdout, stderr and every byte under the data
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from tasks.errors import ExitCode
@@ -190,3 +192,49 @@ def test_a_warehouse_url_whose_password_breaks_the_url_is_never_shown(
     assert shown.format(port=port) in line, line
     assert_nowhere(secrets, result, data)
 
+
+_HOLDER = """
+import duckdb, sys, time
+# Hold the warehouse as soon as the run has opened its ledger row, so the run fails inside.
+while True:
+    try:
+        con = duckdb.connect(sys.argv[1])
+    except duckdb.IOException:
+        time.sleep(0.05)
+        continue
+    try:
+        running = con.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchall()[0][0]
+    except duckdb.CatalogException:
+        running = 0
+    if running:
+        print("held", flush=True)
+        time.sleep(300)
+    con.close()
+    time.sleep(0.1)
+"""
+
+
+def test_a_warehouse_held_by_a_process_with_secrets_in_its_command_line_names_only_its_program(data: Path) -> None:
+    warehouse = data / "warehouse.duckdb"
+    secrets = ["TopSecret99", "PassArg77", "EnvStyle55"]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(warehouse), "postgresql://u:TopSecret99@db/x", "--password=PassArg77", "PASSWORD=EnvStyle55"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        failed = score(data, env={"SCORING_WAREHOUSE_LOCK_WAIT_S": "1"})
+    finally:
+        holder.kill()
+        said, _ = holder.communicate()
+    assert said.strip() == "held"
+    line = one_error_line(failed, ExitCode.ENVIRONMENT)
+    assert f"warehouse {warehouse} is locked by process {holder.pid} (python" in line, line
+    # The ledger could not take the failure while the lock was held: the next start records it.
+    recovered = score(data, "recover", DEMO_JOB)
+    assert recovered.returncode == 0, (recovered.stdout + recovered.stderr)[-3000:]
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        ((status, error, detail),) = con.execute("SELECT status, error, error_detail FROM runs").fetchall()
+    assert status == "failed" and f"locked by process {holder.pid} (python" in error, error
+    assert not any(s in error or s in (detail or "") for s in secrets), (error, detail)
+    assert_nowhere(secrets, failed, data)
+    assert_nowhere(secrets, recovered, data)

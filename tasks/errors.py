@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.redaction import redacted_text
+
 
 class ScoringError(Exception):
     """Base class of errors caused by input, configuration or artifacts, not by our code (exit code 2)."""
@@ -164,13 +166,15 @@ _QUOTED_PATH = re.compile(r'"(/[^"]+)"|\'(/[^\']+)\'')
 
 
 def process_description(pid: int) -> str:
-    """`pid`'s command line from /proc, shortened; the program name alone when /proc cannot be read."""
+    """`pid`'s program name (its /proc `comm`: `python3.11`, `score`, `duckdb`), never its command
+    line: arguments carry DSNs with passwords, `--password=…`, `-pSECRET`, bearer tokens, in forms
+    no redaction can know for every program. `ps -o args= -p PID` shows the rest to whoever may see it."""
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        name = Path(f"/proc/{pid}/comm").read_text(errors="replace").strip()
     except OSError:
-        return "command line not readable"
-    text = " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
-    return (text[:160] + "…") if len(text) > 160 else text or "command line not readable"
+        return "program not readable"
+    # A program may set its name from its title (setproctitle): a URL in it is still redacted.
+    return redacted_text(name) or "program not readable"
 
 
 def _mib(n: int) -> str:

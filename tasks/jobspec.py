@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tasks.errors import JobSpecError
 from tasks.features.config import DeclaredFeatures
+from tasks.redaction import redacted_text
 from tasks.inference.config import NAME_PATTERN, InferenceConfig, ModelRef
 from tasks.prediction.config import PredictionConfig
 from tasks.settings import Settings
@@ -336,10 +337,14 @@ def spec_field_problems(error: ValidationError) -> list[tuple[str, str]]:
                 + (f"; allowed here: {', '.join(allowed)}" if allowed else "")
             )))
             continue
-        # A value refused for carrying credentials is not echoed: the secret would reach the terminal and the ledger.
-        secret = "carries credentials" in err["msg"]
-        shown = "" if secret or isinstance(err["input"], dict | list) else f" (got {err['input']!r})"
-        problems.append((field, err["msg"].removeprefix("Value error, ") + shown))
+        # Values reach the terminal and the ledger: a URL in them (a spec URL, a DSN inside a query) is
+        # shown redacted, and not twice when the message already names it.
+        message = redacted_text(err["msg"].removeprefix("Value error, "))
+        value = err["input"]
+        got = repr(redacted_text(value) if isinstance(value, str) else value)
+        named = isinstance(value, str) and got in message
+        shown = "" if isinstance(value, dict | list) or named else f" (got {got})"
+        problems.append((field, message + shown))
     return problems
 
 

@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tasks.catalog import PREDICTIONS
 from tasks.errors import SettingsError, UnsafePath
+from tasks.redaction import is_credential_parameter, redacted_url, url_parts
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _SECRET_MASK = str(SecretStr("x"))
@@ -200,13 +201,8 @@ class Settings(BaseSettings):
 
 def _shown_value(field: str, value: object) -> str:
     if field in ("warehouse_url", "source_url"):
-        # The URL may hold a password: show it as the warehouse shows it, with `***`.
-        from tasks.sinks.warehouse import redacted
-
-        try:
-            return repr(redacted(str(value)))
-        except ValueError:
-            return "(not shown: it may hold a password)"
+        # The URL may hold a password: show it as every message shows it, with `***`.
+        return repr(redacted_url(str(value)))
     text = repr(value)
     return text if len(text) <= 120 else text[:117] + "…"
 
@@ -225,17 +221,18 @@ OBJECT_STORE_CREDENTIALS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_A
 """Variables holding object-store credentials, which delta-rs and pyarrow read themselves."""
 
 
-_SECRET_QUERY_KEYS = {"access_key", "secret_key", "session_token", "password", "sas_token", "account_key", "token"}
-
-
 def credential_free_url(value: str) -> str:
-    """`value`, refused when it carries a user, a password or a key: credentials live in the environment."""
-    parts = urllib.parse.urlsplit(value)
-    keys = {k.lower() for k, _ in urllib.parse.parse_qsl(parts.query)}
-    if parts.password is not None or parts.username is not None or keys & _SECRET_QUERY_KEYS:
+    """`value`, refused when it carries a user, a password or a credential parameter (a token, a
+    signature, a key): credentials live in the environment."""
+    standard = urllib.parse.urlsplit(value)
+    parts = url_parts(value)
+    # A user part a parser would miss (a `/` in the password) still counts when it looks like `user:password`.
+    hidden_user = parts is not None and parts.userinfo is not None and (parts.clean_userinfo or ":" in parts.userinfo)
+    named = parts is not None and any(is_credential_parameter(name) for name, _ in parts.query_items())
+    if standard.username is not None or hidden_user or named:
         raise ValueError(
-            "url carries credentials; put them in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) "
-            "and keep the spec free of secrets"
+            f"url {redacted_url(value)!r} carries credentials; put them in the environment (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY, ...) and keep the spec free of secrets"
         )
     return value
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tasks.catalog import warehouse_dataset
 from tasks.errors import SinkUnwritable
+from tasks.redaction import redacted_text, scrubbed
 from tasks.settings import Settings, object_store_credentials
 from tasks.sinks.config import DeltaSink
 
@@ -132,9 +133,7 @@ def _sql_text(value: str) -> str:
 
 
 def _masked(text: str) -> str:
-    for value in object_store_credentials():
-        text = text.replace(value, "***")
-    return text
+    return redacted_text(scrubbed(text, secrets=object_store_credentials()))
 
 
 def _reason(kind: str, detail: str) -> str:

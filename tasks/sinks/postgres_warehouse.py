@@ -16,14 +16,13 @@ import pyarrow.parquet as pq
 
 from tasks.catalog import warehouse_dataset
 from tasks.errors import WarehouseUnreachable
+from tasks.redaction import redacted_url, scrubbed
 from tasks.sinks.warehouse import (
     _NAMED_PARAMETER,
     _POSTGRES_TYPES,
     Warehouse,
     _parameter_names,
     _Session,
-    redacted,
-    url_secrets,
 )
 
 if TYPE_CHECKING:
@@ -116,14 +115,13 @@ class PostgresWarehouse(Warehouse):
         if urllib.parse.urlsplit(url).scheme not in ("postgresql", "postgres"):
             raise ValueError("the warehouse URL must start with postgresql:// (the value is not shown: it may hold a password)")
         self._url = url
-        self._secrets = url_secrets(url)
 
     def __repr__(self) -> str:
         return f"PostgresWarehouse({self.location!r})"
 
     @property
     def location(self) -> str:
-        return redacted(self._url)
+        return redacted_url(self._url)
 
     def _exists(self) -> bool:
         return True
@@ -140,10 +138,7 @@ class PostgresWarehouse(Warehouse):
             pending += [e for e in (current.__cause__, current.__context__) if e is not None]
 
     def _scrubbed(self, text: str) -> str:
-        text = text.replace(self._url, self.location)
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return scrubbed(text, url=self._url)
 
     def _connect(self) -> AdbcConnection:
         import adbc_driver_postgresql.dbapi

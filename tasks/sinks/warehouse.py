@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import re
-import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -772,27 +771,3 @@ class Warehouse(ABC):
                     },
                 )
             )
-
-
-def redacted(url: str) -> str:
-    """`url` with its password (in the user part or a `password=` query parameter) shown as `***`."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        userinfo, _, hostport = netloc.rpartition("@")
-        netloc = f"{userinfo.partition(':')[0]}:***@{hostport}"
-    query = "&".join(
-        "password=***" if item.partition("=")[0].lower() == "password" else item for item in parts.query.split("&")
-    )
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
-def url_secrets(url: str) -> list[str]:
-    """The password of `url` as written and as decoded, longest first, so no fragment of it survives a scrub."""
-    parts = urllib.parse.urlsplit(url)
-    found = [parts.password] if parts.password else []
-    for item in parts.query.split("&"):
-        name, _, value = item.partition("=")
-        if name.lower() == "password" and value:
-            found.append(value)
-    return sorted({*found, *(urllib.parse.unquote(s) for s in found)}, key=len, reverse=True)

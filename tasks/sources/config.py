@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tasks.redaction import redacted_url
 from tasks.settings import credential_free_url
 
 PARTITION_PARAMETER = re.compile(r"(?<![:\w]):partition_date\b")
@@ -37,13 +38,16 @@ class ParquetSource(_Strict):
     @field_validator("url")
     @classmethod
     def _dated_and_secret_free(cls, value: str) -> str:
+        # Credentials first: a URL that carries them is refused whatever else is wrong with it.
+        credential_free_url(value)
+        shown = redacted_url(value)
         try:
             formatted = value.format(date=dt.date(2026, 1, 31))
         except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(f"url {value!r} must use only the placeholder {{date}} (or {{date:FORMAT}}): {exc}") from None
+            raise ValueError(f"url {shown!r} must use only the placeholder {{date}} (or {{date:FORMAT}}): {exc}") from None
         if formatted == value:
-            raise ValueError(f"url {value!r} has no {{date}} placeholder, so every partition would read the same files")
-        return credential_free_url(value)
+            raise ValueError(f"url {shown!r} has no {{date}} placeholder, so every partition would read the same files")
+        return value
 
     def partition_url(self, partition_date: dt.date) -> str:
         return self.url.format(date=partition_date)

@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from tasks.errors import PartitionError, SourceUnreachable
+from tasks.redaction import redacted_url, scrubbed
 
 _CREDENTIAL_ENV = re.compile(r"^(AWS_|GOOGLE_|GCS_|AZURE_|AZURE_STORAGE_)")
 
@@ -75,20 +76,14 @@ def _remote_fault(url: str, exc: BaseException) -> BaseException:
     """A failed object-store call as the error it is: a missing object stays an OSError of the
     caller's, while refused credentials and an endpoint that does not answer are the environment's."""
     text = str(exc)
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    first = scrubbed(text.strip().splitlines()[0], url=url) if text.strip() else type(exc).__name__
     if re.search(r"NETWORK_CONNECTION|Could not connect|Could not resolve|timed out|ACCESS_DENIED|AccessDenied|"
                  r"InvalidAccessKeyId|SignatureDoesNotMatch|HTTP status (401|403|500|503)|credentials", text, re.IGNORECASE):
         return SourceUnreachable(
-            f"cannot read the raw source {_shown(url)}: {first} (credentials and endpoint come from the environment: "
+            f"cannot read the raw source {redacted_url(url)}: {first} (credentials and endpoint come from the environment: "
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ...)"
         )
-    return PartitionError(f"cannot read the raw source {_shown(url)}: {first}")
-
-
-def _shown(url: str) -> str:
-    # Specs refuse URLs with credentials; a query string may still carry options worth hiding.
-    parts = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit(parts._replace(query="")) if parts.query else url
+    return PartitionError(f"cannot read the raw source {redacted_url(url)}: {first}")
 
 
 @dataclass(frozen=True)
@@ -103,7 +98,7 @@ class ParquetPartition:
         return not is_url(self.location)
 
     def __str__(self) -> str:
-        return _shown(self.location)
+        return redacted_url(self.location)
 
     def exists(self) -> bool:
         """Whether the partition is there: the local folder exists, or the prefix holds a file."""

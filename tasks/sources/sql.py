@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.errors import PartitionError, SourceUnreachable, environment_fault
+from tasks.redaction import redacted_text, redacted_url, scrubbed
 from tasks.settings import Settings
 from tasks.sources.chunks import rechunked_tables
 from tasks.sources.config import PARTITION_PARAMETER, SqlSource
@@ -55,9 +56,7 @@ class SqlPartition:
 
     @property
     def location(self) -> str:
-        from tasks.sinks.warehouse import redacted
-
-        where = str(self.database) if self.database is not None else redacted(self.url or "")
+        where = str(self.database) if self.database is not None else redacted_url(self.url or "")
         return f"{self.source.warehouse} query on {where}"
 
     def __str__(self) -> str:
@@ -128,14 +127,17 @@ class SqlPartition:
         import adbc_driver_manager
         import adbc_driver_postgresql.dbapi
 
-        from tasks.sinks.warehouse import redacted, url_secrets
-
         assert self.url is not None
-        scrub = _scrubber(self.url, redacted(self.url), url_secrets(self.url))
+        url = self.url
+
+        def scrub(text: str) -> str:
+            # The driver may quote the URL, a piece of its password, or the query with a DSN in it.
+            return redacted_text(scrubbed(text, url=url))
+
         try:
             con = adbc_driver_postgresql.dbapi.connect(self.url)
         except Exception as exc:
-            raise SourceUnreachable(f"cannot connect to the source database {redacted(self.url)}: {scrub(_first_line(exc))}") from None
+            raise SourceUnreachable(f"cannot connect to the source database {redacted_url(self.url)}: {scrub(_first_line(exc))}") from None
         try:
             with con.cursor() as cursor:
                 try:
@@ -149,9 +151,9 @@ class SqlPartition:
         finally:
             con.close()
 
-    def _query_error(self, exc: BaseException, scrub: Callable[[str], str] = str) -> PartitionError:
+    def _query_error(self, exc: BaseException, scrub: Callable[[str], str] = redacted_text) -> PartitionError:
         return PartitionError(
-            f"the source query of job {self.job} ({self.source.query!r}) fails on {self.location}: {scrub(_first_line(exc))} "
+            f"the source query of job {self.job} ({redacted_text(self.source.query)!r}) fails on {self.location}: {scrub(_first_line(exc))} "
             "(source.sql.query)"
         )
 
@@ -160,12 +162,3 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
-
-def _scrubber(url: str, shown: str, secrets: list[str]) -> Callable[[str], str]:
-    def scrubbed(text: str) -> str:
-        text = text.replace(url, shown)
-        for secret in secrets:
-            text = text.replace(secret, "***")
-        return text
-
-    return scrubbed

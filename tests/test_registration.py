@@ -129,6 +129,7 @@ def test_an_onnx_model_is_registered_through_the_same_path(fresh_data: Settings,
         ("pickle", "pickles are refused"),
         ("unknown", "has format '.txt'"),
         ("regression", "objective 'reg:squarederror'"),
+        ("hinge", "has objective 'binary:hinge'; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"),
         ("fewer_features", "takes 13 inputs, but the job computes 14 features"),
         ("reordered", "in another order"),
         ("renamed", "only in the model ['annual_incme']"),
@@ -150,6 +151,9 @@ def test_a_model_that_cannot_serve_the_job_is_refused_naming_the_file(
         path.write_text("trees")
     elif make == "regression":
         xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(x, label=y, feature_names=names), 3).save_model(str(path))
+    elif make == "hinge":
+        # Its name starts with binary:, but it predicts hard 0/1 labels: no margin to calibrate.
+        xgb.train({"objective": "binary:hinge"}, xgb.DMatrix(x, label=y, feature_names=names), 3).save_model(str(path))
     elif make == "fewer_features":
         xgb.train({"objective": "binary:logistic"}, xgb.DMatrix(x[:, 1:], label=y), 3).save_model(str(path))
     elif make == "reordered":

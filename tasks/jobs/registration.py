@@ -57,6 +57,8 @@ log = logging.getLogger("scoring.registration")
 
 REGISTRATION_REPORT = "registration.json"
 """Beside metadata.json in every version folder registered through this module."""
+BINARY_OBJECTIVES = ("binary:logistic", "binary:logitraw")
+"""XGBoost objectives whose output is a margin (a log-odds) the calibration can map to a probability."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ def _model_input_problem(model_path: Path, framework: str, features: tuple[str, 
         except xgb.core.XGBoostError as exc:
             return f"could not be loaded by XGBoost: {str(exc).splitlines()[0]}"
         objective = json.loads(booster.save_config())["learner"]["objective"]["name"]
-        if not objective.startswith("binary:"):
+        # binary:hinge outputs hard 0/1 labels, not a margin: there is nothing to calibrate or rank.
+        if objective not in BINARY_OBJECTIVES:
             return f"has objective {objective!r}; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"
         if booster.num_features() != len(features):
             return f"takes {booster.num_features()} inputs, but the job computes {len(features)} features {list(features)}"

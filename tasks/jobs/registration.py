@@ -49,7 +49,7 @@ from tasks.inference.registry import (
 )
 from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
 from tasks.jobspec import JobSpec, load_job_spec
-from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator
+from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator, predict_one_outcome_problem
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
 from tasks.settings import Settings
 
@@ -203,6 +203,8 @@ def registered_model_version(
     outcomes = np.asarray(holdout_outcomes, dtype=np.float64)
     if holdout_features.shape != (outcomes.size, len(features)):
         raise ValueError(f"hold-out features {holdout_features.shape} do not match {outcomes.size} outcomes × {len(features)} features")
+    if problem := predict_one_outcome_problem(int(outcomes.sum()), int(outcomes.size)):
+        raise PartitionError(f"model {name}: refusing to register a calibration that {problem}")
     if version is None:
         version = _next_version(registry_dir)
     elif not re.fullmatch(VERSION_PATTERN, version) or version == "latest":
@@ -433,6 +435,15 @@ def registered_job_model(
     held = _model_inputs(path, holdout, labelled=True, what="hold-out")
     if held.outcomes is None or held.outcomes.size == 0:
         raise PartitionError(f"hold-out {holdout} has no rows the job's guards let through")
+    events = int(held.outcomes.sum())
+    if events in (0, held.outcomes.size):
+        label, only = spec.monitoring.labels.outcome_column, "0 (no events)" if events == 0 else "1 (no non-events)"
+        raise PartitionError(
+            f"hold-out {holdout if isinstance(holdout, Path) else '(a data frame)'}: outcome column {label!r} "
+            f"(monitoring.labels.outcome_column) is {only} on all {held.outcomes.size:,} rows the job's guards let through"
+            f"{f' ({held.rows_quarantined:,} quarantined)' if held.rows_quarantined else ''}: a calibration fitted on one "
+            "outcome cannot tell risk apart and would send every application to one decision; give a hold-out with events and non-events"
+        )
     reference_x = None if reference is None else _model_inputs(path, reference, labelled=False, what="reference").matrix
     kinds = {**feature_kinds(features), **{ref.output_feature: "numeric" for ref in spec.model.feature_models}}
     return registered_model_version(

@@ -450,12 +450,13 @@ def promote(
     def action() -> None:
         import getpass
 
-        from tasks.jobs.promotion import alias_notes, promoted_alias, rolled_back_alias
+        from tasks.jobs.promotion import alias_notes, promoted_alias, reconciled_aliases, rolled_back_alias
 
         if rollback == (version is not None):
             raise ScoringError("give a VERSION to promote (e.g. `score promote credit_risk 2`), or --rollback without one")
         settings = with_warehouse_url(current_settings())
         warehouse, who = configured_warehouse(settings), by or getpass.getuser()
+        _print_reconciled(reconciled_aliases(job, settings=settings, warehouse=warehouse))
         change = (
             rolled_back_alias(job, alias=alias, settings=settings, warehouse=warehouse, changed_by=who) if rollback else
             promoted_alias(job, version, alias=alias, settings=settings, warehouse=warehouse, changed_by=who, note=note)
@@ -470,6 +471,17 @@ def promote(
     _run(action)
 
 
+def _print_reconciled(moves: list) -> None:
+    """A `warning:` line per alias move that was in force but missing from the ledger, now recorded
+    (tasks.jobs.promotion.reconciled_aliases: its mover was stopped between the two)."""
+    for m in moves:
+        console.print(Text("warning: ", style="yellow") + Text(
+            f"{m.model_name}: alias {m.alias} {m.from_version or '(new)'} → {m.to_version or '(removed)'} "
+            f"(by {m.changed_by}, {m.changed_at:%Y-%m-%d %H:%M:%S} UTC) was in force but missing from model_aliases "
+            "(the command that moved it was stopped before writing it); recorded now"
+        ), highlight=False, soft_wrap=True)
+
+
 @app.command()
 def aliases(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
@@ -481,10 +493,11 @@ def aliases(
     def action() -> None:
         import getpass
 
-        from tasks.jobs.promotion import alias_notes, job_aliases, removed_alias
+        from tasks.jobs.promotion import alias_notes, job_aliases, reconciled_aliases, removed_alias
 
         settings = with_warehouse_url(current_settings())
         warehouse = configured_warehouse(settings)
+        _print_reconciled(reconciled_aliases(job, settings=settings, warehouse=warehouse))
         if remove is not None:
             change = removed_alias(job, alias=remove, settings=settings, warehouse=warehouse, changed_by=by or getpass.getuser())
             console.print(Text(f"{change.model_name}: alias {change.alias} {change.from_version} → (removed)"), highlight=False)
@@ -709,6 +722,7 @@ def recover(
     job: Annotated[str | None, typer.Argument(help="A configured job; every configured job when left out.")] = None,
 ) -> None:
     """Finish or undo what killed runs left: roll committed runs forward, close the others as failed."""
+    from tasks.jobs.promotion import reconciled_aliases
     from tasks.jobspec import configured_jobs
     from tasks.sinks.recovery import recovered_job
 
@@ -719,12 +733,14 @@ def recover(
         table = Table(title="recovered runs")
         for column in ("job", "date", "run", "was", "now", "what was done"):
             table.add_column(column)
-        recovered = []
+        recovered, moves = [], []
         for name in jobs:
             recovered += recovered_job(warehouse, settings, name, recovering_run_id=f"recover-{uuid.uuid4()}")
+            moves += reconciled_aliases(name, settings=settings, warehouse=warehouse)
         for r in recovered:
             table.add_row(r.job, str(r.partition_date), r.run_id, r.was, r.now, r.action)
         console.print(table if recovered else f"nothing to recover in {', '.join(jobs) or 'no configured job'}")
+        _print_reconciled(moves)
 
     _run(action)
 

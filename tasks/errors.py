@@ -107,6 +107,10 @@ class PartitionBusy(ScoringError):
     """Another live run holds the partition's lease, and waiting for it timed out."""
 
 
+class AliasBusy(ScoringError):
+    """Another process is moving the same model's aliases, and waiting for its lock timed out."""
+
+
 class PartitionLeaseLost(ScoringError):
     """The run's partition lease was taken over while it ran; it must not publish."""
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,8 +21,10 @@ from typer.testing import CliRunner
 
 from tasks.demo.setup import DEMO_JOB
 from tasks.errors import JobValidationError, ModelArtifactError, PartitionError
+from tasks.inference.aliases import ALIASES_FILE
 from tasks.inference.registry import inference_model_artifact, inference_model_checksum, inference_model_versions
 from tasks.jobs.registration import REGISTRATION_REPORT, job_model_inputs, registered_job_model
+from tasks.prediction.calibration import predict_fitted_calibrator
 from tasks.settings import Settings
 
 from conftest import DemoEnv
@@ -129,6 +133,7 @@ def test_an_onnx_model_is_registered_through_the_same_path(fresh_data: Settings,
         ("pickle", "pickles are refused"),
         ("unknown", "has format '.txt'"),
         ("regression", "objective 'reg:squarederror'"),
+        ("hinge", "has objective 'binary:hinge'; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"),
         ("fewer_features", "takes 13 inputs, but the job computes 14 features"),
         ("reordered", "in another order"),
         ("renamed", "only in the model ['annual_incme']"),
@@ -150,6 +155,9 @@ def test_a_model_that_cannot_serve_the_job_is_refused_naming_the_file(
         path.write_text("trees")
     elif make == "regression":
         xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(x, label=y, feature_names=names), 3).save_model(str(path))
+    elif make == "hinge":
+        # Its name starts with binary:, but it predicts hard 0/1 labels: no margin to calibrate.
+        xgb.train({"objective": "binary:hinge"}, xgb.DMatrix(x, label=y, feature_names=names), 3).save_model(str(path))
     elif make == "fewer_features":
         xgb.train({"objective": "binary:logistic"}, xgb.DMatrix(x[:, 1:], label=y), 3).save_model(str(path))
     elif make == "reordered":
@@ -220,3 +228,48 @@ def test_registering_the_same_file_again_says_it_recalibrates_an_existing_versio
     again = registered_job_model(DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=labelled["holdout"])
     assert again.version != first.version
     assert any(f"is already version {first.version}" in w for w in again.warnings), again.warnings
+
+
+@pytest.mark.parametrize(("outcome", "holds"), [(0, "is 0 (no events)"), (1, "is 1 (no non-events)")])
+def test_a_holdout_with_one_outcome_only_is_refused_naming_the_file_and_column(
+    fresh_data: Settings, labelled: dict[str, Path], tmp_path: Path, outcome: int, holds: str
+) -> None:
+    booster, _ = _user_booster(fresh_data, labelled["train"])
+    booster.save_model(str(tmp_path / "mine.ubj"))
+    one = tmp_path / "one_outcome.parquet"
+    pl.read_parquet(labelled["holdout"]).with_columns(pl.lit(outcome).alias("defaulted")).write_parquet(one)
+    registry = fresh_data.model_registry_dir(DEMO_JOB)
+    before = inference_model_versions(registry)
+
+    result = CliRunner().invoke(_app(), ["register", DEMO_JOB, "--model", str(tmp_path / "mine.ubj"), "--holdout", str(one)])
+
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: hold-out {one}: outcome column 'defaulted'"), result.output
+    assert holds in lines[0] and "rows the job's guards let through" in lines[0], lines[0]
+    assert inference_model_versions(registry) == before
+    assert not list((fresh_data.data_dir / "models" / ".staging").glob("*"))
+
+
+def test_a_version_calibrated_without_events_is_refused_by_promote_validate_and_run(fresh_data: Settings, demo_env: DemoEnv) -> None:
+    """A version registered before registration refused such hold-outs: its calibration's bins hold no event.
+    It loads and scores, approving everyone; every command that would put it to work refuses it, naming it."""
+    registry = fresh_data.model_registry_dir(DEMO_JOB)
+    shutil.copytree(registry / "1", registry / "2")
+    meta = json.loads((registry / "2" / "metadata.json").read_text())
+    margins = np.random.default_rng(5).normal(-2.0, 1.0, 2_000)
+    meta |= {"version": "2", "calibration": predict_fitted_calibrator(margins, np.zeros_like(margins)).to_metadata()}
+    (registry / "2" / "metadata.json").write_text(json.dumps(meta))
+    day = demo_env.plan.scoring_dates[-1].isoformat()
+
+    for args in (["promote", DEMO_JOB, "2"], ["validate", DEMO_JOB], ["run", DEMO_JOB, "--date", day]):
+        done = subprocess.run([str(SCORE), *args], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout, done.stderr)
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(f"error: {registry / '2' / 'metadata.json'}: calibration: model credit_risk version 2: "), (args, done.stdout)
+        assert "without events: none of its 2,000 rows has outcome 1" in lines[0], lines[0]
+    assert not (registry / ALIASES_FILE).exists()
+    # Refused before the lease: no warehouse, no ledger row, no output.
+    assert not fresh_data.duckdb_path.exists()
+    assert not (fresh_data.output_dir(DEMO_JOB) / "predictions").exists()

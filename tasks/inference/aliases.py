@@ -4,22 +4,37 @@ They live beside the versions, in `<registry>/<model>/aliases.json`, and change 
 rename of that file, so a run resolving `model.version: champion` reads either the old or the new
 pointer, never half of one. The file keeps each alias's history (who, when, from → to) as well;
 the warehouse's `model_aliases` table is the ledger the product's reports read.
+
+Moves are serialized by an exclusive lock on `.aliases.lock` beside the file
+(`inference_alias_lock`): a read-modify-write of the file by two processes at once would let both
+start from the same pointer and one move would vanish. The renamed file is the commit point of a
+move: it carries the move in `unrecorded` until its ledger row is written, so a process killed
+between the rename and the ledger insert leaves a move that the next alias command (or `score
+recover`) writes to the ledger, instead of a file and a ledger that disagree.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import re
+import socket
 import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import ModelArtifactError
+from tasks.errors import AliasBusy, ModelArtifactError
 
 ALIASES_FILE = "aliases.json"
+ALIASES_LOCK = ".aliases.lock"
+ALIAS_LOCK_WAIT_S = 60.0
+"""How long a move waits for another process's move of the same model's aliases (seconds)."""
 ALIAS_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 """Lower-case names, so an alias never looks like a version (versions start with a digit by
 default) and `latest`, which always means the highest version, is refused."""
@@ -43,11 +58,19 @@ class AliasChange:
             "to_version": self.to_version, "changed_by": self.changed_by, "changed_at": self.changed_at, "note": self.note,
         }
 
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> AliasChange:
+        """The change a history row of the file holds (its `changed_at` as ISO text)."""
+        return cls(
+            model_name=row["model_name"], alias=row["alias"], from_version=row["from_version"], to_version=row["to_version"],
+            changed_by=row["changed_by"], changed_at=dt.datetime.fromisoformat(row["changed_at"]), note=row.get("note") or "",
+        )
+
 
 def _document(registry_dir: Path) -> dict[str, Any]:
     path = registry_dir / ALIASES_FILE
     if not path.is_file():
-        return {"aliases": {}, "history": []}
+        return {"aliases": {}, "history": [], "unrecorded": []}
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -55,6 +78,7 @@ def _document(registry_dir: Path) -> dict[str, Any]:
     if not isinstance(document, dict) or not isinstance(document.get("aliases"), dict):
         raise ModelArtifactError(f"{path} has no `aliases` mapping; restore it from the model_aliases table")
     document.setdefault("history", [])
+    document.setdefault("unrecorded", [])
     return document
 
 
@@ -66,6 +90,51 @@ def inference_model_aliases(registry_dir: Path) -> dict[str, str]:
 def inference_alias_history(registry_dir: Path) -> list[dict[str, Any]]:
     """Every change of the model's aliases, oldest first, as recorded beside them."""
     return list(_document(registry_dir)["history"])
+
+
+def inference_unrecorded_alias_changes(registry_dir: Path) -> list[tuple[AliasChange, str | None]]:
+    """Moves in the file whose `model_aliases` ledger row may not have been written (the mover died
+    between the two), each with the job its row names."""
+    return [(AliasChange.of_row(row), row.get("job")) for row in _document(registry_dir)["unrecorded"]]
+
+
+def inference_recorded_alias_changes(registry_dir: Path, changes: list[AliasChange]) -> None:
+    """Mark `changes` as written to the ledger: they leave the file's `unrecorded` list."""
+    document = _document(registry_dir)
+    done = {(change.alias, change.changed_at) for change in changes}
+    kept = [row for row in document["unrecorded"] if (row["alias"], dt.datetime.fromisoformat(row["changed_at"])) not in done]
+    if len(kept) != len(document["unrecorded"]):
+        _written_atomically(registry_dir / ALIASES_FILE, {**document, "unrecorded": kept})
+
+
+@contextlib.contextmanager
+def inference_alias_lock(registry_dir: Path, *, wait_s: float = ALIAS_LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the model's alias lock: one move at a time, from reading the pointer to its ledger row.
+
+    flock(2) is released by the kernel when its holder dies, so a killed mover never leaves the
+    aliases locked; the file keeps the holder's pid and host only to name it when waiting times out."""
+    registry_dir.mkdir(parents=True, exist_ok=True)
+    path = registry_dir / ALIASES_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+                    raise AliasBusy(
+                        f"the aliases of model {registry_dir.name} are being moved by another process ({holder}); "
+                        f"waited {wait_s:g} s for its lock {path}"
+                    ) from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def inference_alias_name_problem(alias: str, versions: list[str]) -> str | None:
@@ -99,13 +168,14 @@ def _written_atomically(path: Path, document: dict[str, Any]) -> None:
 
 def inference_moved_alias(
     registry_dir: Path, alias: str, version: str | None, *, versions: list[str], changed_by: str, note: str = "",
-    now: dt.datetime | None = None,
+    now: dt.datetime | None = None, job: str | None = None,
 ) -> AliasChange:
     """Point `alias` at `version` (None removes it), atomically, and return the change.
 
     `versions` are the model's registered versions. The caller has checked that `version` is fit to
-    score; this refuses only what would make the pointer itself wrong: a bad name, an unknown
-    version, or no change at all."""
+    score and holds `inference_alias_lock`; this refuses only what would make the pointer itself
+    wrong: a bad name, an unknown version, or no change at all. The move stays in the file's
+    `unrecorded` list (with `job`, for its ledger row) until `inference_recorded_alias_changes`."""
     problem = inference_alias_name_problem(alias, versions)
     if problem:
         raise ModelArtifactError(problem)
@@ -124,11 +194,18 @@ def inference_moved_alias(
         document["aliases"].pop(alias)
     else:
         document["aliases"][alias] = version
-    document["history"].append({**change.as_row(), "changed_at": change.changed_at.isoformat()})
+    row = {**change.as_row(), "changed_at": change.changed_at.isoformat()}
+    document["history"].append(row)
+    document["unrecorded"].append({**row, "job": job})
     _written_atomically(registry_dir / ALIASES_FILE, document)
     return change
 
 
-def inference_restored_aliases(registry_dir: Path, aliases: dict[str, str], history: list[dict[str, Any]]) -> None:
+def inference_alias_snapshot(registry_dir: Path) -> dict[str, Any]:
+    """The aliases file as it is now, to put back with `inference_restored_aliases`."""
+    return _document(registry_dir)
+
+
+def inference_restored_aliases(registry_dir: Path, snapshot: dict[str, Any]) -> None:
     """Put back an aliases file read before a change whose ledger row could not be written."""
-    _written_atomically(registry_dir / ALIASES_FILE, {"aliases": aliases, "history": history})
+    _written_atomically(registry_dir / ALIASES_FILE, snapshot)

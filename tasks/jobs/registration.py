@@ -49,7 +49,7 @@ from tasks.inference.registry import (
 )
 from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
 from tasks.jobspec import JobSpec, load_job_spec
-from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator
+from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator, predict_one_outcome_problem
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
 from tasks.settings import Settings
 
@@ -57,6 +57,8 @@ log = logging.getLogger("scoring.registration")
 
 REGISTRATION_REPORT = "registration.json"
 """Beside metadata.json in every version folder registered through this module."""
+BINARY_OBJECTIVES = ("binary:logistic", "binary:logitraw")
+"""XGBoost objectives whose output is a margin (a log-odds) the calibration can map to a probability."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ def _model_input_problem(model_path: Path, framework: str, features: tuple[str, 
         except xgb.core.XGBoostError as exc:
             return f"could not be loaded by XGBoost: {str(exc).splitlines()[0]}"
         objective = json.loads(booster.save_config())["learner"]["objective"]["name"]
-        if not objective.startswith("binary:"):
+        # binary:hinge outputs hard 0/1 labels, not a margin: there is nothing to calibrate or rank.
+        if objective not in BINARY_OBJECTIVES:
             return f"has objective {objective!r}; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"
         if booster.num_features() != len(features):
             return f"takes {booster.num_features()} inputs, but the job computes {len(features)} features {list(features)}"
@@ -200,6 +203,8 @@ def registered_model_version(
     outcomes = np.asarray(holdout_outcomes, dtype=np.float64)
     if holdout_features.shape != (outcomes.size, len(features)):
         raise ValueError(f"hold-out features {holdout_features.shape} do not match {outcomes.size} outcomes × {len(features)} features")
+    if problem := predict_one_outcome_problem(int(outcomes.sum()), int(outcomes.size)):
+        raise PartitionError(f"model {name}: refusing to register a calibration that {problem}")
     if version is None:
         version = _next_version(registry_dir)
     elif not re.fullmatch(VERSION_PATTERN, version) or version == "latest":
@@ -430,6 +435,15 @@ def registered_job_model(
     held = _model_inputs(path, holdout, labelled=True, what="hold-out")
     if held.outcomes is None or held.outcomes.size == 0:
         raise PartitionError(f"hold-out {holdout} has no rows the job's guards let through")
+    events = int(held.outcomes.sum())
+    if events in (0, held.outcomes.size):
+        label, only = spec.monitoring.labels.outcome_column, "0 (no events)" if events == 0 else "1 (no non-events)"
+        raise PartitionError(
+            f"hold-out {holdout if isinstance(holdout, Path) else '(a data frame)'}: outcome column {label!r} "
+            f"(monitoring.labels.outcome_column) is {only} on all {held.outcomes.size:,} rows the job's guards let through"
+            f"{f' ({held.rows_quarantined:,} quarantined)' if held.rows_quarantined else ''}: a calibration fitted on one "
+            "outcome cannot tell risk apart and would send every application to one decision; give a hold-out with events and non-events"
+        )
     reference_x = None if reference is None else _model_inputs(path, reference, labelled=False, what="reference").matrix
     kinds = {**feature_kinds(features), **{ref.output_feature: "numeric" for ref in spec.model.feature_models}}
     return registered_model_version(

@@ -278,7 +278,8 @@ def _scoring_metadata_problems(
     try:
         predict_calibrator_from_metadata(meta.calibration)
     except ValueError as exc:
-        problems.append(JobProblem(meta_path, "calibration", str(exc)))
+        # The path names the version's folder; a promotion or an alias names it by its number or alias, so say it too.
+        problems.append(JobProblem(meta_path, "calibration", f"model {meta.name} version {meta.version}: {exc}"))
     if not meta.reference and spec.drift.require_reference:
         problems.append(JobProblem(meta_path, "reference", (
             "is missing or empty, so drift cannot be checked against training; retrain the model, or set "

@@ -307,6 +307,24 @@ def _posterior_mode(x: np.ndarray, y: np.ndarray, start: np.ndarray, prior_preci
     return theta
 
 
+def predict_one_outcome_problem(events: int, rows: int) -> str | None:
+    """Why a calibration fitted on `rows` held-out rows with `events` events cannot be trusted, or None.
+
+    With one outcome only the map has nothing to separate: every margin gets (about) the same
+    probability near 0 or 1, so every row is approved or declined and nothing looks wrong."""
+    if events == 0:
+        return (
+            f"was fitted on a hold-out without events: none of its {rows:,} rows has outcome 1, so it maps every score "
+            "near 0 and the rules approve everyone; register the model again on a hold-out with events and non-events"
+        )
+    if events == rows:
+        return (
+            f"was fitted on a hold-out without non-events: all {rows:,} of its rows have outcome 1, so it maps every score "
+            "near 1 and the rules decline everyone; register the model again on a hold-out with events and non-events"
+        )
+    return None
+
+
 def predict_calibrator_from_metadata(calibration: dict[str, Any]) -> BinnedBetaCalibrator:
     """The calibrator a model's metadata holds; ValueError names the first key that is missing or unusable."""
     if not calibration:
@@ -323,6 +341,9 @@ def predict_calibrator_from_metadata(calibration: dict[str, Any]) -> BinnedBetaC
         raise ValueError("'centers' must increase strictly")
     if (events < 0).any() or (totals <= 0).any() or (events > totals).any():
         raise ValueError("each bin needs 0 <= events <= totals and totals > 0")
+    problem = predict_one_outcome_problem(int(events.sum()), int(totals.sum()))
+    if problem:
+        raise ValueError(problem)
     if method == LEGACY_METHOD:
         return BinnedBetaCalibrator(method=method, centers=centers, events=events, totals=totals)
     low, high = arrays["margin_low"], arrays["margin_high"]

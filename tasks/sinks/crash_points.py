@@ -11,6 +11,9 @@ its publish instead of hoping a random kill lands there.
     publish:swapped            the pointer swapped, the Delta tables not yet written
     publish:delta              the Delta tables written (reached without a Delta sink too), the
                                ledger row not yet `succeeded`
+    alias:moved                `score promote` / `score aliases --remove`: the alias file renamed
+                               (the move marked unrecorded), its `model_aliases` row not yet written
+    alias:recorded             the `model_aliases` row written, the file's unrecorded mark not cleared
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.jobs.calendar import parse_partition_date, partition_range, yesterday
-from tasks.errors import ExitCode, JobSpecError, JobValidationError, ScoringError, user_facing_error
+from tasks.errors import ExitCode, JobSpecError, JobValidationError, OrchestrationLost, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.scoring.progress import progress_listener
 from tasks.reports.reporting import partition_summaries, partition_summary_table
@@ -117,11 +117,33 @@ def _run(action):  # noqa: ANN001, ANN202
             _print_error(str(problem))
         raise typer.Exit(ExitCode.USER) from None
     except Exception as error:
+        error = _orchestration_lost(error) or error
         message, code = user_facing_error(error, path_hint=_data_dir_or_none())
         if code == ExitCode.BUG:
             raise
         _print_error(message)
+        if isinstance(error, OrchestrationLost):
+            # At exit Prefect drains its queued task-run events to the lost API, ~7 s an event (its events
+            # client's 10 reconnection attempts, which no setting changes): minutes of waiting for nothing.
+            # The run's ledger row is closed and its log file written; only those events are dropped.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         raise typer.Exit(code) from None
+
+
+def _orchestration_lost(error: BaseException) -> OrchestrationLost | None:
+    """The lost Prefect API `error` amounts to: the flow engine's last word then is the HTTP error of
+    reporting the run's state, raised over the run's own failure."""
+    if "prefect" not in sys.modules:
+        return None
+    from flows.steps.api import orchestration_lost
+
+    return orchestration_lost(error)
+
+
+def _user_facing(error: BaseException) -> tuple[str, int]:
+    return user_facing_error(_orchestration_lost(error) or error)
 
 
 def _print_model_health(result: dict) -> None:
@@ -188,7 +210,7 @@ class _NoFaultTracebacks(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         error = record.exc_info[1] if record.exc_info else None
-        if error is not None and user_facing_error(error)[1] != ExitCode.BUG:
+        if error is not None and _user_facing(error)[1] != ExitCode.BUG:
             record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None, "stack_info": None})
         return self.inner.format(record)
 
@@ -208,8 +230,21 @@ def _no_failure_echo(record: logging.LogRecord) -> bool:
         return True
     error = record.exc_info[1] if record.exc_info else None
     if error is not None:
-        return user_facing_error(error)[1] == ExitCode.BUG
+        return _user_facing(error)[1] == ExitCode.BUG
     return "Finished in state Failed" not in record.getMessage()
+
+
+def _no_lost_api_echo(record: logging.LogRecord) -> bool:
+    """False for Prefect's lines that a lost API leaves behind it: its events client cannot connect, its
+    events service fails an event (a line of the whole event per task state), the flow run "finished in
+    state Running()". The CLI's error line names the lost API; the run log file keeps the lines of the
+    loggers that reach it."""
+    if record.levelno < logging.WARNING:
+        # The flow engine's closing line when it could not report the run's end: a run that failed.
+        return not (record.name == "prefect.flow_runs" and record.getMessage() == "Finished in state Running()")
+    if record.name == "prefect.events.clients":
+        return False
+    return not (record.name == "prefect._internal.concurrency" and record.getMessage().startswith("Service 'EventsWorker' failed"))
 
 
 class _RunLogFile(logging.FileHandler):
@@ -224,11 +259,18 @@ def _run_log(data_dir: Path) -> Iterator[Path | None]:
     for the duration of a command; the console keeps the progress lines but no fault tracebacks."""
     from flows.steps.console import prefect_console_handlers
 
+    # Prefect's log shipper writes "--- Error logging to API ---" and the error to stderr when its API is
+    # gone, as logging's own handler errors do, unless told this is production; the run log keeps the lines.
+    logging.raiseExceptions = False
     root = logging.getLogger()
+    for handler in logging.getLogger("prefect._internal").handlers:
+        if _no_lost_api_echo not in handler.filters:
+            handler.addFilter(_no_lost_api_echo)
     for handler in prefect_console_handlers():
         if not isinstance(handler.formatter, _NoFaultTracebacks):
             handler.setFormatter(_NoFaultTracebacks(handler.formatter))
             handler.addFilter(_no_failure_echo)
+            handler.addFilter(_no_lost_api_echo)
         if _options["verbose"]:
             handler.removeFilter(_no_state_lines)
         else:

@@ -15,6 +15,9 @@ for _name, _value in (
     ("PREFECT_LOGGING_EXTRA_LOGGERS", "scoring"),
     # Demo preparation and training log outside any flow run; those lines stay on the console.
     ("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore"),
+    # Prefect's client retries a call to a lost API 5 times, waiting 2, 4 … 32 s: ~62 s a call, and a run
+    # that lost its API makes several (224 s in a trial). 3 rides out a restart of a few seconds, ~14 s a call.
+    ("PREFECT_CLIENT_MAX_RETRIES", "3"),
     # Arrow's default mimalloc pool keeps the pages of every chunk it has seen; the C library's
     # malloc gives them back: peak RSS of a run ~110 MB lower at the same speed (bench/memory.py).
     # Read once, when pyarrow is imported, which nothing does before this package.

@@ -155,6 +155,11 @@ class SourceUnreachable(EnvironmentFault):
     """A raw source (an object store, a source database) refused the credentials or did not answer."""
 
 
+class OrchestrationLost(EnvironmentFault):
+    """The orchestration API the run reports to (Prefect's, at PREFECT_API_URL) stopped answering; the run
+    fails before it publishes rather than publish what the orchestrator cannot record."""
+
+
 class SinkUnwritable(EnvironmentFault):
     """An output sink (a Delta table) could not be written: its store is unreachable, has no such
     bucket, refuses the credentials, or holds a table the rows do not fit. The run's rows are

@@ -9,7 +9,7 @@ import zoneinfo
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tasks.catalog import PREDICTIONS
@@ -162,6 +162,17 @@ class Settings(BaseSettings):
             raise ValueError("names no host (e.g. postgresql://user:password@host:5432/db)")
         return value
 
+    @model_validator(mode="after")
+    def _one_url_source(self) -> Settings:
+        # Either could be the one meant; picking one would score into a warehouse the operator did not choose.
+        for url_field, block_field in (("warehouse_url", "warehouse_secret_block"), ("source_url", "source_secret_block")):
+            if getattr(self, url_field) is not None and getattr(self, block_field):
+                raise ValueError(
+                    f"environment variables SCORING_{url_field.upper()} and SCORING_{block_field.upper()} are both set: "
+                    f"set one of them, not both (the URL itself, or the name of the Prefect Secret block holding it)"
+                )
+        return self
+
     def with_urls_of(self, resolved: Settings) -> Settings:
         """These settings with the warehouse and source URLs of `resolved` (their Secret blocks read):
         settings sent between processes as JSON carry pydantic's mask in place of those secrets."""
@@ -211,8 +222,12 @@ def settings_problems(error: ValidationError) -> str:
     """`SCORING_<NAME>=<value>: <problem>` for each invalid variable, with any password hidden."""
     problems = []
     for item in error.errors(include_url=False):
-        field = str(item["loc"][0]) if item["loc"] else "?"
         message = re.sub(r"^Value error, ", "", item["msg"])
+        if not item["loc"]:
+            # A check across variables names them itself; its input is every value, secrets included.
+            problems.append(message)
+            continue
+        field = str(item["loc"][0])
         problems.append(f"environment variable SCORING_{field.upper()}={_shown_value(field, item.get('input'))}: {message}")
     return "; ".join(problems)
 

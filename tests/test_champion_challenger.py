@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -402,6 +403,7 @@ def test_the_split_pass_and_a_subset_challenger_stage_what_the_one_pass_does(dem
 
 
 def test_a_challenger_failing_on_a_chunk_is_counted_and_the_champion_scores_it(demo_env: DemoEnv, tmp_path: Path, monkeypatch) -> None:
+    from tasks.errors import InferenceFailure
     from tasks.scoring.prepared import prepared_job
     from tasks.scoring.summary import score_partition_chunks
     from tasks.sinks.parquet_store import output_dirs, staging_dir
@@ -423,7 +425,7 @@ def test_a_challenger_failing_on_a_chunk_is_counted_and_the_champion_scores_it(d
         monkeypatch.setattr(prepared.challenger.engine, "inference_outputs", broken)
         dirs = output_dirs(project.settings, DEMO_JOB)
         if failure == "fail":
-            with pytest.raises(RuntimeError, match="fell over"):
+            with pytest.raises(InferenceFailure, match=f"challenger {version} .* failed on chunk 1 .*RuntimeError: the challenger's device fell over"):
                 score_partition_chunks(prepared, run_id="fail", partition_date=day, chunk_rows=1000, dirs=dirs)
             continue
         summary = score_partition_chunks(prepared, run_id="count", partition_date=day, chunk_rows=1000, dirs=dirs)
@@ -435,3 +437,62 @@ def test_a_challenger_failing_on_a_chunk_is_counted_and_the_champion_scores_it(d
     assert pl.read_parquet(staging_dir(dirs.predictions, "count") / "*.parquet").height == summary.rows_scored
     failed = next(r for r in summary.shadow_comparison if r["champion_item"] == "rows_failed")
     assert failed["rows"] == row["rows"]
+
+
+def _fixed_batch_onnx_challenger(settings: Settings, champion: str, version: str, batch: int) -> None:
+    """A challenger version exported with a fixed batch size (a common export mistake: no dynamic
+    axis): ONNX Runtime refuses every chunk of another row count. Metadata as the champion's."""
+    import hashlib
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    registry = settings.model_registry_dir(DEMO_JOB)
+    metadata = json.loads((registry / champion / "metadata.json").read_text())
+    n = len(metadata["features"])
+    weights = numpy_helper.from_array(np.full((n, 1), 0.01, np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["margin"])], "fixed_batch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, n])],
+        [helper.make_tensor_value_info("margin", TensorProto.FLOAT, [batch, 1])], initializer=[weights],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    target = registry / version
+    target.mkdir()
+    (target / "model.onnx").write_bytes(model.SerializeToString())
+    metadata.update(version=version, framework="onnx", model_file="model.onnx",
+                    sha256=hashlib.sha256((target / "model.onnx").read_bytes()).hexdigest())
+    (target / "metadata.json").write_text(json.dumps(metadata))
+
+
+def test_a_challenger_failing_on_a_chunk_fails_the_run_with_one_line_when_the_spec_says_so(demo_env: DemoEnv, prefect_harness: None, tmp_path: Path) -> None:
+    """`challenger_failure: fail` and an ONNX challenger that ONNX Runtime refuses on a chunk: exit 2 (the
+    challenger model is the broken input), one line naming it and the chunk, the ledger row failed with
+    it, and the partition's previous outputs (scored with `count`, the same challenger counted) untouched."""
+    day = demo_env.plan.scoring_dates[-1]
+    champion = demo_env.plan.model_version
+    counted = _project(demo_env, tmp_path, champion=champion, challenger="onnx-fixed", failure="count")
+    _fixed_batch_onnx_challenger(counted.settings, champion, "onnx-fixed", batch=1)
+    done = counted.score("run", DEMO_JOB, "--date", day.isoformat())
+    assert "challenger onnx-fixed: 0 of 0 decisions would flip" in done.stdout and "it failed on" in done.stdout, done.stdout
+    output = counted.settings.output_dir(DEMO_JOB)
+    before = {p: p.read_bytes() for p in sorted(output.rglob("*.parquet"))}
+    published = counted.table("SELECT count(*) AS n FROM predictions")["n"][0]
+    assert published > 0 and before
+
+    failing = _project(demo_env, tmp_path, champion=champion, challenger="onnx-fixed", failure="fail")
+    refused = failing.score("run", DEMO_JOB, "--date", day.isoformat(), ok=False)
+    output_text = refused.stdout + refused.stderr
+    assert refused.returncode == 2, output_text[-3000:]
+    errors = [line for line in output_text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, output_text[-3000:]
+    assert re.search(r"challenger onnx-fixed \(model credit_risk onnx-fixed\) failed on chunk \d+ of credit_risk", errors[0]), errors[0]
+    assert "INVALID_ARGUMENT" in errors[0] and "model.challenger_failure is fail" in errors[0], errors[0]
+    runs = failing.table("SELECT status, error FROM runs ORDER BY started_at").to_dicts()
+    assert [r["status"] for r in runs] == ["succeeded", "failed"], runs
+    assert runs[-1]["error"] == "InferenceFailure: " + errors[0].removeprefix("error: "), (runs[-1]["error"], errors[0])
+    assert {p: p.read_bytes() for p in sorted(output.rglob("*.parquet"))} == before
+    assert failing.table("SELECT count(*) AS n FROM predictions")["n"][0] == published

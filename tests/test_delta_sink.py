@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -275,6 +276,49 @@ def test_refused_credentials_for_the_sink_fail_before_the_run_without_showing_th
     assert line.startswith("error:") and "cannot be reached" in line and "AWS_SECRET_ACCESS_KEY" in line, line
     assert wrong not in result.output and s3_env.secret_key not in result.output
     assert not (settings.data_dir / "output" / DEMO_JOB).exists()
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Iterator[Path]:
+    """An empty read-only tmpfs: as root, chmod would stop nothing."""
+    mount = tmp_path / "read-only"
+    mount.mkdir()
+    tried = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount)], capture_output=True, text=True)
+    if tried.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here ({tried.stderr.strip()}); run as root for the read-only Delta folder test")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _one_error_line(result: subprocess.CompletedProcess, code: int) -> str:
+    output = result.stdout + result.stderr
+    assert result.returncode == code and "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Os {" not in output, output[-3000:]
+    return errors[0]
+
+
+def test_a_local_delta_folder_that_cannot_be_written_is_found_before_the_lease(
+    demo_env: DemoEnv, fresh_data: Settings, read_only_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None,
+) -> None:
+    base = read_only_folder / "tables"
+    settings = _with_delta_sink(fresh_data, tmp_path, monkeypatch, str(base))
+    line = _one_error_line(_score(demo_env.plan.scoring_dates[-1]), ExitCode.ENVIRONMENT)
+    assert f"sinks.delta.url: the Delta tables at {base} cannot be written: {read_only_folder}: Read-only file system" in line, line
+    # Before the lease: no ledger row, no output, nothing scored.
+    assert not (settings.data_dir / "warehouse.duckdb").exists() and not (settings.data_dir / "output" / DEMO_JOB).exists()
+
+
+def test_a_local_delta_url_naming_a_file_is_a_spec_problem(
+    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None,
+) -> None:
+    (tmp_path / "tables").write_text("not a folder")
+    settings = _with_delta_sink(fresh_data, tmp_path, monkeypatch, str(tmp_path / "tables"))
+    line = _one_error_line(_score(demo_env.plan.scoring_dates[-1]), ExitCode.USER)
+    assert "sinks.delta.url" in line and f"{tmp_path / 'tables'} is not a folder" in line, line
+    assert not (settings.data_dir / "warehouse.duckdb").exists() and not (settings.data_dir / "output" / DEMO_JOB).exists()
 
 
 def test_a_spec_whose_delta_url_could_never_be_written_is_refused_at_load(

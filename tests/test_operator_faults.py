@@ -217,6 +217,30 @@ def test_an_unreachable_postgres_warehouse_is_one_line_without_its_password(data
     assert "Hunter2Secret" not in result.stdout + result.stderr
 
 
+def test_a_warehouse_url_and_a_secret_block_both_set_name_both_variables(data: Path) -> None:
+    result = score(data, env={
+        "SCORING_WAREHOUSE_URL": "postgresql://scorer:Hunter2Secret@db:5432/scoring", "SCORING_WAREHOUSE_SECRET_BLOCK": "scoring-warehouse",
+    })
+    line = one_error_line(result, ExitCode.ENVIRONMENT)
+    assert "SCORING_WAREHOUSE_URL and SCORING_WAREHOUSE_SECRET_BLOCK are both set" in line, line
+    assert "Hunter2Secret" not in result.stdout + result.stderr
+    assert nothing_scored(data)
+
+
+def test_a_secret_block_that_does_not_exist_is_named_with_the_api_asked(data: Path, prefect_harness: None) -> None:
+    from prefect.blocks.system import Secret
+    from prefect.settings import PREFECT_API_URL
+
+    # A block of another name holds a password: nothing of it may show.
+    Secret(value="postgresql://scorer:Hunter2Secret@db:5432/scoring").save("scoring-warehouse-real", overwrite=True)
+    api = str(PREFECT_API_URL.value())
+    result = score(data, env={"SCORING_WAREHOUSE_SECRET_BLOCK": "scoring-warehouse-typo", "PREFECT_API_URL": api})
+    line = one_error_line(result, ExitCode.ENVIRONMENT)
+    assert "SCORING_WAREHOUSE_SECRET_BLOCK='scoring-warehouse-typo'" in line and "no Prefect Secret block" in line and api in line, line
+    assert "Hunter2Secret" not in result.stdout + result.stderr
+    assert nothing_scored(data)
+
+
 # Job spec YAML.
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 
+import httpx
 from pydantic import SecretStr
 
+from tasks.errors import SettingsError
 from tasks.settings import Settings, current_settings
 from tasks.sinks.warehouse import Warehouse
 from tasks.sinks.warehouse_choice import warehouse_for
@@ -24,15 +26,28 @@ def with_warehouse_url(settings: Settings) -> Settings:
         block = getattr(settings, block_field)
         if not block:
             continue
+        variable = f"environment variable SCORING_{block_field.upper()}={block!r}"
         if getattr(settings, url_field) is not None:
-            raise ValueError(f"set SCORING_{url_field.upper()} or SCORING_{block_field.upper()}, not both")
-        from prefect.blocks.system import Secret
-
-        url = Secret.load(block).get()
+            raise SettingsError(f"{variable}: SCORING_{url_field.upper()} is set too; set one of them, not both")
+        url = _secret_block_value(block, variable)
         if not isinstance(url, str):
-            raise ValueError(f"Secret block {block!r} must hold the {what} URL as one string")
+            raise SettingsError(f"{variable}: the Secret block must hold the {what} URL as one string")
         settings = settings.model_copy(update={url_field: SecretStr(url), block_field: None})
     return settings
+
+
+def _secret_block_value(block: str, variable: str) -> object:
+    from prefect.blocks.system import Secret
+    from prefect.settings import PREFECT_API_URL
+
+    where = PREFECT_API_URL.value() or "Prefect's ephemeral API"
+    try:
+        return Secret.load(block).get()
+    except ValueError as exc:
+        # Prefect's "Unable to find block document named …": the name is what to fix.
+        raise SettingsError(f"{variable}: no Prefect Secret block of that name at {where}") from exc
+    except httpx.HTTPError as exc:
+        raise SettingsError(f"{variable}: the Prefect API at {where} did not answer ({type(exc).__name__})") from exc
 
 
 def configured_warehouse(settings: Settings) -> Warehouse:

@@ -18,6 +18,7 @@ from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
 from flows.steps.alerts import run_link, sent_alerts
+from flows.steps.api import ensure_orchestration_api, orchestration_lost
 from flows.steps.artifacts import left_artifacts
 from flows.steps.monitoring import monitor_decisions
 from flows.steps.units import prepared_run_job
@@ -74,6 +75,9 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
     then in the spec's Delta tables."""
     if (deadline := ticket.run_deadline()) is not None:
         deadline.check()
+    ensure_orchestration_api(
+        f"run {ticket.run_id} of {ticket.job} {ticket.partition_date} is not published and the partition keeps its previous outputs"
+    )
     counts = summary.ledger_counts()
     page, warnings = partition_page(ticket, summary, counts)
     settings = current_settings()
@@ -132,5 +136,7 @@ def record_run_warnings(run_id: str, warnings: list[str]) -> None:
 
 @task(name="fail-run")
 def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> None:
-    """Record the failure in the ledger and drop the run's files (tasks/scoring/partition_run.py: recorded_failed_run)."""
+    """Record the failure in the ledger and drop the run's files (tasks/scoring/partition_run.py: recorded_failed_run);
+    an HTTP error of a call to a lost Prefect API is recorded as what it means."""
+    error = orchestration_lost(error) or error
     recorded_failed_run(run_warehouse(run_id), current_settings(), run_id=run_id, job=job, partition_date=partition_date, error=error)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 import time
 
 from prefect import task
@@ -14,6 +15,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import PrefectFuture, as_completed, wait
 from prefect.utilities.annotations import quote
 
+from flows.steps.api import reporting_to_api
 from flows.steps.task_runners import inference_runs_apart, inference_task_resources
 from flows.steps.blocks import run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import RunTicket, pinned_versions
@@ -23,7 +25,10 @@ from tasks.scoring.summary import ScoringSummary, scoring_summary
 from tasks.scoring.unit_pass import ScoredUnit, UnitInference, UnitPrediction, inferred_unit, predicted_unit, scored_unit
 from tasks.scoring.units import WorkUnit, planned_work_units
 from tasks.sinks.parquet_store import output_dirs
+from tasks.errors import OrchestrationLost
 from tasks.settings import Settings, current_settings
+
+log = logging.getLogger("scoring.run")
 
 
 @functools.lru_cache(maxsize=4)
@@ -93,14 +98,30 @@ def _units_done(ticket: RunTicket, futures: list[PrefectFuture]) -> None:
     staging files when a failure drops them."""
     label = f"{ticket.job} {ticket.partition_date}"
     # One unit has no progress to show; its artifact would cost two API calls a partition.
-    progress = (
-        create_progress_artifact(0.0, description=f"{label}: {len(futures)} work unit(s) of {ticket.chunk_rows}-row chunks")
-        if len(futures) > 1 else None
-    )
+    progress = None
+    try:
+        with reporting_to_api():
+            progress = (
+                create_progress_artifact(0.0, description=f"{label}: {len(futures)} work unit(s) of {ticket.chunk_rows}-row chunks")
+                if len(futures) > 1 else None
+            )
+    except OrchestrationLost as lost:
+        _progress_lost(lost)
     for done, _ in enumerate(as_completed(futures), start=1):
         if progress is not None:
-            update_progress_artifact(progress, 100.0 * done / len(futures))
+            try:
+                with reporting_to_api():
+                    update_progress_artifact(progress, 100.0 * done / len(futures))
+            except OrchestrationLost as lost:
+                # The units go on (none may write staging files after a failure drops them), without a
+                # retried call per unit; publish-partition checks the API and fails the run before publishing.
+                progress = None
+                _progress_lost(lost)
         reported_progress(f"{label} units", done, len(futures))
+
+
+def _progress_lost(lost: OrchestrationLost) -> None:
+    log.warning("progress of the run's units is no longer reported: %s", lost)
 
 
 def scored_units(ticket: RunTicket, units: list[WorkUnit]) -> tuple[list[UnitInference], list[UnitPrediction]]:

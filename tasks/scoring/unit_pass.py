@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.ipc  # noqa: F401  (pa.ipc: the inference → prediction handoff files)
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
-from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError
+from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError, environment_fault
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
 from tasks.catalog import DECISION_FLIPS, SHADOW_PREDICTIONS
@@ -106,6 +106,14 @@ def _with_retries(attempts: int, what: str, fn):
             log.warning("[INF] %s failed on attempt %d of %d: %s: %s", what, attempt, attempts, type(exc).__name__, exc)
             if attempt == attempts:
                 raise
+
+
+def _runtime_message(exc: BaseException, limit: int = 400) -> str:
+    """The exception as one line: ONNX Runtime spreads what it found (e.g. the dimension it got and
+    the one it expected) over several lines."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 _HANDOFF_FEATURES = b"feature_names"
 _DECIDED_COLUMNS = ("probability", "probability_low", "probability_high", "score", "decision", "rule_id", "straddling")
@@ -336,6 +344,13 @@ def _shadow_of_chunk(prepared: PreparedJob, full: InferenceInput, result: UnitIn
             1 + prepared.spec.inference.retries, f"challenger {plan.challenger.version} on chunk {full.chunk_id}", decided_and_explained
         )
     except Exception as exc:
+        if plan.challenger_failure == "fail" and environment_fault(exc) is None:
+            # A runtime's own error (ONNX Runtime's, XGBoost's) is no ScoringError: unwrapped it would be a bug's
+            # exit 1 with a traceback, and would not say that the challenger, not the champion, failed, nor where.
+            raise InferenceFailure(
+                f"challenger {plan.challenger.named} (model {engine.metadata.name} {plan.challenger.version}) failed on chunk "
+                f"{full.chunk_id} of {prepared.spec.name} and model.challenger_failure is fail: {_runtime_message(exc)}"
+            ) from exc
         if plan.challenger_failure == "fail":
             raise
         why = f"chunk {full.chunk_id}: {type(exc).__name__}: {exc}"

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.catalog import warehouse_dataset
+from tasks.catalog import PARTITION_DATASETS, warehouse_dataset
 from tasks.errors import SinkUnwritable
 from tasks.redaction import redacted_text, scrubbed
 from tasks.settings import Settings, object_store_credentials
@@ -42,6 +43,7 @@ PARTITION_COLUMNS = ["partition_date"]
 _BATCH_ROWS = 64_000
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _S3_ERROR = re.compile(r"<Code>(?P<code>[^<]+)</Code>\s*<Message>(?P<message>[^<]*)</Message>")
+_RUST_OS_ERROR = re.compile(r'Os \{ code: (?P<code>\d+), kind: \w+, message: "(?P<message>[^"]*)" \}')
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,13 @@ def delta_tables(sink: DeltaSink | None, settings: Settings) -> DeltaTables | No
 
 
 def delta_store_problem(tables: DeltaTables) -> str | None:
-    """What makes the tables' store unusable before any run publishes to it: a missing S3 bucket
-    (None when there is none). A store that refuses the credentials or does not answer is
-    SinkUnwritable, so a run fails before its commit instead of after it."""
+    """What makes the tables' store unusable before any run publishes to it: a missing S3 bucket, a
+    local path that is a file (None when there is none). A store that refuses the credentials or does
+    not answer, and a local folder that cannot be written, are SinkUnwritable, so a run fails before
+    its commit instead of after it."""
     parts = urllib.parse.urlsplit(tables.base)
+    if parts.scheme in ("", "file"):
+        return _local_store_problem(tables, Path(urllib.parse.unquote(parts.path) if parts.scheme else tables.base))
     if parts.scheme != "s3":
         return None
     import pyarrow.fs as pafs
@@ -83,6 +88,33 @@ def delta_store_problem(tables: DeltaTables) -> str | None:
         ) from None
     if found == pafs.FileType.NotFound:
         return f"bucket {parts.netloc!r} of {tables.base} does not exist"
+    return None
+
+
+def _local_store_problem(tables: DeltaTables, base: Path) -> str | None:
+    """A file where the tables' folder (or one table's) should be; SinkUnwritable when the nearest folder
+    that exists of each table's log cannot take a file (a read-only mount, an immutable folder). A real
+    file is created and removed there: as root, permission bits and os.access say little."""
+    import tempfile
+
+    probed: set[Path] = set()
+    for dataset in PARTITION_DATASETS:
+        log_dir = base / dataset.table / "_delta_log"
+        folder = next((p for p in (log_dir, *log_dir.parents) if p.exists() or p.is_symlink()), Path("/"))
+        if not folder.is_dir():
+            return f"{folder} is not a folder; the url names the folder that holds one Delta table per dataset"
+        if folder in probed:
+            continue
+        probed.add(folder)
+        try:
+            handle, name = tempfile.mkstemp(prefix=".scoring-write-probe-", dir=folder)
+            os.close(handle)
+            os.unlink(name)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise SinkUnwritable(
+                f"sinks.delta.url: the Delta tables at {tables.base} cannot be written: {folder}: {reason}"
+            ) from None
     return None
 
 
@@ -143,4 +175,8 @@ def _reason(kind: str, detail: str) -> str:
     first = lines[0] if lines else kind
     found = _S3_ERROR.search(detail)
     text = f"{first}: {found['code']}: {found['message']}" if found else first
+    # Rust's debug form of an io::Error (`Error: Os { code: 30, kind: ReadOnlyFilesystem, … }`), in words.
+    if (os_error := _RUST_OS_ERROR.search(detail)) is not None:
+        plain = f"{os_error['message']} (errno {os_error['code']})"
+        text = _RUST_OS_ERROR.sub(plain, text) if os_error.group(0) in text else f"{text}: {plain}"
     return " ".join(text.split())[:400]

@@ -77,6 +77,8 @@ def _pending_failures(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
         try:
             record = json.loads(path.read_text())
             record["partition_date"] = dt.date.fromisoformat(str(record["partition_date"]))
+            # JSON keeps the time as text; PostgreSQL refuses text for a timestamptz column (SQLSTATE 42804).
+            record["ended_at"] = dt.datetime.fromisoformat(str(record["ended_at"]))
             found.append((path, record))
         except (OSError, ValueError, KeyError) as exc:
             log.warning("ignoring unreadable pending ledger record %s: %s", path, exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
 import json
@@ -247,7 +248,9 @@ def _run_log(data_dir: Path) -> Iterator[Path | None]:
         yield path
     finally:
         root.removeHandler(file)
-        file.close()
+        # Closing flushes: on a full disk that fails too, and must not replace the error the command reports.
+        with contextlib.suppress(OSError):
+            file.close()
 
 
 @app.command()

@@ -244,7 +244,11 @@ def _classified(exc: BaseException, path_hint: Path | None) -> EnvironmentFault 
     errno_ = getattr(exc, "errno", None) if isinstance(exc, OSError) else None
     message = str(exc)
     # DuckDB's and pyarrow's IO errors are not OSError subclasses (or carry no errno): read their text.
-    io_like = isinstance(exc, OSError) or type(exc).__name__ in ("IOException", "ArrowIOError")
+    # DuckDB reports a WAL it cannot write at commit as a TransactionException, not an IOException.
+    io_like = (
+        isinstance(exc, OSError) or type(exc).__name__ in ("IOException", "ArrowIOError")
+        or type(exc).__module__ in ("duckdb", "_duckdb")
+    )
     if not io_like:
         return None
     named = _path_of(exc)

@@ -29,6 +29,7 @@ from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.recovery import pending_ledger_dir
 
 from conftest import DEMO_JOB, DemoEnv, _free_port, _postgres_bin_dir, _run_admin_sql
+from test_operator_faults import tmpfs  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 SCORE = Path(sys.executable).parent / "score"
@@ -214,3 +215,86 @@ def test_postgres_gone_mid_run_keeps_its_failure_and_blocks_no_later_run(
     failed, rescored = ledger(settings, day)
     assert failed["run_id"] == failed_run and failed["status"] == "failed" and rescored["status"] == "succeeded"
     assert not partition_problems(settings, day, rescored["run_id"])
+
+
+def _ledger_files(settings: Settings) -> list[str]:
+    folder = pending_ledger_dir(settings, DEMO_JOB)
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def _two_thousand_rows_on(tmpfs: Path, demo_env: DemoEnv, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, dt.date]:
+    """The demo inputs under `tmpfs` with a 2,000-row last day, and the settings whose data root (warehouse, outputs, run
+    log) is there."""
+    import pyarrow.parquet as pq
+
+    from test_operator_faults import copied_demo
+
+    monkeypatch.setenv("SCORING_DATA_DIR", str(copied_demo(demo_env, tmpfs)))
+    settings = current_settings()
+    day = demo_env.plan.scoring_dates[-1]
+    (raw,) = settings.raw_partition_dir(DEMO_JOB, day.isoformat()).glob("*.parquet")
+    pq.write_table(pq.read_table(raw).slice(0, 2000), raw)
+    return settings, day
+
+
+def _filled(tmpfs: Path, free_kib: int) -> Path:
+    filler = tmpfs / "filler"
+    with filler.open("wb") as file:
+        file.write(b"\0" * max(0, shutil.disk_usage(tmpfs).free - free_kib * 1024))
+    return filler
+
+
+@pytest.mark.parametrize("free_kib", [300, 1536], ids=["no-room-to-start", "failure-kept-for-the-next-start"])
+def test_a_full_disk_before_the_publish_ends_failed_with_its_cause(
+    demo_env: DemoEnv, tmpfs: Path, monkeypatch: pytest.MonkeyPatch, free_kib: int,
+) -> None:
+    """A 2,000-row partition with the data root on a tmpfs filled to `free_kib` (amounts found by trying; the run's
+    writes are the same each time). With ~0.3 MiB the run cannot set aside room for its failure record and stops
+    at its start; with ~1.5 MiB the duplicate pass fails, and then the ledger's own write: the failure is kept in
+    the room set aside, and the next start records the real cause, not "abandoned"."""
+    settings, day = _two_thousand_rows_on(tmpfs, demo_env, monkeypatch)
+    filler = _filled(tmpfs, free_kib)
+    result = score(_environment(settings), "run", DEMO_JOB, "--date", day.isoformat())
+    filler.unlink()
+    line = one_error_line(result.stdout + result.stderr, result.returncode, 3)
+    assert line.startswith("error: disk full: no space left on device"), line
+    assert not partition_problems(settings, day, None)
+    runs = ledger(settings, day)
+    if free_kib < 1024:
+        assert "the room a run sets aside for its failure record" in line, line
+        # The ledger's write of the failed row may not fit either: then there is no row, and nothing left behind.
+        assert [r["status"] for r in runs] in ([], ["failed"]), runs
+        assert _ledger_files(settings) == []
+        return
+    (run,) = runs
+    assert run["status"] == "running" and _ledger_files(settings) == [f"{run['run_id']}.json"], (run, _ledger_files(settings))
+    recovered = score(_environment(settings), "recover", DEMO_JOB)
+    assert recovered.returncode == 0, (recovered.stdout + recovered.stderr)[-3000:]
+    (closed,) = ledger(settings, day)
+    assert closed["status"] == "failed" and closed["error"].startswith("OSError: disk full: no space left on device"), closed["error"]
+    assert _ledger_files(settings) == []
+
+
+def test_a_full_disk_after_the_publish_is_a_succeeded_run_with_warnings(
+    demo_env: DemoEnv, tmpfs: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The disk fills up once the run is published (its page is linked; the filler takes the last byte while the
+    run is frozen): decision monitoring and the ledger's warnings do not fit. The run is succeeded, the terminal
+    says what failed on `warning:` lines, exit 0."""
+    settings, day = _two_thousand_rows_on(tmpfs, demo_env, monkeypatch)
+    child = started(_environment(settings), "run", DEMO_JOB, "--date", day.isoformat())
+    before = output_until(child, "run report of")
+    os.kill(child.pid, signal.SIGSTOP)
+    filler = _filled(tmpfs, 0)
+    os.kill(child.pid, signal.SIGCONT)
+    rest, _ = child.communicate(timeout=300)
+    filler.unlink()
+    output = before + rest
+    assert child.returncode == 0 and "Traceback" not in output and "error:" not in output, output[-3000:]
+    (run,) = ledger(settings, day)
+    assert run["status"] == "succeeded", run
+    warnings = [line for line in output.splitlines() if line.startswith("warning: ")]
+    assert any(w.startswith("warning: decision monitoring failed: disk full") for w in warnings), output[-3000:]
+    assert any(f"not in the ledger row of run {run['run_id']}" in w for w in warnings), output[-3000:]
+    assert not partition_problems(settings, day, run["run_id"])
+    assert _ledger_files(settings) == []

@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import shutil
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,18 @@ class ExitCode:
 
 class EnvironmentFault(Exception):
     """The machine or its configuration, not the input, stops the run (exit code 3)."""
+
+
+class RunStopped(EnvironmentFault):
+    """A signal stopped the run: SIGTERM (`kill`, a supervisor, a container stopping) or SIGINT (Ctrl-C).
+    The run closes its ledger row as failed on the way out; the CLI exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by signal {signum} ({signal.Signals(signum).name})")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.signum,))
 
 
 class SettingsError(EnvironmentFault):

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
@@ -298,3 +299,33 @@ def test_a_full_disk_after_the_publish_is_a_succeeded_run_with_warnings(
     assert any(f"not in the ledger row of run {run['run_id']}" in w for w in warnings), output[-3000:]
     assert not partition_problems(settings, day, run["run_id"])
     assert _ledger_files(settings) == []
+
+
+def test_sigterm_and_ctrl_c_close_the_run_failed_on_the_way_out(demo_env: DemoEnv, fresh_data: Settings) -> None:
+    """`score run` stopped mid-scoring by SIGTERM, then by SIGINT (what Ctrl-C sends): exit 128 + N, one line,
+    the ledger row `failed` with the signal, the lease released, the staging removed, the previous outputs
+    untouched; not a row left `running` until the next start."""
+    from test_operator_faults import outputs_fingerprint
+
+    env = _environment(fresh_data)
+    day = demo_env.plan.scoring_dates[-1]
+    first = score(env, "run", DEMO_JOB, "--date", day.isoformat())
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    (previous,) = ledger(fresh_data, day)
+    published = outputs_fingerprint(fresh_data.data_dir)
+    for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+        child = started(env, "run", DEMO_JOB, "--date", day.isoformat(), "--chunk-rows", "50")
+        before = output_until(child, "[PRED]")
+        child.send_signal(signum)
+        rest, _ = child.communicate(timeout=300)
+        line = one_error_line(before + rest, child.returncode, 128 + signum)
+        assert line == f"error: stopped by signal {signum} ({name})", line
+        stopped = ledger(fresh_data, day)[-1]
+        assert stopped["status"] == "failed" and stopped["error"] == f"RunStopped: stopped by signal {signum} ({name})", stopped
+        assert not [p for p in fresh_data.output_dir(DEMO_JOB).rglob("*") if "_staging" in p.parts and p.is_file()]
+        assert _ledger_files(fresh_data) == []
+        with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
+            assert con.execute("SELECT * FROM partition_leases").fetchall() == []
+        assert outputs_fingerprint(fresh_data.data_dir) == published
+        assert not partition_problems(fresh_data, day, previous["run_id"])
+    assert [r["status"] for r in ledger(fresh_data, day)] == ["succeeded", "failed", "failed"]

@@ -21,13 +21,13 @@ from prefect.utilities.annotations import quote
 from flows.steps.alerts import run_link, sent_alerts
 from flows.steps.artifacts import left_artifacts
 from flows.steps.monitoring import monitor_decisions
-from flows.steps.units import prepared_run_job
+from flows.steps.units import prepared_run_job, stopping_signal
 from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import (
     RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, report_url, run_artifacts, run_lease, run_result, run_ticket,
     started_run,
 )
-from tasks.errors import user_facing_error
+from tasks.errors import RunStopped, user_facing_error
 from tasks.monitoring.alerts import published_run_alerts
 from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
@@ -145,6 +145,16 @@ def send_alerts(ticket: RunTicket, drift_rows: list[dict], monitoring: dict | No
 def record_run_warnings(run_id: str, warnings: list[str]) -> None:
     """What failed after the run published (page, artifacts, monitoring), kept on its ledger row."""
     retried(lambda: run_warehouse(run_id).record_run_warnings(run_id, warnings))
+
+
+def failed_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> None:
+    """The run's ledger row closed as failed by whatever ended it: an error, or SIGTERM or Ctrl-C on the way
+    out (not left `running` until the next start). Anything else that is no Exception (a process exiting)
+    passes through."""
+    if isinstance(error, Exception):
+        fail_run(run_id, job, partition_date, error)
+    elif (signum := stopping_signal(error)) is not None:
+        fail_run(run_id, job, partition_date, RunStopped(signum))
 
 
 @task(name="fail-run")

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import signal
 import time
 
 from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.exceptions import TerminationSignal
 from prefect.futures import PrefectFuture, as_completed, wait
 from prefect.utilities.annotations import quote
 
@@ -21,7 +23,8 @@ from tasks.scoring.progress import reported_progress
 from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job
 from tasks.scoring.summary import ScoringSummary, scoring_summary
 from tasks.scoring.unit_pass import ScoredUnit, UnitInference, UnitPrediction, inferred_unit, predicted_unit, scored_unit
-from tasks.scoring.units import WorkUnit, planned_work_units
+from tasks.errors import RunStopped
+from tasks.scoring.units import WorkUnit, planned_work_units, stopped_run
 from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import Settings, current_settings
 
@@ -97,10 +100,27 @@ def _units_done(ticket: RunTicket, futures: list[PrefectFuture]) -> None:
         create_progress_artifact(0.0, description=f"{label}: {len(futures)} work unit(s) of {ticket.chunk_rows}-row chunks")
         if len(futures) > 1 else None
     )
-    for done, _ in enumerate(as_completed(futures), start=1):
-        if progress is not None:
-            update_progress_artifact(progress, 100.0 * done / len(futures))
-        reported_progress(f"{label} units", done, len(futures))
+    try:
+        for done, _ in enumerate(as_completed(futures), start=1):
+            if progress is not None:
+                update_progress_artifact(progress, 100.0 * done / len(futures))
+            reported_progress(f"{label} units", done, len(futures))
+    except BaseException as stop:
+        signum = stopping_signal(stop)
+        if signum is not None:
+            stopped_run(ticket.run_id, signum)
+            wait(futures)
+        raise
+
+
+def stopping_signal(error: BaseException) -> int | None:
+    """The signal that `error` stands for: Prefect raises TerminationSignal for SIGTERM during a flow run,
+    Python KeyboardInterrupt for SIGINT; None for any other error."""
+    if isinstance(error, KeyboardInterrupt):
+        return signal.SIGINT
+    if isinstance(error, TerminationSignal):
+        return error.signal
+    return error.signum if isinstance(error, RunStopped) else None
 
 
 def scored_units(ticket: RunTicket, units: list[WorkUnit]) -> tuple[list[UnitInference], list[UnitPrediction]]:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from tasks.errors import ModelArtifactError, user_facing_error
+from tasks.errors import DiskFull, ModelArtifactError, environment_fault, user_facing_error
 from tasks.monitoring.health import health_headline
 from tasks.monitoring.shadow import shadow_headline
 from tasks.reports.html_report import run_report_html
@@ -321,15 +321,24 @@ def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warni
     }
 
 
+def _unfinished_before_commit(warehouse: Warehouse, run_id: str) -> bool:
+    """Whether the ledger shows the run without committed rows (or has no row of it); False when it cannot be read."""
+    try:
+        return warehouse.run_status(run_id) in (None, "running", "publishing")
+    except Exception as exc:
+        log.warning("the ledger status of run %s could not be read (%s)", run_id, exc)
+        return False
+
+
 def recorded_failed_run(
     warehouse: Warehouse, settings: Settings, *, run_id: str, job: str, partition_date: dt.date, error: BaseException
 ) -> None:
     """The failure in the ledger (one line and the traceback) and the run's files dropped.
 
-    A run whose rows were already committed is not failed: recovery finishes its publish. A run the
-    ledger shows unfinished before its commit loses its files first, as recovery does: on a full disk
-    its staged outputs are what fills it, and the ledger write needs the room. When the ledger cannot
-    be written (warehouse locked, disk full), the failure is kept beside the outputs and the next
+    A run whose rows were already committed is not failed: recovery finishes its publish. On a full
+    disk, a run the ledger shows unfinished before its commit loses its files first, as recovery does:
+    its staged outputs may be what fills the disk, and the ledger write needs the room. When the ledger
+    cannot be written (warehouse locked, disk full), the failure is kept beside the outputs and the next
     start of the job records it; the files stay until then unless they were dropped already."""
     record = {
         "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": now_utc(),
@@ -337,12 +346,7 @@ def recorded_failed_run(
         "error_detail": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
     }
     dirs, pending = output_dirs(settings, job), pending_ledger_dir(settings, job)
-    try:
-        status = warehouse.run_status(run_id)
-    except Exception as exc:
-        log.warning("%s %s: the ledger status of run %s could not be read (%s)", job, partition_date, run_id, exc)
-        status = "unknown"
-    if status in (None, "running", "publishing"):
+    if isinstance(environment_fault(error), DiskFull) and _unfinished_before_commit(warehouse, run_id):
         discarded_run(dirs, partition_date, run_id)
     try:
         failed = retried(lambda: warehouse.record_run_failed(**record))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +25,7 @@ from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.jobs.calendar import parse_partition_date, partition_range, yesterday
-from tasks.errors import ExitCode, JobSpecError, JobValidationError, OrchestrationLost, ScoringError, user_facing_error
+from tasks.errors import ExitCode, JobSpecError, JobValidationError, OrchestrationLost, RunStopped, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.scoring.progress import progress_listener
 from tasks.reports.reporting import partition_summaries, partition_summary_table
@@ -105,13 +108,33 @@ def _progress_bars(*, show: bool = True) -> Iterator[None]:
             yield
 
 
+class _Terminated(BaseException):
+    """SIGTERM reached the command (outside a flow run, or passed on by one once it closed its run)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+
+def _terminated(signum: int, frame: object) -> None:  # noqa: ARG001
+    raise _Terminated(signum)
+
+
 def _run(action):  # noqa: ANN001, ANN202
     """Run a command's action: a user or environment fault ends as one `error:` line and exit code 2 or 3
-    (tasks/errors.py: user_facing_error); a bug keeps its traceback."""
+    (tasks/errors.py: user_facing_error); a bug keeps its traceback. SIGTERM and Ctrl-C end as one line
+    and exit code 128 + the signal's number, as a shell reports a process a signal ended; a flow run
+    closes its ledger row on the way out (flows/score_partition.py)."""
+    # Without a handler SIGTERM would kill the process at once, before anything could be closed.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
     try:
         return action()
     except (typer.Exit, typer.Abort):
         raise
+    except (KeyboardInterrupt, _Terminated) as stop:
+        signum = stop.signum if isinstance(stop, _Terminated) else signal.SIGINT
+        _print_error(str(RunStopped(signum)))
+        raise typer.Exit(128 + signum) from None
     except JobValidationError as error:
         for problem in error.problems:
             _print_error(str(problem))
@@ -130,6 +153,9 @@ def _run(action):  # noqa: ANN001, ANN202
             sys.stderr.flush()
             os._exit(code)
         raise typer.Exit(code) from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _orchestration_lost(error: BaseException) -> OrchestrationLost | None:
@@ -289,7 +315,9 @@ def _run_log(data_dir: Path) -> Iterator[Path | None]:
         yield path
     finally:
         root.removeHandler(file)
-        file.close()
+        # Closing flushes: on a full disk that fails too, and must not replace the error the command reports.
+        with contextlib.suppress(OSError):
+            file.close()
 
 
 @app.command()

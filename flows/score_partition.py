@@ -14,7 +14,7 @@ from pydantic import Field
 from flows.steps.alerts import alert_failed_run
 from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner, units_in_own_flow
 from flows.steps.partition import (
-    fail_run,
+    failed_run,
     finished_run,
     partition_lease,
     prepare_run,
@@ -63,7 +63,7 @@ def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge
             lease.ensure_held()
             # quote(): Prefect would walk every list of the summary looking for futures, ~0.1 s a task.
             published = publish_partition(ticket, quote(summary))
-        except Exception as error:
-            fail_run(run_id, job, date, error)
+        except BaseException as error:
+            failed_run(run_id, job, date, error)
             raise
         return {**finished_run(ticket, summary, published), "recovered": recovered}

@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import shutil
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,18 @@ class ExitCode:
 
 class EnvironmentFault(Exception):
     """The machine or its configuration, not the input, stops the run (exit code 3)."""
+
+
+class RunStopped(EnvironmentFault):
+    """A signal stopped the run: SIGTERM (`kill`, a supervisor, a container stopping) or SIGINT (Ctrl-C).
+    The run closes its ledger row as failed on the way out; the CLI exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by signal {signum} ({signal.Signals(signum).name})")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.signum,))
 
 
 class SettingsError(EnvironmentFault):
@@ -257,7 +270,11 @@ def _classified(exc: BaseException, path_hint: Path | None) -> EnvironmentFault 
     errno_ = getattr(exc, "errno", None) if isinstance(exc, OSError) else None
     message = str(exc)
     # DuckDB's and pyarrow's IO errors are not OSError subclasses (or carry no errno): read their text.
-    io_like = isinstance(exc, OSError) or type(exc).__name__ in ("IOException", "ArrowIOError")
+    # DuckDB reports a WAL it cannot write at commit as a TransactionException, not an IOException.
+    io_like = (
+        isinstance(exc, OSError) or type(exc).__name__ in ("IOException", "ArrowIOError")
+        or type(exc).__module__ in ("duckdb", "_duckdb")
+    )
     if not io_like:
         return None
     named = _path_of(exc)

@@ -14,6 +14,7 @@ import time
 import uuid
 
 from prefect import task
+from prefect.states import State
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
@@ -21,12 +22,13 @@ from flows.steps.alerts import run_link, sent_alerts
 from flows.steps.api import ensure_orchestration_api, orchestration_lost
 from flows.steps.artifacts import left_artifacts
 from flows.steps.monitoring import monitor_decisions
-from flows.steps.units import prepared_run_job
+from flows.steps.units import prepared_run_job, stopping_signal
 from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import (
     RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, report_url, run_artifacts, run_lease, run_result, run_ticket,
     started_run,
 )
+from tasks.errors import RunStopped, user_facing_error
 from tasks.monitoring.alerts import published_run_alerts
 from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
@@ -34,7 +36,7 @@ from tasks.sinks.delta import delta_tables
 from tasks.sinks.parquet_store import output_dirs
 from tasks.sinks.partition_lock import PartitionLease
 from tasks.sinks.publish import PublishedPartition, partition_store, published_partition, retried
-from tasks.sinks.recovery import recovered_job
+from tasks.sinks.recovery import pending_ledger_dir, recovered_job, released_failure_room
 
 log = logging.getLogger("scoring.run")
 
@@ -81,11 +83,14 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
     counts = summary.ledger_counts()
     page, warnings = partition_page(ticket, summary, counts)
     settings = current_settings()
-    return published_partition(
+    published = published_partition(
         run_warehouse(ticket.run_id), output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
         run_id=ticket.run_id, counts=counts, page_html=page, warnings=warnings, ended_at=now_utc(), crash_at=settings.crash_at,
         delta=delta_tables(ticket.delta_sink, settings),
     )
+    # Published: whatever fails from here is a warning, never a failure record.
+    released_failure_room(pending_ledger_dir(settings, ticket.job), ticket.run_id)
+    return published
 
 
 @task(name="finish-run")
@@ -107,14 +112,26 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
         ticket.job, ticket.partition_date, ticket.run_id, quote(summary.decision_groups), quote(summary.slice_counts), return_state=True
     )
     result = finished_run_result(
-        ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=finished.message,
-        monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=monitored.message,
+        ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=_failure(finished),
+        monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=_failure(monitored),
     )
     alerted = send_alerts(ticket, quote(summary.drift_report), result.get("decision_monitoring"), result.get("report") or None, return_state=True)
-    result["warnings"] += alerted.result() if alerted.is_completed() else [f"alerts not sent: {alerted.message}"]
+    result["warnings"] += alerted.result() if alerted.is_completed() else [f"alerts not sent: {_failure(alerted)}"]
     if result["warnings"] != published.warnings:
-        record_run_warnings(ticket.run_id, result["warnings"])
+        recorded = record_run_warnings(ticket.run_id, result["warnings"], return_state=True)
+        if not recorded.is_completed():
+            # The outputs are published and the row says succeeded; only the terminal can still say what went wrong.
+            result["warnings"].append(f"these warnings are not in the ledger row of run {ticket.run_id}: {_failure(recorded)}")
     return result
+
+
+def _failure(state: State) -> str:
+    """A failed task's error as the one line the CLI would print for it (a full disk as `disk full: …`), not
+    Prefect's "Task run encountered an exception …"."""
+    if state.is_completed():
+        return ""
+    error = state.result(raise_on_failure=False)
+    return user_facing_error(error)[0] if isinstance(error, BaseException) else str(state.message)
 
 
 @task(name="send-alerts")
@@ -132,6 +149,16 @@ def send_alerts(ticket: RunTicket, drift_rows: list[dict], monitoring: dict | No
 def record_run_warnings(run_id: str, warnings: list[str]) -> None:
     """What failed after the run published (page, artifacts, monitoring), kept on its ledger row."""
     retried(lambda: run_warehouse(run_id).record_run_warnings(run_id, warnings))
+
+
+def failed_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> None:
+    """The run's ledger row closed as failed by whatever ended it: an error, or SIGTERM or Ctrl-C on the way
+    out (not left `running` until the next start). Anything else that is no Exception (a process exiting)
+    passes through."""
+    if isinstance(error, Exception):
+        fail_run(run_id, job, partition_date, error)
+    elif (signum := stopping_signal(error)) is not None:
+        fail_run(run_id, job, partition_date, RunStopped(signum))
 
 
 @task(name="fail-run")

@@ -8,10 +8,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import signal
 import time
 
 from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.exceptions import TerminationSignal
 from prefect.futures import PrefectFuture, as_completed, wait
 from prefect.utilities.annotations import quote
 
@@ -23,9 +25,9 @@ from tasks.scoring.progress import reported_progress
 from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job
 from tasks.scoring.summary import ScoringSummary, scoring_summary
 from tasks.scoring.unit_pass import ScoredUnit, UnitInference, UnitPrediction, inferred_unit, predicted_unit, scored_unit
-from tasks.scoring.units import WorkUnit, planned_work_units
+from tasks.scoring.units import WorkUnit, planned_work_units, stopped_run
 from tasks.sinks.parquet_store import output_dirs
-from tasks.errors import OrchestrationLost
+from tasks.errors import OrchestrationLost, RunStopped
 from tasks.settings import Settings, current_settings
 
 log = logging.getLogger("scoring.run")
@@ -107,17 +109,34 @@ def _units_done(ticket: RunTicket, futures: list[PrefectFuture]) -> None:
             )
     except OrchestrationLost as lost:
         _progress_lost(lost)
-    for done, _ in enumerate(as_completed(futures), start=1):
-        if progress is not None:
-            try:
-                with reporting_to_api():
-                    update_progress_artifact(progress, 100.0 * done / len(futures))
-            except OrchestrationLost as lost:
-                # The units go on (none may write staging files after a failure drops them), without a
-                # retried call per unit; publish-partition checks the API and fails the run before publishing.
-                progress = None
-                _progress_lost(lost)
-        reported_progress(f"{label} units", done, len(futures))
+    try:
+        for done, _ in enumerate(as_completed(futures), start=1):
+            if progress is not None:
+                try:
+                    with reporting_to_api():
+                        update_progress_artifact(progress, 100.0 * done / len(futures))
+                except OrchestrationLost as lost:
+                    # The units go on (none may write staging files after a failure drops them), without a
+                    # retried call per unit; publish-partition checks the API and fails the run before publishing.
+                    progress = None
+                    _progress_lost(lost)
+            reported_progress(f"{label} units", done, len(futures))
+    except BaseException as stop:
+        signum = stopping_signal(stop)
+        if signum is not None:
+            stopped_run(ticket.run_id, signum)
+            wait(futures)
+        raise
+
+
+def stopping_signal(error: BaseException) -> int | None:
+    """The signal that `error` stands for: Prefect raises TerminationSignal for SIGTERM during a flow run,
+    Python KeyboardInterrupt for SIGINT; None for any other error."""
+    if isinstance(error, KeyboardInterrupt):
+        return signal.SIGINT
+    if isinstance(error, TerminationSignal):
+        return error.signal
+    return error.signum if isinstance(error, RunStopped) else None
 
 
 def _progress_lost(lost: OrchestrationLost) -> None:

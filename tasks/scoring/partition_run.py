@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from tasks.errors import ModelArtifactError, user_facing_error
+from tasks.errors import DiskFull, ModelArtifactError, environment_fault, user_facing_error
 from tasks.monitoring.health import health_headline
 from tasks.monitoring.shadow import shadow_headline
 from tasks.reports.html_report import run_report_html
 from tasks.sinks.publish import PublishedPartition, discarded_run, retried
-from tasks.sinks.recovery import pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition
+from tasks.sinks.recovery import (
+    pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition, released_failure_room, reserved_failure_room,
+)
 from tasks.scoring.prepared import PreparedJob
 from tasks.scoring.summary import ScoringSummary
 from tasks.scoring.units import RunDeadline
@@ -143,6 +145,7 @@ def started_run(warehouse: Warehouse, settings: Settings, ticket: RunTicket) -> 
             delta=lambda: delta_tables(ticket.delta_sink, settings),
         )
         recovered += recovered_job(warehouse, settings, ticket.job, recovering_run_id=f"recovery-{ticket.run_id}", skip=ticket.partition_date)
+        reserved_failure_room(pending_ledger_dir(settings, ticket.job), ticket.run_id)
         warehouse.record_run_started(
             {**ticket.model_dump(include={"run_id", "job", "partition_date", "model_name", "model_version", "feature_version"}), "started_at": now_utc()}
         )
@@ -318,30 +321,44 @@ def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warni
     }
 
 
+def _unfinished_before_commit(warehouse: Warehouse, run_id: str) -> bool:
+    """Whether the ledger shows the run without committed rows (or has no row of it); False when it cannot be read."""
+    try:
+        return warehouse.run_status(run_id) in (None, "running", "publishing")
+    except Exception as exc:
+        log.warning("the ledger status of run %s could not be read (%s)", run_id, exc)
+        return False
+
+
 def recorded_failed_run(
     warehouse: Warehouse, settings: Settings, *, run_id: str, job: str, partition_date: dt.date, error: BaseException
 ) -> None:
     """The failure in the ledger (one line and the traceback) and the run's files dropped.
 
-    A run whose rows were already committed is not failed: recovery finishes its publish. When the
-    ledger cannot be written (warehouse locked, disk full), the failure is kept beside the outputs
-    and the next start of the job records it; the files stay until then."""
+    A run whose rows were already committed is not failed: recovery finishes its publish. On a full
+    disk, a run the ledger shows unfinished before its commit loses its files first, as recovery does:
+    its staged outputs may be what fills the disk, and the ledger write needs the room. When the ledger
+    cannot be written (warehouse locked, disk full), the failure is kept beside the outputs and the next
+    start of the job records it; the files stay until then unless they were dropped already."""
     record = {
         "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": now_utc(),
         "error": f"{type(error).__name__}: {user_facing_error(error)[0]}",
         "error_detail": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
     }
+    dirs, pending = output_dirs(settings, job), pending_ledger_dir(settings, job)
+    if isinstance(environment_fault(error), DiskFull) and _unfinished_before_commit(warehouse, run_id):
+        discarded_run(dirs, partition_date, run_id)
     try:
         failed = retried(lambda: warehouse.record_run_failed(**record))
     except Exception as exc:
-        kept = recorded_pending_failure(pending_ledger_dir(settings, job), record)
+        kept = recorded_pending_failure(pending, record)
         log.warning(
             "%s %s: the failure of run %s could not be written to the ledger (%s: %s); %s", job, partition_date, run_id,
             type(exc).__name__, exc, f"kept in {kept} for the next start" if kept else "the next start closes it as abandoned",
         )
         return
+    released_failure_room(pending, run_id)
     if failed:
-        discarded_run(output_dirs(settings, job), partition_date, run_id)
+        discarded_run(dirs, partition_date, run_id)
     else:
         log.warning("%s %s: run %s had committed its rows; the next start of the job finishes its publish", job, partition_date, run_id)
-

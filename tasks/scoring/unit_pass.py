@@ -40,7 +40,7 @@ from tasks.prediction.decisions import RuleDecisions
 from tasks.prediction.outputs import DecidedChunk, predict_decided_chunk, predict_output
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator
 from tasks.scoring.prepared import PredictionPlan, PreparedJob
-from tasks.scoring.units import RunDeadline, WorkUnit, unit_chunks
+from tasks.scoring.units import RunDeadline, WorkUnit, check_not_stopped, unit_chunks
 from tasks.sinks.parquet_store import OutputDirs, staging_dir, write_staged_chunk
 
 log = logging.getLogger("scoring.run")
@@ -268,6 +268,7 @@ def _decided_chunks(
     plan = prepared.prediction_plan
     duplicate_rows = quarantined_rows_between(unit.duplicate_rows_file, unit.first_row, unit.rows)
     for chunk_id, table in unit_chunks(unit, chunk_rows):
+        check_not_stopped(run_id)
         if deadline is not None:
             deadline.check()
         chunk = ChunkRef(run_id, spec.name, partition_date, chunk_id, spec.entity_column)
@@ -496,6 +497,7 @@ def predicted_unit(
     one staged Parquet file per chunk; no engine is loaded and nothing is decided again."""
     result = _unit_prediction(plan, inference.unit_id)
     for chunk_id in inference.chunk_ids:
+        check_not_stopped(run_id)
         if deadline is not None:
             deadline.check()
         path, shadow_path = _handoff_path(dirs, run_id, chunk_id), _handoff_path(dirs, run_id, chunk_id, shadow=True)

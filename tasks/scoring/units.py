@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.errors import PartitionError, RunTimedOut
+from tasks.errors import PartitionError, RunStopped, RunTimedOut
 from tasks.guards.duplicates import duplicated_entity_ids, partition_row_groups, write_quarantined_rows
 from tasks.jobs.validation import checked_raw_files
 from tasks.scoring.prepared import PreparedJob
@@ -35,6 +35,22 @@ class RunDeadline:
                 f"{self.what} timed out after {self.limit_s:g} s (limits.max_run_seconds, else SCORING_MAX_RUN_SECONDS); "
                 "nothing of it was published"
             )
+
+
+_STOPPED_RUNS: dict[str, int] = {}
+"""Runs of this process a signal stopped, with the signal: their units stop at the next chunk."""
+
+
+def stopped_run(run_id: str, signum: int) -> None:
+    """Stop the run's units in this process at their next chunk: a signal reaches the main thread only,
+    and the run's failure must not drop its staged files while a unit still writes them."""
+    _STOPPED_RUNS[run_id] = signum
+
+
+def check_not_stopped(run_id: str) -> None:
+    """Raise RunStopped when a signal stopped the run; checked before each chunk, with the deadline."""
+    if (signum := _STOPPED_RUNS.get(run_id)) is not None:
+        raise RunStopped(signum)
 
 
 log = logging.getLogger("scoring.run")

@@ -18,6 +18,7 @@ Recovery of a partition runs under its lease, so it never touches a partition a 
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import functools
 import json
 import logging
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.catalog import INFERENCE_HANDOFF
-from tasks.errors import PartitionBusy
+from tasks.errors import PartitionBusy, disk_full_fault
 from tasks.jobspec import load_job_spec
 from tasks.sinks.parquet_store import discard_staged
 from tasks.sinks.partition_lock import PartitionLease
@@ -57,16 +58,83 @@ def pending_ledger_dir(settings: Settings, job: str) -> Path:
     return settings.output_dir(job) / "_ledger"
 
 
-def recorded_pending_failure(folder: Path, record: dict[str, Any]) -> Path | None:
-    """Keep a failure the ledger could not take, for the next start to apply; None when even that fails."""
+FAILURE_RESERVATION_BYTES = 64 * 1024
+"""Room a run sets aside for its own failure record when it starts: a full disk stops the ledger
+write that would record the failure, and then also any new file that would keep it."""
+
+
+def _reservation(folder: Path, run_id: str) -> Path:
+    return folder / f"{run_id}.reserved"
+
+
+def reserved_failure_room(folder: Path, run_id: str) -> Path:
+    """Set aside FAILURE_RESERVATION_BYTES for the run's failure record, before its ledger row is opened.
+
+    A disk without that much room stops the run here, as DiskFull, before its row says `running`: the
+    failure then goes in as a `failed` row where the ledger still takes a write, and otherwise the run
+    leaves no row, never one left `running` with a failure nothing could keep."""
+    path = _reservation(folder, run_id)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{record['run_id']}.json"
-        tmp = path.with_suffix(".tmp")
+        with path.open("wb") as file:
+            # Written, not only sized: a sparse file would need new blocks when the record goes in.
+            file.write(b"\0" * FAILURE_RESERVATION_BYTES)
+            file.flush()
+            os.fsync(file.fileno())
+        return path
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise disk_full_fault(path, needed_bytes=FAILURE_RESERVATION_BYTES, detail="the room a run sets aside for its failure record") from exc
+        raise
+
+
+def released_failure_room(folder: Path, run_id: str) -> None:
+    """Give back the room a run set aside: it ended, or recovery closed it."""
+    _reservation(folder, run_id).unlink(missing_ok=True)
+
+
+def _fitted(record: dict[str, Any], limit: int) -> bytes:
+    """The record as JSON in at most `limit` bytes: the traceback loses its start (its end says where it failed)."""
+    text = json.dumps(record, default=str).encode()
+    if len(text) <= limit:
+        return text
+    detail = record.get("error_detail") or ""
+    # Each character dropped shortens the JSON by at least one byte; the margin pays for the "…".
+    keep = max(0, len(detail) - (len(text) - limit) - 64)
+    text = json.dumps({**record, "error_detail": "…" + detail[len(detail) - keep:] if keep else None}, default=str).encode()
+    if len(text) <= limit:
+        return text
+    return json.dumps({**record, "error_detail": None, "error": record["error"][: limit // 8] + "…"}, default=str).encode()
+
+
+def recorded_pending_failure(folder: Path, record: dict[str, Any]) -> Path | None:
+    """Keep a failure the ledger could not take, for the next start to apply; None when even that fails.
+
+    The record goes into the room the run set aside when it started (reserved_failure_room), which
+    a full disk cannot refuse; without one, into a new file."""
+    path = folder / f"{record['run_id']}.json"
+    reserved = _reservation(folder, record["run_id"])
+    if reserved.exists():
+        try:
+            with reserved.open("r+b") as file:
+                file.write(_fitted(record, FAILURE_RESERVATION_BYTES))
+                file.truncate()
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(reserved, path)
+            return path
+        except OSError as exc:
+            log.warning("run %s: its failure record did not fit in the room set aside for it (%s)", record["run_id"], exc)
+    tmp = path.with_suffix(".tmp")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(record, default=str))
         os.replace(tmp, path)
         return path
     except OSError as exc:
+        # A half-written record (a full disk) is of no use to the next start and would stay behind.
+        tmp.unlink(missing_ok=True)
         log.warning("could not keep the failure of run %s for later either (%s)", record["run_id"], exc)
         return None
 
@@ -77,6 +145,8 @@ def _pending_failures(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
         try:
             record = json.loads(path.read_text())
             record["partition_date"] = dt.date.fromisoformat(str(record["partition_date"]))
+            # JSON keeps the time as text; PostgreSQL refuses text for a timestamptz column (SQLSTATE 42804).
+            record["ended_at"] = dt.datetime.fromisoformat(str(record["ended_at"]))
             found.append((path, record))
         except (OSError, ValueError, KeyError) as exc:
             log.warning("ignoring unreadable pending ledger record %s: %s", path, exc)
@@ -105,6 +175,7 @@ def recovered_partition(
         was = warehouse.run_status(record["run_id"]) or "missing"
         if warehouse.record_run_failed(**{k: record[k] for k in ("run_id", "job", "partition_date", "ended_at", "error", "error_detail")}):
             discarded_run(dirs, partition_date, record["run_id"])
+            released_failure_room(pending_dir, record["run_id"])
             recovered.append(RecoveredRun(record["run_id"], job, partition_date, was, "failed", "failure recorded from the pending record"))
         path.unlink(missing_ok=True)
     for row in warehouse.unfinished_runs(job, partition_date):
@@ -119,6 +190,7 @@ def recovered_partition(
                     tables, job=job, partition_date=partition_date, run_id=run_id,
                     files=version_tables(store, partition, run_id),
                 )
+            released_failure_room(pending_dir, run_id)
             warehouse.record_run_rolled_forward(
                 run_id, ended_at=now,
                 warning=(
@@ -133,6 +205,7 @@ def recovered_partition(
             # Files first, then the ledger: a kill between the two leaves a row still unfinished, which
             # the next start closes again, never a closed row whose staged files nobody removes.
             discarded_run(dirs, partition_date, run_id)
+            released_failure_room(pending_dir, run_id)
             warehouse.record_run_abandoned(
                 run_id, ended_at=now,
                 error=(

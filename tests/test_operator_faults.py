@@ -14,10 +14,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -280,6 +282,86 @@ def test_a_raw_file_truncated_mid_file_with_its_footer_intact_is_named_when_read
     line = one_error_line(score(scored), ExitCode.USER)
     assert f"raw file {raw}" in line and "row group 0" in line, line
     assert outputs_fingerprint(scored) == before
+
+
+def _snappy_with_a_corrupt_entity_column(path: Path) -> bytes:
+    """The file's rows rewritten with snappy (as many producers write), then 64 bytes flipped inside
+    the compressed pages of row group 0's entity column; the footer stays intact."""
+    out = pa.BufferOutputStream()
+    pq.write_table(pq.read_table(path), out, compression="snappy")
+    content = bytearray(out.getvalue().to_pybytes())
+    metadata = pq.ParquetFile(pa.BufferReader(bytes(content))).metadata
+    names = [metadata.schema.column(i).name for i in range(metadata.num_columns)]
+    chunk = metadata.row_group(0).column(names.index("entity_id"))
+    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    # A third into the column chunk: past its first page header, inside the compressed values.
+    for i in range(start + chunk.total_compressed_size // 3, start + chunk.total_compressed_size // 3 + 64):
+        content[i] ^= 0xFF
+    return bytes(content)
+
+
+def test_a_raw_file_corrupt_inside_the_entity_column_is_named_with_its_row_group(scored: Path) -> None:
+    raw = _raw_file(scored)
+    before = outputs_fingerprint(scored)
+    raw.write_bytes(_snappy_with_a_corrupt_entity_column(raw))
+    opened = pq.ParquetFile(raw)
+    with pytest.raises(OSError, match="Corrupt snappy compressed data"):  # the fault as pyarrow reports it
+        opened.read_row_group(0, columns=["entity_id"])
+    line = one_error_line(score(scored), ExitCode.USER)
+    assert f"raw file {raw} is corrupt in row group 0: Corrupt snappy compressed data" in line, line
+    assert outputs_fingerprint(scored) == before
+
+
+# Raw entries that are no regular file: refused before anything opens them (a FIFO's open() would block for good).
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _socket(path: Path) -> None:
+    # A socket's path must be short (108 bytes): bound under /tmp, then moved in (the file stays a socket).
+    short = Path(tempfile.mkdtemp(dir="/tmp")) / "s"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(short))
+    os.rename(short, path)
+    short.parent.rmdir()
+
+
+def _folder(path: Path) -> None:
+    path.mkdir()
+
+
+def _link_out_of_the_raw_folder(path: Path) -> None:
+    outside = path.parents[4] / "elsewhere.parquet"  # beside the data folder, not under data/raw
+    shutil.copy(next(path.parent.glob("*.parquet")), outside)
+    path.symlink_to(outside)
+
+
+def _link_to_a_fifo(path: Path) -> None:
+    fifo = path.parent / "_pipe"
+    os.mkfifo(fifo)
+    path.symlink_to(fifo)
+
+
+NOT_REGULAR = {
+    "fifo": (_fifo, "is a FIFO (named pipe)"),
+    "socket": (_socket, "is a socket"),
+    "folder": (_folder, "is a directory"),
+    "symlink_out_of_raw": (_link_out_of_the_raw_folder, "outside the raw folder"),
+    "symlink_to_fifo": (_link_to_a_fifo, "is a FIFO (named pipe) (a symlink to"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_REGULAR))
+def test_a_raw_entry_that_is_no_regular_file_is_refused_before_the_lease(data: Path, kind: str) -> None:
+    make, named = NOT_REGULAR[kind]
+    entry = _raw_file(data).parent / "part-9.parquet"
+    make(entry)
+    result = score(data, timeout=120)
+    line = one_error_line(result, ExitCode.USER)
+    assert f"raw file {entry} {named}" in line or (f"raw file {entry}" in line and named in line), line
+    assert nothing_scored(data)
 
 
 # The environment: a full disk, a read-only warehouse, a locked warehouse.

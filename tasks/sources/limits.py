@@ -19,6 +19,7 @@ import logging
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -58,31 +59,65 @@ class ReadLimit:
 
 def bounded(call: Callable[[], T], *, where: str, limit: ReadLimit | None) -> T:
     """`call()`, tried up to `limit.attempts` times while it does not answer within `limit.timeout_s`
-    or fails with a network error; `where` (a path or a URL without its query) names the source in
-    the warning and the error. Other errors are raised as they are. No limit: `call()` itself."""
+    or fails with a network or server error; `where` (a path or a URL without its query) names the
+    source in the warning and the error. Other errors are raised as they are. No limit: `call()` itself.
+
+    Once the tries at a store are used up, its other calls fail at once for as long as the tries
+    took: the run's other work units would each wait through the same tries (one after the other
+    on each worker) before the run could fail."""
     if limit is None:
         return call()
+    store = _store(where)
+    _refuse_if_given_up(store, where, limit)
     started = time.monotonic()
     for attempt in range(1, limit.attempts + 1):
         finished, value, error = _within(call, limit.timeout_s)
         if finished and error is None:
             return value  # type: ignore[return-value]
-        if finished and (attempt == limit.attempts or not _transient(error)):
+        if finished and not _transient(error):
             # The caller names what the store's own error means (refused credentials, a missing object, ...).
             raise error  # type: ignore[misc]
-        if not finished and attempt == limit.attempts:
+        reason = f"no answer within {limit.timeout_s:g} s" if not finished else _first_line(error)
+        if attempt == limit.attempts:
+            with _given_up_lock:
+                _given_up[store] = (time.monotonic(), time.monotonic() - started, reason)
+            if finished:
+                raise error  # type: ignore[misc]
             raise SourceUnreachable(
-                f"raw source {where} stopped answering: no answer within {limit.timeout_s:g} s, {limit.attempts} times "
-                f"in {time.monotonic() - started:.0f} s (SCORING_SOURCE_TIMEOUT_S)"
+                f"raw source {where} stopped answering: {reason}, {limit.attempts} times in "
+                f"{time.monotonic() - started:.0f} s (SCORING_SOURCE_TIMEOUT_S)"
             )
-        what = f"stopped answering (no answer within {limit.timeout_s:g} s)" if not finished else (
-            f"{'answered with an error' if _SERVER_ERROR.search(str(error)) else 'stopped answering'} ({_first_line(error)})"
-        )
+        what = "answered with an error" if finished and _SERVER_ERROR.search(str(error)) else "stopped answering"
         log.warning(
-            "source %s %s; retrying (attempt %d of %d, up to %.0f s more)", where, what, attempt + 1, limit.attempts, limit.left_s(attempt),
+            "source %s %s (%s); retrying (attempt %d of %d, up to %.0f s more)",
+            where, what, reason, attempt + 1, limit.attempts, limit.left_s(attempt),
         )
         time.sleep(limit.pause_s(attempt))
     raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+_given_up: dict[str, tuple[float, float, str]] = {}
+"""Store → (when its tries were used up, how long they took, why), in this process."""
+_given_up_lock = threading.Lock()
+
+
+def _store(where: str) -> str:
+    """What a failure is remembered by: an object store's scheme and bucket, else the path itself."""
+    parts = urllib.parse.urlsplit(where)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else where
+
+
+def _refuse_if_given_up(store: str, where: str, limit: ReadLimit) -> None:
+    with _given_up_lock:
+        at, took, reason = _given_up.get(store, (0.0, 0.0, ""))
+        ago = time.monotonic() - at
+        if ago >= max(took, limit.timeout_s):
+            _given_up.pop(store, None)
+            return
+    raise SourceUnreachable(
+        f"raw source {where} not read: {store} stopped answering {ago:.0f} s ago ({reason}) after {limit.attempts} tries "
+        "(SCORING_SOURCE_TIMEOUT_S)"
+    )
 
 
 def _within(call: Callable[[], T], timeout_s: float) -> tuple[bool, T | None, BaseException | None]:

@@ -51,13 +51,13 @@ def _filesystem(scheme_and_host: str, env: tuple[tuple[str, str], ...], timeout_
             raise
     else:
         if isinstance(fs, pafs.S3FileSystem) and timeout_s is not None:
-            # The AWS client's own defaults wait ~100 s on a store that stopped answering and retry
-            # silently; here a request without a byte for `timeout_s` fails, and `bounded` retries it
-            # with a line that says so. The request then also ends soon after `bounded` gives up on
-            # it, so pyarrow's S3 shutdown at exit does not wait for it.
-            rebuild, (options,) = fs.__reduce__()
+            # The AWS client's defaults wait ~100 s on a store that stopped answering, retrying
+            # silently; `bounded` retries instead, saying so. A request without a byte for a second
+            # longer than `bounded` waits fails by itself, so `bounded` names the timeout, and its
+            # abandoned thread ends soon after: pyarrow's S3 shutdown at exit would wait for it.
+            _, (options,) = fs.__reduce__()
             return pafs.S3FileSystem(**{
-                **options, "connect_timeout": timeout_s, "request_timeout": timeout_s,
+                **options, "connect_timeout": timeout_s + 1, "request_timeout": timeout_s + 1,
                 "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
             })
         return fs

@@ -364,6 +364,36 @@ def test_a_raw_entry_that_is_no_regular_file_is_refused_before_the_lease(data: P
     assert nothing_scored(data)
 
 
+def ledger(warehouse: Path) -> dict[str, tuple[str, str | None]]:
+    """Partition date → (status, error) of its newest run."""
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        rows = con.execute("SELECT partition_date, status, error FROM runs ORDER BY started_at").fetchall()
+    return {str(day): (status, error) for day, status, error in rows}
+
+
+def test_a_backfill_scores_the_other_days_past_an_unreadable_file_and_mode_failed_finds_it(data: Path) -> None:
+    first, bad, last = "2026-03-08", "2026-03-09", DAY
+    (raw,) = (data / "raw" / DEMO_JOB / f"date={bad}").glob("*.parquet")
+    raw.write_bytes(CORRUPT_FOOTERS["not_parquet"](raw.read_bytes()))
+    # That day alone cannot be scored: refused before anything starts, as `score run` is.
+    alone = one_error_line(score(data, "backfill", DEMO_JOB, "--start", bad, "--end", bad), ExitCode.USER)
+    assert f"raw file {raw} is not a readable Parquet file" in alone, alone
+    assert nothing_scored(data)
+
+    result = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last)
+    line = one_error_line(result, ExitCode.USER)
+    assert f"1 of 3 partition(s) failed: {DEMO_JOB} {bad}" in line and f"raw file {raw} is not a readable Parquet file" in line, line
+    runs = ledger(data / "warehouse.duckdb")
+    assert runs[first][0] == runs[last][0] == "succeeded", runs
+    status, error = runs[bad]
+    assert status == "failed" and f"raw file {raw} is not a readable Parquet file" in error, runs[bad]
+    # The analyst's next step finds exactly that day.
+    planned = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last, "--mode", "failed", "--dry-run")
+    assert planned.returncode == 0 and f"would score 1 partition(s): {bad}" in planned.stdout, planned.stdout + planned.stderr
+    missing = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last, "--mode", "missing", "--dry-run")
+    assert missing.returncode == 0 and "would score 0 partition(s)" in missing.stdout, missing.stdout + missing.stderr
+
+
 # The environment: a full disk, a read-only warehouse, a locked warehouse.
 
 

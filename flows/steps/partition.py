@@ -23,8 +23,8 @@ from flows.steps.monitoring import monitor_decisions
 from flows.steps.units import prepared_run_job
 from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import (
-    RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, report_url, run_artifacts, run_lease, run_result, run_ticket,
-    started_run,
+    RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, recorded_refused_run, report_url, run_artifacts, run_lease,
+    run_result, run_ticket, started_run,
 )
 from tasks.monitoring.alerts import published_run_alerts
 from tasks.scoring.summary import ScoringSummary
@@ -134,3 +134,13 @@ def record_run_warnings(run_id: str, warnings: list[str]) -> None:
 def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> None:
     """Record the failure in the ledger and drop the run's files (tasks/scoring/partition_run.py: recorded_failed_run)."""
     recorded_failed_run(run_warehouse(run_id), current_settings(), run_id=run_id, job=job, partition_date=partition_date, error=error)
+
+
+@task(name="record-refused-run")
+def record_refused_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> bool:
+    """A partition of a backfill or nightly refused before its lease, as a failed run in the ledger
+    (tasks/scoring/partition_run.py: recorded_refused_run)."""
+    settings = with_warehouse_url(current_settings())
+    return recorded_refused_run(
+        configured_warehouse(settings), settings, run_id=run_id, job=job, partition_date=partition_date, error=error,
+    )

@@ -20,7 +20,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -57,17 +57,18 @@ class ReadLimit:
         return sum(self.pause_s(a) + self.timeout_s for a in range(attempt, self.attempts))
 
 
-def bounded(call: Callable[[], T], *, where: str, limit: ReadLimit | None) -> T:
+def bounded(call: Callable[[], T], *, where: str, limit: ReadLimit | None, store: Hashable = None) -> T:
     """`call()`, tried up to `limit.attempts` times while it does not answer within `limit.timeout_s`
     or fails with a network or server error; `where` (a path or a URL without its query) names the
     source in the warning and the error. Other errors are raised as they are. No limit: `call()` itself.
 
     Once the tries at a store are used up, its other calls fail at once for as long as the tries
     took: the run's other work units would each wait through the same tries (one after the other
-    on each worker) before the run could fail."""
+    on each worker) before the run could fail. `store` tells the stores apart (an object store's
+    bucket and the credentials it is reached with); by default the store `where` names."""
     if limit is None:
         return call()
-    store = _store(where)
+    store = (_store(where), store)
     _refuse_if_given_up(store, where, limit)
     started = time.monotonic()
     for attempt in range(1, limit.attempts + 1):
@@ -96,7 +97,7 @@ def bounded(call: Callable[[], T], *, where: str, limit: ReadLimit | None) -> T:
     raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
-_given_up: dict[str, tuple[float, float, str]] = {}
+_given_up: dict[Hashable, tuple[float, float, str]] = {}
 """Store → (when its tries were used up, how long they took, why), in this process."""
 _given_up_lock = threading.Lock()
 
@@ -107,15 +108,17 @@ def _store(where: str) -> str:
     return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else where
 
 
-def _refuse_if_given_up(store: str, where: str, limit: ReadLimit) -> None:
+def _refuse_if_given_up(store: tuple[str, Hashable], where: str, limit: ReadLimit) -> None:
     with _given_up_lock:
-        at, took, reason = _given_up.get(store, (0.0, 0.0, ""))
+        if store not in _given_up:
+            return
+        at, took, reason = _given_up[store]
         ago = time.monotonic() - at
         if ago >= max(took, limit.timeout_s):
-            _given_up.pop(store, None)
+            del _given_up[store]
             return
     raise SourceUnreachable(
-        f"raw source {where} not read: {store} stopped answering {ago:.0f} s ago ({reason}) after {limit.attempts} tries "
+        f"raw source {where} not read: {store[0]} stopped answering {ago:.0f} s ago ({reason}) after {limit.attempts} tries "
         "(SCORING_SOURCE_TIMEOUT_S)"
     )
 

@@ -97,7 +97,7 @@ def opened_parquet(location: str, limit: ReadLimit | None = None) -> pq.ParquetF
         return pq.ParquetFile(fs.open_input_file(path))
 
     try:
-        return bounded(opened, where=_shown(location), limit=limit)
+        return bounded(opened, where=_shown(location), limit=limit, store=_credential_env())
     except OSError as exc:
         raise _remote_fault(location, exc) from exc
 
@@ -109,7 +109,10 @@ def read_row_group(
     longer) Parquet, in any column, are a PartitionError naming the file and the row group; a store
     that does not answer is SourceUnreachable."""
     try:
-        return bounded(lambda: parquet.read_row_group(group, columns=columns), where=_shown(location), limit=limit)
+        return bounded(
+            lambda: parquet.read_row_group(group, columns=columns), where=_shown(location), limit=limit,
+            store=_credential_env() if is_url(location) else None,
+        )
     except (pa.ArrowException, OSError) as exc:
         # A real OS error (permission, disk) has an errno and is the environment's, not the file's content.
         if isinstance(exc, OSError) and exc.errno is not None:
@@ -206,7 +209,7 @@ class ParquetPartition:
             folder = local_path(self.location)
             return bounded(lambda: [str(p) for p in sorted(folder.rglob("*.parquet"))], where=self.location, limit=self.limit)
         try:
-            return bounded(self._listed, where=str(self), limit=self.limit)
+            return bounded(self._listed, where=str(self), limit=self.limit, store=_credential_env())
         except OSError as exc:
             raise _remote_fault(self.location, exc) from exc
 

@@ -285,8 +285,8 @@ def test_a_raw_file_truncated_mid_file_with_its_footer_intact_is_named_when_read
 
 
 def _snappy_with_a_corrupt_entity_column(path: Path) -> bytes:
-    """The file's rows rewritten with snappy (as many producers write), then 64 bytes flipped inside
-    the compressed pages of row group 0's entity column; the footer stays intact."""
+    """The rows of the demo file `path` rewritten with snappy (as many producers write), then 64 bytes
+    flipped inside the compressed pages of row group 0's entity column; the footer stays intact."""
     out = pa.BufferOutputStream()
     pq.write_table(pq.read_table(path), out, compression="snappy")
     content = bytearray(out.getvalue().to_pybytes())
@@ -300,10 +300,11 @@ def _snappy_with_a_corrupt_entity_column(path: Path) -> bytes:
     return bytes(content)
 
 
-def test_a_raw_file_corrupt_inside_the_entity_column_is_named_with_its_row_group(scored: Path) -> None:
+def test_a_raw_file_corrupt_inside_the_entity_column_is_named_with_its_row_group(demo_env: DemoEnv, scored: Path) -> None:
     raw = _raw_file(scored)
     before = outputs_fingerprint(scored)
-    raw.write_bytes(_snappy_with_a_corrupt_entity_column(raw))
+    # From the demo's own file: another test of the module may have damaged this copy already.
+    raw.write_bytes(_snappy_with_a_corrupt_entity_column(_raw_file(demo_env.data_dir)))
     opened = pq.ParquetFile(raw)
     with pytest.raises(OSError, match="Corrupt snappy compressed data"):  # the fault as pyarrow reports it
         opened.read_row_group(0, columns=["entity_id"])

@@ -54,7 +54,8 @@ def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:
         return partition_outcome(job, date, result=state.result())
     error = state.result(raise_on_failure=False)
     if isinstance(error, BaseException) and state.state_details.flow_run_id is not None:
-        record_refused_run(str(state.state_details.flow_run_id), job, date, error)
+        # A ledger that cannot take the row does not change the outcome: the day is listed as failed either way.
+        record_refused_run(str(state.state_details.flow_run_id), job, date, error, return_state=True)
     return partition_outcome(job, date, error=state.message or "")
 
 

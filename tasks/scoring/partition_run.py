@@ -348,7 +348,6 @@ def recorded_failed_run(
         log.warning("%s %s: run %s had committed its rows; the next start of the job finishes its publish", job, partition_date, run_id)
 
 
-
 def recorded_refused_run(
     warehouse: Warehouse, settings: Settings, *, run_id: str, job: str, partition_date: dt.date, error: BaseException
 ) -> bool:

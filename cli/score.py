@@ -411,17 +411,15 @@ def backfill_command(
         first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
         dates = partition_range(first, last)
         settings = with_warehouse_url(current_settings())
-        # The checks every partition's run starts with, before any flow: the job once, and every raw
-        # partition of the range against its suite, so that all mistakes are listed at once.
-        try:
-            spec = load_job_spec(checked_job_name(job, settings), settings)
-        except JobSpecError:
-            spec = None  # validated_job below lists every problem of the spec at once
-        present = [d for d in dates if spec is not None and raw_partition(spec.source, settings, spec.name, d).exists()]
-        validated = validated_job(job, settings, partition_date=present[0] if present else None, check_labels=False)
-        problems = [p for day in present[1:] for p in raw_partition_problems(validated, settings, day)]
-        if problems:
-            raise JobValidationError(problems)
+        # The checks every partition's run starts with, before any flow: the job once (a mistake there
+        # stops every day), then every raw partition of the range against its suite. A day whose raw
+        # data is wrong fails in its own run, recorded for `--mode failed`, while the others are scored;
+        # when no day can be scored, nothing starts and every mistake is listed at once.
+        validated = validated_job(job, settings, check_labels=False, check_raw=False)
+        present = [d for d in dates if raw_partition(validated.spec.source, settings, validated.spec.name, d).exists()]
+        problems = {day: raw_partition_problems(validated, settings, day) for day in present}
+        if present and all(problems.values()):
+            raise JobValidationError([p for day in present for p in problems[day]])
         from flows.people import backfill
 
         if dry_run:

@@ -87,6 +87,13 @@ class Settings(BaseSettings):
         ),
     )
 
+    source_timeout_s: float = Field(
+        default=30.0, gt=0, allow_inf_nan=False,
+        description=(
+            "How long one call to a raw source (a listing, a file's footer, a row group) may go unanswered before it is "
+            "made again, with a warning; after 3 tries the run fails naming the source (exit 3)."
+        ),
+    )
     max_run_seconds: float = Field(
         default=21_600.0, gt=0, allow_inf_nan=False,
         description="Longest a partition run may take (from its start under the lease to its publish) unless its spec says otherwise.",

@@ -14,10 +14,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -304,6 +306,117 @@ def test_a_raw_file_truncated_mid_file_with_its_footer_intact_is_named_when_read
     line = one_error_line(score(scored), ExitCode.USER)
     assert f"raw file {raw}" in line and "row group 0" in line, line
     assert outputs_fingerprint(scored) == before
+
+
+def _snappy_with_a_corrupt_entity_column(path: Path) -> bytes:
+    """The rows of the demo file `path` rewritten with snappy (as many producers write), then 64 bytes
+    flipped inside the compressed pages of row group 0's entity column; the footer stays intact."""
+    out = pa.BufferOutputStream()
+    pq.write_table(pq.read_table(path), out, compression="snappy")
+    content = bytearray(out.getvalue().to_pybytes())
+    metadata = pq.ParquetFile(pa.BufferReader(bytes(content))).metadata
+    names = [metadata.schema.column(i).name for i in range(metadata.num_columns)]
+    chunk = metadata.row_group(0).column(names.index("entity_id"))
+    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    # A third into the column chunk: past its first page header, inside the compressed values.
+    for i in range(start + chunk.total_compressed_size // 3, start + chunk.total_compressed_size // 3 + 64):
+        content[i] ^= 0xFF
+    return bytes(content)
+
+
+def test_a_raw_file_corrupt_inside_the_entity_column_is_named_with_its_row_group(demo_env: DemoEnv, scored: Path) -> None:
+    raw = _raw_file(scored)
+    before = outputs_fingerprint(scored)
+    # From the demo's own file: another test of the module may have damaged this copy already.
+    raw.write_bytes(_snappy_with_a_corrupt_entity_column(_raw_file(demo_env.data_dir)))
+    opened = pq.ParquetFile(raw)
+    with pytest.raises(OSError, match="Corrupt snappy compressed data"):  # the fault as pyarrow reports it
+        opened.read_row_group(0, columns=["entity_id"])
+    line = one_error_line(score(scored), ExitCode.USER)
+    assert f"raw file {raw} is corrupt in row group 0: Corrupt snappy compressed data" in line, line
+    assert outputs_fingerprint(scored) == before
+
+
+# Raw entries that are no regular file: refused before anything opens them (a FIFO's open() would block for good).
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _socket(path: Path) -> None:
+    # A socket's path must be short (108 bytes): bound under /tmp, then moved in (the file stays a socket).
+    short = Path(tempfile.mkdtemp(dir="/tmp")) / "s"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(short))
+    os.rename(short, path)
+    short.parent.rmdir()
+
+
+def _folder(path: Path) -> None:
+    path.mkdir()
+
+
+def _link_out_of_the_raw_folder(path: Path) -> None:
+    outside = path.parents[4] / "elsewhere.parquet"  # beside the data folder, not under data/raw
+    shutil.copy(next(path.parent.glob("*.parquet")), outside)
+    path.symlink_to(outside)
+
+
+def _link_to_a_fifo(path: Path) -> None:
+    fifo = path.parent / "_pipe"
+    os.mkfifo(fifo)
+    path.symlink_to(fifo)
+
+
+NOT_REGULAR = {
+    "fifo": (_fifo, "is a FIFO (named pipe)"),
+    "socket": (_socket, "is a socket"),
+    "folder": (_folder, "is a directory"),
+    "symlink_out_of_raw": (_link_out_of_the_raw_folder, "outside the raw folder"),
+    "symlink_to_fifo": (_link_to_a_fifo, "is a FIFO (named pipe) (a symlink to"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_REGULAR))
+def test_a_raw_entry_that_is_no_regular_file_is_refused_before_the_lease(data: Path, kind: str) -> None:
+    make, named = NOT_REGULAR[kind]
+    entry = _raw_file(data).parent / "part-9.parquet"
+    make(entry)
+    result = score(data, timeout=120)
+    line = one_error_line(result, ExitCode.USER)
+    assert f"raw file {entry} {named}" in line or (f"raw file {entry}" in line and named in line), line
+    assert nothing_scored(data)
+
+
+def ledger(warehouse: Path) -> dict[str, tuple[str, str | None]]:
+    """Partition date → (status, error) of its newest run."""
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        rows = con.execute("SELECT partition_date, status, error FROM runs ORDER BY started_at").fetchall()
+    return {str(day): (status, error) for day, status, error in rows}
+
+
+def test_a_backfill_scores_the_other_days_past_an_unreadable_file_and_mode_failed_finds_it(data: Path) -> None:
+    first, bad, last = "2026-03-08", "2026-03-09", DAY
+    (raw,) = (data / "raw" / DEMO_JOB / f"date={bad}").glob("*.parquet")
+    raw.write_bytes(CORRUPT_FOOTERS["not_parquet"](raw.read_bytes()))
+    # That day alone cannot be scored: refused before anything starts, as `score run` is.
+    alone = one_error_line(score(data, "backfill", DEMO_JOB, "--start", bad, "--end", bad), ExitCode.USER)
+    assert f"raw file {raw} is not a readable Parquet file" in alone, alone
+    assert nothing_scored(data)
+
+    result = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last)
+    line = one_error_line(result, ExitCode.USER)
+    assert f"1 of 3 partition(s) failed: {DEMO_JOB} {bad}" in line and f"raw file {raw} is not a readable Parquet file" in line, line
+    runs = ledger(data / "warehouse.duckdb")
+    assert runs[first][0] == runs[last][0] == "succeeded", runs
+    status, error = runs[bad]
+    assert status == "failed" and f"raw file {raw} is not a readable Parquet file" in error, runs[bad]
+    # The analyst's next step finds exactly that day.
+    planned = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last, "--mode", "failed", "--dry-run")
+    assert planned.returncode == 0 and f"would score 1 partition(s): {bad}" in planned.stdout, planned.stdout + planned.stderr
+    missing = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last, "--mode", "missing", "--dry-run")
+    assert missing.returncode == 0 and "would score 0 partition(s)" in missing.stdout, missing.stdout + missing.stderr
 
 
 # The environment: a full disk, a read-only warehouse, a locked warehouse.

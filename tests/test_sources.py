@@ -5,8 +5,18 @@ is one `error:` line naming it, with nothing written."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -298,4 +308,203 @@ def test_a_corrupt_or_misshapen_remote_file_is_named_by_its_url(source_job, fres
     job, result = source_job({"parquet": {"url": f"s3://{s3_env.bucket}/{prefix}/date={{date}}/"}}, name="misshapen")
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert f"s3://{s3_env.bucket}/{prefix}/date={DAY}/part-0.parquet: annual_income" in result.output.replace("\n", "")
+    _nothing_written(fresh_data, job)
+
+
+# A store that stops answering, or cannot be found: a warning within seconds while it is retried,
+# then one line and exit 3 within the retry budget (SCORING_SOURCE_TIMEOUT_S), never a silent hang.
+
+SCORE = Path(sys.executable).parent / "score"
+PLANTED_SECRET = "planted-secret-" + uuid.uuid4().hex
+
+
+@dataclass
+class ChildRun:
+    """A `score` child process, its output lines as they came, each with the monotonic time it arrived."""
+
+    process: subprocess.Popen
+    lines: list[tuple[float, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def first(self, text: str, timeout_s: float) -> float | None:
+        """When the first line holding `text` came, waiting up to `timeout_s` for it; None if it did not."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = next((at for at, line in list(self.lines) if text in line), None)
+            if found is not None:
+                return found
+            if self.process.poll() is not None and not self._reader.is_alive():
+                return None
+            time.sleep(0.02)
+        return None
+
+    def ended(self, timeout_s: float) -> tuple[int, float, str]:
+        """(exit code, when it ended, all output)."""
+        code = self.process.wait(timeout=timeout_s)
+        ended = time.monotonic()
+        self._reader.join(timeout=10)
+        return code, ended, "\n".join(line for _, line in self.lines)
+
+
+def score_child(data: Path, jobs: Path, job: str, env: dict[str, str], *extra: str, wrapper: tuple[str, ...] = ()) -> ChildRun:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("SCORING_", "AWS_"))}
+    environment.update({
+        "SCORING_DATA_DIR": str(data), "SCORING_JOBS_DIR": str(jobs), "PYTHONUNBUFFERED": "1",
+        # On a loaded machine the ephemeral API takes longer than Prefect's default 20 s to start.
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **env,
+    })
+    process = subprocess.Popen(
+        [*wrapper, str(SCORE), "run", job, "--date", DAY.isoformat(), *extra], cwd=PROJECT_ROOT, env=environment,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    return ChildRun(process)
+
+
+def only_error_line(output: str) -> str:
+    assert "Traceback" not in output, output[-4000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, output[-4000:]
+    return errors[0]
+
+
+def ledger(settings: Settings, job: str) -> list[tuple[str, str]]:
+    if not settings.duckdb_path.exists():
+        return []
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'").fetchall()[0][0]:
+            return []
+        return con.execute("SELECT status, error FROM runs WHERE job = ?", [job]).fetchall()
+
+
+@pytest.fixture
+def own_store(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A moto S3 server of this test alone (it gets stopped or killed), with a bucket `hung`."""
+    import boto3
+
+    from conftest import _free_port
+
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    own = Path(sys.executable).with_name("moto_server")
+    with open(tmp_path / "moto.log", "wb") as log_file:
+        server = subprocess.Popen([str(own), "-H", "127.0.0.1", "-p", str(port)], stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "moto.log").read_text()[-2000:]
+                time.sleep(0.2)
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="scorer",
+                     aws_secret_access_key=PLANTED_SECRET).create_bucket(Bucket="hung")
+        yield endpoint, server
+    finally:
+        server.kill()  # also ends a stopped server
+        server.wait(timeout=30)
+
+
+def _store_environment(endpoint: str, timeout_s: float) -> dict[str, str]:
+    return {
+        "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "scorer", "AWS_SECRET_ACCESS_KEY": PLANTED_SECRET,
+        "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true",
+        "SCORING_SOURCE_TIMEOUT_S": str(timeout_s),
+    }
+
+
+def _job_on_own_store(settings: Settings, tmp_path: Path, endpoint: str, name: str) -> tuple[Path, str, str]:
+    """The demo partition uploaded in row groups of 100 rows (30 reads), and a job reading it: (jobs, job, the day's URL)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="scorer",
+                          aws_secret_access_key=PLANTED_SECRET)
+    sink = pa.BufferOutputStream()
+    pq.write_table(pq.read_table(raw_files(settings)[0]), sink, row_group_size=100)
+    client.put_object(Bucket="hung", Key=f"raw/date={DAY}/part-0.parquet", Body=sink.getvalue().to_pybytes())
+    jobs = tmp_path / "jobs"
+    job = job_with_source(settings, jobs, name, {"parquet": {"url": "s3://hung/raw/date={date}/"}})
+    return jobs, job, f"s3://hung/raw/date={DAY}"
+
+
+def test_a_store_stopped_before_the_run_is_retried_then_one_line_and_nothing_written(
+    fresh_data: Settings, tmp_path: Path, own_store: tuple[str, subprocess.Popen]
+) -> None:
+    endpoint, server = own_store
+    jobs, job, url = _job_on_own_store(fresh_data, tmp_path, endpoint, "stopped_store")
+    os.kill(server.pid, signal.SIGSTOP)  # a frozen store: connections are accepted, nothing answers
+    started = time.monotonic()
+    child = score_child(fresh_data.data_dir, jobs, job, _store_environment(endpoint, 1))
+    code, ended, output = child.ended(timeout_s=120)
+    assert code == 3, output[-4000:]
+    line = only_error_line(output)
+    assert url in line and "stopped answering" in line and "SCORING_SOURCE_TIMEOUT_S" in line, line
+    assert "retrying (attempt 2 of 3, up to 4 s more)" in output and "retrying (attempt 3 of 3, up to 2 s more)" in output, output
+    assert PLANTED_SECRET not in output
+    # Before the lease (the footers are read there): no ledger row, no output; ~5 s of tries, not a hang.
+    _nothing_written(fresh_data, job)
+    assert ended - started < 60, ended - started
+
+
+@pytest.mark.parametrize("fault", ["stopped", "killed"])
+def test_a_store_lost_mid_read_is_reported_within_seconds_and_the_run_fails_within_its_budget(
+    fresh_data: Settings, tmp_path: Path, own_store: tuple[str, subprocess.Popen], fault: str
+) -> None:
+    endpoint, server = own_store
+    jobs, job, url = _job_on_own_store(fresh_data, tmp_path, endpoint, f"{fault}_store")
+    child = score_child(fresh_data.data_dir, jobs, job, _store_environment(endpoint, 1), "--chunk-rows", "100")
+    # The first scored chunk: the footers and the duplicate pre-pass are read, the units read their row groups now.
+    assert child.first("chunk=0", timeout_s=120) is not None, child.ended(timeout_s=60)[2][-4000:]
+    os.kill(server.pid, signal.SIGSTOP if fault == "stopped" else signal.SIGKILL)
+    lost = time.monotonic()
+    warned = child.first("retrying (attempt 2 of 3", timeout_s=30)
+    code, ended, output = child.ended(timeout_s=120)
+    assert warned is not None and warned - lost < 4, (warned and warned - lost, output[-4000:])
+    warning = next(line for line in output.splitlines() if "retrying (attempt 2 of 3" in line)
+    assert f"{url}/part-0.parquet" in warning and "stopped answering" in warning and "up to 4 s more" in warning, warning
+    assert code == 3, output[-4000:]
+    line = only_error_line(output)
+    assert f"{url}/part-0.parquet" in line, line
+    assert ("stopped answering: no answer within 1 s, 3 times" in line) if fault == "stopped" else ("Could not connect" in line), line
+    # Three tries of 1 s with a pause of 1 s between, then the failure is recorded and the process ends.
+    assert ended - lost < 30, "\n".join(f"{at - lost:7.2f} {text}" for at, text in child.lines)
+    assert PLANTED_SECRET not in output
+    ((status, error),) = ledger(fresh_data, job)
+    assert status == "failed" and f"{url}/part-0.parquet" in error, (status, error)
+    assert not (fresh_data.data_dir / "output" / job / "predictions" / f"date={DAY}").exists()
+
+
+def _resolves(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return False
+    return True
+
+
+def test_an_s3_source_whose_host_does_not_resolve_is_one_line_naming_it(fresh_data: Settings, tmp_path: Path) -> None:
+    bucket = f"scoring-{uuid.uuid4().hex[:20]}"
+    jobs = tmp_path / "jobs"
+    job = job_with_source(fresh_data, jobs, "unresolvable", {"parquet": {"url": f"s3://{bucket}/raw/date={{date}}/"}})
+    # No network: a network namespace of its own (root), else this machine's own lack of DNS.
+    wrapper: tuple[str, ...] = ()
+    if os.geteuid() == 0 and shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"]).returncode == 0:
+        wrapper = ("unshare", "-n", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$0" "$@"')
+    elif _resolves(f"{bucket}.s3.us-east-1.amazonaws.com"):
+        pytest.skip("this machine resolves AWS host names and cannot make a network namespace (needs root and unshare)")
+    child = score_child(fresh_data.data_dir, jobs, job, {
+        "AWS_ACCESS_KEY_ID": "scorer", "AWS_SECRET_ACCESS_KEY": PLANTED_SECRET, "AWS_EC2_METADATA_DISABLED": "true",
+    }, wrapper=wrapper)
+    code, _, output = child.ended(timeout_s=120)
+    assert code == 3, output[-4000:]
+    line = only_error_line(output)
+    assert f"s3://{bucket}/raw/date={DAY}" in line and "cannot be reached" in line and "does not resolve" in line, line
+    assert "no AWS_ENDPOINT_URL" in line and PLANTED_SECRET not in output
     _nothing_written(fresh_data, job)

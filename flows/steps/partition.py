@@ -25,8 +25,8 @@ from flows.steps.monitoring import monitor_decisions
 from flows.steps.units import prepared_run_job, stopping_signal
 from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import (
-    RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, report_url, run_artifacts, run_lease, run_result, run_ticket,
-    started_run,
+    RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, recorded_refused_run, report_url, run_artifacts, run_lease,
+    run_result, run_ticket, started_run,
 )
 from tasks.errors import RunStopped, user_facing_error
 from tasks.monitoring.alerts import published_run_alerts
@@ -167,3 +167,13 @@ def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseExceptio
     an HTTP error of a call to a lost Prefect API is recorded as what it means."""
     error = orchestration_lost(error) or error
     recorded_failed_run(run_warehouse(run_id), current_settings(), run_id=run_id, job=job, partition_date=partition_date, error=error)
+
+
+@task(name="record-refused-run")
+def record_refused_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> bool:
+    """A partition of a backfill or nightly refused before its lease, as a failed run in the ledger
+    (tasks/scoring/partition_run.py: recorded_refused_run)."""
+    settings = with_warehouse_url(current_settings())
+    return recorded_refused_run(
+        configured_warehouse(settings), settings, run_id=run_id, job=job, partition_date=partition_date, error=error,
+    )

@@ -14,6 +14,7 @@ from prefect.context import FlowRunContext, SettingsContext, get_settings_contex
 from prefect.settings import Settings
 
 from flows.steps.monitoring import monitor_decisions
+from flows.steps.partition import record_refused_run
 from flows.score_partition import score_partition
 from tasks.errors import PartitionsFailed
 from tasks.scoring.progress import reported_progress
@@ -45,11 +46,16 @@ def subflow_without_heartbeat() -> Iterator[None]:
 
 
 def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:
-    """One partition scored in a score_partition subflow; its outcome row, also when it failed."""
+    """One partition scored in a score_partition subflow; its outcome row, also when it failed. A
+    partition refused before its lease gets a failed ledger row here, so `--mode failed` finds it."""
     with subflow_without_heartbeat():
         state = score_partition(job, date, chunk_rows or 0, return_state=True)
     if state.is_completed():
         return partition_outcome(job, date, result=state.result())
+    error = state.result(raise_on_failure=False)
+    if isinstance(error, BaseException) and state.state_details.flow_run_id is not None:
+        # A ledger that cannot take the row does not change the outcome: the day is listed as failed either way.
+        record_refused_run(str(state.state_details.flow_run_id), job, date, error, return_state=True)
     return partition_outcome(job, date, error=state.message or "")
 
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from tasks.errors import GuardFailure, PartitionError
 from tasks.guards import EntityKeyRule, OnDuplicate
-from tasks.sources import ParquetPartition, opened_parquet
+from tasks.sources import ParquetPartition, ReadLimit, opened_parquet, read_row_group
 
 _HASHES_PER_BUCKET = 2_000_000
 _QUARANTINED_ROWS_GROUP = 65_536
@@ -55,7 +55,7 @@ def partition_row_groups(raw: ParquetPartition) -> list[RawRowGroup]:
     first_row = 0
     for path in raw.files():
         try:
-            metadata = opened_parquet(path).metadata
+            metadata = raw.opened(path).metadata
         except (pa.ArrowInvalid, OSError) as exc:
             raise PartitionError(f"raw file {path} is not a readable Parquet file: {exc}") from exc
         for group in range(metadata.num_row_groups):
@@ -92,16 +92,17 @@ class DuplicatedIds:
         )
 
 
-def _entity_ids(groups: list[RawRowGroup], column: str) -> Iterator[tuple[RawRowGroup, pl.Series]]:
-    """The entity column of each row group as text, one row group in memory at a time."""
+def _entity_ids(groups: list[RawRowGroup], column: str, limit: ReadLimit | None) -> Iterator[tuple[RawRowGroup, pl.Series]]:
+    """The entity column of each row group as text, one row group in memory at a time; damaged bytes
+    in it are named as in any other column (`raw file … is corrupt in row group N`)."""
     opened: tuple[str, pq.ParquetFile] | None = None
     for group in groups:
         if opened is None or opened[0] != group.path:
-            opened = (group.path, opened_parquet(group.path))
+            opened = (group.path, opened_parquet(group.path, limit))
         parquet = opened[1]
         if column not in parquet.schema_arrow.names:
             raise GuardFailure(f"raw file {group.path} lacks the entity column {column!r}")
-        ids = pl.from_arrow(parquet.read_row_group(group.group, columns=[column]).column(column))
+        ids = pl.from_arrow(read_row_group(parquet, group.path, group.group, columns=[column], limit=limit).column(column))
         yield group, ids if ids.dtype == pl.String else ids.cast(pl.String)
 
 
@@ -110,11 +111,11 @@ def _hashes(ids: pl.Series) -> np.ndarray:
     return ids.hash(seed=0).to_numpy()
 
 
-def _candidate_hashes(groups: list[RawRowGroup], column: str, scratch: Path) -> np.ndarray:
+def _candidate_hashes(groups: list[RawRowGroup], column: str, scratch: Path, limit: ReadLimit | None) -> np.ndarray:
     buckets = max(1, -(-sum(g.rows for g in groups) // _HASHES_PER_BUCKET))
     files = [open(scratch / f"bucket-{b:04d}.u64", "wb") for b in range(buckets)]
     try:
-        for _, ids in _entity_ids(groups, column):
+        for _, ids in _entity_ids(groups, column, limit):
             hashes = _hashes(ids)
             which = hashes % np.uint64(buckets)
             for b in np.unique(which):
@@ -131,18 +132,21 @@ def _candidate_hashes(groups: list[RawRowGroup], column: str, scratch: Path) -> 
     return np.sort(np.concatenate(candidates))
 
 
-def duplicated_entity_ids(groups: list[RawRowGroup], column: str, *, scratch_parent: Path) -> DuplicatedIds:
-    """The rows of every id that appears more than once in the partition (nulls are no id, as in GX)."""
+def duplicated_entity_ids(
+    groups: list[RawRowGroup], column: str, *, scratch_parent: Path, limit: ReadLimit | None = None
+) -> DuplicatedIds:
+    """The rows of every id that appears more than once in the partition (nulls are no id, as in GX);
+    each read of the store within `limit` (the partition's)."""
     empty = pl.DataFrame(schema={"entity_id": pl.String, "row": pl.Int64, "first": pl.Boolean, "path": pl.String})
     if not groups:
         return DuplicatedIds(column, empty)
     scratch_parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="entity-hashes-", dir=scratch_parent) as scratch:
-        candidates = _candidate_hashes(groups, column, Path(scratch))
+        candidates = _candidate_hashes(groups, column, Path(scratch), limit)
     if candidates.size == 0:
         return DuplicatedIds(column, empty)
     found = []
-    for group, ids in _entity_ids(groups, column):
+    for group, ids in _entity_ids(groups, column, limit):
         hit = np.flatnonzero(np.isin(_hashes(ids), candidates))
         if hit.size:
             # to_list(): a gathered string Series is views into the row group's whole buffer, which

@@ -69,11 +69,12 @@ def job_problems(
 
 
 def validated_job(
-    job: str, settings: Settings, *, partition_date: dt.date | None = None, check_labels: bool = True
+    job: str, settings: Settings, *, partition_date: dt.date | None = None, check_labels: bool = True, check_raw: bool = True,
 ) -> ValidatedJob:
     """`job`'s inputs, loaded and cross-checked as `job_problems` does; JobValidationError lists every problem.
-    `check_labels=False` (a scoring run) leaves the labels partition's columns to the outcomes flow."""
-    validated, problems = _checked_job(job, settings, partition_date, check_labels=check_labels)
+    `check_labels=False` (a scoring run) leaves the labels partition's columns to the outcomes flow;
+    `check_raw=False` leaves out the raw partition (a backfill checks each day's with `raw_partition_problems`)."""
+    validated, problems = _checked_job(job, settings, partition_date, check_labels=check_labels, check_raw=check_raw)
     if problems or validated is None:
         raise JobValidationError(problems)
     return validated
@@ -105,7 +106,8 @@ def _latest_partition(root: Path) -> Path | None:
 
 
 def _checked_job(
-    job: str, settings: Settings, partition_date: dt.date | None, *, check_labels: bool = True, model_version: str | None = None
+    job: str, settings: Settings, partition_date: dt.date | None, *, check_labels: bool = True, model_version: str | None = None,
+    check_raw: bool = True,
 ) -> tuple[ValidatedJob | None, list[JobProblem]]:
     try:
         checked_job_name(job, settings)
@@ -137,7 +139,9 @@ def _checked_job(
         ]
     model, notes = _scoring_model(spec, spec_path, settings, features, problems)
     feature_models = _feature_models(spec, spec_path, settings, features, model, problems)
-    raw, raw_files = _raw_partition(job, spec, spec_path, settings, partition_date, suite, features, problems)
+    raw, raw_files = (
+        _raw_partition(job, spec, spec_path, settings, partition_date, suite, features, problems) if check_raw else (None, 0)
+    )
     if (tables := delta_tables(spec.sinks.delta, settings)) is not None and (problem := delta_store_problem(tables)):
         problems.append(JobProblem(spec_path, "sinks.delta.url", problem))
     # A labels file that does not fit the spec fails the outcomes flow; scoring a night does not need labels.

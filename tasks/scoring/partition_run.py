@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from tasks.errors import DiskFull, ModelArtifactError, environment_fault, user_facing_error
+from tasks.errors import DiskFull, EnvironmentFault, ModelArtifactError, PartitionBusy, ScoringError, environment_fault, user_facing_error
+from tasks.jobspec import load_job_spec
 from tasks.monitoring.health import health_headline
 from tasks.monitoring.shadow import shadow_headline
 from tasks.reports.html_report import run_report_html
@@ -33,6 +34,7 @@ from tasks.settings import Settings
 from tasks.sinks.config import DeltaSink
 from tasks.sinks.delta import delta_tables
 from tasks.sinks.warehouse import Warehouse
+from tasks.sources import raw_partition
 
 log = logging.getLogger("scoring.run")
 
@@ -362,3 +364,29 @@ def recorded_failed_run(
         discarded_run(dirs, partition_date, run_id)
     else:
         log.warning("%s %s: run %s had committed its rows; the next start of the job finishes its publish", job, partition_date, run_id)
+
+
+def recorded_refused_run(
+    warehouse: Warehouse, settings: Settings, *, run_id: str, job: str, partition_date: dt.date, error: BaseException
+) -> bool:
+    """A partition of a backfill or `nightly` refused before its lease (its raw data unreadable, a
+    source that did not answer, ...), recorded in the ledger as a failed run, so that `--mode failed`,
+    `score runs` and the catch-up find it as they find a run that failed under its lease. False when
+    nothing was recorded: the run has its own row, its partition has no raw data at all (it stays
+    `not scored`, what `--mode missing` selects), or another run holds the partition, whose outcome
+    is the partition's."""
+    if isinstance(error, PartitionBusy) or warehouse.run_status(run_id) is not None:
+        return False
+    try:
+        if not raw_partition(load_job_spec(job, settings).source, settings, job, partition_date).exists():
+            return False
+    except (ScoringError, EnvironmentFault, OSError) as exc:
+        log.warning("%s %s: run %s was refused (%s) and is not recorded: whether it has raw data is unknown (%s)",
+                    job, partition_date, run_id, user_facing_error(error)[0], user_facing_error(exc)[0])
+        return False
+    try:
+        with run_lease(warehouse, settings.model_copy(update={"lock_wait_s": 0}), run_id, job, partition_date).held():
+            recorded_failed_run(warehouse, settings, run_id=run_id, job=job, partition_date=partition_date, error=error)
+    except PartitionBusy:
+        return False
+    return True

@@ -17,7 +17,7 @@ from tasks.guards.duplicates import duplicated_entity_ids, partition_row_groups,
 from tasks.jobs.validation import checked_raw_files
 from tasks.scoring.prepared import PreparedJob
 from tasks.sinks.parquet_store import OutputDirs, staging_dir
-from tasks.sources import ParquetPartition, opened_parquet
+from tasks.sources import ParquetPartition, ReadLimit, opened_parquet, read_row_group
 from tasks.sources.chunks import rechunked_tables
 
 @dataclass(frozen=True)
@@ -109,6 +109,8 @@ class WorkUnit:
     """Staged row numbers that the entity-key rule quarantines, when the partition has any."""
     partition_rows: int = 0
     """Rows of the whole partition: how large a share of them the attribution sample must take."""
+    read_limit: ReadLimit | None = None
+    """How long each read of the raw source may take (the partition's SCORING_SOURCE_TIMEOUT_S)."""
 
 
 def partition_work_units(raw: ParquetPartition, chunk_rows: int) -> list[WorkUnit]:
@@ -120,7 +122,7 @@ def partition_work_units(raw: ParquetPartition, chunk_rows: int) -> list[WorkUni
 
     def flush() -> None:
         nonlocal pending, pending_rows, next_chunk, first_row
-        units.append(WorkUnit(len(units), tuple(pending), pending_rows, next_chunk, first_row))
+        units.append(WorkUnit(len(units), tuple(pending), pending_rows, next_chunk, first_row, read_limit=raw.limit))
         next_chunk += -(-pending_rows // chunk_rows)
         first_row += pending_rows
         pending, pending_rows = [], 0
@@ -149,7 +151,7 @@ def planned_work_units(prepared: PreparedJob, *, run_id: str, chunk_rows: int, d
     rule = prepared.suite.entity_key
     if rule is None:
         return units
-    duplicates = duplicated_entity_ids(partition_row_groups(raw), rule.column, scratch_parent=scratch)
+    duplicates = duplicated_entity_ids(partition_row_groups(raw), rule.column, scratch_parent=scratch, limit=raw.limit)
     if duplicates.rows.is_empty():
         return units
     if rule.on_duplicate == "fail":
@@ -172,12 +174,11 @@ def unit_chunks(unit: WorkUnit, chunk_rows: int) -> Iterator[tuple[int, pa.Table
             try:
                 # One open per file of the unit: on an object store each open costs requests for the footer.
                 if opened is None or opened[0] != path:
-                    opened = (path, opened_parquet(path))
-                table = opened[1].read_row_group(group)
+                    opened = (path, opened_parquet(path, unit.read_limit))
             except _CORRUPT_PARQUET as exc:
                 _raise_if_os_error(exc)
                 raise PartitionError(f"raw file {path} is corrupt in row group {group}: {_first_line(exc)}") from exc
-            yield from table.to_batches(max_chunksize=chunk_rows)
+            yield from read_row_group(opened[1], path, group, limit=unit.read_limit).to_batches(max_chunksize=chunk_rows)
 
     try:
         yield from enumerate(rechunked_tables(batches(), chunk_rows), start=unit.first_chunk_id)

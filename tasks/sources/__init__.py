@@ -15,10 +15,14 @@ from pathlib import Path
 
 from tasks.settings import Settings
 from tasks.sources.config import ParquetSource, SourceConfig, SqlSource
-from tasks.sources.parquet import ParquetPartition, checked_parquet_files, is_url, local_path, opened_parquet
+from tasks.sources.limits import ReadLimit
+from tasks.sources.parquet import ParquetPartition, checked_parquet_files, is_url, local_path, opened_parquet, read_row_group
 from tasks.sources.sql import SqlPartition
 
-__all__ = ["ParquetPartition", "RawPartition", "SqlPartition", "checked_parquet_files", "opened_parquet", "raw_partition"]
+__all__ = [
+    "ParquetPartition", "RawPartition", "ReadLimit", "SqlPartition", "checked_parquet_files", "opened_parquet", "raw_partition",
+    "read_row_group",
+]
 
 
 RawPartition = ParquetPartition | SqlPartition
@@ -26,12 +30,24 @@ RawPartition = ParquetPartition | SqlPartition
 
 def raw_partition(source: SourceConfig | None, settings: Settings, job: str, partition_date: dt.date) -> RawPartition:
     """Where `job`'s raw rows of `partition_date` live: its `source:`, or `data/raw/<job>/date=<date>/`."""
+    limit = ReadLimit(settings.source_timeout_s)
     if source is None:
-        return ParquetPartition(str(settings.raw_partition_dir(job, partition_date.isoformat())))
+        folder = settings.raw_partition_dir(job, partition_date.isoformat())
+        return ParquetPartition(str(folder), root=str(settings.data_dir / "raw"), limit=limit)
     if isinstance(source.parquet, ParquetSource):
-        url = source.parquet.partition_url(partition_date)
-        if not is_url(url) and not url.startswith("file://") and not Path(url).is_absolute():
-            url = str(settings.data_dir / url)
-        return ParquetPartition(url.rstrip("/") if is_url(url) else str(local_path(url)))
+        url = _under_data_root(source.parquet.partition_url(partition_date), settings)
+        if is_url(url):
+            return ParquetPartition(url.rstrip("/"), limit=limit)
+        # A symlinked file may point anywhere under the folder the url names above its date.
+        above_date = _under_data_root(source.parquet.url.split("{", 1)[0], settings)
+        root = local_path(above_date) if above_date.endswith("/") else local_path(above_date).parent
+        return ParquetPartition(str(local_path(url)), root=str(root), limit=limit)
     assert isinstance(source.sql, SqlSource)
     return SqlPartition.of(source.sql, settings, job, partition_date)
+
+
+def _under_data_root(url: str, settings: Settings) -> str:
+    """A relative path is under the data root; a URL or an absolute path is itself."""
+    if not is_url(url) and not url.startswith("file://") and not Path(url).is_absolute():
+        return str(settings.data_dir / url) + ("/" if url.endswith("/") or not url else "")
+    return url

@@ -21,7 +21,7 @@ from tasks.redaction import is_credential_parameter, redacted_text, redacted_url
 from tasks.settings import credential_free_url
 
 from conftest import DEMO_JOB, DemoEnv
-from test_operator_faults import DAY, copied_demo, jobs_copy, ledger_rows, one_error_line, score
+from test_operator_faults import copied_demo, jobs_copy, ledger_rows, one_error_line, score
 
 # One table of URL shapes: what every message shows.
 REDACTED = [

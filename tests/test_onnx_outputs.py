@@ -236,6 +236,7 @@ def _label_only(model: Pipeline, x: np.ndarray, path: Path) -> Path:
                           "holds the probabilities of 3 classes [0, 1, 2]"),
         ("three_classes_tensor", "output 'probabilities' (shape (3000, 3), tensor(float)) holds the probabilities of 3 classes [0, 1, 2]"),
     ],
+    ids=["label_only", "three_classes", "three_classes_tensor"],
 )
 def test_a_label_only_or_multiclass_export_is_refused_with_one_line_and_nothing_written(
     project, tmp_path: Path, make: str, expected: str

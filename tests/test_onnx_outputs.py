@@ -281,3 +281,52 @@ def test_check_model_takes_a_zipmap_export(project, tmp_path: Path) -> None:
     # Without a reference the numbers cannot be compared: not ok, exit 1, still no traceback.
     (folder / "reference_io.npz").unlink()
     assert score("check-model", str(folder / "model.onnx"), ok=False).returncode == 1
+
+
+def _graph(path: Path, nodes: list, output: onnx.ValueInfoProto, weights: np.ndarray) -> Path:
+    """A torch-style export by hand: `x` (N × 3) times `w`, then `nodes`."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), *nodes], "user", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [output], [helper.make_tensor("w", TensorProto.FLOAT, list(weights.shape), weights.astype(np.float32).ravel().tolist())],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_a_sigmoid_output_is_a_probability_and_two_logits_per_row_are_refused(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    from tasks.errors import ModelArtifactError
+    from tasks.inference.onnx_outputs import inference_onnx_margins, inference_registered_onnx_output
+
+    import onnxruntime as ort
+
+    rows = np.random.default_rng(3).normal(size=(200, 3)).astype(np.float32)
+    w = np.array([[0.8], [-1.5], [0.3]])
+    sigmoid = _graph(tmp_path / "sigmoid.onnx", [helper.make_node("Sigmoid", ["xw"], ["p"])],
+                     helper.make_tensor_value_info("p", TensorProto.FLOAT, [None, 1]), w)
+    choice = inference_registered_onnx_output(sigmoid, rows)
+    assert (choice.output.kind, choice.output.event_index) == ("probability", 0) and "a Sigmoid node produces it" in choice.description
+    p = ort.InferenceSession(str(sigmoid), providers=["CPUExecutionProvider"]).run(None, {"x": rows})[0]
+    # The margin is the logit the sigmoid was applied to.
+    np.testing.assert_allclose(inference_onnx_margins(choice.output, p, 200), (rows.astype(np.float64) @ w).ravel(), atol=1e-5)
+
+    logits = _graph(tmp_path / "logits.onnx", [helper.make_node("Identity", ["xw"], ["z"])],
+                    helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 2]), np.array([[0.8, -0.8], [-1.5, 1.5], [0.3, 0.1]]))
+    with pytest.raises(ModelArtifactError, match=r"output 'z' \(shape \(200, 2\), tensor\(float\)\) holds 2 values per row that are not class probabilities"):
+        inference_registered_onnx_output(logits, rows)
+
+
+def test_class_labels_without_the_event_label_are_refused_naming_them(tmp_path: Path) -> None:
+    from tasks.errors import ModelArtifactError
+    from tasks.inference.onnx_outputs import inference_registered_onnx_output
+
+    x = np.random.default_rng(4).normal(size=(300, 3)).astype(np.float32)
+    labels = np.where(x[:, 0] > 0, "yes", "no")
+    path = _exported(make_pipeline(LogisticRegression()).fit(x, labels), x, tmp_path / "words.onnx", zipmap=False)
+    with pytest.raises(ModelArtifactError, match=r"holds the probabilities of classes \['no', 'yes'\]; none of them is the hold-out's event label 1"):
+        inference_registered_onnx_output(path, x)

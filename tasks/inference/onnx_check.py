@@ -4,7 +4,8 @@
    (symbolic batch dims allowed) against the inferred ones, the sample input's and the ones ONNX
    Runtime actually returns.
 2. **Numerics**: ONNX Runtime's output for a sample against what the source model (torch, say)
-   produced for it, within `atol`. The reference is the `expected_output` argument, else a
+   produced for it, within `atol` (the first output shaped like the reference: a classifier's
+   probabilities, not the label skl2onnx writes first). The reference is the `expected_output` argument, else a
    `reference_io.npz` (`inputs`, `outputs`) beside the model; without either the check is not run.
 3. **Operators**: which execution provider ONNX Runtime really uses (`session.get_providers()`:
    onnxruntime-gpu lists CUDA as available on machines without a GPU and then silently runs on CPU)
@@ -126,7 +127,7 @@ def inference_validate_onnx_model(
     """Run the triple check on one `.onnx` file with a single input tensor.
 
     `expected_output` is what the source model produced for `sample_input`, compared with the
-    model's first output. Without it, a `reference_io.npz` beside the model (keys `inputs` and
+    first output whose value has its shape (a ZipMap's maps as rows × classes), else output 0. Without it, a `reference_io.npz` beside the model (keys `inputs` and
     `outputs`) is the reference; without either the numerical check is `not_run` and the report
     is not `ok`. Raises `ModelArtifactError` for a missing, unreadable or invalid model file and a
     `reference_io.npz` without its two arrays; every other finding is in the report.

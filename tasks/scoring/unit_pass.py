@@ -96,7 +96,7 @@ _NOT_RETRIED = (DeviceUnavailable, InferenceFailure, ModelArtifactError)
 """A wrong device or a model that breaks its contract fails the same way on every attempt and chunk."""
 
 
-def _explained(
+def _explained_chunk(
     engine: InferenceEngine, inputs: InferenceInput, decided: DecidedChunk, top_k: int
 ) -> tuple[DecidedChunk, FeatureContributions, int]:
     """The chunk with the contributions of the rows its decisions say need reasons, and how many of those
@@ -303,7 +303,7 @@ def _decided_chunks(
         def decided_and_explained() -> tuple[InferenceInput, DecidedChunk, FeatureContributions, int]:
             full, inferred = _inferred(prepared, batch)
             decided = predict_decided_chunk(inferred, plan.probability_map, plan.config)
-            return full, *_explained(engine, full, decided, plan.config.reasons.top_k)
+            return full, *_explained_chunk(engine, full, decided, plan.config.reasons.top_k)
 
         try:
             full, decided, contributions, unexplained = _with_retries(
@@ -350,7 +350,7 @@ def _shadow_of_chunk(prepared: PreparedJob, full: InferenceInput, result: UnitIn
 
     def decided_and_explained() -> Shadow:
         decided = predict_decided_chunk(engine.inference_outputs(inputs), plan.challenger.probability_map, plan.config)
-        decided, contributions, _ = _explained(engine, inputs, decided, plan.config.reasons.top_k)
+        decided, contributions, _ = _explained_chunk(engine, inputs, decided, plan.config.reasons.top_k)
         return decided, contributions
 
     try:

@@ -127,9 +127,10 @@ def inference_validate_onnx_model(
     """Run the triple check on one `.onnx` file with a single input tensor.
 
     `expected_output` is what the source model produced for `sample_input`, compared with the
-    first output whose value has its shape (a ZipMap's maps as rows × classes), else output 0. Without it, a `reference_io.npz` beside the model (keys `inputs` and
-    `outputs`) is the reference; without either the numerical check is `not_run` and the report
-    is not `ok`. Raises `ModelArtifactError` for a missing, unreadable or invalid model file and a
+    first output whose value has its shape (a ZipMap's maps as rows × classes), else output 0.
+    Without it, a `reference_io.npz` beside the model (keys `inputs` and `outputs`) is the
+    reference; without either the numerical check is `not_run` and the report is not `ok`.
+    Raises `ModelArtifactError` for a missing, unreadable or invalid model file and a
     `reference_io.npz` without its two arrays; every other finding is in the report.
     """
     import onnxruntime as ort

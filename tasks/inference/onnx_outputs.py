@@ -127,7 +127,9 @@ def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndar
     """The margins of `rows` rows from the value ONNX Runtime returned for the chosen output."""
     if output.kind == "zipmap":
         if not isinstance(value, list) or len(value) != rows:
-            raise ModelArtifactError(f"ONNX output {output.name!r} returned {_shape_of(value)} for {rows} rows; it was registered as a sequence of maps")
+            raise ModelArtifactError(
+                f"ONNX output {output.name!r} returned {_shape_of(value)} for {rows} rows; it was registered as a sequence of maps"
+            )
         try:
             probability = np.fromiter((row[output.event_label] for row in value), dtype=np.float64, count=rows)
         except KeyError:
@@ -135,10 +137,14 @@ def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndar
         return inference_probability_margins(probability, output.clip)
     array = np.asarray(value)
     if array.ndim == 0 or array.shape[0] != rows:
-        raise ModelArtifactError(f"ONNX output {output.name!r} returned {_shape_of(value)} for {rows} rows; a scoring model gives one row each")
+        raise ModelArtifactError(
+            f"ONNX output {output.name!r} returned {_shape_of(value)} for {rows} rows; a scoring model gives one row each"
+        )
     if output.kind == "margin":
         if array.size != rows:
-            raise ModelArtifactError(f"ONNX output {output.name!r} returned shape {array.shape} for {rows} rows; a scoring model must give one value per row")
+            raise ModelArtifactError(
+                f"ONNX output {output.name!r} returned shape {array.shape} for {rows} rows; a scoring model must give one value per row"
+            )
         return np.asarray(array, dtype=np.float64).reshape(-1)
     column = array.reshape(rows, -1)[:, output.event_index or 0]
     return inference_probability_margins(np.asarray(column, dtype=np.float64), output.clip)
@@ -277,4 +283,5 @@ def _shape_of(value: Any) -> str:
 
 
 def _logit_words() -> str:
-    return f"margin = logit(p) with p clipped to [{PROBABILITY_CLIP:g}, 1 − {PROBABILITY_CLIP:g}] (±{np.log((1 - PROBABILITY_CLIP) / PROBABILITY_CLIP):.1f})"
+    bound = np.log((1 - PROBABILITY_CLIP) / PROBABILITY_CLIP)
+    return f"margin = logit(p) with p clipped to [{PROBABILITY_CLIP:g}, 1 − {PROBABILITY_CLIP:g}] (±{bound:.1f})"

@@ -686,6 +686,8 @@ def _print_registration(report) -> None:  # noqa: ANN001  (tasks.jobs.registrati
     )
     console.print(_calibration_table(quality.table, title=f"calibration on the hold-out ({quality.interval_level:.0%} interval)"))
     console.print(f"reachable probability: {quality.reachable_low:.3g} .. {quality.reachable_high:.3g}", highlight=False)
+    for note in report.notes:
+        console.print(Text("note: ") + Text(note), highlight=False, soft_wrap=True)
     for warning in report.warnings:
         console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
-from tasks.inference.registry import ModelArtifact, ModelMetadata, inference_model_artifact
+from tasks.inference.onnx_outputs import inference_onnx_margins
+from tasks.inference.registry import ModelArtifact, ModelMetadata, inference_model_artifact, inference_reasons_unavailable
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
     TIE_TOLERANCE,
@@ -49,6 +50,8 @@ class InferenceEngine(Protocol):
     metadata: ModelMetadata
     device_type: str
     providers: tuple[str, ...]
+    reasons_unavailable: str | None
+    """Why the engine computes no contributions (the pass then never asks it for them); None when it does."""
 
     def inference_outputs(self, batch: InferenceInput) -> InferenceOutput: ...
 
@@ -117,6 +120,7 @@ class XGBoostEngine:
         if device == "auto" and self.device_type != "cuda":
             log.info("[INF] model_name=%s device auto: no usable GPU, scoring on CPU", self.metadata.name)
         self.providers = (f"xgboost:{self.device_type}",)
+        self.reasons_unavailable = None
         self.feature_names = tuple(self.metadata.features)
         self._nthread = nthread
         self.contributions_counts = ContributionCounts()
@@ -186,7 +190,9 @@ class XGBoostEngine:
 
 
 class ONNXEngine:
-    """ONNX Runtime inference: one session per worker; output 0, one value per row, is the raw output."""
+    """ONNX Runtime inference: one session per worker. The output registration chose (`metadata.onnx_output`:
+    a probability tensor, a ZipMap or a raw score) becomes the margins; without that choice (feature models,
+    versions registered before it) output 0, one value per row, is the raw output."""
 
     def __init__(self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> None:
         import onnxruntime as ort
@@ -214,10 +220,20 @@ class ONNXEngine:
         if device == "auto" and self.device_type != "cuda":
             log.info("[INF] model_name=%s device auto: no usable GPU, scoring on CPU (%s)", self.metadata.name, list(self.providers))
         self.input_name = self.session.get_inputs()[0].name
-        self.output_name = self.session.get_outputs()[0].name
+        self.scored_output = self.metadata.onnx_output
+        outputs = {o.name: o.type for o in self.session.get_outputs()}
+        if self.scored_output is not None and self.scored_output.name not in outputs:
+            raise ModelArtifactError(
+                f"model file {self.model_path} has no output {self.scored_output.name!r}, which its metadata.json names "
+                f"(onnx_output.name); its outputs: {list(outputs)}"
+            )
+        self.output_name = self.scored_output.name if self.scored_output is not None else self.session.get_outputs()[0].name
+        # A ZipMap's maps live on the host: IO binding to the device is for tensors only.
+        self._bind_on_device = self.device_type == "cuda" and outputs[self.output_name].startswith("tensor(")
+        self.reasons_unavailable = inference_reasons_unavailable(self.metadata)
 
-    def _run(self, features: np.ndarray) -> np.ndarray:
-        if self.device_type != "cuda":
+    def _run(self, features: np.ndarray):  # noqa: ANN202  (an array, or a list of maps for a ZipMap)
+        if not self._bind_on_device:
             return self.session.run([self.output_name], {self.input_name: features})[0]
         # On CUDA, bind the output on the device and copy once, instead of ORT's per-run staging.
         binding = self.session.io_binding()
@@ -229,21 +245,26 @@ class ONNXEngine:
     def inference_outputs(self, batch: InferenceInput) -> InferenceOutput:
         start = time.perf_counter()
         raw = self._run(batch.features)
-        latency_ms = (time.perf_counter() - start) * 1000.0
-        if raw.shape[0] != batch.features.shape[0] or raw.size != raw.shape[0]:
+        rows = batch.features.shape[0]
+        if self.scored_output is not None:
+            try:
+                margins = inference_onnx_margins(self.scored_output, raw, rows)
+            except ModelArtifactError as exc:
+                raise ModelArtifactError(f"model file {self.model_path}: {exc}") from None
+        elif raw.shape[0] != rows or raw.size != raw.shape[0]:
             raise ModelArtifactError(
                 f"model file {self.model_path} returned output shape {raw.shape} for input {batch.features.shape}; "
                 "a scoring model must give one value per row"
             )
-        return _logged_output(self.metadata, batch, raw, latency_ms, self.device_type, f" providers={','.join(self.providers)}")
+        else:
+            margins = raw
+        latency_ms = (time.perf_counter() - start) * 1000.0
+        return _logged_output(self.metadata, batch, margins, latency_ms, self.device_type, f" providers={','.join(self.providers)}")
 
     def inference_contributions(
         self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None
     ) -> FeatureContributions:
-        raise ModelArtifactError(
-            f"model {self.metadata.name} {self.metadata.version} is an ONNX graph: it has no exact feature "
-            "contributions; reason codes need a tree model as the final model"
-        )
+        raise ModelArtifactError(f"{self.reasons_unavailable}; the scoring pass must not ask it for contributions")
 
 
 _ENGINES = {"xgboost": XGBoostEngine, "onnx": ONNXEngine}

@@ -4,7 +4,8 @@
    (symbolic batch dims allowed) against the inferred ones, the sample input's and the ones ONNX
    Runtime actually returns.
 2. **Numerics**: ONNX Runtime's output for a sample against what the source model (torch, say)
-   produced for it, within `atol`. The reference is the `expected_output` argument, else a
+   produced for it, within `atol` (the first output shaped like the reference: a classifier's
+   probabilities, not the label skl2onnx writes first). The reference is the `expected_output` argument, else a
    `reference_io.npz` (`inputs`, `outputs`) beside the model; without either the check is not run.
 3. **Operators**: which execution provider ONNX Runtime really uses (`session.get_providers()`:
    onnxruntime-gpu lists CUDA as available on machines without a GPU and then silently runs on CPU)
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from tasks.errors import ModelArtifactError
+from tasks.inference.onnx_outputs import inference_onnx_output_array, inference_onnx_output_choice
 
 MODEL_FILE = "model.onnx"
 REFERENCE_IO_FILE = "reference_io.npz"
@@ -125,9 +127,10 @@ def inference_validate_onnx_model(
     """Run the triple check on one `.onnx` file with a single input tensor.
 
     `expected_output` is what the source model produced for `sample_input`, compared with the
-    model's first output. Without it, a `reference_io.npz` beside the model (keys `inputs` and
-    `outputs`) is the reference; without either the numerical check is `not_run` and the report
-    is not `ok`. Raises `ModelArtifactError` for a missing, unreadable or invalid model file and a
+    first output whose value has its shape (a ZipMap's maps as rows × classes), else output 0.
+    Without it, a `reference_io.npz` beside the model (keys `inputs` and `outputs`) is the
+    reference; without either the numerical check is `not_run` and the report is not `ok`.
+    Raises `ModelArtifactError` for a missing, unreadable or invalid model file and a
     `reference_io.npz` without its two arrays; every other finding is in the report.
     """
     import onnxruntime as ort
@@ -170,7 +173,8 @@ def inference_validate_onnx_model(
 
     session, used, operators, cpu_nodes = _session_and_operators(model_path, provider)
 
-    actual_outputs: dict[str, np.ndarray] = {}
+    # An output's value: an array, or for a ZipMap (skl2onnx's default) a list of {class: probability} maps.
+    actual_outputs: dict[str, object] = {}
     if session is not None and fits and input_name is not None:
         try:
             results = session.run(None, {input_name: sample})
@@ -179,7 +183,7 @@ def inference_validate_onnx_model(
         else:
             actual_outputs = {meta.name: value for meta, value in zip(session.get_outputs(), results)}
     for name, declared in declared_outputs:
-        if name not in actual_outputs:
+        if not isinstance(actual_outputs.get(name), np.ndarray):
             continue
         actual = tuple(actual_outputs[name].shape)
         mismatch = _runtime_mismatch(declared, actual, bindings) if declared is not None else None
@@ -195,18 +199,22 @@ def inference_validate_onnx_model(
     else:
         parts = [f"input {input_name!r} {_fmt(_declared_shape(graph_inputs[0]))} fed {_fmt(sample.shape)}"]
         for name, declared in declared_outputs:
+            if declared is None and name in actual_outputs and not isinstance(actual_outputs[name], np.ndarray):
+                typed = next(meta.type for meta in session.get_outputs() if meta.name == name)
+                parts.append(f"output {name!r} typed {typed}, ONNX Runtime returns {_value_words(actual_outputs[name])}")
+                continue
             guess = _fmt(inferred[name]) if name in inferred else "(not inferred)"
-            got = f", ONNX Runtime {_fmt(actual_outputs[name].shape)}" if name in actual_outputs else ""
+            got = f", ONNX Runtime {_fmt(np.shape(actual_outputs[name]))}" if name in actual_outputs else ""
             parts.append(f"output {name!r} declared {_fmt(declared)}, inferred {guess}{got}")
-        shapes = CheckResult("shapes", CheckStatus.PASSED, "; ".join(parts))
+        scored = _scored_output(model, session, actual_outputs, sample)
+        shapes = CheckResult("shapes", CheckStatus.PASSED, "; ".join(parts + ([f"score register takes {scored}"] if scored else [])))
 
-    first_output = declared_outputs[0][0] if declared_outputs else None
     numerics, max_abs_diff, reference = _numerics(
         model_path,
         session,
         graph_inputs[0] if len(graph_inputs) == 1 else None,
-        first_output,
-        (sample, fits, actual_outputs.get(first_output) if first_output else None),
+        [name for name, _ in declared_outputs],
+        (sample, fits, actual_outputs),
         expected_output,
         atol,
     )
@@ -412,7 +420,9 @@ def _inferred_output_shapes(model) -> tuple[dict[str, Shape], str | None]:  # no
 
     bare = copy.deepcopy(model)
     for output in bare.graph.output:
-        output.type.tensor_type.ClearField("shape")
+        # Touching `tensor_type` of a sequence output (a ZipMap's) would turn its type into a tensor.
+        if output.type.WhichOneof("value") == "tensor_type":
+            output.type.tensor_type.ClearField("shape")
     del bare.graph.value_info[:]
     try:
         inferred = onnx.shape_inference.infer_shapes(bare, check_type=True, strict_mode=True, data_prop=True)
@@ -432,15 +442,19 @@ def _numerics(
     model_path: Path,
     session,  # noqa: ANN001  (onnxruntime.InferenceSession | None)
     graph_input,  # noqa: ANN001  (onnx.ValueInfoProto | None)
-    first_output: str | None,
-    sample: tuple[np.ndarray, bool, np.ndarray | None],
+    output_names: list[str],
+    sample: tuple[np.ndarray, bool, Mapping[str, object]],
     expected_output: np.ndarray | None,
     atol: float,
 ) -> tuple[CheckResult, float | None, str | None]:
-    """Compare ORT's first output with the reference; `sample` is (array, fits the input, ORT's output)."""
+    """Compare ORT's output with the reference; `sample` is (array, fits the input, ORT's outputs by name).
+
+    The output compared is the first whose value (a ZipMap's maps as rows × classes) has the reference's
+    shape, else the first output: a classifier's reference is usually its probabilities, which skl2onnx
+    writes second, after the label."""
     if expected_output is not None:
         reference = "the expected_output argument"
-        inputs, fits, actual = sample
+        inputs, fits, outputs = sample
         expected = np.asarray(expected_output)
     else:
         io = _reference_io(model_path)
@@ -449,27 +463,30 @@ def _numerics(
             return CheckResult("numerics", CheckStatus.NOT_RUN, why), None, None
         reference = str(model_path.parent / REFERENCE_IO_FILE)
         inputs, expected = io
-        actual = None
+        outputs = {}
         if graph_input is not None:
             problem, _ = _fit_input(graph_input, inputs, what=f"{REFERENCE_IO_FILE} inputs")
             if problem:
                 return CheckResult("numerics", CheckStatus.FAILED, problem), None, reference
         fits = True
-        if session is not None and graph_input is not None and first_output is not None:
+        if session is not None and graph_input is not None and output_names:
             try:
-                actual = session.run([first_output], {graph_input.name: inputs})[0]
+                outputs = dict(zip(output_names, session.run(output_names, {graph_input.name: inputs})))
             except Exception as error:  # noqa: BLE001  (ORT raises its own exception types)
                 why = f"ONNX Runtime failed on the inputs of {REFERENCE_IO_FILE}: {_one_line(error)}"
                 return CheckResult("numerics", CheckStatus.FAILED, why), None, reference
-    if session is None or graph_input is None or first_output is None:
+    if session is None or graph_input is None or not output_names:
         why = "no ONNX Runtime session with one input and an output to compare (see shapes and operators)"
         return CheckResult("numerics", CheckStatus.NOT_RUN, why), None, reference
-    if actual is None:
+    arrays = {name: inference_onnx_output_array(outputs[name]) for name in output_names if name in outputs}
+    if not arrays:
         why = "the sample input does not fit the model (see shapes)" if not fits else "ONNX Runtime produced no output"
         return CheckResult("numerics", CheckStatus.NOT_RUN, why), None, reference
+    compared = next((name for name in arrays if arrays[name].shape == expected.shape), next(iter(arrays)))
+    actual = arrays[compared]
     if actual.shape != expected.shape:
         why = (
-            f"output {first_output!r} has shape {_fmt(actual.shape)}, the reference ({reference}) "
+            f"output {compared!r} has shape {_fmt(actual.shape)}, the reference ({reference}) "
             f"{_fmt(expected.shape)}: cannot compare"
         )
         return CheckResult("numerics", CheckStatus.FAILED, why), None, reference
@@ -478,14 +495,36 @@ def _numerics(
     off = int((diff > atol).sum())
     rows = f"{inputs.shape[0]} rows" if inputs.ndim else "1 value"
     if off == 0:
-        why = f"max abs diff {max_diff:.3g} <= atol {atol:g} over {diff.size} values ({rows}) of {first_output!r}"
+        why = f"max abs diff {max_diff:.3g} <= atol {atol:g} over {diff.size} values ({rows}) of {compared!r}"
         return CheckResult("numerics", CheckStatus.PASSED, why), max_diff, reference
     where = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
     why = (
-        f"max abs diff {max_diff:.3g} > atol {atol:g}: {off} of {diff.size} values of {first_output!r} off; "
+        f"max abs diff {max_diff:.3g} > atol {atol:g}: {off} of {diff.size} values of {compared!r} off; "
         f"worst at {where}: ONNX {actual[where].item()!r} vs reference {expected[where].item()!r} ({reference})"
     )
     return CheckResult("numerics", CheckStatus.FAILED, why), max_diff, reference
+
+
+def _scored_output(model, session, outputs: Mapping[str, object], sample: np.ndarray) -> str | None:  # noqa: ANN001
+    """What `score register` would score with, judged on the sample; None when it would refuse the graph
+    (a feature model, say an autoencoder's reconstruction, need not hold a probability)."""
+    if session is None or not outputs:
+        return None
+    types = {meta.name: meta.type for meta in session.get_outputs()}
+    try:
+        choice = inference_onnx_output_choice(
+            model, {name: (types[name], value) for name, value in outputs.items()}, rows=int(sample.shape[0]) if sample.ndim else 1
+        )
+    except ModelArtifactError:
+        return None
+    return choice.description.removeprefix("ONNX ")
+
+
+def _value_words(value: object) -> str:
+    if isinstance(value, list):
+        classes = list(value[0]) if value and isinstance(value[0], dict) else []
+        return f"{len(value)} maps" + (f" over classes {classes}" if classes else "")
+    return type(value).__name__
 
 
 def _abs_diff(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:

@@ -101,6 +101,39 @@ class ReferenceStats(BaseModel):
         return self
 
 
+PROBABILITY_CLIP = 1e-7
+"""A probability output becomes the margin logit(p) with p clipped to [PROBABILITY_CLIP, 1 − PROBABILITY_CLIP]
+(margins within ±16.1): ONNX Runtime computes in float32, where a confident model's probability rounds to
+exactly 0 or 1, whose logit is infinite; 1e-7 is about the float32 spacing just below 1."""
+
+
+class OnnxOutput(BaseModel):
+    """Which output of an ONNX graph scores a row, and how its value becomes the margin; chosen at
+    registration (`tasks/inference/onnx_outputs.py`) so that scoring takes exactly what was calibrated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    kind: Literal["probability", "zipmap", "margin"] = Field(
+        description=(
+            "`probability`: a float tensor of probabilities, N×K or one per row; `zipmap`: a sequence of {class: probability} "
+            "maps (skl2onnx's default); `margin`: one raw score per row, taken as it is."
+        )
+    )
+    event_index: int | None = Field(default=None, ge=0, description="The column holding the event's probability; None: one value per row.")
+    event_label: int | str | None = Field(default=None, description="The class label whose probability is the event's (a ZipMap key).")
+    classes: list[int | str] = Field(default_factory=list, description="The class labels the graph declares, in its order.")
+    clip: float | None = Field(default=None, gt=0, lt=0.5, description="Probability kinds: p is clipped to [clip, 1 − clip] before its logit.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> OnnxOutput:
+        if self.kind == "zipmap" and self.event_label is None:
+            raise ValueError("a zipmap output needs the event_label whose probability is taken")
+        if self.kind != "margin" and self.clip is None:
+            raise ValueError(f"a {self.kind} output needs the clip its probabilities' logits are taken with")
+        return self
+
+
 class ModelMetadata(BaseModel):
     """What the registry knows about one model version; written at training time."""
 
@@ -127,6 +160,10 @@ class ModelMetadata(BaseModel):
         ),
     )
     training: dict[str, Any] = Field(default_factory=dict, description="Window, rows, seed, holdout metrics.")
+    onnx_output: OnnxOutput | None = Field(
+        default=None,
+        description="ONNX only: the output that scores and how. None (feature models, versions registered before it): output 0, one raw value per row.",
+    )
 
     @field_validator("features")
     @classmethod
@@ -156,6 +193,16 @@ class ModelMetadata(BaseModel):
         if value and missing:
             raise ValueError(f"has no statistics for features {missing}")
         return value
+
+
+def inference_reasons_unavailable(meta: ModelMetadata) -> str | None:
+    """Why the model's rows get no reason codes, or None when its engine computes exact contributions."""
+    if meta.framework == "onnx":
+        return (
+            f"model {meta.name} {meta.version} is an ONNX graph, which has no exact feature contributions here: "
+            "its rows are scored with reasons off"
+        )
+    return None
 
 
 class ModelArtifact(BaseModel):

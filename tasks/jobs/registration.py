@@ -37,6 +37,7 @@ from tasks.features import FeatureKind, FeatureModule, feature_kinds, job_featur
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, guarded_chunk, load_guard_suite, raw_schema_problems
 from tasks.inference.engine import LoadedModel, inference_engine, inference_loaded_model
+from tasks.inference.onnx_outputs import inference_registered_onnx_output
 from tasks.inference.registry import (
     ACCEPTED_MODEL_SUFFIXES,
     FRAMEWORK_OF_SUFFIX,
@@ -46,6 +47,7 @@ from tasks.inference.registry import (
     inference_model_checksum,
     inference_model_file_problem,
     inference_model_versions,
+    inference_reasons_unavailable,
 )
 from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
 from tasks.jobspec import JobSpec, load_job_spec
@@ -77,12 +79,15 @@ class RegistrationReport:
     reference_rows: int
     calibration: CalibrationQuality
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What registration chose that is not a problem: the ONNX output that scores, reasons off."""
 
     def as_json(self) -> dict[str, Any]:
         return {
             "model": self.model, "version": self.version, "framework": self.framework, "features": self.features,
             "rows": self.rows, "events": self.events, "rows_quarantined": self.rows_quarantined, "auc": self.auc,
             "reference_rows": self.reference_rows, "calibration": dataclasses.asdict(self.calibration), "warnings": self.warnings,
+            "notes": self.notes,
         }
 
 
@@ -212,6 +217,13 @@ def registered_model_version(
     target = registry_dir / version
     if target.exists():
         raise ModelArtifactError(f"model {name} version {version} already exists at {target}; registered versions are never overwritten")
+    notes: list[str] = []
+    onnx_output = None
+    if framework == "onnx":
+        # Before anything is staged: a label-only or multiclass graph is refused with nothing written.
+        choice = inference_registered_onnx_output(model_file, holdout_features)
+        onnx_output = choice.output
+        notes.append(choice.description)
 
     stage = registry_dir.parent / ".staging" / f"{name}-{version}-{uuid.uuid4().hex[:8]}"
     stage.mkdir(parents=True)
@@ -220,6 +232,7 @@ def registered_model_version(
         base = dict(
             name=name, version=version, framework=framework, model_file=staged.name, sha256=inference_model_checksum(staged),
             feature_version=feature_version, features=list(features), feature_dtypes={f: "float32" for f in features},
+            onnx_output=onnx_output,
         )
         engine = inference_engine(ModelArtifact(metadata=ModelMetadata(**base), directory=stage))
         try:
@@ -245,6 +258,8 @@ def registered_model_version(
                 f"the same model file (sha256 {str(base['sha256'])[:12]}…) is already version {', '.join(same)}; "
                 f"version {version} recalibrates it on this hold-out"
             )
+        if (why := inference_reasons_unavailable(engine.metadata)) is not None:
+            notes.append(f"{why}: each run counts the rows whose decision needs reasons as reasons_unavailable in its fallback report")
         if auc is not None and auc < 0.55:
             warnings.append(f"hold-out AUC is {auc:.3f}: the model barely ranks the hold-out; check the label column and the features")
         metadata = ModelMetadata(
@@ -273,7 +288,7 @@ def registered_model_version(
         report = RegistrationReport(
             model=name, version=version, directory=target, framework=framework, features=list(features),
             rows=int(outcomes.size), events=int(outcomes.sum()), rows_quarantined=rows_quarantined, auc=auc,
-            reference_rows=int(reference.shape[0]), calibration=quality, warnings=warnings,
+            reference_rows=int(reference.shape[0]), calibration=quality, warnings=warnings, notes=notes,
         )
         _fsynced_json(stage / REGISTRATION_REPORT, report.as_json())
         _fsynced_json(stage / "metadata.json", metadata.model_dump(mode="json"))

@@ -25,7 +25,7 @@ from tasks.errors import JobProblem, JobSpecError, JobValidationError, Partition
 from tasks.features import FeatureModule, feature_categories, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, load_guard_suite, raw_schema_problems
-from tasks.inference.registry import ModelArtifact, inference_artifact_problems
+from tasks.inference.registry import ModelArtifact, inference_artifact_problems, inference_reasons_unavailable
 from tasks.inference.config import FeatureModelRef
 from tasks.jobspec import JobSpec, checked_job_name, job_spec_document, job_spec_path, spec_field_problems
 from tasks.prediction.calibration import predict_calibrator_from_metadata
@@ -232,6 +232,7 @@ def _scoring_model(
     for artifact in checked:
         problems += _scoring_metadata_problems(artifact, spec, spec_path, features)
     notes += _challenger_notes(spec, spec_path, registry, features, model, problems)
+    notes += _reasons_off_notes(spec, model, "model")
     if model is not None and not problems:
         meta = model.metadata
         table = predict_calibration_table(meta.calibration, level=spec.prediction.interval_level)
@@ -263,13 +264,24 @@ def _challenger_notes(
             )))
     if spec.model.challenger_failure == "fail":
         problems += found
-        return []
+        return [] if found else _reasons_off_notes(spec, artifact, f"challenger {spec.model.challenger}")
     if found:
         return [f"challenger {spec.model.challenger} cannot shadow the run; its rows will be counted as challenger_failed: "
                 + "; ".join(str(p) for p in found)]
     if model is not None and artifact is not None and artifact.metadata.version == model.metadata.version:
         return [f"challenger {spec.model.challenger} is version {model.metadata.version}, the champion itself: no decision can flip"]
-    return []
+    return _reasons_off_notes(spec, artifact, f"challenger {spec.model.challenger}")
+
+
+def _reasons_off_notes(spec: JobSpec, artifact: ModelArtifact | None, role: str) -> list[str]:
+    """That a model scores with reasons off, when the job's decisions ask for reasons: not a mistake, a count."""
+    why = inference_reasons_unavailable(artifact.metadata) if artifact is not None else None
+    wanted = spec.prediction.reasons.for_decisions
+    if why is None or not wanted:
+        return []
+    if role == "model":
+        return [f"{why}; rows decided {', '.join(wanted)} get no reason codes, counted as reasons_unavailable in each run's fallback report"]
+    return [f"{role}: {why}; it shadow-scores rows decided {', '.join(wanted)} without reason codes"]
 
 
 def _scoring_metadata_problems(

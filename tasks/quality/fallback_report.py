@@ -12,6 +12,8 @@ Kinds:
 - `no_adverse_reason` — a row that needed reasons but had no feature pushing toward the event;
 - `reasons_by_xgboost` — a row whose reasons XGBoost's own TreeSHAP explained because the table
   kernel was refused for the model (the detail says why); exact all the same, only slower;
+- `reasons_unavailable` — a row whose decision needs reasons, scored by a model whose engine has no
+  exact contributions (an ONNX graph): it gets no reason codes, the run goes on (the detail says why);
 - `no_drift_reference` — a row scored by a model without training reference statistics (allowed
   only by `drift: {require_reference: false}`): its features' drift against training is not known;
 - `no_health_reference` — a row whose model health is measured without attribution or multivariate
@@ -26,8 +28,8 @@ import math
 from typing import Any
 
 FALLBACK_KINDS = (
-    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost", "no_drift_reference",
-    "no_health_reference", "challenger_failed",
+    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost", "reasons_unavailable",
+    "no_drift_reference", "no_health_reference", "challenger_failed",
 )
 
 
@@ -59,6 +61,8 @@ def fallback_report_rows(
     health_reference_detail: str | None = None,
     rows_challenger_failed: int | None = None,
     challenger_detail: str | None = None,
+    rows_reasons_unavailable: int = 0,
+    reasons_unavailable_detail: str | None = None,
 ) -> list[dict[str, Any]]:
     """One total row per kind (always present, zero or not), then its breakdown rows."""
     rows: list[dict[str, Any]] = []
@@ -74,6 +78,10 @@ def fallback_report_rows(
     rows.append(_row(
         "reasons_by_xgboost", reasons_kernel_reason or "table kernel in use", rows_reasons_by_xgboost, rows_read,
         limits.get("reasons_by_xgboost"),
+    ))
+    rows.append(_row(
+        "reasons_unavailable", reasons_unavailable_detail or "every row that needed reasons got them", rows_reasons_unavailable,
+        rows_read, limits.get("reasons_unavailable"),
     ))
     rows.append(_row(
         "no_drift_reference", drift_reference_detail or "training reference in use", rows_without_drift_reference, rows_read,

@@ -88,6 +88,8 @@ class ScoringSummary:
     workers: list[str] = field(default_factory=list)
     """host:pid of each process that ran inference for the run."""
     explained_rows: dict[str, int] = field(default_factory=dict)
+    rows_reasons_unavailable: int = 0
+    """Rows whose decision needed reasons the final model's engine cannot give (an ONNX graph)."""
     tie_recomputed_rows: int = 0
     contributions_kernel_reason: str | None = None
     decision_groups: list[dict[str, Any]] = field(default_factory=list)
@@ -204,6 +206,7 @@ def scoring_summary(
         drift.merge(inference.drift)
         summary.peak_rss_mb = max(summary.peak_rss_mb, inference.peak_rss_mb)
         explained.update(inference.explained_rows)
+        summary.rows_reasons_unavailable += inference.rows_reasons_unavailable
         summary.tie_recomputed_rows += inference.tie_recomputed_rows
     summary.explained_rows = dict(sorted(explained.items()))
     summary.contributions_kernel_reason = getattr(engine, "contributions_kernel_reason", None)
@@ -287,6 +290,8 @@ def scoring_summary(
         rows_without_adverse_reason=summary.rows_without_adverse_reason,
         rows_reasons_by_xgboost=summary.explained_rows.get(XGBOOST_NAME, 0),
         reasons_kernel_reason=summary.contributions_kernel_reason,
+        rows_reasons_unavailable=summary.rows_reasons_unavailable,
+        reasons_unavailable_detail=getattr(engine, "reasons_unavailable", None),
         rows_without_drift_reference=0 if reference else summary.rows_read,
         drift_reference_detail=None if reference else (
             f"model {engine.metadata.name} {engine.metadata.version} has no training reference (drift.require_reference: false)"

@@ -17,7 +17,7 @@ import resource
 import socket
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutpu
 from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError, environment_fault
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
+from tasks.inference.engine import InferenceEngine
 from tasks.catalog import DECISION_FLIPS, SHADOW_PREDICTIONS
 from tasks.monitoring.decisions import prediction_groups
 from tasks.monitoring.health import HealthAccumulator, attribution_sample, attribution_share
@@ -93,6 +94,23 @@ def _inferred(prepared: PreparedJob, batch: InferenceInput) -> tuple[InferenceIn
 
 _NOT_RETRIED = (DeviceUnavailable, InferenceFailure, ModelArtifactError)
 """A wrong device or a model that breaks its contract fails the same way on every attempt and chunk."""
+
+
+def _explained_chunk(
+    engine: InferenceEngine, inputs: InferenceInput, decided: DecidedChunk, top_k: int
+) -> tuple[DecidedChunk, FeatureContributions, int]:
+    """The chunk with the contributions of the rows its decisions say need reasons, and how many of those
+    rows go without because the engine has none (an ONNX graph: reasons off, counted, never a failed
+    chunk). An engine is asked only when it explains and some row needs reasons."""
+    unavailable = engine.reasons_unavailable is not None
+    if unavailable or decided.reason_rows.size == 0:
+        contributions = FeatureContributions(
+            row_index=np.empty(0, dtype=np.intp), values=np.empty((0, len(inputs.feature_names))), feature_names=inputs.feature_names,
+            feature_values=np.empty((0, len(inputs.feature_names)), dtype=np.float32),
+            explained_by="none" if unavailable else getattr(engine, "contributions_kernel", "none"),
+        )
+        return replace(decided, reason_rows=contributions.row_index), contributions, int(decided.reason_rows.size) if unavailable else 0
+    return decided, engine.inference_contributions(inputs, decided.reason_rows, top_k=top_k), 0
 
 
 def _with_retries(attempts: int, what: str, fn):
@@ -220,6 +238,8 @@ class UnitInference:
     """Sums of the unit's model health (estimated performance, attribution, multivariate drift)."""
     slice_counts: list[pl.DataFrame] = field(default_factory=list)
     """Each chunk's predictions counted per slice value (`chunk_slice_counts`)."""
+    rows_reasons_unavailable: int = 0
+    """Rows whose decision needed reasons that the final model's engine cannot give (an ONNX graph)."""
     challenger_rows_failed: int = 0
     challenger_failures: list[str] = field(default_factory=list)
     """Chunks the challenger could not shadow, one line each; the champion's rows there are scored all the same."""
@@ -289,13 +309,13 @@ def _decided_chunks(
             feature_names=tuple(fm.FEATURES),
         )
 
-        def decided_and_explained() -> tuple[InferenceInput, DecidedChunk, FeatureContributions]:
+        def decided_and_explained() -> tuple[InferenceInput, DecidedChunk, FeatureContributions, int]:
             full, inferred = _inferred(prepared, batch)
             decided = predict_decided_chunk(inferred, plan.probability_map, plan.config)
-            return full, decided, engine.inference_contributions(full, decided.reason_rows, top_k=plan.config.reasons.top_k)
+            return full, *_explained_chunk(engine, full, decided, plan.config.reasons.top_k)
 
         try:
-            full, decided, contributions = _with_retries(
+            full, decided, contributions, unexplained = _with_retries(
                 1 + spec.inference.retries, f"chunk {chunk_id} of {spec.name} {partition_date}", decided_and_explained
             )
         except _NOT_RETRIED:
@@ -309,6 +329,7 @@ def _decided_chunks(
             result.failed_chunks.append({"chunk": chunk_id, "rows": failed.height, "error": f"{type(exc).__name__}: {exc}"})
             continue
         result.explained_rows[contributions.explained_by] += contributions.row_index.shape[0]
+        result.rows_reasons_unavailable += unexplained
         result.tie_recomputed_rows += contributions.tie_recomputed_rows
         result.latency_ms.append(decided.inference.latency_ms)
         result.drift.add_matrix(prepared.model_features, full.features)
@@ -338,7 +359,8 @@ def _shadow_of_chunk(prepared: PreparedJob, full: InferenceInput, result: UnitIn
 
     def decided_and_explained() -> Shadow:
         decided = predict_decided_chunk(engine.inference_outputs(inputs), plan.challenger.probability_map, plan.config)
-        return decided, engine.inference_contributions(inputs, decided.reason_rows, top_k=plan.config.reasons.top_k)
+        decided, contributions, _ = _explained_chunk(engine, inputs, decided, plan.config.reasons.top_k)
+        return decided, contributions
 
     try:
         return _with_retries(

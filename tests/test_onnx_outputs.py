@@ -1,0 +1,332 @@
+"""ONNX exports as converters write them, through the CLI as a user runs them: scikit-learn models
+exported by skl2onnx with its default ZipMap and as a plain probability tensor are registered,
+validated and scored with reasons off; a label-only and a multiclass export are refused with one
+line; `score check-model` takes a ZipMap.
+
+The models are trained here on the job's own model inputs (`score features`), and every margin the
+run publishes is checked against scikit-learn's own `predict_proba` on the same rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import polars as pl
+import pytest
+
+from test_bring_your_own import day_rows
+
+pytest.importorskip("sklearn")
+pytest.importorskip("skl2onnx")
+
+from skl2onnx import to_onnx  # noqa: E402
+from sklearn.exceptions import ConvergenceWarning  # noqa: E402
+from sklearn.impute import SimpleImputer  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.neural_network import MLPClassifier  # noqa: E402
+from sklearn.pipeline import Pipeline, make_pipeline  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+
+SCORE = Path(sys.executable).parent / "score"
+TRAIN_DAYS = [dt.date(2026, 10, 1), dt.date(2026, 10, 2)]
+HOLDOUT_DAY, SCORED_DAY = dt.date(2026, 10, 3), dt.date(2026, 10, 4)
+ROWS = 3000
+FLOAT32_SPACING = 2.0**-24
+"""ONNX Runtime returns float32 probabilities: p carries a rounding error up to this much, which its logit
+multiplies by 1 / (p (1 − p))."""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory):
+    """A user's project with the churn job scaffolded, the model inputs of the training, hold-out and
+    scored days, and a `score` that runs the CLI in a subprocess."""
+    root = tmp_path_factory.mktemp("onnx-byo")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SCORING_")},
+        "SCORING_DATA_DIR": str(root / "data"),
+        "SCORING_JOBS_DIR": str(root / "jobs"),
+        "SCORING_EXPECTATIONS_DIR": str(root / "expectations"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+    (root / "jobs").mkdir()
+    (root / "expectations").mkdir()
+
+    def score(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(SCORE), *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+        assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout[-3000:], done.stderr[-3000:])
+        if ok:
+            assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
+        return done
+
+    frames = {day: day_rows(day, ROWS, seed=200 + i) for i, day in enumerate([*TRAIN_DAYS, HOLDOUT_DAY, SCORED_DAY])}
+    pl.concat([frames[d] for d in TRAIN_DAYS]).write_parquet(root / "train.parquet")
+    frames[HOLDOUT_DAY].write_parquet(root / "holdout.parquet")
+    raw = root / "data" / "raw" / "churn" / f"date={SCORED_DAY}"
+    raw.mkdir(parents=True)
+    frames[SCORED_DAY].drop("churned").write_parquet(raw / "part-0.parquet")
+    score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
+    score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
+    score("features", "churn", "--from", str(raw), "--out", str(root / "scored_inputs.parquet"))
+    return root, score
+
+
+def _inputs(path: Path) -> tuple[np.ndarray, np.ndarray | None, pl.Series]:
+    frame = pl.read_parquet(path)
+    names = [c for c in frame.columns if c not in ("customer_id", "outcome")]
+    outcome = frame["outcome"].to_numpy() if "outcome" in frame.columns else None
+    return frame.select(names).to_numpy().astype(np.float32), outcome, frame["customer_id"]
+
+
+def _fitted(kind: str, x: np.ndarray, y: np.ndarray) -> Pipeline:
+    """The user's own model: missing charges imputed (the raw data has them), inputs scaled, then the classifier."""
+    classifier = (
+        LogisticRegression(max_iter=500) if kind == "logistic"
+        else MLPClassifier(hidden_layer_sizes=(8,), max_iter=300, random_state=0)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return make_pipeline(SimpleImputer(), StandardScaler(), classifier).fit(x, y)
+
+
+def _exported(model: Pipeline, x: np.ndarray, path: Path, *, zipmap: bool) -> Path:
+    options = None if zipmap else {id(model): {"zipmap": False}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onnx.save(to_onnx(model, x[:1], options=options, target_opset=17), path)
+    return path
+
+
+def _registered_version(stdout: str) -> str:
+    line = next(line for line in stdout.splitlines() if line.startswith("registered churn version "))
+    return line.split()[3]
+
+
+def _versions(root: Path) -> list[str]:
+    folder = root / "data" / "models" / "churn"
+    return sorted(p.name for p in folder.iterdir() if (p / "metadata.json").is_file()) if folder.is_dir() else []
+
+
+def _day_output(root: Path, dataset: str) -> pl.DataFrame:
+    return pl.read_parquet(root / "data" / "output" / "churn" / dataset / f"date={SCORED_DAY}" / "*.parquet")
+
+
+@pytest.mark.parametrize(
+    ("kind", "zipmap", "output"),
+    [
+        ("logistic", True, "output_probability"),
+        ("logistic", False, "probabilities"),
+        ("mlp", True, "output_probability"),
+        ("mlp", False, "probabilities"),
+    ],
+)
+def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabilities_and_reasons_off(
+    project, tmp_path: Path, kind: str, zipmap: bool, output: str
+) -> None:
+    root, score = project
+    x, y, _ = _inputs(root / "train_inputs.parquet")
+    model = _fitted(kind, x, y)
+    path = _exported(model, x, tmp_path / f"{kind}.onnx", zipmap=zipmap)
+
+    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"))
+    version = _registered_version(registered.stdout)
+    metadata = json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text())
+    chosen = metadata["onnx_output"]
+    # Output 0 is the predicted label: the probabilities are taken instead, the event's class by its label.
+    assert chosen["name"] == output and chosen["kind"] == ("zipmap" if zipmap else "probability")
+    assert chosen["classes"] == [0, 1] and (chosen["event_label"] == 1) and chosen["clip"] == 1e-7
+    assert chosen["event_index"] == (None if zipmap else 1)
+    assert "margin = logit(p) with p clipped to [1e-07, 1 − 1e-07]" in registered.stdout
+    assert "reasons off" in registered.stdout and "reasons_unavailable" in registered.stdout
+    report = json.loads((root / "data" / "models" / "churn" / version / "registration.json").read_text())
+    assert report["auc"] > 0.7, report["auc"]
+
+    validated = score("validate", "churn")
+    assert "reasons off" in validated.stdout and "reasons_unavailable" in validated.stdout
+
+    score("run", "churn", "--date", str(SCORED_DAY))
+    predictions = _day_output(root, "predictions")
+    assert (predictions["model_version"] == version).all()
+    scored_x, _, ids = _inputs(root / "scored_inputs.parquet")
+    expected = pl.DataFrame({"entity_id": ids.cast(pl.String), "sklearn_p": model.predict_proba(scored_x)[:, 1]})
+    joined = predictions.join(expected, on="entity_id", how="inner")
+    assert joined.height == predictions.height == ids.len()
+    p = joined["sklearn_p"].to_numpy()
+    margin = joined["raw_margin"].to_numpy()
+    # The published margin is scikit-learn's probability as log-odds (calibration aside): equal to 1e-5,
+    # plus the logit's magnification of ONNX Runtime's float32 rounding of p.
+    np.testing.assert_allclose(1 / (1 + np.exp(-margin)), p, rtol=0, atol=1e-5)
+    np.testing.assert_array_less(np.abs(margin - np.log(p / (1 - p))), 1e-5 + 4 * FLOAT32_SPACING / (p * (1 - p)))
+
+    needing = predictions.filter(pl.col("decision").is_in(["decline", "manual_review"])).height
+    assert needing > 0
+    assert predictions["reason_codes"].list.len().max() == 0
+    fallback = _day_output(root, "reports/fallback")
+    (row,) = fallback.filter(pl.col("kind") == "reasons_unavailable").to_dicts()
+    assert row["rows"] == needing and "ONNX graph" in row["detail"], row
+    assert fallback.filter(pl.col("kind") == "failed_chunk")["rows"].sum() == 0
+
+
+def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_challenger_shadows_without_them(
+    project, tmp_path: Path
+) -> None:
+    root, score = project
+    x, y, _ = _inputs(root / "train_inputs.parquet")
+    onnx_version = _registered_version(score(
+        "register", "churn", "--model", str(_exported(_fitted("logistic", x, y), x, tmp_path / "lr.onnx", zipmap=True)),
+        "--holdout", str(root / "holdout.parquet"),
+    ).stdout)
+    spec_path = root / "jobs" / "churn.yaml"
+    scaffolded = spec_path.read_text()
+    try:
+        spec_path.write_text(scaffolded.replace("for_decisions: [decline, manual_review]", "for_decisions: []"))
+        assert "reasons off" not in score("validate", "churn").stdout
+        score("run", "churn", "--date", str(SCORED_DAY))
+        fallback = _day_output(root, "reports/fallback")
+        assert fallback.filter(pl.col("kind") == "reasons_unavailable")["rows"].to_list() == [0]
+
+        import xgboost as xgb
+
+        booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40)
+        booster.save_model(str(tmp_path / "champion.ubj"))
+        champion = _registered_version(score(
+            "register", "churn", "--model", str(tmp_path / "champion.ubj"), "--holdout", str(root / "holdout.parquet"),
+        ).stdout)
+        spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{onnx_version}"'))
+        validated = score("validate", "churn")
+        assert f"challenger {onnx_version}: model churn {onnx_version} is an ONNX graph" in validated.stdout
+        score("run", "churn", "--date", str(SCORED_DAY))
+        fallback = _day_output(root, "reports/fallback")
+        totals = {r["kind"]: r["rows"] for r in fallback.unique("kind", keep="first", maintain_order=True).to_dicts()}
+        assert totals["challenger_failed"] == 0 and totals["reasons_unavailable"] == 0
+        shadow = _day_output(root, "shadow_predictions")
+        predictions = _day_output(root, "predictions")
+        assert shadow.height == predictions.height and (shadow["model_version"] == onnx_version).all()
+        assert shadow["reason_codes"].list.len().max() == 0
+        # The XGBoost champion keeps its reasons.
+        assert predictions.filter(pl.col("decision") != "approve")["reason_codes"].list.len().min() >= 1
+    finally:
+        spec_path.write_text(scaffolded)
+
+
+def _label_only(model: Pipeline, x: np.ndarray, path: Path) -> Path:
+    """skl2onnx's default export with its probability output removed: only the predicted label is left."""
+    exported = _exported(model, x, path, zipmap=True)
+    graph = onnx.load(str(exported))
+    kept = [o for o in graph.graph.output if o.name == "output_label"]
+    del graph.graph.output[:]
+    graph.graph.output.extend(kept)
+    onnx.save(graph, str(exported))
+    return exported
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        ("label_only", "output 'output_label' (shape (3000,), tensor(int64)) holds predicted class labels only"),
+        ("three_classes", "output 'output_probability' (a sequence of 3000 maps, one per row, seq(map(int64,tensor(float)))) "
+                          "holds the probabilities of 3 classes [0, 1, 2]"),
+        ("three_classes_tensor", "output 'probabilities' (shape (3000, 3), tensor(float)) holds the probabilities of 3 classes [0, 1, 2]"),
+    ],
+    ids=["label_only", "three_classes", "three_classes_tensor"],
+)
+def test_a_label_only_or_multiclass_export_is_refused_with_one_line_and_nothing_written(
+    project, tmp_path: Path, make: str, expected: str
+) -> None:
+    root, score = project
+    x, y, _ = _inputs(root / "train_inputs.parquet")
+    if make == "label_only":
+        path = _label_only(_fitted("logistic", x, y), x, tmp_path / "label.onnx")
+    else:
+        # A churn model that also tells a third class apart: long-tenure customers who stayed.
+        three = np.where(y == 1, 1, np.where(np.nan_to_num(x[:, 0]) > 36, 2, 0))
+        path = _exported(_fitted("logistic", x, three), x, tmp_path / "three.onnx", zipmap=make == "three_classes")
+    before = _versions(root)
+
+    refused = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), ok=False)
+
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    lines = [line for line in (refused.stdout + refused.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and str(path) in lines[0], lines
+    assert expected in " ".join(lines[0].split()), lines[0]
+    assert _versions(root) == before
+    assert not list((root / "data" / "models" / ".staging").glob("*"))
+
+
+def test_check_model_takes_a_zipmap_export(project, tmp_path: Path) -> None:
+    root, score = project
+    x, y, _ = _inputs(root / "train_inputs.parquet")
+    model = _fitted("logistic", x, y)
+    folder = tmp_path / "version"
+    folder.mkdir()
+    _exported(model, x, folder / "model.onnx", zipmap=True)
+    sample = np.nan_to_num(x[:64])
+    np.savez(folder / "reference_io.npz", inputs=sample, outputs=model.predict_proba(sample).astype(np.float32))
+
+    checked = score("check-model", str(folder))
+
+    assert checked.stdout.rstrip().splitlines()[-1] == "ok", checked.stdout
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in checked.stdout.splitlines() if line.count("│") >= 3}
+    assert {rows.get(name) for name in ("shapes", "numerics", "operators")} == {"passed"}, checked.stdout
+    flat = "".join(checked.stdout.replace("│", " ").split())
+    assert "'output_probability'" in flat and "theprobabilityofclass1of[0,1]" in flat, checked.stdout
+    # Without a reference the numbers cannot be compared: not ok, exit 1, still no traceback.
+    (folder / "reference_io.npz").unlink()
+    assert score("check-model", str(folder / "model.onnx"), ok=False).returncode == 1
+
+
+def _graph(path: Path, nodes: list, output: onnx.ValueInfoProto, weights: np.ndarray) -> Path:
+    """A torch-style export by hand: `x` (N × 3) times `w`, then `nodes`."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), *nodes], "user", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [output], [helper.make_tensor("w", TensorProto.FLOAT, list(weights.shape), weights.astype(np.float32).ravel().tolist())],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_a_sigmoid_output_is_a_probability_and_two_logits_per_row_are_refused(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    from tasks.errors import ModelArtifactError
+    from tasks.inference.onnx_outputs import inference_onnx_margins, inference_registered_onnx_output
+
+    import onnxruntime as ort
+
+    rows = np.random.default_rng(3).normal(size=(200, 3)).astype(np.float32)
+    w = np.array([[0.8], [-1.5], [0.3]])
+    sigmoid = _graph(tmp_path / "sigmoid.onnx", [helper.make_node("Sigmoid", ["xw"], ["p"])],
+                     helper.make_tensor_value_info("p", TensorProto.FLOAT, [None, 1]), w)
+    choice = inference_registered_onnx_output(sigmoid, rows)
+    assert (choice.output.kind, choice.output.event_index) == ("probability", 0) and "a Sigmoid node produces it" in choice.description
+    p = ort.InferenceSession(str(sigmoid), providers=["CPUExecutionProvider"]).run(None, {"x": rows})[0]
+    # The margin is the logit the sigmoid was applied to.
+    np.testing.assert_allclose(inference_onnx_margins(choice.output, p, 200), (rows.astype(np.float64) @ w).ravel(), atol=1e-5)
+
+    logits = _graph(tmp_path / "logits.onnx", [helper.make_node("Identity", ["xw"], ["z"])],
+                    helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 2]), np.array([[0.8, -0.8], [-1.5, 1.5], [0.3, 0.1]]))
+    with pytest.raises(ModelArtifactError, match=r"output 'z' \(shape \(200, 2\), tensor\(float\)\) holds 2 values per row that are not class probabilities"):
+        inference_registered_onnx_output(logits, rows)
+
+
+def test_class_labels_without_the_event_label_are_refused_naming_them(tmp_path: Path) -> None:
+    from tasks.errors import ModelArtifactError
+    from tasks.inference.onnx_outputs import inference_registered_onnx_output
+
+    x = np.random.default_rng(4).normal(size=(300, 3)).astype(np.float32)
+    labels = np.where(x[:, 0] > 0, "yes", "no")
+    path = _exported(make_pipeline(LogisticRegression()).fit(x, labels), x, tmp_path / "words.onnx", zipmap=False)
+    with pytest.raises(ModelArtifactError, match=r"holds the probabilities of classes \['no', 'yes'\]; none of them is the hold-out's event label 1"):
+        inference_registered_onnx_output(path, x)

@@ -18,6 +18,10 @@ for _name, _value in (
     # Prefect's client retries a call to a lost API 5 times, waiting 2, 4 … 32 s: ~62 s a call, and a run
     # that lost its API makes several (224 s in a trial). 3 rides out a restart of a few seconds, ~14 s a call.
     ("PREFECT_CLIENT_MAX_RETRIES", "3"),
+    # The temporary API a `score` command starts logs its own shutdown to the command's terminal: a failed
+    # run that exits while the API still records task-run events printed the API's CancelledError traceback
+    # under the run's one error line. The run's outcome is the ledger's; the API's bookkeeping is not news.
+    ("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL"),
     # Arrow's default mimalloc pool keeps the pages of every chunk it has seen; the C library's
     # malloc gives them back: peak RSS of a run ~110 MB lower at the same speed (bench/memory.py).
     # Read once, when pyarrow is imported, which nothing does before this package.

@@ -142,6 +142,21 @@ def fresh_data(demo_env: DemoEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     return settings
 
 
+def user_project_env(root: Path) -> dict[str, str]:
+    """The environment of a user's own project under `root` (empty jobs and expectations folders, their
+    own data folder), for `score` run as a subprocess; no `SCORING_*` variable of the test run leaks in."""
+    (root / "jobs").mkdir()
+    (root / "expectations").mkdir()
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SCORING_")},
+        "SCORING_DATA_DIR": str(root / "data"),
+        "SCORING_JOBS_DIR": str(root / "jobs"),
+        "SCORING_EXPECTATIONS_DIR": str(root / "expectations"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+
+
 def _postgres_bin_dir() -> Path | None:
     """A folder with initdb, pg_ctl and postgres: the one `initdb` on PATH lives in, else Debian's newest."""
     candidates = [Path(found).resolve().parent] if (found := shutil.which("initdb")) else []

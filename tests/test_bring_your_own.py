@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,8 @@ import numpy as np
 import polars as pl
 import pytest
 import xgboost as xgb
+
+from conftest import user_project_env
 
 SCORE = Path(sys.executable).parent / "score"
 DAYS = [dt.date(2026, 10, 1) + dt.timedelta(days=i) for i in range(6)]
@@ -58,16 +59,7 @@ def day_rows(day: dt.date, rows: int, seed: int) -> pl.DataFrame:
 def user(tmp_path_factory: pytest.TempPathFactory):
     """A fresh project of a user: an empty jobs and expectations folder, their own data folder."""
     root = tmp_path_factory.mktemp("byo")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("SCORING_")},
-        "SCORING_DATA_DIR": str(root / "data"),
-        "SCORING_JOBS_DIR": str(root / "jobs"),
-        "SCORING_EXPECTATIONS_DIR": str(root / "expectations"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "GX_ANALYTICS_ENABLED": "false",
-    }
-    (root / "jobs").mkdir()
-    (root / "expectations").mkdir()
+    env = user_project_env(root)
     labelled = {}
     for i, day in enumerate(DAYS):
         frame = day_rows(day, 4000, seed=100 + i)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import subprocess
 import sys
 import warnings
@@ -35,6 +34,8 @@ from sklearn.neural_network import MLPClassifier  # noqa: E402
 from sklearn.pipeline import Pipeline, make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
+from conftest import user_project_env  # noqa: E402
+
 SCORE = Path(sys.executable).parent / "score"
 TRAIN_DAYS = [dt.date(2026, 10, 1), dt.date(2026, 10, 2)]
 HOLDOUT_DAY, SCORED_DAY = dt.date(2026, 10, 3), dt.date(2026, 10, 4)
@@ -49,16 +50,7 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     """A user's project with the churn job scaffolded, the model inputs of the training, hold-out and
     scored days, and a `score` that runs the CLI in a subprocess."""
     root = tmp_path_factory.mktemp("onnx-byo")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("SCORING_")},
-        "SCORING_DATA_DIR": str(root / "data"),
-        "SCORING_JOBS_DIR": str(root / "jobs"),
-        "SCORING_EXPECTATIONS_DIR": str(root / "expectations"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "GX_ANALYTICS_ENABLED": "false",
-    }
-    (root / "jobs").mkdir()
-    (root / "expectations").mkdir()
+    env = user_project_env(root)
 
     def score(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
         done = subprocess.run([str(SCORE), *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)

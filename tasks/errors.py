@@ -144,6 +144,10 @@ class RunStopped(EnvironmentFault):
         return (type(self), (self.signum,))
 
 
+class MissingExtra(EnvironmentFault):
+    """A model needs a framework whose optional extra is not installed here."""
+
+
 class SettingsError(EnvironmentFault):
     """A `SCORING_*` environment variable holds a value the product cannot use."""
 

@@ -131,7 +131,7 @@ def test_an_onnx_model_is_registered_through_the_same_path(fresh_data: Settings,
     ("make", "expected"),
     [
         ("pickle", "pickles are refused"),
-        ("unknown", "has format '.txt'"),
+        ("unknown", "has format '.h5'"),
         ("regression", "objective 'reg:squarederror'"),
         ("hinge", "has objective 'binary:hinge'; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"),
         ("fewer_features", "takes 13 inputs, but the job computes 14 features"),
@@ -151,7 +151,7 @@ def test_a_model_that_cannot_serve_the_job_is_refused_naming_the_file(
         path = tmp_path / "model.pkl"
         path.write_bytes(pickle.dumps({"weights": [1, 2]}))
     elif make == "unknown":
-        path = tmp_path / "model.txt"
+        path = tmp_path / "model.h5"
         path.write_text("trees")
     elif make == "regression":
         xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(x, label=y, feature_names=names), 3).save_model(str(path))

@@ -224,7 +224,7 @@ def test_a_kernel_that_disagrees_is_refused_logged_and_xgboost_explains(
     rows = random_rows(50)
     out = engine.inference_contributions(batch_of(rows), np.arange(50), top_k=3)
     np.testing.assert_array_equal(out.values, pred_contribs(booster, rows)[:, :-1])
-    assert (engine.contributions_counts.kernel_rows, engine.contributions_counts.xgboost_rows) == (0, 50)
+    assert (engine.contributions_counts.kernel_rows, engine.contributions_counts.framework_rows) == (0, 50)
 
 
 def test_checked_kernel_is_kept_when_it_agrees(caplog: pytest.LogCaptureFixture) -> None:
@@ -397,7 +397,7 @@ def test_near_ties_are_recomputed_by_xgboost(tmp_path: Path) -> None:
     out = engine.inference_contributions(batch_of(rows), np.arange(400), top_k=1)
     counts = engine.contributions_counts
     assert counts.tie_recomputed_rows == int(tied.sum()) > 0
-    assert counts.kernel_rows == 800 and counts.xgboost_rows == 0
+    assert counts.kernel_rows == 800 and counts.framework_rows == 0
     np.testing.assert_array_equal(out.values[tied], reference[tied])
     np.testing.assert_allclose(out.values[~tied], reference[~tied], rtol=0, atol=GUARD_TOLERANCE)
 

@@ -26,13 +26,13 @@ from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutpu
 from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.onnx_outputs import inference_onnx_margins
 from tasks.inference.registry import ModelArtifact, ModelMetadata, inference_model_artifact, inference_reasons_unavailable
+from tasks.inference.contributions import LinearContributions, TreeContributions
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
-    TIE_TOLERANCE,
     XGBOOST_NAME,
     ContributionCounts,
+    KernelChoice,
     inference_checked_treeshap,
-    inference_near_tie_rows,
 )
 
 log = logging.getLogger("scoring.inference")
@@ -87,7 +87,64 @@ def _xgboost_reason(exc: BaseException) -> str:
     return re.sub(r"^\[[\d:]+\]\s+\S+:\d+:\s*", "", first)
 
 
-class XGBoostEngine:
+class ExplainingEngine:
+    """What every engine that explains rows shares: the source of its contributions and their one `[INF]` line."""
+
+    metadata: ModelMetadata
+    device_type: str
+    feature_names: tuple[str, ...]
+    contributions_source: TreeContributions | LinearContributions | None = None
+    reasons_unavailable: str | None = None
+
+    @property
+    def contributions_kernel(self) -> str:
+        return self.contributions_source.name if self.contributions_source is not None else "none"
+
+    @property
+    def contributions_kernel_reason(self) -> str | None:
+        return self.contributions_source.reason if self.contributions_source is not None else None
+
+    @property
+    def contributions_kernel_load_s(self) -> float:
+        return self.contributions_source.load_s if self.contributions_source is not None else 0.0
+
+    @property
+    def contributions_kernel_max_abs_diff(self) -> float | None:
+        return self.contributions_source.max_abs_diff if self.contributions_source is not None else None
+
+    @property
+    def contributions_counts(self) -> ContributionCounts:
+        return self.contributions_source.counts if self.contributions_source is not None else ContributionCounts()
+
+    def _explained_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The rows as the contributions see them (a pipeline's transform first, for instance)."""
+        return rows
+
+    def inference_contributions(
+        self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None
+    ) -> FeatureContributions:
+        """Exact contributions to the margin (or to what the model's trees add up to) for the given rows of the chunk only."""
+        if self.contributions_source is None:
+            raise ModelArtifactError(f"{self.reasons_unavailable}; the scoring pass must not ask it for contributions")
+        rows = np.ascontiguousarray(batch.features[row_index])
+        recomputed = 0
+        if rows.shape[0] == 0:
+            values = np.empty((0, len(self.feature_names)), dtype=np.float64)
+        else:
+            start = time.perf_counter()
+            values, recomputed = self.contributions_source.values(self._explained_rows(rows), top_k)
+            log.info(
+                "[INF] model_name=%s contributions rows=%d latency_ms=%.2f device_type=%s chunk=%d kernel=%s tie_recomputed=%d",
+                self.metadata.name, rows.shape[0], (time.perf_counter() - start) * 1000.0, self.device_type, batch.chunk_id,
+                self.contributions_kernel, recomputed,
+            )
+        return FeatureContributions(
+            row_index=row_index, values=values, feature_names=self.feature_names,
+            explained_by=self.contributions_kernel, tie_recomputed_rows=recomputed, feature_values=rows,
+        )
+
+
+class XGBoostEngine(ExplainingEngine):
     """XGBoost native inference: raw margins via `inplace_predict`, TreeSHAP on demand."""
 
     def __init__(
@@ -122,13 +179,8 @@ class XGBoostEngine:
         self.providers = (f"xgboost:{self.device_type}",)
         self.reasons_unavailable = None
         self.feature_names = tuple(self.metadata.features)
-        self._nthread = nthread
-        self.contributions_counts = ContributionCounts()
-        self._treeshap = None
-        self.contributions_kernel_load_s = 0.0
-        self.contributions_kernel_max_abs_diff: float | None = None
         if self.device_type == "cuda":
-            self.contributions_kernel, self.contributions_kernel_reason = XGBOOST_NAME, "device cuda: XGBoost's GPU TreeSHAP"
+            choice = KernelChoice(None, "device cuda: XGBoost's GPU TreeSHAP", None, 0.0, XGBOOST_NAME)
         else:
             choice = inference_checked_treeshap(
                 self.booster.save_raw("json"),
@@ -137,10 +189,7 @@ class XGBoostEngine:
                 nthread=nthread,
                 max_path_features=max_path_features,
             )
-            self._treeshap = choice.kernel
-            self.contributions_kernel, self.contributions_kernel_reason = choice.name, choice.reason
-            self.contributions_kernel_load_s = choice.load_s
-            self.contributions_kernel_max_abs_diff = choice.max_abs_diff
+        self.contributions_source = TreeContributions(choice, self._xgboost_contributions, nthread=nthread)
 
     def inference_outputs(self, batch: InferenceInput) -> InferenceOutput:
         start = time.perf_counter()
@@ -153,43 +202,8 @@ class XGBoostEngine:
         matrix = self._xgb.DMatrix(rows, missing=np.nan, feature_names=list(self.feature_names))
         return np.asarray(self.booster.predict(matrix, pred_contribs=True), dtype=np.float64)
 
-    def inference_contributions(
-        self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None
-    ) -> FeatureContributions:
-        """Exact TreeSHAP contributions to the margin for the given rows of the chunk only.
 
-        With `top_k`, rows whose top-k reasons the kernel's float noise could reorder are
-        recomputed by XGBoost, so the reasons are always XGBoost's.
-        """
-        rows = np.ascontiguousarray(batch.features[row_index])
-        recomputed = 0
-        if rows.shape[0] == 0:
-            values = np.empty((0, len(self.feature_names)), dtype=np.float64)
-        else:
-            start = time.perf_counter()
-            if self._treeshap is None:
-                values = self._xgboost_contributions(rows)[:, :-1]
-                self.contributions_counts.add(xgboost_rows=rows.shape[0])
-            else:
-                values = self._treeshap.contributions(rows, nthread=self._nthread)[:, :-1]
-                if top_k is not None:
-                    tied = inference_near_tie_rows(values, top_k, exact=~self._treeshap.used_features, tolerance=TIE_TOLERANCE)
-                    recomputed = int(tied.sum())
-                    if recomputed:
-                        values[tied] = self._xgboost_contributions(rows[tied])[:, :-1]
-                self.contributions_counts.add(kernel_rows=rows.shape[0], tie_recomputed_rows=recomputed)
-            log.info(
-                "[INF] model_name=%s contributions rows=%d latency_ms=%.2f device_type=%s chunk=%d kernel=%s tie_recomputed=%d",
-                self.metadata.name, rows.shape[0], (time.perf_counter() - start) * 1000.0, self.device_type, batch.chunk_id,
-                self.contributions_kernel, recomputed,
-            )
-        return FeatureContributions(
-            row_index=row_index, values=values, feature_names=self.feature_names,
-            explained_by=self.contributions_kernel, tie_recomputed_rows=recomputed, feature_values=rows,
-        )
-
-
-class ONNXEngine:
+class ONNXEngine(ExplainingEngine):
     """ONNX Runtime inference: one session per worker. The output registration chose (`metadata.onnx_output`:
     a probability tensor, a ZipMap or a raw score) becomes the margins; without that choice (feature models,
     versions registered before it) output 0, one value per row, is the raw output."""
@@ -230,6 +244,7 @@ class ONNXEngine:
         self.output_name = self.scored_output.name if self.scored_output is not None else self.session.get_outputs()[0].name
         # A ZipMap's maps live on the host: IO binding to the device is for tensors only.
         self._bind_on_device = self.device_type == "cuda" and outputs[self.output_name].startswith("tensor(")
+        self.feature_names = tuple(self.metadata.features)
         self.reasons_unavailable = inference_reasons_unavailable(self.metadata)
 
     def _run(self, features: np.ndarray):  # noqa: ANN202  (an array, or a list of maps for a ZipMap)
@@ -261,17 +276,17 @@ class ONNXEngine:
         latency_ms = (time.perf_counter() - start) * 1000.0
         return _logged_output(self.metadata, batch, margins, latency_ms, self.device_type, f" providers={','.join(self.providers)}")
 
-    def inference_contributions(
-        self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None
-    ) -> FeatureContributions:
-        raise ModelArtifactError(f"{self.reasons_unavailable}; the scoring pass must not ask it for contributions")
-
 
 _ENGINES = {"xgboost": XGBoostEngine, "onnx": ONNXEngine}
 
 
 def inference_engine(artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> InferenceEngine:
-    return _ENGINES[artifact.metadata.framework](artifact, device=device, nthread=nthread)
+    framework = artifact.metadata.framework
+    if framework in _ENGINES:
+        return _ENGINES[framework](artifact, device=device, nthread=nthread)
+    from tasks.inference.frameworks import inference_engine_module
+
+    return inference_engine_module(framework, artifact.model_path).ENGINE(artifact, device=device, nthread=nthread)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Model registry on disk: `<registry>/<name>/<version>/` holds the model file and `metadata.json`.
 
-Only formats that cannot execute code on load are accepted (XGBoost `.ubj` / `.json`, ONNX),
+Only formats that cannot execute code on load are accepted (XGBoost `.ubj` / `.json`, LightGBM's model
+text `.txt`, CatBoost `.cbm`, scikit-learn through skops `.skops` with its trusted-types check, ONNX),
 the file must look like its format, and its sha256 must match its metadata, so a pickle, a
 truncated or a swapped file never scores a row.
 """
@@ -17,8 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from tasks.errors import FeatureVersionMismatch, JobProblem, ModelArtifactError
 from tasks.inference.aliases import ALIASES_FILE, inference_model_aliases
 
-FRAMEWORK_OF_SUFFIX = {".ubj": "xgboost", ".json": "xgboost", ".onnx": "onnx"}
+Framework = Literal["xgboost", "lightgbm", "catboost", "sklearn", "onnx"]
+FRAMEWORK_OF_SUFFIX: dict[str, Framework] = {
+    ".ubj": "xgboost", ".json": "xgboost", ".txt": "lightgbm", ".cbm": "catboost", ".skops": "sklearn", ".onnx": "onnx",
+}
 ACCEPTED_MODEL_SUFFIXES = tuple(FRAMEWORK_OF_SUFFIX)
+EXTRA_OF_FRAMEWORK: dict[str, tuple[str, str]] = {
+    "lightgbm": ("lightgbm", "lightgbm"), "catboost": ("catboost", "catboost"), "sklearn": ("skops", "sklearn"),
+}
+"""Framework → (the module its engine imports, the optional extra that installs it)."""
 ReferenceKind = Literal["numeric", "boolean", "categorical"]
 """tasks.features.FeatureKind, spelled out: the registry may not import tasks.features, whose type
 hints reach the job spec and through it the prediction layer (an import-linter contract)."""
@@ -37,7 +45,32 @@ def inference_model_file_problem(path: Path, framework: str) -> str | None:
         return "does not start like an XGBoost JSON/UBJSON model"
     if framework == "onnx" and head[:1] != b"\x08":
         return "does not start like an ONNX protobuf (ir_version field)"
+    if framework in ("lightgbm", "catboost", "sklearn"):
+        with path.open("rb") as fh:
+            head = fh.read(4)
+        if framework == "lightgbm" and head != b"tree":
+            return "does not start like a LightGBM model text file (Booster.save_model writes `tree` first)"
+        if framework == "catboost" and head != b"CBM1":
+            return "does not start like a CatBoost model (save_model(..., format='cbm') writes `CBM1` first)"
+        if framework == "sklearn" and head != b"PK\x03\x04":
+            return "does not start like a skops file (skops.io.dump writes a zip archive)"
     return None
+
+
+def inference_framework_module(framework: str, model_path: Path | None = None):  # noqa: ANN201  (the imported module)
+    """The module a framework's engine needs, imported; a missing optional extra is a broken environment (exit 3)."""
+    import importlib
+
+    from tasks.errors import MissingExtra
+
+    module, extra = EXTRA_OF_FRAMEWORK.get(framework, (framework, framework))
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        what = f"model file {model_path}" if model_path is not None else "a model"
+        raise MissingExtra(
+            f"{what} is a {framework} model, but {module} is not installed here ({exc}); install the extra: pip install '.[{extra}]'"
+        ) from None
 
 
 class ReferenceStats(BaseModel):
@@ -134,6 +167,40 @@ class OnnxOutput(BaseModel):
         return self
 
 
+class SklearnOutput(BaseModel):
+    """How a scikit-learn classifier's output becomes the margin; chosen at registration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Literal["decision_function", "predict_proba"] = Field(
+        description="`decision_function`: the log-odds the model itself computes (boosting, linear models); `predict_proba`: the event's probability (forests), whose clipped logit is the margin."
+    )
+    event_index: int = Field(ge=0, description="The column of predict_proba (and the class of classes_) that is the event.")
+    classes: list[int | str | bool] = Field(default_factory=list, description="The estimator's classes_, in its order.")
+    clip: float | None = Field(default=None, gt=0, lt=0.5, description="predict_proba: p is clipped to [clip, 1 − clip] before its logit.")
+
+
+class ModelExplanation(BaseModel):
+    """How the model's rows get reasons, settled and checked at registration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Literal["treeshap", "linear", "none"] = Field(
+        description="`treeshap`: exact path-dependent TreeSHAP of the trees; `linear`: coefficient × (value − reference mean); `none`: no reasons."
+    )
+    scale: Literal["margin", "probability"] = Field(
+        default="margin", description="What the contributions add up to: the margin, or the event's probability (forests average probabilities)."
+    )
+    checked_against: str = Field(default="", description="What the contributions were checked against at registration, in words.")
+    max_abs_diff: float | None = Field(default=None, description="The largest difference found in that check.")
+    reference_mean: list[float] = Field(default_factory=list, description="`linear`: the mean of each input column on the reference rows.")
+    node_cover: list[float] = Field(
+        default_factory=list, description="ONNX trees: each node's count of reference rows, the cover TreeSHAP weighs with (the graph keeps none)."
+    )
+    cover_rows: int | None = Field(default=None, description="ONNX trees: how many reference rows `node_cover` counted.")
+    detail: str = Field(default="", description="`none`: why the model has no reasons.")
+
+
 class ModelMetadata(BaseModel):
     """What the registry knows about one model version; written at training time."""
 
@@ -141,7 +208,7 @@ class ModelMetadata(BaseModel):
 
     name: str
     version: str
-    framework: Literal["xgboost", "onnx"]
+    framework: Framework
     model_file: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     feature_version: str
@@ -163,6 +230,14 @@ class ModelMetadata(BaseModel):
     onnx_output: OnnxOutput | None = Field(
         default=None,
         description="ONNX only: the output that scores and how. None (feature models, versions registered before it): output 0, one raw value per row.",
+    )
+    sklearn_output: SklearnOutput | None = Field(default=None, description="scikit-learn only: the method that scores and how.")
+    skops_trusted: list[str] = Field(
+        default_factory=list,
+        description="scikit-learn only: the types beyond skops' defaults that the registering user trusted (`score register --trust`).",
+    )
+    explanation: ModelExplanation | None = Field(
+        default=None, description="How rows get reasons. None (versions registered before it): XGBoost TreeSHAP, none for ONNX.",
     )
 
     @field_validator("features")
@@ -197,6 +272,10 @@ class ModelMetadata(BaseModel):
 
 def inference_reasons_unavailable(meta: ModelMetadata) -> str | None:
     """Why the model's rows get no reason codes, or None when its engine computes exact contributions."""
+    if meta.explanation is not None:
+        if meta.explanation.method != "none":
+            return None
+        return f"model {meta.name} {meta.version} is {meta.explanation.detail}, which has no exact feature contributions: its rows are scored with reasons off"
     if meta.framework == "onnx":
         return (
             f"model {meta.name} {meta.version} is an ONNX graph, which has no exact feature contributions here: "

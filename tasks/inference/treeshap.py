@@ -141,15 +141,44 @@ class TreeShapKernel:
         return out
 
 
-def inference_treeshap_kernel(
-    model_json: bytes | bytearray | str | dict,
-    *,
-    max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
-    max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES,
-) -> TreeShapKernel:
-    """The table kernel of a model saved by `booster.save_raw("json")`; raises TreeShapUnsupported."""
-    if not 0 <= max_path_features <= _PATTERN_BITS:
-        raise ValueError(f"max_path_features must be within 0..{_PATTERN_BITS}, got {max_path_features}")
+@dataclass(frozen=True)
+class TreeArrays:
+    """A single-output tree ensemble in the one layout the table kernel reads, whatever framework it came from.
+
+    Per-tree node arrays are concatenated (`node_start` marks each tree's first node); children are
+    indices within their tree, -1 at a leaf. A row goes left when `value < threshold` and, when the
+    value is NaN, when `default_left`. `value` holds each split's threshold (a float32 number, compared
+    in float32 as the features are) and each leaf's value (float64). `cover` is what TreeSHAP weighs
+    the branches with (training hessians, data counts or sample weights, as the framework keeps them).
+    The ensemble's output is `bias` plus the sum of the leaves the row reaches, times nothing else.
+    """
+
+    left: np.ndarray
+    right: np.ndarray
+    feature: np.ndarray
+    value: np.ndarray
+    default_left: np.ndarray
+    cover: np.ndarray
+    node_start: np.ndarray
+    bias: float
+    n_features: int
+
+
+def inference_leq_threshold(threshold: float | np.ndarray) -> np.ndarray:
+    """The float32 threshold t' with `x < t'` exactly when `x <= threshold`, for every float32 x.
+
+    LightGBM, scikit-learn and CatBoost send a row left (or to bit 0) when its value is at most a
+    float64 threshold; the kernel compares float32 values with `<`. The largest float32 not above
+    the threshold splits the float32 values the same way, and its successor turns `<=` into `<`.
+    """
+    t = np.asarray(threshold, dtype=np.float64)
+    low = t.astype(np.float32)
+    low = np.where(low.astype(np.float64) > t, np.nextafter(low, np.float32(-np.inf)), low)
+    return np.nextafter(low, np.float32(np.inf)).astype(np.float32)
+
+
+def inference_xgboost_tree_arrays(model_json: bytes | bytearray | str | dict) -> TreeArrays:
+    """The trees of a model saved by `booster.save_raw("json")`; raises TreeShapUnsupported."""
     model = model_json if isinstance(model_json, dict) else json.loads(model_json)
     learner = model["learner"]
     params = learner["learner_model_param"]
@@ -168,26 +197,47 @@ def inference_treeshap_kernel(
             raise TreeShapUnsupported(f"tree {tree['id']} has vector leaves (multi-target)")
         if any(tree["split_type"]) or tree.get("categories_nodes"):
             raise TreeShapUnsupported(f"tree {tree['id']} has categorical splits")
-    bias_margin = _base_margin(learner)
     sizes = np.array([len(tree["left_children"]) for tree in trees], dtype=np.int64)
-    node_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
     def concatenated(key: str, dtype: type) -> np.ndarray:
         return np.concatenate([np.asarray(tree[key], dtype=dtype) for tree in trees])
 
+    # XGBoost keeps split conditions and leaf values as float32 and compares `x < condition`.
+    return TreeArrays(
+        left=concatenated("left_children", np.int64),
+        right=concatenated("right_children", np.int64),
+        feature=concatenated("split_indices", np.int64),
+        value=concatenated("split_conditions", np.float32).astype(np.float64),
+        default_left=concatenated("default_left", np.uint8),
+        cover=concatenated("sum_hessian", np.float32).astype(np.float64),
+        node_start=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        bias=_base_margin(learner),
+        n_features=int(params["num_feature"]),
+    )
+
+
+def inference_treeshap_kernel(
+    model: TreeArrays | bytes | bytearray | str | dict,
+    *,
+    max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
+    max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES,
+) -> TreeShapKernel:
+    """The table kernel of a tree ensemble (`TreeArrays`, or XGBoost's `save_raw("json")`); raises TreeShapUnsupported."""
+    if not 0 <= max_path_features <= _PATTERN_BITS:
+        raise ValueError(f"max_path_features must be within 0..{_PATTERN_BITS}, got {max_path_features}")
+    trees = model if isinstance(model, TreeArrays) else inference_xgboost_tree_arrays(model)
+    if trees.node_start.size < 2:
+        raise TreeShapUnsupported("the model has no trees")
+    if not np.isfinite(trees.value).all():
+        raise TreeShapUnsupported("a split threshold or leaf value is not finite")
+    bias_margin = trees.bias
+    node_start = trees.node_start
     # numba takes ~0.3 s to import (more on a cold disk): the kernels load with the first model
     # explained, not with this module, so `score --help` and the flows' imports never pay for it.
     from tasks.inference.treeshap_kernels import inference_leaf_tables, inference_tree_layout
 
     layout = inference_tree_layout(
-        concatenated("left_children", np.int64),
-        concatenated("right_children", np.int64),
-        concatenated("split_indices", np.int64),
-        concatenated("split_conditions", np.float32),
-        concatenated("default_left", np.uint8),
-        concatenated("sum_hessian", np.float32),
-        node_start,
-        max_path_features,
+        trees.left, trees.right, trees.feature, trees.value, trees.default_left, trees.cover, node_start, max_path_features,
     )
     (node_feature, node_value, node_default_left, node_bit, node_left, node_right, tree_node_start, tree_leaf_start,
      tree_mean, leaf_node, leaf_width, leaf_feature, leaf_zero, leaf_value, widest) = layout
@@ -206,9 +256,9 @@ def inference_treeshap_kernel(
     with _PARALLEL_LAUNCH:
         inference_leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, table)
     if not np.isfinite(table).all():
-        # A zero-cover branch makes TreeSHAP divide by zero; XGBoost's answer there is its own.
+        # A zero-cover branch makes TreeSHAP divide by zero; the framework's answer there is its own.
         raise TreeShapUnsupported("a split has a branch with zero cover")
-    n_features = int(params["num_feature"])
+    n_features = trees.n_features
     if node_feature.size and int(node_feature.max()) >= n_features:
         raise TreeShapUnsupported(f"a split uses feature {int(node_feature.max())} of a {n_features}-feature model")
     return TreeShapKernel(
@@ -262,60 +312,64 @@ def inference_treeshap_max_diff(
 
 @dataclass(frozen=True)
 class KernelChoice:
-    """Which kernel explains the model's rows, and why XGBoost does when it does."""
+    """Which kernel explains the model's rows, and why the framework's own TreeSHAP does when it does."""
 
     kernel: TreeShapKernel | None
     reason: str | None
     max_abs_diff: float | None
     load_s: float
+    framework: str = XGBOOST_NAME
 
     @property
     def name(self) -> str:
-        return KERNEL_NAME if self.kernel is not None else XGBOOST_NAME
+        return KERNEL_NAME if self.kernel is not None else self.framework
 
 
 def inference_checked_treeshap(
-    model_json: bytes | bytearray | str | dict,
+    model: TreeArrays | bytes | bytearray | str | dict,
     reference: Callable[[np.ndarray], np.ndarray],
     *,
     model_label: str,
+    framework: str = XGBOOST_NAME,
+    reference_name: str = "XGBoost pred_contribs",
     nthread: int = 0,
     max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
     max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES,
     guard_rows: int = GUARD_ROWS,
     tolerance: float = GUARD_TOLERANCE,
 ) -> KernelChoice:
-    """Build the table kernel and keep it only if it matches `reference` on the guard rows.
+    """Build the table kernel and keep it only if it matches `reference` (the framework's own
+    contributions, `framework` naming who computes them instead) on the guard rows.
 
     A model the kernel cannot represent is logged at INFO (a property of the model); a kernel
-    that disagrees with XGBoost is refused with a WARNING, because that is a defect.
+    that disagrees with the framework is refused with a WARNING, because that is a defect.
     """
     start = time.perf_counter()
     try:
-        kernel = inference_treeshap_kernel(model_json, max_path_features=max_path_features, max_table_bytes=max_table_bytes)
+        kernel = inference_treeshap_kernel(model, max_path_features=max_path_features, max_table_bytes=max_table_bytes)
     except TreeShapUnsupported as exc:
-        log.info("[INF] model_name=%s contributions by XGBoost TreeSHAP: %s", model_label, exc)
-        return KernelChoice(None, str(exc), None, time.perf_counter() - start)
+        log.info("[INF] model_name=%s contributions by %s: %s", model_label, reference_name, exc)
+        return KernelChoice(None, str(exc), None, time.perf_counter() - start, framework)
     rows = inference_guard_rows(kernel, rows=guard_rows)
     try:
         max_diff = inference_treeshap_max_diff(kernel, reference, rows, nthread=nthread)
-    except Exception as exc:  # the reference is XGBoost itself: whatever fails there, it keeps the job
-        reason = f"load-time check against XGBoost pred_contribs failed: {type(exc).__name__}: {exc}"
-        log.warning("[INF] model_name=%s TreeSHAP kernel refused, contributions by XGBoost: %s", model_label, reason)
-        return KernelChoice(None, reason, None, time.perf_counter() - start)
+    except Exception as exc:  # the reference is the framework itself: whatever fails there, it keeps the job
+        reason = f"load-time check against {reference_name} failed: {type(exc).__name__}: {exc}"
+        log.warning("[INF] model_name=%s TreeSHAP kernel refused, contributions by %s: %s", model_label, reference_name, reason)
+        return KernelChoice(None, reason, None, time.perf_counter() - start, framework)
     if not max_diff <= tolerance:
         reason = (
-            f"max_abs_diff={max_diff:.3g} against XGBoost pred_contribs on {rows.shape[0]} load-time rows, "
+            f"max_abs_diff={max_diff:.3g} against {reference_name} on {rows.shape[0]} load-time rows, "
             f"over the tolerance {tolerance:g}"
         )
-        log.warning("[INF] model_name=%s TreeSHAP kernel refused, contributions by XGBoost: %s", model_label, reason)
-        return KernelChoice(None, reason, max_diff, time.perf_counter() - start)
+        log.warning("[INF] model_name=%s TreeSHAP kernel refused, contributions by %s: %s", model_label, reference_name, reason)
+        return KernelChoice(None, reason, max_diff, time.perf_counter() - start, framework)
     load_s = time.perf_counter() - start
     log.info(
         "[INF] model_name=%s contributions by %s: trees=%d widest_path=%d table_mib=%.1f max_abs_diff=%.2g load_ms=%.0f",
         model_label, KERNEL_NAME, kernel.n_trees, kernel.widest_path, kernel.table_bytes / 2**20, max_diff, load_s * 1000,
     )
-    return KernelChoice(kernel, None, max_diff, load_s)
+    return KernelChoice(kernel, None, max_diff, load_s, framework)
 
 
 def inference_near_tie_rows(
@@ -352,11 +406,12 @@ class ContributionCounts:
 
     kernel_rows: int = 0
     tie_recomputed_rows: int = 0
-    xgboost_rows: int = 0
+    framework_rows: int = 0
+    """Rows the framework's own TreeSHAP explained (the kernel could not represent the model)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def add(self, *, kernel_rows: int = 0, tie_recomputed_rows: int = 0, xgboost_rows: int = 0) -> None:
+    def add(self, *, kernel_rows: int = 0, tie_recomputed_rows: int = 0, framework_rows: int = 0) -> None:
         with self._lock:
             self.kernel_rows += kernel_rows
             self.tie_recomputed_rows += tie_recomputed_rows
-            self.xgboost_rows += xgboost_rows
+            self.framework_rows += framework_rows

@@ -37,7 +37,8 @@ from tasks.features import FeatureKind, FeatureModule, feature_kinds, job_featur
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, guarded_chunk, load_guard_suite, raw_schema_problems
 from tasks.inference.engine import LoadedModel, inference_engine, inference_loaded_model
-from tasks.inference.onnx_outputs import inference_registered_onnx_output
+from tasks.inference.contributions import inference_checked_explanation
+from tasks.inference.frameworks import inference_framework_input_problem, inference_framework_registration_fields
 from tasks.inference.registry import (
     ACCEPTED_MODEL_SUFFIXES,
     FRAMEWORK_OF_SUFFIX,
@@ -134,6 +135,8 @@ def _model_input_problem(model_path: Path, framework: str, features: tuple[str, 
                 f"only in the job {sorted(set(features) - set(names))}"
             )
         return None
+    if framework != "onnx":
+        return inference_framework_input_problem(model_path, framework, features)
     import onnxruntime as ort
 
     try:
@@ -217,13 +220,13 @@ def registered_model_version(
     target = registry_dir / version
     if target.exists():
         raise ModelArtifactError(f"model {name} version {version} already exists at {target}; registered versions are never overwritten")
-    notes: list[str] = []
-    onnx_output = None
-    if framework == "onnx":
-        # Before anything is staged: a label-only or multiclass graph is refused with nothing written.
-        choice = inference_registered_onnx_output(model_file, holdout_features)
-        onnx_output = choice.output
-        notes.append(choice.description)
+    reference = holdout_features if reference_features is None else reference_features
+    # Before anything is staged: a label-only or multiclass output, an untrusted type, is refused with nothing written.
+    settled = inference_framework_registration_fields(
+        model_file, framework, features, np.ascontiguousarray(holdout_features, dtype=np.float32),
+        np.ascontiguousarray(reference, dtype=np.float32),
+    )
+    notes: list[str] = list(settled.notes)
 
     stage = registry_dir.parent / ".staging" / f"{name}-{version}-{uuid.uuid4().hex[:8]}"
     stage.mkdir(parents=True)
@@ -232,7 +235,7 @@ def registered_model_version(
         base = dict(
             name=name, version=version, framework=framework, model_file=staged.name, sha256=inference_model_checksum(staged),
             feature_version=feature_version, features=list(features), feature_dtypes={f: "float32" for f in features},
-            onnx_output=onnx_output,
+            **settled.fields,
         )
         engine = inference_engine(ModelArtifact(metadata=ModelMetadata(**base), directory=stage))
         try:
@@ -247,9 +250,9 @@ def registered_model_version(
                 + (f"; {missing} of its {outcomes.size} rows have missing inputs, which reach the model as NaN and it must handle"
                    if missing else "")
             ) from None
+        base["explanation"] = inference_checked_explanation(engine, holdout_features, model_file)
         calibrator = predict_fitted_calibrator(margins, outcomes)
         quality = predict_calibration_quality(calibrator, margins, outcomes, level=interval_level)
-        reference = holdout_features if reference_features is None else reference_features
         auc = holdout_auc(margins, outcomes)
         warnings = list(quality.warnings)
         same = [v for v in inference_model_versions(registry_dir) if _registered_sha256(registry_dir / v) == base["sha256"]]
@@ -322,7 +325,7 @@ def _health_reference(
     if sample.shape[0] > ATTRIBUTION_REFERENCE_ROWS:
         sample = sample[np.random.default_rng(0).choice(sample.shape[0], ATTRIBUTION_REFERENCE_ROWS, replace=False)]
     contributions = None
-    if engine.metadata.framework == "xgboost" and sample.shape[0]:
+    if getattr(engine, "contributions_source", None) is not None and sample.shape[0]:
         batch = InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(sample.shape[0]).astype(str)),
                                features=np.ascontiguousarray(sample), feature_names=features)
         contributions = engine.inference_contributions(batch, np.arange(sample.shape[0])).values

@@ -1,0 +1,194 @@
+"""Where a model's exact feature contributions come from, whatever its framework.
+
+Every engine that explains rows holds one of these: `TreeContributions` (any tree ensemble, through
+the one table TreeSHAP kernel, checked at load against the framework's own contributions where the
+framework has them, against the model's own output otherwise) or `LinearContributions` (coefficient
+× (value − reference mean), exact for a model linear in its inputs). Both return rows × features on
+the scale the model's trees or coefficients add up to, the bias left out.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from tasks.inference.registry import ModelExplanation
+from tasks.inference.treeshap import (
+    GUARD_ROWS,
+    GUARD_TOLERANCE,
+    KERNEL_NAME,
+    TIE_TOLERANCE,
+    ContributionCounts,
+    KernelChoice,
+    TreeArrays,
+    TreeShapUnsupported,
+    inference_checked_treeshap,
+    inference_guard_rows,
+    inference_near_tie_rows,
+    inference_treeshap_kernel,
+)
+
+log = logging.getLogger("scoring.inference")
+
+LINEAR_NAME = "linear"
+
+
+def inference_output_checked_treeshap(
+    trees: TreeArrays, output: Callable[[np.ndarray], np.ndarray], *, model_label: str, framework: str, nthread: int = 0,
+    tolerance: float = GUARD_TOLERANCE,
+) -> KernelChoice:
+    """The table kernel of a framework without contributions of its own (scikit-learn, ONNX tree nodes), kept
+    only if its contributions plus bias add up to the model's own output (`output`: rows → the value the trees
+    sum to) on the guard rows: a misread split, leaf or bias shows there. Raises TreeShapUnsupported when the
+    kernel cannot represent the trees or does not add up: nothing else could explain them."""
+    start = time.perf_counter()
+    kernel = inference_treeshap_kernel(trees)
+    rows = inference_guard_rows(kernel, rows=GUARD_ROWS)
+    ours = kernel.contributions(rows, nthread=nthread).sum(axis=1)
+    theirs = np.asarray(output(rows), dtype=np.float64).reshape(-1)
+    diff = np.abs(ours - theirs)
+    max_diff = float(diff.max()) if diff.size and np.isfinite(diff).all() else math.inf
+    if not max_diff <= tolerance:
+        raise TreeShapUnsupported(
+            f"the trees as read add up to the model's own output only within {max_diff:.3g} on {rows.shape[0]} load-time rows "
+            f"(tolerance {tolerance:g})"
+        )
+    load_s = time.perf_counter() - start
+    log.info(
+        "[INF] model_name=%s contributions by %s: trees=%d widest_path=%d table_mib=%.1f local_accuracy_max_abs_diff=%.2g load_ms=%.0f",
+        model_label, KERNEL_NAME, kernel.n_trees, kernel.widest_path, kernel.table_bytes / 2**20, max_diff, load_s * 1000,
+    )
+    return KernelChoice(kernel, None, max_diff, load_s, framework)
+
+
+class TreeContributions:
+    """TreeSHAP contributions of a tree ensemble: the table kernel where it is in use, the framework's own
+    (`framework_contributions`: rows → rows × (features + 1), bias last) otherwise. With `top_k`, rows whose
+    top-k reasons the kernel's float noise could reorder are recomputed by the framework where it can."""
+
+    def __init__(
+        self, choice: KernelChoice, framework_contributions: Callable[[np.ndarray], np.ndarray] | None, *, nthread: int = 0,
+        framework_label: str = "XGBoost pred_contribs", output: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        if choice.kernel is None and framework_contributions is None:
+            raise ValueError("a tree model without a kernel needs the framework's own contributions")
+        self.framework_contributions = framework_contributions
+        self.framework_label = framework_label
+        self.output = output
+        """rows → what the contributions plus bias add up to, where the framework has no contributions to check against."""
+        self.kernel = choice.kernel
+        self.name = choice.name
+        self.reason = choice.reason
+        self.load_s = choice.load_s
+        self.max_abs_diff = choice.max_abs_diff
+        self.counts = ContributionCounts()
+        self._framework = framework_contributions
+        self._nthread = nthread
+
+    def values(self, rows: np.ndarray, top_k: int | None) -> tuple[np.ndarray, int]:
+        """(rows × features contributions, rows recomputed by the framework for a near tie)."""
+        if self.kernel is None:
+            assert self._framework is not None
+            values = np.asarray(self._framework(rows), dtype=np.float64)[:, :-1]
+            self.counts.add(framework_rows=rows.shape[0])
+            return values, 0
+        values = self.kernel.contributions(rows, nthread=self._nthread)[:, :-1]
+        recomputed = 0
+        if top_k is not None and self._framework is not None:
+            tied = inference_near_tie_rows(values, top_k, exact=~self.kernel.used_features, tolerance=TIE_TOLERANCE)
+            recomputed = int(tied.sum())
+            if recomputed:
+                values[tied] = np.asarray(self._framework(rows[tied]), dtype=np.float64)[:, :-1]
+        self.counts.add(kernel_rows=rows.shape[0], tie_recomputed_rows=recomputed)
+        return values, recomputed
+
+
+class LinearContributions:
+    """Exact contributions of a model linear in its (transformed) inputs: coefficient × (value − reference mean).
+
+    `transform` maps the raw rows to the columns the coefficients apply to, one per feature (a scaler,
+    an imputer); the reference mean is of those columns on the registration's reference rows.
+    """
+
+    def __init__(
+        self, coefficients: np.ndarray, reference_mean: np.ndarray, intercept: float, *,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None, output: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        self.coefficients = np.asarray(coefficients, dtype=np.float64).reshape(-1)
+        self.reference_mean = np.asarray(reference_mean, dtype=np.float64).reshape(-1)
+        if self.coefficients.shape != self.reference_mean.shape:
+            raise ValueError(f"{self.coefficients.size} coefficients but {self.reference_mean.size} reference means")
+        self._transform = transform
+        self.bias = float(intercept) + float(self.coefficients @ self.reference_mean)
+        """What the model gives at the reference mean: contributions plus this add up to the margin."""
+        self.output = output
+        self.name = LINEAR_NAME
+        self.reason: str | None = None
+        self.load_s = 0.0
+        self.max_abs_diff: float | None = None
+        self.counts = ContributionCounts()
+
+    def values(self, rows: np.ndarray, top_k: int | None) -> tuple[np.ndarray, int]:
+        columns = np.asarray(rows if self._transform is None else self._transform(rows), dtype=np.float64)
+        values = self.coefficients * (columns - self.reference_mean)
+        self.counts.add(kernel_rows=rows.shape[0])
+        return values, 0
+
+
+EXPLANATION_CHECK_ROWS = 2000
+"""Hold-out rows the contributions are checked on at registration: enough to reach most leaves, seconds at most."""
+
+
+def inference_checked_explanation(engine, holdout: np.ndarray, model_label: object) -> ModelExplanation:  # noqa: ANN001  (an engine)
+    """The version's explanation, checked on the hold-out: the kernel against the framework's own contributions
+    to GUARD_TOLERANCE on the margin scale (a mismatch is refused: reasons would not be the framework's), or,
+    where the framework has none, the contributions plus bias against the model's own output (local accuracy)."""
+    from tasks.errors import ModelArtifactError
+
+    settled = engine.metadata.explanation or ModelExplanation(method="treeshap")
+    source = getattr(engine, "contributions_source", None)
+    if source is None:
+        return ModelExplanation(method="none", detail=settled.detail or (
+            "an ONNX graph with no tree-ensemble or linear node" if engine.metadata.framework == "onnx" else f"a {engine.metadata.framework} model with no trees or coefficients"
+        ))
+    rows = np.ascontiguousarray(holdout[:EXPLANATION_CHECK_ROWS], dtype=np.float32)
+    if rows.shape[0] == 0:
+        return settled
+    explained = engine._explained_rows(rows)
+    if isinstance(source, TreeContributions) and source.kernel is None:
+        return settled.model_copy(update={"checked_against": f"computed by {source.framework_label} itself ({source.reason})"})
+    if isinstance(source, TreeContributions) and source.framework_contributions is not None:
+        ours = source.kernel.contributions(explained)
+        theirs = np.asarray(source.framework_contributions(explained), dtype=np.float64)
+        diff = np.abs(ours - theirs) if theirs.shape == ours.shape else np.array([math.inf])
+        max_diff = float(diff.max()) if np.isfinite(diff).all() else math.inf
+        if not max_diff <= GUARD_TOLERANCE:
+            raise ModelArtifactError(
+                f"model file {model_label}: the product's TreeSHAP differs from {source.framework_label} by up to {max_diff:.3g} "
+                f"on {rows.shape[0]} hold-out rows (tolerance {GUARD_TOLERANCE:g}); its reasons would not be the framework's"
+            )
+        return settled.model_copy(update={
+            "checked_against": f"{source.framework_label} on {rows.shape[0]} hold-out rows", "max_abs_diff": max_diff,
+        })
+    if source.output is None:
+        raise ValueError("contributions without the framework's own or the model's output cannot be checked")
+    if isinstance(source, TreeContributions):
+        total = source.kernel.contributions(explained).sum(axis=1)
+    else:
+        total = source.values(rows, None)[0].sum(axis=1) + source.bias
+    theirs = np.asarray(source.output(rows), dtype=np.float64).reshape(-1)
+    diff = np.abs(total - theirs)
+    max_diff = float(diff.max()) if np.isfinite(diff).all() else math.inf
+    if not max_diff <= GUARD_TOLERANCE:
+        raise ModelArtifactError(
+            f"model file {model_label}: the {settled.method} contributions plus bias differ from the model's own output by up to "
+            f"{max_diff:.3g} on {rows.shape[0]} hold-out rows (tolerance {GUARD_TOLERANCE:g}); its reasons would not be exact"
+        )
+    return settled.model_copy(update={
+        "checked_against": f"local accuracy: contributions + bias = the model's own output on {rows.shape[0]} hold-out rows",
+        "max_abs_diff": max_diff,
+    })

@@ -59,7 +59,7 @@ def test_fallback_counts_match_the_injected_dirt_within_sampling_noise(demo_env:
     assert sorted(totals["kind"]) == sorted(k for k in FALLBACK_KINDS if k != "challenger_failed")
     assert lines[("fallback_model", "primary model loaded")] == 0 and lines[("failed_chunk", "all")] == 0
     # The demo model passes the kernel's load-time check, so no reasons fell back to XGBoost.
-    assert lines[("reasons_by_xgboost", "table kernel in use")] == 0
+    assert lines[("reasons_by_framework", "table kernel in use")] == 0
     assert lines[("reasons_unavailable", "every row that needed reasons got them")] == 0
     assert lines[("no_drift_reference", "training reference in use")] == 0
     assert lines[("no_health_reference", "model-health reference in use")] == 0

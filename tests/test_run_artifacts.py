@@ -76,7 +76,7 @@ def test_the_key_numbers_name_every_fallback_that_happened_whatever_its_detail()
     summary.fallback_report = fallback_report_rows(
         rows_read=1000, guard_by_expectation={"e1": {"quarantine": 10}}, guard_columns={"e1": "amount"}, rows_repaired=0,
         rows_quarantined=10, rows_fallback=990, fallback_reason="credit_risk 3 failed to load: sha256 mismatch", rows_failed=0,
-        rows_without_adverse_reason=0, rows_reasons_by_xgboost=0, reasons_kernel_reason=None, limits={},
+        rows_without_adverse_reason=0, rows_reasons_by_framework=0, reasons_kernel_reason=None, limits={},
         rows_challenger_failed=990, challenger_detail="challenger 4: version '4' not found",
     )
     table = {r["measure"]: r["value"] for r in key_numbers(summary)}

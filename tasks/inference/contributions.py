@@ -35,6 +35,8 @@ from tasks.inference.treeshap import (
 log = logging.getLogger("scoring.inference")
 
 LINEAR_NAME = "linear"
+EXPLAINED_BY_PRODUCT = frozenset({KERNEL_NAME, LINEAR_NAME})
+"""`explained_by` values of contributions the product computed; any other names the framework that did."""
 
 
 def inference_output_checked_treeshap(

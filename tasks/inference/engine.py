@@ -24,6 +24,7 @@ import numpy as np
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
+from tasks.inference.frameworks import inference_xgboost_module
 from tasks.inference.onnx_outputs import inference_onnx_margins
 from tasks.inference.registry import ModelArtifact, ModelMetadata, inference_model_artifact, inference_reasons_unavailable
 from tasks.inference.contributions import LinearContributions, TreeContributions
@@ -151,8 +152,7 @@ class XGBoostEngine(ExplainingEngine):
         self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0,
         max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
     ) -> None:
-        import xgboost as xgb
-
+        xgb = inference_xgboost_module()
         self._xgb = xgb
         self.artifact = artifact
         self.metadata = artifact.metadata

@@ -38,7 +38,11 @@ from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, guarded_chunk, load_guard_suite, raw_schema_problems
 from tasks.inference.engine import LoadedModel, inference_engine, inference_loaded_model
 from tasks.inference.contributions import inference_checked_explanation
-from tasks.inference.frameworks import inference_framework_input_problem, inference_framework_registration_fields
+from tasks.inference.frameworks import (
+    inference_framework_input_problem,
+    inference_framework_registration_fields,
+    inference_xgboost_module,
+)
 from tasks.inference.registry import (
     ACCEPTED_MODEL_SUFFIXES,
     FRAMEWORK_OF_SUFFIX,
@@ -113,8 +117,7 @@ def _model_input_problem(model_path: Path, framework: str, features: tuple[str, 
     """Why the model cannot take the job's feature matrix (names where it has them, count and order
     always, binary output), or None."""
     if framework == "xgboost":
-        import xgboost as xgb
-
+        xgb = inference_xgboost_module()
         booster = xgb.Booster()
         try:
             booster.load_model(str(model_path))

@@ -10,10 +10,13 @@ Kinds:
 - `fallback_model` — a row scored by the job's fallback model version;
 - `failed_chunk` — a row of a chunk whose inference failed every attempt;
 - `no_adverse_reason` — a row that needed reasons but had no feature pushing toward the event;
-- `reasons_by_xgboost` — a row whose reasons XGBoost's own TreeSHAP explained because the table
-  kernel was refused for the model (the detail says why); exact all the same, only slower;
+- `reasons_by_framework` — a row whose reasons the framework's own TreeSHAP explained (XGBoost
+  `pred_contribs`, LightGBM `pred_contrib`, CatBoost `ShapValues`) because the table kernel cannot
+  represent the model (the detail says why); exact all the same, only slower. Job specs written
+  before other frameworks may still limit it under its old name, `reasons_by_xgboost`;
 - `reasons_unavailable` — a row whose decision needs reasons, scored by a model whose engine has no
-  exact contributions (an ONNX graph): it gets no reason codes, the run goes on (the detail says why);
+  exact contributions (an ONNX neural network, a scikit-learn SVC): it gets no reason codes, the run
+  goes on (the detail says why);
 - `no_drift_reference` — a row scored by a model without training reference statistics (allowed
   only by `drift: {require_reference: false}`): its features' drift against training is not known;
 - `no_health_reference` — a row whose model health is measured without attribution or multivariate
@@ -28,7 +31,7 @@ import math
 from typing import Any
 
 FALLBACK_KINDS = (
-    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_xgboost", "reasons_unavailable",
+    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_framework", "reasons_unavailable",
     "no_drift_reference", "no_health_reference", "challenger_failed",
 )
 
@@ -52,7 +55,7 @@ def fallback_report_rows(
     fallback_reason: str | None,
     rows_failed: int,
     rows_without_adverse_reason: int,
-    rows_reasons_by_xgboost: int,
+    rows_reasons_by_framework: int,
     reasons_kernel_reason: str | None,
     limits: dict[str, float],
     rows_without_drift_reference: int = 0,
@@ -76,8 +79,9 @@ def fallback_report_rows(
     rows.append(_row("failed_chunk", "all", rows_failed, rows_read, limits.get("failed_chunk")))
     rows.append(_row("no_adverse_reason", "all", rows_without_adverse_reason, rows_read, limits.get("no_adverse_reason")))
     rows.append(_row(
-        "reasons_by_xgboost", reasons_kernel_reason or "table kernel in use", rows_reasons_by_xgboost, rows_read,
-        limits.get("reasons_by_xgboost"),
+        "reasons_by_framework", reasons_kernel_reason or "table kernel in use", rows_reasons_by_framework, rows_read,
+        # `reasons_by_xgboost`: the kind's name while XGBoost was the only framework; job specs may still limit it so.
+        limits.get("reasons_by_framework", limits.get("reasons_by_xgboost")),
     ))
     rows.append(_row(
         "reasons_unavailable", reasons_unavailable_detail or "every row that needed reasons got them", rows_reasons_unavailable,

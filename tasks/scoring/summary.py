@@ -22,7 +22,7 @@ from tasks.catalog import DRIFT_HISTOGRAMS, DRIFT_REPORT, FALLBACK_REPORT, GUARD
 from tasks.errors import FallbackLimitExceeded, GuardFailure, InferenceFailure, PartitionError
 from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
-from tasks.inference.treeshap import XGBOOST_NAME
+from tasks.inference.contributions import EXPLAINED_BY_PRODUCT
 from tasks.monitoring.decisions import merged_prediction_groups
 from tasks.monitoring.health import HEALTH_COLUMNS, model_health_rows
 from tasks.monitoring.shadow import ShadowAccumulator, shadow_comparison_rows
@@ -288,7 +288,7 @@ def scoring_summary(
         fallback_reason=summary.fallback_reason,
         rows_failed=summary.rows_failed,
         rows_without_adverse_reason=summary.rows_without_adverse_reason,
-        rows_reasons_by_xgboost=summary.explained_rows.get(XGBOOST_NAME, 0),
+        rows_reasons_by_framework=sum(n for by, n in summary.explained_rows.items() if by not in EXPLAINED_BY_PRODUCT),
         reasons_kernel_reason=summary.contributions_kernel_reason,
         rows_reasons_unavailable=summary.rows_reasons_unavailable,
         reasons_unavailable_detail=getattr(engine, "reasons_unavailable", None),

@@ -23,6 +23,7 @@ from tasks.errors import FallbackLimitExceeded, GuardFailure, InferenceFailure, 
 from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
 from tasks.inference.contributions import EXPLAINED_BY_PRODUCT
+from tasks.inference.registry import inference_reasons_unavailable
 from tasks.monitoring.decisions import merged_prediction_groups
 from tasks.monitoring.health import HEALTH_COLUMNS, model_health_rows
 from tasks.monitoring.shadow import ShadowAccumulator, shadow_comparison_rows
@@ -149,7 +150,7 @@ def _health_gaps(prepared: PreparedJob) -> list[str]:
         gaps.append("multivariate drift (the model was registered before model health: register it again)")
     if "attribution" not in meta.health:
         gaps.append(
-            "attribution drift (an ONNX model has no contributions)" if meta.framework == "onnx" else
+            f"attribution drift ({why.split(': ')[0]})" if (why := inference_reasons_unavailable(meta)) is not None else
             "attribution drift (the model was registered before model health: register it again)"
         )
     return gaps

@@ -162,7 +162,7 @@ def inference_checked_explanation(engine, holdout: np.ndarray, model_label: obje
         return settled
     explained = engine._explained_rows(rows)
     if isinstance(source, TreeContributions) and source.kernel is None:
-        return settled.model_copy(update={"checked_against": f"computed by {source.framework_label} itself ({source.reason})"})
+        return settled.model_copy(update={"checked_against": f"computed by {source.framework_label} itself: the table kernel cannot represent the model ({source.reason})"})
     if isinstance(source, TreeContributions) and source.framework_contributions is not None:
         ours = source.kernel.contributions(explained)
         theirs = np.asarray(source.framework_contributions(explained), dtype=np.float64)

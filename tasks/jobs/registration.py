@@ -47,6 +47,7 @@ from tasks.inference.registry import (
     ACCEPTED_MODEL_SUFFIXES,
     FRAMEWORK_OF_SUFFIX,
     ModelArtifact,
+    ModelExplanation,
     ModelMetadata,
     inference_model_artifact,
     inference_model_checksum,
@@ -254,6 +255,8 @@ def registered_model_version(
                    if missing else "")
             ) from None
         base["explanation"] = inference_checked_explanation(engine, holdout_features, model_file)
+        if (said := _explanation_note(base["explanation"])) is not None:
+            notes.append(said)
         calibrator = predict_fitted_calibrator(margins, outcomes)
         quality = predict_calibration_quality(calibrator, margins, outcomes, level=interval_level)
         auc = holdout_auc(margins, outcomes)
@@ -317,6 +320,23 @@ def registered_model_version(
     log.info("registered %s %s: hold-out AUC %s on %d rows, %d events", name, version,
              "n/a" if auc is None else f"{auc:.3f}", outcomes.size, int(outcomes.sum()))
     return report
+
+
+def _explanation_note(explanation: ModelExplanation) -> str | None:
+    """The registration report's line on how rows get reasons; None when they get none (said by its own note)."""
+    if explanation.method == "none":
+        return None
+    what = (
+        "exact TreeSHAP contributions" if explanation.method == "treeshap"
+        else "exact linear contributions, coefficient × (value − reference mean)"
+    )
+    checked = explanation.checked_against or "not checked"
+    if not checked.startswith("computed by"):
+        checked = f"checked against {checked}"
+    if explanation.max_abs_diff is not None:
+        checked += f", largest difference {explanation.max_abs_diff:.2g}"
+    scale = "" if explanation.scale == "margin" else "; they add up to the event's probability, which the model averages, not to its margin"
+    return f"reasons: {what}, {checked}{scale}"
 
 
 def _health_reference(

@@ -337,9 +337,12 @@ def inference_checked_treeshap(
     max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES,
     guard_rows: int = GUARD_ROWS,
     tolerance: float = GUARD_TOLERANCE,
+    rows_as_seen: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> KernelChoice:
     """Build the table kernel and keep it only if it matches `reference` (the framework's own
-    contributions, `framework` naming who computes them instead) on the guard rows.
+    contributions, `framework` naming who computes them instead) on the guard rows. `rows_as_seen` is
+    what the engine does to rows before explaining them (its `_explained_rows`); the guard rows go
+    through it too, so the check covers the kernel as it will be used.
 
     A model the kernel cannot represent is logged at INFO (a property of the model); a kernel
     that disagrees with the framework is refused with a WARNING, because that is a defect.
@@ -351,6 +354,8 @@ def inference_checked_treeshap(
         log.info("[INF] model_name=%s contributions by %s: %s", model_label, reference_name, exc)
         return KernelChoice(None, str(exc), None, time.perf_counter() - start, framework)
     rows = inference_guard_rows(kernel, rows=guard_rows)
+    if rows_as_seen is not None:
+        rows = rows_as_seen(rows)
     try:
         max_diff = inference_treeshap_max_diff(kernel, reference, rows, nthread=nthread)
     except Exception as exc:  # the reference is the framework itself: whatever fails there, it keeps the job

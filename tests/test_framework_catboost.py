@@ -118,14 +118,20 @@ def test_margins_are_catboosts_raw_values_and_reasons_its_shap_values_whatever_t
 
 
 def test_models_catboost_cannot_explain_exactly_are_explained_by_the_kernel_checked_against_their_raw_values(tmp_path: Path) -> None:
-    from tasks.inference.engine_catboost import CatBoostEngine
+    from tasks.inference.engine_catboost import CatBoostEngine, inference_catboost_model_json, inference_catboost_tree_arrays
 
     x, y = _synthetic()
     names = [f"f{i}" for i in range(5)]
     lossguide = _classifier(grow_policy="Lossguide", max_leaves=16, depth=6).fit(x[:1500], y[:1500])
     scaled = _classifier(depth=4).fit(x[:1500], y[:1500])
     scaled.set_scale_and_bias(0.5, 0.25)
-    for model, why in ((lossguide, "non-symmetric"), (scaled, "scales the trees by 0.5")):
+    edited = _classifier(depth=6).fit(x[:1500], y[:1500])
+    weights, values = edited.get_leaf_weights(), edited.get_leaf_values().copy()
+    assert (weights == 0).sum() > 100 and np.all(values[weights == 0] == 0)  # training leaves every empty leaf at 0
+    values[np.flatnonzero(weights == 0)[:20]] = 0.3
+    edited.set_leaf_values(values)
+    cases = ((lossguide, "non-symmetric"), (scaled, "scales the trees by 0.5"), (edited, "a leaf no training row reached"))
+    for model, why in cases:
         engine = CatBoostEngine(_artifact(tmp_path, model, names))
         source = engine.contributions_source
         assert source.name == "table_treeshap" and source.framework_contributions is None and source.output is not None
@@ -133,12 +139,17 @@ def test_models_catboost_cannot_explain_exactly_are_explained_by_the_kernel_chec
         raw = model.predict(rows, prediction_type="RawFormulaVal")
         assert np.abs(engine.inference_outputs(_batch(rows, names)).margins - raw).max() <= 1e-6
         assert np.abs(source.kernel.contributions(rows).sum(axis=1) - raw).max() <= 1e-9, why
+        assert why in inference_catboost_tree_arrays(inference_catboost_model_json(model), 5).own_shap_unusable
     # Why CatBoost is not asked: its ShapValues of non-symmetric trees do not add up to the raw values, and a
     # scaled model has none.
     shap = lossguide.get_feature_importance(data=catboost.Pool(x[1500:]), type="ShapValues")
     assert np.abs(shap.sum(axis=1) - lossguide.predict(x[1500:], prediction_type="RawFormulaVal")).max() > 0.01
     with pytest.raises(catboost.CatBoostError, match="Scale"):
         scaled.get_feature_importance(data=catboost.Pool(x[:5]), type="ShapValues")
+    # and with a non-zero empty leaf, a row's ShapValues change with the rows explained beside it.
+    together = edited.get_feature_importance(data=catboost.Pool(x[1500:]), type="ShapValues")[:10]
+    alone = edited.get_feature_importance(data=catboost.Pool(x[1500:1510]), type="ShapValues")
+    assert np.abs(together - alone).max() > 1e-3
 
 
 def test_what_cannot_score_the_job_is_named(tmp_path: Path) -> None:

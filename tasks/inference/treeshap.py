@@ -39,6 +39,7 @@ GUARD_ROWS = 256
 # Kernel and XGBoost each may be off by up to the guard tolerance, so two contributions closer
 # than twice that may rank either way in XGBoost.
 TIE_TOLERANCE = 2 * GUARD_TOLERANCE
+_SENTINEL_THRESHOLD = float(np.finfo(np.float32).max) / 2
 # Bits of the int32 pattern word; far beyond what the table-size cap lets through.
 _PATTERN_BITS = 30
 # numba's workqueue threading layer (what is left where neither TBB nor OpenMP is installed)
@@ -228,8 +229,11 @@ def inference_treeshap_kernel(
     trees = model if isinstance(model, TreeArrays) else inference_xgboost_tree_arrays(model)
     if trees.node_start.size < 2:
         raise TreeShapUnsupported("the model has no trees")
-    if not np.isfinite(trees.value).all():
-        raise TreeShapUnsupported("a split threshold or leaf value is not finite")
+    # A split at +inf is exact (only NaN by its default and +inf cross it: CatBoost's missing-value border
+    # under nan_mode Max, `x <= FLT_MAX`); a NaN threshold or an infinite leaf is not.
+    is_leaf = trees.left < 0
+    if np.isnan(trees.value).any() or not np.isfinite(trees.value[is_leaf]).all():
+        raise TreeShapUnsupported("a split threshold is NaN or a leaf value is not finite")
     bias_margin = trees.bias
     node_start = trees.node_start
     # numba takes ~0.3 s to import (more on a cold disk): the kernels load with the first model
@@ -287,7 +291,10 @@ def inference_guard_rows(kernel: TreeShapKernel, *, rows: int = GUARD_ROWS, seed
     x = rng.normal(size=(rows, kernel.n_features)).astype(np.float32)
     for feature in np.flatnonzero(kernel.used_features):
         thresholds = kernel.split_thresholds(int(feature))
-        lo, hi = float(thresholds.min()), float(thresholds.max())
+        # Thresholds at the ends of the float32 range (CatBoost's missing-value borders at ±FLT_MAX, a split at
+        # +inf) are still picked as values, but would stretch the spread around the others past float32.
+        inner = thresholds[np.abs(thresholds) < _SENTINEL_THRESHOLD]
+        lo, hi = (float(inner.min()), float(inner.max())) if inner.size else (-1.0, 1.0)
         pad = 0.1 * (hi - lo) + 0.05 * max(abs(lo), abs(hi)) + 1e-3
         picked = thresholds[rng.integers(0, thresholds.size, rows)]
         kind = rng.random(rows)

@@ -17,7 +17,7 @@ import pytest
 
 from tasks.settings import PROJECT_ROOT
 
-HEAVY = ("great_expectations", "matplotlib", "numba", "scipy.stats", "xgboost", "onnxruntime", "torch")
+HEAVY = ("great_expectations", "matplotlib", "numba", "scipy.stats", "xgboost", "lightgbm", "catboost", "sklearn", "skops", "onnxruntime", "torch")
 SCORE = Path(sys.executable).parent / "score"
 
 _REPORT = (

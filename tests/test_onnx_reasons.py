@@ -255,6 +255,13 @@ def test_an_mlp_or_a_split_the_table_does_not_read_keeps_reasons_off_saying_why(
     explanation, _ = inference_onnx_registration_explanation(_saved(proto, tmp_path / "gt.onnx"), ZIPMAP, x, x)
     assert explanation.method == "none" and "splits with BRANCH_GT" in explanation.detail, explanation
 
+    # A forest trained on missing values splits them apart at +inf; skl2onnx keeps the threshold, not their side.
+    holey, informative = _synthetic(ROWS, 5, seed=13)
+    holey[(informative == 1) & (np.arange(ROWS) % 2 == 0), 4] = np.nan
+    forest = RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0).fit(holey, informative)
+    explanation, _ = inference_onnx_registration_explanation(_sklearn_onnx(forest, holey, tmp_path / "nan.onnx"), ZIPMAP, holey, holey)
+    assert explanation.method == "none" and "splits at inf (what a scikit-learn tree trained on missing values writes)" in explanation.detail
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory):

@@ -542,6 +542,13 @@ def _tree_arrays(attrs: dict[str, Any], leaf_value: dict[tuple[int, int], float]
                 raise OnnxUnexplained(f"an ONNX graph whose trees split on feature {int(features[r])} of {n_features}")
             feature[g] = int(features[r])
             t_value = float(thresholds[r])
+            if not np.isfinite(t_value):
+                # scikit-learn (≥ 1.3) trained on missing values splits "NaN apart" at +inf; skl2onnx 1.20 writes the
+                # threshold but not the side the missing values took, so ONNX Runtime already differs from the estimator.
+                raise OnnxUnexplained(
+                    f"an ONNX graph whose tree {int(tree_ids[r])} splits at {t_value} (what a scikit-learn tree trained on "
+                    "missing values writes), which the TreeSHAP table does not read"
+                )
             if modes[r] == "BRANCH_LEQ":
                 value[g] = float(inference_leq_threshold(t_value))
             else:

@@ -1,10 +1,12 @@
 """ONNX exports as converters write them, through the CLI as a user runs them: scikit-learn models
 exported by skl2onnx with its default ZipMap and as a plain probability tensor are registered,
-validated and scored with reasons off; a label-only and a multiclass export are refused with one
-line; `score check-model` takes a ZipMap.
+validated and scored, a logistic pipeline with exact linear reasons, an MLP with reasons off and
+counted; a label-only and a multiclass export are refused with one line; `score check-model` takes a
+ZipMap.
 
 The models are trained here on the job's own model inputs (`score features`), and every margin the
-run publishes is checked against scikit-learn's own `predict_proba` on the same rows.
+run publishes is checked against scikit-learn's own `predict_proba` on the same rows, every reason
+against coefficient × (value − hold-out mean) computed by numpy from scikit-learn's own pipeline.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
     score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
     score("features", "churn", "--from", str(raw), "--out", str(root / "scored_inputs.parquet"))
+    score("features", "churn", "--from", str(root / "holdout.parquet"), "--out", str(root / "holdout_inputs.parquet"))
     return root, score
 
 
@@ -120,7 +123,7 @@ def _day_output(root: Path, dataset: str) -> pl.DataFrame:
         ("mlp", False, "probabilities"),
     ],
 )
-def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabilities_and_reasons_off(
+def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabilities_and_linear_reasons_or_none(
     project, tmp_path: Path, kind: str, zipmap: bool, output: str
 ) -> None:
     root, score = project
@@ -137,18 +140,20 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
     assert chosen["classes"] == [0, 1] and (chosen["event_label"] == 1) and chosen["clip"] == 1e-7
     assert chosen["event_index"] == (None if zipmap else 1)
     assert "margin = logit(p) with p clipped to [1e-07, 1 − 1e-07]" in registered.stdout
-    assert "reasons off" in registered.stdout and "reasons_unavailable" in registered.stdout
+    reasons_off = kind == "mlp"
+    assert ("reasons off" in registered.stdout and "reasons_unavailable" in registered.stdout) is reasons_off
+    assert metadata["explanation"]["method"] == ("none" if reasons_off else "linear")
     report = json.loads((root / "data" / "models" / "churn" / version / "registration.json").read_text())
     assert report["auc"] > 0.7, report["auc"]
 
     validated = score("validate", "churn")
-    assert "reasons off" in validated.stdout and "reasons_unavailable" in validated.stdout
+    assert ("reasons off" in validated.stdout and "reasons_unavailable" in validated.stdout) is reasons_off
 
     score("run", "churn", "--date", str(SCORED_DAY))
     predictions = _day_output(root, "predictions")
     assert (predictions["model_version"] == version).all()
     scored_x, _, ids = _inputs(root / "scored_inputs.parquet")
-    expected = pl.DataFrame({"entity_id": ids.cast(pl.String), "sklearn_p": model.predict_proba(scored_x)[:, 1]})
+    expected = pl.DataFrame({"entity_id": ids.cast(pl.String), "sklearn_p": model.predict_proba(scored_x)[:, 1], "row": np.arange(ids.len())})
     joined = predictions.join(expected, on="entity_id", how="inner")
     assert joined.height == predictions.height == ids.len()
     p = joined["sklearn_p"].to_numpy()
@@ -158,13 +163,29 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
     np.testing.assert_allclose(1 / (1 + np.exp(-margin)), p, rtol=0, atol=1e-5)
     np.testing.assert_array_less(np.abs(margin - np.log(p / (1 - p))), 1e-5 + 4 * FLOAT32_SPACING / (p * (1 - p)))
 
-    needing = predictions.filter(pl.col("decision").is_in(["decline", "manual_review"])).height
-    assert needing > 0
-    assert predictions["reason_codes"].list.len().max() == 0
+    needing = joined.filter(pl.col("decision").is_in(["decline", "manual_review"]))
+    assert needing.height > 0
     fallback = _day_output(root, "reports/fallback")
     (row,) = fallback.filter(pl.col("kind") == "reasons_unavailable").to_dicts()
-    assert row["rows"] == needing and "ONNX graph" in row["detail"], row
     assert fallback.filter(pl.col("kind") == "failed_chunk")["rows"].sum() == 0
+    if reasons_off:
+        assert predictions["reason_codes"].list.len().max() == 0
+        assert row["rows"] == needing.height and "ONNX graph" in row["detail"], row
+        return
+    assert row["rows"] == 0, row
+    # Exact linear reasons: the top 3 positive coefficient × (value − hold-out mean), by numpy on scikit-learn's own pipeline.
+    holdout_x, _, _ = _inputs(root / "holdout_inputs.parquet")
+    columns = model[:-1].transform(scored_x[needing["row"].to_numpy()])
+    values = model[-1].coef_[0] * (columns - model[:-1].transform(holdout_x).mean(axis=0))
+    compared = 0
+    for published, contributions in zip(needing["reason_codes"].to_list(), values, strict=True):
+        ranked = np.sort(contributions)[::-1][:4]
+        if np.any(np.abs(np.diff(ranked)) < 1e-6) or np.any(np.abs(ranked[:3]) < 1e-6):
+            continue
+        order = np.argsort(-contributions, kind="stable")[:3]
+        assert published == ([f"R0{j + 1}" for j in order if contributions[j] > 0] or ["R00"]), (published, contributions)
+        compared += 1
+    assert compared >= 0.9 * needing.height
 
 
 def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_challenger_shadows_without_them(
@@ -173,7 +194,7 @@ def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_ch
     root, score = project
     x, y, _ = _inputs(root / "train_inputs.parquet")
     onnx_version = _registered_version(score(
-        "register", "churn", "--model", str(_exported(_fitted("logistic", x, y), x, tmp_path / "lr.onnx", zipmap=True)),
+        "register", "churn", "--model", str(_exported(_fitted("mlp", x, y), x, tmp_path / "mlp.onnx", zipmap=True)),
         "--holdout", str(root / "holdout.parquet"),
     ).stdout)
     spec_path = root / "jobs" / "churn.yaml"

@@ -246,6 +246,19 @@ class ONNXEngine(ExplainingEngine):
         self._bind_on_device = self.device_type == "cuda" and outputs[self.output_name].startswith("tensor(")
         self.feature_names = tuple(self.metadata.features)
         self.reasons_unavailable = inference_reasons_unavailable(self.metadata)
+        self._explained = None
+        if self.reasons_unavailable is None and self.metadata.explanation is not None:
+            # A tree-ensemble or linear node, read from the graph as registration settled (tasks/inference/onnx_explained.py).
+            from tasks.inference.onnx_explained import inference_onnx_contributions
+
+            explained = inference_onnx_contributions(self.model_path, self.metadata, nthread=nthread)
+            if isinstance(explained, str):
+                self.reasons_unavailable = explained
+            else:
+                self.contributions_source, self._explained = explained.source, explained.explained_rows
+
+    def _explained_rows(self, rows: np.ndarray) -> np.ndarray:
+        return rows if self._explained is None else self._explained(rows)
 
     def _run(self, features: np.ndarray):  # noqa: ANN202  (an array, or a list of maps for a ZipMap)
         if not self._bind_on_device:

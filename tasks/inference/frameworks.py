@@ -74,8 +74,10 @@ def inference_framework_registration_fields(
 
         return RegistrationFields({"explanation": ModelExplanation(method="treeshap")})
     if framework == "onnx":
+        from tasks.inference.onnx_explained import inference_onnx_registration_explanation
         from tasks.inference.onnx_outputs import inference_registered_onnx_output
 
         choice = inference_registered_onnx_output(model_path, holdout)
-        return RegistrationFields({"onnx_output": choice.output}, [choice.description])
+        explanation, notes = inference_onnx_registration_explanation(model_path, choice.output, holdout, reference)
+        return RegistrationFields({"onnx_output": choice.output, "explanation": explanation}, [choice.description, *notes])
     return inference_engine_module(framework, model_path).inference_registration_fields(model_path, features, holdout, reference)

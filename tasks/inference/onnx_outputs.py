@@ -60,7 +60,10 @@ def inference_registered_onnx_output(model_path: Path, rows: np.ndarray) -> Onnx
     import onnx
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    # onnxmltools declares its LightGBM export's label output (1,): ONNX Runtime warns on every run of all outputs.
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
     features = np.ascontiguousarray(rows, dtype=np.float32)
     try:
         values = session.run(None, {session.get_inputs()[0].name: features})

@@ -287,6 +287,11 @@ def inference_guard_rows(kernel: TreeShapKernel, *, rows: int = GUARD_ROWS, seed
     x = rng.normal(size=(rows, kernel.n_features)).astype(np.float32)
     for feature in np.flatnonzero(kernel.used_features):
         thresholds = kernel.split_thresholds(int(feature))
+        # A split at the float32 maximum sends every finite value one way and NaN the other (scikit-learn's
+        # "missing values only" splits): around it, the rows would overflow to inf, which no model input is.
+        thresholds = thresholds[np.abs(thresholds) < np.finfo(np.float32).max]
+        if thresholds.size == 0:
+            continue
         lo, hi = float(thresholds.min()), float(thresholds.max())
         pad = 0.1 * (hi - lo) + 0.05 * max(abs(lo), abs(hi)) + 1e-3
         picked = thresholds[rng.integers(0, thresholds.size, rows)]

@@ -455,6 +455,10 @@ def register(
     version: Annotated[str | None, typer.Option(help="Version to register (default: the next number).")] = None,
     trained_from: Annotated[str | None, typer.Option(help="First day of the training window, YYYY-MM-DD (recorded).")] = None,
     trained_to: Annotated[str | None, typer.Option(help="Last day of the training window, YYYY-MM-DD (recorded).")] = None,
+    trust: Annotated[
+        list[str] | None,
+        typer.Option(help="A type a scikit-learn .skops file may hold beyond skops' defaults, after you reviewed it (repeat for several)."),
+    ] = None,
 ) -> None:
     """Register a model trained elsewhere: check it against the job, calibrate it on the hold-out, compute the
     drift reference, and write a new registry version (never over an existing one)."""
@@ -468,7 +472,10 @@ def register(
         if trained_to:
             window["window_end"] = parse_partition_date(trained_to, what="--trained-to").isoformat()
         settings = current_settings()
-        report = registered_job_model(job, model, settings=settings, holdout=holdout, reference=reference, version=version, training=window)
+        report = registered_job_model(
+            job, model, settings=settings, holdout=holdout, reference=reference, version=version, training=window,
+            trusted_types=tuple(trust or ()),
+        )
         _print_registration(report)
 
     _run(action)

@@ -60,13 +60,21 @@ def inference_engine_module(framework: str, model_path: Path | None = None):  # 
     return importlib.import_module(ENGINE_MODULES[framework])
 
 
-def inference_framework_input_problem(model_path: Path, framework: str, features: tuple[str, ...]) -> str | None:
+def _trust(framework: str, trusted_types: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """The types the user trusted (`score register --trust`), for the one framework whose loader takes them: skops."""
+    return {"trusted_types": trusted_types} if framework == "sklearn" else {}
+
+
+def inference_framework_input_problem(
+    model_path: Path, framework: str, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (),
+) -> str | None:
     """Why the model file cannot score the job's features as a binary classifier, or None."""
-    return inference_engine_module(framework, model_path).inference_input_problem(model_path, features)
+    return inference_engine_module(framework, model_path).inference_input_problem(model_path, features, **_trust(framework, trusted_types))
 
 
 def inference_framework_registration_fields(
-    model_path: Path, framework: str, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray,
+    model_path: Path, framework: str, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *,
+    trusted_types: tuple[str, ...] = (),
 ) -> RegistrationFields:
     """The framework's metadata fields for this model (its output, its explanation); refuses what cannot score honestly."""
     if framework == "xgboost":
@@ -80,4 +88,6 @@ def inference_framework_registration_fields(
         choice = inference_registered_onnx_output(model_path, holdout)
         explanation, notes = inference_onnx_registration_explanation(model_path, choice.output, holdout, reference)
         return RegistrationFields({"onnx_output": choice.output, "explanation": explanation}, [choice.description, *notes])
-    return inference_engine_module(framework, model_path).inference_registration_fields(model_path, features, holdout, reference)
+    return inference_engine_module(framework, model_path).inference_registration_fields(
+        model_path, features, holdout, reference, **_trust(framework, trusted_types)
+    )

@@ -291,8 +291,9 @@ def inference_guard_rows(kernel: TreeShapKernel, *, rows: int = GUARD_ROWS, seed
     x = rng.normal(size=(rows, kernel.n_features)).astype(np.float32)
     for feature in np.flatnonzero(kernel.used_features):
         thresholds = kernel.split_thresholds(int(feature))
-        # Thresholds at the ends of the float32 range (CatBoost's missing-value borders at ±FLT_MAX, a split at
-        # +inf) are still picked as values, but would stretch the spread around the others past float32.
+        # Thresholds at the ends of the float32 range (CatBoost's missing-value borders at ±FLT_MAX, scikit-learn's
+        # "missing values only" splits at the float32 maximum, a split at +inf) send every finite value one way and
+        # NaN the other: they are still picked as values, but would stretch the spread around the others past float32.
         inner = thresholds[np.abs(thresholds) < _SENTINEL_THRESHOLD]
         lo, hi = (float(inner.min()), float(inner.max())) if inner.size else (-1.0, 1.0)
         pad = 0.1 * (hi - lo) + 0.05 * max(abs(lo), abs(hi)) + 1e-3

@@ -114,7 +114,7 @@ def _next_version(registry_dir: Path) -> str:
     return str(max(numeric, default=0) + 1)
 
 
-def _model_input_problem(model_path: Path, framework: str, features: tuple[str, ...]) -> str | None:
+def _model_input_problem(model_path: Path, framework: str, features: tuple[str, ...], trusted_types: tuple[str, ...] = ()) -> str | None:
     """Why the model cannot take the job's feature matrix (names where it has them, count and order
     always, binary output), or None."""
     if framework == "xgboost":
@@ -140,7 +140,7 @@ def _model_input_problem(model_path: Path, framework: str, features: tuple[str, 
             )
         return None
     if framework != "onnx":
-        return inference_framework_input_problem(model_path, framework, features)
+        return inference_framework_input_problem(model_path, framework, features, trusted_types=trusted_types)
     import onnxruntime as ort
 
     try:
@@ -191,12 +191,14 @@ def registered_model_version(
     interval_level: float = 0.90,
     rows_quarantined: int = 0,
     training: Mapping[str, Any] | None = None,
+    trusted_types: tuple[str, ...] = (),
 ) -> RegistrationReport:
     """Register `model_file` as a new version under `registry_dir` (`<registry>/<model name>`).
 
     `holdout_features` are the model's input columns in `features` order (feature-model outputs
     included) for labelled rows the model never saw; `holdout_outcomes` their 0/1 outcomes. The
-    reference for drift is `reference_features` (default: the hold-out).
+    reference for drift is `reference_features` (default: the hold-out). `trusted_types`: the types
+    beyond skops' defaults the user trusts a scikit-learn file to hold (`score register --trust`).
     """
     name = registry_dir.name
     model_file = Path(model_file)
@@ -209,7 +211,11 @@ def registered_model_version(
             f"{', '.join(ACCEPTED_MODEL_SUFFIXES)} (save an XGBoost model with booster.save_model('model.ubj'), "
             "export others to ONNX); pickles are refused because they execute code when loaded"
         )
-    problem = inference_model_file_problem(model_file, framework) or _model_input_problem(model_file, framework, features)
+    if trusted_types and framework != "sklearn":
+        raise ModelArtifactError(
+            f"model file {model_file} is not a scikit-learn .skops file ({framework}): --trust names types a .skops file may hold beyond skops' defaults"
+        )
+    problem = inference_model_file_problem(model_file, framework) or _model_input_problem(model_file, framework, features, trusted_types)
     if problem:
         raise ModelArtifactError(f"model file {model_file} {problem}")
     outcomes = np.asarray(holdout_outcomes, dtype=np.float64)
@@ -228,7 +234,7 @@ def registered_model_version(
     # Before anything is staged: a label-only or multiclass output, an untrusted type, is refused with nothing written.
     settled = inference_framework_registration_fields(
         model_file, framework, features, np.ascontiguousarray(holdout_features, dtype=np.float32),
-        np.ascontiguousarray(reference, dtype=np.float32),
+        np.ascontiguousarray(reference, dtype=np.float32), trusted_types=trusted_types,
     )
     notes: list[str] = list(settled.notes)
 
@@ -468,6 +474,7 @@ def registered_job_model(
     reference: Path | pl.DataFrame | None = None,
     version: str | None = None,
     training: Mapping[str, Any] | None = None,
+    trusted_types: tuple[str, ...] = (),
 ) -> RegistrationReport:
     """Register a model of `job`: its hold-out (and reference) rows go through the job's own guards,
     features and feature models; the outcome is the spec's `monitoring.labels.outcome_column`."""
@@ -500,4 +507,5 @@ def registered_job_model(
         interval_level=spec.prediction.interval_level,
         rows_quarantined=held.rows_quarantined,
         training={**({"feature_models": held.feature_models} if held.feature_models else {}), **(training or {})},
+        trusted_types=trusted_types,
     )

@@ -449,7 +449,7 @@ def backfill_command(
 @app.command()
 def register(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
-    model: Annotated[Path, typer.Option(help="The model file: XGBoost .ubj/.json or ONNX .onnx, trained anywhere.")],
+    model: Annotated[Path, typer.Option(help="The model file, trained anywhere: XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm, scikit-learn .skops or ONNX .onnx.")],
     holdout: Annotated[Path, typer.Option(help="Labelled rows the model never saw (a Parquet file or folder) with the raw columns and the job's outcome column.")],
     reference: Annotated[Path | None, typer.Option(help="Rows that stand for the training distribution, for drift (default: the hold-out).")] = None,
     version: Annotated[str | None, typer.Option(help="Version to register (default: the next number).")] = None,

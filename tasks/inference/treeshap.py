@@ -292,12 +292,15 @@ def inference_guard_rows(kernel: TreeShapKernel, *, rows: int = GUARD_ROWS, seed
     for feature in np.flatnonzero(kernel.used_features):
         thresholds = kernel.split_thresholds(int(feature))
         # Thresholds at the ends of the float32 range (CatBoost's missing-value borders at ±FLT_MAX, scikit-learn's
-        # "missing values only" splits at the float32 maximum, a split at +inf) send every finite value one way and
-        # NaN the other: they are still picked as values, but would stretch the spread around the others past float32.
+        # "missing values only" splits, a split at +inf) send every finite value one way and NaN the other; the NaNs
+        # below test them. As values they are no model input (scikit-learn reads its own +inf split as the float32
+        # maximum, which a value of exactly that would cross), and they would stretch the spread past float32.
         inner = thresholds[np.abs(thresholds) < _SENTINEL_THRESHOLD]
-        lo, hi = (float(inner.min()), float(inner.max())) if inner.size else (-1.0, 1.0)
+        if inner.size == 0:
+            continue
+        lo, hi = float(inner.min()), float(inner.max())
         pad = 0.1 * (hi - lo) + 0.05 * max(abs(lo), abs(hi)) + 1e-3
-        picked = thresholds[rng.integers(0, thresholds.size, rows)]
+        picked = inner[rng.integers(0, inner.size, rows)]
         kind = rng.random(rows)
         around = rng.uniform(lo - pad, hi + pad, rows).astype(np.float32)
         below = np.nextafter(picked, np.float32(-np.inf))

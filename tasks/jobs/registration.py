@@ -208,8 +208,9 @@ def registered_model_version(
     if framework is None:
         raise ModelArtifactError(
             f"model file {model_file} has format {model_file.suffix or '(no suffix)'!r}; accepted: "
-            f"{', '.join(ACCEPTED_MODEL_SUFFIXES)} (save an XGBoost model with booster.save_model('model.ubj'), "
-            "export others to ONNX); pickles are refused because they execute code when loaded"
+            f"{', '.join(ACCEPTED_MODEL_SUFFIXES)} (XGBoost: booster.save_model('model.ubj'); LightGBM: booster.save_model('model.txt'); "
+            "CatBoost: model.save_model('model.cbm'); scikit-learn: skops.io.dump(model, 'model.skops'); any other: ONNX); "
+            "pickles are refused because they execute code when loaded"
         )
     if trusted_types and framework != "sklearn":
         raise ModelArtifactError(

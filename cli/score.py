@@ -849,8 +849,9 @@ def init(
             *(f"left out {column}: {why}" for column, why in done.left_out.items()),
             "next: review every `review:` note in both files, then",
             f"  1. score features {done.job} --from TRAIN.parquet --out INPUTS.parquet   (the model inputs to train on, in order)",
-            "  2. train a binary classifier on them, save it as .ubj/.json (XGBoost) or .onnx, then",
-            f"     score register {done.job} --model MODEL.ubj --holdout HOLDOUT.parquet   (rows it never saw, with the outcome)",
+            "  2. train a binary classifier on them and save it: XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm,",
+            "     scikit-learn .skops (skops.io.dump) or ONNX .onnx (README: Model formats), then",
+            f"     score register {done.job} --model MODEL --holdout HOLDOUT.parquet   (rows it never saw, with the outcome)",
             f"  3. score validate {done.job}",
             f"  4. put a partition in {settings.raw_partition_dir(done.job, 'YYYY-MM-DD')} and score run {done.job} --date YYYY-MM-DD",
         ]

@@ -26,7 +26,6 @@ from tasks.inference.treeshap import (
     KernelChoice,
     TreeArrays,
     TreeShapUnsupported,
-    inference_checked_treeshap,
     inference_guard_rows,
     inference_near_tie_rows,
     inference_treeshap_kernel,

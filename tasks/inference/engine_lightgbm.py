@@ -267,6 +267,11 @@ def inference_registration_fields(
             f"random-forest mode: LightGBM's raw score is the sum of the {round(1 / scale)} trees and its probability the sigmoid "
             "of their mean; the margin is that mean (raw score / trees), and the reasons are on the same scale"
         )
+    if _unnamed(list(model.get("feature_names") or [])):
+        notes.append(
+            "the model carries no feature names (it was trained on an array: Column_0, Column_1, …), so only the count of its "
+            "inputs was checked, not their names or order; train with feature_name= the job's features to have them checked"
+        )
     sigmoid = float(settings.get("sigmoid", 1.0))
     if objective == "binary" and sigmoid != 1.0:
         notes.append(

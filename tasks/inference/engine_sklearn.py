@@ -217,7 +217,7 @@ def _event_index(classes: np.ndarray) -> int | None:
 def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
     from sklearn.base import is_classifier, is_clusterer, is_regressor
 
-    estimator, name = model.estimator, model.name
+    estimator = model.estimator
     what = model.description
     if not is_classifier(estimator):
         if is_regressor(estimator):
@@ -442,6 +442,12 @@ def _explainer(model: _Model, output: SklearnOutput, n_features: int) -> _Explai
     coef = getattr(model.final, "coef_", None)
     if isinstance(model.final, LinearClassifierMixin) and coef is not None and np.shape(coef) == (1, n_features) and output.method == "decision_function":
         return _Explainer("linear")
+    native = {"lightgbm": "its booster with model.booster_.save_model('model.txt')", "xgboost": "its booster with "
+              "model.get_booster().save_model('model.ubj')", "catboost": "it with model.save_model('model.cbm')"}
+    framework = type(model.final).__module__.split(".")[0]
+    if framework in native:
+        # A framework's own scikit-learn wrapper inside skops: its trees are not scikit-learn's to read.
+        return _Explainer("none", detail=f"{model.description} (save {native[framework]} for exact reasons)")
     return _Explainer("none", detail=model.description)
 
 

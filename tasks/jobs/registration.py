@@ -192,6 +192,7 @@ def registered_model_version(
     rows_quarantined: int = 0,
     training: Mapping[str, Any] | None = None,
     trusted_types: tuple[str, ...] = (),
+    scored_as_latest: bool = False,
 ) -> RegistrationReport:
     """Register `model_file` as a new version under `registry_dir` (`<registry>/<model name>`).
 
@@ -276,6 +277,14 @@ def registered_model_version(
             )
         if (why := inference_reasons_unavailable(engine.metadata)) is not None:
             notes.append(f"{why}: each run counts the rows whose decision needs reasons as reasons_unavailable in its fallback report")
+        earlier = [v for v in inference_model_versions(registry_dir) if v != version]
+        if scored_as_latest and earlier:
+            # Registering is meant never to deploy; a spec that follows `latest` deploys every registration.
+            warnings.append(
+                f"the job scores model.version: latest, so its next run scores version {version} instead of {earlier[-1]}; "
+                f"to keep {earlier[-1]} live and shadow {version}, point the spec at aliases (score promote {earlier[-1]} --alias champion, "
+                f"model.version: champion; score promote {version} --alias challenger, model.challenger: challenger)"
+            )
         if auc is not None and auc < 0.55:
             warnings.append(f"hold-out AUC is {auc:.3f}: the model barely ranks the hold-out; check the label column and the features")
         metadata = ModelMetadata(
@@ -508,5 +517,6 @@ def registered_job_model(
         interval_level=spec.prediction.interval_level,
         rows_quarantined=held.rows_quarantined,
         training={**({"feature_models": held.feature_models} if held.feature_models else {}), **(training or {})},
+        scored_as_latest=spec.model.version == "latest",
         trusted_types=trusted_types,
     )

@@ -424,6 +424,9 @@ def job_spec_text(
     else:
         base, base_note = 0.1, "a placeholder: no --label-column was given"
     cut = min(0.5, max(0.01, round(2 * base, 2)))
+    cut_note = "twice the base probability" if cut == round(2 * base, 2) else (
+        "twice the base probability, capped at 0.5" if cut == 0.5 else "twice the base probability, at least 0.01"
+    )
     q = _scalar
     lines = [
         f"# Job {job}, scaffolded by `score init` from {sample}.",
@@ -463,7 +466,7 @@ def job_spec_text(
         f"    base_probability: {base}",
         "    points_to_double_odds: 10",
         "  rules:",
-        f"    # review: the cut-off {cut} is a placeholder (twice the base probability): set your risk appetite.",
+        f"    # review: the cut-off {cut} is a placeholder ({cut_note}): set your risk appetite.",
         "    # Every row must match exactly one rule; loading the spec proves it, so edit the three together.",
         "    - id: DECLINE_HIGH_RISK",
         "      description: Even the optimistic end of the interval is above the cut-off.",

@@ -117,6 +117,32 @@ def test_margins_are_catboosts_raw_values_and_reasons_its_shap_values_whatever_t
     assert np.abs(published.values - shap).max() <= 1e-5
 
 
+@pytest.mark.parametrize(("nan_mode", "depth"), [("Min", 4), ("Min", 6), ("Max", 4), ("Max", 6)])
+def test_symmetric_trees_are_explained_by_one_table_row_per_leaf_equal_to_shap_values_and_the_general_kernel(
+    tmp_path: Path, nan_mode: str, depth: int
+) -> None:
+    from tasks.inference.engine_catboost import CatBoostEngine, inference_catboost_model_json, inference_catboost_tree_arrays
+    from tasks.inference.treeshap import inference_treeshap_kernel
+
+    x, y = _synthetic()
+    model = _classifier(depth=depth, nan_mode=nan_mode, iterations=30).fit(x[:1500], y[:1500])
+    names = [f"f{i}" for i in range(5)]
+    engine = CatBoostEngine(_artifact(tmp_path, model, names))
+    source = engine.contributions_source
+    assert source.name == "table_treeshap" and source.kernel.layout == "oblivious", source.reason
+    assert source.framework_contributions is not None and source.max_abs_diff <= 1e-5
+    general = inference_treeshap_kernel(inference_catboost_tree_arrays(inference_catboost_model_json(model), 5).arrays)
+    assert general.layout == "paths"
+    # Depth 6 over 5 features splits a feature at several levels of a tree: some leaf indices no row can reach.
+    assert depth == 4 or (source.kernel.widest_path < depth and np.isnan(source.kernel.table).any())
+    for rows in (x[1500:], _edge_rows(model, 5)):
+        ours = source.kernel.contributions(rows)
+        shap = model.get_feature_importance(data=catboost.Pool(rows), type="ShapValues")
+        assert np.isfinite(ours).all()
+        assert np.abs(ours - shap).max() <= 1e-5
+        assert np.abs(ours - general.contributions(rows)).max() <= 1e-12
+
+
 def test_models_catboost_cannot_explain_exactly_are_explained_by_the_kernel_checked_against_their_raw_values(tmp_path: Path) -> None:
     from tasks.inference.engine_catboost import CatBoostEngine, inference_catboost_model_json, inference_catboost_tree_arrays
 
@@ -135,6 +161,7 @@ def test_models_catboost_cannot_explain_exactly_are_explained_by_the_kernel_chec
         engine = CatBoostEngine(_artifact(tmp_path, model, names))
         source = engine.contributions_source
         assert source.name == "table_treeshap" and source.framework_contributions is None and source.output is not None
+        assert source.kernel.layout == ("paths" if model is lossguide else "oblivious")
         rows = x[1500:]
         raw = model.predict(rows, prediction_type="RawFormulaVal")
         assert np.abs(engine.inference_outputs(_batch(rows, names)).margins - raw).max() <= 1e-6

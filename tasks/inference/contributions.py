@@ -23,6 +23,7 @@ from tasks.inference.treeshap import (
     KERNEL_NAME,
     TIE_TOLERANCE,
     ContributionCounts,
+    ContributionKernel,
     KernelChoice,
     TreeArrays,
     TreeShapUnsupported,
@@ -40,14 +41,15 @@ EXPLAINED_BY_PRODUCT = frozenset({KERNEL_NAME, LINEAR_NAME})
 
 def inference_output_checked_treeshap(
     trees: TreeArrays, output: Callable[[np.ndarray], np.ndarray], *, model_label: str, framework: str, nthread: int = 0,
-    tolerance: float = GUARD_TOLERANCE,
+    tolerance: float = GUARD_TOLERANCE, kernel_of: Callable[[TreeArrays], ContributionKernel] | None = None,
 ) -> KernelChoice:
     """The table kernel of a framework without contributions of its own (scikit-learn, ONNX tree nodes), kept
     only if its contributions plus bias add up to the model's own output (`output`: rows → the value the trees
     sum to) on the guard rows: a misread split, leaf or bias shows there. Raises TreeShapUnsupported when the
-    kernel cannot represent the trees or does not add up: nothing else could explain them."""
+    kernel cannot represent the trees or does not add up: nothing else could explain them. `kernel_of` builds
+    another kernel of the same contributions (the oblivious-tree one)."""
     start = time.perf_counter()
-    kernel = inference_treeshap_kernel(trees)
+    kernel = inference_treeshap_kernel(trees) if kernel_of is None else kernel_of(trees)
     rows = inference_guard_rows(kernel, rows=GUARD_ROWS)
     ours = kernel.contributions(rows, nthread=nthread).sum(axis=1)
     theirs = np.asarray(output(rows), dtype=np.float64).reshape(-1)

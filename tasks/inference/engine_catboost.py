@@ -6,7 +6,9 @@ What CatBoost does that the conversion follows:
 - A split sends a row to bit 1 when `value > border` (float32), so `value <= border` goes left in the one
   tree layout. An oblivious tree of depth d splits on `splits[d - 1]` at its root (the leaf index's highest
   bit) down to `splits[0]` above the leaves; it is expanded to a full binary tree in that order, the order
-  CatBoost's own TreeSHAP walks it in (another order gives other, equally "exact" values).
+  CatBoost's own TreeSHAP walks it in (another order gives other, equally "exact" values). The expanded trees
+  are explained by the oblivious-tree kernel (tasks/inference/oblivious_treeshap.py): one table row per leaf
+  index, each the table kernel's contributions of that tree for a row reaching the leaf.
 - A missing value follows each feature's `nan_value_treatment`: `AsFalse` (nan_mode Min, and Forbidden, where
   NaN compares false) goes to bit 0, `AsTrue` (nan_mode Max) to bit 1. nan_mode Min also adds a border at
   -FLT_MAX, Max one at +FLT_MAX (`x <= FLT_MAX` becomes a split at +inf).
@@ -42,6 +44,7 @@ from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import TreeContributions, inference_output_checked_treeshap
 from tasks.inference.engine import ExplainingEngine, _logged_output
 from tasks.inference.frameworks import RegistrationFields
+from tasks.inference.oblivious_treeshap import inference_oblivious_treeshap_kernel
 from tasks.inference.registry import ModelArtifact, ModelExplanation
 from tasks.inference.treeshap import (
     KernelChoice,
@@ -237,6 +240,8 @@ class CatBoostTrees:
 
     arrays: TreeArrays
     own_shap_unusable: str | None
+    oblivious: bool
+    """Symmetric trees, each expanded level by level: the oblivious-tree kernel explains them."""
 
 
 def _nan_goes_left(treatment: str) -> int:
@@ -379,7 +384,7 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int) -> CatBoos
         bias=bias,
         n_features=n_features,
     )
-    return CatBoostTrees(arrays, "; ".join(unusable) or None)
+    return CatBoostTrees(arrays, "; ".join(unusable) or None, "oblivious_trees" in model_json)
 
 
 class CatBoostEngine(ExplainingEngine):
@@ -420,16 +425,18 @@ class CatBoostEngine(ExplainingEngine):
             log.info("[INF] model_name=%s contributions by %s: %s", label, SHAP_LABEL, exc)
             choice = KernelChoice(None, str(exc), None, time.perf_counter() - start, CATBOOST_NAME)
             return TreeContributions(choice, self._catboost_contributions, nthread=nthread, framework_label=SHAP_LABEL)
+        # A symmetric tree's contributions depend only on the leaf a row reaches: one table row per leaf.
+        kernel_of = inference_oblivious_treeshap_kernel if trees.oblivious else None
         if trees.own_shap_unusable is None:
             choice = inference_checked_treeshap(
                 trees.arrays, self._catboost_contributions, model_label=label, framework=CATBOOST_NAME,
-                reference_name=SHAP_LABEL, nthread=nthread,
+                reference_name=SHAP_LABEL, nthread=nthread, kernel_of=kernel_of,
             )
             return TreeContributions(choice, self._catboost_contributions, nthread=nthread, framework_label=SHAP_LABEL)
         log.info("[INF] model_name=%s contributions checked against the model's own raw values: %s", label, trees.own_shap_unusable)
         try:
             choice = inference_output_checked_treeshap(
-                trees.arrays, self._raw_values, model_label=label, framework=CATBOOST_NAME, nthread=nthread,
+                trees.arrays, self._raw_values, model_label=label, framework=CATBOOST_NAME, nthread=nthread, kernel_of=kernel_of,
             )
         except TreeShapUnsupported as exc:
             self.reasons_unavailable = (

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Protocol
 
 import numpy as np
 
@@ -95,10 +96,30 @@ class TreeShapKernel:
     table: np.ndarray
     bias: float
     widest_path: int
+    layout = "paths"
+    """Tables per leaf and path-feature pattern (any tree shape); `oblivious` kernels have one table per tree."""
 
     @property
     def n_trees(self) -> int:
         return self.tree_node_start.size - 1
+
+    def tree_kernel(self, tree: int) -> TreeShapKernel:
+        """The kernel of tree `tree` alone (bias 0): the same tables, so its contributions are that tree's share
+        of this kernel's, computed by the same arithmetic."""
+        nodes = slice(int(self.tree_node_start[tree]), int(self.tree_node_start[tree + 1]))
+        leaves = slice(int(self.tree_leaf_start[tree]), int(self.tree_leaf_start[tree + 1]))
+        offsets = self.leaf_offset[leaves]
+        # Leaves' tables follow one another tree by tree: this tree's end where the next tree's first leaf starts.
+        first = int(offsets[0]) if offsets.size else 0
+        last = int(self.leaf_offset[leaves.stop]) if leaves.stop < self.leaf_offset.size else self.table.size
+        return TreeShapKernel(
+            n_features=self.n_features, node_feature=self.node_feature[nodes], node_value=self.node_value[nodes],
+            node_default_left=self.node_default_left[nodes], node_bit=self.node_bit[nodes], node_left=self.node_left[nodes],
+            node_right=self.node_right[nodes], tree_node_start=np.array([0, nodes.stop - nodes.start], dtype=np.int64),
+            leaf_node=self.leaf_node[leaves], leaf_width=self.leaf_width[leaves], leaf_feature=self.leaf_feature[leaves],
+            leaf_offset=(offsets - first).astype(np.int64), tree_leaf_start=np.array([0, leaves.stop - leaves.start], dtype=np.int64),
+            table=self.table[first:last], bias=0.0, widest_path=self.widest_path,
+        )
 
     @property
     def table_bytes(self) -> int:
@@ -285,7 +306,7 @@ def inference_treeshap_kernel(
     )
 
 
-def inference_guard_rows(kernel: TreeShapKernel, *, rows: int = GUARD_ROWS, seed: int = 0) -> np.ndarray:
+def inference_guard_rows(kernel: ContributionKernel, *, rows: int = GUARD_ROWS, seed: int = 0) -> np.ndarray:
     """Rows that exercise the splits: exact thresholds, values just below them, values around them, NaNs."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, kernel.n_features)).astype(np.float32)
@@ -310,7 +331,7 @@ def inference_guard_rows(kernel: TreeShapKernel, *, rows: int = GUARD_ROWS, seed
 
 
 def inference_treeshap_max_diff(
-    kernel: TreeShapKernel, reference: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, *, nthread: int = 0
+    kernel: ContributionKernel, reference: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, *, nthread: int = 0
 ) -> float:
     """Largest absolute difference to `reference` (XGBoost's pred_contribs), bias column included; inf on NaN."""
     ours = kernel.contributions(rows, nthread=nthread)
@@ -321,11 +342,34 @@ def inference_treeshap_max_diff(
     return float(diff.max()) if np.isfinite(diff).all() else math.inf
 
 
+class ContributionKernel(Protocol):
+    """What explains rows and what the load-time checks read: `TreeShapKernel`, or the oblivious-tree kernel
+    (tasks/inference/oblivious_treeshap.py) built from one."""
+
+    n_features: int
+    bias: float
+    widest_path: int
+    layout: str
+
+    @property
+    def n_trees(self) -> int: ...
+
+    @property
+    def table_bytes(self) -> int: ...
+
+    @property
+    def used_features(self) -> np.ndarray: ...
+
+    def split_thresholds(self, feature: int) -> np.ndarray: ...
+
+    def contributions(self, features: np.ndarray, *, nthread: int = 0) -> np.ndarray: ...
+
+
 @dataclass(frozen=True)
 class KernelChoice:
     """Which kernel explains the model's rows, and why the framework's own TreeSHAP does when it does."""
 
-    kernel: TreeShapKernel | None
+    kernel: ContributionKernel | None
     reason: str | None
     max_abs_diff: float | None
     load_s: float
@@ -349,18 +393,23 @@ def inference_checked_treeshap(
     guard_rows: int = GUARD_ROWS,
     tolerance: float = GUARD_TOLERANCE,
     rows_as_seen: Callable[[np.ndarray], np.ndarray] | None = None,
+    kernel_of: Callable[[TreeArrays], ContributionKernel] | None = None,
 ) -> KernelChoice:
     """Build the table kernel and keep it only if it matches `reference` (the framework's own
     contributions, `framework` naming who computes them instead) on the guard rows. `rows_as_seen` is
     what the engine does to rows before explaining them (its `_explained_rows`); the guard rows go
-    through it too, so the check covers the kernel as it will be used.
+    through it too, so the check covers the kernel as it will be used. `kernel_of` builds another kernel of the
+    same contributions from `model`'s TreeArrays (the oblivious-tree one); it is checked the same way.
 
     A model the kernel cannot represent is logged at INFO (a property of the model); a kernel
     that disagrees with the framework is refused with a WARNING, because that is a defect.
     """
     start = time.perf_counter()
     try:
-        kernel = inference_treeshap_kernel(model, max_path_features=max_path_features, max_table_bytes=max_table_bytes)
+        kernel = (
+            inference_treeshap_kernel(model, max_path_features=max_path_features, max_table_bytes=max_table_bytes)
+            if kernel_of is None else kernel_of(model)
+        )
     except TreeShapUnsupported as exc:
         log.info("[INF] model_name=%s contributions by %s: %s", model_label, reference_name, exc)
         return KernelChoice(None, str(exc), None, time.perf_counter() - start, framework)

@@ -243,3 +243,50 @@ def inference_table_contributions(
             for f in range(n_features):
                 out[first + j, f] = acc[f, j]
             out[first + j, n_features] = bias
+
+
+@numba.njit(cache=True, parallel=True)
+def inference_oblivious_contributions(
+    x, level_feature, level_value, level_default_left, tree_level_start, tree_feature, tree_feature_start,
+    tree_table_start, table, bias, out, block,
+):
+    # An oblivious tree asks every row the same question at each level, so a row's leaf index is its answers'
+    # bits (root first) and the tree's contributions to it are one row of the tree's table.
+    n_rows, n_features = x.shape
+    n_trees = tree_level_start.size - 1
+    n_blocks = (n_rows + block - 1) // block
+    for b in numba.prange(n_blocks):
+        first = b * block
+        m = min(n_rows, first + block) - first
+        xt = np.empty((n_features, block), np.float32)
+        for j in range(m):
+            for f in range(n_features):
+                xt[f, j] = x[first + j, f]
+        acc = np.zeros((n_features, block), np.float64)
+        at = np.empty(block, np.int64)
+        for t in range(n_trees):
+            for j in range(m):
+                at[j] = 0
+            for k in range(tree_level_start[t], tree_level_start[t + 1]):
+                threshold = level_value[k]
+                default_left = np.int64(level_default_left[k])
+                column = xt[level_feature[k]]
+                for j in range(m):
+                    value = column[j]
+                    # NaN fails every comparison: it goes left (bit 0) only when the default is left.
+                    go_left = np.int64(value < threshold) | (np.int64(value != value) & default_left)
+                    at[j] = (at[j] << 1) | (1 - go_left)
+            width = tree_feature_start[t + 1] - tree_feature_start[t]
+            if width == 0:
+                continue
+            offset = tree_table_start[t]
+            for j in range(m):
+                at[j] = offset + at[j] * width
+            for i in range(width):
+                row = acc[tree_feature[tree_feature_start[t] + i]]
+                for j in range(m):
+                    row[j] += table[at[j] + i]
+        for j in range(m):
+            for f in range(n_features):
+                out[first + j, f] = acc[f, j]
+            out[first + j, n_features] = bias

@@ -205,7 +205,7 @@ def test_what_cannot_score_the_job_is_named(tmp_path: Path) -> None:
     broken = tmp_path / "broken.cbm"
     broken.write_bytes(b"CBM1" + b"\0" * 64)
     assert inference_input_problem(broken, names).startswith("could not be loaded by CatBoost: ")
-    with pytest.raises(DeviceUnavailable, match="predicts on CPU only"):
+    with pytest.raises(DeviceUnavailable, match="CatBoost cannot evaluate on a GPU here"):
         CatBoostEngine(_artifact(tmp_path, _classifier(**small).fit(x, y), list(names)), device="cuda")
 
 

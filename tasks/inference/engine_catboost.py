@@ -388,23 +388,32 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int) -> CatBoos
 
 
 class CatBoostEngine(ExplainingEngine):
-    """CatBoost inference on CPU: RawFormulaVal margins, reasons by the table TreeSHAP checked against ShapValues."""
+    """CatBoost inference: RawFormulaVal margins (on the GPU where CatBoost can evaluate there), reasons by the
+    table TreeSHAP checked against ShapValues."""
 
     def __init__(self, artifact: ModelArtifact, *, device: str = "cpu", nthread: int = 0) -> None:
+        from tasks.inference.engine import inference_cuda_device_present
+
         self.artifact = artifact
         self.metadata = artifact.metadata
         self.model_path = artifact.model_path
-        if device == "cuda":
-            raise DeviceUnavailable(
-                f"model {self.metadata.name} {self.metadata.version}: device 'cuda' was asked for, but a CatBoost model "
-                "predicts on CPU only (CatBoost's GPU support is for training); set device: cpu or auto"
-            )
         self.model = inference_catboost_model(artifact.model_path)
-        if device == "auto":
-            log.info("[INF] model_name=%s device auto: CatBoost predicts on CPU only, scoring on CPU", self.metadata.name)
-        self.device_type = "cpu"
-        self.providers = ("catboost:cpu",)
         self._threads = -1 if nthread <= 0 else nthread
+        self._task_type = "CPU"
+        gpu_problem = "no NVIDIA device is present"
+        if device == "cuda" or (device == "auto" and inference_cuda_device_present()):
+            gpu_problem = self._gpu_problem()
+            if gpu_problem is None:
+                self._task_type = "GPU"
+        self.device_type = "cuda" if self._task_type == "GPU" else "cpu"
+        if device == "cuda" and self.device_type != "cuda":
+            raise DeviceUnavailable(
+                f"model {self.metadata.name} {self.metadata.version}: device 'cuda' was asked for, but CatBoost cannot "
+                f"evaluate on a GPU here ({gpu_problem}); set device: cpu or auto"
+            )
+        if device == "auto" and self.device_type != "cuda":
+            log.info("[INF] model_name=%s device auto: %s, scoring on CPU", self.metadata.name, gpu_problem)
+        self.providers = (f"catboost:{self.device_type}",)
         self.feature_names = tuple(self.metadata.features)
         self.reasons_unavailable = None
         self.contributions_source = self._explanation(nthread)
@@ -446,9 +455,27 @@ class CatBoostEngine(ExplainingEngine):
             return None
         return TreeContributions(choice, None, nthread=nthread, framework_label=SHAP_LABEL, output=self._raw_values)
 
+    def _gpu_problem(self) -> str | None:
+        """Why CatBoost cannot evaluate this model on the GPU (its CPU-only build, no usable device), or None:
+        CatBoost's own attempt is the only truth, so one row is evaluated there and compared with the CPU."""
+        row = np.zeros((1, len(self.metadata.features)), dtype=np.float32)
+        try:
+            on_gpu = self.model.predict(row, prediction_type="RawFormulaVal", task_type="GPU")
+        except Exception as exc:  # noqa: BLE001  (CatBoostError, or a CUDA runtime error surfacing as another type)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            # "library/cpp/cuda/wrappers/cuda_vec.h:86: CUDA error 35: …": the source position says nothing to a user.
+            return "CatBoost: " + re.sub(r"^\S+:\d+:\s*", "", first)
+        on_cpu = self.model.predict(row, prediction_type="RawFormulaVal")
+        if not np.allclose(np.asarray(on_gpu, dtype=np.float64), np.asarray(on_cpu, dtype=np.float64), rtol=1e-5, atol=1e-6):
+            return f"CatBoost's GPU evaluation gives {float(np.ravel(on_gpu)[0])!r} where its CPU gives {float(np.ravel(on_cpu)[0])!r}"
+        return None
+
     def _raw_values(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(
-            self.model.predict(np.ascontiguousarray(rows, dtype=np.float32), prediction_type="RawFormulaVal", thread_count=self._threads),
+            self.model.predict(
+                np.ascontiguousarray(rows, dtype=np.float32), prediction_type="RawFormulaVal", thread_count=self._threads,
+                task_type=self._task_type,
+            ),
             dtype=np.float64,
         ).reshape(-1)
 

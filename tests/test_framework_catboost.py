@@ -23,13 +23,14 @@ import polars as pl
 import pytest
 import yaml
 
-from test_bring_your_own import day_rows
-
 catboost = pytest.importorskip("catboost")
 
 from conftest import user_project_env  # noqa: E402
+from user_projects import (  # noqa: E402
+    assert_nothing_registered, assert_one_error_line, churn_project, day_output, model_inputs, raw_partition,
+    registered_version, registry_versions, score_cli,
+)
 
-SCORE = Path(sys.executable).parent / "score"
 TRAIN_DAY, HOLDOUT_DAY, SCORED_DAY = dt.date(2026, 11, 1), dt.date(2026, 11, 2), dt.date(2026, 11, 3)
 ROWS = 2000
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -220,56 +221,19 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     """A user's churn project: scaffolded, the scored day's raw rows and labels in place, the model inputs of the
     training and scored days written by `score features`, and a `score` that runs the CLI in a subprocess."""
     root = tmp_path_factory.mktemp("catboost-byo")
-    env = user_project_env(root)
-
-    def score(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(SCORE), *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)
-        assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout[-3000:], done.stderr[-3000:])
-        if ok:
-            assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
-        return done
-
-    frames = {day: day_rows(day, ROWS, seed=300 + i) for i, day in enumerate([TRAIN_DAY, HOLDOUT_DAY, SCORED_DAY])}
-    frames[TRAIN_DAY].write_parquet(root / "train.parquet")
-    frames[HOLDOUT_DAY].write_parquet(root / "holdout.parquet")
-    raw = root / "data" / "raw" / "churn" / f"date={SCORED_DAY}"
-    raw.mkdir(parents=True)
-    frames[SCORED_DAY].drop("churned").write_parquet(raw / "part-0.parquet")
-    labels = root / "data" / "labels" / "churn" / f"date={SCORED_DAY}"
-    labels.mkdir(parents=True)
-    frames[SCORED_DAY].select("customer_id", "churned", pl.lit(SCORED_DAY + dt.timedelta(days=90)).alias("observed_date")).write_parquet(
-        labels / "part-0.parquet")
-    score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
-    score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
-    score("features", "churn", "--from", str(raw), "--out", str(root / "scored_inputs.parquet"))
+    score = score_cli(root, user_project_env(root))
+    churn_project(
+        root, score, train_days=[TRAIN_DAY], holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=ROWS, seed=300,
+        features_of=[("train.parquet", "train_inputs"), (raw_partition(SCORED_DAY), "scored_inputs")],
+    )
     return root, score
-
-
-def _inputs(path: Path) -> tuple[list[str], np.ndarray, np.ndarray | None, list[str]]:
-    frame = pl.read_parquet(path)
-    names = [c for c in frame.columns if c not in ("customer_id", "outcome")]
-    outcome = frame["outcome"].to_numpy() if "outcome" in frame.columns else None
-    return names, frame.select(names).to_numpy().astype(np.float32), outcome, frame["customer_id"].to_list()
-
-
-def _registered_version(stdout: str) -> str:
-    return next(line for line in stdout.splitlines() if line.startswith("registered churn version ")).split()[3]
-
-
-def _versions(root: Path) -> list[str]:
-    folder = root / "data" / "models" / "churn"
-    return sorted(p.name for p in folder.iterdir() if (p / "metadata.json").is_file()) if folder.is_dir() else []
-
-
-def _day_output(root: Path, dataset: str) -> pl.DataFrame:
-    return pl.read_parquet(root / "data" / "output" / "churn" / dataset / f"date={SCORED_DAY}" / "*.parquet")
 
 
 def _check_against_catboost(root: Path, published: pl.DataFrame, model) -> int:  # noqa: ANN001
     """Published margins are CatBoost's RawFormulaVal of the row's model inputs; reason codes are the top-k positive
     ShapValues CatBoost computes for those inputs. Returns how many rows carried reasons."""
-    names, x, _, ids = _inputs(root / "scored_inputs.parquet")
-    position = {entity: i for i, entity in enumerate(ids)}
+    x, _, names, ids = model_inputs(root / "scored_inputs.parquet")
+    position = {entity: i for i, entity in enumerate(ids.to_list())}
     rows = np.array([position[e] for e in published["entity_id"]])
     theirs = model.predict(x[rows], prediction_type="RawFormulaVal")
     assert np.abs(published["raw_margin"].to_numpy() - theirs).max() <= 1e-6
@@ -290,14 +254,14 @@ def test_a_catboost_model_registers_validates_scores_and_shadows_an_xgboost_cham
     project, tmp_path: Path
 ) -> None:
     root, score = project
-    names, x, y, _ = _inputs(root / "train_inputs.parquet")
+    x, y, names, _ = model_inputs(root / "train_inputs.parquet")
     assert np.isnan(x).any()  # missing monthly charges reach the model as NaN
     model = _classifier().fit(catboost.Pool(x, y, feature_names=names))
     path = tmp_path / "churn.cbm"
     model.save_model(str(path))
 
     registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"))
-    version = _registered_version(registered.stdout)
+    version = registered_version(registered.stdout)
     flat = " ".join(registered.stdout.split())
     assert "CatBoost model: 40 trees (SymmetricTree), loss Logloss" in flat and "log-odds of class 1 of [0, 1]" in flat, flat
     metadata = json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text())
@@ -308,10 +272,10 @@ def test_a_catboost_model_registers_validates_scores_and_shadows_an_xgboost_cham
 
     score("validate", "churn")
     score("run", "churn", "--date", str(SCORED_DAY))
-    predictions = _day_output(root, "predictions")
+    predictions = day_output(root, "predictions", SCORED_DAY)
     assert (predictions["model_version"] == version).all()
     explained = _check_against_catboost(root, predictions, model)
-    fallback = _day_output(root, "reports/fallback")
+    fallback = day_output(root, "reports/fallback", SCORED_DAY)
     assert fallback.filter(pl.col("kind").is_in(["failed_chunk", "reasons_unavailable"]))["rows"].sum() == 0
     with duckdb.connect(str(root / "data" / "warehouse.duckdb"), read_only=True) as con:
         (inference,) = con.execute("SELECT inference FROM runs WHERE partition_date = ? AND status = 'succeeded'", [SCORED_DAY]).fetchone()
@@ -323,19 +287,19 @@ def test_a_catboost_model_registers_validates_scores_and_shadows_an_xgboost_cham
 
     booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40)
     booster.save_model(str(tmp_path / "champion.ubj"))
-    champion = _registered_version(score("register", "churn", "--model", str(tmp_path / "champion.ubj"),
-                                         "--holdout", str(root / "holdout.parquet")).stdout)
+    champion = registered_version(score("register", "churn", "--model", str(tmp_path / "champion.ubj"),
+                                        "--holdout", str(root / "holdout.parquet")).stdout)
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     try:
         spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{version}"'))
         score("validate", "churn")
         score("run", "churn", "--date", str(SCORED_DAY))
-        shadow, predictions = _day_output(root, "shadow_predictions"), _day_output(root, "predictions")
+        shadow, predictions = day_output(root, "shadow_predictions", SCORED_DAY), day_output(root, "predictions", SCORED_DAY)
         assert (predictions["model_version"] == champion).all() and (shadow["model_version"] == version).all()
         assert shadow.height == predictions.height
         assert _check_against_catboost(root, shadow, model) > 0
-        fallback = _day_output(root, "reports/fallback")
+        fallback = day_output(root, "reports/fallback", SCORED_DAY)
         assert fallback.filter(pl.col("kind") == "challenger_failed")["rows"].sum() == 0
     finally:
         spec_path.write_text(scaffolded)
@@ -361,7 +325,7 @@ def test_a_regressor_a_multiclass_model_and_categorical_features_are_refused_wit
     project, tmp_path: Path, make: str, expected: str
 ) -> None:
     root, score = project
-    names, x, y, _ = _inputs(root / "train_inputs.parquet")
+    x, y, names, _ = model_inputs(root / "train_inputs.parquet")
     if make == "regressor":
         model = catboost.CatBoostRegressor(iterations=10, depth=4, verbose=0, allow_writing_files=False, thread_count=2).fit(x, y)
     elif make == "multiclass":
@@ -371,13 +335,9 @@ def test_a_regressor_a_multiclass_model_and_categorical_features_are_refused_wit
         model = _categorical(x, y, names)
     path = tmp_path / f"{make}.cbm"
     model.save_model(str(path))
-    before = _versions(root)
+    before = registry_versions(root)
 
     refused = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), ok=False)
 
-    assert refused.returncode == 2, (refused.stdout, refused.stderr)
-    lines = [line for line in (refused.stdout + refused.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and str(path) in lines[0], lines
-    assert expected in " ".join(lines[0].split()), lines[0]
-    assert _versions(root) == before
-    assert not list((root / "data" / "models" / ".staging").glob("*"))
+    assert_one_error_line(refused, path, expected)
+    assert_nothing_registered(root, before)

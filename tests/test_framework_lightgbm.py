@@ -12,8 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +19,14 @@ import polars as pl
 import pytest
 import yaml
 
-from test_bring_your_own import day_rows
-
 lgb = pytest.importorskip("lightgbm")
 
 from conftest import user_project_env  # noqa: E402
+from user_projects import (  # noqa: E402
+    assert_nothing_registered, assert_one_error_line, churn_project, day_output, model_inputs, raw_partition,
+    registered_version, registry_versions, score_cli,
+)
 
-SCORE = Path(sys.executable).parent / "score"
 TRAIN_DAY, HOLDOUT_DAY, SCORED_DAY = dt.date(2026, 10, 1), dt.date(2026, 10, 3), dt.date(2026, 10, 4)
 ROWS = 2000
 TREES = 30
@@ -39,36 +38,12 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     scored day's labels, and a `score` that runs the CLI in a subprocess."""
     root = tmp_path_factory.mktemp("lightgbm-byo")
     env = user_project_env(root)
-
-    def score(*args: str, ok: bool = True, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(SCORE), *args], env=environ or env, cwd=root, capture_output=True, text=True, timeout=600)
-        assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout[-3000:], done.stderr[-3000:])
-        if ok:
-            assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
-        return done
-
-    frames = {day: day_rows(day, ROWS, seed=300 + i) for i, day in enumerate([TRAIN_DAY, HOLDOUT_DAY, SCORED_DAY])}
-    frames[TRAIN_DAY].write_parquet(root / "train.parquet")
-    frames[HOLDOUT_DAY].write_parquet(root / "holdout.parquet")
-    raw = root / "data" / "raw" / "churn" / f"date={SCORED_DAY}"
-    raw.mkdir(parents=True)
-    frames[SCORED_DAY].drop("churned").write_parquet(raw / "part-0.parquet")
-    labels = root / "data" / "labels" / "churn" / f"date={SCORED_DAY}"
-    labels.mkdir(parents=True)
-    frames[SCORED_DAY].select("customer_id", "churned", pl.lit(SCORED_DAY + dt.timedelta(days=90)).alias("observed_date")).write_parquet(
-        labels / "part-0.parquet"
+    score = score_cli(root, env)
+    churn_project(
+        root, score, train_days=[TRAIN_DAY], holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=ROWS, seed=300,
+        features_of=[("train.parquet", "train_inputs"), (raw_partition(SCORED_DAY), "scored_inputs")],
     )
-    score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
-    score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
-    score("features", "churn", "--from", str(raw), "--out", str(root / "scored_inputs.parquet"))
     return root, score, env
-
-
-def _inputs(path: Path) -> tuple[np.ndarray, np.ndarray | None, list[str], pl.Series]:
-    frame = pl.read_parquet(path)
-    names = [c for c in frame.columns if c not in ("customer_id", "outcome")]
-    outcome = frame["outcome"].to_numpy() if "outcome" in frame.columns else None
-    return frame.select(names).to_numpy().astype(np.float32), outcome, names, frame["customer_id"]
 
 
 def _trained(x: np.ndarray, y: np.ndarray, names: list[str] | None, path: Path, **params: object) -> Path:
@@ -80,20 +55,6 @@ def _trained(x: np.ndarray, y: np.ndarray, names: list[str] | None, path: Path, 
     )
     booster.save_model(str(path))
     return path
-
-
-def _registered_version(stdout: str) -> str:
-    line = next(line for line in stdout.splitlines() if line.startswith("registered churn version "))
-    return line.split()[3]
-
-
-def _versions(root: Path) -> list[str]:
-    folder = root / "data" / "models" / "churn"
-    return sorted(p.name for p in folder.iterdir() if (p / "metadata.json").is_file()) if folder.is_dir() else []
-
-
-def _day_output(root: Path, dataset: str) -> pl.DataFrame:
-    return pl.read_parquet(root / "data" / "output" / "churn" / dataset / f"date={SCORED_DAY}" / "*.parquet")
 
 
 def _threshold_rows(booster, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:  # noqa: ANN001
@@ -137,8 +98,8 @@ def test_the_engines_margins_and_contributions_are_lightgbms_own(project, tmp_pa
     from tasks.contracts import InferenceInput
 
     root, _, _ = project
-    x, y, names, _ = _inputs(root / "train_inputs.parquet")
-    scored, _, _, _ = _inputs(root / "scored_inputs.parquet")
+    x, y, names, _ = model_inputs(root / "train_inputs.parquet")
+    scored, _, _, _ = model_inputs(root / "scored_inputs.parquet")
     if kind == "no_missing_in_training":
         # Inputs centred and complete at training: every split has missing type None (a NaN is read as 0,
         # which falls on either side of the thresholds).
@@ -183,7 +144,7 @@ def test_lightgbm_scores_on_cpu_and_a_job_asking_for_cuda_is_refused_in_one_line
     from tasks.errors import DeviceUnavailable
 
     root, _, _ = project
-    x, y, names, _ = _inputs(root / "train_inputs.parquet")
+    x, y, names, _ = model_inputs(root / "train_inputs.parquet")
     path = _trained(x, y, names, tmp_path / "churn.txt")
     # Booster.predict and pred_contrib run on the CPU in every LightGBM build, CUDA builds included.
     with pytest.raises(DeviceUnavailable, match=r"^model churn 1: device 'cuda' was asked for, but LightGBM predicts on CPU only"):
@@ -198,14 +159,14 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
     import xgboost as xgb
 
     root, score, _ = project
-    x, y, names, _ = _inputs(root / "train_inputs.parquet")
+    x, y, names, _ = model_inputs(root / "train_inputs.parquet")
     path = _trained(x, y, names, tmp_path / "churn_lgb.txt")
     booster = lgb.Booster(model_file=str(path))
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     reasons = yaml.safe_load(scaffolded)["prediction"]["reasons"]
     code_of = [reasons["codes"][name]["code"] for name in names]
-    scored_x, _, _, ids = _inputs(root / "scored_inputs.parquet")
+    scored_x, _, _, ids = model_inputs(root / "scored_inputs.parquet")
     position = {entity: i for i, entity in enumerate(ids.cast(pl.String).to_list())}
     raw = booster.predict(scored_x, raw_score=True)
     contributions = booster.predict(scored_x, pred_contrib=True)[:, :-1]
@@ -228,7 +189,7 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
 
     try:
         registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"))
-        version = _registered_version(registered.stdout)
+        version = registered_version(registered.stdout)
         assert "the margin is LightGBM's raw score" in " ".join(registered.stdout.split())
         metadata = json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text())
         assert metadata["framework"] == "lightgbm" and metadata["features"] == names
@@ -239,8 +200,8 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
         validated = score("validate", "churn")
         assert "reasons off" not in validated.stdout
         score("run", "churn", "--date", str(SCORED_DAY))
-        assert check_published(_day_output(root, "predictions"), version) > 50
-        fallback = _day_output(root, "reports/fallback")
+        assert check_published(day_output(root, "predictions", SCORED_DAY), version) > 50
+        fallback = day_output(root, "reports/fallback", SCORED_DAY)
         assert fallback.filter(pl.col("kind").is_in(["failed_chunk", "reasons_unavailable"]))["rows"].sum() == 0
         outcomes = score("outcomes", "churn", "--start", str(SCORED_DAY), "--end", str(SCORED_DAY))
         assert "realized performance" in outcomes.stdout
@@ -251,21 +212,21 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
             xgb.DMatrix(x, label=y, missing=np.nan, feature_names=names), 40,
         )
         champion_model.save_model(str(tmp_path / "champion.ubj"))
-        champion = _registered_version(score(
+        champion = registered_version(score(
             "register", "churn", "--model", str(tmp_path / "champion.ubj"), "--holdout", str(root / "holdout.parquet"),
         ).stdout)
         spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{version}"'))
         score("run", "churn", "--date", str(SCORED_DAY))
-        fallback = _day_output(root, "reports/fallback")
+        fallback = day_output(root, "reports/fallback", SCORED_DAY)
         totals = {r["kind"]: r["rows"] for r in fallback.unique("kind", keep="first", maintain_order=True).to_dicts()}
         assert totals["challenger_failed"] == 0, totals
-        predictions = _day_output(root, "predictions")
+        predictions = day_output(root, "predictions", SCORED_DAY)
         assert (predictions["model_version"] == champion).all()
         xgb_margin = champion_model.inplace_predict(scored_x, predict_type="margin")
         at = np.array([position[e] for e in predictions["entity_id"].to_list()])
         assert np.abs(predictions["raw_margin"].to_numpy() - xgb_margin[at]).max() <= 1e-5
         # The LightGBM challenger shadows the same rows with its own margins and reasons.
-        assert check_published(_day_output(root, "shadow_predictions"), version) > 50
+        assert check_published(day_output(root, "shadow_predictions", SCORED_DAY), version) > 50
     finally:
         spec_path.write_text(scaffolded)
 
@@ -285,7 +246,7 @@ def test_a_model_that_cannot_score_the_job_is_refused_with_one_line_and_nothing_
     project, tmp_path: Path, make: str, expected: str
 ) -> None:
     root, score, _ = project
-    x, y, names, _ = _inputs(root / "train_inputs.parquet")
+    x, y, names, _ = model_inputs(root / "train_inputs.parquet")
     path = tmp_path / f"{make}.txt"
     if make == "regression":
         _trained(x, y, names, path, objective="regression")
@@ -297,33 +258,26 @@ def test_a_model_that_cannot_score_the_job_is_refused_with_one_line_and_nothing_
     else:
         text = _trained(x, y, names, path).read_bytes()
         path.write_bytes(text[: text.index(b"[learning_rate: ") + 5])
-    before = _versions(root)
+    before = registry_versions(root)
 
     refused = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), ok=False)
 
-    assert refused.returncode == 2, (refused.stdout, refused.stderr)
-    lines = [line for line in (refused.stdout + refused.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and str(path) in lines[0], lines
-    assert expected in " ".join(lines[0].split()), lines[0]
-    assert _versions(root) == before
-    assert not list((root / "data" / "models" / ".staging").glob("*"))
+    assert_one_error_line(refused, path, expected)
+    assert_nothing_registered(root, before)
 
 
 def test_without_the_lightgbm_extra_a_lightgbm_model_is_one_line_naming_the_extra(project, tmp_path: Path) -> None:
     root, score, env = project
-    x, y, names, _ = _inputs(root / "train_inputs.parquet")
+    x, y, names, _ = model_inputs(root / "train_inputs.parquet")
     path = _trained(x, y, names, tmp_path / "churn.txt")
     hidden = tmp_path / "no_lightgbm"
     hidden.mkdir()
     # A None entry in sys.modules makes `import lightgbm` raise ImportError, as on a machine without it.
     (hidden / "sitecustomize.py").write_text("import sys\n\nsys.modules['lightgbm'] = None\n")
     environ = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(hidden), env.get("PYTHONPATH", "")) if p)}
-    before = _versions(root)
+    before = registry_versions(root)
 
     refused = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), ok=False, environ=environ)
 
-    assert refused.returncode == 3, (refused.stdout, refused.stderr)
-    lines = [line for line in (refused.stdout + refused.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and str(path) in lines[0], lines
-    assert "pip install '.[lightgbm]'" in " ".join(lines[0].split()), lines[0]
-    assert _versions(root) == before
+    assert_one_error_line(refused, path, "pip install '.[lightgbm]'", returncode=3)
+    assert registry_versions(root) == before

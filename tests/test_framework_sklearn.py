@@ -18,7 +18,6 @@ import datetime as dt
 import json
 import math
 import subprocess
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +27,6 @@ import polars as pl
 import pyarrow as pa
 import pytest
 import yaml
-
-from test_bring_your_own import day_rows
 
 pytest.importorskip("sklearn")
 skops_io = pytest.importorskip("skops.io")
@@ -47,8 +44,11 @@ from sklearn.pipeline import Pipeline, make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from conftest import user_project_env  # noqa: E402
+from user_projects import (  # noqa: E402
+    assert_nothing_registered, churn_project, day_output, model_inputs, registered_version, registry_versions,
+    score_cli,
+)
 
-SCORE = Path(sys.executable).parent / "score"
 TREE = "sklearn.tree._tree.Tree"
 HIST_TREE = "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor"
 DTYPE = "numpy.dtype"
@@ -331,58 +331,16 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     """A user's churn project: training, hold-out and scored days (labels for the scored days), the model
     inputs of the training, the hold-out and every scored row (`score features`), and a `score` that runs the CLI."""
     root = tmp_path_factory.mktemp("sklearn-byo")
-    env = user_project_env(root)
-
-    def score(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(SCORE), *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)
-        assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout[-3000:], done.stderr[-3000:])
-        if ok:
-            assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
-        return done
-
-    days = [*TRAIN_DAYS, HOLDOUT_DAY, *SCORED_DAYS]
-    frames = {day: day_rows(day, ROWS, seed=500 + i) for i, day in enumerate(days)}
-    pl.concat([frames[d] for d in TRAIN_DAYS]).write_parquet(root / "train.parquet")
-    frames[HOLDOUT_DAY].write_parquet(root / "holdout.parquet")
-    for day in SCORED_DAYS:
-        raw = root / "data" / "raw" / "churn" / f"date={day}"
-        raw.mkdir(parents=True)
-        frames[day].drop("churned").write_parquet(raw / "part-0.parquet")
-        labels = root / "data" / "labels" / "churn" / f"date={day}"
-        labels.mkdir(parents=True)
-        frames[day].select("customer_id", "churned", pl.lit(day + dt.timedelta(days=90)).alias("observed_date")).write_parquet(
-            labels / "part-0.parquet"
-        )
-    score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
-    score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
-    score("features", "churn", "--from", str(root / "holdout.parquet"), "--out", str(root / "holdout_inputs.parquet"))
-    score("features", "churn", "--from", str(root / "data" / "raw" / "churn"), "--out", str(root / "scored_inputs.parquet"))
+    score = score_cli(root, user_project_env(root))
+    churn_project(
+        root, score, train_days=TRAIN_DAYS, holdout_day=HOLDOUT_DAY, scored_days=SCORED_DAYS, rows=ROWS, seed=500,
+        features_of=[("train.parquet", "train_inputs"), ("holdout.parquet", "holdout_inputs"), ("data/raw/churn", "scored_inputs")],
+    )
     return root, score
-
-
-def _inputs(path: Path) -> tuple[np.ndarray, np.ndarray | None, list[str], list[str]]:
-    frame = pl.read_parquet(path)
-    names = [c for c in frame.columns if c not in ("customer_id", "outcome")]
-    outcome = frame["outcome"].to_numpy() if "outcome" in frame.columns else None
-    return frame.select(names).to_numpy().astype(np.float32), outcome, frame["customer_id"].cast(pl.String).to_list(), names
 
 
 def _trusting(kinds: list[str]) -> list[str]:
     return [arg for t in kinds for arg in ("--trust", t)]
-
-
-def _registered_version(stdout: str) -> str:
-    line = next(line for line in stdout.splitlines() if line.startswith("registered churn version "))
-    return line.split()[3]
-
-
-def _versions(root: Path) -> list[str]:
-    folder = root / "data" / "models" / "churn"
-    return sorted(p.name for p in folder.iterdir() if (p / "metadata.json").is_file()) if folder.is_dir() else []
-
-
-def _day_output(root: Path, dataset: str, day: dt.date) -> pl.DataFrame:
-    return pl.read_parquet(root / "data" / "output" / "churn" / dataset / f"date={day}" / "*.parquet")
 
 
 def _flat(text: str) -> str:
@@ -449,7 +407,7 @@ def runs(project, tmp_path_factory: pytest.TempPathFactory) -> _Runs:
     Each `score run` starts Prefect's temporary API (~15 s here): three runs cover every path a fourth would."""
     root, score = project
     folder = tmp_path_factory.mktemp("sklearn-models")
-    x, y, _, _ = _inputs(root / "train_inputs.parquet")
+    x, y, _, _ = model_inputs(root / "train_inputs.parquet")
     holdout = ("--holdout", str(root / "holdout.parquet"))
     models: dict[str, _Scored] = {}
 
@@ -458,15 +416,15 @@ def runs(project, tmp_path_factory: pytest.TempPathFactory) -> _Runs:
         path = _saved(model, folder / f"{kind}.skops")
         assert skops_io.get_untrusted_types(file=str(path)) == UNTRUSTED[kind]
         done = score("register", "churn", "--model", str(path), *holdout, *_trusting(UNTRUSTED[kind]))
-        models[kind] = _Scored(model, _registered_version(done.stdout), done.stdout, day, dataset)
+        models[kind] = _Scored(model, registered_version(done.stdout), done.stdout, day, dataset)
         return models[kind].version
 
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     refused_path = _saved(_fitted("rf", x, y), folder / "forest.skops")
-    before = _versions(root)
+    before = registry_versions(root)
     refused = score("register", "churn", "--model", str(refused_path), *holdout, ok=False)
-    after = _versions(root)
+    after = registry_versions(root)
     validated = []
     try:
         rf, gb = registered("rf", SCORED_DAYS[0], "predictions"), registered("gb", SCORED_DAYS[0], "shadow_predictions")
@@ -478,7 +436,7 @@ def runs(project, tmp_path_factory: pytest.TempPathFactory) -> _Runs:
 
         booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40)
         booster.save_model(str(folder / "champion.ubj"))
-        champion = _registered_version(score("register", "churn", "--model", str(folder / "champion.ubj"), *holdout).stdout)
+        champion = registered_version(score("register", "churn", "--model", str(folder / "champion.ubj"), *holdout).stdout)
         lr = registered("lr", SCORED_DAYS[1], "shadow_predictions")
         spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{lr}"'))
         validated.append(score("validate", "churn").stdout)
@@ -513,9 +471,9 @@ def test_a_skops_model_registers_validates_runs_and_meets_its_outcomes_with_its_
     assert (f"challenger {version}: shadow-scored" if dataset == "shadow_predictions" else f"model churn {version}") in validated
     assert "reasons off" not in validated
 
-    published = _day_output(root, dataset, day)
+    published = day_output(root, dataset, day)
     assert (published["model_version"] == version).all()
-    scored_x, _, ids, names = _inputs(root / "scored_inputs.parquet")
+    scored_x, _, names, ids = model_inputs(root / "scored_inputs.parquet")
     position = {entity: i for i, entity in enumerate(ids)}
     rows = np.array([position[e] for e in published["entity_id"]])
     assert rows.size == sum(e.startswith(f"CU-{day:%m%d}-") for e in ids) > 0.99 * ROWS
@@ -525,9 +483,9 @@ def test_a_skops_model_registers_validates_runs_and_meets_its_outcomes_with_its_
     assert adverse.height > 50
     explained = np.array([position[e] for e in adverse["entity_id"]])
     values = np.zeros((len(ids), len(names)))
-    values[explained] = _independent_contributions(kind, model, scored_x[explained], _inputs(root / "holdout_inputs.parquet")[0])
+    values[explained] = _independent_contributions(kind, model, scored_x[explained], model_inputs(root / "holdout_inputs.parquet")[0])
     assert _assert_reasons(adverse, position, values, names, root) == adverse.height
-    fallback = _day_output(root, "reports/fallback", day)
+    fallback = day_output(root, "reports/fallback", day)
     assert fallback.filter(pl.col("kind").is_in(["reasons_unavailable", "failed_chunk", "challenger_failed"]))["rows"].sum() == 0
 
     outcomes = _flat(runs.outcomes)
@@ -552,11 +510,11 @@ def test_an_untrusted_type_is_refused_naming_it_and_accepted_with_trust(project,
 def test_a_skops_challenger_shadows_an_xgboost_champion_which_keeps_its_own_reasons(project, runs) -> None:
     root, _ = project
     day = runs.models["lr"].day
-    predictions = _day_output(root, "predictions", day)
-    shadow = _day_output(root, "shadow_predictions", day)
+    predictions = day_output(root, "predictions", day)
+    shadow = day_output(root, "shadow_predictions", day)
     assert (predictions["model_version"] == runs.xgboost).all() and shadow.height == predictions.height
     assert predictions.filter(pl.col("decision") != "approve")["reason_codes"].list.len().min() >= 1
-    fallback = _day_output(root, "reports/fallback", day)
+    fallback = day_output(root, "reports/fallback", day)
     totals = {r["kind"]: r["rows"] for r in fallback.unique("kind", keep="first", maintain_order=True).to_dicts()}
     assert totals["challenger_failed"] == 0 and totals["reasons_unavailable"] == 0
 
@@ -569,16 +527,16 @@ def test_an_mlp_scores_with_its_own_margins_and_its_reasons_counted_unavailable(
     assert "reasons off" in flat and "reasons_unavailable" in flat
     assert "reasons off" in runs.validated[2]
 
-    predictions = _day_output(root, "predictions", mlp.day)
+    predictions = day_output(root, "predictions", mlp.day)
     assert (predictions["model_version"] == mlp.version).all()
-    scored, _, ids, _ = _inputs(root / "scored_inputs.parquet")
+    scored, _, _, ids = model_inputs(root / "scored_inputs.parquet")
     position = {entity: i for i, entity in enumerate(ids)}
     rows = np.array([position[e] for e in predictions["entity_id"]])
     p = mlp.model.predict_proba(scored[rows].astype(np.float64))[:, 1]
     np.testing.assert_allclose(predictions["raw_margin"].to_numpy(), _logit(p), rtol=0, atol=1e-6)
     needing = predictions.filter(pl.col("decision").is_in(["decline", "manual_review"])).height
     assert needing > 0 and predictions["reason_codes"].list.len().max() == 0
-    fallback = _day_output(root, "reports/fallback", mlp.day)
+    fallback = day_output(root, "reports/fallback", mlp.day)
     (row,) = fallback.filter(pl.col("kind") == "reasons_unavailable").to_dicts()
     assert row["rows"] == needing and "MLPClassifier" in row["detail"], row
     assert fallback.filter(pl.col("kind") == "failed_chunk")["rows"].sum() == 0
@@ -594,17 +552,16 @@ def test_an_mlp_scores_with_its_own_margins_and_its_reasons_counted_unavailable(
 )
 def test_a_regressor_or_a_multiclass_model_is_refused_with_one_line_and_nothing_written(project, tmp_path: Path, make: str, expected: str) -> None:
     root, score = project
-    x, y, _, _ = _inputs(root / "train_inputs.parquet")
+    x, y, _, _ = model_inputs(root / "train_inputs.parquet")
     if make == "regressor":
         model = make_pipeline(SimpleImputer(), Ridge()).fit(x, y.astype(float))
     else:
         model = _fitted("lr", x, np.where(y == 1, 1, np.where(np.nan_to_num(x[:, 0]) > 36, 2, 0)))
     path = _saved(model, tmp_path / f"{make}.skops")
-    before = _versions(root)
+    before = registry_versions(root)
 
     refused = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--trust", DTYPE, ok=False)
 
     line = _one_error_line(refused)
     assert str(path) in line and expected in line, line
-    assert _versions(root) == before
-    assert not list((root / "data" / "models" / ".staging").glob("*"))
+    assert_nothing_registered(root, before)

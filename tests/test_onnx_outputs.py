@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -22,8 +20,6 @@ import numpy as np
 import onnx
 import polars as pl
 import pytest
-
-from test_bring_your_own import day_rows
 
 pytest.importorskip("sklearn")
 pytest.importorskip("skl2onnx")
@@ -37,8 +33,11 @@ from sklearn.pipeline import Pipeline, make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from conftest import user_project_env  # noqa: E402
+from user_projects import (  # noqa: E402
+    assert_nothing_registered, assert_one_error_line, churn_project, day_output, model_inputs, raw_partition,
+    registered_version, registry_versions, score_cli,
+)
 
-SCORE = Path(sys.executable).parent / "score"
 TRAIN_DAYS = [dt.date(2026, 10, 1), dt.date(2026, 10, 2)]
 HOLDOUT_DAY, SCORED_DAY = dt.date(2026, 10, 3), dt.date(2026, 10, 4)
 ROWS = 3000
@@ -52,33 +51,12 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     """A user's project with the churn job scaffolded, the model inputs of the training, hold-out and
     scored days, and a `score` that runs the CLI in a subprocess."""
     root = tmp_path_factory.mktemp("onnx-byo")
-    env = user_project_env(root)
-
-    def score(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(SCORE), *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)
-        assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout[-3000:], done.stderr[-3000:])
-        if ok:
-            assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
-        return done
-
-    frames = {day: day_rows(day, ROWS, seed=200 + i) for i, day in enumerate([*TRAIN_DAYS, HOLDOUT_DAY, SCORED_DAY])}
-    pl.concat([frames[d] for d in TRAIN_DAYS]).write_parquet(root / "train.parquet")
-    frames[HOLDOUT_DAY].write_parquet(root / "holdout.parquet")
-    raw = root / "data" / "raw" / "churn" / f"date={SCORED_DAY}"
-    raw.mkdir(parents=True)
-    frames[SCORED_DAY].drop("churned").write_parquet(raw / "part-0.parquet")
-    score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
-    score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
-    score("features", "churn", "--from", str(raw), "--out", str(root / "scored_inputs.parquet"))
-    score("features", "churn", "--from", str(root / "holdout.parquet"), "--out", str(root / "holdout_inputs.parquet"))
+    score = score_cli(root, user_project_env(root))
+    churn_project(
+        root, score, train_days=TRAIN_DAYS, holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=ROWS, seed=200, labels=False,
+        features_of=[("train.parquet", "train_inputs"), (raw_partition(SCORED_DAY), "scored_inputs"), ("holdout.parquet", "holdout_inputs")],
+    )
     return root, score
-
-
-def _inputs(path: Path) -> tuple[np.ndarray, np.ndarray | None, pl.Series]:
-    frame = pl.read_parquet(path)
-    names = [c for c in frame.columns if c not in ("customer_id", "outcome")]
-    outcome = frame["outcome"].to_numpy() if "outcome" in frame.columns else None
-    return frame.select(names).to_numpy().astype(np.float32), outcome, frame["customer_id"]
 
 
 def _fitted(kind: str, x: np.ndarray, y: np.ndarray) -> Pipeline:
@@ -100,20 +78,6 @@ def _exported(model: Pipeline, x: np.ndarray, path: Path, *, zipmap: bool) -> Pa
     return path
 
 
-def _registered_version(stdout: str) -> str:
-    line = next(line for line in stdout.splitlines() if line.startswith("registered churn version "))
-    return line.split()[3]
-
-
-def _versions(root: Path) -> list[str]:
-    folder = root / "data" / "models" / "churn"
-    return sorted(p.name for p in folder.iterdir() if (p / "metadata.json").is_file()) if folder.is_dir() else []
-
-
-def _day_output(root: Path, dataset: str) -> pl.DataFrame:
-    return pl.read_parquet(root / "data" / "output" / "churn" / dataset / f"date={SCORED_DAY}" / "*.parquet")
-
-
 @pytest.mark.parametrize(
     ("kind", "zipmap", "output"),
     [
@@ -127,12 +91,12 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
     project, tmp_path: Path, kind: str, zipmap: bool, output: str
 ) -> None:
     root, score = project
-    x, y, _ = _inputs(root / "train_inputs.parquet")
+    x, y, _, _ = model_inputs(root / "train_inputs.parquet")
     model = _fitted(kind, x, y)
     path = _exported(model, x, tmp_path / f"{kind}.onnx", zipmap=zipmap)
 
     registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"))
-    version = _registered_version(registered.stdout)
+    version = registered_version(registered.stdout)
     metadata = json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text())
     chosen = metadata["onnx_output"]
     # Output 0 is the predicted label: the probabilities are taken instead, the event's class by its label.
@@ -150,9 +114,9 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
     assert ("reasons off" in validated.stdout and "reasons_unavailable" in validated.stdout) is reasons_off
 
     score("run", "churn", "--date", str(SCORED_DAY))
-    predictions = _day_output(root, "predictions")
+    predictions = day_output(root, "predictions", SCORED_DAY)
     assert (predictions["model_version"] == version).all()
-    scored_x, _, ids = _inputs(root / "scored_inputs.parquet")
+    scored_x, _, _, ids = model_inputs(root / "scored_inputs.parquet")
     expected = pl.DataFrame({"entity_id": ids.cast(pl.String), "sklearn_p": model.predict_proba(scored_x)[:, 1], "row": np.arange(ids.len())})
     joined = predictions.join(expected, on="entity_id", how="inner")
     assert joined.height == predictions.height == ids.len()
@@ -165,7 +129,7 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
 
     needing = joined.filter(pl.col("decision").is_in(["decline", "manual_review"]))
     assert needing.height > 0
-    fallback = _day_output(root, "reports/fallback")
+    fallback = day_output(root, "reports/fallback", SCORED_DAY)
     (row,) = fallback.filter(pl.col("kind") == "reasons_unavailable").to_dicts()
     assert fallback.filter(pl.col("kind") == "failed_chunk")["rows"].sum() == 0
     if reasons_off:
@@ -174,7 +138,7 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
         return
     assert row["rows"] == 0, row
     # Exact linear reasons: the top 3 positive coefficient × (value − hold-out mean), by numpy on scikit-learn's own pipeline.
-    holdout_x, _, _ = _inputs(root / "holdout_inputs.parquet")
+    holdout_x, _, _, _ = model_inputs(root / "holdout_inputs.parquet")
     columns = model[:-1].transform(scored_x[needing["row"].to_numpy()])
     values = model[-1].coef_[0] * (columns - model[:-1].transform(holdout_x).mean(axis=0))
     compared = 0
@@ -192,8 +156,8 @@ def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_ch
     project, tmp_path: Path
 ) -> None:
     root, score = project
-    x, y, _ = _inputs(root / "train_inputs.parquet")
-    onnx_version = _registered_version(score(
+    x, y, _, _ = model_inputs(root / "train_inputs.parquet")
+    onnx_version = registered_version(score(
         "register", "churn", "--model", str(_exported(_fitted("mlp", x, y), x, tmp_path / "mlp.onnx", zipmap=True)),
         "--holdout", str(root / "holdout.parquet"),
     ).stdout)
@@ -203,25 +167,25 @@ def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_ch
         spec_path.write_text(scaffolded.replace("for_decisions: [decline, manual_review]", "for_decisions: []"))
         assert "reasons off" not in score("validate", "churn").stdout
         score("run", "churn", "--date", str(SCORED_DAY))
-        fallback = _day_output(root, "reports/fallback")
+        fallback = day_output(root, "reports/fallback", SCORED_DAY)
         assert fallback.filter(pl.col("kind") == "reasons_unavailable")["rows"].to_list() == [0]
 
         import xgboost as xgb
 
         booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40)
         booster.save_model(str(tmp_path / "champion.ubj"))
-        champion = _registered_version(score(
+        champion = registered_version(score(
             "register", "churn", "--model", str(tmp_path / "champion.ubj"), "--holdout", str(root / "holdout.parquet"),
         ).stdout)
         spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{onnx_version}"'))
         validated = score("validate", "churn")
         assert f"challenger {onnx_version}: model churn {onnx_version} is an ONNX graph" in validated.stdout
         score("run", "churn", "--date", str(SCORED_DAY))
-        fallback = _day_output(root, "reports/fallback")
+        fallback = day_output(root, "reports/fallback", SCORED_DAY)
         totals = {r["kind"]: r["rows"] for r in fallback.unique("kind", keep="first", maintain_order=True).to_dicts()}
         assert totals["challenger_failed"] == 0 and totals["reasons_unavailable"] == 0
-        shadow = _day_output(root, "shadow_predictions")
-        predictions = _day_output(root, "predictions")
+        shadow = day_output(root, "shadow_predictions", SCORED_DAY)
+        predictions = day_output(root, "predictions", SCORED_DAY)
         assert shadow.height == predictions.height and (shadow["model_version"] == onnx_version).all()
         assert shadow["reason_codes"].list.len().max() == 0
         # The XGBoost champion keeps its reasons.
@@ -255,28 +219,24 @@ def test_a_label_only_or_multiclass_export_is_refused_with_one_line_and_nothing_
     project, tmp_path: Path, make: str, expected: str
 ) -> None:
     root, score = project
-    x, y, _ = _inputs(root / "train_inputs.parquet")
+    x, y, _, _ = model_inputs(root / "train_inputs.parquet")
     if make == "label_only":
         path = _label_only(_fitted("logistic", x, y), x, tmp_path / "label.onnx")
     else:
         # A churn model that also tells a third class apart: long-tenure customers who stayed.
         three = np.where(y == 1, 1, np.where(np.nan_to_num(x[:, 0]) > 36, 2, 0))
         path = _exported(_fitted("logistic", x, three), x, tmp_path / "three.onnx", zipmap=make == "three_classes")
-    before = _versions(root)
+    before = registry_versions(root)
 
     refused = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), ok=False)
 
-    assert refused.returncode == 2, (refused.stdout, refused.stderr)
-    lines = [line for line in (refused.stdout + refused.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and str(path) in lines[0], lines
-    assert expected in " ".join(lines[0].split()), lines[0]
-    assert _versions(root) == before
-    assert not list((root / "data" / "models" / ".staging").glob("*"))
+    assert_one_error_line(refused, path, expected)
+    assert_nothing_registered(root, before)
 
 
 def test_check_model_takes_a_zipmap_export(project, tmp_path: Path) -> None:
     root, score = project
-    x, y, _ = _inputs(root / "train_inputs.parquet")
+    x, y, _, _ = model_inputs(root / "train_inputs.parquet")
     model = _fitted("logistic", x, y)
     folder = tmp_path / "version"
     folder.mkdir()

@@ -18,7 +18,6 @@ import datetime as dt
 import itertools
 import json
 import math
-import subprocess
 import warnings
 from pathlib import Path
 
@@ -26,8 +25,6 @@ import numpy as np
 import onnx
 import polars as pl
 import pytest
-
-from test_bring_your_own import day_rows
 
 pytest.importorskip("sklearn")
 pytest.importorskip("skl2onnx")
@@ -44,7 +41,8 @@ from sklearn.pipeline import Pipeline, make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from conftest import user_project_env  # noqa: E402
-from test_onnx_outputs import FLOAT32_SPACING, SCORE, _day_output, _inputs, _registered_version  # noqa: E402
+from test_onnx_outputs import FLOAT32_SPACING  # noqa: E402
+from user_projects import churn_project, day_output, model_inputs, raw_partition, registered_version, score_cli  # noqa: E402
 
 from tasks.inference.onnx_explained import (  # noqa: E402
     NO_NODE,
@@ -268,42 +266,25 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     """A user's project with the churn job scaffolded, the model inputs of the training, hold-out and scored
     days, the scored day's labels, and a `score` that runs the CLI in a subprocess."""
     root = tmp_path_factory.mktemp("onnx-reasons")
-    env = user_project_env(root)
-
-    def score(*args: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(SCORE), *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)
-        assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout[-3000:], done.stderr[-3000:])
-        assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
-        return done
-
-    frames = {day: day_rows(day, ROWS, seed=300 + i) for i, day in enumerate([*TRAIN_DAYS, HOLDOUT_DAY, SCORED_DAY])}
-    pl.concat([frames[d] for d in TRAIN_DAYS]).write_parquet(root / "train.parquet")
-    frames[HOLDOUT_DAY].write_parquet(root / "holdout.parquet")
-    raw = root / "data" / "raw" / "churn" / f"date={SCORED_DAY}"
-    raw.mkdir(parents=True)
-    frames[SCORED_DAY].drop("churned").write_parquet(raw / "part-0.parquet")
-    labels = root / "data" / "labels" / "churn" / f"date={SCORED_DAY}"
-    labels.mkdir(parents=True)
-    frames[SCORED_DAY].select(
-        "customer_id", "churned", pl.lit(SCORED_DAY + dt.timedelta(days=90)).alias("observed_date")
-    ).write_parquet(labels / "part-0.parquet")
-    score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
-    for source, out in (("train.parquet", "train_inputs"), ("holdout.parquet", "holdout_inputs"), (str(raw), "scored_inputs")):
-        score("features", "churn", "--from", str(root / source), "--out", str(root / f"{out}.parquet"))
+    score = score_cli(root, user_project_env(root))
+    churn_project(
+        root, score, train_days=TRAIN_DAYS, holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=ROWS, seed=300,
+        features_of=[("train.parquet", "train_inputs"), ("holdout.parquet", "holdout_inputs"), (raw_partition(SCORED_DAY), "scored_inputs")],
+    )
     return root, score
 
 
 def _registered(root: Path, score, path: Path, *extra: str) -> tuple[str, dict, str]:  # noqa: ANN001
     registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), *extra)
-    version = _registered_version(registered.stdout)
+    version = registered_version(registered.stdout)
     return version, json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text()), registered.stdout
 
 
 def _published_against(root: Path, dataset: str, margin, contributions) -> tuple[pl.DataFrame, int]:  # noqa: ANN001
     """The scored day's predictions (or shadow predictions) beside the framework's margins; and how many explained
     rows' reasons equal the top-k positive independent contributions (rows a float-noise gap could reorder left out)."""
-    predictions = _day_output(root, dataset)
-    x, _, ids = _inputs(root / "scored_inputs.parquet")
+    predictions = day_output(root, dataset, SCORED_DAY)
+    x, _, _, ids = model_inputs(root / "scored_inputs.parquet")
     position = {e: i for i, e in enumerate(ids.cast(pl.String).to_list())}
     index = np.array([position[e] for e in predictions["entity_id"].to_list()])
     joined = predictions.with_columns(pl.Series("framework_margin", np.asarray(margin(x))[index]))
@@ -332,7 +313,7 @@ def _margins_close(joined: pl.DataFrame) -> float:
 
 def test_a_lightgbm_onnx_export_publishes_lightgbms_margins_and_reasons(project, tmp_path: Path) -> None:
     root, score = project
-    x, y, _ = _inputs(root / "train_inputs.parquet")
+    x, y, _, _ = model_inputs(root / "train_inputs.parquet")
     model = lgb.LGBMClassifier(n_estimators=40, num_leaves=15, learning_rate=0.1, verbose=-1).fit(x, y)
     path = _lightgbm_onnx(model, x.shape[1], tmp_path / "churn_lgb.onnx")
 
@@ -354,7 +335,7 @@ def test_a_lightgbm_onnx_export_publishes_lightgbms_margins_and_reasons(project,
     print(f"LightGBM export through the CLI: max |margin − raw_score| = {_margins_close(joined):.2g}; reasons compared on {compared} rows")
     assert (joined["model_version"] == version).all()
     assert compared >= 0.9 * joined.filter(pl.col("decision") != "approve").height > 0
-    fallback = _day_output(root, "reports/fallback")
+    fallback = day_output(root, "reports/fallback", SCORED_DAY)
     assert fallback.filter(pl.col("kind") == "reasons_unavailable")["rows"].sum() == 0
     assert "realized performance" in score("outcomes", "churn", "--start", str(SCORED_DAY), "--end", str(SCORED_DAY)).stdout
 
@@ -363,11 +344,11 @@ def test_a_random_forest_onnx_challenger_behind_an_xgboost_champion_publishes_sc
     project, tmp_path: Path
 ) -> None:
     root, score = project
-    x, y, _ = _inputs(root / "train_inputs.parquet")
+    x, y, _, _ = model_inputs(root / "train_inputs.parquet")
     model: Pipeline = make_pipeline(SimpleImputer(), RandomForestClassifier(n_estimators=20, max_depth=5, random_state=0)).fit(x, y)
     challenger, metadata, stdout = _registered(root, score, _sklearn_onnx(model, x, tmp_path / "churn_rf.onnx"))
     explanation = metadata["explanation"]
-    holdout, _, _ = _inputs(root / "holdout_inputs.parquet")
+    holdout, _, _, _ = model_inputs(root / "holdout_inputs.parquet")
     # A forest averages probabilities: its contributions add up to the probability, the cover counted on the hold-out.
     assert (explanation["method"], explanation["scale"], explanation["cover_rows"]) == ("treeshap", "probability", holdout.shape[0])
     assert "adding up to the event's probability" in " ".join(stdout.split())
@@ -386,10 +367,10 @@ def test_a_random_forest_onnx_challenger_behind_an_xgboost_champion_publishes_sc
     finally:
         spec_path.write_text(scaffolded)
 
-    fallback = _day_output(root, "reports/fallback")
+    fallback = day_output(root, "reports/fallback", SCORED_DAY)
     totals = {r["kind"]: r["rows"] for r in fallback.unique("kind", keep="first", maintain_order=True).to_dicts()}
     assert totals["challenger_failed"] == 0 and totals["reasons_unavailable"] == 0
-    predictions = _day_output(root, "predictions")
+    predictions = day_output(root, "predictions", SCORED_DAY)
     assert (predictions["model_version"] == champion).all()
     assert predictions.filter(pl.col("decision") != "approve")["reason_codes"].list.len().min() >= 1
     forest = model[-1]

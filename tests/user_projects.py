@@ -1,0 +1,132 @@
+"""A user's own churn project driven through the `score` command, shared by the framework and ONNX tests
+(test_framework_lightgbm.py, test_framework_catboost.py, test_framework_sklearn.py, test_onnx_outputs.py,
+test_onnx_reasons.py).
+
+Each of those modules builds one such project in a module-scoped fixture, with its own days, rows and seeds:
+`score_cli` runs the CLI in a subprocess as the user would, `churn_project` writes the user's data (training
+and hold-out files, the scored days' raw partitions and labels) and runs `score init` and `score features`;
+the other helpers read what the commands wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+
+from test_bring_your_own import day_rows
+
+SCORE = Path(sys.executable).parent / "score"
+
+ScoreCli = Callable[..., subprocess.CompletedProcess]
+
+
+def score_cli(root: Path, env: dict[str, str]) -> ScoreCli:
+    """`score(*args, ok=True, environ=None)`: the `score` command run in `root` with `env` (or `environ`); never a
+    traceback, and exit 0 unless `ok=False`."""
+
+    def score(*args: str, ok: bool = True, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(SCORE), *args], env=environ or env, cwd=root, capture_output=True, text=True, timeout=600)
+        assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout[-3000:], done.stderr[-3000:])
+        if ok:
+            assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
+        return done
+
+    return score
+
+
+def raw_partition(day: dt.date) -> str:
+    """The folder of the churn job's raw partition of `day`, relative to the project's root."""
+    return f"data/raw/churn/date={day}"
+
+
+def churn_project(
+    root: Path,
+    score: ScoreCli,
+    *,
+    train_days: Sequence[dt.date],
+    holdout_day: dt.date,
+    scored_days: Sequence[dt.date],
+    rows: int,
+    seed: int,
+    features_of: Sequence[tuple[str, str]],
+    labels: bool = True,
+) -> None:
+    """The user's churn data under `root` and the job scaffolded from it.
+
+    Every day gets `rows` rows of `day_rows`, seeded `seed`, `seed + 1`, … in the order training days, hold-out
+    day, scored days. The training days go to train.parquet, the hold-out day to holdout.parquet; each scored day
+    is a raw partition without its outcome and (with `labels`) a label partition, observed 90 days later. Then
+    `score init churn` from train.parquet, and `score features` for each (source, name) of `features_of`: the
+    source (relative to `root`) written to `root / f"{name}.parquet"`, in that order."""
+    days = [*train_days, holdout_day, *scored_days]
+    frames = {day: day_rows(day, rows, seed=seed + i) for i, day in enumerate(days)}
+    pl.concat([frames[d] for d in train_days]).write_parquet(root / "train.parquet")
+    frames[holdout_day].write_parquet(root / "holdout.parquet")
+    for day in scored_days:
+        raw = root / raw_partition(day)
+        raw.mkdir(parents=True)
+        frames[day].drop("churned").write_parquet(raw / "part-0.parquet")
+        if labels:
+            observed = root / "data" / "labels" / "churn" / f"date={day}"
+            observed.mkdir(parents=True)
+            frames[day].select("customer_id", "churned", pl.lit(day + dt.timedelta(days=90)).alias("observed_date")).write_parquet(
+                observed / "part-0.parquet"
+            )
+    score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
+    for source, name in features_of:
+        score("features", "churn", "--from", str(root / source), "--out", str(root / f"{name}.parquet"))
+
+
+class ModelInputs(NamedTuple):
+    """A `score features` file as a model takes it: the inputs as float32 (NaN where missing), the outcome
+    (None without one), the input names in order, and the entity ids."""
+
+    x: np.ndarray
+    outcome: np.ndarray | None
+    names: list[str]
+    ids: pl.Series
+
+
+def model_inputs(path: Path) -> ModelInputs:
+    frame = pl.read_parquet(path)
+    names = [c for c in frame.columns if c not in ("customer_id", "outcome")]
+    outcome = frame["outcome"].to_numpy() if "outcome" in frame.columns else None
+    return ModelInputs(frame.select(names).to_numpy().astype(np.float32), outcome, names, frame["customer_id"].cast(pl.String))
+
+
+def registered_version(stdout: str, job: str = "churn") -> str:
+    """The version `score register` printed."""
+    line = next(line for line in stdout.splitlines() if line.startswith(f"registered {job} version "))
+    return line.split()[3]
+
+
+def registry_versions(root: Path, job: str = "churn") -> list[str]:
+    """The versions in the project's registry, sorted."""
+    folder = root / "data" / "models" / job
+    return sorted(p.name for p in folder.iterdir() if (p / "metadata.json").is_file()) if folder.is_dir() else []
+
+
+def day_output(root: Path, dataset: str, day: dt.date, job: str = "churn") -> pl.DataFrame:
+    """One day of a published dataset (`predictions`, `shadow_predictions`, `reports/fallback`, …)."""
+    return pl.read_parquet(root / "data" / "output" / job / dataset / f"date={day}" / "*.parquet")
+
+
+def assert_one_error_line(done: subprocess.CompletedProcess, path: Path, expected: str, *, returncode: int = 2) -> None:
+    """The command exited with `returncode` and said one line: an error naming `path` and saying `expected`."""
+    assert done.returncode == returncode, (done.stdout, done.stderr)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and str(path) in lines[0], lines
+    assert expected in " ".join(lines[0].split()), lines[0]
+
+
+def assert_nothing_registered(root: Path, before: list[str]) -> None:
+    """The registry holds the versions it held `before`, and nothing is left in its staging folder."""
+    assert registry_versions(root) == before
+    assert not list((root / "data" / "models" / ".staging").glob("*"))

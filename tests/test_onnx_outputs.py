@@ -294,6 +294,35 @@ def test_a_sigmoid_output_is_a_probability_and_two_logits_per_row_are_refused(tm
         inference_registered_onnx_output(logits, rows)
 
 
+def test_a_raw_score_that_looked_like_a_probability_on_the_hold_out_fails_where_it_leaves_0_1_instead_of_being_clipped(
+    tmp_path: Path,
+) -> None:
+    from onnx import TensorProto, helper
+
+    from tasks.errors import ModelArtifactError
+    from tasks.inference.onnx_outputs import inference_onnx_margins, inference_registered_onnx_output
+
+    import onnxruntime as ort
+
+    # A logit head without a sigmoid, scaled so that every hold-out value happens to lie in [0, 1].
+    holdout = np.random.default_rng(4).uniform(0.0, 1.0, size=(200, 3)).astype(np.float32)
+    w = np.array([[0.3], [0.3], [0.3]])
+    linear = _graph(tmp_path / "linear.onnx", [helper.make_node("Identity", ["xw"], ["z"])],
+                    helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 1]), w)
+    choice = inference_registered_onnx_output(linear, holdout)
+    assert choice.output.kind == "probability" and "no Sigmoid produces it" in choice.description
+    later = holdout.copy()
+    later[:5] = 1.2  # 3 × 0.3 × 1.2 = 1.08: the same head, a row the hold-out never had
+    z = ort.InferenceSession(str(linear), providers=["CPUExecutionProvider"]).run(None, {"x": later})[0]
+    assert float(z.max()) > 1.0
+    with pytest.raises(ModelArtifactError, match=r"output 'z' was registered as the event's probability, but gives 1\.08\d* on 5 of 200 rows"):
+        inference_onnx_margins(choice.output, z, 200)
+    inside = z[5:]
+    np.testing.assert_allclose(
+        inference_onnx_margins(choice.output, inside, 195), np.log(inside.ravel().astype(np.float64) / (1 - inside.ravel())), atol=1e-6
+    )
+
+
 def test_class_labels_without_the_event_label_are_refused_naming_them(tmp_path: Path) -> None:
     from tasks.errors import ModelArtifactError
     from tasks.inference.onnx_outputs import inference_registered_onnx_output

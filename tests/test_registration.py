@@ -138,6 +138,7 @@ def test_an_onnx_model_is_registered_through_the_same_path(fresh_data: Settings,
         ("reordered", "in another order"),
         ("renamed", "only in the model ['annual_incme']"),
         ("not_xgboost", "does not start like an XGBoost"),
+        ("early_stopped", "early stopping kept best_iteration"),
     ],
 )
 def test_a_model_that_cannot_serve_the_job_is_refused_naming_the_file(
@@ -167,6 +168,14 @@ def test_a_model_that_cannot_serve_the_job_is_refused_naming_the_file(
         xgb.train({"objective": "binary:logistic"}, xgb.DMatrix(x, label=y, feature_names=["annual_incme", *names[1:]]), 3).save_model(str(path))
     elif make == "not_xgboost":
         path.write_text("[1, 2, 3]")
+    elif make == "early_stopped":
+        train, valid = xgb.DMatrix(x[::2], label=y[::2], feature_names=names), xgb.DMatrix(x[1::2], label=y[1::2], feature_names=names)
+        booster = xgb.train(
+            {"objective": "binary:logistic", "eta": 0.9, "max_depth": 6}, train, 200, evals=[(valid, "valid")],
+            early_stopping_rounds=2, verbose_eval=False,
+        )
+        assert int(booster.attributes()["best_iteration"]) + 1 < booster.num_boosted_rounds()
+        booster.save_model(str(path))
     registry = fresh_data.model_registry_dir(DEMO_JOB)
     before = inference_model_versions(registry)
 

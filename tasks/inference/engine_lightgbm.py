@@ -146,10 +146,9 @@ def inference_input_problem(model_path: Path, features: tuple[str, ...]) -> str 
     model = booster.dump_model()
     objective, _ = _objective(model)
     if objective not in LOGIT_OBJECTIVES or int(model.get("num_class", 1)) != 1 or int(model.get("num_tree_per_iteration", 1)) != 1:
-        return (
-            f"has objective {str(model.get('objective', '')) or 'unknown'!r}; a scoring model must be a binary classifier "
-            f"({' or '.join(LOGIT_OBJECTIVES)})"
-        )
+        named = str(model.get("objective", ""))
+        what = f"objective {named!r}" if named and named != "custom" else "a custom objective (no objective in the file)"
+        return f"has {what}; a scoring model must be a binary classifier ({' or '.join(LOGIT_OBJECTIVES)})"
     if booster.params.get("linear_tree") or _has_linear_leaves(model):
         return (
             "was trained with linear_tree: its leaves are linear models, which LightGBM's TreeSHAP (pred_contrib) does not "
@@ -260,7 +259,8 @@ def inference_registration_fields(
     objective, settings = _objective(model)
     notes = [
         f"LightGBM model, objective {objective}, {len(model['tree_info'])} trees: the margin is LightGBM's raw score "
-        "(predict(raw_score=True)), the log-odds; reasons are exact TreeSHAP, checked against LightGBM's pred_contrib"
+        f"(predict(raw_score=True)){', the log-odds' if float(settings.get('sigmoid', 1.0)) == 1.0 else ''}; reasons are exact "
+        "TreeSHAP, checked against LightGBM's pred_contrib"
     ]
     if (scale := inference_lightgbm_margin_scale(model)) != 1.0:
         notes.append(

@@ -214,6 +214,14 @@ def _event_index(classes: np.ndarray) -> int | None:
     return 1 if classes.astype(np.float64).tolist() == [0.0, 1.0] else None
 
 
+def _fails_on(model: _Model, output: SklearnOutput, rows: np.ndarray) -> bool:
+    try:
+        inference_sklearn_margins(model, output, rows)
+    except (ValueError, TypeError):
+        return True
+    return False
+
+
 def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
     from sklearn.base import is_classifier, is_clusterer, is_regressor
 
@@ -481,7 +489,15 @@ def inference_registration_fields(
         try:
             inference_sklearn_margins(model, output, rows)
         except (ValueError, TypeError) as exc:
-            missing = int(np.isnan(rows).any(axis=1).sum())
+            incomplete = np.isnan(rows).any(axis=1)
+            missing = int(incomplete.sum())
+            if missing and missing < rows.shape[0] and _fails_on(model, output, rows[~incomplete]):
+                # The complete rows fail too: a step of the pipeline makes values the next one rejects (a log of a
+                # negative number), whatever the inputs' own missing values.
+                raise ModelArtifactError(
+                    f"model file {model_path} ({model.description}) fails on the {what}'s rows, also on the "
+                    f"{rows.shape[0] - missing:,} without missing inputs: {_first_line(exc)}"
+                ) from None
             if missing:
                 raise ModelArtifactError(
                     f"model file {model_path} is {model.description}, which rejects missing inputs ({_first_line(exc)}), and "

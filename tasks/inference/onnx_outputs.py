@@ -111,7 +111,10 @@ def inference_onnx_output_choice(
             continue
         index = 0 if array.ndim == 2 else None
         if producers.get(output.name) == "Sigmoid" or (finite.size and finite.min() >= 0.0 and finite.max() <= 1.0):
-            why = "a Sigmoid node produces it" if producers.get(output.name) == "Sigmoid" else "every hold-out value lies in [0, 1]"
+            why = "a Sigmoid node produces it" if producers.get(output.name) == "Sigmoid" else (
+                "every hold-out value lies in [0, 1]; no Sigmoid produces it, so a chunk whose value leaves [0, 1] fails "
+                "rather than being clipped"
+            )
             return OnnxOutputChoice(
                 OnnxOutput(name=output.name, kind="probability", event_index=index, clip=PROBABILITY_CLIP),
                 f"ONNX output {output.name!r} {_shape(output)}: the event's probability ({why}); {_logit_words()}",
@@ -137,7 +140,7 @@ def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndar
             probability = np.fromiter((row[output.event_label] for row in value), dtype=np.float64, count=rows)
         except KeyError:
             raise ModelArtifactError(f"ONNX output {output.name!r} has no class {output.event_label!r}, the event's") from None
-        return inference_probability_margins(probability, output.clip)
+        return inference_probability_margins(_checked_probability(output, probability), output.clip)
     array = np.asarray(value)
     if array.ndim == 0 or array.shape[0] != rows:
         raise ModelArtifactError(
@@ -150,7 +153,25 @@ def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndar
             )
         return np.asarray(array, dtype=np.float64).reshape(-1)
     column = array.reshape(rows, -1)[:, output.event_index or 0]
-    return inference_probability_margins(np.asarray(column, dtype=np.float64), output.clip)
+    return inference_probability_margins(_checked_probability(output, np.asarray(column, dtype=np.float64)), output.clip)
+
+
+PROBABILITY_SLACK = 1e-6
+"""How far outside [0, 1] a float32 probability may round (a softmax's or sigmoid's last bit)."""
+
+
+def _checked_probability(output: OnnxOutput, probability: np.ndarray) -> np.ndarray:
+    """The probabilities, refused when one lies outside [0, 1]: clipping it would publish a made-up margin (a raw
+    score registered as a probability because every hold-out value happened to lie in [0, 1])."""
+    outside = (probability < -PROBABILITY_SLACK) | (probability > 1.0 + PROBABILITY_SLACK)
+    if outside.any():
+        first = float(probability[np.flatnonzero(outside)[0]])
+        raise ModelArtifactError(
+            f"ONNX output {output.name!r} was registered as the event's probability, but gives {first!r} on {int(outside.sum())} "
+            f"of {probability.size} rows, outside [0, 1]: it is not a probability; register the model again (a raw score is then "
+            "calibrated as it is)"
+        )
+    return probability
 
 
 def inference_probability_margins(probability: np.ndarray, clip: float | None) -> np.ndarray:

@@ -194,9 +194,11 @@ def inference_leq_threshold(threshold: float | np.ndarray) -> np.ndarray:
     the threshold splits the float32 values the same way, and its successor turns `<=` into `<`.
     """
     t = np.asarray(threshold, dtype=np.float64)
-    low = t.astype(np.float32)
-    low = np.where(low.astype(np.float64) > t, np.nextafter(low, np.float32(-np.inf)), low)
-    return np.nextafter(low, np.float32(np.inf)).astype(np.float32)
+    # A threshold beyond float32 (LightGBM's +inf or 1e300 "missing values only" splits) becomes ±inf, which is exact.
+    with np.errstate(over="ignore", invalid="ignore"):
+        low = t.astype(np.float32)
+        low = np.where(low.astype(np.float64) > t, np.nextafter(low, np.float32(-np.inf)), low)
+        return np.nextafter(low, np.float32(np.inf)).astype(np.float32)
 
 
 def inference_xgboost_tree_arrays(model_json: bytes | bytearray | str | dict) -> TreeArrays:

@@ -130,6 +130,15 @@ def _model_input_problem(model_path: Path, framework: str, features: tuple[str, 
             return f"has objective {objective!r}; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"
         if booster.num_features() != len(features):
             return f"takes {booster.num_features()} inputs, but the job computes {len(features)} features {list(features)}"
+        best, rounds = booster.attributes().get("best_iteration"), booster.num_boosted_rounds()
+        if best is not None and int(best) + 1 < rounds:
+            # Booster.predict scores every round, XGBClassifier only those up to best_iteration: which one the user
+            # validated is not in the file, and they differ by whole trees.
+            return (
+                f"holds {rounds} boosting rounds, but early stopping kept best_iteration {best}: XGBoost's Booster.predict scores all "
+                f"{rounds} rounds, its scikit-learn wrapper only the first {int(best) + 1}; save the model you mean: "
+                f"booster[: {int(best) + 1}].save_model(...) for the best rounds, or booster.set_attr(best_iteration=None) for all"
+            )
         names = booster.feature_names
         if names is not None and tuple(names) != features:
             if set(names) == set(features):

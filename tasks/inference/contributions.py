@@ -10,7 +10,6 @@ the scale the model's trees or coefficients add up to, the bias left out.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 
@@ -28,6 +27,7 @@ from tasks.inference.treeshap import (
     TreeArrays,
     TreeShapUnsupported,
     inference_guard_rows,
+    inference_max_abs_diff,
     inference_near_tie_rows,
     inference_treeshap_kernel,
 )
@@ -51,10 +51,7 @@ def inference_output_checked_treeshap(
     start = time.perf_counter()
     kernel = inference_treeshap_kernel(trees) if kernel_of is None else kernel_of(trees)
     rows = inference_guard_rows(kernel, rows=GUARD_ROWS)
-    ours = kernel.contributions(rows, nthread=nthread).sum(axis=1)
-    theirs = np.asarray(output(rows), dtype=np.float64).reshape(-1)
-    diff = np.abs(ours - theirs)
-    max_diff = float(diff.max()) if diff.size and np.isfinite(diff).all() else math.inf
+    max_diff = inference_max_abs_diff(kernel.contributions(rows, nthread=nthread).sum(axis=1), np.asarray(output(rows)).reshape(-1))
     if not max_diff <= tolerance:
         raise TreeShapUnsupported(
             f"the trees as read add up to the model's own output only within {max_diff:.3g} on {rows.shape[0]} load-time rows "
@@ -165,10 +162,7 @@ def inference_checked_explanation(engine, holdout: np.ndarray, model_label: obje
     if isinstance(source, TreeContributions) and source.kernel is None:
         return settled.model_copy(update={"checked_against": f"computed by {source.framework_label} itself: the table kernel cannot represent the model ({source.reason})"})
     if isinstance(source, TreeContributions) and source.framework_contributions is not None:
-        ours = source.kernel.contributions(explained)
-        theirs = np.asarray(source.framework_contributions(explained), dtype=np.float64)
-        diff = np.abs(ours - theirs) if theirs.shape == ours.shape else np.array([math.inf])
-        max_diff = float(diff.max()) if np.isfinite(diff).all() else math.inf
+        max_diff = inference_max_abs_diff(source.kernel.contributions(explained), source.framework_contributions(explained))
         if not max_diff <= GUARD_TOLERANCE:
             raise ModelArtifactError(
                 f"model file {model_label}: the product's TreeSHAP differs from {source.framework_label} by up to {max_diff:.3g} "
@@ -183,9 +177,7 @@ def inference_checked_explanation(engine, holdout: np.ndarray, model_label: obje
         total = source.kernel.contributions(explained).sum(axis=1)
     else:
         total = source.values(rows, None)[0].sum(axis=1) + source.bias
-    theirs = np.asarray(source.output(rows), dtype=np.float64).reshape(-1)
-    diff = np.abs(total - theirs)
-    max_diff = float(diff.max()) if np.isfinite(diff).all() else math.inf
+    max_diff = inference_max_abs_diff(total, np.asarray(source.output(rows)).reshape(-1))
     if not max_diff <= GUARD_TOLERANCE:
         raise ModelArtifactError(
             f"model file {model_label}: the {settled.method} contributions plus bias differ from the model's own output by up to "

@@ -29,6 +29,7 @@ from tasks.inference.treeshap import (
     TreeArrays,
     TreeShapKernel,
     TreeShapUnsupported,
+    inference_kernel_arrays,
     inference_treeshap_kernel,
 )
 
@@ -80,13 +81,9 @@ class ObliviousTreeShapKernel:
 
         from tasks.inference.treeshap_kernels import inference_oblivious_contributions
 
-        x = np.ascontiguousarray(features, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != self.n_features:
-            raise ValueError(f"the kernel explains {self.n_features} features, got an array of shape {x.shape}")
-        out = np.zeros((x.shape[0], self.n_features + 1), dtype=np.float64)
+        x, out, threads = inference_kernel_arrays(features, self.n_features, nthread)
         if x.shape[0] == 0:
             return out
-        threads = numba.config.NUMBA_NUM_THREADS if nthread <= 0 else min(nthread, numba.config.NUMBA_NUM_THREADS)
         # A block's transposed rows and sums (12 bytes per feature and row) stay in L2 next to the tables; a few
         # blocks per thread keep the threads busy.
         block = int(min(1024, max(16, math.ceil(x.shape[0] / (2 * threads)))))

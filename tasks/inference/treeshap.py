@@ -142,13 +142,9 @@ class TreeShapKernel:
 
         from tasks.inference.treeshap_kernels import inference_table_contributions
 
-        x = np.ascontiguousarray(features, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != self.n_features:
-            raise ValueError(f"the kernel explains {self.n_features} features, got an array of shape {x.shape}")
-        out = np.zeros((x.shape[0], self.n_features + 1), dtype=np.float64)
+        x, out, threads = inference_kernel_arrays(features, self.n_features, nthread)
         if x.shape[0] == 0:
             return out
-        threads = numba.config.NUMBA_NUM_THREADS if nthread <= 0 else min(nthread, numba.config.NUMBA_NUM_THREADS)
         # Long blocks amortise each tree's setup, as long as a tree's patterns for the block stay in
         # L2 (512 KiB of int32); a few blocks per thread keep the threads busy.
         widest_tree = int(np.diff(self.tree_node_start).max())
@@ -184,6 +180,18 @@ class TreeArrays:
     node_start: np.ndarray
     bias: float
     n_features: int
+
+
+def inference_kernel_arrays(features: np.ndarray, n_features: int, nthread: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """What a kernel's `contributions` hands its numba function: the rows as C-contiguous float32, the zeroed
+    rows × (features + 1) output, and the threads to run on (0: all numba has)."""
+    import numba
+
+    x = np.ascontiguousarray(features, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] != n_features:
+        raise ValueError(f"the kernel explains {n_features} features, got an array of shape {x.shape}")
+    threads = numba.config.NUMBA_NUM_THREADS if nthread <= 0 else min(nthread, numba.config.NUMBA_NUM_THREADS)
+    return x, np.zeros((x.shape[0], n_features + 1), dtype=np.float64), threads
 
 
 def inference_leq_threshold(threshold: float | np.ndarray) -> np.ndarray:
@@ -336,9 +344,13 @@ def inference_treeshap_max_diff(
     kernel: ContributionKernel, reference: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, *, nthread: int = 0
 ) -> float:
     """Largest absolute difference to `reference` (XGBoost's pred_contribs), bias column included; inf on NaN."""
-    ours = kernel.contributions(rows, nthread=nthread)
-    theirs = np.asarray(reference(rows), dtype=np.float64)
-    if theirs.shape != ours.shape:
+    return inference_max_abs_diff(kernel.contributions(rows, nthread=nthread), reference(rows))
+
+
+def inference_max_abs_diff(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """The largest absolute difference; inf where the shapes differ, nothing was compared or a value is not finite."""
+    theirs = np.asarray(theirs, dtype=np.float64)
+    if theirs.shape != ours.shape or ours.size == 0:
         return math.inf
     diff = np.abs(ours - theirs)
     return float(diff.max()) if np.isfinite(diff).all() else math.inf

@@ -229,7 +229,7 @@ def inference_registration_fields(
     note = (
         f"CatBoost model: {facts.tree_count} trees ({facts.grow_policy}), loss {facts.loss}; "
         f"the margin is CatBoost's RawFormulaVal, the log-odds of {event}; nan_mode {facts.nan_mode}: "
-        f"{_NAN_MODES.get(facts.nan_mode, 'as CatBoost treats it')}; scored on CPU (CatBoost predicts on CPU only)"
+        f"{_NAN_MODES.get(facts.nan_mode, 'as CatBoost treats it')}; scored on the job's device: CPU, or the GPU where CatBoost can evaluate there (read back at load)"
     )
     return RegistrationFields({"explanation": ModelExplanation(method="treeshap")}, [note])
 

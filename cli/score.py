@@ -683,6 +683,9 @@ def _calibration_table(bins: list[dict], *, title: str) -> Table:
 
 def _print_registration(report) -> None:  # noqa: ANN001  (tasks.jobs.registration.RegistrationReport, imported lazily)
     quality = report.calibration
+    if quality is None:
+        _print_forecast_registration(report)
+        return
     auc = "n/a" if report.auc is None else f"{report.auc:.3f}"
     console.print(
         f"registered {report.model} version {report.version} ({report.framework}, {len(report.features)} features) at {report.directory}\n"
@@ -693,6 +696,30 @@ def _print_registration(report) -> None:  # noqa: ANN001  (tasks.jobs.registrati
     )
     console.print(_calibration_table(quality.table, title=f"calibration on the hold-out ({quality.interval_level:.0%} interval)"))
     console.print(f"reachable probability: {quality.reachable_low:.3g} .. {quality.reachable_high:.3g}", highlight=False)
+    for note in report.notes:
+        console.print(Text("note: ") + Text(note), highlight=False, soft_wrap=True)
+    for warning in report.warnings:
+        console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
+
+
+def _print_forecast_registration(report) -> None:  # noqa: ANN001  (a forecast model's RegistrationReport)
+    check = report.interval
+    console.print(
+        f"registered {report.model} version {report.version} ({report.framework}, {report.target} forecast, {len(report.features)} features) "
+        f"at {report.directory}\n"
+        f"hold-out: {report.rows:,} rows, {report.rows_quarantined:,} quarantined by the guards; drift reference: {report.reference_rows:,} rows",
+        highlight=False,
+    )
+    table = Table(title=f"on {check.rows:,} held-back hold-out rows (they fitted neither the error model nor the interval)")
+    for column in ("measure", "value"):
+        table.add_column(column)
+    for measure, value in (
+        ("MAE", f"{check.mae:.4g}"), ("RMSE", f"{check.rmse:.4g}"), ("bias (actual − forecast)", f"{check.bias:+.4g}"),
+        (f"interval coverage (level {check.level:.0%})", f"{check.coverage:.1%}"), ("mean interval width", f"{check.mean_width:.4g}"),
+        ("mean width, easy half of rows", f"{check.easy_half_width:.4g}"), ("mean width, hard half of rows", f"{check.hard_half_width:.4g}"),
+    ):
+        table.add_row(measure, value)
+    console.print(table)
     for note in report.notes:
         console.print(Text("note: ") + Text(note), highlight=False, soft_wrap=True)
     for warning in report.warnings:

@@ -82,6 +82,35 @@ PREDICTIONS = Dataset(
 )
 """The prediction contract: one row per scored entity (meanings: tasks/contracts.py PREDICTION_FIELD_MEANINGS)."""
 PREDICTION_SCHEMA = PREDICTIONS.schema
+
+FORECASTS = Dataset(
+    name="forecasts",
+    schema=pa.schema(
+        [
+            pa.field("run_id", pa.string(), nullable=False),
+            pa.field("job", pa.string(), nullable=False),
+            pa.field("partition_date", pa.date32(), nullable=False),
+            pa.field("entity_id", pa.string(), nullable=False),
+            pa.field("forecast", pa.float64(), nullable=False),
+            pa.field("forecast_low", pa.float64(), nullable=False),
+            pa.field("forecast_high", pa.float64(), nullable=False),
+            pa.field("expected_error", pa.float64(), nullable=False),
+            pa.field("decision", pa.string(), nullable=False),
+            pa.field("rule_id", pa.string(), nullable=False),
+            pa.field("reason_codes", pa.list_(pa.string()), nullable=False),
+            pa.field("reason_texts", pa.list_(pa.string()), nullable=False),
+            pa.field("raw_margin", pa.float64(), nullable=False),
+            pa.field("model_name", pa.string(), nullable=False),
+            pa.field("model_version", pa.string(), nullable=False),
+            pa.field("feature_version", pa.string(), nullable=False),
+        ]
+    ),
+    folder="forecasts", table="forecasts", keys=(*PARTITION_KEY, "entity_id"), partitioned=True, staged="chunk",
+)
+"""A forecast job's prediction contract (target.kind regression or count): one row per scored entity
+(meanings: tasks/contracts.py FORECAST_FIELD_MEANINGS). A binary job publishes it empty, and a
+forecast job publishes `predictions` empty, so a job's partition never keeps another kind's rows."""
+FORECAST_SCHEMA = FORECASTS.schema
 PREDICTION_GROUP_SCHEMA = pa.schema(
     [("run_id", pa.string()), ("model_version", pa.string()), ("decision", pa.string()), ("rule_id", pa.string()),
      ("score", pa.int16()), ("straddling", pa.bool_()), ("rows", pa.int64()), ("probability_sum", pa.float64())]
@@ -414,7 +443,7 @@ SHADOW_OUTCOMES = Dataset(
 challenger's paired difference with its bootstrap interval, and a plain-language recommendation."""
 
 PARTITION_DATASETS: tuple[Dataset, ...] = (
-    PREDICTIONS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS, MODEL_HEALTH,
+    PREDICTIONS, FORECASTS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS, MODEL_HEALTH,
     SHADOW_PREDICTIONS, DECISION_FLIPS, SHADOW_COMPARISON,
 )
 """What a scoring run publishes, in publish order: staged, moved into the run's version folder, its

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tasks.catalog import PREDICTION_SCHEMA
+from tasks.catalog import FORECAST_SCHEMA, PREDICTION_SCHEMA
 
 
 class _ArrayModel(BaseModel):
@@ -44,7 +44,9 @@ class InferenceInput(_ArrayModel):
 
 
 class InferenceOutput(_ArrayModel):
-    """Raw engine output of one chunk: one log-odds margin per row, plus how it was computed."""
+    """Raw engine output of one chunk: one margin per row (log-odds for a binary job, the link scale of
+    a forecast job's objective), plus how it was computed; a forecast job's error model adds each row's
+    expected absolute error."""
 
     chunk_id: int = Field(ge=0)
     entity_ids: pa.Array
@@ -53,6 +55,9 @@ class InferenceOutput(_ArrayModel):
     model_version: str
     device_type: str
     latency_ms: float = Field(ge=0)
+    expected_error: np.ndarray | None = Field(
+        default=None, description="Forecast jobs: the error model's expected |actual − forecast| per row, the interval's scale."
+    )
 
     @model_validator(mode="after")
     def _one_margin_per_row(self) -> InferenceOutput:
@@ -63,6 +68,10 @@ class InferenceOutput(_ArrayModel):
             )
         if not np.isfinite(self.margins).all():
             raise ValueError(f"chunk {self.chunk_id}: the engine returned non-finite margins")
+        if self.expected_error is not None and (
+            self.expected_error.shape != self.margins.shape or not np.isfinite(self.expected_error).all()
+        ):
+            raise ValueError(f"chunk {self.chunk_id}: the error model returned {self.expected_error.shape} values, not one finite value per row")
         return self
 
 
@@ -113,8 +122,29 @@ PREDICTION_FIELD_MEANINGS = {
 }
 
 
+FORECAST_FIELD_MEANINGS = {
+    "run_id": PREDICTION_FIELD_MEANINGS["run_id"],
+    "job": PREDICTION_FIELD_MEANINGS["job"],
+    "partition_date": PREDICTION_FIELD_MEANINGS["partition_date"],
+    "entity_id": "The forecast entity: the value of the job's entity column (a store and item, a customer, a claim).",
+    "forecast": "The model's forecast of the job's target (target.name), on its scale; never negative for a count.",
+    "forecast_low": "Lower end of the prediction interval: the actual lands in [forecast_low, forecast_high] for the spec's interval_level of rows (split conformal).",
+    "forecast_high": "Upper end of that interval.",
+    "expected_error": "The expected |actual − forecast| of this row (the error model's estimate): the interval's scale; its mean is the partition's estimated MAE.",
+    "decision": PREDICTION_FIELD_MEANINGS["decision"],
+    "rule_id": PREDICTION_FIELD_MEANINGS["rule_id"],
+    "reason_codes": "Codes of the features that moved the forecast most, strongest first, suffixed _UP (raised it) or _DOWN (lowered it).",
+    "reason_texts": "The same reasons in business language (\"Rain lowered the forecast\").",
+    "raw_margin": "The model's raw output on its link scale (the forecast itself, or its log for Poisson, Tweedie and gamma objectives).",
+    "model_name": PREDICTION_FIELD_MEANINGS["model_name"],
+    "model_version": PREDICTION_FIELD_MEANINGS["model_version"],
+    "feature_version": PREDICTION_FIELD_MEANINGS["feature_version"],
+}
+
+
 class PredictionOutput(_ArrayModel):
-    """The business result of one chunk, conforming to PREDICTION_SCHEMA, with its summary."""
+    """The business result of one chunk, conforming to PREDICTION_SCHEMA (binary jobs) or FORECAST_SCHEMA
+    (forecast jobs), with its summary."""
 
     chunk_id: int = Field(ge=0)
     table: pa.Table
@@ -126,8 +156,8 @@ class PredictionOutput(_ArrayModel):
 
     @model_validator(mode="after")
     def _conforms(self) -> PredictionOutput:
-        if not self.table.schema.equals(PREDICTION_SCHEMA):
-            raise ValueError(f"chunk {self.chunk_id}: prediction table does not match PREDICTION_SCHEMA")
+        if not (self.table.schema.equals(PREDICTION_SCHEMA) or self.table.schema.equals(FORECAST_SCHEMA)):
+            raise ValueError(f"chunk {self.chunk_id}: prediction table matches neither PREDICTION_SCHEMA nor FORECAST_SCHEMA")
         if sum(self.decisions.values()) != self.table.num_rows:
             raise ValueError(f"chunk {self.chunk_id}: decisions do not cover every row")
         return self

@@ -22,7 +22,7 @@ from tasks.errors import JobSpecError
 from tasks.features.config import DeclaredFeatures
 from tasks.redaction import redacted_text
 from tasks.inference.config import NAME_PATTERN, InferenceConfig, ModelRef
-from tasks.prediction.config import PredictionConfig
+from tasks.prediction.config import PredictionConfig, TargetConfig
 from tasks.settings import Settings
 from tasks.sinks.config import SinksConfig
 from tasks.sources.config import SourceConfig
@@ -187,6 +187,7 @@ class JobSpec(_Strict):
         default=None, description="Where raw partitions live; none reads Parquet under `data/raw/<job>/date=<date>/`."
     )
     sinks: SinksConfig = Field(default_factory=SinksConfig, description="Outputs besides the Parquet store and the warehouse.")
+    target: TargetConfig = Field(default_factory=TargetConfig, description="What the job predicts (binary by default).")
     model: ModelRef
     chunk_rows: int = Field(default=50_000, ge=1, description="Rows per Arrow chunk.")
     inference: InferenceConfig = InferenceConfig()
@@ -205,6 +206,28 @@ class JobSpec(_Strict):
             given = "both" if self.features is not None else "neither"
             raise ValueError(
                 f"give exactly one of `feature_module` (a Python module) and `features` (columns declared in the spec); got {given}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _prediction_speaks_the_kind(self) -> JobSpec:
+        p, kind = self.prediction, self.target.kind
+        if self.target.forecasts:
+            binary_only = (("prediction.score", p.score), ("prediction.event", p.event), ("prediction.reasons.no_adverse_code", p.reasons.no_adverse_code))
+            given = [name for name, value in binary_only if value is not None]
+            if given:
+                raise ValueError(
+                    f"target.kind is {kind}, but prediction gives {', '.join(given)}, which only a binary job has: remove them "
+                    "(a forecast job's rules test forecast, forecast_low, forecast_high; its reasons say what raised or lowered the forecast)"
+                )
+            return self
+        missing = [name for name, value in (("prediction.event", p.event), ("prediction.score", p.score),
+                                            ("prediction.reasons.no_adverse_code", p.reasons.no_adverse_code),
+                                            ("prediction.reasons.no_adverse_text", p.reasons.no_adverse_text)) if value is None]
+        if missing:
+            raise ValueError(
+                f"target.kind is binary, so {', '.join(missing)} must be given"
+                + (" (or set target.kind: regression or count for a forecast job)" if p.score is None else "")
             )
         return self
 

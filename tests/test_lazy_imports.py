@@ -84,7 +84,7 @@ def test_a_runs_calibration_and_drift_load_no_scipy_stats_and_arrow_gives_memory
         "from tasks.quality.drift import drift_metrics\n"
         "from tasks.settings import current_settings\n"
         f"job = prepared_job({DEMO_JOB!r}, dt.date.fromisoformat({day.isoformat()!r}), current_settings())\n"
-        "job.prediction_plan.probability_map.predict_calibrated_probability(np.linspace(-6, 3, 50))\n"
+        "job.prediction_plan.estimate_map.predict_calibrated_probability(np.linspace(-6, 3, 50))\n"
         "metrics = [drift_metrics(h, h) for h in job.drift_baselines['reference'].values()]\n"
         "assert metrics and all(m['psi'] == 0.0 for m in metrics), metrics\n"
         "assert pa.default_memory_pool().backend_name == 'system', pa.default_memory_pool().backend_name\n"

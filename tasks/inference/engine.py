@@ -24,9 +24,16 @@ import numpy as np
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
+from tasks.inference.error_model import ErrorModel
 from tasks.inference.frameworks import inference_xgboost_module
 from tasks.inference.onnx_outputs import inference_onnx_margins
-from tasks.inference.registry import ModelArtifact, ModelMetadata, inference_model_artifact, inference_reasons_unavailable
+from tasks.inference.registry import (
+    ModelArtifact,
+    ModelMetadata,
+    inference_model_artifact,
+    inference_model_checksum,
+    inference_reasons_unavailable,
+)
 from tasks.inference.contributions import LinearContributions, TreeContributions
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
@@ -304,10 +311,32 @@ def inference_engine(artifact: ModelArtifact, *, device: Device = "cpu", nthread
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """The engine that will score, and why it is not the version the job asked for, if it is not."""
+    """The engine that will score, and why it is not the version the job asked for, if it is not; a
+    forecast model's error model beside it."""
 
     engine: InferenceEngine
     fallback_reason: str | None = None
+    error_model: ErrorModel | None = None
+
+    def inference_outputs(self, batch: InferenceInput) -> InferenceOutput:
+        """The engine's margins and, for a forecast model, each row's expected absolute error."""
+        output = self.engine.inference_outputs(batch)
+        if self.error_model is None:
+            return output
+        expected = self.error_model.inference_expected_error(batch.features, output.margins)
+        return output.model_copy(update={"expected_error": expected, "latency_ms": output.latency_ms + self.error_model.latency_ms})
+
+
+def _loaded(engine: InferenceEngine, fallback_reason: str | None = None) -> LoadedModel:
+    meta = engine.metadata
+    if meta.error_model_file is None:
+        return LoadedModel(engine, fallback_reason)
+    path = engine.artifact.directory / meta.error_model_file
+    if not path.is_file() or inference_model_checksum(path) != meta.error_model_sha256:
+        raise ModelArtifactError(
+            f"model {meta.name} {meta.version}: error model {path} is missing or does not match error_model_sha256 in its metadata.json"
+        )
+    return LoadedModel(engine, fallback_reason, ErrorModel(path))
 
 
 _RUN_ENGINES: OrderedDict[tuple[str, Device, int], InferenceEngine] = OrderedDict()
@@ -343,7 +372,7 @@ def inference_loaded_model(
     A device problem is a configuration error, not a broken model: it never triggers the fallback.
     """
     try:
-        return LoadedModel(_run_engine(inference_model_artifact(registry_dir, version), device=device, nthread=nthread))
+        return _loaded(_run_engine(inference_model_artifact(registry_dir, version), device=device, nthread=nthread))
     except ModelArtifactError as exc:
         if fallback_version is None:
             raise
@@ -353,5 +382,5 @@ def inference_loaded_model(
         registry_dir.name, version, fallback_version, reason,
     )
     engine = _run_engine(inference_model_artifact(registry_dir, fallback_version), device=device, nthread=nthread)
-    return LoadedModel(engine, fallback_reason=reason)
+    return _loaded(engine, fallback_reason=reason)
 

@@ -208,7 +208,7 @@ def inference_catboost_problem(facts: CatBoostFacts, features: tuple[str, ...]) 
     return None
 
 
-def inference_input_problem(model_path: Path, features: tuple[str, ...]) -> str | None:
+def inference_input_problem(model_path: Path, features: tuple[str, ...], *, kind: str = "binary") -> str | None:
     """Why the .cbm file cannot score the job's features as a binary classifier, or None."""
     try:
         model = inference_catboost_model(model_path)
@@ -218,7 +218,7 @@ def inference_input_problem(model_path: Path, features: tuple[str, ...]) -> str 
 
 
 def inference_registration_fields(
-    model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray,
+    model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *, kind: str = "binary",
 ) -> RegistrationFields:
     """Reasons by TreeSHAP (checked at registration against CatBoost's ShapValues), and a line saying what scores."""
     model = inference_catboost_model(model_path)

@@ -137,7 +137,7 @@ def _unnamed(names: list[str]) -> bool:
     return all(name == f"Column_{i}" for i, name in enumerate(names))
 
 
-def inference_input_problem(model_path: Path, features: tuple[str, ...]) -> str | None:
+def inference_input_problem(model_path: Path, features: tuple[str, ...], *, kind: str = "binary") -> str | None:
     """Why the LightGBM model file cannot score the job's features as a binary classifier, or None."""
     try:
         booster = inference_lightgbm_booster(model_path)
@@ -252,7 +252,7 @@ def inference_lightgbm_tree_arrays(model: dict[str, Any]) -> tuple[TreeArrays, n
 
 
 def inference_registration_fields(
-    model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray,
+    model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *, kind: str = "binary",
 ) -> RegistrationFields:
     """A LightGBM model's metadata fields (reasons by TreeSHAP) and what the registration report says of them."""
     model = inference_lightgbm_booster(model_path).dump_model()

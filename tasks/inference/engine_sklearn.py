@@ -263,7 +263,7 @@ def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
     return None
 
 
-def inference_input_problem(model_path: Path, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = ()) -> str | None:
+def inference_input_problem(model_path: Path, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (), kind: str = "binary") -> str | None:
     """Why the skops file cannot score the job's features as a binary classifier, or None."""
     try:
         model = _loaded(model_path, trusted_types)
@@ -473,6 +473,7 @@ def _checked_kernel(plan: _TreePlan, model_label: str, nthread: int = 0):  # noq
 
 def inference_registration_fields(
     model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *, trusted_types: tuple[str, ...] = (),
+    kind: str = "binary",
 ) -> RegistrationFields:
     """How the classifier scores (`sklearn_output`), explains (`explanation`) and loads (`skops_trusted`);
     refuses an estimator that fails on the hold-out's or the reference's rows with one line."""

@@ -10,6 +10,7 @@ those models) with three names: the engine class, `inference_input_problem(path,
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,12 @@ ENGINE_MODULES = {
     "catboost": "tasks.inference.engine_catboost",
     "sklearn": "tasks.inference.engine_sklearn",
 }
+
+XGBOOST_FORECAST_OBJECTIVES = {
+    "reg:squarederror": "identity", "reg:absoluteerror": "identity", "reg:pseudohubererror": "identity",
+    "count:poisson": "log", "reg:tweedie": "log", "reg:gamma": "log",
+}
+"""XGBoost objectives a forecast job takes, with the link between the margin and the forecast."""
 
 
 def inference_xgboost_module():  # noqa: ANN201  (the xgboost module)
@@ -66,21 +73,32 @@ def _trust(framework: str, trusted_types: tuple[str, ...]) -> dict[str, tuple[st
 
 
 def inference_framework_input_problem(
-    model_path: Path, framework: str, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (),
+    model_path: Path, framework: str, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (), kind: str = "binary",
 ) -> str | None:
-    """Why the model file cannot score the job's features as a binary classifier, or None."""
-    return inference_engine_module(framework, model_path).inference_input_problem(model_path, features, **_trust(framework, trusted_types))
+    """Why the model file cannot score the job's features as a model of the job's kind (a binary
+    classifier, or a regressor for `kind` regression or count), or None."""
+    return inference_engine_module(framework, model_path).inference_input_problem(
+        model_path, features, kind=kind, **_trust(framework, trusted_types)
+    )
 
 
 def inference_framework_registration_fields(
     model_path: Path, framework: str, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *,
-    trusted_types: tuple[str, ...] = (),
+    trusted_types: tuple[str, ...] = (), kind: str = "binary",
 ) -> RegistrationFields:
-    """The framework's metadata fields for this model (its output, its explanation); refuses what cannot score honestly."""
+    """The framework's metadata fields for this model (its output, its explanation and, for a forecast
+    job's regressor, the `link` from its margin to the forecast); refuses what cannot score honestly."""
     if framework == "xgboost":
         from tasks.inference.registry import ModelExplanation
 
-        return RegistrationFields({"explanation": ModelExplanation(method="treeshap")})
+        fields: dict[str, Any] = {"explanation": ModelExplanation(method="treeshap")}
+        if kind != "binary":
+            xgb = inference_xgboost_module()
+            booster = xgb.Booster()
+            booster.load_model(str(model_path))
+            objective = json.loads(booster.save_config())["learner"]["objective"]["name"]
+            fields["link"] = XGBOOST_FORECAST_OBJECTIVES[objective]
+        return RegistrationFields(fields)
     if framework == "onnx":
         from tasks.inference.onnx_explained import inference_onnx_registration_explanation
         from tasks.inference.onnx_outputs import inference_registered_onnx_output
@@ -89,5 +107,5 @@ def inference_framework_registration_fields(
         explanation, notes = inference_onnx_registration_explanation(model_path, choice.output, holdout, reference)
         return RegistrationFields({"onnx_output": choice.output, "explanation": explanation}, [choice.description, *notes])
     return inference_engine_module(framework, model_path).inference_registration_fields(
-        model_path, features, holdout, reference, **_trust(framework, trusted_types)
+        model_path, features, holdout, reference, kind=kind, **_trust(framework, trusted_types)
     )

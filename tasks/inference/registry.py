@@ -239,6 +239,21 @@ class ModelMetadata(BaseModel):
     explanation: ModelExplanation | None = Field(
         default=None, description="How rows get reasons. None (versions registered before it): XGBoost TreeSHAP, none for ONNX.",
     )
+    target: Literal["binary", "regression", "count"] = Field(
+        default="binary", description="The job kind the model was registered for: a binary classifier, or a regressor of a quantity or count."
+    )
+    link: Literal["logit", "identity", "log"] = Field(
+        default="logit",
+        description="The scale of the model's margin: log-odds (binary), the forecast itself (identity), or its log (Poisson, Tweedie, gamma).",
+    )
+    interval: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Forecast models: the split-conformal interval fitted on the hold-out (tasks/prediction/forecasts.py); read by the prediction layer.",
+    )
+    error_model_file: str | None = Field(
+        default=None, description="Forecast models: the error model beside the model file (tasks/inference/error_model.py).",
+    )
+    error_model_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="Its checksum, verified at load.")
 
     @field_validator("features")
     @classmethod

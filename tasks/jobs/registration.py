@@ -1,8 +1,10 @@
 """Registration: a model file trained anywhere plus a labelled hold-out → a new registry version.
 
 One path for users (`score register`) and the demo trainers alike. The model file is checked
-(format, no pickles, a binary classifier, inputs matching the job's features), its raw outputs on
-the hold-out are computed by the same engine that scores, the calibration is fitted on them, the
+(format, no pickles, a binary classifier for a binary job and a regressor for a forecast job, inputs
+matching the job's features), its raw outputs on the hold-out are computed by the same engine that
+scores, the calibration (binary) or the error model and conformal interval (forecasts,
+tasks/jobs/conformal.py) are fitted on them, the
 reference statistics for drift come from the reference rows (the hold-out unless given), and the
 version folder is written aside and renamed into the registry in one step, never over an
 existing version.
@@ -39,6 +41,7 @@ from tasks.guards import GuardSuite, guarded_chunk, load_guard_suite, raw_schema
 from tasks.inference.engine import LoadedModel, inference_engine, inference_loaded_model
 from tasks.inference.contributions import inference_checked_explanation
 from tasks.inference.frameworks import (
+    XGBOOST_FORECAST_OBJECTIVES,
     inference_framework_input_problem,
     inference_framework_registration_fields,
     inference_xgboost_module,
@@ -56,6 +59,8 @@ from tasks.inference.registry import (
     inference_reasons_unavailable,
 )
 from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
+from tasks.inference.error_model import ERROR_MODEL_FILE
+from tasks.jobs.conformal import IntervalCheck, fitted_conformal_interval
 from tasks.jobspec import JobSpec, load_job_spec
 from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator, predict_one_outcome_problem
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
@@ -67,6 +72,7 @@ REGISTRATION_REPORT = "registration.json"
 """Beside metadata.json in every version folder registered through this module."""
 BINARY_OBJECTIVES = ("binary:logistic", "binary:logitraw")
 """XGBoost objectives whose output is a margin (a log-odds) the calibration can map to a probability."""
+FORECAST_OBJECTIVES = XGBOOST_FORECAST_OBJECTIVES
 
 
 @dataclass(frozen=True)
@@ -83,17 +89,23 @@ class RegistrationReport:
     rows_quarantined: int
     auc: float | None
     reference_rows: int
-    calibration: CalibrationQuality
+    calibration: CalibrationQuality | None
+    """Binary models: the calibration's quality on the hold-out."""
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """What registration chose that is not a problem: the ONNX output that scores, reasons off."""
+    target: str = "binary"
+    interval: IntervalCheck | None = None
+    """Forecast models: the conformal interval's coverage and width on the held-back part of the hold-out."""
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "model": self.model, "version": self.version, "framework": self.framework, "features": self.features,
+            "model": self.model, "version": self.version, "framework": self.framework, "target": self.target, "features": self.features,
             "rows": self.rows, "events": self.events, "rows_quarantined": self.rows_quarantined, "auc": self.auc,
-            "reference_rows": self.reference_rows, "calibration": dataclasses.asdict(self.calibration), "warnings": self.warnings,
-            "notes": self.notes,
+            "reference_rows": self.reference_rows,
+            "calibration": dataclasses.asdict(self.calibration) if self.calibration is not None else None,
+            "interval": self.interval.as_json() if self.interval is not None else None,
+            "warnings": self.warnings, "notes": self.notes,
         }
 
 
@@ -109,14 +121,51 @@ def holdout_auc(scores: np.ndarray, labels: np.ndarray) -> float | None:
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def holdout_actuals_problem(actuals: np.ndarray, kind: str) -> str | None:
+    """Why a forecast job's actuals cannot fit its interval (missing, infinite, a negative or fractional count), or None."""
+    bad = ~np.isfinite(actuals)
+    if bad.any():
+        return f"hold {int(bad.sum())} missing or infinite values, e.g. {actuals[bad][:3].tolist()}"
+    if kind == "count":
+        wrong = (actuals < 0) | (actuals != np.round(actuals))
+        if wrong.any():
+            return f"must be non-negative whole numbers for a count job (target.kind count); {int(wrong.sum())} are not, e.g. {actuals[wrong][:3].tolist()}"
+    if np.unique(actuals[: 10_000]).size < 2:
+        return f"are all {actuals[0]:g}: a forecast fitted on one value cannot be checked"
+    return None
+
+
 def _next_version(registry_dir: Path) -> str:
     numeric = [int(v) for v in inference_model_versions(registry_dir) if v.isdigit()]
     return str(max(numeric, default=0) + 1)
 
 
-def _model_input_problem(model_path: Path, framework: str, features: tuple[str, ...], trusted_types: tuple[str, ...] = ()) -> str | None:
+def _xgboost_kind_problem(objective: str, kind: str) -> str | None:
+    """Why an XGBoost objective does not fit a job of `kind`, or None."""
+    if kind == "binary":
+        if objective in BINARY_OBJECTIVES:
+            return None
+        if objective in FORECAST_OBJECTIVES:
+            return (
+                f"has objective {objective!r}, a regression objective, but the job is binary (target.kind): register a binary classifier "
+                "(binary:logistic or binary:logitraw), or set target.kind: regression or count in the job spec"
+            )
+        # binary:hinge outputs hard 0/1 labels, not a margin: there is nothing to calibrate or rank.
+        return f"has objective {objective!r}; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"
+    if objective in FORECAST_OBJECTIVES:
+        return None
+    what = "a binary classifier" if objective.startswith("binary:") or objective == "reg:logistic" else "not a regression objective"
+    return (
+        f"has objective {objective!r}, {what}, but the job forecasts a {kind} target (target.kind): register a regressor "
+        f"({', '.join(FORECAST_OBJECTIVES)})"
+    )
+
+
+def _model_input_problem(
+    model_path: Path, framework: str, features: tuple[str, ...], trusted_types: tuple[str, ...] = (), kind: str = "binary",
+) -> str | None:
     """Why the model cannot take the job's feature matrix (names where it has them, count and order
-    always, binary output), or None."""
+    always, an output of the job's kind), or None."""
     if framework == "xgboost":
         xgb = inference_xgboost_module()
         booster = xgb.Booster()
@@ -125,9 +174,8 @@ def _model_input_problem(model_path: Path, framework: str, features: tuple[str, 
         except xgb.core.XGBoostError as exc:
             return f"could not be loaded by XGBoost: {str(exc).splitlines()[0]}"
         objective = json.loads(booster.save_config())["learner"]["objective"]["name"]
-        # binary:hinge outputs hard 0/1 labels, not a margin: there is nothing to calibrate or rank.
-        if objective not in BINARY_OBJECTIVES:
-            return f"has objective {objective!r}; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"
+        if (problem := _xgboost_kind_problem(objective, kind)) is not None:
+            return problem
         if booster.num_features() != len(features):
             return f"takes {booster.num_features()} inputs, but the job computes {len(features)} features {list(features)}"
         best, rounds = booster.attributes().get("best_iteration"), booster.num_boosted_rounds()
@@ -149,7 +197,7 @@ def _model_input_problem(model_path: Path, framework: str, features: tuple[str, 
             )
         return None
     if framework != "onnx":
-        return inference_framework_input_problem(model_path, framework, features, trusted_types=trusted_types)
+        return inference_framework_input_problem(model_path, framework, features, trusted_types=trusted_types, kind=kind)
     import onnxruntime as ort
 
     try:
@@ -202,11 +250,13 @@ def registered_model_version(
     training: Mapping[str, Any] | None = None,
     trusted_types: tuple[str, ...] = (),
     scored_as_latest: bool = False,
+    kind: str = "binary",
 ) -> RegistrationReport:
     """Register `model_file` as a new version under `registry_dir` (`<registry>/<model name>`).
 
     `holdout_features` are the model's input columns in `features` order (feature-model outputs
-    included) for labelled rows the model never saw; `holdout_outcomes` their 0/1 outcomes. The
+    included) for labelled rows the model never saw; `holdout_outcomes` their outcomes: 0/1 for a
+    binary job (`kind`), the actual quantity for a regression or count job. The
     reference for drift is `reference_features` (default: the hold-out). `trusted_types`: the types
     beyond skops' defaults the user trusts a scikit-learn file to hold (`score register --trust`).
     """
@@ -226,14 +276,17 @@ def registered_model_version(
         raise ModelArtifactError(
             f"model file {model_file} is not a scikit-learn .skops file ({framework}): --trust names types a .skops file may hold beyond skops' defaults"
         )
-    problem = inference_model_file_problem(model_file, framework) or _model_input_problem(model_file, framework, features, trusted_types)
+    problem = inference_model_file_problem(model_file, framework) or _model_input_problem(model_file, framework, features, trusted_types, kind)
     if problem:
         raise ModelArtifactError(f"model file {model_file} {problem}")
     outcomes = np.asarray(holdout_outcomes, dtype=np.float64)
+    forecasts = kind != "binary"
     if holdout_features.shape != (outcomes.size, len(features)):
         raise ValueError(f"hold-out features {holdout_features.shape} do not match {outcomes.size} outcomes × {len(features)} features")
-    if problem := predict_one_outcome_problem(int(outcomes.sum()), int(outcomes.size)):
+    if not forecasts and (problem := predict_one_outcome_problem(int(outcomes.sum()), int(outcomes.size))):
         raise PartitionError(f"model {name}: refusing to register a calibration that {problem}")
+    if forecasts and (problem := holdout_actuals_problem(outcomes, kind)):
+        raise PartitionError(f"model {name}: the hold-out's outcomes {problem}")
     if version is None:
         version = _next_version(registry_dir)
     elif not re.fullmatch(VERSION_PATTERN, version) or version == "latest":
@@ -245,7 +298,7 @@ def registered_model_version(
     # Before anything is staged: a label-only or multiclass output, an untrusted type, is refused with nothing written.
     settled = inference_framework_registration_fields(
         model_file, framework, features, np.ascontiguousarray(holdout_features, dtype=np.float32),
-        np.ascontiguousarray(reference, dtype=np.float32), trusted_types=trusted_types,
+        np.ascontiguousarray(reference, dtype=np.float32), trusted_types=trusted_types, kind=kind,
     )
     notes: list[str] = list(settled.notes)
 
@@ -274,10 +327,20 @@ def registered_model_version(
         base["explanation"] = inference_checked_explanation(engine, holdout_features, model_file)
         if (said := _explanation_note(base["explanation"])) is not None:
             notes.append(said)
-        calibrator = predict_fitted_calibrator(margins, outcomes)
-        quality = predict_calibration_quality(calibrator, margins, outcomes, level=interval_level)
-        auc = holdout_auc(margins, outcomes)
-        warnings = list(quality.warnings)
+        if forecasts:
+            fitted = fitted_conformal_interval(
+                np.ascontiguousarray(holdout_features, dtype=np.float32), margins, outcomes, link=base["link"], level=interval_level,
+                nonnegative=kind == "count", error_model_path=stage / ERROR_MODEL_FILE, model=name,
+            )
+            base |= {"interval": fitted.interval, "error_model_file": ERROR_MODEL_FILE,
+                     "error_model_sha256": inference_model_checksum(stage / ERROR_MODEL_FILE)}
+            notes.append(_interval_note(fitted.check))
+            quality, auc, warnings = None, None, _interval_warnings(fitted.check)
+        else:
+            calibrator = predict_fitted_calibrator(margins, outcomes)
+            quality = predict_calibration_quality(calibrator, margins, outcomes, level=interval_level)
+            auc = holdout_auc(margins, outcomes)
+            warnings = list(quality.warnings)
         same = [v for v in inference_model_versions(registry_dir) if _registered_sha256(registry_dir / v) == base["sha256"]]
         if same:
             warnings.append(
@@ -298,20 +361,25 @@ def registered_model_version(
             warnings.append(f"hold-out AUC is {auc:.3f}: the model barely ranks the hold-out; check the label column and the features")
         metadata = ModelMetadata(
             **base,
-            calibration=calibrator.to_metadata(),
+            target=kind,
+            calibration={} if forecasts else calibrator.to_metadata(),
             reference=reference_statistics(np.asarray(reference, dtype=np.float32), features, kinds),
             health=_health_reference(
                 engine, np.asarray(reference, dtype=np.float32), features,
-                holdout_auc=holdout_auc_check(ProbabilityMap(calibrator, interval_level).predict_calibrated_probability(margins).probability,
-                                              outcomes),
+                holdout_auc=None if forecasts else holdout_auc_check(
+                    ProbabilityMap(calibrator, interval_level).predict_calibrated_probability(margins).probability, outcomes
+                ),
             ),
             training={
                 **(training or {}),
                 "rows_holdout": int(outcomes.size),
-                "events_holdout": int(outcomes.sum()),
-                "holdout_event_rate": float(outcomes.mean()) if outcomes.size else None,
-                "holdout_auc": auc,
-                "holdout_ece": quality.ece,
+                **({"holdout_mean_outcome": float(outcomes.mean()), "holdout_mae": fitted.check.mae, "holdout_rmse": fitted.check.rmse}
+                   if forecasts else {
+                       "events_holdout": int(outcomes.sum()),
+                       "holdout_event_rate": float(outcomes.mean()) if outcomes.size else None,
+                       "holdout_auc": auc,
+                       "holdout_ece": quality.ece,
+                   }),
                 "rows_reference": int(reference.shape[0]),
                 "rows_quarantined": rows_quarantined,
                 "registered_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -321,8 +389,9 @@ def registered_model_version(
         )
         report = RegistrationReport(
             model=name, version=version, directory=target, framework=framework, features=list(features),
-            rows=int(outcomes.size), events=int(outcomes.sum()), rows_quarantined=rows_quarantined, auc=auc,
-            reference_rows=int(reference.shape[0]), calibration=quality, warnings=warnings, notes=notes,
+            rows=int(outcomes.size), events=0 if forecasts else int(outcomes.sum()), rows_quarantined=rows_quarantined, auc=auc,
+            reference_rows=int(reference.shape[0]), calibration=quality, warnings=warnings, notes=notes, target=kind,
+            interval=fitted.check if forecasts else None,
         )
         _fsynced_json(stage / REGISTRATION_REPORT, report.as_json())
         _fsynced_json(stage / "metadata.json", metadata.model_dump(mode="json"))
@@ -342,9 +411,36 @@ def registered_model_version(
     inference_model_artifact(registry_dir, version)
     for warning in warnings:
         log.warning("registration of %s %s: %s", name, version, warning)
-    log.info("registered %s %s: hold-out AUC %s on %d rows, %d events", name, version,
-             "n/a" if auc is None else f"{auc:.3f}", outcomes.size, int(outcomes.sum()))
+    if forecasts:
+        log.info("registered %s %s: hold-out MAE %.4g on %d rows", name, version, report.interval.mae, outcomes.size)
+    else:
+        log.info("registered %s %s: hold-out AUC %s on %d rows, %d events", name, version,
+                 "n/a" if auc is None else f"{auc:.3f}", outcomes.size, int(outcomes.sum()))
     return report
+
+
+def _interval_note(check: IntervalCheck) -> str:
+    return (
+        f"interval: split conformal at {check.level:.0%}, normalized by the error model; on {check.rows:,} held-back hold-out rows "
+        f"it covered {check.coverage:.1%} with mean width {check.mean_width:.4g} (easy half {check.easy_half_width:.4g}, "
+        f"hard half {check.hard_half_width:.4g}); MAE {check.mae:.4g}, RMSE {check.rmse:.4g}, bias {check.bias:+.4g}"
+    )
+
+
+def _interval_warnings(check: IntervalCheck) -> list[str]:
+    """What in the held-back check a person should look at before promoting the model."""
+    from scipy.stats import binom
+
+    warnings = []
+    # Coverage below what the held-back rows could show by chance (one-sided 1 %) says the rows are not exchangeable.
+    if check.rows and binom.cdf(round(check.coverage * check.rows), check.rows, check.level) < 0.01:
+        warnings.append(
+            f"the interval covered {check.coverage:.1%} of {check.rows:,} held-back hold-out rows, below its level {check.level:.0%} by more than "
+            "chance allows: are the hold-out's rows in time order or grouped? shuffle it or take a later period"
+        )
+    if not np.isfinite(check.mean_width):
+        warnings.append(f"the hold-out is too small for an interval at {check.level:.0%}: every interval is unbounded; give more rows")
+    return warnings
 
 
 def _explanation_note(explanation: ModelExplanation) -> str | None:
@@ -407,7 +503,9 @@ class ModelInputs:
         """Entity, one column per model input, and the outcome when there is one: what a training script fits on."""
         columns = [self.entity_ids, *(pl.Series(n, self.matrix[:, j]) for j, n in enumerate(self.names))]
         if self.outcomes is not None:
-            columns.append(pl.Series("outcome", self.outcomes.astype(np.int8)))
+            # 0/1 events as small integers (what binary training scripts expect); a forecast's actuals as they are.
+            binary = bool(np.isin(self.outcomes, (0.0, 1.0)).all())
+            columns.append(pl.Series("outcome", self.outcomes.astype(np.int8) if binary else self.outcomes))
         return pl.DataFrame(columns)
 
 
@@ -443,6 +541,7 @@ def job_model_inputs(job: str, rows: Path | pl.DataFrame, *, settings: Settings,
 
 def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, what: str) -> ModelInputs:
     spec, suite, features = path.spec, path.suite, path.features
+    forecasts = spec.target.forecasts
     label = spec.monitoring.labels.outcome_column
     frame = rows if isinstance(rows, pl.DataFrame) else _read_parquet(rows, what)
     where = what if isinstance(rows, pl.DataFrame) else f"{what} {rows}"
@@ -463,7 +562,16 @@ def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, 
     guarded = guarded_chunk(frame, suite, entity_column=spec.entity_column)
     scorable = guarded.scorable
     outcomes = None
-    if labelled:
+    if labelled and forecasts:
+        numbers = scorable[label].cast(pl.Float64, strict=False)
+        bad = scorable.filter(numbers.is_null() | numbers.is_nan() | numbers.is_infinite())
+        if bad.height:
+            raise PartitionError(
+                f"{where}: outcome column {label!r} must hold the actual {spec.target.name or 'value'} as a number on every row "
+                f"(target.kind {spec.target.kind}); {bad.height} rows do not, e.g. {bad[label].head(3).to_list()}"
+            )
+        outcomes = numbers.to_numpy()
+    elif labelled:
         bad = scorable.filter(~pl.col(label).cast(pl.Float64, strict=False).is_in([0.0, 1.0]).fill_null(False))
         if bad.height:
             raise PartitionError(
@@ -503,7 +611,7 @@ def registered_job_model(
     if held.outcomes is None or held.outcomes.size == 0:
         raise PartitionError(f"hold-out {holdout} has no rows the job's guards let through")
     events = int(held.outcomes.sum())
-    if events in (0, held.outcomes.size):
+    if not spec.target.forecasts and events in (0, held.outcomes.size):
         label, only = spec.monitoring.labels.outcome_column, "0 (no events)" if events == 0 else "1 (no non-events)"
         raise PartitionError(
             f"hold-out {holdout if isinstance(holdout, Path) else '(a data frame)'}: outcome column {label!r} "
@@ -528,4 +636,5 @@ def registered_job_model(
         training={**({"feature_models": held.feature_models} if held.feature_models else {}), **(training or {})},
         scored_as_latest=spec.model.version == "latest",
         trusted_types=trusted_types,
+        kind=spec.target.kind,
     )

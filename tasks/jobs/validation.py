@@ -233,7 +233,7 @@ def _scoring_model(
         problems += _scoring_metadata_problems(artifact, spec, spec_path, features)
     notes += _challenger_notes(spec, spec_path, registry, features, model, problems)
     notes += _reasons_off_notes(spec, model, "model")
-    if model is not None and not problems:
+    if model is not None and not problems and not spec.target.forecasts:
         meta = model.metadata
         table = predict_calibration_table(meta.calibration, level=spec.prediction.interval_level)
         notes += [f"model {meta.name} {meta.version} calibration: {warning}" for warning in table.warnings]
@@ -291,11 +291,23 @@ def _scoring_metadata_problems(
     reference unless the job opts out, other features or another feature version than the job's."""
     meta, meta_path = artifact.metadata, artifact.directory / "metadata.json"
     problems = []
-    try:
-        predict_calibrator_from_metadata(meta.calibration)
-    except ValueError as exc:
-        # The path names the version's folder; a promotion or an alias names it by its number or alias, so say it too.
-        problems.append(JobProblem(meta_path, "calibration", f"model {meta.name} version {meta.version}: {exc}"))
+    kind = spec.target.kind
+    if (meta.target == "binary") != (kind == "binary"):
+        registered = "a binary classifier" if meta.target == "binary" else f"a {meta.target} forecast model"
+        problems.append(JobProblem(meta_path, "target", (
+            f"model {meta.name} version {meta.version} was registered as {registered}, but job {spec.name} is "
+            f"{'binary' if kind == 'binary' else f'a {kind} forecast job'} (target.kind in {spec_path}): register a model of the job's kind"
+        )))
+    elif kind == "binary":
+        try:
+            predict_calibrator_from_metadata(meta.calibration)
+        except ValueError as exc:
+            # The path names the version's folder; a promotion or an alias names it by its number or alias, so say it too.
+            problems.append(JobProblem(meta_path, "calibration", f"model {meta.name} version {meta.version}: {exc}"))
+    elif not meta.interval or meta.error_model_file is None:
+        problems.append(JobProblem(meta_path, "interval", (
+            f"model {meta.name} version {meta.version} has no conformal interval or error model; register it again with score register"
+        )))
     if not meta.reference and spec.drift.require_reference:
         problems.append(JobProblem(meta_path, "reference", (
             "is missing or empty, so drift cannot be checked against training; retrain the model, or set "

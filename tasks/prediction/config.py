@@ -1,4 +1,5 @@
-"""The job spec's `prediction:` section: score scale, threshold rules, reason codes, interval level.
+"""The job spec's `target:` and `prediction:` sections: what is predicted, score scale, threshold rules,
+reason codes, interval level.
 
 The prediction layer owns these models; tasks/jobspec.py composes them into the job spec. A rule
 table is proven exact here, at load time, by tasks/prediction/decisions.py, which reads rules and
@@ -7,13 +8,39 @@ the score scale through protocols of its own and so never imports this module.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tasks.prediction.decisions import Comparison, RuleField, predict_rule_table_problems
+from tasks.prediction.decisions import FORECAST_FIELDS, PROBABILITY_FIELDS, Comparison, RuleField, predict_rule_table_problems, predict_rule_fields
+
+TargetKind = Literal["binary", "regression", "count"]
+"""binary: the probability of an event; regression: a quantity; count: a non-negative whole number of things."""
+FORECAST_KINDS = ("regression", "count")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetConfig(_Strict):
+    """What the job predicts: an event's probability (binary), or a quantity (regression, count) it forecasts."""
+
+    kind: TargetKind = Field(
+        default="binary",
+        description=(
+            "binary: outcomes are 1 (the event) or 0, predictions are calibrated probabilities; regression: outcomes are "
+            "numbers, predictions are forecasts with a conformal interval; count: the same for non-negative whole numbers "
+            "(a forecast and its interval are never negative)."
+        ),
+    )
+    name: str = Field(default="", description="What is forecast, in the job's words (e.g. `units sold`); forecast jobs only.")
+    unit: str = Field(default="", description="The forecast's unit as pages print it (e.g. `units`, `EUR`); forecast jobs only.")
+
+    @property
+    def forecasts(self) -> bool:
+        """Whether the job forecasts a quantity rather than an event's probability."""
+        return self.kind in FORECAST_KINDS
 
 
 class ScoreConfig(_Strict):
@@ -37,10 +64,13 @@ class ThresholdRule(_Strict):
             f"{name}.{op}": threshold
             for name, comparisons in value.items()
             for op, threshold in comparisons.items()
-            if not (0 <= threshold <= (100 if name == "score" else 1))
+            if name not in FORECAST_FIELDS and not (0 <= threshold <= (100 if name == "score" else 1))
         }
         if bad:
             raise ValueError(f"thresholds outside 0..1 (probabilities) or 0..100 (score): {bad}")
+        infinite = {f"{name}.{op}": t for name, comparisons in value.items() for op, t in comparisons.items() if t != t or abs(t) == float("inf")}
+        if infinite:
+            raise ValueError(f"thresholds must be finite numbers: {infinite}")
         return value
 
 
@@ -128,17 +158,27 @@ class ReasonCode(_Strict):
 class ReasonConfig(_Strict):
     top_k: int = Field(default=3, ge=1, le=10)
     for_decisions: list[str] = Field(description="Decisions whose rows get reason codes.")
-    no_adverse_code: str = Field(description="Code given when no feature pushes toward the event.")
-    no_adverse_text: str
+    no_adverse_code: str | None = Field(
+        default=None, description="Code given when no feature pushes toward the event (binary jobs; forecast jobs name features up and down)."
+    )
+    no_adverse_text: str | None = None
     codes: dict[str, ReasonCode] = Field(description="Model feature → business reason.")
 
 
 class PredictionConfig(_Strict):
-    event: str = Field(description="The adverse outcome the probability is about, in words.")
-    interval_level: float = Field(default=0.90, gt=0, lt=1)
-    score: ScoreConfig
+    event: str | None = Field(default=None, description="Binary jobs: the adverse outcome the probability is about, in words.")
+    interval_level: float = Field(
+        default=0.90, gt=0, lt=1,
+        description="Binary jobs: credibility of the event rate's interval; forecast jobs: coverage of the conformal prediction interval.",
+    )
+    score: ScoreConfig | None = Field(default=None, description="Binary jobs: the score scale; forecast jobs have none.")
     rules: list[ThresholdRule] = Field(min_length=1)
     reasons: ReasonConfig
+
+    @property
+    def forecasts(self) -> bool:
+        """Whether the rules speak of forecasts (a forecast job's prediction section) rather than probabilities."""
+        return self.score is None
 
     @model_validator(mode="after")
     def _rules_decide_every_row(self) -> PredictionConfig:
@@ -151,6 +191,17 @@ class PredictionConfig(_Strict):
             raise ValueError(
                 "only the last rule may go without `when` (it then takes every row no other rule takes); "
                 f"rules without `when`: {catch_all}, last rule: {self.rules[-1].id}"
+            )
+        tested = predict_rule_fields(self.rules)
+        if self.score is None and tested & set(PROBABILITY_FIELDS):
+            raise ValueError(
+                f"rules test {sorted(tested & set(PROBABILITY_FIELDS))}, a binary job's fields, but there is no `score` scale; "
+                "a forecast job's rules test forecast, forecast_low, forecast_high"
+            )
+        if self.score is not None and tested & set(FORECAST_FIELDS):
+            raise ValueError(
+                f"rules test {sorted(tested & set(FORECAST_FIELDS))}, a forecast job's fields, but `score` is given; "
+                "a forecast job has no score scale (remove prediction.score)"
             )
         problems = predict_rule_table_problems(self.rules, self.score)
         if problems:

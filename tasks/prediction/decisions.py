@@ -3,8 +3,10 @@
 Rules with conditions must not overlap, and together they must cover every possible row — unless
 the last rule has no conditions: it is then `otherwise` and takes exactly the rows no other rule
 takes. `predict_rule_table_problems` proves both at load time by testing every cell of the arrangement the
-thresholds cut the space of (probability_low ≤ probability ≤ probability_high) into; score
-thresholds are mapped to the probabilities where the rounded score changes.
+thresholds cut the space of (low ≤ estimate ≤ high) into: (probability_low ≤ probability ≤
+probability_high) for a binary job, whose score thresholds are mapped to the probabilities where the
+rounded score changes, and (forecast_low ≤ forecast ≤ forecast_high) over the whole real line for a
+forecast job (so a table proven for a regression holds for counts too).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import numpy as np
 
 from tasks.prediction.scores import ScoreScale, predict_risk_score
 
-RuleField = Literal["probability", "probability_low", "probability_high", "score"]
-"""What a rule may test."""
+RuleField = Literal["probability", "probability_low", "probability_high", "score", "forecast", "forecast_low", "forecast_high"]
+"""What a rule may test: a binary job's probability fields and score, a forecast job's forecast fields."""
 Comparison = Literal["lt", "le", "gt", "ge"]
 
 
@@ -42,6 +44,9 @@ class Rule(Protocol):
 _T = TypeVar("_T")
 _OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 _PROBABILITY_FIELDS = ("probability", "probability_low", "probability_high")
+FORECAST_FIELDS = ("forecast", "forecast_low", "forecast_high")
+"""The fields a forecast job's rules test; the others (PROBABILITY_FIELDS and score) are a binary job's."""
+PROBABILITY_FIELDS = (*_PROBABILITY_FIELDS, "score")
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,13 @@ class RuleDecisions:
 
 
 def predict_probability_cutoffs(rules: Sequence[Rule]) -> list[float]:
-    """Every probability value a rule compares against: the cut-offs an interval can straddle."""
-    return sorted({v for r in rules for f, cmp in r.when.items() if f in _PROBABILITY_FIELDS for v in cmp.values()})
+    """Every probability (or forecast) value a rule compares against: the cut-offs an interval can straddle."""
+    return sorted({v for r in rules for f, cmp in r.when.items() if f in (*_PROBABILITY_FIELDS, *FORECAST_FIELDS) for v in cmp.values()})
+
+
+def predict_rule_fields(rules: Sequence[Rule]) -> set[str]:
+    """The fields the rules test."""
+    return {f for r in rules for f in r.when}
 
 
 def predict_straddling(low: _T, high: _T, cutoffs: Iterable[float | _T], *, none: _T) -> _T:
@@ -72,8 +82,12 @@ def predict_straddling(low: _T, high: _T, cutoffs: Iterable[float | _T], *, none
     return straddling
 
 
+def _rows(values: dict[str, np.ndarray]) -> int:
+    return len(values["forecast"] if "forecast" in values else values["probability"])
+
+
 def _matches(rule: Rule, values: dict[str, np.ndarray]) -> np.ndarray:
-    hit = np.ones(len(values["probability"]), dtype=bool)
+    hit = np.ones(_rows(values), dtype=bool)
     for field_name, comparisons in rule.when.items():
         for op, threshold in comparisons.items():
             hit &= _OPS[op](values[field_name], threshold)
@@ -81,8 +95,9 @@ def _matches(rule: Rule, values: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def predict_rule_decisions(values: dict[str, np.ndarray], rules: Sequence[Rule]) -> RuleDecisions:
-    """The decision and deciding rule id of every row; `values` holds the fields rules may test."""
-    n = len(values["probability"])
+    """The decision and deciding rule id of every row; `values` holds the fields rules may test
+    (a binary job's probability fields and score, or a forecast job's forecast fields)."""
+    n = _rows(values)
     decision = np.empty(n, dtype=object)
     rule_id = np.empty(n, dtype=object)
     rule_index = np.zeros(n, dtype=np.int16)
@@ -103,9 +118,8 @@ def predict_rule_decisions(values: dict[str, np.ndarray], rules: Sequence[Rule])
         matched[matched == 0] = 1
     if (matched != 1).any():
         raise AssertionError(f"{int((matched != 1).sum())} rows matched no rule or several, although the rule table was proven exact")
-    straddling = predict_straddling(
-        values["probability_low"], values["probability_high"], predict_probability_cutoffs(rules), none=np.zeros(n, dtype=bool)
-    )
+    low, high = ("forecast_low", "forecast_high") if "forecast" in values else ("probability_low", "probability_high")
+    straddling = predict_straddling(values[low], values[high], predict_probability_cutoffs(rules), none=np.zeros(n, dtype=bool))
     return RuleDecisions(decision=decision, rule_id=rule_id, straddling=straddling, rule_index=rule_index)
 
 
@@ -126,20 +140,34 @@ def _grid(rules: Sequence[Rule], score: ScoreScale) -> list[float]:
     return sorted({*ordered, *((a + b) / 2 for a, b in itertools.pairwise(ordered))})
 
 
+def _forecast_grid(rules: Sequence[Rule]) -> list[float]:
+    """Each forecast cut, one point between each pair of neighbours, and one beyond each end."""
+    ordered = sorted(predict_probability_cutoffs(rules)) or [0.0]
+    inner = [(a + b) / 2 for a, b in itertools.pairwise(ordered)]
+    return sorted({ordered[0] - 1.0, *ordered, *inner, ordered[-1] + 1.0})
+
+
 def _point(values: dict[str, np.ndarray], i: int) -> str:
-    return ", ".join(f"{k}={values[k][i]:.4g}" for k in ("probability_low", "probability", "probability_high", "score"))
+    names = FORECAST_FIELDS if "forecast" in values else ("probability_low", "probability", "probability_high", "score")
+    return ", ".join(f"{k}={values[k][i]:.4g}" for k in names)
 
 
-def predict_rule_table_problems(rules: Sequence[Rule], score: ScoreScale) -> list[str]:
-    """Overlaps between conditional rules, and gaps no rule covers, each with an example row."""
-    grid = _grid(rules, score)
+def predict_rule_table_problems(rules: Sequence[Rule], score: ScoreScale | None) -> list[str]:
+    """Overlaps between conditional rules, and gaps no rule covers, each with an example row.
+
+    `score` None: a forecast job's table, over its forecast fields."""
+    forecast = score is None
+    grid = _forecast_grid(rules) if forecast else _grid(rules, score)
     triples = np.array([t for t in itertools.combinations_with_replacement(grid, 3)])
-    values = {
-        "probability_low": triples[:, 0],
-        "probability": triples[:, 1],
-        "probability_high": triples[:, 2],
-        "score": predict_risk_score(triples[:, 1], score),
-    }
+    if forecast:
+        values = dict(zip(("forecast_low", "forecast", "forecast_high"), (triples[:, 0], triples[:, 1], triples[:, 2]), strict=True))
+    else:
+        values = {
+            "probability_low": triples[:, 0],
+            "probability": triples[:, 1],
+            "probability_high": triples[:, 2],
+            "score": predict_risk_score(triples[:, 1], score),
+        }
     conditional = [r for r in rules if r.when]
     hits = {r.id: _matches(r, values) for r in conditional}
     problems = []

@@ -10,11 +10,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.contracts import PREDICTION_SCHEMA, FeatureContributions, InferenceOutput, PredictionOutput
+from tasks.contracts import FORECAST_SCHEMA, PREDICTION_SCHEMA, FeatureContributions, InferenceOutput, PredictionOutput
 from tasks.prediction.config import PredictionConfig
 from tasks.prediction.calibration import CalibratedProbability, ProbabilityMap
 from tasks.prediction.decisions import RuleDecisions, predict_rule_decisions
-from tasks.prediction.reasons import ReasonTexts, predict_reason_codes
+from tasks.prediction.forecasts import Forecast, ForecastMap
+from tasks.prediction.reasons import ReasonTexts, predict_forecast_reason_codes, predict_reason_codes
 from tasks.prediction.scores import predict_risk_score
 
 log = logging.getLogger("scoring.prediction")
@@ -22,17 +23,36 @@ log = logging.getLogger("scoring.prediction")
 
 @dataclass(frozen=True)
 class DecidedChunk:
-    """A chunk after calibration, scoring and rules; `reason_rows` are the rows that need reasons."""
+    """A chunk after calibration, scoring and rules (binary jobs: `calibrated` and `score`) or after its
+    forecast and interval and rules (forecast jobs: `forecast`); `reason_rows` are the rows that need reasons."""
 
     inference: InferenceOutput
-    calibrated: CalibratedProbability
-    score: np.ndarray
+    calibrated: CalibratedProbability | None
+    score: np.ndarray | None
     rules: RuleDecisions
     reason_rows: np.ndarray
+    forecast: Forecast | None = None
+
+    def decided_columns(self) -> dict[str, np.ndarray]:
+        """The columns the rules tested, by their contract names."""
+        if self.forecast is not None:
+            f = self.forecast
+            return {"forecast": f.forecast, "forecast_low": f.low, "forecast_high": f.high}
+        c = self.calibrated
+        return {"probability": c.probability, "probability_low": c.low, "probability_high": c.high, "score": self.score}
 
 
-def predict_decided_chunk(output: InferenceOutput, probability_map: ProbabilityMap, config: PredictionConfig) -> DecidedChunk:
-    calibrated = probability_map.predict_calibrated_probability(output.margins)
+def predict_decided_chunk(output: InferenceOutput, estimate_map: ProbabilityMap | ForecastMap, config: PredictionConfig) -> DecidedChunk:
+    """The chunk's estimates (a calibrated probability and score, or a forecast and its interval) and
+    the rule table's decision of every row."""
+    if isinstance(estimate_map, ForecastMap):
+        if output.expected_error is None:
+            raise ValueError(f"chunk {output.chunk_id}: a forecast needs the error model's expected error of every row")
+        forecast = estimate_map.predict_forecast(output.margins, output.expected_error)
+        rules = predict_rule_decisions({"forecast": forecast.forecast, "forecast_low": forecast.low, "forecast_high": forecast.high}, config.rules)
+        reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
+        return DecidedChunk(inference=output, calibrated=None, score=None, rules=rules, reason_rows=reason_rows, forecast=forecast)
+    calibrated = estimate_map.predict_calibrated_probability(output.margins)
     score = predict_risk_score(calibrated.probability, config.score)
     rules = predict_rule_decisions(
         {
@@ -70,7 +90,8 @@ def predict_output(
         raise ValueError("contributions were computed for other rows than those needing reasons")
     out = decided.inference
     n = len(out.entity_ids)
-    reasons = predict_reason_codes(contributions, config.reasons, reason_texts)
+    forecasts = decided.forecast is not None
+    reasons = (predict_forecast_reason_codes if forecasts else predict_reason_codes)(contributions, config.reasons, reason_texts)
     # Rows without reasons get empty lists: spread the explained rows' list lengths over the chunk
     # (reason_rows ascend, so the flat values keep their order).
     lengths = np.zeros(n, dtype=np.int64)
@@ -85,10 +106,22 @@ def predict_output(
         "job": pa.array([job] * n, pa.string()),
         "partition_date": pa.array([partition_date] * n, pa.date32()),
         "entity_id": out.entity_ids.cast(pa.string()),
-        "probability": pa.array(decided.calibrated.probability, pa.float64()),
-        "probability_low": pa.array(decided.calibrated.low, pa.float64()),
-        "probability_high": pa.array(decided.calibrated.high, pa.float64()),
-        "score": pa.array(decided.score, pa.int16()),
+    }
+    if forecasts:
+        columns |= {
+            "forecast": pa.array(decided.forecast.forecast, pa.float64()),
+            "forecast_low": pa.array(decided.forecast.low, pa.float64()),
+            "forecast_high": pa.array(decided.forecast.high, pa.float64()),
+            "expected_error": pa.array(out.expected_error, pa.float64()),
+        }
+    else:
+        columns |= {
+            "probability": pa.array(decided.calibrated.probability, pa.float64()),
+            "probability_low": pa.array(decided.calibrated.low, pa.float64()),
+            "probability_high": pa.array(decided.calibrated.high, pa.float64()),
+            "score": pa.array(decided.score, pa.int16()),
+        }
+    columns |= {
         "decision": decision,
         "rule_id": rule_id,
         "reason_codes": codes,
@@ -98,16 +131,25 @@ def predict_output(
         "model_version": pa.array([out.model_version] * n, pa.string()),
         "feature_version": pa.array([feature_version] * n, pa.string()),
     }
-    table = pa.Table.from_pydict(columns, schema=PREDICTION_SCHEMA)
+    table = pa.Table.from_pydict(columns, schema=FORECAST_SCHEMA if forecasts else PREDICTION_SCHEMA)
     decisions = _counts(decision)
     rules = _counts(rule_id)
     straddling = int(decided.rules.straddling.sum())
-    log.info(
-        "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s confidence_score=%.1f "
-        "reasons_share=%.3f no_adverse_reason=%d straddling_share=%.3f",
-        job, out.chunk_id, n, rules, decisions, float(decided.score.mean()) if n else 0.0,
-        len(decided.reason_rows) / n if n else 0.0, reasons.without_adverse_factor, straddling / n if n else 0.0,
-    )
+    if forecasts:
+        f = decided.forecast
+        log.info(
+            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s forecast_mean=%.4g interval_width_mean=%.4g "
+            "reasons_share=%.3f straddling_share=%.3f",
+            job, out.chunk_id, n, rules, decisions, float(f.forecast.mean()) if n else 0.0, float((f.high - f.low).mean()) if n else 0.0,
+            len(decided.reason_rows) / n if n else 0.0, straddling / n if n else 0.0,
+        )
+    else:
+        log.info(
+            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s confidence_score=%.1f "
+            "reasons_share=%.3f no_adverse_reason=%d straddling_share=%.3f",
+            job, out.chunk_id, n, rules, decisions, float(decided.score.mean()) if n else 0.0,
+            len(decided.reason_rows) / n if n else 0.0, reasons.without_adverse_factor, straddling / n if n else 0.0,
+        )
     return PredictionOutput(
         chunk_id=out.chunk_id,
         table=table,

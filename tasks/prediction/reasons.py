@@ -1,4 +1,5 @@
-"""Reason codes: the features that pushed a row's margin most toward the adverse outcome.
+"""Reason codes: the features that pushed a row's margin most toward the adverse outcome (binary jobs),
+or that moved a forecast most, up or down (forecast jobs).
 
 A reason's text may depend on the row's own value of the feature (`by_band`, `by_cut`,
 `by_value` in the job spec); the explained rows' values come with their contributions.
@@ -165,16 +166,11 @@ def predict_reason_texts(
     return ReasonTexts(by_feature=resolved, defaulted=frozenset(unbanded))
 
 
-def predict_reason_codes(
-    contributions: FeatureContributions, config: ReasonConfig, texts: ReasonTexts | None = None
-) -> ReasonCodes:
-    """Top-k positive contributions per row, largest first; ties go to the earlier model feature.
+FORECAST_DIRECTIONS = (("_UP", "raised the forecast"), ("_DOWN", "lowered the forecast"))
+"""A forecast reason's code suffix and the words after its text, for a contribution above and below 0."""
 
-    A row where no feature pushes toward the event gets `no_adverse_code`, and is counted. A
-    feature with value-dependent texts (`texts`) gets the text its value in that row picks, the
-    default `text` where the value is missing or no variant covers it.
-    Vectorised: one sort of the matrix, then the lists are cut from a flat array of code indices.
-    """
+
+def _checked_texts(contributions: FeatureContributions, config: ReasonConfig, texts: ReasonTexts | None) -> tuple[Mapping[str, ValueTexts], list[int]]:
     names = contributions.feature_names
     missing = [f for f in names if f not in config.codes]
     if missing:
@@ -187,6 +183,59 @@ def predict_reason_codes(
     varying = [j for j, f in enumerate(names) if f in by_feature]
     if varying and contributions.feature_values is None:
         raise ValueError(f"reason texts of {[names[j] for j in varying]} depend on the value, but the contributions carry no feature values")
+    return by_feature, varying
+
+
+def predict_forecast_reason_codes(
+    contributions: FeatureContributions, config: ReasonConfig, texts: ReasonTexts | None = None
+) -> ReasonCodes:
+    """Top-k contributions by size per row, largest first, each saying whether it raised (`<CODE>_UP`,
+    "<text> raised the forecast") or lowered (`<CODE>_DOWN`) the forecast; ties go to the earlier
+    model feature. A feature contributing exactly 0 is never a reason; a row where none moves the
+    forecast gets an empty list and is counted in `without_adverse_factor`."""
+    names = contributions.feature_names
+    by_feature, varying = _checked_texts(contributions, config, texts)
+    codes = pa.array([config.codes[f].code + suffix for f in names for suffix, _ in FORECAST_DIRECTIONS], pa.string())
+    # The text table: per feature its default text and variants, each once raised then once lowered.
+    text_list: list[str] = []
+    first_text = np.zeros(len(names), dtype=np.int64)
+    for j, f in enumerate(names):
+        first_text[j] = len(text_list)
+        for _, words in FORECAST_DIRECTIONS:
+            text_list += [f"{t} {words}" for t in (config.codes[f].text, *(by_feature[f].texts if f in by_feature else ()))]
+    variants = np.array([1 + (len(by_feature[f].texts) if f in by_feature else 0) for f in names], dtype=np.int64)
+    values = contributions.values
+    order = np.argsort(-np.abs(values), axis=1, kind="stable")[:, : config.top_k]
+    picked_values = np.take_along_axis(values, order, axis=1)
+    chosen = picked_values != 0
+    down = picked_values < 0
+    text_index = first_text[order] + down * variants[order]
+    for j in varying:
+        at = chosen & (order == j)
+        rows = np.nonzero(at)[0]
+        text_index[at] += 1 + by_feature[names[j]].variant(contributions.feature_values[rows, j])
+    lengths = chosen.sum(axis=1)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    code_index = (2 * order + down)[chosen].astype(np.int64)
+    return ReasonCodes(
+        codes=pa.ListArray.from_arrays(offsets, codes.take(pa.array(code_index))),
+        texts=pa.ListArray.from_arrays(offsets, pa.array(text_list, pa.string()).take(pa.array(text_index[chosen]))),
+        without_adverse_factor=int((lengths == 0).sum()),
+    )
+
+
+def predict_reason_codes(
+    contributions: FeatureContributions, config: ReasonConfig, texts: ReasonTexts | None = None
+) -> ReasonCodes:
+    """Top-k positive contributions per row, largest first; ties go to the earlier model feature.
+
+    A row where no feature pushes toward the event gets `no_adverse_code`, and is counted. A
+    feature with value-dependent texts (`texts`) gets the text its value in that row picks, the
+    default `text` where the value is missing or no variant covers it.
+    Vectorised: one sort of the matrix, then the lists are cut from a flat array of code indices.
+    """
+    names = contributions.feature_names
+    by_feature, varying = _checked_texts(contributions, config, texts)
     codes = pa.array([config.codes[f].code for f in names] + [config.no_adverse_code], pa.string())
     # The text table: each feature's default text, then its variants; the no-adverse text last.
     text_list: list[str] = []

@@ -17,7 +17,7 @@ from tasks.errors import FeatureVersionMismatch, ModelArtifactError, ScoringErro
 from tasks.features import FeatureKind, FeatureModule, feature_categories, feature_kinds
 from tasks.guards import GuardSuite
 from tasks.inference.engine import LoadedModel, inference_loaded_model
-from tasks.inference.registry import inference_check_feature_version
+from tasks.inference.registry import ModelMetadata, inference_check_feature_version
 from tasks.jobs.validation import validated_job
 from tasks.inference.config import FeatureModelRef
 from tasks.jobspec import JobSpec
@@ -25,6 +25,7 @@ from tasks.monitoring.health import HealthAccumulator, PcaReference
 from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
 from tasks.prediction.config import PredictionConfig
 from tasks.prediction.decisions import predict_probability_cutoffs
+from tasks.prediction.forecasts import ForecastMap
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram
 from tasks.settings import Settings
@@ -35,6 +36,14 @@ from tasks.sources import RawPartition, raw_partition
 log = logging.getLogger("scoring.run")
 
 
+def predict_estimate_map(meta: ModelMetadata, spec: JobSpec) -> ProbabilityMap | ForecastMap:
+    """What turns the model's margins into the job's estimates at the spec's level: its calibration, or its conformal interval."""
+    level = spec.prediction.interval_level
+    if spec.target.forecasts:
+        return ForecastMap(meta.interval, level, link=meta.link, nonnegative=spec.target.kind == "count")
+    return ProbabilityMap(predict_calibrator_from_metadata(meta.calibration), level)
+
+
 @dataclass(frozen=True)
 class PredictionPlan:
     """What the prediction side of a run needs, and no inference engine: the spec's prediction
@@ -42,7 +51,8 @@ class PredictionPlan:
 
     job: str
     config: PredictionConfig
-    probability_map: ProbabilityMap
+    estimate_map: ProbabilityMap | ForecastMap
+    """The calibration at the spec's level (binary jobs) or the conformal interval at it (forecast jobs)."""
     reason_texts: ReasonTexts
     feature_version: str
     cutoffs: tuple[float, ...]
@@ -114,10 +124,8 @@ class PreparedJob:
 
     @cached_property
     def prediction_plan(self) -> PredictionPlan:
-        calibration = self.model.engine.metadata.calibration
         return PredictionPlan(
-            job=self.spec.name, config=self.spec.prediction,
-            probability_map=ProbabilityMap(predict_calibrator_from_metadata(calibration), self.spec.prediction.interval_level),
+            job=self.spec.name, config=self.spec.prediction, estimate_map=predict_estimate_map(self.model.engine.metadata, self.spec),
             reason_texts=self.reason_texts, feature_version=self.features.FEATURE_VERSION,
             cutoffs=tuple(predict_probability_cutoffs(self.spec.prediction.rules)),
             challenger=self.challenger_plan, challenger_failure=self.spec.model.challenger_failure,

@@ -38,6 +38,7 @@ from tasks.monitoring.shadow import ShadowAccumulator, flipped_rows
 from tasks.monitoring.slices import chunk_slice_counts, summed_slice_counts
 from tasks.prediction.calibration import CalibratedProbability
 from tasks.prediction.decisions import RuleDecisions
+from tasks.prediction.forecasts import Forecast, ForecastMap
 from tasks.prediction.outputs import DecidedChunk, predict_decided_chunk, predict_output
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator
 from tasks.scoring.prepared import PredictionPlan, PreparedJob
@@ -89,7 +90,7 @@ def _inferred(prepared: PreparedJob, batch: InferenceInput) -> tuple[InferenceIn
     full = batch if features is batch.features else InferenceInput(
         chunk_id=batch.chunk_id, entity_ids=batch.entity_ids, features=features, feature_names=prepared.model_features
     )
-    return full, prepared.model.engine.inference_outputs(full)
+    return full, prepared.model.inference_outputs(full)
 
 
 _NOT_RETRIED = (DeviceUnavailable, InferenceFailure, ModelArtifactError)
@@ -134,7 +135,7 @@ def _runtime_message(exc: BaseException, limit: int = 400) -> str:
 
 
 _HANDOFF_FEATURES = b"feature_names"
-_DECIDED_COLUMNS = ("probability", "probability_low", "probability_high", "score", "decision", "rule_id", "straddling")
+_RULED_COLUMNS = ("decision", "rule_id", "straddling")
 
 
 def _handoff_path(dirs: OutputDirs, run_id: str, chunk_id: int, *, shadow: bool = False) -> Path:
@@ -160,8 +161,8 @@ def _write_handoff(path: Path, decided: DecidedChunk, contributions: FeatureCont
     columns = {
         "entity_id": inferred.entity_ids,
         "margin": pa.array(inferred.margins, type=pa.float64()),
-        "probability": decided.calibrated.probability, "probability_low": decided.calibrated.low,
-        "probability_high": decided.calibrated.high, "score": decided.score,
+        **({} if inferred.expected_error is None else {"expected_error": pa.array(inferred.expected_error, type=pa.float64())}),
+        **decided.decided_columns(),
         "decision": pa.array(decided.rules.decision, pa.string()), "rule_id": pa.array(decided.rules.rule_id, pa.string()),
         "straddling": decided.rules.straddling,
         "contributions": _sparse_rows(contributions.values, contributions.row_index, n, pa.float64()),
@@ -189,11 +190,14 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[DecidedChunk, FeatureContr
         table = pa.ipc.open_file(source).read_all().combine_chunks()
     meta = table.schema.metadata
     names = tuple(json.loads(meta[_HANDOFF_FEATURES]))
+    forecasts = "forecast" in table.column_names
     inferred = InferenceOutput(
         chunk_id=chunk_id, entity_ids=table.column("entity_id").combine_chunks(),
         margins=table.column("margin").to_numpy(), **json.loads(meta[b"inference"]),
+        expected_error=table.column("expected_error").to_numpy() if forecasts else None,
     )
-    column = {name: table.column(name).to_numpy(zero_copy_only=False) for name in _DECIDED_COLUMNS}
+    decided_names = ("forecast", "forecast_low", "forecast_high") if forecasts else ("probability", "probability_low", "probability_high", "score")
+    column = {name: table.column(name).to_numpy(zero_copy_only=False) for name in (*decided_names, *_RULED_COLUMNS)}
     contributions = table.column("contributions").combine_chunks()
     row_index = np.flatnonzero(contributions.is_valid().to_numpy(zero_copy_only=False))
     shape = (len(row_index), len(names))
@@ -201,12 +205,18 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[DecidedChunk, FeatureContr
     def explained(name: str, dtype: type) -> np.ndarray:
         return table.column(name).combine_chunks().flatten().to_numpy().astype(dtype, copy=False).reshape(shape)
 
-    decided = DecidedChunk(
-        inference=inferred,
-        calibrated=CalibratedProbability(column["probability"], column["probability_low"], column["probability_high"]),
-        score=column["score"], rules=RuleDecisions(column["decision"], column["rule_id"], column["straddling"]),
-        reason_rows=row_index,
-    )
+    rules = RuleDecisions(column["decision"], column["rule_id"], column["straddling"])
+    if forecasts:
+        decided = DecidedChunk(
+            inference=inferred, calibrated=None, score=None, rules=rules, reason_rows=row_index,
+            forecast=Forecast(column["forecast"], column["forecast_low"], column["forecast_high"]),
+        )
+    else:
+        decided = DecidedChunk(
+            inference=inferred,
+            calibrated=CalibratedProbability(column["probability"], column["probability_low"], column["probability_high"]),
+            score=column["score"], rules=rules, reason_rows=row_index,
+        )
     return decided, FeatureContributions(
         row_index=row_index, values=explained("contributions", np.float64), feature_names=names,
         feature_values=explained("feature_values", np.float32) if "feature_values" in table.column_names else None,
@@ -311,7 +321,7 @@ def _decided_chunks(
 
         def decided_and_explained() -> tuple[InferenceInput, DecidedChunk, FeatureContributions, int]:
             full, inferred = _inferred(prepared, batch)
-            decided = predict_decided_chunk(inferred, plan.probability_map, plan.config)
+            decided = predict_decided_chunk(inferred, plan.estimate_map, plan.config)
             return full, *_explained_chunk(engine, full, decided, plan.config.reasons.top_k)
 
         try:
@@ -397,7 +407,7 @@ def _health_of_chunk(
     calibrated, rules = decided.calibrated, decided.rules
     config = prepared.spec.monitoring.health
     slices = prepared.spec.monitoring.slices
-    if slices:
+    if slices and calibrated is not None:
         result.slice_counts.append(chunk_slice_counts(
             scorable.select(slices), calibrated.probability, rules.rule_index, prepared.rule_decisions, decided.score
         ))
@@ -405,7 +415,8 @@ def _health_of_chunk(
             result.slice_counts = [summed_slice_counts(result.slice_counts)]
     if not config.enabled:
         return
-    result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.rule_index)
+    if calibrated is not None:
+        result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.rule_index)
     result.health.add_inputs(full.features, prepared.pca_reference)
     share = attribution_share(config.attribution_share, config.attribution_min_rows, partition_rows)
     if "attribution" in prepared.health_reference and share > 0:
@@ -418,8 +429,9 @@ def _unit_inference(prepared: PreparedJob, unit_id: int) -> UnitInference:
 
 
 def _unit_prediction(plan: PredictionPlan, unit_id: int) -> UnitPrediction:
+    forecasts = isinstance(plan.estimate_map, ForecastMap)
     return UnitPrediction(
-        unit_id, drift=DriftAccumulator(edges={"score": SCORE_EDGES}, psi_edges={"score": SCORE_PSI_EDGES}),
+        unit_id, drift=DriftAccumulator(edges={} if forecasts else {"score": SCORE_EDGES}, psi_edges={} if forecasts else {"score": SCORE_PSI_EDGES}),
         shadow=ShadowAccumulator(plan.decisions) if plan.challenger is not None else None,
     )
 
@@ -459,16 +471,19 @@ def _predicted_chunk(
         run_id=run_id, job=plan.job, partition_date=partition_date, feature_version=plan.feature_version,
         reason_texts=plan.reason_texts,
     )
-    write_staged_chunk(dirs.predictions, run_id, decided.inference.chunk_id, predicted.table)
+    forecasts = decided.forecast is not None
+    write_staged_chunk(dirs.forecasts if forecasts else dirs.predictions, run_id, decided.inference.chunk_id, predicted.table)
     if shadow is not None:
         _shadow_predicted_chunk(plan, result, predicted.table, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs)
     result.rows_scored += predicted.table.num_rows
     result.rows_with_reasons += predicted.rows_needing_reasons
     result.rows_without_adverse_reason += predicted.rows_without_adverse_reason
     result.rows_straddling += predicted.straddling_rows
-    result.drift.add("score", predicted.table.column("score").to_numpy())
     result.decisions.update(predicted.decisions)
     result.rules.update(predicted.rules)
+    if forecasts:
+        return
+    result.drift.add("score", predicted.table.column("score").to_numpy())
     groups = prediction_groups(pl.from_arrow(predicted.table.select(_GROUPED_COLUMNS)), plan.cutoffs)
     result.decision_groups.append(groups)
 

@@ -217,6 +217,14 @@ SHADOW_PREDICTIONS = Dataset(
 """What the challenger would have predicted for the same rows: the prediction contract, by the
 challenger's version, with the alias or version the job named it by. Nothing here drives a decision."""
 
+SHADOW_FORECASTS = Dataset(
+    name="shadow_forecasts",
+    schema=pa.schema([*FORECASTS.schema, pa.field("alias", pa.string(), nullable=False)]),
+    folder="shadow_forecasts", table="shadow_forecasts", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
+    staged="chunk",
+)
+"""A forecast job's shadow: the forecast contract by the challenger's version, with the alias it was named by."""
+
 DECISION_FLIPS = Dataset(
     name="decision_flips",
     schema=pa.schema(
@@ -225,12 +233,14 @@ DECISION_FLIPS = Dataset(
             ("champion_decision", pa.string()), ("challenger_decision", pa.string()), ("champion_score", pa.int16()),
             ("challenger_score", pa.int16()), ("champion_probability", pa.float64()), ("challenger_probability", pa.float64()),
             ("champion_reason_codes", pa.list_(pa.string())), ("challenger_reason_codes", pa.list_(pa.string())),
+            ("champion_forecast", pa.float64()), ("challenger_forecast", pa.float64()),
         ]
     ),
     folder="reports/decision_flips", table="decision_flips", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
     staged="chunk",
 )
-"""The rows whose decision the challenger would change, with both models' scores and reason codes."""
+"""The rows whose decision the challenger would change, with both models' scores and probabilities (binary
+jobs; null for forecast jobs), forecasts (forecast jobs; null for binary jobs) and reason codes."""
 
 SHADOW_COMPARISON = Dataset(
     name="shadow_comparison",
@@ -342,6 +352,17 @@ OUTCOME_LABELS = Dataset(
     ),
     table="outcome_labels", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
 )
+OUTCOME_ACTUALS = Dataset(
+    name="outcome_actuals",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("entity_id", pa.string()), ("actual", pa.float64()), ("observed_date", pa.date32()),
+            ("source", pa.string()), ("entity_status", pa.string()),
+        ]
+    ),
+    table="outcome_actuals", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
+)
+"""A forecast job's actuals (the label files' outcome column, a number), as `outcome_labels` holds a binary job's 0/1 outcomes."""
 OUTCOME_PARTITIONS = Dataset(
     name="outcome_partitions",
     schema=pa.schema(
@@ -378,6 +399,22 @@ OUTCOME_CALIBRATION = Dataset(
     ),
     table="outcome_calibration", keys=(*PARTITION_KEY, "model_version", "bin"), partitioned=True,
 )
+OUTCOME_ERRORS = Dataset(
+    name="outcome_errors",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("model_version", pa.string()), ("scoring_run_id", pa.string()), ("section", pa.string()),
+            ("item", pa.string()), ("rows", pa.int64()), ("labelled", pa.int64()), ("actual_mean", pa.float64()),
+            ("forecast_mean", pa.float64()), ("mae", pa.float64()), ("rmse", pa.float64()), ("bias", pa.float64()),
+            ("mape", pa.float64()), ("smape", pa.float64()), ("coverage", pa.float64()), ("mean_width", pa.float64()),
+            ("interval_level", pa.float64()),
+        ]
+    ),
+    table="outcome_errors", keys=(*PARTITION_KEY, "model_version", "section", "item"), partitioned=True,
+)
+"""A forecast job's realized error once actuals land: per partition (`section` partition, `item` all), per
+decision (`section` decision) and per slice value (`section` slice:<column>): MAE, RMSE, bias (actual −
+forecast), MAPE (null where an actual is 0), sMAPE, the interval's coverage and mean width."""
 OUTCOME_DECISIONS = Dataset(
     name="outcome_decisions",
     schema=pa.schema(
@@ -444,19 +481,19 @@ challenger's paired difference with its bootstrap interval, and a plain-language
 
 PARTITION_DATASETS: tuple[Dataset, ...] = (
     PREDICTIONS, FORECASTS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS, MODEL_HEALTH,
-    SHADOW_PREDICTIONS, DECISION_FLIPS, SHADOW_COMPARISON,
+    SHADOW_PREDICTIONS, SHADOW_FORECASTS, DECISION_FLIPS, SHADOW_COMPARISON,
 )
 """What a scoring run publishes, in publish order: staged, moved into the run's version folder, its
 warehouse rows replaced per (job, partition_date) in one transaction, swapped in by one pointer,
 written to the Delta tables."""
-SHADOW_DATASETS: tuple[Dataset, ...] = (SHADOW_PREDICTIONS, DECISION_FLIPS, SHADOW_COMPARISON)
+SHADOW_DATASETS: tuple[Dataset, ...] = (SHADOW_PREDICTIONS, SHADOW_FORECASTS, DECISION_FLIPS, SHADOW_COMPARISON)
 """The partition datasets only a job that names a challenger fills; a run without one publishes them empty,
 so a partition re-scored without its challenger keeps no stale shadow rows."""
 STAGED_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, INFERENCE_HANDOFF)
 """Every folder a scoring run stages files in (and a failed run's leftovers are removed from)."""
 OUTCOME_DATASETS: tuple[Dataset, ...] = (
-    OUTCOME_LABELS, OUTCOME_PARTITIONS, OUTCOME_METRICS, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES,
-    SHADOW_OUTCOMES,
+    OUTCOME_LABELS, OUTCOME_ACTUALS, OUTCOME_PARTITIONS, OUTCOME_METRICS, OUTCOME_ERRORS, OUTCOME_CALIBRATION, OUTCOME_DECISIONS,
+    OUTCOME_ESTIMATES, SHADOW_OUTCOMES,
 )
 """Realized outcomes of a partition, replaced together by an outcomes run (tasks/monitoring/outcomes.py)."""
 MONITORING_DATASETS: tuple[Dataset, ...] = (DECISION_MONITORING, SLICE_COUNTS, SLICE_MONITORING, *OUTCOME_DATASETS)

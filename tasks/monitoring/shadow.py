@@ -102,13 +102,19 @@ def flipped_rows(champion: pa.Table, challenger: pa.Table, flipped: np.ndarray) 
     """The rows of a chunk whose decision the challenger would change, with both sides (DECISION_FLIPS's columns after the run key)."""
     rows = pa.array(np.flatnonzero(flipped))
     mine, theirs = champion.take(rows), challenger.take(rows)
+
+    def side(table: pa.Table, column: str, kind: pa.DataType) -> pa.Array:
+        # A binary job's tables have no forecast, a forecast job's no score or probability: null there.
+        return table.column(column) if column in table.column_names else pa.nulls(table.num_rows, kind)
+
     return pa.table({
         "entity_id": mine.column("entity_id"),
         "champion_version": mine.column("model_version"), "challenger_version": theirs.column("model_version"),
         "champion_decision": mine.column("decision"), "challenger_decision": theirs.column("decision"),
-        "champion_score": mine.column("score"), "challenger_score": theirs.column("score"),
-        "champion_probability": mine.column("probability"), "challenger_probability": theirs.column("probability"),
+        "champion_score": side(mine, "score", pa.int16()), "challenger_score": side(theirs, "score", pa.int16()),
+        "champion_probability": side(mine, "probability", pa.float64()), "challenger_probability": side(theirs, "probability", pa.float64()),
         "champion_reason_codes": mine.column("reason_codes"), "challenger_reason_codes": theirs.column("reason_codes"),
+        "champion_forecast": side(mine, "forecast", pa.float64()), "challenger_forecast": side(theirs, "forecast", pa.float64()),
     })
 
 

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from tasks.catalog import (
+    DECISION_FLIPS,
     DRIFT_HISTOGRAMS,
     DRIFT_REPORT,
     MODEL_HEALTH,
@@ -62,6 +63,8 @@ _ADDED_COLUMNS = {
 """Columns added after the first release (types from the catalog), added in place by migration 0001."""
 _RENAMED_COLUMNS = {DRIFT_REPORT.table: {"out_of_range_share": "outside_p1_p99_share"}}
 """Old name → new name; the values keep their meaning (numeric: share below p1 or at/above p99)."""
+_FORECAST_COLUMNS = {DECISION_FLIPS.table: ("champion_forecast", "challenger_forecast")}
+"""Columns forecast jobs brought to tables of earlier releases, added in place by migration 0003."""
 
 _DUCKDB_TYPES: dict[pa.DataType, str] = {
     pa.string(): "VARCHAR",
@@ -114,19 +117,24 @@ def partition_index_sql(table: str) -> str:
 _INDEXED_TABLES = tuple(d.table for d in (*PARTITION_DATASETS, *MONITORING_DATASETS))
 
 
-def _added_columns(session: _Session, types: Mapping[pa.DataType, str], backend: str) -> list[str]:  # noqa: ARG001
-    """ALTER statements that bring tables written by earlier releases to today's columns (renames first)."""
-    present = Warehouse._columns(session, sorted({*_ADDED_COLUMNS, *_RENAMED_COLUMNS}))
-    statements = []
-    for table, renames in _RENAMED_COLUMNS.items():
-        for old, new in renames.items():
-            if old in present.get(table, ()) and new not in present[table]:
-                statements.append(f"ALTER TABLE {_quoted(table)} RENAME COLUMN {_quoted(old)} TO {_quoted(new)}")
-    for table, columns in _ADDED_COLUMNS.items():
-        for column in columns:
-            if table in present and column not in present[table]:
-                kind = types[warehouse_dataset(table).schema.field(column).type]
-                statements.append(f"ALTER TABLE {_quoted(table)} ADD COLUMN {_quoted(column)} {kind}")
+def _adding(added: Mapping[str, tuple[str, ...]], renamed: Mapping[str, Mapping[str, str]] | None = None):  # noqa: ANN202
+    """A migration's statements: ALTERs that bring the tables of `added` (and `renamed`) to today's columns, renames first."""
+    renamed = renamed or {}
+
+    def statements(session: _Session, types: Mapping[pa.DataType, str], backend: str) -> list[str]:  # noqa: ARG001
+        present = Warehouse._columns(session, sorted({*added, *renamed}))
+        found = []
+        for table, renames in renamed.items():
+            for old, new in renames.items():
+                if old in present.get(table, ()) and new not in present[table]:
+                    found.append(f"ALTER TABLE {_quoted(table)} RENAME COLUMN {_quoted(old)} TO {_quoted(new)}")
+        for table, columns in added.items():
+            for column in columns:
+                if table in present and column not in present[table]:
+                    kind = types[warehouse_dataset(table).schema.field(column).type]
+                    found.append(f"ALTER TABLE {_quoted(table)} ADD COLUMN {_quoted(column)} {kind}")
+        return found
+
     return statements
 
 
@@ -151,9 +159,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         "0001_added_columns",
         "runs.rows_failed, rows_fallback, error_detail, warnings; drift_report.out_of_range_share renamed "
         "outside_p1_p99_share, drift_report.kind, unseen_share; drift_histograms.kind",
-        _added_columns,
+        _adding(_ADDED_COLUMNS, _RENAMED_COLUMNS),
     ),
     Migration("0002_partition_indexes", "an index on (job, partition_date) of every partition table (PostgreSQL)", _partition_indexes),
+    Migration("0003_forecast_columns", "decision_flips.champion_forecast, challenger_forecast", _adding(_FORECAST_COLUMNS)),
 )
 """Every schema change since the first release, in order. A new column or index is a new entry here; tables
 new in a release are created whole (`create_table_sql`) and need none."""

@@ -21,6 +21,8 @@ for _name, _value in (
     ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
     ("GX_ANALYTICS_ENABLED", "false"),
     ("DO_NOT_TRACK", "1"),
+    # Prefect's temporary API gets 20 s to start; on a busy 2-core machine a `score` subprocess needed more.
+    ("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"),
 ):
     os.environ.setdefault(_name, _value)
 

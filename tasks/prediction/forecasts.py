@@ -68,8 +68,11 @@ class ForecastMap:
     def predict_forecast(self, margins: np.ndarray, expected_abs_error: np.ndarray) -> Forecast:
         """Forecast and interval per row; `expected_abs_error` is the error model's σ̂ of each row."""
         forecast = predict_forecast_values(margins, self.link)
+        if self.nonnegative:
+            # A count below 0 is no forecast; the interval was calibrated around the clipped forecast too.
+            forecast = np.maximum(forecast, 0.0)
         half = self.quantile * np.maximum(np.asarray(expected_abs_error, dtype=np.float64), self.sigma_floor)
         low, high = forecast - half, forecast + half
         if self.nonnegative:
-            forecast, low = np.maximum(forecast, 0.0), np.maximum(low, 0.0)
+            low, high = np.maximum(low, 0.0), np.maximum(high, 0.0)
         return Forecast(forecast=forecast, low=low, high=high)

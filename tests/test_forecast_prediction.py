@@ -225,3 +225,43 @@ def test_an_error_model_that_changed_on_disk_stops_the_run(count_job: dict, tmp_
         assert done.returncode != 0 and "error_model_sha256" in done.stdout + done.stderr
     finally:
         error_model.write_bytes(kept)
+
+
+def _credit_spec() -> dict:
+    return yaml.safe_load((Path(__file__).resolve().parents[1] / "jobs" / "credit_risk.yaml").read_text())
+
+
+def test_a_forecast_spec_may_not_speak_of_events_and_a_binary_one_must() -> None:
+    from tasks.jobspec import JobSpec, spec_field_problems
+
+    spec = _credit_spec()
+    spec["target"] = {"kind": "count"}
+    with pytest.raises(ValidationError) as raised:
+        JobSpec.model_validate(spec)
+    assert "prediction.score, prediction.event, prediction.reasons.no_adverse_code" in " ".join(p for _, p in spec_field_problems(raised.value))
+    spec = _credit_spec()
+    del spec["prediction"]["event"]
+    with pytest.raises(ValidationError, match="target.kind is binary, so prediction.event must be given"):
+        JobSpec.model_validate(spec)
+    spec = _credit_spec()
+    spec["target"] = {"kind": "regression"}
+    with pytest.raises(ValidationError, match="unknown key|Extra inputs"):
+        JobSpec.model_validate({**spec, "target": {"kind": "regression", "units": "EUR"}})
+
+
+def test_a_regressor_on_a_binary_job_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    import xgboost as xgb
+
+    from tasks.errors import ModelArtifactError
+    from tasks.jobs.registration import registered_model_version
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 3)).astype(np.float32)
+    booster = xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(x, label=x[:, 0]), 5)
+    booster.save_model(str(tmp_path / "regressor.ubj"))
+    with pytest.raises(ModelArtifactError, match="a regression objective, but the job is binary"):
+        registered_model_version(
+            tmp_path / "regressor.ubj", registry_dir=tmp_path / "registry" / "m", feature_version="1", features=("a", "b", "c"),
+            holdout_features=x, holdout_outcomes=(x[:, 0] > 0).astype(float),
+        )
+    assert not (tmp_path / "registry").exists()

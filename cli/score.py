@@ -172,24 +172,49 @@ def _user_facing(error: BaseException) -> tuple[str, int]:
     return user_facing_error(_orchestration_lost(error) or error)
 
 
+def _estimate(values: list[float] | None, fmt: str) -> str:
+    """`value (low–high)`, or n/a where there is no estimate."""
+    if not values or any(v is None or v != v for v in values):
+        return "n/a"
+    value, low, high = values
+    return f"{value:{fmt}} ({low:{fmt}}–{high:{fmt}})"
+
+
+def _print_forecast(result: dict) -> None:
+    """A forecast job's run in one line: what it forecast on average, how wide its intervals were, its decisions' shares."""
+    forecast = result.get("forecast")
+    if not forecast or forecast["mean"] is None:
+        return
+    unit = f" {forecast['unit']}" if forecast["unit"] else ""
+    scored = max(result.get("rows_scored") or 0, 1)
+    decisions = ", ".join(f"{d} {n / scored:.1%}" for d, n in sorted((result.get("decisions") or {}).items(), key=lambda kv: -kv[1]))
+    console.print(Text(
+        f"{forecast['kind']} forecast of {forecast['name']}: mean {forecast['mean']:.4g}{unit}, mean width of the "
+        f"{forecast['interval_level']:.0%} interval {forecast['mean_interval_width']:.4g}{unit}" + (f"; decisions {decisions}" if decisions else "")
+    ), highlight=False, soft_wrap=True)
+
+
 def _print_model_health(result: dict) -> None:
-    """One line of the run's model health before labels, and its flags, when the job measures it."""
+    """One line of the run's model health before labels, and its flags, when the job measures it: a binary job's
+    expected event rate and AUC, a forecast job's estimated error where the run estimated it."""
     health = result.get("model_health") or {}
     shifted = (result.get("decision_monitoring") or {}).get("shifted_slices", [])
     if not health and not shifted:
         return
-
-    def interval(values: list[float] | None, fmt: str) -> str:
-        if not values or any(v is None or v != v for v in values):
-            return "n/a"
-        value, low, high = values
-        return f"{value:{fmt}} ({low:{fmt}}–{high:{fmt}})"
-
-    line = (
-        f"model health: expected event rate {interval(health.get('event_rate'), '.2%')}, "
-        f"expected AUC {interval(health.get('auc'), '.3f')}; "
-        f"flagged: {', '.join(health.get('flagged', [])) or 'nothing'}"
-    )
+    if result.get("forecast") is not None:
+        unit = f" {result['forecast']['unit']}" if result["forecast"]["unit"] else ""
+        estimates = [
+            f"estimated {label} {_estimate(health[measure], '.4g')}{unit}"
+            + (f" (at registration {reference:.4g})" if (reference := health.get(f"{measure}_reference")) is not None else "")
+            for measure, label in (("mae", "MAE"), ("rmse", "RMSE")) if health.get(measure)
+        ]
+        line = "model health: " + "; ".join([*estimates, f"flagged: {', '.join(health.get('flagged', [])) or 'nothing'}"])
+    else:
+        line = (
+            f"model health: expected event rate {_estimate(health.get('event_rate'), '.2%')}, "
+            f"expected AUC {_estimate(health.get('auc'), '.3f')}; "
+            f"flagged: {', '.join(health.get('flagged', [])) or 'nothing'}"
+        )
     if shifted:
         line += f"; slices shifted: {len(shifted)} (table slice_monitoring)"
     console.print(Text(line), highlight=False, soft_wrap=True)
@@ -387,6 +412,7 @@ def run(
             _print_json(result)
             return
         _print_summary(job, [day])
+        _print_forecast(result)
         _print_model_health(result)
         _print_challenger(result)
         for warning in result.get("warnings", []):
@@ -762,6 +788,7 @@ def _validated_summary(validated: ValidatedJob) -> list[str]:
         *([f"  challenger {spec.model.challenger}: shadow-scored in the same pass (model.challenger_failure: {spec.model.challenger_failure})"]
           if spec.model.challenger else []),
         *(f"  feature model {ref.name} {a.metadata.version} → {ref.output_feature}" for ref, a in validated.feature_models),
+        *_target_summary(validated),
         f"  reason codes: {len(spec.prediction.reasons.codes)}, one per model feature",
         (f"  raw partition {validated.raw}: {validated.raw_files} "
          + ("query checked" if isinstance(validated.raw, SqlPartition) else "file(s) checked")) if validated.raw
@@ -769,6 +796,26 @@ def _validated_summary(validated: ValidatedJob) -> list[str]:
         f"  labels partition {validated.labels_dir}: label columns checked" if validated.labels_dir else "  labels partition: none yet",
     ]
     return lines + [f"warning: {note}" for note in validated.notes]
+
+
+def _target_summary(validated: ValidatedJob) -> list[str]:
+    """What the job predicts, and for a forecast model the interval registration measured on held-back rows."""
+    spec, meta = validated.spec, validated.model.metadata
+    target = spec.target
+    if not target.forecasts:
+        return [f"  target: binary, the probability of {spec.prediction.event}"]
+    unit = f" {target.unit}" if target.unit else ""
+    lines = [f"  target: {target.kind} forecast of {target.name or spec.monitoring.labels.outcome_column}" + (f" ({target.unit})" if target.unit else "")]
+    check = (meta.interval or {}).get("check") or {}
+    if check:
+        level, registered = spec.prediction.interval_level, check["level"]
+        lines.append(
+            f"  interval: {level:.0%} split conformal (model {meta.name} {meta.version}, link {meta.link}); at registration, on "
+            f"{check['rows']:,} held-back hold-out rows, the {registered:.0%} interval covered {check['coverage']:.1%}, mean width "
+            f"{check['mean_width']:.4g}{unit}; MAE {check['mae']:.4g}{unit}"
+            + ("" if abs(registered - level) < 1e-9 else f" (at the spec's {level:.0%} the width differs and the coverage is unchecked)")
+        )
+    return lines
 
 
 class TargetProvider(str, enum.Enum):
@@ -849,36 +896,72 @@ def recover(
     _run(action)
 
 
+class KindChoice(str, enum.Enum):
+    binary = "binary"
+    regression = "regression"
+    count = "count"
+
+
 @app.command()
 def init(
     job: Annotated[str, typer.Argument(help="Name of the new job: lower-case letters, digits and _.")],
     sample: Annotated[Path, typer.Option("--from", help="A sample partition: a folder of Parquet files, or one file.")],
     entity_column: Annotated[str, typer.Option(help="Column with the id of the scored entity.")],
     label_column: Annotated[
-        str | None, typer.Option(help="Column with the outcome (1: the event), if the sample has one: sets the base rate.")
+        str | None,
+        typer.Option(help="Column with the outcome, if the sample has one: 1/0 (the event) for a binary job, the actual number for a forecast; its values propose the kind."),
+    ] = None,
+    kind: Annotated[
+        KindChoice | None,
+        typer.Option(help="The job's target kind instead of the one the label column suggests: binary (1/0), regression (any number), count (non-negative whole numbers)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the job's spec and suite if they exist.")] = False,
 ) -> None:
-    """Scaffold jobs/JOB.yaml (declared features, starter rules, reason codes) and expectations/JOB.json
-    (guards profiled from the sample), with `review:` notes on every proposal."""
+    """Scaffold jobs/JOB.yaml (declared features, the target's kind, starter rules, reason codes) and
+    expectations/JOB.json (guards profiled from the sample), with `review:` notes on every proposal."""
     from tasks.jobs.scaffold import scaffolded_job
 
     def action() -> None:
         settings = current_settings()
         done = scaffolded_job(
-            job, sample=sample, entity_column=entity_column, label_column=label_column, settings=settings, force=force
+            job, sample=sample, entity_column=entity_column, label_column=label_column, settings=settings, force=force,
+            kind=kind.value if kind is not None else None,
         )
         kinds = ", ".join(f"{sum(k == kind for k in done.features.values())} {kind}" for kind in ("numeric", "boolean", "categorical"))
+        target = done.target
+        if target is None:
+            proposed = f"target: {done.kind}" + (" (no --label-column: the default)" if kind is None else " (as --kind asked)")
+        else:
+            proposed = f"target: {done.kind}, " + (f"as --kind asked; {target.why}" if target.asked else f"proposed because {target.why}")
+            proposed += {
+                "binary": "; --force --kind count or regression scaffolds a forecast job instead",
+                "count": "; --force --kind regression scaffolds a forecast of any number instead",
+                "regression": "",
+            }[done.kind] if not target.asked else ""
+        forecasts = done.kind != "binary"
+        train = (
+            [
+                "  2. train a regressor on them (count: e.g. XGBoost count:poisson or reg:tweedie; regression: e.g. XGBoost "
+                "reg:squarederror) and save it:",
+                "     XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm, scikit-learn .skops (skops.io.dump) or ONNX .onnx "
+                "(README: Model formats), then",
+                f"     score register {done.job} --model MODEL --holdout HOLDOUT.parquet   (rows it never saw, with the actual "
+                f"{label_column or 'outcome'}: they fit the prediction interval)",
+            ] if forecasts else [
+                "  2. train a binary classifier on them and save it: XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm,",
+                "     scikit-learn .skops (skops.io.dump) or ONNX .onnx (README: Model formats), then",
+                f"     score register {done.job} --model MODEL --holdout HOLDOUT.parquet   (rows it never saw, with the outcome)",
+            ]
+        )
         lines = [
             f"profiled {done.rows} rows from {len(done.sample_files)} file(s) of {sample}",
             f"wrote {done.spec_path}: {len(done.features)} declared features ({kinds})",
+            proposed,
             f"wrote {done.suite_path}: {done.expectations} expectations",
             *(f"left out {column}: {why}" for column, why in done.left_out.items()),
             "next: review every `review:` note in both files, then",
             f"  1. score features {done.job} --from TRAIN.parquet --out INPUTS.parquet   (the model inputs to train on, in order)",
-            "  2. train a binary classifier on them and save it: XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm,",
-            "     scikit-learn .skops (skops.io.dump) or ONNX .onnx (README: Model formats), then",
-            f"     score register {done.job} --model MODEL --holdout HOLDOUT.parquet   (rows it never saw, with the outcome)",
+            *train,
             f"  3. score validate {done.job}",
             f"  4. put a partition in {settings.raw_partition_dir(done.job, 'YYYY-MM-DD')} and score run {done.job} --date YYYY-MM-DD",
         ]

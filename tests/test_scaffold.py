@@ -120,6 +120,7 @@ def test_the_spec_loads_with_declared_features_of_the_inferred_kinds(scaffold: S
     counts = scaffold.sample["region"].value_counts()
     by_frequency = tuple(sorted(REGIONS, key=lambda r: -counts.filter(pl.col("region") == r)["count"].item()))
     assert features.CATEGORIES == {"region": by_frequency}
+    assert spec.target.kind == "binary"
     assert spec.prediction.score.base_probability == pytest.approx(scaffold.sample["defaulted"].mean(), abs=1e-4)
     assert spec.monitoring.labels.outcome_column == "defaulted" and spec.monitoring.labels.entity_column == "id"
     assert set(spec.prediction.reasons.codes) == set(features.FEATURES)
@@ -244,7 +245,7 @@ def test_init_refuses_to_overwrite_unless_forced(scaffold: Scaffold) -> None:
     [
         (("--entity-column", "customer"), ["--entity-column", "'customer'", "id, age, income, owns_home, region, is_new, defaulted"]),
         (("--entity-column", "id", "--label-column", "bad_debt"), ["--label-column", "'bad_debt'", "id, age"]),
-        (("--entity-column", "id", "--label-column", "region"), ["'region'", "must hold 1"]),
+        (("--entity-column", "id", "--label-column", "region"), ["'region'", "holds text", "outcome is 1 (the event) or 0"]),
     ],
 )
 def test_a_column_the_sample_lacks_is_one_error_line_listing_its_columns(

@@ -498,14 +498,16 @@ class ModelInputs:
     rows_quarantined: int
     feature_models: dict[str, str]
     """Feature model name → the version whose output is among `names`."""
+    forecasts: bool = False
+    """Whether the outcomes are a forecast job's actual numbers rather than 1/0 events."""
 
     def frame(self) -> pl.DataFrame:
         """Entity, one column per model input, and the outcome when there is one: what a training script fits on."""
         columns = [self.entity_ids, *(pl.Series(n, self.matrix[:, j]) for j, n in enumerate(self.names))]
         if self.outcomes is not None:
-            # 0/1 events as small integers (what binary training scripts expect); a forecast's actuals as they are.
-            binary = bool(np.isin(self.outcomes, (0.0, 1.0)).all())
-            columns.append(pl.Series("outcome", self.outcomes.astype(np.int8) if binary else self.outcomes))
+            # A binary job's 1/0 events as small integers (what binary training scripts expect); a forecast's actual
+            # numbers as they are, even on a sample whose counts happen to be all 0 and 1.
+            columns.append(pl.Series("outcome", self.outcomes if self.forecasts else self.outcomes.astype(np.int8)))
         return pl.DataFrame(columns)
 
 
@@ -589,7 +591,7 @@ def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, 
         names = (*names, ref.output_feature)
         used[ref.name] = loaded.engine.metadata.version
     return ModelInputs(entity_ids=scorable[spec.entity_column], names=names, matrix=x, outcomes=outcomes,
-                       rows_quarantined=guarded.counts.rows_quarantined, feature_models=used)
+                       rows_quarantined=guarded.counts.rows_quarantined, feature_models=used, forecasts=forecasts)
 
 
 def registered_job_model(

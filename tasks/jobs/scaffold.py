@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import yaml
 
@@ -36,6 +37,7 @@ from tasks.features import FeatureKind
 from tasks.guards import load_guard_suite
 from tasks.features.config import FALSE_VALUES, FEATURE_NAME_PATTERN, TRUE_VALUES
 from tasks.jobspec import NAME_PATTERN, JobSpec, UniqueKeyLoader
+from tasks.prediction.config import TargetKind
 from tasks.settings import Settings
 
 MAX_CATEGORIES = 30
@@ -81,6 +83,9 @@ class ScaffoldedJob:
     left_out: dict[str, str]
     expectations: int
     base_probability: float | None
+    kind: TargetKind = "binary"
+    target: TargetProposal | None = None
+    """What the label column proposed; None without --label-column."""
     feature_version: str = FEATURE_VERSION
 
 
@@ -389,15 +394,126 @@ def _feature_line(p: ColumnProfile) -> str:
     return f"    - {{{', '.join(fields)}}}  # {p.dtype}, {nulls}; {note}"
 
 
-def _label_rate(frame: pl.DataFrame, label_column: str, where: str) -> tuple[float, int, int]:
+@dataclass(frozen=True)
+class TargetProposal:
+    """The job's target kind, proposed from the label column (or asked for with --kind), and what the
+    scaffold derives from the column's values: a binary job's event rate, a forecast job's cut-off."""
+
+    kind: TargetKind
+    why: str
+    """What in the column made the kind, in words (`units holds non-negative whole numbers, 0 to 37`)."""
+    asked: bool = False
+    """Whether --kind named it, rather than the column's values suggesting it."""
+    rate: tuple[float, int, int] | None = None
+    """A binary job's event rate, events and labelled rows."""
+    cutoff: float | None = None
+    """A forecast job's placeholder cut-off: the sample's 90th percentile of the label."""
+    cutoff_note: str = ""
+    labelled: int = 0
+
+
+CUTOFF_QUANTILE = 0.9
+"""The sample's quantile of the label a forecast job's placeholder rules cut at: the high tenth acts."""
+
+
+def _shown(values: list[Any]) -> str:
+    return ", ".join(f"{v:g}" if isinstance(v, float) else repr(v) if isinstance(v, str) else str(v) for v in values)
+
+
+def _forecast_cutoff(values: np.ndarray, *, count: bool, label_column: str) -> tuple[float, str]:
+    """The sample's 90th percentile of the label as a readable number (a whole number for counts, three
+    significant digits otherwise), moved above the sample's minimum when that is where it falls."""
+    quantile = float(np.quantile(values, CUTOFF_QUANTILE, method="higher" if count else "linear"))
+    cut = quantile if count else float(f"{quantile:.3g}")
+    note = f"the {CUTOFF_QUANTILE * 100:.0f}th percentile of {label_column} in the sample's {len(values):,} labelled rows"
+    lowest = float(values.min())
+    if cut <= lowest:
+        # A cut at the minimum would act on every row (a count forecast is never below 0).
+        above = np.unique(values[values > lowest])
+        if above.size:
+            cut = float(above[0])
+            note = (
+                f"the smallest {label_column} above the sample's minimum {lowest:g}, since its "
+                f"{CUTOFF_QUANTILE * 100:.0f}th percentile is that minimum"
+            )
+    return (int(cut) if count else cut), note
+
+
+def proposed_target(frame: pl.DataFrame, label_column: str, *, kind: str | None, where: str) -> TargetProposal:
+    """The target kind of a job labelled by `label_column` of `frame`: the kind `kind` asks for, checked
+    against the column, or the one its values suggest. 1/0 or booleans are binary; non-negative whole
+    numbers (more than two values) a count; other numbers a regression. Two values other than 1/0, text,
+    and values that do not fit the asked kind are a LabelError: one line saying what the column holds."""
     labels = frame.get_column(label_column).drop_nulls()
+    if labels.dtype.is_float():
+        labels = labels.filter(labels.is_not_nan())
+    if labels.len() == 0:
+        raise LabelError(f"{where}: label column {label_column!r} has no value, so the job's target cannot be proposed")
     if labels.dtype == pl.Boolean:
         labels = labels.cast(pl.Int8)
-    if not labels.dtype.is_numeric() or not set(labels.unique().to_list()) <= {0, 1} or labels.len() == 0:
-        shown = labels.unique().head(5).to_list() if labels.len() else "no value"
-        raise LabelError(f"{where}: label column {label_column!r} must hold 1 (the event) and 0 (not), got {shown} ({labels.dtype})")
-    events = int(labels.sum())
-    return events / labels.len(), events, labels.len()
+    option = f"--kind {kind}: " if kind else ""
+    if not labels.dtype.is_numeric():
+        values, _ = _counted(labels.cast(pl.String))
+        if kind in ("regression", "count"):
+            raise LabelError(f"{option}{where}: label column {label_column!r} holds text ({_shown(list(values[:3]))}), not numbers: cast it to numbers upstream")
+        if len(values) == 2:
+            raise _two_values(label_column, labels, where, option, numeric=False)
+        raise LabelError(
+            f"{option}{where}: label column {label_column!r} holds text ({len(values)} values, e.g. {_shown(list(values[:3]))}): "
+            "a binary job's outcome is 1 (the event) or 0, a forecast job's (--kind regression or count) a number"
+        )
+    numbers = labels.cast(pl.Float64).to_numpy()
+    if not np.isfinite(numbers).all():
+        raise LabelError(f"{where}: label column {label_column!r} holds infinite values, e.g. {_shown(numbers[~np.isfinite(numbers)][:3].tolist())}")
+    distinct = np.unique(numbers)
+    zero_one = bool(np.isin(distinct, (0.0, 1.0)).all())
+    whole = bool((numbers == np.round(numbers)).all())
+    described = f"{numbers.min():g} to {numbers.max():g} ({distinct.size} distinct values)"
+    if kind == "binary" or (kind is None and zero_one):
+        if not zero_one:
+            if distinct.size == 2 and kind is None:
+                raise _two_values(label_column, labels, where, option, numeric=True)
+            raise LabelError(
+                f"{option}{where}: label column {label_column!r} must hold 1 (the event) and 0 (not), got "
+                f"{_shown(labels.unique().sort().head(5).to_list())} ({labels.dtype})"
+            )
+        events = int(numbers.sum())
+        return TargetProposal(
+            "binary", f"{label_column} holds 1 (the event, {events:,} rows) and 0 ({numbers.size - events:,} rows)", asked=kind is not None,
+            rate=(events / numbers.size, events, numbers.size), labelled=numbers.size,
+        )
+    if kind is None and distinct.size == 2:
+        raise _two_values(label_column, labels, where, option, numeric=True)
+    nonnegative = bool(numbers.min() >= 0)
+    if kind == "count" and not (whole and nonnegative):
+        wrong = numbers[(numbers < 0) | (numbers != np.round(numbers))]
+        what = " and ".join(w for w, bad in (("negative", (wrong < 0).any()), ("fractional", (wrong != np.round(wrong)).any())) if bad)
+        raise LabelError(
+            f"{option}{where}: label column {label_column!r} holds {what} values ({wrong.size:,} rows, e.g. {_shown(wrong[:3].tolist())}); "
+            "a count is a non-negative whole number: pass --kind regression"
+        )
+    proposed: TargetKind = kind if kind is not None else ("count" if whole and nonnegative else "regression")  # type: ignore[assignment]
+    shape = (
+        "non-negative whole numbers" if whole and nonnegative else "whole numbers, some negative" if whole
+        else "numbers with fractions" + (", some negative" if not nonnegative else "")
+    )
+    cutoff, note = _forecast_cutoff(numbers, count=proposed == "count", label_column=label_column)
+    return TargetProposal(
+        proposed, f"{label_column} holds {shape}, {described}", asked=kind is not None, cutoff=cutoff, cutoff_note=note,
+        labelled=numbers.size,
+    )
+
+
+def _two_values(label_column: str, labels: pl.Series, where: str, option: str, *, numeric: bool) -> LabelError:
+    # Guessing which of two values is the event would silently invert every probability, decision and
+    # reason when wrong, and the outcome is read as 1/0 everywhere after this (score features, register, outcomes).
+    values, shares = _counted(labels)
+    held = " and ".join(f"{_shown([v])} ({share:.0%})" for v, share in zip(values, shares, strict=True))
+    return LabelError(
+        f"{option}{where}: label column {label_column!r} holds two values, {held}, not 1 and 0: which one is the event cannot "
+        "be guessed, and a binary job reads its outcome as 1 (the event) or 0; recode the column to 1/0 in the sample and the labels"
+        + (", or pass --kind count or --kind regression if it is a quantity to forecast" if numeric else "")
+    )
 
 
 def _base_probability(rate: float) -> float:
@@ -405,20 +521,10 @@ def _base_probability(rate: float) -> float:
     return min(max(round(rate, 4), 0.0001), 0.9999)
 
 
-def job_spec_text(
-    job: str,
-    profiles: list[ColumnProfile],
-    *,
-    entity_column: str,
-    label_column: str | None,
-    sample: Path,
-    label_rate: tuple[float, int, int] | None,
-) -> str:
-    """The job spec as commented YAML: declared features, a starter rule table, one reason code per feature."""
-    features = [p for p in profiles if p.kind is not None]
-    left_out = [p for p in profiles if p.kind is None and p.column != entity_column]
-    if label_rate is not None:
-        rate, events, labelled = label_rate
+def _binary_prediction(label_column: str | None, target: TargetProposal | None) -> list[str]:
+    """A binary job's prediction section: the event, its score scale, three rules around twice the base rate."""
+    if target is not None and target.rate is not None:
+        rate, events, labelled = target.rate
         base = _base_probability(rate)
         base_note = f"the rate of {label_column} = 1 in the sample ({events} of {labelled} rows)"
     else:
@@ -428,34 +534,7 @@ def job_spec_text(
         "twice the base probability, capped at 0.5" if cut == 0.5 else "twice the base probability, at least 0.01"
     )
     q = _scalar
-    lines = [
-        f"# Job {job}, scaffolded by `score init` from {sample}.",
-        "# Every value below is a proposal from that sample: read each `# review:` line, then register a",
-        "# model trained on exactly these features (FEATURE_VERSION = features.version) before the first run.",
-        f"name: {job}",
-        f"description: {q(f'Scaffolded from {sample.name}; say what the job scores.')}  # review: one sentence for the model card",
-        f"entity_column: {q(entity_column)}",
-        f"expectation_suite: {job}.json  # the guards, profiled from the same sample: review its meta.review notes",
-        "features:",
-        "  # FEATURE_VERSION: a registered model must declare this version; bump it whenever a column below changes.",
-        f'  version: "{FEATURE_VERSION}"',
-        "  # numeric: the number as it is, missing stays missing; add `clip: [low, high]` to bound it.",
-        f"  # boolean: {'/'.join(TRUE_VALUES)} → 1, {'/'.join(FALSE_VALUES)} → 0 (any case), anything else missing;",
-        "  #   `true_values: [...]` / `false_values: [...]` replace those words.",
-        "  # categorical: the code is the position in `categories`, an unlisted value is missing; append new",
-        "  #   categories at the end (and bump the version), never reorder them under a trained model.",
-        "  # review: the kinds were guessed from the sample's values; the order is the model's input order.",
-        "  columns:",
-        *(_feature_line(p) for p in features),
-    ]
-    if left_out:
-        lines.append("  # Left out (no feature; add one by hand or use a Python `feature_module` instead of `features`):")
-        lines += [f"  #   {p.column}: {p.left_out}" for p in left_out]
-    lines += [
-        "model:",
-        "  # review: the registry name of the model trained on these features (data/models/<name>/).",
-        f"  name: {job}",
-        "  version: latest",
+    return [
         "prediction:",
         f"  event: {q(f'{label_column} = 1' if label_column else 'the adverse outcome')}"
         "  # review: the event the probability is about, in words",
@@ -486,6 +565,127 @@ def job_spec_text(
         "    no_adverse_code: R00",
         "    no_adverse_text: No single factor raised the risk.",
         "    # review: one code per feature; the text is what the reader of a decision sees, so say what it means.",
+    ]
+
+
+def _forecast_prediction(label_column: str | None, target: TargetProposal) -> list[str]:
+    """A forecast job's prediction section: the interval's level, three rules around a high cut-off on the
+    interval (act / a person decides / nothing to do), reasons for the rows that act or need a person."""
+    if target.cutoff is not None:
+        cut, cut_note = target.cutoff, target.cutoff_note
+    else:
+        cut, cut_note = 1, "no --label-column was given"
+    return [
+        "prediction:",
+        "  # review: the prediction interval's level: forecast_low..forecast_high should hold the actual value this often",
+        "  #   (registration fits the interval on the hold-out and prints its coverage on rows that fitted nothing).",
+        "  interval_level: 0.90",
+        "  rules:",
+        f"    # review: the cut-off {cut} is a placeholder ({cut_note}):",
+        "    #   set the forecast at which the business acts, and name the decisions after its actions (e.g. add_capacity).",
+        "    # Every row must match exactly one rule; loading the spec proves it, so edit the three together.",
+        "    - id: HIGH_FORECAST",
+        "      description: Even the low end of the interval reaches the cut-off.",
+        f"      when: {{forecast_low: {{ge: {cut}}}}}",
+        "      decision: act",
+        "    - id: REVIEW_UNCERTAIN",
+        "      description: The interval straddles the cut-off; a person decides.",
+        f"      when: {{forecast_low: {{lt: {cut}}}, forecast_high: {{ge: {cut}}}}}",
+        "      decision: manual_review",
+        "    - id: NO_ACTION",
+        "      description: Even the high end of the interval is below the cut-off.",
+        f"      when: {{forecast_high: {{lt: {cut}}}}}",
+        "      decision: no_action",
+        "  reasons:",
+        "    top_k: 3",
+        "    for_decisions: [act, manual_review]",
+        "    # review: one code per feature; a row's reasons read \"<text> raised the forecast\" or \"<text> lowered the",
+        "    #   forecast\" (codes <code>_UP, <code>_DOWN), so the text names the feature as the reader knows it.",
+    ]
+
+
+def _target_lines(label_column: str | None, target: TargetProposal | None) -> list[str]:
+    if target is None:
+        return []
+    source = f"as --kind {target.kind} asked; {target.why}" if target.asked else f"proposed because {target.why}"
+    if target.kind == "binary":
+        return [
+            "target:",
+            f"  # review: binary, {source}: the job scores the probability of the event.",
+            "  #   For a quantity to forecast scaffold again with `score init --force --kind regression` (or count).",
+            "  kind: binary",
+        ]
+    what = (
+        [
+            "  #   A count's forecasts and intervals never go below 0. To forecast any number instead (fractions, below 0),",
+            "  #   scaffold again with `score init --force --kind regression`: the prediction section differs.",
+        ] if target.kind == "count" else
+        ["  #   A regression forecasts any number: its forecasts and intervals are not held at or above 0, as a count's are."]
+    )
+    return [
+        "target:",
+        f"  # review: {target.kind}, {source}.",
+        *what,
+        f"  kind: {target.kind}",
+        f"  name: {_scalar(_words(label_column or 'outcome'))}  # review: what is forecast, in words, as pages print it (e.g. units sold)",
+        '  unit: ""  # review: the unit pages print after a forecast (e.g. units, EUR)',
+    ]
+
+
+def _words(name: str) -> str:
+    return re.sub(r"[_.\-]+", " ", name).strip() or name
+
+
+def job_spec_text(
+    job: str,
+    profiles: list[ColumnProfile],
+    *,
+    entity_column: str,
+    label_column: str | None,
+    sample: Path,
+    target: TargetProposal | None,
+    kind: TargetKind = "binary",
+) -> str:
+    """The job spec as commented YAML: declared features, the target's kind, a starter rule table, one reason
+    code per feature. `target` is what the label column proposed (None without one); `kind` the job's kind then."""
+    kind = target.kind if target is not None else kind
+    forecasts = kind != "binary"
+    features = [p for p in profiles if p.kind is not None]
+    left_out = [p for p in profiles if p.kind is None and p.column != entity_column]
+    q = _scalar
+    lines = [
+        f"# Job {job}, scaffolded by `score init` from {sample}.",
+        "# Every value below is a proposal from that sample: read each `# review:` line, then register a",
+        "# model trained on exactly these features (FEATURE_VERSION = features.version) before the first run.",
+        f"name: {job}",
+        f"description: {q(f'Scaffolded from {sample.name}; say what the job ' + ('forecasts.' if forecasts else 'scores.'))}"
+        "  # review: one sentence for the model card",
+        f"entity_column: {q(entity_column)}",
+        f"expectation_suite: {job}.json  # the guards, profiled from the same sample: review its meta.review notes",
+        "features:",
+        "  # FEATURE_VERSION: a registered model must declare this version; bump it whenever a column below changes.",
+        f'  version: "{FEATURE_VERSION}"',
+        "  # numeric: the number as it is, missing stays missing; add `clip: [low, high]` to bound it.",
+        f"  # boolean: {'/'.join(TRUE_VALUES)} → 1, {'/'.join(FALSE_VALUES)} → 0 (any case), anything else missing;",
+        "  #   `true_values: [...]` / `false_values: [...]` replace those words.",
+        "  # categorical: the code is the position in `categories`, an unlisted value is missing; append new",
+        "  #   categories at the end (and bump the version), never reorder them under a trained model.",
+        "  # review: the kinds were guessed from the sample's values; the order is the model's input order.",
+        "  columns:",
+        *(_feature_line(p) for p in features),
+    ]
+    if left_out:
+        lines.append("  # Left out (no feature; add one by hand or use a Python `feature_module` instead of `features`):")
+        lines += [f"  #   {p.column}: {p.left_out}" for p in left_out]
+    if target is None and forecasts:
+        target = TargetProposal(kind, "no --label-column was given", asked=True)
+    lines += [
+        *_target_lines(label_column, target),
+        "model:",
+        "  # review: the registry name of the model trained on these features (data/models/<name>/).",
+        f"  name: {job}",
+        "  version: latest",
+        *(_forecast_prediction(label_column, target) if forecasts else _binary_prediction(label_column, target)),
         "    codes:",
         *(
             f"      {q(p.feature)}: {{code: R{i:02d}, text: {q(_humane(p.feature or p.column))}}}"
@@ -497,7 +697,8 @@ def job_spec_text(
         "  max_quarantined_share: 0.05",
         "monitoring:",
         "  labels:",
-        f"    # review: outcomes arrive as data/labels/{job}/date=D/*.parquet with these columns (1: the event happened).",
+        f"    # review: outcomes arrive as data/labels/{job}/date=D/*.parquet with these columns "
+        + (f"(the actual {_words(label_column or 'outcome')} of each scored entity)." if forecasts else "(1: the event happened)."),
         f"    entity_column: {q(entity_column)}",
     ]
     if label_column:
@@ -507,8 +708,9 @@ def job_spec_text(
     lines.append("    observed_date_column: observed_date")
     sliced = [p.column for p in features if p.kind == "categorical"]
     lines += [
-        "  # review: each value of these columns gets its own decision mix, expected event rate and score PSI,",
-        "  #   tested against the trailing window with the false discovery rate controlled (`slice_fdr`).",
+        "  # review: each value of these columns gets its own decision mix and, once actuals land, its own realized error."
+        if forecasts else "  # review: each value of these columns gets its own decision mix, expected event rate and score PSI,",
+        *(() if forecasts else ("  #   tested against the trailing window with the false discovery rate controlled (`slice_fdr`).",)),
         f"  slices: {_flow(sliced)}",
     ]
     return "\n".join(lines) + "\n"
@@ -520,12 +722,15 @@ def _refused_name(job: str) -> None:
 
 
 def scaffolded_job(
-    job: str, *, sample: Path, entity_column: str, label_column: str | None, settings: Settings, force: bool = False
+    job: str, *, sample: Path, entity_column: str, label_column: str | None, settings: Settings, force: bool = False,
+    kind: TargetKind | None = None,
 ) -> ScaffoldedJob:
     """Write `jobs/<job>.yaml` and `expectations/<job>.json` profiled from the sample partition.
 
-    Refuses (JobSpecError) to overwrite either file unless `force`; a missing sample or column is a
-    PartitionError listing the columns the sample has. Both files are validated before either is written.
+    The target's kind is `kind`, checked against the label column, or the one the label column's values
+    suggest (`proposed_target`); binary without either. Refuses (JobSpecError) to overwrite either file
+    unless `force`; a missing sample or column is a PartitionError listing the columns the sample has, a
+    label column that fits no kind (or not `kind`) a LabelError. Both files are validated before either is written.
     """
     _refused_name(job)
     spec_path, suite_path = settings.jobs_dir / f"{job}.yaml", settings.expectations_dir / f"{job}.json"
@@ -545,8 +750,10 @@ def scaffolded_job(
             + (f" and {label_column!r}" if label_column else "")
             + "; " + "; ".join(f"{p.column}: {p.left_out}" for p in profiles if p.left_out)
         )
-    rate = _label_rate(frame, label_column, f"sample {sample}") if label_column else None
-    spec_text = job_spec_text(job, profiles, entity_column=entity_column, label_column=label_column, sample=sample, label_rate=rate)
+    target = proposed_target(frame, label_column, kind=kind, where=f"sample {sample}") if label_column else None
+    spec_text = job_spec_text(
+        job, profiles, entity_column=entity_column, label_column=label_column, sample=sample, target=target, kind=kind or "binary",
+    )
     suite = profiled_suite(job, profiles, entity_column=entity_column, sample=sample)
     suite_text = json.dumps(suite, indent=2, ensure_ascii=False) + "\n"
     # A scaffold that did not load would be a bug here, not the user's to debug: prove both load first.
@@ -562,5 +769,6 @@ def scaffolded_job(
         features={p.feature: p.kind for p in profiles if p.feature and p.kind},
         left_out={p.column: p.left_out for p in profiles if p.left_out},
         expectations=len(suite["expectations"]),
-        base_probability=None if rate is None else _base_probability(rate[0]),
+        base_probability=None if target is None or target.rate is None else _base_probability(target.rate[0]),
+        kind=target.kind if target is not None else kind or "binary", target=target,
     )

@@ -59,6 +59,7 @@ ALL = "all"
 ANY_ADVERSE = "any adverse"
 """The `decision` (`item`) of the row that pools every adverse decision."""
 ESTIMATED = "estimated_performance"
+ESTIMATED_ERROR = "estimated_error"
 ATTRIBUTION = "attribution"
 MULTIVARIATE = "multivariate"
 PARTITION_FLAG_MEASURES = (("event_rate", ALL), ("auc", ALL))
@@ -449,11 +450,21 @@ def model_health_rows(
     return [{"model_version": model_version, "delta": None, **row} for row in rows]
 
 
-def health_headline(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What a terminal shows of a run's `model_health` rows: the expected event rate and AUC with their
-    intervals, and every flagged drift row as `section item measure flag`; {} without rows."""
+def health_headline(rows: Sequence[Mapping[str, Any]], *, forecasts: bool = False) -> dict[str, Any]:
+    """What a terminal shows of a run's `model_health` rows: a binary job's expected event rate and AUC, a
+    forecast job's (`forecasts`) estimated MAE and RMSE where the rows have them (each [value, low, high], the
+    hold-out's as `*_reference`), and every flagged row as `section item measure flag`; {} without rows."""
     if not rows:
         return {}
-    estimate = {(r["measure"], r["item"]): [r["value"], r["low"], r["high"]] for r in rows if r["section"] == ESTIMATED}
     flagged = [f"{r['section']} {r['item']} {r['measure']} {r['flag']}" for r in rows if r["flag"] in ("warn", "alert")]
-    return {"event_rate": estimate.get(("event_rate", ALL)), "auc": estimate.get(("auc", ALL)), "flagged": flagged}
+    if not forecasts:
+        estimate = {(r["measure"], r["item"]): [r["value"], r["low"], r["high"]] for r in rows if r["section"] == ESTIMATED}
+        return {"event_rate": estimate.get(("event_rate", ALL)), "auc": estimate.get(("auc", ALL)), "flagged": flagged}
+    # A forecast job has no event rate or AUC to name, even as null.
+    error = {r["measure"]: r for r in rows if r["section"] == ESTIMATED_ERROR and r["item"] == ALL}
+    headline: dict[str, Any] = {"flagged": flagged}
+    for measure in ("mae", "rmse"):
+        if measure in error:
+            row = error[measure]
+            headline |= {measure: [row["value"], row["low"], row["high"]], f"{measure}_reference": row["reference"]}
+    return headline

@@ -205,7 +205,7 @@ def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
     ]
     flagged = [f"{r['feature']} {r['flag']} vs {r['baseline']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")]
     rows.append(("drift flags", ", ".join(flagged) or "none"))
-    health = health_headline(summary.model_health)
+    health = health_headline(summary.model_health, forecasts=summary.forecast is not None)
     for measure, fmt in (("event_rate", ".2%"), ("auc", ".3f")):
         values = (health or {}).get(measure)
         if values and all(v == v for v in values):
@@ -317,8 +317,9 @@ def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warni
     """What score_partition returns for a published run."""
     return {
         "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
-        "report": report, **summary.ledger_counts(), "model_health": health_headline(summary.model_health),
+        "report": report, **summary.ledger_counts(), "model_health": health_headline(summary.model_health, forecasts=summary.forecast is not None),
         "challenger": shadow_headline(summary.shadow_comparison),
+        **({"forecast": summary.forecast} if summary.forecast is not None else {}),
         "warnings": list(warnings),
     }
 

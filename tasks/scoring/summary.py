@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -103,6 +104,8 @@ class ScoringSummary:
     """The `shadow_comparison` rows (tasks/monitoring/shadow.py); empty when the job names no challenger."""
     flip_examples: list[dict[str, Any]] = field(default_factory=list)
     """The first flipped rows with both models' decisions, scores and reason codes (all of them: table `decision_flips`)."""
+    forecast: dict[str, Any] | None = None
+    """A forecast job's run in numbers (`forecast_headline`); None for a binary job."""
 
     def inference_stats(self) -> dict[str, Any]:
         lat = np.asarray(self.chunk_latency_ms or [0.0])
@@ -124,6 +127,8 @@ class ScoringSummary:
             "reasons_explained_by": self.explained_rows,
             "reasons_tie_recomputed_rows": self.tie_recomputed_rows,
             "reasons_kernel_reason": self.contributions_kernel_reason,
+            # Only a forecast job's ledger row has it: a binary job's stays as it was.
+            **({"forecast": self.forecast} if self.forecast is not None else {}),
         }
 
     def ledger_counts(self) -> dict[str, Any]:
@@ -141,6 +146,20 @@ class ScoringSummary:
             "guard_counts": self.guard.by_expectation,
             "inference": self.inference_stats(),
         }
+
+
+def forecast_headline(
+    predictions: list[UnitPrediction], *, rows_scored: int, kind: str, name: str, unit: str, level: float,
+) -> dict[str, Any]:
+    """A forecast job's run in a few numbers: its kind and target, the mean forecast and the mean width of
+    the prediction interval at `level` over the scored rows (None without any)."""
+    forecasts = math.fsum(p.forecast_sum for p in predictions)
+    widths = math.fsum(p.interval_width_sum for p in predictions)
+    return {
+        "kind": kind, "name": name, "unit": unit, "interval_level": level, "rows": rows_scored,
+        "mean": forecasts / rows_scored if rows_scored else None,
+        "mean_interval_width": widths / rows_scored if rows_scored else None,
+    }
 
 
 def _health_gaps(prepared: PreparedJob) -> list[str]:
@@ -226,6 +245,11 @@ def scoring_summary(
     ).to_dicts()
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))
+    if spec.target.forecasts:
+        summary.forecast = forecast_headline(
+            predictions, rows_scored=summary.rows_scored, kind=spec.target.kind, name=spec.target.name or spec.monitoring.labels.outcome_column,
+            unit=spec.target.unit, level=spec.prediction.interval_level,
+        )
     health = prepared.health_accumulator()
     for inference in sorted(inferences, key=lambda u: u.unit_id):
         health.merge(inference.health)

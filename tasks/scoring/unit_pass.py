@@ -271,6 +271,10 @@ class UnitPrediction:
     peak_rss_mb: float = 0.0
     shadow: ShadowAccumulator | None = None
     """Champion × challenger sums of the unit's chunks; None when no challenger shadows the run."""
+    forecast_sum: float = 0.0
+    """A forecast job's forecasts summed over the unit's rows (0 for a binary job): the run's mean forecast."""
+    interval_width_sum: float = 0.0
+    """A forecast job's forecast_high − forecast_low summed over the unit's rows: the run's mean interval width."""
 
 
 @dataclass
@@ -482,6 +486,9 @@ def _predicted_chunk(
     result.decisions.update(predicted.decisions)
     result.rules.update(predicted.rules)
     if forecasts:
+        forecast = decided.forecast
+        result.forecast_sum += float(forecast.forecast.sum())
+        result.interval_width_sum += float((forecast.high - forecast.low).sum())
         return
     result.drift.add("score", predicted.table.column("score").to_numpy())
     groups = prediction_groups(pl.from_arrow(predicted.table.select(_GROUPED_COLUMNS)), plan.cutoffs)

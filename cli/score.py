@@ -486,8 +486,9 @@ def register(
         typer.Option(help="A type a scikit-learn .skops file may hold beyond skops' defaults, after you reviewed it (repeat for several)."),
     ] = None,
 ) -> None:
-    """Register a model trained elsewhere: check it against the job, calibrate it on the hold-out, compute the
-    drift reference, and write a new registry version (never over an existing one)."""
+    """Register a model trained elsewhere: check it against the job, calibrate it (binary job) or fit its error model
+    and prediction interval (forecast job) on the hold-out, compute the drift reference, and write a new registry
+    version (never over an existing one)."""
 
     def action() -> None:
         from tasks.jobs.registration import registered_job_model

@@ -96,7 +96,9 @@ class LabelSource(_Strict):
     """
 
     entity_column: str = Field(default="entity_id", description="Column with the scored entity's id.")
-    outcome_column: str = Field(default="outcome", description="Column with the outcome: 1 the event happened, 0 it did not.")
+    outcome_column: str = Field(
+        default="outcome", description="Column with the outcome: binary jobs 1 the event happened, 0 it did not; forecast jobs the actual number."
+    )
     observed_date_column: str = Field(default="observed_date", description="Column with the date the outcome was observed.")
     table: str | None = Field(
         default=None,

@@ -121,7 +121,7 @@ def _checked_target(job: str, version: str, registry: Path, settings: Settings) 
     if not (registry / target / REGISTRATION_REPORT).is_file():
         raise ModelArtifactError(
             f"model {registry.name} version {target} has no registration report ({registry / target / REGISTRATION_REPORT}): "
-            "only a version registered with `score register` (hold-out calibration, reference, checks) can be promoted"
+            "only a version registered with `score register` (hold-out calibration or prediction interval, reference, checks) can be promoted"
         )
     problems = job_problems(job, settings, model_version=target)
     if problems:

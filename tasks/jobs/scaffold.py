@@ -13,6 +13,11 @@ and a Great Expectations suite of guards profiled from the same rows (tasks/guar
   sample had (quarantine); an entity id with one evident shape must keep it (quarantine). Columns
   that are no feature get no row guard: they cannot harm a score.
 
+The label column (never a feature, never guarded) proposes the job's target kind (`proposed_target`): 1/0 or
+booleans a binary job, whose starter rules cut at twice the sample's event rate; non-negative whole numbers a
+count, other numbers a regression, whose starter rules cut the forecast's interval at the sample's 90th
+percentile of the label. `--kind` asks for a kind instead, checked against the column.
+
 The spec is written as text, with a `# review:` comment on every proposal, and is validated (and
 the suite compiled) before anything is written. The sample passes its own suite by construction,
 except for rows with an infinite number or a missing or repeated id.

@@ -74,8 +74,7 @@ def labels_folder(root: Path, day: dt.date) -> Path:
 def project(tmp_path_factory: pytest.TempPathFactory):
     """The scored and labelled project, and what `score outcomes` printed."""
     root = tmp_path_factory.mktemp("forecast-outcomes")
-    # Each command starts its own Prefect server: on a machine busy with other work that takes longer than Prefect's 20 s.
-    env = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **user_project_env(root)}
+    env = user_project_env(root)
     score = score_cli(root, env)
     frames = {day: day_rows(day, ROWS if day in SCORED_DAYS else 5000, seed=i, demand=1.6 if day == SHIFTED else 1.0)
               for i, day in enumerate(DAYS)}

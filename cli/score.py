@@ -72,15 +72,22 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
 
 
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
-    from tasks.monitoring.report import challenger_lines, monitoring_history, realized_performance_rows, realized_performance_table
+    from tasks.monitoring.report import (
+        challenger_lines, monitoring_history, realized_error_rows, realized_error_table, realized_performance_rows,
+        realized_performance_table,
+    )
 
     settings = with_warehouse_url(current_settings())
-    monitoring = load_job_spec(job, settings).monitoring
+    spec = load_job_spec(job, settings)
+    monitoring = spec.monitoring
     level = monitoring.outcome_interval_level
     history = monitoring_history(
         configured_warehouse(settings), job, first_date=min(dates), last_date=max(dates), level=level, bins=monitoring.calibration_bins,
     )
-    console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))
+    if spec.target.forecasts:
+        console.print(realized_error_table(job, realized_error_rows(history)))
+    else:
+        console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))
     for line in challenger_lines(history):
         console.print(Text(f"challenger: {line}"), highlight=False, soft_wrap=True)
     console.print(f"monitoring page: {settings.data_dir / 'output' / job / 'reports' / 'html' / 'monitoring.html'}")

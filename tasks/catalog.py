@@ -413,8 +413,10 @@ OUTCOME_ERRORS = Dataset(
     table="outcome_errors", keys=(*PARTITION_KEY, "model_version", "section", "item"), partitioned=True,
 )
 """A forecast job's realized error once actuals land: per partition (`section` partition, `item` all), per
-decision (`section` decision) and per slice value (`section` slice:<column>): MAE, RMSE, bias (actual −
-forecast), MAPE (null where an actual is 0), sMAPE, the interval's coverage and mean width."""
+decision (`section` decision) and per slice value (`section` slice:<column>): `rows` forecasts, `labelled` of
+them with an actual, and on those MAE, RMSE, bias (actual − forecast), MAPE over the non-zero actuals (null
+where every actual is 0), sMAPE (0/0 counted as 0), the interval's coverage and mean width; every measure null
+without an actual (tasks/monitoring/forecast_outcomes.py)."""
 OUTCOME_DECISIONS = Dataset(
     name="outcome_decisions",
     schema=pa.schema(

@@ -29,6 +29,13 @@ Per partition and model version, on the labelled rows that have an outcome:
 - when a challenger shadowed the partition (`shadow_predictions`), its realized AUC, Brier and ECE
   beside the champion's on the same labelled rows, with the paired bootstrap interval of each
   difference and a plain-language recommendation (`shadow_outcomes`, tasks/monitoring/champion_outcomes.py).
+
+A forecast job (target.kind regression or count) has a number per entity instead: its labels are read and
+accounted for the same way, with the actual a finite number (a count job's a whole number >= 0) or null while
+unknown, and anything else refused as a binary outcome other than 0 or 1 is; they are stored in
+`outcome_actuals`, joined to the partition's `forecasts`, and measured as realized error per model version,
+decision and slice value (`outcome_errors`, tasks/monitoring/forecast_outcomes.py), the error the scoring run
+estimated beside it (`outcome_estimates`). The other kind's tables are emptied for the partition.
 """
 
 from __future__ import annotations
@@ -48,25 +55,34 @@ import pyarrow.parquet as pq
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.errors import LabelError
 from tasks.catalog import (
-    OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, OUTCOME_LABELS, OUTCOME_METRICS, OUTCOME_PARTITIONS, SHADOW_OUTCOMES,
-    Dataset,
+    OUTCOME_ACTUALS, OUTCOME_CALIBRATION, OUTCOME_DATASETS, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES, OUTCOME_LABELS,
+    OUTCOME_METRICS, OUTCOME_PARTITIONS, SHADOW_OUTCOMES, Dataset,
 )
 from tasks.monitoring.champion_outcomes import compared_models
+from tasks.monitoring.forecast_outcomes import (
+    FORECAST_COLUMNS, PARTITION, error_estimates_against_realized, outcome_error_rows, partition_slice_values, sliced_forecasts,
+)
 from tasks.monitoring.health import ALL, ANY_ADVERSE, ESTIMATED, PARTITION_FLAG_MEASURES
 from tasks.monitoring.measures import brier_score, exact_auc
 from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
     from tasks.jobspec import JobSpec, LabelSource
+    from tasks.sources import RawPartition
 
 PREDICTION_COLUMNS = ("run_id", "entity_id", "probability", "score", "decision", "rule_id", "model_version")
 """The only prediction columns the outcome metrics read."""
 _LABEL_SCHEMA = {"entity_id": pl.String, "outcome": pl.Int16, "observed_date": pl.Date, "source": pl.String}
+_ACTUAL_SCHEMA = {**_LABEL_SCHEMA, "outcome": pl.Float64}
+"""A forecast job's labels: the same columns, the outcome a number (stored as `outcome_actuals.actual`)."""
 
 
-def _checked_labels(frame: pl.DataFrame, *, source: str, where: str) -> pl.DataFrame:
-    """(entity_id, outcome, observed_date, source) with outcome 0, 1 or null; anything else is refused."""
-    outcome = frame["outcome"]
+def _label_schema(kind: str) -> dict[str, pl.DataType]:
+    return _LABEL_SCHEMA if kind == "binary" else _ACTUAL_SCHEMA
+
+
+def _checked_binary(outcome: pl.Series, *, where: str) -> pl.Series:
+    """0, 1 or null; anything else is refused."""
     if outcome.dtype == pl.Boolean:
         outcome = outcome.cast(pl.Int16)
     if not outcome.dtype.is_numeric():
@@ -74,6 +90,39 @@ def _checked_labels(frame: pl.DataFrame, *, source: str, where: str) -> pl.DataF
     bad = outcome.filter(outcome.is_not_null() & ~outcome.cast(pl.Float64).is_in([0.0, 1.0]))
     if bad.len():
         raise LabelError(f"{where}: outcomes must be 0 or 1; found {bad.len()} other value(s), e.g. {bad.unique().sort().head(5).to_list()}")
+    return outcome.cast(pl.Int16)
+
+
+def _checked_actuals(actual: pl.Series, *, where: str, column: str, kind: str) -> pl.Series:
+    """A finite number or null (no actual yet) for a regression job, a whole number >= 0 or null for a count job;
+    anything else is refused, as a binary job's outcome other than 0 or 1 is: a guessed actual would be scored as real."""
+    if not actual.dtype.is_numeric():
+        raise LabelError(f"{where}: column {column!r} holds the actual of a {kind} job and must be numeric, got type {actual.dtype}")
+    actual = actual.cast(pl.Float64)
+    present = actual.drop_nulls()
+    bad = present.filter(~present.is_finite())
+    if bad.len():
+        raise LabelError(
+            f"{where}: column {column!r} holds the actual of a {kind} job and must be a finite number (or null while unknown); "
+            f"found {bad.len()} other value(s), e.g. {bad.unique().sort().head(5).to_list()}"
+        )
+    if kind == "count":
+        bad = present.filter((present < 0) | (present != present.floor()))
+        if bad.len():
+            raise LabelError(
+                f"{where}: column {column!r} holds the actual of a count job and must be a whole number >= 0; found {bad.len()} "
+                f"other value(s), e.g. {bad.unique().sort().head(5).to_list()}"
+            )
+    return actual
+
+
+def _checked_labels(frame: pl.DataFrame, *, source: str, where: str, kind: str = "binary", column: str = "outcome") -> pl.DataFrame:
+    """(entity_id, outcome, observed_date, source): a binary job's outcome 0, 1 or null, a forecast job's actual
+    (`_checked_actuals`); `column` is the outcome column's name where it came from."""
+    if kind == "binary":
+        outcome = _checked_binary(frame["outcome"], where=where)
+    else:
+        outcome = _checked_actuals(frame["outcome"], where=where, column=column, kind=kind)
     try:
         observed = frame["observed_date"].cast(pl.Date)
     except pl.exceptions.PolarsError as error:
@@ -81,16 +130,17 @@ def _checked_labels(frame: pl.DataFrame, *, source: str, where: str) -> pl.DataF
     return pl.DataFrame(
         {
             "entity_id": frame["entity_id"].cast(pl.String),
-            "outcome": outcome.cast(pl.Int16),
+            "outcome": outcome,
             "observed_date": observed,
             "source": pl.Series([source] * frame.height, dtype=pl.String),
         },
-        schema=_LABEL_SCHEMA,
+        schema=_label_schema(kind),
     )
 
 
-def parquet_labels(folder: Path, source: LabelSource) -> pl.DataFrame:
-    """The labels of one partition folder (`date=D`), with the columns the job spec names; empty without files."""
+def parquet_labels(folder: Path, source: LabelSource, *, kind: str = "binary") -> pl.DataFrame:
+    """The labels of one partition folder (`date=D`), with the columns the job spec names; empty without files.
+    `kind` is the job's target kind: a forecast job's outcome is a number (`_checked_actuals`)."""
     columns = {source.entity_column: "entity_id", source.outcome_column: "outcome", source.observed_date_column: "observed_date"}
     frames = []
     for path in sorted(folder.glob("*.parquet")):
@@ -101,13 +151,14 @@ def parquet_labels(folder: Path, source: LabelSource) -> pl.DataFrame:
                 f"labels file {path} lacks column(s) {missing} named in the job spec's monitoring.labels; it has {present}"
             )
         frame = pl.read_parquet(path, columns=list(columns), hive_partitioning=False).rename(columns)
-        frames.append(_checked_labels(frame, source="parquet", where=f"labels file {path}"))
-    return pl.concat(frames) if frames else pl.DataFrame(schema=_LABEL_SCHEMA)
+        frames.append(_checked_labels(frame, source="parquet", where=f"labels file {path}", kind=kind, column=source.outcome_column))
+    return pl.concat(frames) if frames else pl.DataFrame(schema=_label_schema(kind))
 
 
-def table_labels(table: pa.Table, *, name: str) -> pl.DataFrame:
-    """Labels read from the warehouse table `name` (columns entity_id, outcome, observed_date)."""
-    return _checked_labels(pl.from_arrow(table), source=f"table {name}", where=f"labels table {name!r}")
+def table_labels(table: pa.Table, *, name: str, kind: str = "binary", column: str = "outcome") -> pl.DataFrame:
+    """Labels read from the warehouse table `name` (columns entity_id, outcome, observed_date; `column`: the
+    outcome's name in that table)."""
+    return _checked_labels(pl.from_arrow(table), source=f"table {name}", where=f"labels table {name!r}", kind=kind, column=column)
 
 
 def deduplicated_labels(labels: pl.DataFrame) -> tuple[pl.DataFrame, int]:
@@ -210,15 +261,14 @@ def score_histogram(scores: np.ndarray, counts: np.ndarray | None = None) -> His
     return Histogram(edges=SCORE_EDGES, counts=binned, psi_edges=SCORE_PSI_EDGES)
 
 
-def _nan_if_none(value: Any) -> float:
-    return float("nan") if value is None else float(value)
-
-
 @dataclass(frozen=True)
 class PartitionOutcomes:
-    """The outcome tables of one partition, each in its warehouse schema."""
+    """The outcome tables of one partition, each in its warehouse schema (every table of OUTCOME_DATASETS:
+    those of the other target kind empty, so a partition never keeps another kind's rows)."""
 
     tables: dict[str, pa.Table]
+    notes: tuple[str, ...] = ()
+    """What the tables could not hold, in a sentence each (a raw partition gone, so no slice rows)."""
 
     def partition_row(self) -> dict[str, Any] | None:
         rows = self.tables[OUTCOME_PARTITIONS.table].to_pylist()
@@ -226,6 +276,64 @@ class PartitionOutcomes:
 
     def metric_rows(self) -> list[dict[str, Any]]:
         return self.tables[OUTCOME_METRICS.table].to_pylist()
+
+    def model_versions(self) -> list[str]:
+        """The model versions measured: a binary job's `outcome_metrics`, a forecast job's `outcome_errors`."""
+        versions = [*self.tables[OUTCOME_METRICS.table].column("model_version").to_pylist(),
+                    *self.tables[OUTCOME_ERRORS.table].column("model_version").to_pylist()]
+        return sorted(set(versions))
+
+
+@dataclass(frozen=True)
+class AccountedLabels:
+    """A partition's labels, one per entity, each with the status of its entity in the partition."""
+
+    stored: pl.DataFrame
+    """(entity_id, outcome, observed_date, source, entity_status), in entity order."""
+    duplicates: int
+    """Label rows dropped because their entity had a later (or higher) one."""
+
+    def partition_rows(self, key: dict[str, Any], *, scored: int, labelled: int) -> list[dict[str, Any]]:
+        """The `outcome_partitions` row of a partition with `scored` predictions, `labelled` of them with an outcome."""
+        if not (scored or self.stored.height):
+            return []
+        per_status = dict(self.stored.group_by("entity_status").len().iter_rows())
+        return [{
+            **key, "status": "not scored" if not scored else ("labelled" if labelled else "awaiting labels"),
+            "predictions": scored, "predictions_labelled": labelled, "labels": self.stored.height,
+            "labels_matched": per_status.get("scored", 0), "labels_quarantined": per_status.get("quarantined", 0),
+            "labels_unknown_entity": per_status.get("unknown", 0), "labels_duplicate": self.duplicates,
+            "labels_without_outcome": int(self.stored["outcome"].null_count()),
+        }]
+
+
+def accounted_labels(labels: pl.DataFrame, scored: pl.Series, quarantined: pl.DataFrame | None) -> AccountedLabels:
+    """`labels` deduplicated, each with its entity's status: `scored` (in the `scored` entity ids), `quarantined`
+    (in `quarantined`: read, but not scored) or `unknown` (never seen)."""
+    unique, duplicates = deduplicated_labels(labels)
+    known = pl.concat([
+        scored.to_frame("entity_id").unique().with_columns(pl.lit("scored").alias("entity_status")),
+        (quarantined if quarantined is not None else pl.DataFrame(schema={"entity_id": pl.String}))
+        .select(pl.col("entity_id").cast(pl.String)).unique().with_columns(pl.lit("quarantined").alias("entity_status")),
+    ]).unique(subset="entity_id", keep="first", maintain_order=True)
+    stored = (
+        unique.join(known, on="entity_id", how="left")
+        .with_columns(pl.col("entity_status").fill_null("unknown"))
+        .sort("entity_id")
+    )
+    return AccountedLabels(stored=stored, duplicates=duplicates)
+
+
+def _table(dataset: Dataset, rows: list[dict[str, Any]] | pl.DataFrame) -> pa.Table:
+    schema = dataset.schema
+    if isinstance(rows, pl.DataFrame):
+        return rows.select(schema.names).to_arrow().cast(schema)
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _all_outcome_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """`tables`, and every other outcome table empty."""
+    return {d.table: tables.get(d.table, d.schema.empty_table()) for d in OUTCOME_DATASETS}
 
 
 def partition_outcome_tables(
@@ -247,32 +355,13 @@ def partition_outcome_tables(
     challenger's (entity_id, probability, model_version) when one shadowed the partition.
     """
     job, config = spec.name, spec.monitoring
-    unique, duplicates = deduplicated_labels(labels)
     predictions = predictions.sort("entity_id")
-    known = pl.concat([
-        predictions.select("entity_id").unique().with_columns(pl.lit("scored").alias("entity_status")),
-        (quarantined if quarantined is not None else pl.DataFrame(schema={"entity_id": pl.String}))
-        .select(pl.col("entity_id").cast(pl.String)).unique().with_columns(pl.lit("quarantined").alias("entity_status")),
-    ]).unique(subset="entity_id", keep="first", maintain_order=True)
-    stored_labels = (
-        unique.join(known, on="entity_id", how="left")
-        .with_columns(pl.col("entity_status").fill_null("unknown"))
-        .sort("entity_id")
-    )
-    joined = predictions.join(unique.select("entity_id", "outcome"), on="entity_id", how="left", maintain_order="left")
+    accounted = accounted_labels(labels, predictions["entity_id"], quarantined)
+    joined = predictions.join(accounted.stored.select("entity_id", "outcome"), on="entity_id", how="left", maintain_order="left")
     labelled = joined.filter(pl.col("outcome").is_not_null())
-    per_status = dict(stored_labels.group_by("entity_status").len().iter_rows())
 
     key = {"job": job, "partition_date": partition_date}
-    partition_rows = []
-    if predictions.height or unique.height:
-        status = "not scored" if not predictions.height else ("labelled" if labelled.height else "awaiting labels")
-        partition_rows.append({
-            **key, "status": status, "predictions": predictions.height, "predictions_labelled": labelled.height,
-            "labels": unique.height, "labels_matched": per_status.get("scored", 0),
-            "labels_quarantined": per_status.get("quarantined", 0), "labels_unknown_entity": per_status.get("unknown", 0),
-            "labels_duplicate": duplicates, "labels_without_outcome": int(unique["outcome"].null_count()),
-        })
+    partition_rows = accounted.partition_rows(key, scored=predictions.height, labelled=labelled.height)
 
     baseline = score_histogram(
         baseline_scores.column("score").to_numpy(zero_copy_only=False),
@@ -320,30 +409,80 @@ def partition_outcome_tables(
                 "recall": hit_events / events if events else float("nan"),
             })
 
-    def table(dataset: Dataset, rows: list[dict[str, Any]] | pl.DataFrame) -> pa.Table:
-        schema = dataset.schema
-        if isinstance(rows, pl.DataFrame):
-            return rows.select(schema.names).to_arrow().cast(schema)
-        return pa.Table.from_pylist(rows, schema=schema)
-
     calibration = (
         pl.concat(calibration_frames).with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date"))
         if calibration_frames else []
     )
     return PartitionOutcomes(
-        tables={
-            OUTCOME_LABELS.table: table(
+        tables=_all_outcome_tables({
+            OUTCOME_LABELS.table: _table(
                 OUTCOME_LABELS,
-                stored_labels.with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")),
+                accounted.stored.with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")),
             ),
-            OUTCOME_PARTITIONS.table: table(OUTCOME_PARTITIONS, partition_rows),
-            OUTCOME_METRICS.table: table(OUTCOME_METRICS, metric_rows),
-            OUTCOME_CALIBRATION.table: table(OUTCOME_CALIBRATION, calibration),
-            OUTCOME_DECISIONS.table: table(OUTCOME_DECISIONS, decision_rows),
-            OUTCOME_ESTIMATES.table: table(OUTCOME_ESTIMATES, estimate_rows),
-            SHADOW_OUTCOMES.table: table(SHADOW_OUTCOMES, shadow_outcome_rows(labelled, shadow, key=key, level=config.outcome_interval_level,
-                                                                             bins=config.calibration_bins)),
-        }
+            OUTCOME_PARTITIONS.table: _table(OUTCOME_PARTITIONS, partition_rows),
+            OUTCOME_METRICS.table: _table(OUTCOME_METRICS, metric_rows),
+            OUTCOME_CALIBRATION.table: _table(OUTCOME_CALIBRATION, calibration),
+            OUTCOME_DECISIONS.table: _table(OUTCOME_DECISIONS, decision_rows),
+            OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
+            SHADOW_OUTCOMES.table: _table(SHADOW_OUTCOMES, shadow_outcome_rows(labelled, shadow, key=key, level=config.outcome_interval_level,
+                                                                               bins=config.calibration_bins)),
+        })
+    )
+
+
+def forecast_outcome_tables(
+    forecasts: pl.DataFrame,
+    actuals: pl.DataFrame,
+    spec: JobSpec,
+    *,
+    partition_date: dt.date,
+    quarantined: pl.DataFrame | None = None,
+    estimates: pl.DataFrame | None = None,
+    slice_values: pl.DataFrame | None = None,
+) -> PartitionOutcomes:
+    """A forecast job's outcome tables of one partition: its actuals accounted for as a binary job's labels are
+    (`outcome_actuals`, `outcome_partitions`), its realized error per model version, decision and slice value
+    (`outcome_errors`, tasks/monitoring/forecast_outcomes.py), and the error estimated before actuals beside the
+    realized one (`outcome_estimates`).
+
+    `forecasts` holds the partition's FORECAST_COLUMNS, `actuals` its labels (several rows per entity allowed)
+    with the number in `outcome`, `estimates` its `model_health` rows, `slice_values` the raw partition's
+    (entity_id, slice columns) (`partition_slice_values`; None: no slice rows).
+    """
+    job, config = spec.name, spec.monitoring
+    forecasts = forecasts.sort("entity_id")
+    accounted = accounted_labels(actuals, forecasts["entity_id"], quarantined)
+    joined = forecasts.join(
+        accounted.stored.select("entity_id", pl.col("outcome").alias("actual")), on="entity_id", how="left", maintain_order="left"
+    )
+    slices = list(config.slices) if slice_values is not None else []
+    if slices:
+        joined = sliced_forecasts(joined, slice_values, slices=slices, max_values=config.slice_max_values)
+    key = {"job": job, "partition_date": partition_date}
+    labelled = int(joined["actual"].is_not_null().sum())
+    errors = outcome_error_rows(
+        joined, decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)), slices=slices,
+        interval_level=spec.prediction.interval_level, key=key,
+    )
+    estimate_rows = []
+    if estimates is not None and estimates.height:
+        for version in sorted({r["model_version"] for r in errors}):
+            own = [r for r in errors if r["model_version"] == version]
+            realized = next(r for r in own if r["section"] == PARTITION and r["item"] == ALL)
+            if realized["labelled"]:
+                estimate_rows += [{**key, "model_version": version, **r} for r in error_estimates_against_realized(
+                    estimates.filter(pl.col("model_version") == version), own)]
+    return PartitionOutcomes(
+        tables=_all_outcome_tables({
+            OUTCOME_ACTUALS.table: _table(
+                OUTCOME_ACTUALS,
+                accounted.stored.rename({"outcome": "actual"}).with_columns(
+                    pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")),
+            ),
+            OUTCOME_PARTITIONS.table: _table(OUTCOME_PARTITIONS, accounted.partition_rows(key, scored=forecasts.height, labelled=labelled)),
+            OUTCOME_ERRORS.table: _table(OUTCOME_ERRORS, errors),
+            OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
+        })
     )
 
 
@@ -378,27 +517,33 @@ def shadow_outcome_rows(
 
 
 def partition_labels(warehouse: Warehouse, spec: JobSpec, labels_dir: Path, partition_date: dt.date) -> pl.DataFrame:
-    """Every label of the partition: the Parquet folder's, then the warehouse table's if the spec names one."""
-    source = spec.monitoring.labels
-    frames = [parquet_labels(labels_dir, source)]
+    """Every label of the partition: the Parquet folder's, then the warehouse table's if the spec names one
+    (a forecast job's outcome a number: `_checked_actuals`)."""
+    source, kind = spec.monitoring.labels, spec.target.kind
+    frames = [parquet_labels(labels_dir, source, kind=kind)]
     if source.table:
         rows = warehouse.source_labels(
             source.table, job=spec.name, partition_date=partition_date, entity_column=source.entity_column,
             outcome_column=source.outcome_column, observed_date_column=source.observed_date_column,
         )
-        frames.append(table_labels(rows, name=source.table))
+        frames.append(table_labels(rows, name=source.table, kind=kind, column=source.outcome_column))
     return pl.concat(frames)
 
 
 def ingested_outcomes(
-    warehouse: Warehouse, spec: JobSpec, *, labels_dir: Path, partition_date: dt.date
+    warehouse: Warehouse, spec: JobSpec, *, labels_dir: Path, partition_date: dt.date, raw: RawPartition | None = None
 ) -> PartitionOutcomes:
-    """Read the partition's labels and predictions, compute its outcome tables and store them.
+    """Read the partition's labels and predictions (a forecast job's forecasts), compute its outcome tables and
+    store them. `raw` is where a forecast job's slice values are read from (None: no slice rows).
 
     The tables of (job, partition) are replaced in one transaction, and nothing in them depends on
     when or by which run they were computed: ingesting the same labels again leaves them identical.
     """
     labels = partition_labels(warehouse, spec, labels_dir, partition_date)
+    if spec.target.forecasts:
+        outcomes = _forecast_outcomes(warehouse, spec, labels, partition_date=partition_date, raw=raw)
+        warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables=outcomes.tables)
+        return outcomes
     predictions = pl.from_arrow(warehouse.partition_predictions(spec.name, partition_date, PREDICTION_COLUMNS))
     window = spec.monitoring.window_days
     baseline_scores = warehouse.prediction_counts(
@@ -414,6 +559,24 @@ def ingested_outcomes(
     )
     warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables=outcomes.tables)
     return outcomes
+
+
+def _forecast_outcomes(
+    warehouse: Warehouse, spec: JobSpec, actuals: pl.DataFrame, *, partition_date: dt.date, raw: RawPartition | None
+) -> PartitionOutcomes:
+    forecasts = pl.from_arrow(warehouse.partition_forecasts(spec.name, partition_date, FORECAST_COLUMNS))
+    slices, notes = spec.monitoring.slices, []
+    values = None
+    if slices and forecasts.height and raw is not None:
+        values = partition_slice_values(raw, entity_column=spec.entity_column, slices=slices)
+        if values is None:
+            notes.append(f"the raw partition {raw} is gone, so outcome_errors has no slice rows for it")
+    outcomes = forecast_outcome_tables(
+        forecasts, actuals, spec, partition_date=partition_date,
+        quarantined=pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date)),
+        estimates=pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date)), slice_values=values,
+    )
+    return PartitionOutcomes(tables=outcomes.tables, notes=tuple(notes))
 
 
 def outcome_window(spec: JobSpec, *, start_date: dt.date | None, end_date: dt.date | None, yesterday: dt.date) -> tuple[dt.date, dt.date]:

@@ -9,7 +9,9 @@
   decision-monitoring flags, and model health (tasks/monitoring/health_report.py): estimated vs
   realized performance, attribution drift, multivariate drift and shifted slices;
 - `realized_performance_rows` / `realized_performance_table`: the same realized performance as
-  plain rows (Prefect table artifact) and as a rich table (the `score` CLI).
+  plain rows (Prefect table artifact) and as a rich table (the `score` CLI);
+- `realized_error_rows` / `realized_error_table`: a forecast job's realized error (MAE, RMSE, bias,
+  the interval's coverage and width) in the same two forms.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import base64
 import datetime as dt
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +29,8 @@ import polars as pl
 from rich.table import Table
 
 from tasks.catalog import (
-    DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, OUTCOME_METRICS, OUTCOME_PARTITIONS,
-    SHADOW_OUTCOMES, SLICE_MONITORING, Dataset,
+    DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES, OUTCOME_METRICS,
+    OUTCOME_PARTITIONS, SHADOW_OUTCOMES, SLICE_MONITORING, Dataset,
 )
 from tasks.monitoring.health_report import attribution_section, estimated_vs_realized_section, multivariate_section, slices_section
 # The run report's page style, so both pages of a job read alike.
@@ -57,6 +59,8 @@ class MonitoringHistory:
     decision_monitoring: pl.DataFrame
     partitions: pl.DataFrame
     metrics: pl.DataFrame
+    errors: pl.DataFrame
+    """A forecast job's `outcome_errors` (a binary job's `metrics` instead)."""
     calibration: pl.DataFrame
     decisions: pl.DataFrame
     model_health: pl.DataFrame
@@ -107,6 +111,7 @@ def monitoring_history(
         decision_monitoring=rows(DECISION_MONITORING),
         partitions=rows(OUTCOME_PARTITIONS),
         metrics=rows(OUTCOME_METRICS),
+        errors=rows(OUTCOME_ERRORS),
         calibration=rows(OUTCOME_CALIBRATION),
         decisions=rows(OUTCOME_DECISIONS),
         model_health=pl.from_arrow(warehouse.model_health_rows(job, first_date, last_date)),
@@ -129,12 +134,7 @@ def _three_decimals(value: Any) -> str:
 
 def realized_performance_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
     """One row per (partition, model version) that was scored, plus one per partition labelled but never scored."""
-    labels = {r["partition_date"]: r for r in history.partitions.iter_rows(named=True)}
-
-    def label_counts(day: dt.date) -> dict[str, int]:
-        row = labels.get(day) or {}
-        return {"labels_quarantined": row.get("labels_quarantined", 0), "labels_unknown_entity": row.get("labels_unknown_entity", 0)}
-
+    labels, label_counts = _label_counts(history)
     out = []
     for r in history.metrics.sort("partition_date", "model_version").iter_rows(named=True):
         out.append({
@@ -157,24 +157,55 @@ def realized_performance_rows(history: MonitoringHistory) -> list[dict[str, Any]
     return sorted(out, key=lambda row: (row["date"], row["model_version"]))
 
 
+def _label_counts(history: MonitoringHistory) -> tuple[dict[dt.date, dict[str, Any]], Any]:
+    labels = {r["partition_date"]: r for r in history.partitions.iter_rows(named=True)}
+
+    def label_counts(day: dt.date) -> dict[str, int]:
+        row = labels.get(day) or {}
+        return {"labels_quarantined": row.get("labels_quarantined", 0), "labels_unknown_entity": row.get("labels_unknown_entity", 0)}
+
+    return labels, label_counts
+
+
+def _four_digits(value: Any) -> str:
+    return "—" if value is None or math.isnan(value) else f"{value:.4g}"
+
+
+def realized_error_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
+    """A forecast job's realized error, one row per (partition, model version) that was scored (`outcome_errors`,
+    section `partition`), plus one per partition labelled but never scored."""
+    labels, label_counts = _label_counts(history)
+    errors = history.errors.filter(pl.col("section") == "partition") if history.errors.height else history.errors
+    out = []
+    for r in errors.sort("partition_date", "model_version").iter_rows(named=True):
+        out.append({
+            "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"],
+            "labelled": r["labelled"], **{k: _four_digits(r[k]) for k in ("mae", "rmse")},
+            "bias": "—" if r["bias"] is None else f"{r['bias']:+.4g}",
+            "coverage": "—" if r["coverage"] is None else _pct(r["coverage"]), "mean_width": _four_digits(r["mean_width"]),
+            "interval_level": f"{r['interval_level']:.0%}", **label_counts(r["partition_date"]),
+        })
+    scored = set(errors["partition_date"].to_list()) if errors.height else set()
+    for day, r in sorted(labels.items()):
+        if day not in scored:
+            out.append({
+                "date": day.isoformat(), "model_version": f"({r['status']})", "rows": r["predictions"], "labelled": 0,
+                "mae": "—", "rmse": "—", "bias": "—", "coverage": "—", "mean_width": "—", "interval_level": "—", **label_counts(day),
+            })
+    return sorted(out, key=lambda row: (row["date"], row["model_version"]))
+
+
 _TERMINAL_HEADERS = {
     "model_version": "version", "observed_rate": "observed", "observed_interval": "interval", "expected_rate": "expected",
     "expected_in_interval": "in int.", "auc": "AUC", "brier": "Brier", "ece": "ECE", "psi_score": "PSI",
     "labels_quarantined": "quar.", "labels_unknown_entity": "unknown",
+    "mae": "MAE", "rmse": "RMSE", "mean_width": "mean width", "interval_level": "level",
 }
 
 
-def realized_performance_table(job: str, rows: list[dict[str, Any]], *, interval_level: float = 0.95) -> Table:
-    """`realized_performance_rows` as a terminal table; unknown-entity labels and expected rates outside the interval in red."""
+def _terminal_table(title: str, caption: str, rows: list[dict[str, Any]], *, red: Callable[[str, Any], bool]) -> Table:
     columns = list(dict.fromkeys(k for r in rows for k in r)) or ["date"]
-    table = Table(
-        title=f"{job}: realized performance per partition and model version",
-        caption=(
-            f"observed event rate with its {interval_level:.0%} Clopper–Pearson interval; expected: mean calibrated "
-            "probability; in int.: expected inside the interval; PSI: score vs the trailing window; quar. / unknown: "
-            "labels of entities the partition quarantined / never saw"
-        ),
-    )
+    table = Table(title=title, caption=caption)
     for col in columns:
         table.add_column(
             _TERMINAL_HEADERS.get(col, col.replace("_", " ")),
@@ -186,11 +217,33 @@ def realized_performance_table(job: str, rows: list[dict[str, Any]], *, interval
         for col in columns:
             value = r.get(col, "—")
             text = str(value)
-            if (col == "labels_unknown_entity" and value) or (col == "expected_in_interval" and value == "NO"):
+            if red(col, value):
                 text = f"[red]{text}[/red]"
             cells.append(text)
         table.add_row(*cells)
     return table
+
+
+def realized_error_table(job: str, rows: list[dict[str, Any]]) -> Table:
+    """`realized_error_rows` as a terminal table; unknown-entity labels in red."""
+    return _terminal_table(
+        f"{job}: realized error per partition and model version",
+        "on the forecasts with an actual: MAE, RMSE, bias = mean(actual − forecast); coverage: share of actuals inside the "
+        "forecast's interval, against its level; mean width of that interval; quar. / unknown: labels of entities the "
+        "partition quarantined / never saw (table outcome_errors)",
+        rows, red=lambda col, value: col == "labels_unknown_entity" and bool(value),
+    )
+
+
+def realized_performance_table(job: str, rows: list[dict[str, Any]], *, interval_level: float = 0.95) -> Table:
+    """`realized_performance_rows` as a terminal table; unknown-entity labels and expected rates outside the interval in red."""
+    return _terminal_table(
+        f"{job}: realized performance per partition and model version",
+        f"observed event rate with its {interval_level:.0%} Clopper–Pearson interval; expected: mean calibrated "
+        "probability; in int.: expected inside the interval; PSI: score vs the trailing window; quar. / unknown: "
+        "labels of entities the partition quarantined / never saw",
+        rows, red=lambda col, value: (col == "labels_unknown_entity" and bool(value)) or (col == "expected_in_interval" and value == "NO"),
+    )
 
 
 def _png(fig: Figure) -> str:
@@ -343,8 +396,8 @@ def _cells(values: list[Any]) -> str:
     return "".join(out)
 
 
-def _performance_section(history: MonitoringHistory) -> str:
-    rows = realized_performance_rows(history)
+def _performance_section(history: MonitoringHistory, *, forecasts: bool = False) -> str:
+    rows = realized_error_rows(history) if forecasts else realized_performance_rows(history)
     header = list(dict.fromkeys(k for r in rows for k in r)) or ["date"]
     body = []
     for r in rows:
@@ -471,11 +524,12 @@ def _flags_section(history: MonitoringHistory) -> str:
 
 
 def monitoring_page_html(
-    history: MonitoringHistory, *, event: str, decisions: Sequence[str] = (), adverse: Sequence[str] = ()
+    history: MonitoringHistory, *, event: str, decisions: Sequence[str] = (), adverse: Sequence[str] = (), forecasts: bool = False
 ) -> str:
     """The whole monitoring page as one string; every text from the inputs is HTML-escaped.
 
-    `decisions` (rule-table order) and `adverse` (the adverse decisions) order and colour the decision mix.
+    `decisions` (rule-table order) and `adverse` (the adverse decisions) order and colour the decision mix;
+    `forecasts`: a forecast job's page, its realized performance the realized error (`event`: what it forecasts).
     """
     title = f"Prediction monitoring {history.job} {history.first_date}..{history.last_date}"
     versions = sorted(set(history.calibration["model_version"].to_list()))
@@ -501,7 +555,7 @@ def monitoring_page_html(
         + _figure_html("event-rate", "<b>Observed event rate</b> with its interval, and the <b>expected</b> rate "
                        "(mean calibrated probability of the same rows)", event_rate_png(history, event))
         + '</div><h2>Calibration per model version</h2><div class="plots">' + calibration + "</div>"
-        + _performance_section(history)
+        + _performance_section(history, forecasts=forecasts)
         + _precision_section(history, adverse)
         + _labels_section(history)
         + _flags_section(history)

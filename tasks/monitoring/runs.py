@@ -14,10 +14,11 @@ from tasks.reports.html_report import write_run_report
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.decisions import decision_groups_frame, monitored_decisions
 from tasks.monitoring.slices import slice_counts_frame
-from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_performance_rows
+from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_error_rows, realized_performance_rows
 from tasks.monitoring.outcomes import ingested_outcomes
 from tasks.scoring.partition_run import Artifact, artifact_key
 from tasks.settings import Settings
+from tasks.sources import raw_partition
 from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.monitoring")
@@ -68,9 +69,14 @@ def decision_monitoring(
 def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date) -> dict[str, Any]:
     """Labels of one partition joined to its predictions; labels and outcome metrics replaced in the warehouse."""
     spec = load_job_spec(job, settings)
+    # Only a forecast job with slices reads its raw partition again: binary slice monitoring runs in the scoring pass.
+    raw = raw_partition(spec.source, settings, job, partition_date) if spec.target.forecasts and spec.monitoring.slices else None
     outcomes = ingested_outcomes(
-        warehouse, spec, labels_dir=settings.labels_partition_dir(job, partition_date.isoformat()), partition_date=partition_date
+        warehouse, spec, labels_dir=settings.labels_partition_dir(job, partition_date.isoformat()), partition_date=partition_date,
+        raw=raw,
     )
+    for note in outcomes.notes:
+        log.warning("[OUT] %s %s: %s", job, partition_date, note)
     partition = outcomes.partition_row() or {"status": "no labels, not scored", "labels": 0, "labels_unknown_entity": 0}
     if partition["status"] == "not scored":
         log.warning("[OUT] %s %s: the partition was never scored; its %d label(s) are kept and counted as unknown entities",
@@ -81,7 +87,8 @@ def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: s
     return {
         "job": job, "date": partition_date.isoformat(), "status": partition["status"],
         "labels": partition.get("labels", 0), "labels_unknown_entity": partition.get("labels_unknown_entity", 0),
-        "model_versions": ",".join(r["model_version"] for r in outcomes.metric_rows()),
+        "model_versions": ",".join(outcomes.model_versions()),
+        **({"notes": list(outcomes.notes)} if outcomes.notes else {}),
     }
 
 
@@ -96,12 +103,15 @@ def written_monitoring_page(
     )
     page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
     decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
-    write_run_report(page, monitoring_page_html(history, event=spec.prediction.event, decisions=decisions, adverse=spec.adverse_decisions))
+    forecasts = spec.target.forecasts
+    event = (spec.target.name or spec.target.kind) if forecasts else spec.prediction.event
+    write_run_report(page, monitoring_page_html(history, event=event, decisions=decisions, adverse=spec.adverse_decisions,
+                                                forecasts=forecasts))
     unknown = sum(int(r["labels_unknown_entity"]) for r in history.partitions.iter_rows(named=True))
     log.info("monitoring page of %s: %s", job, page)
     return page, monitoring_page_artifacts(
-        realized_performance_rows(history), job=job, first_date=first_date, last_date=last_date, page=page,
-        unknown=unknown, interval_level=spec.monitoring.outcome_interval_level,
+        realized_error_rows(history) if forecasts else realized_performance_rows(history), job=job, first_date=first_date,
+        last_date=last_date, page=page, unknown=unknown, interval_level=spec.monitoring.outcome_interval_level, forecasts=forecasts,
     )
 
 
@@ -147,15 +157,21 @@ def slice_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.
 
 
 def monitoring_page_artifacts(
-    performance: list[dict], *, job: str, first_date: dt.date, last_date: dt.date, page: Path, unknown: int, interval_level: float
+    performance: list[dict], *, job: str, first_date: dt.date, last_date: dt.date, page: Path, unknown: int, interval_level: float,
+    forecasts: bool = False,
 ) -> list[Artifact]:
-    """The realized-performance table and the monitoring page's link, as artifact contents."""
+    """The realized-performance table (a forecast job's realized error) and the monitoring page's link, as artifact contents."""
+    measured = (
+        "MAE, RMSE, bias (actual − forecast), the interval's coverage and mean width on the forecasts with an actual (tables "
+        "outcome_errors, outcome_partitions)" if forecasts else
+        f"observed event rate with its {interval_level:.0%} Clopper-Pearson interval against the expected rate (tables "
+        "outcome_metrics, outcome_partitions)"
+    )
     return [
         Artifact(
             artifact_key("realized-performance", job),
-            f"Realized performance of {job}, partitions {first_date}..{last_date}, per model version: observed event "
-            f"rate with its {interval_level:.0%} Clopper-Pearson interval against the expected rate (tables "
-            f"outcome_metrics, outcome_partitions); labels for unknown entities: {unknown}",
+            f"Realized performance of {job}, partitions {first_date}..{last_date}, per model version: {measured}; "
+            f"labels for unknown entities: {unknown}",
             table=[{k: str(v) for k, v in r.items()} for r in performance],
         ),
         Artifact(

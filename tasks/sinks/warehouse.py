@@ -31,6 +31,7 @@ from tasks.catalog import (
     DECISION_FLIPS,
     DRIFT_HISTOGRAMS,
     DRIFT_REPORT,
+    FORECAST_SCHEMA,
     MODEL_HEALTH,
     MONITORING_DATASETS,
     PARTITION_DATASETS,
@@ -555,12 +556,19 @@ class Warehouse(ABC):
 
     def partition_predictions(self, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
         """The named prediction columns of (job, partition_date); no rows when it was never published."""
-        unknown = [c for c in columns if c not in PREDICTION_SCHEMA.names]
+        return self._partition_columns("predictions", PREDICTION_SCHEMA, job, partition_date, columns)
+
+    def partition_forecasts(self, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
+        """The named forecast columns of (job, partition_date) (a forecast job's `forecasts`); no rows when it was never published."""
+        return self._partition_columns("forecasts", FORECAST_SCHEMA, job, partition_date, columns)
+
+    def _partition_columns(self, table: str, known: pa.Schema, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
+        unknown = [c for c in columns if c not in known.names]
         if unknown:
-            raise ValueError(f"not prediction columns: {unknown}; known: {PREDICTION_SCHEMA.names}")
-        schema = pa.schema([PREDICTION_SCHEMA.field(c) for c in columns])
+            raise ValueError(f"not {table} columns: {unknown}; known: {known.names}")
+        schema = pa.schema([known.field(c) for c in columns])
         return self._read_arrow(
-            "predictions", schema, f"SELECT {', '.join(_quoted(c) for c in columns)} FROM predictions WHERE {_PARTITION_KEY}",
+            table, schema, f"SELECT {', '.join(_quoted(c) for c in columns)} FROM {_quoted(table)} WHERE {_PARTITION_KEY}",
             {"job": job, "partition_date": partition_date},
         )
 

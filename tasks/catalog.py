@@ -117,6 +117,12 @@ PREDICTION_GROUP_SCHEMA = pa.schema(
 )
 """Predictions counted per (run, model version, decision, rule, score, straddling) with their
 probability sum: what decision monitoring reads, from the run's chunks or from the warehouse."""
+FORECAST_GROUP_SCHEMA = pa.schema(
+    [("run_id", pa.string()), ("model_version", pa.string()), ("decision", pa.string()), ("rule_id", pa.string()),
+     ("straddling", pa.bool_()), ("rows", pa.int64()), ("forecast_sum", pa.float64())]
+)
+"""A forecast job's forecasts counted per (run, model version, decision, rule, straddling) with their
+sum: what its decision monitoring reads (there is no score)."""
 
 QUARANTINE = Dataset(
     name="quarantine",

@@ -86,6 +86,10 @@ class DecisionTolerance(_Strict):
     straddling_share: float = Field(default=0.05, gt=0, le=1, description="Share of intervals straddling a cut-off.")
     expected_event_rate: float = Field(default=0.02, gt=0, le=1, description="Mean calibrated probability.")
     score_mean: float = Field(default=5.0, gt=0, description="Mean score, in score points.")
+    forecast_mean: float = Field(
+        default=0.10, gt=0,
+        description="Forecast jobs: mean forecast, relative to the window's mean (0.10: flagged beyond ±10 % of it, in the forecast's unit).",
+    )
 
 
 class LabelSource(_Strict):
@@ -131,6 +135,13 @@ class HealthConfig(_Strict):
     attribution_alert: float = Field(default=0.10, gt=0, description="The same change that alerts.")
     multivariate_tolerance: float = Field(
         default=0.10, gt=0, description="Relative rise of the mean PCA reconstruction error that alerts (when also significant)."
+    )
+    estimated_error_tolerance: float = Field(
+        default=0.10, ge=0,
+        description=(
+            "Forecast jobs: relative rise of the estimated MAE (RMSE) over the hold-out's that alerts when the estimate's interval "
+            "lies wholly above it; it absorbs the noise of the hold-out's own held-back error, measured on a fifth of its rows."
+        ),
     )
 
 

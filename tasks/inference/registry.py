@@ -250,6 +250,13 @@ class ModelMetadata(BaseModel):
         default_factory=dict,
         description="Forecast models: the split-conformal interval fitted on the hold-out (tasks/prediction/forecasts.py); read by the prediction layer.",
     )
+    forecast_reference: ReferenceStats | None = Field(
+        default=None,
+        description=(
+            "Forecast models: the forecasts' distribution on the reference rows, binned as a numeric feature's, which the "
+            "partitions' forecast drift is measured against. None (versions registered before it): drift against the previous partition only."
+        ),
+    )
     error_model_file: str | None = Field(
         default=None, description="Forecast models: the error model beside the model file (tasks/inference/error_model.py).",
     )

@@ -4,7 +4,8 @@ The hold-out is shuffled (seeded) and split three ways: FIT_SHARE of the rows fi
 (tasks/inference/error_model.py), CALIBRATION_SHARE give crepes' ConformalRegressor its normalized
 nonconformity scores, and the rest are held back to check, before anything is registered, what the
 interval does on rows that played no part in it: its coverage and width, on the easy and the hard
-half of the rows. crepes (maintained, tested) does the fit and the held-back intervals; the
+half of the rows. The calibration part also fits how the error model's σ̂ turn into a partition's
+estimated MAE and RMSE before actuals land (`estimated_error`, tasks/monitoring/health.py). crepes (maintained, tested) does the fit and the held-back intervals; the
 prediction layer applies the stored scores at the spec's level with crepes' own formula
 (tasks/prediction/forecasts.py), and the check below refuses to register if the two ever disagree.
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from tasks.errors import MissingExtra, PartitionError
 from tasks.inference.error_model import ErrorModel, inference_fitted_error_model
+from tasks.monitoring.health import fitted_error_estimator
 from tasks.prediction.forecasts import METHOD, ForecastMap, predict_forecast_values
 
 FIT_SHARE = 0.4
@@ -93,6 +95,7 @@ def fitted_conformal_interval(
     interval = {
         "method": METHOD, "alphas": [float(a) for a in regressor.alphas], "sigma_floor": floor,
         "rows_fit": int(fit.size), "rows_calibration": int(calibration.size), "rows_check": int(held.size), "split_seed": SPLIT_SEED,
+        "estimated_error": fitted_error_estimator(errors[calibration], sigma[calibration]),
     }
     bounds = regressor.predict_int(forecast[held], sigmas=sigma[held], confidence=level, y_min=0.0 if nonnegative else -np.inf)
     ours = ForecastMap(interval, level, link=link, nonnegative=nonnegative).predict_forecast(margins[held], sigma[held])
@@ -107,4 +110,8 @@ def fitted_conformal_interval(
         mae=float(np.abs(errors[held]).mean()), rmse=float(np.sqrt((errors[held] ** 2).mean())), bias=float(errors[held].mean()),
     )
     interval["check"] = check.as_json()
+    # What the estimator says of the held-back rows, beside what they did (`check`): it fitted on none of them.
+    estimator, held_sigma = interval["estimated_error"], sigma[held]
+    estimator["check_mae"] = float(estimator["mae_scale"] * held_sigma.mean())
+    estimator["check_rmse"] = float(np.sqrt(estimator["mse_scale"] * (held_sigma**2).mean()))
     return FittedInterval(interval=interval, check=check)

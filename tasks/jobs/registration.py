@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from tasks.contracts import InferenceInput
 from tasks.monitoring.health import ATTRIBUTION_REFERENCE_ROWS, fitted_health_reference, holdout_auc_check
-from tasks.quality.drift import reference_statistics
+from tasks.quality.drift import FORECAST_DRIFT_NAME, reference_statistics
 from tasks.errors import JobProblem, JobSpecError, JobValidationError, ModelArtifactError, PartitionError
 from tasks.features import FeatureKind, FeatureModule, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures
@@ -52,6 +52,7 @@ from tasks.inference.registry import (
     ModelArtifact,
     ModelExplanation,
     ModelMetadata,
+    ReferenceStats,
     inference_model_artifact,
     inference_model_checksum,
     inference_model_file_problem,
@@ -64,6 +65,7 @@ from tasks.jobs.conformal import IntervalCheck, fitted_conformal_interval
 from tasks.jobspec import JobSpec, load_job_spec
 from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator, predict_one_outcome_problem
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
+from tasks.prediction.forecasts import predict_forecast_values
 from tasks.settings import Settings
 
 log = logging.getLogger("scoring.registration")
@@ -333,8 +335,11 @@ def registered_model_version(
                 nonnegative=kind == "count", error_model_path=stage / ERROR_MODEL_FILE, model=name,
             )
             base |= {"interval": fitted.interval, "error_model_file": ERROR_MODEL_FILE,
-                     "error_model_sha256": inference_model_checksum(stage / ERROR_MODEL_FILE)}
+                     "error_model_sha256": inference_model_checksum(stage / ERROR_MODEL_FILE),
+                     "forecast_reference": _forecast_reference(engine, margins if reference_features is None else None, reference,
+                                                               features, link=base["link"], nonnegative=kind == "count")}
             notes.append(_interval_note(fitted.check))
+            notes.append(_estimator_note(fitted.interval["estimated_error"], fitted.check))
             quality, auc, warnings = None, None, _interval_warnings(fitted.check)
         else:
             calibrator = predict_fitted_calibrator(margins, outcomes)
@@ -419,11 +424,35 @@ def registered_model_version(
     return report
 
 
+def _forecast_reference(
+    engine: Any, margins: np.ndarray | None, reference: np.ndarray, features: tuple[str, ...], *, link: str, nonnegative: bool,
+) -> ReferenceStats:
+    """The reference rows' forecasts (`margins` when they are the hold-out's, already computed), binned
+    as a numeric feature's reference: what each partition's forecast drift is measured against."""
+    if margins is None:
+        margins = engine.inference_outputs(
+            InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(reference.shape[0]).astype(str)),
+                           features=np.ascontiguousarray(reference, dtype=np.float32), feature_names=features)
+        ).margins
+    forecast = predict_forecast_values(margins, link)
+    if nonnegative:
+        forecast = np.maximum(forecast, 0.0)
+    return reference_statistics(forecast[:, None], (FORECAST_DRIFT_NAME,))[FORECAST_DRIFT_NAME]
+
+
 def _interval_note(check: IntervalCheck) -> str:
     return (
         f"interval: split conformal at {check.level:.0%}, normalized by the error model; on {check.rows:,} held-back hold-out rows "
         f"it covered {check.coverage:.1%} with mean width {check.mean_width:.4g} (easy half {check.easy_half_width:.4g}, "
         f"hard half {check.hard_half_width:.4g}); MAE {check.mae:.4g}, RMSE {check.rmse:.4g}, bias {check.bias:+.4g}"
+    )
+
+
+def _estimator_note(estimator: Mapping[str, Any], check: IntervalCheck) -> str:
+    return (
+        f"estimated error before actuals: the error model's expected |error| scaled by {estimator['mae_scale']:.3f} (MAE) and "
+        f"{estimator['mse_scale']:.3f} (MSE), fitted on {estimator['rows']:,} calibration rows; on the held-back rows it estimates "
+        f"MAE {estimator['check_mae']:.4g} (realized {check.mae:.4g}), RMSE {estimator['check_rmse']:.4g} (realized {check.rmse:.4g})"
     )
 
 

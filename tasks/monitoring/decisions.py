@@ -10,6 +10,11 @@ Measures, one row per (measure, item) in long format; `item` is a decision, a ru
 - `score_mean`, `score_p10`, `score_p50`, `score_p90`: the score distribution (linear quantiles);
 - `expected_event_rate` (mean calibrated probability) and `expected_events` (their sum).
 
+A forecast job (read from `forecasts`) has no score: its straddling rows are those whose interval
+contains a forecast cut-off of the rules, and instead of the score and the expected events it has
+`forecast_mean` (the mean forecast, flagged on a tolerance relative to the window's mean, so one
+setting fits units and euros alike) and `forecast_total` (their sum: the demand the partition expects).
+
 Each measure is compared with its mean over the trailing window: the job's partitions in
 `[date - window_days, date)` that already have monitoring rows. `delta = value - baseline`; a
 measure kind with a tolerance in the job spec (`monitoring.tolerance`) is flagged `shift` when
@@ -28,7 +33,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tasks.catalog import DECISION_MONITORING, PREDICTION_GROUP_SCHEMA, SLICE_MONITORING
+from tasks.catalog import DECISION_MONITORING, FORECAST_GROUP_SCHEMA, PREDICTION_GROUP_SCHEMA, SLICE_MONITORING
 from tasks.monitoring.slices import monitored_slices
 from tasks.prediction.decisions import predict_probability_cutoffs, predict_straddling
 from tasks.sinks.warehouse import Warehouse
@@ -36,19 +41,24 @@ from tasks.sinks.warehouse import Warehouse
 if TYPE_CHECKING:
     from tasks.jobspec import DecisionTolerance, JobSpec
 
-TOLERATED_MEASURES = ("decision_share", "rule_share", "straddling_share", "expected_event_rate", "score_mean")
+TOLERATED_MEASURES = ("decision_share", "rule_share", "straddling_share", "expected_event_rate", "score_mean", "forecast_mean")
 """Measure kinds that are flagged; each has a field of the same name in `monitoring.tolerance`."""
+RELATIVE_TOLERANCES = ("forecast_mean",)
+"""Measure kinds whose tolerance is a share of the baseline: the row's `tolerance` is that share times |baseline|."""
 ALL = "all"
 _MEASURES_SCHEMA = {"measure": pl.String, "item": pl.String, "value": pl.Float64}
 
 
 def prediction_groups(predictions: pl.DataFrame, cutoffs: Sequence[float]) -> pl.DataFrame:
     """Predictions counted by (run_id, model_version, decision, rule_id, score, straddling), with
-    the sum of their probabilities: everything decision monitoring needs, a few hundred rows."""
-    straddling = predict_straddling(pl.col("probability_low"), pl.col("probability_high"), cutoffs, none=pl.lit(False))
+    the sum of their probabilities: everything decision monitoring needs, a few hundred rows.
+    Forecasts (a `forecast` column) are counted by the same keys but the score, with their sum."""
+    forecasts = "forecast" in predictions.columns
+    value = "forecast" if forecasts else "probability"
+    straddling = predict_straddling(pl.col(f"{value}_low"), pl.col(f"{value}_high"), cutoffs, none=pl.lit(False))
     keys = [c for c in ("run_id", "model_version") if c in predictions.columns]
-    groups = predictions.group_by(*keys, "decision", "rule_id", "score", straddling.alias("straddling")).agg(
-        pl.len().cast(pl.Int64).alias("rows"), pl.col("probability").sum().alias("probability_sum")
+    groups = predictions.group_by(*keys, "decision", "rule_id", *(() if forecasts else ("score",)), straddling.alias("straddling")).agg(
+        pl.len().cast(pl.Int64).alias("rows"), pl.col(value).sum().alias(f"{value}_sum")
     )
     # The string keys are views into the predictions' buffers; a run keeps every chunk's groups until
     # it ends, and their views would keep every chunk's buffers alive (~1.8 MB a 50 k-row chunk,
@@ -57,26 +67,34 @@ def prediction_groups(predictions: pl.DataFrame, cutoffs: Sequence[float]) -> pl
 
 
 GROUP_KEYS = ("run_id", "model_version", "decision", "rule_id", "score", "straddling")
+FORECAST_GROUP_KEYS = ("run_id", "model_version", "decision", "rule_id", "straddling")
 
 
-def decision_groups_frame(rows: Sequence[dict] = ()) -> pl.DataFrame:
+def decision_groups_frame(rows: Sequence[dict] = (), *, forecasts: bool = False) -> pl.DataFrame:
     """`prediction_groups` rows (as `ScoringSummary.decision_groups` holds them) in their schema."""
-    return pl.from_arrow(pa.Table.from_pylist(list(rows), schema=PREDICTION_GROUP_SCHEMA))
+    return pl.from_arrow(pa.Table.from_pylist(list(rows), schema=FORECAST_GROUP_SCHEMA if forecasts else PREDICTION_GROUP_SCHEMA))
+
+
+def group_keys(groups: pl.DataFrame) -> tuple[str, ...]:
+    """The keys of `prediction_groups` rows: a forecast job's have no score."""
+    return FORECAST_GROUP_KEYS if "forecast_sum" in groups.columns else GROUP_KEYS
 
 
 def merged_prediction_groups(groups: Sequence[pl.DataFrame]) -> pl.DataFrame:
     """`prediction_groups` of parts of one partition (its chunks) as those of the whole.
 
-    The parts' probability sums are added exactly (`math.fsum`), so the result does not depend on
-    the order in which units finish.
+    The parts' probability (forecast) sums are added exactly (`math.fsum`), so the result does not
+    depend on the order in which units finish.
     """
     parts = [g for g in groups if g.height]
     if not parts:
-        return decision_groups_frame()
-    merged = pl.concat(parts).group_by(*GROUP_KEYS).agg(pl.col("rows").sum(), pl.col("probability_sum"))
+        return decision_groups_frame(forecasts=bool(groups) and "forecast_sum" in groups[0].columns)
+    keys = group_keys(parts[0])
+    summed = "forecast_sum" if "forecast_sum" in parts[0].columns else "probability_sum"
+    merged = pl.concat(parts).group_by(*keys).agg(pl.col("rows").sum(), pl.col(summed))
     return merged.with_columns(
-        pl.col("probability_sum").map_elements(math.fsum, return_dtype=pl.Float64)
-    ).sort(*GROUP_KEYS)
+        pl.col(summed).map_elements(math.fsum, return_dtype=pl.Float64)
+    ).sort(*keys)
 
 
 def decision_measures(
@@ -97,6 +115,15 @@ def grouped_decision_measures(groups: pl.DataFrame, *, decisions: Sequence[str],
         out.append(("decision_share", decision, decision_counts.get(decision, 0) / rows if rows else nan))
     for rule in [*rule_ids, *sorted(set(rule_counts) - set(rule_ids))]:
         out.append(("rule_share", rule, rule_counts.get(rule, 0) / rows if rows else nan))
+    straddling = float(groups.filter(pl.col("straddling"))["rows"].sum()) / rows if rows else nan
+    if "forecast_sum" in groups.columns:
+        total = float(groups["forecast_sum"].sum()) if rows else nan
+        out += [
+            ("straddling_share", ALL, straddling),
+            ("forecast_mean", ALL, total / rows if rows else nan),
+            ("forecast_total", ALL, total),
+        ]
+        return pl.DataFrame(out, schema=_MEASURES_SCHEMA, orient="row")
     counts = groups["rows"].to_numpy()
     scores = groups["score"].cast(pl.Float64).to_numpy()
     # Scores are integers 0..100, so their quantiles come exactly from one value per row, rebuilt
@@ -104,7 +131,7 @@ def grouped_decision_measures(groups: pl.DataFrame, *, decisions: Sequence[str],
     every_score = np.repeat(scores.astype(np.int16), counts)
     probability_sum = float(groups["probability_sum"].sum()) if rows else nan
     out += [
-        ("straddling_share", ALL, float(groups.filter(pl.col("straddling"))["rows"].sum()) / rows if rows else nan),
+        ("straddling_share", ALL, straddling),
         ("score_mean", ALL, float((scores * counts).sum()) / rows if rows else nan),
         *(("score_p%d" % q, ALL, float(np.quantile(every_score, q / 100)) if rows else nan) for q in (10, 50, 90)),
         ("expected_event_rate", ALL, probability_sum / rows if rows else nan),
@@ -133,8 +160,13 @@ def measures_against_baseline(
         .join(limits, on="measure", how="left", maintain_order="left")
         .with_columns(pl.col("baseline_partitions").fill_null(0), (pl.col("value") - pl.col("baseline")).alias("delta"))
     )
+    tolerated = pl.col("measure").is_in(list(TOLERATED_MEASURES))
+    relative = pl.col("measure").is_in(list(RELATIVE_TOLERANCES))
+    joined = joined.with_columns(
+        pl.when(relative).then(pl.col("tolerance") * pl.col("baseline").abs()).otherwise(pl.col("tolerance")).alias("tolerance")
+    )
     flag = (
-        pl.when(pl.col("tolerance").is_null()).then(None)
+        pl.when(~tolerated).then(None)
         .when(pl.col("value").is_nan()).then(pl.lit("no_data"))
         .when(pl.col("baseline").is_null()).then(pl.lit("no_baseline"))
         .when(pl.col("delta").abs() > pl.col("tolerance")).then(pl.lit("shift"))
@@ -186,9 +218,10 @@ def monitored_decisions(
     """
     rules = spec.prediction.rules
     if groups is None:
-        groups = pl.from_arrow(warehouse.prediction_groups(spec.name, partition_date, predict_probability_cutoffs(rules)))
+        counted = warehouse.forecast_groups if spec.target.forecasts else warehouse.prediction_groups
+        groups = pl.from_arrow(counted(spec.name, partition_date, predict_probability_cutoffs(rules)))
     # Sorted, so the sums over groups add in the same order every time.
-    groups = groups.sort(*GROUP_KEYS)
+    groups = groups.sort(*group_keys(groups))
     runs = sorted(groups["run_id"].unique().to_list())
     if runs and runs != [run_id]:
         raise ValueError(

@@ -18,6 +18,23 @@ widened by Hanley and McNeil's standard error for ΣP events and ΣN non-events,
 estimator's error on the hold-out at registration (|realized − expected| plus z times its standard
 error): how well the calibrated probabilities keep the spread of the risk is what the AUC leans on.
 
+**Estimated error** (forecast jobs; direct loss estimation, as NannyML's DLE). The error model gives
+each row σ̂, its expected |actual − forecast| (never below the interval's `sigma_floor`). Registration
+fits on the conformal calibration part of the hold-out (rows neither the model nor the error model
+saw) k = Σ|e|/Σσ̂ and c = Σe²/Σσ̂², each with its standard error, and how far rows scatter around them:
+ρ₁ = Σ(|e| − kσ̂)²/Σσ̂² and ρ₂ = Σ(e² − cσ̂²)²/Σσ̂⁴ (a row's |e| varies as ρ₁σ̂², its e² as ρ₂σ̂⁴;
+weighted as a partition's sums weigh its rows). Per partition, from Σσ̂, Σσ̂², Σσ̂⁴ and the row count n:
+the estimated MAE is k·Σσ̂/n and the estimated RMSE √(c·Σσ̂²/n). Each interval adds two uncertainties
+in quadrature: the draw of the n actuals (variance ρ₁Σσ̂²/n² for the MAE, ρ₂Σσ̂⁴/n² for the MSE) and
+the estimator's own calibration (k's standard error times Σσ̂/n, c's times Σσ̂²/n). The MSE's interval
+is taken on the log scale (its relative standard error), as a mean of squares leans right; the RMSE's
+bounds are the square roots of the MSE's. A partition is flagged `alert` when the interval's low end
+lies more than `estimated_error_tolerance` above the hold-out's held-back MAE (RMSE): the model is
+expected to err more than it did at registration, beyond what that reference's own noise explains;
+`warn` when it lies above the reference by less.
+Covariate shift into rows the error model knows to be harder moves the estimate before any actual lands;
+a change of the relation between inputs and actual does not (only the realized error shows it).
+
 **Attribution drift**: the mean |contribution| per model input over the scored rows whose TreeSHAP
 contributions were computed for it (`monitoring.health.attribution_share` of the rows, chosen by a
 hash of the row's position, so the same rows are chosen on a re-run, and at least
@@ -220,7 +237,27 @@ def attribution_sample(first_row: int, rows: int, share: float) -> np.ndarray:
     return np.flatnonzero(hashed < np.uint64(int(share * 2**32))).astype(np.int64)
 
 
+def fitted_error_estimator(errors: np.ndarray, sigma: np.ndarray) -> dict[str, float]:
+    """How the error model's σ̂ (floored as the interval floors it) turn into a partition's MAE and RMSE,
+    fitted on rows neither the model nor the error model saw (the conformal calibration part): the
+    scales k (MAE) and c (MSE) with their standard errors (ratio estimators), and the rows' scatter
+    around them. Plain JSON for `metadata.interval.estimated_error`."""
+    e, s = np.asarray(errors, dtype=np.float64), np.asarray(sigma, dtype=np.float64)
+    absolute, squared, s2 = np.abs(e), e * e, s * s
+    k = float(absolute.sum() / s.sum())
+    c = float(squared.sum() / s2.sum())
+    mae_residual = float(((absolute - k * s) ** 2).sum())
+    mse_residual = float(((squared - c * s2) ** 2).sum())
+    return {
+        "rows": int(e.size),
+        "mae_scale": k, "mae_scale_se": math.sqrt(mae_residual) / float(s.sum()), "mae_dispersion": mae_residual / float(s2.sum()),
+        "mse_scale": c, "mse_scale_se": math.sqrt(mse_residual) / float(s2.sum()), "mse_dispersion": mse_residual / float((s2 * s2).sum()),
+    }
+
+
 _SUM_NAMES = ("rows", "p_sum", "p_var_sum", "low_sum", "high_sum")
+_EXPECTED_ERROR_SUMS = 4
+"""rows, Σσ̂, Σσ̂², Σσ̂⁴ of a forecast job's scored rows."""
 
 
 @dataclass
@@ -241,6 +278,8 @@ class HealthAccumulator:
     attribution_rows: int = 0
     attribution_abs_sum: np.ndarray | None = None
     attribution_sum: np.ndarray | None = None
+    expected_error_sums: np.ndarray = field(default_factory=lambda: np.zeros(_EXPECTED_ERROR_SUMS))
+    """Forecast jobs: rows, Σσ̂, Σσ̂², Σσ̂⁴ of the error model's expected |actual − forecast| (floored)."""
 
     def __post_init__(self) -> None:
         if self.rule_sums.shape[1] != len(self.rule_ids):
@@ -259,6 +298,12 @@ class HealthAccumulator:
             summed = np.bincount(index, weights=weights, minlength=AUC_BINS)
             self.auc_weights[row] += summed
             self.auc_weights[row + 1] += count - summed
+
+    def add_expected_error(self, expected_error: np.ndarray, *, floor: float) -> None:
+        """One forecast chunk's σ̂, floored as its interval floors them (`sigma_floor`)."""
+        sigma = np.maximum(np.asarray(expected_error, dtype=np.float64), floor)
+        s2 = sigma * sigma
+        self.expected_error_sums += (sigma.size, float(sigma.sum()), float(s2.sum()), float((s2 * s2).sum()))
 
     def add_inputs(self, matrix: np.ndarray, pca: PcaReference | None) -> None:
         if pca is None:
@@ -282,6 +327,7 @@ class HealthAccumulator:
         self.error_rows += other.error_rows
         self.error_sum += other.error_sum
         self.error_beyond_cap += other.error_beyond_cap
+        self.expected_error_sums = self.expected_error_sums + other.expected_error_sums
         if other.attribution_abs_sum is not None and other.attribution_sum is not None:
             self.add_contribution_sums(other.attribution_abs_sum, other.attribution_sum, other.attribution_rows)
 
@@ -377,6 +423,53 @@ def _auc_row(weights: np.ndarray, z: float, holdout: Mapping[str, float] | None)
     return _row("auc", ALL, estimate, max(0.0, min(bounds) - noise), min(1.0, max(bounds) + noise), section=ESTIMATED, rows=rows)
 
 
+def _error_flag(low: float, reference: float | None, tolerance: float) -> str | None:
+    """`alert` when the interval lies more than `tolerance` (relative) above the hold-out's error, `warn`
+    when it lies above it by less, `ok` otherwise; None without an interval or a reference."""
+    if reference is None or math.isnan(low) or math.isnan(reference):
+        return None
+    return "alert" if low > reference * (1.0 + tolerance) else "warn" if low > reference else "ok"
+
+
+def estimated_error_rows(
+    health: HealthAccumulator, interval: Mapping[str, Any], *, level: float, tolerance: float
+) -> list[dict[str, Any]]:
+    """A forecast partition's estimated MAE and RMSE with their intervals, against the hold-out's held-back
+    MAE and RMSE (`interval.check`); none without scored rows. A model registered before the estimator's
+    calibration (`interval.estimated_error`) gets the bare estimates, k = 1 and c = (RMSE/MAE)² of the
+    held-back rows, with no interval and no flag: nothing says how far to trust them."""
+    n, s1, s2, s4 = (float(v) for v in health.expected_error_sums)
+    if not n:
+        return []
+    check = interval.get("check") or {}
+    mae_reference, rmse_reference = check.get("mae"), check.get("rmse")
+    fitted = interval.get("estimated_error")
+    nan = float("nan")
+    if fitted:
+        z = _z(level)
+        mae = fitted["mae_scale"] * s1 / n
+        mae_half = z * math.sqrt(fitted["mae_dispersion"] * s2 / n**2 + (fitted["mae_scale_se"] * s1 / n) ** 2)
+        mse = fitted["mse_scale"] * s2 / n
+        # On the log scale: a mean of squared errors leans right (a few large errors), and its interval with it.
+        mse_spread = z * math.sqrt(fitted["mse_dispersion"] * s4 / n**2 + (fitted["mse_scale_se"] * s2 / n) ** 2) / mse if mse > 0 else 0.0
+        mae_bounds = (max(0.0, mae - mae_half), mae + mae_half)
+        rmse_bounds = (math.sqrt(mse * math.exp(-mse_spread)), math.sqrt(mse * math.exp(mse_spread)))
+    else:
+        mae = s1 / n
+        scale = (rmse_reference / mae_reference) ** 2 if mae_reference and rmse_reference is not None else nan
+        mse = scale * s2 / n
+        mae_bounds = rmse_bounds = (nan, nan)
+    rows = []
+    for measure, value, (low, high), reference in (
+        ("mae", mae, mae_bounds, mae_reference), ("rmse", math.sqrt(mse) if mse >= 0 else nan, rmse_bounds, rmse_reference),
+    ):
+        row = _row(measure, ALL, value, low, high, section=ESTIMATED_ERROR, rows=int(n), reference=reference,
+                   flag=_error_flag(low, reference, tolerance))
+        row["delta"] = value / reference - 1.0 if reference else None
+        rows.append(row)
+    return rows
+
+
 def attribution_rows(health: HealthAccumulator, reference: Mapping[str, Any] | None, *, warn: float, alert: float) -> list[dict[str, Any]]:
     """Per feature: its mean |contribution| and mean contribution now and at registration, each
     change as a share of the reference's total mean |contribution| (flagged), and Kendall's tau-b of
@@ -439,12 +532,18 @@ HEALTH_COLUMNS = ("model_version", "section", "measure", "item", "value", "low",
 def model_health_rows(
     health: HealthAccumulator, reference: Mapping[str, Any], *, model_version: str, decisions: Sequence[str],
     rule_ids: Sequence[str], adverse: Sequence[str], level: float, attribution_warn: float, attribution_alert: float,
-    multivariate_tolerance: float,
+    multivariate_tolerance: float, interval: Mapping[str, Any] | None = None, estimated_error_tolerance: float = 0.10,
 ) -> list[dict[str, Any]]:
-    """Every model-health row of one partition, in the `model_health` table's columns (run key aside)."""
-    rows = estimated_performance_rows(
-        health, decisions=decisions, rule_ids=rule_ids, adverse=adverse, level=level, holdout_auc=reference.get("auc")
-    )
+    """Every model-health row of one partition, in the `model_health` table's columns (run key aside).
+
+    `interval`: a forecast model's `metadata.interval`; its partitions get the estimated error instead
+    of the estimated performance of a binary model's calibrated probabilities."""
+    if interval is not None:
+        rows = estimated_error_rows(health, interval, level=level, tolerance=estimated_error_tolerance)
+    else:
+        rows = estimated_performance_rows(
+            health, decisions=decisions, rule_ids=rule_ids, adverse=adverse, level=level, holdout_auc=reference.get("auc")
+        )
     rows += attribution_rows(health, reference.get("attribution"), warn=attribution_warn, alert=attribution_alert)
     rows += multivariate_rows(health, reference.get("pca"), tolerance=multivariate_tolerance)
     return [{"model_version": model_version, "delta": None, **row} for row in rows]

@@ -46,6 +46,11 @@ SCORE_EDGES = np.arange(0.5, 100.0, 1.0)
 """Integer scores 0..100 each get their own bin."""
 SCORE_PSI_EDGES = np.arange(9.5, 90.0, 10.0)
 """PSI of the score on bands of ten points."""
+SCORE_DRIFT_NAME = "score"
+FORECAST_DRIFT_NAME = "forecast"
+"""The drift tables' `feature` of a binary job's scores and of a forecast job's forecasts. The scores'
+bins are fixed (SCORE_EDGES); the forecasts' are the reference forecasts' percentiles, stored with the
+model (`ModelMetadata.forecast_reference`) as a numeric feature's are."""
 KS_BOUND_SHOWN_WITHIN = 0.05
 """`ks_upper` is reported only when it is at most this far above `ks`: half the default `ks_warn`,
 so the bracket can still tell a feature below the warn level from one above the alert level."""

@@ -27,7 +27,7 @@ from tasks.prediction.config import PredictionConfig
 from tasks.prediction.decisions import predict_probability_cutoffs
 from tasks.prediction.forecasts import ForecastMap
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
-from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram
+from tasks.quality.drift import FORECAST_DRIFT_NAME, SCORE_DRIFT_NAME, SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram
 from tasks.settings import Settings
 from tasks.sinks.warehouse import Warehouse
 from tasks.sinks.warehouse_choice import warehouse_for
@@ -60,6 +60,16 @@ class PredictionPlan:
     challenger: ChallengerPlan | None = None
     """How the challenger's outputs become its shadow predictions; None when the job names none or it did not load."""
     challenger_failure: str = "count"
+    estimate_bins: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """Drift bins (edges, PSI edges) of what the job predicts: `score` (binary) or `forecast` (where the
+    model has a forecast reference); the prediction side counts each chunk's estimates on them."""
+
+    def estimate_drift(self) -> DriftAccumulator:
+        """An empty accumulator on `estimate_bins`."""
+        return DriftAccumulator(
+            edges={name: edges for name, (edges, _) in self.estimate_bins.items()},
+            psi_edges={name: psi for name, (_, psi) in self.estimate_bins.items()},
+        )
 
     @property
     def decisions(self) -> tuple[str, ...]:
@@ -101,6 +111,8 @@ class PreparedJob:
     challenger_plan: ChallengerPlan | None = None
     challenger_error: str | None = None
     """Why the named challenger does not shadow this run (it did not load or does not fit the job's features)."""
+    estimate_reference: dict[str, Histogram] = field(default_factory=dict)
+    """A forecast job's reference forecasts binned (`forecast`), from the model's metadata; empty otherwise."""
 
     @property
     def drift_edges(self) -> dict[str, np.ndarray]:
@@ -114,13 +126,22 @@ class PreparedJob:
     def drift_kinds(self) -> dict[str, FeatureKind]:
         return {name: hist.kind for name, hist in self.drift_baselines.get("reference", {}).items()}
 
-    def drift_accumulator(self, *, with_score: bool = False) -> DriftAccumulator:
-        """An empty accumulator on the reference's bins of every model input, and the score's if asked."""
-        score = {"score": SCORE_EDGES} if with_score else {}
+    def drift_accumulator(self, *, with_estimate: bool = False) -> DriftAccumulator:
+        """An empty accumulator on the reference's bins of every model input, and the estimate's (score or forecast) if asked."""
+        bins = self.prediction_plan.estimate_bins if with_estimate else {}
         return DriftAccumulator(
-            edges={**self.drift_edges, **score}, kinds=self.drift_kinds,
-            psi_edges={**self.psi_edges, **({"score": SCORE_PSI_EDGES} if with_score else {})},
+            edges={**self.drift_edges, **{name: edges for name, (edges, _) in bins.items()}}, kinds=self.drift_kinds,
+            psi_edges={**self.psi_edges, **{name: psi for name, (_, psi) in bins.items()}},
         )
+
+    @property
+    def report_baselines(self) -> dict[str, dict[str, Histogram]]:
+        """What the drift report compares with: the inputs' training reference and, for a forecast job, the
+        reference forecasts (`reference`); the previous partition's histograms, estimate included (`previous`)."""
+        baselines = dict(self.drift_baselines)
+        if self.estimate_reference:
+            baselines["reference"] = {**baselines.get("reference", {}), **self.estimate_reference}
+        return baselines
 
     @cached_property
     def prediction_plan(self) -> PredictionPlan:
@@ -129,6 +150,9 @@ class PreparedJob:
             reason_texts=self.reason_texts, feature_version=self.features.FEATURE_VERSION,
             cutoffs=tuple(predict_probability_cutoffs(self.spec.prediction.rules)),
             challenger=self.challenger_plan, challenger_failure=self.spec.model.challenger_failure,
+            estimate_bins={
+                name: (hist.edges, hist.psi_edges) for name, hist in self.estimate_reference.items()
+            } if self.spec.target.forecasts else {SCORE_DRIFT_NAME: (SCORE_EDGES, SCORE_PSI_EDGES)},
         )
 
     @cached_property
@@ -187,11 +211,14 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings, warehous
         for name, stats in meta.reference.items()
         if (hist := Histogram.of_reference(stats)) is not None
     }
+    forecast = Histogram.of_reference(meta.forecast_reference) if spec.target.forecasts and meta.forecast_reference else None
+    estimate_reference = {FORECAST_DRIFT_NAME: forecast} if forecast is not None else {}
+    binned = {**reference, **estimate_reference}
     previous = {
         row["feature"]: Histogram(
             edges=np.asarray(row["edges"], dtype=np.float64), counts=np.asarray(row["counts"], dtype=np.int64),
             nulls=row["nulls"], kind=row.get("kind") or "numeric",
-            psi_edges=reference[row["feature"]].psi_edges if row["feature"] in reference else SCORE_PSI_EDGES,
+            psi_edges=binned[row["feature"]].psi_edges if row["feature"] in binned else SCORE_PSI_EDGES,
         )
         for row in (warehouse or warehouse_for(settings)).previous_drift_histograms(job, partition_date)
     }
@@ -199,6 +226,7 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings, warehous
         spec=spec, suite=validated.suite, features=features, model=model, feature_models=tuple(feature_models),
         raw=validated.raw or raw_partition(spec.source, settings, job, partition_date), drift_baselines={"reference": reference, "previous": previous},
         reason_texts=_reason_texts(model, spec, feature_kinds(features), feature_categories(features)),
+        estimate_reference=estimate_reference,
     )
     # The engine that loaded may be the fallback chosen only now, when the job's version failed to load.
     inference_check_feature_version(model.engine.artifact, features.FEATURE_VERSION, prepared.model_features)

@@ -172,6 +172,8 @@ def _health_gaps(prepared: PreparedJob) -> list[str]:
             f"attribution drift ({why.split(': ')[0]})" if (why := inference_reasons_unavailable(meta)) is not None else
             "attribution drift (the model was registered before model health: register it again)"
         )
+    if prepared.spec.target.forecasts and not meta.interval.get("estimated_error"):
+        gaps.append("interval of the estimated error (the model was registered before it: register it again)")
     return gaps
 
 
@@ -212,7 +214,7 @@ def scoring_summary(
         fallback_reason=prepared.model.fallback_reason,
         wall_s=wall_s,
     )
-    drift = prepared.drift_accumulator(with_score=True)
+    drift = prepared.drift_accumulator(with_estimate=True)
     decisions: Counter[str] = Counter()
     rules: Counter[str] = Counter()
     explained: Counter[str] = Counter()
@@ -260,6 +262,8 @@ def scoring_summary(
         adverse=spec.adverse_decisions, level=monitoring.health.interval_level,
         attribution_warn=monitoring.health.attribution_warn, attribution_alert=monitoring.health.attribution_alert,
         multivariate_tolerance=monitoring.health.multivariate_tolerance,
+        interval=engine.metadata.interval if spec.target.forecasts else None,
+        estimated_error_tolerance=monitoring.health.estimated_error_tolerance,
     )
     summary.slice_counts = merged_slice_counts(
         [part for inference in sorted(inferences, key=lambda u: u.unit_id) for part in inference.slice_counts],
@@ -277,12 +281,14 @@ def scoring_summary(
         dirs.guard_summary, run_id, 0,
         ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS)),
     )
-    summary.drift_report = drift_report_rows(drift, prepared.drift_baselines, spec.drift.model_dump(exclude={"require_reference"}))
+    baselines = prepared.report_baselines
+    summary.drift_report = drift_report_rows(drift, baselines, spec.drift.model_dump(exclude={"require_reference"}))
     reference = prepared.drift_baselines.get("reference", {})
+    binned_reference = baselines.get("reference", {})
     categories = feature_categories(prepared.features)
     summary.drift_histograms = {
         name: {"kind": h.kind, "edges": h.edges.tolist(), "current": h.counts.tolist(),
-               "reference": reference[name].counts.tolist() if name in reference else [],
+               "reference": binned_reference[name].counts.tolist() if name in binned_reference else [],
                "labels": drift_bin_labels(h, categories.get(name, ()))}
         for name, h in drift.histograms.items()
     }

@@ -38,9 +38,9 @@ from tasks.monitoring.shadow import ShadowAccumulator, flipped_rows
 from tasks.monitoring.slices import chunk_slice_counts, summed_slice_counts
 from tasks.prediction.calibration import CalibratedProbability
 from tasks.prediction.decisions import RuleDecisions
-from tasks.prediction.forecasts import Forecast, ForecastMap
+from tasks.prediction.forecasts import Forecast
 from tasks.prediction.outputs import DecidedChunk, predict_decided_chunk, predict_output
-from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator
+from tasks.quality.drift import FORECAST_DRIFT_NAME, SCORE_DRIFT_NAME, DriftAccumulator
 from tasks.scoring.prepared import PredictionPlan, PreparedJob
 from tasks.scoring.units import RunDeadline, WorkUnit, check_not_stopped, unit_chunks
 from tasks.sinks.parquet_store import OutputDirs, staging_dir, write_staged_chunk
@@ -421,6 +421,8 @@ def _health_of_chunk(
         return
     if calibrated is not None:
         result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.rule_index)
+    if decided.forecast is not None and decided.inference.expected_error is not None:
+        result.health.add_expected_error(decided.inference.expected_error, floor=prepared.prediction_plan.estimate_map.sigma_floor)
     result.health.add_inputs(full.features, prepared.pca_reference)
     share = attribution_share(config.attribution_share, config.attribution_min_rows, partition_rows)
     if "attribution" in prepared.health_reference and share > 0:
@@ -433,10 +435,8 @@ def _unit_inference(prepared: PreparedJob, unit_id: int) -> UnitInference:
 
 
 def _unit_prediction(plan: PredictionPlan, unit_id: int) -> UnitPrediction:
-    forecasts = isinstance(plan.estimate_map, ForecastMap)
     return UnitPrediction(
-        unit_id, drift=DriftAccumulator(edges={} if forecasts else {"score": SCORE_EDGES}, psi_edges={} if forecasts else {"score": SCORE_PSI_EDGES}),
-        shadow=ShadowAccumulator(plan.decisions) if plan.challenger is not None else None,
+        unit_id, drift=plan.estimate_drift(), shadow=ShadowAccumulator(plan.decisions) if plan.challenger is not None else None,
     )
 
 
@@ -489,13 +489,15 @@ def _predicted_chunk(
         forecast = decided.forecast
         result.forecast_sum += float(forecast.forecast.sum())
         result.interval_width_sum += float((forecast.high - forecast.low).sum())
-        return
-    result.drift.add("score", predicted.table.column("score").to_numpy())
-    groups = prediction_groups(pl.from_arrow(predicted.table.select(_GROUPED_COLUMNS)), plan.cutoffs)
-    result.decision_groups.append(groups)
+    estimate = FORECAST_DRIFT_NAME if forecasts else SCORE_DRIFT_NAME
+    if estimate in result.drift.histograms:
+        result.drift.add(estimate, predicted.table.column(estimate).to_numpy())
+    grouped = predicted.table.select(_FORECAST_GROUPED_COLUMNS if forecasts else _GROUPED_COLUMNS)
+    result.decision_groups.append(prediction_groups(pl.from_arrow(grouped), plan.cutoffs))
 
 
 _GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "score", "probability", "probability_low", "probability_high")
+_FORECAST_GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "forecast", "forecast_low", "forecast_high")
 
 
 def scored_unit(

@@ -35,6 +35,7 @@ from tasks.catalog import (
     MODEL_HEALTH,
     MONITORING_DATASETS,
     PARTITION_DATASETS,
+    FORECAST_GROUP_SCHEMA,
     PREDICTION_GROUP_SCHEMA,
     PREDICTION_SCHEMA,
     RUNS,
@@ -633,6 +634,26 @@ class Warehouse(ABC):
             f'count(*) AS "rows", CAST(sum(CAST(probability AS DECIMAL(38, 18))) AS DOUBLE PRECISION) AS probability_sum '
             f"FROM predictions WHERE {_PARTITION_KEY} "
             "GROUP BY 1, 2, 3, 4, 5, 6",
+            params,
+        )
+
+    def forecast_groups(self, job: str, partition_date: Any, cutoffs: Sequence[float]) -> pa.Table:
+        """`prediction_groups` of a forecast job: its forecasts counted by run_id, model_version, decision,
+        rule_id and whether the interval straddles one of `cutoffs`, with their forecast sum, in the database."""
+        params: dict[str, Any] = {"job": job, "partition_date": partition_date}
+        for i, cut in enumerate(cutoffs):
+            params[f"cut_{i}"] = float(cut)
+        straddling = predict_straddling(
+            _SqlTerm("forecast_low"), _SqlTerm("forecast_high"),
+            [_SqlTerm(f"CAST($cut_{i} AS DOUBLE PRECISION)") for i in range(len(cutoffs))], none=_SqlTerm("FALSE"),
+        )
+        return self._read_arrow(
+            "forecasts", FORECAST_GROUP_SCHEMA,
+            f"SELECT run_id, model_version, decision, rule_id, ({straddling.sql}) AS straddling, "
+            # Exact, as the probabilities' sum above; 26 integer digits hold any partition's total of any unit.
+            f'count(*) AS "rows", CAST(sum(CAST(forecast AS DECIMAL(38, 12))) AS DOUBLE PRECISION) AS forecast_sum '
+            f"FROM forecasts WHERE {_PARTITION_KEY} "
+            "GROUP BY 1, 2, 3, 4, 5",
             params,
         )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +28,20 @@ import pyarrow.parquet as pq
 import pytest
 import xgboost as xgb
 import yaml
+from polars.testing import assert_frame_equal
 from scipy.stats import norm
 
+import tasks.scoring.unit_pass as unit_pass
+
 from tasks.catalog import FORECASTS
-from tasks.monitoring.decisions import prediction_groups
+from tasks.jobs.validation import validated_job
+from tasks.monitoring.decisions import merged_prediction_groups, prediction_groups
 from tasks.monitoring.health import HealthAccumulator, estimated_error_rows, fitted_error_estimator
+from tasks.scoring.prepared import prepared_job
+from tasks.scoring.summary import scoring_summary
+from tasks.scoring.units import planned_work_units
+from tasks.settings import Settings
+from tasks.sinks.parquet_store import output_dirs
 from tasks.sinks.warehouse import Warehouse
 
 from conftest import user_project_env
@@ -363,3 +373,56 @@ def test_the_warehouse_counts_forecast_groups_as_the_run_does(any_warehouse: War
     assert in_sql["straddling"].to_list() == in_polars["straddling"].to_list() == [s for _, _, s in INTERVALS]
     assert in_sql["forecast_sum"].to_list() == pytest.approx([(lo + hi) / 2 for lo, hi, _ in INTERVALS])
     assert in_sql.columns == in_polars.columns
+
+
+# --- one pass, two halves, any chunking ------------------------------------------------------------
+
+
+def test_a_forecast_unit_cut_in_two_or_chunked_finer_counts_what_its_one_pass_counts(sales: Sales, tmp_path: Path) -> None:
+    """The prediction half of a forecast unit (from its handoff files) counts the forecasts' drift and decision groups as
+    the one pass does; the inference half's estimated-error sums add up to the same model-health rows whatever the chunking."""
+    data = tmp_path / "data"
+    for part in ("raw", "models"):
+        shutil.copytree(sales.root / "data" / part, data / part)
+    settings = Settings(data_dir=data, jobs_dir=sales.root / "jobs", expectations_dir=sales.root / "expectations")
+    day = UNSHIFTED_DAYS[0]
+    prepared = prepared_job(JOB, day, settings)
+    dirs = output_dirs(settings, JOB)
+
+    def units(run_id: str, chunk_rows: int, score) -> list:
+        return [score(prepared, unit, run_id=run_id, chunk_rows=chunk_rows, partition_date=day, dirs=dirs)
+                for unit in planned_work_units(prepared, run_id=run_id, chunk_rows=chunk_rows, dirs=dirs)]
+
+    whole = units("one-pass", ROWS, unit_pass.scored_unit)
+    inferred = units("two-halves", 700, unit_pass.inferred_unit)
+    predicted = [unit_pass.predicted_unit(prepared.prediction_plan, u, run_id="two-halves", partition_date=day, dirs=dirs) for u in inferred]
+    assert sum(len(u.chunk_ids) for u in inferred) > 1
+    one = whole[0].prediction
+    assert_frame_equal(
+        merged_prediction_groups([g for u in predicted for g in u.decision_groups]).drop("run_id"),
+        merged_prediction_groups(one.decision_groups).drop("run_id"), check_exact=False, rel_tol=1e-12,
+    )
+    counts = sum(u.drift.histograms["forecast"].counts for u in predicted)
+    np.testing.assert_array_equal(counts, one.drift.histograms["forecast"].counts)
+    assert counts.sum() == one.rows_scored
+
+    def health_rows(inferences: list, predictions: list) -> dict:
+        summary = scoring_summary(prepared, inferences, predictions, run_id="sums", partition_date=day, dirs=dirs, wall_s=0.0)
+        return {r["measure"]: r for r in summary.model_health if r["section"] == "estimated_error"}
+
+    in_one = health_rows([u.inference for u in whole], [u.prediction for u in whole])
+    in_chunks = health_rows(inferred, predicted)
+    for measure in ("mae", "rmse"):
+        for column in ("value", "low", "high", "rows"):
+            assert in_chunks[measure][column] == pytest.approx(in_one[measure][column], rel=1e-12)
+
+
+def test_slices_of_a_forecast_job_are_named_as_not_monitored(sales: Sales, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    spec = _spec()
+    spec["monitoring"]["slices"] = ["promo"]
+    (jobs / f"{JOB}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    settings = Settings(data_dir=sales.root / "data", jobs_dir=jobs, expectations_dir=sales.root / "expectations")
+    notes = validated_job(JOB, settings, partition_date=UNSHIFTED_DAYS[0], check_labels=False).notes
+    assert any("monitoring.slices ['promo']" in note and "not monitored" in note for note in notes), notes

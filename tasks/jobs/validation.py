@@ -233,6 +233,12 @@ def _scoring_model(
         problems += _scoring_metadata_problems(artifact, spec, spec_path, features)
     notes += _challenger_notes(spec, spec_path, registry, features, model, problems)
     notes += _reasons_off_notes(spec, model, "model")
+    if spec.target.forecasts and spec.monitoring.slices:
+        # The slice tables count a probability's sums and score bands, which a forecast job has not.
+        notes.append(
+            f"monitoring.slices {spec.monitoring.slices} of a forecast job (target.kind {spec.target.kind}) are not monitored yet: "
+            "its runs write no slice counts and no slice_monitoring rows"
+        )
     if model is not None and not problems and not spec.target.forecasts:
         meta = model.metadata
         table = predict_calibration_table(meta.calibration, level=spec.prediction.interval_level)

@@ -140,7 +140,7 @@ class HealthConfig(_Strict):
         default=0.10, ge=0,
         description=(
             "Forecast jobs: relative rise of the estimated MAE (RMSE) over the hold-out's that alerts when the estimate's interval "
-            "lies wholly above it; it absorbs the noise of the hold-out's own held-back error, measured on a fifth of its rows."
+            "lies wholly above it (and above the hold-out's own noise); above that noise but within the tolerance: warn."
         ),
     )
 

@@ -110,8 +110,11 @@ def fitted_conformal_interval(
         mae=float(np.abs(errors[held]).mean()), rmse=float(np.sqrt((errors[held] ** 2).mean())), bias=float(errors[held].mean()),
     )
     interval["check"] = check.as_json()
-    # What the estimator says of the held-back rows, beside what they did (`check`): it fitted on none of them.
-    estimator, held_sigma = interval["estimated_error"], sigma[held]
+    # What the estimator says of the held-back rows, beside what they did (`check`): it fitted on none of them;
+    # and how far the held-back MAE and RMSE, the partitions' reference, are from the model's error by chance.
+    estimator, held_sigma, held_errors = interval["estimated_error"], sigma[held], errors[held]
     estimator["check_mae"] = float(estimator["mae_scale"] * held_sigma.mean())
     estimator["check_rmse"] = float(np.sqrt(estimator["mse_scale"] * (held_sigma**2).mean()))
+    estimator["check_mae_se"] = float(np.abs(held_errors).std(ddof=1) / np.sqrt(held.size))
+    estimator["check_rmse_se"] = float((held_errors**2).std(ddof=1) / np.sqrt(held.size) / (2.0 * max(check.rmse, 1e-300)))
     return FittedInterval(interval=interval, check=check)

@@ -28,10 +28,11 @@ the estimated MAE is k·Σσ̂/n and the estimated RMSE √(c·Σσ̂²/n). Each
 in quadrature: the draw of the n actuals (variance ρ₁Σσ̂²/n² for the MAE, ρ₂Σσ̂⁴/n² for the MSE) and
 the estimator's own calibration (k's standard error times Σσ̂/n, c's times Σσ̂²/n). The MSE's interval
 is taken on the log scale (its relative standard error), as a mean of squares leans right; the RMSE's
-bounds are the square roots of the MSE's. A partition is flagged `alert` when the interval's low end
-lies more than `estimated_error_tolerance` above the hold-out's held-back MAE (RMSE): the model is
-expected to err more than it did at registration, beyond what that reference's own noise explains;
-`warn` when it lies above the reference by less.
+bounds are the square roots of the MSE's. The reference is the hold-out's held-back MAE (RMSE), itself
+measured on a fifth of the hold-out: its standard error is stored with it. A partition is flagged
+`alert` when the interval's low end lies above the reference by more than `estimated_error_tolerance`
+(relative) and more than that noise at the interval's level: the model is expected to err more than
+it did at registration; `warn` when it lies above the reference's noise only.
 Covariate shift into rows the error model knows to be harder moves the estimate before any actual lands;
 a change of the relation between inputs and actual does not (only the realized error shows it).
 
@@ -423,12 +424,15 @@ def _auc_row(weights: np.ndarray, z: float, holdout: Mapping[str, float] | None)
     return _row("auc", ALL, estimate, max(0.0, min(bounds) - noise), min(1.0, max(bounds) + noise), section=ESTIMATED, rows=rows)
 
 
-def _error_flag(low: float, reference: float | None, tolerance: float) -> str | None:
-    """`alert` when the interval lies more than `tolerance` (relative) above the hold-out's error, `warn`
-    when it lies above it by less, `ok` otherwise; None without an interval or a reference."""
+def _error_flag(low: float, reference: float | None, reference_margin: float, tolerance: float) -> str | None:
+    """`alert` when the interval lies above the hold-out's error by more than `tolerance` (relative) and
+    more than `reference_margin` (the hold-out's own noise at the interval's level), `warn` when it lies
+    above it by more than that noise only, `ok` otherwise; None without an interval or a reference."""
     if reference is None or math.isnan(low) or math.isnan(reference):
         return None
-    return "alert" if low > reference * (1.0 + tolerance) else "warn" if low > reference else "ok"
+    if low > max(reference * (1.0 + tolerance), reference + reference_margin):
+        return "alert"
+    return "warn" if low > reference + reference_margin else "ok"
 
 
 def estimated_error_rows(
@@ -445,8 +449,9 @@ def estimated_error_rows(
     mae_reference, rmse_reference = check.get("mae"), check.get("rmse")
     fitted = interval.get("estimated_error")
     nan = float("nan")
+    z = _z(level)
+    margins = {measure: z * float((fitted or {}).get(f"check_{measure}_se", 0.0)) for measure in ("mae", "rmse")}
     if fitted:
-        z = _z(level)
         mae = fitted["mae_scale"] * s1 / n
         mae_half = z * math.sqrt(fitted["mae_dispersion"] * s2 / n**2 + (fitted["mae_scale_se"] * s1 / n) ** 2)
         mse = fitted["mse_scale"] * s2 / n
@@ -464,7 +469,7 @@ def estimated_error_rows(
         ("mae", mae, mae_bounds, mae_reference), ("rmse", math.sqrt(mse) if mse >= 0 else nan, rmse_bounds, rmse_reference),
     ):
         row = _row(measure, ALL, value, low, high, section=ESTIMATED_ERROR, rows=int(n), reference=reference,
-                   flag=_error_flag(low, reference, tolerance))
+                   flag=_error_flag(low, reference, margins[measure], tolerance))
         row["delta"] = value / reference - 1.0 if reference else None
         rows.append(row)
     return rows

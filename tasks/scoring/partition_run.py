@@ -210,7 +210,7 @@ def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
         values = (health or {}).get(measure)
         if values and all(v == v for v in values):
             rows.append((f"expected {measure.replace('_', ' ')}", f"{values[0]:{fmt}} ({values[1]:{fmt}}–{values[2]:{fmt}})"))
-    for measure, label in (("estimated_mae", "estimated MAE"), ("estimated_rmse", "estimated RMSE")):
+    for measure, label in (("mae", "estimated MAE"), ("rmse", "estimated RMSE")) if summary.forecast is not None else ():
         values = (health or {}).get(measure)
         if values and values[0] is not None and values[0] == values[0]:
             bounds = f" ({values[1]:.4g}–{values[2]:.4g})" if all(v is not None and v == v for v in values[1:]) else ""

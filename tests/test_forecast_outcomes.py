@@ -356,8 +356,16 @@ def test_estimated_errors_are_paired_with_the_realized_ones(project) -> None:
     joined = joined_by_hand(root, day)
     realized = numpy_errors(joined)
     version = joined["model_version"][0]
-    assert stored(DuckDBWarehouse(settings_of(root).duckdb_path), "outcome_estimates").is_empty(), \
-        "the scoring pass estimated no error, so there is nothing to pair"
+    # The scoring pass's own estimates (model_health) paired with what the day's actuals say.
+    warehouse = DuckDBWarehouse(settings_of(root).duckdb_path)
+    health = pl.from_arrow(warehouse.model_health_rows(JOB, day)).filter(pl.col("section") == "estimated_error")
+    pairs = {r["measure"]: r for r in stored(warehouse, "outcome_estimates").filter(pl.col("partition_date") == day).iter_rows(named=True)}
+    assert sorted(pairs) == ["mae", "rmse"] and health.height == 2
+    for row in health.iter_rows(named=True):
+        pair = pairs[row["measure"]]
+        assert (pair["estimate"], pair["low"], pair["high"]) == (row["value"], row["low"], row["high"])
+        assert pair["realized"] == pytest.approx(realized[row["measure"]], rel=1e-9)
+        assert pair["outside"] is not (row["low"] <= realized[row["measure"]] <= row["high"])
 
     def estimates(mae: tuple[float, float], rmse: tuple[float, float]) -> pl.DataFrame:
         return pl.DataFrame([

@@ -8,6 +8,7 @@ monitoring sums.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 SHADOW_SECTIONS = ("summary", "crosstab", "decision_mix", "expected_event_rate", "score_delta", "score_delta_histogram")
-"""The sections of `shadow_comparison`, in the order the page shows them:
+"""The sections of a binary job's `shadow_comparison`, in the order the page shows them:
 - `summary`: `rows_compared`, `rows_flipped` and `rows_failed` (rows: the count; challenger_value: its share of the rows
   compared, or of the rows scored for `rows_failed`);
 - `crosstab`: one row per (champion decision, challenger decision) with rows, and the mean probability under each model;
@@ -26,8 +27,44 @@ SHADOW_SECTIONS = ("summary", "crosstab", "decision_mix", "expected_event_rate",
   champion's count), and `all` for every row;
 - `score_delta`: the challenger's score minus the champion's: `mean`, `mean_abs`, `p01` … `p99` in challenger_value;
 - `score_delta_histogram`: rows per score delta (champion_item)."""
+FORECAST_SHADOW_SECTIONS = ("summary", "crosstab", "decision_mix", "mean_forecast", "mean_interval_width", "forecast_delta")
+"""The sections of a forecast job's `shadow_comparison`: `summary` and `decision_mix` as a binary job's;
+- `crosstab`: one row per (champion decision, challenger decision) with rows, and the mean forecast under each model;
+- `mean_forecast`: per decision, the mean forecast of the rows each model puts there (rows: the champion's count), and
+  `all` for every row;
+- `mean_interval_width`: `all`, the mean width forecast_high − forecast_low of each model's interval;
+- `forecast_delta`: the challenger's forecast minus the champion's, in the target's unit: `mean`, `mean_abs` (exact),
+  `p01` … `p99` (within FORECAST_DELTA_RELATIVE_ERROR of the exact quantile's value) in challenger_value."""
 _DELTA_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 FLIP_EXAMPLES = 20
+
+_DELTA_GAMMA = 1.02
+"""Forecast deltas are counted in buckets (γ^(k−1), γ^k] of their magnitude, per sign (DDSketch's
+log buckets): sums of counts merge exactly in any order, like the score deltas' counts, while a
+delta in a target's own unit has no fixed grid to count it on."""
+FORECAST_DELTA_RELATIVE_ERROR = (_DELTA_GAMMA - 1) / (_DELTA_GAMMA + 1)
+"""How far a forecast delta's reported quantile may lie from the exact one, relative to it (≈ 1 %)."""
+FORECAST_DELTA_ZERO = 1e-9
+"""Deltas smaller than this in magnitude count as 0 (the same forecast up to rounding)."""
+_BUCKET_OFFSET = 1 - math.floor(math.log(FORECAST_DELTA_ZERO) / math.log(_DELTA_GAMMA))
+"""Added to a magnitude's bucket index so that every counted key but 0's is at least 1 in magnitude."""
+
+
+def _delta_keys(delta: np.ndarray) -> np.ndarray:
+    """Each delta's signed bucket key: 0 for |delta| < FORECAST_DELTA_ZERO, ±(k + offset) otherwise, so
+    keys order as the deltas do."""
+    magnitude = np.abs(delta)
+    counted = magnitude >= FORECAST_DELTA_ZERO
+    k = np.ceil(np.log(np.where(counted, magnitude, 1.0)) / math.log(_DELTA_GAMMA)).astype(np.int64)
+    return np.where(counted, np.sign(delta).astype(np.int64) * (k + _BUCKET_OFFSET), 0)
+
+
+def _delta_of_key(key: int) -> float:
+    """The value a bucket stands for: 2γ^k/(γ + 1), within FORECAST_DELTA_RELATIVE_ERROR of every delta in it."""
+    if key == 0:
+        return 0.0
+    k = abs(key) - _BUCKET_OFFSET
+    return math.copysign(2 * _DELTA_GAMMA**k / (_DELTA_GAMMA + 1), key)
 
 
 def _decision_codes(decisions: pa.Array | pa.ChunkedArray | np.ndarray, known: tuple[str, ...]) -> np.ndarray:
@@ -41,14 +78,25 @@ def _decision_codes(decisions: pa.Array | pa.ChunkedArray | np.ndarray, known: t
 
 @dataclass
 class ShadowAccumulator:
-    """Champion × challenger sums of one unit or partition over the rule table's `decisions`."""
+    """Champion × challenger sums of one unit or partition over the rule table's `decisions`: of the
+    calibrated probabilities and scores (a binary job's), or of the forecasts (`forecasts`: a forecast job's)."""
 
     decisions: tuple[str, ...] = ()
+    forecasts: bool = False
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Rows per (champion decision, challenger decision), flattened row-major."""
-    champion_probability: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    challenger_probability: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    champion_estimate: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Sum of the champion's estimate (probability or forecast) per cell of `rows`."""
+    challenger_estimate: np.ndarray = field(default_factory=lambda: np.zeros(0))
     score_deltas: Counter[int] = field(default_factory=Counter)
+    """Rows per score delta (binary jobs)."""
+    forecast_deltas: Counter[int] = field(default_factory=Counter)
+    """Rows per signed bucket of the forecast delta (`_delta_keys`; forecast jobs)."""
+    forecast_delta_sum: float = 0.0
+    forecast_delta_abs_sum: float = 0.0
+    champion_width: float = 0.0
+    """Sum of the champion's interval widths (forecast jobs)."""
+    challenger_width: float = 0.0
     rows_failed: int = 0
     failures: list[str] = field(default_factory=list)
     """Why the challenger did not shadow (it did not load, or a chunk failed), one line each."""
@@ -59,8 +107,8 @@ class ShadowAccumulator:
         cells = len(self.decisions) ** 2
         if self.rows.size != cells:
             self.rows = np.zeros(cells, dtype=np.int64)
-            self.champion_probability = np.zeros(cells)
-            self.challenger_probability = np.zeros(cells)
+            self.champion_estimate = np.zeros(cells)
+            self.challenger_estimate = np.zeros(cells)
 
     def add(self, champion: pa.Table, challenger: pa.Table) -> np.ndarray:
         """Count a chunk's two prediction tables (same rows, same order); the mask of rows whose decision flips."""
@@ -70,12 +118,22 @@ class ShadowAccumulator:
         mine = _decision_codes(champion.column("decision"), self.decisions)
         theirs = _decision_codes(challenger.column("decision"), self.decisions)
         cell = mine * d + theirs
+        estimate = "forecast" if self.forecasts else "probability"
         self.rows += np.bincount(cell, minlength=d * d)
-        self.champion_probability += np.bincount(cell, champion.column("probability").to_numpy(), minlength=d * d)
-        self.challenger_probability += np.bincount(cell, challenger.column("probability").to_numpy(), minlength=d * d)
-        delta = challenger.column("score").to_numpy().astype(np.int64) - champion.column("score").to_numpy().astype(np.int64)
-        values, counts = np.unique(delta, return_counts=True)
-        self.score_deltas.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+        self.champion_estimate += np.bincount(cell, champion.column(estimate).to_numpy(), minlength=d * d)
+        self.challenger_estimate += np.bincount(cell, challenger.column(estimate).to_numpy(), minlength=d * d)
+        if self.forecasts:
+            delta = challenger.column("forecast").to_numpy() - champion.column("forecast").to_numpy()
+            self.forecast_deltas.update(_counted(_delta_keys(delta)))
+            self.forecast_delta_sum += float(delta.sum())
+            self.forecast_delta_abs_sum += float(np.abs(delta).sum())
+            self.champion_width += float((champion.column("forecast_high").to_numpy() - champion.column("forecast_low").to_numpy()).sum())
+            self.challenger_width += float(
+                (challenger.column("forecast_high").to_numpy() - challenger.column("forecast_low").to_numpy()).sum()
+            )
+        else:
+            delta = challenger.column("score").to_numpy().astype(np.int64) - champion.column("score").to_numpy().astype(np.int64)
+            self.score_deltas.update(_counted(delta))
         flipped = mine != theirs
         if len(self.examples) < FLIP_EXAMPLES and flipped.any():
             first = np.flatnonzero(flipped)[: FLIP_EXAMPLES - len(self.examples)]
@@ -87,15 +145,28 @@ class ShadowAccumulator:
         self.failures.append(why)
 
     def merge(self, other: ShadowAccumulator) -> None:
-        if other.decisions != self.decisions:
-            raise ValueError(f"cannot merge shadow sums over decisions {other.decisions} into {self.decisions}")
+        if other.decisions != self.decisions or other.forecasts != self.forecasts:
+            raise ValueError(
+                f"cannot merge shadow sums over decisions {other.decisions} (forecasts: {other.forecasts}) into "
+                f"{self.decisions} (forecasts: {self.forecasts})"
+            )
         self.rows += other.rows
-        self.champion_probability += other.champion_probability
-        self.challenger_probability += other.challenger_probability
+        self.champion_estimate += other.champion_estimate
+        self.challenger_estimate += other.challenger_estimate
         self.score_deltas.update(other.score_deltas)
+        self.forecast_deltas.update(other.forecast_deltas)
+        self.forecast_delta_sum += other.forecast_delta_sum
+        self.forecast_delta_abs_sum += other.forecast_delta_abs_sum
+        self.champion_width += other.champion_width
+        self.challenger_width += other.challenger_width
         self.rows_failed += other.rows_failed
         self.failures += other.failures
         self.examples = (self.examples + other.examples)[:FLIP_EXAMPLES]
+
+
+def _counted(values: np.ndarray) -> dict[int, int]:
+    keys, counts = np.unique(values, return_counts=True)
+    return dict(zip(keys.tolist(), counts.tolist(), strict=True))
 
 
 def flipped_rows(champion: pa.Table, challenger: pa.Table, flipped: np.ndarray) -> pa.Table:
@@ -118,18 +189,18 @@ def flipped_rows(champion: pa.Table, challenger: pa.Table, flipped: np.ndarray) 
     })
 
 
-def _quantile(deltas: Counter[int], q: float) -> float:
-    values = np.array(sorted(deltas), dtype=np.float64)
+def _quantile(deltas: Counter[int], q: float) -> int:
+    """The inverted CDF (numpy's "inverted_cdf") of counted keys: the smallest key with at least q of the rows at or below it."""
+    values = np.array(sorted(deltas), dtype=np.int64)
     counts = np.array([deltas[int(v)] for v in values], dtype=np.float64)
     cumulative = np.cumsum(counts)
-    # The inverted CDF (numpy's "inverted_cdf"): the smallest delta with at least q of the rows at or below it.
-    return float(values[np.searchsorted(cumulative, q * cumulative[-1], side="left")])
+    return int(values[np.searchsorted(cumulative, q * cumulative[-1], side="left")])
 
 
 def shadow_comparison_rows(
     acc: ShadowAccumulator, *, champion_version: str, challenger_version: str | None, rows_scored: int
 ) -> list[dict[str, Any]]:
-    """The partition's `shadow_comparison` rows (sections: SHADOW_SECTIONS)."""
+    """The partition's `shadow_comparison` rows (sections: SHADOW_SECTIONS, or FORECAST_SHADOW_SECTIONS for a forecast job)."""
     d = len(acc.decisions)
     rows = acc.rows.reshape(d, d)
     compared = int(rows.sum())
@@ -147,8 +218,8 @@ def shadow_comparison_rows(
     ]
     if not compared:
         return out
-    p_mine = acc.champion_probability.reshape(d, d)
-    p_theirs = acc.challenger_probability.reshape(d, d)
+    p_mine = acc.champion_estimate.reshape(d, d)
+    p_theirs = acc.challenger_estimate.reshape(d, d)
     for i, mine in enumerate(acc.decisions):
         for j, theirs in enumerate(acc.decisions):
             if rows[i, j]:
@@ -156,18 +227,26 @@ def shadow_comparison_rows(
     by_mine, by_theirs = rows.sum(axis=1), rows.sum(axis=0)
     for i, decision in enumerate(acc.decisions):
         out.append(row("decision_mix", decision, decision, compared, by_mine[i] / compared, by_theirs[i] / compared))
+    means = "mean_forecast" if acc.forecasts else "expected_event_rate"
     for i, decision in enumerate(acc.decisions):
         out.append(row(
-            "expected_event_rate", decision, decision, by_mine[i],
+            means, decision, decision, by_mine[i],
             p_mine[i].sum() / by_mine[i] if by_mine[i] else None, p_theirs[:, i].sum() / by_theirs[i] if by_theirs[i] else None,
         ))
-    out.append(row("expected_event_rate", "all", "all", compared, p_mine.sum() / compared, p_theirs.sum() / compared))
+    out.append(row(means, "all", "all", compared, p_mine.sum() / compared, p_theirs.sum() / compared))
+    quantiles = [(f"p{round(q * 100):02d}", q) for q in _DELTA_QUANTILES]
+    if acc.forecasts:
+        out.append(row("mean_interval_width", "all", "all", compared, acc.champion_width / compared, acc.challenger_width / compared))
+        out.append(row("forecast_delta", "mean", "mean", compared, None, acc.forecast_delta_sum / compared))
+        out.append(row("forecast_delta", "mean_abs", "mean_abs", compared, None, acc.forecast_delta_abs_sum / compared))
+        out += [row("forecast_delta", name, name, compared, None, _delta_of_key(_quantile(acc.forecast_deltas, q))) for name, q in quantiles]
+        return out
     deltas = acc.score_deltas
     total = sum(deltas.values())
     mean = sum(v * n for v, n in deltas.items()) / total
     out.append(row("score_delta", "mean", "mean", total, None, mean))
     out.append(row("score_delta", "mean_abs", "mean_abs", total, None, sum(abs(v) * n for v, n in deltas.items()) / total))
-    out += [row("score_delta", f"p{round(q * 100):02d}", f"p{round(q * 100):02d}", total, None, _quantile(deltas, q)) for q in _DELTA_QUANTILES]
+    out += [row("score_delta", name, name, total, None, float(_quantile(deltas, q))) for name, q in quantiles]
     out += [row("score_delta_histogram", str(v), str(v), n, None, None) for v, n in sorted(deltas.items())]
     return out
 

@@ -320,9 +320,13 @@ def _plots_section(
 
 def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, Any]]) -> str:
     """Champion against challenger: flipped rows, the decision crosstab, each decision's share and
-    expected event rate under both, the score delta, and the first flipped rows with both reasons."""
+    expected event rate (a forecast job: mean forecast) under both, the score (forecast) delta, and the
+    first flipped rows with both reasons."""
     if not rows:
         return ""
+    forecasts = any(r["section"] == "forecast_delta" for r in rows)
+    means, delta_section = ("mean_forecast", "forecast_delta") if forecasts else ("expected_event_rate", "score_delta")
+    mean_text = _fmt if forecasts else _pct
     summary = {r["champion_item"]: r for r in rows if r["section"] == "summary"}
     first = rows[0]
     compared, flipped, failed = (summary[k]["rows"] for k in ("rows_compared", "rows_flipped", "rows_failed"))
@@ -332,21 +336,23 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
         f"<tr><th>{_e(mine)}</th>" + "".join(_cell(cells.get((mine, theirs), 0)) for theirs in decisions) + "</tr>"
         for mine in decisions
     ]
-    by_decision = {(r["section"], r["champion_item"]): r for r in rows if r["section"] in ("decision_mix", "expected_event_rate")}
+    by_decision = {(r["section"], r["champion_item"]): r for r in rows if r["section"] in ("decision_mix", means)}
     mix = [
         "<tr>" + _cell(d) + f'<td class="n">{_e(_pct(by_decision[("decision_mix", d)]["champion_value"]))}</td>'
         + f'<td class="n">{_e(_pct(by_decision[("decision_mix", d)]["challenger_value"]))}</td>'
-        + f'<td class="n">{_e(_pct(by_decision[("expected_event_rate", d)]["champion_value"]))}</td>'
-        + f'<td class="n">{_e(_pct(by_decision[("expected_event_rate", d)]["challenger_value"]))}</td></tr>'
+        + f'<td class="n">{_e(mean_text(by_decision[(means, d)]["champion_value"]))}</td>'
+        + f'<td class="n">{_e(mean_text(by_decision[(means, d)]["challenger_value"]))}</td></tr>'
         for d in decisions if ("decision_mix", d) in by_decision
     ]
-    delta = ["<tr>" + _cell(r["champion_item"]) + _cell(r["challenger_value"]) + "</tr>" for r in rows if r["section"] == "score_delta"]
+    delta = ["<tr>" + _cell(r["champion_item"]) + _cell(r["challenger_value"]) + "</tr>" for r in rows if r["section"] == delta_section]
+    estimate = "forecast" if forecasts else "score"
     flips = [
         "<tr>" + _cell(x["entity_id"]) + _cell(x["champion_decision"]) + _cell(x["challenger_decision"])
-        + _cell(x["champion_score"]) + _cell(x["challenger_score"]) + _cell(", ".join(x["champion_reason_codes"] or []))
+        + _cell(x[f"champion_{estimate}"]) + _cell(x[f"challenger_{estimate}"]) + _cell(", ".join(x["champion_reason_codes"] or []))
         + _cell(", ".join(x["challenger_reason_codes"] or [])) + "</tr>"
         for x in examples
     ]
+    mean_name = "mean forecast" if forecasts else "expected event rate"
     share = f"{flipped / compared:.2%}" if compared else "n/a"
     return (
         "<h2>Champion and challenger</h2>"
@@ -354,14 +360,14 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
         f"scored the same {compared} rows as a shadow and would flip <b>{flipped}</b> decisions ({share}). "
         f"Rows the challenger could not score: {failed}.</p>"
         '<p class="muted">Tables <code>shadow_comparison</code>, <code>decision_flips</code> (every flipped row) and '
-        "<code>shadow_predictions</code>; nothing the challenger computes drives a decision.</p>"
+        f"<code>{'shadow_forecasts' if forecasts else 'shadow_predictions'}</code>; nothing the challenger computes drives a decision.</p>"
         + "<h3>Decisions: champion (rows) × challenger (columns)</h3>"
         + _table(["champion \\ challenger", *decisions], crosstab)
-        + _table(["decision", "share (champion)", "share (challenger)", "expected event rate (champion)",
-                  "expected event rate (challenger)"], mix)
-        + "<h3>Score delta (challenger − champion)</h3>" + _table(["statistic", "delta"], delta)
+        + _table(["decision", "share (champion)", "share (challenger)", f"{mean_name} (champion)", f"{mean_name} (challenger)"], mix)
+        + f"<h3>{estimate.capitalize()} delta (challenger − champion)</h3>" + _table(["statistic", "delta"], delta)
         + "<h3>First flipped rows</h3>"
-        + _table(["entity", "champion", "challenger", "champion score", "challenger score", "champion reasons", "challenger reasons"], flips)
+        + _table(["entity", "champion", "challenger", f"champion {estimate}", f"challenger {estimate}", "champion reasons",
+                  "challenger reasons"], flips)
     )
 
 

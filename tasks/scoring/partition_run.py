@@ -293,7 +293,7 @@ def model_health_artifact(rows: list[dict], *, job: str, partition_date: dt.date
 
 def shadow_artifact(rows: list[dict], examples: list[dict], *, job: str, partition_date: dt.date) -> Artifact:
     """Champion against challenger on the run's partition: the crosstab, decision mix and expected event
-    rates, the score delta, then the first flipped rows with both reason codes."""
+    rates (mean forecasts), the score delta (forecast delta), then the first flipped rows with both reason codes."""
     headline = shadow_headline(rows)
     shown = [
         {"section": r["section"], "champion": r["champion_item"], "challenger": r["challenger_item"], "rows": r["rows"],
@@ -301,19 +301,26 @@ def shadow_artifact(rows: list[dict], examples: list[dict], *, job: str, partiti
          "challenger_value": "—" if r["challenger_value"] is None else f"{r['challenger_value']:.4g}"}
         for r in rows if r["section"] != "score_delta_histogram"
     ]
+
+    def estimate(x: dict, side: str) -> str:
+        # A binary job's flipped row carries scores, a forecast job's forecasts.
+        return str(x[f"{side}_score"]) if x[f"{side}_score"] is not None else f"{x[f'{side}_forecast']:.4g}"
+
     shown += [
-        {"section": "flipped_row", "champion": f"{x['champion_decision']} ({x['champion_score']}; {', '.join(x['champion_reason_codes'] or [])})",
-         "challenger": f"{x['challenger_decision']} ({x['challenger_score']}; {', '.join(x['challenger_reason_codes'] or [])})",
+        {"section": "flipped_row",
+         "champion": f"{x['champion_decision']} ({estimate(x, 'champion')}; {', '.join(x['champion_reason_codes'] or [])})",
+         "challenger": f"{x['challenger_decision']} ({estimate(x, 'challenger')}; {', '.join(x['challenger_reason_codes'] or [])})",
          "rows": 1, "champion_value": x["entity_id"], "challenger_value": ""}
         for x in examples
     ]
     share = headline["flipped_share"]
+    shadow_table = "shadow_forecasts" if any(r["section"] == "forecast_delta" for r in rows) else "shadow_predictions"
     return Artifact(
         artifact_key("champion-challenger", job),
         f"Champion {rows[0]['champion_version']} against challenger {headline['challenger_version'] or '(not loaded)'} on {job} "
         f"{partition_date}: {headline['rows_flipped']} of {headline['rows_compared']} decisions would flip"
         + (f" ({share:.2%})" if share is not None else "") + f"; challenger failed on {headline['rows_failed']} rows "
-        "(tables shadow_comparison, decision_flips, shadow_predictions)",
+        f"(tables shadow_comparison, decision_flips, {shadow_table})",
         table=shown,
     )
 

@@ -76,17 +76,24 @@ class PredictionPlan:
         """The rule table's decisions, each once, in rule order."""
         return tuple(dict.fromkeys(r.decision for r in self.config.rules))
 
+    @property
+    def forecasts(self) -> bool:
+        """Whether the job forecasts a quantity (its estimates are forecasts, not calibrated probabilities)."""
+        return isinstance(self.estimate_map, ForecastMap)
+
 
 @dataclass(frozen=True)
 class ChallengerPlan:
-    """The challenger's side of the prediction: its own calibration and contributions, the job's rules and
-    reason wording (banded on the champion's training medians, so both models' reasons read alike; a
-    challenger without some of the job's inputs would have no median of them to band on)."""
+    """The challenger's side of the prediction: its own calibration (binary jobs) or its own conformal
+    interval on its own error model's expected errors (forecast jobs), its own contributions, the job's
+    rules and reason wording (banded on the champion's training medians, so both models' reasons read
+    alike; a challenger without some of the job's inputs would have no median of them to band on)."""
 
     named: str
     """The alias or version the job named it by (`model.challenger`)."""
     version: str
-    probability_map: ProbabilityMap
+    estimate_map: ProbabilityMap | ForecastMap
+    """The challenger's own calibration or conformal interval, at the spec's level (`predict_estimate_map`)."""
 
 
 @dataclass(frozen=True)
@@ -253,10 +260,17 @@ def _with_challenger(prepared: PreparedJob, settings: Settings) -> PreparedJob:
         missing = [f for f in meta.features if f not in prepared.model_features]
         if missing:
             raise FeatureVersionMismatch(f"challenger {meta.name} {meta.version} takes features the job does not compute: {missing}")
-        plan = ChallengerPlan(
-            named=spec.model.challenger, version=meta.version,
-            probability_map=ProbabilityMap(predict_calibrator_from_metadata(meta.calibration), spec.prediction.interval_level),
-        )
+        if (meta.target == "binary") != (spec.target.kind == "binary"):
+            registered = "a binary classifier" if meta.target == "binary" else f"a {meta.target} forecast model"
+            raise ModelArtifactError(
+                f"challenger {meta.name} {meta.version} was registered as {registered}, but job {spec.name} is "
+                f"{'binary' if spec.target.kind == 'binary' else f'a {spec.target.kind} forecast job'}: register a model of the job's kind"
+            )
+        if spec.target.forecasts and (not meta.interval or challenger.error_model is None):
+            raise ModelArtifactError(
+                f"challenger {meta.name} {meta.version} has no conformal interval or error model; register it again with score register"
+            )
+        plan = ChallengerPlan(named=spec.model.challenger, version=meta.version, estimate_map=predict_estimate_map(meta, spec))
     except (ScoringError, ValueError) as exc:
         if spec.model.challenger_failure == "fail":
             raise

@@ -183,7 +183,7 @@ def _merged_shadow(
     """The units' champion × challenger sums and the challenger's failures; None when the job names no challenger."""
     if prepared.spec.model.challenger is None:
         return None
-    shadow = ShadowAccumulator(prepared.prediction_plan.decisions)
+    shadow = ShadowAccumulator(prepared.prediction_plan.decisions, forecasts=prepared.spec.target.forecasts)
     for prediction in sorted(predictions, key=lambda u: u.unit_id):
         if prediction.shadow is not None:
             shadow.merge(prediction.shadow)

@@ -31,7 +31,7 @@ from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
 from tasks.inference.engine import InferenceEngine
-from tasks.catalog import DECISION_FLIPS, SHADOW_PREDICTIONS
+from tasks.catalog import DECISION_FLIPS, SHADOW_FORECASTS, SHADOW_PREDICTIONS
 from tasks.monitoring.decisions import prediction_groups
 from tasks.monitoring.health import HealthAccumulator, attribution_sample, attribution_share
 from tasks.monitoring.shadow import ShadowAccumulator, flipped_rows
@@ -360,11 +360,12 @@ Shadow = tuple[DecidedChunk, FeatureContributions]
 
 def _shadow_of_chunk(prepared: PreparedJob, full: InferenceInput, result: UnitInference) -> Shadow | None:
     """The challenger's pass over the chunk the champion just scored: the same model inputs (its own
-    columns of them), its own calibration, the same rules. A failure is counted, not raised, unless
-    the spec says a failing challenger fails the run."""
+    columns of them), its own calibration (or its own error model and conformal interval), the same
+    rules. A failure is counted, not raised, unless the spec says a failing challenger fails the run."""
     if prepared.challenger is None:
         return None
-    plan, engine = prepared.prediction_plan, prepared.challenger.engine
+    plan, challenger = prepared.prediction_plan, prepared.challenger
+    engine = challenger.engine
     columns = prepared.challenger_columns
     inputs = full if np.array_equal(columns, np.arange(full.features.shape[1])) else InferenceInput(
         chunk_id=full.chunk_id, entity_ids=full.entity_ids, features=np.ascontiguousarray(full.features[:, columns]),
@@ -372,7 +373,7 @@ def _shadow_of_chunk(prepared: PreparedJob, full: InferenceInput, result: UnitIn
     )
 
     def decided_and_explained() -> Shadow:
-        decided = predict_decided_chunk(engine.inference_outputs(inputs), plan.challenger.probability_map, plan.config)
+        decided = predict_decided_chunk(challenger.inference_outputs(inputs), plan.challenger.estimate_map, plan.config)
         decided, contributions, _ = _explained_chunk(engine, inputs, decided, plan.config.reasons.top_k)
         return decided, contributions
 
@@ -436,7 +437,8 @@ def _unit_inference(prepared: PreparedJob, unit_id: int) -> UnitInference:
 
 def _unit_prediction(plan: PredictionPlan, unit_id: int) -> UnitPrediction:
     return UnitPrediction(
-        unit_id, drift=plan.estimate_drift(), shadow=ShadowAccumulator(plan.decisions) if plan.challenger is not None else None,
+        unit_id, drift=plan.estimate_drift(),
+        shadow=ShadowAccumulator(plan.decisions, forecasts=plan.forecasts) if plan.challenger is not None else None,
     )
 
 
@@ -445,7 +447,8 @@ def _shadow_predicted_chunk(
     dirs: OutputDirs,
 ) -> None:
     """The challenger's chunk in the prediction contract (plus the alias it was named by), staged as
-    shadow predictions; the rows whose decision it flips staged beside; both counted into `result.shadow`."""
+    shadow predictions (shadow forecasts for a forecast job); the rows whose decision it flips staged
+    beside; both counted into `result.shadow`."""
     decided, contributions = shadow
     chunk_id = decided.inference.chunk_id
     table = predict_output(
@@ -453,8 +456,9 @@ def _shadow_predicted_chunk(
         run_id=run_id, job=plan.job, partition_date=partition_date, feature_version=plan.feature_version,
         reason_texts=plan.reason_texts,
     ).table
-    table = table.append_column(SHADOW_PREDICTIONS.schema.field("alias"), pa.array([plan.challenger.named] * table.num_rows, pa.string()))
-    write_staged_chunk(dirs.shadow_predictions, run_id, chunk_id, table)
+    dataset = SHADOW_FORECASTS if decided.forecast is not None else SHADOW_PREDICTIONS
+    table = table.append_column(dataset.schema.field("alias"), pa.array([plan.challenger.named] * table.num_rows, pa.string()))
+    write_staged_chunk(dirs.of(dataset), run_id, chunk_id, table)
     flipped = result.shadow.add(champion, table)
     if flipped.any():
         flips = flipped_rows(champion, table, flipped)

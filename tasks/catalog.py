@@ -484,8 +484,9 @@ SHADOW_OUTCOMES = Dataset(
     ),
     table="shadow_outcomes", keys=(*PARTITION_KEY, "measure"), partitioned=True,
 )
-"""Champion and challenger against the same labelled rows: realized AUC, Brier and ECE of each, the
-challenger's paired difference with its bootstrap interval, and a plain-language recommendation."""
+"""Champion and challenger against the same labelled rows: realized AUC, Brier and ECE of each (a forecast
+job's: MAE, RMSE, interval coverage and its distance to the level, `events` null), the challenger's paired
+difference with its bootstrap interval, and a plain-language recommendation."""
 
 PARTITION_DATASETS: tuple[Dataset, ...] = (
     PREDICTIONS, FORECASTS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS, MODEL_HEALTH,

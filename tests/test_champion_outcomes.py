@@ -19,7 +19,9 @@ from scipy.special import expit
 from scipy.stats import mannwhitneyu, rankdata
 
 from tasks.monitoring import champion_outcomes
-from tasks.monitoring.champion_outcomes import MEASURES, ModelComparison, compared_models
+from tasks.monitoring.champion_outcomes import (
+    FORECAST_MEASURES, MEASURES, ForecastRows, ModelComparison, compared_forecasts, compared_models,
+)
 from tasks.settings import PROJECT_ROOT
 
 # --- independent references ----------------------------------------------------------------------
@@ -381,3 +383,128 @@ def test_importing_loads_no_heavy_library() -> None:
     result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+# --- forecast jobs: MAE, RMSE and interval coverage --------------------------------------------------
+
+
+def poisson_rows(n: int, seed: int, *, champion_noise: float, challenger_noise: float,
+                 champion_width: float = 1.645, challenger_width: float = 1.645) -> tuple[np.ndarray, ForecastRows, ForecastRows]:
+    """Counts ~ Poisson(μ); each model forecasts μ times lognormal noise, with the interval f ± width·√f (clipped at 0)."""
+    rng = np.random.default_rng(seed)
+    mu = np.exp(rng.normal(1.0, 0.6, n))
+    y = rng.poisson(mu).astype(np.float64)
+
+    def model(noise: float, width: float) -> ForecastRows:
+        f = mu * np.exp(rng.normal(0.0, noise, n))
+        return ForecastRows(f, np.maximum(f - width * np.sqrt(f), 0.0), f + width * np.sqrt(f))
+
+    return y, model(champion_noise, champion_width), model(challenger_noise, challenger_width)
+
+
+def forecast_measures_reference(y: np.ndarray, model: ForecastRows, level: float) -> np.ndarray:
+    error = [float(a) - float(f) for a, f in zip(y, model.forecast)]
+    covered = sum(1 for a, lo, hi in zip(y, model.low, model.high) if lo <= a <= hi) / y.size
+    return np.array([sum(abs(e) for e in error) / y.size, math.sqrt(sum(e * e for e in error) / y.size), covered, abs(covered - level)])
+
+
+def test_forecast_measures_match_a_row_by_row_computation() -> None:
+    y, champion, challenger = poisson_rows(1500, seed=1, champion_noise=0.2, challenger_noise=0.1)
+    result = compared_forecasts(y, champion, challenger, interval_level=0.9, resamples=50)
+    assert result.measures == FORECAST_MEASURES and result.events is None and result.rows == 1500
+    for side, model in (("champion", champion), ("challenger", challenger)):
+        np.testing.assert_allclose([getattr(result, side)[m] for m in FORECAST_MEASURES], forecast_measures_reference(y, model, 0.9),
+                                   rtol=1e-12)
+    rows = result.rows_long()
+    assert [r["measure"] for r in rows] == list(FORECAST_MEASURES)
+    for r in rows:
+        assert r["delta_low"] <= r["delta"] <= r["delta_high"] and r["delta"] == pytest.approx(r["challenger"] - r["champion"], abs=1e-15)
+    json.dumps(rows)
+
+
+def test_a_more_accurate_challenger_is_promoted_and_a_worse_one_is_not() -> None:
+    y, champion, challenger = poisson_rows(4000, seed=2, champion_noise=0.35, challenger_noise=0.05)
+    result = compared_forecasts(y, champion, challenger, interval_level=0.9)
+    assert result.better["mae"] == result.better["rmse"] == "challenger"
+    assert result.recommendation.startswith("promote the challenger: its MAE is lower by"), result.recommendation
+    swapped = compared_forecasts(y, challenger, champion, interval_level=0.9)
+    assert swapped.better["mae"] == "champion"
+    assert swapped.recommendation.startswith("keep the champion: the challenger's MAE is higher by"), swapped.recommendation
+
+
+def test_coverage_is_judged_by_its_distance_to_the_level_not_by_more_coverage() -> None:
+    """Same forecasts; the champion's interval is too narrow, the challenger's about right, a third one far too wide."""
+    y, base, _ = poisson_rows(4000, seed=3, champion_noise=0.05, challenger_noise=0.05)
+    f = base.forecast
+    narrow, right, wide = (ForecastRows(f, np.maximum(f - w * np.sqrt(f), 0), f + w * np.sqrt(f)) for w in (0.8, 1.6, 4.0))
+    result = compared_forecasts(y, narrow, right, interval_level=0.9)
+    assert result.champion["coverage"] < 0.8 and abs(result.challenger["coverage"] - 0.9) < 0.03
+    assert result.better["mae"] == "undecided" and result.delta["mae"] == 0.0
+    assert result.better["coverage"] == result.better["coverage_miss"] == "challenger"
+    assert result.recommendation.startswith("no clear difference in MAE on 4 000 labelled rows")
+    assert "the challenger's interval coverage" in result.recommendation and "closer to the 90% level" in result.recommendation
+    # Wider than the level asks covers more, and is further from it: the challenger's coverage is worse.
+    over = compared_forecasts(y, right, wide, interval_level=0.9)
+    assert over.delta["coverage"] > 0 and over.better["coverage"] == "champion"
+    assert over.recommendation.startswith("keep the champion: the challenger's interval coverage")
+    assert "further from the 90% level" in over.recommendation
+
+
+def test_the_forecast_interval_agrees_with_a_plain_row_resampling_bootstrap() -> None:
+    y, champion, challenger = poisson_rows(3000, seed=4, champion_noise=0.2, challenger_noise=0.18)
+    level = 0.9
+    result = compared_forecasts(y, champion, challenger, interval_level=0.9, level=level, resamples=400, seed=4)
+    rng = np.random.default_rng(5)
+    deltas = []
+    for _ in range(300):
+        i = rng.integers(0, y.size, y.size)
+        deltas.append(forecast_measures_reference(y[i], ForecastRows(*(v[i] for v in challenger)), 0.9)
+                      - forecast_measures_reference(y[i], ForecastRows(*(v[i] for v in champion)), 0.9))
+    low, high = np.quantile(np.array(deltas), [(1 - level) / 2, (1 + level) / 2], axis=0)
+    for k, m in enumerate(FORECAST_MEASURES[:3]):
+        width, reference_width = result.delta_high[m] - result.delta_low[m], high[k] - low[k]
+        assert 0.75 < width / reference_width < 1.33, (m, width, reference_width)
+        assert abs((result.delta_high[m] + result.delta_low[m]) / 2 - (high[k] + low[k]) / 2) < 0.25 * reference_width, m
+
+
+def test_the_forecast_delta_interval_covers_zero_when_models_are_equally_good() -> None:
+    covered = 0
+    datasets = 120
+    for seed in range(datasets):
+        y, champion, challenger = poisson_rows(800, seed=500 + seed, champion_noise=0.2, challenger_noise=0.2)
+        result = compared_forecasts(y, champion, challenger, interval_level=0.9, level=0.9, resamples=200, seed=seed)
+        covered += result.delta_low["mae"] <= 0.0 <= result.delta_high["mae"]
+    assert 0.80 <= covered / datasets <= 0.97, covered
+
+
+def test_forecast_subsampling_and_degenerate_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    y, champion, challenger = poisson_rows(20_000, seed=6, champion_noise=0.2, challenger_noise=0.19)
+    full = compared_forecasts(y, champion, challenger, interval_level=0.9, seed=1)
+    monkeypatch.setattr(champion_outcomes, "BOOTSTRAP_ROWS", 4000)
+    sub = compared_forecasts(y, champion, challenger, interval_level=0.9, seed=1)
+    assert sub.delta == full.delta
+    for m in ("mae", "rmse", "coverage"):
+        assert 0.7 < (sub.delta_high[m] - sub.delta_low[m]) / (full.delta_high[m] - full.delta_low[m]) < 1.4, m
+    monkeypatch.undo()
+    assert compared_forecasts(y, champion, challenger, interval_level=0.9, seed=1) == full
+
+    empty = ForecastRows(np.array([]), np.array([]), np.array([]))
+    none = compared_forecasts(np.array([]), empty, empty, interval_level=0.9)
+    assert none.rows == 0 and math.isnan(none.champion["mae"]) and none.recommendation.startswith("no labelled rows")
+    few = compared_forecasts(y[:3], ForecastRows(*(v[:3] for v in champion)), ForecastRows(*(v[:3] for v in challenger)), interval_level=0.9)
+    assert all(b == "undecided" for b in few.better.values()) and few.recommendation.startswith("only 3 labelled rows")
+
+
+@pytest.mark.parametrize(
+    ("actual", "champion", "challenger", "message"),
+    [
+        ([1.0, np.nan], ([1, 1], [0, 0], [2, 2]), ([1, 1], [0, 0], [2, 2]), "actuals must be finite numbers; 1 are not"),
+        ([1.0, 2.0], ([1, 1], [0, 0], [2, 2]), ([1], [0], [2]), "challenger forecast has 1 values but there are 2 actuals"),
+        ([1.0, 2.0], ([1, 1], [0, 3], [2, 2]), ([1, 1], [0, 0], [2, 2]), "champion interval has low above high on 1 rows"),
+        ([1.0, 2.0], ([1, np.inf], [0, 0], [2, 2]), ([1, 1], [0, 0], [2, 2]), "champion forecast must be finite numbers"),
+    ],
+)
+def test_bad_forecast_inputs_are_refused_by_name(actual, champion, challenger, message) -> None:
+    arrays = [ForecastRows(*(np.array(v, dtype=np.float64) for v in side)) for side in (champion, challenger)]
+    with pytest.raises(ValueError, match=message):
+        compared_forecasts(np.array(actual), *arrays, interval_level=0.9)

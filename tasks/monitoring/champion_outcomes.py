@@ -2,11 +2,13 @@
 champion model scored and a challenger shadow-scored, which one held up better, and is the
 difference larger than the noise of the labels?
 
-Both models are measured on the same rows (same order): AUC (higher is better), the Brier score and
-the expected calibration error (lower is better). The difference challenger − champion of each
-measure gets a paired bootstrap interval: each resample weighs the rows once and both models are
-measured under the same weights, so what the two models share (the hard rows, the easy rows) cancels
-in the difference and the interval is that of the difference, not of two separate measures.
+Both models are measured on the same rows (same order). A binary job's (`compared_models`): AUC
+(higher is better), the Brier score and the expected calibration error (lower is better). A forecast
+job's (`compared_forecasts`): MAE and RMSE (lower is better) and the interval's coverage (better
+closer to the interval's level). The difference challenger − champion of each measure gets a paired
+bootstrap interval: each resample weighs the rows once and both models are measured under the same
+weights, so what the two models share (the hard rows, the easy rows) cancels in the difference and
+the interval is that of the difference, not of two separate measures.
 
 Pure numpy: importing this module loads neither scipy.stats nor anything heavier.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,8 +25,14 @@ from tasks.monitoring.measures import brier_score, exact_auc
 
 MEASURES = ("auc", "brier", "ece")
 """The measures compared, in report order."""
-HIGHER_IS_BETTER = {"auc": True, "brier": False, "ece": False}
-MEASURE_NAMES = {"auc": "AUC", "brier": "Brier score", "ece": "ECE"}
+FORECAST_MEASURES = ("mae", "rmse", "coverage", "coverage_miss")
+"""A forecast job's measures, in report order: `coverage` is the share of actuals inside the model's interval,
+`coverage_miss` its distance |coverage − interval level|, whose difference decides which coverage is better."""
+HIGHER_IS_BETTER = {"auc": True, "brier": False, "ece": False, "mae": False, "rmse": False, "coverage_miss": False}
+MEASURE_NAMES = {
+    "auc": "AUC", "brier": "Brier score", "ece": "ECE", "mae": "MAE", "rmse": "RMSE", "coverage": "interval coverage",
+    "coverage_miss": "interval coverage miss",
+}
 
 BOOTSTRAP_ROWS = 200_000
 """At most this many rows take part in the bootstrap (a class-stratified random subset beyond)."""
@@ -49,14 +58,15 @@ _POISSON_TABLE = _poisson_table()
 
 @dataclass(frozen=True)
 class ModelComparison:
-    """Champion against challenger on `rows` labelled rows, `events` of them events.
+    """Champion against challenger on `rows` labelled rows, `events` of them events (None for forecasts).
 
     `delta` = challenger − champion per measure, `delta_low`/`delta_high` its bootstrap interval;
-    `better` names the model a measure decides for ("undecided" while the interval holds 0 or is NaN).
+    `better` names the model a measure decides for ("undecided" while the interval holds 0 or is NaN;
+    for `coverage`, the verdict of `coverage_miss`).
     """
 
     rows: int
-    events: int
+    events: int | None
     champion: dict[str, float]
     challenger: dict[str, float]
     delta: dict[str, float]
@@ -65,6 +75,8 @@ class ModelComparison:
     better: dict[str, str]
     recommendation: str
     level: float = 0.95
+    measures: tuple[str, ...] = MEASURES
+    """MEASURES (a binary job's) or FORECAST_MEASURES."""
 
     def rows_long(self) -> list[dict]:
         """One row per measure: measure, champion, challenger, delta, delta_low, delta_high, better."""
@@ -78,7 +90,7 @@ class ModelComparison:
                 "delta_high": self.delta_high[m],
                 "better": self.better[m],
             }
-            for m in MEASURES
+            for m in self.measures
         ]
 
 
@@ -408,4 +420,209 @@ def compared_models(
         better=better,
         recommendation=_recommendation(rows, events, delta, low, high, better, level),
         level=level,
+    )
+
+
+# --- forecast jobs ---------------------------------------------------------------------------------
+
+
+class ForecastRows(NamedTuple):
+    """One model's forecasts of the labelled rows and its interval's bounds, on the target's scale."""
+
+    forecast: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+def _checked_numbers(values: np.ndarray, name: str, rows: int | None) -> np.ndarray:
+    x = np.asarray(values)
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {x.shape}")
+    if rows is not None and x.size != rows:
+        raise ValueError(f"{name} has {x.size} values but there are {rows} actuals: they must be the same rows")
+    if x.size and not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+        raise ValueError(f"{name} must be numbers, got dtype {x.dtype}")
+    x = x.astype(np.float64)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        raise ValueError(f"{name} must be finite numbers; {int(bad.sum())} are not, e.g. {x[bad][:5].tolist()}")
+    return x
+
+
+def _checked_forecasts(rows_of: ForecastRows, name: str, rows: int) -> ForecastRows:
+    parts = zip(("forecast", "low", "high"), rows_of, strict=True)
+    checked = ForecastRows(*(_checked_numbers(values, f"{name} {part}", rows) for part, values in parts))
+    inverted = checked.low > checked.high
+    if inverted.any():
+        raise ValueError(f"{name} interval has low above high on {int(inverted.sum())} rows")
+    return checked
+
+
+def _forecast_errors(actual: np.ndarray, model: ForecastRows) -> np.ndarray:
+    """(rows, 3): each row's absolute error, squared error and whether the interval covers the actual."""
+    error = actual - model.forecast
+    covered = (actual >= model.low) & (actual <= model.high)
+    return np.column_stack([np.abs(error), error * error, covered.astype(np.float64)])
+
+
+def _forecast_measures(sums: np.ndarray, interval_level: float) -> np.ndarray:
+    """(k, 4) MAE, RMSE, coverage and coverage miss from (k, 3) weighted means of _forecast_errors' columns."""
+    return np.column_stack([sums[:, 0], np.sqrt(sums[:, 1]), sums[:, 2], np.abs(sums[:, 2] - interval_level)])
+
+
+def _forecast_delta_deviations(
+    errors: tuple[np.ndarray, np.ndarray], *, interval_level: float, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """(resamples, 4) bootstrap deltas of FORECAST_MEASURES minus the same deltas under unit weights."""
+    both = np.column_stack(errors)
+    m = both.shape[0]
+
+    def deltas(means: np.ndarray) -> np.ndarray:
+        return _forecast_measures(means[:, 3:], interval_level) - _forecast_measures(means[:, :3], interval_level)
+
+    reference = deltas(both.mean(axis=0, keepdims=True))
+    block = max(1, min(resamples, _BLOCK_BYTES // (8 * max(m, 1))))
+    out = np.empty((resamples, len(FORECAST_MEASURES)))
+    done = 0
+    while done < resamples:
+        k = min(block, resamples - done)
+        weights = _POISSON_TABLE[rng.integers(0, 65536, size=(k, m), dtype=np.uint16)]
+        total = weights.sum(axis=1, keepdims=True)
+        total[total == 0] = np.nan
+        out[done : done + k] = deltas((weights @ both) / total)
+        done += k
+    return out - reference
+
+
+def _coverage_finding(level: float, interval_level: float, comparison: dict, owner: str) -> str:
+    """'the challenger's interval coverage 0.902 is closer to the 90% level than the champion's 0.861 (by 0.037, 95% interval …)'."""
+    delta, low, high = comparison["delta"], comparison["low"], comparison["high"]
+    closer = delta < 0.0
+    size, a, b = (-delta, -high, -low) if closer else (delta, low, high)
+    size_s, a_s, b_s = _numbers(size, a, b)
+    mine, theirs = _numbers(comparison["challenger"], comparison["champion"])
+    return (
+        f"{owner} interval coverage {mine} is {'closer to' if closer else 'further from'} the {100 * interval_level:g}% level than "
+        f"the champion's {theirs} (by {size_s}, {100 * level:g}% interval {a_s} to {b_s})"
+    )
+
+
+def _forecast_recommendation(rows: int, compared: dict[str, dict], better: dict[str, str], level: float, interval_level: float) -> str:
+    """The sentence of `compared_forecasts`, by the rules listed there."""
+    if rows == 0:
+        return "no labelled rows: nothing to compare; keep the champion"
+    if rows < MIN_ROWS:
+        return f"only {rows} labelled rows, too few to compare: keep the champion and gather more nights"
+
+    def found(measure: str, owner: str) -> str:
+        if measure == "coverage":
+            return _coverage_finding(level, interval_level, compared["coverage_miss"], owner)
+        c = compared[measure]
+        return _finding(level, measure, c["delta"], c["low"], c["high"], owner)
+
+    judged = ("mae", "rmse", "coverage")
+    for_challenger = [m for m in judged if better[m] == "challenger"]
+    for_champion = [m for m in judged if better[m] == "champion"]
+    undecided = [m for m in judged if better[m] == "undecided"]
+    if for_challenger and for_champion:
+        gains = _join([found(m, "its" if i else "the challenger's") for i, m in enumerate(for_challenger)])
+        losses = _join([found(m, "its") for m in for_champion])
+        return f"mixed: {gains} but {losses}; keep the champion until someone weighs the trade-off"
+    if "mae" in for_challenger:
+        parts = [found(m, "its") for m in for_challenger]
+        if undecided:
+            parts.append(_no_worse(undecided))
+        return "promote the challenger: " + _join(parts)
+    if for_champion:
+        return "keep the champion: " + _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_champion)])
+    if for_challenger:
+        mae = compared["mae"]
+        shown = _numbers(mae["delta"], mae["low"], mae["high"])
+        others = _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_challenger)])
+        return (
+            f"no clear difference in MAE on {_count(rows)} labelled rows (delta {shown[0]}, {100 * level:g}% interval "
+            f"{shown[1]} to {shown[2]}), though {others}: keep the champion and gather more nights"
+        )
+    return f"no clear difference on {_count(rows)} labelled rows: keep the champion and gather more nights"
+
+
+def compared_forecasts(
+    actual: np.ndarray,
+    champion: ForecastRows,
+    challenger: ForecastRows,
+    *,
+    interval_level: float,
+    level: float = 0.95,
+    resamples: int = 400,
+    seed: int = 0,
+) -> ModelComparison:
+    """A forecast job's champion and challenger measured on the same labelled rows, with the paired
+    bootstrap interval (at `level`) of each difference challenger − champion, and a recommendation.
+
+    `actual` are the realized quantities; `champion` and `challenger` each model's forecast and interval
+    bounds for the same rows, in the same order; `interval_level` the level both intervals were drawn at
+    (the spec's `prediction.interval_level`). ValueError on mismatched lengths, values that are not finite
+    numbers, or an interval whose low lies above its high.
+
+    Point estimates are exact on all rows: MAE = mean |actual − forecast|, RMSE = √mean (actual − forecast)²,
+    coverage = the share of rows with low ≤ actual ≤ high, coverage_miss = |coverage − interval_level|.
+
+    The bootstrap is `compared_models`' (seeded Poisson(1) weights per row, the same weights for both
+    models, percentile interval moved to the exact point delta, beyond BOOTSTRAP_ROWS a random subset
+    with its deviations shrunk by √(subset / rows); none under MIN_ROWS rows). MAE, RMSE and the coverage
+    miss are decided when their interval excludes 0, lower being better; `coverage` takes the verdict of
+    `coverage_miss` (the interval closer to its level is the better one; a wider interval that covers
+    more than the level asks is no better), while its own delta and interval are of the coverages.
+
+    The recommendation is one sentence, by the first rule that applies (MAE plays AUC's part):
+    1. no labelled rows, or fewer than MIN_ROWS → keep the champion, as `compared_models` says;
+    2. some measure decided for each model → "mixed: the challenger's <gains> but its <losses>; keep the
+       champion until someone weighs the trade-off";
+    3. MAE decided for the challenger → "promote the challenger: its MAE is lower by d (L% interval a to b)…",
+       naming RMSE and coverage as better or "no worse";
+    4. something decided for the champion → "keep the champion: the challenger's <measure> is higher by …";
+    5. only RMSE or coverage decided for the challenger → "no clear difference in MAE on N labelled rows (…),
+       though the challenger's <measure> …: keep the champion and gather more nights";
+    6. nothing decided → "no clear difference on N labelled rows: keep the champion and gather more nights".
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+    if not 0.0 < interval_level < 1.0:
+        raise ValueError(f"interval_level must lie strictly between 0 and 1, got {interval_level}")
+    if int(resamples) != resamples or resamples < 1:
+        raise ValueError(f"resamples must be a positive integer, got {resamples}")
+    resamples = int(resamples)
+    y = _checked_numbers(actual, "actuals", None)
+    rows = int(y.size)
+    models = tuple(_checked_forecasts(ForecastRows(*model), name, rows) for model, name in ((champion, "champion"), (challenger, "challenger")))
+    errors = tuple(_forecast_errors(y, model) for model in models)
+    nan = float("nan")
+    measured = [
+        dict(zip(FORECAST_MEASURES, _forecast_measures(e.mean(axis=0, keepdims=True), interval_level)[0].tolist(), strict=True))
+        if rows else dict.fromkeys(FORECAST_MEASURES, nan)
+        for e in errors
+    ]
+    delta = {m: measured[1][m] - measured[0][m] for m in FORECAST_MEASURES}
+    low = dict.fromkeys(FORECAST_MEASURES, nan)
+    high = dict(low)
+    if rows >= MIN_ROWS:
+        rng = np.random.default_rng(seed)
+        subset = np.sort(rng.choice(rows, size=BOOTSTRAP_ROWS, replace=False)) if rows > BOOTSTRAP_ROWS else None
+        used = errors if subset is None else tuple(e[subset] for e in errors)
+        deviations = _forecast_delta_deviations(used, interval_level=interval_level, resamples=resamples, rng=rng)
+        scale = math.sqrt(used[0].shape[0] / rows)
+        for i, m in enumerate(FORECAST_MEASURES):
+            low[m], high[m] = _interval(delta[m], deviations[:, i], level, scale)
+    better = {m: _verdict(m, low[m], high[m]) for m in FORECAST_MEASURES if m != "coverage"}
+    better["coverage"] = better["coverage_miss"]
+    compared = {
+        m: {"champion": measured[0][m], "challenger": measured[1][m], "delta": delta[m], "low": low[m], "high": high[m]}
+        for m in FORECAST_MEASURES
+    }
+    # The coverage finding reads the coverages themselves beside the miss's difference.
+    compared["coverage_miss"] |= {"champion": measured[0]["coverage"], "challenger": measured[1]["coverage"]}
+    return ModelComparison(
+        rows=rows, events=None, champion=measured[0], challenger=measured[1], delta=delta, delta_low=low, delta_high=high,
+        better={m: better[m] for m in FORECAST_MEASURES},
+        recommendation=_forecast_recommendation(rows, compared, better, level, interval_level), level=level, measures=FORECAST_MEASURES,
     )

@@ -35,7 +35,9 @@ accounted for the same way, with the actual a finite number (a count job's a who
 unknown, and anything else refused as a binary outcome other than 0 or 1 is; they are stored in
 `outcome_actuals`, joined to the partition's `forecasts`, and measured as realized error per model version,
 decision and slice value (`outcome_errors`, tasks/monitoring/forecast_outcomes.py), the error the scoring run
-estimated beside it (`outcome_estimates`). The other kind's tables are emptied for the partition.
+estimated beside it (`outcome_estimates`), and a challenger that shadowed the partition (`shadow_forecasts`)
+compared with the champion on realized MAE, RMSE and interval coverage (`shadow_outcomes`,
+`forecast_shadow_outcome_rows`). The other kind's tables are emptied for the partition.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from tasks.catalog import (
     OUTCOME_ACTUALS, OUTCOME_CALIBRATION, OUTCOME_DATASETS, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES, OUTCOME_LABELS,
     OUTCOME_METRICS, OUTCOME_PARTITIONS, SHADOW_OUTCOMES, Dataset,
 )
-from tasks.monitoring.champion_outcomes import compared_models
+from tasks.monitoring.champion_outcomes import ForecastRows, compared_forecasts, compared_models
 from tasks.monitoring.forecast_outcomes import (
     FORECAST_COLUMNS, PARTITION, error_estimates_against_realized, outcome_error_rows, partition_slice_values, sliced_forecasts,
 )
@@ -439,15 +441,17 @@ def forecast_outcome_tables(
     quarantined: pl.DataFrame | None = None,
     estimates: pl.DataFrame | None = None,
     slice_values: pl.DataFrame | None = None,
+    shadow: pl.DataFrame | None = None,
 ) -> PartitionOutcomes:
     """A forecast job's outcome tables of one partition: its actuals accounted for as a binary job's labels are
     (`outcome_actuals`, `outcome_partitions`), its realized error per model version, decision and slice value
-    (`outcome_errors`, tasks/monitoring/forecast_outcomes.py), and the error estimated before actuals beside the
-    realized one (`outcome_estimates`).
+    (`outcome_errors`, tasks/monitoring/forecast_outcomes.py), the error estimated before actuals beside the
+    realized one (`outcome_estimates`), and the challenger's realized error beside the champion's (`shadow_outcomes`).
 
     `forecasts` holds the partition's FORECAST_COLUMNS, `actuals` its labels (several rows per entity allowed)
     with the number in `outcome`, `estimates` its `model_health` rows, `slice_values` the raw partition's
-    (entity_id, slice columns) (`partition_slice_values`; None: no slice rows).
+    (entity_id, slice columns) (`partition_slice_values`; None: no slice rows), `shadow` the challenger's
+    (entity_id, forecast, forecast_low, forecast_high, model_version) when one shadowed the partition.
     """
     job, config = spec.name, spec.monitoring
     forecasts = forecasts.sort("entity_id")
@@ -482,6 +486,10 @@ def forecast_outcome_tables(
             OUTCOME_PARTITIONS.table: _table(OUTCOME_PARTITIONS, accounted.partition_rows(key, scored=forecasts.height, labelled=labelled)),
             OUTCOME_ERRORS.table: _table(OUTCOME_ERRORS, errors),
             OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
+            SHADOW_OUTCOMES.table: _table(SHADOW_OUTCOMES, forecast_shadow_outcome_rows(
+                joined.filter(pl.col("actual").is_not_null()), shadow, key=key, level=config.outcome_interval_level,
+                interval_level=spec.prediction.interval_level,
+            )),
         })
     )
 
@@ -512,6 +520,41 @@ def shadow_outcome_rows(
     }
     return [
         {**key, **versions, "rows": compared.rows, "events": compared.events, **row, "recommendation": compared.recommendation}
+        for row in compared.rows_long()
+    ]
+
+
+def forecast_shadow_outcome_rows(
+    labelled: pl.DataFrame, shadow: pl.DataFrame | None, *, key: dict[str, Any], level: float, interval_level: float
+) -> list[dict[str, Any]]:
+    """A forecast job's champion against its challenger on the labelled rows both forecast: one row per measure
+    (MAE, RMSE, interval coverage and its distance to the level; tasks/monitoring/champion_outcomes.py
+    compared_forecasts). `labelled` are the champion's forecasts with their `actual`, `shadow` the challenger's."""
+    if shadow is None or not shadow.height or not labelled.height:
+        return []
+    challenger = shadow.select(
+        "entity_id", pl.col("forecast").alias("challenger_forecast"), pl.col("forecast_low").alias("challenger_low"),
+        pl.col("forecast_high").alias("challenger_high"), pl.col("model_version").alias("challenger_version"),
+    )
+    # In entity order: the bootstrap draws by position, so the same rows give the same intervals however they were read.
+    both = labelled.join(challenger, on="entity_id", how="inner").sort("entity_id")
+    if not both.height:
+        return []
+
+    def side(*columns: str) -> ForecastRows:
+        return ForecastRows(*(both[c].to_numpy() for c in columns))
+
+    compared = compared_forecasts(
+        both["actual"].to_numpy(), side("forecast", "forecast_low", "forecast_high"),
+        side("challenger_forecast", "challenger_low", "challenger_high"),
+        interval_level=interval_level, level=level, resamples=SHADOW_RESAMPLES, seed=0,
+    )
+    versions = {
+        "champion_version": ",".join(sorted(both["model_version"].unique().to_list())),
+        "challenger_version": ",".join(sorted(both["challenger_version"].unique().to_list())),
+    }
+    return [
+        {**key, **versions, "rows": compared.rows, "events": None, **row, "recommendation": compared.recommendation}
         for row in compared.rows_long()
     ]
 
@@ -575,6 +618,7 @@ def _forecast_outcomes(
         forecasts, actuals, spec, partition_date=partition_date,
         quarantined=pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date)),
         estimates=pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date)), slice_values=values,
+        shadow=pl.from_arrow(warehouse.partition_shadow_forecasts(spec.name, partition_date)),
     )
     return PartitionOutcomes(tables=outcomes.tables, notes=tuple(notes))
 

@@ -39,6 +39,7 @@ from tasks.catalog import (
     PREDICTION_GROUP_SCHEMA,
     PREDICTION_SCHEMA,
     RUNS,
+    SHADOW_FORECASTS,
     SHADOW_PREDICTIONS,
     WAREHOUSE_DATASETS,
     Dataset,
@@ -579,6 +580,16 @@ class Warehouse(ABC):
         return self._read_arrow(
             "shadow_predictions", schema,
             f"SELECT entity_id, probability, model_version FROM shadow_predictions WHERE {_PARTITION_KEY}",
+            {"job": job, "partition_date": partition_date},
+        )
+
+    def partition_shadow_forecasts(self, job: str, partition_date: Any) -> pa.Table:
+        """A forecast job's challenger's (entity_id, forecast, forecast_low, forecast_high, model_version) of
+        (job, partition_date), in entity order; no rows without one."""
+        columns = ("entity_id", "forecast", "forecast_low", "forecast_high", "model_version")
+        return self._read_arrow(
+            "shadow_forecasts", pa.schema([SHADOW_FORECASTS.schema.field(c) for c in columns]),
+            f"SELECT {', '.join(columns)} FROM shadow_forecasts WHERE {_PARTITION_KEY} ORDER BY entity_id",
             {"job": job, "partition_date": partition_date},
         )
 

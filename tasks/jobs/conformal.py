@@ -12,6 +12,7 @@ prediction layer applies the stored scores at the spec's level with crepes' own 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,10 @@ class FittedInterval:
 
 def _crepes():  # noqa: ANN202  (the crepes module)
     try:
-        import crepes
+        # crepes turns every UserWarning to "always" when imported (warnings.simplefilter at module level): the filters
+        # in force before, such as scikit-learn's feature-names warning that engine_sklearn silences, are kept.
+        with warnings.catch_warnings():
+            import crepes
     except ImportError:
         raise MissingExtra(
             "registering a forecast model (target.kind regression or count) fits its conformal interval with crepes, which is not "

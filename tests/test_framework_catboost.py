@@ -316,7 +316,8 @@ def _categorical(x: np.ndarray, y: np.ndarray, names: list[str]):  # noqa: ANN20
 @pytest.mark.parametrize(
     ("make", "expected"),
     [
-        ("regressor", "is a regression model (loss RMSE); a scoring model must be a binary classifier (loss Logloss or CrossEntropy)"),
+        ("regressor", "is a regression model (loss RMSE), but the job is binary (target.kind): register a binary classifier (loss Logloss "
+                      "or CrossEntropy), or set target.kind: regression or count in the job spec"),
         ("multiclass", "is a multiclass model (3 classes [0, 1, 2]) (loss MultiClass)"),
         ("categorical", "has categorical, text or embedding features ['contract'], which CatBoost encodes itself"),
     ],

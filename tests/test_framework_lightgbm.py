@@ -234,7 +234,8 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
 @pytest.mark.parametrize(
     ("make", "expected"),
     [
-        ("regression", "has objective 'regression'; a scoring model must be a binary classifier (binary or cross_entropy)"),
+        ("regression", "has objective 'regression', a regression objective, but the job is binary (target.kind): register a binary "
+                       "classifier (binary or cross_entropy), or set target.kind: regression or count in the job spec"),
         ("multiclass", "has objective 'multiclass num_class:3'; a scoring model must be a binary classifier"),
         ("other_names", "was trained on features the job does not compute: only in the model ['calls', 'charges', 'contract_code', "
                         "'paperless_flag', 'tenure'], only in the job"),

@@ -1,6 +1,10 @@
 """CatBoost models saved with `model.save_model("model.cbm")`: raw margins from CatBoost itself, reasons from
 the table TreeSHAP on the model's trees, checked against CatBoost's own `ShapValues`.
 
+The margin is CatBoost's RawFormulaVal: the log-odds of a binary classifier (Logloss, CrossEntropy); for a
+forecast job's regressor the forecast itself (RMSE, MAE, Huber, MAPE, LogCosh, Lq) or its log (Poisson,
+Tweedie, whose CatBoostRegressor.predict is exp of it).
+
 What CatBoost does that the conversion follows:
 
 - A split sends a row to bit 1 when `value > border` (float32), so `value <= border` goes left in the one
@@ -43,7 +47,7 @@ from tasks.contracts import InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import TreeContributions, inference_output_checked_treeshap
 from tasks.inference.engine import ExplainingEngine, _logged_output
-from tasks.inference.frameworks import RegistrationFields
+from tasks.inference.frameworks import LINK_WORDS, RegistrationFields, inference_kind_problem, inference_quantile_problem
 from tasks.inference.oblivious_treeshap import inference_oblivious_treeshap_kernel
 from tasks.inference.registry import ModelArtifact, ModelExplanation
 from tasks.inference.treeshap import (
@@ -60,6 +64,12 @@ CATBOOST_NAME = "catboost"
 SHAP_LABEL = "CatBoost ShapValues"
 BINARY_LOSSES = ("Logloss", "CrossEntropy")
 """Losses whose RawFormulaVal is the log-odds of the second class: a margin the calibration can map."""
+FORECAST_LOSSES = {
+    "RMSE": "identity", "MAE": "identity", "Huber": "identity", "MAPE": "identity", "LogCosh": "identity", "Lq": "identity",
+    "Poisson": "log", "Tweedie": "log",
+}
+"""Losses a forecast job takes, with the link from RawFormulaVal to CatBoost's own prediction."""
+_QUANTILE_LOSSES = ("Quantile", "Expectile", "LogLinQuantile", "MultiQuantile")
 _MULTICLASS_LOSSES = ("MultiClass", "MultiClassOneVsAll")
 _MULTILABEL_LOSSES = ("MultiLogloss", "MultiCrossEntropy")
 _RANKING_MARKS = ("Query", "Pair", "YetiRank", "StochasticRank", "LambdaMart", "NDCG", "PFound")
@@ -158,6 +168,8 @@ def _is_label(value: Any, labels: tuple) -> bool:
 
 
 def _what_it_is(loss: str, facts: CatBoostFacts) -> str:
+    if loss in BINARY_LOSSES:
+        return "a binary classifier"
     if loss in _MULTICLASS_LOSSES:
         classes = f" ({len(facts.class_names)} classes {facts.class_names})" if facts.class_names else ""
         return f"a multiclass model{classes}"
@@ -170,24 +182,44 @@ def _what_it_is(loss: str, facts: CatBoostFacts) -> str:
     return "a regression model"
 
 
-def inference_catboost_problem(facts: CatBoostFacts, features: tuple[str, ...]) -> str | None:
-    """Why the model cannot score the job's features as a binary classifier, or None."""
-    if facts.loss not in BINARY_LOSSES:
-        if not facts.loss:
-            return "records no loss function; a scoring model must be a binary classifier (loss Logloss or CrossEntropy)"
-        return (
-            f"is {_what_it_is(facts.loss, facts)} (loss {facts.loss}); a scoring model must be a binary classifier "
-            f"(loss {' or '.join(BINARY_LOSSES)})"
-        )
+def _kind_problem(facts: CatBoostFacts, kind: str) -> str | None:
+    """Why the model's loss does not fit a job of `kind` (a binary classifier, or a regressor of the forecast), or None."""
+    loss = facts.loss
+    classifiers, regressors = f"loss {' or '.join(BINARY_LOSSES)}", f"loss {', '.join(FORECAST_LOSSES)}"
+    if not loss:
+        wanted = f"a binary classifier ({classifiers})" if kind == "binary" else f"a regressor ({regressors})"
+        return f"records no loss function; a {'scoring' if kind == 'binary' else 'forecast'} model must be {wanted}"
+    what = f"is {_what_it_is(loss, facts)} (loss {loss})"
+    if kind == "binary":
+        if loss in BINARY_LOSSES:
+            return None
+        if loss in FORECAST_LOSSES or loss in _QUANTILE_LOSSES:
+            return inference_kind_problem(what, kind, regressor=True, classifiers=classifiers, regressors=regressors)
+        return f"{what}; a scoring model must be a binary classifier ({classifiers})"
+    if loss in FORECAST_LOSSES:
+        return None
+    if loss in _QUANTILE_LOSSES:
+        return inference_quantile_problem(what, regressors)
+    if loss in BINARY_LOSSES or loss in _MULTICLASS_LOSSES or loss in _MULTILABEL_LOSSES:
+        return inference_kind_problem(what, kind, regressor=False, classifiers=classifiers, regressors=regressors)
+    return f"{what}, not one of the regressions a forecast job takes ({regressors})"
+
+
+def inference_catboost_problem(facts: CatBoostFacts, features: tuple[str, ...], kind: str = "binary") -> str | None:
+    """Why the model cannot score the job's features as a model of the job's kind (a binary classifier, or a
+    regressor for `kind` regression or count), or None."""
+    if (problem := _kind_problem(facts, kind)) is not None:
+        return problem
     if facts.dimensions != 1:
-        return f"gives {facts.dimensions} raw values per row; a scoring model gives one (the log-odds of the event)"
+        one = "the log-odds of the event" if kind == "binary" else "the forecast or its log"
+        return f"gives {facts.dimensions} raw values per row; a scoring model gives one ({one})"
     if facts.categorical:
         return (
             f"has categorical, text or embedding features {facts.categorical}, which CatBoost encodes itself; the job's "
             "model inputs are numeric float32 columns: encode them in the job's features and train on those"
         )
     classes = facts.class_names
-    if classes and (len(classes) != 2 or not _is_label(classes[0], _NEGATIVE) or not _is_label(classes[1], _POSITIVE)):
+    if kind == "binary" and classes and (len(classes) != 2 or not _is_label(classes[0], _NEGATIVE) or not _is_label(classes[1], _POSITIVE)):
         return (
             f"was trained on classes {classes}; its raw value is the log-odds of class {classes[-1]!r}, which is not the "
             "job's event outcome 1 against 0: train on 0/1 outcomes (or False/True, '0'/'1')"
@@ -209,29 +241,36 @@ def inference_catboost_problem(facts: CatBoostFacts, features: tuple[str, ...]) 
 
 
 def inference_input_problem(model_path: Path, features: tuple[str, ...], *, kind: str = "binary") -> str | None:
-    """Why the .cbm file cannot score the job's features as a binary classifier, or None."""
+    """Why the .cbm file cannot score the job's features as a model of the job's kind, or None."""
     try:
         model = inference_catboost_model(model_path)
     except ModelArtifactError as exc:
         return str(exc).removeprefix(f"model file {model_path} ")
-    return inference_catboost_problem(inference_catboost_facts(model), features)
+    return inference_catboost_problem(inference_catboost_facts(model), features, kind)
 
 
 def inference_registration_fields(
     model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *, kind: str = "binary",
 ) -> RegistrationFields:
-    """Reasons by TreeSHAP (checked at registration against CatBoost's ShapValues), and a line saying what scores."""
+    """Reasons by TreeSHAP (checked at registration against CatBoost's ShapValues), for a forecast job the `link`
+    from RawFormulaVal to the forecast, and a line saying what scores."""
     model = inference_catboost_model(model_path)
     facts = inference_catboost_facts(model)
-    if problem := inference_catboost_problem(facts, features):
+    if problem := inference_catboost_problem(facts, features, kind):
         raise ModelArtifactError(f"model file {model_path} {problem}")
-    event = f"class {facts.class_names[1]!r} of {facts.class_names}" if facts.class_names else "the event (target 1)"
+    fields: dict[str, Any] = {"explanation": ModelExplanation(method="treeshap")}
+    if kind == "binary":
+        event = f"class {facts.class_names[1]!r} of {facts.class_names}" if facts.class_names else "the event (target 1)"
+        meaning = f"the log-odds of {event}"
+    else:
+        fields["link"] = FORECAST_LOSSES[facts.loss]
+        meaning = LINK_WORDS[fields["link"]]
     note = (
         f"CatBoost model: {facts.tree_count} trees ({facts.grow_policy}), loss {facts.loss}; "
-        f"the margin is CatBoost's RawFormulaVal, the log-odds of {event}; nan_mode {facts.nan_mode}: "
+        f"the margin is CatBoost's RawFormulaVal, {meaning}; nan_mode {facts.nan_mode}: "
         f"{_NAN_MODES.get(facts.nan_mode, 'as CatBoost treats it')}; scored on the job's device: CPU, or the GPU where CatBoost can evaluate there (read back at load)"
     )
-    return RegistrationFields({"explanation": ModelExplanation(method="treeshap")}, [note])
+    return RegistrationFields(fields, [note])
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
-"""LightGBM binary classifiers saved with `Booster.save_model` (model text): raw-score margins, TreeSHAP reasons.
+"""LightGBM binary classifiers and regressors saved with `Booster.save_model` (model text): raw-score margins,
+TreeSHAP reasons.
 
-The margin is LightGBM's own raw score (`predict(raw_score=True)`), the log-odds for objectives `binary`
-and `cross_entropy` (in random-forest mode the raw score sums the trees: the margin is their mean). Reasons
+The margin is LightGBM's own raw score (`predict(raw_score=True)`): the log-odds for objectives `binary`
+and `cross_entropy`; for a forecast job's regressor the forecast itself (`regression`, `regression_l1`,
+`huber`, `fair`, `mape`) or its log (`poisson`, `tweedie`, `gamma`, whose `predict` is exp of the raw
+score). In random-forest mode the raw score sums the trees: the margin is their mean. Reasons
 come from the table TreeSHAP on the trees of `dump_model()`, kept only after they match LightGBM's
 `pred_contrib` on the load-time guard rows; a model the kernel cannot represent is explained by
 `pred_contrib` itself.
@@ -31,7 +34,7 @@ from tasks.contracts import InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import TreeContributions
 from tasks.inference.engine import Device, ExplainingEngine, _logged_output
-from tasks.inference.frameworks import RegistrationFields
+from tasks.inference.frameworks import LINK_WORDS, RegistrationFields, inference_kind_problem, inference_quantile_problem
 from tasks.inference.registry import ModelArtifact, ModelExplanation, inference_framework_module
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
@@ -49,6 +52,11 @@ REFERENCE_NAME = "LightGBM pred_contrib"
 LOGIT_OBJECTIVES = ("binary", "cross_entropy")
 """Objectives whose raw score is the log-odds of the event: `binary` (times its `sigmoid`, 1 by default) and
 `cross_entropy` (xentropy: p = 1 / (1 + exp(−f)) of the boosted f). `cross_entropy_lambda` links differently."""
+FORECAST_OBJECTIVES = {
+    "regression": "identity", "regression_l1": "identity", "huber": "identity", "fair": "identity", "mape": "identity",
+    "poisson": "log", "tweedie": "log", "gamma": "log",
+}
+"""Objectives a forecast job takes, with the link from the raw score to LightGBM's own prediction."""
 ZERO_THRESHOLD = float(np.float32(1e-35))
 """LightGBM's kZeroThreshold (a float, compared as a double): values within it are zero to LightGBM."""
 _MISSING_TYPES = ("None", "Zero", "NaN")
@@ -137,18 +145,46 @@ def _unnamed(names: list[str]) -> bool:
     return all(name == f"Column_{i}" for i, name in enumerate(names))
 
 
+def _kind_problem(model: dict[str, Any], kind: str) -> str | None:
+    """Why the model's objective does not fit a job of `kind` (a binary classifier, or a regressor of the forecast), or None."""
+    objective, _ = _objective(model)
+    named = str(model.get("objective", ""))
+    what = f"has objective {named!r}" if named and named != "custom" else "has a custom objective (no objective in the file)"
+    single = int(model.get("num_class", 1)) == 1 and int(model.get("num_tree_per_iteration", 1)) == 1
+    binary = objective in LOGIT_OBJECTIVES and single
+    regressor = objective in FORECAST_OBJECTIVES or objective == "quantile"
+    classifiers, regressors = " or ".join(LOGIT_OBJECTIVES), ", ".join(FORECAST_OBJECTIVES)
+    if kind == "binary":
+        if binary:
+            return None
+        if regressor:
+            return inference_kind_problem(f"{what}, a regression objective", kind, regressor=True, classifiers=classifiers, regressors=regressors)
+        return f"{what}; a scoring model must be a binary classifier ({classifiers})"
+    if objective == "quantile":
+        return inference_quantile_problem(f"{what}", regressors)
+    if objective in FORECAST_OBJECTIVES and single:
+        if "sqrt" in named.split()[1:]:
+            # LightGBM then predicts sign(f)·f² of the raw score f: neither the raw score nor its exp.
+            return (
+                f"{what}: it was trained with reg_sqrt, so LightGBM's prediction is the square of its raw score, which is neither the "
+                "forecast nor its log; retrain without reg_sqrt"
+            )
+        return None
+    if objective in LOGIT_OBJECTIVES or objective.startswith("multiclass") or objective == "cross_entropy_lambda":
+        return inference_kind_problem(f"{what}, a classifier", kind, regressor=False, classifiers=classifiers, regressors=regressors)
+    return f"{what}, not a regression objective; a forecast model must be a regressor ({regressors})"
+
+
 def inference_input_problem(model_path: Path, features: tuple[str, ...], *, kind: str = "binary") -> str | None:
-    """Why the LightGBM model file cannot score the job's features as a binary classifier, or None."""
+    """Why the LightGBM model file cannot score the job's features as a model of the job's kind (a binary
+    classifier, or a regressor for `kind` regression or count), or None."""
     try:
         booster = inference_lightgbm_booster(model_path)
     except ModelArtifactError as exc:
         return str(exc).removeprefix(f"model file {model_path} ")
     model = booster.dump_model()
-    objective, _ = _objective(model)
-    if objective not in LOGIT_OBJECTIVES or int(model.get("num_class", 1)) != 1 or int(model.get("num_tree_per_iteration", 1)) != 1:
-        named = str(model.get("objective", ""))
-        what = f"objective {named!r}" if named and named != "custom" else "a custom objective (no objective in the file)"
-        return f"has {what}; a scoring model must be a binary classifier ({' or '.join(LOGIT_OBJECTIVES)})"
+    if (problem := _kind_problem(model, kind)) is not None:
+        return problem
     if booster.params.get("linear_tree") or _has_linear_leaves(model):
         return (
             "was trained with linear_tree: its leaves are linear models, which LightGBM's TreeSHAP (pred_contrib) does not "
@@ -191,8 +227,9 @@ def _tree_nodes(root: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def inference_lightgbm_margin_scale(model: dict[str, Any]) -> float:
-    """What turns LightGBM's raw score into the log-odds: 1, or 1 / trees in random-forest mode (`average_output`),
-    where the raw score is the trees' sum and LightGBM's own probability the sigmoid of their mean."""
+    """What turns LightGBM's raw score into the margin: 1, or 1 / trees in random-forest mode (`average_output`),
+    where the raw score is the trees' sum and LightGBM's own prediction the link of their mean (the sigmoid of it, for
+    a classifier)."""
     return 1.0 / len(model["tree_info"]) if model.get("average_output") and model["tree_info"] else 1.0
 
 
@@ -254,31 +291,42 @@ def inference_lightgbm_tree_arrays(model: dict[str, Any]) -> tuple[TreeArrays, n
 def inference_registration_fields(
     model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *, kind: str = "binary",
 ) -> RegistrationFields:
-    """A LightGBM model's metadata fields (reasons by TreeSHAP) and what the registration report says of them."""
+    """A LightGBM model's metadata fields (reasons by TreeSHAP; for a forecast job the `link` from its raw score to
+    its forecast) and what the registration report says of them."""
     model = inference_lightgbm_booster(model_path).dump_model()
+    if (problem := _kind_problem(model, kind)) is not None:
+        raise ModelArtifactError(f"model file {model_path} {problem}")
     objective, settings = _objective(model)
+    sigmoid = float(settings.get("sigmoid", 1.0))
+    fields: dict[str, Any] = {"explanation": ModelExplanation(method="treeshap")}
+    if kind == "binary":
+        meaning = ", the log-odds" if sigmoid == 1.0 else ""
+    else:
+        fields["link"] = FORECAST_OBJECTIVES[objective]
+        meaning = f", {LINK_WORDS[fields['link']]}"
     notes = [
         f"LightGBM model, objective {objective}, {len(model['tree_info'])} trees: the margin is LightGBM's raw score "
-        f"(predict(raw_score=True)){', the log-odds' if float(settings.get('sigmoid', 1.0)) == 1.0 else ''}; reasons are exact "
-        "TreeSHAP, checked against LightGBM's pred_contrib"
+        f"(predict(raw_score=True)){meaning}; reasons are exact TreeSHAP, checked against LightGBM's pred_contrib"
     ]
     if (scale := inference_lightgbm_margin_scale(model)) != 1.0:
+        what = {"binary": "probability the sigmoid of their mean", "identity": "prediction their mean", "log": "prediction exp of their mean"}[
+            fields.get("link", "binary")
+        ]
         notes.append(
-            f"random-forest mode: LightGBM's raw score is the sum of the {round(1 / scale)} trees and its probability the sigmoid "
-            "of their mean; the margin is that mean (raw score / trees), and the reasons are on the same scale"
+            f"random-forest mode: LightGBM's raw score is the sum of the {round(1 / scale)} trees and its {what}; the margin is "
+            "that mean (raw score / trees), and the reasons are on the same scale"
         )
     if _unnamed(list(model.get("feature_names") or [])):
         notes.append(
             "the model carries no feature names (it was trained on an array: Column_0, Column_1, …), so only the count of its "
             "inputs was checked, not their names or order; train with feature_name= the job's features to have them checked"
         )
-    sigmoid = float(settings.get("sigmoid", 1.0))
     if objective == "binary" and sigmoid != 1.0:
         notes.append(
             f"trained with sigmoid {sigmoid:g}: LightGBM's probability is 1 / (1 + exp(−{sigmoid:g} × raw score)); the calibration "
             "maps the raw score as it is"
         )
-    return RegistrationFields({"explanation": ModelExplanation(method="treeshap")}, notes)
+    return RegistrationFields(fields, notes)
 
 
 class LightGBMEngine(ExplainingEngine):

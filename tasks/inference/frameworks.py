@@ -32,6 +32,34 @@ XGBOOST_FORECAST_OBJECTIVES = {
 }
 """XGBoost objectives a forecast job takes, with the link between the margin and the forecast."""
 
+LINK_WORDS = {
+    "identity": "the forecast itself",
+    "log": "the log of the forecast (the model's own prediction is exp of it)",
+}
+"""What a forecast model's margin is, by its link, for the registration report."""
+
+
+def inference_kind_problem(what: str, kind: str, *, regressor: bool, classifiers: str, regressors: str) -> str | None:
+    """Why a model that is `what` ("has objective 'regression'", "is a scikit-learn Ridge, a regressor") does not fit a
+    job of `kind`: a regressor on a binary job or a classifier on a forecast job; None when it fits. The words
+    follow XGBoost's refusal (tasks/jobs/registration.py), naming what the job takes instead."""
+    if kind == "binary" and regressor:
+        return (
+            f"{what}, but the job is binary (target.kind): register a binary classifier ({classifiers}), or set target.kind: "
+            "regression or count in the job spec"
+        )
+    if kind != "binary" and not regressor:
+        return f"{what}, but the job forecasts a {kind} target (target.kind): register a regressor ({regressors})"
+    return None
+
+
+def inference_quantile_problem(what: str, regressors: str) -> str:
+    """The refusal of a quantile regressor on a forecast job: its prediction is a quantile, not a point forecast."""
+    return (
+        f"{what}: a quantile regressor predicts a quantile of the target, not the point forecast the job's interval is fitted "
+        f"around (the interval comes from the hold-out); register a point forecast ({regressors})"
+    )
+
 
 def inference_xgboost_module():  # noqa: ANN201  (the xgboost module)
     """xgboost, imported without its scikit-learn wrappers when nothing has imported scikit-learn yet.
@@ -103,9 +131,12 @@ def inference_framework_registration_fields(
         from tasks.inference.onnx_explained import inference_onnx_registration_explanation
         from tasks.inference.onnx_outputs import inference_registered_onnx_output
 
-        choice = inference_registered_onnx_output(model_path, holdout)
+        choice = inference_registered_onnx_output(model_path, holdout, kind=kind)
         explanation, notes = inference_onnx_registration_explanation(model_path, choice.output, holdout, reference)
-        return RegistrationFields({"onnx_output": choice.output, "explanation": explanation}, [choice.description, *notes])
+        fields = {"onnx_output": choice.output, "explanation": explanation}
+        if kind != "binary":
+            fields["link"] = "log" if choice.output.kind == "exp" else "identity"
+        return RegistrationFields(fields, [choice.description, *notes])
     return inference_engine_module(framework, model_path).inference_registration_fields(
         model_path, features, holdout, reference, kind=kind, **_trust(framework, trusted_types)
     )

@@ -546,7 +546,8 @@ def test_an_mlp_scores_with_its_own_margins_and_its_reasons_counted_unavailable(
 @pytest.mark.parametrize(
     ("make", "expected"),
     [
-        ("regressor", "is a scikit-learn Pipeline of SimpleImputer and Ridge, a regressor; a scoring model must be a binary classifier"),
+        ("regressor", "is a scikit-learn Pipeline of SimpleImputer and Ridge, a regressor, but the job is binary (target.kind): register a "
+                      "binary classifier"),
         ("three_classes", "is a scikit-learn Pipeline of SimpleImputer, StandardScaler and LogisticRegression with 3 classes [0, 1, 2]"),
     ],
 )

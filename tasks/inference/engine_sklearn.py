@@ -1,5 +1,5 @@
-"""scikit-learn classifiers and pipelines saved with skops: scored by the estimator itself, explained exactly
-where the mathematics allows.
+"""scikit-learn classifiers, regressors and pipelines saved with skops: scored by the estimator itself, explained
+exactly where the mathematics allows.
 
 Loading never unpickles: skops rebuilds the object from its schema and refuses any type outside its
 defaults unless the registering user trusted it (`score register --trust TYPE`, recorded in the version's
@@ -9,7 +9,10 @@ checks; every tree a loaded model holds is checked here before anything predicts
 
 The margin is the model's own `decision_function` where that is the log-odds it computes (logistic
 regression, gradient boosting) or a linear score, else the logit of its event probability (forests,
-single trees, other classifiers), clipped like an ONNX probability. Reasons: trees, forests and gradient
+single trees, other classifiers), clipped like an ONNX probability. A forecast job's regressor scores with its
+own `predict` (the margin is the forecast: link identity), or, for a log-link regressor (Poisson, gamma and
+Tweedie GLMs, HistGradientBoostingRegressor with loss poisson or gamma), with the log of the forecast it
+computes `predict` from (its linear predictor or raw prediction: link log). Reasons: trees, forests and gradient
 boosting go to the product's TreeSHAP table through `TreeArrays` (scikit-learn has no contributions of
 its own, so the kernel is checked for local accuracy against the model's output); linear classifiers get
 coefficient × (value − reference mean); the same after per-column transformers in a pipeline (scalers, an
@@ -32,7 +35,7 @@ from tasks.contracts import InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import LinearContributions, TreeContributions, inference_output_checked_treeshap
 from tasks.inference.engine import Device, ExplainingEngine, _logged_output
-from tasks.inference.frameworks import RegistrationFields
+from tasks.inference.frameworks import LINK_WORDS, RegistrationFields, inference_kind_problem, inference_quantile_problem
 from tasks.inference.onnx_outputs import inference_probability_margins
 from tasks.inference.registry import (
     PROBABILITY_CLIP,
@@ -52,7 +55,17 @@ _COLUMNWISE = ("StandardScaler", "MinMaxScaler", "MaxAbsScaler", "RobustScaler",
 _LOG_ODDS = ("LogisticRegression", "LogisticRegressionCV", "GradientBoostingClassifier", "HistGradientBoostingClassifier")
 """Classifiers whose decision_function is the log-odds they compute their probabilities from."""
 _FOREST_TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier", "RandomForestClassifier", "ExtraTreesClassifier")
-_TREES = (*_FOREST_TREES, "GradientBoostingClassifier", "HistGradientBoostingClassifier")
+_FOREST_REGRESSORS = ("DecisionTreeRegressor", "ExtraTreeRegressor", "RandomForestRegressor", "ExtraTreesRegressor")
+_TREES = (
+    *_FOREST_TREES, "GradientBoostingClassifier", "HistGradientBoostingClassifier",
+    *_FOREST_REGRESSORS, "GradientBoostingRegressor", "HistGradientBoostingRegressor",
+)
+_LOG_LINK_GLMS = ("PoissonRegressor", "GammaRegressor")
+_CLASSIFIERS = "a classifier of classes 0 and 1"
+_REGRESSORS = (
+    "LinearRegression, Ridge, Lasso, ElasticNet, PoissonRegressor, GammaRegressor, TweedieRegressor, a tree, forest or "
+    "gradient boosting regressor, or a Pipeline ending in one"
+)
 
 # Fitted on a DataFrame, an estimator warns on every call with an array; the names were checked at registration.
 warnings.filterwarnings("ignore", message="X does not have valid feature names", category=UserWarning)
@@ -229,7 +242,7 @@ def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
     what = model.description
     if not is_classifier(estimator):
         if is_regressor(estimator):
-            return f"is {what}, a regressor; a scoring model must be a binary classifier"
+            return inference_kind_problem(f"is {what}, a regressor", "binary", regressor=True, classifiers=_CLASSIFIERS, regressors=_REGRESSORS)
         if is_clusterer(estimator):
             return f"is {what}, a clusterer; a scoring model must be a binary classifier"
         return f"is {what}, which is not a classifier; a scoring model must be a binary classifier"
@@ -246,6 +259,15 @@ def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
             f"is {what} with classes {classes.tolist()}; the job's outcome is 0/1, so its classes must be 0 and 1 "
             "(or False and True): refit it on the outcome column"
         )
+    if (problem := _inputs_problem(estimator, features)) is not None:
+        return problem
+    if not hasattr(estimator, "predict_proba") and not hasattr(estimator, "decision_function"):
+        return f"is {what} with neither predict_proba nor decision_function: it gives labels only"
+    return None
+
+
+def _inputs_problem(estimator: Any, features: tuple[str, ...]) -> str | None:
+    """Why the fitted estimator does not take the job's features (their count, their names where it kept them), or None."""
     n_inputs = getattr(estimator, "n_features_in_", None)
     if n_inputs is not None and int(n_inputs) != len(features):
         return f"takes {int(n_inputs)} inputs, but the job computes {len(features)} features {list(features)}"
@@ -258,18 +280,80 @@ def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
             f"was fitted on features the job does not compute: only in the model {sorted(set(names) - set(features))}, "
             f"only in the job {sorted(set(features) - set(names))}"
         )
-    if not hasattr(estimator, "predict_proba") and not hasattr(estimator, "decision_function"):
-        return f"is {what} with neither predict_proba nor decision_function: it gives labels only"
     return None
 
 
+def _quantile_loss(final: Any) -> bool:
+    """Whether the regressor predicts a quantile: QuantileRegressor, a boosting loss `quantile`, a wrapped framework's
+    quantile objective."""
+    if type(final).__name__ == "QuantileRegressor":
+        return True
+    try:
+        params = final.get_params(deep=False)
+    except Exception:  # noqa: BLE001  (a foreign estimator's get_params may raise anything)
+        return False
+    return any("quantile" in str(params.get(key) or "").lower() for key in ("loss", "objective", "loss_function"))
+
+
+def _regressor_problem(model: _Model, features: tuple[str, ...], kind: str) -> str | None:
+    """Why the estimator cannot forecast the job's target from its features (a classifier, several outputs, a quantile), or None."""
+    from sklearn.base import is_classifier, is_clusterer, is_regressor
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    estimator = model.estimator
+    what = model.description
+    if not is_regressor(estimator):
+        if is_classifier(estimator):
+            return inference_kind_problem(f"is {what}, a classifier", kind, regressor=False, classifiers=_CLASSIFIERS, regressors=_REGRESSORS)
+        if is_clusterer(estimator):
+            return f"is {what}, a clusterer; a forecast model must be a regressor ({_REGRESSORS})"
+        return f"is {what}, which is not a regressor; a forecast model must be a regressor ({_REGRESSORS})"
+    try:
+        check_is_fitted(estimator)
+    except NotFittedError:
+        return f"is {what} that was never fitted"
+    except TypeError:
+        pass
+    if _quantile_loss(model.final):
+        return inference_quantile_problem(f"is {what}", _REGRESSORS)
+    coef = getattr(model.final, "coef_", None)
+    if int(getattr(model.final, "n_outputs_", 1)) != 1 or (coef is not None and np.ndim(coef) == 2 and np.shape(coef)[0] != 1):
+        return f"is {what} with several outputs; a forecast model gives one value per row"
+    return _inputs_problem(estimator, features)
+
+
 def inference_input_problem(model_path: Path, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (), kind: str = "binary") -> str | None:
-    """Why the skops file cannot score the job's features as a binary classifier, or None."""
+    """Why the skops file cannot score the job's features as a model of the job's kind (a binary classifier, or a
+    regressor for `kind` regression or count), or None."""
     try:
         model = _loaded(model_path, trusted_types)
     except ModelArtifactError as exc:
         return str(exc).removeprefix(f"model file {model_path} ")
-    return _classifier_problem(model, features)
+    return _classifier_problem(model, features) if kind == "binary" else _regressor_problem(model, features, kind)
+
+
+def _regressor_link(model: _Model) -> str:
+    """The link from the regressor's margin to its prediction: log for the log-link GLMs and histogram boosting with a
+    Poisson or gamma loss, identity for every other regressor."""
+    final, name = model.final, model.name
+    if name in _LOG_LINK_GLMS:
+        return "log"
+    if name == "TweedieRegressor":
+        link = getattr(final, "link", "auto")
+        return ("identity" if final.power <= 0 else "log") if link == "auto" else str(link)
+    if name == "HistGradientBoostingRegressor" and getattr(final, "loss", "") in ("poisson", "gamma"):
+        return "log"
+    return "identity"
+
+
+def _regressor_output(model: _Model) -> tuple[SklearnOutput, str, str]:
+    """How the regressor scores, the report's line on it, and its link."""
+    link = _regressor_link(model)
+    if link == "identity":
+        return SklearnOutput(method="predict"), f"scikit-learn {model.name}: the margin is its predict, {LINK_WORDS[link]}", link
+    what = "raw prediction" if model.name == "HistGradientBoostingRegressor" else "linear predictor (X @ coef_ + intercept_)"
+    return SklearnOutput(method="raw_predict"), f"scikit-learn {model.name}: the margin is its {what}, {LINK_WORDS[link]}", link
 
 
 def _output_choice(model: _Model) -> tuple[SklearnOutput, str]:
@@ -310,6 +394,13 @@ def inference_sklearn_margins(model: _Model, output: SklearnOutput, rows: np.nda
     """The margins of `rows` (the job's features in order), float64. decision_function scores classes_[1],
     which registration made sure is the event."""
     x = _model_rows(model, rows)
+    if output.method == "predict":
+        return np.asarray(model.estimator.predict(x), dtype=np.float64).reshape(-1)
+    if output.method == "raw_predict":
+        stepped = x if model.steps is None else np.asarray(model.steps.transform(x))
+        if model.name == "HistGradientBoostingRegressor":
+            return np.asarray(model.final._raw_predict(stepped), dtype=np.float64).reshape(-1)
+        return np.asarray(model.final._linear_predictor(stepped), dtype=np.float64).reshape(-1)
     if output.method == "decision_function":
         return np.asarray(model.estimator.decision_function(x), dtype=np.float64).reshape(-1)
     probability = np.asarray(model.estimator.predict_proba(x), dtype=np.float64)[:, output.event_index]
@@ -384,8 +475,40 @@ class _TreePlan:
 
 
 def _tree_plan(model: _Model, output: SklearnOutput, n_features: int) -> _TreePlan | None:
-    """The classifier's trees, or None when it has none; raises TreeShapUnsupported for trees the kernel cannot take."""
+    """The estimator's trees, or None when it has none; raises TreeShapUnsupported for trees the kernel cannot take."""
     final, name, event = model.final, model.name, output.event_index
+    if name in _FOREST_REGRESSORS:
+        if getattr(final, "n_outputs_", 1) != 1:
+            raise TreeShapUnsupported("it has several outputs")
+        members = list(getattr(final, "estimators_", [final]))
+        # A forest's forecast is the mean of its trees' leaf means.
+        values = [m.tree_.value[:, 0, 0].astype(np.float64) / len(members) for m in members]
+        return _TreePlan(
+            _sklearn_tree_arrays([m.tree_ for m in members], values, bias=0.0, n_features=n_features, nan_left=True),
+            "margin", lambda rows: np.asarray(final.predict(rows), dtype=np.float64).reshape(-1), "predict",
+        )
+    if name == "GradientBoostingRegressor":
+        from sklearn.dummy import DummyRegressor
+
+        init = final.init_
+        if not (isinstance(init, str) and init == "zero") and not isinstance(init, DummyRegressor):
+            raise TreeShapUnsupported(f"its init estimator ({type(init).__name__}) gives each row its own starting score")
+        members = [m.tree_ for m in final.estimators_[:, 0]]
+        bias = float(final._raw_predict_init(np.zeros((1, n_features), dtype=np.float32))[0, 0])
+        values = [final.learning_rate * tree.value[:, 0, 0].astype(np.float64) for tree in members]
+        return _TreePlan(
+            _sklearn_tree_arrays(members, values, bias=bias, n_features=n_features, nan_left=False), "margin",
+            lambda rows: final._raw_predict(np.ascontiguousarray(rows, dtype=np.float32))[:, 0], "predict",
+        )
+    if name == "HistGradientBoostingRegressor":
+        if getattr(final, "_preprocessor", None) is not None:
+            raise TreeShapUnsupported("it encodes categorical columns itself (categorical_features)")
+        trees = _hist_tree_arrays([stage[0] for stage in final._predictors], bias=float(np.ravel(final._baseline_prediction)[0]),
+                                  n_features=n_features)
+        return _TreePlan(
+            trees, "margin", lambda rows: np.asarray(final._raw_predict(rows), dtype=np.float64).reshape(-1),
+            "predict" if output.method == "predict" else "raw prediction",
+        )
     if name in _FOREST_TREES:
         if getattr(final, "n_outputs_", 1) != 1:
             raise TreeShapUnsupported("it has several outputs")
@@ -450,6 +573,8 @@ def _explainer(model: _Model, output: SklearnOutput, n_features: int) -> _Explai
     coef = getattr(model.final, "coef_", None)
     if isinstance(model.final, LinearClassifierMixin) and coef is not None and np.shape(coef) == (1, n_features) and output.method == "decision_function":
         return _Explainer("linear")
+    if _linear_regressor(model, n_features) and output.method in ("predict", "raw_predict"):
+        return _Explainer("linear")
     native = {"lightgbm": "its booster with model.booster_.save_model('model.txt')", "xgboost": "its booster with "
               "model.get_booster().save_model('model.ubj')", "catboost": "it with model.save_model('model.cbm')"}
     framework = type(model.final).__module__.split(".")[0]
@@ -457,6 +582,17 @@ def _explainer(model: _Model, output: SklearnOutput, n_features: int) -> _Explai
         # A framework's own scikit-learn wrapper inside skops: its trees are not scikit-learn's to read.
         return _Explainer("none", detail=f"{model.description} (save {native[framework]} for exact reasons)")
     return _Explainer("none", detail=model.description)
+
+
+def _linear_regressor(model: _Model, n_features: int) -> bool:
+    """Whether the regressor's margin is coef_ · x + intercept_ on the columns it sees: scikit-learn's linear models and
+    GLMs with one coefficient per feature (the registration checks it: contributions plus bias must give the margin)."""
+    final = model.final
+    coef, intercept = getattr(final, "coef_", None), getattr(final, "intercept_", None)
+    return (
+        type(final).__module__.startswith("sklearn.linear_model") and coef is not None and intercept is not None
+        and np.size(coef) == n_features and np.size(intercept) == 1
+    )
 
 
 def _transform(model: _Model) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -475,12 +611,19 @@ def inference_registration_fields(
     model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *, trusted_types: tuple[str, ...] = (),
     kind: str = "binary",
 ) -> RegistrationFields:
-    """How the classifier scores (`sklearn_output`), explains (`explanation`) and loads (`skops_trusted`);
-    refuses an estimator that fails on the hold-out's or the reference's rows with one line."""
+    """How the estimator scores (`sklearn_output`; for a forecast job's regressor also the `link` from its margin to
+    its forecast), explains (`explanation`) and loads (`skops_trusted`); refuses an estimator that fails on the
+    hold-out's or the reference's rows with one line."""
     import skops.io as sio
 
     model = _loaded(model_path, trusted_types)
-    output, output_note = _output_choice(model)
+    link = None
+    if kind == "binary":
+        output, output_note = _output_choice(model)
+    else:
+        if (problem := _regressor_problem(model, features, kind)) is not None:
+            raise ModelArtifactError(f"model file {model_path} {problem}")
+        output, output_note, link = _regressor_output(model)
     notes = [output_note]
     needed = set(sio.get_untrusted_types(file=str(model_path)))
     trusted = sorted(t for t in trusted_types if t in needed)
@@ -488,7 +631,7 @@ def inference_registration_fields(
         notes.append(f"--trust {', '.join(unused)}: the file holds no such type, so it is not recorded")
     for what, rows in (("hold-out", holdout), ("reference", reference)):
         try:
-            inference_sklearn_margins(model, output, rows)
+            given = inference_sklearn_margins(model, output, rows).size
         except (ValueError, TypeError) as exc:
             incomplete = np.isnan(rows).any(axis=1)
             missing = int(incomplete.sum())
@@ -503,12 +646,20 @@ def inference_registration_fields(
                 raise ModelArtifactError(
                     f"model file {model_path} is {model.description}, which rejects missing inputs ({_first_line(exc)}), and "
                     f"{missing:,} of the {what}'s {rows.shape[0]:,} rows have missing inputs (NaN); impute them in the pipeline "
-                    "(SimpleImputer) or fit an estimator that takes NaN (HistGradientBoostingClassifier, the tree classifiers)"
+                    "(SimpleImputer) or fit an estimator that takes NaN ("
+                    + ("HistGradientBoostingClassifier, the tree classifiers)" if kind == "binary" else "HistGradientBoostingRegressor, the tree regressors)")
                 ) from None
             raise ModelArtifactError(f"model file {model_path} ({model.description}) fails on the {what}'s rows: {_first_line(exc)}") from None
+        if given != rows.shape[0]:
+            raise ModelArtifactError(
+                f"model file {model_path} ({model.description}) gives {given:,} values for the {what}'s {rows.shape[0]:,} rows; "
+                "a scoring model gives one per row"
+            )
     n_features = len(features)
     explainer = _explainer(model, output, n_features)
     fields: dict[str, Any] = {"sklearn_output": output, "skops_trusted": trusted}
+    if link is not None:
+        fields["link"] = link
     if explainer.method == "treeshap":
         plan = explainer.tree_plan
         assert plan is not None
@@ -524,7 +675,7 @@ def inference_registration_fields(
                     "the forest's average probability add up to its event probability, not to its margin (that probability's logit)"
                 )
             else:
-                notes.append(f"reasons: exact TreeSHAP of the {model.name}'s trees, adding up to its decision_function")
+                notes.append(f"reasons: exact TreeSHAP of the {model.name}'s trees, adding up to its {plan.output_label}")
     if explainer.method == "linear":
         transform = _transform(model)
         columns = reference if transform is None else transform(reference)
@@ -541,8 +692,8 @@ def inference_registration_fields(
 
 
 class SklearnEngine(ExplainingEngine):
-    """A scikit-learn classifier or pipeline from a skops file, on CPU: its own outputs as margins, reasons from
-    its trees (the TreeSHAP table) or coefficients where it has them."""
+    """A scikit-learn classifier, regressor or pipeline from a skops file, on CPU: its own outputs as margins, reasons
+    from its trees (the TreeSHAP table) or coefficients where it has them."""
 
     def __init__(self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> None:
         self.artifact = artifact

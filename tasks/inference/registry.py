@@ -147,10 +147,12 @@ class OnnxOutput(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    kind: Literal["probability", "zipmap", "margin"] = Field(
+    kind: Literal["probability", "zipmap", "margin", "exp"] = Field(
         description=(
             "`probability`: a float tensor of probabilities, N×K or one per row; `zipmap`: a sequence of {class: probability} "
-            "maps (skl2onnx's default); `margin`: one raw score per row, taken as it is."
+            "maps (skl2onnx's default); `margin`: one raw score per row (for a forecast job, the forecast itself), taken as it is; "
+            "`exp`: a forecast job's one value per row that an Exp node computes (a Poisson, gamma or Tweedie regressor), whose "
+            "log is the margin."
         )
     )
     event_index: int | None = Field(default=None, ge=0, description="The column holding the event's probability; None: one value per row.")
@@ -162,20 +164,27 @@ class OnnxOutput(BaseModel):
     def _complete(self) -> OnnxOutput:
         if self.kind == "zipmap" and self.event_label is None:
             raise ValueError("a zipmap output needs the event_label whose probability is taken")
-        if self.kind != "margin" and self.clip is None:
+        if self.kind in ("probability", "zipmap") and self.clip is None:
             raise ValueError(f"a {self.kind} output needs the clip its probabilities' logits are taken with")
         return self
 
 
 class SklearnOutput(BaseModel):
-    """How a scikit-learn classifier's output becomes the margin; chosen at registration."""
+    """How a scikit-learn estimator's output becomes the margin; chosen at registration."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    method: Literal["decision_function", "predict_proba"] = Field(
-        description="`decision_function`: the log-odds the model itself computes (boosting, linear models); `predict_proba`: the event's probability (forests), whose clipped logit is the margin."
+    method: Literal["decision_function", "predict_proba", "predict", "raw_predict"] = Field(
+        description=(
+            "Classifiers: `decision_function`, the log-odds the model itself computes (boosting, linear models); `predict_proba`, the "
+            "event's probability (forests), whose clipped logit is the margin. Regressors: `predict`, the forecast itself; "
+            "`raw_predict`, the log of the forecast a log-link regressor computes it from (a Poisson, gamma or Tweedie GLM's linear "
+            "predictor, a HistGradientBoostingRegressor's raw prediction)."
+        )
     )
-    event_index: int = Field(ge=0, description="The column of predict_proba (and the class of classes_) that is the event.")
+    event_index: int | None = Field(
+        default=None, ge=0, description="Classifiers: the column of predict_proba (and the class of classes_) that is the event."
+    )
     classes: list[int | str | bool] = Field(default_factory=list, description="The estimator's classes_, in its order.")
     clip: float | None = Field(default=None, gt=0, lt=0.5, description="predict_proba: p is clipped to [clip, 1 − clip] before its logit.")
 

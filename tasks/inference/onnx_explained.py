@@ -19,6 +19,9 @@ What the trees add up to (`z`) follows ONNX Runtime's reading of the node, which
   says, so the trees sum to the event's probability: contributions are on the probability scale.
 - weights of both classes: class e's column after `post_transform` (SOFTMAX: the difference of the two
   columns is the margin).
+- a regressor's `TreeEnsembleRegressor` or `LinearRegressor` (a forecast job): `z` is the forecast itself, or,
+  where an Exp node computes the forecast from it (onnxmltools' Poisson, gamma and Tweedie LightGBM exports),
+  its log: the margin either way (`OnnxOutput.kind` `margin` or `exp`).
 
 Every reading is checked, not trusted: at registration the graph with the node's `post_transform` set
 to NONE must give `z`, `z` through the link (logistic or identity) must give the scored output's
@@ -126,7 +129,7 @@ class OnnxExplainedNode:
 
     def scale(self, output: OnnxOutput) -> Literal["margin", "probability"]:
         """What `z` is to the product: the margin, or the event's probability (whose clipped logit is the margin)."""
-        if output.kind == "margin":
+        if output.kind in ("margin", "exp"):
             if self.link != "identity":
                 raise OnnxUnexplained(f"an ONNX graph whose scored output {output.name!r} is not the {self.op_type} node's value")
             return "margin"
@@ -360,7 +363,7 @@ def _check_semantics(model_path: Path, sessions: _Sessions, explained: OnnxExpla
     z = sessions.raw_value(x)
     trees = explained.trees.node_start.size - 1 if explained.trees is not None else 0
     slack = SEMANTICS_TOLERANCE + trees * _FLOAT32_ROUNDING_PER_TREE
-    if output.kind == "margin":
+    if output.kind in ("margin", "exp"):
         ours, theirs, tolerance = z, margins, slack * np.maximum(1.0, np.abs(z))
     else:
         p = z if explained.link == "identity" else 1.0 / (1.0 + np.exp(-z))

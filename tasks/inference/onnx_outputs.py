@@ -13,6 +13,13 @@ does for XGBoost's margins.
 
 A label-only graph, and a multiclass one (more than two classes; the product scores binary
 outcomes), are refused naming the output, its shape and what it holds.
+
+A forecast job (target.kind regression or count) takes a regressor's graph: the first float output
+with one value per row is the forecast (skl2onnx's regressors and onnxmltools' LightGBM regressor
+name it `variable`, N×1). It is the margin as it is (link identity), unless an `Exp` node computes
+it (a Poisson, gamma or Tweedie regressor: onnxmltools' LightGBM export, skl2onnx's GLMs), whose
+input, the log of the forecast, is then the margin (link log). A classifier's graph is refused on a
+forecast job, and a regressor's on a binary job (`inference_onnx_kind_problem`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,12 @@ _SUM_TOLERANCE = 1e-3
 """How far from 1 a row of float32 class probabilities may sum (a Normalizer's rounding)."""
 _CLASS_LABEL_ATTRIBUTES = ("classlabels_ints", "classlabels_int64s", "classlabels_strings")
 """The attributes ONNX-ML classifier and ZipMap nodes declare their class labels in."""
+CLASSIFIER_OPS = ("TreeEnsembleClassifier", "LinearClassifier", "SVMClassifier", "ZipMap")
+REGRESSOR_OPS = ("TreeEnsembleRegressor", "LinearRegressor", "SVMRegressor")
+_SHAPE_OPS = ("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
+"""Nodes that pass every value through unchanged: what converters put between a model node and the graph output."""
+_ONNX_CLASSIFIERS = "its class probabilities or one score per row"
+_ONNX_REGRESSORS = "one value per row: skl2onnx's regressors, onnxmltools' LightGBM or XGBoost regressor"
 
 
 @dataclass(frozen=True)
@@ -51,11 +64,12 @@ class _Output:
     value: Any
 
 
-def inference_registered_onnx_output(model_path: Path, rows: np.ndarray) -> OnnxOutputChoice:
-    """The output of the graph in `model_path` that scores `rows` (the hold-out, in the model's input order).
+def inference_registered_onnx_output(model_path: Path, rows: np.ndarray, *, kind: str = "binary") -> OnnxOutputChoice:
+    """The output of the graph in `model_path` that scores `rows` (the hold-out, in the model's input order) for a
+    job of `kind`.
 
     Raises ModelArtifactError naming the output, its shape and what it holds when no output gives
-    the event's probability or score.
+    the event's probability or score (a binary job), or the forecast (a regression or count job).
     """
     import onnx
     import onnxruntime as ort
@@ -71,6 +85,8 @@ def inference_registered_onnx_output(model_path: Path, rows: np.ndarray) -> Onnx
         raise ModelArtifactError(f"model file {model_path} fails on the hold-out in ONNX Runtime: {' '.join(str(exc).split())}") from None
     outputs = {meta.name: (meta.type, value) for meta, value in zip(session.get_outputs(), values, strict=True)}
     try:
+        if kind != "binary":
+            return inference_onnx_forecast_choice(onnx.load(str(model_path)), outputs, rows=features.shape[0], kind=kind)
         return inference_onnx_output_choice(onnx.load(str(model_path)), outputs, rows=features.shape[0])
     except ModelArtifactError as exc:
         raise ModelArtifactError(f"model file {model_path} {exc}") from None
@@ -129,6 +145,70 @@ def inference_onnx_output_choice(
     )
 
 
+def inference_onnx_kind_problem(model: Any, kind: str) -> str | None:
+    """Why the graph (an onnx.ModelProto) does not fit a job of `kind`, read from its ONNX-ML nodes: a classifier's
+    graph on a forecast job, a regressor's on a binary one; None when it fits or its nodes do not say (a torch export)."""
+    from tasks.inference.frameworks import inference_kind_problem
+
+    ml_ops = [node.op_type for node in model.graph.node if node.domain == "ai.onnx.ml"]
+    classifier = next((op for op in ml_ops if op in CLASSIFIER_OPS), None)
+    if classifier is None and any(o.type.HasField("sequence_type") for o in model.graph.output):
+        classifier = "ZipMap"
+    regressor = next((op for op in ml_ops if op in REGRESSOR_OPS), None) if classifier is None else None
+    if kind == "binary" and regressor is not None:
+        return inference_kind_problem(
+            f"is an ONNX regressor's graph (a {regressor} node computes its output)", kind, regressor=True,
+            classifiers=_ONNX_CLASSIFIERS, regressors=_ONNX_REGRESSORS,
+        )
+    if kind != "binary" and classifier is not None:
+        return inference_kind_problem(
+            f"is an ONNX classifier's graph (it has a {classifier} node)", kind, regressor=False,
+            classifiers=_ONNX_CLASSIFIERS, regressors=_ONNX_REGRESSORS,
+        )
+    return None
+
+
+def inference_onnx_forecast_choice(model: Any, outputs: Mapping[str, tuple[str, Any]], *, rows: int, kind: str) -> OnnxOutputChoice:
+    """The output among `outputs` (as for `inference_onnx_output_choice`) that gives a forecast job's forecast: the first
+    float tensor with one value per row, `exp` when an Exp node computes it (through nodes that only reshape). Raises
+    ModelArtifactError for a graph that gives class probabilities, or no value per row."""
+    from tasks.inference.frameworks import inference_kind_problem
+
+    if (problem := inference_onnx_kind_problem(model, kind)) is not None:
+        raise ModelArtifactError(problem)
+    listed = [_Output(name, kind_, value) for name, (kind_, value) in outputs.items()]
+    producers = {out: node for node in model.graph.node for out in node.output}
+    for output in listed:
+        array = np.asarray(output.value) if output.type.startswith(("tensor(float", "tensor(double")) else None
+        if array is None or array.ndim == 0 or array.shape[0] != rows:
+            continue
+        width = int(np.prod(array.shape[1:], dtype=np.int64))
+        if array.ndim == 2 and width >= 2 and _sums_to_one(array):
+            raise ModelArtifactError(inference_kind_problem(
+                f"gives class probabilities (output {output.name!r} {_shape(output)}: each row sums to 1)", kind, regressor=False,
+                classifiers=_ONNX_CLASSIFIERS, regressors=_ONNX_REGRESSORS,
+            ))
+        if width != 1:
+            continue
+        node = producers.get(output.name)
+        while node is not None and node.op_type in _SHAPE_OPS and node.input:
+            node = producers.get(node.input[0])
+        if node is not None and node.op_type == "Exp":
+            return OnnxOutputChoice(
+                OnnxOutput(name=output.name, kind="exp"),
+                f"ONNX output {output.name!r} {_shape(output)}: the forecast, which an Exp node computes; the margin is its log "
+                "(the Exp node's input), the link log",
+            )
+        return OnnxOutputChoice(
+            OnnxOutput(name=output.name, kind="margin"),
+            f"ONNX output {output.name!r} {_shape(output)}: the forecast, one value per row, taken as the margin (link identity)",
+        )
+    raise ModelArtifactError(
+        "gives no forecast per row: " + "; ".join(f"output {o.name!r} {_shape(o)} {_holds(o, rows)}" for o in listed)
+        + "; export a regressor (skl2onnx and onnxmltools write one float per row)"
+    )
+
+
 def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndarray:
     """The margins of `rows` rows from the value ONNX Runtime returned for the chosen output."""
     if output.kind == "zipmap":
@@ -146,12 +226,17 @@ def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndar
         raise ModelArtifactError(
             f"ONNX output {output.name!r} returned {_shape_of(value)} for {rows} rows; a scoring model gives one row each"
         )
-    if output.kind == "margin":
+    if output.kind in ("margin", "exp"):
         if array.size != rows:
             raise ModelArtifactError(
                 f"ONNX output {output.name!r} returned shape {array.shape} for {rows} rows; a scoring model must give one value per row"
             )
-        return np.asarray(array, dtype=np.float64).reshape(-1)
+        values = np.asarray(array, dtype=np.float64).reshape(-1)
+        if output.kind == "margin":
+            return values
+        # An Exp node's output is positive; a 0 (float32 underflow) gives a margin of −inf, which the output contract refuses.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(values)
     column = array.reshape(rows, -1)[:, output.event_index or 0]
     return inference_probability_margins(_checked_probability(output, np.asarray(column, dtype=np.float64)), output.clip)
 

@@ -206,6 +206,12 @@ def _model_input_problem(
         session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001  (ONNX Runtime raises its own exception classes)
         return f"could not be loaded by ONNX Runtime: {str(exc).splitlines()[0]}"
+    import onnx
+
+    from tasks.inference.onnx_outputs import inference_onnx_kind_problem
+
+    if (problem := inference_onnx_kind_problem(onnx.load(str(model_path), load_external_data=False), kind)) is not None:
+        return problem
     shape = session.get_inputs()[0].shape
     if len(shape) != 2:
         return f"takes input of shape {shape}; a scoring model takes rows × features"

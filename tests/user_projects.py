@@ -1,6 +1,7 @@
 """A user's own churn project driven through the `score` command, shared by the framework and ONNX tests
 (test_framework_lightgbm.py, test_framework_catboost.py, test_framework_sklearn.py, test_onnx_outputs.py,
-test_onnx_reasons.py).
+test_onnx_reasons.py); and a user's own sales forecast project (`sales_project`: units sold per item, a count
+job) for the forecast tests (test_forecast_frameworks.py).
 
 Each of those modules builds one such project in a module-scoped fixture, with its own days, rows and seeds:
 `score_cli` runs the CLI in a subprocess as the user would, `churn_project` writes the user's data (training
@@ -19,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 import polars as pl
+import yaml
 
 from test_bring_your_own import day_rows
 
@@ -84,6 +86,81 @@ def churn_project(
         score("features", "churn", "--from", str(root / source), "--out", str(root / f"{name}.parquet"))
 
 
+SALES_REASONS = {
+    "price": {"code": "PRICE", "text": "Price"},
+    "promo": {"code": "PROMO", "text": "Promotion"},
+    "temperature": {"code": "TEMP", "text": "Temperature"},
+    "rain_mm": {"code": "RAIN", "text": "Rain"},
+}
+"""The sales job's reason codes, one per model input."""
+
+
+def sales_rows(day: dt.date, rows: int, seed: int) -> pl.DataFrame:
+    """One day of items: price, promotion, temperature, rain and the units sold, Poisson around a log-linear mean
+    (a promotion and warm dry weekend days sell more, a higher price less); `sold_out` is 1 where 10 or more sold."""
+    rng = np.random.default_rng(seed)
+    price = rng.uniform(1, 10, rows).round(2)
+    promo = (rng.random(rows) < 0.2).astype(np.int8)
+    temperature = rng.normal(15, 8, rows).round(1)
+    rain = np.where(rng.random(rows) < 0.3, rng.exponential(5, rows), 0).round(1)
+    mean = np.exp(1.5 + 0.8 * promo - 0.15 * price + 0.02 * temperature - 0.04 * rain + 0.2 * (day.weekday() >= 5))
+    units = rng.poisson(mean)
+    return pl.DataFrame({
+        "item_id": [f"IT-{day:%m%d}-{i:06d}" for i in range(rows)], "price": price, "promo": promo, "temperature": temperature,
+        "rain_mm": rain, "units": units, "sold_out": (units >= 10).astype(np.int8),
+    })
+
+
+def sales_project(
+    root: Path,
+    score: ScoreCli,
+    *,
+    train_days: Sequence[dt.date],
+    holdout_day: dt.date,
+    scored_days: Sequence[dt.date],
+    rows: int,
+    seed: int,
+    features_of: Sequence[tuple[str, str]],
+) -> None:
+    """The user's sales data under `root` and two jobs scaffolded from it: `sales`, a count forecast of `units` (target
+    kind count, a rule on forecast_high, reasons up and down for every decision), and `sales_flag`, a binary job on
+    `sold_out` over the same inputs.
+
+    Days as in `churn_project` (rows of `sales_rows`, seeded `seed`, `seed + 1`, …): train.parquet, holdout.parquet
+    (both outcomes), each scored day a raw partition of the sales job and its units as labels the next day. `score init`
+    takes the inputs alone for `sales` (its target is set in the spec afterwards, as a user would) and the inputs with
+    `sold_out` for `sales_flag`; then `score features sales` for each (source, name) of `features_of`."""
+    days = [*train_days, holdout_day, *scored_days]
+    frames = {day: sales_rows(day, rows, seed=seed + i) for i, day in enumerate(days)}
+    pl.concat([frames[d] for d in train_days]).write_parquet(root / "train.parquet")
+    frames[holdout_day].write_parquet(root / "holdout.parquet")
+    for day in scored_days:
+        raw = root / "data" / "raw" / "sales" / f"date={day}"
+        raw.mkdir(parents=True)
+        frames[day].drop("units", "sold_out").write_parquet(raw / "part-0.parquet")
+        observed = root / "data" / "labels" / "sales" / f"date={day}"
+        observed.mkdir(parents=True)
+        frames[day].select("item_id", "units", pl.lit(day + dt.timedelta(days=1)).alias("observed_date")).write_parquet(
+            observed / "part-0.parquet"
+        )
+    pl.read_parquet(root / "train.parquet").drop("units", "sold_out").write_parquet(root / "sample.parquet")
+    pl.read_parquet(root / "train.parquet").drop("units").write_parquet(root / "sample_flag.parquet")
+    score("init", "sales", "--from", str(root / "sample.parquet"), "--entity-column", "item_id")
+    score("init", "sales_flag", "--from", str(root / "sample_flag.parquet"), "--entity-column", "item_id", "--label-column", "sold_out")
+    spec_path = root / "jobs" / "sales.yaml"
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["target"] = {"kind": "count", "name": "units sold", "unit": "units"}
+    spec["prediction"] = {
+        "interval_level": 0.9,
+        "rules": [{"id": "ADD_STOCK", "when": {"forecast_high": {"ge": 12}}, "decision": "add_stock"}, {"id": "KEEP", "decision": "keep"}],
+        "reasons": {"top_k": 2, "for_decisions": ["add_stock", "keep"], "codes": SALES_REASONS},
+    }
+    spec["monitoring"]["labels"]["outcome_column"] = "units"
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    for source, name in features_of:
+        score("features", "sales", "--from", str(root / source), "--out", str(root / f"{name}.parquet"))
+
+
 class ModelInputs(NamedTuple):
     """A `score features` file as a model takes it: the inputs as float32 (NaN where missing), the outcome
     (None without one), the input names in order, and the entity ids."""
@@ -94,11 +171,11 @@ class ModelInputs(NamedTuple):
     ids: pl.Series
 
 
-def model_inputs(path: Path) -> ModelInputs:
+def model_inputs(path: Path, entity: str = "customer_id") -> ModelInputs:
     frame = pl.read_parquet(path)
-    names = [c for c in frame.columns if c not in ("customer_id", "outcome")]
+    names = [c for c in frame.columns if c not in (entity, "outcome")]
     outcome = frame["outcome"].to_numpy() if "outcome" in frame.columns else None
-    return ModelInputs(frame.select(names).to_numpy().astype(np.float32), outcome, names, frame["customer_id"].cast(pl.String))
+    return ModelInputs(frame.select(names).to_numpy().astype(np.float32), outcome, names, frame[entity].cast(pl.String))
 
 
 def registered_version(stdout: str, job: str = "churn") -> str:
@@ -126,7 +203,7 @@ def assert_one_error_line(done: subprocess.CompletedProcess, path: Path, expecte
     assert expected in " ".join(lines[0].split()), lines[0]
 
 
-def assert_nothing_registered(root: Path, before: list[str]) -> None:
+def assert_nothing_registered(root: Path, before: list[str], job: str = "churn") -> None:
     """The registry holds the versions it held `before`, and nothing is left in its staging folder."""
-    assert registry_versions(root) == before
+    assert registry_versions(root, job) == before
     assert not list((root / "data" / "models" / ".staging").glob("*"))

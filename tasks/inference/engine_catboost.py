@@ -47,7 +47,8 @@ from tasks.contracts import InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import TreeContributions, inference_output_checked_treeshap
 from tasks.inference.engine import ExplainingEngine, _logged_output
-from tasks.inference.frameworks import LINK_WORDS, RegistrationFields, inference_kind_problem, inference_quantile_problem
+from tasks.inference.frameworks import RegistrationFields
+from tasks.inference.kinds import LINK_WORDS, inference_kind_problem, inference_quantile_problem
 from tasks.inference.oblivious_treeshap import inference_oblivious_treeshap_kernel
 from tasks.inference.registry import ModelArtifact, ModelExplanation
 from tasks.inference.treeshap import (

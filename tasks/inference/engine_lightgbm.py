@@ -34,7 +34,8 @@ from tasks.contracts import InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import TreeContributions
 from tasks.inference.engine import Device, ExplainingEngine, _logged_output
-from tasks.inference.frameworks import LINK_WORDS, RegistrationFields, inference_kind_problem, inference_quantile_problem
+from tasks.inference.frameworks import RegistrationFields
+from tasks.inference.kinds import LINK_WORDS, inference_kind_problem, inference_quantile_problem
 from tasks.inference.registry import ModelArtifact, ModelExplanation, inference_framework_module
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,

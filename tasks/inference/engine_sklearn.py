@@ -35,7 +35,8 @@ from tasks.contracts import InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import LinearContributions, TreeContributions, inference_output_checked_treeshap
 from tasks.inference.engine import Device, ExplainingEngine, _logged_output
-from tasks.inference.frameworks import LINK_WORDS, RegistrationFields, inference_kind_problem, inference_quantile_problem
+from tasks.inference.frameworks import RegistrationFields
+from tasks.inference.kinds import LINK_WORDS, inference_kind_problem, inference_quantile_problem
 from tasks.inference.onnx_outputs import inference_probability_margins
 from tasks.inference.registry import (
     PROBABILITY_CLIP,

@@ -32,35 +32,6 @@ XGBOOST_FORECAST_OBJECTIVES = {
 }
 """XGBoost objectives a forecast job takes, with the link between the margin and the forecast."""
 
-LINK_WORDS = {
-    "identity": "the forecast itself",
-    "log": "the log of the forecast (the model's own prediction is exp of it)",
-}
-"""What a forecast model's margin is, by its link, for the registration report."""
-
-
-def inference_kind_problem(what: str, kind: str, *, regressor: bool, classifiers: str, regressors: str) -> str | None:
-    """Why a model that is `what` ("has objective 'regression'", "is a scikit-learn Ridge, a regressor") does not fit a
-    job of `kind`: a regressor on a binary job or a classifier on a forecast job; None when it fits. The words
-    follow XGBoost's refusal (tasks/jobs/registration.py), naming what the job takes instead."""
-    if kind == "binary" and regressor:
-        return (
-            f"{what}, but the job is binary (target.kind): register a binary classifier ({classifiers}), or set target.kind: "
-            "regression or count in the job spec"
-        )
-    if kind != "binary" and not regressor:
-        return f"{what}, but the job forecasts a {kind} target (target.kind): register a regressor ({regressors})"
-    return None
-
-
-def inference_quantile_problem(what: str, regressors: str) -> str:
-    """The refusal of a quantile regressor on a forecast job: its prediction is a quantile, not a point forecast."""
-    return (
-        f"{what}: a quantile regressor predicts a quantile of the target, not the point forecast the job's interval is fitted "
-        f"around (the interval comes from the hold-out); register a point forecast ({regressors})"
-    )
-
-
 def inference_xgboost_module():  # noqa: ANN201  (the xgboost module)
     """xgboost, imported without its scikit-learn wrappers when nothing has imported scikit-learn yet.
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from tasks.errors import ModelArtifactError
+from tasks.inference.kinds import inference_kind_problem
 from tasks.inference.registry import PROBABILITY_CLIP, OnnxOutput
 
 EVENT_LABEL = 1
@@ -148,8 +149,6 @@ def inference_onnx_output_choice(
 def inference_onnx_kind_problem(model: Any, kind: str) -> str | None:
     """Why the graph (an onnx.ModelProto) does not fit a job of `kind`, read from its ONNX-ML nodes: a classifier's
     graph on a forecast job, a regressor's on a binary one; None when it fits or its nodes do not say (a torch export)."""
-    from tasks.inference.frameworks import inference_kind_problem
-
     ml_ops = [node.op_type for node in model.graph.node if node.domain == "ai.onnx.ml"]
     classifier = next((op for op in ml_ops if op in CLASSIFIER_OPS), None)
     if classifier is None and any(o.type.HasField("sequence_type") for o in model.graph.output):
@@ -172,8 +171,6 @@ def inference_onnx_forecast_choice(model: Any, outputs: Mapping[str, tuple[str, 
     """The output among `outputs` (as for `inference_onnx_output_choice`) that gives a forecast job's forecast: the first
     float tensor with one value per row, `exp` when an Exp node computes it (through nodes that only reshape). Raises
     ModelArtifactError for a graph that gives class probabilities, or no value per row."""
-    from tasks.inference.frameworks import inference_kind_problem
-
     if (problem := inference_onnx_kind_problem(model, kind)) is not None:
         raise ModelArtifactError(problem)
     listed = [_Output(name, kind_, value) for name, (kind_, value) in outputs.items()]

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import yaml
 
 lgb = pytest.importorskip("lightgbm")
 catboost = pytest.importorskip("catboost")
@@ -43,7 +44,7 @@ from sklearn.linear_model import LogisticRegression, PoissonRegressor, QuantileR
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 from user_projects import (  # noqa: E402
-    SALES_REASONS, assert_nothing_registered, assert_one_error_line, day_output, model_inputs, registered_version,
+    assert_nothing_registered, assert_one_error_line, day_output, model_inputs, registered_version,
     registry_versions, sales_project, score_cli,
 )
 
@@ -243,9 +244,11 @@ def _expected_codes(row: np.ndarray, codes: list[str]) -> list[str] | None:
     return [f"{codes[j]}_{'UP' if row[j] > 0 else 'DOWN'}" for j in order]
 
 
-def _reasons_compared(published: list[list[str]], contributions: np.ndarray, names: list[str]) -> int:
+def _reasons_compared(root: Path, published: list[list[str]], contributions: np.ndarray, names: list[str]) -> int:
     """How many rows' published reasons were compared with (and equal) the top-2 of their independent contributions."""
-    codes = [SALES_REASONS[name]["code"] for name in names]
+    spec = yaml.safe_load((root / "jobs" / "sales.yaml").read_text())
+    assert spec["prediction"]["reasons"]["top_k"] == 2
+    codes = [spec["prediction"]["reasons"]["codes"][name]["code"] for name in names]
     compared = 0
     for row, codes_of_row in zip(np.asarray(contributions, dtype=np.float64), published, strict=True):
         expected = _expected_codes(row, codes)
@@ -293,7 +296,7 @@ def test_a_regressor_registers_and_publishes_the_frameworks_own_forecasts_and_re
     low, high = published["forecast_low"].to_numpy(), published["forecast_high"].to_numpy()
     assert (low <= published["forecast"].to_numpy()).all() and (published["forecast"].to_numpy() <= high).all() and (low >= 0).all()
 
-    compared = _reasons_compared(published["reason_codes"].to_list(), trained.contributions(rows), names)
+    compared = _reasons_compared(root, published["reason_codes"].to_list(), trained.contributions(rows), names)
     print(f"{case}: forecasts equal the framework's to {np.abs(published['forecast'].to_numpy() / np.maximum(theirs, 1e-12) - 1).max():.2g} "
           f"relative; reasons compared on {compared} of {published.height} rows")
     assert compared >= 0.9 * published.height

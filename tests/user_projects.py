@@ -86,15 +86,6 @@ def churn_project(
         score("features", "churn", "--from", str(root / source), "--out", str(root / f"{name}.parquet"))
 
 
-SALES_REASONS = {
-    "price": {"code": "PRICE", "text": "Price"},
-    "promo": {"code": "PROMO", "text": "Promotion"},
-    "temperature": {"code": "TEMP", "text": "Temperature"},
-    "rain_mm": {"code": "RAIN", "text": "Rain"},
-}
-"""The sales job's reason codes, one per model input."""
-
-
 def sales_rows(day: dt.date, rows: int, seed: int) -> pl.DataFrame:
     """One day of items: price, promotion, temperature, rain and the units sold, Poisson around a log-linear mean
     (a promotion and warm dry weekend days sell more, a higher price less); `sold_out` is 1 where 10 or more sold."""
@@ -122,14 +113,14 @@ def sales_project(
     seed: int,
     features_of: Sequence[tuple[str, str]],
 ) -> None:
-    """The user's sales data under `root` and two jobs scaffolded from it: `sales`, a count forecast of `units` (target
-    kind count, a rule on forecast_high, reasons up and down for every decision), and `sales_flag`, a binary job on
-    `sold_out` over the same inputs.
+    """The user's sales data under `root` and two jobs scaffolded from it: `sales`, a count forecast of `units`, and
+    `sales_flag`, a binary job on `sold_out` over the same inputs.
 
     Days as in `churn_project` (rows of `sales_rows`, seeded `seed`, `seed + 1`, …): train.parquet, holdout.parquet
     (both outcomes), each scored day a raw partition of the sales job and its units as labels the next day. `score init`
-    takes the inputs alone for `sales` (its target is set in the spec afterwards, as a user would) and the inputs with
-    `sold_out` for `sales_flag`; then `score features sales` for each (source, name) of `features_of`."""
+    takes the training rows with `units` for `sales` (it proposes target kind count and three rules on the forecast's
+    interval) and with `sold_out` for `sales_flag`; the sales spec then gives every decision its top-2 reasons. Then
+    `score features sales` for each (source, name) of `features_of`."""
     days = [*train_days, holdout_day, *scored_days]
     frames = {day: sales_rows(day, rows, seed=seed + i) for i, day in enumerate(days)}
     pl.concat([frames[d] for d in train_days]).write_parquet(root / "train.parquet")
@@ -143,19 +134,13 @@ def sales_project(
         frames[day].select("item_id", "units", pl.lit(day + dt.timedelta(days=1)).alias("observed_date")).write_parquet(
             observed / "part-0.parquet"
         )
-    pl.read_parquet(root / "train.parquet").drop("units", "sold_out").write_parquet(root / "sample.parquet")
-    pl.read_parquet(root / "train.parquet").drop("units").write_parquet(root / "sample_flag.parquet")
-    score("init", "sales", "--from", str(root / "sample.parquet"), "--entity-column", "item_id")
-    score("init", "sales_flag", "--from", str(root / "sample_flag.parquet"), "--entity-column", "item_id", "--label-column", "sold_out")
+    for job, label, other in (("sales", "units", "sold_out"), ("sales_flag", "sold_out", "units")):
+        pl.read_parquet(root / "train.parquet").drop(other).write_parquet(root / f"{job}_sample.parquet")
+        score("init", job, "--from", str(root / f"{job}_sample.parquet"), "--entity-column", "item_id", "--label-column", label)
     spec_path = root / "jobs" / "sales.yaml"
     spec = yaml.safe_load(spec_path.read_text())
-    spec["target"] = {"kind": "count", "name": "units sold", "unit": "units"}
-    spec["prediction"] = {
-        "interval_level": 0.9,
-        "rules": [{"id": "ADD_STOCK", "when": {"forecast_high": {"ge": 12}}, "decision": "add_stock"}, {"id": "KEEP", "decision": "keep"}],
-        "reasons": {"top_k": 2, "for_decisions": ["add_stock", "keep"], "codes": SALES_REASONS},
-    }
-    spec["monitoring"]["labels"]["outcome_column"] = "units"
+    spec["target"]["unit"] = "units"
+    spec["prediction"]["reasons"] |= {"top_k": 2, "for_decisions": sorted({rule["decision"] for rule in spec["prediction"]["rules"]})}
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     for source, name in features_of:
         score("features", "sales", "--from", str(root / source), "--out", str(root / f"{name}.parquet"))

@@ -28,6 +28,7 @@ from tasks.inference.treeshap import (
     TreeShapUnsupported,
     inference_guard_rows,
     inference_max_abs_diff,
+    inference_row_scale,
     inference_near_tie_rows,
     inference_treeshap_kernel,
 )
@@ -89,17 +90,21 @@ class TreeContributions:
         self._framework = framework_contributions
         self._nthread = nthread
 
-    def values(self, rows: np.ndarray, top_k: int | None) -> tuple[np.ndarray, int]:
-        """(rows × features contributions, rows recomputed by the framework for a near tie)."""
+    def values(self, rows: np.ndarray, top_k: int | None, *, by_size: bool = False) -> tuple[np.ndarray, int]:
+        """(rows × features contributions, rows recomputed by the framework for a near tie); `by_size`: the
+        reasons rank by |contribution| (a forecast job's), so ties are looked for there."""
         if self.kernel is None:
             assert self._framework is not None
             values = np.asarray(self._framework(rows), dtype=np.float64)[:, :-1]
             self.counts.add(framework_rows=rows.shape[0])
             return values, 0
-        values = self.kernel.contributions(rows, nthread=self._nthread)[:, :-1]
+        full = self.kernel.contributions(rows, nthread=self._nthread)
+        values = full[:, :-1]
         recomputed = 0
         if top_k is not None and self._framework is not None:
-            tied = inference_near_tie_rows(values, top_k, exact=~self.kernel.used_features, tolerance=TIE_TOLERANCE)
+            tied = inference_near_tie_rows(
+                values, top_k, exact=~self.kernel.used_features, tolerance=TIE_TOLERANCE * inference_row_scale(full).reshape(-1), by_size=by_size
+            )
             recomputed = int(tied.sum())
             if recomputed:
                 values[tied] = np.asarray(self._framework(rows[tied]), dtype=np.float64)[:, :-1]

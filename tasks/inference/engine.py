@@ -140,7 +140,12 @@ class ExplainingEngine:
             values = np.empty((0, len(self.feature_names)), dtype=np.float64)
         else:
             start = time.perf_counter()
-            values, recomputed = self.contributions_source.values(self._explained_rows(rows), top_k)
+            explained = self._explained_rows(rows)
+            if isinstance(self.contributions_source, TreeContributions):
+                # A forecast job's reasons rank by |contribution| (up and down): its near ties are there.
+                values, recomputed = self.contributions_source.values(explained, top_k, by_size=self.metadata.target != "binary")
+            else:
+                values, recomputed = self.contributions_source.values(explained, top_k)
             log.info(
                 "[INF] model_name=%s contributions rows=%d latency_ms=%.2f device_type=%s chunk=%d kernel=%s tie_recomputed=%d",
                 self.metadata.name, rows.shape[0], (time.perf_counter() - start) * 1000.0, self.device_type, batch.chunk_id,

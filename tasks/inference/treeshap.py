@@ -347,12 +347,22 @@ def inference_treeshap_max_diff(
     return inference_max_abs_diff(kernel.contributions(rows, nthread=nthread), reference(rows))
 
 
+def inference_row_scale(values: np.ndarray) -> np.ndarray:
+    """Per row, the magnitude its float noise is relative to: 1, or the row's largest |value| where that is
+    larger. A float32 framework keeps ~7 significant digits, so a regression whose base value is 50,000 agrees
+    with any exact computation only to ~0.01: its contributions are compared relative to that magnitude."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.maximum(1.0, np.abs(values).max(axis=-1, keepdims=True) if values.ndim > 1 else np.abs(values))
+
+
 def inference_max_abs_diff(ours: np.ndarray, theirs: np.ndarray) -> float:
-    """The largest absolute difference; inf where the shapes differ, nothing was compared or a value is not finite."""
+    """The largest absolute difference, divided by the row's magnitude where that exceeds 1 (`inference_row_scale`
+    of `theirs`: log-odds contributions stay compared absolutely); inf where the shapes differ, nothing was
+    compared or a value is not finite."""
     theirs = np.asarray(theirs, dtype=np.float64)
     if theirs.shape != ours.shape or ours.size == 0:
         return math.inf
-    diff = np.abs(ours - theirs)
+    diff = np.abs(ours - theirs) / inference_row_scale(theirs)
     return float(diff.max()) if np.isfinite(diff).all() else math.inf
 
 
@@ -452,15 +462,20 @@ def inference_checked_treeshap(
 
 
 def inference_near_tie_rows(
-    values: np.ndarray, top_k: int, *, exact: np.ndarray | None = None, tolerance: float = TIE_TOLERANCE
+    values: np.ndarray, top_k: int, *, exact: np.ndarray | None = None, tolerance: float | np.ndarray = TIE_TOLERANCE,
+    by_size: bool = False,
 ) -> np.ndarray:
-    """Rows whose top-k reasons could change under float noise of `tolerance` in the contributions.
+    """Rows whose top-k reasons could change under float noise of `tolerance` (a number, or one per row) in
+    the contributions.
 
-    Mirrors how reasons are ranked: by signed value, largest first, only values above 0 kept. A row
-    is flagged when, within its first k ranks, a value that could be positive lies within
-    `tolerance` of 0 or of the next rank's value. `exact` marks features whose value is exactly
-    known (never split on: 0 in every implementation), so two of them never make a tie.
+    Mirrors how reasons are ranked: by signed value, largest first, only values above 0 kept (a binary
+    job's reasons), or with `by_size` by |value|, largest first, any sign but 0 (a forecast job's reasons
+    up and down: the same test on |value|). A row is flagged when, within its first k ranks, a value that
+    could be positive lies within `tolerance` of 0 or of the next rank's value. `exact` marks features
+    whose value is exactly known (never split on: 0 in every implementation), so two of them never make a tie.
     """
+    if by_size:
+        values = np.abs(values)
     n_rows, n_features = values.shape
     flagged = np.zeros(n_rows, dtype=bool)
     if n_rows == 0 or n_features == 0 or top_k <= 0:

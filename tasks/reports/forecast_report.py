@@ -38,13 +38,20 @@ def _in_unit(value: Any, unit: str) -> str:
     return f"{_fmt(value)} {unit}".rstrip() if value is not None else "—"
 
 
+def _edge(value: float) -> str:
+    # A bin edge is a short decimal (a multiple of a 1-2-5 step): printed whole, where four significant digits
+    # would turn 123.45 into 123.5 and name a bin by the wrong edge.
+    return f"{value:,.12g}"
+
+
 def _bin_text(edges: Sequence[float], i: int, unit: str) -> str:
     """Bin i of a histogram with an underflow bin first and an overflow bin last, in words."""
+    suffix = f" {unit}" if unit else ""
     if i == 0:
-        return f"below {_in_unit(edges[0], unit)}"
+        return f"below {_edge(edges[0])}{suffix}"
     if i == len(edges):
-        return f"{_in_unit(edges[-1], unit)} and above"
-    return f"{_fmt(edges[i - 1])} to {_in_unit(edges[i], unit)}"
+        return f"{_edge(edges[-1])}{suffix} and above"
+    return f"{_edge(edges[i - 1])} to {_edge(edges[i])}{suffix}"
 
 
 def bars_svg(name: str, edges: Sequence[float], counts: Sequence[int], *, axis: str, unit: str) -> str:
@@ -77,7 +84,7 @@ def bars_svg(name: str, edges: Sequence[float], counts: Sequence[int], *, axis: 
         )
     step = max(1, len(edges) // 6)
     for i in range(0, len(edges), step):
-        parts.append(_svg_text(x(i + 1), base + 14, _fmt(edges[i])))
+        parts.append(_svg_text(x(i + 1), base + 14, _edge(edges[i])))
     parts.append(_svg_text(_LEFT + plot_w / 2, _H - 4, axis))
     label = f"histogram of {name}"
     return (
@@ -91,7 +98,7 @@ def _forecast_section(forecast: Mapping[str, Any]) -> str:
     q, w = forecast["forecast_quantiles"], forecast["width_quantiles"]
 
     def bucket(pair: Sequence[float]) -> str:
-        return f"{_fmt(pair[0])} to {_in_unit(pair[1], unit)}" if pair and pair[0] == pair[0] else "—"
+        return f"{_edge(pair[0])} to {_edge(pair[1])}{f' {unit}' if unit else ''}" if pair and pair[0] == pair[0] else "—"
 
     rows = [
         ("rows forecast", _fmt(forecast["rows"])),

@@ -408,14 +408,15 @@ def drift_sections(drift_rows: list[dict[str, Any]], histograms: Histograms, bin
     return _drift_section(drift_rows, order) + _plots_section(histograms, drift_rows, order, bin_labels)
 
 
-def page_html(title: str, meta: str, body: str) -> str:
-    """A whole self-contained page: `title` (escaped here), the `meta` line and `body` (markup, escaped by their makers)."""
+def page_html(title: str, meta: str, body: str, *, css: str = "") -> str:
+    """A whole self-contained page: `title` (escaped here), the `meta` line and `body` (markup, escaped by their makers),
+    `css` added to the shared style."""
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{_e(title)}</title><style>{_CSS}{css}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
         f'<p class="meta">{meta}</p>'
         + body

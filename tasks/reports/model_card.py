@@ -150,7 +150,7 @@ def _interval_section(spec: JobSpec, metadata: ModelMetadata) -> str:
         + ("; a count's interval is cut at 0" if spec.target.kind == "count" else "") + ".",
         f"Level: **{spec.prediction.interval_level:.0%}** (the spec's `interval_level`; registered at {check.get('level', math.nan):.0%}). "
         f"Hold-out split: {_number(interval.get('rows_fit'))} rows fitted the error model, {_number(interval.get('rows_calibration'))} "
-        f"the conformal scores, {_number(interval.get('rows_check'))} were held back to check them.",
+        f"set the interval's quantile, {_number(interval.get('rows_check'))} were held back to check them.",
         _md_table(
             ["on the held-back hold-out rows", "value"],
             [

@@ -130,6 +130,7 @@ def width_png(forecast: ForecastHistory, unit: str) -> str:
         _empty(ax, "no published forecasts in this range")
         return _png(fig)
     where = {d: i for i, d in enumerate(dates)}
+    widths = [v for f, c in ((means, "width_mean"), (errors, "mean_width")) if f.height for v in f[c].to_list() if v is not None and np.isfinite(v)]
     for i, version in enumerate(sorted(set(means["model_version"].to_list()) | set(errors["model_version"].to_list() if errors.height else []))):
         colour = _VERSION_COLOURS[i % len(_VERSION_COLOURS)]
         rows = means.filter(pl.col("model_version") == version).sort("partition_date") if means.height else means
@@ -140,7 +141,8 @@ def width_png(forecast: ForecastHistory, unit: str) -> str:
         if labelled.height:
             ax.plot([where[d] for d in labelled["partition_date"].to_list()], labelled["mean_width"].to_numpy(), "x", color=colour,
                     markersize=7, label=f"labelled rows, v{version}")
-    ax.set_ylim(bottom=0)
+    # From 0, so a narrowing or widening reads as a share of the width; with room above the widest point.
+    ax.set_ylim(0, max(widths, default=1.0) * 1.15 or 1.0)
     ax.set_ylabel(f"interval width ({unit})" if unit else "interval width", fontsize=8)
     _date_axis(ax, dates)
     _legend(ax, fig)

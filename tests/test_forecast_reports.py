@@ -243,7 +243,7 @@ def test_the_key_numbers_give_the_mean_forecast_interval_width_decisions_and_the
     distribution.add(published.to_arrow().cast(FORECASTS.schema))
     summary = ScoringSummary(rows_read=published.height, rows_scored=published.height,
                              decisions=dict(published["decision"].value_counts().iter_rows()))
-    summary.forecast = forecast_run_summary(distribution, target={"kind": "count", "name": "units sold", "unit": "units"}, level=LEVEL,
+    summary.forecast_report = forecast_run_summary(distribution, target={"kind": "count", "name": "units sold", "unit": "units"}, level=LEVEL,
                                             rules=[], rule_rows={}, reason_texts={})
     summary.model_health = [_estimated_error_row(sales, day, mae=1.75, low=1.62, high=1.91, flag="alert")]
     table = {r["measure"]: r["value"] for r in key_numbers(summary)}
@@ -251,7 +251,7 @@ def test_the_key_numbers_give_the_mean_forecast_interval_width_decisions_and_the
     assert table["estimated MAE"] == f"1.75 units (1.62–1.91, alert: above the hold-out's {reference:,.4g} units)"
     assert number(table["mean forecast (units sold)"]) == pytest.approx(published["forecast"].mean(), rel=5e-4)
     page = forecast_run_report_html(
-        job=JOB, partition_date=day, run_id="r", summary=summary.ledger_counts(), forecast=summary.forecast, fallback_rows=[], drift_rows=[],
+        job=JOB, partition_date=day, run_id="r", summary=summary.ledger_counts(), forecast=summary.forecast_report, fallback_rows=[], drift_rows=[],
         histograms={}, health_rows=summary.model_health,
     )
     (row,) = table_cells(page, "Model health before actuals")

@@ -191,9 +191,10 @@ def _estimated(forecast: ForecastHistory, measure: str) -> pl.DataFrame:
     if realized is None:
         return estimated.sort("partition_date")
     joined = estimated.join(realized, on=["partition_date", "model_version"], how="full", coalesce=True)
+    # The interval `outside` was judged against first: the same as model health's unless that was re-run since.
     return joined.with_columns(
-        pl.coalesce("estimate", "judged_estimate").alias("estimate"), pl.coalesce("low", "judged_low").alias("low"),
-        pl.coalesce("high", "judged_high").alias("high"),
+        pl.coalesce("judged_estimate", "estimate").alias("estimate"), pl.coalesce("judged_low", "low").alias("low"),
+        pl.coalesce("judged_high", "high").alias("high"),
     ).drop("judged_estimate", "judged_low", "judged_high").sort("partition_date", "model_version")
 
 

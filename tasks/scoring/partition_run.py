@@ -202,7 +202,7 @@ def report_url(base_url: str | None, job: str, partition_date: dt.date) -> str |
 
 def _forecast_numbers(forecast: dict[str, Any], health_rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """A forecast job's headline: the mean forecast and interval width in the target's unit, and the estimated MAE
-    with its interval (model health's `estimated_error`), flagged when it lies above the hold-out's."""
+    and RMSE with their intervals (model health's `estimated_error`), and their flag when they lie above the hold-out's."""
     unit = f" {forecast['unit']}" if forecast.get("unit") else ""
 
     def shown(value: float | None) -> str:
@@ -212,16 +212,18 @@ def _forecast_numbers(forecast: dict[str, Any], health_rows: list[dict[str, Any]
         (f"mean forecast ({forecast.get('name') or 'target'})", f"{shown(forecast['forecast_mean'])}{unit}"),
         (f"mean interval width ({forecast['level']:.0%})", f"{shown(forecast['width_mean'])}{unit}"),
     ]
-    for r in health_rows:
-        if r["section"] == ESTIMATED_ERROR and r["measure"] == "mae" and r["item"] == "all" and r["value"] == r["value"]:
+    estimated = {r["measure"]: r for r in health_rows if r["section"] == ESTIMATED_ERROR and r["item"] == "all"}
+    for measure in ("mae", "rmse"):
+        r = estimated.get(measure)
+        if r is not None and r["value"] is not None and r["value"] == r["value"]:
             flag = f", {r['flag']}: above the hold-out's {shown(r['reference'])}{unit}" if r["flag"] in ("warn", "alert") else ""
-            rows.append(("estimated MAE", f"{shown(r['value'])}{unit} ({shown(r['low'])}–{shown(r['high'])}{flag})"))
+            rows.append((f"estimated {measure.upper()}", f"{shown(r['value'])}{unit} ({shown(r['low'])}–{shown(r['high'])}{flag})"))
     return rows
 
 
 def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
     """The few numbers an analyst looks at first, one row each: rows, decisions, fallbacks, drift flags,
-    the estimated performance (a forecast job: the mean forecast, interval width and estimated MAE) and
+    the estimated performance (a forecast job: the mean forecast, interval width, estimated MAE and RMSE) and
     the challenger's flips when there are."""
     forecast = summary.forecast_report
     rows = [
@@ -240,11 +242,6 @@ def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
         values = (health or {}).get(measure)
         if values and all(v == v for v in values):
             rows.append((f"expected {measure.replace('_', ' ')}", f"{values[0]:{fmt}} ({values[1]:{fmt}}–{values[2]:{fmt}})"))
-    for measure, label in (("mae", "estimated MAE"), ("rmse", "estimated RMSE")) if summary.forecast is not None else ():
-        values = (health or {}).get(measure)
-        if values and values[0] is not None and values[0] == values[0]:
-            bounds = f" ({values[1]:.4g}–{values[2]:.4g})" if all(v is not None and v == v for v in values[1:]) else ""
-            rows.append((label, f"{values[0]:.4g}{bounds}"))
     shadow = shadow_headline(summary.shadow_comparison)
     if shadow:
         rows.append((f"challenger {shadow['challenger_version'] or '(not loaded)'}", f"{shadow['rows_flipped']:,} decisions would flip"))

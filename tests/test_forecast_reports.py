@@ -114,6 +114,15 @@ def sales(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) -> It
     model.fit(inputs.select(FEATURES).to_numpy(), inputs["outcome"].to_numpy())
     model.save_model(root / "count.ubj")
     score("register", JOB, "--model", str(root / "count.ubj"), "--holdout", str(root / "holdout.parquet"))
+    # A shallow challenger that shadows version 1 and flips some of its decisions.
+    spec["model"]["version"] = "1"
+    spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    challenger = xgb.XGBRegressor(objective="count:poisson", n_estimators=12, max_depth=2, learning_rate=0.2, n_jobs=2)
+    challenger.fit(inputs.select(FEATURES).to_numpy(), inputs["outcome"].to_numpy())
+    challenger.save_model(root / "challenger.ubj")
+    score("register", JOB, "--model", str(root / "challenger.ubj"), "--holdout", str(root / "holdout.parquet"))
+    spec["model"]["challenger"] = "2"
+    spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     with pytest.MonkeyPatch.context() as mp:
         for name in _SCORING_VARS:
             mp.delenv(name, raising=False)
@@ -213,6 +222,11 @@ def test_the_run_page_shows_the_forecast_and_its_interval_in_the_targets_unit_ag
             assert number(cell) == pytest.approx(value, rel=5e-4)
         assert row[6] == (r["flag"] or "—") and number(row[7]) == published.height
     assert set(estimated) == {"mae", "rmse"}
+
+    flips = sales.root / "data" / "output" / JOB / "reports" / "decision_flips" / f"date={day}"
+    flipped = pl.read_parquet(flips / "*.parquet").height
+    assert "<h2>Champion and challenger</h2>" in page and f"would flip <b>{flipped}</b> decisions" in page
+    assert "Forecast delta (challenger − champion)" in visible_text(page) and flipped > 0
 
 
 def published_health(sales: SalesJob, day: dt.date) -> pl.DataFrame:
@@ -344,6 +358,14 @@ def test_the_monitoring_page_shows_forecasts_realized_error_and_estimated_mae_ov
         assert number(decided[decision][2]) == part.height
         assert number(decided[decision][5]) == pytest.approx(np.abs(error).mean(), rel=5e-4)
         assert number(decided[decision][6]) == pytest.approx(np.sqrt((error**2).mean()), rel=5e-4)
+
+    # The challenger against the champion on the same actuals: each one's MAE recomputed from its own published forecasts.
+    compared = {(row[0], row[3]): row for row in table_cells(page, "Champion and challenger on actuals")}
+    for day in SCORED_DAYS:
+        shadow = pl.read_parquet(sales.root / "data" / "output" / JOB / "shadow_forecasts" / f"date={day}" / "*.parquet")
+        row = compared[(day.isoformat(), "mae")]
+        assert row[1:3] == ["1", "2"] and number(row[5]) == pytest.approx(realized[day]["mae"], rel=5e-4)
+        assert number(row[6]) == pytest.approx(_realized(shadow, sales.actuals(day))["mae"], rel=5e-4)
 
     shown = {a.key: a for a in artifacts}
     rows = shown[f"realized-performance-{JOB}"].table

@@ -2,8 +2,9 @@
 target's words: the decision mix over time; the mean forecast and the interval width over time (every published
 row, before any actual lands); once actuals land, the realized MAE, RMSE, bias and interval coverage per partition
 (table `outcome_errors`, section `partition`, item `all`) and per decision; the MAE estimated before the actuals
-(model health `estimated_error`) with its interval beside the realized one (`outcome_estimates`, measure `mae`);
-the labels per partition, the decision-monitoring flags, attribution and multivariate drift.
+(model health `estimated_error`) with its interval beside the realized one (`outcome_estimates`, measure `mae`); the
+champion against its challenger on the same actuals (`shadow_outcomes`); the labels per partition, the
+decision-monitoring flags, attribution and multivariate drift.
 
 Same style and Content-Security-Policy as the binary page (tasks/monitoring/report.py), whose pieces it reuses.
 """
@@ -22,8 +23,8 @@ from tasks.catalog import FORECASTS
 from tasks.monitoring.health import ESTIMATED_ERROR
 from tasks.monitoring.health_report import attribution_section, multivariate_section
 from tasks.monitoring.report import (
-    _EXTRA_CSS, _VERSION_COLOURS, MonitoringHistory, _cells, _date_axis, _figure, _figure_html, _flags_section, _labels_section, _png,
-    decision_mix_png, monitoring_history,
+    _EXTRA_CSS, _VERSION_COLOURS, MonitoringHistory, _cells, _date_axis, _figure, _figure_html, _flags_section, _interval_text_plain,
+    _labels_section, _png, decision_mix_png, monitoring_history,
 )
 from tasks.reports.forecast_report import target_words
 from tasks.reports.html_report import _e, _pct, _table, page_html
@@ -301,6 +302,32 @@ def _estimated_section(rows: pl.DataFrame, unit: str) -> str:
     )
 
 
+def _challenger_section(history: MonitoringHistory) -> str:
+    """Champion and challenger on the same labelled rows, per partition: MAE, RMSE and interval coverage of each, the
+    challenger's minus the champion's with its paired bootstrap interval, and the recommendation (`shadow_outcomes`)."""
+    rows = history.shadow_outcomes
+    if not rows.height:
+        return ""
+    body = [
+        "<tr>" + _cells([r["partition_date"].isoformat(), r["champion_version"], r["challenger_version"], r["measure"], r["rows"],
+                         r["champion"], r["challenger"], r["delta"], _interval_text_plain(r), r["better"]]) + "</tr>"
+        for r in rows.iter_rows(named=True)
+    ]
+    advice = "".join(
+        f"<li>{_e(day.isoformat())}: {_e(part['recommendation'][0])}</li>"
+        for (day,), part in rows.group_by(["partition_date"], maintain_order=True)
+    )
+    return (
+        "<h2>Champion and challenger on actuals</h2>"
+        '<p class="muted">Both models on the same labelled rows (table <code>shadow_outcomes</code>); the difference is the '
+        "challenger's minus the champion's, with its paired bootstrap interval; coverage is judged by its distance to the "
+        "level.</p>"
+        + _table(["partition", "champion", "challenger", "measure", "rows", "champion value", "challenger value", "difference",
+                  "interval", "better"], body)
+        + f"<ul>{advice}</ul>"
+    )
+
+
 def forecast_monitoring_page_html(
     forecast: ForecastHistory, *, target: Mapping[str, str], level: float, decisions: Sequence[str] = (), adverse: Sequence[str] = ()
 ) -> str:
@@ -329,6 +356,7 @@ def forecast_monitoring_page_html(
                        realized_png(forecast, "coverage", "coverage", level=level))
         + "</div>" + _realized_section(forecast) + _decision_errors_section(forecast)
         + _estimated_section(estimated, unit)
+        + _challenger_section(history)
         + _labels_section(history)
         + _flags_section(history)
         + attribution_section(history.model_health, _figure, _png, _figure_html)

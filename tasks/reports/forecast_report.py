@@ -1,7 +1,8 @@
 """The run page of a forecast job (target.kind regression or count), in the target's words: what was forecast
 (mean, quantiles and the distribution of the forecast and of its interval's width, in the target's unit), the
 decisions and the rule that made each, the reason codes that raised and lowered the forecasts, then the
-fallbacks, the model health before actuals (the estimated error) and the drift, as on a binary job's page.
+fallbacks, the model health before actuals (the estimated error), the challenger's comparison and the drift, as on a
+binary job's page.
 
 Everything comes from the run's own sums (`ScoringSummary.forecast`, tasks/monitoring/forecast_distribution.py):
 the page never reads back the rows the run just published.
@@ -14,8 +15,8 @@ from typing import Any
 
 from tasks.monitoring.health import ESTIMATED_ERROR
 from tasks.reports.html_report import (
-    BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _n, _pct, _shares, _summary_section, _svg_text, _table,
-    drift_sections, page_html,
+    BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _n, _pct, _shadow_section, _shares, _summary_section, _svg_text,
+    _table, drift_sections, page_html,
 )
 
 _SUMMARY_NAMES = {
@@ -200,9 +201,12 @@ def forecast_run_report_html(
     histograms: Histograms,
     bin_labels: BinLabels | None = None,
     health_rows: list[dict[str, Any]] | None = None,
+    shadow_rows: list[dict[str, Any]] | None = None,
+    flip_examples: list[dict[str, Any]] | None = None,
 ) -> str:
     """A forecast job's run page as one string; every text from the inputs is HTML-escaped. `summary` is the
-    ledger counts, `forecast` the run's `ScoringSummary.forecast`."""
+    ledger counts, `forecast` the run's `ScoringSummary.forecast_report`; `shadow_rows` and `flip_examples` the
+    challenger's comparison, when one shadows the job."""
     return page_html(
         f"Forecast run {job} {partition_date}",
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
@@ -213,5 +217,6 @@ def forecast_run_report_html(
         + _reasons_section(forecast, int(summary.get("rows_with_reasons") or 0))
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
+        + _shadow_section(shadow_rows or [], flip_examples or [])
         + drift_sections(drift_rows, histograms, bin_labels or {}),
     )

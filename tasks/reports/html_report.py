@@ -360,7 +360,7 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
         "<h2>Champion and challenger</h2>"
         f'<p>Champion <b>{_e(first["champion_version"])}</b> decided; challenger <b>{_e(first["challenger_version"] or "(not loaded)")}</b> '
         f"scored the same {compared} rows as a shadow and would flip <b>{flipped}</b> decisions ({share}). "
-        f"Rows the challenger could not score: {failed}.</p>"
+        f"Rows the challenger could not {'forecast' if forecasts else 'score'}: {failed}.</p>"
         '<p class="muted">Tables <code>shadow_comparison</code>, <code>decision_flips</code> (every flipped row) and '
         f"<code>{'shadow_forecasts' if forecasts else 'shadow_predictions'}</code>; nothing the challenger computes drives a decision.</p>"
         + "<h3>Decisions: champion (rows) × challenger (columns)</h3>"

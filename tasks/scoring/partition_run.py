@@ -168,7 +168,7 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
                 job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts, forecast=summary.forecast_report,
                 fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
                 bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
-                health_rows=summary.model_health,
+                health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
             ), []
         return run_report_html(
             job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from tasks.catalog import (
     DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES, OUTCOME_METRICS,
-    OUTCOME_PARTITIONS, SHADOW_OUTCOMES, SLICE_MONITORING, Dataset,
+    OUTCOME_PARTITIONS, PREDICTIONS, SHADOW_OUTCOMES, SLICE_MONITORING, Dataset,
 )
 from tasks.monitoring.health_report import attribution_section, estimated_vs_realized_section, multivariate_section, slices_section
 # The run report's page style, so both pages of a job read alike.
@@ -91,10 +91,12 @@ def pooled_comparisons(rows: pl.DataFrame, *, level: float, bins: int, labelled:
 
 
 def monitoring_history(
-    warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date, level: float = 0.95, bins: int = 10
+    warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date, level: float = 0.95, bins: int = 10,
+    counted: Dataset = PREDICTIONS,
 ) -> MonitoringHistory:
     """The job's monitoring rows of the range; `level` and `bins` (the spec's `monitoring.outcome_interval_level`
-    and `calibration_bins`) are those of the pooled champion/challenger comparison."""
+    and `calibration_bins`) are those of the pooled champion/challenger comparison; the decisions are counted in
+    `counted` (FORECASTS for a forecast job)."""
 
     def rows(dataset: Dataset) -> pl.DataFrame:
         return pl.from_arrow(warehouse.monitoring_rows(dataset.table, job=job, first_date=first_date, last_date=last_date))
@@ -106,7 +108,7 @@ def monitoring_history(
         first_date=first_date,
         last_date=last_date,
         decision_counts=pl.from_arrow(
-            warehouse.prediction_counts(job, first_date=first_date, last_date=last_date, by=("partition_date", "decision"))
+            warehouse.prediction_counts(job, first_date=first_date, last_date=last_date, by=("partition_date", "decision"), dataset=counted)
         ),
         decision_monitoring=rows(DECISION_MONITORING),
         partitions=rows(OUTCOME_PARTITIONS),
@@ -396,8 +398,8 @@ def _cells(values: list[Any]) -> str:
     return "".join(out)
 
 
-def _performance_section(history: MonitoringHistory, *, forecasts: bool = False) -> str:
-    rows = realized_error_rows(history) if forecasts else realized_performance_rows(history)
+def _performance_section(history: MonitoringHistory) -> str:
+    rows = realized_performance_rows(history)
     header = list(dict.fromkeys(k for r in rows for k in r)) or ["date"]
     body = []
     for r in rows:
@@ -524,12 +526,12 @@ def _flags_section(history: MonitoringHistory) -> str:
 
 
 def monitoring_page_html(
-    history: MonitoringHistory, *, event: str, decisions: Sequence[str] = (), adverse: Sequence[str] = (), forecasts: bool = False
+    history: MonitoringHistory, *, event: str, decisions: Sequence[str] = (), adverse: Sequence[str] = ()
 ) -> str:
-    """The whole monitoring page as one string; every text from the inputs is HTML-escaped.
+    """A binary job's whole monitoring page as one string (a forecast job's: tasks/monitoring/forecast_page.py); every
+    text from the inputs is HTML-escaped.
 
-    `decisions` (rule-table order) and `adverse` (the adverse decisions) order and colour the decision mix;
-    `forecasts`: a forecast job's page, its realized performance the realized error (`event`: what it forecasts).
+    `decisions` (rule-table order) and `adverse` (the adverse decisions) order and colour the decision mix.
     """
     title = f"Prediction monitoring {history.job} {history.first_date}..{history.last_date}"
     versions = sorted(set(history.calibration["model_version"].to_list()))
@@ -555,7 +557,7 @@ def monitoring_page_html(
         + _figure_html("event-rate", "<b>Observed event rate</b> with its interval, and the <b>expected</b> rate "
                        "(mean calibrated probability of the same rows)", event_rate_png(history, event))
         + '</div><h2>Calibration per model version</h2><div class="plots">' + calibration + "</div>"
-        + _performance_section(history, forecasts=forecasts)
+        + _performance_section(history)
         + _precision_section(history, adverse)
         + _labels_section(history)
         + _flags_section(history)

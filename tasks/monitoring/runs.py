@@ -13,6 +13,7 @@ import polars as pl
 from tasks.reports.html_report import write_run_report
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.decisions import decision_groups_frame, monitored_decisions
+from tasks.monitoring.forecast_page import forecast_monitoring_history, forecast_monitoring_page_html
 from tasks.monitoring.slices import slice_counts_frame
 from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_error_rows, realized_performance_rows
 from tasks.monitoring.outcomes import ingested_outcomes
@@ -95,23 +96,32 @@ def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: s
 def written_monitoring_page(
     warehouse: Warehouse, settings: Settings, job: str, first_date: dt.date, last_date: dt.date
 ) -> tuple[Path, list[Artifact]]:
-    """The job's monitoring page for the range, written, and its realized-performance artifacts."""
+    """The job's monitoring page for the range, written, and its realized-performance artifacts (a forecast job's:
+    its realized error)."""
     spec = load_job_spec(job, settings)
+    page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
+    decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
+    if spec.target.forecasts:
+        forecast = forecast_monitoring_history(warehouse, job, first_date=first_date, last_date=last_date)
+        write_run_report(page, forecast_monitoring_page_html(
+            forecast, target=spec.target.model_dump(), level=spec.prediction.interval_level, decisions=decisions, adverse=spec.adverse_decisions,
+        ))
+        log.info("monitoring page of %s: %s", job, page)
+        return page, monitoring_page_artifacts(
+            realized_error_rows(forecast.history), job=job, first_date=first_date, last_date=last_date, page=page,
+            unknown=sum(int(r["labels_unknown_entity"]) for r in forecast.history.partitions.iter_rows(named=True)),
+            interval_level=spec.prediction.interval_level, forecasts=True,
+        )
     history = monitoring_history(
         warehouse, job, first_date=first_date, last_date=last_date, level=spec.monitoring.outcome_interval_level,
         bins=spec.monitoring.calibration_bins,
     )
-    page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
-    decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
-    forecasts = spec.target.forecasts
-    event = (spec.target.name or spec.target.kind) if forecasts else spec.prediction.event
-    write_run_report(page, monitoring_page_html(history, event=event, decisions=decisions, adverse=spec.adverse_decisions,
-                                                forecasts=forecasts))
+    write_run_report(page, monitoring_page_html(history, event=spec.prediction.event, decisions=decisions, adverse=spec.adverse_decisions))
     unknown = sum(int(r["labels_unknown_entity"]) for r in history.partitions.iter_rows(named=True))
     log.info("monitoring page of %s: %s", job, page)
     return page, monitoring_page_artifacts(
-        realized_error_rows(history) if forecasts else realized_performance_rows(history), job=job, first_date=first_date,
-        last_date=last_date, page=page, unknown=unknown, interval_level=spec.monitoring.outcome_interval_level, forecasts=forecasts,
+        realized_performance_rows(history), job=job, first_date=first_date, last_date=last_date, page=page, unknown=unknown,
+        interval_level=spec.monitoring.outcome_interval_level,
     )
 
 
@@ -176,10 +186,14 @@ def monitoring_page_artifacts(
         ),
         Artifact(
             artifact_key("monitoring-report", job),
-            f"Prediction monitoring and realized outcomes of {job}",
+            f"{'Forecast' if forecasts else 'Prediction'} monitoring and realized outcomes of {job}",
             markdown=(
                 f"**Monitoring page** of `{job}` for {first_date}..{last_date}: [{page.name}]({page.as_uri()})\n\n"
-                f"`{page}` — decision mix over time, expected vs observed event rate, calibration per model version.\n\n"
+                f"`{page}` — " + (
+                    "decision mix, mean forecast and interval width over time, realized MAE, RMSE, bias and coverage per partition "
+                    "and decision, the estimated MAE beside the realized one.\n\n" if forecasts else
+                    "decision mix over time, expected vs observed event rate, calibration per model version.\n\n"
+                ) +
                 f"Labels for entities never scored: **{unknown}**."
             ),
         ),

@@ -98,12 +98,14 @@ def _table(header: list[str], rows: list[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _summary_section(summary: Mapping[str, Any]) -> str:
+def _summary_section(summary: Mapping[str, Any], names: Mapping[str, str | None] | None = None) -> str:
+    """The ledger counts, one row each; `names` renames a count (None leaves it out)."""
     rows = []
+    names = names or {}
     nested = {k: v for k, v in summary.items() if k == "inference" and isinstance(v, Mapping)}
     for key, value in summary.items():
-        if key not in nested:
-            rows.append(f"<tr><th>{_e(key)}</th>{_cell(value)}</tr>")
+        if key not in nested and names.get(key, key) is not None:
+            rows.append(f"<tr><th>{_e(names.get(key, key))}</th>{_cell(value)}</tr>")
     for key, stats in nested.items():
         rows += [f"<tr><th>{_e(key)}.{_e(k)}</th>{_cell(v)}</tr>" for k, v in stats.items()]
     return "<h2>Run summary</h2>" + _table(["count", "value"], rows)
@@ -358,7 +360,7 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
         "<h2>Champion and challenger</h2>"
         f'<p>Champion <b>{_e(first["champion_version"])}</b> decided; challenger <b>{_e(first["challenger_version"] or "(not loaded)")}</b> '
         f"scored the same {compared} rows as a shadow and would flip <b>{flipped}</b> decisions ({share}). "
-        f"Rows the challenger could not score: {failed}.</p>"
+        f"Rows the challenger could not {'forecast' if forecasts else 'score'}: {failed}.</p>"
         '<p class="muted">Tables <code>shadow_comparison</code>, <code>decision_flips</code> (every flipped row) and '
         f"<code>{'shadow_forecasts' if forecasts else 'shadow_predictions'}</code>; nothing the challenger computes drives a decision.</p>"
         + "<h3>Decisions: champion (rows) × challenger (columns)</h3>"
@@ -389,23 +391,35 @@ def run_report_html(
 
     `bin_labels` names the bins of the boolean and categorical features, which are drawn as bars.
     """
-    features = list(dict.fromkeys(str(f) for f in histograms))
-    order = feature_order(drift_rows, features)
-    title = f"Scoring run {job} {partition_date}"
+    return page_html(
+        f"Scoring run {job} {partition_date}",
+        f'job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code>',
+        _summary_section(summary)
+        + _fallback_section(fallback_rows)
+        + _health_section(health_rows or [])
+        + _shadow_section(shadow_rows or [], flip_examples or [])
+        + drift_sections(drift_rows, histograms, bin_labels or {}),
+    )
+
+
+def drift_sections(drift_rows: list[dict[str, Any]], histograms: Histograms, bin_labels: BinLabels) -> str:
+    """The drift table, then a histogram per feature, most drifted first."""
+    order = feature_order(drift_rows, list(dict.fromkeys(str(f) for f in histograms)))
+    return _drift_section(drift_rows, order) + _plots_section(histograms, drift_rows, order, bin_labels)
+
+
+def page_html(title: str, meta: str, body: str, *, css: str = "") -> str:
+    """A whole self-contained page: `title` (escaped here), the `meta` line and `body` (markup, escaped by their makers),
+    `css` added to the shared style."""
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{_e(title)}</title><style>{_CSS}{css}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
-        f'<p class="meta">job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code></p>'
-        + _summary_section(summary)
-        + _fallback_section(fallback_rows)
-        + _health_section(health_rows or [])
-        + _shadow_section(shadow_rows or [], flip_examples or [])
-        + _drift_section(drift_rows, order)
-        + _plots_section(histograms, drift_rows, order, bin_labels or {})
+        f'<p class="meta">{meta}</p>'
+        + body
         + "</body></html>\n"
     )
 

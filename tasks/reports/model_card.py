@@ -1,5 +1,7 @@
 """The model card of a job, as Markdown: the Prediction Contract, its reason codes, the calibration
 map, the Inference Specification, the training record and what the guards did in the latest run.
+A forecast job's card (target.kind regression or count) gives the forecast contract, the target in
+words, the rule table, the reasons up and down and the prediction interval in place of the calibration.
 
 Generated from the job spec, the registry metadata and the latest succeeded run in the ledger —
 never written by hand — so it cannot drift from what the nightly run really does.
@@ -9,15 +11,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
-from tasks.contracts import PREDICTION_FIELD_MEANINGS, PREDICTION_SCHEMA
+from tasks.contracts import FORECAST_FIELD_MEANINGS, FORECAST_SCHEMA, PREDICTION_FIELD_MEANINGS, PREDICTION_SCHEMA
 from tasks.inference.aliases import inference_model_aliases
 from tasks.inference.registry import ModelMetadata, inference_model_artifact
 from tasks.jobspec import JobSpec, load_job_spec
 from tasks.prediction.calibration import METHOD as LOGISTIC_TAILS_METHOD
 from tasks.prediction.calibration_check import predict_calibration_table
+from tasks.monitoring.forecast_distribution import rule_condition_text
 from tasks.prediction.config import ReasonCode
+from tasks.prediction.reasons import FORECAST_DIRECTIONS
 from tasks.settings import Settings
 from tasks.sinks.warehouse_choice import warehouse_for
 
@@ -53,6 +58,34 @@ def _ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
     }
 
 
+def _forecast_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
+    p, target = spec.prediction, spec.target
+    unit = f" {target.unit}" if target.unit else ""
+    scale = f"≥ 0{unit} (a count is never negative)" if target.kind == "count" else f"any number{unit}"
+    decisions = sorted({r.decision for r in p.rules})
+    rule_actions = "; ".join(f"{r.id} → {r.decision}" + (f" ({r.description})" if r.description else "") for r in p.rules)
+    reasons_for = ", ".join(p.reasons.for_decisions) or "no decision"
+    return {
+        "forecast": (scale, f"The expected {target.name or 'target'}; the rules below may test it."),
+        "forecast_low": (f"{scale}, ≤ forecast", f"{p.interval_level:.0%} prediction interval; rules may act on it."),
+        "forecast_high": ("≥ forecast", "A rule on the interval acts on the plausible range, not the point forecast."),
+        "expected_error": (f"≥ 0{unit}", "Averaged over a partition: the estimated MAE before the actuals land."),
+        "decision": (" / ".join(decisions), rule_actions),
+        "rule_id": (" / ".join(r.id for r in p.rules), "Audit: which rule decided; every row has exactly one."),
+        "reason_codes": (
+            f"0–{p.reasons.top_k} codes",
+            f"Given for: {reasons_for}; <CODE>_UP raised the forecast, <CODE>_DOWN lowered it.",
+        ),
+    }
+
+
+def target_text(spec: JobSpec) -> str:
+    """The target in words: `units sold, in units: a count (never negative)`."""
+    target = spec.target
+    kind = "a count (a whole number, never negative)" if target.kind == "count" else "a number (regression)"
+    return f"**{target.name or 'the target'}**" + (f", in {target.unit}" if target.unit else "") + f": {kind}"
+
+
 def reason_text(reason: ReasonCode) -> str:
     """How the card shows a reason code's text: the default, then each value-dependent variant."""
     if reason.by_band is not None:
@@ -80,6 +113,63 @@ def _reason_section(spec: JobSpec) -> str:
     )
 
 
+def _forecast_reason_section(spec: JobSpec) -> str:
+    reasons = spec.prediction.reasons
+    up, down = (suffix for suffix, _ in FORECAST_DIRECTIONS)
+    rows = [[f"`{feature}`", f"{reason.code}{up} / {reason.code}{down}", reason_text(reason)] for feature, reason in reasons.codes.items()]
+    return (
+        f"Up to {reasons.top_k} codes per row, for decisions {', '.join(reasons.for_decisions) or 'none'}: the features "
+        "that moved the row's forecast most, whichever way, on the model's margin scale (exact contributions). "
+        f"`<CODE>{up}` reads \"<text> {FORECAST_DIRECTIONS[0][1]}\", `<CODE>{down}` \"<text> {FORECAST_DIRECTIONS[1][1]}\".\n\n"
+        + _md_table(["feature", "codes", "text"], rows)
+    )
+
+
+def _rule_section(spec: JobSpec) -> str:
+    return "Rules are tried in order; the first whose conditions all hold decides the row.\n\n" + _md_table(
+        ["rule", "when", "decision", "description"],
+        [[r.id, rule_condition_text(r.when), r.decision, r.description] for r in spec.prediction.rules],
+    )
+
+
+def _interval_section(spec: JobSpec, metadata: ModelMetadata) -> str:
+    interval = metadata.interval or {}
+    check = interval.get("check") or {}
+    if not check:
+        return "The registered model has no prediction interval in its metadata: register it again."
+    unit = f" {spec.target.unit}" if spec.target.unit else ""
+    link = {"log": "log link: forecast = exp(margin)", "identity": "identity link: forecast = margin"}.get(metadata.link or "", metadata.link or "")
+    method = (
+        "split conformal, normalized by the error model" if interval.get("method") == "split_conformal_normalized"
+        else str(interval.get("method"))
+    )
+    lines = [
+        f"Method: **{method}** (crepes): forecast ± q·max(σ, {_number(float(interval.get('sigma_floor', math.nan)))}), σ the error "
+        "model's expected |actual − forecast| of the row and q the conformal quantile of the normalized hold-out errors at the "
+        f"level, so an easy row gets a narrow interval and a hard one a wide one; {link}"
+        + ("; a count's interval is cut at 0" if spec.target.kind == "count" else "") + ".",
+        f"Level: **{spec.prediction.interval_level:.0%}** (the spec's `interval_level`; registered at {check.get('level', math.nan):.0%}). "
+        f"Hold-out split: {_number(interval.get('rows_fit'))} rows fitted the error model, {_number(interval.get('rows_calibration'))} "
+        f"set the interval's quantile, {_number(interval.get('rows_check'))} were held back to check them.",
+        _md_table(
+            ["on the held-back hold-out rows", "value"],
+            [
+                ["rows", _number(check.get("rows"))],
+                [f"coverage (level {check.get('level', math.nan):.0%})", f"{check.get('coverage', math.nan):.1%}"],
+                ["mean interval width", f"{_number(check.get('mean_width'))}{unit}"],
+                ["mean width, easy half of rows", f"{_number(check.get('easy_half_width'))}{unit}"],
+                ["mean width, hard half of rows", f"{_number(check.get('hard_half_width'))}{unit}"],
+                ["MAE", f"{_number(check.get('mae'))}{unit}"],
+                ["RMSE", f"{_number(check.get('rmse'))}{unit}"],
+                ["bias (actual − forecast)", f"{_number(check.get('bias'))}{unit}"],
+            ],
+        ),
+    ]
+    if metadata.error_model_file:
+        lines.append(f"Error model: `{metadata.error_model_file}`, sha256 {(metadata.error_model_sha256 or '')[:12]}….")
+    return "\n\n".join(lines)
+
+
 def _number(value: Any) -> str:
     """A readable number: thousands separators for integers, four significant digits otherwise."""
     if isinstance(value, bool):
@@ -104,6 +194,7 @@ def _training_rows(training: dict[str, Any]) -> list[list[str]]:
         rows.append(["Window", f"{rest.pop('window_start')} – {rest.pop('window_end')}"])
     for key, value in rest.items():
         label = key.replace("_", " ").replace("holdout", "hold-out").replace("auc", "AUC")
+        label = re.sub(r"\b(mae|rmse)\b", lambda m: m.group(1).upper(), label)
         label = label[:1].upper() + label[1:]
         is_share = key.endswith(("_rate", "_share")) and isinstance(value, float)
         rows.append([label, f"{value:.2%}" if is_share else _number(value)])
@@ -174,8 +265,10 @@ def model_card_markdown(
 ) -> str:
     """The card as Markdown; `latest_run` is the job's newest succeeded `runs` row, if any, `guard_summary`
     that run's `guard_summary` rows, and `aliases` where the model's aliases point."""
-    extra = _ranges_and_actions(spec)
-    contract = [[f.name, str(f.type), PREDICTION_FIELD_MEANINGS[f.name], *extra.get(f.name, ("", ""))] for f in PREDICTION_SCHEMA]
+    forecasts = spec.target.forecasts
+    extra = _forecast_ranges_and_actions(spec) if forecasts else _ranges_and_actions(spec)
+    schema, meanings = (FORECAST_SCHEMA, FORECAST_FIELD_MEANINGS) if forecasts else (PREDICTION_SCHEMA, PREDICTION_FIELD_MEANINGS)
+    contract = [[f.name, str(f.type), meanings[f.name], *extra.get(f.name, ("", ""))] for f in schema]
     inference = json.loads(latest_run["inference"]) if latest_run and latest_run.get("inference") else {}
 
     def measured(key: str, fmt: str = "{:,.0f}") -> str:
@@ -195,7 +288,10 @@ def model_card_markdown(
         ["Feature models", feature_models],
         ["Feature version", metadata.feature_version],
         ["Input", f"float32 matrix, C-contiguous, shape (chunk rows, {len(metadata.features)}): {', '.join(metadata.features)}"],
-        ["Output", "one raw log-odds margin per row (float64)"],
+        ["Output", (
+            f"one raw margin per row on the model's {metadata.link or 'identity'} link scale (float64), and the error model's "
+            "expected |actual − forecast| per row"
+        ) if forecasts else "one raw log-odds margin per row (float64)"],
         ["Device asked", spec.inference.device],
         ["Device and providers used", f"{inference.get('device_type', 'no run yet')}: {', '.join(inference.get('providers', [])) or 'no run yet'}"],
         ["Chunk size", f"{spec.chunk_rows:,} rows"],
@@ -206,16 +302,33 @@ def model_card_markdown(
         ["Memory", f"peak RSS {measured('peak_rss_mb', '{:,.0f}')} MB"],
         ["Measured on", run_ref],
     ]
+    if forecasts:
+        kind_sections = [
+            "## Prediction Contract",
+            f"Target: {target_text(spec)}. Per row a forecast, its {spec.prediction.interval_level:.0%} prediction interval, "
+            f"the expected error, a decision and reasons (table `forecasts`).\n\nService level: {spec.service_level}",
+            _md_table(["field", "type", "meaning", "range", "business action"], contract),
+            "## Decision rules",
+            _rule_section(spec),
+            "## Reason codes",
+            _forecast_reason_section(spec),
+            "## Prediction interval",
+            _interval_section(spec, metadata),
+        ]
+    else:
+        kind_sections = [
+            "## Prediction Contract",
+            f"Event: **{spec.prediction.event}**.\n\nService level: {spec.service_level}",
+            _md_table(["field", "type", "meaning", "range", "business action"], contract),
+            "## Reason codes",
+            _reason_section(spec),
+            "## Calibration",
+            _calibration_section(spec, metadata),
+        ]
     return "\n\n".join([
         f"# Model card: {spec.name}",
         spec.description,
-        "## Prediction Contract",
-        f"Event: **{spec.prediction.event}**.\n\nService level: {spec.service_level}",
-        _md_table(["field", "type", "meaning", "range", "business action"], contract),
-        "## Reason codes",
-        _reason_section(spec),
-        "## Calibration",
-        _calibration_section(spec, metadata),
+        *kind_sections,
         "## Inference Specification",
         _md_table(["", ""], spec_rows),
         "## Training",

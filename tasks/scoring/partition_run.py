@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict
 
 from tasks.errors import DiskFull, EnvironmentFault, ModelArtifactError, PartitionBusy, ScoringError, environment_fault, user_facing_error
 from tasks.jobspec import load_job_spec
-from tasks.monitoring.health import health_headline
+from tasks.monitoring.health import ESTIMATED_ERROR, health_headline
 from tasks.monitoring.shadow import shadow_headline
+from tasks.reports.forecast_report import forecast_run_report_html
 from tasks.reports.html_report import run_report_html
 from tasks.sinks.publish import PublishedPartition, discarded_run, retried
 from tasks.sinks.recovery import (
@@ -162,6 +163,13 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
             name: (np.asarray(h["edges"]), np.asarray(h["current"]), np.asarray(h["reference"]) if h["reference"] else None)
             for name, h in summary.drift_histograms.items()
         }
+        if summary.forecast_report is not None:
+            return forecast_run_report_html(
+                job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts, forecast=summary.forecast_report,
+                fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
+                bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
+                health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
+            ), []
         return run_report_html(
             job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
             fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
@@ -192,29 +200,48 @@ def report_url(base_url: str | None, job: str, partition_date: dt.date) -> str |
     return f"{base_url.rstrip('/')}/{job}/reports/html/date={partition_date.isoformat()}.html"
 
 
+def _forecast_numbers(forecast: dict[str, Any], health_rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """A forecast job's headline: the mean forecast and interval width in the target's unit, and the estimated MAE
+    and RMSE with their intervals (model health's `estimated_error`), and their flag when they lie above the hold-out's."""
+    unit = f" {forecast['unit']}" if forecast.get("unit") else ""
+
+    def shown(value: float | None) -> str:
+        return "—" if value is None or value != value else f"{value:,.4g}"
+
+    rows = [
+        (f"mean forecast ({forecast.get('name') or 'target'})", f"{shown(forecast['forecast_mean'])}{unit}"),
+        (f"mean interval width ({forecast['level']:.0%})", f"{shown(forecast['width_mean'])}{unit}"),
+    ]
+    estimated = {r["measure"]: r for r in health_rows if r["section"] == ESTIMATED_ERROR and r["item"] == "all"}
+    for measure in ("mae", "rmse"):
+        r = estimated.get(measure)
+        if r is not None and r["value"] is not None and r["value"] == r["value"]:
+            flag = f", {r['flag']}: above the hold-out's {shown(r['reference'])}{unit}" if r["flag"] in ("warn", "alert") else ""
+            rows.append((f"estimated {measure.upper()}", f"{shown(r['value'])}{unit} ({shown(r['low'])}–{shown(r['high'])}{flag})"))
+    return rows
+
+
 def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
     """The few numbers an analyst looks at first, one row each: rows, decisions, fallbacks, drift flags,
-    the estimated performance and the challenger's flips when there are."""
+    the estimated performance (a forecast job: the mean forecast, interval width, estimated MAE and RMSE) and
+    the challenger's flips when there are."""
+    forecast = summary.forecast_report
     rows = [
-        ("rows read", f"{summary.rows_read:,}"), ("rows scored", f"{summary.rows_scored:,}"),
+        ("rows read", f"{summary.rows_read:,}"), ("rows forecast" if forecast else "rows scored", f"{summary.rows_scored:,}"),
         ("rows repaired", f"{summary.guard.rows_repaired:,}"), ("rows quarantined", f"{summary.guard.rows_quarantined:,}"),
         ("rows in failed chunks", f"{summary.rows_failed:,}"),
+        *(_forecast_numbers(forecast, summary.model_health) if forecast else ()),
         *((f"decision {d}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n)) for d, n in summary.decisions.items()),
         *((f"fallback {r['kind']}", f"{r['rows']:,} ({r['share']:.2%})" + (" BREACHED" if r["breached"] else ""))
           for r in _fallback_totals(summary.fallback_report) if r["rows"]),
     ]
     flagged = [f"{r['feature']} {r['flag']} vs {r['baseline']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")]
     rows.append(("drift flags", ", ".join(flagged) or "none"))
-    health = health_headline(summary.model_health, forecasts=summary.forecast is not None)
+    health = health_headline(summary.model_health, forecasts=forecast is not None)
     for measure, fmt in (("event_rate", ".2%"), ("auc", ".3f")):
         values = (health or {}).get(measure)
         if values and all(v == v for v in values):
             rows.append((f"expected {measure.replace('_', ' ')}", f"{values[0]:{fmt}} ({values[1]:{fmt}}–{values[2]:{fmt}})"))
-    for measure, label in (("mae", "estimated MAE"), ("rmse", "estimated RMSE")) if summary.forecast is not None else ():
-        values = (health or {}).get(measure)
-        if values and values[0] is not None and values[0] == values[0]:
-            bounds = f" ({values[1]:.4g}–{values[2]:.4g})" if all(v is not None and v == v for v in values[1:]) else ""
-            rows.append((label, f"{values[0]:.4g}{bounds}"))
     shadow = shadow_headline(summary.shadow_comparison)
     if shadow:
         rows.append((f"challenger {shadow['challenger_version'] or '(not loaded)'}", f"{shadow['rows_flipped']:,} decisions would flip"))
@@ -237,8 +264,9 @@ def run_artifacts(
     counts = summary.ledger_counts()
     measures = {**ticket.model_dump(), **counts, "published": published.rows, "warnings": published.warnings}
     return [
-        Artifact(artifact_key("key-numbers", job), f"{job} on {day}: rows, decisions, fallbacks, drift flags, expected performance",
-                 table=key_numbers(summary)),
+        Artifact(artifact_key("key-numbers", job), f"{job} on {day}: rows, " + (
+            "mean forecast, interval width, estimated error, decisions, fallbacks, drift flags" if summary.forecast_report else
+            "decisions, fallbacks, drift flags, expected performance"), table=key_numbers(summary)),
         *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)] if page_url else []),
         Artifact(artifact_key("run-summary", job), f"Scoring of {job} for {day}",
                  table=[{"measure": k, "value": str(v)} for k, v in measures.items()]),

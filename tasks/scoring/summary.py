@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
 from tasks.inference.contributions import EXPLAINED_BY_PRODUCT
 from tasks.inference.registry import inference_reasons_unavailable
 from tasks.monitoring.decisions import merged_prediction_groups
+from tasks.monitoring.forecast_distribution import ForecastDistribution, forecast_run_summary
 from tasks.monitoring.health import HEALTH_COLUMNS, model_health_rows
 from tasks.monitoring.shadow import ShadowAccumulator, shadow_comparison_rows
 from tasks.monitoring.slices import merged_slice_counts
@@ -106,6 +106,10 @@ class ScoringSummary:
     """The first flipped rows with both models' decisions, scores and reason codes (all of them: table `decision_flips`)."""
     forecast: dict[str, Any] | None = None
     """A forecast job's run in numbers (`forecast_headline`); None for a binary job."""
+    forecast_report: dict[str, Any] | None = None
+    """A forecast job's run in its target's words for its page and key numbers (`forecast_run_summary`): the target,
+    mean forecast, interval and expected error, their distributions, the rows per rule and the reason codes given;
+    None for a binary job."""
 
     def inference_stats(self) -> dict[str, Any]:
         lat = np.asarray(self.chunk_latency_ms or [0.0])
@@ -148,17 +152,14 @@ class ScoringSummary:
         }
 
 
-def forecast_headline(
-    predictions: list[UnitPrediction], *, rows_scored: int, kind: str, name: str, unit: str, level: float,
-) -> dict[str, Any]:
+def forecast_headline(distribution: ForecastDistribution, *, kind: str, name: str, unit: str, level: float) -> dict[str, Any]:
     """A forecast job's run in a few numbers: its kind and target, the mean forecast and the mean width of
     the prediction interval at `level` over the scored rows (None without any)."""
-    forecasts = math.fsum(p.forecast_sum for p in predictions)
-    widths = math.fsum(p.interval_width_sum for p in predictions)
+    rows = distribution.rows
     return {
-        "kind": kind, "name": name, "unit": unit, "interval_level": level, "rows": rows_scored,
-        "mean": forecasts / rows_scored if rows_scored else None,
-        "mean_interval_width": widths / rows_scored if rows_scored else None,
+        "kind": kind, "name": name, "unit": unit, "interval_level": level, "rows": rows,
+        "mean": distribution.sums["forecast"] / rows if rows else None,
+        "mean_interval_width": distribution.sums["width"] / rows if rows else None,
     }
 
 
@@ -215,6 +216,7 @@ def scoring_summary(
         wall_s=wall_s,
     )
     drift = prepared.drift_accumulator(with_estimate=True)
+    distribution = ForecastDistribution() if spec.target.forecasts else None
     decisions: Counter[str] = Counter()
     rules: Counter[str] = Counter()
     explained: Counter[str] = Counter()
@@ -242,15 +244,22 @@ def scoring_summary(
         decisions.update(prediction.decisions)
         rules.update(prediction.rules)
         summary.peak_rss_mb = max(summary.peak_rss_mb, prediction.peak_rss_mb)
+        if distribution is not None and prediction.forecasts is not None:
+            distribution.merge(prediction.forecasts)
     summary.decision_groups = merged_prediction_groups(
         [g for p in sorted(predictions, key=lambda u: u.unit_id) for g in p.decision_groups]
     ).to_dicts()
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))
-    if spec.target.forecasts:
+    if distribution is not None:
         summary.forecast = forecast_headline(
-            predictions, rows_scored=summary.rows_scored, kind=spec.target.kind, name=spec.target.name or spec.monitoring.labels.outcome_column,
+            distribution, kind=spec.target.kind, name=spec.target.name or spec.monitoring.labels.outcome_column,
             unit=spec.target.unit, level=spec.prediction.interval_level,
+        )
+        summary.forecast_report = forecast_run_summary(
+            distribution, target=spec.target.model_dump(), level=spec.prediction.interval_level,
+            rules=[r.model_dump() for r in spec.prediction.rules], rule_rows=summary.rules,
+            reason_texts={reason.code: reason.text for reason in spec.prediction.reasons.codes.values()},
         )
     health = prepared.health_accumulator()
     for inference in sorted(inferences, key=lambda u: u.unit_id):

@@ -33,6 +33,7 @@ from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_betwe
 from tasks.inference.engine import InferenceEngine
 from tasks.catalog import DECISION_FLIPS, SHADOW_FORECASTS, SHADOW_PREDICTIONS
 from tasks.monitoring.decisions import prediction_groups
+from tasks.monitoring.forecast_distribution import ForecastDistribution
 from tasks.monitoring.health import HealthAccumulator, attribution_sample, attribution_share
 from tasks.monitoring.shadow import ShadowAccumulator, flipped_rows
 from tasks.monitoring.slices import chunk_slice_counts, summed_slice_counts
@@ -271,10 +272,9 @@ class UnitPrediction:
     peak_rss_mb: float = 0.0
     shadow: ShadowAccumulator | None = None
     """Champion × challenger sums of the unit's chunks; None when no challenger shadows the run."""
-    forecast_sum: float = 0.0
-    """A forecast job's forecasts summed over the unit's rows (0 for a binary job): the run's mean forecast."""
-    interval_width_sum: float = 0.0
-    """A forecast job's forecast_high − forecast_low summed over the unit's rows: the run's mean interval width."""
+    forecasts: ForecastDistribution | None = None
+    """A forecast job's forecasts, intervals and reason codes summed over the unit's chunks (None for a binary job),
+    so the run page draws their distribution without re-reading the partition."""
 
 
 @dataclass
@@ -439,6 +439,7 @@ def _unit_prediction(plan: PredictionPlan, unit_id: int) -> UnitPrediction:
     return UnitPrediction(
         unit_id, drift=plan.estimate_drift(),
         shadow=ShadowAccumulator(plan.decisions, forecasts=plan.forecasts) if plan.challenger is not None else None,
+        forecasts=ForecastDistribution() if plan.forecasts else None,
     )
 
 
@@ -490,9 +491,7 @@ def _predicted_chunk(
     result.decisions.update(predicted.decisions)
     result.rules.update(predicted.rules)
     if forecasts:
-        forecast = decided.forecast
-        result.forecast_sum += float(forecast.forecast.sum())
-        result.interval_width_sum += float((forecast.high - forecast.low).sum())
+        result.forecasts.add(predicted.table)
     estimate = FORECAST_DRIFT_NAME if forecasts else SCORE_DRIFT_NAME
     if estimate in result.drift.histograms:
         result.drift.add(estimate, predicted.table.column(estimate).to_numpy())

@@ -32,12 +32,14 @@ from tasks.catalog import (
     DRIFT_HISTOGRAMS,
     DRIFT_REPORT,
     FORECAST_SCHEMA,
+    FORECASTS,
     MODEL_HEALTH,
     MONITORING_DATASETS,
     PARTITION_DATASETS,
     FORECAST_GROUP_SCHEMA,
     PREDICTION_GROUP_SCHEMA,
     PREDICTION_SCHEMA,
+    PREDICTIONS,
     RUNS,
     SHADOW_FORECASTS,
     SHADOW_PREDICTIONS,
@@ -688,17 +690,41 @@ class Warehouse(ABC):
             {"job": job, "partition_date": partition_date},
         )
 
-    def prediction_counts(self, job: str, *, first_date: Any, last_date: Any, by: Sequence[str]) -> pa.Table:
-        """Prediction rows per distinct value of the `by` columns over a range of partitions (column `rows`)."""
-        unknown = [c for c in by if c not in PREDICTION_SCHEMA.names]
+    def prediction_counts(
+        self, job: str, *, first_date: Any, last_date: Any, by: Sequence[str], dataset: Dataset = PREDICTIONS,
+    ) -> pa.Table:
+        """Prediction rows per distinct value of the `by` columns over a range of partitions (column `rows`);
+        `dataset` FORECASTS counts a forecast job's rows."""
+        if dataset not in (PREDICTIONS, FORECASTS):
+            raise ValueError(f"count the rows of predictions or forecasts, got {dataset.name}")
+        contract = dataset.schema
+        unknown = [c for c in by if c not in contract.names]
         if unknown or not by:
-            raise ValueError(f"group predictions by prediction columns, got {list(by)}; known: {PREDICTION_SCHEMA.names}")
-        schema = pa.schema([*(PREDICTION_SCHEMA.field(c).with_nullable(True) for c in by), ("rows", pa.int64())])
+            raise ValueError(f"group {dataset.name} by its columns, got {list(by)}; known: {contract.names}")
+        schema = pa.schema([*(contract.field(c).with_nullable(True) for c in by), ("rows", pa.int64())])
         keys = ", ".join(_quoted(c) for c in by)
         return self._read_arrow(
-            "predictions", schema,
-            f'SELECT {keys}, count(*) AS "rows" FROM predictions WHERE job = $job AND partition_date BETWEEN $first_date '
+            dataset.table, schema,
+            f'SELECT {keys}, count(*) AS "rows" FROM {_quoted(dataset.table)} WHERE job = $job AND partition_date BETWEEN $first_date '
             f"AND $last_date GROUP BY {keys} ORDER BY {keys}",
+            {"job": job, "first_date": first_date, "last_date": last_date},
+        )
+
+    def forecast_means(self, job: str, *, first_date: Any, last_date: Any) -> pa.Table:
+        """A forecast job's published rows per partition and model version over a range, with their mean forecast,
+        interval bounds, interval width and expected error: what its monitoring page draws before actuals land."""
+        schema = pa.schema([
+            ("partition_date", pa.date32()), ("model_version", pa.string()), ("rows", pa.int64()), ("forecast_mean", pa.float64()),
+            ("forecast_low_mean", pa.float64()), ("forecast_high_mean", pa.float64()), ("width_mean", pa.float64()),
+            ("expected_error_mean", pa.float64()),
+        ])
+        return self._read_arrow(
+            FORECASTS.table, schema,
+            'SELECT partition_date, model_version, count(*) AS "rows", avg(forecast) AS forecast_mean, '
+            "avg(forecast_low) AS forecast_low_mean, avg(forecast_high) AS forecast_high_mean, "
+            "avg(forecast_high - forecast_low) AS width_mean, avg(expected_error) AS expected_error_mean "
+            f"FROM {_quoted(FORECASTS.table)} WHERE job = $job AND partition_date BETWEEN $first_date AND $last_date "
+            "GROUP BY partition_date, model_version ORDER BY partition_date, model_version",
             {"job": job, "first_date": first_date, "last_date": last_date},
         )
 

@@ -133,7 +133,7 @@ def assortment(rows: int, *, seed: int) -> Assortment:
     )
 
 
-def _by(mapping: dict[str, float], keys: np.ndarray) -> np.ndarray:
+def _values_of(mapping: dict[str, float], keys: np.ndarray) -> np.ndarray:
     """`mapping`'s value of each key."""
     return np.vectorize(mapping.__getitem__, otypes=[float])(keys)
 
@@ -144,12 +144,12 @@ def sales_log_mean(frame: pl.DataFrame, base_units: np.ndarray) -> np.ndarray:
     heat = np.maximum(frame["temperature_c"].to_numpy() - HEAT_THRESHOLD_C, 0.0)
     return (
         np.log(base_units)
-        + _by(dict(zip(DAY_NAMES, DAY_EFFECT, strict=True)), frame["day_of_week"].to_numpy())
-        + _by(PROMOTION_UPLIFT, category) * frame["promotion"].to_numpy()
+        + _values_of(dict(zip(DAY_NAMES, DAY_EFFECT, strict=True)), frame["day_of_week"].to_numpy())
+        + _values_of(PROMOTION_UPLIFT, category) * frame["promotion"].to_numpy()
         + PRICE_ELASTICITY * np.log(frame["price_index"].to_numpy())
-        + _by(TEMPERATURE_SLOPE, category) * (frame["temperature_c"].to_numpy() - 15.0)
-        + _by(HEAT_SLOPE, category) * heat
-        + _by(RAIN_EFFECT_PER_MM, frame["store_format"].to_numpy()) * frame["rain_mm"].to_numpy()
+        + _values_of(TEMPERATURE_SLOPE, category) * (frame["temperature_c"].to_numpy() - 15.0)
+        + _values_of(HEAT_SLOPE, category) * heat
+        + _values_of(RAIN_EFFECT_PER_MM, frame["store_format"].to_numpy()) * frame["rain_mm"].to_numpy()
     )
 
 

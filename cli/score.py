@@ -358,7 +358,9 @@ def demo(
     rows_per_day: Annotated[int, typer.Option(min=100, help="Credit applications per day.")] = 20_000,
     windows_per_day: Annotated[int, typer.Option(min=10, help="Gearbox vibration windows per turbine and day.")] = 200,
     store_items: Annotated[int, typer.Option(min=1_000, help="Store-sales rows (a store's item) per day, over 20 stores.")] = 10_000,
-    train_days: Annotated[int, typer.Option(min=2, help="Labelled days before the demo dates to train on.")] = 14,
+    train_days: Annotated[
+        int, typer.Option(min=3, help="Labelled days before the demo dates to train on (store_sales holds out the last two).")
+    ] = 14,
     seed: Annotated[int, typer.Option(help="Seed of the data generators and the models.")] = 7,
 ) -> None:
     """Generate demo data for the three jobs, train their models, score every demo date, print summaries, then

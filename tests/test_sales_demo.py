@@ -266,3 +266,21 @@ def test_the_heat_wave_raises_the_estimated_error_before_labels_and_the_realized
     # Beyond its training range the model errs more than its error model expects, and its interval covers less.
     assert (shifted["realized"] > shifted["estimated"]).all()
     assert shifted["coverage"].max() < normal["coverage"].min()
+
+
+def test_model_health_alerts_on_the_heat_wave_before_its_labels_land(demo: MonitoredDemo) -> None:
+    """The estimated MAE alerts on the shifted days only; the RMSE estimate rises as much, though on this small
+    demo (400 held-back hold-out rows) its interval is too wide to clear the reference's own noise."""
+    settings = Settings(data_dir=demo.data_dir)
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        rows = con.sql(
+            "SELECT partition_date, measure, flag, value, reference FROM model_health "
+            "WHERE job = ? AND section = 'estimated_error' AND item = 'all'",
+            params=[SALES_JOB],
+        ).fetchall()
+    health = {(day, measure): (flag, value, reference) for day, measure, flag, value, reference in rows}
+    assert {day for day, _ in health} == set(demo.dates) and {m for _, m in health} == {"mae", "rmse"}
+    assert [day for day in demo.dates if health[(day, "mae")][0] == "alert"] == demo.shifted_dates
+    for day in demo.shifted_dates:
+        _, value, reference = health[(day, "rmse")]
+        assert value > 1.5 * reference

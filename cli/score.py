@@ -357,15 +357,18 @@ def demo(
     days: Annotated[int, typer.Option(min=1, help="Demo dates to score, ending yesterday.")] = 7,
     rows_per_day: Annotated[int, typer.Option(min=100, help="Credit applications per day.")] = 20_000,
     windows_per_day: Annotated[int, typer.Option(min=10, help="Gearbox vibration windows per turbine and day.")] = 200,
-    train_days: Annotated[int, typer.Option(min=1, help="Labelled days before the demo dates to train on.")] = 14,
+    store_items: Annotated[int, typer.Option(min=1_000, help="Store-sales rows (a store's item) per day, over 20 stores.")] = 10_000,
+    train_days: Annotated[
+        int, typer.Option(min=3, help="Labelled days before the demo dates to train on (store_sales holds out the last two).")
+    ] = 14,
     seed: Annotated[int, typer.Option(help="Seed of the data generators and the models.")] = 7,
 ) -> None:
-    """Generate demo data for both jobs, train their models, score every demo date, print summaries, then
+    """Generate demo data for the three jobs, train their models, score every demo date, print summaries, then
     ingest the demo labels and print the realized performance per partition and model version."""
 
     def action() -> None:
         from flows.people import backfill
-        from tasks.demo.setup import DEMO_JOB, GEARBOX_JOB, prepared_demo, prepared_gearbox_demo
+        from tasks.demo.setup import DEMO_JOB, GEARBOX_JOB, SALES_JOB, prepared_demo, prepared_gearbox_demo, prepared_sales_demo
 
         settings = with_warehouse_url(current_settings())
         end = yesterday(settings)
@@ -374,12 +377,15 @@ def demo(
             GEARBOX_JOB: prepared_gearbox_demo(
                 settings, days=days, windows_per_day=windows_per_day, train_days=train_days, seed=seed, end=end
             ),
+            SALES_JOB: prepared_sales_demo(settings, days=days, rows_per_day=store_items, train_days=train_days, seed=seed, end=end),
         }
         for job, plan in plans.items():
             console.print(
                 f"demo {job}: {len(plan.training_dates)} training days, model version {plan.model_version}, "
                 f"scoring {plan.scoring_dates[0]}..{plan.scoring_dates[-1]}"
             )
+            if plan.registration is not None and plan.registration.calibration is None:
+                _print_forecast_registration(plan.registration)
             try:
                 with _run_log(settings.data_dir), _progress_bars():
                     backfill(job, plan.scoring_dates[0], plan.scoring_dates[-1])

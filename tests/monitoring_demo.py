@@ -3,8 +3,10 @@
 The conftest demo has three dates: its trailing window is too short to tell a shift from noise.
 This one has six dates, the credit shift injected on the last two, and two model versions (the
 last two dates are scored by version 2, a registered copy of version 1), so that metrics per model
-version have more than one version to tell apart. It is built once per session (the module-level
-cache) and only read afterwards; tests that write get a copy (`copied_demo`).
+version have more than one version to tell apart. The store-sales forecast job is scored on the same
+six dates in the same data folder (its heat wave on the last two), so the warehouse holds a binary
+and a forecast job side by side. It is built once per session (the module-level cache) and only read
+afterwards; tests that write get a copy (`copied_demo`).
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tasks.demo.setup import prepared_demo
+from tasks.demo.setup import SALES_JOB, prepared_demo, prepared_sales_demo
 from tasks.settings import Settings, current_settings
 
 JOB = "credit_risk"
 ARGS = {"days": 6, "rows_per_day": 2000, "train_days": 5, "seed": 11, "end": dt.date(2026, 3, 10), "shift_days": 2}
 SHIFT_DAYS = ARGS["shift_days"]
 SECOND_VERSION_DAYS = 2
+SALES_ARGS = {**ARGS, "rows_per_day": 1000}
+"""Two hold-out days of 1,000 rows: the conformal interval's 20 % check part has 400 rows."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,9 @@ class MonitoredDemo:
     shifted_dates: list[dt.date]
     versions: dict[dt.date, str]
     run_ids: dict[dt.date, str]
+    sales_version: str
+    """The store-sales model version that scored every date."""
+    sales_run_ids: dict[dt.date, str]
 
 
 _BUILT: dict[str, MonitoredDemo] = {}
@@ -48,9 +55,9 @@ def _registered_copy(settings: Settings, model: str, source: str, target: str) -
     meta_path.write_text(json.dumps(meta, indent=2))
 
 
-def published_run_ids(settings: Settings, job: str) -> dict[dt.date, str]:
+def published_run_ids(settings: Settings, job: str, *, table: str = "predictions") -> dict[dt.date, str]:
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
-        rows = con.execute("SELECT DISTINCT partition_date, run_id FROM predictions WHERE job = ?", [job]).fetchall()
+        rows = con.execute(f"SELECT DISTINCT partition_date, run_id FROM {table} WHERE job = ?", [job]).fetchall()
     return dict(rows)
 
 
@@ -74,12 +81,18 @@ def monitored_demo(tmp_path_factory: pytest.TempPathFactory) -> MonitoredDemo:
         _registered_copy(settings, JOB, plan.model_version, str(int(plan.model_version) + 1))
         backfill(JOB, dates[split], dates[-1])
         run_ids = published_run_ids(settings, JOB)
+        sales = prepared_sales_demo(settings, **SALES_ARGS)
+        assert sales.scoring_dates == dates
+        backfill(SALES_JOB, dates[0], dates[-1])
+        sales_run_ids = published_run_ids(settings, SALES_JOB, table="forecasts")
     built = MonitoredDemo(
         data_dir=data_dir,
         dates=dates,
         shifted_dates=dates[-SHIFT_DAYS:],
         versions={d: plan.model_version if i < split else str(int(plan.model_version) + 1) for i, d in enumerate(dates)},
         run_ids=run_ids,
+        sales_version=sales.model_version,
+        sales_run_ids=sales_run_ids,
     )
     _BUILT["demo"] = built
     return built

@@ -29,7 +29,7 @@ from tasks.sinks.parquet_store import REPORT_PAGE, OutputDirs, output_dirs
 from tasks.sinks.publish import partition_store
 from tasks.sinks.warehouse import Warehouse
 
-from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
+from monitoring_demo import JOB, SALES_JOB, MonitoredDemo, copied_demo, monitored_demo
 
 
 def _comparable(kind: pa.DataType) -> pa.DataType:
@@ -211,15 +211,17 @@ CHALLENGER_TABLES = (*catalog.SHADOW_DATASETS, catalog.SHADOW_OUTCOMES, catalog.
 
 
 def test_every_key_of_the_catalog_identifies_one_row_of_the_demo(demo: MonitoredDemo, tmp_path: Path) -> None:
-    """After scoring, decision monitoring and outcomes, every table with rows and keys has no two rows of one key."""
+    """After scoring, decision monitoring and outcomes of the binary and the forecast job, every table with rows and
+    keys has no two rows of one key."""
     from tasks.jobspec import load_job_spec
     from tasks.monitoring.outcomes import ingested_outcomes
 
     settings = Settings(data_dir=copied_demo(demo, tmp_path / "data"))
     warehouse = DuckDBWarehouse(settings.duckdb_path)
-    spec = load_job_spec(JOB, settings)
-    for day in demo.dates:
-        ingested_outcomes(warehouse, spec, labels_dir=settings.labels_partition_dir(JOB, day.isoformat()), partition_date=day)
+    for job in (JOB, SALES_JOB):
+        spec = load_job_spec(job, settings)
+        for day in demo.dates:
+            ingested_outcomes(warehouse, spec, labels_dir=settings.labels_partition_dir(job, day.isoformat()), partition_date=day)
     with warehouse._session(write=False) as session:
         for dataset in WAREHOUSE_DATASETS:
             (counted,) = session.rows(f'SELECT count(*) AS n FROM "{dataset.table}"')

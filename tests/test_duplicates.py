@@ -278,8 +278,8 @@ def test_uniqueness_on_another_column_is_refused_naming_the_file_and_column(tmp_
 def test_the_demo_suites_declare_the_entity_key_with_quarantine_all() -> None:
     from tasks.settings import PROJECT_ROOT
 
-    for job in ("credit_risk", "gearbox"):
-        suite = load_guard_suite(PROJECT_ROOT / "expectations" / f"{job}.json", entity_column="entity_id")
+    for job, entity in (("credit_risk", "entity_id"), ("gearbox", "entity_id"), ("store_sales", "store_item")):
+        suite = load_guard_suite(PROJECT_ROOT / "expectations" / f"{job}.json", entity_column=entity)
         assert suite.entity_key is not None and suite.entity_key.declared and suite.entity_key.on_duplicate == "quarantine_all"
 
 

@@ -11,17 +11,20 @@ from pathlib import Path
 
 from tasks.demo.credit_data import demo_dates, write_demo_partitions
 from tasks.demo.gearbox_data import write_gearbox_partitions
-from tasks.demo.training import train_credit_model
+from tasks.demo.sales_data import write_sales_partitions
+from tasks.demo.training import train_credit_model, train_sales_model
 from tasks.errors import EnvironmentFault
 from tasks.features import job_features
 from tasks.guards import load_guard_suite
 from tasks.inference.registry import inference_model_versions
+from tasks.jobs.registration import RegistrationReport
 from tasks.jobspec import load_job_spec
 from tasks.settings import Settings
 
 log = logging.getLogger("scoring.demo")
 DEMO_JOB = "credit_risk"
 GEARBOX_JOB = "gearbox"
+SALES_JOB = "store_sales"
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class DemoPlan:
     training_dates: list[dt.date]
     model_version: str
     feature_model_versions: dict[str, str] = field(default_factory=dict)
+    registration: RegistrationReport | None = None
+    """The report of the model version trained for this demo; None when an earlier one was reused."""
 
 
 def _next_version(registry: Path) -> str:
@@ -139,3 +144,52 @@ def prepared_gearbox_demo(
     )
     return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=metadata.version,
                     feature_model_versions={ae_metadata.name: ae_metadata.version})
+
+
+def prepared_sales_demo(
+    settings: Settings,
+    *,
+    days: int,
+    rows_per_day: int,
+    train_days: int,
+    seed: int,
+    end: dt.date,
+    shift_days: int = 2,
+    holdout_days: int = 2,
+) -> DemoPlan:
+    """Generate the store-sales partitions and train (or reuse) the count model on them.
+
+    The last `holdout_days` of the `train_days` labelled days are the hold-out the model never saw,
+    as a forecaster validates on the days after its training window; the error model and the
+    conformal interval are fitted there. Two days rather than one give the error model two weekdays'
+    volumes to learn from. The last `shift_days` scoring days are the heat wave and promotion campaign.
+    """
+    if not 0 < holdout_days < train_days:
+        raise ValueError(f"holdout_days must leave training days: {holdout_days} of {train_days}")
+    spec = load_job_spec(SALES_JOB, settings)
+    scoring = demo_dates(end, days)
+    training = demo_dates(scoring[0] - dt.timedelta(days=1), train_days)
+    raw_root = settings.data_dir / "raw" / SALES_JOB
+    labels_root = settings.data_dir / "labels" / SALES_JOB
+    train_dirs = write_sales_partitions(raw_root, labels_root, training, rows_per_day=rows_per_day, seed=seed, shift_days=0)
+    write_sales_partitions(raw_root, labels_root, scoring, rows_per_day=rows_per_day, seed=seed, shift_days=min(shift_days, days))
+
+    registry = settings.model_registry_dir(spec.model.name)
+    wanted = {"window_start": training[0].isoformat(), "holdout_end": training[-1].isoformat(), "seed": seed,
+              "rows_per_day": rows_per_day, "holdout_start": training[-holdout_days].isoformat()}
+    for version in reversed(inference_model_versions(registry)):
+        training_info = _training_info(registry, version)
+        if {k: training_info.get(k) for k in wanted} == wanted:
+            log.info("reusing model %s %s, trained on the same demo window", spec.model.name, version)
+            return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=version)
+    registered = train_sales_model(
+        settings,
+        SALES_JOB,
+        raw_dirs=train_dirs,
+        labels_dirs=[labels_root / f"date={d.isoformat()}" for d in training],
+        holdout_days=holdout_days,
+        version=_next_version(registry),
+        seed=seed,
+        extra_training_info={"rows_per_day": rows_per_day},
+    )
+    return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=registered.version, registration=registered)

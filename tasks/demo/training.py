@@ -1,4 +1,4 @@
-"""Training of the demo classifiers, through the same guards and feature modules as scoring."""
+"""Training of the demo models, through the same guards and features as scoring."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import xgboost as xgb
 from tasks.features import FeatureKind, job_features
 from tasks.guards import guarded_chunk, load_guard_suite
 from tasks.jobspec import load_job_spec
-from tasks.jobs.registration import RegistrationReport, registered_job_model, registered_model_version
+from tasks.jobs.registration import RegistrationReport, job_model_inputs, registered_job_model, registered_model_version
 from tasks.settings import Settings
 
 log = logging.getLogger("scoring.training")
@@ -31,6 +31,17 @@ XGB_PARAMS: dict[str, Any] = {
     "tree_method": "hist",
 }
 ROUNDS = 200
+
+SALES_XGB_PARAMS: dict[str, Any] = {
+    "objective": "count:poisson",
+    "eval_metric": "poisson-nloglik",
+    "max_depth": 5,
+    "eta": 0.1,
+    "subsample": 0.8,
+    "min_child_weight": 5,
+    "tree_method": "hist",
+}
+SALES_ROUNDS = 200
 
 
 def fitted_booster(x: np.ndarray, y: np.ndarray, *, names: tuple[str, ...], seed: int) -> xgb.Booster:
@@ -112,4 +123,59 @@ def registered_classifier(
             reference_features=x[~holdout], rows_quarantined=rows_quarantined,
             training={**_window(training_window), "rows_train": int((~holdout).sum()), "event_rate": float(y.mean()),
                       "seed": seed, "params": {**XGB_PARAMS, "rounds": ROUNDS}, **(extra_training_info or {})},
+        )
+
+
+def _labelled_rows(raw_dirs: list[Path], labels_dirs: list[Path], *, entity_column: str, by: str, label: str) -> pl.DataFrame:
+    """Raw rows of each day with their outcome from the same day's labels (rows without a label left out);
+    days are joined one by one, as an entity (a store's item) comes back every day."""
+    return pl.concat(
+        [
+            pl.read_parquet(raw).join(pl.read_parquet(labelled).select(pl.col(by).alias(entity_column), label), on=entity_column, how="inner")
+            for raw, labelled in zip(raw_dirs, labels_dirs, strict=True)
+        ],
+        how="vertical_relaxed",
+    )
+
+
+def train_sales_model(
+    settings: Settings,
+    job: str,
+    *,
+    raw_dirs: list[Path],
+    labels_dirs: list[Path],
+    holdout_days: int,
+    version: str,
+    seed: int,
+    extra_training_info: dict[str, Any] | None = None,
+) -> RegistrationReport:
+    """Fit a Poisson XGBoost on all but the last `holdout_days` of the labelled days, and register it
+    through `score register`'s path with those last days as the hold-out the model never saw.
+
+    The training rows are the model inputs `score features` writes (`job_model_inputs`): the job's
+    own guards and declared features, so the model is fitted on exactly what scoring feeds it. The
+    training rows are the drift reference.
+    """
+    spec = load_job_spec(job, settings)
+    labels = spec.monitoring.labels
+    fit_days = len(raw_dirs) - holdout_days
+
+    def rows(raw: list[Path], labelled: list[Path]) -> pl.DataFrame:
+        return _labelled_rows(raw, labelled, entity_column=spec.entity_column, by=labels.entity_column, label=labels.outcome_column)
+
+    train_rows, holdout = rows(raw_dirs[:fit_days], labels_dirs[:fit_days]), rows(raw_dirs[fit_days:], labels_dirs[fit_days:])
+    inputs = job_model_inputs(job, train_rows, settings=settings, labelled=True, what="training days")
+    assert inputs.outcomes is not None, "labelled model inputs carry their outcomes"
+    train = xgb.DMatrix(inputs.matrix, label=inputs.outcomes, feature_names=list(inputs.names), missing=np.nan)
+    booster = xgb.train({**SALES_XGB_PARAMS, "seed": seed}, train, num_boost_round=SALES_ROUNDS)
+    days = [d.name.removeprefix("date=") for d in raw_dirs]
+    with tempfile.TemporaryDirectory() as scratch:
+        model_file = Path(scratch) / "model.ubj"
+        booster.save_model(str(model_file))
+        return registered_job_model(
+            job, model_file, settings=settings, holdout=holdout, reference=train_rows.drop(labels.outcome_column), version=version,
+            training={"window_start": days[0], "window_end": days[fit_days - 1], "holdout_start": days[fit_days], "holdout_end": days[-1],
+                      "rows_train": int(inputs.matrix.shape[0]), "rows_quarantined_training": inputs.rows_quarantined,
+                      "mean_outcome": float(inputs.outcomes.mean()), "seed": seed,
+                      "params": {**SALES_XGB_PARAMS, "rounds": SALES_ROUNDS}, **(extra_training_info or {})},
         )

@@ -207,9 +207,13 @@ def framework_forecasts(project: SalesProject, version: str, raw: pl.DataFrame) 
     margin = booster.predict(xgb.DMatrix(x, feature_names=list(FEATURES)), output_margin=True).astype(np.float64)
     errors = xgb.Booster(model_file=str(directory / meta["error_model_file"]))
     sigma = np.maximum(errors.predict(xgb.DMatrix(np.column_stack([x, margin.astype(np.float32)]))).astype(np.float64), 0.0)
+    interval = meta["interval"]
     regressor = crepes.ConformalRegressor()
-    regressor.alphas, regressor.fitted, regressor.normalized, regressor.mondrian = np.array(meta["interval"]["alphas"]), True, True, False
-    bounds = regressor.predict_int(forecast, sigmas=np.maximum(sigma, meta["interval"]["sigma_floor"]), confidence=LEVEL, y_min=0.0)
+    regressor.fitted, regressor.normalized, regressor.mondrian = True, True, True
+    regressor.binned_alphas = (np.arange(len(interval["bin_alphas"])), [np.array(a) for a in interval["bin_alphas"]])
+    sigmas = np.maximum(sigma, interval["sigma_floor"])
+    bins = np.searchsorted(np.array(interval["bin_edges"]), sigmas, side="right")
+    bounds = regressor.predict_int(forecast, sigmas=sigmas, bins=bins, confidence=LEVEL, y_min=0.0)
     return pl.DataFrame({"entity_id": raw["item_id"], "forecast": forecast, "forecast_low": bounds[:, 0], "forecast_high": bounds[:, 1],
                          "expected_error": sigma, "raw_margin": margin})
 

@@ -42,6 +42,23 @@ def test_the_interval_is_crepes_interval(level: float, nonnegative: bool) -> Non
     np.testing.assert_allclose(ours.high, theirs[:, 1], rtol=1e-12)
 
 
+@pytest.mark.parametrize("level", [0.8, 0.9, 0.95])
+def test_the_interval_per_difficulty_bin_is_crepes_mondrian_interval(level: float) -> None:
+    rng = np.random.default_rng(4)
+    sigmas = 0.2 + rng.gamma(2.0, 1.0, 2_000)
+    residuals = rng.normal(0, 1, 2_000) * sigmas ** 1.4  # the error grows faster than σ̂ says: bins need their own q
+    edges = np.quantile(sigmas, [0.25, 0.5, 0.75])
+    bins = np.searchsorted(edges, sigmas, side="right")
+    regressor = crepes.ConformalRegressor().fit(residuals=residuals, sigmas=sigmas, bins=bins)
+    interval = {"method": "split_conformal_normalized", "bin_edges": list(edges), "sigma_floor": 1e-9,
+                "bin_alphas": [list(a) for a in regressor.binned_alphas[1]]}
+    margins, sigma = rng.normal(5, 2, 500), 0.2 + rng.gamma(2.0, 1.0, 500)
+    ours = ForecastMap(interval, level, link="identity", nonnegative=False).predict_forecast(margins, sigma)
+    theirs = regressor.predict_int(margins, sigmas=sigma, bins=np.searchsorted(edges, sigma, side="right"), confidence=level)
+    np.testing.assert_allclose(ours.low, theirs[:, 0], rtol=1e-12)
+    np.testing.assert_allclose(ours.high, theirs[:, 1], rtol=1e-12)
+
+
 def test_too_few_scores_for_the_level_give_an_unbounded_interval() -> None:
     assert predict_conformal_quantile(np.array([3.0, 2.0, 1.0]), 0.9) == float("inf")
     assert predict_conformal_quantile(np.arange(19, 0, -1.0), 0.75) == 15.0  # the 15th smallest of 19: ⌈0.75 · 20⌉

@@ -2,7 +2,7 @@
 
 The hold-out is shuffled (seeded) and split three ways: FIT_SHARE of the rows fit the error model
 (tasks/inference/error_model.py), CALIBRATION_SHARE give crepes' ConformalRegressor its normalized
-nonconformity scores, and the rest are held back to check, before anything is registered, what the
+nonconformity scores, kept per bin of σ̂ (Mondrian: `_difficulty_edges`), and the rest are held back to check, before anything is registered, what the
 interval does on rows that played no part in it: its coverage and width, on the easy and the hard
 half of the rows. The calibration part also fits how the error model's σ̂ turn into a partition's
 estimated MAE and RMSE before actuals land (`estimated_error`, tasks/monitoring/health.py). crepes (maintained, tested) does the fit and the held-back intervals; the
@@ -22,11 +22,14 @@ import numpy as np
 from tasks.errors import MissingExtra, PartitionError
 from tasks.inference.error_model import ErrorModel, inference_fitted_error_model
 from tasks.monitoring.health import fitted_error_estimator
-from tasks.prediction.forecasts import METHOD, ForecastMap, predict_forecast_values
+from tasks.prediction.forecasts import METHOD, ForecastMap, predict_difficulty_bin, predict_forecast_values
 
 FIT_SHARE = 0.4
 CALIBRATION_SHARE = 0.4
 MIN_HOLDOUT_ROWS = 200
+DIFFICULTY_BINS = 5
+BIN_ROWS = 250
+"""Calibration rows a difficulty bin holds at least: its 90 % quantile then rests on 25 rows above it."""
 SPLIT_SEED = 20261205
 
 
@@ -70,6 +73,19 @@ def _crepes():  # noqa: ANN202  (the crepes module)
     return crepes
 
 
+def _difficulty_edges(sigma: np.ndarray) -> np.ndarray:
+    """Cuts of σ̂ into up to DIFFICULTY_BINS bins of at least BIN_ROWS calibration rows each (fewer on a small
+    hold-out, none below 2 × BIN_ROWS); σ̂ from trees has ties, so a cut that would leave a bin short is dropped."""
+    bins = max(1, min(DIFFICULTY_BINS, sigma.size // BIN_ROWS))
+    edges = np.unique(np.quantile(sigma, np.arange(1, bins) / bins))
+    while edges.size:
+        counts = np.bincount(predict_difficulty_bin(sigma, edges), minlength=edges.size + 1)
+        if counts.min() >= BIN_ROWS:
+            break
+        edges = np.delete(edges, min(int(counts.argmin()), edges.size - 1))
+    return edges
+
+
 def fitted_conformal_interval(
     features: np.ndarray, margins: np.ndarray, outcomes: np.ndarray, *, link: str, level: float, nonnegative: bool,
     error_model_path: Path, model: str,
@@ -95,13 +111,21 @@ def fitted_conformal_interval(
     # the 1st percentile of the fit rows' estimates (and never 0).
     floor = max(float(np.quantile(sigma[fit], 0.01)), 1e-6 * float(np.abs(errors[fit]).mean()) + 1e-12)
     sigma = np.maximum(sigma, floor)
-    regressor = crepes.ConformalRegressor().fit(residuals=errors[calibration], sigmas=sigma[calibration])
+    edges = _difficulty_edges(sigma[calibration])
+    bins = predict_difficulty_bin(sigma, edges)
+    regressor = crepes.ConformalRegressor().fit(residuals=errors[calibration], sigmas=sigma[calibration], bins=bins[calibration])
+    bin_values, bin_alphas = regressor.binned_alphas
+    if list(bin_values) != list(range(edges.size + 1)):
+        raise AssertionError(f"difficulty bins {list(bin_values)} are not 0..{edges.size}")
     interval = {
-        "method": METHOD, "alphas": [float(a) for a in regressor.alphas], "sigma_floor": floor,
+        "method": METHOD, "bin_edges": [float(e) for e in edges], "bin_alphas": [[float(a) for a in alphas] for alphas in bin_alphas],
+        "sigma_floor": floor,
         "rows_fit": int(fit.size), "rows_calibration": int(calibration.size), "rows_check": int(held.size), "split_seed": SPLIT_SEED,
         "estimated_error": fitted_error_estimator(errors[calibration], sigma[calibration]),
     }
-    bounds = regressor.predict_int(forecast[held], sigmas=sigma[held], confidence=level, y_min=0.0 if nonnegative else -np.inf)
+    bounds = regressor.predict_int(
+        forecast[held], sigmas=sigma[held], bins=bins[held], confidence=level, y_min=0.0 if nonnegative else -np.inf
+    )
     ours = ForecastMap(interval, level, link=link, nonnegative=nonnegative).predict_forecast(margins[held], sigma[held])
     if not (np.allclose(bounds[:, 0], ours.low, rtol=1e-12, atol=1e-9) and np.allclose(bounds[:, 1], ours.high, rtol=1e-12, atol=1e-9)):
         raise AssertionError("the prediction layer's interval differs from crepes' on the held-back rows")

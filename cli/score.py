@@ -359,7 +359,7 @@ def demo(
     windows_per_day: Annotated[int, typer.Option(min=10, help="Gearbox vibration windows per turbine and day.")] = 200,
     store_items: Annotated[int, typer.Option(min=1_000, help="Store-sales rows (a store's item) per day, over 20 stores.")] = 10_000,
     train_days: Annotated[
-        int, typer.Option(min=3, help="Labelled days before the demo dates to train on (store_sales holds out the last two).")
+        int, typer.Option(min=3, help="Labelled days before the demo dates to train on (store_sales holds out the last week, or half the days when fewer than 14).")
     ] = 14,
     seed: Annotated[int, typer.Option(help="Seed of the data generators and the models.")] = 7,
 ) -> None:

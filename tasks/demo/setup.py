@@ -155,15 +155,19 @@ def prepared_sales_demo(
     seed: int,
     end: dt.date,
     shift_days: int = 2,
-    holdout_days: int = 2,
+    holdout_days: int | None = None,
 ) -> DemoPlan:
     """Generate the store-sales partitions and train (or reuse) the count model on them.
 
     The last `holdout_days` of the `train_days` labelled days are the hold-out the model never saw,
     as a forecaster validates on the days after its training window; the error model and the
-    conformal interval are fitted there. Two days rather than one give the error model two weekdays'
-    volumes to learn from. The last `shift_days` scoring days are the heat wave and promotion campaign.
+    conformal interval are fitted there. By default a whole week (half the days when fewer than 14):
+    demand and its noise follow the weekday, and an interval calibrated on two weekdays under-covered
+    the Saturday it had never seen (87.6 % at 90 %). The last `shift_days` scoring days are the heat
+    wave and promotion campaign.
     """
+    if holdout_days is None:
+        holdout_days = min(7, train_days // 2)
     if not 0 < holdout_days < train_days:
         raise ValueError(f"holdout_days must leave training days: {holdout_days} of {train_days}")
     spec = load_job_spec(SALES_JOB, settings)

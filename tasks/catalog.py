@@ -56,26 +56,35 @@ _RUN_KEY = [("run_id", pa.string()), ("job", pa.string()), ("partition_date", pa
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _JSON = pa.json_()
 
+_SCORED_ENTITY = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("job", pa.string(), nullable=False),
+    pa.field("partition_date", pa.date32(), nullable=False),
+    pa.field("entity_id", pa.string(), nullable=False),
+]
+"""The first columns of both prediction contracts: the run, the partition and the scored entity."""
+_DECIDED = [
+    pa.field("decision", pa.string(), nullable=False),
+    pa.field("rule_id", pa.string(), nullable=False),
+    pa.field("reason_codes", pa.list_(pa.string()), nullable=False),
+    pa.field("reason_texts", pa.list_(pa.string()), nullable=False),
+    pa.field("raw_margin", pa.float64(), nullable=False),
+    pa.field("model_name", pa.string(), nullable=False),
+    pa.field("model_version", pa.string(), nullable=False),
+    pa.field("feature_version", pa.string(), nullable=False),
+]
+"""The last columns of both: the decision, its reasons, the raw margin and what scored the row."""
+
 PREDICTIONS = Dataset(
     name="predictions",
     schema=pa.schema(
         [
-            pa.field("run_id", pa.string(), nullable=False),
-            pa.field("job", pa.string(), nullable=False),
-            pa.field("partition_date", pa.date32(), nullable=False),
-            pa.field("entity_id", pa.string(), nullable=False),
+            *_SCORED_ENTITY,
             pa.field("probability", pa.float64(), nullable=False),
             pa.field("probability_low", pa.float64(), nullable=False),
             pa.field("probability_high", pa.float64(), nullable=False),
             pa.field("score", pa.int16(), nullable=False),
-            pa.field("decision", pa.string(), nullable=False),
-            pa.field("rule_id", pa.string(), nullable=False),
-            pa.field("reason_codes", pa.list_(pa.string()), nullable=False),
-            pa.field("reason_texts", pa.list_(pa.string()), nullable=False),
-            pa.field("raw_margin", pa.float64(), nullable=False),
-            pa.field("model_name", pa.string(), nullable=False),
-            pa.field("model_version", pa.string(), nullable=False),
-            pa.field("feature_version", pa.string(), nullable=False),
+            *_DECIDED,
         ]
     ),
     folder="predictions", table="predictions", keys=(*PARTITION_KEY, "entity_id"), partitioned=True, staged="chunk",
@@ -87,22 +96,12 @@ FORECASTS = Dataset(
     name="forecasts",
     schema=pa.schema(
         [
-            pa.field("run_id", pa.string(), nullable=False),
-            pa.field("job", pa.string(), nullable=False),
-            pa.field("partition_date", pa.date32(), nullable=False),
-            pa.field("entity_id", pa.string(), nullable=False),
+            *_SCORED_ENTITY,
             pa.field("forecast", pa.float64(), nullable=False),
             pa.field("forecast_low", pa.float64(), nullable=False),
             pa.field("forecast_high", pa.float64(), nullable=False),
             pa.field("expected_error", pa.float64(), nullable=False),
-            pa.field("decision", pa.string(), nullable=False),
-            pa.field("rule_id", pa.string(), nullable=False),
-            pa.field("reason_codes", pa.list_(pa.string()), nullable=False),
-            pa.field("reason_texts", pa.list_(pa.string()), nullable=False),
-            pa.field("raw_margin", pa.float64(), nullable=False),
-            pa.field("model_name", pa.string(), nullable=False),
-            pa.field("model_version", pa.string(), nullable=False),
-            pa.field("feature_version", pa.string(), nullable=False),
+            *_DECIDED,
         ]
     ),
     folder="forecasts", table="forecasts", keys=(*PARTITION_KEY, "entity_id"), partitioned=True, staged="chunk",

@@ -16,6 +16,7 @@ Pure numpy: importing this module loads neither scipy.stats nor anything heavier
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -238,6 +239,37 @@ def _no_worse(measures: list[str]) -> str:
     return f"its {_join(names)} {'is' if len(names) == 1 else 'are'} no worse"
 
 
+def _recommended(
+    found: Callable[[str, str], str], better: dict[str, str], measures: tuple[str, ...], *, rows: int, level: float,
+    lead: str, lead_numbers: tuple[float, float, float], lead_name: str,
+) -> str:
+    """The recommendation once enough rows are labelled: mixed findings keep the champion; the challenger is
+    promoted when it is better on the `lead` measure (AUC, MAE) and no worse on the others; otherwise the
+    champion stays, saying what was or was not found."""
+    for_challenger = [m for m in measures if better[m] == "challenger"]
+    for_champion = [m for m in measures if better[m] == "champion"]
+    undecided = [m for m in measures if better[m] == "undecided"]
+    if for_challenger and for_champion:
+        gains = _join([found(m, "its" if i else "the challenger's") for i, m in enumerate(for_challenger)])
+        losses = _join([found(m, "its") for m in for_champion])
+        return f"mixed: {gains} but {losses}; keep the champion until someone weighs the trade-off"
+    if lead in for_challenger:
+        parts = [found(m, "its") for m in for_challenger]
+        if undecided:
+            parts.append(_no_worse(undecided))
+        return "promote the challenger: " + _join(parts)
+    if for_champion:
+        return "keep the champion: " + _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_champion)])
+    if for_challenger:
+        shown = _numbers(*lead_numbers)
+        others = _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_challenger)])
+        return (
+            f"no clear difference in {lead_name} on {_count(rows)} labelled rows (delta {shown[0]}, {100 * level:g}% interval "
+            f"{shown[1]} to {shown[2]}), though {others}: keep the champion and gather more nights"
+        )
+    return f"no clear difference on {_count(rows)} labelled rows: keep the champion and gather more nights"
+
+
 def _recommendation(
     rows: int, events: int, delta: dict, low: dict, high: dict, better: dict, level: float
 ) -> str:
@@ -250,36 +282,14 @@ def _recommendation(
     def found(measure: str, owner: str) -> str:
         return _finding(level, measure, delta[measure], low[measure], high[measure], owner)
 
-    for_challenger = [m for m in MEASURES if better[m] == "challenger"]
-    for_champion = [m for m in MEASURES if better[m] == "champion"]
-    undecided = [m for m in MEASURES if better[m] == "undecided"]
     if events == 0 or events == rows:
         missing = "no events" if events == 0 else "no non-events"
         sentence = f"keep the champion: AUC cannot be compared, as there are {missing} among the {_count(rows)} labelled rows"
         decided = [m for m in MEASURES if better[m] != "undecided"]
         decided = [found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(decided)]
         return sentence + ("; " + _join(decided) if decided else "")
-    if for_challenger and for_champion:
-        gains = _join([found(m, "its" if i else "the challenger's") for i, m in enumerate(for_challenger)])
-        losses = _join([found(m, "its") for m in for_champion])
-        return f"mixed: {gains} but {losses}; keep the champion until someone weighs the trade-off"
-    if "auc" in for_challenger:
-        parts = [found(m, "its") for m in for_challenger]
-        if undecided:
-            parts.append(_no_worse(undecided))
-        return "promote the challenger: " + _join(parts)
-    if for_champion:
-        return "keep the champion: " + _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_champion)])
-    if for_challenger:
-        auc = _numbers(delta["auc"], low["auc"], high["auc"])
-        calibration = _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_challenger)])
-        return (
-            f"no clear difference in AUC on {_count(rows)} labelled rows (delta {auc[0]}, {100 * level:g}% interval "
-            f"{auc[1]} to {auc[2]}), though {calibration}: keep the champion and gather more nights"
-        )
-    return f"no clear difference on {_count(rows)} labelled rows: keep the champion and gather more nights"
-
-
+    return _recommended(found, better, MEASURES, rows=rows, level=level, lead="auc",
+                    lead_numbers=(delta["auc"], low["auc"], high["auc"]), lead_name="AUC")
 
 
 def _checked_probabilities(values: np.ndarray, name: str, rows: int) -> np.ndarray:
@@ -520,30 +530,9 @@ def _forecast_recommendation(rows: int, compared: dict[str, dict], better: dict[
         c = compared[measure]
         return _finding(level, measure, c["delta"], c["low"], c["high"], owner)
 
-    judged = ("mae", "rmse", "coverage")
-    for_challenger = [m for m in judged if better[m] == "challenger"]
-    for_champion = [m for m in judged if better[m] == "champion"]
-    undecided = [m for m in judged if better[m] == "undecided"]
-    if for_challenger and for_champion:
-        gains = _join([found(m, "its" if i else "the challenger's") for i, m in enumerate(for_challenger)])
-        losses = _join([found(m, "its") for m in for_champion])
-        return f"mixed: {gains} but {losses}; keep the champion until someone weighs the trade-off"
-    if "mae" in for_challenger:
-        parts = [found(m, "its") for m in for_challenger]
-        if undecided:
-            parts.append(_no_worse(undecided))
-        return "promote the challenger: " + _join(parts)
-    if for_champion:
-        return "keep the champion: " + _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_champion)])
-    if for_challenger:
-        mae = compared["mae"]
-        shown = _numbers(mae["delta"], mae["low"], mae["high"])
-        others = _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_challenger)])
-        return (
-            f"no clear difference in MAE on {_count(rows)} labelled rows (delta {shown[0]}, {100 * level:g}% interval "
-            f"{shown[1]} to {shown[2]}), though {others}: keep the champion and gather more nights"
-        )
-    return f"no clear difference on {_count(rows)} labelled rows: keep the champion and gather more nights"
+    mae = compared["mae"]
+    return _recommended(found, better, ("mae", "rmse", "coverage"), rows=rows, level=level, lead="mae",
+                    lead_numbers=(mae["delta"], mae["low"], mae["high"]), lead_name="MAE")
 
 
 def compared_forecasts(

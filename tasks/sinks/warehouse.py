@@ -204,6 +204,20 @@ class _SqlTerm:
         return _SqlTerm(f"({self.sql} OR {other.sql})")
 
 
+def _straddling_term(
+    job: str, partition_date: Any, cutoffs: Sequence[float], *, low: str, high: str
+) -> tuple[dict[str, Any], _SqlTerm]:
+    """The partition's query parameters with one `$cut_i` per cut-off, and the SQL of "the interval [low, high]
+    straddles a cut-off" (the prediction layer's own rule, predict_straddling, written in SQL)."""
+    params: dict[str, Any] = {"job": job, "partition_date": partition_date}
+    for i, cut in enumerate(cutoffs):
+        params[f"cut_{i}"] = float(cut)
+    straddling = predict_straddling(
+        _SqlTerm(low), _SqlTerm(high), [_SqlTerm(f"CAST($cut_{i} AS DOUBLE PRECISION)") for i in range(len(cutoffs))], none=_SqlTerm("FALSE"),
+    )
+    return params, straddling
+
+
 class _Session(Protocol):
     """One connection of a backend, speaking the shared SQL (`$name` parameters)."""
 
@@ -632,13 +646,7 @@ class Warehouse(ABC):
         score and whether the interval straddles one of `cutoffs`, with their probability sum; the
         aggregation runs in the database, so nothing the size of the partition is loaded."""
         schema = PREDICTION_GROUP_SCHEMA
-        params: dict[str, Any] = {"job": job, "partition_date": partition_date}
-        for i, cut in enumerate(cutoffs):
-            params[f"cut_{i}"] = float(cut)
-        straddling = predict_straddling(
-            _SqlTerm("probability_low"), _SqlTerm("probability_high"),
-            [_SqlTerm(f"CAST($cut_{i} AS DOUBLE PRECISION)") for i in range(len(cutoffs))], none=_SqlTerm("FALSE"),
-        )
+        params, straddling = _straddling_term(job, partition_date, cutoffs, low="probability_low", high="probability_high")
         return self._read_arrow(
             "predictions", schema,
             f"SELECT run_id, model_version, decision, rule_id, score, ({straddling.sql}) AS straddling, "
@@ -653,13 +661,7 @@ class Warehouse(ABC):
     def forecast_groups(self, job: str, partition_date: Any, cutoffs: Sequence[float]) -> pa.Table:
         """`prediction_groups` of a forecast job: its forecasts counted by run_id, model_version, decision,
         rule_id and whether the interval straddles one of `cutoffs`, with their forecast sum, in the database."""
-        params: dict[str, Any] = {"job": job, "partition_date": partition_date}
-        for i, cut in enumerate(cutoffs):
-            params[f"cut_{i}"] = float(cut)
-        straddling = predict_straddling(
-            _SqlTerm("forecast_low"), _SqlTerm("forecast_high"),
-            [_SqlTerm(f"CAST($cut_{i} AS DOUBLE PRECISION)") for i in range(len(cutoffs))], none=_SqlTerm("FALSE"),
-        )
+        params, straddling = _straddling_term(job, partition_date, cutoffs, low="forecast_low", high="forecast_high")
         return self._read_arrow(
             "forecasts", FORECAST_GROUP_SCHEMA,
             f"SELECT run_id, model_version, decision, rule_id, ({straddling.sql}) AS straddling, "

@@ -210,7 +210,6 @@ class ClassProbabilityMap:
             raise ValueError(f"the interval level must be between 0 and 1, got {level}")
         self.calibrator = calibrator
         self.level = level
-        k = len(calibrator.classes)
         # Class c's upper bin edges shifted to [2c, 2c + 1]: one searchsorted of 2·predicted + p finds
         # every row's bin among its own class's bins (each class's last edge is 1).
         self._edges = np.concatenate([e + 2.0 * c for c, e in enumerate(calibrator.bin_edges)])

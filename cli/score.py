@@ -723,6 +723,9 @@ def _calibration_table(bins: list[dict], *, title: str) -> Table:
 
 def _print_registration(report) -> None:  # noqa: ANN001  (tasks.jobs.registration.RegistrationReport, imported lazily)
     quality = report.calibration
+    if report.class_calibration is not None:
+        _print_class_registration(report)
+        return
     if quality is None:
         _print_forecast_registration(report)
         return
@@ -736,6 +739,33 @@ def _print_registration(report) -> None:  # noqa: ANN001  (tasks.jobs.registrati
     )
     console.print(_calibration_table(quality.table, title=f"calibration on the hold-out ({quality.interval_level:.0%} interval)"))
     console.print(f"reachable probability: {quality.reachable_low:.3g} .. {quality.reachable_high:.3g}", highlight=False)
+    for note in report.notes:
+        console.print(Text("note: ") + Text(note), highlight=False, soft_wrap=True)
+    for warning in report.warnings:
+        console.print(Text("warning: ", style="yellow") + Text(warning), highlight=False, soft_wrap=True)
+
+
+def _print_class_registration(report) -> None:  # noqa: ANN001  (a multiclass model's RegistrationReport)
+    check = report.class_calibration
+    how = "out of fold: each half calibrated by the other" if check.get("out_of_fold") else "in sample: a half lacked a class"
+    console.print(
+        f"registered {report.model} version {report.version} ({report.framework}, multiclass, {len(check['classes'])} classes, "
+        f"{len(report.features)} features) at {report.directory}\n"
+        f"hold-out: {report.rows:,} rows, {report.rows_quarantined:,} quarantined by the guards; accuracy {check['accuracy']:.3f}, "
+        f"log loss {check['log_loss']:.4f} (uncalibrated {check['uncalibrated_log_loss']:.4f}), classwise ECE {check['classwise_ece']:.4f}; "
+        f"drift reference: {report.reference_rows:,} rows",
+        highlight=False,
+    )
+    table = Table(title=f"calibration per class on the hold-out ({how})")
+    for column in ("class", "hold-out rows", "mean probability", "observed share", "ECE"):
+        table.add_column(column)
+    for row in check["classes"]:
+        bins = row.get("bins") or []
+        rows = sum(b["rows"] for b in bins) or 1
+        mean_p = sum(b["mean_probability"] * b["rows"] for b in bins) / rows if bins else float("nan")
+        observed = sum(b["observed_rate"] * b["rows"] for b in bins) / rows if bins else float("nan")
+        table.add_row(row["class"], f"{row['rows']:,}", f"{mean_p:.4f}", f"{observed:.4f}", f"{row['ece']:.4f}")
+    console.print(table)
     for note in report.notes:
         console.print(Text("note: ") + Text(note), highlight=False, soft_wrap=True)
     for warning in report.warnings:

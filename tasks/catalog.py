@@ -110,6 +110,29 @@ FORECASTS = Dataset(
 (meanings: tasks/contracts.py FORECAST_FIELD_MEANINGS). A binary job publishes it empty, and a
 forecast job publishes `predictions` empty, so a job's partition never keeps another kind's rows."""
 FORECAST_SCHEMA = FORECASTS.schema
+CLASSIFICATIONS = Dataset(
+    name="classifications",
+    schema=pa.schema(
+        [
+            *_SCORED_ENTITY,
+            pa.field("predicted_class", pa.string(), nullable=False),
+            pa.field("probability", pa.float64(), nullable=False),
+            pa.field("probability_low", pa.float64(), nullable=False),
+            pa.field("probability_high", pa.float64(), nullable=False),
+            pa.field("class_probabilities", pa.list_(pa.float64()), nullable=False),
+            pa.field("runner_up_class", pa.string(), nullable=False),
+            pa.field("margin", pa.float64(), nullable=False),
+            *_DECIDED[:4],
+            pa.field("raw_margins", pa.list_(pa.float64()), nullable=False),
+            *_DECIDED[5:],
+        ]
+    ),
+    folder="classifications", table="classifications", keys=(*PARTITION_KEY, "entity_id"), partitioned=True, staged="chunk",
+)
+"""A multiclass job's prediction contract (target.kind multiclass): one row per scored entity, its predicted class,
+the calibrated probability vector in target.classes order (meanings: tasks/contracts.py CLASSIFICATION_FIELD_MEANINGS).
+Binary and forecast jobs publish it empty, and a multiclass job publishes `predictions` and `forecasts` empty."""
+CLASSIFICATION_SCHEMA = CLASSIFICATIONS.schema
 PREDICTION_GROUP_SCHEMA = pa.schema(
     [("run_id", pa.string()), ("model_version", pa.string()), ("decision", pa.string()), ("rule_id", pa.string()),
      ("score", pa.int16()), ("straddling", pa.bool_()), ("rows", pa.int64()), ("probability_sum", pa.float64())]
@@ -229,6 +252,14 @@ SHADOW_FORECASTS = Dataset(
     staged="chunk",
 )
 """A forecast job's shadow: the forecast contract by the challenger's version, with the alias it was named by."""
+
+SHADOW_CLASSIFICATIONS = Dataset(
+    name="shadow_classifications",
+    schema=pa.schema([*CLASSIFICATIONS.schema, pa.field("alias", pa.string(), nullable=False)]),
+    folder="shadow_classifications", table="shadow_classifications", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
+    staged="chunk",
+)
+"""A multiclass job's shadow: the classification contract by the challenger's version, with the alias it was named by."""
 
 DECISION_FLIPS = Dataset(
     name="decision_flips",
@@ -488,13 +519,13 @@ job's: MAE, RMSE, interval coverage and its distance to the level, `events` null
 difference with its bootstrap interval, and a plain-language recommendation."""
 
 PARTITION_DATASETS: tuple[Dataset, ...] = (
-    PREDICTIONS, FORECASTS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS, MODEL_HEALTH,
-    SHADOW_PREDICTIONS, SHADOW_FORECASTS, DECISION_FLIPS, SHADOW_COMPARISON,
+    PREDICTIONS, FORECASTS, CLASSIFICATIONS, QUARANTINE, GUARD_ACTIONS, GUARD_SUMMARY, FALLBACK_REPORT, DRIFT_REPORT, DRIFT_HISTOGRAMS,
+    MODEL_HEALTH, SHADOW_PREDICTIONS, SHADOW_FORECASTS, SHADOW_CLASSIFICATIONS, DECISION_FLIPS, SHADOW_COMPARISON,
 )
 """What a scoring run publishes, in publish order: staged, moved into the run's version folder, its
 warehouse rows replaced per (job, partition_date) in one transaction, swapped in by one pointer,
 written to the Delta tables."""
-SHADOW_DATASETS: tuple[Dataset, ...] = (SHADOW_PREDICTIONS, SHADOW_FORECASTS, DECISION_FLIPS, SHADOW_COMPARISON)
+SHADOW_DATASETS: tuple[Dataset, ...] = (SHADOW_PREDICTIONS, SHADOW_FORECASTS, SHADOW_CLASSIFICATIONS, DECISION_FLIPS, SHADOW_COMPARISON)
 """The partition datasets only a job that names a challenger fills; a run without one publishes them empty,
 so a partition re-scored without its challenger keeps no stale shadow rows."""
 STAGED_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, INFERENCE_HANDOFF)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tasks.catalog import FORECAST_SCHEMA, PREDICTION_SCHEMA
+from tasks.catalog import CLASSIFICATION_SCHEMA, FORECAST_SCHEMA, PREDICTION_SCHEMA
 
 
 class _ArrayModel(BaseModel):
@@ -45,8 +45,9 @@ class InferenceInput(_ArrayModel):
 
 class InferenceOutput(_ArrayModel):
     """Raw engine output of one chunk: one margin per row (log-odds for a binary job, the link scale of
-    a forecast job's objective), plus how it was computed; a forecast job's error model adds each row's
-    expected absolute error."""
+    a forecast job's objective) or, for a multiclass job, one per row and class (rows × classes, whose
+    row-wise softmax is the model's own probability vector), plus how it was computed; a forecast job's
+    error model adds each row's expected absolute error."""
 
     chunk_id: int = Field(ge=0)
     entity_ids: pa.Array
@@ -61,7 +62,7 @@ class InferenceOutput(_ArrayModel):
 
     @model_validator(mode="after")
     def _one_margin_per_row(self) -> InferenceOutput:
-        if self.margins.ndim != 1 or self.margins.shape[0] != len(self.entity_ids):
+        if self.margins.ndim not in (1, 2) or self.margins.shape[0] != len(self.entity_ids):
             raise ValueError(
                 f"chunk {self.chunk_id}: margins shape {self.margins.shape} does not match "
                 f"{len(self.entity_ids)} entity ids"
@@ -88,6 +89,10 @@ class FeatureContributions(_ArrayModel):
     feature_values: np.ndarray | None = Field(
         default=None,
         description="rows × features: the explained rows' own model inputs (float32, NaN where missing), for reason texts that depend on the value.",
+    )
+
+    explained_class: np.ndarray | None = Field(
+        default=None, description="Multiclass jobs: the class index each explained row's contributions are for (its predicted class)."
     )
 
     @model_validator(mode="after")
@@ -142,9 +147,32 @@ FORECAST_FIELD_MEANINGS = {
 }
 
 
+CLASSIFICATION_FIELD_MEANINGS = {
+    "run_id": PREDICTION_FIELD_MEANINGS["run_id"],
+    "job": PREDICTION_FIELD_MEANINGS["job"],
+    "partition_date": PREDICTION_FIELD_MEANINGS["partition_date"],
+    "entity_id": "The classified entity: the value of the job's entity column (a ticket, a machine, a transaction).",
+    "predicted_class": "The most probable class (target.classes); ties go to the class listed first.",
+    "probability": "Calibrated probability that the entity belongs to predicted_class.",
+    "probability_low": "Lower end of the credible interval of that probability, from the calibration hold-out's rows like this one (wide where it had few).",
+    "probability_high": "Upper end of that interval.",
+    "class_probabilities": "The calibrated probability of every class, in target.classes order; they add up to 1.",
+    "runner_up_class": "The second most probable class.",
+    "margin": "probability minus the runner-up's probability: how clearly the predicted class won.",
+    "decision": PREDICTION_FIELD_MEANINGS["decision"],
+    "rule_id": PREDICTION_FIELD_MEANINGS["rule_id"],
+    "reason_codes": "Codes of the features that pushed most toward predicted_class, strongest first.",
+    "reason_texts": "The same reasons in business language.",
+    "raw_margins": "The model's raw per-class outputs before calibration (their softmax is the model's own probabilities), in target.classes order.",
+    "model_name": PREDICTION_FIELD_MEANINGS["model_name"],
+    "model_version": PREDICTION_FIELD_MEANINGS["model_version"],
+    "feature_version": PREDICTION_FIELD_MEANINGS["feature_version"],
+}
+
+
 class PredictionOutput(_ArrayModel):
-    """The business result of one chunk, conforming to PREDICTION_SCHEMA (binary jobs) or FORECAST_SCHEMA
-    (forecast jobs), with its summary."""
+    """The business result of one chunk, conforming to PREDICTION_SCHEMA (binary jobs), FORECAST_SCHEMA
+    (forecast jobs) or CLASSIFICATION_SCHEMA (multiclass jobs), with its summary."""
 
     chunk_id: int = Field(ge=0)
     table: pa.Table
@@ -156,8 +184,8 @@ class PredictionOutput(_ArrayModel):
 
     @model_validator(mode="after")
     def _conforms(self) -> PredictionOutput:
-        if not (self.table.schema.equals(PREDICTION_SCHEMA) or self.table.schema.equals(FORECAST_SCHEMA)):
-            raise ValueError(f"chunk {self.chunk_id}: prediction table matches neither PREDICTION_SCHEMA nor FORECAST_SCHEMA")
+        if not any(self.table.schema.equals(s) for s in (PREDICTION_SCHEMA, FORECAST_SCHEMA, CLASSIFICATION_SCHEMA)):
+            raise ValueError(f"chunk {self.chunk_id}: prediction table matches none of PREDICTION_SCHEMA, FORECAST_SCHEMA, CLASSIFICATION_SCHEMA")
         if sum(self.decisions.values()) != self.table.num_rows:
             raise ValueError(f"chunk {self.chunk_id}: decisions do not cover every row")
         return self

@@ -23,6 +23,7 @@ from tasks.features.config import DeclaredFeatures
 from tasks.redaction import redacted_text
 from tasks.inference.config import NAME_PATTERN, InferenceConfig, ModelRef
 from tasks.prediction.config import PredictionConfig, TargetConfig
+from tasks.prediction.decisions import CLASS_FIELDS, predict_class_rule_table_problems, predict_rule_fields
 from tasks.settings import Settings
 from tasks.sinks.config import SinksConfig
 from tasks.sources.config import SourceConfig
@@ -225,6 +226,14 @@ class JobSpec(_Strict):
     @model_validator(mode="after")
     def _prediction_speaks_the_kind(self) -> JobSpec:
         p, kind = self.prediction, self.target.kind
+        if self.target.classifies:
+            return self._speaks_classes()
+        class_rules = any(r.classes for r in p.rules) or "margin" in predict_rule_fields(p.rules)
+        if p.classifies and (class_rules or self.target.forecasts):
+            raise ValueError(
+                f"target.kind is {kind}, but the rules test a class, a margin or probabilities without a score scale, a multiclass "
+                "job's rules: set target.kind: multiclass with its classes, or give the kind's own fields"
+            )
         if self.target.forecasts:
             binary_only = (("prediction.score", p.score), ("prediction.event", p.event), ("prediction.reasons.no_adverse_code", p.reasons.no_adverse_code))
             given = [name for name, value in binary_only if value is not None]
@@ -242,6 +251,25 @@ class JobSpec(_Strict):
                 f"target.kind is binary, so {', '.join(missing)} must be given"
                 + (" (or set target.kind: regression or count for a forecast job)" if p.score is None else "")
             )
+        return self
+
+    def _speaks_classes(self) -> JobSpec:
+        p = self.prediction
+        other = [name for name, value in (("prediction.score", p.score), ("prediction.event", p.event)) if value is not None]
+        if other:
+            raise ValueError(
+                f"target.kind is multiclass, but prediction gives {', '.join(other)}, which only a binary job has: remove them "
+                "(a multiclass job's rules test class, probability, probability_low, probability_high and margin)"
+            )
+        tested = predict_rule_fields(p.rules)
+        if tested - set(CLASS_FIELDS):
+            raise ValueError(
+                f"target.kind is multiclass, but the rules test {sorted(tested - set(CLASS_FIELDS))}; a multiclass job's rules test "
+                "class, probability, probability_low, probability_high and margin (of the predicted class)"
+            )
+        problems = predict_class_rule_table_problems(p.rules, self.target.classes)
+        if problems:
+            raise ValueError("every row must match exactly one rule: " + "; ".join(problems))
         return self
 
     @model_validator(mode="after")

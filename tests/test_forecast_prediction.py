@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from conftest import user_project_env
 from tasks.contracts import FeatureContributions
+from tasks.jobspec import JobSpec
 from tasks.prediction.config import PredictionConfig, ReasonConfig
 from tasks.prediction.forecasts import ForecastMap, predict_conformal_quantile
 from tasks.prediction.reasons import predict_forecast_reason_codes
@@ -85,8 +86,11 @@ def test_forecast_rule_tables_are_proven_exact() -> None:
             {"id": "A", "when": {"forecast": {"gt": 10}}, "decision": "a"},
             {"id": "B", "when": {"forecast": {"lt": 10}}, "decision": "b"},
         ))
-    with pytest.raises(ValidationError, match="binary job's fields"):
-        PredictionConfig.model_validate(_rules({"id": "A", "when": {"probability": {"gt": 0.5}}, "decision": "a"}, {"id": "B", "decision": "b"}))
+    # Probability rules without a score scale are a multiclass job's; the job spec refuses them on a forecast job.
+    spec = _credit_spec() | {"target": {"kind": "count"}}
+    spec["prediction"] = _rules({"id": "A", "when": {"probability": {"gt": 0.5}}, "decision": "a"}, {"id": "B", "decision": "b"})
+    with pytest.raises(ValidationError, match="a multiclass job's rules"):
+        JobSpec.model_validate(spec)
 
 
 def test_forecast_reasons_are_the_largest_contributions_with_their_direction() -> None:

@@ -76,10 +76,19 @@ def _logged_output(
         "[INF] model_name=%s model_version=%s input_shape=%s latency_ms=%.2f device_type=%s chunk=%d%s",
         meta.name, meta.version, batch.features.shape, latency_ms, device_type, batch.chunk_id, note,
     )
+    margins = np.asarray(raw, dtype=np.float64)
+    if meta.target == "multiclass":
+        if margins.ndim != 2 or margins.shape[1] != len(meta.classes):
+            raise ModelArtifactError(
+                f"model {meta.name} {meta.version} returned outputs of shape {margins.shape} for {batch.features.shape[0]} rows, "
+                f"not one per class of its {len(meta.classes)} classes"
+            )
+    else:
+        margins = margins.reshape(-1)
     return InferenceOutput(
         chunk_id=batch.chunk_id,
         entity_ids=batch.entity_ids,
-        margins=np.asarray(raw, dtype=np.float64).reshape(-1),
+        margins=margins,
         model_name=meta.name,
         model_version=meta.version,
         device_type=device_type,
@@ -102,6 +111,9 @@ class ExplainingEngine:
     device_type: str
     feature_names: tuple[str, ...]
     contributions_source: TreeContributions | LinearContributions | None = None
+    class_contributions: tuple[TreeContributions | LinearContributions, ...] | None = None
+    """A multiclass model's contributions, one source per class (to that class's margin); `contributions_source`
+    is then the first class's, which the reports read for the method and its check."""
     reasons_unavailable: str | None = None
 
     @property
@@ -129,15 +141,31 @@ class ExplainingEngine:
         return rows
 
     def inference_contributions(
-        self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None
+        self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None, classes: np.ndarray | None = None,
     ) -> FeatureContributions:
-        """Exact contributions to the margin (or to what the model's trees add up to) for the given rows of the chunk only."""
+        """Exact contributions to the margin (or to what the model's trees add up to) for the given rows of the chunk only;
+        for a multiclass model, each row's to the margin of its class in `classes` (one class index per explained row)."""
         if self.contributions_source is None:
             raise ModelArtifactError(f"{self.reasons_unavailable}; the scoring pass must not ask it for contributions")
+        if (self.class_contributions is None) != (classes is None):
+            raise ValueError("a multiclass model's contributions are asked for one class per row, and only a multiclass model's")
         rows = np.ascontiguousarray(batch.features[row_index])
         recomputed = 0
         if rows.shape[0] == 0:
             values = np.empty((0, len(self.feature_names)), dtype=np.float64)
+        elif self.class_contributions is not None:
+            start = time.perf_counter()
+            explained = self._explained_rows(rows)
+            values = np.empty((rows.shape[0], len(self.feature_names)), dtype=np.float64)
+            for k in np.unique(classes):
+                of_class = classes == k
+                values[of_class], tied = self.class_contributions[int(k)].values(explained[of_class], top_k)
+                recomputed += tied
+            log.info(
+                "[INF] model_name=%s contributions rows=%d classes=%d latency_ms=%.2f device_type=%s chunk=%d kernel=%s tie_recomputed=%d",
+                self.metadata.name, rows.shape[0], np.unique(classes).size, (time.perf_counter() - start) * 1000.0, self.device_type,
+                batch.chunk_id, self.contributions_kernel, recomputed,
+            )
         else:
             start = time.perf_counter()
             explained = self._explained_rows(rows)
@@ -154,6 +182,7 @@ class ExplainingEngine:
         return FeatureContributions(
             row_index=row_index, values=values, feature_names=self.feature_names,
             explained_by=self.contributions_kernel, tie_recomputed_rows=recomputed, feature_values=rows,
+            explained_class=None if classes is None else np.asarray(classes, dtype=np.int64),
         )
 
 
@@ -191,6 +220,9 @@ class XGBoostEngine(ExplainingEngine):
         self.providers = (f"xgboost:{self.device_type}",)
         self.reasons_unavailable = None
         self.feature_names = tuple(self.metadata.features)
+        if self.metadata.target == "multiclass":
+            self._multiclass_contributions(len(self.metadata.classes), nthread)
+            return
         if self.device_type == "cuda":
             choice = KernelChoice(None, "device cuda: XGBoost's GPU TreeSHAP", None, 0.0, XGBOOST_NAME)
         else:
@@ -209,8 +241,23 @@ class XGBoostEngine(ExplainingEngine):
         latency_ms = (time.perf_counter() - start) * 1000.0
         return _logged_output(self.metadata, batch, margins, latency_ms, self.device_type)
 
+    def _multiclass_contributions(self, n_classes: int, nthread: int) -> None:
+        """One source per class: XGBoost's own TreeSHAP of that class's trees (`pred_contribs` gives every class's at once)."""
+        counts = ContributionCounts()
+        reason = "a multiclass model: each class's contributions by XGBoost pred_contribs"
+        sources = []
+        for k in range(n_classes):
+            source = TreeContributions(
+                KernelChoice(None, reason, None, 0.0, XGBOOST_NAME),
+                lambda rows, k=k: self._xgboost_contributions(rows)[:, k, :], nthread=nthread,
+            )
+            source.counts = counts
+            sources.append(source)
+        self.class_contributions = tuple(sources)
+        self.contributions_source = sources[0]
+
     def _xgboost_contributions(self, rows: np.ndarray) -> np.ndarray:
-        """XGBoost's own TreeSHAP: rows × (features + 1), the bias last."""
+        """XGBoost's own TreeSHAP: rows × (features + 1), the bias last (rows × classes × (features + 1) for a multiclass model)."""
         matrix = self._xgb.DMatrix(rows, missing=np.nan, feature_names=list(self.feature_names))
         return np.asarray(self.booster.predict(matrix, pred_contribs=True), dtype=np.float64)
 

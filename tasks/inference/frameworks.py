@@ -91,7 +91,7 @@ def inference_framework_registration_fields(
         from tasks.inference.registry import ModelExplanation
 
         fields: dict[str, Any] = {"explanation": ModelExplanation(method="treeshap")}
-        if kind != "binary":
+        if kind not in ("binary", "multiclass"):
             xgb = inference_xgboost_module()
             booster = xgb.Booster()
             booster.load_model(str(model_path))

@@ -32,3 +32,28 @@ def inference_quantile_problem(what: str, regressors: str) -> str:
         f"{what}: a quantile regressor predicts a quantile of the target, not the point forecast the job's interval is fitted "
         f"around (the interval comes from the hold-out); register a point forecast ({regressors})"
     )
+
+
+def inference_model_kind_words(kind: str) -> str:
+    """What a model registered for a job of `kind` is, in words: "a binary classifier", "a count forecast model", ..."""
+    if kind == "binary":
+        return "a binary classifier"
+    if kind == "multiclass":
+        return "a multiclass classifier"
+    return f"a {kind} forecast model"
+
+
+def inference_job_kind_words(kind: str) -> str:
+    """What a job of `kind` is, in words: "binary", "a count forecast job", "a multiclass job"."""
+    if kind == "binary":
+        return "binary"
+    if kind == "multiclass":
+        return "a multiclass job"
+    return f"a {kind} forecast job"
+
+
+def inference_same_kind(model_kind: str, job_kind: str) -> bool:
+    """Whether a model registered for `model_kind` can score a job of `job_kind`: a regression and a count forecast
+    model score each other's jobs (the interval and the clipping are the job's), the other kinds only their own."""
+    forecast = ("regression", "count")
+    return model_kind == job_kind or (model_kind in forecast and job_kind in forecast)

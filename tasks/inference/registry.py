@@ -248,8 +248,17 @@ class ModelMetadata(BaseModel):
     explanation: ModelExplanation | None = Field(
         default=None, description="How rows get reasons. None (versions registered before it): XGBoost TreeSHAP, none for ONNX.",
     )
-    target: Literal["binary", "regression", "count"] = Field(
-        default="binary", description="The job kind the model was registered for: a binary classifier, or a regressor of a quantity or count."
+    target: Literal["binary", "regression", "count", "multiclass"] = Field(
+        default="binary",
+        description="The job kind the model was registered for: a binary classifier, a regressor of a quantity or count, or a multiclass classifier.",
+    )
+    classes: list[str] = Field(
+        default_factory=list,
+        description="Multiclass models: the class names in the model's output order (the job's target.classes when it was registered).",
+    )
+    class_reference: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Multiclass models: the reference rows' predicted-class shares and mean calibrated probabilities, what class-mix drift is measured against.",
     )
     link: Literal["logit", "identity", "log"] = Field(
         default="logit",

@@ -61,11 +61,14 @@ from tasks.inference.registry import (
 )
 from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
 from tasks.inference.error_model import ERROR_MODEL_FILE
+from tasks.jobs.class_registration import class_calibration_note, class_order_problem, class_reference, fitted_class_calibration
 from tasks.jobs.conformal import IntervalCheck, fitted_conformal_interval
 from tasks.jobspec import JobSpec, load_job_spec
 from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator, predict_one_outcome_problem
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
 from tasks.prediction.forecasts import predict_forecast_values
+from tasks.prediction.class_labels import predict_class_label_indices
+from tasks.prediction.multiclass import ClassProbabilityMap
 from tasks.settings import Settings
 
 log = logging.getLogger("scoring.registration")
@@ -75,6 +78,7 @@ REGISTRATION_REPORT = "registration.json"
 BINARY_OBJECTIVES = ("binary:logistic", "binary:logitraw")
 """XGBoost objectives whose output is a margin (a log-odds) the calibration can map to a probability."""
 FORECAST_OBJECTIVES = XGBOOST_FORECAST_OBJECTIVES
+MULTICLASS_OBJECTIVES = ("multi:softprob",)
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class RegistrationReport:
     target: str = "binary"
     interval: IntervalCheck | None = None
     """Forecast models: the conformal interval's coverage and width on the held-back part of the hold-out."""
+    class_calibration: dict[str, Any] | None = None
+    """Multiclass models: accuracy, log loss and the classwise reliability of the calibrated vector on the hold-out (out of fold)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +113,7 @@ class RegistrationReport:
             "reference_rows": self.reference_rows,
             "calibration": dataclasses.asdict(self.calibration) if self.calibration is not None else None,
             "interval": self.interval.as_json() if self.interval is not None else None,
+            "class_calibration": self.class_calibration,
             "warnings": self.warnings, "notes": self.notes,
         }
 
@@ -144,6 +151,21 @@ def _next_version(registry_dir: Path) -> str:
 
 def _xgboost_kind_problem(objective: str, kind: str) -> str | None:
     """Why an XGBoost objective does not fit a job of `kind`, or None."""
+    if kind == "multiclass":
+        if objective in MULTICLASS_OBJECTIVES:
+            return None
+        if objective == "multi:softmax":
+            return (
+                "has objective 'multi:softmax', which outputs the class only; train with multi:softprob (the same trees, "
+                "with the probability of every class), or set booster.set_param({'objective': 'multi:softprob'}) and save it again"
+            )
+        what = "a binary classifier" if objective in BINARY_OBJECTIVES else "a regression objective" if objective in FORECAST_OBJECTIVES else "not a multiclass objective"
+        return f"has objective {objective!r}, {what}, but the job is multiclass (target.kind): register a multi:softprob classifier"
+    if objective.startswith("multi:"):
+        return (
+            f"has objective {objective!r}, a multiclass classifier, but the job is {kind} (target.kind): register a model of the job's "
+            "kind, or set target.kind: multiclass with its classes in the job spec"
+        )
     if kind == "binary":
         if objective in BINARY_OBJECTIVES:
             return None
@@ -259,12 +281,14 @@ def registered_model_version(
     trusted_types: tuple[str, ...] = (),
     scored_as_latest: bool = False,
     kind: str = "binary",
+    classes: tuple[str, ...] = (),
 ) -> RegistrationReport:
     """Register `model_file` as a new version under `registry_dir` (`<registry>/<model name>`).
 
     `holdout_features` are the model's input columns in `features` order (feature-model outputs
     included) for labelled rows the model never saw; `holdout_outcomes` their outcomes: 0/1 for a
-    binary job (`kind`), the actual quantity for a regression or count job. The
+    binary job (`kind`), the actual quantity for a regression or count job, the class index into
+    `classes` for a multiclass job. The
     reference for drift is `reference_features` (default: the hold-out). `trusted_types`: the types
     beyond skops' defaults the user trusts a scikit-learn file to hold (`score register --trust`).
     """
@@ -288,10 +312,16 @@ def registered_model_version(
     if problem:
         raise ModelArtifactError(f"model file {model_file} {problem}")
     outcomes = np.asarray(holdout_outcomes, dtype=np.float64)
-    forecasts = kind != "binary"
+    classifies = kind == "multiclass"
+    forecasts = kind not in ("binary", "multiclass")
     if holdout_features.shape != (outcomes.size, len(features)):
         raise ValueError(f"hold-out features {holdout_features.shape} do not match {outcomes.size} outcomes × {len(features)} features")
-    if not forecasts and (problem := predict_one_outcome_problem(int(outcomes.sum()), int(outcomes.size))):
+    if classifies and (absent := [c for i, c in enumerate(classes) if not (outcomes == i).any()]):
+        raise PartitionError(
+            f"model {name}: the hold-out has no rows of class {', '.join(map(repr, absent))}: a calibration cannot learn how often "
+            "a class it never saw occurs; give a hold-out with every class of target.classes"
+        )
+    if not forecasts and not classifies and (problem := predict_one_outcome_problem(int(outcomes.sum()), int(outcomes.size))):
         raise PartitionError(f"model {name}: refusing to register a calibration that {problem}")
     if forecasts and (problem := holdout_actuals_problem(outcomes, kind)):
         raise PartitionError(f"model {name}: the hold-out's outcomes {problem}")
@@ -317,7 +347,7 @@ def registered_model_version(
         base = dict(
             name=name, version=version, framework=framework, model_file=staged.name, sha256=inference_model_checksum(staged),
             feature_version=feature_version, features=list(features), feature_dtypes={f: "float32" for f in features},
-            **settled.fields,
+            target=kind, classes=list(classes), **settled.fields,
         )
         engine = inference_engine(ModelArtifact(metadata=ModelMetadata(**base), directory=stage))
         try:
@@ -325,6 +355,8 @@ def registered_model_version(
                 InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(outcomes.size).astype(str)),
                                features=np.ascontiguousarray(holdout_features, dtype=np.float32), feature_names=features)
             ).margins
+        except ModelArtifactError as exc:
+            raise ModelArtifactError(f"model file {model_file}: {exc}; target.classes names {len(classes)}") from None
         except ValidationError as exc:
             missing = int(np.isnan(holdout_features).any(axis=1).sum())
             raise ModelArtifactError(
@@ -335,7 +367,27 @@ def registered_model_version(
         base["explanation"] = inference_checked_explanation(engine, holdout_features, model_file)
         if (said := _explanation_note(base["explanation"])) is not None:
             notes.append(said)
-        if forecasts:
+        class_fields: dict[str, Any] = {}
+        if classifies:
+            labels = outcomes.astype(np.int64)
+            if (problem := class_order_problem(margins, labels, list(classes))) is not None:
+                raise ModelArtifactError(f"model file {model_file} {problem}")
+            fitted_classes = fitted_class_calibration(margins, labels, list(classes), level=interval_level)
+            probabilities = ClassProbabilityMap(fitted_classes.calibrator, interval_level).predict_class_probabilities(
+                margins if reference_features is None else _margins_of(engine, reference, features)
+            ).probabilities
+            class_fields = {
+                "calibration": {**fitted_classes.calibrator.to_metadata(), "reliability": fitted_classes.reliability},
+                "class_reference": class_reference(probabilities, list(classes)),
+            }
+            notes.append(class_calibration_note(fitted_classes))
+            quality, auc, warnings = None, None, []
+            if fitted_classes.reliability["classwise_ece"] > CLASSWISE_ECE_WARNING:
+                warnings.append(
+                    f"classwise ECE on the hold-out is {fitted_classes.reliability['classwise_ece']:.3f} (over {CLASSWISE_ECE_WARNING}): "
+                    "the calibrated probabilities are off by that much on average; a larger hold-out calibrates better"
+                )
+        elif forecasts:
             fitted = fitted_conformal_interval(
                 np.ascontiguousarray(holdout_features, dtype=np.float32), margins, outcomes, link=base["link"], level=interval_level,
                 nonnegative=kind == "count", error_model_path=stage / ERROR_MODEL_FILE, model=name,
@@ -368,16 +420,21 @@ def registered_model_version(
                 f"to keep {earlier[-1]} live and shadow {version}, point the spec at aliases (score promote {earlier[-1]} --alias champion, "
                 f"model.version: champion; score promote {version} --alias challenger, model.challenger: challenger)"
             )
+        if classifies and fitted_classes.accuracy <= max(np.bincount(labels, minlength=len(classes)) / labels.size) + 0.01:
+            warnings.append(
+                f"hold-out accuracy is {fitted_classes.accuracy:.3f}, no better than always naming the commonest class: check the label "
+                "column, target.classes and the features"
+            )
         if auc is not None and auc < 0.55:
             warnings.append(f"hold-out AUC is {auc:.3f}: the model barely ranks the hold-out; check the label column and the features")
         metadata = ModelMetadata(
             **base,
-            target=kind,
-            calibration={} if forecasts else calibrator.to_metadata(),
+            calibration={} if forecasts else class_fields["calibration"] if classifies else calibrator.to_metadata(),
+            class_reference=class_fields.get("class_reference", {}),
             reference=reference_statistics(np.asarray(reference, dtype=np.float32), features, kinds),
             health=_health_reference(
                 engine, np.asarray(reference, dtype=np.float32), features,
-                holdout_auc=None if forecasts else holdout_auc_check(
+                holdout_auc=None if forecasts or classifies else holdout_auc_check(
                     ProbabilityMap(calibrator, interval_level).predict_calibrated_probability(margins).probability, outcomes
                 ),
             ),
@@ -386,6 +443,11 @@ def registered_model_version(
                 "rows_holdout": int(outcomes.size),
                 **({"holdout_mean_outcome": float(outcomes.mean()), "holdout_mae": fitted.check.mae, "holdout_rmse": fitted.check.rmse}
                    if forecasts else {
+                       "rows_per_class_holdout": {c: int((labels == i).sum()) for i, c in enumerate(classes)},
+                       "holdout_accuracy": fitted_classes.accuracy,
+                       "holdout_log_loss": fitted_classes.log_loss,
+                       "holdout_classwise_ece": fitted_classes.reliability["classwise_ece"],
+                   } if classifies else {
                        "events_holdout": int(outcomes.sum()),
                        "holdout_event_rate": float(outcomes.mean()) if outcomes.size else None,
                        "holdout_auc": auc,
@@ -400,9 +462,13 @@ def registered_model_version(
         )
         report = RegistrationReport(
             model=name, version=version, directory=target, framework=framework, features=list(features),
-            rows=int(outcomes.size), events=0 if forecasts else int(outcomes.sum()), rows_quarantined=rows_quarantined, auc=auc,
+            rows=int(outcomes.size), events=0 if forecasts or classifies else int(outcomes.sum()), rows_quarantined=rows_quarantined, auc=auc,
             reference_rows=int(reference.shape[0]), calibration=quality, warnings=warnings, notes=notes, target=kind,
             interval=fitted.check if forecasts else None,
+            class_calibration={
+                "accuracy": fitted_classes.accuracy, "log_loss": fitted_classes.log_loss,
+                "uncalibrated_log_loss": fitted_classes.uncalibrated_log_loss, "level": interval_level, **fitted_classes.reliability,
+            } if classifies else None,
         )
         _fsynced_json(stage / REGISTRATION_REPORT, report.as_json())
         _fsynced_json(stage / "metadata.json", metadata.model_dump(mode="json"))
@@ -422,12 +488,26 @@ def registered_model_version(
     inference_model_artifact(registry_dir, version)
     for warning in warnings:
         log.warning("registration of %s %s: %s", name, version, warning)
-    if forecasts:
+    if classifies:
+        log.info("registered %s %s: hold-out accuracy %.3f on %d rows, %d classes", name, version, fitted_classes.accuracy,
+                 outcomes.size, len(classes))
+    elif forecasts:
         log.info("registered %s %s: hold-out MAE %.4g on %d rows", name, version, report.interval.mae, outcomes.size)
     else:
         log.info("registered %s %s: hold-out AUC %s on %d rows, %d events", name, version,
                  "n/a" if auc is None else f"{auc:.3f}", outcomes.size, int(outcomes.sum()))
     return report
+
+
+CLASSWISE_ECE_WARNING = 0.05
+"""Classwise ECE on the hold-out (out of fold) above which registration warns that the probabilities are off."""
+
+
+def _margins_of(engine: Any, rows: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
+    return engine.inference_outputs(
+        InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)),
+                       features=np.ascontiguousarray(rows, dtype=np.float32), feature_names=features)
+    ).margins
 
 
 def _forecast_reference(
@@ -507,7 +587,11 @@ def _health_reference(
     if getattr(engine, "contributions_source", None) is not None and sample.shape[0]:
         batch = InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(sample.shape[0]).astype(str)),
                                features=np.ascontiguousarray(sample), feature_names=features)
-        contributions = engine.inference_contributions(batch, np.arange(sample.shape[0])).values
+        classes = None
+        if getattr(engine, "class_contributions", None) is not None:
+            # A multiclass model's attribution: each row's contributions to the class it is predicted to be.
+            classes = engine.inference_outputs(batch).margins.argmax(axis=1)
+        contributions = engine.inference_contributions(batch, np.arange(sample.shape[0]), classes=classes).values
     return fitted_health_reference(reference, features, contributions, holdout_auc=holdout_auc)
 
 
@@ -608,6 +692,15 @@ def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, 
                 f"(target.kind {spec.target.kind}); {bad.height} rows do not, e.g. {bad[label].head(3).to_list()}"
             )
         outcomes = numbers.to_numpy()
+    elif labelled and spec.target.classifies:
+        indices, unknown = predict_class_label_indices(scorable[label], spec.target.classes)
+        if unknown:
+            raise PartitionError(
+                f"{where}: outcome column {label!r} holds values that are none of target.classes {spec.target.classes}: "
+                f"{unknown[:5]}{' …' if len(unknown) > 5 else ''} on {int((indices < 0).sum())} rows; add them to target.classes "
+                "(in the model's class order) or leave those rows out"
+            )
+        outcomes = indices.astype(np.float64)
     elif labelled:
         bad = scorable.filter(~pl.col(label).cast(pl.Float64, strict=False).is_in([0.0, 1.0]).fill_null(False))
         if bad.height:
@@ -648,7 +741,7 @@ def registered_job_model(
     if held.outcomes is None or held.outcomes.size == 0:
         raise PartitionError(f"hold-out {holdout} has no rows the job's guards let through")
     events = int(held.outcomes.sum())
-    if not spec.target.forecasts and events in (0, held.outcomes.size):
+    if not spec.target.forecasts and not spec.target.classifies and events in (0, held.outcomes.size):
         label, only = spec.monitoring.labels.outcome_column, "0 (no events)" if events == 0 else "1 (no non-events)"
         raise PartitionError(
             f"hold-out {holdout if isinstance(holdout, Path) else '(a data frame)'}: outcome column {label!r} "
@@ -674,4 +767,5 @@ def registered_job_model(
         scored_as_latest=spec.model.version == "latest",
         trusted_types=trusted_types,
         kind=spec.target.kind,
+        classes=tuple(spec.target.classes),
     )

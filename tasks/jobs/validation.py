@@ -25,10 +25,12 @@ from tasks.errors import JobProblem, JobSpecError, JobValidationError, Partition
 from tasks.features import FeatureModule, feature_categories, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, load_guard_suite, raw_schema_problems
+from tasks.inference.kinds import inference_job_kind_words, inference_model_kind_words, inference_same_kind
 from tasks.inference.registry import ModelArtifact, inference_artifact_problems, inference_reasons_unavailable
 from tasks.inference.config import FeatureModelRef
 from tasks.jobspec import JobSpec, checked_job_name, job_spec_document, job_spec_path, spec_field_problems
 from tasks.prediction.calibration import predict_calibrator_from_metadata
+from tasks.prediction.multiclass import predict_multiclass_calibrator_from_metadata
 from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.prediction.reasons import predict_reason_text_problems
 from tasks.settings import Settings
@@ -233,13 +235,13 @@ def _scoring_model(
         problems += _scoring_metadata_problems(artifact, spec, spec_path, features)
     notes += _challenger_notes(spec, spec_path, registry, features, model, problems)
     notes += _reasons_off_notes(spec, model, "model")
-    if spec.target.forecasts and spec.monitoring.slices:
+    if spec.target.kind != "binary" and spec.monitoring.slices:
         # The slice tables count a probability's sums and score bands, which a forecast job has not.
         notes.append(
-            f"monitoring.slices {spec.monitoring.slices} of a forecast job (target.kind {spec.target.kind}) are not monitored yet: "
+            f"monitoring.slices {spec.monitoring.slices} of a {spec.target.kind} job (target.kind) are not monitored yet: "
             "its runs write no slice counts and no slice_monitoring rows"
         )
-    if model is not None and not problems and not spec.target.forecasts:
+    if model is not None and not problems and spec.target.kind == "binary":
         meta = model.metadata
         table = predict_calibration_table(meta.calibration, level=spec.prediction.interval_level)
         notes += [f"model {meta.name} {meta.version} calibration: {warning}" for warning in table.warnings]
@@ -298,12 +300,22 @@ def _scoring_metadata_problems(
     meta, meta_path = artifact.metadata, artifact.directory / "metadata.json"
     problems = []
     kind = spec.target.kind
-    if (meta.target == "binary") != (kind == "binary"):
-        registered = "a binary classifier" if meta.target == "binary" else f"a {meta.target} forecast model"
+    if not inference_same_kind(meta.target, kind):
         problems.append(JobProblem(meta_path, "target", (
-            f"model {meta.name} version {meta.version} was registered as {registered}, but job {spec.name} is "
-            f"{'binary' if kind == 'binary' else f'a {kind} forecast job'} (target.kind in {spec_path}): register a model of the job's kind"
+            f"model {meta.name} version {meta.version} was registered as {inference_model_kind_words(meta.target)}, but job {spec.name} is "
+            f"{inference_job_kind_words(kind)} (target.kind in {spec_path}): register a model of the job's kind"
         )))
+    elif kind == "multiclass":
+        if meta.classes != spec.target.classes:
+            problems.append(JobProblem(meta_path, "classes", (
+                f"model {meta.name} version {meta.version} was registered for classes {meta.classes}, but job {spec.name} names "
+                f"{spec.target.classes} (target.classes in {spec_path}): the model's outputs would be read as other classes; "
+                "register it again for these classes"
+            )))
+        try:
+            predict_multiclass_calibrator_from_metadata(meta.calibration)
+        except ValueError as exc:
+            problems.append(JobProblem(meta_path, "calibration", f"model {meta.name} version {meta.version}: {exc}"))
     elif kind == "binary":
         try:
             predict_calibrator_from_metadata(meta.calibration)

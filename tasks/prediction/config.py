@@ -12,10 +12,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tasks.prediction.decisions import FORECAST_FIELDS, PROBABILITY_FIELDS, Comparison, RuleField, predict_rule_table_problems, predict_rule_fields
+from tasks.prediction.decisions import (
+    CLASS_FIELDS,
+    FORECAST_FIELDS,
+    PROBABILITY_FIELDS,
+    Comparison,
+    RuleField,
+    predict_rule_fields,
+    predict_rule_table_problems,
+)
 
-TargetKind = Literal["binary", "regression", "count"]
-"""binary: the probability of an event; regression: a quantity; count: a non-negative whole number of things."""
+TargetKind = Literal["binary", "regression", "count", "multiclass"]
+"""binary: the probability of an event; regression: a quantity; count: a non-negative whole number of things;
+multiclass: which of several classes a row belongs to."""
 FORECAST_KINDS = ("regression", "count")
 
 
@@ -34,13 +43,54 @@ class TargetConfig(_Strict):
             "(a forecast and its interval are never negative)."
         ),
     )
-    name: str = Field(default="", description="What is forecast, in the job's words (e.g. `units sold`); forecast jobs only.")
+    name: str = Field(
+        default="", description="What is forecast or classified, in the job's words (e.g. `units sold`, `fault type`); forecast and multiclass jobs."
+    )
     unit: str = Field(default="", description="The forecast's unit as pages print it (e.g. `units`, `EUR`); forecast jobs only.")
+    classes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Multiclass jobs: the class names, in the model's class order (the model's output i is classes[i]); the outcome "
+            "column holds these names. At least 3; other kinds give none."
+        ),
+    )
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _class_names_as_text(cls, value: object) -> object:
+        # YAML reads `1` as an int and `yes` as a bool; labels arrive as text, so a class is its text.
+        if isinstance(value, list):
+            return [("true" if v else "false") if isinstance(v, bool) else str(v) for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _classes_of_the_kind(self) -> TargetConfig:
+        if self.kind != "multiclass":
+            if self.classes:
+                raise ValueError(f"classes are given, but target.kind is {self.kind}: only a multiclass job names classes")
+            return self
+        if len(self.classes) < 3:
+            raise ValueError(
+                f"a multiclass job names at least 3 classes, got {self.classes}"
+                + ("; two classes are a binary job (target.kind: binary, outcome 1 for the event)" if len(self.classes) == 2 else "")
+            )
+        repeated = sorted({c for c in self.classes if self.classes.count(c) > 1})
+        if repeated:
+            raise ValueError(f"classes repeat {repeated}")
+        empty = [i for i, c in enumerate(self.classes) if not c.strip()]
+        if empty:
+            raise ValueError(f"classes {empty} are empty names")
+        return self
 
     @property
     def forecasts(self) -> bool:
         """Whether the job forecasts a quantity rather than an event's probability."""
         return self.kind in FORECAST_KINDS
+
+    @property
+    def classifies(self) -> bool:
+        """Whether the job chooses one of several classes (target.kind multiclass)."""
+        return self.kind == "multiclass"
 
 
 class ScoreConfig(_Strict):
@@ -54,7 +104,29 @@ class ThresholdRule(_Strict):
     when: dict[RuleField, dict[Comparison, float]] = Field(
         default_factory=dict, description="All conditions must hold; empty means always."
     )
+    classes: tuple[str, ...] = Field(
+        default=(),
+        description="Multiclass jobs: the predicted classes the rule takes, written `when: {class: [a, b], ...}`; empty: any class.",
+    )
     decision: str = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _class_condition(cls, data: object) -> object:
+        # `class` reads as one more condition of `when`; it compares names, not numbers, so it is kept apart.
+        if isinstance(data, dict) and isinstance(data.get("when"), dict) and "class" in data["when"]:
+            when = dict(data["when"])
+            named = when.pop("class")
+            names = named if isinstance(named, list) else [named]
+            if not names or not all(isinstance(n, str | int) and not isinstance(n, bool) for n in names):
+                raise ValueError(f"when.class must be a class name or a list of them, got {named!r}")
+            return {**data, "when": when, "classes": tuple(str(n) for n in names)}
+        return data
+
+    @property
+    def conditional(self) -> bool:
+        """Whether the rule tests anything (a rule that does not is the table's catch-all)."""
+        return bool(self.when or self.classes)
 
     @field_validator("when")
     @classmethod
@@ -178,7 +250,7 @@ class PredictionConfig(_Strict):
     @property
     def forecasts(self) -> bool:
         """Whether the rules speak of forecasts (a forecast job's prediction section) rather than probabilities."""
-        return self.score is None
+        return self.score is None and not self.classifies
 
     @model_validator(mode="after")
     def _rules_decide_every_row(self) -> PredictionConfig:
@@ -186,13 +258,16 @@ class PredictionConfig(_Strict):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"rule ids must be unique; repeated: {dupes}")
-        catch_all = [r.id for r in self.rules if not r.when]
+        catch_all = [r.id for r in self.rules if not r.conditional]
         if catch_all and catch_all != [self.rules[-1].id]:
             raise ValueError(
                 "only the last rule may go without `when` (it then takes every row no other rule takes); "
                 f"rules without `when`: {catch_all}, last rule: {self.rules[-1].id}"
             )
         tested = predict_rule_fields(self.rules)
+        if self.classifies:
+            # Which classes exist is the target's to say: tasks/jobspec.py proves a class table with them.
+            return self._reasons_name_decisions()
         if self.score is None and tested & set(PROBABILITY_FIELDS):
             raise ValueError(
                 f"rules test {sorted(tested & set(PROBABILITY_FIELDS))}, a binary job's fields, but there is no `score` scale; "
@@ -206,6 +281,19 @@ class PredictionConfig(_Strict):
         problems = predict_rule_table_problems(self.rules, self.score)
         if problems:
             raise ValueError("every row must match exactly one rule: " + "; ".join(problems))
+        return self._reasons_name_decisions()
+
+    @property
+    def classifies(self) -> bool:
+        """Whether the rules speak of classes (a multiclass job's prediction section): a rule names a class or
+        tests the margin, or the rules test probabilities without a score scale."""
+        tested = predict_rule_fields(self.rules)
+        return (
+            any(r.classes for r in self.rules) or "margin" in tested
+            or (self.score is None and bool(tested) and tested <= set(CLASS_FIELDS))
+        )
+
+    def _reasons_name_decisions(self) -> PredictionConfig:
         decisions = {r.decision for r in self.rules}
         unknown = sorted(set(self.reasons.for_decisions) - decisions)
         if unknown:

@@ -22,8 +22,11 @@ import numpy as np
 
 from tasks.prediction.scores import ScoreScale, predict_risk_score
 
-RuleField = Literal["probability", "probability_low", "probability_high", "score", "forecast", "forecast_low", "forecast_high"]
-"""What a rule may test: a binary job's probability fields and score, a forecast job's forecast fields."""
+RuleField = Literal[
+    "probability", "probability_low", "probability_high", "score", "forecast", "forecast_low", "forecast_high", "margin"
+]
+"""What a rule may test: a binary job's probability fields and score, a forecast job's forecast fields, a
+multiclass job's probability fields (of the predicted class) and its margin over the runner-up."""
 Comparison = Literal["lt", "le", "gt", "ge"]
 
 
@@ -41,12 +44,23 @@ class Rule(Protocol):
     def decision(self) -> str: ...
 
 
+def _classes(rule: Rule) -> tuple[str, ...]:
+    """The predicted classes a multiclass job's rule takes (empty: any class, and every rule of other kinds)."""
+    return tuple(getattr(rule, "classes", ()))
+
+
+def _conditional(rule: Rule) -> bool:
+    return bool(rule.when or _classes(rule))
+
+
 _T = TypeVar("_T")
 _OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 _PROBABILITY_FIELDS = ("probability", "probability_low", "probability_high")
 FORECAST_FIELDS = ("forecast", "forecast_low", "forecast_high")
 """The fields a forecast job's rules test; the others (PROBABILITY_FIELDS and score) are a binary job's."""
 PROBABILITY_FIELDS = (*_PROBABILITY_FIELDS, "score")
+CLASS_FIELDS = (*_PROBABILITY_FIELDS, "margin")
+"""The fields a multiclass job's rules test besides `class`: the predicted class's probability fields and its margin."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,8 @@ def _rows(values: dict[str, np.ndarray]) -> int:
 
 def _matches(rule: Rule, values: dict[str, np.ndarray]) -> np.ndarray:
     hit = np.ones(_rows(values), dtype=bool)
+    if classes := _classes(rule):
+        hit &= np.isin(values["class"], classes)
     for field_name, comparisons in rule.when.items():
         for op, threshold in comparisons.items():
             hit &= _OPS[op](values[field_name], threshold)
@@ -96,21 +112,22 @@ def _matches(rule: Rule, values: dict[str, np.ndarray]) -> np.ndarray:
 
 def predict_rule_decisions(values: dict[str, np.ndarray], rules: Sequence[Rule]) -> RuleDecisions:
     """The decision and deciding rule id of every row; `values` holds the fields rules may test
-    (a binary job's probability fields and score, or a forecast job's forecast fields)."""
+    (a binary job's probability fields and score, a forecast job's forecast fields, or a multiclass job's
+    `class` names, probability fields and margin)."""
     n = _rows(values)
     decision = np.empty(n, dtype=object)
     rule_id = np.empty(n, dtype=object)
     rule_index = np.zeros(n, dtype=np.int16)
     matched = np.zeros(n, dtype=np.int8)
     for position, rule in enumerate(rules):
-        if not rule.when:
+        if not _conditional(rule):
             continue
         hit = _matches(rule, values)
         decision[hit] = rule.decision
         rule_id[hit] = rule.id
         rule_index[hit] = position
         matched += hit
-    otherwise = rules[-1] if not rules[-1].when else None
+    otherwise = rules[-1] if not _conditional(rules[-1]) else None
     if otherwise is not None:
         decision[matched == 0] = otherwise.decision
         rule_id[matched == 0] = otherwise.id
@@ -148,6 +165,8 @@ def _forecast_grid(rules: Sequence[Rule]) -> list[float]:
 
 
 def _point(values: dict[str, np.ndarray], i: int) -> str:
+    if "class" in values:
+        return f"class={values['class'][i]}, " + ", ".join(f"{k}={values[k][i]:.4g}" for k in ("probability_low", "probability", "probability_high", "margin"))
     names = FORECAST_FIELDS if "forecast" in values else ("probability_low", "probability", "probability_high", "score")
     return ", ".join(f"{k}={values[k][i]:.4g}" for k in names)
 
@@ -168,15 +187,53 @@ def predict_rule_table_problems(rules: Sequence[Rule], score: ScoreScale | None)
             "probability_high": triples[:, 2],
             "score": predict_risk_score(triples[:, 1], score),
         }
-    conditional = [r for r in rules if r.when]
+    return _table_problems(rules, values)
+
+
+def _class_grid(rules: Sequence[Rule], classes: Sequence[str]) -> dict[str, np.ndarray]:
+    """Every cell of a multiclass table's arrangement: each class × (probability_low ≤ probability ≤
+    probability_high) × margin, at each cut and between neighbours, where such a row can exist (the predicted
+    class's probability is at least 1/K, and its margin over the runner-up is at most the probability and at
+    least 2·probability − 1)."""
+    k = len(classes)
+    cuts = {0.0, 1.0, 1.0 / k, *(v for r in rules for f, cmp in r.when.items() if f in _PROBABILITY_FIELDS for v in cmp.values())}
+    ordered = sorted(c for c in cuts if 0.0 <= c <= 1.0)
+    grid = sorted({*ordered, *((a + b) / 2 for a, b in itertools.pairwise(ordered))})
+    margin_cuts = sorted({0.0, 1.0, *(v for r in rules for v in r.when.get("margin", {}).values())})
+    margins = sorted({*margin_cuts, *((a + b) / 2 for a, b in itertools.pairwise(margin_cuts))})
+    triples = np.array([t for t in itertools.combinations_with_replacement(grid, 3)])
+    low, p, high = (np.repeat(triples[:, i], len(margins)) for i in range(3))
+    margin = np.tile(np.array(margins), len(triples))
+    possible = (p >= 1.0 / k) & (margin <= p) & (margin >= 2 * p - 1)
+    low, p, high, margin = low[possible], p[possible], high[possible], margin[possible]
+    n = p.size
+    return {
+        "class": np.repeat(np.array(classes, dtype=object), n),
+        "probability_low": np.tile(low, k), "probability": np.tile(p, k), "probability_high": np.tile(high, k),
+        "margin": np.tile(margin, k),
+    }
+
+
+def predict_class_rule_table_problems(rules: Sequence[Rule], classes: Sequence[str]) -> list[str]:
+    """A multiclass job's rule table (rules on the predicted `class`, its probability fields and margin):
+    overlaps and gaps over every class and every possible probability and margin, each with an example row;
+    and classes the rules name that the job does not have."""
+    unknown = sorted({c for r in rules for c in _classes(r)} - set(classes))
+    if unknown:
+        return [f"rules name classes the job does not have: {unknown} (target.classes: {list(classes)})"]
+    return _table_problems(rules, _class_grid(rules, classes))
+
+
+def _table_problems(rules: Sequence[Rule], values: dict[str, np.ndarray]) -> list[str]:
+    conditional = [r for r in rules if _conditional(r)]
     hits = {r.id: _matches(r, values) for r in conditional}
     problems = []
     for a, b in itertools.combinations(conditional, 2):
         both = np.flatnonzero(hits[a.id] & hits[b.id])
         if both.size:
             problems.append(f"rules {a.id} and {b.id} overlap, e.g. at {_point(values, both[0])}")
-    if rules[-1].when:
-        uncovered = np.flatnonzero(~np.any(list(hits.values()), axis=0)) if hits else np.arange(len(triples))
+    if _conditional(rules[-1]):
+        uncovered = np.flatnonzero(~np.any(list(hits.values()), axis=0)) if hits else np.arange(_rows(values))
         if uncovered.size:
             problems.append(
                 f"no rule covers e.g. {_point(values, uncovered[0])}; add a rule, or end with a rule without `when`"

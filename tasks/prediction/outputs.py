@@ -10,11 +10,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.contracts import FORECAST_SCHEMA, PREDICTION_SCHEMA, FeatureContributions, InferenceOutput, PredictionOutput
+from tasks.contracts import CLASSIFICATION_SCHEMA, FORECAST_SCHEMA, PREDICTION_SCHEMA, FeatureContributions, InferenceOutput, PredictionOutput
 from tasks.prediction.config import PredictionConfig
 from tasks.prediction.calibration import CalibratedProbability, ProbabilityMap
 from tasks.prediction.decisions import RuleDecisions, predict_rule_decisions
 from tasks.prediction.forecasts import Forecast, ForecastMap
+from tasks.prediction.multiclass import ClassProbabilities, ClassProbabilityMap
 from tasks.prediction.reasons import ReasonTexts, predict_forecast_reason_codes, predict_reason_codes
 from tasks.prediction.scores import predict_risk_score
 
@@ -23,8 +24,9 @@ log = logging.getLogger("scoring.prediction")
 
 @dataclass(frozen=True)
 class DecidedChunk:
-    """A chunk after calibration, scoring and rules (binary jobs: `calibrated` and `score`) or after its
-    forecast and interval and rules (forecast jobs: `forecast`); `reason_rows` are the rows that need reasons."""
+    """A chunk after calibration, scoring and rules (binary jobs: `calibrated` and `score`), after its
+    forecast and interval and rules (forecast jobs: `forecast`), or after its calibrated class probabilities
+    and rules (multiclass jobs: `classified`, `classes`); `reason_rows` are the rows that need reasons."""
 
     inference: InferenceOutput
     calibrated: CalibratedProbability | None
@@ -32,9 +34,20 @@ class DecidedChunk:
     rules: RuleDecisions
     reason_rows: np.ndarray
     forecast: Forecast | None = None
+    classified: ClassProbabilities | None = None
+    classes: tuple[str, ...] = ()
+    """Multiclass jobs: the class names, in the order of the probability vector."""
+
+    @property
+    def reason_classes(self) -> np.ndarray | None:
+        """Multiclass jobs: the class each reason row's contributions are for (its predicted class); None otherwise."""
+        return None if self.classified is None else self.classified.predicted[self.reason_rows]
 
     def decided_columns(self) -> dict[str, np.ndarray]:
         """The columns the rules tested, by their contract names."""
+        if self.classified is not None:
+            c = self.classified
+            return {"probability": c.probability, "probability_low": c.low, "probability_high": c.high, "margin": c.margin}
         if self.forecast is not None:
             f = self.forecast
             return {"forecast": f.forecast, "forecast_low": f.low, "forecast_high": f.high}
@@ -42,9 +55,23 @@ class DecidedChunk:
         return {"probability": c.probability, "probability_low": c.low, "probability_high": c.high, "score": self.score}
 
 
-def predict_decided_chunk(output: InferenceOutput, estimate_map: ProbabilityMap | ForecastMap, config: PredictionConfig) -> DecidedChunk:
-    """The chunk's estimates (a calibrated probability and score, or a forecast and its interval) and
-    the rule table's decision of every row."""
+def predict_decided_chunk(
+    output: InferenceOutput, estimate_map: ProbabilityMap | ForecastMap | ClassProbabilityMap, config: PredictionConfig,
+) -> DecidedChunk:
+    """The chunk's estimates (a calibrated probability and score, a forecast and its interval, or the calibrated
+    probability of every class) and the rule table's decision of every row."""
+    if isinstance(estimate_map, ClassProbabilityMap):
+        classified = estimate_map.predict_class_probabilities(output.margins)
+        classes = tuple(estimate_map.calibrator.classes)
+        rules = predict_rule_decisions(
+            {"class": np.asarray(classes, dtype=object)[classified.predicted], "probability": classified.probability,
+             "probability_low": classified.low, "probability_high": classified.high, "margin": classified.margin},
+            config.rules,
+        )
+        reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
+        return DecidedChunk(
+            inference=output, calibrated=None, score=None, rules=rules, reason_rows=reason_rows, classified=classified, classes=classes,
+        )
     if isinstance(estimate_map, ForecastMap):
         if output.expected_error is None:
             raise ValueError(f"chunk {output.chunk_id}: a forecast needs the error model's expected error of every row")
@@ -65,6 +92,12 @@ def predict_decided_chunk(output: InferenceOutput, estimate_map: ProbabilityMap 
     )
     reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
     return DecidedChunk(inference=output, calibrated=calibrated, score=score, rules=rules, reason_rows=reason_rows)
+
+
+def _fixed_lists(matrix: np.ndarray, width: int) -> pa.ListArray:
+    """Rows of a rows × width matrix as one list each (the class vector of a multiclass row)."""
+    flat = pa.array(np.ascontiguousarray(matrix, dtype=np.float64).reshape(-1), pa.float64())
+    return pa.ListArray.from_arrays(pa.array(np.arange(0, matrix.shape[0] * width + 1, width, dtype=np.int32)), flat)
 
 
 def _counts(values: pa.Array) -> dict[str, int]:
@@ -91,6 +124,9 @@ def predict_output(
     out = decided.inference
     n = len(out.entity_ids)
     forecasts = decided.forecast is not None
+    classified = decided.classified
+    if classified is not None and not np.array_equal(contributions.explained_class, decided.reason_classes):
+        raise ValueError("contributions were computed for other classes than the rows' predicted classes")
     reasons = (predict_forecast_reason_codes if forecasts else predict_reason_codes)(contributions, config.reasons, reason_texts)
     # Rows without reasons get empty lists: spread the explained rows' list lengths over the chunk
     # (reason_rows ascend, so the flat values keep their order).
@@ -107,7 +143,19 @@ def predict_output(
         "partition_date": pa.array([partition_date] * n, pa.date32()),
         "entity_id": out.entity_ids.cast(pa.string()),
     }
-    if forecasts:
+    if classified is not None:
+        names = pa.array(decided.classes, pa.string())
+        k = len(decided.classes)
+        columns |= {
+            "predicted_class": names.take(pa.array(classified.predicted)),
+            "probability": pa.array(classified.probability, pa.float64()),
+            "probability_low": pa.array(classified.low, pa.float64()),
+            "probability_high": pa.array(classified.high, pa.float64()),
+            "class_probabilities": _fixed_lists(classified.probabilities, k),
+            "runner_up_class": names.take(pa.array(classified.runner_up)),
+            "margin": pa.array(classified.margin, pa.float64()),
+        }
+    elif forecasts:
         columns |= {
             "forecast": pa.array(decided.forecast.forecast, pa.float64()),
             "forecast_low": pa.array(decided.forecast.low, pa.float64()),
@@ -126,16 +174,27 @@ def predict_output(
         "rule_id": rule_id,
         "reason_codes": codes,
         "reason_texts": texts,
-        "raw_margin": pa.array(out.margins, pa.float64()),
+        **({"raw_margins": _fixed_lists(out.margins, out.margins.shape[1])} if classified is not None
+           else {"raw_margin": pa.array(out.margins, pa.float64())}),
         "model_name": pa.array([out.model_name] * n, pa.string()),
         "model_version": pa.array([out.model_version] * n, pa.string()),
         "feature_version": pa.array([feature_version] * n, pa.string()),
     }
-    table = pa.Table.from_pydict(columns, schema=FORECAST_SCHEMA if forecasts else PREDICTION_SCHEMA)
+    schema = CLASSIFICATION_SCHEMA if classified is not None else FORECAST_SCHEMA if forecasts else PREDICTION_SCHEMA
+    table = pa.Table.from_pydict(columns, schema=schema)
     decisions = _counts(decision)
     rules = _counts(rule_id)
     straddling = int(decided.rules.straddling.sum())
-    if forecasts:
+    if classified is not None:
+        predicted = pc.value_counts(columns["predicted_class"]).to_pylist()
+        log.info(
+            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s predicted_class=%s confidence_score=%.3f "
+            "reasons_share=%.3f no_class_reason=%d straddling_share=%.3f",
+            job, out.chunk_id, n, rules, decisions, {r["values"]: r["counts"] for r in predicted},
+            float(classified.probability.mean()) if n else 0.0, len(decided.reason_rows) / n if n else 0.0,
+            reasons.without_adverse_factor, straddling / n if n else 0.0,
+        )
+    elif forecasts:
         f = decided.forecast
         log.info(
             "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s forecast_mean=%.4g interval_width_mean=%.4g "

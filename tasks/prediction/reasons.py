@@ -229,7 +229,8 @@ def predict_reason_codes(
 ) -> ReasonCodes:
     """Top-k positive contributions per row, largest first; ties go to the earlier model feature.
 
-    A row where no feature pushes toward the event gets `no_adverse_code`, and is counted. A
+    A row where no feature pushes toward the event (a multiclass job: its predicted class) gets
+    `no_adverse_code` (an empty list where the spec gives none), and is counted. A
     feature with value-dependent texts (`texts`) gets the text its value in that row picks, the
     default `text` where the value is missing or no variant covers it.
     Vectorised: one sort of the matrix, then the lists are cut from a flat array of code indices.
@@ -252,8 +253,9 @@ def predict_reason_codes(
     # Sorted largest first, so a row's positive contributions are a prefix of its top k (k >= 1);
     # a row with none gets the no-adverse entry, the last of the code table.
     none = ~chosen[:, 0]
-    order[none, 0] = len(names)
-    chosen[none, 0] = True
+    if config.no_adverse_code is not None:
+        order[none, 0] = len(names)
+        chosen[none, 0] = True
     text_index = first_text[order]
     for j in varying:
         at = chosen & (order == j)

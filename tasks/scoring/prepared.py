@@ -17,6 +17,7 @@ from tasks.errors import FeatureVersionMismatch, ModelArtifactError, ScoringErro
 from tasks.features import FeatureKind, FeatureModule, feature_categories, feature_kinds
 from tasks.guards import GuardSuite
 from tasks.inference.engine import LoadedModel, inference_loaded_model
+from tasks.inference.kinds import inference_job_kind_words, inference_model_kind_words, inference_same_kind
 from tasks.inference.registry import ModelMetadata, inference_check_feature_version
 from tasks.jobs.validation import validated_job
 from tasks.inference.config import FeatureModelRef
@@ -26,6 +27,7 @@ from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from
 from tasks.prediction.config import PredictionConfig
 from tasks.prediction.decisions import predict_probability_cutoffs
 from tasks.prediction.forecasts import ForecastMap
+from tasks.prediction.multiclass import ClassProbabilityMap, predict_multiclass_calibrator_from_metadata
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
 from tasks.quality.drift import FORECAST_DRIFT_NAME, SCORE_DRIFT_NAME, SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram
 from tasks.settings import Settings
@@ -36,11 +38,13 @@ from tasks.sources import RawPartition, raw_partition
 log = logging.getLogger("scoring.run")
 
 
-def predict_estimate_map(meta: ModelMetadata, spec: JobSpec) -> ProbabilityMap | ForecastMap:
+def predict_estimate_map(meta: ModelMetadata, spec: JobSpec) -> ProbabilityMap | ForecastMap | ClassProbabilityMap:
     """What turns the model's margins into the job's estimates at the spec's level: its calibration, or its conformal interval."""
     level = spec.prediction.interval_level
     if spec.target.forecasts:
         return ForecastMap(meta.interval, level, link=meta.link, nonnegative=spec.target.kind == "count")
+    if spec.target.classifies:
+        return ClassProbabilityMap(predict_multiclass_calibrator_from_metadata(meta.calibration), level)
     return ProbabilityMap(predict_calibrator_from_metadata(meta.calibration), level)
 
 
@@ -51,7 +55,7 @@ class PredictionPlan:
 
     job: str
     config: PredictionConfig
-    estimate_map: ProbabilityMap | ForecastMap
+    estimate_map: ProbabilityMap | ForecastMap | ClassProbabilityMap
     """The calibration at the spec's level (binary jobs) or the conformal interval at it (forecast jobs)."""
     reason_texts: ReasonTexts
     feature_version: str
@@ -92,7 +96,7 @@ class ChallengerPlan:
     named: str
     """The alias or version the job named it by (`model.challenger`)."""
     version: str
-    estimate_map: ProbabilityMap | ForecastMap
+    estimate_map: ProbabilityMap | ForecastMap | ClassProbabilityMap
     """The challenger's own calibration or conformal interval, at the spec's level (`predict_estimate_map`)."""
 
 
@@ -159,7 +163,7 @@ class PreparedJob:
             challenger=self.challenger_plan, challenger_failure=self.spec.model.challenger_failure,
             estimate_bins={
                 name: (hist.edges, hist.psi_edges) for name, hist in self.estimate_reference.items()
-            } if self.spec.target.forecasts else {SCORE_DRIFT_NAME: (SCORE_EDGES, SCORE_PSI_EDGES)},
+            } if self.spec.target.forecasts else {} if self.spec.target.classifies else {SCORE_DRIFT_NAME: (SCORE_EDGES, SCORE_PSI_EDGES)},
         )
 
     @cached_property
@@ -260,11 +264,14 @@ def _with_challenger(prepared: PreparedJob, settings: Settings) -> PreparedJob:
         missing = [f for f in meta.features if f not in prepared.model_features]
         if missing:
             raise FeatureVersionMismatch(f"challenger {meta.name} {meta.version} takes features the job does not compute: {missing}")
-        if (meta.target == "binary") != (spec.target.kind == "binary"):
-            registered = "a binary classifier" if meta.target == "binary" else f"a {meta.target} forecast model"
+        if not inference_same_kind(meta.target, spec.target.kind):
             raise ModelArtifactError(
-                f"challenger {meta.name} {meta.version} was registered as {registered}, but job {spec.name} is "
-                f"{'binary' if spec.target.kind == 'binary' else f'a {spec.target.kind} forecast job'}: register a model of the job's kind"
+                f"challenger {meta.name} {meta.version} was registered as {inference_model_kind_words(meta.target)}, but job {spec.name} is "
+                f"{inference_job_kind_words(spec.target.kind)}: register a model of the job's kind"
+            )
+        if spec.target.classifies and meta.classes != spec.target.classes:
+            raise ModelArtifactError(
+                f"challenger {meta.name} {meta.version} was registered for classes {meta.classes}, but job {spec.name} names {spec.target.classes}"
             )
         if spec.target.forecasts and (not meta.interval or challenger.error_model is None):
             raise ModelArtifactError(

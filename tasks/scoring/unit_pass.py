@@ -40,6 +40,7 @@ from tasks.monitoring.slices import chunk_slice_counts, summed_slice_counts
 from tasks.prediction.calibration import CalibratedProbability
 from tasks.prediction.decisions import RuleDecisions
 from tasks.prediction.forecasts import Forecast
+from tasks.prediction.multiclass import ClassProbabilities
 from tasks.prediction.outputs import DecidedChunk, predict_decided_chunk, predict_output
 from tasks.quality.drift import FORECAST_DRIFT_NAME, SCORE_DRIFT_NAME, DriftAccumulator
 from tasks.scoring.prepared import PredictionPlan, PreparedJob
@@ -110,8 +111,11 @@ def _explained_chunk(
             row_index=np.empty(0, dtype=np.intp), values=np.empty((0, len(inputs.feature_names))), feature_names=inputs.feature_names,
             feature_values=np.empty((0, len(inputs.feature_names)), dtype=np.float32),
             explained_by="none" if unavailable else getattr(engine, "contributions_kernel", "none"),
+            explained_class=None if decided.classified is None else np.empty(0, dtype=np.int64),
         )
         return replace(decided, reason_rows=contributions.row_index), contributions, int(decided.reason_rows.size) if unavailable else 0
+    if decided.classified is not None:
+        return decided, engine.inference_contributions(inputs, decided.reason_rows, top_k=top_k, classes=decided.reason_classes), 0
     return decided, engine.inference_contributions(inputs, decided.reason_rows, top_k=top_k), 0
 
 
@@ -159,11 +163,17 @@ def _write_handoff(path: Path, decided: DecidedChunk, contributions: FeatureCont
     their own feature values; the other rows' lists are null and cost nothing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     inferred, n = decided.inference, len(decided.inference.margins)
+    classified = decided.classified
     columns = {
         "entity_id": inferred.entity_ids,
-        "margin": pa.array(inferred.margins, type=pa.float64()),
+        "margin": (pa.array(inferred.margins, type=pa.float64()) if classified is None
+                   else _sparse_rows(inferred.margins, np.arange(n), n, pa.float64())),
         **({} if inferred.expected_error is None else {"expected_error": pa.array(inferred.expected_error, type=pa.float64())}),
         **decided.decided_columns(),
+        **({} if classified is None else {
+            "predicted": classified.predicted, "runner_up": classified.runner_up,
+            "class_probabilities": _sparse_rows(classified.probabilities, np.arange(n), n, pa.float64()),
+        }),
         "decision": pa.array(decided.rules.decision, pa.string()), "rule_id": pa.array(decided.rules.rule_id, pa.string()),
         "straddling": decided.rules.straddling,
         "contributions": _sparse_rows(contributions.values, contributions.row_index, n, pa.float64()),
@@ -180,6 +190,7 @@ def _write_handoff(path: Path, decided: DecidedChunk, contributions: FeatureCont
             b"contributions": json.dumps(
                 {"explained_by": contributions.explained_by, "tie_recomputed_rows": contributions.tie_recomputed_rows}
             ).encode(),
+            b"classes": json.dumps(list(decided.classes)).encode(),
         }
     )
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
@@ -192,12 +203,21 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[DecidedChunk, FeatureContr
     meta = table.schema.metadata
     names = tuple(json.loads(meta[_HANDOFF_FEATURES]))
     forecasts = "forecast" in table.column_names
+    classes = tuple(json.loads(meta.get(b"classes", b"[]")))
+
+    def matrix(name: str) -> np.ndarray:
+        return table.column(name).combine_chunks().flatten().to_numpy().reshape(table.num_rows, len(classes))
+
     inferred = InferenceOutput(
         chunk_id=chunk_id, entity_ids=table.column("entity_id").combine_chunks(),
-        margins=table.column("margin").to_numpy(), **json.loads(meta[b"inference"]),
+        margins=matrix("margin") if classes else table.column("margin").to_numpy(), **json.loads(meta[b"inference"]),
         expected_error=table.column("expected_error").to_numpy() if forecasts else None,
     )
-    decided_names = ("forecast", "forecast_low", "forecast_high") if forecasts else ("probability", "probability_low", "probability_high", "score")
+    decided_names = (
+        ("forecast", "forecast_low", "forecast_high") if forecasts
+        else ("probability", "probability_low", "probability_high", "margin", "predicted", "runner_up") if classes
+        else ("probability", "probability_low", "probability_high", "score")
+    )
     column = {name: table.column(name).to_numpy(zero_copy_only=False) for name in (*decided_names, *_RULED_COLUMNS)}
     contributions = table.column("contributions").combine_chunks()
     row_index = np.flatnonzero(contributions.is_valid().to_numpy(zero_copy_only=False))
@@ -207,7 +227,17 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[DecidedChunk, FeatureContr
         return table.column(name).combine_chunks().flatten().to_numpy().astype(dtype, copy=False).reshape(shape)
 
     rules = RuleDecisions(column["decision"], column["rule_id"], column["straddling"])
-    if forecasts:
+    explained_class = None
+    if classes:
+        classified = ClassProbabilities(
+            probabilities=matrix("class_probabilities"), predicted=column["predicted"], probability=column["probability"],
+            low=column["probability_low"], high=column["probability_high"], runner_up=column["runner_up"], margin=column["margin"],
+        )
+        decided = DecidedChunk(
+            inference=inferred, calibrated=None, score=None, rules=rules, reason_rows=row_index, classified=classified, classes=classes,
+        )
+        explained_class = classified.predicted[row_index]
+    elif forecasts:
         decided = DecidedChunk(
             inference=inferred, calibrated=None, score=None, rules=rules, reason_rows=row_index,
             forecast=Forecast(column["forecast"], column["forecast_low"], column["forecast_high"]),
@@ -221,7 +251,7 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[DecidedChunk, FeatureContr
     return decided, FeatureContributions(
         row_index=row_index, values=explained("contributions", np.float64), feature_names=names,
         feature_values=explained("feature_values", np.float32) if "feature_values" in table.column_names else None,
-        **json.loads(meta[b"contributions"]),
+        explained_class=explained_class, **json.loads(meta[b"contributions"]),
     )
 
 
@@ -428,7 +458,9 @@ def _health_of_chunk(
     share = attribution_share(config.attribution_share, config.attribution_min_rows, partition_rows)
     if "attribution" in prepared.health_reference and share > 0:
         sample = attribution_sample(first_row, full.features.shape[0], share)
-        result.health.add_contributions(prepared.model.engine.inference_contributions(full, sample).values)
+        classes = None if decided.classified is None else decided.classified.predicted[sample]
+        kwargs = {} if classes is None else {"classes": classes}
+        result.health.add_contributions(prepared.model.engine.inference_contributions(full, sample, **kwargs).values)
 
 
 def _unit_inference(prepared: PreparedJob, unit_id: int) -> UnitInference:
@@ -481,7 +513,9 @@ def _predicted_chunk(
         reason_texts=plan.reason_texts,
     )
     forecasts = decided.forecast is not None
-    write_staged_chunk(dirs.forecasts if forecasts else dirs.predictions, run_id, decided.inference.chunk_id, predicted.table)
+    classifies = decided.classified is not None
+    staged = dirs.classifications if classifies else dirs.forecasts if forecasts else dirs.predictions
+    write_staged_chunk(staged, run_id, decided.inference.chunk_id, predicted.table)
     if shadow is not None:
         _shadow_predicted_chunk(plan, result, predicted.table, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs)
     result.rows_scored += predicted.table.num_rows
@@ -495,6 +529,8 @@ def _predicted_chunk(
     estimate = FORECAST_DRIFT_NAME if forecasts else SCORE_DRIFT_NAME
     if estimate in result.drift.histograms:
         result.drift.add(estimate, predicted.table.column(estimate).to_numpy())
+    if classifies:
+        return
     grouped = predicted.table.select(_FORECAST_GROUPED_COLUMNS if forecasts else _GROUPED_COLUMNS)
     result.decision_groups.append(prediction_groups(pl.from_arrow(grouped), plan.cutoffs))
 

@@ -694,7 +694,10 @@ def features_command(
         inputs.frame().write_parquet(out)
         console.print(
             f"wrote {out}: {inputs.matrix.shape[0]:,} rows × {len(inputs.names)} model inputs"
-            + (" + outcome" if labelled else "") + f"; {inputs.rows_quarantined:,} rows quarantined by the guards",
+            + ((" + outcome (the class's index into target.classes: "
+                + ", ".join(f"{i} {c}" for i, c in enumerate(inputs.classes)) + ")") if labelled and inputs.classes
+               else " + outcome" if labelled else "")
+            + f"; {inputs.rows_quarantined:,} rows quarantined by the guards",
             highlight=False,
         )
 
@@ -846,6 +849,18 @@ def _target_summary(validated: ValidatedJob) -> list[str]:
     """What the job predicts, and for a forecast model the interval registration measured on held-back rows."""
     spec, meta = validated.spec, validated.model.metadata
     target = spec.target
+    if target.classifies:
+        calibration, training = meta.calibration or {}, meta.training or {}
+        measured = (
+            f"; at registration: accuracy {training['holdout_accuracy']:.3f}, log loss {training.get('holdout_log_loss', float('nan')):.4f}, "
+            f"classwise ECE {training.get('holdout_classwise_ece', float('nan')):.4f} on the hold-out"
+            if training.get("holdout_accuracy") is not None else ""
+        )
+        return [
+            f"  target: multiclass, {target.name or spec.monitoring.labels.outcome_column}: {len(target.classes)} classes, "
+            f"{', '.join(target.classes)}",
+            f"  calibration: {calibration.get('method', 'none')} of the probability vector" + measured,
+        ]
     if not target.forecasts:
         return [f"  target: binary, the probability of {spec.prediction.event}"]
     unit = f" {target.unit}" if target.unit else ""
@@ -944,6 +959,7 @@ class KindChoice(str, enum.Enum):
     binary = "binary"
     regression = "regression"
     count = "count"
+    multiclass = "multiclass"
 
 
 @app.command()
@@ -953,11 +969,11 @@ def init(
     entity_column: Annotated[str, typer.Option(help="Column with the id of the scored entity.")],
     label_column: Annotated[
         str | None,
-        typer.Option(help="Column with the outcome, if the sample has one: 1/0 (the event) for a binary job, the actual number for a forecast; its values propose the kind."),
+        typer.Option(help="Column with the outcome, if the sample has one: 1/0 (the event) for a binary job, the actual number for a forecast, the class for a multiclass job; its values propose the kind."),
     ] = None,
     kind: Annotated[
         KindChoice | None,
-        typer.Option(help="The job's target kind instead of the one the label column suggests: binary (1/0), regression (any number), count (non-negative whole numbers)."),
+        typer.Option(help="The job's target kind instead of the one the label column suggests: binary (1/0), regression (any number), count (non-negative whole numbers), multiclass (3 or more classes, names or whole-number codes)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the job's spec and suite if they exist.")] = False,
 ) -> None:
@@ -981,10 +997,19 @@ def init(
                 "binary": "; --force --kind count or regression scaffolds a forecast job instead",
                 "count": "; --force --kind regression scaffolds a forecast of any number instead",
                 "regression": "",
+                "multiclass": "; --force --kind count scaffolds a forecast of the number instead" if target.numeric else "",
             }[done.kind] if not target.asked else ""
-        forecasts = done.kind != "binary"
+            if target.classes:
+                proposed += f"\nclasses, in this order (it must be the model's, e.g. scikit-learn's classes_): {', '.join(target.classes)}"
+        forecasts = done.kind in ("regression", "count")
         train = (
             [
+                "  2. train a multiclass classifier on them (the outcome is the class's index into target.classes; e.g. XGBoost "
+                "multi:softprob with num_class",
+                f"     {len(target.classes) if target else 'K'}) and save it: XGBoost .ubj/.json (README: Model formats), then",
+                f"     score register {done.job} --model MODEL --holdout HOLDOUT.parquet   (rows it never saw, with the "
+                f"{label_column or 'label'}: they calibrate the class probabilities)",
+            ] if done.kind == "multiclass" else [
                 "  2. train a regressor on them (count: e.g. XGBoost count:poisson or reg:tweedie; regression: e.g. XGBoost "
                 "reg:squarederror) and save it:",
                 "     XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm, scikit-learn .skops (skops.io.dump) or ONNX .onnx "

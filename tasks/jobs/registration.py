@@ -619,14 +619,18 @@ class ModelInputs:
     """Feature model name → the version whose output is among `names`."""
     forecasts: bool = False
     """Whether the outcomes are a forecast job's actual numbers rather than 1/0 events."""
+    classes: tuple[str, ...] = ()
+    """A multiclass job's classes: its outcomes are indices into them."""
 
     def frame(self) -> pl.DataFrame:
         """Entity, one column per model input, and the outcome when there is one: what a training script fits on."""
         columns = [self.entity_ids, *(pl.Series(n, self.matrix[:, j]) for j, n in enumerate(self.names))]
         if self.outcomes is not None:
             # A binary job's 1/0 events as small integers (what binary training scripts expect); a forecast's actual
-            # numbers as they are, even on a sample whose counts happen to be all 0 and 1.
-            columns.append(pl.Series("outcome", self.outcomes if self.forecasts else self.outcomes.astype(np.int8)))
+            # numbers as they are, even on a sample whose counts happen to be all 0 and 1; a multiclass job's class
+            # index (the label a multiclass trainer takes: XGBoost's num_class, scikit-learn's classes_ = 0..K-1).
+            outcome = self.outcomes if self.forecasts else self.outcomes.astype(np.int32 if self.classes else np.int8)
+            columns.append(pl.Series("outcome", outcome))
         return pl.DataFrame(columns)
 
 
@@ -719,7 +723,8 @@ def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, 
         names = (*names, ref.output_feature)
         used[ref.name] = loaded.engine.metadata.version
     return ModelInputs(entity_ids=scorable[spec.entity_column], names=names, matrix=x, outcomes=outcomes,
-                       rows_quarantined=guarded.counts.rows_quarantined, feature_models=used, forecasts=forecasts)
+                       rows_quarantined=guarded.counts.rows_quarantined, feature_models=used, forecasts=forecasts,
+                       classes=tuple(spec.target.classes))
 
 
 def registered_job_model(

@@ -14,9 +14,11 @@ and a Great Expectations suite of guards profiled from the same rows (tasks/guar
   that are no feature get no row guard: they cannot harm a score.
 
 The label column (never a feature, never guarded) proposes the job's target kind (`proposed_target`): 1/0 or
-booleans a binary job, whose starter rules cut at twice the sample's event rate; non-negative whole numbers a
-count, other numbers a regression, whose starter rules cut the forecast's interval at the sample's 90th
-percentile of the label. `--kind` asks for a kind instead, checked against the column.
+booleans a binary job, whose starter rules cut at twice the sample's event rate; text with 3 or more values, or
+3 to MAX_CLASS_CODES whole numbers, a multiclass job, its classes sorted (as numbers when all are whole numbers),
+whose starter rules send a close call between the two likeliest classes to a person; more non-negative whole
+numbers a count, other numbers a regression, whose starter rules cut the forecast's interval at the sample's
+90th percentile of the label. `--kind` asks for a kind instead, checked against the column.
 
 The spec is written as text, with a `# review:` comment on every proposal, and is validated (and
 the suite compiled) before anything is written. The sample passes its own suite by construction,
@@ -42,11 +44,17 @@ from tasks.features import FeatureKind
 from tasks.guards import load_guard_suite
 from tasks.features.config import FALSE_VALUES, FEATURE_NAME_PATTERN, TRUE_VALUES
 from tasks.jobspec import NAME_PATTERN, JobSpec, UniqueKeyLoader
+from tasks.prediction.class_labels import predict_class_label_text
 from tasks.prediction.config import TargetKind
 from tasks.settings import Settings
 
 MAX_CATEGORIES = 30
-"""More distinct strings than this make a column an id or free text, not a category."""
+"""More distinct strings than this make a column an id or free text, not a category (nor, as a label, classes)."""
+MAX_CLASS_CODES = 10
+"""Whole numbers in a label with at most this many distinct values (3 or more) read as class codes, more as a count:
+a fault code 0..3 is a class, units sold 0..37 a quantity. `--kind count` or `--kind multiclass` settles it either way."""
+CLOSE_CALL_MARGIN = 0.1
+"""A multiclass job's starter rules send rows whose predicted class leads the runner-up by less than this to a person."""
 QUANTILES = (0.001, 0.999)
 MARGIN = 0.1
 """Share of the p0.1..p99.9 range added on each side of a `between` guard."""
@@ -415,6 +423,12 @@ class TargetProposal:
     """A forecast job's placeholder cut-off: the sample's 90th percentile of the label."""
     cutoff_note: str = ""
     labelled: int = 0
+    classes: tuple[str, ...] = ()
+    """A multiclass job's classes as the spec names them, in the scaffold's order (see `_class_order`)."""
+    class_shares: tuple[float, ...] = ()
+    """Each class's share of the sample's labelled rows, in the order of `classes`."""
+    numeric: bool = False
+    """Whether the label column holds numbers (a multiclass job's class codes could then be a count instead)."""
 
 
 CUTOFF_QUANTILE = 0.9
@@ -461,11 +475,15 @@ def proposed_target(frame: pl.DataFrame, label_column: str, *, kind: str | None,
         values, _ = _counted(labels.cast(pl.String))
         if kind in ("regression", "count"):
             raise LabelError(f"{option}{where}: label column {label_column!r} holds text ({_shown(list(values[:3]))}), not numbers: cast it to numbers upstream")
+        if kind == "multiclass" or (kind is None and 3 <= len(values) <= MAX_CATEGORIES):
+            return _multiclass_target(labels, label_column, where, option, asked=kind is not None, numeric=False)
         if len(values) == 2:
             raise _two_values(label_column, labels, where, option, numeric=False)
         raise LabelError(
             f"{option}{where}: label column {label_column!r} holds text ({len(values)} values, e.g. {_shown(list(values[:3]))}): "
-            "a binary job's outcome is 1 (the event) or 0, a forecast job's (--kind regression or count) a number"
+            + ("too many to be guessed as classes: pass --kind multiclass if each value is a class; "
+               if len(values) > MAX_CATEGORIES else "")
+            + "a binary job's outcome is 1 (the event) or 0, a forecast job's (--kind regression or count) a number"
         )
     numbers = labels.cast(pl.Float64).to_numpy()
     if not np.isfinite(numbers).all():
@@ -474,6 +492,14 @@ def proposed_target(frame: pl.DataFrame, label_column: str, *, kind: str | None,
     zero_one = bool(np.isin(distinct, (0.0, 1.0)).all())
     whole = bool((numbers == np.round(numbers)).all())
     described = f"{numbers.min():g} to {numbers.max():g} ({distinct.size} distinct values)"
+    if kind == "multiclass" and not whole:
+        wrong = numbers[numbers != np.round(numbers)]
+        raise LabelError(
+            f"{option}{where}: label column {label_column!r} holds fractional values ({wrong.size:,} rows, e.g. {_shown(wrong[:3].tolist())}); "
+            "a class is a name or a whole-number code: pass --kind regression to forecast the number"
+        )
+    if kind == "multiclass" or (kind is None and whole and 3 <= distinct.size <= MAX_CLASS_CODES):
+        return _multiclass_target(labels, label_column, where, option, asked=kind is not None, numeric=True)
     if kind == "binary" or (kind is None and zero_one):
         if not zero_one:
             if distinct.size == 2 and kind is None:
@@ -481,6 +507,7 @@ def proposed_target(frame: pl.DataFrame, label_column: str, *, kind: str | None,
             raise LabelError(
                 f"{option}{where}: label column {label_column!r} must hold 1 (the event) and 0 (not), got "
                 f"{_shown(labels.unique().sort().head(5).to_list())} ({labels.dtype})"
+                + ("; pass --kind multiclass if each value is a class" if whole and distinct.size >= 3 else "")
             )
         events = int(numbers.sum())
         return TargetProposal(
@@ -506,6 +533,38 @@ def proposed_target(frame: pl.DataFrame, label_column: str, *, kind: str | None,
     return TargetProposal(
         proposed, f"{label_column} holds {shape}, {described}", asked=kind is not None, cutoff=cutoff, cutoff_note=note,
         labelled=numbers.size,
+    )
+
+
+def _class_order(names: list[str]) -> list[str]:
+    """Class names sorted as numbers when every one is a whole number (`2` before `10`), as text otherwise: the
+    order of scikit-learn's `classes_` and of a label encoder, so a model trained on this sample likely shares it."""
+    if all(re.fullmatch(r"[-+]?\d+", n.strip()) for n in names):
+        return sorted(names, key=lambda n: (int(n), n))
+    return sorted(names)
+
+
+def _multiclass_target(labels: pl.Series, label_column: str, where: str, option: str, *, asked: bool, numeric: bool) -> TargetProposal:
+    """A multiclass job's target from its label column: the classes as the labels' text (a whole number without its
+    `.0`), sorted by `_class_order`, with their shares of the labelled rows; fewer than 3 values are a LabelError."""
+    text = predict_class_label_text(labels)
+    counts = text.value_counts(name="n")
+    found = dict(zip(counts[text.name].to_list(), counts["n"].to_list(), strict=True))
+    if len(found) < 3:
+        held = " and ".join(f"{_shown([v])} ({n / text.len():.0%})" for v, n in sorted(found.items(), key=lambda kv: -kv[1]))
+        raise LabelError(
+            f"{option}{where}: label column {label_column!r} holds {len(found)} value{'s' if len(found) != 1 else ''}, {held}: a multiclass "
+            "job needs at least 3 classes" + ("; two values are a binary job: recode the column to 1 (the event) and 0" if len(found) == 2 else "")
+        )
+    empty = [v for v in found if not v.strip()]
+    if empty:
+        raise LabelError(f"{option}{where}: label column {label_column!r} holds an empty class name on {found[empty[0]]:,} rows: name the class or leave the rows out")
+    classes = _class_order(list(found))
+    shown = (", ".join(classes[:5]) if numeric else _shown(classes[:5])) + (", …" if len(classes) > 5 else "")
+    what = f"{len(classes)} whole numbers ({shown})" if numeric else f"{len(classes)} text values ({shown})"
+    return TargetProposal(
+        "multiclass", f"{label_column} holds {what}", asked=asked, labelled=text.len(), classes=tuple(classes),
+        class_shares=tuple(found[c] / text.len() for c in classes), numeric=numeric,
     )
 
 
@@ -613,6 +672,8 @@ def _target_lines(label_column: str | None, target: TargetProposal | None) -> li
     if target is None:
         return []
     source = f"as --kind {target.kind} asked; {target.why}" if target.asked else f"proposed because {target.why}"
+    if target.kind == "multiclass":
+        return _multiclass_target_lines(label_column, target, source)
     if target.kind == "binary":
         return [
             "target:",
@@ -637,6 +698,57 @@ def _target_lines(label_column: str | None, target: TargetProposal | None) -> li
     ]
 
 
+def _multiclass_target_lines(label_column: str | None, target: TargetProposal, source: str) -> list[str]:
+    """A multiclass job's target: its kind, its name in words and its classes, with the order to check."""
+    order = "as numbers" if all(re.fullmatch(r"[-+]?\d+", c.strip()) for c in target.classes) else "as text"
+    shares = ", ".join(f"{c} {share:.1%}" for c, share in zip(target.classes, target.class_shares, strict=True))
+    lines = [
+        "target:",
+        f"  # review: multiclass, {source}: the job chooses one class per row, with its probability.",
+    ]
+    if target.numeric:
+        lines.append("  #   If the numbers are a quantity rather than codes, scaffold again with `score init --force --kind count`.")
+    return [
+        *lines,
+        "  kind: multiclass",
+        f"  name: {_scalar(_words(label_column or 'class'))}  # review: what is classified, in words, as pages print it (e.g. fault type)",
+        f"  # review: the classes, sorted {order}: this order MUST be the model's class order (its output i is classes[i]),",
+        "  #   e.g. scikit-learn's `clf.classes_`, or the codes 0..K-1 you trained XGBoost or LightGBM with (`score features`",
+        "  #   writes the outcome as the index into this list). Registration refuses an order its hold-out contradicts.",
+        f"  #   Shares in the sample's {target.labelled:,} labelled rows: {shares}.",
+        f"  classes: {_flow(list(target.classes))}",
+    ]
+
+
+def _multiclass_prediction() -> list[str]:
+    """A multiclass job's prediction section: a close call between the two likeliest classes goes to a person, every
+    other row is acted on as its class says; reasons for the rows a person sees."""
+    cut = CLOSE_CALL_MARGIN
+    return [
+        "prediction:",
+        "  # review: the level of the interval around the predicted class's probability (probability_low..probability_high).",
+        "  interval_level: 0.90",
+        "  rules:",
+        f"    # review: the margin {cut} is a placeholder: a row whose predicted class leads the runner-up by less than it goes",
+        "    #   to a person. Rules test the predicted class (`class: name` or `class: [a, b]`), probability, probability_low,",
+        "    #   probability_high and margin; add the actions of your classes before the catch-all, e.g.",
+        "    #   {id: STOP, when: {class: leak, probability: {ge: 0.5}}, decision: stop}, and name decisions after actions.",
+        "    # Every row must match exactly one rule; loading the spec proves it. The last rule, without `when`, is the catch-all.",
+        "    - id: REVIEW_CLOSE_CALL",
+        "      description: The two likeliest classes are close; a person decides.",
+        f"      when: {{margin: {{lt: {cut}}}}}",
+        "      decision: manual_review",
+        "    - id: ACT_ON_CLASS",
+        "      description: The predicted class leads clearly; act on it.",
+        "      decision: act",
+        "  reasons:",
+        "    top_k: 3",
+        "    for_decisions: [manual_review]",
+        "    # review: one code per feature; a row's reasons are the features that pushed it most toward its predicted class",
+        "    #   (exact contributions), so the text names the feature as the reader knows it.",
+    ]
+
+
 def _words(name: str) -> str:
     return re.sub(r"[_.\-]+", " ", name).strip() or name
 
@@ -654,7 +766,8 @@ def job_spec_text(
     """The job spec as commented YAML: declared features, the target's kind, a starter rule table, one reason
     code per feature. `target` is what the label column proposed (None without one); `kind` the job's kind then."""
     kind = target.kind if target is not None else kind
-    forecasts = kind != "binary"
+    forecasts = kind in ("regression", "count")
+    classifies = kind == "multiclass"
     features = [p for p in profiles if p.kind is not None]
     left_out = [p for p in profiles if p.kind is None and p.column != entity_column]
     q = _scalar
@@ -663,7 +776,7 @@ def job_spec_text(
         "# Every value below is a proposal from that sample: read each `# review:` line, then register a",
         "# model trained on exactly these features (FEATURE_VERSION = features.version) before the first run.",
         f"name: {job}",
-        f"description: {q(f'Scaffolded from {sample.name}; say what the job ' + ('forecasts.' if forecasts else 'scores.'))}"
+        f"description: {q(f'Scaffolded from {sample.name}; say what the job ' + ('forecasts.' if forecasts else 'classifies.' if classifies else 'scores.'))}"
         "  # review: one sentence for the model card",
         f"entity_column: {q(entity_column)}",
         f"expectation_suite: {job}.json  # the guards, profiled from the same sample: review its meta.review notes",
@@ -682,7 +795,7 @@ def job_spec_text(
     if left_out:
         lines.append("  # Left out (no feature; add one by hand or use a Python `feature_module` instead of `features`):")
         lines += [f"  #   {p.column}: {p.left_out}" for p in left_out]
-    if target is None and forecasts:
+    if target is None and (forecasts or classifies):
         target = TargetProposal(kind, "no --label-column was given", asked=True)
     lines += [
         *_target_lines(label_column, target),
@@ -690,7 +803,8 @@ def job_spec_text(
         "  # review: the registry name of the model trained on these features (data/models/<name>/).",
         f"  name: {job}",
         "  version: latest",
-        *(_forecast_prediction(label_column, target) if forecasts else _binary_prediction(label_column, target)),
+        *(_forecast_prediction(label_column, target) if forecasts else _multiclass_prediction() if classifies
+          else _binary_prediction(label_column, target)),
         "    codes:",
         *(
             f"      {q(p.feature)}: {{code: R{i:02d}, text: {q(_humane(p.feature or p.column))}}}"
@@ -703,7 +817,8 @@ def job_spec_text(
         "monitoring:",
         "  labels:",
         f"    # review: outcomes arrive as data/labels/{job}/date=D/*.parquet with these columns "
-        + (f"(the actual {_words(label_column or 'outcome')} of each scored entity)." if forecasts else "(1: the event happened)."),
+        + (f"(the actual {_words(label_column or 'outcome')} of each scored entity)." if forecasts else
+           "(the class each scored entity turned out to be, one of target.classes)." if classifies else "(1: the event happened)."),
         f"    entity_column: {q(entity_column)}",
     ]
     if label_column:
@@ -712,6 +827,13 @@ def job_spec_text(
         lines.append("    outcome_column: outcome  # review: no --label-column was given; name the labels' outcome column")
     lines.append("    observed_date_column: observed_date")
     sliced = [p.column for p in features if p.kind == "categorical"]
+    if classifies:
+        lines += [
+            "  # review: a multiclass job's slices are not monitored yet; candidates from the categorical features: "
+            + (", ".join(sliced) or "none"),
+            "  slices: []",
+        ]
+        return "\n".join(lines) + "\n"
     lines += [
         "  # review: each value of these columns gets its own decision mix and, once actuals land, its own realized error."
         if forecasts else "  # review: each value of these columns gets its own decision mix, expected event rate and score PSI,",
@@ -738,6 +860,8 @@ def scaffolded_job(
     label column that fits no kind (or not `kind`) a LabelError. Both files are validated before either is written.
     """
     _refused_name(job)
+    if kind == "multiclass" and label_column is None:
+        raise LabelError("--kind multiclass needs --label-column: the label column's values name the classes")
     spec_path, suite_path = settings.jobs_dir / f"{job}.yaml", settings.expectations_dir / f"{job}.json"
     existing = [str(p) for p in (spec_path, suite_path) if p.exists()]
     if existing and not force:

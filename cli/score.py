@@ -201,6 +201,21 @@ def _print_forecast(result: dict) -> None:
     ), highlight=False, soft_wrap=True)
 
 
+def _print_classification(result: dict) -> None:
+    """A multiclass job's run in one line: each class's share of the rows, the mean probability of the predicted
+    class, the close calls and the decisions' shares."""
+    classified = result.get("classification")
+    if not classified or not classified["rows"]:
+        return
+    shares = ", ".join(f"{c} {share:.1%}" for c, share in classified["predicted_share"].items())
+    scored = max(result.get("rows_scored") or 0, 1)
+    decisions = ", ".join(f"{d} {n / scored:.1%}" for d, n in sorted((result.get("decisions") or {}).items(), key=lambda kv: -kv[1]))
+    console.print(Text(
+        f"classes of {classified['name']}: {shares}; mean probability of the predicted class {classified['mean_probability']:.3f}; "
+        f"margin < {classified['low_margin_cut']:g} on {classified['low_margin_share']:.1%} of rows" + (f"; decisions {decisions}" if decisions else "")
+    ), highlight=False, soft_wrap=True)
+
+
 def _print_model_health(result: dict) -> None:
     """One line of the run's model health before labels, and its flags, when the job measures it: a binary job's
     expected event rate and AUC, a forecast job's estimated error where the run estimated it."""
@@ -208,7 +223,9 @@ def _print_model_health(result: dict) -> None:
     shifted = (result.get("decision_monitoring") or {}).get("shifted_slices", [])
     if not health and not shifted:
         return
-    if result.get("forecast") is not None:
+    if result.get("classification") is not None:
+        line = f"model health: flagged: {', '.join(health.get('flagged', [])) or 'nothing'}"
+    elif result.get("forecast") is not None:
         unit = f" {result['forecast']['unit']}" if result["forecast"]["unit"] else ""
         estimates = [
             f"estimated {label} {_estimate(health[measure], '.4g')}{unit}"
@@ -426,6 +443,7 @@ def run(
             return
         _print_summary(job, [day])
         _print_forecast(result)
+        _print_classification(result)
         _print_model_health(result)
         _print_challenger(result)
         for warning in result.get("warnings", []):

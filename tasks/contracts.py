@@ -149,7 +149,7 @@ FORECAST_FIELD_MEANINGS = {
 
 CLASSIFICATION_FIELD_MEANINGS = {
     "run_id": PREDICTION_FIELD_MEANINGS["run_id"],
-    "job": PREDICTION_FIELD_MEANINGS["job"],
+    "job": "The job spec that classified the row.",
     "partition_date": PREDICTION_FIELD_MEANINGS["partition_date"],
     "entity_id": "The classified entity: the value of the job's entity column (a ticket, a machine, a transaction).",
     "predicted_class": "The most probable class (target.classes); ties go to the class listed first.",
@@ -165,7 +165,7 @@ CLASSIFICATION_FIELD_MEANINGS = {
     "reason_texts": "The same reasons in business language.",
     "raw_margins": "The model's raw per-class outputs before calibration (their softmax is the model's own probabilities), in target.classes order.",
     "model_name": PREDICTION_FIELD_MEANINGS["model_name"],
-    "model_version": PREDICTION_FIELD_MEANINGS["model_version"],
+    "model_version": "Registry version that actually classified the row (a fallback version if one was used).",
     "feature_version": PREDICTION_FIELD_MEANINGS["feature_version"],
 }
 

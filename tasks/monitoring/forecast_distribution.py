@@ -228,10 +228,12 @@ class ForecastDistribution:
 _SYMBOLS = {"lt": "<", "le": "≤", "gt": ">", "ge": "≥"}
 
 
-def rule_condition_text(when: Mapping[str, Mapping[str, float]]) -> str:
-    """A rule's `when` as people read it (`forecast_high ≥ 12 and forecast < 40`); `always` for the catch-all."""
+def rule_condition_text(when: Mapping[str, Mapping[str, float]], classes: Sequence[str] = ()) -> str:
+    """A rule's `when` as people read it (`forecast_high ≥ 12 and forecast < 40`, a multiclass job's
+    `class in {bearing, leak} and probability ≥ 0.5`); `always` for the catch-all."""
+    named = [f"class = {classes[0]}" if len(classes) == 1 else f"class in {{{', '.join(classes)}}}"] if classes else []
     parts = [f"{name} {_SYMBOLS[op]} {threshold:g}" for name, ops in when.items() for op, threshold in ops.items()]
-    return " and ".join(parts) or "always"
+    return " and ".join(named + parts) or "always"
 
 
 def reason_code_text(code: str, texts: Mapping[str, str]) -> str:

@@ -554,13 +554,17 @@ def model_health_rows(
     return [{"model_version": model_version, "delta": None, **row} for row in rows]
 
 
-def health_headline(rows: Sequence[Mapping[str, Any]], *, forecasts: bool = False) -> dict[str, Any]:
+def health_headline(rows: Sequence[Mapping[str, Any]], *, forecasts: bool = False, classifies: bool = False) -> dict[str, Any]:
     """What a terminal shows of a run's `model_health` rows: a binary job's expected event rate and AUC, a
     forecast job's (`forecasts`) estimated MAE and RMSE where the rows have them (each [value, low, high], the
-    hold-out's as `*_reference`), and every flagged row as `section item measure flag`; {} without rows."""
+    hold-out's as `*_reference`), a multiclass job's (`classifies`) flags only, and every flagged row as
+    `section item measure flag`; {} without rows."""
     if not rows:
         return {}
     flagged = [f"{r['section']} {r['item']} {r['measure']} {r['flag']}" for r in rows if r["flag"] in ("warn", "alert")]
+    if classifies:
+        # A multiclass job has no event rate, AUC or forecast error to name, even as null.
+        return {"flagged": flagged}
     if not forecasts:
         estimate = {(r["measure"], r["item"]): [r["value"], r["low"], r["high"]] for r in rows if r["section"] == ESTIMATED}
         return {"event_rate": estimate.get(("event_rate", ALL)), "auc": estimate.get(("auc", ALL)), "flagged": flagged}

@@ -12,6 +12,7 @@ import polars as pl
 
 from tasks.reports.html_report import write_run_report
 from tasks.jobspec import load_job_spec
+from tasks.monitoring.class_page import class_monitoring_page_html, class_monitoring_rows
 from tasks.monitoring.decisions import decision_groups_frame, monitored_decisions
 from tasks.monitoring.forecast_page import forecast_monitoring_history, forecast_monitoring_page_html
 from tasks.monitoring.slices import slice_counts_frame
@@ -101,6 +102,20 @@ def written_monitoring_page(
     spec = load_job_spec(job, settings)
     page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
     decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
+    if spec.target.classifies:
+        rows = class_monitoring_rows(warehouse, job, first_date=first_date, last_date=last_date)
+        write_run_report(page, class_monitoring_page_html(
+            rows, job=job, name=spec.target.name or spec.monitoring.labels.outcome_column, classes=spec.target.classes,
+            decisions=decisions, first_date=first_date, last_date=last_date,
+        ))
+        log.info("monitoring page of %s: %s", job, page)
+        return page, [Artifact(
+            artifact_key("monitoring-report", job), f"Class-mix monitoring of {job}",
+            markdown=(
+                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: [{page.name}]({page.as_uri()})\n\n"
+                f"`{page}` — each partition's class mix, mean probability of the predicted class, close calls and decisions."
+            ),
+        )]
     if spec.target.forecasts:
         forecast = forecast_monitoring_history(warehouse, job, first_date=first_date, last_date=last_date)
         write_run_report(page, forecast_monitoring_page_html(

@@ -14,7 +14,10 @@ import math
 import re
 from typing import Any
 
-from tasks.contracts import FORECAST_FIELD_MEANINGS, FORECAST_SCHEMA, PREDICTION_FIELD_MEANINGS, PREDICTION_SCHEMA
+from tasks.contracts import (
+    CLASSIFICATION_FIELD_MEANINGS, CLASSIFICATION_SCHEMA, FORECAST_FIELD_MEANINGS, FORECAST_SCHEMA, PREDICTION_FIELD_MEANINGS,
+    PREDICTION_SCHEMA,
+)
 from tasks.inference.aliases import inference_model_aliases
 from tasks.inference.registry import ModelMetadata, inference_model_artifact
 from tasks.jobspec import JobSpec, load_job_spec
@@ -79,6 +82,83 @@ def _forecast_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
     }
 
 
+def _class_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
+    p, target = spec.prediction, spec.target
+    decisions = sorted({r.decision for r in p.rules})
+    rule_actions = "; ".join(f"{r.id} → {r.decision}" + (f" ({r.description})" if r.description else "") for r in p.rules)
+    classes = " / ".join(target.classes)
+    return {
+        "predicted_class": (classes, "The rules below may test it (`class in {…}`)."),
+        "probability": ("0–1", "The rules may test it; summed over rows it is the expected number of rows of each predicted class that are right."),
+        "probability_low": ("0–1, ≤ probability", f"{p.interval_level:.0%} credible interval; rules may act on it."),
+        "probability_high": ("0–1, ≥ probability", "Rules may act on the plausible range rather than the point value."),
+        "class_probabilities": (f"{len(target.classes)} values in 0–1, adding up to 1", f"In class order: {', '.join(target.classes)}."),
+        "runner_up_class": (classes, "The alternative a person weighs on a close call."),
+        "margin": ("0–1", "A small margin is a close call between two classes; rules may send it to a person."),
+        "decision": (" / ".join(decisions), rule_actions),
+        "rule_id": (" / ".join(r.id for r in p.rules), "Audit: which rule decided; every row has exactly one."),
+        "reason_codes": (f"0–{p.reasons.top_k} codes", f"Given for: {', '.join(p.reasons.for_decisions) or 'no decision'}."),
+    }
+
+
+def _class_reason_section(spec: JobSpec) -> str:
+    reasons = spec.prediction.reasons
+    rows = [[f"`{feature}`", reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
+    if reasons.no_adverse_code:
+        rows.append(["no feature pushes toward the predicted class", reasons.no_adverse_code, reasons.no_adverse_text or ""])
+    return (
+        f"Up to {reasons.top_k} codes per row, for decisions {', '.join(reasons.for_decisions) or 'none'}: the features that pushed "
+        "the row most toward its predicted class (exact contributions to that class's margin).\n\n"
+        + _md_table(["feature", "code", "text"], rows)
+    )
+
+
+def _class_calibration_section(spec: JobSpec, metadata: ModelMetadata) -> str:
+    """How the probability vector is calibrated, and its classwise reliability on the hold-out as registration measured it."""
+    calibration = metadata.calibration or {}
+    reliability = calibration.get("reliability") or {}
+    method = calibration.get("method", "none")
+    how = {
+        "temperature_scaling": f"temperature scaling (one temperature, {_number(calibration.get('temperature'))}, divides every class's margin)",
+        "vector_scaling": "vector scaling (a scale and a bias per class)",
+    }.get(method, f"`{method}`")
+    lines = [
+        f"Method: **{how}**, chosen by {_number(calibration.get('folds'))}-fold cross-validated log loss on the hold-out"
+        + (f" ({_number({k: v for k, v in (calibration.get('cv_log_loss') or {}).items() if v is not None})})" if calibration.get("cv_log_loss") else "")
+        + f". Interval of the predicted class's probability at {spec.prediction.interval_level:.0%} credibility, from the hold-out's rows "
+        "predicted as that class with a like probability.",
+    ]
+    if not reliability:
+        lines.append("The registered metadata holds no classwise reliability: register the model again.")
+        return "\n\n".join(lines)
+    measured = "out of fold (each half of the hold-out calibrated by the other)" if reliability.get("out_of_fold") else "in sample (a half of the hold-out lacked a class)"
+    lines.append(
+        f"Reliability measured {measured}: classwise ECE **{reliability['classwise_ece']:.4f}**, top-label ECE "
+        f"{reliability.get('top_label_ece', math.nan):.4f}."
+    )
+    lines.append(_md_table(
+        ["class", "hold-out rows", "ECE", "mean probability", "observed share"],
+        [
+            [c["class"], f"{c['rows']:,}", f"{c['ece']:.4f}", *_bin_means(c.get("bins") or [])]
+            for c in reliability.get("classes", [])
+        ],
+    ))
+    for c in reliability.get("classes", []):
+        lines.append(f"**{c['class']}**: probability of the class against how often the rows were that class, per probability bin.")
+        lines.append(_md_table(
+            ["probability bin", "rows", "mean probability", "observed share"],
+            [[f"{b['low']:.1f}–{b['high']:.1f}", f"{b['rows']:,}", f"{b['mean_probability']:.4f}", f"{b['observed_rate']:.4f}"] for b in c.get("bins") or []],
+        ))
+    return "\n\n".join(lines)
+
+
+def _bin_means(bins: list[dict[str, Any]]) -> list[str]:
+    rows = sum(b["rows"] for b in bins)
+    if not rows:
+        return ["—", "—"]
+    return [f"{sum(b['mean_probability'] * b['rows'] for b in bins) / rows:.4f}", f"{sum(b['observed_rate'] * b['rows'] for b in bins) / rows:.4f}"]
+
+
 def target_text(spec: JobSpec) -> str:
     """The target in words: `units sold, in units: a count (never negative)`."""
     target = spec.target
@@ -128,7 +208,7 @@ def _forecast_reason_section(spec: JobSpec) -> str:
 def _rule_section(spec: JobSpec) -> str:
     return "Rules are tried in order; the first whose conditions all hold decides the row.\n\n" + _md_table(
         ["rule", "when", "decision", "description"],
-        [[r.id, rule_condition_text(r.when), r.decision, r.description] for r in spec.prediction.rules],
+        [[r.id, rule_condition_text(r.when, r.classes), r.decision, r.description] for r in spec.prediction.rules],
     )
 
 
@@ -194,7 +274,7 @@ def _training_rows(training: dict[str, Any]) -> list[list[str]]:
         rows.append(["Window", f"{rest.pop('window_start')} – {rest.pop('window_end')}"])
     for key, value in rest.items():
         label = key.replace("_", " ").replace("holdout", "hold-out").replace("auc", "AUC")
-        label = re.sub(r"\b(mae|rmse)\b", lambda m: m.group(1).upper(), label)
+        label = re.sub(r"\b(mae|rmse|ece)\b", lambda m: m.group(1).upper(), label)
         label = label[:1].upper() + label[1:]
         is_share = key.endswith(("_rate", "_share")) and isinstance(value, float)
         rows.append([label, f"{value:.2%}" if is_share else _number(value)])
@@ -265,9 +345,12 @@ def model_card_markdown(
 ) -> str:
     """The card as Markdown; `latest_run` is the job's newest succeeded `runs` row, if any, `guard_summary`
     that run's `guard_summary` rows, and `aliases` where the model's aliases point."""
-    forecasts = spec.target.forecasts
-    extra = _forecast_ranges_and_actions(spec) if forecasts else _ranges_and_actions(spec)
-    schema, meanings = (FORECAST_SCHEMA, FORECAST_FIELD_MEANINGS) if forecasts else (PREDICTION_SCHEMA, PREDICTION_FIELD_MEANINGS)
+    forecasts, classifies = spec.target.forecasts, spec.target.classifies
+    extra = _forecast_ranges_and_actions(spec) if forecasts else _class_ranges_and_actions(spec) if classifies else _ranges_and_actions(spec)
+    schema, meanings = (
+        (FORECAST_SCHEMA, FORECAST_FIELD_MEANINGS) if forecasts else (CLASSIFICATION_SCHEMA, CLASSIFICATION_FIELD_MEANINGS) if classifies
+        else (PREDICTION_SCHEMA, PREDICTION_FIELD_MEANINGS)
+    )
     contract = [[f.name, str(f.type), meanings[f.name], *extra.get(f.name, ("", ""))] for f in schema]
     inference = json.loads(latest_run["inference"]) if latest_run and latest_run.get("inference") else {}
 
@@ -291,7 +374,10 @@ def model_card_markdown(
         ["Output", (
             f"one raw margin per row on the model's {metadata.link or 'identity'} link scale (float64), and the error model's "
             "expected |actual − forecast| per row"
-        ) if forecasts else "one raw log-odds margin per row (float64)"],
+        ) if forecasts else (
+            f"one raw margin per class per row (float64, rows × {len(spec.target.classes)}, in class order); their softmax is the "
+            "model's own probabilities"
+        ) if classifies else "one raw log-odds margin per row (float64)"],
         ["Device asked", spec.inference.device],
         ["Device and providers used", f"{inference.get('device_type', 'no run yet')}: {', '.join(inference.get('providers', [])) or 'no run yet'}"],
         ["Chunk size", f"{spec.chunk_rows:,} rows"],
@@ -314,6 +400,21 @@ def model_card_markdown(
             _forecast_reason_section(spec),
             "## Prediction interval",
             _interval_section(spec, metadata),
+        ]
+    elif classifies:
+        kind_sections = [
+            "## Prediction Contract",
+            f"Classes of **{spec.target.name or spec.monitoring.labels.outcome_column}**, in the model's order: "
+            + ", ".join(f"{i} `{c}`" for i, c in enumerate(spec.target.classes))
+            + f". Per row the predicted class, its calibrated probability with its {spec.prediction.interval_level:.0%} interval, every "
+            f"class's probability, the runner-up and the margin, a decision and reasons (table `classifications`).\n\nService level: {spec.service_level}",
+            _md_table(["field", "type", "meaning", "range", "business action"], contract),
+            "## Decision rules",
+            _rule_section(spec),
+            "## Reason codes",
+            _class_reason_section(spec),
+            "## Calibration of the class probabilities",
+            _class_calibration_section(spec, metadata),
         ]
     else:
         kind_sections = [

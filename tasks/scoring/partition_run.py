@@ -20,6 +20,7 @@ from tasks.errors import DiskFull, EnvironmentFault, ModelArtifactError, Partiti
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.health import ESTIMATED_ERROR, health_headline
 from tasks.monitoring.shadow import shadow_headline
+from tasks.reports.class_report import class_run_report_html
 from tasks.reports.forecast_report import forecast_run_report_html
 from tasks.reports.html_report import run_report_html
 from tasks.sinks.publish import PublishedPartition, discarded_run, retried
@@ -163,6 +164,13 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
             name: (np.asarray(h["edges"]), np.asarray(h["current"]), np.asarray(h["reference"]) if h["reference"] else None)
             for name, h in summary.drift_histograms.items()
         }
+        if summary.classification_report is not None:
+            return class_run_report_html(
+                job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
+                report=summary.classification_report, fallback_rows=summary.fallback_report, drift_rows=summary.drift_report,
+                histograms=histograms, bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
+                health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
+            ), []
         if summary.forecast_report is not None:
             return forecast_run_report_html(
                 job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts, forecast=summary.forecast_report,
@@ -221,23 +229,43 @@ def _forecast_numbers(forecast: dict[str, Any], health_rows: list[dict[str, Any]
     return rows
 
 
+def _class_numbers(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """A multiclass job's headline: each class's predicted rows and share with the mean probability of the rows
+    predicted as it, the mean probability of the predicted class, and the close calls (a small margin)."""
+    margin = report["margin"]
+    rows = [
+        (f"predicted {r['class']}", f"{r['rows']:,} ({r['share']:.1%}), mean probability " + (
+            "—" if r["mean_probability"] is None else f"{r['mean_probability']:.3f}"))
+        for r in report["class_mix"] if r["share"] is not None
+    ]
+    if report["mean_probability"] is not None:
+        rows.append(("mean probability of the predicted class", f"{report['mean_probability']:.3f}"))
+        rows.append((f"rows with margin < {margin['low_margin_cut']:g}", f"{margin['low_margin_rows']:,} ({margin['low_margin_share']:.1%})"))
+    return rows
+
+
+def _rows_word(summary: ScoringSummary) -> str:
+    return "rows classified" if summary.classification_report else "rows forecast" if summary.forecast_report else "rows scored"
+
+
 def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
     """The few numbers an analyst looks at first, one row each: rows, decisions, fallbacks, drift flags,
-    the estimated performance (a forecast job: the mean forecast, interval width, estimated MAE and RMSE) and
-    the challenger's flips when there are."""
-    forecast = summary.forecast_report
+    the estimated performance (a forecast job: the mean forecast, interval width, estimated MAE and RMSE; a
+    multiclass job: its class mix, mean probability and close calls) and the challenger's flips when there are."""
+    forecast, classes = summary.forecast_report, summary.classification_report
     rows = [
-        ("rows read", f"{summary.rows_read:,}"), ("rows forecast" if forecast else "rows scored", f"{summary.rows_scored:,}"),
+        ("rows read", f"{summary.rows_read:,}"), (_rows_word(summary), f"{summary.rows_scored:,}"),
         ("rows repaired", f"{summary.guard.rows_repaired:,}"), ("rows quarantined", f"{summary.guard.rows_quarantined:,}"),
         ("rows in failed chunks", f"{summary.rows_failed:,}"),
         *(_forecast_numbers(forecast, summary.model_health) if forecast else ()),
+        *(_class_numbers(classes) if classes else ()),
         *((f"decision {d}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n)) for d, n in summary.decisions.items()),
         *((f"fallback {r['kind']}", f"{r['rows']:,} ({r['share']:.2%})" + (" BREACHED" if r["breached"] else ""))
           for r in _fallback_totals(summary.fallback_report) if r["rows"]),
     ]
     flagged = [f"{r['feature']} {r['flag']} vs {r['baseline']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")]
     rows.append(("drift flags", ", ".join(flagged) or "none"))
-    health = health_headline(summary.model_health, forecasts=forecast is not None)
+    health = health_headline(summary.model_health, forecasts=forecast is not None, classifies=classes is not None)
     for measure, fmt in (("event_rate", ".2%"), ("auc", ".3f")):
         values = (health or {}).get(measure)
         if values and all(v == v for v in values):
@@ -266,6 +294,7 @@ def run_artifacts(
     return [
         Artifact(artifact_key("key-numbers", job), f"{job} on {day}: rows, " + (
             "mean forecast, interval width, estimated error, decisions, fallbacks, drift flags" if summary.forecast_report else
+            "class mix, mean probability, close calls, decisions, fallbacks, drift flags" if summary.classification_report else
             "decisions, fallbacks, drift flags, expected performance"), table=key_numbers(summary)),
         *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)] if page_url else []),
         Artifact(artifact_key("run-summary", job), f"Scoring of {job} for {day}",
@@ -357,9 +386,11 @@ def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warni
     """What score_partition returns for a published run."""
     return {
         "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
-        "report": report, **summary.ledger_counts(), "model_health": health_headline(summary.model_health, forecasts=summary.forecast is not None),
+        "report": report, **summary.ledger_counts(),
+        "model_health": health_headline(summary.model_health, forecasts=summary.forecast is not None, classifies=summary.classification is not None),
         "challenger": shadow_headline(summary.shadow_comparison),
         **({"forecast": summary.forecast} if summary.forecast is not None else {}),
+        **({"classification": summary.classification} if summary.classification is not None else {}),
         "warnings": list(warnings),
     }
 

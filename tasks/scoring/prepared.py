@@ -85,6 +85,11 @@ class PredictionPlan:
         """Whether the job forecasts a quantity (its estimates are forecasts, not calibrated probabilities)."""
         return isinstance(self.estimate_map, ForecastMap)
 
+    @property
+    def classifies(self) -> bool:
+        """Whether the job chooses a class per row (its estimates are calibrated probability vectors)."""
+        return isinstance(self.estimate_map, ClassProbabilityMap)
+
 
 @dataclass(frozen=True)
 class ChallengerPlan:

@@ -24,6 +24,7 @@ from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
 from tasks.inference.contributions import EXPLAINED_BY_PRODUCT
 from tasks.inference.registry import inference_reasons_unavailable
+from tasks.monitoring.class_distribution import ClassDistribution, class_run_summary, classification_headline
 from tasks.monitoring.decisions import merged_prediction_groups
 from tasks.monitoring.forecast_distribution import ForecastDistribution, forecast_run_summary
 from tasks.monitoring.health import HEALTH_COLUMNS, model_health_rows
@@ -110,6 +111,11 @@ class ScoringSummary:
     """A forecast job's run in its target's words for its page and key numbers (`forecast_run_summary`): the target,
     mean forecast, interval and expected error, their distributions, the rows per rule and the reason codes given;
     None for a binary job."""
+    classification: dict[str, Any] | None = None
+    """A multiclass job's run in numbers (`classification_headline`); None for the other kinds."""
+    classification_report: dict[str, Any] | None = None
+    """A multiclass job's run in its classes for its page and key numbers (`class_run_summary`): the class mix, the
+    margins, the decisions per class, the rows per rule and the reason codes given; None for the other kinds."""
 
     def inference_stats(self) -> dict[str, Any]:
         lat = np.asarray(self.chunk_latency_ms or [0.0])
@@ -133,6 +139,7 @@ class ScoringSummary:
             "reasons_kernel_reason": self.contributions_kernel_reason,
             # Only a forecast job's ledger row has it: a binary job's stays as it was.
             **({"forecast": self.forecast} if self.forecast is not None else {}),
+            **({"classification": self.classification} if self.classification is not None else {}),
         }
 
     def ledger_counts(self) -> dict[str, Any]:
@@ -217,6 +224,7 @@ def scoring_summary(
     )
     drift = prepared.drift_accumulator(with_estimate=True)
     distribution = ForecastDistribution() if spec.target.forecasts else None
+    classified = ClassDistribution() if spec.target.classifies else None
     decisions: Counter[str] = Counter()
     rules: Counter[str] = Counter()
     explained: Counter[str] = Counter()
@@ -246,6 +254,8 @@ def scoring_summary(
         summary.peak_rss_mb = max(summary.peak_rss_mb, prediction.peak_rss_mb)
         if distribution is not None and prediction.forecasts is not None:
             distribution.merge(prediction.forecasts)
+        if classified is not None and prediction.classifications is not None:
+            classified.merge(prediction.classifications)
     summary.decision_groups = merged_prediction_groups(
         [g for p in sorted(predictions, key=lambda u: u.unit_id) for g in p.decision_groups]
     ).to_dicts()
@@ -258,6 +268,14 @@ def scoring_summary(
         )
         summary.forecast_report = forecast_run_summary(
             distribution, target=spec.target.model_dump(), level=spec.prediction.interval_level,
+            rules=[r.model_dump() for r in spec.prediction.rules], rule_rows=summary.rules,
+            reason_texts={reason.code: reason.text for reason in spec.prediction.reasons.codes.values()},
+        )
+    if classified is not None:
+        name = spec.target.name or spec.monitoring.labels.outcome_column
+        summary.classification = classification_headline(classified, name=name, classes=spec.target.classes, decisions=summary.decisions)
+        summary.classification_report = class_run_summary(
+            classified, name=name, classes=spec.target.classes, level=spec.prediction.interval_level,
             rules=[r.model_dump() for r in spec.prediction.rules], rule_rows=summary.rules,
             reason_texts={reason.code: reason.text for reason in spec.prediction.reasons.codes.values()},
         )

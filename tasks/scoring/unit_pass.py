@@ -32,6 +32,7 @@ from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
 from tasks.inference.engine import InferenceEngine
 from tasks.catalog import DECISION_FLIPS, SHADOW_FORECASTS, SHADOW_PREDICTIONS
+from tasks.monitoring.class_distribution import ClassDistribution
 from tasks.monitoring.decisions import prediction_groups
 from tasks.monitoring.forecast_distribution import ForecastDistribution
 from tasks.monitoring.health import HealthAccumulator, attribution_sample, attribution_share
@@ -305,6 +306,9 @@ class UnitPrediction:
     forecasts: ForecastDistribution | None = None
     """A forecast job's forecasts, intervals and reason codes summed over the unit's chunks (None for a binary job),
     so the run page draws their distribution without re-reading the partition."""
+    classifications: ClassDistribution | None = None
+    """A multiclass job's predicted classes, probabilities, margins, decisions and reason codes summed over the unit's
+    chunks (None for the other kinds), for the run page's class mix."""
 
 
 @dataclass
@@ -472,6 +476,7 @@ def _unit_prediction(plan: PredictionPlan, unit_id: int) -> UnitPrediction:
         unit_id, drift=plan.estimate_drift(),
         shadow=ShadowAccumulator(plan.decisions, forecasts=plan.forecasts) if plan.challenger is not None else None,
         forecasts=ForecastDistribution() if plan.forecasts else None,
+        classifications=ClassDistribution() if plan.classifies else None,
     )
 
 
@@ -530,6 +535,7 @@ def _predicted_chunk(
     if estimate in result.drift.histograms:
         result.drift.add(estimate, predicted.table.column(estimate).to_numpy())
     if classifies:
+        result.classifications.add(predicted.table)
         return
     grouped = predicted.table.select(_FORECAST_GROUPED_COLUMNS if forecasts else _GROUPED_COLUMNS)
     result.decision_groups.append(prediction_groups(pl.from_arrow(grouped), plan.cutoffs))

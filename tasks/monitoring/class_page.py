@@ -1,0 +1,77 @@
+"""The monitoring page of a multiclass job (target.kind multiclass), in its classes: per partition of the range, the
+latest succeeded run's class mix (each class's share of the rows classified), the mean probability of the predicted
+class, the share of close calls (a small margin over the runner-up) and the decisions' shares, as the runs ledger
+recorded them (`inference.classification`, tasks/monitoring/class_distribution.py).
+
+Realized measures of a multiclass job (accuracy, log loss, per-class precision, recall and calibration once labels
+land) are not computed yet: the page says so rather than showing another kind's measures.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tasks.reports.html_report import _cell, _e, _pct, _table, page_html
+from tasks.sinks.warehouse import Warehouse
+
+
+def class_monitoring_rows(warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> list[dict[str, Any]]:
+    """One row per partition of the range with a succeeded run: its date, model version, rows and the run's
+    `classification` headline (None for a run recorded before it had one)."""
+    rows = []
+    for run in warehouse.latest_partition_runs(job, first_date=first_date, last_date=last_date):
+        if run["status"] != "succeeded":
+            continue
+        inference = json.loads(run["inference"]) if isinstance(run.get("inference"), str) else (run.get("inference") or {})
+        decisions = json.loads(run["decisions"]) if isinstance(run.get("decisions"), str) else (run.get("decisions") or {})
+        rows.append({
+            "partition_date": run["partition_date"], "model_version": run["model_version"], "rows": run["rows_scored"],
+            "decisions": decisions, "classification": inference.get("classification"),
+        })
+    return sorted(rows, key=lambda r: r["partition_date"])
+
+
+def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], decisions: Sequence[str]) -> str:
+    body = []
+    for r in rows:
+        c = r["classification"] or {}
+        shares = c.get("predicted_share") or {}
+        total = r["rows"] or 0
+        body.append(
+            "<tr>" + _cell(str(r["partition_date"])) + _cell(r["model_version"]) + _cell(total)
+            + "".join(f'<td class="n">{_e(_pct(shares.get(k)))}</td>' for k in classes)
+            + _cell(c.get("mean_probability"), "—" if c.get("mean_probability") is None else f"{c['mean_probability']:.3f}")
+            + f'<td class="n">{_e(_pct(c.get("low_margin_share")))}</td>'
+            + "".join(f'<td class="n">{_e(_pct((r["decisions"] or {}).get(d, 0) / total if total else None))}</td>' for d in decisions)
+            + "</tr>"
+        )
+    cut = next((r["classification"]["low_margin_cut"] for r in rows if r["classification"]), 0.1)
+    return (
+        "<h2>Class mix and decisions per partition</h2>"
+        f'<p class="muted">Each class\'s share of the rows classified, the mean probability of the predicted class, the share '
+        f"of close calls (margin over the runner-up below {cut:g}) and each decision's share, from the latest succeeded run of "
+        "each partition (table <code>runs</code>; every row in <code>classifications</code>).</p>"
+        + _table(
+            ["partition", "model", "rows", *(f"share {k}" for k in classes), "mean probability", f"margin < {cut:g}",
+             *(f"decision {d}" for d in decisions)],
+            body,
+        )
+    )
+
+
+def class_monitoring_page_html(
+    rows: Sequence[Mapping[str, Any]], *, job: str, name: str, classes: Sequence[str], decisions: Sequence[str],
+    first_date: dt.date, last_date: dt.date,
+) -> str:
+    """The multiclass job's monitoring page as one string; every text from the inputs is HTML-escaped."""
+    return page_html(
+        f"Monitoring {job}",
+        f"job <b>{_e(job)}</b> · classes of <b>{_e(name)}</b>: {_e(', '.join(classes))} · partitions {_e(first_date)}..{_e(last_date)}",
+        _mix_section(rows, classes, decisions)
+        + "<h2>Realized measures</h2>"
+        '<p class="muted">Accuracy, log loss and per-class precision, recall and calibration once labels land are not computed '
+        "for multiclass jobs yet; the registration's hold-out figures are on the model card (<code>score card</code>).</p>",
+    )

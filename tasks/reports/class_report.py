@@ -1,0 +1,154 @@
+"""The run page of a multiclass job (target.kind multiclass), in its classes: the class mix (rows predicted per
+class, their share and mean probability), the margin over the runner-up, the decisions per class and the rule
+that made each, the reason codes given, then the fallbacks, the model health, the challenger's comparison and the
+drift, as on the other kinds' pages.
+
+Everything comes from the run's own sums (`ScoringSummary.classification_report`,
+tasks/monitoring/class_distribution.py): the page never reads back the rows the run just published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tasks.reports.forecast_report import bars_svg
+from tasks.reports.html_report import (
+    BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section, _summary_section, _table,
+    drift_sections, page_html,
+)
+
+_SUMMARY_NAMES = {
+    "rows_scored": "rows_classified",
+    # Reasons push toward the predicted class: a row goes without only where no feature pushed it there.
+    "rows_without_adverse_reason": "rows_without_reason",
+    # A straddling interval is a binary job's notion; a multiclass job's close calls are its margins.
+    "rows_straddling": None,
+}
+
+
+def _probability(value: Any) -> str:
+    return "—" if value is None else f"{float(value):.3f}"
+
+
+def _class_mix_section(report: Mapping[str, Any]) -> str:
+    body = [
+        "<tr>" + _cell(r["class"]) + _cell(r["rows"]) + f'<td class="n">{_e(_pct(r["share"]))}</td>'
+        + f'<td class="n">{_e(_probability(r["mean_probability"]))}</td></tr>'
+        for r in report["class_mix"]
+    ]
+    return (
+        f"<h2>Class mix: {_e(report['name'])}</h2>"
+        f'<p class="muted">{_fmt(report["rows"])} rows classified; each row\'s predicted class is its most probable one '
+        "after calibration; the mean probability is that of the predicted class, over the rows predicted as it "
+        f"(all rows: {_e(_probability(report['mean_probability']))}). Each row's whole probability vector is in "
+        "<code>classifications</code>.</p>"
+        + _table(["class", "rows predicted", "share", "mean probability"], body)
+    )
+
+
+def _margin_section(report: Mapping[str, Any]) -> str:
+    margin = report["margin"]
+    cut = margin["low_margin_cut"]
+    figure = (
+        '<figure class="plot" data-plot="margin"><figcaption><b>Margin over the runner-up class</b></figcaption>'
+        f"{bars_svg('margin', margin['edges'], margin['counts'], axis='probability of the predicted class − the runner-up', unit='')}"
+        "</figure>"
+    ) if report["rows"] else "<p class=muted>no rows classified</p>"
+    return (
+        "<h2>Margins</h2>"
+        '<p class="muted">The margin is the predicted class\'s probability minus the runner-up\'s: near 0 the two likeliest '
+        f"classes are a close call. Mean margin {_e(_probability(margin['mean']))}; rows with a margin below {cut:g}: "
+        f"{_fmt(margin['low_margin_rows'])} ({_e(_pct(margin['low_margin_share']))}).</p>"
+        f'<div class="plots">{figure}</div>'
+    )
+
+
+def _decisions_section(report: Mapping[str, Any]) -> str:
+    classes, table = report["classes"], report["decision_by_class"]
+    by_class = [
+        "<tr>" + _cell(decision) + "".join(_cell(n) for n in rows) + _cell(sum(rows)) + "</tr>"
+        for decision, rows in zip(table["decisions"], table["rows"], strict=True)
+    ]
+    total = sum(r["rows"] for r in report["rules"])
+    rules = [
+        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(r["decision"]) + _cell(r["rows"])
+        + f'<td class="n">{_e(_pct(r["rows"] / total if total else None))}</td></tr>'
+        for r in report["rules"]
+    ]
+    return (
+        "<h2>Decisions by class</h2>"
+        '<p class="muted">Rows per decision (down) and predicted class (across).</p>'
+        + _table(["decision", *classes, "all classes"], by_class)
+        + "<h2>Rules</h2>"
+        '<p class="muted">The rule table, first match wins; each row\'s decision and the rule that made it are in '
+        "<code>classifications</code>.</p>"
+        + _table(["rule", "when", "decision", "rows", "share"], rules)
+    )
+
+
+def _reasons_section(report: Mapping[str, Any], rows_with_reasons: int) -> str:
+    body = [
+        "<tr>" + _cell(r["code"]) + _cell(r["text"]) + _cell(r["rows"])
+        + f'<td class="n">{_e(_pct(r["rows"] / rows_with_reasons if rows_with_reasons else None))}</td></tr>'
+        for r in report["reason_codes"]
+    ]
+    return (
+        "<h2>Reasons given</h2>"
+        f'<p class="muted">Codes of the features that pushed a row most toward its predicted class, on the '
+        f"{_fmt(rows_with_reasons)} rows whose decision asks for reasons; a row counts once per code.</p>"
+        + _table(["code", "reason", "rows", "share of rows with reasons"], body)
+    )
+
+
+def _health_section(rows: list[Mapping[str, Any]]) -> str:
+    """The model-health rows the run measured, as they are: drift of the attributions and of the inputs together, and
+    whatever the job's kind estimates before its labels land; rows without a value (a measure of another kind's
+    outputs, which this job has not) are left out."""
+    rows = [r for r in rows if r.get("value") is not None and r.get("value") == r.get("value")]
+    if not rows:
+        return ""
+    body = [
+        "<tr>" + _cell(r.get("section")) + _cell(r.get("measure")) + _cell(r.get("item")) + _cell(r.get("value"))
+        + _cell(r.get("low")) + _cell(r.get("high")) + _cell(r.get("reference"))
+        + (f"<td>{_flag_badge(r['flag'])}</td>" if r.get("flag") else "<td>—</td>") + "</tr>"
+        for r in rows
+    ]
+    return (
+        "<h2>Model health before labels</h2>"
+        '<p class="muted">Table <code>model_health</code> of this run.</p>'
+        + _table(["section", "measure", "item", "value", "low", "high", "reference", "flag"], body)
+    )
+
+
+def class_run_report_html(
+    *,
+    job: str,
+    partition_date: Any,
+    run_id: str,
+    summary: dict[str, Any],
+    report: Mapping[str, Any],
+    fallback_rows: list[dict[str, Any]],
+    drift_rows: list[dict[str, Any]],
+    histograms: Histograms,
+    bin_labels: BinLabels | None = None,
+    health_rows: list[dict[str, Any]] | None = None,
+    shadow_rows: list[dict[str, Any]] | None = None,
+    flip_examples: list[dict[str, Any]] | None = None,
+) -> str:
+    """A multiclass job's run page as one string; every text from the inputs is HTML-escaped. `summary` is the ledger
+    counts, `report` the run's `ScoringSummary.classification_report`."""
+    return page_html(
+        f"Classification run {job} {partition_date}",
+        f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
+        f"classes of <b>{_e(report['name'])}</b>: {_e(', '.join(report['classes']))}",
+        _summary_section(summary, _SUMMARY_NAMES)
+        + _class_mix_section(report)
+        + _margin_section(report)
+        + _decisions_section(report)
+        + _reasons_section(report, int(summary.get("rows_with_reasons") or 0))
+        + _fallback_section(fallback_rows)
+        + _health_section(health_rows or [])
+        + _shadow_section(shadow_rows or [], flip_examples or [])
+        + drift_sections(drift_rows, histograms, bin_labels or {}),
+    )

@@ -127,8 +127,9 @@ def test_a_count_mostly_zero_is_cut_above_its_minimum(workspace: Settings, tmp_p
     sample = pl.DataFrame({"id": [f"S{i:05d}" for i in range(1_000)], "x": rng.normal(size=1_000),
                            "returns": np.where(rng.random(1_000) < 0.93, 0, rng.integers(1, 5, 1_000))})
     assert np.quantile(sample["returns"].to_numpy(), 0.9, method="higher") == 0
+    # Five whole numbers would propose a multiclass job (class codes): a count of returns says so with --kind.
     assert invoke("init", "returns", "--from", str(_written(tmp_path, sample, "returns")), "--entity-column", "id",
-                  "--label-column", "returns").exit_code == 0
+                  "--label-column", "returns", "--kind", "count").exit_code == 0
     spec = load_job_spec("returns", workspace)
     assert spec.target.kind == "count" and spec.prediction.rules[0].when == {"forecast_low": {"ge": 1}}
 

@@ -245,7 +245,8 @@ def test_init_refuses_to_overwrite_unless_forced(scaffold: Scaffold) -> None:
     [
         (("--entity-column", "customer"), ["--entity-column", "'customer'", "id, age, income, owns_home, region, is_new, defaulted"]),
         (("--entity-column", "id", "--label-column", "bad_debt"), ["--label-column", "'bad_debt'", "id, age"]),
-        (("--entity-column", "id", "--label-column", "region"), ["'region'", "holds text", "outcome is 1 (the event) or 0"]),
+        # Five regions would propose a multiclass job: asked for a binary one, text is refused.
+        (("--entity-column", "id", "--label-column", "region", "--kind", "binary"), ["'region'", "holds text", "outcome is 1 (the event) or 0"]),
     ],
 )
 def test_a_column_the_sample_lacks_is_one_error_line_listing_its_columns(

@@ -73,5 +73,5 @@ def class_monitoring_page_html(
         _mix_section(rows, classes, decisions)
         + "<h2>Realized measures</h2>"
         '<p class="muted">Accuracy, log loss and per-class precision, recall and calibration once labels land are not computed '
-        "for multiclass jobs yet; the registration's hold-out figures are on the model card (<code>score card</code>).</p>",
+        "for multiclass jobs yet; the registration's hold-out figures are on the job's model card.</p>",
     )

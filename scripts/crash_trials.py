@@ -67,8 +67,9 @@ SCORE = str(Path(sys.executable).with_name("score"))
 JOB = "credit_risk"
 DATASETS = tuple(d.name for d in catalog.PARTITION_DATASETS)
 """Every dataset a run publishes, in publish order (tasks/catalog.py)."""
-_FORECAST_TABLES = {catalog.FORECASTS.table, catalog.SHADOW_FORECASTS.table}
-"""The forecast contract and its shadow (a dataset and its table share the name): a binary job publishes them empty."""
+_OTHER_KIND_TABLES = {d.table for d in (catalog.FORECASTS, catalog.SHADOW_FORECASTS, catalog.CLASSIFICATIONS, catalog.SHADOW_CLASSIFICATIONS)}
+"""The forecast and the multiclass contracts and their shadows (a dataset and its table share the name): a binary job
+publishes them empty."""
 _TASK_LINE = re.compile(r"Task run '([a-z][a-z-]*[a-z])-[0-9a-z]+'")
 # Prefect's console lines start with a wall-clock time: `07:39:05.021 | INFO    | …`.
 _PREFECT_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) \| ", re.MULTILINE)
@@ -307,8 +308,8 @@ def _consistency_problems(settings: Settings, day: dt.date, expected_run: str, r
     for where, runs in _partition_runs(settings, day).items():
         # Decision monitoring may be absent after a kill (it is recomputed later), never another run's.
         allowed = ({expected_run}, set()) if where.endswith("decision_monitoring") or "quarantine" in where or "guard_actions" in where else ({expected_run},)
-        if where.split()[-1] in _FORECAST_TABLES:
-            # The trials score a binary job: it publishes the forecast contract, and its shadow, empty.
+        if where.split()[-1] in _OTHER_KIND_TABLES:
+            # The trials score a binary job: it publishes the other kinds' contracts, and their shadows, empty.
             allowed = (set(),)
         if runs not in allowed:
             problems.append(f"{where} holds runs {sorted(runs)}, expected {expected_run}")

@@ -145,6 +145,12 @@ FORECAST_GROUP_SCHEMA = pa.schema(
 )
 """A forecast job's forecasts counted per (run, model version, decision, rule, straddling) with their
 sum: what its decision monitoring reads (there is no score)."""
+CLASSIFICATION_GROUP_SCHEMA = pa.schema(
+    [("run_id", pa.string()), ("model_version", pa.string()), ("decision", pa.string()), ("rule_id", pa.string()),
+     ("predicted_class", pa.string()), ("straddling", pa.bool_()), ("rows", pa.int64()), ("probability_sum", pa.float64())]
+)
+"""A multiclass job's classifications counted per (run, model version, decision, rule, predicted class, straddling)
+with the sum of the predicted class's probability: what its decision monitoring reads (there is no score)."""
 
 QUARANTINE = Dataset(
     name="quarantine",
@@ -270,13 +276,15 @@ DECISION_FLIPS = Dataset(
             ("challenger_score", pa.int16()), ("champion_probability", pa.float64()), ("challenger_probability", pa.float64()),
             ("champion_reason_codes", pa.list_(pa.string())), ("challenger_reason_codes", pa.list_(pa.string())),
             ("champion_forecast", pa.float64()), ("challenger_forecast", pa.float64()),
+            ("champion_class", pa.string()), ("challenger_class", pa.string()),
         ]
     ),
     folder="reports/decision_flips", table="decision_flips", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
     staged="chunk",
 )
-"""The rows whose decision the challenger would change, with both models' scores and probabilities (binary
-jobs; null for forecast jobs), forecasts (forecast jobs; null for binary jobs) and reason codes."""
+"""The rows whose decision the challenger would change, with both models' scores (binary jobs; null for the
+other kinds), probabilities (binary jobs; a multiclass job's: the predicted class's), forecasts (forecast jobs),
+predicted classes (multiclass jobs), each null where the job's kind has none, and reason codes."""
 
 SHADOW_COMPARISON = Dataset(
     name="shadow_comparison",

@@ -10,6 +10,12 @@ Measures, one row per (measure, item) in long format; `item` is a decision, a ru
 - `score_mean`, `score_p10`, `score_p50`, `score_p90`: the score distribution (linear quantiles);
 - `expected_event_rate` (mean calibrated probability) and `expected_events` (their sum).
 
+A multiclass job (read from `classifications`) has no score either: its straddling rows are those whose
+predicted class's probability interval contains a probability cut-off of the rules; it has
+`class_share` per class of target.classes (the predicted class mix) and `expected_accuracy` (the mean
+calibrated probability of the predicted class), both kept for reading with no flag, instead of the
+score's measures and the expected events.
+
 A forecast job (read from `forecasts`) has no score: its straddling rows are those whose interval
 contains a forecast cut-off of the rules, and instead of the score and the expected events it has
 `forecast_mean` (the mean forecast, flagged on a tolerance relative to the window's mean, so one
@@ -33,7 +39,13 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tasks.catalog import DECISION_MONITORING, FORECAST_GROUP_SCHEMA, PREDICTION_GROUP_SCHEMA, SLICE_MONITORING
+from tasks.catalog import (
+    CLASSIFICATION_GROUP_SCHEMA,
+    DECISION_MONITORING,
+    FORECAST_GROUP_SCHEMA,
+    PREDICTION_GROUP_SCHEMA,
+    SLICE_MONITORING,
+)
 from tasks.monitoring.slices import monitored_slices
 from tasks.prediction.decisions import predict_probability_cutoffs, predict_straddling
 from tasks.sinks.warehouse import Warehouse
@@ -52,12 +64,15 @@ _MEASURES_SCHEMA = {"measure": pl.String, "item": pl.String, "value": pl.Float64
 def prediction_groups(predictions: pl.DataFrame, cutoffs: Sequence[float]) -> pl.DataFrame:
     """Predictions counted by (run_id, model_version, decision, rule_id, score, straddling), with
     the sum of their probabilities: everything decision monitoring needs, a few hundred rows.
-    Forecasts (a `forecast` column) are counted by the same keys but the score, with their sum."""
+    Forecasts (a `forecast` column) are counted by the same keys but the score, with their sum;
+    classifications (a `predicted_class` column) by the predicted class instead of the score, with the
+    sum of its probability."""
     forecasts = "forecast" in predictions.columns
     value = "forecast" if forecasts else "probability"
     straddling = predict_straddling(pl.col(f"{value}_low"), pl.col(f"{value}_high"), cutoffs, none=pl.lit(False))
     keys = [c for c in ("run_id", "model_version") if c in predictions.columns]
-    groups = predictions.group_by(*keys, "decision", "rule_id", *(() if forecasts else ("score",)), straddling.alias("straddling")).agg(
+    kind_key = () if forecasts else ("predicted_class",) if "predicted_class" in predictions.columns else ("score",)
+    groups = predictions.group_by(*keys, "decision", "rule_id", *kind_key, straddling.alias("straddling")).agg(
         pl.len().cast(pl.Int64).alias("rows"), pl.col(value).sum().alias(f"{value}_sum")
     )
     # The string keys are views into the predictions' buffers; a run keeps every chunk's groups until
@@ -68,16 +83,19 @@ def prediction_groups(predictions: pl.DataFrame, cutoffs: Sequence[float]) -> pl
 
 GROUP_KEYS = ("run_id", "model_version", "decision", "rule_id", "score", "straddling")
 FORECAST_GROUP_KEYS = ("run_id", "model_version", "decision", "rule_id", "straddling")
+CLASS_GROUP_KEYS = ("run_id", "model_version", "decision", "rule_id", "predicted_class", "straddling")
 
 
-def decision_groups_frame(rows: Sequence[dict] = (), *, forecasts: bool = False) -> pl.DataFrame:
-    """`prediction_groups` rows (as `ScoringSummary.decision_groups` holds them) in their schema."""
-    return pl.from_arrow(pa.Table.from_pylist(list(rows), schema=FORECAST_GROUP_SCHEMA if forecasts else PREDICTION_GROUP_SCHEMA))
+def decision_groups_frame(rows: Sequence[dict] = (), *, forecasts: bool = False, classifies: bool = False) -> pl.DataFrame:
+    """`prediction_groups` rows (as `ScoringSummary.decision_groups` holds them) in their schema: a forecast job's
+    (`forecasts`), a multiclass job's (`classifies`) or a binary job's."""
+    schema = FORECAST_GROUP_SCHEMA if forecasts else CLASSIFICATION_GROUP_SCHEMA if classifies else PREDICTION_GROUP_SCHEMA
+    return pl.from_arrow(pa.Table.from_pylist(list(rows), schema=schema))
 
 
 def group_keys(groups: pl.DataFrame) -> tuple[str, ...]:
-    """The keys of `prediction_groups` rows: a forecast job's have no score."""
-    return FORECAST_GROUP_KEYS if "forecast_sum" in groups.columns else GROUP_KEYS
+    """The keys of `prediction_groups` rows: a forecast job's have no score, a multiclass job's a predicted class instead."""
+    return FORECAST_GROUP_KEYS if "forecast_sum" in groups.columns else CLASS_GROUP_KEYS if "predicted_class" in groups.columns else GROUP_KEYS
 
 
 def merged_prediction_groups(groups: Sequence[pl.DataFrame]) -> pl.DataFrame:
@@ -88,7 +106,9 @@ def merged_prediction_groups(groups: Sequence[pl.DataFrame]) -> pl.DataFrame:
     """
     parts = [g for g in groups if g.height]
     if not parts:
-        return decision_groups_frame(forecasts=bool(groups) and "forecast_sum" in groups[0].columns)
+        return decision_groups_frame(
+            forecasts=bool(groups) and "forecast_sum" in groups[0].columns, classifies=bool(groups) and "predicted_class" in groups[0].columns
+        )
     keys = group_keys(parts[0])
     summed = "forecast_sum" if "forecast_sum" in parts[0].columns else "probability_sum"
     merged = pl.concat(parts).group_by(*keys).agg(pl.col("rows").sum(), pl.col(summed))
@@ -98,14 +118,18 @@ def merged_prediction_groups(groups: Sequence[pl.DataFrame]) -> pl.DataFrame:
 
 
 def decision_measures(
-    predictions: pl.DataFrame, *, decisions: Sequence[str], rule_ids: Sequence[str], cutoffs: Sequence[float]
+    predictions: pl.DataFrame, *, decisions: Sequence[str], rule_ids: Sequence[str], cutoffs: Sequence[float],
+    classes: Sequence[str] = (),
 ) -> pl.DataFrame:
     """The partition's measures as (measure, item, value); shares of an empty partition are NaN."""
-    return grouped_decision_measures(prediction_groups(predictions, cutoffs), decisions=decisions, rule_ids=rule_ids)
+    return grouped_decision_measures(prediction_groups(predictions, cutoffs), decisions=decisions, rule_ids=rule_ids, classes=classes)
 
 
-def grouped_decision_measures(groups: pl.DataFrame, *, decisions: Sequence[str], rule_ids: Sequence[str]) -> pl.DataFrame:
-    """`decision_measures` from `prediction_groups` rows, so a partition of any size is never loaded whole."""
+def grouped_decision_measures(
+    groups: pl.DataFrame, *, decisions: Sequence[str], rule_ids: Sequence[str], classes: Sequence[str] = ()
+) -> pl.DataFrame:
+    """`decision_measures` from `prediction_groups` rows, so a partition of any size is never loaded whole;
+    `classes` (target.classes) each get a `class_share` row in a multiclass job's."""
     rows = int(groups["rows"].sum())
     nan = float("nan")
     decision_counts = dict(groups.group_by("decision").agg(pl.col("rows").sum()).iter_rows())
@@ -123,6 +147,13 @@ def grouped_decision_measures(groups: pl.DataFrame, *, decisions: Sequence[str],
             ("forecast_mean", ALL, total / rows if rows else nan),
             ("forecast_total", ALL, total),
         ]
+        return pl.DataFrame(out, schema=_MEASURES_SCHEMA, orient="row")
+    if "predicted_class" in groups.columns:
+        class_counts = dict(groups.group_by("predicted_class").agg(pl.col("rows").sum()).iter_rows())
+        out.append(("straddling_share", ALL, straddling))
+        for name in [*classes, *sorted(set(class_counts) - set(classes))]:
+            out.append(("class_share", name, class_counts.get(name, 0) / rows if rows else nan))
+        out.append(("expected_accuracy", ALL, float(groups["probability_sum"].sum()) / rows if rows else nan))
         return pl.DataFrame(out, schema=_MEASURES_SCHEMA, orient="row")
     counts = groups["rows"].to_numpy()
     scores = groups["score"].cast(pl.Float64).to_numpy()
@@ -191,7 +222,7 @@ def decision_monitoring_rows(
     """The `decision_monitoring` rows of one partition from its `prediction_groups`, in the table's schema."""
     rules = spec.prediction.rules
     measures = grouped_decision_measures(
-        groups, decisions=list(dict.fromkeys(r.decision for r in rules)), rule_ids=[r.id for r in rules]
+        groups, decisions=list(dict.fromkeys(r.decision for r in rules)), rule_ids=[r.id for r in rules], classes=spec.target.classes,
     )
     compared = measures_against_baseline(measures, history, spec.monitoring.tolerance)
     schema = DECISION_MONITORING.schema
@@ -218,7 +249,10 @@ def monitored_decisions(
     """
     rules = spec.prediction.rules
     if groups is None:
-        counted = warehouse.forecast_groups if spec.target.forecasts else warehouse.prediction_groups
+        counted = (
+            warehouse.forecast_groups if spec.target.forecasts
+            else warehouse.classification_groups if spec.target.classifies else warehouse.prediction_groups
+        )
         groups = pl.from_arrow(counted(spec.name, partition_date, predict_probability_cutoffs(rules)))
     # Sorted, so the sums over groups add in the same order every time.
     groups = groups.sort(*group_keys(groups))

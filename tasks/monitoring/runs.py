@@ -34,7 +34,7 @@ def decision_monitoring(
     partition against the trailing window, stored in `decision_monitoring`: the flagged measures and the table.
     `groups` are the run's own counts (`ScoringSummary.decision_groups`); without them the published rows are counted."""
     spec = load_job_spec(job, settings)
-    counted = None if groups is None else decision_groups_frame(groups, forecasts=spec.target.forecasts)
+    counted = None if groups is None else decision_groups_frame(groups, forecasts=spec.target.forecasts, classifies=spec.target.classifies)
     sliced = None if slice_counts is None else slice_counts_frame(slice_counts)
     with warehouse.kept_open():
         decided, slice_table = monitored_decisions(

@@ -35,6 +35,16 @@ FORECAST_SHADOW_SECTIONS = ("summary", "crosstab", "decision_mix", "mean_forecas
 - `mean_interval_width`: `all`, the mean width forecast_high − forecast_low of each model's interval;
 - `forecast_delta`: the challenger's forecast minus the champion's, in the target's unit: `mean`, `mean_abs` (exact),
   `p01` … `p99` (within FORECAST_DELTA_RELATIVE_ERROR of the exact quantile's value) in challenger_value."""
+CLASS_SHADOW_SECTIONS = ("summary", "crosstab", "decision_mix", "expected_accuracy", "class_crosstab", "class_mix")
+"""The sections of a multiclass job's `shadow_comparison`: `summary` as a binary job's, with `rows_class_changed` (rows
+whose predicted class the challenger changes, whatever their decision; challenger_value: their share), and `decision_mix`;
+- `crosstab`: one row per (champion decision, challenger decision) with rows, and the mean probability of the predicted
+  class under each model;
+- `expected_accuracy`: per decision, the mean calibrated probability of the predicted class of the rows each model puts
+  there (rows: the champion's count), and `all` for every row: the accuracy each model expects of itself;
+- `class_crosstab`: one row per (champion class, challenger class) with rows, and the mean probability of the predicted
+  class under each model: the flips by class;
+- `class_mix`: per class, its share of the rows under each model."""
 _DELTA_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 FLIP_EXAMPLES = 20
 
@@ -79,10 +89,12 @@ def _decision_codes(decisions: pa.Array | pa.ChunkedArray | np.ndarray, known: t
 @dataclass
 class ShadowAccumulator:
     """Champion × challenger sums of one unit or partition over the rule table's `decisions`: of the
-    calibrated probabilities and scores (a binary job's), or of the forecasts (`forecasts`: a forecast job's)."""
+    calibrated probabilities and scores (a binary job's), of the forecasts (`forecasts`: a forecast job's), or of
+    the predicted classes and their probabilities (`classes`, target.classes: a multiclass job's)."""
 
     decisions: tuple[str, ...] = ()
     forecasts: bool = False
+    classes: tuple[str, ...] = ()
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Rows per (champion decision, challenger decision), flattened row-major."""
     champion_estimate: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -97,6 +109,11 @@ class ShadowAccumulator:
     champion_width: float = 0.0
     """Sum of the champion's interval widths (forecast jobs)."""
     challenger_width: float = 0.0
+    class_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Rows per (champion class, challenger class), flattened row-major (multiclass jobs)."""
+    class_champion_probability: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Sum of the champion's probability of its predicted class per cell of `class_rows`."""
+    class_challenger_probability: np.ndarray = field(default_factory=lambda: np.zeros(0))
     rows_failed: int = 0
     failures: list[str] = field(default_factory=list)
     """Why the challenger did not shadow (it did not load, or a chunk failed), one line each."""
@@ -109,6 +126,11 @@ class ShadowAccumulator:
             self.rows = np.zeros(cells, dtype=np.int64)
             self.champion_estimate = np.zeros(cells)
             self.challenger_estimate = np.zeros(cells)
+        class_cells = len(self.classes) ** 2
+        if self.class_rows.size != class_cells:
+            self.class_rows = np.zeros(class_cells, dtype=np.int64)
+            self.class_champion_probability = np.zeros(class_cells)
+            self.class_challenger_probability = np.zeros(class_cells)
 
     def add(self, champion: pa.Table, challenger: pa.Table) -> np.ndarray:
         """Count a chunk's two prediction tables (same rows, same order); the mask of rows whose decision flips."""
@@ -131,6 +153,14 @@ class ShadowAccumulator:
             self.challenger_width += float(
                 (challenger.column("forecast_high").to_numpy() - challenger.column("forecast_low").to_numpy()).sum()
             )
+        elif self.classes:
+            k = len(self.classes)
+            class_cell = _decision_codes(champion.column("predicted_class"), self.classes) * k + _decision_codes(
+                challenger.column("predicted_class"), self.classes
+            )
+            self.class_rows += np.bincount(class_cell, minlength=k * k)
+            self.class_champion_probability += np.bincount(class_cell, champion.column("probability").to_numpy(), minlength=k * k)
+            self.class_challenger_probability += np.bincount(class_cell, challenger.column("probability").to_numpy(), minlength=k * k)
         else:
             delta = challenger.column("score").to_numpy().astype(np.int64) - champion.column("score").to_numpy().astype(np.int64)
             self.score_deltas.update(_counted(delta))
@@ -145,10 +175,10 @@ class ShadowAccumulator:
         self.failures.append(why)
 
     def merge(self, other: ShadowAccumulator) -> None:
-        if other.decisions != self.decisions or other.forecasts != self.forecasts:
+        if other.decisions != self.decisions or other.forecasts != self.forecasts or other.classes != self.classes:
             raise ValueError(
-                f"cannot merge shadow sums over decisions {other.decisions} (forecasts: {other.forecasts}) into "
-                f"{self.decisions} (forecasts: {self.forecasts})"
+                f"cannot merge shadow sums over decisions {other.decisions} (forecasts: {other.forecasts}, classes: {other.classes}) "
+                f"into {self.decisions} (forecasts: {self.forecasts}, classes: {self.classes})"
             )
         self.rows += other.rows
         self.champion_estimate += other.champion_estimate
@@ -159,6 +189,9 @@ class ShadowAccumulator:
         self.forecast_delta_abs_sum += other.forecast_delta_abs_sum
         self.champion_width += other.champion_width
         self.challenger_width += other.challenger_width
+        self.class_rows += other.class_rows
+        self.class_champion_probability += other.class_champion_probability
+        self.class_challenger_probability += other.class_challenger_probability
         self.rows_failed += other.rows_failed
         self.failures += other.failures
         self.examples = (self.examples + other.examples)[:FLIP_EXAMPLES]
@@ -175,7 +208,8 @@ def flipped_rows(champion: pa.Table, challenger: pa.Table, flipped: np.ndarray) 
     mine, theirs = champion.take(rows), challenger.take(rows)
 
     def side(table: pa.Table, column: str, kind: pa.DataType) -> pa.Array:
-        # A binary job's tables have no forecast, a forecast job's no score or probability: null there.
+        # Each kind's tables lack the others' columns (a binary job's a forecast and a class, a forecast job's
+        # a score, a probability and a class, a multiclass job's a score and a forecast): null there.
         return table.column(column) if column in table.column_names else pa.nulls(table.num_rows, kind)
 
     return pa.table({
@@ -186,6 +220,7 @@ def flipped_rows(champion: pa.Table, challenger: pa.Table, flipped: np.ndarray) 
         "champion_probability": side(mine, "probability", pa.float64()), "challenger_probability": side(theirs, "probability", pa.float64()),
         "champion_reason_codes": mine.column("reason_codes"), "challenger_reason_codes": theirs.column("reason_codes"),
         "champion_forecast": side(mine, "forecast", pa.float64()), "challenger_forecast": side(theirs, "forecast", pa.float64()),
+        "champion_class": side(mine, "predicted_class", pa.string()), "challenger_class": side(theirs, "predicted_class", pa.string()),
     })
 
 
@@ -200,7 +235,8 @@ def _quantile(deltas: Counter[int], q: float) -> int:
 def shadow_comparison_rows(
     acc: ShadowAccumulator, *, champion_version: str, challenger_version: str | None, rows_scored: int
 ) -> list[dict[str, Any]]:
-    """The partition's `shadow_comparison` rows (sections: SHADOW_SECTIONS, or FORECAST_SHADOW_SECTIONS for a forecast job)."""
+    """The partition's `shadow_comparison` rows (sections: SHADOW_SECTIONS, FORECAST_SHADOW_SECTIONS for a forecast job,
+    CLASS_SHADOW_SECTIONS for a multiclass job)."""
     d = len(acc.decisions)
     rows = acc.rows.reshape(d, d)
     compared = int(rows.sum())
@@ -216,6 +252,11 @@ def shadow_comparison_rows(
         row("summary", "rows_flipped", "rows_flipped", flipped, None, flipped / compared if compared else None),
         row("summary", "rows_failed", "rows_failed", acc.rows_failed, None, acc.rows_failed / rows_scored if rows_scored else None),
     ]
+    k = len(acc.classes)
+    class_rows = acc.class_rows.reshape(k, k)
+    if acc.classes:
+        changed = compared - int(np.trace(class_rows))
+        out.append(row("summary", "rows_class_changed", "rows_class_changed", changed, None, changed / compared if compared else None))
     if not compared:
         return out
     p_mine = acc.champion_estimate.reshape(d, d)
@@ -227,13 +268,23 @@ def shadow_comparison_rows(
     by_mine, by_theirs = rows.sum(axis=1), rows.sum(axis=0)
     for i, decision in enumerate(acc.decisions):
         out.append(row("decision_mix", decision, decision, compared, by_mine[i] / compared, by_theirs[i] / compared))
-    means = "mean_forecast" if acc.forecasts else "expected_event_rate"
+    means = "mean_forecast" if acc.forecasts else "expected_accuracy" if acc.classes else "expected_event_rate"
     for i, decision in enumerate(acc.decisions):
         out.append(row(
             means, decision, decision, by_mine[i],
             p_mine[i].sum() / by_mine[i] if by_mine[i] else None, p_theirs[:, i].sum() / by_theirs[i] if by_theirs[i] else None,
         ))
     out.append(row(means, "all", "all", compared, p_mine.sum() / compared, p_theirs.sum() / compared))
+    if acc.classes:
+        mine_p, theirs_p = acc.class_champion_probability.reshape(k, k), acc.class_challenger_probability.reshape(k, k)
+        for i, mine in enumerate(acc.classes):
+            for j, theirs in enumerate(acc.classes):
+                if class_rows[i, j]:
+                    n = class_rows[i, j]
+                    out.append(row("class_crosstab", mine, theirs, n, mine_p[i, j] / n, theirs_p[i, j] / n))
+        by_mine, by_theirs = class_rows.sum(axis=1), class_rows.sum(axis=0)
+        out += [row("class_mix", c, c, compared, by_mine[i] / compared, by_theirs[i] / compared) for i, c in enumerate(acc.classes)]
+        return out
     quantiles = [(f"p{round(q * 100):02d}", q) for q in _DELTA_QUANTILES]
     if acc.forecasts:
         out.append(row("mean_interval_width", "all", "all", compared, acc.champion_width / compared, acc.challenger_width / compared))

@@ -327,7 +327,10 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
     if not rows:
         return ""
     forecasts = any(r["section"] == "forecast_delta" for r in rows)
-    means, delta_section = ("mean_forecast", "forecast_delta") if forecasts else ("expected_event_rate", "score_delta")
+    classifies = any(r["section"] == "class_mix" for r in rows)
+    means, delta_section = (
+        ("mean_forecast", "forecast_delta") if forecasts else ("expected_accuracy", "") if classifies else ("expected_event_rate", "score_delta")
+    )
     mean_text = _fmt if forecasts else _pct
     summary = {r["champion_item"]: r for r in rows if r["section"] == "summary"}
     first = rows[0]
@@ -347,26 +350,40 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
         for d in decisions if ("decision_mix", d) in by_decision
     ]
     delta = ["<tr>" + _cell(r["champion_item"]) + _cell(r["challenger_value"]) + "</tr>" for r in rows if r["section"] == delta_section]
-    estimate = "forecast" if forecasts else "score"
+    estimate = "forecast" if forecasts else "class" if classifies else "score"
     flips = [
         "<tr>" + _cell(x["entity_id"]) + _cell(x["champion_decision"]) + _cell(x["challenger_decision"])
         + _cell(x[f"champion_{estimate}"]) + _cell(x[f"challenger_{estimate}"]) + _cell(", ".join(x["champion_reason_codes"] or []))
         + _cell(", ".join(x["challenger_reason_codes"] or [])) + "</tr>"
         for x in examples
     ]
-    mean_name = "mean forecast" if forecasts else "expected event rate"
+    mean_name = "mean forecast" if forecasts else "expected accuracy" if classifies else "expected event rate"
     share = f"{flipped / compared:.2%}" if compared else "n/a"
+    if classifies:
+        # The flips by class: where the challenger moves each class's rows, whatever their decision.
+        classes = list(dict.fromkeys(r["champion_item"] for r in rows if r["section"] == "class_mix"))
+        moved = {(r["champion_item"], r["challenger_item"]): r["rows"] for r in rows if r["section"] == "class_crosstab"}
+        changed = summary["rows_class_changed"]["rows"] if "rows_class_changed" in summary else 0
+        by_class = (
+            f"<h3>Predicted classes: champion (rows) × challenger (columns); {changed} rows change class</h3>"
+            + _table(["champion \\ challenger", *classes], [
+                f"<tr><th>{_e(mine)}</th>" + "".join(_cell(moved.get((mine, theirs), 0)) for theirs in classes) + "</tr>" for mine in classes
+            ])
+        )
+    else:
+        by_class = f"<h3>{estimate.capitalize()} delta (challenger − champion)</h3>" + _table(["statistic", "delta"], delta)
+    shadow_table = "shadow_forecasts" if forecasts else "shadow_classifications" if classifies else "shadow_predictions"
     return (
         "<h2>Champion and challenger</h2>"
         f'<p>Champion <b>{_e(first["champion_version"])}</b> decided; challenger <b>{_e(first["challenger_version"] or "(not loaded)")}</b> '
         f"scored the same {compared} rows as a shadow and would flip <b>{flipped}</b> decisions ({share}). "
         f"Rows the challenger could not {'forecast' if forecasts else 'score'}: {failed}.</p>"
         '<p class="muted">Tables <code>shadow_comparison</code>, <code>decision_flips</code> (every flipped row) and '
-        f"<code>{'shadow_forecasts' if forecasts else 'shadow_predictions'}</code>; nothing the challenger computes drives a decision.</p>"
+        f"<code>{shadow_table}</code>; nothing the challenger computes drives a decision.</p>"
         + "<h3>Decisions: champion (rows) × challenger (columns)</h3>"
         + _table(["champion \\ challenger", *decisions], crosstab)
         + _table(["decision", "share (champion)", "share (challenger)", f"{mean_name} (champion)", f"{mean_name} (challenger)"], mix)
-        + f"<h3>{estimate.capitalize()} delta (challenger − champion)</h3>" + _table(["statistic", "delta"], delta)
+        + by_class
         + "<h3>First flipped rows</h3>"
         + _table(["entity", "champion", "challenger", f"champion {estimate}", f"challenger {estimate}", "champion reasons",
                   "challenger reasons"], flips)

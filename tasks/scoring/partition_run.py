@@ -360,8 +360,12 @@ def shadow_artifact(rows: list[dict], examples: list[dict], *, job: str, partiti
     ]
 
     def estimate(x: dict, side: str) -> str:
-        # A binary job's flipped row carries scores, a forecast job's forecasts.
-        return str(x[f"{side}_score"]) if x[f"{side}_score"] is not None else f"{x[f'{side}_forecast']:.4g}"
+        # A binary job's flipped row carries scores, a forecast job's forecasts, a multiclass job's classes.
+        if x[f"{side}_score"] is not None:
+            return str(x[f"{side}_score"])
+        if x.get(f"{side}_class") is not None:
+            return f"{x[f'{side}_class']} {x[f'{side}_probability']:.4g}"
+        return f"{x[f'{side}_forecast']:.4g}"
 
     shown += [
         {"section": "flipped_row",
@@ -371,7 +375,8 @@ def shadow_artifact(rows: list[dict], examples: list[dict], *, job: str, partiti
         for x in examples
     ]
     share = headline["flipped_share"]
-    shadow_table = "shadow_forecasts" if any(r["section"] == "forecast_delta" for r in rows) else "shadow_predictions"
+    sections = {r["section"] for r in rows}
+    shadow_table = "shadow_forecasts" if "forecast_delta" in sections else "shadow_classifications" if "class_mix" in sections else "shadow_predictions"
     return Artifact(
         artifact_key("champion-challenger", job),
         f"Champion {rows[0]['champion_version']} against challenger {headline['challenger_version'] or '(not loaded)'} on {job} "

@@ -90,6 +90,11 @@ class PredictionPlan:
         """Whether the job chooses a class per row (its estimates are calibrated probability vectors)."""
         return isinstance(self.estimate_map, ClassProbabilityMap)
 
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """A multiclass job's classes in the model's order (its calibration's); empty for the other kinds."""
+        return tuple(self.estimate_map.calibrator.classes) if isinstance(self.estimate_map, ClassProbabilityMap) else ()
+
 
 @dataclass(frozen=True)
 class ChallengerPlan:

@@ -191,7 +191,8 @@ def _merged_shadow(
     """The units' champion × challenger sums and the challenger's failures; None when the job names no challenger."""
     if prepared.spec.model.challenger is None:
         return None
-    shadow = ShadowAccumulator(prepared.prediction_plan.decisions, forecasts=prepared.spec.target.forecasts)
+    plan = prepared.prediction_plan
+    shadow = ShadowAccumulator(plan.decisions, forecasts=prepared.spec.target.forecasts, classes=plan.classes)
     for prediction in sorted(predictions, key=lambda u: u.unit_id):
         if prediction.shadow is not None:
             shadow.merge(prediction.shadow)

@@ -31,7 +31,7 @@ from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
 from tasks.inference.engine import InferenceEngine
-from tasks.catalog import DECISION_FLIPS, SHADOW_FORECASTS, SHADOW_PREDICTIONS
+from tasks.catalog import DECISION_FLIPS, SHADOW_CLASSIFICATIONS, SHADOW_FORECASTS, SHADOW_PREDICTIONS
 from tasks.monitoring.class_distribution import ClassDistribution
 from tasks.monitoring.decisions import prediction_groups
 from tasks.monitoring.forecast_distribution import ForecastDistribution
@@ -167,8 +167,10 @@ def _write_handoff(path: Path, decided: DecidedChunk, contributions: FeatureCont
     classified = decided.classified
     columns = {
         "entity_id": inferred.entity_ids,
-        "margin": (pa.array(inferred.margins, type=pa.float64()) if classified is None
-                   else _sparse_rows(inferred.margins, np.arange(n), n, pa.float64())),
+        # A multiclass chunk's `margin` is the decided margin to the runner-up (decided_columns): its raw margins, one list
+        # a row, go under their contract name.
+        **({"margin": pa.array(inferred.margins, type=pa.float64())} if classified is None
+           else {"raw_margins": _sparse_rows(inferred.margins, np.arange(n), n, pa.float64())}),
         **({} if inferred.expected_error is None else {"expected_error": pa.array(inferred.expected_error, type=pa.float64())}),
         **decided.decided_columns(),
         **({} if classified is None else {
@@ -211,7 +213,7 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[DecidedChunk, FeatureContr
 
     inferred = InferenceOutput(
         chunk_id=chunk_id, entity_ids=table.column("entity_id").combine_chunks(),
-        margins=matrix("margin") if classes else table.column("margin").to_numpy(), **json.loads(meta[b"inference"]),
+        margins=matrix("raw_margins") if classes else table.column("margin").to_numpy(), **json.loads(meta[b"inference"]),
         expected_error=table.column("expected_error").to_numpy() if forecasts else None,
     )
     decided_names = (
@@ -474,7 +476,7 @@ def _unit_inference(prepared: PreparedJob, unit_id: int) -> UnitInference:
 def _unit_prediction(plan: PredictionPlan, unit_id: int) -> UnitPrediction:
     return UnitPrediction(
         unit_id, drift=plan.estimate_drift(),
-        shadow=ShadowAccumulator(plan.decisions, forecasts=plan.forecasts) if plan.challenger is not None else None,
+        shadow=ShadowAccumulator(plan.decisions, forecasts=plan.forecasts, classes=plan.classes) if plan.challenger is not None else None,
         forecasts=ForecastDistribution() if plan.forecasts else None,
         classifications=ClassDistribution() if plan.classifies else None,
     )
@@ -485,8 +487,8 @@ def _shadow_predicted_chunk(
     dirs: OutputDirs,
 ) -> None:
     """The challenger's chunk in the prediction contract (plus the alias it was named by), staged as
-    shadow predictions (shadow forecasts for a forecast job); the rows whose decision it flips staged
-    beside; both counted into `result.shadow`."""
+    shadow predictions (shadow forecasts for a forecast job, shadow classifications for a multiclass job);
+    the rows whose decision it flips staged beside; both counted into `result.shadow`."""
     decided, contributions = shadow
     chunk_id = decided.inference.chunk_id
     table = predict_output(
@@ -494,7 +496,9 @@ def _shadow_predicted_chunk(
         run_id=run_id, job=plan.job, partition_date=partition_date, feature_version=plan.feature_version,
         reason_texts=plan.reason_texts,
     ).table
-    dataset = SHADOW_FORECASTS if decided.forecast is not None else SHADOW_PREDICTIONS
+    dataset = (
+        SHADOW_CLASSIFICATIONS if decided.classified is not None else SHADOW_FORECASTS if decided.forecast is not None else SHADOW_PREDICTIONS
+    )
     table = table.append_column(dataset.schema.field("alias"), pa.array([plan.challenger.named] * table.num_rows, pa.string()))
     write_staged_chunk(dirs.of(dataset), run_id, chunk_id, table)
     flipped = result.shadow.add(champion, table)
@@ -536,13 +540,15 @@ def _predicted_chunk(
         result.drift.add(estimate, predicted.table.column(estimate).to_numpy())
     if classifies:
         result.classifications.add(predicted.table)
-        return
-    grouped = predicted.table.select(_FORECAST_GROUPED_COLUMNS if forecasts else _GROUPED_COLUMNS)
+    grouped = predicted.table.select(
+        _CLASS_GROUPED_COLUMNS if classifies else _FORECAST_GROUPED_COLUMNS if forecasts else _GROUPED_COLUMNS
+    )
     result.decision_groups.append(prediction_groups(pl.from_arrow(grouped), plan.cutoffs))
 
 
 _GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "score", "probability", "probability_low", "probability_high")
 _FORECAST_GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "forecast", "forecast_low", "forecast_high")
+_CLASS_GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "predicted_class", "probability", "probability_low", "probability_high")
 
 
 def scored_unit(

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from tasks.catalog import (
+    CLASSIFICATION_GROUP_SCHEMA,
     DECISION_FLIPS,
     DRIFT_HISTOGRAMS,
     DRIFT_REPORT,
@@ -70,6 +71,8 @@ _RENAMED_COLUMNS = {DRIFT_REPORT.table: {"out_of_range_share": "outside_p1_p99_s
 """Old name → new name; the values keep their meaning (numeric: share below p1 or at/above p99)."""
 _FORECAST_COLUMNS = {DECISION_FLIPS.table: ("champion_forecast", "challenger_forecast")}
 """Columns forecast jobs brought to tables of earlier releases, added in place by migration 0003."""
+_CLASS_COLUMNS = {DECISION_FLIPS.table: ("champion_class", "challenger_class")}
+"""Columns multiclass jobs brought to tables of earlier releases, added in place by migration 0004."""
 
 _DUCKDB_TYPES: dict[pa.DataType, str] = {
     pa.string(): "VARCHAR",
@@ -168,6 +171,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration("0002_partition_indexes", "an index on (job, partition_date) of every partition table (PostgreSQL)", _partition_indexes),
     Migration("0003_forecast_columns", "decision_flips.champion_forecast, challenger_forecast", _adding(_FORECAST_COLUMNS)),
+    Migration("0004_class_columns", "decision_flips.champion_class, challenger_class", _adding(_CLASS_COLUMNS)),
 )
 """Every schema change since the first release, in order. A new column or index is a new entry here; tables
 new in a release are created whole (`create_table_sql`) and need none."""
@@ -669,6 +673,21 @@ class Warehouse(ABC):
             f'count(*) AS "rows", CAST(sum(CAST(forecast AS DECIMAL(38, 12))) AS DOUBLE PRECISION) AS forecast_sum '
             f"FROM forecasts WHERE {_PARTITION_KEY} "
             "GROUP BY 1, 2, 3, 4, 5",
+            params,
+        )
+
+    def classification_groups(self, job: str, partition_date: Any, cutoffs: Sequence[float]) -> pa.Table:
+        """`prediction_groups` of a multiclass job: its classifications counted by run_id, model_version, decision,
+        rule_id, predicted_class and whether the predicted class's interval straddles one of `cutoffs`, with the sum of
+        the predicted class's probability, in the database."""
+        params, straddling = _straddling_term(job, partition_date, cutoffs, low="probability_low", high="probability_high")
+        return self._read_arrow(
+            "classifications", CLASSIFICATION_GROUP_SCHEMA,
+            f"SELECT run_id, model_version, decision, rule_id, predicted_class, ({straddling.sql}) AS straddling, "
+            # Exact, as the binary job's probability sum.
+            f'count(*) AS "rows", CAST(sum(CAST(probability AS DECIMAL(38, 18))) AS DOUBLE PRECISION) AS probability_sum '
+            f"FROM classifications WHERE {_PARTITION_KEY} "
+            "GROUP BY 1, 2, 3, 4, 5, 6",
             params,
         )
 

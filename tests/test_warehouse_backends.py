@@ -494,3 +494,45 @@ def test_the_pooled_comparison_reads_an_md5_sample_of_entities_beyond_its_cap(an
     assert counted == 400 and sorted(sample.column("entity_id").to_pylist()) == expected and 50 < len(expected) < 150
     again, _ = any_warehouse.labelled_shadow_rows(JOB, first_date=DAY, last_date=DAY, max_rows=100)
     assert again.equals(sample)
+
+
+@pytest.mark.parametrize("backend", ["duckdb", "postgres"])
+def test_decision_flips_of_before_forecast_and_multiclass_jobs_gain_their_columns_in_place(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Migrations 0003 and 0004 add the forecasts and the classes to a `decision_flips` that lacks them; the flips
+    already there keep their rows with nulls, and a multiclass job's flips load and read back with both classes."""
+    from tasks.catalog import DECISION_FLIPS
+    from tasks.sinks.warehouse import _DUCKDB_TYPES, _POSTGRES_TYPES
+
+    added = ("champion_forecast", "challenger_forecast", "champion_class", "challenger_class")
+    types = _DUCKDB_TYPES if backend == "duckdb" else _POSTGRES_TYPES
+    columns = ", ".join(f'"{f.name}" {types[f.type]}' for f in DECISION_FLIPS.schema if f.name not in added)
+    statements = [f"CREATE TABLE decision_flips ({columns})",
+                  "INSERT INTO decision_flips (run_id, job, partition_date, entity_id, champion_decision, challenger_decision) "
+                  "VALUES ('old-run', 'credit_risk', DATE '2026-03-08', 'E1', 'approve', 'review')"]
+    if backend == "duckdb":
+        import duckdb
+
+        path = tmp_path / "warehouse.duckdb"
+        with duckdb.connect(str(path)) as con:
+            for statement in statements:
+                con.execute(statement)
+        warehouse: Warehouse = DuckDBWarehouse(path)
+    else:
+        import adbc_driver_postgresql.dbapi
+
+        url = request.getfixturevalue("postgres_database_url")
+        with adbc_driver_postgresql.dbapi.connect(url, autocommit=True) as con, con.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+        warehouse = PostgresWarehouse(url)
+    flips = sample_rows(DECISION_FLIPS.schema, run_id="new-run", rows=3)
+    warehouse.replace_partition(job=JOB, partition_date=DAY, files={"decision_flips": [written(tmp_path / "staged", "flips", flips)]})
+    assert {"0003_forecast_columns", "0004_class_columns"} <= {m["id"] for m in warehouse.applied_migrations()}
+    with warehouse._session(write=False) as session:
+        old = session.rows("SELECT champion_class, challenger_class, champion_forecast FROM decision_flips WHERE run_id = 'old-run'")
+        new = session.rows("SELECT entity_id, champion_class, challenger_class FROM decision_flips WHERE run_id = 'new-run' ORDER BY entity_id")
+    assert old == [{"champion_class": None, "challenger_class": None, "champion_forecast": None}]
+    assert new == [{"entity_id": f"entity_id-{i}", "champion_class": f"champion_class-{i}", "challenger_class": f"challenger_class-{i}"}
+                   for i in range(3)]

@@ -151,9 +151,9 @@ EXPLANATION_CHECK_ROWS = 2000
 def inference_checked_explanation(engine, holdout: np.ndarray, model_label: object) -> ModelExplanation:  # noqa: ANN001  (an engine)
     """The version's explanation, checked on the hold-out: the kernel against the framework's own contributions
     to GUARD_TOLERANCE on the margin scale (a mismatch is refused: reasons would not be the framework's), or,
-    where the framework has none, the contributions plus bias against the model's own output (local accuracy)."""
-    from tasks.errors import ModelArtifactError
-
+    where the framework has none, the contributions plus bias against the model's own output (local accuracy).
+    A multiclass model's contributions are checked class by class (`engine.class_contributions`), each against
+    the framework's own contributions to that class or against that class's own output."""
     settled = engine.metadata.explanation or ModelExplanation(method="treeshap")
     source = getattr(engine, "contributions_source", None)
     if source is None:
@@ -164,18 +164,43 @@ def inference_checked_explanation(engine, holdout: np.ndarray, model_label: obje
     if rows.shape[0] == 0:
         return settled
     explained = engine._explained_rows(rows)
+    per_class = getattr(engine, "class_contributions", None)
+    if per_class is None:
+        checked, max_diff = _checked_source(source, rows, explained, settled.method, model_label, "")
+    else:
+        classes = list(engine.metadata.classes)
+        results = [
+            _checked_source(s, rows, explained, settled.method, model_label, f" of class {classes[k]!r}" if k < len(classes) else f" of output {k}")
+            for k, s in enumerate(per_class)
+        ]
+        diffs = [d for _, d in results if d is not None]
+        max_diff = max(diffs) if diffs else None
+        said = sorted({text for text, _ in results})
+        checked = f"{'; '.join(said)}, for each of the {len(per_class)} classes"
+    update: dict[str, object] = {"checked_against": checked}
+    if max_diff is not None:
+        update["max_abs_diff"] = max_diff
+    return settled.model_copy(update=update)
+
+
+def _checked_source(
+    source: TreeContributions | LinearContributions, rows: np.ndarray, explained: np.ndarray, method: str, model_label: object, of: str,
+) -> tuple[str, float | None]:
+    """What one source's contributions were checked against on the hold-out rows and by how much they differ (None:
+    the framework computes them itself); ModelArtifactError when they differ beyond GUARD_TOLERANCE. `of` names the
+    class of a multiclass model's source in the refusal (" of class 'leak'")."""
+    from tasks.errors import ModelArtifactError
+
     if isinstance(source, TreeContributions) and source.kernel is None:
-        return settled.model_copy(update={"checked_against": f"computed by {source.framework_label} itself: the table kernel cannot represent the model ({source.reason})"})
+        return f"computed by {source.framework_label} itself: the table kernel cannot represent the model ({source.reason})", None
     if isinstance(source, TreeContributions) and source.framework_contributions is not None:
         max_diff = inference_max_abs_diff(source.kernel.contributions(explained), source.framework_contributions(explained))
         if not max_diff <= GUARD_TOLERANCE:
             raise ModelArtifactError(
-                f"model file {model_label}: the product's TreeSHAP differs from {source.framework_label} by up to {max_diff:.3g} "
+                f"model file {model_label}: the product's TreeSHAP{of} differs from {source.framework_label} by up to {max_diff:.3g} "
                 f"on {rows.shape[0]} hold-out rows (tolerance {GUARD_TOLERANCE:g}); its reasons would not be the framework's"
             )
-        return settled.model_copy(update={
-            "checked_against": f"{source.framework_label} on {rows.shape[0]} hold-out rows", "max_abs_diff": max_diff,
-        })
+        return f"{source.framework_label} on {rows.shape[0]} hold-out rows", max_diff
     if source.output is None:
         raise ValueError("contributions without the framework's own or the model's output cannot be checked")
     if isinstance(source, TreeContributions):
@@ -185,10 +210,7 @@ def inference_checked_explanation(engine, holdout: np.ndarray, model_label: obje
     max_diff = inference_max_abs_diff(total, np.asarray(source.output(rows)).reshape(-1))
     if not max_diff <= GUARD_TOLERANCE:
         raise ModelArtifactError(
-            f"model file {model_label}: the {settled.method} contributions plus bias differ from the model's own output by up to "
+            f"model file {model_label}: the {method} contributions{of} plus bias differ from the model's own output by up to "
             f"{max_diff:.3g} on {rows.shape[0]} hold-out rows (tolerance {GUARD_TOLERANCE:g}); its reasons would not be exact"
         )
-    return settled.model_copy(update={
-        "checked_against": f"local accuracy: contributions + bias = the model's own output on {rows.shape[0]} hold-out rows",
-        "max_abs_diff": max_diff,
-    })
+    return f"local accuracy: contributions + bias = the model's own output on {rows.shape[0]} hold-out rows", max_diff

@@ -1,11 +1,14 @@
-"""LightGBM binary classifiers and regressors saved with `Booster.save_model` (model text): raw-score margins,
-TreeSHAP reasons.
+"""LightGBM binary classifiers, multiclass classifiers and regressors saved with `Booster.save_model` (model
+text): raw-score margins, TreeSHAP reasons.
 
 The margin is LightGBM's own raw score (`predict(raw_score=True)`): the log-odds for objectives `binary`
-and `cross_entropy`; for a forecast job's regressor the forecast itself (`regression`, `regression_l1`,
-`huber`, `fair`, `mape`) or its log (`poisson`, `tweedie`, `gamma`, whose `predict` is exp of the raw
-score). In random-forest mode the raw score sums the trees: the margin is their mean. Reasons
-come from the table TreeSHAP on the trees of `dump_model()`, kept only after they match LightGBM's
+and `cross_entropy`; for a multiclass job's `multiclass` (softmax) objective one raw score per class, whose
+softmax is LightGBM's probability vector (tree t of the model is class t mod num_class's); for a forecast
+job's regressor the forecast itself (`regression`, `regression_l1`, `huber`, `fair`, `mape`) or its log
+(`poisson`, `tweedie`, `gamma`, whose `predict` is exp of the raw score). `multiclassova` is refused: its
+classes' probabilities are separate sigmoids, which no softmax of margins reproduces. In random-forest mode
+the raw score sums the trees: the margin is their mean. Reasons come from the table TreeSHAP on the trees of
+`dump_model()` (one kernel per class for a multiclass model), kept only after they match LightGBM's
 `pred_contrib` on the load-time guard rows; a model the kernel cannot represent is explained by
 `pred_contrib` itself.
 
@@ -35,10 +38,11 @@ from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import TreeContributions
 from tasks.inference.engine import Device, ExplainingEngine, _logged_output
 from tasks.inference.frameworks import RegistrationFields
-from tasks.inference.kinds import LINK_WORDS, inference_kind_problem, inference_quantile_problem
+from tasks.inference.kinds import LINK_WORDS, inference_kind_problem, inference_multiclass_kind_problem, inference_quantile_problem
 from tasks.inference.registry import ModelArtifact, ModelExplanation, inference_framework_module
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
+    ContributionCounts,
     KernelChoice,
     TreeArrays,
     TreeShapUnsupported,
@@ -58,6 +62,9 @@ FORECAST_OBJECTIVES = {
     "poisson": "log", "tweedie": "log", "gamma": "log",
 }
 """Objectives a forecast job takes, with the link from the raw score to LightGBM's own prediction."""
+MULTICLASS_OBJECTIVE = "multiclass"
+"""The objective a multiclass job takes: softmax over one raw score per class (`softmax` is LightGBM's alias)."""
+OVA_OBJECTIVE = "multiclassova"
 ZERO_THRESHOLD = float(np.float32(1e-35))
 """LightGBM's kZeroThreshold (a float, compared as a double): values within it are zero to LightGBM."""
 _MISSING_TYPES = ("None", "Zero", "NaN")
@@ -147,7 +154,8 @@ def _unnamed(names: list[str]) -> bool:
 
 
 def _kind_problem(model: dict[str, Any], kind: str) -> str | None:
-    """Why the model's objective does not fit a job of `kind` (a binary classifier, or a regressor of the forecast), or None."""
+    """Why the model's objective does not fit a job of `kind` (a binary classifier, a softmax multiclass classifier,
+    or a regressor of the forecast), or None."""
     objective, _ = _objective(model)
     named = str(model.get("objective", ""))
     what = f"has objective {named!r}" if named and named != "custom" else "has a custom objective (no objective in the file)"
@@ -155,12 +163,25 @@ def _kind_problem(model: dict[str, Any], kind: str) -> str | None:
     binary = objective in LOGIT_OBJECTIVES and single
     regressor = objective in FORECAST_OBJECTIVES or objective == "quantile"
     classifiers, regressors = " or ".join(LOGIT_OBJECTIVES), ", ".join(FORECAST_OBJECTIVES)
+    if kind == "multiclass":
+        if objective == MULTICLASS_OBJECTIVE:
+            return None
+        if objective == OVA_OBJECTIVE:
+            return (
+                f"{what}, one-vs-all: each class's probability is its own sigmoid and they do not sum to 1, so the model has no "
+                f"probability vector of its own to calibrate; train with objective {MULTICLASS_OBJECTIVE!r} (softmax)"
+            )
+        is_what = "a binary classifier" if objective in LOGIT_OBJECTIVES else "a regression objective" if regressor else "not a multiclass objective"
+        return inference_multiclass_kind_problem(
+            f"{what}, {is_what}", kind, multiclass=False, classifiers=f"objective {MULTICLASS_OBJECTIVE!r}",
+        )
     if kind == "binary":
         if binary:
             return None
         if regressor:
             return inference_kind_problem(f"{what}, a regression objective", kind, regressor=True, classifiers=classifiers, regressors=regressors)
-        return f"{what}; a scoring model must be a binary classifier ({classifiers})"
+        multiclass = ", or set target.kind: multiclass with its classes in the job spec" if objective.startswith("multiclass") else ""
+        return f"{what}; a scoring model must be a binary classifier ({classifiers}){multiclass}"
     if objective == "quantile":
         return inference_quantile_problem(f"{what}", regressors)
     if objective in FORECAST_OBJECTIVES and single:
@@ -176,9 +197,12 @@ def _kind_problem(model: dict[str, Any], kind: str) -> str | None:
     return f"{what}, not a regression objective; a forecast model must be a regressor ({regressors})"
 
 
-def inference_input_problem(model_path: Path, features: tuple[str, ...], *, kind: str = "binary") -> str | None:
+def inference_input_problem(
+    model_path: Path, features: tuple[str, ...], *, kind: str = "binary", classes: tuple[str, ...] = (),
+) -> str | None:
     """Why the LightGBM model file cannot score the job's features as a model of the job's kind (a binary
-    classifier, or a regressor for `kind` regression or count), or None."""
+    classifier, a multiclass classifier of as many classes as `classes`, or a regressor for `kind` regression or
+    count), or None. LightGBM keeps no class names: their order is checked on the hold-out at registration."""
     try:
         booster = inference_lightgbm_booster(model_path)
     except ModelArtifactError as exc:
@@ -186,6 +210,8 @@ def inference_input_problem(model_path: Path, features: tuple[str, ...], *, kind
     model = booster.dump_model()
     if (problem := _kind_problem(model, kind)) is not None:
         return problem
+    if kind == "multiclass" and classes and int(model.get("num_class", 1)) != len(classes):
+        return f"gives {int(model.get('num_class', 1))} classes, but target.classes names {len(classes)}: {list(classes)}"
     if booster.params.get("linear_tree") or _has_linear_leaves(model):
         return (
             "was trained with linear_tree: its leaves are linear models, which LightGBM's TreeSHAP (pred_contrib) does not "
@@ -228,18 +254,21 @@ def _tree_nodes(root: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def inference_lightgbm_margin_scale(model: dict[str, Any]) -> float:
-    """What turns LightGBM's raw score into the margin: 1, or 1 / trees in random-forest mode (`average_output`),
+    """What turns LightGBM's raw score into the margin: 1, or 1 / iterations in random-forest mode (`average_output`),
     where the raw score is the trees' sum and LightGBM's own prediction the link of their mean (the sigmoid of it, for
-    a classifier)."""
-    return 1.0 / len(model["tree_info"]) if model.get("average_output") and model["tree_info"] else 1.0
+    a classifier; the softmax of each class's mean for a multiclass one)."""
+    per_iteration = int(model.get("num_tree_per_iteration", 1))
+    return per_iteration / len(model["tree_info"]) if model.get("average_output") and model["tree_info"] else 1.0
 
 
-def inference_lightgbm_tree_arrays(model: dict[str, Any]) -> tuple[TreeArrays, np.ndarray]:
+def inference_lightgbm_tree_arrays(model: dict[str, Any], output: int | None = None) -> tuple[TreeArrays, np.ndarray]:
     """The trees of `Booster.dump_model()` in the kernel's layout, their leaves on the margin's scale, and which
     features have missing type `Zero` (their zeros must reach the kernel as NaN). Raises TreeShapUnsupported for
-    what the layout cannot say."""
+    what the layout cannot say. `output`: only the trees that add up to that raw score (class `output` of a
+    multiclass model, whose tree t is class t mod num_tree_per_iteration's); None: all of them."""
     n_features = int(model["max_feature_idx"]) + 1
-    trees = model["tree_info"]
+    per_iteration = int(model.get("num_tree_per_iteration", 1))
+    trees = [tree for tree in model["tree_info"] if output is None or int(tree["tree_index"]) % per_iteration == output]
     if not trees:
         raise TreeShapUnsupported("the model has no trees")
     scale = inference_lightgbm_margin_scale(model)
@@ -300,7 +329,10 @@ def inference_registration_fields(
     objective, settings = _objective(model)
     sigmoid = float(settings.get("sigmoid", 1.0))
     fields: dict[str, Any] = {"explanation": ModelExplanation(method="treeshap")}
-    if kind == "binary":
+    if kind == "multiclass":
+        _softmax_check(inference_lightgbm_booster(model_path), model, holdout, model_path)
+        meaning = f", one per class of its {int(model['num_class'])}, whose softmax is LightGBM's probability vector (checked on the hold-out)"
+    elif kind == "binary":
         meaning = ", the log-odds" if sigmoid == 1.0 else ""
     else:
         fields["link"] = FORECAST_OBJECTIVES[objective]
@@ -310,12 +342,11 @@ def inference_registration_fields(
         f"(predict(raw_score=True)){meaning}; reasons are exact TreeSHAP, checked against LightGBM's pred_contrib"
     ]
     if (scale := inference_lightgbm_margin_scale(model)) != 1.0:
-        what = {"binary": "probability the sigmoid of their mean", "identity": "prediction their mean", "log": "prediction exp of their mean"}[
-            fields.get("link", "binary")
-        ]
+        what = {"binary": "probability the sigmoid of their mean", "identity": "prediction their mean", "log": "prediction exp of their mean",
+                "multiclass": "probabilities the softmax of each class's mean"}[fields.get("link", "multiclass" if kind == "multiclass" else "binary")]
         notes.append(
-            f"random-forest mode: LightGBM's raw score is the sum of the {round(1 / scale)} trees and its {what}; the margin is "
-            "that mean (raw score / trees), and the reasons are on the same scale"
+            f"random-forest mode: LightGBM's raw score is the sum of the {round(1 / scale)} iterations' trees and its {what}; the "
+            "margin is that mean (raw score / iterations), and the reasons are on the same scale"
         )
     if _unnamed(list(model.get("feature_names") or [])):
         notes.append(
@@ -328,6 +359,24 @@ def inference_registration_fields(
             "maps the raw score as it is"
         )
     return RegistrationFields(fields, notes)
+
+
+SOFTMAX_TOLERANCE = 1e-6
+"""How far the softmax of the margins may be from LightGBM's own probabilities (both float64 from the same raw scores)."""
+
+
+def _softmax_check(booster, model: dict[str, Any], holdout: np.ndarray, model_path: Path) -> None:  # noqa: ANN001  (a lightgbm.Booster)
+    """Refuses a multiclass model whose margins' softmax is not LightGBM's own probability vector on the hold-out."""
+    if holdout.shape[0] == 0:
+        return
+    margins = np.asarray(booster.predict(holdout, raw_score=True), dtype=np.float64) * inference_lightgbm_margin_scale(model)
+    shifted = np.exp(margins - margins.max(axis=1, keepdims=True))
+    diff = float(np.abs(shifted / shifted.sum(axis=1, keepdims=True) - np.asarray(booster.predict(holdout), dtype=np.float64)).max())
+    if not diff <= SOFTMAX_TOLERANCE:
+        raise ModelArtifactError(
+            f"model file {model_path}: the softmax of its raw scores differs from LightGBM's own probabilities by up to {diff:.3g} "
+            f"on the {holdout.shape[0]} hold-out rows; its margins would not be the model's"
+        )
 
 
 class LightGBMEngine(ExplainingEngine):
@@ -359,25 +408,44 @@ class LightGBMEngine(ExplainingEngine):
         start = time.perf_counter()
         model = self.booster.dump_model()
         self._scale = inference_lightgbm_margin_scale(model)
+        self._classes = len(self.metadata.classes) if self.metadata.target == "multiclass" else 0
+        sources = []
+        counts = ContributionCounts()
         try:
-            trees, self._zero_missing = inference_lightgbm_tree_arrays(model)
+            # Every tree is read first: a feature's zeros reach all the kernels alike (as NaN or as 0).
+            _, self._zero_missing = inference_lightgbm_tree_arrays(model)
+            unsupported = None
         except TreeShapUnsupported as exc:
-            log.info("[INF] model_name=%s contributions by %s: %s", label, REFERENCE_NAME, exc)
-            choice = KernelChoice(None, str(exc), None, time.perf_counter() - start, LIGHTGBM_NAME)
-        else:
-            choice = inference_checked_treeshap(
-                trees, self._lightgbm_contributions, model_label=label, framework=LIGHTGBM_NAME,
-                reference_name=REFERENCE_NAME, nthread=nthread, max_path_features=max_path_features,
-                rows_as_seen=self._explained_rows,
+            unsupported = exc
+        for output in range(max(self._classes, 1)):
+            own = self._lightgbm_contributions if not self._classes else (
+                lambda rows, k=output: self._lightgbm_contributions(rows)[:, k, :]
             )
-        self.contributions_source = TreeContributions(
-            choice, self._lightgbm_contributions, nthread=nthread, framework_label=REFERENCE_NAME,
-        )
+            try:
+                if unsupported is not None:
+                    raise unsupported
+                trees, _ = inference_lightgbm_tree_arrays(model, output if self._classes else None)
+            except TreeShapUnsupported as exc:
+                log.info("[INF] model_name=%s contributions by %s: %s", label, REFERENCE_NAME, exc)
+                choice = KernelChoice(None, str(exc), None, time.perf_counter() - start, LIGHTGBM_NAME)
+            else:
+                choice = inference_checked_treeshap(
+                    trees, own, model_label=label if not self._classes else f"{label} class {self.metadata.classes[output]!r}",
+                    framework=LIGHTGBM_NAME, reference_name=REFERENCE_NAME, nthread=nthread, max_path_features=max_path_features,
+                    rows_as_seen=self._explained_rows,
+                )
+            source = TreeContributions(choice, own, nthread=nthread, framework_label=REFERENCE_NAME)
+            source.counts = counts
+            sources.append(source)
+        self.contributions_source = sources[0]
+        if self._classes:
+            # One source per class: each class's trees, checked against that class's slice of pred_contrib.
+            self.class_contributions = tuple(sources)
 
     def inference_outputs(self, batch: InferenceInput) -> InferenceOutput:
         start = time.perf_counter()
         if batch.features.shape[0] == 0:
-            margins = np.empty(0, dtype=np.float64)
+            margins = np.empty((0, self._classes) if self._classes else 0, dtype=np.float64)
         else:
             margins = self.booster.predict(batch.features, raw_score=True, **self._predict_params)
             if self._scale != 1.0:
@@ -397,10 +465,14 @@ class LightGBMEngine(ExplainingEngine):
         return out
 
     def _lightgbm_contributions(self, rows: np.ndarray) -> np.ndarray:
-        """LightGBM's own TreeSHAP on the margin's scale: rows × (features + 1), the bias last."""
+        """LightGBM's own TreeSHAP on the margin's scale: rows × (features + 1), the bias last; for a multiclass model
+        rows × classes × (features + 1) (LightGBM gives each row's classes side by side)."""
+        width = len(self.feature_names) + 1
+        shape = (rows.shape[0], self._classes, width) if self._classes else (rows.shape[0], width)
         if rows.shape[0] == 0:
-            return np.zeros((0, len(self.feature_names) + 1), dtype=np.float64)
-        return np.asarray(self.booster.predict(rows, pred_contrib=True, **self._predict_params), dtype=np.float64) * self._scale
+            return np.zeros(shape, dtype=np.float64)
+        values = np.asarray(self.booster.predict(rows, pred_contrib=True, **self._predict_params), dtype=np.float64) * self._scale
+        return values.reshape(shape)
 
 
 ENGINE = LightGBMEngine

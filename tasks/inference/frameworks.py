@@ -73,11 +73,13 @@ def _trust(framework: str, trusted_types: tuple[str, ...]) -> dict[str, tuple[st
 
 def inference_framework_input_problem(
     model_path: Path, framework: str, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (), kind: str = "binary",
+    classes: tuple[str, ...] = (),
 ) -> str | None:
     """Why the model file cannot score the job's features as a model of the job's kind (a binary
-    classifier, or a regressor for `kind` regression or count), or None."""
+    classifier, a regressor for `kind` regression or count, a classifier of `classes` in their order for
+    a multiclass job), or None."""
     return inference_engine_module(framework, model_path).inference_input_problem(
-        model_path, features, kind=kind, **_trust(framework, trusted_types)
+        model_path, features, kind=kind, classes=classes, **_trust(framework, trusted_types)
     )
 
 

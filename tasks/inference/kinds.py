@@ -57,3 +57,61 @@ def inference_same_kind(model_kind: str, job_kind: str) -> bool:
     model score each other's jobs (the interval and the clipping are the job's), the other kinds only their own."""
     forecast = ("regression", "count")
     return model_kind == job_kind or (model_kind in forecast and job_kind in forecast)
+
+
+def inference_multiclass_kind_problem(what: str, kind: str, *, multiclass: bool, classifiers: str) -> str | None:
+    """Why a model that is `what` ("has objective 'binary'", "is a scikit-learn LogisticRegression with 2 classes") does
+    not fit a job of `kind` for want of, or by having, several classes: another model on a multiclass job, a multiclass
+    model on a binary or forecast job; None when the number of classes is not what refuses it. `classifiers`: what a
+    multiclass job takes of this framework."""
+    if kind == "multiclass" and not multiclass:
+        return f"{what}, but the job is multiclass (target.kind): register a multiclass classifier ({classifiers})"
+    if kind != "multiclass" and multiclass:
+        return (
+            f"{what}, a multiclass classifier, but the job is {inference_job_kind_words(kind)} (target.kind): register a model of "
+            "the job's kind, or set target.kind: multiclass with its classes in the job spec"
+        )
+    return None
+
+
+def inference_class_label_text(label: object) -> str:
+    """A model's class label as the text a class name is compared with (tasks/prediction/class_labels.py reads the
+    job's labels the same way): whole numbers without a decimal point, booleans as true/false, text as it is."""
+    if isinstance(label, bytes):
+        label = label.decode()
+    if isinstance(label, str):
+        return label
+    if type(label).__name__ in ("bool", "bool_"):
+        return str(bool(label)).lower()
+    try:
+        number = float(label)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(label)
+    return str(int(number)) if number.is_integer() else str(label)
+
+
+def inference_class_labels_problem(labels: list[object], classes: list[str] | tuple[str, ...]) -> str | None:
+    """Why a model whose outputs are `labels` (its own class labels, in its output order) cannot be the job's
+    `classes` (target.classes) in the job's order, or None.
+
+    Labels are compared as text. The same names in another order, or names the job does not list, are refused
+    naming both orders. Labels that are whole numbers other than the job's names are codes the user encoded the
+    classes with: their order is the model's, and the hold-out's likelihood checks it at registration."""
+    if not classes:
+        return None
+    texts = [inference_class_label_text(label) for label in labels]
+    if len(texts) != len(classes):
+        return f"has {len(texts)} classes {texts}, but target.classes names {len(classes)}: {list(classes)}"
+    if texts == list(classes):
+        return None
+    if sorted(texts) == sorted(classes):
+        return (
+            f"gives its classes in the order {texts}, but target.classes lists {list(classes)}: list target.classes in the "
+            "model's order"
+        )
+    if all(text.lstrip("-").isdigit() for text in texts):
+        return None
+    return (
+        f"was trained on classes {texts}, which are not target.classes {list(classes)}: train on the job's outcome column, "
+        "or list the model's classes in target.classes"
+    )

@@ -187,6 +187,7 @@ def _xgboost_kind_problem(objective: str, kind: str) -> str | None:
 
 def _model_input_problem(
     model_path: Path, framework: str, features: tuple[str, ...], trusted_types: tuple[str, ...] = (), kind: str = "binary",
+    classes: tuple[str, ...] = (),
 ) -> str | None:
     """Why the model cannot take the job's feature matrix (names where it has them, count and order
     always, an output of the job's kind), or None."""
@@ -221,7 +222,7 @@ def _model_input_problem(
             )
         return None
     if framework != "onnx":
-        return inference_framework_input_problem(model_path, framework, features, trusted_types=trusted_types, kind=kind)
+        return inference_framework_input_problem(model_path, framework, features, trusted_types=trusted_types, kind=kind, classes=classes)
     import onnxruntime as ort
 
     try:
@@ -232,7 +233,7 @@ def _model_input_problem(
 
     from tasks.inference.onnx_outputs import inference_onnx_kind_problem
 
-    if (problem := inference_onnx_kind_problem(onnx.load(str(model_path), load_external_data=False), kind)) is not None:
+    if (problem := inference_onnx_kind_problem(onnx.load(str(model_path), load_external_data=False), kind, classes)) is not None:
         return problem
     shape = session.get_inputs()[0].shape
     if len(shape) != 2:
@@ -308,7 +309,7 @@ def registered_model_version(
         raise ModelArtifactError(
             f"model file {model_file} is not a scikit-learn .skops file ({framework}): --trust names types a .skops file may hold beyond skops' defaults"
         )
-    problem = inference_model_file_problem(model_file, framework) or _model_input_problem(model_file, framework, features, trusted_types, kind)
+    problem = inference_model_file_problem(model_file, framework) or _model_input_problem(model_file, framework, features, trusted_types, kind, classes)
     if problem:
         raise ModelArtifactError(f"model file {model_file} {problem}")
     outcomes = np.asarray(holdout_outcomes, dtype=np.float64)

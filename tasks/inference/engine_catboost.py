@@ -2,7 +2,9 @@
 the table TreeSHAP on the model's trees, checked against CatBoost's own `ShapValues`.
 
 The margin is CatBoost's RawFormulaVal: the log-odds of a binary classifier (Logloss, CrossEntropy); for a
-forecast job's regressor the forecast itself (RMSE, MAE, Huber, MAPE, LogCosh, Lq) or its log (Poisson,
+multiclass job's MultiClass model one value per class, whose softmax is CatBoost's predict_proba (each tree holds
+a leaf value per class, explained class by class; MultiClassOneVsAll is refused: its classes' sigmoids are no
+probability vector); for a forecast job's regressor the forecast itself (RMSE, MAE, Huber, MAPE, LogCosh, Lq) or its log (Poisson,
 Tweedie, whose CatBoostRegressor.predict is exp of it).
 
 What CatBoost does that the conversion follows:
@@ -48,10 +50,17 @@ from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import TreeContributions, inference_output_checked_treeshap
 from tasks.inference.engine import ExplainingEngine, _logged_output
 from tasks.inference.frameworks import RegistrationFields
-from tasks.inference.kinds import LINK_WORDS, inference_kind_problem, inference_quantile_problem
+from tasks.inference.kinds import (
+    LINK_WORDS,
+    inference_class_labels_problem,
+    inference_kind_problem,
+    inference_multiclass_kind_problem,
+    inference_quantile_problem,
+)
 from tasks.inference.oblivious_treeshap import inference_oblivious_treeshap_kernel
 from tasks.inference.registry import ModelArtifact, ModelExplanation
 from tasks.inference.treeshap import (
+    ContributionCounts,
     KernelChoice,
     TreeArrays,
     TreeShapUnsupported,
@@ -71,7 +80,9 @@ FORECAST_LOSSES = {
 }
 """Losses a forecast job takes, with the link from RawFormulaVal to CatBoost's own prediction."""
 _QUANTILE_LOSSES = ("Quantile", "Expectile", "LogLinQuantile", "MultiQuantile")
-_MULTICLASS_LOSSES = ("MultiClass", "MultiClassOneVsAll")
+MULTICLASS_LOSS = "MultiClass"
+"""The loss a multiclass job takes: softmax over one RawFormulaVal per class."""
+_MULTICLASS_LOSSES = (MULTICLASS_LOSS, "MultiClassOneVsAll")
 _MULTILABEL_LOSSES = ("MultiLogloss", "MultiCrossEntropy")
 _RANKING_MARKS = ("Query", "Pair", "YetiRank", "StochasticRank", "LambdaMart", "NDCG", "PFound")
 _ZERO_WEIGHT = 1e-13
@@ -184,19 +195,31 @@ def _what_it_is(loss: str, facts: CatBoostFacts) -> str:
 
 
 def _kind_problem(facts: CatBoostFacts, kind: str) -> str | None:
-    """Why the model's loss does not fit a job of `kind` (a binary classifier, or a regressor of the forecast), or None."""
+    """Why the model's loss does not fit a job of `kind` (a binary classifier, a MultiClass classifier, or a regressor
+    of the forecast), or None."""
     loss = facts.loss
     classifiers, regressors = f"loss {' or '.join(BINARY_LOSSES)}", f"loss {', '.join(FORECAST_LOSSES)}"
     if not loss:
-        wanted = f"a binary classifier ({classifiers})" if kind == "binary" else f"a regressor ({regressors})"
-        return f"records no loss function; a {'scoring' if kind == 'binary' else 'forecast'} model must be {wanted}"
+        wanted = {"binary": f"a binary classifier ({classifiers})", "multiclass": f"a multiclass classifier (loss {MULTICLASS_LOSS})"}.get(
+            kind, f"a regressor ({regressors})")
+        return f"records no loss function; a {'scoring' if kind == 'binary' else kind if kind == 'multiclass' else 'forecast'} model must be {wanted}"
     what = f"is {_what_it_is(loss, facts)} (loss {loss})"
+    if kind == "multiclass":
+        if loss == MULTICLASS_LOSS:
+            return None
+        if loss == "MultiClassOneVsAll":
+            return (
+                f"{what}: one-vs-all, each class's probability is its own sigmoid and they do not sum to 1, so the model has no "
+                f"probability vector of its own to calibrate; train with loss {MULTICLASS_LOSS} (softmax)"
+            )
+        return inference_multiclass_kind_problem(what, kind, multiclass=False, classifiers=f"loss {MULTICLASS_LOSS}")
     if kind == "binary":
         if loss in BINARY_LOSSES:
             return None
         if loss in FORECAST_LOSSES or loss in _QUANTILE_LOSSES:
             return inference_kind_problem(what, kind, regressor=True, classifiers=classifiers, regressors=regressors)
-        return f"{what}; a scoring model must be a binary classifier ({classifiers})"
+        multiclass = ", or set target.kind: multiclass with its classes in the job spec" if loss in _MULTICLASS_LOSSES else ""
+        return f"{what}; a scoring model must be a binary classifier ({classifiers}){multiclass}"
     if loss in FORECAST_LOSSES:
         return None
     if loss in _QUANTILE_LOSSES:
@@ -206,12 +229,19 @@ def _kind_problem(facts: CatBoostFacts, kind: str) -> str | None:
     return f"{what}, not one of the regressions a forecast job takes ({regressors})"
 
 
-def inference_catboost_problem(facts: CatBoostFacts, features: tuple[str, ...], kind: str = "binary") -> str | None:
-    """Why the model cannot score the job's features as a model of the job's kind (a binary classifier, or a
-    regressor for `kind` regression or count), or None."""
+def inference_catboost_problem(
+    facts: CatBoostFacts, features: tuple[str, ...], kind: str = "binary", classes: tuple[str, ...] = (),
+) -> str | None:
+    """Why the model cannot score the job's features as a model of the job's kind (a binary classifier, a
+    multiclass classifier of `classes` in their order, or a regressor for `kind` regression or count), or None."""
     if (problem := _kind_problem(facts, kind)) is not None:
         return problem
-    if facts.dimensions != 1:
+    if kind == "multiclass":
+        if classes and facts.dimensions != len(classes):
+            return f"gives {facts.dimensions} raw values per row (one per class), but target.classes names {len(classes)}: {list(classes)}"
+        if facts.class_names and (problem := inference_class_labels_problem(facts.class_names, classes)) is not None:
+            return problem
+    elif facts.dimensions != 1:
         one = "the log-odds of the event" if kind == "binary" else "the forecast or its log"
         return f"gives {facts.dimensions} raw values per row; a scoring model gives one ({one})"
     if facts.categorical:
@@ -241,13 +271,15 @@ def inference_catboost_problem(facts: CatBoostFacts, features: tuple[str, ...], 
     return None
 
 
-def inference_input_problem(model_path: Path, features: tuple[str, ...], *, kind: str = "binary") -> str | None:
+def inference_input_problem(
+    model_path: Path, features: tuple[str, ...], *, kind: str = "binary", classes: tuple[str, ...] = (),
+) -> str | None:
     """Why the .cbm file cannot score the job's features as a model of the job's kind, or None."""
     try:
         model = inference_catboost_model(model_path)
     except ModelArtifactError as exc:
         return str(exc).removeprefix(f"model file {model_path} ")
-    return inference_catboost_problem(inference_catboost_facts(model), features, kind)
+    return inference_catboost_problem(inference_catboost_facts(model), features, kind, classes)
 
 
 def inference_registration_fields(
@@ -260,7 +292,13 @@ def inference_registration_fields(
     if problem := inference_catboost_problem(facts, features, kind):
         raise ModelArtifactError(f"model file {model_path} {problem}")
     fields: dict[str, Any] = {"explanation": ModelExplanation(method="treeshap")}
-    if kind == "binary":
+    if kind == "multiclass":
+        _softmax_check(model, holdout, model_path)
+        meaning = (
+            f"one value per class of its {facts.dimensions}{f' {facts.class_names}' if facts.class_names else ''}, whose softmax is "
+            "CatBoost's predict_proba (checked on the hold-out)"
+        )
+    elif kind == "binary":
         event = f"class {facts.class_names[1]!r} of {facts.class_names}" if facts.class_names else "the event (target 1)"
         meaning = f"the log-odds of {event}"
     else:
@@ -272,6 +310,26 @@ def inference_registration_fields(
         f"{_NAN_MODES.get(facts.nan_mode, 'as CatBoost treats it')}; scored on the job's device: CPU, or the GPU where CatBoost can evaluate there (read back at load)"
     )
     return RegistrationFields(fields, [note])
+
+
+SOFTMAX_TOLERANCE = 1e-6
+"""How far the softmax of RawFormulaVal may be from CatBoost's own Probability (float64 both, from the same sums)."""
+
+
+def _softmax_check(model, holdout: np.ndarray, model_path: Path) -> None:  # noqa: ANN001  (a catboost.CatBoost)
+    """Refuses a multiclass model whose RawFormulaVal's softmax is not CatBoost's own probability vector on the hold-out."""
+    if holdout.shape[0] == 0:
+        return
+    rows = np.ascontiguousarray(holdout, dtype=np.float32)
+    raw = np.asarray(model.predict(rows, prediction_type="RawFormulaVal"), dtype=np.float64)
+    shifted = np.exp(raw - raw.max(axis=1, keepdims=True))
+    own = np.asarray(model.predict(rows, prediction_type="Probability"), dtype=np.float64)
+    diff = float(np.abs(shifted / shifted.sum(axis=1, keepdims=True) - own).max())
+    if not diff <= SOFTMAX_TOLERANCE:
+        raise ModelArtifactError(
+            f"model file {model_path}: the softmax of its RawFormulaVal differs from CatBoost's own probabilities by up to {diff:.3g} "
+            f"on the {holdout.shape[0]} hold-out rows; its margins would not be the model's"
+        )
 
 
 @dataclass(frozen=True)
@@ -323,11 +381,13 @@ def _leaf_covers(weights: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, b
     return np.where(empty, tiny, weights), bool(np.any(values[empty] != 0.0))
 
 
-def inference_catboost_tree_arrays(model_json: dict, n_features: int) -> CatBoostTrees:
-    """The trees of CatBoost's JSON export in the one layout; raises TreeShapUnsupported for what it cannot represent."""
+def inference_catboost_tree_arrays(model_json: dict, n_features: int, output: int = 0, outputs: int = 1) -> CatBoostTrees:
+    """The trees of CatBoost's JSON export in the one layout, adding up to raw value `output` of the model's `outputs`
+    (a multiclass model's leaves hold one value per class, leaf by leaf); raises TreeShapUnsupported for what it
+    cannot represent."""
     floats = {int(f["feature_index"]): f for f in model_json.get("features_info", {}).get("float_features", [])}
-    scale, bias = model_json.get("scale_and_bias") or [1.0, [0.0]]
-    bias = float(bias[0] if isinstance(bias, list) else bias)
+    scale, bias = model_json.get("scale_and_bias") or [1.0, [0.0] * outputs]
+    bias = float(bias[output] if isinstance(bias, list) else bias)
     scale = float(scale)
     unusable: list[str] = []
     if scale != 1.0:
@@ -348,6 +408,8 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int) -> CatBoos
             splits = tree["splits"]
             depth = len(splits)
             values = np.asarray(tree["leaf_values"], dtype=np.float64) * scale
+            if outputs > 1:
+                values = values[output::outputs]
             weights = np.asarray(tree.get("leaf_weights") or [], dtype=np.float64)
             if values.size != 2**depth or weights.size != values.size:
                 raise TreeShapUnsupported(
@@ -380,7 +442,7 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int) -> CatBoos
                 if "split" not in node:
                     value = node["value"]
                     index = builder.node(0, 0.0, 0, 0.0)
-                    leaves.append((index, float(value[0] if isinstance(value, list) else value) * scale, float(node.get("weight", 0.0))))
+                    leaves.append((index, float(value[output] if isinstance(value, list) else value) * scale, float(node.get("weight", 0.0))))
                     return index
                 feature, threshold, default_left = split(node["split"])
                 index = builder.node(feature, threshold, default_left, 0.0)
@@ -456,13 +518,37 @@ class CatBoostEngine(ExplainingEngine):
         self.providers = (f"catboost:{self.device_type}",)
         self.feature_names = tuple(self.metadata.features)
         self.reasons_unavailable = None
-        self.contributions_source = self._explanation(nthread)
+        self._classes = len(self.metadata.classes) if self.metadata.target == "multiclass" else 0
+        if not self._classes:
+            self.contributions_source = self._explanation(nthread)
+            return
+        # One source per class, each the trees' values of that class; the first one unavailable makes reasons off.
+        model_json = inference_catboost_model_json(self.model)
+        sources = []
+        counts = ContributionCounts()
+        for k in range(self._classes):
+            source = self._explanation(nthread, k, model_json)
+            if source is None:
+                return
+            source.counts = counts
+            sources.append(source)
+        self.class_contributions = tuple(sources)
+        self.contributions_source = sources[0]
 
-    def _explanation(self, nthread: int) -> TreeContributions | None:
+    def _explanation(self, nthread: int, output: int | None = None, model_json: dict | None = None) -> TreeContributions | None:
+        """The contributions' source of the model's raw value, or of class `output`'s raw value of a multiclass model."""
         label = f"{self.metadata.name} {self.metadata.version}"
         start = time.perf_counter()
+        own, raw_values = self._catboost_contributions, self._raw_values
+        if output is not None:
+            label = f"{label} class {self.metadata.classes[output]!r}"
+            own = lambda rows, k=output: self._catboost_contributions(rows)[:, k, :]  # noqa: E731
+            raw_values = lambda rows, k=output: self._raw_values(rows)[:, k]  # noqa: E731
         try:
-            trees = inference_catboost_tree_arrays(inference_catboost_model_json(self.model), len(self.feature_names))
+            trees = inference_catboost_tree_arrays(
+                model_json if model_json is not None else inference_catboost_model_json(self.model), len(self.feature_names),
+                output or 0, max(self._classes, 1),
+            )
         except TreeShapUnsupported as exc:
             scale = float(self.model.get_scale_and_bias()[0])
             if scale != 1.0:
@@ -473,19 +559,19 @@ class CatBoostEngine(ExplainingEngine):
                 return None
             log.info("[INF] model_name=%s contributions by %s: %s", label, SHAP_LABEL, exc)
             choice = KernelChoice(None, str(exc), None, time.perf_counter() - start, CATBOOST_NAME)
-            return TreeContributions(choice, self._catboost_contributions, nthread=nthread, framework_label=SHAP_LABEL)
+            return TreeContributions(choice, own, nthread=nthread, framework_label=SHAP_LABEL)
         # A symmetric tree's contributions depend only on the leaf a row reaches: one table row per leaf.
         kernel_of = inference_oblivious_treeshap_kernel if trees.oblivious else None
         if trees.own_shap_unusable is None:
             choice = inference_checked_treeshap(
-                trees.arrays, self._catboost_contributions, model_label=label, framework=CATBOOST_NAME,
+                trees.arrays, own, model_label=label, framework=CATBOOST_NAME,
                 reference_name=SHAP_LABEL, nthread=nthread, kernel_of=kernel_of,
             )
-            return TreeContributions(choice, self._catboost_contributions, nthread=nthread, framework_label=SHAP_LABEL)
+            return TreeContributions(choice, own, nthread=nthread, framework_label=SHAP_LABEL)
         log.info("[INF] model_name=%s contributions checked against the model's own raw values: %s", label, trees.own_shap_unusable)
         try:
             choice = inference_output_checked_treeshap(
-                trees.arrays, self._raw_values, model_label=label, framework=CATBOOST_NAME, nthread=nthread, kernel_of=kernel_of,
+                trees.arrays, raw_values, model_label=label, framework=CATBOOST_NAME, nthread=nthread, kernel_of=kernel_of,
             )
         except TreeShapUnsupported as exc:
             self.reasons_unavailable = (
@@ -493,7 +579,7 @@ class CatBoostEngine(ExplainingEngine):
                 "its rows are scored with reasons off"
             )
             return None
-        return TreeContributions(choice, None, nthread=nthread, framework_label=SHAP_LABEL, output=self._raw_values)
+        return TreeContributions(choice, None, nthread=nthread, framework_label=SHAP_LABEL, output=raw_values)
 
     def _gpu_problem(self) -> str | None:
         """Why CatBoost cannot evaluate this model on the GPU (its CPU-only build, no usable device), or None:
@@ -511,16 +597,19 @@ class CatBoostEngine(ExplainingEngine):
         return None
 
     def _raw_values(self, rows: np.ndarray) -> np.ndarray:
-        return np.asarray(
+        """RawFormulaVal: one per row, or rows × classes for a multiclass model."""
+        values = np.asarray(
             self.model.predict(
                 np.ascontiguousarray(rows, dtype=np.float32), prediction_type="RawFormulaVal", thread_count=self._threads,
                 task_type=self._task_type,
             ),
             dtype=np.float64,
-        ).reshape(-1)
+        )
+        return values.reshape(rows.shape[0], self._classes) if self._classes else values.reshape(-1)
 
     def _catboost_contributions(self, rows: np.ndarray) -> np.ndarray:
-        """CatBoost's own TreeSHAP: rows × (features + 1), the expected value last."""
+        """CatBoost's own TreeSHAP: rows × (features + 1), the expected value last (rows × classes × (features + 1) for a
+        multiclass model)."""
         from catboost import Pool
 
         pool = Pool(np.ascontiguousarray(rows, dtype=np.float32))

@@ -17,6 +17,13 @@ boosting go to the product's TreeSHAP table through `TreeArrays` (scikit-learn h
 its own, so the kernel is checked for local accuracy against the model's output); linear classifiers get
 coefficient × (value − reference mean); the same after per-column transformers in a pipeline (scalers, an
 imputer), on the transformed columns; anything else scores with reasons off.
+
+A multiclass job takes a classifier of 3 or more classes with predict_proba, its classes_ the job's
+target.classes in order (compared as text; whole-number codes are taken in their order, which the hold-out
+checks). Its margins are its decision_function, one per class, where their softmax is its predict_proba
+on the hold-out (multinomial logistic regression, gradient boosting), else the log of its predict_proba,
+clipped (forests, one-vs-rest models). Reasons per class: the trees of each class (the TreeSHAP table),
+each class's coefficients (coef_[k]), on the probability scale for a forest as for a binary job.
 """
 
 from __future__ import annotations
@@ -36,7 +43,13 @@ from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import LinearContributions, TreeContributions, inference_output_checked_treeshap
 from tasks.inference.engine import Device, ExplainingEngine, _logged_output
 from tasks.inference.frameworks import RegistrationFields
-from tasks.inference.kinds import LINK_WORDS, inference_kind_problem, inference_quantile_problem
+from tasks.inference.kinds import (
+    LINK_WORDS,
+    inference_class_labels_problem,
+    inference_kind_problem,
+    inference_multiclass_kind_problem,
+    inference_quantile_problem,
+)
 from tasks.inference.onnx_outputs import inference_probability_margins
 from tasks.inference.registry import (
     PROBABILITY_CLIP,
@@ -45,7 +58,7 @@ from tasks.inference.registry import (
     SklearnOutput,
     inference_reasons_unavailable,
 )
-from tasks.inference.treeshap import TreeArrays, TreeShapUnsupported, inference_leq_threshold
+from tasks.inference.treeshap import ContributionCounts, TreeArrays, TreeShapUnsupported, inference_leq_threshold
 
 log = logging.getLogger("scoring.inference")
 
@@ -254,7 +267,10 @@ def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
         return f"is {what} with several outputs; a scoring model gives one binary outcome"
     classes = np.asarray(classes)
     if classes.size != 2:
-        return f"is {what} with {classes.size} classes {classes.tolist()}; a scoring model must be a binary classifier"
+        return (
+            f"is {what} with {classes.size} classes {classes.tolist()}; a scoring model must be a binary classifier"
+            + (", or set target.kind: multiclass with its classes in the job spec" if classes.size > 2 else "")
+        )
     if _event_index(classes) is None:
         return (
             f"is {what} with classes {classes.tolist()}; the job's outcome is 0/1, so its classes must be 0 and 1 "
@@ -264,6 +280,41 @@ def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
         return problem
     if not hasattr(estimator, "predict_proba") and not hasattr(estimator, "decision_function"):
         return f"is {what} with neither predict_proba nor decision_function: it gives labels only"
+    return None
+
+
+_MULTICLASS_CLASSIFIERS = (
+    "a classifier of the job's classes with predict_proba: LogisticRegression, a tree, forest or gradient boosting classifier, "
+    "or a Pipeline ending in one"
+)
+
+
+def _multiclass_problem(model: _Model, features: tuple[str, ...], classes: tuple[str, ...]) -> str | None:
+    """Why the estimator cannot classify the job's rows into `classes` in their order (another kind of model, two classes,
+    classes_ in another order or others, no predict_proba), or None."""
+    from sklearn.base import is_classifier
+
+    estimator = model.estimator
+    what = model.description
+    if not is_classifier(estimator):
+        return inference_multiclass_kind_problem(f"is {what}, not a classifier", "multiclass", multiclass=False, classifiers=_MULTICLASS_CLASSIFIERS)
+    if not hasattr(model.final, "classes_"):
+        return f"is {what} that was never fitted (it has no classes_)"
+    labels = model.final.classes_
+    if isinstance(labels, list) or np.ndim(labels) != 1:
+        return f"is {what} with several outputs; a multiclass model gives one class per row"
+    labels = np.asarray(labels)
+    if labels.size < 3:
+        return inference_multiclass_kind_problem(
+            f"is {what} with {labels.size} classes {labels.tolist()}, a binary classifier", "multiclass", multiclass=False,
+            classifiers=_MULTICLASS_CLASSIFIERS,
+        )
+    if (problem := inference_class_labels_problem(labels.tolist(), classes)) is not None:
+        return f"is {what} that {problem}"
+    if (problem := _inputs_problem(estimator, features)) is not None:
+        return problem
+    if not hasattr(estimator, "predict_proba"):
+        return f"is {what} without predict_proba: it gives no probability of each class"
     return None
 
 
@@ -324,13 +375,21 @@ def _regressor_problem(model: _Model, features: tuple[str, ...], kind: str) -> s
     return _inputs_problem(estimator, features)
 
 
-def inference_input_problem(model_path: Path, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (), kind: str = "binary") -> str | None:
-    """Why the skops file cannot score the job's features as a model of the job's kind (a binary classifier, or a
-    regressor for `kind` regression or count), or None."""
+def inference_input_problem(
+    model_path: Path, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (), kind: str = "binary", classes: tuple[str, ...] = (),
+) -> str | None:
+    """Why the skops file cannot score the job's features as a model of the job's kind (a binary classifier, a classifier
+    of `classes` in their order for a multiclass job, or a regressor for `kind` regression or count), or None."""
     try:
         model = _loaded(model_path, trusted_types)
     except ModelArtifactError as exc:
         return str(exc).removeprefix(f"model file {model_path} ")
+    if kind == "multiclass":
+        return _multiclass_problem(model, features, classes)
+    if kind != "binary" and (labels := getattr(model.final, "classes_", None)) is not None and np.size(labels) > 2:
+        return inference_multiclass_kind_problem(
+            f"is {model.description} with {np.size(labels)} classes", kind, multiclass=True, classifiers=_MULTICLASS_CLASSIFIERS,
+        )
     return _classifier_problem(model, features) if kind == "binary" else _regressor_problem(model, features, kind)
 
 
@@ -382,6 +441,34 @@ def _output_choice(model: _Model) -> tuple[SklearnOutput, str]:
             f"scikit-learn {model.name}: the margin is its decision_function, a raw score (not a log-odds), calibrated as it is")
 
 
+SOFTMAX_TOLERANCE = 1e-6
+"""How far the softmax of a multiclass decision_function may be from the model's predict_proba for the decision_function
+to be the margins (float64 both; scikit-learn computes one from the other where they agree)."""
+
+
+def _class_output_choice(model: _Model, holdout: np.ndarray) -> tuple[SklearnOutput, str]:
+    """How a multiclass classifier scores: its decision_function where the softmax of it is its predict_proba on the
+    hold-out's complete rows, else the clipped log of its predict_proba."""
+    listed = np.asarray(model.final.classes_).tolist()
+    rows = holdout[~np.isnan(holdout).any(axis=1)] if np.isnan(holdout).any() else holdout
+    if hasattr(model.estimator, "decision_function") and rows.shape[0]:
+        x = _model_rows(model, rows)
+        try:
+            scores = np.asarray(model.estimator.decision_function(x), dtype=np.float64)
+            probability = np.asarray(model.estimator.predict_proba(x), dtype=np.float64)
+        except (ValueError, TypeError, AttributeError):
+            scores = probability = None
+        if scores is not None and scores.shape == probability.shape:
+            shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
+            if float(np.abs(shifted / shifted.sum(axis=1, keepdims=True) - probability).max()) <= SOFTMAX_TOLERANCE:
+                return (SklearnOutput(method="decision_function", classes=listed),
+                        f"scikit-learn {model.name} of classes {listed}: the margins are its decision_function, one per class, "
+                        "whose softmax is its predict_proba (checked on the hold-out)")
+    return (SklearnOutput(method="predict_proba", classes=listed, clip=PROBABILITY_CLIP),
+            f"scikit-learn {model.name} of classes {listed}: the margins are the log of its predict_proba, one per class, p clipped "
+            f"below at {PROBABILITY_CLIP:g} (their softmax is its probabilities)")
+
+
 def _model_rows(model: _Model, rows: np.ndarray) -> np.ndarray:
     """The rows as the estimator is given them. scikit-learn keeps float32 through scalers and linear models (a
     LogisticRegression's decision_function of float32 rows is float32, off by 3e-5 at a margin of 350), so
@@ -391,10 +478,20 @@ def _model_rows(model: _Model, rows: np.ndarray) -> np.ndarray:
     return np.asarray(rows, dtype=np.float32 if model.name in _TREES else np.float64)
 
 
+def _classifies(output: SklearnOutput) -> bool:
+    """Whether the output is a multiclass classifier's: one margin per class (a binary one names its event's column)."""
+    return output.method in ("decision_function", "predict_proba") and output.event_index is None and len(output.classes) > 2
+
+
 def inference_sklearn_margins(model: _Model, output: SklearnOutput, rows: np.ndarray) -> np.ndarray:
     """The margins of `rows` (the job's features in order), float64. decision_function scores classes_[1],
-    which registration made sure is the event."""
+    which registration made sure is the event; a multiclass model's margins are rows × classes."""
     x = _model_rows(model, rows)
+    if _classifies(output):
+        if output.method == "decision_function":
+            return np.asarray(model.estimator.decision_function(x), dtype=np.float64)
+        probability = np.asarray(model.estimator.predict_proba(x), dtype=np.float64)
+        return np.log(np.clip(probability, output.clip or PROBABILITY_CLIP, 1.0))
     if output.method == "predict":
         return np.asarray(model.estimator.predict(x), dtype=np.float64).reshape(-1)
     if output.method == "raw_predict":
@@ -475,9 +572,12 @@ class _TreePlan:
     output_label: str
 
 
-def _tree_plan(model: _Model, output: SklearnOutput, n_features: int) -> _TreePlan | None:
-    """The estimator's trees, or None when it has none; raises TreeShapUnsupported for trees the kernel cannot take."""
-    final, name, event = model.final, model.name, output.event_index
+def _tree_plan(model: _Model, output: SklearnOutput, n_features: int, class_index: int | None = None) -> _TreePlan | None:
+    """The estimator's trees, or None when it has none; raises TreeShapUnsupported for trees the kernel cannot take.
+    `class_index`: a multiclass classifier's trees of that class (what adds up to its margin or probability)."""
+    final, name, event = model.final, model.name, output.event_index if class_index is None else class_index
+    if class_index is not None:
+        return _class_tree_plan(model, n_features, class_index)
     if name in _FOREST_REGRESSORS:
         if getattr(final, "n_outputs_", 1) != 1:
             raise TreeShapUnsupported("it has several outputs")
@@ -551,6 +651,41 @@ def _tree_plan(model: _Model, output: SklearnOutput, n_features: int) -> _TreePl
     return None
 
 
+def _class_tree_plan(model: _Model, n_features: int, k: int) -> _TreePlan | None:
+    """Class `k`'s trees of a multiclass tree classifier: a forest's class-k proportions (the probability scale), gradient
+    boosting's class-k trees (adding up to its decision_function's column k)."""
+    final, name = model.final, model.name
+    if name in _FOREST_TREES:
+        if getattr(final, "n_outputs_", 1) != 1:
+            raise TreeShapUnsupported("it has several outputs")
+        members = list(getattr(final, "estimators_", [final]))
+        values = [m.tree_.value[:, 0, k].astype(np.float64) / len(members) for m in members]
+        return _TreePlan(
+            _sklearn_tree_arrays([m.tree_ for m in members], values, bias=0.0, n_features=n_features, nan_left=True),
+            "probability", lambda rows: final.predict_proba(rows)[:, k], "predict_proba",
+        )
+    if name == "GradientBoostingClassifier":
+        from sklearn.dummy import DummyClassifier
+
+        init = final.init_
+        if not (isinstance(init, str) and init == "zero") and not (isinstance(init, DummyClassifier) and init.strategy == "prior"):
+            raise TreeShapUnsupported(f"its init estimator ({type(init).__name__}) gives each row its own starting score")
+        members = [m.tree_ for m in final.estimators_[:, k]]
+        bias = float(final._raw_predict_init(np.zeros((1, n_features), dtype=np.float32))[0, k])
+        values = [final.learning_rate * tree.value[:, 0, 0].astype(np.float64) for tree in members]
+        return _TreePlan(
+            _sklearn_tree_arrays(members, values, bias=bias, n_features=n_features, nan_left=False), "margin",
+            lambda rows: final._raw_predict(np.ascontiguousarray(rows, dtype=np.float32))[:, k], "decision_function",
+        )
+    if name == "HistGradientBoostingClassifier":
+        if getattr(final, "_preprocessor", None) is not None:
+            raise TreeShapUnsupported("it encodes categorical columns itself (categorical_features)")
+        trees = _hist_tree_arrays([stage[k] for stage in final._predictors], bias=float(np.ravel(final._baseline_prediction)[k]),
+                                  n_features=n_features)
+        return _TreePlan(trees, "margin", lambda rows: np.asarray(final.decision_function(rows), dtype=np.float64)[:, k], "decision_function")
+    return None
+
+
 @dataclass(frozen=True)
 class _Explainer:
     """What gives a model's reasons: a tree plan, linear coefficients, or nothing (and why)."""
@@ -565,14 +700,17 @@ def _explainer(model: _Model, output: SklearnOutput, n_features: int) -> _Explai
 
     if problem := model.columnwise_problem():
         return _Explainer("none", detail=f"{model.description} ({problem})")
+    n_classes = len(output.classes) if _classifies(output) else 0
     try:
-        plan = _tree_plan(model, output, n_features)
+        plan = _tree_plan(model, output, n_features, 0 if n_classes else None)
+        if plan is not None and n_classes and plan.scale == "margin" and output.method != "decision_function":
+            raise TreeShapUnsupported("its trees add up to margins whose softmax is not its predict_proba")
     except TreeShapUnsupported as exc:
         return _Explainer("none", detail=f"{model.description} whose trees the TreeSHAP table cannot take ({exc})")
     if plan is not None:
         return _Explainer("treeshap", plan)
     coef = getattr(model.final, "coef_", None)
-    if isinstance(model.final, LinearClassifierMixin) and coef is not None and np.shape(coef) == (1, n_features) and output.method == "decision_function":
+    if isinstance(model.final, LinearClassifierMixin) and coef is not None and np.shape(coef) == (max(n_classes, 1), n_features) and output.method == "decision_function":
         return _Explainer("linear")
     if _linear_regressor(model, n_features) and output.method in ("predict", "raw_predict"):
         return _Explainer("linear")
@@ -621,6 +759,8 @@ def inference_registration_fields(
     link = None
     if kind == "binary":
         output, output_note = _output_choice(model)
+    elif kind == "multiclass":
+        output, output_note = _class_output_choice(model, holdout)
     else:
         if (problem := _regressor_problem(model, features, kind)) is not None:
             raise ModelArtifactError(f"model file {model_path} {problem}")
@@ -632,7 +772,7 @@ def inference_registration_fields(
         notes.append(f"--trust {', '.join(unused)}: the file holds no such type, so it is not recorded")
     for what, rows in (("hold-out", holdout), ("reference", reference)):
         try:
-            given = inference_sklearn_margins(model, output, rows).size
+            given = inference_sklearn_margins(model, output, rows).shape[0]
         except (ValueError, TypeError) as exc:
             incomplete = np.isnan(rows).any(axis=1)
             missing = int(incomplete.sum())
@@ -661,16 +801,24 @@ def inference_registration_fields(
     fields: dict[str, Any] = {"sklearn_output": output, "skops_trusted": trusted}
     if link is not None:
         fields["link"] = link
+    n_classes = len(output.classes) if _classifies(output) else 0
     if explainer.method == "treeshap":
         plan = explainer.tree_plan
         assert plan is not None
         try:
-            _checked_kernel(plan, str(model_path))
+            for k in range(n_classes or 1):
+                # A multiclass model's trees of every class, each adding up to that class's own value.
+                _checked_kernel(_tree_plan(model, output, n_features, k) if n_classes else plan, str(model_path))
         except TreeShapUnsupported as exc:
             explainer = _Explainer("none", detail=f"{model.description} whose trees the TreeSHAP table cannot take ({exc})")
         else:
             fields["explanation"] = ModelExplanation(method="treeshap", scale=plan.scale)
-            if plan.scale == "probability":
+            if n_classes:
+                notes.append(
+                    f"reasons: exact TreeSHAP of each class's trees of the {model.name}, adding up to that class's "
+                    + ("probability (a forest's proportions; the margin is its log)" if plan.scale == "probability" else f"{plan.output_label} column")
+                )
+            elif plan.scale == "probability":
                 notes.append(
                     f"reasons: exact TreeSHAP of the {model.name}'s trees on the probability scale: a row's contributions plus "
                     "the forest's average probability add up to its event probability, not to its margin (that probability's logit)"
@@ -684,7 +832,8 @@ def inference_registration_fields(
         mean = np.asarray(columns, dtype=np.float64).mean(axis=0) if columns.shape[0] else np.zeros(n_features)
         fields["explanation"] = ModelExplanation(method="linear", reference_mean=[float(v) for v in mean])
         notes.append(
-            f"reasons: exact linear contributions of the {model.name}, coefficient × (value − reference mean)"
+            f"reasons: exact linear contributions of the {model.name}, "
+            f"{'each class' + chr(39) + 's coefficient' if n_classes else 'coefficient'} × (value − reference mean)"
             + (" on the pipeline's transformed columns" if transform is not None else "")
         )
     if explainer.method == "none":
@@ -716,7 +865,10 @@ class SklearnEngine(ExplainingEngine):
         self._explained_transform: Callable[[np.ndarray], np.ndarray] | None = None
         method = meta.explanation.method if meta.explanation is not None else "none"
         label = f"{meta.name} {meta.version}"
-        if method == "treeshap":
+        n_classes = len(self.output.classes) if _classifies(self.output) else 0
+        if n_classes and method in ("treeshap", "linear"):
+            self._class_sources(method, n_classes, label, nthread)
+        elif method == "treeshap":
             plan = _tree_plan(self.model, self.output, len(self.feature_names))
             if plan is None:
                 raise ModelArtifactError(f"model {label}: its metadata says treeshap, but {self.model.description} has no trees")
@@ -738,6 +890,35 @@ class SklearnEngine(ExplainingEngine):
         self.reasons_unavailable = inference_reasons_unavailable(meta) if self.contributions_source is None else None
         if self.contributions_source is None and self.reasons_unavailable is None:
             self.reasons_unavailable = f"model {label} is {self.model.description}, which has no exact feature contributions here"
+
+    def _class_sources(self, method: str, n_classes: int, label: str, nthread: int) -> None:
+        """A multiclass model's contributions, one source per class: class k's trees or coefficients (coef_[k])."""
+        counts = ContributionCounts()
+        sources: list[TreeContributions | LinearContributions] = []
+        transform = _transform(self.model)
+        for k in range(n_classes):
+            margin_k = lambda rows, k=k: inference_sklearn_margins(self.model, self.output, rows)[:, k]  # noqa: E731
+            if method == "linear":
+                source: TreeContributions | LinearContributions = LinearContributions(
+                    np.asarray(self.model.final.coef_, dtype=np.float64)[k], np.asarray(self.metadata.explanation.reference_mean),
+                    float(np.ravel(self.model.final.intercept_)[k]), transform=transform, output=margin_k,
+                )
+            else:
+                plan = _tree_plan(self.model, self.output, len(self.feature_names), k)
+                if plan is None:
+                    raise ModelArtifactError(f"model {label}: its metadata says treeshap, but {self.model.description} has no trees")
+                try:
+                    choice = _checked_kernel(plan, f"{label} class {self.metadata.classes[k]!r}", nthread)
+                except TreeShapUnsupported as exc:
+                    raise ModelArtifactError(f"model {label}: its trees no longer pass the registration's check: {exc}") from None
+                output = margin_k if plan.scale == "margin" else (lambda rows, k=k: np.asarray(
+                    self.model.estimator.predict_proba(_model_rows(self.model, rows)), dtype=np.float64)[:, k])
+                source = TreeContributions(choice, None, nthread=nthread, framework_label=f"scikit-learn {plan.output_label}", output=output)
+                self._explained_transform = transform
+            source.counts = counts
+            sources.append(source)
+        self.class_contributions = tuple(sources)
+        self.contributions_source = sources[0]
 
     def _tree_output(self, plan: _TreePlan) -> Callable[[np.ndarray], np.ndarray]:
         """Raw rows → what the trees add up to, through the whole pipeline: the registration's local-accuracy check."""

@@ -104,10 +104,17 @@ def inference_framework_registration_fields(
         from tasks.inference.onnx_explained import inference_onnx_registration_explanation
         from tasks.inference.onnx_outputs import inference_registered_onnx_output
 
+        from tasks.inference.registry import ModelExplanation
+
         choice = inference_registered_onnx_output(model_path, holdout, kind=kind)
-        explanation, notes = inference_onnx_registration_explanation(model_path, choice.output, holdout, reference)
+        if kind == "multiclass":
+            # The graph's explaining node is read for one output; a class vector's per-class reading is not built.
+            explanation = ModelExplanation(method="none", detail="a multiclass ONNX graph (per-class reasons are not read from ONNX graphs)")
+            notes = ["reasons: none for a multiclass ONNX graph; its rows are scored with reasons off (counted as unavailable)"]
+        else:
+            explanation, notes = inference_onnx_registration_explanation(model_path, choice.output, holdout, reference)
         fields = {"onnx_output": choice.output, "explanation": explanation}
-        if kind != "binary":
+        if kind not in ("binary", "multiclass"):
             fields["link"] = "log" if choice.output.kind == "exp" else "identity"
         return RegistrationFields(fields, [choice.description, *notes])
     return inference_engine_module(framework, model_path).inference_registration_fields(

@@ -11,8 +11,11 @@ output into margins (`inference_onnx_margins`). A probability becomes the margin
 clipped to [PROBABILITY_CLIP, 1 − PROBABILITY_CLIP], so the calibration fits on log-odds as it
 does for XGBoost's margins.
 
-A label-only graph, and a multiclass one (more than two classes; the product scores binary
-outcomes), are refused naming the output, its shape and what it holds.
+A label-only graph, and a multiclass one on a binary job, are refused naming the output, its shape and
+what it holds. A multiclass job takes the graph's class probabilities (a ZipMap, read in its class order,
+or an N×K tensor whose rows sum to 1): the margins are their logs, p clipped below at PROBABILITY_CLIP, whose
+softmax is the graph's probabilities; the graph's class labels, where it declares them, must be the job's
+target.classes in order (compared as text; whole-number codes are taken in their order).
 
 A forecast job (target.kind regression or count) takes a regressor's graph: the first float output
 with one value per row is the forecast (skl2onnx's regressors and onnxmltools' LightGBM regressor
@@ -32,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from tasks.errors import ModelArtifactError
-from tasks.inference.kinds import inference_kind_problem
+from tasks.inference.kinds import inference_class_labels_problem, inference_kind_problem, inference_multiclass_kind_problem
 from tasks.inference.registry import PROBABILITY_CLIP, OnnxOutput
 
 EVENT_LABEL = 1
@@ -86,6 +89,8 @@ def inference_registered_onnx_output(model_path: Path, rows: np.ndarray, *, kind
         raise ModelArtifactError(f"model file {model_path} fails on the hold-out in ONNX Runtime: {' '.join(str(exc).split())}") from None
     outputs = {meta.name: (meta.type, value) for meta, value in zip(session.get_outputs(), values, strict=True)}
     try:
+        if kind == "multiclass":
+            return inference_onnx_class_choice(onnx.load(str(model_path)), outputs, rows=features.shape[0])
         if kind != "binary":
             return inference_onnx_forecast_choice(onnx.load(str(model_path)), outputs, rows=features.shape[0], kind=kind)
         return inference_onnx_output_choice(onnx.load(str(model_path)), outputs, rows=features.shape[0])
@@ -146,14 +151,32 @@ def inference_onnx_output_choice(
     )
 
 
-def inference_onnx_kind_problem(model: Any, kind: str) -> str | None:
+_ONNX_MULTICLASS = "its class probabilities: skl2onnx's classifiers, onnxmltools' LightGBM or XGBoost multiclass classifier"
+
+
+def inference_onnx_kind_problem(model: Any, kind: str, classes: tuple[str, ...] | list[str] = ()) -> str | None:
     """Why the graph (an onnx.ModelProto) does not fit a job of `kind`, read from its ONNX-ML nodes: a classifier's
-    graph on a forecast job, a regressor's on a binary one; None when it fits or its nodes do not say (a torch export)."""
+    graph on a forecast job, a regressor's on a binary or multiclass one, a multiclass job's graph whose declared
+    class labels are not `classes` in order; None when it fits or its nodes do not say (a torch export)."""
     ml_ops = [node.op_type for node in model.graph.node if node.domain == "ai.onnx.ml"]
     classifier = next((op for op in ml_ops if op in CLASSIFIER_OPS), None)
     if classifier is None and any(o.type.HasField("sequence_type") for o in model.graph.output):
         classifier = "ZipMap"
     regressor = next((op for op in ml_ops if op in REGRESSOR_OPS), None) if classifier is None else None
+    if kind == "multiclass":
+        if regressor is not None:
+            return inference_multiclass_kind_problem(
+                f"is an ONNX regressor's graph (a {regressor} node computes its output)", kind, multiclass=False, classifiers=_ONNX_MULTICLASS,
+            )
+        declared = _declared_class_labels(model)
+        labels = next((found for found in declared if len(found) > 2), declared[0] if declared else None)
+        if labels is not None and len(labels) == 2:
+            return inference_multiclass_kind_problem(
+                f"is an ONNX graph of 2 classes {labels}, a binary classifier", kind, multiclass=False, classifiers=_ONNX_MULTICLASS,
+            )
+        if labels is not None and (problem := inference_class_labels_problem(list(labels), classes)) is not None:
+            return f"is an ONNX graph that {problem}"
+        return None
     if kind == "binary" and regressor is not None:
         return inference_kind_problem(
             f"is an ONNX regressor's graph (a {regressor} node computes its output)", kind, regressor=True,
@@ -165,6 +188,46 @@ def inference_onnx_kind_problem(model: Any, kind: str) -> str | None:
             classifiers=_ONNX_CLASSIFIERS, regressors=_ONNX_REGRESSORS,
         )
     return None
+
+
+def inference_onnx_class_choice(model: Any, outputs: Mapping[str, tuple[str, Any]], *, rows: int) -> OnnxOutputChoice:
+    """The output among `outputs` (as for `inference_onnx_output_choice`) that gives a multiclass job's probability vector:
+    a ZipMap of 3 or more classes, or a float tensor of 3 or more columns whose rows sum to 1. Raises ModelArtifactError
+    for a binary graph, a label-only one, and one without class probabilities."""
+    listed = [_Output(name, kind_, value) for name, (kind_, value) in outputs.items()]
+    declared = _declared_class_labels(model)
+    for output in listed:
+        if output.type.startswith("seq(map("):
+            maps = output.value
+            if not isinstance(maps, list) or len(maps) != rows or not all(isinstance(m, dict) for m in maps[:1]):
+                raise ModelArtifactError(f"output {output.name!r} is typed {output.type} but returned {_shape_of(maps)} for {rows} rows")
+            classes = list(maps[0]) if maps else []
+            if len(classes) < 3:
+                break
+            return OnnxOutputChoice(
+                OnnxOutput(name=output.name, kind="class_zipmap", classes=classes, clip=PROBABILITY_CLIP),
+                f"ONNX output {output.name!r} {_shape(output)}: the probabilities of classes {classes}; {_log_words()}",
+            )
+        array = np.asarray(output.value) if output.type.startswith("tensor(") else None
+        if array is None or array.dtype.kind != "f" or array.ndim != 2 or array.shape[0] != rows or array.shape[1] < 3:
+            continue
+        if _sums_to_one(array):
+            classes = next((labels for labels in declared if len(labels) == array.shape[1]), list(range(array.shape[1])))
+            return OnnxOutputChoice(
+                OnnxOutput(name=output.name, kind="class_probabilities", classes=classes, clip=PROBABILITY_CLIP),
+                f"ONNX output {output.name!r} {_shape(output)}: the probabilities of classes {classes}; {_log_words()}",
+            )
+    if (labels := next((found for found in declared if len(found) == 2), None)) is not None or any(
+        isinstance(o.value, list) and o.value and len(o.value[0]) == 2 for o in listed
+    ):
+        raise ModelArtifactError(inference_multiclass_kind_problem(
+            f"is an ONNX graph of 2 classes{f' {labels}' if labels else ''}, a binary classifier", "multiclass", multiclass=False,
+            classifiers=_ONNX_MULTICLASS,
+        ))
+    raise ModelArtifactError(
+        "gives no class probabilities: " + "; ".join(f"output {o.name!r} {_shape(o)} {_holds(o, rows)}" for o in listed)
+        + "; export the class probabilities (skl2onnx writes them by default)"
+    )
 
 
 def inference_onnx_forecast_choice(model: Any, outputs: Mapping[str, tuple[str, Any]], *, rows: int, kind: str) -> OnnxOutputChoice:
@@ -207,7 +270,10 @@ def inference_onnx_forecast_choice(model: Any, outputs: Mapping[str, tuple[str, 
 
 
 def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndarray:
-    """The margins of `rows` rows from the value ONNX Runtime returned for the chosen output."""
+    """The margins of `rows` rows from the value ONNX Runtime returned for the chosen output (rows × classes for a
+    multiclass job's class probabilities)."""
+    if output.kind in ("class_zipmap", "class_probabilities"):
+        return _class_margins(output, value, rows)
     if output.kind == "zipmap":
         if not isinstance(value, list) or len(value) != rows:
             raise ModelArtifactError(
@@ -236,6 +302,37 @@ def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndar
             return np.log(values)
     column = array.reshape(rows, -1)[:, output.event_index or 0]
     return inference_probability_margins(_checked_probability(output, np.asarray(column, dtype=np.float64)), output.clip)
+
+
+def _class_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndarray:
+    """log(p) of every class, p clipped below at the output's clip: rows × classes, in the registered class order."""
+    if output.kind == "class_zipmap":
+        if not isinstance(value, list) or len(value) != rows:
+            raise ModelArtifactError(
+                f"ONNX output {output.name!r} returned {_shape_of(value)} for {rows} rows; it was registered as a sequence of maps"
+            )
+        try:
+            probability = np.array([[row[c] for c in output.classes] for row in value], dtype=np.float64).reshape(rows, len(output.classes))
+        except KeyError as exc:
+            raise ModelArtifactError(f"ONNX output {output.name!r} has no class {exc.args[0]!r}, one of its registered classes") from None
+    else:
+        probability = np.asarray(value, dtype=np.float64)
+        if probability.ndim != 2 or probability.shape != (rows, len(output.classes)):
+            raise ModelArtifactError(
+                f"ONNX output {output.name!r} returned {_shape_of(value)} for {rows} rows; it was registered as {len(output.classes)} "
+                "class probabilities per row"
+            )
+    outside = (probability < -PROBABILITY_SLACK) | (probability > 1.0 + PROBABILITY_SLACK)
+    if outside.any():
+        raise ModelArtifactError(
+            f"ONNX output {output.name!r} was registered as class probabilities, but gives {float(probability[outside][0])!r} on "
+            f"{int(outside.any(axis=1).sum())} of {rows} rows, outside [0, 1]"
+        )
+    return np.log(np.clip(probability, output.clip or PROBABILITY_CLIP, 1.0))
+
+
+def _log_words() -> str:
+    return f"the margins are log(p) of each class, p clipped below at {PROBABILITY_CLIP:g} (their softmax is the graph's probabilities)"
 
 
 PROBABILITY_SLACK = 1e-6

@@ -147,12 +147,13 @@ class OnnxOutput(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    kind: Literal["probability", "zipmap", "margin", "exp"] = Field(
+    kind: Literal["probability", "zipmap", "margin", "exp", "class_probabilities", "class_zipmap"] = Field(
         description=(
             "`probability`: a float tensor of probabilities, N×K or one per row; `zipmap`: a sequence of {class: probability} "
             "maps (skl2onnx's default); `margin`: one raw score per row (for a forecast job, the forecast itself), taken as it is; "
             "`exp`: a forecast job's one value per row that an Exp node computes (a Poisson, gamma or Tweedie regressor), whose "
-            "log is the margin."
+            "log is the margin. A multiclass job's: `class_probabilities`, an N×K tensor of every class's probability, and "
+            "`class_zipmap`, the same as {class: probability} maps read in `classes` order; the margins are their logs."
         )
     )
     event_index: int | None = Field(default=None, ge=0, description="The column holding the event's probability; None: one value per row.")
@@ -164,7 +165,9 @@ class OnnxOutput(BaseModel):
     def _complete(self) -> OnnxOutput:
         if self.kind == "zipmap" and self.event_label is None:
             raise ValueError("a zipmap output needs the event_label whose probability is taken")
-        if self.kind in ("probability", "zipmap") and self.clip is None:
+        if self.kind == "class_zipmap" and not self.classes:
+            raise ValueError("a class_zipmap output needs the classes whose probabilities are read, in order")
+        if self.kind in ("probability", "zipmap", "class_probabilities", "class_zipmap") and self.clip is None:
             raise ValueError(f"a {self.kind} output needs the clip its probabilities' logits are taken with")
         return self
 

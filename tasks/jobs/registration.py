@@ -366,7 +366,7 @@ def registered_model_version(
                    if missing else "")
             ) from None
         base["explanation"] = inference_checked_explanation(engine, holdout_features, model_file)
-        if (said := _explanation_note(base["explanation"])) is not None:
+        if (said := _explanation_note(base["explanation"], classifies=classifies)) is not None:
             notes.append(said)
         class_fields: dict[str, Any] = {}
         if classifies:
@@ -559,7 +559,7 @@ def _interval_warnings(check: IntervalCheck) -> list[str]:
     return warnings
 
 
-def _explanation_note(explanation: ModelExplanation) -> str | None:
+def _explanation_note(explanation: ModelExplanation, *, classifies: bool = False) -> str | None:
     """The registration report's line on how rows get reasons; None when they get none (said by its own note)."""
     if explanation.method == "none":
         return None
@@ -572,7 +572,10 @@ def _explanation_note(explanation: ModelExplanation) -> str | None:
         checked = f"checked against {checked}"
     if explanation.max_abs_diff is not None:
         checked += f", largest difference {explanation.max_abs_diff:.2g}"
-    scale = "" if explanation.scale == "margin" else "; they add up to the event's probability, which the model averages, not to its margin"
+    scale = "" if explanation.scale == "margin" else (
+        f"; they add up to {'each class' + chr(39) + 's' if classifies else 'the event' + chr(39) + 's'} probability, which the model "
+        "averages, not to its margin"
+    )
     return f"reasons: {what}, {checked}{scale}"
 
 

@@ -120,6 +120,11 @@ def multiclass_estimate_sums(
     return sums
 
 
+def multiclass_predicted_counts(sums: np.ndarray, *, n_classes: int) -> np.ndarray:
+    """Rows predicted as each class, from (merged) `multiclass_estimate_sums`."""
+    return np.asarray(sums, dtype=np.float64)[_sum_layout(n_classes)["predicted"]].round().astype(np.int64)
+
+
 def _measure(value: float, sd: float, low_point: float, high_point: float, z: float) -> dict[str, float]:
     if math.isnan(value) or math.isnan(sd):
         return {"value": value, "low": _NAN, "high": _NAN, "sd": sd}

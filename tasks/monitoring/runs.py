@@ -71,8 +71,9 @@ def decision_monitoring(
 def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date) -> dict[str, Any]:
     """Labels of one partition joined to its predictions; labels and outcome metrics replaced in the warehouse."""
     spec = load_job_spec(job, settings)
-    # Only a forecast job with slices reads its raw partition again: binary slice monitoring runs in the scoring pass.
-    raw = raw_partition(spec.source, settings, job, partition_date) if spec.target.forecasts and spec.monitoring.slices else None
+    # Only a forecast or multiclass job with slices reads its raw partition again: binary slice monitoring runs in the scoring pass.
+    rereads = spec.target.forecasts or spec.target.classifies
+    raw = raw_partition(spec.source, settings, job, partition_date) if rereads and spec.monitoring.slices else None
     outcomes = ingested_outcomes(
         warehouse, spec, labels_dir=settings.labels_partition_dir(job, partition_date.isoformat()), partition_date=partition_date,
         raw=raw,

@@ -306,6 +306,14 @@ def test_score_outcomes_prints_each_partitions_realized_and_estimated_accuracy(p
         assert f"{row['partition_date']}" in printed and f"{row['accuracy']:.2%}" in printed
 
 
+def test_the_monitoring_page_shows_each_partitions_realized_accuracy(project: dict) -> None:
+    page = (project["root"] / "data" / "output" / JOB / "reports" / "html" / "monitoring.html").read_text()
+    realized = page[page.index("<h2>Realized measures</h2>"):]
+    metrics = stored(project["root"], "outcome_class_metrics").filter(pl.col("section") == "partition")
+    for row in metrics.iter_rows(named=True):
+        assert f"<td>{row['partition_date']}</td>" in realized and f"{row['accuracy']:.2%}" in realized
+
+
 def test_a_partitions_chunks_add_up_to_its_class_estimate_and_the_headline_names_it() -> None:
     from tasks.monitoring.health import HealthAccumulator, health_headline, model_health_rows
     from tasks.monitoring.multiclass_measures import multiclass_estimated_performance

@@ -73,8 +73,8 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
 
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
     from tasks.monitoring.report import (
-        challenger_lines, monitoring_history, realized_error_rows, realized_error_table, realized_performance_rows,
-        realized_performance_table,
+        challenger_lines, monitoring_history, realized_class_rows, realized_class_table, realized_error_rows, realized_error_table,
+        realized_performance_rows, realized_performance_table,
     )
 
     settings = with_warehouse_url(current_settings())
@@ -86,6 +86,8 @@ def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
     )
     if spec.target.forecasts:
         console.print(realized_error_table(job, realized_error_rows(history)))
+    elif spec.target.classifies:
+        console.print(realized_class_table(job, realized_class_rows(history), interval_level=monitoring.health.interval_level))
     else:
         console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))
     for line in challenger_lines(history):
@@ -218,13 +220,18 @@ def _print_classification(result: dict) -> None:
 
 def _print_model_health(result: dict) -> None:
     """One line of the run's model health before labels, and its flags, when the job measures it: a binary job's
-    expected event rate and AUC, a forecast job's estimated error where the run estimated it."""
+    expected event rate and AUC, a multiclass job's estimated accuracy and macro F1, a forecast job's estimated error
+    where the run estimated it."""
     health = result.get("model_health") or {}
     shifted = (result.get("decision_monitoring") or {}).get("shifted_slices", [])
     if not health and not shifted:
         return
     if result.get("classification") is not None:
-        line = f"model health: flagged: {', '.join(health.get('flagged', [])) or 'nothing'}"
+        line = (
+            f"model health: estimated accuracy {_estimate(health.get('accuracy'), '.2%')}, "
+            f"estimated macro F1 {_estimate(health.get('macro_f1'), '.3f')}; "
+            f"flagged: {', '.join(health.get('flagged', [])) or 'nothing'}"
+        )
     elif result.get("forecast") is not None:
         unit = f" {result['forecast']['unit']}" if result["forecast"]["unit"] else ""
         estimates = [

@@ -407,6 +407,18 @@ OUTCOME_ACTUALS = Dataset(
     table="outcome_actuals", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
 )
 """A forecast job's actuals (the label files' outcome column, a number), as `outcome_labels` holds a binary job's 0/1 outcomes."""
+OUTCOME_CLASS_LABELS = Dataset(
+    name="outcome_class_labels",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("entity_id", pa.string()), ("outcome", pa.string()), ("observed_date", pa.date32()),
+            ("source", pa.string()), ("entity_status", pa.string()),
+        ]
+    ),
+    table="outcome_class_labels", keys=(*PARTITION_KEY, "entity_id"), partitioned=True,
+)
+"""A multiclass job's labels (the label files' outcome column, a class name of target.classes), as `outcome_labels`
+holds a binary job's 0/1 outcomes."""
 OUTCOME_PARTITIONS = Dataset(
     name="outcome_partitions",
     schema=pa.schema(
@@ -461,6 +473,50 @@ decision (`section` decision) and per slice value (`section` slice:<column>): `r
 them with an actual, and on those MAE, RMSE, bias (actual − forecast), MAPE over the non-zero actuals (null
 where every actual is 0), sMAPE (0/0 counted as 0), the interval's coverage and mean width; every measure null
 without an actual (tasks/monitoring/forecast_outcomes.py)."""
+OUTCOME_CLASS_METRICS = Dataset(
+    name="outcome_class_metrics",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("model_version", pa.string()), ("scoring_run_id", pa.string()), ("section", pa.string()),
+            ("item", pa.string()), ("rows", pa.int64()), ("labelled", pa.int64()), ("accuracy", pa.float64()),
+            ("log_loss", pa.float64()), ("macro_f1", pa.float64()), ("classwise_ece", pa.float64()), ("top_label_ece", pa.float64()),
+            ("calibration_bins", pa.int64()),
+        ]
+    ),
+    table="outcome_class_metrics", keys=(*PARTITION_KEY, "model_version", "section", "item"), partitioned=True,
+)
+"""A multiclass job's realized performance once labels land: per partition (`section` partition, `item` all), per
+decision (`section` decision) and per slice value (`section` slice:<column>): `rows` classifications, `labelled` of
+them with a label, and on those accuracy, log loss, macro F1, classwise and top-label ECE on `calibration_bins`
+equal-width bins; every measure null without a label (tasks/monitoring/class_outcomes.py)."""
+OUTCOME_CLASS_RATES = Dataset(
+    name="outcome_class_rates",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("model_version", pa.string()), ("section", pa.string()), ("item", pa.string()),
+            ("class_name", pa.string()), ("predicted_rows", pa.int64()), ("support", pa.int64()), ("precision", pa.float64()),
+            ("recall", pa.float64()), ("f1", pa.float64()), ("ece", pa.float64()),
+        ]
+    ),
+    table="outcome_class_rates", keys=(*PARTITION_KEY, "model_version", "section", "item", "class_name"), partitioned=True,
+)
+"""Per class of a multiclass job, in the groups of `outcome_class_metrics`: labelled rows predicted as the class and
+truly of it (support), precision (null: never predicted), recall (null: never observed), F1 and the class's
+one-vs-rest ECE."""
+OUTCOME_CLASS_CALIBRATION = Dataset(
+    name="outcome_class_calibration",
+    schema=pa.schema(
+        [
+            *_MONITORING_KEY, ("model_version", pa.string()), ("class_name", pa.string()), ("bin", pa.int64()),
+            ("bin_low", pa.float64()), ("bin_high", pa.float64()), ("rows", pa.int64()), ("events", pa.int64()),
+            ("probability_sum", pa.float64()), ("mean_probability", pa.float64()), ("observed_rate", pa.float64()),
+        ]
+    ),
+    table="outcome_class_calibration", keys=(*PARTITION_KEY, "model_version", "class_name", "bin"), partitioned=True,
+)
+"""A multiclass job's calibration per class of a partition's labelled rows: each equal-width bin of the class's
+calibrated probability, its rows, the rows truly of the class (`events`) and the probability sum (so curves add up
+over partitions), with the bin's mean probability and observed rate."""
 OUTCOME_DECISIONS = Dataset(
     name="outcome_decisions",
     schema=pa.schema(
@@ -539,8 +595,8 @@ so a partition re-scored without its challenger keeps no stale shadow rows."""
 STAGED_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, INFERENCE_HANDOFF)
 """Every folder a scoring run stages files in (and a failed run's leftovers are removed from)."""
 OUTCOME_DATASETS: tuple[Dataset, ...] = (
-    OUTCOME_LABELS, OUTCOME_ACTUALS, OUTCOME_PARTITIONS, OUTCOME_METRICS, OUTCOME_ERRORS, OUTCOME_CALIBRATION, OUTCOME_DECISIONS,
-    OUTCOME_ESTIMATES, SHADOW_OUTCOMES,
+    OUTCOME_LABELS, OUTCOME_ACTUALS, OUTCOME_CLASS_LABELS, OUTCOME_PARTITIONS, OUTCOME_METRICS, OUTCOME_ERRORS, OUTCOME_CLASS_METRICS,
+    OUTCOME_CLASS_RATES, OUTCOME_CALIBRATION, OUTCOME_CLASS_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, SHADOW_OUTCOMES,
 )
 """Realized outcomes of a partition, replaced together by an outcomes run (tasks/monitoring/outcomes.py)."""
 MONITORING_DATASETS: tuple[Dataset, ...] = (DECISION_MONITORING, SLICE_COUNTS, SLICE_MONITORING, *OUTCOME_DATASETS)

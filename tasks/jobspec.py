@@ -102,7 +102,11 @@ class LabelSource(_Strict):
 
     entity_column: str = Field(default="entity_id", description="Column with the scored entity's id.")
     outcome_column: str = Field(
-        default="outcome", description="Column with the outcome: binary jobs 1 the event happened, 0 it did not; forecast jobs the actual number."
+        default="outcome",
+        description=(
+            "Column with the outcome: binary jobs 1 the event happened, 0 it did not; forecast jobs the actual number; "
+            "multiclass jobs the class name (one of target.classes)."
+        ),
     )
     observed_date_column: str = Field(default="observed_date", description="Column with the date the outcome was observed.")
     table: str | None = Field(

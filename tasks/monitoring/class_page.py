@@ -3,8 +3,8 @@ latest succeeded run's class mix (each class's share of the rows classified), th
 class, the share of close calls (a small margin over the runner-up) and the decisions' shares, as the runs ledger
 recorded them (`inference.classification`, tasks/monitoring/class_distribution.py).
 
-Realized measures of a multiclass job (accuracy, log loss, per-class precision, recall and calibration once labels
-land) are not computed yet: the page says so rather than showing another kind's measures.
+Once labels land, the realized measures of each partition (`outcome_class_metrics`, tasks/monitoring/class_outcomes.py:
+accuracy beside the interval estimated before labels, log loss, macro F1, classwise and top-label ECE) follow.
 """
 
 from __future__ import annotations
@@ -64,14 +64,32 @@ def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], deci
 
 def class_monitoring_page_html(
     rows: Sequence[Mapping[str, Any]], *, job: str, name: str, classes: Sequence[str], decisions: Sequence[str],
-    first_date: dt.date, last_date: dt.date,
+    first_date: dt.date, last_date: dt.date, realized: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The multiclass job's monitoring page as one string; every text from the inputs is HTML-escaped."""
+    """The multiclass job's monitoring page as one string; every text from the inputs is HTML-escaped. `realized`: the
+    range's realized measures per partition and model version (tasks/monitoring/report.py `realized_class_rows`)."""
     return page_html(
         f"Monitoring {job}",
         f"job <b>{_e(job)}</b> · classes of <b>{_e(name)}</b>: {_e(', '.join(classes))} · partitions {_e(first_date)}..{_e(last_date)}",
         _mix_section(rows, classes, decisions)
-        + "<h2>Realized measures</h2>"
-        '<p class="muted">Accuracy, log loss and per-class precision, recall and calibration once labels land are not computed '
-        "for multiclass jobs yet; the registration's hold-out figures are on the job's model card.</p>",
+        + _realized_section(realized),
+    )
+
+
+_REALIZED_COLUMNS = (
+    ("date", "partition"), ("model_version", "model"), ("rows", "rows"), ("labelled", "labelled"), ("accuracy", "accuracy"),
+    ("estimated_accuracy", "estimated before labels"), ("accuracy_in_interval", "inside"), ("log_loss", "log loss"),
+    ("macro_f1", "macro F1"), ("classwise_ece", "classwise ECE"), ("top_label_ece", "top-label ECE"),
+)
+
+
+def _realized_section(realized: Sequence[Mapping[str, Any]]) -> str:
+    body = ["<tr>" + "".join(_cell(r.get(key)) for key, _ in _REALIZED_COLUMNS) + "</tr>" for r in realized]
+    return (
+        "<h2>Realized measures</h2>"
+        '<p class="muted">On the classifications with a label: accuracy beside the interval estimated the morning after '
+        "(<code>outcome_estimates</code>), log loss of the calibrated vector, macro F1, classwise ECE (mean one-vs-rest) and "
+        "top-label ECE (<code>outcome_class_metrics</code>; per class and slice in <code>outcome_class_rates</code>, "
+        "calibration bins in <code>outcome_class_calibration</code>).</p>"
+        + _table([header for _, header in _REALIZED_COLUMNS], body)
     )

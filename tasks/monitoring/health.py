@@ -36,6 +36,15 @@ it did at registration; `warn` when it lies above the reference's noise only.
 Covariate shift into rows the error model knows to be harder moves the estimate before any actual lands;
 a change of the relation between inputs and actual does not (only the realized error shows it).
 
+**Estimated class performance** (multiclass jobs; CBPE for multiclass, tasks/monitoring/multiclass_measures.py):
+from each row's calibrated probability vector and its predicted class, the expected accuracy (the mean
+probability of the predicted class), macro F1, and per class the expected share of rows truly of it
+(`class_rate`), precision, recall and F1, each with its interval; the predicted class's interval
+[p_low, p_high] adds the calibrator's uncertainty as a binary job's does. **Class mix** (`class_mix`): the
+shares of the predicted classes against the model's reference rows' (`metadata.class_reference`), with
+PSI, the Jensen–Shannon distance and the chi-square p-value; PSI at `drift.psi_warn` / `drift.psi_alert`
+with p < CLASS_MIX_ALPHA flags it.
+
 **Attribution drift**: the mean |contribution| per model input over the scored rows whose TreeSHAP
 contributions were computed for it (`monitoring.health.attribution_share` of the rows, chosen by a
 hash of the row's position, so the same rows are chosen on a re-run, and at least
@@ -61,6 +70,10 @@ import numpy as np
 import polars as pl
 
 from tasks.monitoring.measures import exact_auc
+from tasks.monitoring.multiclass_measures import (
+    multiclass_class_mix, multiclass_estimate_sums, multiclass_estimated_performance_from_sums, multiclass_predicted_counts,
+    multiclass_sum_size,
+)
 
 ERROR_CAP_QUANTILE = 0.999
 """Each row's reconstruction error counts at most the reference's 99.9th percentile: a few wild rows (an
@@ -78,12 +91,17 @@ ANY_ADVERSE = "any adverse"
 """The `decision` (`item`) of the row that pools every adverse decision."""
 ESTIMATED = "estimated_performance"
 ESTIMATED_ERROR = "estimated_error"
+CLASS_MIX = "class_mix"
+CLASS_MIX_ALPHA = 0.01
+"""A class mix is flagged only where the chi-square test finds the change real at this level (and PSI finds it large)."""
 ATTRIBUTION = "attribution"
 MULTIVARIATE = "multivariate"
 PARTITION_FLAG_MEASURES = (("event_rate", ALL), ("auc", ALL))
 """Estimates whose realized value, outside the interval, flags the partition: the relation of the
 model to the world changed. The other measures' verdicts are shown but flag nothing on their own, or
 a healthy partition with a dozen measures would be flagged by chance one time in three."""
+CLASS_PARTITION_FLAG_MEASURES = (("accuracy", ALL),)
+"""A multiclass job's: the estimated accuracy whose realized value, outside the interval, flags the partition."""
 
 
 def _z(level: float) -> float:
@@ -281,6 +299,8 @@ class HealthAccumulator:
     attribution_sum: np.ndarray | None = None
     expected_error_sums: np.ndarray = field(default_factory=lambda: np.zeros(_EXPECTED_ERROR_SUMS))
     """Forecast jobs: rows, Σσ̂, Σσ̂², Σσ̂⁴ of the error model's expected |actual − forecast| (floored)."""
+    class_sums: np.ndarray | None = None
+    """Multiclass jobs: `multiclass_estimate_sums` of the classified rows; None until a chunk adds some."""
 
     def __post_init__(self) -> None:
         if self.rule_sums.shape[1] != len(self.rule_ids):
@@ -306,6 +326,13 @@ class HealthAccumulator:
         s2 = sigma * sigma
         self.expected_error_sums += (sigma.size, float(sigma.sum()), float(s2.sum()), float((s2 * s2).sum()))
 
+    def add_classified(self, probabilities: np.ndarray, predicted: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
+        """One multiclass chunk: calibrated vectors (rows, K), predicted class indices, the predicted class's interval."""
+        sums = multiclass_estimate_sums(
+            probabilities, predicted, n_classes=probabilities.shape[1], probability_low=low, probability_high=high
+        )
+        self.class_sums = sums if self.class_sums is None else self.class_sums + sums
+
     def add_inputs(self, matrix: np.ndarray, pca: PcaReference | None) -> None:
         if pca is None:
             return
@@ -329,6 +356,8 @@ class HealthAccumulator:
         self.error_sum += other.error_sum
         self.error_beyond_cap += other.error_beyond_cap
         self.expected_error_sums = self.expected_error_sums + other.expected_error_sums
+        if other.class_sums is not None:
+            self.class_sums = other.class_sums.copy() if self.class_sums is None else self.class_sums + other.class_sums
         if other.attribution_abs_sum is not None and other.attribution_sum is not None:
             self.add_contribution_sums(other.attribution_abs_sum, other.attribution_sum, other.attribution_rows)
 
@@ -508,6 +537,48 @@ def attribution_rows(health: HealthAccumulator, reference: Mapping[str, Any] | N
     return rows
 
 
+def estimated_class_rows(health: HealthAccumulator, *, classes: Sequence[str], level: float) -> list[dict[str, Any]]:
+    """A multiclass job's estimated accuracy and macro F1 (item `all`), and per class its expected share of the rows
+    (`class_rate`), precision, recall and F1, each with its interval at `level`; NaN before any classified row."""
+    sums = health.class_sums if health.class_sums is not None else np.zeros(multiclass_sum_size(len(classes)))
+    estimate = multiclass_estimated_performance_from_sums(sums, classes=classes, level=level)
+    n = estimate["rows"]
+    rows = [_row(measure, ALL, estimate[measure]["value"], estimate[measure]["low"], estimate[measure]["high"], section=ESTIMATED, rows=n)
+            for measure in ("accuracy", "macro_f1")]
+    for name in classes:
+        of_class = estimate["classes"][name]
+        expected = of_class["expected_rows"]
+        share = [v / n if n else float("nan") for v in (expected["value"], expected["low"], expected["high"])]
+        rows.append(_row("class_rate", name, share[0], share[1], min(1.0, share[2]), section=ESTIMATED, rows=n))
+        for measure in ("precision", "recall", "f1"):
+            m = of_class[measure]
+            rows.append(_row(measure, name, m["value"], m["low"], m["high"], section=ESTIMATED,
+                             rows=of_class["predicted_rows"] if measure == "precision" else n))
+    return rows
+
+
+def class_mix_rows(
+    health: HealthAccumulator, reference: Mapping[str, Any] | None, *, classes: Sequence[str], psi_warn: float, psi_alert: float,
+) -> list[dict[str, Any]]:
+    """A multiclass job's predicted class mix against its model's reference rows: each class's share (`predicted_share`,
+    reference: the reference rows' share, delta: the difference), and the mix's `psi` (flagged `warn`/`alert`),
+    `js_distance` and chi-square `p_value`; nothing without a reference or a classified row."""
+    if not reference or not reference.get("rows") or health.class_sums is None:
+        return []
+    counts = multiclass_predicted_counts(health.class_sums, n_classes=len(classes))
+    shares = reference.get("predicted_share", {})
+    reference_counts = {name: int(round(float(shares.get(name, 0.0)) * int(reference["rows"]))) for name in classes}
+    mix = multiclass_class_mix(dict(zip(classes, counts.tolist(), strict=True)), reference_counts, alpha=CLASS_MIX_ALPHA,
+                               psi_warn=psi_warn, psi_alert=psi_alert)
+    n = int(counts.sum())
+    rows = [{**_row("predicted_share", c["class"], c["share"], section=CLASS_MIX, rows=c["rows"], reference=c["reference_share"]),
+             "delta": c["share"] - c["reference_share"]} for c in mix["classes"]]
+    rows.append({**_row("psi", ALL, mix["psi"], section=CLASS_MIX, rows=n, flag=mix["flag"]), "delta": None})
+    rows.append({**_row("js_distance", ALL, mix["js_distance"], section=CLASS_MIX, rows=n), "delta": None})
+    rows.append({**_row("p_value", ALL, mix["p_value"], section=CLASS_MIX, rows=n), "delta": None})
+    return rows
+
+
 def multivariate_rows(health: HealthAccumulator, pca: Mapping[str, Any] | None, *, tolerance: float, z_alert: float = 3.0) -> list[dict[str, Any]]:
     """The mean reconstruction error against the reference's: `alert` when it is both beyond
     `z_alert` standard errors of the reference's row spread and more than `tolerance` (relative) above it."""
@@ -538,13 +609,19 @@ def model_health_rows(
     health: HealthAccumulator, reference: Mapping[str, Any], *, model_version: str, decisions: Sequence[str],
     rule_ids: Sequence[str], adverse: Sequence[str], level: float, attribution_warn: float, attribution_alert: float,
     multivariate_tolerance: float, interval: Mapping[str, Any] | None = None, estimated_error_tolerance: float = 0.10,
+    classes: Sequence[str] = (), class_reference: Mapping[str, Any] | None = None, psi_warn: float = 0.1, psi_alert: float = 0.25,
 ) -> list[dict[str, Any]]:
     """Every model-health row of one partition, in the `model_health` table's columns (run key aside).
 
     `interval`: a forecast model's `metadata.interval`; its partitions get the estimated error instead
-    of the estimated performance of a binary model's calibrated probabilities."""
+    of the estimated performance of a binary model's calibrated probabilities. `classes`: a multiclass job's
+    (target.classes); its partitions get the estimated class performance and the class mix against
+    `class_reference` (`metadata.class_reference`), flagged at `psi_warn` / `psi_alert`."""
     if interval is not None:
         rows = estimated_error_rows(health, interval, level=level, tolerance=estimated_error_tolerance)
+    elif classes:
+        rows = estimated_class_rows(health, classes=classes, level=level)
+        rows += class_mix_rows(health, class_reference, classes=classes, psi_warn=psi_warn, psi_alert=psi_alert)
     else:
         rows = estimated_performance_rows(
             health, decisions=decisions, rule_ids=rule_ids, adverse=adverse, level=level, holdout_auc=reference.get("auc")
@@ -556,17 +633,17 @@ def model_health_rows(
 
 def health_headline(rows: Sequence[Mapping[str, Any]], *, forecasts: bool = False, classifies: bool = False) -> dict[str, Any]:
     """What a terminal shows of a run's `model_health` rows: a binary job's expected event rate and AUC, a
-    forecast job's (`forecasts`) estimated MAE and RMSE where the rows have them (each [value, low, high], the
-    hold-out's as `*_reference`), a multiclass job's (`classifies`) flags only, and every flagged row as
+    multiclass job's (`classifies`) estimated accuracy and macro F1, a forecast job's (`forecasts`) estimated MAE and RMSE
+    where the rows have them (each [value, low, high], the hold-out's as `*_reference`), and every flagged row as
     `section item measure flag`; {} without rows."""
     if not rows:
         return {}
     flagged = [f"{r['section']} {r['item']} {r['measure']} {r['flag']}" for r in rows if r["flag"] in ("warn", "alert")]
+    estimate = {(r["measure"], r["item"]): [r["value"], r["low"], r["high"]] for r in rows if r["section"] == ESTIMATED}
     if classifies:
         # A multiclass job has no event rate, AUC or forecast error to name, even as null.
-        return {"flagged": flagged}
+        return {"accuracy": estimate.get(("accuracy", ALL)), "macro_f1": estimate.get(("macro_f1", ALL)), "flagged": flagged}
     if not forecasts:
-        estimate = {(r["measure"], r["item"]): [r["value"], r["low"], r["high"]] for r in rows if r["section"] == ESTIMATED}
         return {"event_rate": estimate.get(("event_rate", ALL)), "auc": estimate.get(("auc", ALL)), "flagged": flagged}
     # A forecast job has no event rate or AUC to name, even as null.
     error = {r["measure"]: r for r in rows if r["section"] == ESTIMATED_ERROR and r["item"] == ALL}

@@ -38,6 +38,13 @@ decision and slice value (`outcome_errors`, tasks/monitoring/forecast_outcomes.p
 estimated beside it (`outcome_estimates`), and a challenger that shadowed the partition (`shadow_forecasts`)
 compared with the champion on realized MAE, RMSE and interval coverage (`shadow_outcomes`,
 `forecast_shadow_outcome_rows`). The other kind's tables are emptied for the partition.
+
+A multiclass job (target.kind multiclass) has a class name per entity: its labels are accounted for the same way,
+each a name of target.classes (whole numbers and booleans read as the text they name) or null while unknown, anything
+else refused; they are stored in `outcome_class_labels`, joined to the partition's `classifications`, and measured per
+model version, decision and slice value (`outcome_class_metrics`, `outcome_class_rates`, `outcome_class_calibration`,
+tasks/monitoring/class_outcomes.py), with the performance estimated before labels beside the realized one
+(`outcome_estimates`).
 """
 
 from __future__ import annotations
@@ -57,15 +64,18 @@ import pyarrow.parquet as pq
 from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.errors import LabelError
 from tasks.catalog import (
-    OUTCOME_ACTUALS, OUTCOME_CALIBRATION, OUTCOME_DATASETS, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES, OUTCOME_LABELS,
-    OUTCOME_METRICS, OUTCOME_PARTITIONS, SHADOW_OUTCOMES, Dataset,
+    OUTCOME_ACTUALS, OUTCOME_CALIBRATION, OUTCOME_CLASS_CALIBRATION, OUTCOME_CLASS_LABELS, OUTCOME_CLASS_METRICS, OUTCOME_CLASS_RATES,
+    OUTCOME_DATASETS, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES, OUTCOME_LABELS, OUTCOME_METRICS, OUTCOME_PARTITIONS,
+    SHADOW_OUTCOMES, Dataset,
 )
+from tasks.monitoring.class_outcomes import CLASSIFICATION_COLUMNS, class_estimates_against_realized, class_outcome_rows
 from tasks.monitoring.champion_outcomes import ForecastRows, compared_forecasts, compared_models
 from tasks.monitoring.forecast_outcomes import (
     FORECAST_COLUMNS, PARTITION, error_estimates_against_realized, outcome_error_rows, partition_slice_values, sliced_forecasts,
 )
 from tasks.monitoring.health import ALL, ANY_ADVERSE, ESTIMATED, PARTITION_FLAG_MEASURES
 from tasks.monitoring.measures import brier_score, exact_auc
+from tasks.prediction.class_labels import predict_class_label_text
 from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -77,10 +87,25 @@ PREDICTION_COLUMNS = ("run_id", "entity_id", "probability", "score", "decision",
 _LABEL_SCHEMA = {"entity_id": pl.String, "outcome": pl.Int16, "observed_date": pl.Date, "source": pl.String}
 _ACTUAL_SCHEMA = {**_LABEL_SCHEMA, "outcome": pl.Float64}
 """A forecast job's labels: the same columns, the outcome a number (stored as `outcome_actuals.actual`)."""
+_CLASS_LABEL_SCHEMA = {**_LABEL_SCHEMA, "outcome": pl.String}
+"""A multiclass job's labels: the outcome a class name (stored in `outcome_class_labels`)."""
 
 
 def _label_schema(kind: str) -> dict[str, pl.DataType]:
-    return _LABEL_SCHEMA if kind == "binary" else _ACTUAL_SCHEMA
+    return _LABEL_SCHEMA if kind == "binary" else _CLASS_LABEL_SCHEMA if kind == "multiclass" else _ACTUAL_SCHEMA
+
+
+def _checked_classes(outcome: pl.Series, *, where: str, column: str, classes: Sequence[str]) -> pl.Series:
+    """A class name of `classes` or null (no label yet); anything else is refused, as a binary job's outcome other than
+    0 or 1 is: a label the job has no class for cannot be scored right or wrong."""
+    text = predict_class_label_text(outcome)
+    bad = text.filter(text.is_not_null() & ~text.is_in(list(classes)))
+    if bad.len():
+        raise LabelError(
+            f"{where}: column {column!r} holds the class of a multiclass job and must name one of target.classes {list(classes)} "
+            f"(or be null while unknown); found {bad.len()} other value(s), e.g. {bad.unique().sort().head(5).to_list()}"
+        )
+    return text
 
 
 def _checked_binary(outcome: pl.Series, *, where: str) -> pl.Series:
@@ -118,11 +143,16 @@ def _checked_actuals(actual: pl.Series, *, where: str, column: str, kind: str) -
     return actual
 
 
-def _checked_labels(frame: pl.DataFrame, *, source: str, where: str, kind: str = "binary", column: str = "outcome") -> pl.DataFrame:
+def _checked_labels(
+    frame: pl.DataFrame, *, source: str, where: str, kind: str = "binary", column: str = "outcome", classes: Sequence[str] = (),
+) -> pl.DataFrame:
     """(entity_id, outcome, observed_date, source): a binary job's outcome 0, 1 or null, a forecast job's actual
-    (`_checked_actuals`); `column` is the outcome column's name where it came from."""
+    (`_checked_actuals`), a multiclass job's class name of `classes` (`_checked_classes`); `column` is the outcome
+    column's name where it came from."""
     if kind == "binary":
         outcome = _checked_binary(frame["outcome"], where=where)
+    elif kind == "multiclass":
+        outcome = _checked_classes(frame["outcome"], where=where, column=column, classes=classes)
     else:
         outcome = _checked_actuals(frame["outcome"], where=where, column=column, kind=kind)
     try:
@@ -140,9 +170,10 @@ def _checked_labels(frame: pl.DataFrame, *, source: str, where: str, kind: str =
     )
 
 
-def parquet_labels(folder: Path, source: LabelSource, *, kind: str = "binary") -> pl.DataFrame:
+def parquet_labels(folder: Path, source: LabelSource, *, kind: str = "binary", classes: Sequence[str] = ()) -> pl.DataFrame:
     """The labels of one partition folder (`date=D`), with the columns the job spec names; empty without files.
-    `kind` is the job's target kind: a forecast job's outcome is a number (`_checked_actuals`)."""
+    `kind` is the job's target kind: a forecast job's outcome is a number (`_checked_actuals`), a multiclass job's
+    a name of `classes` (`_checked_classes`)."""
     columns = {source.entity_column: "entity_id", source.outcome_column: "outcome", source.observed_date_column: "observed_date"}
     frames = []
     for path in sorted(folder.glob("*.parquet")):
@@ -153,14 +184,18 @@ def parquet_labels(folder: Path, source: LabelSource, *, kind: str = "binary") -
                 f"labels file {path} lacks column(s) {missing} named in the job spec's monitoring.labels; it has {present}"
             )
         frame = pl.read_parquet(path, columns=list(columns), hive_partitioning=False).rename(columns)
-        frames.append(_checked_labels(frame, source="parquet", where=f"labels file {path}", kind=kind, column=source.outcome_column))
+        frames.append(_checked_labels(
+            frame, source="parquet", where=f"labels file {path}", kind=kind, column=source.outcome_column, classes=classes
+        ))
     return pl.concat(frames) if frames else pl.DataFrame(schema=_label_schema(kind))
 
 
-def table_labels(table: pa.Table, *, name: str, kind: str = "binary", column: str = "outcome") -> pl.DataFrame:
+def table_labels(table: pa.Table, *, name: str, kind: str = "binary", column: str = "outcome", classes: Sequence[str] = ()) -> pl.DataFrame:
     """Labels read from the warehouse table `name` (columns entity_id, outcome, observed_date; `column`: the
     outcome's name in that table)."""
-    return _checked_labels(pl.from_arrow(table), source=f"table {name}", where=f"labels table {name!r}", kind=kind, column=column)
+    return _checked_labels(
+        pl.from_arrow(table), source=f"table {name}", where=f"labels table {name!r}", kind=kind, column=column, classes=classes
+    )
 
 
 def deduplicated_labels(labels: pl.DataFrame) -> tuple[pl.DataFrame, int]:
@@ -280,9 +315,11 @@ class PartitionOutcomes:
         return self.tables[OUTCOME_METRICS.table].to_pylist()
 
     def model_versions(self) -> list[str]:
-        """The model versions measured: a binary job's `outcome_metrics`, a forecast job's `outcome_errors`."""
+        """The model versions measured: a binary job's `outcome_metrics`, a forecast job's `outcome_errors`, a multiclass
+        job's `outcome_class_metrics`."""
         versions = [*self.tables[OUTCOME_METRICS.table].column("model_version").to_pylist(),
-                    *self.tables[OUTCOME_ERRORS.table].column("model_version").to_pylist()]
+                    *self.tables[OUTCOME_ERRORS.table].column("model_version").to_pylist(),
+                    *self.tables[OUTCOME_CLASS_METRICS.table].column("model_version").to_pylist()]
         return sorted(set(versions))
 
 
@@ -494,6 +531,60 @@ def forecast_outcome_tables(
     )
 
 
+def class_outcome_tables(
+    classifications: pl.DataFrame,
+    labels: pl.DataFrame,
+    spec: JobSpec,
+    *,
+    partition_date: dt.date,
+    quarantined: pl.DataFrame | None = None,
+    estimates: pl.DataFrame | None = None,
+    slice_values: pl.DataFrame | None = None,
+) -> PartitionOutcomes:
+    """A multiclass job's outcome tables of one partition: its labels accounted for as a binary job's are
+    (`outcome_class_labels`, `outcome_partitions`), its realized performance per model version, decision and slice
+    value (`outcome_class_metrics`, `outcome_class_rates`, `outcome_class_calibration`, tasks/monitoring/class_outcomes.py)
+    and the performance estimated before labels beside the realized one (`outcome_estimates`).
+
+    `classifications` holds the partition's CLASSIFICATION_COLUMNS, `labels` its labels (several rows per entity allowed)
+    with the class name in `outcome`, `estimates` its `model_health` rows, `slice_values` the raw partition's
+    (entity_id, slice columns) (`partition_slice_values`; None: no slice rows).
+    """
+    job, config = spec.name, spec.monitoring
+    classifications = classifications.sort("entity_id")
+    accounted = accounted_labels(labels, classifications["entity_id"], quarantined)
+    joined = classifications.join(accounted.stored.select("entity_id", "outcome"), on="entity_id", how="left", maintain_order="left")
+    slices = list(config.slices) if slice_values is not None else []
+    if slices:
+        joined = sliced_forecasts(joined, slice_values, slices=slices, max_values=config.slice_max_values)
+    key = {"job": job, "partition_date": partition_date}
+    labelled = int(joined["outcome"].is_not_null().sum())
+    metrics, rates, calibration = class_outcome_rows(
+        joined, classes=spec.target.classes, decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)), slices=slices,
+        bins=config.calibration_bins, key=key,
+    )
+    estimate_rows = []
+    if estimates is not None and estimates.height:
+        for version in sorted({r["model_version"] for r in metrics}):
+            estimate_rows += [{**key, "model_version": version, **r} for r in class_estimates_against_realized(
+                estimates.filter(pl.col("model_version") == version),
+                [r for r in metrics if r["model_version"] == version], [r for r in rates if r["model_version"] == version],
+            )]
+    return PartitionOutcomes(
+        tables=_all_outcome_tables({
+            OUTCOME_CLASS_LABELS.table: _table(
+                OUTCOME_CLASS_LABELS,
+                accounted.stored.with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")),
+            ),
+            OUTCOME_PARTITIONS.table: _table(OUTCOME_PARTITIONS, accounted.partition_rows(key, scored=classifications.height, labelled=labelled)),
+            OUTCOME_CLASS_METRICS.table: _table(OUTCOME_CLASS_METRICS, metrics),
+            OUTCOME_CLASS_RATES.table: _table(OUTCOME_CLASS_RATES, rates),
+            OUTCOME_CLASS_CALIBRATION.table: _table(OUTCOME_CLASS_CALIBRATION, calibration),
+            OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
+        })
+    )
+
+
 SHADOW_RESAMPLES = 400
 """Paired bootstrap resamples of the champion/challenger differences; seeded, so an outcomes run
 recomputed from the same rows stores the same intervals."""
@@ -562,27 +653,32 @@ def forecast_shadow_outcome_rows(
 def partition_labels(warehouse: Warehouse, spec: JobSpec, labels_dir: Path, partition_date: dt.date) -> pl.DataFrame:
     """Every label of the partition: the Parquet folder's, then the warehouse table's if the spec names one
     (a forecast job's outcome a number: `_checked_actuals`)."""
-    source, kind = spec.monitoring.labels, spec.target.kind
-    frames = [parquet_labels(labels_dir, source, kind=kind)]
+    source, kind, classes = spec.monitoring.labels, spec.target.kind, spec.target.classes
+    frames = [parquet_labels(labels_dir, source, kind=kind, classes=classes)]
     if source.table:
         rows = warehouse.source_labels(
             source.table, job=spec.name, partition_date=partition_date, entity_column=source.entity_column,
             outcome_column=source.outcome_column, observed_date_column=source.observed_date_column,
         )
-        frames.append(table_labels(rows, name=source.table, kind=kind, column=source.outcome_column))
+        frames.append(table_labels(rows, name=source.table, kind=kind, column=source.outcome_column, classes=classes))
     return pl.concat(frames)
 
 
 def ingested_outcomes(
     warehouse: Warehouse, spec: JobSpec, *, labels_dir: Path, partition_date: dt.date, raw: RawPartition | None = None
 ) -> PartitionOutcomes:
-    """Read the partition's labels and predictions (a forecast job's forecasts), compute its outcome tables and
-    store them. `raw` is where a forecast job's slice values are read from (None: no slice rows).
+    """Read the partition's labels and predictions (a forecast job's forecasts, a multiclass job's classifications), compute
+    its outcome tables and store them. `raw` is where a forecast or multiclass job's slice values are read from (None: no
+    slice rows).
 
     The tables of (job, partition) are replaced in one transaction, and nothing in them depends on
     when or by which run they were computed: ingesting the same labels again leaves them identical.
     """
     labels = partition_labels(warehouse, spec, labels_dir, partition_date)
+    if spec.target.classifies:
+        outcomes = _class_outcomes(warehouse, spec, labels, partition_date=partition_date, raw=raw)
+        warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables=outcomes.tables)
+        return outcomes
     if spec.target.forecasts:
         outcomes = _forecast_outcomes(warehouse, spec, labels, partition_date=partition_date, raw=raw)
         warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables=outcomes.tables)
@@ -619,6 +715,24 @@ def _forecast_outcomes(
         quarantined=pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date)),
         estimates=pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date)), slice_values=values,
         shadow=pl.from_arrow(warehouse.partition_shadow_forecasts(spec.name, partition_date)),
+    )
+    return PartitionOutcomes(tables=outcomes.tables, notes=tuple(notes))
+
+
+def _class_outcomes(
+    warehouse: Warehouse, spec: JobSpec, labels: pl.DataFrame, *, partition_date: dt.date, raw: RawPartition | None
+) -> PartitionOutcomes:
+    classifications = pl.from_arrow(warehouse.partition_classifications(spec.name, partition_date, CLASSIFICATION_COLUMNS))
+    slices, notes = spec.monitoring.slices, []
+    values = None
+    if slices and classifications.height and raw is not None:
+        values = partition_slice_values(raw, entity_column=spec.entity_column, slices=slices)
+        if values is None:
+            notes.append(f"the raw partition {raw} is gone, so outcome_class_metrics has no slice rows for it")
+    outcomes = class_outcome_tables(
+        classifications, labels, spec, partition_date=partition_date,
+        quarantined=pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date)),
+        estimates=pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date)), slice_values=values,
     )
     return PartitionOutcomes(tables=outcomes.tables, notes=tuple(notes))
 

@@ -21,7 +21,7 @@ import datetime as dt
 import io
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,8 +29,8 @@ import polars as pl
 from rich.table import Table
 
 from tasks.catalog import (
-    DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES, OUTCOME_METRICS,
-    OUTCOME_PARTITIONS, PREDICTIONS, SHADOW_OUTCOMES, SLICE_MONITORING, Dataset,
+    DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_CLASS_METRICS, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES,
+    OUTCOME_METRICS, OUTCOME_PARTITIONS, PREDICTIONS, SHADOW_OUTCOMES, SLICE_MONITORING, Dataset,
 )
 from tasks.monitoring.health_report import attribution_section, estimated_vs_realized_section, multivariate_section, slices_section
 # The run report's page style, so both pages of a job read alike.
@@ -69,6 +69,8 @@ class MonitoringHistory:
     shadow_outcomes: pl.DataFrame
     pooled_comparisons: list[dict[str, Any]]
     """Champion against challenger on every labelled row of the range, per (champion, challenger) version pair (`pooled_comparisons`)."""
+    class_metrics: pl.DataFrame = field(default_factory=pl.DataFrame)
+    """A multiclass job's `outcome_class_metrics` (a binary job's `metrics` instead)."""
 
 
 def pooled_comparisons(rows: pl.DataFrame, *, level: float, bins: int, labelled: int | None = None) -> list[dict[str, Any]]:
@@ -121,6 +123,7 @@ def monitoring_history(
         slices=rows(SLICE_MONITORING),
         shadow_outcomes=rows(SHADOW_OUTCOMES),
         pooled_comparisons=pooled_comparisons(shadowed, level=level, bins=bins, labelled=labelled),
+        class_metrics=rows(OUTCOME_CLASS_METRICS),
     )
 
 
@@ -197,11 +200,43 @@ def realized_error_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
     return sorted(out, key=lambda row: (row["date"], row["model_version"]))
 
 
+def realized_class_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
+    """A multiclass job's realized performance, one row per (partition, model version) that was scored (`outcome_class_metrics`,
+    section `partition`) beside the accuracy estimated before labels (`outcome_estimates`), plus one per partition labelled
+    but never scored."""
+    labels, label_counts = _label_counts(history)
+    metrics = history.class_metrics.filter(pl.col("section") == "partition") if history.class_metrics.height else history.class_metrics
+    estimates = history.estimates.filter(pl.col("measure") == "accuracy") if history.estimates.height else history.estimates
+    estimated = {(r["partition_date"], r["model_version"]): r for r in estimates.iter_rows(named=True)}
+    out = []
+    for r in metrics.sort("partition_date", "model_version").iter_rows(named=True):
+        estimate = estimated.get((r["partition_date"], r["model_version"]))
+        out.append({
+            "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"], "labelled": r["labelled"],
+            "accuracy": "—" if r["accuracy"] is None else _pct(r["accuracy"]),
+            "estimated_accuracy": "—" if estimate is None else _interval_text(estimate["low"], estimate["high"]),
+            "accuracy_in_interval": "—" if estimate is None else {True: "NO", False: "yes", None: "—"}[estimate["outside"]],
+            **{k: "—" if r[k] is None else _three_decimals(r[k]) for k in ("log_loss", "macro_f1", "classwise_ece", "top_label_ece")},
+            **label_counts(r["partition_date"]),
+        })
+    scored = set(metrics["partition_date"].to_list()) if metrics.height else set()
+    for day, r in sorted(labels.items()):
+        if day not in scored:
+            out.append({
+                "date": day.isoformat(), "model_version": f"({r['status']})", "rows": r["predictions"], "labelled": 0, "accuracy": "—",
+                "estimated_accuracy": "—", "accuracy_in_interval": "—", "log_loss": "—", "macro_f1": "—", "classwise_ece": "—",
+                "top_label_ece": "—", **label_counts(day),
+            })
+    return sorted(out, key=lambda row: (row["date"], row["model_version"]))
+
+
 _TERMINAL_HEADERS = {
     "model_version": "version", "observed_rate": "observed", "observed_interval": "interval", "expected_rate": "expected",
     "expected_in_interval": "in int.", "auc": "AUC", "brier": "Brier", "ece": "ECE", "psi_score": "PSI",
     "labels_quarantined": "quar.", "labels_unknown_entity": "unknown",
     "mae": "MAE", "rmse": "RMSE", "mean_width": "mean width", "interval_level": "level",
+    "estimated_accuracy": "estimated", "accuracy_in_interval": "in int.", "log_loss": "log loss", "macro_f1": "macro F1",
+    "classwise_ece": "classwise ECE", "top_label_ece": "top-label ECE",
 }
 
 
@@ -234,6 +269,18 @@ def realized_error_table(job: str, rows: list[dict[str, Any]]) -> Table:
         "forecast's interval, against its level; mean width of that interval; quar. / unknown: labels of entities the "
         "partition quarantined / never saw (table outcome_errors)",
         rows, red=lambda col, value: col == "labels_unknown_entity" and bool(value),
+    )
+
+
+def realized_class_table(job: str, rows: list[dict[str, Any]], *, interval_level: float) -> Table:
+    """`realized_class_rows` as a terminal table; unknown-entity labels and accuracies outside the estimate's interval in red."""
+    return _terminal_table(
+        f"{job}: realized performance per partition and model version",
+        f"on the classifications with a label: accuracy; estimated: the {interval_level:.0%} interval of the accuracy estimated "
+        "before labels; in int.: the realized accuracy inside it; log loss of the calibrated vector; macro F1; classwise ECE "
+        "(mean one-vs-rest) and top-label ECE; quar. / unknown: labels of entities the partition quarantined / never saw "
+        "(tables outcome_class_metrics, outcome_class_rates)",
+        rows, red=lambda col, value: (col == "labels_unknown_entity" and bool(value)) or (col == "accuracy_in_interval" and value == "NO"),
     )
 
 

@@ -16,7 +16,9 @@ from tasks.monitoring.class_page import class_monitoring_page_html, class_monito
 from tasks.monitoring.decisions import decision_groups_frame, monitored_decisions
 from tasks.monitoring.forecast_page import forecast_monitoring_history, forecast_monitoring_page_html
 from tasks.monitoring.slices import slice_counts_frame
-from tasks.monitoring.report import monitoring_history, monitoring_page_html, realized_error_rows, realized_performance_rows
+from tasks.monitoring.report import (
+    monitoring_history, monitoring_page_html, realized_class_rows, realized_error_rows, realized_performance_rows,
+)
 from tasks.monitoring.outcomes import ingested_outcomes
 from tasks.scoring.partition_run import Artifact, artifact_key
 from tasks.settings import Settings
@@ -71,8 +73,9 @@ def decision_monitoring(
 def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date) -> dict[str, Any]:
     """Labels of one partition joined to its predictions; labels and outcome metrics replaced in the warehouse."""
     spec = load_job_spec(job, settings)
-    # Only a forecast job with slices reads its raw partition again: binary slice monitoring runs in the scoring pass.
-    raw = raw_partition(spec.source, settings, job, partition_date) if spec.target.forecasts and spec.monitoring.slices else None
+    # Only a forecast or multiclass job with slices reads its raw partition again: binary slice monitoring runs in the scoring pass.
+    rereads = spec.target.forecasts or spec.target.classifies
+    raw = raw_partition(spec.source, settings, job, partition_date) if rereads and spec.monitoring.slices else None
     outcomes = ingested_outcomes(
         warehouse, spec, labels_dir=settings.labels_partition_dir(job, partition_date.isoformat()), partition_date=partition_date,
         raw=raw,
@@ -104,9 +107,13 @@ def written_monitoring_page(
     decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
     if spec.target.classifies:
         rows = class_monitoring_rows(warehouse, job, first_date=first_date, last_date=last_date)
+        realized = realized_class_rows(monitoring_history(
+            warehouse, job, first_date=first_date, last_date=last_date, level=spec.monitoring.outcome_interval_level,
+            bins=spec.monitoring.calibration_bins,
+        ))
         write_run_report(page, class_monitoring_page_html(
             rows, job=job, name=spec.target.name or spec.monitoring.labels.outcome_column, classes=spec.target.classes,
-            decisions=decisions, first_date=first_date, last_date=last_date,
+            decisions=decisions, first_date=first_date, last_date=last_date, realized=realized,
         ))
         log.info("monitoring page of %s: %s", job, page)
         return page, [Artifact(

@@ -292,6 +292,8 @@ def scoring_summary(
         multivariate_tolerance=monitoring.health.multivariate_tolerance,
         interval=engine.metadata.interval if spec.target.forecasts else None,
         estimated_error_tolerance=monitoring.health.estimated_error_tolerance,
+        classes=spec.target.classes if spec.target.classifies else (), class_reference=engine.metadata.class_reference,
+        psi_warn=spec.drift.psi_warn, psi_alert=spec.drift.psi_alert,
     )
     summary.slice_counts = merged_slice_counts(
         [part for inference in sorted(inferences, key=lambda u: u.unit_id) for part in inference.slice_counts],

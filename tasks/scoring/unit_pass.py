@@ -458,6 +458,9 @@ def _health_of_chunk(
         return
     if calibrated is not None:
         result.health.add_decided(calibrated.probability, calibrated.low, calibrated.high, rules.rule_index)
+    if decided.classified is not None:
+        classified = decided.classified
+        result.health.add_classified(classified.probabilities, classified.predicted, classified.low, classified.high)
     if decided.forecast is not None and decided.inference.expected_error is not None:
         result.health.add_expected_error(decided.inference.expected_error, floor=prepared.prediction_plan.estimate_map.sigma_floor)
     result.health.add_inputs(full.features, prepared.pca_reference)

@@ -32,6 +32,7 @@ from tasks.catalog import (
     DECISION_FLIPS,
     DRIFT_HISTOGRAMS,
     DRIFT_REPORT,
+    CLASSIFICATION_SCHEMA,
     FORECAST_SCHEMA,
     FORECASTS,
     MODEL_HEALTH,
@@ -583,6 +584,10 @@ class Warehouse(ABC):
     def partition_forecasts(self, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
         """The named forecast columns of (job, partition_date) (a forecast job's `forecasts`); no rows when it was never published."""
         return self._partition_columns("forecasts", FORECAST_SCHEMA, job, partition_date, columns)
+
+    def partition_classifications(self, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
+        """The named classification columns of (job, partition_date) (a multiclass job's `classifications`); no rows when it was never published."""
+        return self._partition_columns("classifications", CLASSIFICATION_SCHEMA, job, partition_date, columns)
 
     def _partition_columns(self, table: str, known: pa.Schema, job: str, partition_date: Any, columns: Sequence[str]) -> pa.Table:
         unknown = [c for c in columns if c not in known.names]

@@ -22,8 +22,8 @@ _SUMMARY_NAMES = {
     "rows_scored": "rows_classified",
     # Reasons push toward the predicted class: a row goes without only where no feature pushed it there.
     "rows_without_adverse_reason": "rows_without_reason",
-    # A straddling interval is a binary job's notion; a multiclass job's close calls are its margins.
-    "rows_straddling": None,
+    # The predicted class's probability interval contains a rule's probability cut-off: a rule could decide it either way.
+    "rows_straddling": "rows_straddling_a_probability_cutoff",
 }
 
 

@@ -360,3 +360,21 @@ def test_a_label_naming_no_class_is_refused(tmp_path: Path) -> None:
     pl.DataFrame({"machine_id": ["M-1", "M-2"], "fault": [3, None], "observed_date": [dt.date(2026, 5, 9)] * 2}).write_parquet(path)
     with pytest.raises(LabelError, match=r"e\.g\. \['3'\]"):
         parquet_labels(tmp_path, source, kind="multiclass", classes=CLASSES)
+
+
+def test_the_day_of_low_pressure_sends_one_class_mix_alert_naming_the_classes_that_moved(project: dict) -> None:
+    from tasks.monitoring.alerts import published_run_alerts
+
+    health = health_of(project["root"])
+    for day in SCORED_DAYS:
+        rows = health.filter(pl.col("partition_date") == day).to_dicts()
+        alerts = published_run_alerts(JOB, day.isoformat(), drift_rows=[], monitoring=None, run_link=None, page=None, health_rows=rows)
+        mix = [a for a in alerts if a.event == "class_mix_shift"]
+        if day != SHIFTED:
+            assert mix == []
+            continue
+        assert len(mix) == 1
+        shares = {r["item"]: (r["value"], r["reference"]) for r in rows if r["section"] == "class_mix" and r["measure"] == "predicted_share"}
+        most = max(shares, key=lambda c: abs(shares[c][0] - shares[c][1]))
+        assert f"- {most}: {shares[most][0]:.1%} of rows (reference {shares[most][1]:.1%})" in mix[0].body
+        assert "risk" not in mix[0].body.lower() and "score" not in mix[0].body.lower()

@@ -115,7 +115,10 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
         ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=_failure(finished),
         monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=_failure(monitored),
     )
-    alerted = send_alerts(ticket, quote(summary.drift_report), result.get("decision_monitoring"), result.get("report") or None, return_state=True)
+    alerted = send_alerts(
+        ticket, quote(summary.drift_report), result.get("decision_monitoring"), result.get("report") or None,
+        quote([r for r in summary.model_health if r.get("section") == "class_mix"]), return_state=True,
+    )
     result["warnings"] += alerted.result() if alerted.is_completed() else [f"alerts not sent: {_failure(alerted)}"]
     if result["warnings"] != published.warnings:
         recorded = record_run_warnings(ticket.run_id, result["warnings"], return_state=True)
@@ -135,11 +138,13 @@ def _failure(state: State) -> str:
 
 
 @task(name="send-alerts")
-def send_alerts(ticket: RunTicket, drift_rows: list[dict], monitoring: dict | None, page: str | None) -> list[str]:
-    """Drift alerts and decision-monitoring shifts of the published run, through the settings' notification block."""
+def send_alerts(
+    ticket: RunTicket, drift_rows: list[dict], monitoring: dict | None, page: str | None, health_rows: list[dict] | None = None,
+) -> list[str]:
+    """Drift alerts, decision-monitoring shifts and a class-mix shift of the published run, through the settings' notification block."""
     settings = current_settings()
     alerts = published_run_alerts(
-        ticket.job, ticket.partition_date.isoformat(), drift_rows=drift_rows, monitoring=monitoring,
+        ticket.job, ticket.partition_date.isoformat(), drift_rows=drift_rows, monitoring=monitoring, health_rows=health_rows or (),
         run_link=run_link(flow_run.id), page=report_url(settings.report_base_url, ticket.job, ticket.partition_date) or page,
     )
     return sent_alerts(alerts)

@@ -1,5 +1,6 @@
 """What an operator is told at night, and when: a run failed, a feature drifted to `alert` against
-training, decision monitoring flagged a shift. Each alert names the job, the date, what happened and
+training, decision monitoring flagged a shift, a multiclass job's predicted class mix moved to `alert`
+against its model's reference rows. Each alert names the job, the date, what happened and
 the run's link; flows/steps/alerts.py sends them through the Prefect notification block the settings
 name. Prefect-free: these are texts."""
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-AlertEvent = Literal["run_failed", "drift_alert", "decision_shift"]
+AlertEvent = Literal["run_failed", "drift_alert", "decision_shift", "class_mix_shift"]
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,28 @@ def run_failed_alert(job: str, partition_date: str, error: str, *, run_link: str
     )
 
 
+def _class_mix_alert(job: str, partition_date: str, health_rows: Sequence[dict[str, Any]], links: str) -> Alert | None:
+    """The class-mix alert of a multiclass run: its mix's PSI against the model's reference rows flagged `alert`, with
+    the classes whose share moved most."""
+    mix = [r for r in health_rows if r.get("section") == "class_mix"]
+    if not any(r["measure"] == "psi" and r.get("flag") == "alert" for r in mix):
+        return None
+    psi = next(r["value"] for r in mix if r["measure"] == "psi")
+    moved = sorted((r for r in mix if r["measure"] == "predicted_share"), key=lambda r: -abs(r["value"] - r["reference"]))[:3]
+    lines = "\n".join(f"- {r['item']}: {r['value']:.1%} of rows (reference {r['reference']:.1%})" for r in moved)
+    return Alert(
+        "class_mix_shift", job, partition_date, f"[scoring] {job} {partition_date}: the predicted class mix moved",
+        f"The classes {job} predicted on {partition_date} moved away from the model's reference rows (PSI {psi:.3f}, table "
+        f"model_health section class_mix); the run was published.\n{lines}{links}",
+    )
+
+
 def published_run_alerts(
     job: str, partition_date: str, *, drift_rows: Sequence[dict[str, Any]], monitoring: dict[str, Any] | None,
-    run_link: str | None, page: str | None,
+    run_link: str | None, page: str | None, health_rows: Sequence[dict[str, Any]] = (),
 ) -> list[Alert]:
-    """The alerts of a published run: features at `alert` drift, and decision-monitoring shifts (measures or slices)."""
+    """The alerts of a published run: features at `alert` drift, decision-monitoring shifts (measures or slices), and a
+    multiclass job's class mix at `alert` (`health_rows`: the run's model_health rows)."""
     alerts = []
     drifted = [r for r in drift_rows if r.get("flag") == "alert"]
     if drifted:
@@ -57,4 +75,6 @@ def published_run_alerts(
             "window (tables decision_monitoring, slice_monitoring):\n" + "\n".join(f"- {s}" for s in shifted)
             + _links(run_link, page),
         ))
+    if (mix := _class_mix_alert(job, partition_date, health_rows, _links(run_link, page))) is not None:
+        alerts.append(mix)
     return alerts

@@ -700,16 +700,19 @@ def ingested_outcomes(
     return outcomes
 
 
+def _slice_values(spec: JobSpec, raw: RawPartition | None, *, scored: int, table: str) -> tuple[pl.DataFrame | None, list[str]]:
+    """The slice columns' values of the partition's scored entities, re-read from its raw rows, and a note when they are gone."""
+    if not spec.monitoring.slices or not scored or raw is None:
+        return None, []
+    values = partition_slice_values(raw, entity_column=spec.entity_column, slices=spec.monitoring.slices)
+    return values, [] if values is not None else [f"the raw partition {raw} is gone, so {table} has no slice rows for it"]
+
+
 def _forecast_outcomes(
     warehouse: Warehouse, spec: JobSpec, actuals: pl.DataFrame, *, partition_date: dt.date, raw: RawPartition | None
 ) -> PartitionOutcomes:
     forecasts = pl.from_arrow(warehouse.partition_forecasts(spec.name, partition_date, FORECAST_COLUMNS))
-    slices, notes = spec.monitoring.slices, []
-    values = None
-    if slices and forecasts.height and raw is not None:
-        values = partition_slice_values(raw, entity_column=spec.entity_column, slices=slices)
-        if values is None:
-            notes.append(f"the raw partition {raw} is gone, so outcome_errors has no slice rows for it")
+    values, notes = _slice_values(spec, raw, scored=forecasts.height, table="outcome_errors")
     outcomes = forecast_outcome_tables(
         forecasts, actuals, spec, partition_date=partition_date,
         quarantined=pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date)),
@@ -723,12 +726,7 @@ def _class_outcomes(
     warehouse: Warehouse, spec: JobSpec, labels: pl.DataFrame, *, partition_date: dt.date, raw: RawPartition | None
 ) -> PartitionOutcomes:
     classifications = pl.from_arrow(warehouse.partition_classifications(spec.name, partition_date, CLASSIFICATION_COLUMNS))
-    slices, notes = spec.monitoring.slices, []
-    values = None
-    if slices and classifications.height and raw is not None:
-        values = partition_slice_values(raw, entity_column=spec.entity_column, slices=slices)
-        if values is None:
-            notes.append(f"the raw partition {raw} is gone, so outcome_class_metrics has no slice rows for it")
+    values, notes = _slice_values(spec, raw, scored=classifications.height, table="outcome_class_metrics")
     outcomes = class_outcome_tables(
         classifications, labels, spec, partition_date=partition_date,
         quarantined=pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date)),

@@ -227,10 +227,18 @@ def test_class_calibration_tables_add_up_and_match_numpy(project: dict) -> None:
     assert ece < 0.03
 
 
+def _registered_training(root: Path) -> dict:
+    import json
+
+    versions = sorted((root / "data" / "models").glob("*/*/metadata.json"))
+    return json.loads(versions[-1].read_text())["training"]
+
+
 def test_estimates_before_labels_are_recomputed_from_the_published_vectors(project: dict) -> None:
     root = project["root"]
     health = health_of(root).filter(pl.col("section") == "estimated_performance")
     z = stats.norm.ppf((1 + LEVEL) / 2)
+    holdout_rows = _registered_training(root)["rows_holdout"]
     for day in SCORED_DAYS:
         published = day_output(root, "classifications", day, job=JOB)
         of_day = health.filter(pl.col("partition_date") == day)
@@ -238,10 +246,12 @@ def test_estimates_before_labels_are_recomputed_from_the_published_vectors(proje
         p = published["probability"].to_numpy()
         n = p.size
         accuracy = rows[("accuracy", "all")]
-        noise = z * np.sqrt((p * (1 - p)).sum()) / n
-        assert accuracy["rows"] == n and math.isclose(accuracy["value"], p.mean(), rel_tol=1e-9)
-        assert math.isclose(accuracy["low"], max(0.0, published["probability_low"].mean() - noise), rel_tol=1e-9)
-        assert math.isclose(accuracy["high"], min(1.0, published["probability_high"].mean() + noise), rel_tol=1e-9)
+        # The labels' draw (Poisson-binomial) and the calibration's own uncertainty from its hold-out rows, in quadrature.
+        a = p.mean()
+        half = z * np.sqrt((p * (1 - p)).sum() / n**2 + a * (1 - a) / holdout_rows)
+        assert accuracy["rows"] == n and math.isclose(accuracy["value"], a, rel_tol=1e-9)
+        assert math.isclose(accuracy["low"], max(0.0, a - half), rel_tol=1e-9)
+        assert math.isclose(accuracy["high"], min(1.0, a + half), rel_tol=1e-9)
         vectors = np.asarray(published["class_probabilities"].to_list())
         predicted = published["predicted_class"].to_numpy()
         for k, name in enumerate(CLASSES):
@@ -271,13 +281,13 @@ def test_estimated_accuracy_covers_the_realized_accuracy_on_unshifted_partitions
           f"partitions ({inside / unshifted.height:.0%}); mean interval width {widths.mean():.3f}, mean |estimate - realized| "
           f"{np.abs(unshifted['estimate'] - unshifted['realized']).mean():.4f}")
     assert inside / unshifted.height >= 0.9
-    # The draw of the labels alone (the calibrator's bounds left out): how close the calibrated vectors are to the truth.
+    # The draw of the labels alone (the calibration's own uncertainty left out): how close the calibrated vectors are to the truth.
     z = stats.norm.ppf((1 + LEVEL) / 2)
     sampled = 0
     for row in unshifted.iter_rows(named=True):
         p = day_output(root, "classifications", row["partition_date"], job=JOB)["probability"].to_numpy()
         sampled += abs(row["realized"] - p.mean()) <= z * np.sqrt((p * (1 - p)).sum()) / p.size
-    print(f"without the calibrator's bounds (sampling noise only) the interval would contain it on {sampled}/{unshifted.height}")
+    print(f"the labels' draw alone (sampling noise only) would contain it on {sampled}/{unshifted.height}")
     per_class = estimates.filter(pl.col("measure").is_in(["precision", "recall"]) & pl.col("partition_date").is_in(UNSHIFTED))
     print(f"per-class precision/recall intervals: {int((~per_class['outside']).sum())}/{per_class.height} contain the realized value")
     assert (~per_class["outside"]).mean() >= 0.85

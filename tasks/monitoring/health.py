@@ -537,11 +537,14 @@ def attribution_rows(health: HealthAccumulator, reference: Mapping[str, Any] | N
     return rows
 
 
-def estimated_class_rows(health: HealthAccumulator, *, classes: Sequence[str], level: float) -> list[dict[str, Any]]:
+def estimated_class_rows(
+    health: HealthAccumulator, *, classes: Sequence[str], level: float, calibration_rows: int | None = None,
+) -> list[dict[str, Any]]:
     """A multiclass job's estimated accuracy and macro F1 (item `all`), and per class its expected share of the rows
-    (`class_rate`), precision, recall and F1, each with its interval at `level`; NaN before any classified row."""
+    (`class_rate`), precision, recall and F1, each with its interval at `level` (the labels' draw and, with
+    `calibration_rows`, the calibration's own uncertainty from its hold-out); NaN before any classified row."""
     sums = health.class_sums if health.class_sums is not None else np.zeros(multiclass_sum_size(len(classes)))
-    estimate = multiclass_estimated_performance_from_sums(sums, classes=classes, level=level)
+    estimate = multiclass_estimated_performance_from_sums(sums, classes=classes, level=level, calibration_rows=calibration_rows)
     n = estimate["rows"]
     rows = [_row(measure, ALL, estimate[measure]["value"], estimate[measure]["low"], estimate[measure]["high"], section=ESTIMATED, rows=n)
             for measure in ("accuracy", "macro_f1")]
@@ -610,17 +613,19 @@ def model_health_rows(
     rule_ids: Sequence[str], adverse: Sequence[str], level: float, attribution_warn: float, attribution_alert: float,
     multivariate_tolerance: float, interval: Mapping[str, Any] | None = None, estimated_error_tolerance: float = 0.10,
     classes: Sequence[str] = (), class_reference: Mapping[str, Any] | None = None, psi_warn: float = 0.1, psi_alert: float = 0.25,
+    calibration_rows: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every model-health row of one partition, in the `model_health` table's columns (run key aside).
 
     `interval`: a forecast model's `metadata.interval`; its partitions get the estimated error instead
     of the estimated performance of a binary model's calibrated probabilities. `classes`: a multiclass job's
     (target.classes); its partitions get the estimated class performance and the class mix against
-    `class_reference` (`metadata.class_reference`), flagged at `psi_warn` / `psi_alert`."""
+    `class_reference` (`metadata.class_reference`), flagged at `psi_warn` / `psi_alert`; `calibration_rows` the hold-out
+    rows its calibration was fitted on (`metadata.training.rows_holdout`)."""
     if interval is not None:
         rows = estimated_error_rows(health, interval, level=level, tolerance=estimated_error_tolerance)
     elif classes:
-        rows = estimated_class_rows(health, classes=classes, level=level)
+        rows = estimated_class_rows(health, classes=classes, level=level, calibration_rows=calibration_rows)
         rows += class_mix_rows(health, class_reference, classes=classes, psi_warn=psi_warn, psi_alert=psi_alert)
     else:
         rows = estimated_performance_rows(

@@ -293,6 +293,7 @@ def scoring_summary(
         interval=engine.metadata.interval if spec.target.forecasts else None,
         estimated_error_tolerance=monitoring.health.estimated_error_tolerance,
         classes=spec.target.classes if spec.target.classifies else (), class_reference=engine.metadata.class_reference,
+        calibration_rows=engine.metadata.training.get("rows_holdout") if spec.target.classifies else None,
         psi_warn=spec.drift.psi_warn, psi_alert=spec.drift.psi_alert,
     )
     summary.slice_counts = merged_slice_counts(

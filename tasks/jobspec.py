@@ -272,6 +272,8 @@ class JobSpec(_Strict):
                 "class, probability, probability_low, probability_high and margin (of the predicted class)"
             )
         problems = predict_class_rule_table_problems(p.rules, self.target.classes)
+        if problems and problems[0].startswith("prediction.rules["):
+            raise ValueError("; ".join(problems))
         if problems:
             raise ValueError("every row must match exactly one rule: " + "; ".join(problems))
         return self

@@ -208,8 +208,19 @@ def test_class_rule_tables_are_proven_exact() -> None:
     problems = predict_class_rule_table_problems(gap.rules, CLASSES)
     assert len(problems) == 1 and problems[0].startswith("no rule covers e.g. class=none, ") and "probability=0.25" in problems[0]
     assert predict_class_rule_table_problems(config.rules, ["none", "bearing", "overheat", "spark"]) == [
-        "rules name classes the job does not have: ['leak'] (target.classes: ['none', 'bearing', 'overheat', 'spark'])"
+        "prediction.rules[0] (STOP_LEAK) when.class names 'leak', which is not one of target.classes ['none', 'bearing', 'overheat', 'spark']",
+        "prediction.rules[1] (INSPECT) when.class names 'leak', which is not one of target.classes ['none', 'bearing', 'overheat', 'spark']",
     ]
+    # Every example a gap names is a row that can exist: with 10 classes a predicted class's probability of 0.3 leaves a
+    # runner-up of at least 0.7 / 9, so its margin is at most 0.3 - 0.0778.
+    ten = [str(i) for i in range(10)]
+    split = PredictionConfig.model_validate({"rules": [
+        {"id": "CLEAR", "when": {"margin": {"ge": 0.2}}, "decision": "act"},
+        {"id": "CLOSE", "when": {"margin": {"lt": 0.1}}, "decision": "review"}], "reasons": {"for_decisions": [], "codes": {}}})
+    (gap,) = predict_class_rule_table_problems(split.rules, ten)
+    example = dict(part.split("=") for part in gap.removeprefix("no rule covers e.g. ").split("; ")[0].split(", "))
+    p, margin = float(example["probability"]), float(example["margin"])
+    assert 0.1 <= margin < 0.2 and margin <= p - (1 - p) / 9 + 1e-9 and margin >= 2 * p - 1 - 1e-9
     with pytest.raises(ValueError, match="at least 3 classes"):
         TargetConfig(kind="multiclass", classes=["a", "b"])
 

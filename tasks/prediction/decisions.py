@@ -192,9 +192,9 @@ def predict_rule_table_problems(rules: Sequence[Rule], score: ScoreScale | None)
 
 def _class_grid(rules: Sequence[Rule], classes: Sequence[str]) -> dict[str, np.ndarray]:
     """Every cell of a multiclass table's arrangement: each class × (probability_low ≤ probability ≤
-    probability_high) × margin, at each cut and between neighbours, where such a row can exist (the predicted
-    class's probability is at least 1/K, and its margin over the runner-up is at most the probability and at
-    least 2·probability − 1)."""
+    probability_high) × margin, at each cut and between neighbours, where such a row can exist: the predicted
+    class's probability p is at least 1/K, and the runner-up's lies between the largest share of the other
+    K − 1 classes, (1 − p)/(K − 1), and min(p, 1 − p), so the margin lies in [max(0, 2p − 1), p − (1 − p)/(K − 1)]."""
     k = len(classes)
     cuts = {0.0, 1.0, 1.0 / k, *(v for r in rules for f, cmp in r.when.items() if f in _PROBABILITY_FIELDS for v in cmp.values())}
     ordered = sorted(c for c in cuts if 0.0 <= c <= 1.0)
@@ -204,7 +204,8 @@ def _class_grid(rules: Sequence[Rule], classes: Sequence[str]) -> dict[str, np.n
     triples = np.array([t for t in itertools.combinations_with_replacement(grid, 3)])
     low, p, high = (np.repeat(triples[:, i], len(margins)) for i in range(3))
     margin = np.tile(np.array(margins), len(triples))
-    possible = (p >= 1.0 / k) & (margin <= p) & (margin >= 2 * p - 1)
+    # A small tolerance keeps the corner points (p = 1/K with margin 0) that float rounding would drop.
+    possible = (p >= 1.0 / k - 1e-12) & (margin <= p - (1 - p) / (k - 1) + 1e-12) & (margin >= 2 * p - 1 - 1e-12)
     low, p, high, margin = low[possible], p[possible], high[possible], margin[possible]
     n = p.size
     return {
@@ -218,9 +219,12 @@ def predict_class_rule_table_problems(rules: Sequence[Rule], classes: Sequence[s
     """A multiclass job's rule table (rules on the predicted `class`, its probability fields and margin):
     overlaps and gaps over every class and every possible probability and margin, each with an example row;
     and classes the rules name that the job does not have."""
-    unknown = sorted({c for r in rules for c in _classes(r)} - set(classes))
+    unknown = [
+        f"prediction.rules[{i}] ({r.id}) when.class names {c!r}, which is not one of target.classes {list(classes)}"
+        for i, r in enumerate(rules) for c in _classes(r) if c not in classes
+    ]
     if unknown:
-        return [f"rules name classes the job does not have: {unknown} (target.classes: {list(classes)})"]
+        return unknown
     return _table_problems(rules, _class_grid(rules, classes))
 
 

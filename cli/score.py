@@ -1031,7 +1031,9 @@ def init(
             [
                 "  2. train a multiclass classifier on them (the outcome is the class's index into target.classes; e.g. XGBoost "
                 "multi:softprob with num_class",
-                f"     {len(target.classes) if target else 'K'}) and save it: XGBoost .ubj/.json (README: Model formats), then",
+                f"     {len(target.classes) if target else 'K'}, LightGBM multiclass, CatBoost MultiClass, a scikit-learn classifier) and save "
+                "it: XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm,",
+                "     scikit-learn .skops (skops.io.dump) or ONNX .onnx (README: Model formats), then",
                 f"     score register {done.job} --model MODEL --holdout HOLDOUT.parquet   (rows it never saw, with the "
                 f"{label_column or 'label'}: they calibrate the class probabilities)",
             ] if done.kind == "multiclass" else [

@@ -156,6 +156,10 @@ def test_reasons_are_xgboosts_contributions_to_the_predicted_class(fault_job: di
     for row, got in enumerate(joined["reason_codes"].to_list()):
         expected = [codes[j] for j in order[row] if of_class[row, j] > 0]
         assert got == expected
+    # Each class's trees have their own table kernel, checked against pred_contribs at load: XGBoost explained no row.
+    fallback = pl.read_parquet(fault_job["root"] / "data" / "output" / "faults" / "reports" / "fallback" / f"date={day}" / "*.parquet")
+    framework = fallback.filter(pl.col("kind") == "reasons_by_framework").row(0, named=True)
+    assert (framework["detail"], framework["rows"]) == ("table kernel in use", 0)
 
 
 def test_the_registration_report_prints_the_classwise_reliability(fault_job: dict) -> None:

@@ -9,6 +9,7 @@ that it runs on CPU.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -40,7 +41,10 @@ from tasks.inference.treeshap import (
     XGBOOST_NAME,
     ContributionCounts,
     KernelChoice,
+    TreeShapUnsupported,
     inference_checked_treeshap,
+    inference_treeshap_kernel,
+    inference_xgboost_class_tree_arrays,
 )
 
 log = logging.getLogger("scoring.inference")
@@ -221,7 +225,7 @@ class XGBoostEngine(ExplainingEngine):
         self.reasons_unavailable = None
         self.feature_names = tuple(self.metadata.features)
         if self.metadata.target == "multiclass":
-            self._multiclass_contributions(len(self.metadata.classes), nthread)
+            self._multiclass_contributions(len(self.metadata.classes), nthread, max_path_features)
             return
         if self.device_type == "cuda":
             choice = KernelChoice(None, "device cuda: XGBoost's GPU TreeSHAP", None, 0.0, XGBOOST_NAME)
@@ -241,16 +245,35 @@ class XGBoostEngine(ExplainingEngine):
         latency_ms = (time.perf_counter() - start) * 1000.0
         return _logged_output(self.metadata, batch, margins, latency_ms, self.device_type)
 
-    def _multiclass_contributions(self, n_classes: int, nthread: int) -> None:
-        """One source per class: XGBoost's own TreeSHAP of that class's trees (`pred_contribs` gives every class's at once)."""
+    def _multiclass_contributions(self, n_classes: int, nthread: int, max_path_features: int) -> None:
+        """One source per class: the table kernel of that class's trees, checked at load against XGBoost's own
+        TreeSHAP of the class (`pred_contribs` gives every class's at once), which explains where the kernel cannot."""
         counts = ContributionCounts()
-        reason = "a multiclass model: each class's contributions by XGBoost pred_contribs"
+        try:
+            arrays = None if self.device_type == "cuda" else inference_xgboost_class_tree_arrays(self.booster.save_raw("json"))
+        except TreeShapUnsupported as exc:
+            arrays, unsupported = None, str(exc)
+        else:
+            unsupported = "device cuda: XGBoost's GPU TreeSHAP"
+        if arrays is not None:
+            # A softmax model's base score is every class's margin alike: read it off XGBoost's bias column.
+            probe = np.zeros((1, len(self.feature_names)), dtype=np.float32)
+            framework_bias = self._xgboost_contributions(probe)[0, :, -1]
         sources = []
         for k in range(n_classes):
-            source = TreeContributions(
-                KernelChoice(None, reason, None, 0.0, XGBOOST_NAME),
-                lambda rows, k=k: self._xgboost_contributions(rows)[:, k, :], nthread=nthread,
-            )
+            def of_class(rows: np.ndarray, k: int = k) -> np.ndarray:
+                return self._xgboost_contributions(rows)[:, k, :]
+
+            if arrays is None:
+                choice = KernelChoice(None, unsupported, None, 0.0, XGBOOST_NAME)
+            else:
+                unbiased = inference_treeshap_kernel(arrays[k], max_path_features=max_path_features).contributions(probe)[0, -1]
+                choice = inference_checked_treeshap(
+                    dataclasses.replace(arrays[k], bias=float(framework_bias[k] - unbiased)), of_class,
+                    model_label=f"{self.metadata.name} {self.metadata.version} class {self.metadata.classes[k]!r}",
+                    nthread=nthread, max_path_features=max_path_features,
+                )
+            source = TreeContributions(choice, of_class, nthread=nthread)
             source.counts = counts
             sources.append(source)
         self.class_contributions = tuple(sources)

@@ -15,6 +15,7 @@ too wide for a table) is left to XGBoost.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -246,6 +247,32 @@ def inference_xgboost_tree_arrays(model_json: bytes | bytearray | str | dict) ->
         bias=_base_margin(learner),
         n_features=int(params["num_feature"]),
     )
+
+
+def inference_xgboost_class_tree_arrays(model_json: bytes | bytearray | str | dict) -> list[TreeArrays]:
+    """The trees of a multiclass model (`multi:softprob`) split by class: the k-th holds the trees whose
+    `tree_info` is k, whose leaves add up to class k's margin. Each one's `bias` is 0: a softmax model's base
+    score is the margin of every class alike, so the caller sets it from XGBoost's own bias column."""
+    model = model_json if isinstance(model_json, dict) else json.loads(model_json)
+    learner = model["learner"]
+    n_classes = int(learner["learner_model_param"].get("num_class", "0"))
+    if n_classes < 2:
+        raise TreeShapUnsupported("not a multiclass model")
+    gbtree = learner["gradient_booster"]
+    if gbtree["name"] != "gbtree":
+        raise TreeShapUnsupported(f"booster {gbtree['name']}: the kernel explains plain gbtree models only")
+    trees, tree_info = gbtree["model"]["trees"], gbtree["model"]["tree_info"]
+    per_class = []
+    for k in range(n_classes):
+        own = [t for t, info in zip(trees, tree_info, strict=True) if info == k]
+        single = {"learner": {
+            **learner,
+            "learner_model_param": {**learner["learner_model_param"], "num_class": "0", "base_score": "0", "num_target": "1"},
+            "objective": {"name": "reg:squarederror"},
+            "gradient_booster": {**gbtree, "model": {**gbtree["model"], "trees": own, "tree_info": [0] * len(own)}},
+        }}
+        per_class.append(dataclasses.replace(inference_xgboost_tree_arrays(single), bias=0.0))
+    return per_class
 
 
 def inference_treeshap_kernel(

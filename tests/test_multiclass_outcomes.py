@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -388,3 +389,9 @@ def test_the_day_of_low_pressure_sends_one_class_mix_alert_naming_the_classes_th
         most = max(shares, key=lambda c: abs(shares[c][0] - shares[c][1]))
         assert f"- {most}: {shares[most][0]:.1%} of rows (reference {shares[most][1]:.1%})" in mix[0].body
         assert "risk" not in mix[0].body.lower() and "score" not in mix[0].body.lower()
+    partitions = stored(project["root"], "outcome_partitions")
+    assert "labels of entities never scored" in realized
+    for row in partitions.iter_rows(named=True):
+        line = next(tr for tr in realized.split("<tr>") if f"<td>{row['partition_date']}</td>" in tr)
+        cells = re.findall(r"<td[^>]*>([^<]*)</td>", line)
+        assert [int(c.replace(",", "")) for c in cells[-2:]] == [row["labels_quarantined"], row["labels_unknown_entity"]]

@@ -80,6 +80,7 @@ _REALIZED_COLUMNS = (
     ("date", "partition"), ("model_version", "model"), ("rows", "rows"), ("labelled", "labelled"), ("accuracy", "accuracy"),
     ("estimated_accuracy", "estimated before labels"), ("accuracy_in_interval", "inside"), ("log_loss", "log loss"),
     ("macro_f1", "macro F1"), ("classwise_ece", "classwise ECE"), ("top_label_ece", "top-label ECE"),
+    ("labels_quarantined", "labels of quarantined rows"), ("labels_unknown_entity", "labels of entities never scored"),
 )
 
 
@@ -90,6 +91,8 @@ def _realized_section(realized: Sequence[Mapping[str, Any]]) -> str:
         '<p class="muted">On the classifications with a label: accuracy beside the interval estimated the morning after '
         "(<code>outcome_estimates</code>), log loss of the calibrated vector, macro F1, classwise ECE (mean one-vs-rest) and "
         "top-label ECE (<code>outcome_class_metrics</code>; per class and slice in <code>outcome_class_rates</code>, "
-        "calibration bins in <code>outcome_class_calibration</code>).</p>"
+        "calibration bins in <code>outcome_class_calibration</code>). The last two columns count labels no classification "
+        "answers: of rows the guards quarantined, and of entities the partition never held (a wrong date or id; table "
+        "<code>outcome_partitions</code>).</p>"
         + _table([header for _, header in _REALIZED_COLUMNS], body)
     )

@@ -12,7 +12,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.catalog import FORECASTS, PARTITION_DATASETS, PREDICTIONS, SHADOW_DATASETS
+from tasks.catalog import CLASSIFICATIONS, FORECASTS, PARTITION_DATASETS, PREDICTIONS, SHADOW_DATASETS
 from tasks.errors import PartitionBusy, PartitionLeaseLost
 from tasks.sinks.partition_lock import PartitionLease
 from tasks.settings import Settings, current_settings
@@ -127,8 +127,8 @@ def test_ten_reruns_leave_exactly_one_runs_rows(backend: Settings) -> None:
     with warehouse._session(write=False) as session:
         for table in (d.table for d in PARTITION_DATASETS if d is not PREDICTIONS and d not in SHADOW_DATASETS):
             runs = session.rows(f"SELECT DISTINCT run_id FROM {table} WHERE job = $job AND partition_date = $day", {"job": DEMO_JOB, "day": DAY})
-            # A binary job publishes the forecast contract empty.
-            assert [r["run_id"] for r in runs] == ([] if table == FORECASTS.table else [run_ids[-1]]), table
+            # A binary job publishes the forecast and classification contracts empty.
+            assert [r["run_id"] for r in runs] == ([] if table in (FORECASTS.table, CLASSIFICATIONS.table) else [run_ids[-1]]), table
         ledger = session.rows("SELECT run_id, status, inference FROM runs WHERE partition_date = $day", {"day": DAY})
     assert sorted(r["run_id"] for r in ledger) == sorted(run_ids)
     assert {r["status"] for r in ledger} == {"succeeded"}

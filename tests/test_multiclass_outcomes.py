@@ -323,6 +323,12 @@ def test_the_monitoring_page_shows_each_partitions_realized_accuracy(project: di
     metrics = stored(project["root"], "outcome_class_metrics").filter(pl.col("section") == "partition")
     for row in metrics.iter_rows(named=True):
         assert f"<td>{row['partition_date']}</td>" in realized and f"{row['accuracy']:.2%}" in realized
+    partitions = stored(project["root"], "outcome_partitions")
+    assert "labels of entities never scored" in realized
+    for row in partitions.iter_rows(named=True):
+        line = next(tr for tr in realized.split("<tr>") if f"<td>{row['partition_date']}</td>" in tr)
+        cells = re.findall(r"<td[^>]*>([^<]*)</td>", line)
+        assert [int(c.replace(",", "")) for c in cells[-2:]] == [row["labels_quarantined"], row["labels_unknown_entity"]]
 
 
 def test_a_partitions_chunks_add_up_to_its_class_estimate_and_the_headline_names_it() -> None:
@@ -389,9 +395,3 @@ def test_the_day_of_low_pressure_sends_one_class_mix_alert_naming_the_classes_th
         most = max(shares, key=lambda c: abs(shares[c][0] - shares[c][1]))
         assert f"- {most}: {shares[most][0]:.1%} of rows (reference {shares[most][1]:.1%})" in mix[0].body
         assert "risk" not in mix[0].body.lower() and "score" not in mix[0].body.lower()
-    partitions = stored(project["root"], "outcome_partitions")
-    assert "labels of entities never scored" in realized
-    for row in partitions.iter_rows(named=True):
-        line = next(tr for tr in realized.split("<tr>") if f"<td>{row['partition_date']}</td>" in tr)
-        cells = re.findall(r"<td[^>]*>([^<]*)</td>", line)
-        assert [int(c.replace(",", "")) for c in cells[-2:]] == [row["labels_quarantined"], row["labels_unknown_entity"]]

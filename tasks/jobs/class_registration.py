@@ -14,16 +14,12 @@ from tasks.prediction.multiclass import (
     MulticlassCalibrator,
     predict_classwise_reliability,
     predict_fitted_multiclass_calibrator,
+    predict_log_probabilities,
 )
 
 ORDER_CHECK_NATS = 0.05
 """Mean log-likelihood per hold-out row by which another order of the model's outputs must beat the spec's before
 registration calls the order wrong: a swap of two classes the model tells apart costs far more; noise far less."""
-
-
-def _log_softmax(margins: np.ndarray) -> np.ndarray:
-    shifted = margins - margins.max(axis=1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
 
 
 def class_order_problem(margins: np.ndarray, labels: np.ndarray, classes: list[str]) -> str | None:
@@ -34,7 +30,7 @@ def class_order_problem(margins: np.ndarray, labels: np.ndarray, classes: list[s
     not the spec's and beats it clearly, the spec lists the classes in another order than the model learnt them."""
     from scipy.optimize import linear_sum_assignment
 
-    log_p = _log_softmax(margins)
+    log_p = predict_log_probabilities(margins)
     k = len(classes)
     table = np.stack([log_p[labels == j].sum(axis=0) for j in range(k)], axis=1)  # table[i, j]: output i read as class j
     rows, cols = linear_sum_assignment(-table)
@@ -78,7 +74,7 @@ def fitted_class_calibration(margins: np.ndarray, labels: np.ndarray, classes: l
     reliability = predict_classwise_reliability(out_of_fold, labels, classes=classes)
     reliability["out_of_fold"] = folds_hold_every_class
     rows = np.arange(labels.size)
-    raw = np.exp(_log_softmax(margins))
+    raw = np.exp(predict_log_probabilities(margins))
     return FittedClassCalibration(
         calibrator=calibrator,
         reliability=reliability,

@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tasks.prediction.class_labels import predict_class_label_indices
+
 LOG_LOSS_CLIP = float(np.finfo(np.float64).eps)
 """Probabilities are clipped to [eps, 1 − eps] before the log, as scikit-learn's `log_loss` does for float64."""
 SHARE_FLOOR = 1e-4
@@ -249,12 +251,10 @@ def class_indices(labels: np.ndarray, classes: Sequence[str]) -> np.ndarray:
         if values.size and (values.min() < 0 or values.max() >= len(classes)):
             raise ValueError(f"label indices must lie in 0..{len(classes) - 1}, got {int(values.min())}..{int(values.max())}")
         return values.astype(np.int64)
-    position = {str(name): i for i, name in enumerate(classes)}
-    names = values.astype(str)
-    unknown = sorted(set(names.tolist()) - set(position))
+    indices, unknown = predict_class_label_indices(pl.Series(values.astype(str)), classes)
     if unknown:
         raise ValueError(f"labels name classes the job does not have: {unknown[:5]}; its classes are {list(classes)}")
-    return np.fromiter((position[v] for v in names), dtype=np.int64, count=names.size)
+    return indices.astype(np.int64)
 
 
 def _calibration_bins(probability: np.ndarray, outcome: np.ndarray, bins: int) -> dict[str, np.ndarray]:

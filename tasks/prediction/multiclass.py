@@ -304,6 +304,11 @@ def _margins(margins: np.ndarray, k: int) -> np.ndarray:
     return z
 
 
+def predict_log_probabilities(margins: np.ndarray) -> np.ndarray:
+    """The model's own log-probability vectors: log_softmax of its margins (rows × classes), floored at LOG_FLOOR."""
+    return _log_softmax(np.asarray(margins, dtype=np.float64))
+
+
 def _log_softmax(z: np.ndarray) -> np.ndarray:
     # z − max overflows to −inf only for margins ~1e308 apart; such a class has probability 0 and,
     # like any below the floor, is held there.

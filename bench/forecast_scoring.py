@@ -76,7 +76,7 @@ def _spec(job: str, *, cut: float) -> dict:
         spec["prediction"] = {
             "event": "the event", "interval_level": 0.9, "score": {"base_probability": 0.1, "points_to_double_odds": 20},
             "rules": [{"id": "ACT", "when": {"probability_high": {"ge": cut}}, "decision": "act"}, {"id": "KEEP", "decision": "keep"}],
-            "reasons": {"top_k": 3, "for_decisions": ["act"], "no_adverse_code": "C00", "no_adverse_text": "Nothing", "codes": codes},
+            "reasons": {"top_k": 3, "for_decisions": ["act"], "no_reason_code": "C00", "no_reason_text": "Nothing", "codes": codes},
         }
     return spec
 

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.errors import JobSpecError
 from tasks.features.config import DeclaredFeatures
 from tasks.redaction import redacted_text
 from tasks.inference.config import NAME_PATTERN, InferenceConfig, ModelRef
-from tasks.prediction.config import PredictionConfig, TargetConfig
+from tasks.prediction.config import DecisionWords, PredictionConfig, TargetConfig
+from tasks.prediction.words import JobWords
 from tasks.prediction.decisions import CLASS_FIELDS, predict_class_rule_table_problems, predict_rule_fields
 from tasks.settings import Settings
 from tasks.sinks.config import SinksConfig
@@ -157,9 +158,12 @@ class MonitoringConfig(_Strict):
         default=28, ge=1, le=366, description="Trailing window of previous partitions a partition is compared with."
     )
     tolerance: DecisionTolerance = DecisionTolerance()
-    adverse_decisions: list[str] | None = Field(
-        default=None,
-        description="Decisions whose precision and recall are measured on outcomes; default: prediction.reasons.for_decisions.",
+    action_decisions: list[str] | None = Field(
+        default=None, validation_alias=AliasChoices("action_decisions", "adverse_decisions"),
+        description=(
+            "Decisions whose precision and recall are measured on outcomes; default: the decisions `prediction.decisions` marks "
+            "`action: true`, else prediction.reasons.for_decisions. `adverse_decisions` is read as this."
+        ),
     )
     labels: LabelSource = LabelSource()
     outcome_interval_level: float = Field(
@@ -239,7 +243,7 @@ class JobSpec(_Strict):
                 "job's rules: set target.kind: multiclass with its classes, or give the kind's own fields"
             )
         if self.target.forecasts:
-            binary_only = (("prediction.score", p.score), ("prediction.event", p.event), ("prediction.reasons.no_adverse_code", p.reasons.no_adverse_code))
+            binary_only = (("prediction.score", p.score), ("prediction.event", p.event), ("prediction.reasons.no_reason_code", p.reasons.no_reason_code))
             given = [name for name, value in binary_only if value is not None]
             if given:
                 raise ValueError(
@@ -248,8 +252,8 @@ class JobSpec(_Strict):
                 )
             return self
         missing = [name for name, value in (("prediction.event", p.event), ("prediction.score", p.score),
-                                            ("prediction.reasons.no_adverse_code", p.reasons.no_adverse_code),
-                                            ("prediction.reasons.no_adverse_text", p.reasons.no_adverse_text)) if value is None]
+                                            ("prediction.reasons.no_reason_code", p.reasons.no_reason_code),
+                                            ("prediction.reasons.no_reason_text", p.reasons.no_reason_text)) if value is None]
         if missing:
             raise ValueError(
                 f"target.kind is binary, so {', '.join(missing)} must be given"
@@ -279,19 +283,47 @@ class JobSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _adverse_decisions_exist(self) -> JobSpec:
+    def _action_decisions_exist(self) -> JobSpec:
         decisions = {r.decision for r in self.prediction.rules}
-        unknown = sorted(set(self.monitoring.adverse_decisions or ()) - decisions)
+        unknown = sorted(set(self.monitoring.action_decisions or ()) - decisions)
         if unknown:
-            raise ValueError(f"monitoring.adverse_decisions names decisions no rule makes: {unknown}")
+            raise ValueError(f"monitoring.action_decisions names decisions no rule makes: {unknown}")
+        marked = any(w.action for w in self.prediction.decisions.values())
+        if marked and self.monitoring.action_decisions is not None:
+            raise ValueError("give the action decisions once: prediction.decisions.<d>.action or monitoring.action_decisions, not both")
         return self
 
     @property
-    def adverse_decisions(self) -> list[str]:
-        """Decisions whose precision and recall are measured against outcomes."""
-        if self.monitoring.adverse_decisions is not None:
-            return list(self.monitoring.adverse_decisions)
+    def action_decisions(self) -> list[str]:
+        """Decisions that act on the entity: their precision and recall are measured against outcomes."""
+        if self.monitoring.action_decisions is not None:
+            return list(self.monitoring.action_decisions)
+        marked = [d for d in self.decisions if self.prediction.decisions.get(d, DecisionWords()).action]
+        if marked:
+            return marked
         return list(self.prediction.reasons.for_decisions)
+
+    @property
+    def decisions(self) -> list[str]:
+        """Every decision the rules make, in rule-table order."""
+        return list(dict.fromkeys(r.decision for r in self.prediction.rules))
+
+    @property
+    def words(self) -> JobWords:
+        """What this job calls its event or target, score, decisions and features (tasks/prediction/words.py)."""
+        p = self.prediction
+        subject = (p.event or "") if not (self.target.forecasts or self.target.classifies) else (self.target.name or self.target.kind)
+        score_name = p.score.name if p.score is not None else ("forecast" if self.target.forecasts else "probability")
+        if p.score is not None:
+            higher = p.score.higher or (f"more likely: {subject}" if subject else "the event is more likely")
+        else:
+            higher = f"more {subject}" if self.target.forecasts else "the predicted class is more likely"
+        return JobWords(
+            subject=subject, score_name=score_name, score_higher=higher,
+            decisions=tuple(self.decisions), actions=tuple(self.action_decisions),
+            decision_labels={d: w.label for d, w in p.decisions.items() if w.label},
+            feature_labels={f: c.label for f, c in p.reasons.codes.items() if c.label},
+        )
 
     @field_validator("expectation_suite")
     @classmethod

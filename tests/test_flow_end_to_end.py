@@ -116,7 +116,7 @@ def test_every_prediction_row_keeps_the_contract(demo_env: DemoEnv, backfilled: 
     settings = demo_env.settings
     spec = load_job_spec(DEMO_JOB, settings)
     reason_cfg = spec.prediction.reasons
-    known_codes = {c.code for c in reason_cfg.codes.values()} | {reason_cfg.no_adverse_code}
+    known_codes = {c.code for c in reason_cfg.codes.values()} | {reason_cfg.no_reason_code}
     for day in demo_env.plan.scoring_dates:
         rows = warehouse_predictions(settings, day)
         assert rows.height > 0

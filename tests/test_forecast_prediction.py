@@ -259,7 +259,7 @@ def test_a_forecast_spec_may_not_speak_of_events_and_a_binary_one_must() -> None
     spec["target"] = {"kind": "count"}
     with pytest.raises(ValidationError) as raised:
         JobSpec.model_validate(spec)
-    assert "prediction.score, prediction.event, prediction.reasons.no_adverse_code" in " ".join(p for _, p in spec_field_problems(raised.value))
+    assert "prediction.score, prediction.event, prediction.reasons.no_reason_code" in " ".join(p for _, p in spec_field_problems(raised.value))
     spec = _credit_spec()
     del spec["prediction"]["event"]
     with pytest.raises(ValidationError, match="target.kind is binary, so prediction.event must be given"):

@@ -86,7 +86,7 @@ def test_a_demand_history_becomes_a_count_job_cut_at_its_90th_percentile(workspa
     spec = load_job_spec("demand", workspace)
     assert (spec.target.kind, spec.target.name, spec.target.unit) == ("count", "units sold", "")
     p = spec.prediction
-    assert p.score is None and p.event is None and p.reasons.no_adverse_code is None and p.reasons.no_adverse_text is None
+    assert p.score is None and p.event is None and p.reasons.no_reason_code is None and p.reasons.no_reason_text is None
     cut = float(np.quantile(units, 0.9, method="higher"))
     thresholds = {(r.id, f, op): v for r in p.rules for f, cmp in r.when.items() for op, v in cmp.items()}
     assert thresholds == {

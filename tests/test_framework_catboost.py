@@ -244,7 +244,7 @@ def _check_against_catboost(root: Path, published: pl.DataFrame, model) -> int: 
     shap = model.get_feature_importance(data=catboost.Pool(x[rows[explained["i"].to_numpy()]]), type="ShapValues")[:, :-1]
     for codes, row in zip(explained["reason_codes"].to_list(), shap, strict=True):
         order = np.argsort(-row, kind="stable")[: spec["top_k"]]
-        assert codes == ([code_of[j] for j in order if row[j] > 0] or [spec["no_adverse_code"]]), (codes, row)
+        assert codes == ([code_of[j] for j in order if row[j] > 0] or [spec["no_reason_code"]]), (codes, row)
     others = published.filter(~pl.col("decision").is_in(spec["for_decisions"]))
     assert others.height > 0 and others["reason_codes"].list.len().max() == 0
     return explained.height

@@ -182,7 +182,7 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
                 assert len(codes) == 0
                 continue
             order = np.argsort(-contributions[i], kind="stable")[: reasons["top_k"]]
-            expected = [code_of[j] for j in order if contributions[i, j] > 0] or [reasons["no_adverse_code"]]
+            expected = [code_of[j] for j in order if contributions[i, j] > 0] or [reasons["no_reason_code"]]
             assert codes.to_list() == expected, (i, contributions[i])
             explained += 1
         return explained

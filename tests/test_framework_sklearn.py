@@ -364,7 +364,7 @@ def _assert_reasons(published: pl.DataFrame, position: dict[str, int], values: n
     for entity, codes in zip(published["entity_id"], published["reason_codes"], strict=True):
         row = values[position[entity]]
         order = np.argsort(-row, kind="stable")
-        expected = [code_of[j] for j in order[:k] if row[j] > 0] or [reasons["no_adverse_code"]]
+        expected = [code_of[j] for j in order[:k] if row[j] > 0] or [reasons["no_reason_code"]]
         got = codes.to_list()
         if got != expected:
             value_of = {code_of[j]: row[j] for j in range(len(names))}

@@ -323,7 +323,7 @@ def test_score_partition_scores_the_gearbox_job_end_to_end(gearbox_env: GearboxE
     # (which side is checked on the credit job, tests/test_reasons_e2e.py).
     codes = {
         c["code"]: {c["text"], *c.get("by_band", {}).values()} for c in reasons["codes"].values()
-    } | {reasons["no_adverse_code"]: {reasons["no_adverse_text"]}}
+    } | {reasons["no_reason_code"]: {reasons["no_reason_text"]}}
     alarms = predictions.filter(pl.col("decision") == "alarm")
     assert alarms.height > 0
     assert (alarms["reason_codes"].list.len() > 0).all()

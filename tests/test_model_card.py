@@ -82,9 +82,9 @@ def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_e
     reasons = spec.prediction.reasons
     rows = _table_rows(_section(card, "Reason codes"))
     assert [row[:2] for row in rows] == [
-        *([f"`{feature}`", r.code] for feature, r in reasons.codes.items()), ["no feature pushes toward the event", reasons.no_adverse_code]
+        *([f"`{feature}`", r.code] for feature, r in reasons.codes.items()), ["no feature pushes toward the event", reasons.no_reason_code]
     ]
-    assert rows[-1][2] == reasons.no_adverse_text
+    assert rows[-1][2] == reasons.no_reason_text
     for (_, _, shown), r in zip(rows, reasons.codes.values(), strict=False):
         # Every text a row can get is on the card: the default and each value-dependent variant.
         variants = (

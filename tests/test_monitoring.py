@@ -211,13 +211,13 @@ def test_a_spec_without_monitoring_gets_the_defaults(tmp_path: Path) -> None:
     spec = load_job_spec("gearbox", _spec_dir(tmp_path, "gearbox", None))
     assert spec.monitoring.window_days == 28 and spec.monitoring.tolerance.decision_share == 0.05
     assert spec.monitoring.labels.outcome_column == "outcome" and spec.monitoring.labels.table is None
-    assert spec.adverse_decisions == ["alarm", "inspect"]
+    assert spec.action_decisions == ["alarm", "inspect"]
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"adverse_decisions": ["refuse"]}, "monitoring.adverse_decisions names decisions no rule makes: ['refuse']"),
+        ({"adverse_decisions": ["refuse"]}, "monitoring.action_decisions names decisions no rule makes: ['refuse']"),
         ({"window_days": 0}, "monitoring.window_days"),
         ({"tolerance": {"decision_share": 2}}, "monitoring.tolerance.decision_share"),
         ({"labels": {"table": 'x"; DROP TABLE runs; --'}}, "monitoring.labels.table"),

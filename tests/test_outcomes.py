@@ -130,8 +130,8 @@ def test_precision_recall_and_calibration_bins_per_model_version(env: OutcomesEn
     for day in env.demo.dates:
         joined = joined_by_hand(env.data_dir, day)
         y, decided = joined["y"].to_numpy(), joined["decision"].to_numpy()
-        for decision in [*spec.adverse_decisions, ANY_ADVERSE]:
-            hit = np.isin(decided, spec.adverse_decisions if decision == ANY_ADVERSE else [decision])
+        for decision in [*spec.action_decisions, ANY_ADVERSE]:
+            hit = np.isin(decided, spec.action_decisions if decision == ANY_ADVERSE else [decision])
             (got,) = decisions.filter((pl.col("partition_date") == day) & (pl.col("decision") == decision)).to_dicts()
             assert got["rows"] == hit.sum() and got["events"] == y[hit].sum()
             assert got["recall"] == pytest.approx(y[hit].sum() / y.sum())

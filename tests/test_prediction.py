@@ -360,8 +360,8 @@ NAMES = ("income", "dti", "util", "age")
 REASONS = ReasonConfig(
     top_k=2,
     for_decisions=["decline"],
-    no_adverse_code="R00",
-    no_adverse_text="nothing adverse",
+    no_reason_code="R00",
+    no_reason_text="nothing adverse",
     codes={n: {"code": f"C_{n}", "text": f"{n} text"} for n in NAMES},
 )
 
@@ -392,7 +392,7 @@ def test_reason_ties_break_on_feature_order() -> None:
     assert out.codes.to_pylist() == [["C_income", "C_util"], ["C_dti", "C_util"]]
 
 
-def test_a_row_without_positive_contribution_gets_the_no_adverse_code_and_is_counted() -> None:
+def test_a_row_without_positive_contribution_gets_the_no_reason_code_and_is_counted() -> None:
     out = predict_reason_codes(
         contributions([[-0.1, 0.0, -0.2, -0.3], [0.1, -0.1, -0.1, -0.1], [0.0, 0.0, 0.0, 0.0]]), REASONS
     )

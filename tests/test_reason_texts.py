@@ -30,7 +30,7 @@ CODES = {
     "term": {"code": "R05", "text": "term default", "by_value": {36: "short term", 60: "long term"}},
     "age": {"code": "R06", "text": "age text"},
 }
-REASONS = ReasonConfig(top_k=1, for_decisions=["decline"], no_adverse_code="R00", no_adverse_text="nothing", codes=CODES)
+REASONS = ReasonConfig(top_k=1, for_decisions=["decline"], no_reason_code="R00", no_reason_text="nothing", codes=CODES)
 
 
 def _expected(feature: str, value: np.float32) -> str:
@@ -132,7 +132,7 @@ def test_problems_name_the_field_and_the_bad_key() -> None:
         "term": {"code": "D", "text": "t", "by_value": {"long": "l"}},
         "rate": {"code": "E", "text": "t", "by_cut": {"cuts": [1.0], "texts": ["a", "b"]}},
     }
-    reasons = ReasonConfig(for_decisions=["d"], no_adverse_code="R0", no_adverse_text="n", codes=codes)
+    reasons = ReasonConfig(for_decisions=["d"], no_reason_code="R0", no_reason_text="n", codes=codes)
     problems = predict_reason_text_problems(
         reasons, kinds={"housing": "categorical", "purpose": "categorical", "flag": "boolean"},
         categories={"housing": ("RENT", "OWN"), "purpose": ("car", "other")},

@@ -73,10 +73,10 @@ def test_reason_codes_are_xgboosts_top_positive_contributions(demo_env: DemoEnv,
         row = contribs[position[entity]]
         order = np.argsort(-row, kind="stable")
         expected = [code_of[fm.FEATURES[j]] for j in order[:k] if row[j] > 0]
-        assert codes.to_list() == (expected or [spec.prediction.reasons.no_adverse_code]), entity
+        assert codes.to_list() == (expected or [spec.prediction.reasons.no_reason_code]), entity
         raw = raw_rows[position[entity]]
         wanted = [_spec_text(spec.prediction.reasons.codes[feature_of[c]], raw[feature_of[c]], medians[feature_of[c]])
-                  for c in expected] or [spec.prediction.reasons.no_adverse_text]
+                  for c in expected] or [spec.prediction.reasons.no_reason_text]
         assert texts.to_list() == wanted, (entity, {feature_of[c]: raw[feature_of[c]] for c in expected})
         texts_seen.update(wanted)
     # The by_value texts of both categorical features, and both sides of a band, were given.

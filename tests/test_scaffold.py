@@ -305,7 +305,7 @@ def test_a_scaffolded_job_scores_a_partition_with_nothing_but_a_model_added(scaf
     assert predictions.height == raw.height - 3  # the unseen regions were quarantined
     assert set(predictions["feature_version"]) == {features.FEATURE_VERSION}
     assert set(predictions["decision"]) <= {"decline", "manual_review", "approve"}
-    codes = {c.code for c in spec.prediction.reasons.codes.values()} | {spec.prediction.reasons.no_adverse_code}
+    codes = {c.code for c in spec.prediction.reasons.codes.values()} | {spec.prediction.reasons.no_reason_code}
     explained = predictions.filter(pl.col("decision") != "approve")
     assert explained.height > 0 and set(explained["reason_codes"].explode().drop_nulls()) <= codes
     assert pq.read_metadata(files[0]).num_rows > 0

@@ -626,8 +626,8 @@ def _binary_prediction(label_column: str | None, target: TargetProposal | None) 
         "  reasons:",
         "    top_k: 3",
         "    for_decisions: [decline, manual_review]",
-        "    no_adverse_code: R00",
-        "    no_adverse_text: No single factor raised the risk.",
+        "    no_reason_code: R00",
+        "    no_reason_text: No single factor raised the risk.",
         "    # review: one code per feature; the text is what the reader of a decision sees, so say what it means.",
     ]
 

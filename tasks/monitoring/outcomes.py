@@ -406,7 +406,7 @@ def partition_outcome_tables(
         baseline_scores.column("score").to_numpy(zero_copy_only=False),
         baseline_scores.column("rows").to_numpy(zero_copy_only=False),
     )
-    adverse = spec.adverse_decisions
+    adverse = spec.action_decisions
     metric_rows, calibration_frames, decision_rows, estimate_rows = [], [], [], []
     estimated = (
         estimates.filter(pl.col("section") == ESTIMATED) if estimates is not None and estimates.height

@@ -126,7 +126,7 @@ def written_monitoring_page(
     if spec.target.forecasts:
         forecast = forecast_monitoring_history(warehouse, job, first_date=first_date, last_date=last_date)
         write_run_report(page, forecast_monitoring_page_html(
-            forecast, target=spec.target.model_dump(), level=spec.prediction.interval_level, decisions=decisions, adverse=spec.adverse_decisions,
+            forecast, target=spec.target.model_dump(), level=spec.prediction.interval_level, decisions=decisions, adverse=spec.action_decisions,
         ))
         log.info("monitoring page of %s: %s", job, page)
         return page, monitoring_page_artifacts(
@@ -138,7 +138,7 @@ def written_monitoring_page(
         warehouse, job, first_date=first_date, last_date=last_date, level=spec.monitoring.outcome_interval_level,
         bins=spec.monitoring.calibration_bins,
     )
-    write_run_report(page, monitoring_page_html(history, event=spec.prediction.event, decisions=decisions, adverse=spec.adverse_decisions))
+    write_run_report(page, monitoring_page_html(history, event=spec.prediction.event, decisions=decisions, adverse=spec.action_decisions))
     unknown = sum(int(r["labels_unknown_entity"]) for r in history.partitions.iter_rows(named=True))
     log.info("monitoring page of %s: %s", job, page)
     return page, monitoring_page_artifacts(

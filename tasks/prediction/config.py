@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tasks.prediction.decisions import (
     CLASS_FIELDS,
@@ -96,6 +96,30 @@ class TargetConfig(_Strict):
 class ScoreConfig(_Strict):
     base_probability: float = Field(gt=0, lt=1, description="Probability that maps to score 50.")
     points_to_double_odds: float = Field(gt=0, description="Score points per doubling of the odds.")
+    name: str = Field(
+        default="score", min_length=1,
+        description="What pages, artifacts and the model card call the score, in the job's words (`risk score`, `propensity score`).",
+    )
+    higher: str = Field(
+        default="",
+        description=(
+            "What a higher score means, in the job's words (`riskier`, `more likely to buy`); pages print "
+            "\"higher: <this>\". Empty: \"more likely: <prediction.event>\"."
+        ),
+    )
+
+
+class DecisionWords(_Strict):
+    """How the job speaks of one decision: its plain name, and whether it is an action taken on the entity."""
+
+    label: str = Field(default="", description="The decision's plain name on pages and in the card (`Contact the customer`); empty: the decision itself.")
+    action: bool = Field(
+        default=False,
+        description=(
+            "The decision acts on the entity (decline, contact, inspect): its precision and recall are measured on outcomes and "
+            "pages colour it apart. Default when no decision says: the decisions that get reasons."
+        ),
+    )
 
 
 class ThresholdRule(_Strict):
@@ -188,6 +212,9 @@ class ReasonCode(_Strict):
     """
 
     code: str
+    label: str = Field(
+        default="", description="The feature's plain name on pages and in the card (`Annual km`); empty: one made from the column name."
+    )
     text: str = Field(description="Default text: missing value, or a value no variant below covers.")
     by_band: ReasonBands | None = None
     by_cut: ReasonCuts | None = None
@@ -230,21 +257,30 @@ class ReasonCode(_Strict):
 class ReasonConfig(_Strict):
     top_k: int = Field(default=3, ge=1, le=10)
     for_decisions: list[str] = Field(description="Decisions whose rows get reason codes.")
-    no_adverse_code: str | None = Field(
-        default=None, description="Code given when no feature pushes toward the event (binary jobs; forecast jobs name features up and down)."
+    no_reason_code: str | None = Field(
+        default=None, validation_alias=AliasChoices("no_reason_code", "no_reason_code"),
+        description=(
+            "Code given when no feature pushes toward the event or the class (binary and multiclass jobs; forecast jobs name "
+            "features up and down). `no_reason_code` is read as this."
+        ),
     )
-    no_adverse_text: str | None = None
+    no_reason_text: str | None = Field(
+        default=None, validation_alias=AliasChoices("no_reason_text", "no_reason_text"), description="Its text; `no_reason_text` is read as this."
+    )
     codes: dict[str, ReasonCode] = Field(description="Model feature → business reason.")
 
 
 class PredictionConfig(_Strict):
-    event: str | None = Field(default=None, description="Binary jobs: the adverse outcome the probability is about, in words.")
+    event: str | None = Field(default=None, description="Binary jobs: the event the probability is about, in the job's words (`buys within 30 days`).")
     interval_level: float = Field(
         default=0.90, gt=0, lt=1,
         description="Binary jobs: credibility of the event rate's interval; forecast jobs: coverage of the conformal prediction interval.",
     )
     score: ScoreConfig | None = Field(default=None, description="Binary jobs: the score scale; forecast jobs have none.")
     rules: list[ThresholdRule] = Field(min_length=1)
+    decisions: dict[str, DecisionWords] = Field(
+        default_factory=dict, description="Decision (as the rules make it) → its plain name and whether it is an action; optional."
+    )
     reasons: ReasonConfig
 
     @property
@@ -298,4 +334,7 @@ class PredictionConfig(_Strict):
         unknown = sorted(set(self.reasons.for_decisions) - decisions)
         if unknown:
             raise ValueError(f"reasons.for_decisions names decisions no rule makes: {unknown}")
+        unknown = sorted(set(self.decisions) - decisions)
+        if unknown:
+            raise ValueError(f"decisions names decisions no rule makes: {unknown}")
         return self

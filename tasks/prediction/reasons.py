@@ -230,14 +230,14 @@ def predict_reason_codes(
     """Top-k positive contributions per row, largest first; ties go to the earlier model feature.
 
     A row where no feature pushes toward the event (a multiclass job: its predicted class) gets
-    `no_adverse_code` (an empty list where the spec gives none), and is counted. A
+    `no_reason_code` (an empty list where the spec gives none), and is counted. A
     feature with value-dependent texts (`texts`) gets the text its value in that row picks, the
     default `text` where the value is missing or no variant covers it.
     Vectorised: one sort of the matrix, then the lists are cut from a flat array of code indices.
     """
     names = contributions.feature_names
     by_feature, varying = _checked_texts(contributions, config, texts)
-    codes = pa.array([config.codes[f].code for f in names] + [config.no_adverse_code], pa.string())
+    codes = pa.array([config.codes[f].code for f in names] + [config.no_reason_code], pa.string())
     # The text table: each feature's default text, then its variants; the no-adverse text last.
     text_list: list[str] = []
     first_text = np.zeros(len(names) + 1, dtype=np.int64)
@@ -245,7 +245,7 @@ def predict_reason_codes(
         first_text[j] = len(text_list)
         text_list += [config.codes[f].text, *(by_feature[f].texts if f in by_feature else ())]
     first_text[-1] = len(text_list)
-    text_list.append(config.no_adverse_text)
+    text_list.append(config.no_reason_text)
     values = contributions.values
     # Stable sort on the negated value keeps feature order among equal contributions.
     order = np.argsort(-values, axis=1, kind="stable")[:, : config.top_k]
@@ -253,7 +253,7 @@ def predict_reason_codes(
     # Sorted largest first, so a row's positive contributions are a prefix of its top k (k >= 1);
     # a row with none gets the no-adverse entry, the last of the code table.
     none = ~chosen[:, 0]
-    if config.no_adverse_code is not None:
+    if config.no_reason_code is not None:
         order[none, 0] = len(names)
         chosen[none, 0] = True
     text_index = first_text[order]

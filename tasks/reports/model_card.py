@@ -56,7 +56,7 @@ def _ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
         "rule_id": (" / ".join(r.id for r in p.rules), "Audit: which rule decided; every row has exactly one."),
         "reason_codes": (
             f"0–{p.reasons.top_k} codes",
-            f"Given for: {reasons_for}; {p.reasons.no_adverse_code} when no feature pushes toward the event.",
+            f"Given for: {reasons_for}; {p.reasons.no_reason_code} when no feature pushes toward the event.",
         ),
     }
 
@@ -104,8 +104,8 @@ def _class_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
 def _class_reason_section(spec: JobSpec) -> str:
     reasons = spec.prediction.reasons
     rows = [[f"`{feature}`", reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
-    if reasons.no_adverse_code:
-        rows.append(["no feature pushes toward the predicted class", reasons.no_adverse_code, reasons.no_adverse_text or ""])
+    if reasons.no_reason_code:
+        rows.append(["no feature pushes toward the predicted class", reasons.no_reason_code, reasons.no_reason_text or ""])
     return (
         f"Up to {reasons.top_k} codes per row, for decisions {', '.join(reasons.for_decisions) or 'none'}: the features that pushed "
         "the row most toward its predicted class (exact contributions to that class's margin).\n\n"
@@ -186,7 +186,7 @@ def reason_text(reason: ReasonCode) -> str:
 def _reason_section(spec: JobSpec) -> str:
     reasons = spec.prediction.reasons
     rows = [[f"`{feature}`", reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
-    rows.append(["no feature pushes toward the event", reasons.no_adverse_code, reasons.no_adverse_text])
+    rows.append(["no feature pushes toward the event", reasons.no_reason_code, reasons.no_reason_text])
     return (
         f"Up to {reasons.top_k} codes per row, for decisions {', '.join(reasons.for_decisions) or 'none'}: the features "
         "that pushed the row's margin most toward the event.\n\n" + _md_table(["feature", "code", "text"], rows)

@@ -258,14 +258,14 @@ class ReasonConfig(_Strict):
     top_k: int = Field(default=3, ge=1, le=10)
     for_decisions: list[str] = Field(description="Decisions whose rows get reason codes.")
     no_reason_code: str | None = Field(
-        default=None, validation_alias=AliasChoices("no_reason_code", "no_reason_code"),
+        default=None, validation_alias=AliasChoices("no_reason_code", "no_adverse_code"),
         description=(
             "Code given when no feature pushes toward the event or the class (binary and multiclass jobs; forecast jobs name "
             "features up and down). `no_reason_code` is read as this."
         ),
     )
     no_reason_text: str | None = Field(
-        default=None, validation_alias=AliasChoices("no_reason_text", "no_reason_text"), description="Its text; `no_reason_text` is read as this."
+        default=None, validation_alias=AliasChoices("no_reason_text", "no_adverse_text"), description="Its text; `no_adverse_text` is read as this."
     )
     codes: dict[str, ReasonCode] = Field(description="Model feature → business reason.")
 

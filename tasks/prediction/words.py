@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 _ACRONYMS = {"id", "ids", "km", "kw", "kwh", "usd", "eur", "gbp", "pct", "ltv", "dti", "sku", "url", "ip", "api", "rpm", "hz", "khz"}
 
 
-def feature_label_from_name(name: str) -> str:
+def predict_feature_label(name: str) -> str:
     """A column name as a reader would say it: `annual_km` → "Annual km", `numPolicies` → "Num policies",
     `MOSTYPE` (a code with nothing better known) stays `MOSTYPE`."""
     if name.isupper() and "_" not in name:
@@ -30,7 +30,7 @@ def feature_label_from_name(name: str) -> str:
     return " ".join(words)
 
 
-def decision_label_from_name(name: str) -> str:
+def predict_decision_label(name: str) -> str:
     """A decision as pages print it when the spec gives no label: `manual_review` → "manual review"."""
     return name.replace("_", " ")
 
@@ -52,11 +52,11 @@ class JobWords:
 
     def decision(self, name: str) -> str:
         """The decision's plain name."""
-        return self.decision_labels.get(name) or decision_label_from_name(name)
+        return self.decision_labels.get(name) or predict_decision_label(name)
 
     def feature(self, name: str) -> str:
         """The feature's plain name."""
-        return self.feature_labels.get(name) or feature_label_from_name(name)
+        return self.feature_labels.get(name) or predict_feature_label(name)
 
     @property
     def score_meaning(self) -> str:
@@ -65,10 +65,10 @@ class JobWords:
 
     def actions_text(self, *, conjunction: str = "or") -> str:
         """The action decisions in plain names, joined for a sentence."""
-        return joined([self.decision(d) for d in self.actions], conjunction=conjunction)
+        return predict_joined_words([self.decision(d) for d in self.actions], conjunction=conjunction)
 
 
-def joined(items: Sequence[str], *, conjunction: str = "and") -> str:
+def predict_joined_words(items: Sequence[str], *, conjunction: str = "and") -> str:
     """`a`, `a and b`, `a, b and c`."""
     items = list(items)
     if len(items) <= 1:

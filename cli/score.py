@@ -1054,7 +1054,10 @@ def init(
             f"wrote {done.spec_path}: {len(done.features)} declared features ({kinds})",
             proposed,
             f"wrote {done.suite_path}: {done.expectations} expectations",
+            *(f"guessed {column}: {guess}" for column, guess in done.guesses.items()),
             *(f"left out {column}: {why}" for column, why in done.left_out.items()),
+            "a number outside its profiled range is clipped to it and scored (counted as guard_repair); "
+            "the suite's review notes say how to quarantine such rows instead",
             "next: review every `review:` note in both files, then",
             f"  1. score features {done.job} --from TRAIN.parquet --out INPUTS.parquet   (the model inputs to train on, in order)",
             *train,

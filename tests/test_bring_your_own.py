@@ -95,12 +95,13 @@ def test_from_partitions_to_a_scored_nightly_job_with_cli_commands_only(user) ->
     # The user reviews the spec: the contract's reason reads by the row's own contract.
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
-    line = next(x for x in scaffolded.splitlines() if x.strip().startswith("contract: {code:"))
-    code = line.split("code: ")[1].split(",")[0]
+    lines = scaffolded.splitlines()
+    at = lines.index("      contract:")
+    code = lines[at + 1].split("code: ")[1]
+    (variant,) = [i for i in range(at + 1, at + 6) if lines[i].strip().startswith("by_value:")]
     by_contract = {"monthly": "Month-to-month contract", "one_year": "One-year contract", "two_year": "Two-year contract"}
-    spec_path.write_text(scaffolded.replace(
-        line, f"      contract: {{code: {code}, text: Contract, by_value: {{{', '.join(f'{k}: {v}' for k, v in by_contract.items())}}}}}"
-    ))
+    lines[variant] = f"        by_value: {{{', '.join(f'{k}: {v}' for k, v in by_contract.items())}}}"
+    spec_path.write_text("\n".join(lines) + "\n")
 
     # The user's training script: the model inputs come from `score features`, the fit is theirs.
     score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
@@ -141,10 +142,10 @@ def test_from_partitions_to_a_scored_nightly_job_with_cli_commands_only(user) ->
         top = joined.sort("true_risk", descending=True).head(joined.height // 50)
         assert top["probability"].mean() > 0.7 * top["true_risk"].mean()
         assert (joined["probability_low"] <= joined["probability"]).all() and (joined["probability"] <= joined["probability_high"]).all()
-        # Rows the rules send to a person or decline carry reasons; approved rows do not.
-        reasons = joined.filter(pl.col("decision") != "approve")
+        # Rows the rules act on or send to a person carry reasons; rows with no action do not.
+        reasons = joined.filter(pl.col("decision") != "no_action")
         assert reasons.height > 0 and reasons["reason_codes"].list.len().min() >= 1
-        assert joined.filter(pl.col("decision") == "approve")["reason_codes"].list.len().max() in (0, None)
+        assert joined.filter(pl.col("decision") == "no_action")["reason_codes"].list.len().max() in (0, None)
         # Where the contract is a reason, its text is the one of the row's own contract.
         contract = joined.join(raw.select(pl.col("customer_id").alias("entity_id"), "contract"), on="entity_id").explode(
             ["reason_codes", "reason_texts"]

@@ -95,6 +95,7 @@ def test_a_demand_history_becomes_a_count_job_cut_at_its_90th_percentile(workspa
     }
     assert {f for _, f, _ in thresholds} <= set(FORECAST_FIELDS)
     assert {r.decision for r in p.rules} == {"act", "manual_review", "no_action"} and p.reasons.for_decisions == ["act", "manual_review"]
+    assert spec.action_decisions == ["act"] and spec.words.decision("manual_review") == "A person decides"
     # The label is the outcome, never a feature, and no guard expects it in the raw rows.
     assert spec.monitoring.labels.outcome_column == "units_sold"
     assert job_features(spec).FEATURES == ("price", "promo", "temperature", "store") and set(p.reasons.codes) == {"price", "promo", "temperature", "store"}

@@ -42,6 +42,7 @@ def _proven_exact(settings: Settings, job: str) -> None:
     assert [r.conditional for r in spec.prediction.rules][-1] is False
     non_catch_all = {r.decision for r in spec.prediction.rules if r.conditional}
     assert set(spec.prediction.reasons.for_decisions) == non_catch_all
+    assert spec.action_decisions == ["act"]
 
 
 def test_three_text_classes_become_a_multiclass_job_sorted_as_text(workspace: Settings, tmp_path: Path) -> None:  # noqa: F811

@@ -3,15 +3,25 @@
 From the sample's columns it proposes a job spec with declared features (tasks/features/declared.py)
 and a Great Expectations suite of guards profiled from the same rows (tasks/guards/__init__.py):
 
-- numeric columns are numeric features; a column of just 0 and 1, a polars Boolean, or strings
-  that are one true and one false word (yes/no, true/false, y/n) are boolean; strings with few
-  distinct values are categorical, their categories most frequent first; anything else (ids, free
-  text, dates) is left out, with a comment saying why;
+- a column is boolean only where its type, its values or its name say so: a polars Boolean, text that
+  is one true and one false word (yes/no, true/false, y/n, any case), or 0/1 numbers under an is_/has_
+  name; any other number is numeric, however few values its sample held (a count seen only as 0 and 1
+  is still a count, and a later 2 must score); text with few distinct values is categorical, its
+  categories most frequent first; anything else (ids, free text, dates) is left out, with a comment
+  saying why. Each guess carries its evidence (`ColumnProfile.guess`) into the review notes and
+  `score init`'s output;
 - every column must exist with its type (fail); a feature's column without nulls in the sample
-  must stay without (quarantine); numbers must lie within the sample's p0.1..p99.9 widened by a tenth of that
-  range and by the sample's own extremes (quarantine); low-cardinality strings must be a value the
+  must stay without (quarantine); numbers outside the sample's p0.1..p99.9 widened by a tenth of that
+  range and by the sample's own extremes are clipped to that range and scored (repair: clip, counted
+  as guard_repair: a range profiled from a sample is a guess, and a rare real value is no reason to
+  leave a row unscored); low-cardinality strings must be a value the
   sample had (quarantine); an entity id with one evident shape must keep it (quarantine). Columns
   that are no feature get no row guard: they cannot harm a score.
+
+Each feature's reason code gets its plain name (`label:`, from the column name) and texts that say which
+way its value lies: one text per value for at most MAX_BY_VALUE distinct values or a category, a cut
+between two observed whole numbers next to the median for a count (so "1 or less" is true of a row at
+the median 1), low/high around the training median for a measurement.
 
 The label column (never a feature, never guarded) proposes the job's target kind (`proposed_target`): 1/0 or
 booleans a binary job, whose starter rules cut at twice the sample's event rate; text with 3 or more values, or
@@ -46,6 +56,7 @@ from tasks.features.config import FALSE_VALUES, FEATURE_NAME_PATTERN, TRUE_VALUE
 from tasks.jobspec import NAME_PATTERN, JobSpec, UniqueKeyLoader
 from tasks.prediction.class_labels import predict_class_label_text
 from tasks.prediction.config import TargetKind
+from tasks.prediction.words import feature_label_from_name
 from tasks.settings import Settings
 
 MAX_CATEGORIES = 30
@@ -55,10 +66,15 @@ MAX_CLASS_CODES = 10
 a fault code 0..3 is a class, units sold 0..37 a quantity. `--kind count` or `--kind multiclass` settles it either way."""
 CLOSE_CALL_MARGIN = 0.1
 """A multiclass job's starter rules send rows whose predicted class leads the runner-up by less than this to a person."""
+MAX_BY_VALUE = 5
+"""A numeric feature with at most this many distinct values in the sample gets one reason text per value."""
 QUANTILES = (0.001, 0.999)
 MARGIN = 0.1
 """Share of the p0.1..p99.9 range added on each side of a `between` guard."""
 FEATURE_VERSION = "1.0.0"
+_TRUE_WORDS = tuple(w for w in TRUE_VALUES if not w.isdigit())
+_FALSE_WORDS = tuple(w for w in FALSE_VALUES if not w.isdigit())
+"""Text that says yes or no in words: text "1"/"0" is a code, as a 0/1 integer is no evidence of a flag."""
 _YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
 _TOKEN = r"[0-9]+|[A-Z]+|[a-z]+|[^0-9A-Za-z]+"
 
@@ -75,12 +91,17 @@ class ColumnProfile:
     """The feature's kind; None when the column is no feature (the entity, or see `left_out`)."""
     feature: str | None = None
     values: tuple[Any, ...] = ()
-    """Distinct values, most frequent first, of a boolean or categorical column."""
+    """Distinct values, most frequent first, of a boolean or categorical column; sorted, of a numeric one with few (MAX_BY_VALUE)."""
     shares: tuple[float, ...] = ()
     bounds: tuple[float, float] | None = None
     observed: dict[str, float] = field(default_factory=dict)
     id_regex: str | None = None
     left_out: str = ""
+    guess: str = ""
+    """The kind the scaffold guessed and the evidence for it, in words, for the review notes and `score init`."""
+    cut: tuple[float, float] | None = None
+    """A count's two adjacent observed values to cut its reason texts between: the sample's median (the lower
+    middle, an observed value) and the next value above it; the two values below the top when the median is the top."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +115,8 @@ class ScaffoldedJob:
     rows: int
     features: dict[str, FeatureKind]
     left_out: dict[str, str]
+    guesses: dict[str, str]
+    """Each feature's raw column → the kind guessed for it and the evidence, in words."""
     expectations: int
     base_probability: float | None
     kind: TargetKind = "binary"
@@ -205,33 +228,81 @@ def _counted(series: pl.Series) -> tuple[tuple[Any, ...], tuple[float, ...]]:
     return tuple(counts[series.name].to_list()), tuple(n / total for n in counts["n"].to_list())
 
 
+def _flag_name(column: str) -> bool:
+    """Whether the column's name says it holds a yes/no flag (`is_member`, `hasCar`, `HAS_DEBT`)."""
+    return re.match(r"(?i)(is|has)_", column) is not None or re.match(r"(is|has)[A-Z]", column) is not None
+
+
+def _count_cut(values: pl.Series) -> tuple[float, float]:
+    """Two adjacent observed values with rows on both sides: the median (the lower middle, so an observed value) and
+    the next one above it; when the median is the largest value, the two largest."""
+    distinct = values.unique().sort()
+    median = float(values.quantile(0.5, interpolation="lower"))
+    at = int(distinct.search_sorted(median))
+    at = min(at, distinct.len() - 2)
+    return float(distinct[at]), float(distinct[at + 1])
+
+
+def _range_text(values: pl.Series) -> str:
+    lowest, highest = values.min(), values.max()
+    return f"{lowest:.6g}" if lowest == highest else f"{lowest:.6g}–{highest:.6g}"
+
+
 def _profile(series: pl.Series, *, taken: set[str]) -> ColumnProfile:
+    """The column's kind, from what its type, its values or its name say, with that evidence in `guess`."""
     base = {"column": series.name, "dtype": series.dtype, "rows": series.len(), "nulls": _missing(series)}
     present = series.drop_nulls()
     if series.dtype == pl.Null or present.len() == 0:
         return ColumnProfile(**base, left_out="no value in the sample, so its kind is unknown")
+    rows = f"{present.len():,} sample rows"
     if series.dtype == pl.Boolean:
         values, shares = _counted(series)
-        return ColumnProfile(**base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares)
+        return ColumnProfile(
+            **base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares,
+            guess="boolean (the column's type is Boolean)",
+        )
     if series.dtype.is_numeric():
         if series.dtype.is_float() and not present.is_finite().any():
             return ColumnProfile(**base, left_out="no finite value in the sample, so its range is unknown")
-        if set(present.unique().to_list()) == {0, 1}:
-            values, shares = _counted(series)
-            return ColumnProfile(**base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares)
+        finite = present.filter(present.is_finite()) if series.dtype.is_float() else present
+        distinct = finite.unique()
+        if set(distinct.to_list()) <= {0, 1} and _flag_name(series.name):
+            # Both values, though the sample may have held one: a flag's other value is no surprise tomorrow.
+            return ColumnProfile(
+                **base, kind="boolean", feature=_feature_name(series.name, taken), values=(0, 1),
+                guess=f"boolean (the name {series.name} starts as a flag's does, is_/has_, and its values are {_range_text(distinct)} in {rows})",
+            )
         bounds, observed = _between(series)
-        return ColumnProfile(**base, kind="numeric", feature=_feature_name(series.name, taken), bounds=bounds, observed=observed)
+        whole = series.dtype.is_integer() or bool((finite == finite.round(0)).all())
+        what = "integer" if series.dtype.is_integer() else f"{series.dtype}, whole numbers" if whole else f"{series.dtype}"
+        count = " count" if whole and float(finite.min()) >= 0 else ""
+        guess = f"numeric{count} ({what}, values {_range_text(finite)} in {rows}, {distinct.len()} distinct"
+        if whole and distinct.len() <= 2:
+            guess += "; not a boolean: an integer column's sample is no evidence, a later row may hold 2"
+        elif whole and distinct.len() <= MAX_CATEGORIES:
+            guess += "; not categorical: a number keeps its order and a later value the sample lacked still scores"
+        return ColumnProfile(
+            **base, kind="numeric", feature=_feature_name(series.name, taken), bounds=bounds, observed=observed,
+            values=tuple(sorted(distinct.to_list())) if distinct.len() <= MAX_BY_VALUE else (),
+            cut=_count_cut(finite) if whole and distinct.len() > MAX_BY_VALUE else None, guess=guess + ")",
+        )
     if series.dtype in (pl.String, pl.Categorical) or isinstance(series.dtype, pl.Enum):
         text = series.cast(pl.String)
         values, shares = _counted(text)
         words = {str(v).strip().lower() for v in values}
-        if len(words) == 2 and len(values) == 2 and words & set(TRUE_VALUES) and words & set(FALSE_VALUES):
-            return ColumnProfile(**base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares)
+        if len(words) == 2 and len(values) == 2 and words & set(_TRUE_WORDS) and words & set(_FALSE_WORDS):
+            return ColumnProfile(
+                **base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares,
+                guess=f"boolean (text values {_shown(list(values))} in {rows})",
+            )
         if text.drop_nulls().str.contains(r"^\s*\d{4}-\d{2}-\d{2}([T ][\d:.]+)?\s*$").all():
             # A CSV read without date parsing keeps dates as text; as categories they would quarantine every new day.
             return ColumnProfile(**base, left_out="dates stored as text (a new day is a value no model saw): derive a feature from it in a Python feature module")
         if len(values) <= MAX_CATEGORIES and len(values) <= max(2, present.len() // 2):
-            return ColumnProfile(**base, kind="categorical", feature=_feature_name(series.name, taken), values=values, shares=shares)
+            return ColumnProfile(
+                **base, kind="categorical", feature=_feature_name(series.name, taken), values=values, shares=shares,
+                guess=f"categorical (text, {len(values)} distinct values in {rows}, at most {MAX_CATEGORIES} make categories)",
+            )
         numeric_text = text.drop_nulls().str.contains(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$").all()
         why = (
             "numbers stored as text: cast the column upstream to make it a numeric feature"
@@ -267,8 +338,8 @@ def column_profiles(frame: pl.DataFrame, *, entity_column: str, label_column: st
 # --- the expectation suite ------------------------------------------------------------------------
 
 
-def _expectation(etype: str, column: str, action: str, review: str = "", **kwargs: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"guard": {"action": action}}
+def _expectation(etype: str, column: str, action: str, review: str = "", *, repair: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"guard": {"action": action, **({"repair": repair} if repair else {})}}
     if review:
         meta["review"] = review
     return {"type": etype, "kwargs": {"column": column, **kwargs}, "meta": meta}
@@ -294,7 +365,7 @@ def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: st
     """The Great Expectations 1.x suite profiled from the sample, each expectation with its `meta.guard` action."""
     expectations: list[dict[str, Any]] = []
     for p in profiles:
-        expectations.append(_expectation("expect_column_to_exist", p.column, "fail"))
+        expectations.append(_expectation("expect_column_to_exist", p.column, "fail", f"guessed {p.guess}" if p.guess else ""))
         typed = _type_expectation(p)
         if typed is not None:
             expectations.append(typed)
@@ -324,10 +395,13 @@ def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: st
             observed = ", ".join(f"{k} {v:.6g}" for k, v in p.observed.items())
             expectations.append(
                 _expectation(
-                    "expect_column_values_to_be_between", p.column, "quarantine",
-                    f"sample {observed}; the bounds widen p0.1..p99.9 by a tenth of that range each side. "
-                    "Set the range the model may score; `repair` with `repair: clip` scores clipped values instead",
-                    min_value=p.bounds[0], max_value=p.bounds[1],
+                    "expect_column_values_to_be_between", p.column, "repair",
+                    f"sample {observed}; the bounds widen p0.1..p99.9 by a tenth of that range each side. A value outside "
+                    "is clipped to the nearer bound and the row scored, counted as guard_repair in the fallback report: "
+                    "clipping changes the model's input, so the row scores as if its value were the bound. To leave such "
+                    "rows unscored instead, change the action to quarantine (one word); set the bounds to the range the "
+                    "model may score",
+                    repair="clip", min_value=p.bounds[0], max_value=p.bounds[1],
                 )
             )
         if p.kind in ("boolean", "categorical") and p.dtype != pl.Boolean:
@@ -379,9 +453,64 @@ def _flow(items: list[Any]) -> str:
     return "[" + ", ".join(_scalar(v) for v in items) + "]"
 
 
-def _humane(name: str) -> str:
-    words = re.sub(r"[_.\-]+", " ", name).strip()
-    return (words[:1].upper() + words[1:]) or name
+def _number_text(value: float) -> str:
+    """A number as a reader writes it: whole numbers without `.0` or an exponent, others as Python prints them."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _reason_variant(p: ColumnProfile, label: str) -> tuple[str, str]:
+    """Which variant a feature's reason code takes (by_value, by_cut or by_band) and its YAML flow value; every
+    text is true of the values it is given for."""
+    q = _scalar
+    if p.kind == "boolean":
+        return "by_value", f"{{true: {q(f'{label}: yes')}, false: {q(f'{label}: no')}}}"
+    if p.kind == "categorical":
+        return "by_value", "{" + ", ".join(f"{q(v)}: {q(f'{label} is {v}')}" for v in p.values) + "}"
+    if p.values:
+        return "by_value", "{" + ", ".join(f"{q(v)}: {q(f'{label} is {_number_text(v)}')}" for v in p.values) + "}"
+    if p.cut is not None:
+        low, high = p.cut
+        if p.dtype.is_integer():
+            # Whole numbers only: a value below low + 0.5 is at most `low`, any other at least low + 1.
+            texts = [f"{label} is {_number_text(low)} or less", f"{label} is {_number_text(low + 1)} or more"]
+            return "by_cut", f"{{cuts: [{low + 0.5!r}], texts: {_flow(texts)}}}"
+        # Whole numbers in a float column: a later fraction may arrive, so cut at the next observed value itself.
+        texts = [f"{label} is below {_number_text(high)}", f"{label} is {_number_text(high)} or more"]
+        return "by_cut", f"{{cuts: [{float(high)!r}], texts: {_flow(texts)}}}"
+    return "by_band", f"{{low: {q(f'{label} is low')}, high: {q(f'{label} is high')}}}"
+
+
+def _reason_code_lines(features: list[ColumnProfile]) -> list[str]:
+    """One reason code per feature: its plain name from the column name, a default text (a missing value, or a value
+    no variant covers) and texts that say where the row's value lies."""
+    q = _scalar
+    kept = [p.column for p in features if feature_label_from_name(p.column) == p.column and p.column.isupper()]
+    lines = [
+        "    # review: `label` is the feature's plain name on pages and cards, made from the column name; the texts say where",
+        "    #   the row's value lies: by_value one text per value (a category, yes/no, or a number with at most "
+        f"{MAX_BY_VALUE} values in the sample),",
+        "    #   by_cut a cut between two whole numbers the sample held, next to its median (the median's side says \"or less\"),",
+        "    #   by_band \"low\" at or below the model's training median, \"high\" above it. `text` is for a missing value or",
+        "    #   one no variant covers. Rewrite them in the job's words: they are what the reader of a decision sees.",
+    ]
+    if kept:
+        shown = ", ".join(kept[:10]) + (f" and {len(kept) - 10} more" if len(kept) > 10 else "")
+        lines.append(
+            f"    # review: {shown} kept as {'a code' if len(kept) == 1 else 'codes'} (nothing better is known from the name): "
+            "give each a `label` in words."
+        )
+    lines.append("    codes:")
+    for i, p in enumerate(features, start=1):
+        label = feature_label_from_name(p.column)
+        variant, value = _reason_variant(p, label)
+        lines += [
+            f"      {q(p.feature)}:",
+            f"        code: R{i:02d}",
+            f"        label: {q(label)}",
+            f"        text: {q(label)}",
+            f"        {variant}: {value}",
+        ]
+    return lines
 
 
 def _feature_line(p: ColumnProfile) -> str:
@@ -396,15 +525,13 @@ def _feature_line(p: ColumnProfile) -> str:
         words = [str(v) for v in p.values]
         truthy = [w for w in words if w.strip().lower() in TRUE_VALUES]
         falsy = [w for w in words if w.strip().lower() in FALSE_VALUES]
-        note = f"{_scalar(truthy[0])} → 1, {_scalar(falsy[0])} → 0"
-    elif p.kind == "boolean":
-        note = "1/true → 1, 0/false → 0"
+        note = f"; {_scalar(truthy[0])} → 1, {_scalar(falsy[0])} → 0"
     elif p.kind == "categorical":
-        note = f"{len(p.values)} values, most frequent first ({p.shares[0]:.0%} {_scalar(p.values[0])})"
+        note = f"; most frequent first ({p.shares[0]:.0%} {_scalar(p.values[0])})"
     else:
-        note = f"{p.observed['min']:.6g} to {p.observed['max']:.6g}"
+        note = ""
     nulls = f"{p.nulls} missing of {p.rows}" if p.nulls else "none missing"
-    return f"    - {{{', '.join(fields)}}}  # {p.dtype}, {nulls}; {note}"
+    return f"    - {{{', '.join(fields)}}}  # review: {p.guess}; {nulls}{note}"
 
 
 @dataclass(frozen=True)
@@ -585,6 +712,16 @@ def _base_probability(rate: float) -> float:
     return min(max(round(rate, 4), 0.0001), 0.9999)
 
 
+def _decision_lines(*decisions: tuple[str, str, bool]) -> list[str]:
+    """The prediction's `decisions` section: each decision's plain name and whether it acts on the entity."""
+    return [
+        "  decisions:",
+        "    # review: each decision's plain name on pages and the card, in the job's words; `action: true` marks the decisions",
+        "    #   that act on the entity (their precision and recall are measured on outcomes). Rename them with the rules.",
+        *(f"    {name}: {{label: {_scalar(label)}, action: {_scalar(action)}}}" for name, label, action in decisions),
+    ]
+
+
 def _binary_prediction(label_column: str | None, target: TargetProposal | None) -> list[str]:
     """A binary job's prediction section: the event, its score scale, three rules around twice the base rate."""
     if target is not None and target.rate is not None:
@@ -598,37 +735,44 @@ def _binary_prediction(label_column: str | None, target: TargetProposal | None) 
         "twice the base probability, capped at 0.5" if cut == 0.5 else "twice the base probability, at least 0.01"
     )
     q = _scalar
+    event = f"{label_column} = 1" if label_column else "the event"
     return [
         "prediction:",
-        f"  event: {q(f'{label_column} = 1' if label_column else 'the adverse outcome')}"
-        "  # review: the event the probability is about, in words",
+        f"  event: {q(event)}"
+        "  # review: the event the probability is about, in words (e.g. buys within 30 days)",
         "  interval_level: 0.90",
         "  score:",
-        "    # risk score = 50 + points_to_double_odds * log2(odds / base_odds), clipped to 0..100",
+        "    # score = 50 + points_to_double_odds * log2(odds / base_odds), clipped to 0..100",
+        "    # review: the score's name and what a higher score means, in the job's words, as pages and the card print them",
+        "    #   (e.g. name: propensity score, higher: more likely to buy).",
+        "    name: score",
+        f"    higher: {q(f'more likely: {event}')}",
         f"    # review: base_probability (the probability at score 50) is {base_note}.",
         f"    base_probability: {base}",
         "    points_to_double_odds: 10",
         "  rules:",
-        f"    # review: the cut-off {cut} is a placeholder ({cut_note}): set your risk appetite.",
+        f"    # review: the cut-off {cut} is a placeholder ({cut_note}): set the probability at which the business acts,",
+        "    #   and name the decisions after its actions (e.g. contact, send_offer, inspect).",
         "    # Every row must match exactly one rule; loading the spec proves it, so edit the three together.",
-        "    - id: DECLINE_HIGH_RISK",
-        "      description: Even the optimistic end of the interval is above the cut-off.",
+        "    - id: ACT",
+        "      description: Even the low end of the interval reaches the cut-off.",
         f"      when: {{probability_low: {{ge: {cut}}}}}",
-        "      decision: decline",
+        "      decision: act",
         "    - id: REVIEW_UNCERTAIN",
         "      description: The interval straddles the cut-off; a person decides.",
         f"      when: {{probability_low: {{lt: {cut}}}, probability_high: {{ge: {cut}}}}}",
         "      decision: manual_review",
-        "    - id: APPROVE",
-        "      description: Even the pessimistic end of the interval is below the cut-off.",
+        "    - id: NO_ACTION",
+        "      description: Even the high end of the interval is below the cut-off.",
         f"      when: {{probability_high: {{lt: {cut}}}}}",
-        "      decision: approve",
+        "      decision: no_action",
+        *_decision_lines(("act", "Act", True), ("manual_review", "A person decides", False), ("no_action", "No action", False)),
         "  reasons:",
         "    top_k: 3",
-        "    for_decisions: [decline, manual_review]",
+        "    for_decisions: [act, manual_review]",
         "    no_reason_code: R00",
-        "    no_reason_text: No single factor raised the risk.",
-        "    # review: one code per feature; the text is what the reader of a decision sees, so say what it means.",
+        f"    no_reason_text: {q(f'No single factor made {event} more likely.')}",
+        "    # review: one code per feature; a row's reasons are the features that pushed it most toward the event.",
     ]
 
 
@@ -660,6 +804,7 @@ def _forecast_prediction(label_column: str | None, target: TargetProposal) -> li
         "      description: Even the high end of the interval is below the cut-off.",
         f"      when: {{forecast_high: {{lt: {cut}}}}}",
         "      decision: no_action",
+        *_decision_lines(("act", "Act", True), ("manual_review", "A person decides", False), ("no_action", "No action", False)),
         "  reasons:",
         "    top_k: 3",
         "    for_decisions: [act, manual_review]",
@@ -741,6 +886,7 @@ def _multiclass_prediction() -> list[str]:
         "    - id: ACT_ON_CLASS",
         "      description: The predicted class leads clearly; act on it.",
         "      decision: act",
+        *_decision_lines(("manual_review", "A person decides", False), ("act", "Act on the class", True)),
         "  reasons:",
         "    top_k: 3",
         "    for_decisions: [manual_review]",
@@ -805,11 +951,7 @@ def job_spec_text(
         "  version: latest",
         *(_forecast_prediction(label_column, target) if forecasts else _multiclass_prediction() if classifies
           else _binary_prediction(label_column, target)),
-        "    codes:",
-        *(
-            f"      {q(p.feature)}: {{code: R{i:02d}, text: {q(_humane(p.feature or p.column))}}}"
-            for i, p in enumerate(features, start=1)
-        ),
+        *_reason_code_lines(features),
         "limits:",
         "  # Largest shares of a partition's rows the guards may repair / quarantine before the run fails.",
         "  max_repaired_share: 0.20",
@@ -897,6 +1039,7 @@ def scaffolded_job(
         job=job, spec_path=spec_path, suite_path=suite_path, sample_files=files, rows=frame.height,
         features={p.feature: p.kind for p in profiles if p.feature and p.kind},
         left_out={p.column: p.left_out for p in profiles if p.left_out},
+        guesses={p.column: p.guess for p in profiles if p.guess},
         expectations=len(suite["expectations"]),
         base_probability=None if target is None or target.rate is None else _base_probability(target.rate[0]),
         kind=target.kind if target is not None else kind or "binary", target=target,

@@ -56,7 +56,7 @@ from tasks.features.config import FALSE_VALUES, FEATURE_NAME_PATTERN, TRUE_VALUE
 from tasks.jobspec import NAME_PATTERN, JobSpec, UniqueKeyLoader
 from tasks.prediction.class_labels import predict_class_label_text
 from tasks.prediction.config import TargetKind
-from tasks.prediction.words import feature_label_from_name
+from tasks.prediction.words import predict_feature_label
 from tasks.settings import Settings
 
 MAX_CATEGORIES = 30
@@ -484,7 +484,7 @@ def _reason_code_lines(features: list[ColumnProfile]) -> list[str]:
     """One reason code per feature: its plain name from the column name, a default text (a missing value, or a value
     no variant covers) and texts that say where the row's value lies."""
     q = _scalar
-    kept = [p.column for p in features if feature_label_from_name(p.column) == p.column and p.column.isupper()]
+    kept = [p.column for p in features if predict_feature_label(p.column) == p.column and p.column.isupper()]
     lines = [
         "    # review: `label` is the feature's plain name on pages and cards, made from the column name; the texts say where",
         "    #   the row's value lies: by_value one text per value (a category, yes/no, or a number with at most "
@@ -501,7 +501,7 @@ def _reason_code_lines(features: list[ColumnProfile]) -> list[str]:
         )
     lines.append("    codes:")
     for i, p in enumerate(features, start=1):
-        label = feature_label_from_name(p.column)
+        label = predict_feature_label(p.column)
         variant, value = _reason_variant(p, label)
         lines += [
             f"      {q(p.feature)}:",

@@ -25,7 +25,7 @@ from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
 from tasks.jobs.calendar import parse_partition_date, partition_range, yesterday
-from tasks.errors import ExitCode, JobValidationError, OrchestrationLost, RunStopped, ScoringError, user_facing_error
+from tasks.errors import ExitCode, JobSpecError, JobValidationError, OrchestrationLost, RunStopped, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.scoring.progress import progress_listener
 from tasks.reports.reporting import partition_summaries, partition_summary_table
@@ -55,6 +55,13 @@ def _print_json(value: object) -> None:
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout instead of tables.")]
+PositiveOption = Annotated[
+    str | None,
+    typer.Option(
+        help="A binary job's event as the label's value when the labels are not 1/0 (e.g. Yes, churned, 2): read as 1, the "
+        "other value as 0. The spec's monitoring.labels.positive is used without it, and a flag must agree with it.",
+    ),
+]
 
 
 class BackfillChoice(str, enum.Enum):
@@ -523,6 +530,7 @@ def register(
         list[str] | None,
         typer.Option(help="A type a scikit-learn .skops file may hold beyond skops' defaults, after you reviewed it (repeat for several)."),
     ] = None,
+    positive: PositiveOption = None,
 ) -> None:
     """Register a model trained elsewhere: check it against the job, calibrate it (binary job) or fit its error model
     and prediction interval (forecast job) on the hold-out, compute the drift reference, and write a new registry
@@ -539,7 +547,7 @@ def register(
         settings = current_settings()
         report = registered_job_model(
             job, model, settings=settings, holdout=holdout, reference=reference, version=version, training=window,
-            trusted_types=tuple(trust or ()),
+            trusted_types=tuple(trust or ()), positive=positive,
         )
         _print_registration(report)
 
@@ -704,6 +712,7 @@ def features_command(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
     rows: Annotated[Path, typer.Option("--from", help="Raw rows: a Parquet file or a partition folder (with the outcome column, if any).")],
     out: Annotated[Path, typer.Option(help="Parquet file to write: the entity, one column per model input, and `outcome` when the rows have it.")],
+    positive: PositiveOption = None,
 ) -> None:
     """Write the model inputs the job computes from raw rows (guards, features, feature models), so a training
     script fits on exactly what scoring will feed the model."""
@@ -713,14 +722,17 @@ def features_command(
         from tasks.jobs.registration import job_model_inputs
 
         settings = current_settings()
-        labelled = spec_of(job, settings).monitoring.labels.outcome_column in _parquet_columns(rows)
-        inputs = job_model_inputs(job, rows, settings=settings, labelled=labelled)
+        spec = spec_of(job, settings)
+        source = spec.label_source(positive)
+        labelled = source.outcome_column in _parquet_columns(rows)
+        inputs = job_model_inputs(job, rows, settings=settings, labelled=labelled, positive=positive)
         out.parent.mkdir(parents=True, exist_ok=True)
         inputs.frame().write_parquet(out)
         console.print(
             f"wrote {out}: {inputs.matrix.shape[0]:,} rows × {len(inputs.names)} model inputs"
             + ((" + outcome (the class's index into target.classes: "
                 + ", ".join(f"{i} {c}" for i, c in enumerate(inputs.classes)) + ")") if labelled and inputs.classes
+               else f" + outcome (1: {source.outcome_column} = {source.positive}, 0: otherwise)" if labelled and source.positive
                else " + outcome" if labelled else "")
             + f"; {inputs.rows_quarantined:,} rows quarantined by the guards",
             highlight=False,
@@ -829,6 +841,10 @@ def outcomes_command(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
     start: Annotated[str, typer.Option(help="First partition date whose labels to ingest, YYYY-MM-DD.")],
     end: Annotated[str, typer.Option(help="Last partition date, YYYY-MM-DD (inclusive).")],
+    positive: Annotated[
+        str | None,
+        typer.Option(help="A binary job's event as the label's value; it must agree with the spec's monitoring.labels.positive, which the scheduled outcomes runs read."),
+    ] = None,
 ) -> None:
     """Ingest the labels of the partitions START..END, join them to their predictions, and print the realized
     performance per partition and model version."""
@@ -840,7 +856,14 @@ def outcomes_command(
         if last < first:
             raise ScoringError(f"--end {last} is before --start {first}")
         settings = current_settings()
-        load_job_spec(job, settings)
+        spec = load_job_spec(job, settings)
+        if spec.label_source(positive).positive != spec.monitoring.labels.positive:
+            # The scheduled outcomes run revisits these partitions reading the spec: a flag only this run knew would
+            # make the two disagree, so the event is named where both read it.
+            raise JobSpecError(
+                f"--positive {positive}: job {job!r}'s spec names no event value; add positive: {json.dumps(positive)} under "
+                f"monitoring.labels in {settings.jobs_dir / f'{job}.yaml'} (scheduled outcomes runs read the spec, not this flag)"
+            )
         with _run_log(settings.data_dir):
             outcomes(job, first, last)
         _print_realized_performance(job, partition_range(first, last))
@@ -1001,6 +1024,10 @@ def init(
         typer.Option(help="The job's target kind instead of the one the label column suggests: binary (1/0), regression (any number), count (non-negative whole numbers), multiclass (3 or more classes, names or whole-number codes)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the job's spec and suite if they exist.")] = False,
+    positive: Annotated[
+        str | None,
+        typer.Option(help="The label's value that is the event of a binary job, when the label is not 1/0 or true/false (e.g. Yes, churned, 2); written to the spec's monitoring.labels.positive."),
+    ] = None,
 ) -> None:
     """Scaffold jobs/JOB.yaml (declared features, the target's kind, starter rules, reason codes) and
     expectations/JOB.json (guards profiled from the sample), with `review:` notes on every proposal."""
@@ -1010,7 +1037,7 @@ def init(
         settings = current_settings()
         done = scaffolded_job(
             job, sample=sample, entity_column=entity_column, label_column=label_column, settings=settings, force=force,
-            kind=kind.value if kind is not None else None,
+            kind=kind.value if kind is not None else None, positive=positive,
         )
         kinds = ", ".join(f"{sum(k == kind for k in done.features.values())} {kind}" for kind in ("numeric", "boolean", "categorical"))
         target = done.target
@@ -1058,6 +1085,10 @@ def init(
             *(f"left out {column}: {why}" for column, why in done.left_out.items()),
             "a number outside its profiled range is clipped to it and scored (counted as guard_repair); "
             "the suite's review notes say how to quarantine such rows instead",
+            *(
+                f"warning: {column} looks like an outcome and is now a model feature (a model would learn the answer from it): if it "
+                f"is the label, scaffold again with --force --label-column {column}" for column in done.label_like
+            ),
             "next: review every `review:` note in both files, then",
             f"  1. score features {done.job} --from TRAIN.parquet --out INPUTS.parquet   (the model inputs to train on, in order)",
             *train,

@@ -110,11 +110,44 @@ class LabelSource(_Strict):
         ),
     )
     observed_date_column: str = Field(default="observed_date", description="Column with the date the outcome was observed.")
+    positive: str | None = Field(
+        default=None,
+        description=(
+            "Binary jobs whose labels are not 1/0: the label value that is the event (read as 1), e.g. \"Yes\", \"churned\", 2; "
+            "compared with the label as text (booleans as true/false, whole numbers without .0). Quote it: YAML reads an "
+            "unquoted Yes as true. Without it the outcome must be 1/0 or true/false."
+        ),
+    )
+    negative: str | None = Field(
+        default=None,
+        description=(
+            "With `positive`: the label value that is not the event (read as 0). Any other value is then refused; without it, "
+            "one value besides `positive` is read as 0 and a third refused."
+        ),
+    )
     table: str | None = Field(
         default=None,
         pattern=r"^[a-z_][a-z0-9_]*$",
         description="Warehouse table with the same columns plus `partition_date` (and `job`, if several jobs share it).",
     )
+
+    @field_validator("positive", "negative", mode="before")
+    @classmethod
+    def _label_text(cls, value: object) -> object:
+        # Labels are compared as text: an unquoted YAML `positive: 2` or `positive: true` names the same value as "2" or "true".
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int | float) and float(value).is_integer():
+            return str(int(value))
+        return value if not isinstance(value, float) else str(value)
+
+    @model_validator(mode="after")
+    def _negative_beside_positive(self) -> LabelSource:
+        if self.negative is not None and self.positive is None:
+            raise ValueError("monitoring.labels.negative needs monitoring.labels.positive: say which value is the event")
+        if self.negative is not None and self.negative == self.positive:
+            raise ValueError(f"monitoring.labels.positive and negative are both {self.positive!r}: the event and the other value must differ")
+        return self
 
 
 class HealthConfig(_Strict):
@@ -281,6 +314,34 @@ class JobSpec(_Strict):
         if problems:
             raise ValueError("every row must match exactly one rule: " + "; ".join(problems))
         return self
+
+    @model_validator(mode="after")
+    def _positive_is_binary(self) -> JobSpec:
+        if self.monitoring.labels.positive is not None and self.target.kind != "binary":
+            raise ValueError(
+                f"monitoring.labels.positive names a binary job's event; target.kind is {self.target.kind}, whose outcome is "
+                + ("the class name" if self.target.classifies else "the actual number") + ": remove it"
+            )
+        return self
+
+    def label_source(self, positive: str | None) -> LabelSource:
+        """The labels section as a command given `--positive` reads it: the spec's `positive` (and `negative`), or the flag's
+        value where the spec names none. A flag that disagrees with the spec, or one given to a job that is not binary, is a
+        JobSpecError: a model calibrated on one event and monitored on another would invert without a sign."""
+        labels = self.monitoring.labels
+        if positive is None:
+            return labels
+        if self.target.kind != "binary":
+            raise JobSpecError(
+                f"--positive names a binary job's event; job {self.name!r} is {self.target.kind} (target.kind), whose outcome is "
+                + ("the class name" if self.target.classifies else "the actual number") + ": drop the flag"
+            )
+        if labels.positive is not None and labels.positive != positive:
+            raise JobSpecError(
+                f"--positive {positive!r} disagrees with monitoring.labels.positive {labels.positive!r} in job {self.name!r}'s spec: "
+                "drop the flag, or change the spec (and register the model again) if the event is another value"
+            )
+        return labels.model_copy(update={"positive": positive})
 
     @model_validator(mode="after")
     def _action_decisions_exist(self) -> JobSpec:

@@ -138,8 +138,8 @@ def test_a_count_mostly_zero_is_cut_above_its_minimum(workspace: Settings, tmp_p
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        (["paid", "default"], ["two values", "'paid'", "'default'", "which one is the event cannot be guessed", "recode"]),
-        ([1, 2], ["two values", "1 (", "2 (", "--kind count or --kind regression"]),
+        (["paid", "default"], ["has values ['default', 'paid']", "say which is the event with --positive"]),
+        ([1, 2], ["has values [1, 2]", "--positive 1 (or --positive 2)", "--kind count or --kind regression"]),
     ],
 )
 def test_two_values_other_than_1_and_0_are_refused_naming_both(

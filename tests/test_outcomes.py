@@ -260,7 +260,7 @@ def test_bad_labels_are_refused_with_the_file_and_the_values(tmp_path: Path) -> 
     folder = tmp_path / "date=2026-03-01"
     folder.mkdir()
     pl.DataFrame({"entity_id": ["a", "b", "c"], "defaulted": [0, 2, 7], "observed_date": [dt.date(2027, 3, 1)] * 3}).write_parquet(folder / "x.parquet")
-    with pytest.raises(LabelError, match=r"x\.parquet: outcomes must be 0 or 1; found 2 other value\(s\), e\.g\. \[2, 7\]"):
+    with pytest.raises(LabelError, match=r"x\.parquet: outcome column 'defaulted' must be 1 \(the event\) or 0 \(or true/false\); 2 row\(s\) are not, e\.g\. \[2, 7\]"):
         parquet_labels(folder, spec.monitoring.labels)
     pl.DataFrame({"entity_id": ["a"], "outcome": [1], "observed_date": [dt.date(2027, 3, 1)]}).write_parquet(folder / "x.parquet")
     with pytest.raises(LabelError, match=r"x\.parquet lacks column\(s\) \['defaulted'\]"):

@@ -20,7 +20,7 @@ from scipy.optimize import minimize
 from typer.testing import CliRunner
 
 from tasks.demo.setup import DEMO_JOB
-from tasks.errors import JobValidationError, ModelArtifactError, PartitionError
+from tasks.errors import JobValidationError, LabelError, ModelArtifactError, PartitionError
 from tasks.inference.aliases import ALIASES_FILE
 from tasks.inference.registry import inference_model_artifact, inference_model_checksum, inference_model_versions
 from tasks.jobs.registration import REGISTRATION_REPORT, job_model_inputs, registered_job_model
@@ -219,7 +219,7 @@ def test_a_holdout_without_its_outcome_or_with_other_values_is_refused(
     holdout.with_columns(pl.when(pl.int_range(pl.len()) < 2).then(2).otherwise(pl.col("defaulted")).alias("defaulted")).write_parquet(
         tmp_path / "two.parquet"
     )
-    with pytest.raises(PartitionError, match="must be 0 or 1 on every row; 2 rows are not"):
+    with pytest.raises(LabelError, match=r"outcome column 'defaulted' must be 1 \(the event\) or 0 \(or true/false\); 2 row\(s\) are not, e\.g\. \[2\]"):
         registered_job_model(DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=tmp_path / "two.parquet")
     holdout.drop("annual_income").write_parquet(tmp_path / "short.parquet")
     with pytest.raises(JobValidationError, match="annual_income"):

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from tasks.contracts import InferenceInput
 from tasks.monitoring.health import ATTRIBUTION_REFERENCE_ROWS, fitted_health_reference, holdout_auc_check
 from tasks.quality.drift import FORECAST_DRIFT_NAME, reference_statistics
-from tasks.errors import JobProblem, JobSpecError, JobValidationError, ModelArtifactError, PartitionError
+from tasks.errors import JobProblem, JobSpecError, JobValidationError, LabelError, ModelArtifactError, PartitionError
 from tasks.features import FeatureKind, FeatureModule, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, guarded_chunk, load_guard_suite, raw_schema_problems
@@ -63,11 +63,11 @@ from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
 from tasks.inference.error_model import ERROR_MODEL_FILE
 from tasks.jobs.class_registration import class_calibration_note, class_order_problem, class_reference, fitted_class_calibration
 from tasks.jobs.conformal import IntervalCheck, fitted_conformal_interval
-from tasks.jobspec import JobSpec, load_job_spec
+from tasks.jobspec import JobSpec, LabelSource, load_job_spec
 from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator, predict_one_outcome_problem
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
 from tasks.prediction.forecasts import predict_forecast_values
-from tasks.prediction.class_labels import predict_class_label_indices
+from tasks.prediction.class_labels import predict_binary_label_events, predict_class_label_indices
 from tasks.prediction.multiclass import ClassProbabilityMap
 from tasks.settings import Settings
 
@@ -662,13 +662,27 @@ def _job_path(job: str, settings: Settings) -> _JobPath:
     )
 
 
-def job_model_inputs(job: str, rows: Path | pl.DataFrame, *, settings: Settings, labelled: bool, what: str = "rows") -> ModelInputs:
+def job_model_inputs(
+    job: str, rows: Path | pl.DataFrame, *, settings: Settings, labelled: bool, what: str = "rows", positive: str | None = None,
+) -> ModelInputs:
     """`rows` (raw columns; the spec's outcome column too when `labelled`) through the job's guards, features
     and feature models — the same path scoring takes, so a model trained on it sees what it will score."""
-    return _model_inputs(_job_path(job, settings), rows, labelled=labelled, what=what)
+    return _model_inputs(_job_path(job, settings), rows, labelled=labelled, what=what, positive=positive)
 
 
-def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, what: str) -> ModelInputs:
+def _binary_outcomes(labels: pl.Series, source: LabelSource, *, where: str, spec_path: Path) -> np.ndarray:
+    """A binary job's outcomes, 1 (the event) or 0 on every row, from labels as they come (`predict_binary_label_events`)."""
+    read = predict_binary_label_events(labels, positive=source.positive, negative=source.negative)
+    if read.problem is not None:
+        hint = f', or as positive: "{read.suggested}" under monitoring.labels in {spec_path}' if read.suggested is not None else ""
+        raise LabelError(f"{where}: outcome column {source.outcome_column!r} {read.problem}{hint}")
+    if read.events.null_count():
+        raise LabelError(f"{where}: outcome column {source.outcome_column!r} is missing on {read.events.null_count():,} row(s): "
+                         "every labelled row needs its outcome, or leave those rows out")
+    return read.events.cast(pl.Float64).to_numpy()
+
+
+def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, what: str, positive: str | None = None) -> ModelInputs:
     spec, suite, features = path.spec, path.suite, path.features
     forecasts = spec.target.forecasts
     label = spec.monitoring.labels.outcome_column
@@ -710,13 +724,7 @@ def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, 
             )
         outcomes = indices.astype(np.float64)
     elif labelled:
-        bad = scorable.filter(~pl.col(label).cast(pl.Float64, strict=False).is_in([0.0, 1.0]).fill_null(False))
-        if bad.height:
-            raise PartitionError(
-                f"{where}: outcome column {label!r} must be 0 or 1 on every row; {bad.height} rows are not, "
-                f"e.g. {bad[label].head(3).to_list()}"
-            )
-        outcomes = scorable[label].cast(pl.Float64).to_numpy()
+        outcomes = _binary_outcomes(scorable[label], spec.label_source(positive), where=where, spec_path=path.spec_path)
     x = features.feature_matrix(scorable)
     names = tuple(features.FEATURES)
     used = {}
@@ -741,12 +749,14 @@ def registered_job_model(
     version: str | None = None,
     training: Mapping[str, Any] | None = None,
     trusted_types: tuple[str, ...] = (),
+    positive: str | None = None,
 ) -> RegistrationReport:
     """Register a model of `job`: its hold-out (and reference) rows go through the job's own guards,
-    features and feature models; the outcome is the spec's `monitoring.labels.outcome_column`."""
+    features and feature models; the outcome is the spec's `monitoring.labels.outcome_column`, read as 1 where it is
+    `positive` (`--positive`, else the spec's `monitoring.labels.positive`; JobSpec.label_source)."""
     path = _job_path(job, settings)
     spec, features = path.spec, path.features
-    held = _model_inputs(path, holdout, labelled=True, what="hold-out")
+    held = _model_inputs(path, holdout, labelled=True, what="hold-out", positive=positive)
     if held.outcomes is None or held.outcomes.size == 0:
         raise PartitionError(f"hold-out {holdout} has no rows the job's guards let through")
     events = int(held.outcomes.sum())

@@ -23,8 +23,9 @@ way its value lies: one text per value for at most MAX_BY_VALUE distinct values 
 between two observed whole numbers next to the median for a count (so "1 or less" is true of a row at
 the median 1), low/high around the training median for a measurement.
 
-The label column (never a feature, never guarded) proposes the job's target kind (`proposed_target`): 1/0 or
-booleans a binary job, whose starter rules cut at twice the sample's event rate; text with 3 or more values, or
+The label column (never a feature, never guarded) proposes the job's target kind (`proposed_target`): 1/0,
+booleans (true is the event), or two values of which `--positive` names the event a binary job, whose starter
+rules cut at twice the sample's event rate; text with 3 or more values, or
 3 to MAX_CLASS_CODES whole numbers, a multiclass job, its classes sorted (as numbers when all are whole numbers),
 whose starter rules send a close call between the two likeliest classes to a person; more non-negative whole
 numbers a count, other numbers a regression, whose starter rules cut the forecast's interval at the sample's
@@ -54,7 +55,7 @@ from tasks.features import FeatureKind
 from tasks.guards import load_guard_suite
 from tasks.features.config import FALSE_VALUES, FEATURE_NAME_PATTERN, TRUE_VALUES
 from tasks.jobspec import NAME_PATTERN, JobSpec, UniqueKeyLoader
-from tasks.prediction.class_labels import predict_class_label_text
+from tasks.prediction.class_labels import predict_binary_label_events, predict_class_label_text
 from tasks.prediction.config import TargetKind
 from tasks.prediction.words import predict_feature_label
 from tasks.settings import Settings
@@ -77,6 +78,8 @@ _FALSE_WORDS = tuple(w for w in FALSE_VALUES if not w.isdigit())
 """Text that says yes or no in words: text "1"/"0" is a code, as a 0/1 integer is no evidence of a flag."""
 _YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
 _TOKEN = r"[0-9]+|[A-Z]+|[a-z]+|[^0-9A-Za-z]+"
+_LABEL_NAME = r"(?i)^(y|label|target|outcome|response|churn|churned)$|(^|[_\W])(label|target|outcome)($|[_\W])"
+"""A column name that says outcome: without --label-column, init warns that such a column became a feature."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,9 @@ class ScaffoldedJob:
     target: TargetProposal | None = None
     """What the label column proposed; None without --label-column."""
     feature_version: str = FEATURE_VERSION
+    label_like: tuple[str, ...] = ()
+    """Without --label-column: feature columns whose name says outcome (`target`, `churned`, ...), which the model would
+    learn the answer from if one is the label."""
 
 
 def _sample(path: Path) -> tuple[pl.DataFrame, tuple[Path, ...]]:
@@ -556,6 +562,9 @@ class TargetProposal:
     """Each class's share of the sample's labelled rows, in the order of `classes`."""
     numeric: bool = False
     """Whether the label column holds numbers (a multiclass job's class codes could then be a count instead)."""
+    positive: str | None = None
+    """A binary job's event as the label's value when it is not 1/0 (`--positive`), and the other value (`negative`)."""
+    negative: str | None = None
 
 
 CUTOFF_QUANTILE = 0.9
@@ -585,16 +594,21 @@ def _forecast_cutoff(values: np.ndarray, *, count: bool, label_column: str) -> t
     return (int(cut) if count else cut), note
 
 
-def proposed_target(frame: pl.DataFrame, label_column: str, *, kind: str | None, where: str) -> TargetProposal:
+def proposed_target(
+    frame: pl.DataFrame, label_column: str, *, kind: str | None, where: str, positive: str | None = None,
+) -> TargetProposal:
     """The target kind of a job labelled by `label_column` of `frame`: the kind `kind` asks for, checked
-    against the column, or the one its values suggest. 1/0 or booleans are binary; non-negative whole
-    numbers (more than two values) a count; other numbers a regression. Two values other than 1/0, text,
-    and values that do not fit the asked kind are a LabelError: one line saying what the column holds."""
+    against the column, or the one its values suggest. 1/0 or booleans are binary, and so are two values of which
+    `positive` is the event; non-negative whole numbers (more than two values) a count; other numbers a regression.
+    Two values other than 1/0 without `positive`, text, and values that do not fit the asked kind are a LabelError:
+    one line saying what the column holds."""
     labels = frame.get_column(label_column).drop_nulls()
     if labels.dtype.is_float():
         labels = labels.filter(labels.is_not_nan())
     if labels.len() == 0:
         raise LabelError(f"{where}: label column {label_column!r} has no value, so the job's target cannot be proposed")
+    if positive is not None:
+        return _positive_target(labels, label_column, kind=kind, where=where, positive=positive)
     if labels.dtype == pl.Boolean:
         labels = labels.cast(pl.Int8)
     option = f"--kind {kind}: " if kind else ""
@@ -610,7 +624,8 @@ def proposed_target(frame: pl.DataFrame, label_column: str, *, kind: str | None,
             f"{option}{where}: label column {label_column!r} holds text ({len(values)} values, e.g. {_shown(list(values[:3]))}): "
             + ("too many to be guessed as classes: pass --kind multiclass if each value is a class; "
                if len(values) > MAX_CATEGORIES else "")
-            + "a binary job's outcome is 1 (the event) or 0, a forecast job's (--kind regression or count) a number"
+            + "a binary job's outcome is 1 (the event) or 0, or two values with --positive naming the event; "
+            "a forecast job's (--kind regression or count) a number"
         )
     numbers = labels.cast(pl.Float64).to_numpy()
     if not np.isfinite(numbers).all():
@@ -629,8 +644,8 @@ def proposed_target(frame: pl.DataFrame, label_column: str, *, kind: str | None,
         return _multiclass_target(labels, label_column, where, option, asked=kind is not None, numeric=True)
     if kind == "binary" or (kind is None and zero_one):
         if not zero_one:
-            if distinct.size == 2 and kind is None:
-                raise _two_values(label_column, labels, where, option, numeric=True)
+            if distinct.size == 2:
+                raise _two_values(label_column, labels, where, option, numeric=kind is None)
             raise LabelError(
                 f"{option}{where}: label column {label_column!r} must hold 1 (the event) and 0 (not), got "
                 f"{_shown(labels.unique().sort().head(5).to_list())} ({labels.dtype})"
@@ -681,7 +696,8 @@ def _multiclass_target(labels: pl.Series, label_column: str, where: str, option:
         held = " and ".join(f"{_shown([v])} ({n / text.len():.0%})" for v, n in sorted(found.items(), key=lambda kv: -kv[1]))
         raise LabelError(
             f"{option}{where}: label column {label_column!r} holds {len(found)} value{'s' if len(found) != 1 else ''}, {held}: a multiclass "
-            "job needs at least 3 classes" + ("; two values are a binary job: recode the column to 1 (the event) and 0" if len(found) == 2 else "")
+            "job needs at least 3 classes" + ("; two values are a binary job: leave out --kind and say which is the event with --positive"
+                                              if len(found) == 2 else "")
         )
     empty = [v for v in found if not v.strip()]
     if empty:
@@ -696,15 +712,42 @@ def _multiclass_target(labels: pl.Series, label_column: str, where: str, option:
 
 
 def _two_values(label_column: str, labels: pl.Series, where: str, option: str, *, numeric: bool) -> LabelError:
-    # Guessing which of two values is the event would silently invert every probability, decision and
-    # reason when wrong, and the outcome is read as 1/0 everywhere after this (score features, register, outcomes).
-    values, shares = _counted(labels)
-    held = " and ".join(f"{_shown([v])} ({share:.0%})" for v, share in zip(values, shares, strict=True))
+    # Guessing which of two values is the event would silently invert every probability, decision and reason when wrong.
+    problem = predict_binary_label_events(labels, positive=None).problem
     return LabelError(
-        f"{option}{where}: label column {label_column!r} holds two values, {held}, not 1 and 0: which one is the event cannot "
-        "be guessed, and a binary job reads its outcome as 1 (the event) or 0; recode the column to 1/0 in the sample and the labels"
+        f"{option}{where}: label column {label_column!r} {problem}"
         + (", or pass --kind count or --kind regression if it is a quantity to forecast" if numeric else "")
     )
+
+
+def _positive_target(labels: pl.Series, label_column: str, *, kind: str | None, where: str, positive: str) -> TargetProposal:
+    """A binary job whose event is the label value `positive` (`--positive`), the one other value of the sample its
+    non-event; a third value, a `positive` the sample does not hold, or a kind that is not binary is a LabelError."""
+    if kind not in (None, "binary"):
+        raise LabelError(
+            f"--positive names a binary job's event; --kind {kind} reads the label as "
+            + ("the class name" if kind == "multiclass" else "the actual number") + ": drop --positive"
+        )
+    read = predict_binary_label_events(labels, positive=positive)
+    if read.problem is not None:
+        raise LabelError(f"--positive {positive}: {where}: label column {label_column!r} {read.problem}")
+    text = predict_class_label_text(labels)
+    values = sorted(set(text.to_list()))
+    events = int(read.events.sum())
+    if events == 0:
+        raise LabelError(f"--positive {positive}: {where}: label column {label_column!r} has values {values}, none of them {positive!r}")
+    event = text.filter(read.events == 1)[0]
+    others = [v for v in values if v != event]
+    negative = others[0] if others else None
+    held = f"{event!r} (the event, {events:,} rows)" + (f" and {negative!r} ({labels.len() - events:,} rows)" if negative else "")
+    return TargetProposal(
+        "binary", f"{label_column} holds {held}, as --positive named the event", asked=kind is not None,
+        rate=(events / labels.len(), events, labels.len()), labelled=labels.len(), positive=event, negative=negative,
+    )
+
+
+def _event_words(label_column: str | None, target: TargetProposal | None) -> str:
+    return f"{label_column} = {target.positive if target is not None and target.positive is not None else 1}"
 
 
 def _base_probability(rate: float) -> float:
@@ -727,7 +770,7 @@ def _binary_prediction(label_column: str | None, target: TargetProposal | None) 
     if target is not None and target.rate is not None:
         rate, events, labelled = target.rate
         base = _base_probability(rate)
-        base_note = f"the rate of {label_column} = 1 in the sample ({events} of {labelled} rows)"
+        base_note = f"the rate of {_event_words(label_column, target)} in the sample ({events} of {labelled} rows)"
     else:
         base, base_note = 0.1, "a placeholder: no --label-column was given"
     cut = min(0.5, max(0.01, round(2 * base, 2)))
@@ -735,7 +778,7 @@ def _binary_prediction(label_column: str | None, target: TargetProposal | None) 
         "twice the base probability, capped at 0.5" if cut == 0.5 else "twice the base probability, at least 0.01"
     )
     q = _scalar
-    event = f"{label_column} = 1" if label_column else "the event"
+    event = _event_words(label_column, target) if label_column else "the event"
     return [
         "prediction:",
         f"  event: {q(event)}"
@@ -960,13 +1003,21 @@ def job_spec_text(
         "  labels:",
         f"    # review: outcomes arrive as data/labels/{job}/date=D/*.parquet with these columns "
         + (f"(the actual {_words(label_column or 'outcome')} of each scored entity)." if forecasts else
-           "(the class each scored entity turned out to be, one of target.classes)." if classifies else "(1: the event happened)."),
+           "(the class each scored entity turned out to be, one of target.classes)." if classifies else _binary_outcome_note(target)),
         f"    entity_column: {q(entity_column)}",
     ]
     if label_column:
         lines.append(f"    outcome_column: {q(label_column)}")
     else:
         lines.append("    outcome_column: outcome  # review: no --label-column was given; name the labels' outcome column")
+    if target is not None and target.positive is not None:
+        # Always quoted: YAML reads an unquoted Yes, No or 2 as a boolean or a number.
+        lines.append(f"    positive: {json.dumps(target.positive, ensure_ascii=False)}  # the label value that is the event (read as 1)")
+        if target.negative is not None:
+            lines.append(
+                f"    negative: {json.dumps(target.negative, ensure_ascii=False)}  # the other value (read as 0); "
+                "any third value in a hold-out or labels file is refused"
+            )
     lines.append("    observed_date_column: observed_date")
     sliced = [p.column for p in features if p.kind == "categorical"]
     if classifies:
@@ -985,6 +1036,13 @@ def job_spec_text(
     return "\n".join(lines) + "\n"
 
 
+def _binary_outcome_note(target: TargetProposal | None) -> str:
+    if target is None or target.positive is None:
+        return "(1: the event happened)."
+    other = f", {json.dumps(target.negative, ensure_ascii=False)}: it did not" if target.negative is not None else ""
+    return f"({json.dumps(target.positive, ensure_ascii=False)}: the event happened{other})."
+
+
 def _refused_name(job: str) -> None:
     if not re.fullmatch(NAME_PATTERN, job):
         raise JobSpecError(f"job name {job[:80]!r} is not allowed: use lower-case letters, digits and _ (at most 64), starting with a letter")
@@ -992,18 +1050,21 @@ def _refused_name(job: str) -> None:
 
 def scaffolded_job(
     job: str, *, sample: Path, entity_column: str, label_column: str | None, settings: Settings, force: bool = False,
-    kind: TargetKind | None = None,
+    kind: TargetKind | None = None, positive: str | None = None,
 ) -> ScaffoldedJob:
     """Write `jobs/<job>.yaml` and `expectations/<job>.json` profiled from the sample partition.
 
     The target's kind is `kind`, checked against the label column, or the one the label column's values
     suggest (`proposed_target`); binary without either. Refuses (JobSpecError) to overwrite either file
     unless `force`; a missing sample or column is a PartitionError listing the columns the sample has, a
-    label column that fits no kind (or not `kind`) a LabelError. Both files are validated before either is written.
+    label column that fits no kind (or not `kind`) a LabelError. `positive` is the label value that is a binary job's
+    event (`--positive`), written to monitoring.labels. Both files are validated before either is written.
     """
     _refused_name(job)
     if kind == "multiclass" and label_column is None:
         raise LabelError("--kind multiclass needs --label-column: the label column's values name the classes")
+    if positive is not None and label_column is None:
+        raise LabelError(f"--positive {positive} names the event among the label's values: give --label-column too")
     spec_path, suite_path = settings.jobs_dir / f"{job}.yaml", settings.expectations_dir / f"{job}.json"
     existing = [str(p) for p in (spec_path, suite_path) if p.exists()]
     if existing and not force:
@@ -1021,7 +1082,7 @@ def scaffolded_job(
             + (f" and {label_column!r}" if label_column else "")
             + "; " + "; ".join(f"{p.column}: {p.left_out}" for p in profiles if p.left_out)
         )
-    target = proposed_target(frame, label_column, kind=kind, where=f"sample {sample}") if label_column else None
+    target = proposed_target(frame, label_column, kind=kind, where=f"sample {sample}", positive=positive) if label_column else None
     spec_text = job_spec_text(
         job, profiles, entity_column=entity_column, label_column=label_column, sample=sample, target=target, kind=kind or "binary",
     )
@@ -1043,4 +1104,5 @@ def scaffolded_job(
         expectations=len(suite["expectations"]),
         base_probability=None if target is None or target.rate is None else _base_probability(target.rate[0]),
         kind=target.kind if target is not None else kind or "binary", target=target,
+        label_like=() if label_column else tuple(p.column for p in profiles if p.kind and re.search(_LABEL_NAME, p.column)),
     )

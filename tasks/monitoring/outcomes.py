@@ -1,7 +1,7 @@
 """Realized outcomes: labels joined to the predictions they belong to, and how those predictions held up.
 
-A labels partition `date=D` holds the outcomes (1: the job's event happened, 0: it did not) of
-entities scored in partition D: Parquet files under `data/labels/<job>/date=D/` and, when the job
+A labels partition `date=D` holds the outcomes (1: the job's event happened, 0: it did not; or true/false, or the two
+values `monitoring.labels.positive` and `negative` name, any third value refused) of entities scored in partition D: Parquet files under `data/labels/<job>/date=D/` and, when the job
 spec names one (`monitoring.labels.table`), the rows of a warehouse table with that
 `partition_date`. An entity labelled more than once keeps its latest observation (the higher
 outcome on a tie); the extra rows are counted as `labels_duplicate`. Labels join the partition's
@@ -75,7 +75,7 @@ from tasks.monitoring.forecast_outcomes import (
 )
 from tasks.monitoring.health import ALL, ANY_ADVERSE, ESTIMATED, PARTITION_FLAG_MEASURES
 from tasks.monitoring.measures import brier_score, exact_auc
-from tasks.prediction.class_labels import predict_class_label_text
+from tasks.prediction.class_labels import predict_binary_label_events, predict_class_label_text
 from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -108,16 +108,15 @@ def _checked_classes(outcome: pl.Series, *, where: str, column: str, classes: Se
     return text
 
 
-def _checked_binary(outcome: pl.Series, *, where: str) -> pl.Series:
-    """0, 1 or null; anything else is refused."""
-    if outcome.dtype == pl.Boolean:
-        outcome = outcome.cast(pl.Int16)
-    if not outcome.dtype.is_numeric():
-        raise LabelError(f"{where}: outcome column must be numeric 0/1, got type {outcome.dtype}")
-    bad = outcome.filter(outcome.is_not_null() & ~outcome.cast(pl.Float64).is_in([0.0, 1.0]))
-    if bad.len():
-        raise LabelError(f"{where}: outcomes must be 0 or 1; found {bad.len()} other value(s), e.g. {bad.unique().sort().head(5).to_list()}")
-    return outcome.cast(pl.Int16)
+def _checked_binary(outcome: pl.Series, *, where: str, column: str, positive: str | None, negative: str | None) -> pl.Series:
+    """1 (the event), 0 or null (no label yet), from 1/0, booleans or the values `positive` and `negative` name
+    (`predict_binary_label_events`); anything else is refused, never read as 0."""
+    read = predict_binary_label_events(outcome, positive=positive, negative=negative)
+    if read.problem is not None:
+        # A scheduled outcomes run has no flag to add: the spec is where the event is named.
+        hint = f', named as positive: "{read.suggested}" under monitoring.labels in the job spec' if read.suggested is not None else ""
+        raise LabelError(f"{where}: outcome column {column!r} {read.problem}{hint}")
+    return read.events.cast(pl.Int16)
 
 
 def _checked_actuals(actual: pl.Series, *, where: str, column: str, kind: str) -> pl.Series:
@@ -145,12 +144,13 @@ def _checked_actuals(actual: pl.Series, *, where: str, column: str, kind: str) -
 
 def _checked_labels(
     frame: pl.DataFrame, *, source: str, where: str, kind: str = "binary", column: str = "outcome", classes: Sequence[str] = (),
+    positive: str | None = None, negative: str | None = None,
 ) -> pl.DataFrame:
-    """(entity_id, outcome, observed_date, source): a binary job's outcome 0, 1 or null, a forecast job's actual
-    (`_checked_actuals`), a multiclass job's class name of `classes` (`_checked_classes`); `column` is the outcome
-    column's name where it came from."""
+    """(entity_id, outcome, observed_date, source): a binary job's outcome 1 (the event: 1, true or `positive`), 0 or
+    null (`_checked_binary`), a forecast job's actual (`_checked_actuals`), a multiclass job's class name of `classes`
+    (`_checked_classes`); `column` is the outcome column's name where it came from."""
     if kind == "binary":
-        outcome = _checked_binary(frame["outcome"], where=where)
+        outcome = _checked_binary(frame["outcome"], where=where, column=column, positive=positive, negative=negative)
     elif kind == "multiclass":
         outcome = _checked_classes(frame["outcome"], where=where, column=column, classes=classes)
     else:
@@ -185,16 +185,21 @@ def parquet_labels(folder: Path, source: LabelSource, *, kind: str = "binary", c
             )
         frame = pl.read_parquet(path, columns=list(columns), hive_partitioning=False).rename(columns)
         frames.append(_checked_labels(
-            frame, source="parquet", where=f"labels file {path}", kind=kind, column=source.outcome_column, classes=classes
+            frame, source="parquet", where=f"labels file {path}", kind=kind, column=source.outcome_column, classes=classes,
+            positive=source.positive, negative=source.negative,
         ))
     return pl.concat(frames) if frames else pl.DataFrame(schema=_label_schema(kind))
 
 
-def table_labels(table: pa.Table, *, name: str, kind: str = "binary", column: str = "outcome", classes: Sequence[str] = ()) -> pl.DataFrame:
+def table_labels(
+    table: pa.Table, *, name: str, kind: str = "binary", column: str = "outcome", classes: Sequence[str] = (),
+    positive: str | None = None, negative: str | None = None,
+) -> pl.DataFrame:
     """Labels read from the warehouse table `name` (columns entity_id, outcome, observed_date; `column`: the
-    outcome's name in that table)."""
+    outcome's name in that table; `positive`/`negative`: the spec's monitoring.labels values of a binary job)."""
     return _checked_labels(
-        pl.from_arrow(table), source=f"table {name}", where=f"labels table {name!r}", kind=kind, column=column, classes=classes
+        pl.from_arrow(table), source=f"table {name}", where=f"labels table {name!r}", kind=kind, column=column, classes=classes,
+        positive=positive, negative=negative,
     )
 
 
@@ -660,7 +665,10 @@ def partition_labels(warehouse: Warehouse, spec: JobSpec, labels_dir: Path, part
             source.table, job=spec.name, partition_date=partition_date, entity_column=source.entity_column,
             outcome_column=source.outcome_column, observed_date_column=source.observed_date_column,
         )
-        frames.append(table_labels(rows, name=source.table, kind=kind, column=source.outcome_column, classes=classes))
+        frames.append(table_labels(
+            rows, name=source.table, kind=kind, column=source.outcome_column, classes=classes, positive=source.positive,
+            negative=source.negative,
+        ))
     return pl.concat(frames)
 
 

@@ -850,8 +850,6 @@ def outcomes_command(
     performance per partition and model version."""
 
     def action() -> None:
-        from flows.outcomes import outcomes
-
         first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
         if last < first:
             raise ScoringError(f"--end {last} is before --start {first}")
@@ -864,6 +862,8 @@ def outcomes_command(
                 f"--positive {positive}: job {job!r}'s spec names no event value; add positive: {json.dumps(positive)} under "
                 f"monitoring.labels in {settings.jobs_dir / f'{job}.yaml'} (scheduled outcomes runs read the spec, not this flag)"
             )
+        from flows.outcomes import outcomes
+
         with _run_log(settings.data_dir):
             outcomes(job, first, last)
         _print_realized_performance(job, partition_range(first, last))

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import polars as pl
 import pytest
@@ -22,7 +23,7 @@ from typer.testing import CliRunner
 from cli.score import app
 from conftest import user_project_env
 from tasks.errors import LabelError
-from tasks.jobspec import load_job_spec
+from tasks.jobspec import LabelSource, load_job_spec
 from tasks.monitoring.outcomes import parquet_labels
 from tasks.settings import Settings
 from user_projects import ScoreCli, score_cli
@@ -170,8 +171,6 @@ def test_outcomes_read_yes_as_the_event(registered: Project) -> None:
     root = registered.root
     predictions = pl.read_parquet(root / "data" / "output" / JOB / "predictions" / f"date={DAY}" / "*.parquet")
     joined = predictions.join(registered.labels, left_on="entity_id", right_on="customer_id")
-    import duckdb
-
     with duckdb.connect(str(root / "data" / "warehouse.duckdb"), read_only=True) as con:
         (rate, labelled), = con.sql("SELECT observed_rate, labelled FROM outcome_metrics WHERE job = ?", params=[JOB]).fetchall()
     assert labelled == joined.height
@@ -205,6 +204,29 @@ def test_a_positive_flag_that_disagrees_with_the_spec_is_one_line(registered: Pr
     ))
     assert "--positive 'No' disagrees with monitoring.labels.positive 'Yes'" in line, line
     assert not (root / "other.parquet").exists()
+
+
+def test_outcomes_take_the_event_from_the_spec_only(registered: Project) -> None:
+    """A scheduled outcomes run revisits partitions reading the spec: a flag the spec does not say is refused, and labels
+    of two values without the spec's positive say where to name it."""
+    root = registered.root
+    line = one_error_line(invoke(registered, "outcomes", JOB, "--start", str(DAY), "--end", str(DAY), "--positive", "No"))
+    assert "--positive 'No' disagrees with monitoring.labels.positive 'Yes'" in line, line
+    spec = yaml.safe_load((root / "jobs" / f"{JOB}.yaml").read_text())
+    spec["name"], spec["model"]["name"] = "churn_unsaid", "churn_unsaid"
+    del spec["monitoring"]["labels"]["positive"], spec["monitoring"]["labels"]["negative"]
+    (root / "jobs" / "churn_unsaid.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    try:
+        line = one_error_line(invoke(registered, "outcomes", "churn_unsaid", "--start", str(DAY), "--end", str(DAY), "--positive", "Yes"))
+    finally:
+        (root / "jobs" / "churn_unsaid.yaml").unlink()
+    assert 'spec names no event value; add positive: "Yes" under monitoring.labels' in line, line
+    folder = root / "data" / "labels" / JOB / f"date={DAY}"
+    with pytest.raises(LabelError, match=(
+        r"part-0\.parquet: outcome column 'churned' has values \['No', 'Yes'\]: say which is the event as positive: \"Yes\" "
+        r"\(or \"No\"\) under monitoring\.labels in the job spec$"
+    )):
+        parquet_labels(folder, LabelSource(entity_column="customer_id", outcome_column="churned"))
 
 
 @pytest.mark.parametrize(

@@ -111,11 +111,10 @@ def _checked_classes(outcome: pl.Series, *, where: str, column: str, classes: Se
 def _checked_binary(outcome: pl.Series, *, where: str, column: str, positive: str | None, negative: str | None) -> pl.Series:
     """1 (the event), 0 or null (no label yet), from 1/0, booleans or the values `positive` and `negative` name
     (`predict_binary_label_events`); anything else is refused, never read as 0."""
-    read = predict_binary_label_events(outcome, positive=positive, negative=negative)
+    # A scheduled outcomes run has no flag to add: the spec is where the event is named.
+    read = predict_binary_label_events(outcome, positive=positive, negative=negative, flag=False)
     if read.problem is not None:
-        # A scheduled outcomes run has no flag to add: the spec is where the event is named.
-        hint = f', named as positive: "{read.suggested}" under monitoring.labels in the job spec' if read.suggested is not None else ""
-        raise LabelError(f"{where}: outcome column {column!r} {read.problem}{hint}")
+        raise LabelError(f"{where}: outcome column {column!r} {read.problem}")
     return read.events.cast(pl.Int16)
 
 

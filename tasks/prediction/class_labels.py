@@ -3,6 +3,7 @@ binary job's as 1 (the event) and 0, where the event is 1, true, or the value th
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,10 +50,12 @@ class BinaryLabels:
     """The value a two-valued label without `positive` would most likely name as the event, for the caller's hint."""
 
 
-def predict_binary_label_events(labels: pl.Series, *, positive: str | None, negative: str | None = None) -> BinaryLabels:
+def predict_binary_label_events(
+    labels: pl.Series, *, positive: str | None, negative: str | None = None, flag: bool = True,
+) -> BinaryLabels:
     """`labels` as 1 (the event) / 0 / null. Without `positive`: booleans (true is the event) or 0/1, and two other values
-    are a problem naming them and the `--positive` to add, since guessing the event would silently invert every probability
-    when wrong. With `positive` (compared with the labels' text: `predict_class_label_text`): that value is 1, `negative`
+    are a problem naming them and the `--positive` to add (`flag`; else the spec's monitoring.labels.positive), since
+    guessing the event would silently invert every probability when wrong. With `positive` (compared with the labels' text: `predict_class_label_text`): that value is 1, `negative`
     (or, when not given, the one other value) 0; any further value is a problem, never a 0."""
     present = labels.drop_nulls()
     if positive is None:
@@ -69,9 +72,11 @@ def predict_binary_label_events(labels: pl.Series, *, positive: str | None, nega
             likely = next((v for v in found if v.strip().lower() in _TRUE_WORDS), rarer)
             other = found[1 - found.index(likely)]
             shown = sorted(present.unique().to_list()) if labels.dtype.is_numeric() else found
-            return BinaryLabels(None, (
-                f"has values {shown}: say which is the event with --positive {shlex.quote(likely)} (or --positive {shlex.quote(other)})"
-            ), suggested=likely)
+            said = (
+                f"with --positive {shlex.quote(likely)} (or --positive {shlex.quote(other)})" if flag
+                else f"as positive: {json.dumps(likely)} (or {json.dumps(other)}) under monitoring.labels in the job spec"
+            )
+            return BinaryLabels(None, f"has values {shown}: say which is the event {said}", suggested=likely)
         wrong = present if zero_one is None else labels.filter(labels.is_not_null() & ~zero_one)
         return BinaryLabels(None, (
             f"must be 1 (the event) or 0 (or true/false); {wrong.len():,} row(s) are not, e.g. {sorted(wrong.unique().head(5).to_list())}"

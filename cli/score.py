@@ -1046,7 +1046,7 @@ def init(
         else:
             proposed = f"target: {done.kind}, " + (f"as --kind asked; {target.why}" if target.asked else f"proposed because {target.why}")
             proposed += {
-                "binary": "; --force --kind count or regression scaffolds a forecast job instead",
+                "binary": "" if target.positive is not None else "; --force --kind count or regression scaffolds a forecast job instead",
                 "count": "; --force --kind regression scaffolds a forecast of any number instead",
                 "regression": "",
                 "multiclass": "; --force --kind count scaffolds a forecast of the number instead" if target.numeric else "",

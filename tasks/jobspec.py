@@ -146,7 +146,9 @@ class LabelSource(_Strict):
         if self.negative is not None and self.positive is None:
             raise ValueError("monitoring.labels.negative needs monitoring.labels.positive: say which value is the event")
         if self.negative is not None and self.negative == self.positive:
-            raise ValueError(f"monitoring.labels.positive and negative are both {self.positive!r}: the event and the other value must differ")
+            raise ValueError(
+                f"monitoring.labels.positive and negative are both {self.positive!r}: the event and the other value must differ"
+            )
         return self
 
 

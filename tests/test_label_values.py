@@ -18,12 +18,13 @@ import polars as pl
 import pytest
 import xgboost as xgb
 import yaml
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from cli.score import app
 from conftest import user_project_env
 from tasks.errors import LabelError
-from tasks.jobspec import LabelSource, load_job_spec
+from tasks.jobspec import JobSpec, LabelSource, load_job_spec
 from tasks.monitoring.outcomes import parquet_labels
 from tasks.settings import Settings
 from user_projects import ScoreCli, score_cli
@@ -265,3 +266,23 @@ def test_init_without_a_label_column_warns_of_a_column_named_like_one(project: P
     output = ok(project, "init", "nolabel", "--from", str(root / "unlabelled.parquet"), "--entity-column", "customer_id")
     assert "warning: target looks like an outcome and is now a model feature" in " ".join(output.split())
     assert "--force --label-column target" in output
+
+
+@pytest.mark.parametrize(
+    ("job", "labels", "expected"),
+    [
+        ("credit_risk", {"negative": "No"}, "monitoring.labels.negative needs monitoring.labels.positive"),
+        ("credit_risk", {"positive": "Y", "negative": "Y"}, "positive and negative are both 'Y'"),
+        ("store_sales", {"positive": "Yes"}, "monitoring.labels.positive names a binary job's event; target.kind is count"),
+    ],
+)
+def test_a_spec_whose_labels_section_cannot_name_an_event_is_refused(job: str, labels: dict, expected: str) -> None:
+    document = yaml.safe_load((Path(__file__).parents[1] / "jobs" / f"{job}.yaml").read_text())
+    document["monitoring"].setdefault("labels", {}).update(labels)
+    with pytest.raises(ValidationError, match=expected):
+        JobSpec.model_validate(document)
+
+
+def test_an_unquoted_yaml_boolean_or_number_names_the_labels_text() -> None:
+    assert LabelSource(positive=True, negative=False).positive == "true"
+    assert LabelSource(positive=2, negative=1.0).model_dump()["negative"] == "1"

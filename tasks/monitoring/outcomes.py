@@ -1,9 +1,9 @@
 """Realized outcomes: labels joined to the predictions they belong to, and how those predictions held up.
 
 A labels partition `date=D` holds the outcomes (1: the job's event happened, 0: it did not; or true/false, or the two
-values `monitoring.labels.positive` and `negative` name, any third value refused) of entities scored in partition D: Parquet files under `data/labels/<job>/date=D/` and, when the job
-spec names one (`monitoring.labels.table`), the rows of a warehouse table with that
-`partition_date`. An entity labelled more than once keeps its latest observation (the higher
+values `monitoring.labels.positive` and `negative` name, any third value refused) of entities scored in partition D:
+Parquet files under `data/labels/<job>/date=D/` and, when the job spec names one (`monitoring.labels.table`), the rows
+of a warehouse table with that `partition_date`. An entity labelled more than once keeps its latest observation (the higher
 outcome on a tie); the extra rows are counted as `labels_duplicate`. Labels join the partition's
 published predictions on entity id, so each labelled row keeps the model version that scored it.
 Every label is stored with the status of its entity in the partition — `scored`, `quarantined`

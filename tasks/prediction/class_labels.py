@@ -55,8 +55,9 @@ def predict_binary_label_events(
 ) -> BinaryLabels:
     """`labels` as 1 (the event) / 0 / null. Without `positive`: booleans (true is the event) or 0/1, and two other values
     are a problem naming them and the `--positive` to add (`flag`; else the spec's monitoring.labels.positive), since
-    guessing the event would silently invert every probability when wrong. With `positive` (compared with the labels' text: `predict_class_label_text`): that value is 1, `negative`
-    (or, when not given, the one other value) 0; any further value is a problem, never a 0."""
+    guessing the event would silently invert every probability when wrong. With `positive` (compared with the labels'
+    text, `predict_class_label_text`): that value is 1, `negative` (or, when not given, the one other value) 0; any
+    further value is a problem, never a 0."""
     present = labels.drop_nulls()
     if positive is None:
         if labels.dtype == pl.Boolean:

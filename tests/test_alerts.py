@@ -60,7 +60,8 @@ def test_each_event_notifies_once_and_a_clean_run_not_at_all(demo_env: DemoEnv, 
     assert re.fullmatch(rf"\[scoring\] {DEMO_JOB} {shifted}: \d+ drift alert\(s\)", webhook[0]["subject"]), webhook[0]["subject"]
     assert webhook[1]["subject"] == f"[scoring] {DEMO_JOB} {shifted}: decisions shifted"
     drift, decisions = webhook
-    assert "credit_utilization against reference" in drift["body"] and "run: http" in drift["body"]
+    # The feature by its plain name (the spec gives none: made from the column's), the column beside it.
+    assert "Credit utilization (credit_utilization) against reference" in drift["body"] and "run: http" in drift["body"]
     assert all(s.split(":")[0] in decisions["body"] for s in result["decision_monitoring"]["shifted"]) and "run: http" in decisions["body"]
 
     missing = clean - dt.timedelta(days=30)

@@ -14,8 +14,8 @@ from typing import Any
 
 from tasks.reports.forecast_report import bars_svg
 from tasks.reports.html_report import (
-    BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section, _summary_section, _table,
-    drift_sections, page_html,
+    DRIFT_TABLE_SCRIPT, BinLabels, FeatureLabel, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section,
+    _summary_section, _table, drift_sections, glance_section, page_html,
 )
 
 _SUMMARY_NAMES = {
@@ -135,6 +135,7 @@ def class_run_report_html(
     health_rows: list[dict[str, Any]] | None = None,
     shadow_rows: list[dict[str, Any]] | None = None,
     flip_examples: list[dict[str, Any]] | None = None,
+    feature_label: FeatureLabel | None = None,
 ) -> str:
     """A multiclass job's run page as one string; every text from the inputs is HTML-escaped. `summary` is the ledger
     counts, `report` the run's `ScoringSummary.classification_report`."""
@@ -142,7 +143,9 @@ def class_run_report_html(
         f"Classification run {job} {partition_date}",
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
         f"classes of <b>{_e(report['name'])}</b>: {_e(', '.join(report['classes']))}",
-        _summary_section(summary, _SUMMARY_NAMES)
+        glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
+                       feature_label=feature_label)
+        + _summary_section(summary, _SUMMARY_NAMES)
         + _class_mix_section(report)
         + _margin_section(report)
         + _decisions_section(report)
@@ -150,5 +153,6 @@ def class_run_report_html(
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [])
-        + drift_sections(drift_rows, histograms, bin_labels or {}),
+        + drift_sections(drift_rows, histograms, bin_labels or {}, feature_label),
+        script=DRIFT_TABLE_SCRIPT,
     )

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from tasks.prediction.words import JobWords
 from tasks.quality.drift import DriftAccumulator, Histogram, drift_bin_labels, drift_report_rows, reference_statistics
 from tasks.reports.html_report import run_report_html, write_run_report
 from test_html_report import CHROMIUM_ARGS, _chromium
@@ -64,8 +65,13 @@ def _wide_inputs() -> tuple[list[dict[str, Any]], dict[str, tuple[np.ndarray, np
 
 
 @pytest.fixture(scope="module")
-def wide() -> tuple[list[dict[str, Any]], str]:
-    rows, histograms, labels = _wide_inputs()
+def inputs() -> tuple[list[dict[str, Any]], dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], dict[str, list[str]]]:
+    return _wide_inputs()
+
+
+@pytest.fixture(scope="module")
+def wide(inputs: tuple) -> tuple[list[dict[str, Any]], str]:
+    rows, histograms, labels = inputs
     page = run_report_html(
         job="caravan", partition_date="2026-03-10", run_id="run-36", summary=SUMMARY, fallback_rows=FALLBACK_ROWS,
         drift_rows=rows, histograms=histograms, bin_labels=labels,
@@ -198,6 +204,24 @@ def test_the_drift_table_sorts_and_filters_offline_in_chromium(wide: tuple[list[
     assert shown_text == f"{2 * N_CATEGORICAL} of {len(rows)} rows shown"
 
 
+def test_a_feature_is_printed_by_its_plain_name_everywhere(inputs: tuple) -> None:
+    rows, histograms, labels = inputs
+    words = JobWords(
+        subject="purchase", score_name="propensity score", score_higher="a purchase is more likely", decisions=("offer", "no_offer"),
+        actions=("offer",), decision_labels={"no_offer": "no offer made"}, feature_labels={"num_00": "Annual km"},
+    )
+    page = run_report_html(
+        job="caravan", partition_date="2026-03-10", run_id="run-36", summary=SUMMARY, fallback_rows=FALLBACK_ROWS,
+        drift_rows=rows, histograms=histograms, bin_labels=labels, words=words,
+    )
+    glance, table = _glance(page), page.split("<h2>Drift</h2>", 1)[1].split("<h2>", 1)[0]
+    figures = page.split("<h2>Feature histograms", 1)[1]
+    assert "<td>Annual km (num_00)</td>" in glance and table.count("<td>Annual km (num_00)</td>") == 2
+    assert "<b>Annual km (num_00)</b>" in figures and ">num_00<" not in page
+    assert "CAT0</td>" in glance, "a code without a label stays the code"
+    assert "no offer made 1,600" in glance
+
+
 def test_the_score_is_no_feature_its_drift_is_the_decisions_shift() -> None:
     def row(feature: str, baseline: str, psi: float, ks: float, flag: str) -> dict[str, Any]:
         return {"feature": feature, "kind": "numeric", "baseline": baseline, "psi": psi, "ks": ks, "ks_upper": None,
@@ -216,5 +240,11 @@ def test_the_score_is_no_feature_its_drift_is_the_decisions_shift() -> None:
     assert "<b>1 of 3 features flagged</b> (0 alert, 1 warn)" in glance and "<td>score</td>" not in glance
     assert "<b>score distribution:</b>" in glance and "PSI 0.31 · KS 0.22 against the previous partition" in glance
     assert "no rows decided" in glance and "Fallbacks:</b> none" in glance
+    words = JobWords(subject="purchase", score_name="propensity score", score_higher="a purchase is more likely", decisions=(), actions=())
+    named = _glance(run_report_html(
+        job="j", partition_date="2026-03-10", run_id="r", summary={"decisions": {}}, fallback_rows=[], drift_rows=rows,
+        histograms={f: (edges, np.arange(10), np.ones(10)) for f in ("age", "income", "tenure", "score")}, words=words,
+    ))
+    assert "<b>propensity score distribution:</b>" in named and "<b>1 of 3 features flagged</b>" in named
     opened = page.split("<h2>Feature histograms", 1)[1].split("<details", 1)[0]
     assert re.findall(r'data-feature="([^"]*)"', opened) == ["score", "income"], "a flagged score is drawn first all the same"

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tasks.prediction.words import JobWords
 from tasks.reports.forecast_report import bars_svg
 from tasks.reports.html_report import (
-    DRIFT_TABLE_SCRIPT, BinLabels, FeatureLabel, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section,
+    DRIFT_TABLE_SCRIPT, BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section,
     _summary_section, _table, drift_sections, glance_section, page_html,
 )
 
@@ -135,7 +136,7 @@ def class_run_report_html(
     health_rows: list[dict[str, Any]] | None = None,
     shadow_rows: list[dict[str, Any]] | None = None,
     flip_examples: list[dict[str, Any]] | None = None,
-    feature_label: FeatureLabel | None = None,
+    words: JobWords | None = None,
 ) -> str:
     """A multiclass job's run page as one string; every text from the inputs is HTML-escaped. `summary` is the ledger
     counts, `report` the run's `ScoringSummary.classification_report`."""
@@ -144,7 +145,7 @@ def class_run_report_html(
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
         f"classes of <b>{_e(report['name'])}</b>: {_e(', '.join(report['classes']))}",
         glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                       feature_label=feature_label)
+                       words=words)
         + _summary_section(summary, _SUMMARY_NAMES)
         + _class_mix_section(report)
         + _margin_section(report)
@@ -153,6 +154,6 @@ def class_run_report_html(
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [])
-        + drift_sections(drift_rows, histograms, bin_labels or {}, feature_label),
+        + drift_sections(drift_rows, histograms, bin_labels or {}, words),
         script=DRIFT_TABLE_SCRIPT,
     )

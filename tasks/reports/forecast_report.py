@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tasks.monitoring.health import ESTIMATED_ERROR
+from tasks.prediction.words import JobWords
 from tasks.reports.html_report import (
-    DRIFT_TABLE_SCRIPT, BinLabels, FeatureLabel, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _n, _pct, _shadow_section,
+    DRIFT_TABLE_SCRIPT, BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _n, _pct, _shadow_section,
     _shares, _summary_section, _svg_text, _table, drift_sections, glance_section, page_html,
 )
 
@@ -203,7 +204,7 @@ def forecast_run_report_html(
     health_rows: list[dict[str, Any]] | None = None,
     shadow_rows: list[dict[str, Any]] | None = None,
     flip_examples: list[dict[str, Any]] | None = None,
-    feature_label: FeatureLabel | None = None,
+    words: JobWords | None = None,
 ) -> str:
     """A forecast job's run page as one string; every text from the inputs is HTML-escaped. `summary` is the
     ledger counts, `forecast` the run's `ScoringSummary.forecast_report`; `shadow_rows` and `flip_examples` the
@@ -213,7 +214,7 @@ def forecast_run_report_html(
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
         f"forecast of <b>{_e(target_words(forecast))}</b>, interval {forecast['level']:.0%}",
         glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                       feature_label=feature_label)
+                       words=words)
         + _summary_section(summary, _SUMMARY_NAMES)
         + _forecast_section(forecast)
         + _decisions_section(forecast)
@@ -221,6 +222,6 @@ def forecast_run_report_html(
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [])
-        + drift_sections(drift_rows, histograms, bin_labels or {}, feature_label),
+        + drift_sections(drift_rows, histograms, bin_labels or {}, words),
         script=DRIFT_TABLE_SCRIPT,
     )

@@ -21,20 +21,19 @@ import html
 import math
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tasks.prediction.words import JobWords
 from tasks.quality.drift import FORECAST_DRIFT_NAME, KS_BOUND_SHOWN_WITHIN, SCORE_DRIFT_NAME
 from tasks.quality.fallback_report import fallback_kind_totals
 
 Histograms = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]]
 BinLabels = Mapping[str, Sequence[str]]
 """Boolean / categorical feature → the name of each of its bins (categories, then unseen)."""
-FeatureLabel = Callable[[str], str]
-"""A feature's column name → the name the page prints for it."""
 
 _FLAGS = ("alert", "warn", "ok", "no_data")
 _FLAGGED = ("alert", "warn")
@@ -157,9 +156,11 @@ def _cell(value: Any, text: str | None = None) -> str:
     return f"<td{cls}>{_e(_fmt(value) if text is None else text)}</td>"
 
 
-def feature_text(feature: str, feature_label: FeatureLabel | None = None) -> str:
-    """A feature as the page prints it (not yet escaped): every caption, cell and summary line names a feature here."""
-    return feature if feature_label is None else feature_label(feature)
+def feature_text(feature: str, words: JobWords | None = None) -> str:
+    """A feature as the page prints it (not yet escaped): its plain name, the column after it where the job's words give
+    one. Every caption, cell and summary line of the run pages names a feature here."""
+    label = words.feature(feature) if words is not None else None
+    return feature if not label or label == feature else f"{label} ({feature})"
 
 
 def _flag_badge(flag: str | None) -> str:
@@ -257,7 +258,7 @@ def _sort_cell(value: Any, text: str | None = None) -> str:
     return f'<td class="n" data-v="{float(value):.6g}">{_e(_fmt(value) if text is None else text)}</td>'
 
 
-def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], feature_label: FeatureLabel | None) -> str:
+def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], words: JobWords | None) -> str:
     rank = {f: i for i, f in enumerate(order)}
     ordered = sorted(drift_rows, key=lambda r: (rank.get(str(r.get("feature")), len(rank)), str(r.get("feature")),
                                                  r.get("baseline") != "reference", str(r.get("baseline"))))
@@ -266,7 +267,7 @@ def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], featur
         feature, flag = str(r.get("feature")), r.get("flag")
         rows.append(
             f'<tr data-feature="{_e(feature)}" data-flagged="{int(flag in _FLAGGED)}">'
-            + f"<td>{_e(feature_text(feature, feature_label))}</td>" + _cell(r.get("kind") or "numeric") + _cell(r.get("baseline"))
+            + f"<td>{_e(feature_text(feature, words))}</td>" + _cell(r.get("kind") or "numeric") + _cell(r.get("baseline"))
             + f'<td data-v="{_SEVERITY.get(str(flag), -1)}">{_flag_badge(flag)}</td>'
             + _sort_cell(r.get("psi")) + _sort_cell(r.get("ks"), _ks_text(r.get("ks"), r.get("ks_upper")))
             + _sort_cell(r.get("wasserstein")) + _sort_cell(r.get("js")) + _sort_cell(r.get("rows"))
@@ -422,7 +423,7 @@ def histogram_svg(
 
 def _figures(
     histograms: Histograms, drift_rows: list[Mapping[str, Any]], features: list[str], bin_labels: BinLabels,
-    feature_label: FeatureLabel | None,
+    words: JobWords | None,
 ) -> str:
     figures = []
     worst = worst_drift_rows(drift_rows)
@@ -432,7 +433,7 @@ def _figures(
         flag, psi, ks, baseline = shown.get("flag"), shown.get("psi"), shown.get("ks"), shown.get("baseline")
         # KS flags a feature as PSI does: a caption with PSI alone would show a warning beside a small PSI.
         psi_text = f"PSI {_fmt(psi)}" + (f" · KS {_fmt(ks)}" if _is_num(ks) else "") + f" vs {baseline}" if baseline else "no baseline"
-        name = feature_text(feature, feature_label)
+        name = feature_text(feature, words)
         figures.append(
             f'<figure class="plot" data-feature="{_e(feature)}"><figcaption><b>{_e(name)}</b> '
             f"{_flag_badge(flag)} <span class=\"muted\">{_e(psi_text)}</span></figcaption>"
@@ -443,7 +444,7 @@ def _figures(
 
 def _plots_section(
     histograms: Histograms, drift_rows: list[Mapping[str, Any]], order: list[str], bin_labels: BinLabels,
-    feature_label: FeatureLabel | None,
+    words: JobWords | None,
 ) -> str:
     """The flagged features' histograms open, most severe first; the others inside one closed <details>."""
     flagged = set(flagged_features(drift_rows))
@@ -458,12 +459,12 @@ def _plots_section(
         return intro + '<p class="muted">no histograms</p>'
     open_part = (
         f"<h3>Flagged: {len(shown)} feature{'s' * (len(shown) != 1)}</h3>"
-        + _figures(histograms, drift_rows, shown, bin_labels, feature_label)
+        + _figures(histograms, drift_rows, shown, bin_labels, words)
     ) if shown else '<p class="muted">No feature is flagged.</p>'
     folded_part = (
         f'<details class="folded" id="unflagged-histograms"><summary>{"The other " if shown else ""}{len(folded)} '
         f"feature{'s' * (len(folded) != 1)}, not flagged <span class=\"hint muted\">(click to show)</span></summary>"
-        + _figures(histograms, drift_rows, folded, bin_labels, feature_label) + "</details>"
+        + _figures(histograms, drift_rows, folded, bin_labels, words) + "</details>"
     ) if folded else ""
     return intro + open_part + folded_part
 
@@ -541,7 +542,7 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
 def glance_section(
     summary: Mapping[str, Any], fallback_rows: list[Mapping[str, Any]], drift_rows: list[Mapping[str, Any]], features: list[str],
     *, health_rows: list[Mapping[str, Any]] | None = None, shadow_rows: list[Mapping[str, Any]] | None = None,
-    feature_label: FeatureLabel | None = None,
+    words: JobWords | None = None,
 ) -> str:
     """What needs a look first: the features flagged (how many, the worst few with their PSI and KS), the fallbacks
     that counted rows (breached limits first), and the decisions' mix with the shift the run itself measured (the
@@ -555,14 +556,14 @@ def glance_section(
     breached = sum(bool(r.get("breached")) for r in totals)
     return (
         f'<section class="glance{" flagged" if flagged or breached else ""}" id="glance"><h2>At a glance</h2>'
-        + _drift_glance(flagged, worst, len(inputs), feature_label)
+        + _drift_glance(flagged, worst, len(inputs), words)
         + _fallback_glance(totals, breached)
-        + _decision_glance(summary.get("decisions") or {}, estimates, health_rows or [], shadow_rows or [], feature_label)
+        + _decision_glance(summary.get("decisions") or {}, estimates, health_rows or [], shadow_rows or [], words)
         + "</section>"
     )
 
 
-def _drift_glance(flagged: list[str], worst: Mapping[str, Mapping[str, Any]], n_features: int, feature_label: FeatureLabel | None) -> str:
+def _drift_glance(flagged: list[str], worst: Mapping[str, Mapping[str, Any]], n_features: int, words: JobWords | None) -> str:
     if not flagged:
         return (
             f"<p><b>No feature flagged</b> of {n_features} (drift against the training reference and the previous "
@@ -573,7 +574,7 @@ def _drift_glance(flagged: list[str], worst: Mapping[str, Mapping[str, Any]], n_
         f"<p><b>{len(flagged)} of {n_features} features flagged</b> ({alerts} alert, {len(flagged) - alerts} warn)"
         + (f"; the {_GLANCE_FEATURES} most drifted:" if len(flagged) > _GLANCE_FEATURES else ":") + "</p>"
         + _table(["feature", "flag", "PSI", "KS", "against"], [
-            "<tr>" + f"<td>{_e(feature_text(f, feature_label))}</td><td>{_flag_badge(worst[f]['flag'])}</td>"
+            "<tr>" + f"<td>{_e(feature_text(f, words))}</td><td>{_flag_badge(worst[f]['flag'])}</td>"
             + _cell(worst[f].get("psi")) + _cell(worst[f].get("ks")) + _cell(worst[f].get("baseline")) + "</tr>"
             for f in flagged[:_GLANCE_FEATURES]
         ])
@@ -595,20 +596,22 @@ def _fallback_glance(totals: list[Mapping[str, Any]], breached: int) -> str:
 
 def _decision_glance(
     decisions: Mapping[str, int], estimates: Mapping[str, Mapping[str, Any]], health_rows: list[Mapping[str, Any]],
-    shadow_rows: list[Mapping[str, Any]], feature_label: FeatureLabel | None,
+    shadow_rows: list[Mapping[str, Any]], words: JobWords | None,
 ) -> str:
     """The run's decision mix and the changes the run itself measured: its score's (forecast's) drift against the
     reference and the previous partition, a class's predicted share against the model's reference, the challenger's
     flips. Against the trailing window, decisions are compared after the page is written (table decision_monitoring),
     so the page says where that shift is rather than guessing it."""
     total = sum(int(n) for n in decisions.values())
-    mix = " · ".join(f"{_e(d)} {_e(_fmt(n))} ({_e(_pct(n / total))})" for d, n in decisions.items()) if total else "no rows decided"
+    named = words.decision if words is not None else str
+    mix = " · ".join(f"{_e(named(d))} {_e(_fmt(n))} ({_e(_pct(n / total))})" for d, n in decisions.items()) if total else "no rows decided"
     lines = [f"<p><b>Decisions:</b> {mix}. Their shift against the trailing window: table <code>decision_monitoring</code> "
              "and the job's monitoring page, written after this run is published.</p>"]
     for name, r in estimates.items():
         ks = f" · KS {_e(_fmt(r.get('ks')))}" if _is_num(r.get("ks")) else ""
         lines.append(
-            f"<p><b>{_e(feature_text(name, feature_label))} distribution:</b> {_flag_badge(r.get('flag'))} PSI "
+            f"<p><b>{_e(words.score_name if words is not None and name == SCORE_DRIFT_NAME else name)} distribution:</b> "
+            f"{_flag_badge(r.get('flag'))} PSI "
             f"{_e(_fmt(r.get('psi')))}{ks} against the {_e(_BASELINE_WORDS.get(str(r.get('baseline')), r.get('baseline')))}.</p>"
         )
     shares = [r for r in health_rows if r.get("section") == "class_mix" and r.get("measure") == "predicted_share"
@@ -643,33 +646,33 @@ def run_report_html(
     health_rows: list[dict[str, Any]] | None = None,
     shadow_rows: list[dict[str, Any]] | None = None,
     flip_examples: list[dict[str, Any]] | None = None,
-    feature_label: FeatureLabel | None = None,
+    words: JobWords | None = None,
 ) -> str:
     """The whole page as one string; every text from the inputs is HTML-escaped.
 
-    `bin_labels` names the bins of the boolean and categorical features, which are drawn as bars; `feature_label`
-    gives a feature's printed name (the column name without it).
+    `bin_labels` names the bins of the boolean and categorical features, which are drawn as bars; `words` are the
+    job's own (its features' and decisions' plain names, its score's).
     """
     return page_html(
         f"Scoring run {job} {partition_date}",
         f'job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code>',
         glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                       feature_label=feature_label)
+                       words=words)
         + _summary_section(summary)
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [])
-        + drift_sections(drift_rows, histograms, bin_labels or {}, feature_label),
+        + drift_sections(drift_rows, histograms, bin_labels or {}, words),
         script=DRIFT_TABLE_SCRIPT,
     )
 
 
 def drift_sections(
-    drift_rows: list[dict[str, Any]], histograms: Histograms, bin_labels: BinLabels, feature_label: FeatureLabel | None = None
+    drift_rows: list[dict[str, Any]], histograms: Histograms, bin_labels: BinLabels, words: JobWords | None = None
 ) -> str:
     """The drift table, then the histograms: the flagged features' first, the others folded."""
     order = feature_order(drift_rows, list(dict.fromkeys(str(f) for f in histograms)))
-    return _drift_section(drift_rows, order, feature_label) + _plots_section(histograms, drift_rows, order, bin_labels, feature_label)
+    return _drift_section(drift_rows, order, words) + _plots_section(histograms, drift_rows, order, bin_labels, words)
 
 
 def page_html(title: str, meta: str, body: str, *, css: str = "", script: str = "") -> str:

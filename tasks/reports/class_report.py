@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tasks.reports.forecast_report import bars_svg
+from tasks.prediction.words import JobWords
 from tasks.reports.html_report import (
     BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section, _summary_section, _table,
     drift_sections, page_html,
@@ -20,8 +21,6 @@ from tasks.reports.html_report import (
 
 _SUMMARY_NAMES = {
     "rows_scored": "rows_classified",
-    # Reasons push toward the predicted class: a row goes without only where no feature pushed it there.
-    "rows_without_adverse_reason": "rows_without_reason",
     # The predicted class's probability interval contains a rule's probability cut-off: a rule could decide it either way.
     "rows_straddling": "rows_straddling_a_probability_cutoff",
 }
@@ -64,15 +63,15 @@ def _margin_section(report: Mapping[str, Any]) -> str:
     )
 
 
-def _decisions_section(report: Mapping[str, Any]) -> str:
+def _decisions_section(report: Mapping[str, Any], words: JobWords | None) -> str:
     classes, table = report["classes"], report["decision_by_class"]
     by_class = [
-        "<tr>" + _cell(decision) + "".join(_cell(n) for n in rows) + _cell(sum(rows)) + "</tr>"
+        "<tr>" + _cell(words.decision(decision) if words else decision) + "".join(_cell(n) for n in rows) + _cell(sum(rows)) + "</tr>"
         for decision, rows in zip(table["decisions"], table["rows"], strict=True)
     ]
     total = sum(r["rows"] for r in report["rules"])
     rules = [
-        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(r["decision"]) + _cell(r["rows"])
+        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(words.decision(r["decision"]) if words else r["decision"]) + _cell(r["rows"])
         + f'<td class="n">{_e(_pct(r["rows"] / total if total else None))}</td></tr>'
         for r in report["rules"]
     ]
@@ -135,6 +134,7 @@ def class_run_report_html(
     health_rows: list[dict[str, Any]] | None = None,
     shadow_rows: list[dict[str, Any]] | None = None,
     flip_examples: list[dict[str, Any]] | None = None,
+    words: JobWords | None = None,
 ) -> str:
     """A multiclass job's run page as one string; every text from the inputs is HTML-escaped. `summary` is the ledger
     counts, `report` the run's `ScoringSummary.classification_report`."""
@@ -142,13 +142,13 @@ def class_run_report_html(
         f"Classification run {job} {partition_date}",
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
         f"classes of <b>{_e(report['name'])}</b>: {_e(', '.join(report['classes']))}",
-        _summary_section(summary, _SUMMARY_NAMES)
+        _summary_section(summary, _SUMMARY_NAMES, words)
         + _class_mix_section(report)
         + _margin_section(report)
-        + _decisions_section(report)
+        + _decisions_section(report, words)
         + _reasons_section(report, int(summary.get("rows_with_reasons") or 0))
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
-        + _shadow_section(shadow_rows or [], flip_examples or [])
-        + drift_sections(drift_rows, histograms, bin_labels or {}),
+        + _shadow_section(shadow_rows or [], flip_examples or [], words)
+        + drift_sections(drift_rows, histograms, bin_labels or {}, words),
     )

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tasks.monitoring.health import ESTIMATED_ERROR
+from tasks.prediction.words import JobWords
 from tasks.reports.html_report import (
     BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _n, _pct, _shadow_section, _shares, _summary_section, _svg_text,
     _table, drift_sections, page_html,
@@ -21,8 +22,6 @@ from tasks.reports.html_report import (
 
 _SUMMARY_NAMES = {
     "rows_scored": "rows_forecast",
-    # A forecast's reasons say what raised and what lowered it: a row goes without only where no feature moved it.
-    "rows_without_adverse_reason": "rows_without_reason",
 }
 _W, _H = 480.0, 190.0
 _LEFT, _RIGHT, _TOP, _BOTTOM = 56.0, 8.0, 20.0, 34.0
@@ -135,10 +134,10 @@ def _forecast_section(forecast: Mapping[str, Any]) -> str:
     )
 
 
-def _decisions_section(forecast: Mapping[str, Any]) -> str:
+def _decisions_section(forecast: Mapping[str, Any], words: JobWords | None) -> str:
     total = sum(r["rows"] for r in forecast["rules"])
     body = [
-        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(r["decision"]) + _cell(r["rows"])
+        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(words.decision(r["decision"]) if words else r["decision"]) + _cell(r["rows"])
         + f'<td class="n">{_e(_pct(r["rows"] / total if total else None))}</td></tr>'
         for r in forecast["rules"]
     ]
@@ -203,6 +202,7 @@ def forecast_run_report_html(
     health_rows: list[dict[str, Any]] | None = None,
     shadow_rows: list[dict[str, Any]] | None = None,
     flip_examples: list[dict[str, Any]] | None = None,
+    words: JobWords | None = None,
 ) -> str:
     """A forecast job's run page as one string; every text from the inputs is HTML-escaped. `summary` is the
     ledger counts, `forecast` the run's `ScoringSummary.forecast_report`; `shadow_rows` and `flip_examples` the
@@ -211,12 +211,12 @@ def forecast_run_report_html(
         f"Forecast run {job} {partition_date}",
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
         f"forecast of <b>{_e(target_words(forecast))}</b>, interval {forecast['level']:.0%}",
-        _summary_section(summary, _SUMMARY_NAMES)
+        _summary_section(summary, _SUMMARY_NAMES, words)
         + _forecast_section(forecast)
-        + _decisions_section(forecast)
+        + _decisions_section(forecast, words)
         + _reasons_section(forecast, int(summary.get("rows_with_reasons") or 0))
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
-        + _shadow_section(shadow_rows or [], flip_examples or [])
-        + drift_sections(drift_rows, histograms, bin_labels or {}),
+        + _shadow_section(shadow_rows or [], flip_examples or [], words)
+        + drift_sections(drift_rows, histograms, bin_labels or {}, words),
     )

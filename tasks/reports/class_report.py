@@ -71,7 +71,7 @@ def _decisions_section(report: Mapping[str, Any], words: JobWords | None) -> str
     ]
     total = sum(r["rows"] for r in report["rules"])
     rules = [
-        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(words.decision(r["decision"]) if words else r["decision"]) + _cell(r["rows"])
+        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(r["decision"]) + _cell(r["rows"])
         + f'<td class="n">{_e(_pct(r["rows"] / total if total else None))}</td></tr>'
         for r in report["rules"]
     ]

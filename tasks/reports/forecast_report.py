@@ -134,10 +134,10 @@ def _forecast_section(forecast: Mapping[str, Any]) -> str:
     )
 
 
-def _decisions_section(forecast: Mapping[str, Any], words: JobWords | None) -> str:
+def _decisions_section(forecast: Mapping[str, Any]) -> str:
     total = sum(r["rows"] for r in forecast["rules"])
     body = [
-        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(words.decision(r["decision"]) if words else r["decision"]) + _cell(r["rows"])
+        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(r["decision"]) + _cell(r["rows"])
         + f'<td class="n">{_e(_pct(r["rows"] / total if total else None))}</td></tr>'
         for r in forecast["rules"]
     ]
@@ -213,7 +213,7 @@ def forecast_run_report_html(
         f"forecast of <b>{_e(target_words(forecast))}</b>, interval {forecast['level']:.0%}",
         _summary_section(summary, _SUMMARY_NAMES, words)
         + _forecast_section(forecast)
-        + _decisions_section(forecast, words)
+        + _decisions_section(forecast)
         + _reasons_section(forecast, int(summary.get("rows_with_reasons") or 0))
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])

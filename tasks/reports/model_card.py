@@ -224,7 +224,7 @@ def _forecast_reason_section(spec: JobSpec) -> str:
 def _rule_section(spec: JobSpec) -> str:
     return "Rules are tried in order; the first whose conditions all hold decides the row.\n\n" + _md_table(
         ["rule", "when", "decision", "description"],
-        [[r.id, rule_condition_text(r.when, r.classes), spec.words.decision(r.decision), r.description] for r in spec.prediction.rules],
+        [[r.id, rule_condition_text(r.when, r.classes), r.decision, r.description] for r in spec.prediction.rules],
     )
 
 

@@ -36,7 +36,7 @@ from tasks.monitoring.health_report import attribution_section, estimated_vs_rea
 # The run report's page style, so both pages of a job read alike.
 from tasks.reports.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
 from tasks.monitoring.champion_outcomes import compared_models
-from tasks.monitoring.outcomes import ANY_ACTION, SHADOW_RESAMPLES, event_rate_interval
+from tasks.monitoring.outcomes import ANY_ACTION, ANY_ACTION_BEFORE, SHADOW_RESAMPLES, event_rate_interval
 from tasks.prediction.words import JobWords
 from tasks.sinks.warehouse import Warehouse
 
@@ -460,7 +460,10 @@ def _performance_section(history: MonitoringHistory) -> str:
 
 def _precision_section(history: MonitoringHistory, words: JobWords) -> str:
     actions = words.actions
+    # Partitions measured before the pooled row was renamed call it `any adverse`: pooled with the others all the same.
     decisions = history.decisions
+    if decisions.height:
+        decisions = decisions.with_columns(pl.col("decision").replace(ANY_ACTION_BEFORE, ANY_ACTION))
     body = []
     if not decisions.is_empty():
         events = history.metrics.group_by("model_version").agg(pl.col("events").sum().alias("all_events"))

@@ -65,7 +65,12 @@ class BackfillChoice(str, enum.Enum):
 
 def _print_summary(job: str, dates: list[dt.date]) -> None:
     settings = with_warehouse_url(current_settings())
-    console.print(partition_summary_table(job, partition_summaries(settings, job, dates)))
+    try:
+        words = load_job_spec(job, settings).words
+    except ScoringError:
+        # The table is printed after a failed run too: a spec broken since keeps its error, the table its stored names.
+        words = None
+    console.print(partition_summary_table(job, partition_summaries(settings, job, dates), words))
     reports = [p for d in dates if (p := settings.data_dir / "output" / job / "reports" / "html" / f"date={d}.html").exists()]
     if reports:
         console.print(f"run report{'s' if len(reports) > 1 else ''}: " + (str(reports[0]) if len(reports) == 1 else str(reports[0].parent)))
@@ -887,7 +892,7 @@ def _target_summary(validated: ValidatedJob) -> list[str]:
             f"  calibration: {calibration.get('method', 'none')} of the probability vector" + measured,
         ]
     if not target.forecasts:
-        return [f"  target: binary, the probability of {spec.prediction.event}"]
+        return [f"  target: binary, the probability of {spec.prediction.event}; {spec.words.score_meaning}"]
     unit = f" {target.unit}" if target.unit else ""
     lines = [f"  target: {target.kind} forecast of {target.name or spec.monitoring.labels.outcome_column}" + (f" ({target.unit})" if target.unit else "")]
     check = (meta.interval or {}).get("check") or {}

@@ -30,8 +30,10 @@ from tasks.sinks.config import SinksConfig
 from tasks.sources.config import SourceConfig
 
 FallbackKind = Literal[
-    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_framework", "reasons_by_xgboost", "reasons_unavailable",
+    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_reason", "reasons_by_framework", "reasons_unavailable",
     "no_drift_reference", "no_health_reference", "challenger_failed",
+    # Old names still read: `no_adverse_reason` (now `no_reason`), `reasons_by_xgboost` (now `reasons_by_framework`).
+    "no_adverse_reason", "reasons_by_xgboost",
 ]
 
 

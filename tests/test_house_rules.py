@@ -125,7 +125,7 @@ def test_the_scan_covers_both_layers() -> None:
         ("tasks.prediction.outputs", "from ..inference import registry\n", "imports tasks.inference"),
         ("tasks.prediction.outputs", "from tasks import inference\n", "imports tasks.inference"),
         ("tasks.prediction.outputs", "import importlib\nimportlib.import_module('xgboost')\n", "imports xgboost"),
-        ("tasks.inference.engine", "from tasks.prediction.scores import predict_risk_score\n", "imports tasks.prediction"),
+        ("tasks.inference.engine", "from tasks.prediction.scores import predict_score\n", "imports tasks.prediction"),
         ("tasks.inference.engine", "from ..prediction import calibration\n", "imports tasks.prediction"),
     ],
 )

@@ -52,7 +52,8 @@ def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(de
     assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == PREDICTION_SCHEMA.names
     decision_row = next(r for r in rows if r.startswith("| decision "))
     for rule in spec.prediction.rules:
-        assert f"{rule.id} → {rule.decision}" in decision_row
+        # The business action names the decision as the spec's `decisions:` does (manual_review: "manual review").
+        assert f"{rule.id} → {spec.prediction.decisions[rule.decision].label}" in decision_row
     assert spec.service_level.split(";")[0] in contract
 
     inference_spec = _section(card, "Inference Specification")
@@ -81,8 +82,10 @@ def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_e
 
     reasons = spec.prediction.reasons
     rows = _table_rows(_section(card, "Reason codes"))
+    # Each feature by its plain name (the spec gives none: the column's words, capitalised), the column beside it.
     assert [row[:2] for row in rows] == [
-        *([f"`{feature}`", r.code] for feature, r in reasons.codes.items()), ["no feature pushes toward the event", reasons.no_reason_code]
+        *([f"{feature.replace('_', ' ').capitalize()} (`{feature}`)", r.code] for feature, r in reasons.codes.items()),
+        [f"no feature pushes toward the event ({spec.prediction.event})", reasons.no_reason_code],
     ]
     assert rows[-1][2] == reasons.no_reason_text
     for (_, _, shown), r in zip(rows, reasons.codes.values(), strict=False):

@@ -124,7 +124,7 @@ def test_the_estimates_match_an_independent_computation_on_the_published_predict
         assert row["low"] == pytest.approx(max(0.0, low[chosen].mean() - noise), rel=1e-9)
         assert row["high"] == pytest.approx(min(1.0, high[chosen].mean() + noise), rel=1e-9)
     adverse = np.isin(predictions["decision"].to_numpy(), ["decline", "manual_review"])
-    assert estimated[("recall", "any adverse")]["value"] == pytest.approx(p[adverse].sum() / p.sum(), rel=1e-9)
+    assert estimated[("recall", "any action")]["value"] == pytest.approx(p[adverse].sum() / p.sum(), rel=1e-9)
     # The expected AUC over every pair, exactly: P(a random event outranks a random non-event) under p.
     order = np.argsort(p)
     ps, qs = p[order], 1 - p[order]

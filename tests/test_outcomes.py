@@ -31,7 +31,7 @@ from tasks.errors import LabelError, PartitionError
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.report import monitoring_history, realized_performance_rows, realized_performance_table
 from tasks.monitoring.outcomes import (
-    ANY_ADVERSE,
+    ANY_ACTION,
     ingested_outcomes,
     outcome_window,
     parquet_labels,
@@ -130,8 +130,8 @@ def test_precision_recall_and_calibration_bins_per_model_version(env: OutcomesEn
     for day in env.demo.dates:
         joined = joined_by_hand(env.data_dir, day)
         y, decided = joined["y"].to_numpy(), joined["decision"].to_numpy()
-        for decision in [*spec.action_decisions, ANY_ADVERSE]:
-            hit = np.isin(decided, spec.action_decisions if decision == ANY_ADVERSE else [decision])
+        for decision in [*spec.action_decisions, ANY_ACTION]:
+            hit = np.isin(decided, spec.action_decisions if decision == ANY_ACTION else [decision])
             (got,) = decisions.filter((pl.col("partition_date") == day) & (pl.col("decision") == decision)).to_dicts()
             assert got["rows"] == hit.sum() and got["events"] == y[hit].sum()
             assert got["recall"] == pytest.approx(y[hit].sum() / y.sum())

@@ -26,7 +26,7 @@ from tasks.prediction.calibration import (
 from tasks.prediction.decisions import predict_probability_cutoffs, predict_rule_decisions, predict_rule_table_problems
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.prediction.reasons import predict_reason_codes
-from tasks.prediction.scores import predict_risk_score
+from tasks.prediction.scores import predict_score
 from tasks.settings import PROJECT_ROOT, Settings
 
 
@@ -157,23 +157,23 @@ def p_of_odds(odds: float) -> float:
 
 
 def test_base_probability_maps_to_fifty() -> None:
-    assert predict_risk_score(np.array([0.10]), SCORE).tolist() == [50]
+    assert predict_score(np.array([0.10]), SCORE).tolist() == [50]
     other = ScoreConfig(base_probability=0.3, points_to_double_odds=20)
-    assert predict_risk_score(np.array([0.3]), other).tolist() == [50]
+    assert predict_score(np.array([0.3]), other).tolist() == [50]
 
 
 def test_doubling_the_odds_adds_points_to_double_odds() -> None:
     base_odds = 0.10 / 0.90
     probs = np.array([p_of_odds(base_odds * f) for f in (0.25, 0.5, 1, 2, 4, 8)])
-    assert predict_risk_score(probs, SCORE).tolist() == [30, 40, 50, 60, 70, 80]
+    assert predict_score(probs, SCORE).tolist() == [30, 40, 50, 60, 70, 80]
     steep = ScoreConfig(base_probability=0.10, points_to_double_odds=7)
-    assert predict_risk_score(probs, steep).tolist() == [36, 43, 50, 57, 64, 71]
+    assert predict_score(probs, steep).tolist() == [36, 43, 50, 57, 64, 71]
 
 
 def test_score_is_monotone_and_within_0_100() -> None:
     p = np.concatenate([[0.0, 1e-300, 1e-9, 0.5, 1 - 1e-9, 1.0], np.linspace(0, 1, 10_001)])
     p.sort()
-    s = predict_risk_score(p, SCORE)
+    s = predict_score(p, SCORE)
     assert s.dtype == np.int16
     assert s.min() == 0 and s.max() == 100
     assert np.all(np.diff(s.astype(int)) >= 0)

@@ -11,6 +11,7 @@ import urllib.request
 
 import polars as pl
 import pytest
+import yaml
 
 from tasks.quality.drift import SCORE_DRIFT_NAME
 from tasks.settings import Settings, current_settings
@@ -60,8 +61,10 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
     numbers = _artifact("key-numbers-credit-risk").data
     table = {r["measure"]: r["value"] for r in (numbers if isinstance(numbers, list) else json.loads(numbers))}
     assert table["rows read"] == f"{result['rows_read']:,}" and table["rows scored"] == f"{result['rows_scored']:,}"
+    # Decisions by their plain names in the spec (manual_review: "manual review").
+    labels = {d: w["label"] for d, w in yaml.safe_load((demo_env.settings.jobs_dir / f"{DEMO_JOB}.yaml").read_text())["prediction"]["decisions"].items()}
     for decision, n in result["decisions"].items():
-        assert table[f"decision {decision}"].startswith(f"{n:,} (")
+        assert table[f"decision {labels[decision]}"].startswith(f"{n:,} (")
     assert table["fallback quarantine"].startswith(f"{result['rows_quarantined']:,} (")
     assert table["drift flags"] != "" and "expected auc" in table
 
@@ -92,5 +95,5 @@ def test_the_key_numbers_name_every_fallback_that_happened_whatever_its_detail()
     # The totals whose detail is a reason (not "all") are there, the breakdown rows and the zero kinds are not.
     assert table["fallback fallback_model"] == "990 (99.00%)" and table["fallback challenger_failed"] == "990 (99.00%)"
     assert table["fallback quarantine"] == "10 (1.00%)"
-    assert not [k for k in table if k.startswith("fallback ") and k.split()[1] in ("guard_repair", "failed_chunk", "no_adverse_reason")]
+    assert not [k for k in table if k.startswith("fallback ") and k.split()[1] in ("guard_repair", "failed_chunk", "no_reason")]
     assert table["decision approve"] == "900 (90.9%)" and table["drift flags"] == "none"

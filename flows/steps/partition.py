@@ -146,6 +146,7 @@ def send_alerts(
     alerts = published_run_alerts(
         ticket.job, ticket.partition_date.isoformat(), drift_rows=drift_rows, monitoring=monitoring, health_rows=health_rows or (),
         run_link=run_link(flow_run.id), page=report_url(settings.report_base_url, ticket.job, ticket.partition_date) or page,
+        words=ticket.words,
     )
     return sent_alerts(alerts)
 

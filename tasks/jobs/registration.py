@@ -756,7 +756,7 @@ def registered_job_model(
             f"hold-out {holdout if isinstance(holdout, Path) else '(a data frame)'}: outcome column {label!r} "
             f"(monitoring.labels.outcome_column) is {only} on all {held.outcomes.size:,} rows the job's guards let through"
             f"{f' ({held.rows_quarantined:,} quarantined)' if held.rows_quarantined else ''}: a calibration fitted on one "
-            "outcome cannot tell risk apart and would send every application to one decision; give a hold-out with events and non-events"
+            "outcome cannot tell one row from another and would send every row to one decision; give a hold-out with events and non-events"
         )
     reference_x = None if reference is None else _model_inputs(path, reference, labelled=False, what="reference").matrix
     kinds = {**feature_kinds(features), **{ref.output_feature: "numeric" for ref in spec.model.feature_models}}

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tasks.prediction.words import JobWords
+
 AlertEvent = Literal["run_failed", "drift_alert", "decision_shift", "class_mix_shift"]
 
 
@@ -50,17 +52,35 @@ def _class_mix_alert(job: str, partition_date: str, health_rows: Sequence[dict[s
     )
 
 
+def _named(item: str, words: JobWords | None) -> str:
+    """A decision-monitoring item (`decision_share:manual_review`) with the decision's plain name, or the score's, after it."""
+    measure, _, value = item.partition(":")
+    if words is not None and measure == "score_mean":
+        return f"{item} (mean {words.score_name})"
+    if words is None or measure != "decision_share" or words.decision(value) == value:
+        return item
+    return f"{item} ({words.decision(value)})"
+
+
+def _feature(feature: str, words: JobWords | None) -> str:
+    """The feature's plain name with its column after it, where the two differ."""
+    label = words.feature(feature) if words is not None else feature
+    return feature if label == feature else f"{label} ({feature})"
+
+
 def published_run_alerts(
     job: str, partition_date: str, *, drift_rows: Sequence[dict[str, Any]], monitoring: dict[str, Any] | None,
-    run_link: str | None, page: str | None, health_rows: Sequence[dict[str, Any]] = (),
+    run_link: str | None, page: str | None, health_rows: Sequence[dict[str, Any]] = (), words: JobWords | None = None,
 ) -> list[Alert]:
     """The alerts of a published run: features at `alert` drift, decision-monitoring shifts (measures or slices), and a
-    multiclass job's class mix at `alert` (`health_rows`: the run's model_health rows)."""
+    multiclass job's class mix at `alert` (`health_rows`: the run's model_health rows). `words`, the job's own, name
+    its features and decisions."""
     alerts = []
     drifted = [r for r in drift_rows if r.get("flag") == "alert"]
     if drifted:
         lines = "\n".join(
-            f"- {r['feature']} against {r['baseline']}" + (f": PSI {r['psi']:.3f}" if isinstance(r.get("psi"), float) else "") for r in drifted
+            f"- {_feature(r['feature'], words)} against {r['baseline']}" + (f": PSI {r['psi']:.3f}" if isinstance(r.get("psi"), float) else "")
+            for r in drifted
         )
         alerts.append(Alert(
             "drift_alert", job, partition_date, f"[scoring] {job} {partition_date}: {len(drifted)} drift alert(s)",
@@ -72,7 +92,7 @@ def published_run_alerts(
         alerts.append(Alert(
             "decision_shift", job, partition_date, f"[scoring] {job} {partition_date}: decisions shifted",
             f"Decision monitoring of {job} on {partition_date} flagged {len(shifted)} measure(s) against the trailing "
-            "window (tables decision_monitoring, slice_monitoring):\n" + "\n".join(f"- {s}" for s in shifted)
+            "window (tables decision_monitoring, slice_monitoring):\n" + "\n".join(f"- {_named(s, words)}" for s in shifted)
             + _links(run_link, page),
         ))
     if (mix := _class_mix_alert(job, partition_date, health_rows, _links(run_link, page))) is not None:

@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tasks.prediction.words import JobWords
 from tasks.reports.html_report import _cell, _e, _pct, _table, page_html
 from tasks.sinks.warehouse import Warehouse
 
@@ -34,7 +35,8 @@ def class_monitoring_rows(warehouse: Warehouse, job: str, *, first_date: dt.date
     return sorted(rows, key=lambda r: r["partition_date"])
 
 
-def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], decisions: Sequence[str]) -> str:
+def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], decisions: Sequence[str], words: JobWords | None) -> str:
+    named = words.decision if words is not None else str
     body = []
     for r in rows:
         c = r["classification"] or {}
@@ -56,7 +58,7 @@ def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], deci
         "each partition (table <code>runs</code>; every row in <code>classifications</code>).</p>"
         + _table(
             ["partition", "model", "rows", *(f"share {k}" for k in classes), "mean probability", f"margin < {cut:g}",
-             *(f"decision {d}" for d in decisions)],
+             *(f"decision {named(d)}" for d in decisions)],
             body,
         )
     )
@@ -64,14 +66,15 @@ def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], deci
 
 def class_monitoring_page_html(
     rows: Sequence[Mapping[str, Any]], *, job: str, name: str, classes: Sequence[str], decisions: Sequence[str],
-    first_date: dt.date, last_date: dt.date, realized: Sequence[Mapping[str, Any]] = (),
+    first_date: dt.date, last_date: dt.date, realized: Sequence[Mapping[str, Any]] = (), words: JobWords | None = None,
 ) -> str:
     """The multiclass job's monitoring page as one string; every text from the inputs is HTML-escaped. `realized`: the
-    range's realized measures per partition and model version (tasks/monitoring/report.py `realized_class_rows`)."""
+    range's realized measures per partition and model version (tasks/monitoring/report.py `realized_class_rows`); `words`
+    name the decisions."""
     return page_html(
         f"Monitoring {job}",
         f"job <b>{_e(job)}</b> · classes of <b>{_e(name)}</b>: {_e(', '.join(classes))} · partitions {_e(first_date)}..{_e(last_date)}",
-        _mix_section(rows, classes, decisions)
+        _mix_section(rows, classes, decisions, words)
         + _realized_section(realized),
     )
 

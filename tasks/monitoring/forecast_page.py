@@ -22,6 +22,7 @@ import polars as pl
 from tasks.catalog import FORECASTS
 from tasks.monitoring.health import ESTIMATED_ERROR
 from tasks.monitoring.health_report import attribution_section, multivariate_section
+from tasks.prediction.words import JobWords
 from tasks.monitoring.report import (
     _EXTRA_CSS, _VERSION_COLOURS, MonitoringHistory, _cells, _date_axis, _figure, _figure_html, _flags_section, _interval_text_plain,
     _labels_section, _png, decision_mix_png, monitoring_history,
@@ -328,13 +329,12 @@ def _challenger_section(history: MonitoringHistory) -> str:
     )
 
 
-def forecast_monitoring_page_html(
-    forecast: ForecastHistory, *, target: Mapping[str, str], level: float, decisions: Sequence[str] = (), adverse: Sequence[str] = ()
-) -> str:
+def forecast_monitoring_page_html(forecast: ForecastHistory, *, target: Mapping[str, str], level: float, words: JobWords) -> str:
     """The whole monitoring page of a forecast job as one string; every text from the inputs is HTML-escaped. `target`
-    is the spec's target (kind, name, unit), `level` its interval level; `decisions` (rule-table order) and `adverse`
-    order and colour the decision mix."""
+    is the spec's target (kind, name, unit), `level` its interval level; `words` (the decisions in rule-table order, by
+    their plain names, and which of them are actions) order, name and colour the decision mix."""
     history, unit = forecast.history, target.get("unit") or ""
+    decisions = list(words.decisions)
     estimated = _estimated(forecast, "mae")
     return page_html(
         f"Forecast monitoring {history.job} {history.first_date}..{history.last_date}",
@@ -342,7 +342,7 @@ def forecast_monitoring_page_html(
         f"<b>{_e(history.first_date)}</b> to <b>{_e(history.last_date)}</b>",
         "<h2>Decision mix over time</h2><div class=\"plots wide\">"
         + _figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved beyond "
-                       "tolerance against the trailing window</span>", decision_mix_png(history, decisions=decisions, adverse=adverse))
+                       "tolerance against the trailing window</span>", decision_mix_png(history, words=words))
         + "</div><h2>Forecast and interval over time</h2><div class=\"plots wide\">"
         + _figure_html("forecast-mean", f"<b>Mean forecast</b> of {_e(target.get('name') or 'the target')} with the mean interval, and "
                        "the <b>mean actual</b> of the labelled rows", means_png(forecast, unit))

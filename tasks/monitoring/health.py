@@ -9,7 +9,7 @@ whatever the order, and memory stays flat whatever the partition size.
 Σp/n. Its interval adds two uncertainties: the calibrator's (every row's bound moves together, so
 the bounds add: Σp_low/n … Σp_high/n) and the draw of the outcomes (the realized count of events is
 Poisson-binomial with variance Σp(1−p)): [Σp_low/n − z·√Σp(1−p)/n, Σp_high/n + z·√Σp(1−p)/n].
-The expected precision of an adverse decision is its expected event rate; its expected recall is
+The expected precision of an action decision is its expected event rate; its expected recall is
 Σp over its rows / Σp over all rows (bounds from p_low inside / p_high outside and the reverse, widened
 by the delta method's sampling error). The expected AUC comes from histograms of the probability on
 fine logit bins weighted by p (expected events) and 1 − p (expected non-events):
@@ -87,8 +87,10 @@ AUC_BINS = int(round((_LOGIT_HIGH - _LOGIT_LOW) / _LOGIT_STEP)) + 2
 enough that the binned AUC stays within ~1e-4 of the exact one."""
 ATTRIBUTION_REFERENCE_ROWS = 20_000
 ALL = "all"
-ANY_ADVERSE = "any adverse"
-"""The `decision` (`item`) of the row that pools every adverse decision."""
+ANY_ACTION = "any action"
+"""The `decision` (`item`) of the row that pools every action decision (those that act on the entity)."""
+ANY_ACTION_BEFORE = "any adverse"
+"""What that row was called in the `model_health` rows of runs before: their estimates still meet their realized values."""
 ESTIMATED = "estimated_performance"
 ESTIMATED_ERROR = "estimated_error"
 CLASS_MIX = "class_mix"
@@ -407,7 +409,7 @@ def estimated_performance_rows(
     holdout_auc: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Expected event rate (all rows, per decision, per rule), expected precision and recall of each
-    adverse decision and of all of them together, and the expected AUC, each with its interval."""
+    action decision and of all of them together, and the expected AUC, each with its interval."""
     z = _z(level)
     sums = health.decision_sums()
     rows = [_rate_row("event_rate", ALL, _summed(sums), z)]
@@ -416,7 +418,7 @@ def estimated_performance_rows(
     for rule in [*rule_ids, *sorted(set(sums["rule_id"].to_list()) - set(rule_ids))]:
         rows.append(_rate_row("event_rate_by_rule", rule, _summed(sums.filter(pl.col("rule_id") == rule)), z))
     total = _summed(sums)
-    for item, chosen in [*((d, [d]) for d in adverse), (ANY_ADVERSE, list(adverse))]:
+    for item, chosen in [*((d, [d]) for d in adverse), (ANY_ACTION, list(adverse))]:
         inside = _summed(sums.filter(pl.col("decision").is_in(chosen)))
         rows.append({**_rate_row("precision", item, inside, z)})
         rows.append(_recall_row(item, inside, total, z))

@@ -19,7 +19,7 @@ Per partition and model version, on the labelled rows that have an outcome:
 - the Brier score, and the expected calibration error on `monitoring.calibration_bins`
   equal-width probability bins, Σ_b n_b/N · |mean probability_b − event rate_b| (the bins are
   stored, so calibration curves add up over partitions);
-- precision and recall of each adverse decision, and of all adverse decisions together;
+- precision and recall of each action decision, and of all action decisions together;
 - PSI of the score (ten-point bands, as tasks/quality/drift.py) against the pooled scores of the job's
   partitions in the trailing `monitoring.window_days`;
 - each performance the scoring run estimated before labels (`model_health`, tasks/monitoring/health.py)
@@ -73,7 +73,7 @@ from tasks.monitoring.champion_outcomes import ForecastRows, compared_forecasts,
 from tasks.monitoring.forecast_outcomes import (
     FORECAST_COLUMNS, PARTITION, error_estimates_against_realized, outcome_error_rows, partition_slice_values, sliced_forecasts,
 )
-from tasks.monitoring.health import ALL, ANY_ADVERSE, ESTIMATED, PARTITION_FLAG_MEASURES
+from tasks.monitoring.health import ALL, ANY_ACTION, ANY_ACTION_BEFORE, ESTIMATED, PARTITION_FLAG_MEASURES
 from tasks.monitoring.measures import brier_score, exact_auc
 from tasks.prediction.class_labels import predict_class_label_text
 from tasks.sinks.warehouse import Warehouse
@@ -227,10 +227,12 @@ def realized_performance(
         realized[("event_rate_by_decision", str(value))] = rate(decision == value)
     for value in np.unique(rule):
         realized[("event_rate_by_rule", str(value))] = rate(rule == value)
-    for item, chosen in [*((d, [d]) for d in adverse), (ANY_ADVERSE, list(adverse))]:
+    for item, chosen in [*((d, [d]) for d in adverse), (ANY_ACTION, list(adverse))]:
         mask = np.isin(decision, chosen)
         realized[("precision", item)] = rate(mask)
         realized[("recall", item)] = (float(outcome[mask].sum()) / events if events else nan, int(mask.sum()))
+    for measure in ("precision", "recall"):
+        realized[(measure, ANY_ACTION_BEFORE)] = realized[(measure, ANY_ACTION)]
     realized[("auc", ALL)] = (exact_auc(outcome, labelled["probability"].to_numpy()), outcome.size)
     return realized
 
@@ -438,8 +440,8 @@ def partition_outcome_tables(
         of_version = estimated.filter(pl.col("model_version") == version)
         if of_version.height and rows.height:
             estimate_rows += [{**key, "model_version": version, **r} for r in estimates_against_realized(of_version, rows, adverse=adverse)]
-        for decision in [*adverse, ANY_ADVERSE]:
-            chosen = [decision] if decision != ANY_ADVERSE else adverse
+        for decision in [*adverse, ANY_ACTION]:
+            chosen = [decision] if decision != ANY_ACTION else adverse
             hit = rows.filter(pl.col("decision").is_in(chosen))
             hit_events = int(hit["outcome"].sum()) if hit.height else 0
             decision_rows.append({

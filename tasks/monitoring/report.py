@@ -5,7 +5,7 @@
   whose decision shares moved beyond tolerance marked), the observed event rate with its
   interval against the expected rate per model version, a calibration curve per model version
   (the range's calibration bins added up), and tables of realized performance, precision and
-  recall of the adverse decisions, labels per partition (unknown entities highlighted), the
+  recall of the action decisions (those that act on the entity), labels per partition (unknown entities highlighted), the
   decision-monitoring flags, and model health (tasks/monitoring/health_report.py): estimated vs
   realized performance, attribution drift, multivariate drift and shifted slices;
 - `realized_performance_rows` / `realized_performance_table`: the same realized performance as
@@ -36,14 +36,15 @@ from tasks.monitoring.health_report import attribution_section, estimated_vs_rea
 # The run report's page style, so both pages of a job read alike.
 from tasks.reports.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
 from tasks.monitoring.champion_outcomes import compared_models
-from tasks.monitoring.outcomes import ANY_ADVERSE, SHADOW_RESAMPLES, event_rate_interval
+from tasks.monitoring.outcomes import ANY_ACTION, ANY_ACTION_BEFORE, SHADOW_RESAMPLES, event_rate_interval
+from tasks.prediction.words import JobWords
 from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 _EXTRA_CSS = "tr.unknown td{background:#fde2e1;font-weight:600}.plots.wide{grid-template-columns:1fr}"
-_ADVERSE_COLOURS = ("#c62828", "#e69500", "#8e24aa", "#d84315", "#ad1457")
+_ACTION_COLOURS = ("#c62828", "#e69500", "#8e24aa", "#d84315", "#ad1457")
 _OTHER_COLOURS = ("#2e7d32", "#1565c0", "#00838f", "#546e7a", "#8d6e63")
 _VERSION_COLOURS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#e69500", "#00838f")
 
@@ -328,19 +329,21 @@ def _shifted_dates(history: MonitoringHistory) -> list[dt.date]:
     return sorted(set(flagged["partition_date"].to_list()))
 
 
-def _decision_colours(decisions: list[str], adverse: Sequence[str]) -> dict[str, str]:
-    """Adverse decisions in warm colours, the others in cool ones, each in rule-table order."""
-    harmful = [d for d in decisions if d in adverse]
-    rest = [d for d in decisions if d not in adverse]
+def _decision_colours(decisions: list[str], actions: Sequence[str]) -> dict[str, str]:
+    """Action decisions in warm colours, the others in cool ones, each in rule-table order."""
+    acting = [d for d in decisions if d in actions]
+    rest = [d for d in decisions if d not in actions]
     return {
-        **{d: _ADVERSE_COLOURS[i % len(_ADVERSE_COLOURS)] for i, d in enumerate(harmful)},
+        **{d: _ACTION_COLOURS[i % len(_ACTION_COLOURS)] for i, d in enumerate(acting)},
         **{d: _OTHER_COLOURS[i % len(_OTHER_COLOURS)] for i, d in enumerate(rest)},
     }
 
 
-def decision_mix_png(history: MonitoringHistory, *, decisions: Sequence[str] = (), adverse: Sequence[str] = ()) -> str:
-    """Stacked share of rows per decision and partition, adverse decisions on top; partitions with a shifted
-    decision share marked. `decisions` gives the rule-table order; decisions not in it follow by name."""
+def decision_mix_png(history: MonitoringHistory, *, words: JobWords | None = None) -> str:
+    """Stacked share of rows per decision and partition, action decisions on top, each by its plain name; partitions
+    with a shifted decision share marked. `words.decisions` gives the rule-table order; decisions not in it follow by name."""
+    decisions, actions = (words.decisions, words.actions) if words is not None else ((), ())
+    named = words.decision if words is not None else str
     counts = history.decision_counts
     fig, ax = _figure()
     if counts.is_empty():
@@ -350,14 +353,14 @@ def decision_mix_png(history: MonitoringHistory, *, decisions: Sequence[str] = (
     dates = wide["partition_date"].to_list()
     present = [c for c in wide.columns if c != "partition_date"]
     ordered = [d for d in decisions if d in present] + sorted(set(present) - set(decisions))
-    colours = _decision_colours(ordered, adverse)
-    stacked = [d for d in ordered if d not in adverse] + [d for d in reversed(ordered) if d in adverse]
+    colours = _decision_colours(ordered, actions)
+    stacked = [d for d in ordered if d not in actions] + [d for d in reversed(ordered) if d in actions]
     totals = wide.select(pl.sum_horizontal(present)).to_series().to_numpy().astype(np.float64)
     bottom = np.zeros(len(dates))
     x = np.arange(len(dates))
     for decision in stacked:
         share = wide[decision].to_numpy() / np.where(totals > 0, totals, 1)
-        ax.bar(x, share, bottom=bottom, width=0.8, color=colours[decision], label=decision)
+        ax.bar(x, share, bottom=bottom, width=0.8, color=colours[decision], label=named(decision))
         bottom += share
     shifted = [dates.index(d) for d in _shifted_dates(history) if d in dates]
     if shifted:
@@ -455,8 +458,12 @@ def _performance_section(history: MonitoringHistory) -> str:
     return "<h2>Realized performance</h2>" + _table([h.replace("_", " ") for h in header], body)
 
 
-def _precision_section(history: MonitoringHistory, adverse: Sequence[str]) -> str:
+def _precision_section(history: MonitoringHistory, words: JobWords) -> str:
+    actions = words.actions
+    # Partitions measured before the pooled row was renamed call it `any adverse`: pooled with the others all the same.
     decisions = history.decisions
+    if decisions.height:
+        decisions = decisions.with_columns(pl.col("decision").replace(ANY_ACTION_BEFORE, ANY_ACTION))
     body = []
     if not decisions.is_empty():
         events = history.metrics.group_by("model_version").agg(pl.col("events").sum().alias("all_events"))
@@ -465,18 +472,21 @@ def _precision_section(history: MonitoringHistory, adverse: Sequence[str]) -> st
             .agg(pl.col("rows").sum(), pl.col("events").sum())
             .join(events, on="model_version", how="left")
         )
-        rank = {d: i for i, d in enumerate([*adverse, ANY_ADVERSE])}
+        rank = {d: i for i, d in enumerate([*actions, ANY_ACTION])}
         pooled = pooled.sort(
             pl.col("model_version"), pl.col("decision").replace_strict(rank, default=len(rank), return_dtype=pl.Int64)
         )
         for r in pooled.iter_rows(named=True):
             precision = r["events"] / r["rows"] if r["rows"] else float("nan")
             recall = r["events"] / r["all_events"] if r["all_events"] else float("nan")
-            body.append("<tr>" + _cells([r["model_version"], r["decision"], r["rows"], r["events"], _pct(precision), _pct(recall)]) + "</tr>")
+            shown = r["decision"] if r["decision"] == ANY_ACTION else words.decision(r["decision"])
+            body.append("<tr>" + _cells([r["model_version"], shown, r["rows"], r["events"], _pct(precision), _pct(recall)]) + "</tr>")
+    heading = f"Actions against outcomes: {words.actions_text(conjunction='and')}" if actions else "Actions against outcomes"
     return (
-        "<h2>Adverse decisions against outcomes</h2>"
-        '<p class="muted">Labelled rows of the whole range: precision = events among the rows given the decision, '
-        "recall = share of all events that got it.</p>"
+        f"<h2>{_e(heading)}</h2>"
+        '<p class="muted">Labelled rows of the whole range, for the decisions that act on the entity: precision = events '
+        f"({_e(words.subject)}) among the rows given the decision, recall = share of all events that got it; "
+        f"<i>{_e(ANY_ACTION)}</i>: any of them.</p>"
         + _table(["model version", "decision", "labelled rows", "events", "precision", "recall"], body)
     )
 
@@ -572,14 +582,14 @@ def _flags_section(history: MonitoringHistory) -> str:
     return "<h2>Decision-monitoring flags</h2>" + note + _table(header, body)
 
 
-def monitoring_page_html(
-    history: MonitoringHistory, *, event: str, decisions: Sequence[str] = (), adverse: Sequence[str] = ()
-) -> str:
+def monitoring_page_html(history: MonitoringHistory, *, words: JobWords) -> str:
     """A binary job's whole monitoring page as one string (a forecast job's: tasks/monitoring/forecast_page.py); every
     text from the inputs is HTML-escaped.
 
-    `decisions` (rule-table order) and `adverse` (the adverse decisions) order and colour the decision mix.
+    `words` are the job's own: its event, score, decisions in rule-table order by their plain names, and which of
+    them are actions (coloured apart in the decision mix, measured against outcomes).
     """
+    event = words.subject
     title = f"Prediction monitoring {history.job} {history.first_date}..{history.last_date}"
     versions = sorted(set(history.calibration["model_version"].to_list()))
     calibration = "".join(
@@ -593,19 +603,19 @@ def monitoring_page_html(
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
-        f'<p class="meta">job <b>{_e(history.job)}</b> · event: {_e(event)} · partitions '
+        f'<p class="meta">job <b>{_e(history.job)}</b> · event: {_e(event)} · {_e(words.score_meaning)} · partitions '
         f"<b>{_e(history.first_date)}</b> to <b>{_e(history.last_date)}</b></p>"
         "<h2>Decision mix over time</h2>"
         '<div class="plots wide">'
         + _figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved "
-                       "beyond tolerance against the trailing window</span>", decision_mix_png(history, decisions=decisions, adverse=adverse))
+                       "beyond tolerance against the trailing window</span>", decision_mix_png(history, words=words))
         + "</div><h2>Expected vs observed event rate</h2>"
         '<div class="plots wide">'
         + _figure_html("event-rate", "<b>Observed event rate</b> with its interval, and the <b>expected</b> rate "
                        "(mean calibrated probability of the same rows)", event_rate_png(history, event))
         + '</div><h2>Calibration per model version</h2><div class="plots">' + calibration + "</div>"
         + _performance_section(history)
-        + _precision_section(history, adverse)
+        + _precision_section(history, words)
         + _labels_section(history)
         + _flags_section(history)
         + _challenger_section(history)

@@ -113,7 +113,7 @@ def written_monitoring_page(
         ))
         write_run_report(page, class_monitoring_page_html(
             rows, job=job, name=spec.target.name or spec.monitoring.labels.outcome_column, classes=spec.target.classes,
-            decisions=decisions, first_date=first_date, last_date=last_date, realized=realized,
+            decisions=decisions, first_date=first_date, last_date=last_date, realized=realized, words=spec.words,
         ))
         log.info("monitoring page of %s: %s", job, page)
         return page, [Artifact(
@@ -126,7 +126,7 @@ def written_monitoring_page(
     if spec.target.forecasts:
         forecast = forecast_monitoring_history(warehouse, job, first_date=first_date, last_date=last_date)
         write_run_report(page, forecast_monitoring_page_html(
-            forecast, target=spec.target.model_dump(), level=spec.prediction.interval_level, decisions=decisions, adverse=spec.action_decisions,
+            forecast, target=spec.target.model_dump(), level=spec.prediction.interval_level, words=spec.words,
         ))
         log.info("monitoring page of %s: %s", job, page)
         return page, monitoring_page_artifacts(
@@ -138,7 +138,7 @@ def written_monitoring_page(
         warehouse, job, first_date=first_date, last_date=last_date, level=spec.monitoring.outcome_interval_level,
         bins=spec.monitoring.calibration_bins,
     )
-    write_run_report(page, monitoring_page_html(history, event=spec.prediction.event, decisions=decisions, adverse=spec.action_decisions))
+    write_run_report(page, monitoring_page_html(history, words=spec.words))
     unknown = sum(int(r["labels_unknown_entity"]) for r in history.partitions.iter_rows(named=True))
     log.info("monitoring page of %s: %s", job, page)
     return page, monitoring_page_artifacts(

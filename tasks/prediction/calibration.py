@@ -311,16 +311,16 @@ def predict_one_outcome_problem(events: int, rows: int) -> str | None:
     """Why a calibration fitted on `rows` held-out rows with `events` events cannot be trusted, or None.
 
     With one outcome only the map has nothing to separate: every margin gets (about) the same
-    probability near 0 or 1, so every row is approved or declined and nothing looks wrong."""
+    probability near 0 or 1, so every row gets the same decision and nothing looks wrong."""
     if events == 0:
         return (
             f"was fitted on a hold-out without events: none of its {rows:,} rows has outcome 1, so it maps every score "
-            "near 0 and the rules approve everyone; register the model again on a hold-out with events and non-events"
+            "near 0 and the rules give every row the same decision; register the model again on a hold-out with events and non-events"
         )
     if events == rows:
         return (
             f"was fitted on a hold-out without non-events: all {rows:,} of its rows have outcome 1, so it maps every score "
-            "near 1 and the rules decline everyone; register the model again on a hold-out with events and non-events"
+            "near 1 and the rules give every row the same decision; register the model again on a hold-out with events and non-events"
         )
     return None
 

@@ -20,7 +20,7 @@ from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 
-from tasks.prediction.scores import ScoreScale, predict_risk_score
+from tasks.prediction.scores import ScoreScale, predict_score
 
 RuleField = Literal[
     "probability", "probability_low", "probability_high", "score", "forecast", "forecast_low", "forecast_high", "margin"
@@ -185,7 +185,7 @@ def predict_rule_table_problems(rules: Sequence[Rule], score: ScoreScale | None)
             "probability_low": triples[:, 0],
             "probability": triples[:, 1],
             "probability_high": triples[:, 2],
-            "score": predict_risk_score(triples[:, 1], score),
+            "score": predict_score(triples[:, 1], score),
         }
     return _table_problems(rules, values)
 

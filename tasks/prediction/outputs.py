@@ -17,7 +17,7 @@ from tasks.prediction.decisions import RuleDecisions, predict_rule_decisions
 from tasks.prediction.forecasts import Forecast, ForecastMap
 from tasks.prediction.multiclass import ClassProbabilities, ClassProbabilityMap
 from tasks.prediction.reasons import ReasonTexts, predict_forecast_reason_codes, predict_reason_codes
-from tasks.prediction.scores import predict_risk_score
+from tasks.prediction.scores import predict_score
 
 log = logging.getLogger("scoring.prediction")
 
@@ -80,7 +80,7 @@ def predict_decided_chunk(
         reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
         return DecidedChunk(inference=output, calibrated=None, score=None, rules=rules, reason_rows=reason_rows, forecast=forecast)
     calibrated = estimate_map.predict_calibrated_probability(output.margins)
-    score = predict_risk_score(calibrated.probability, config.score)
+    score = predict_score(calibrated.probability, config.score)
     rules = predict_rule_decisions(
         {
             "probability": calibrated.probability,
@@ -203,10 +203,12 @@ def predict_output(
             len(decided.reason_rows) / n if n else 0.0, straddling / n if n else 0.0,
         )
     else:
+        # The mean score under the job's own name for it (`propensity_score_mean=`), as its pages say it.
+        score_key = "_".join(config.score.name.lower().split()) if config.score is not None else "score"
         log.info(
-            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s confidence_score=%.1f "
-            "reasons_share=%.3f no_adverse_reason=%d straddling_share=%.3f",
-            job, out.chunk_id, n, rules, decisions, float(decided.score.mean()) if n else 0.0,
+            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s %s_mean=%.1f "
+            "reasons_share=%.3f no_reason=%d straddling_share=%.3f",
+            job, out.chunk_id, n, rules, decisions, score_key, float(decided.score.mean()) if n else 0.0,
             len(decided.reason_rows) / n if n else 0.0, reasons.without_adverse_factor, straddling / n if n else 0.0,
         )
     return PredictionOutput(

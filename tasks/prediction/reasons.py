@@ -1,4 +1,4 @@
-"""Reason codes: the features that pushed a row's margin most toward the adverse outcome (binary jobs),
+"""Reason codes: the features that pushed a row's margin most toward the event (binary jobs),
 or that moved a forecast most, up or down (forecast jobs).
 
 A reason's text may depend on the row's own value of the feature (`by_band`, `by_cut`,
@@ -238,7 +238,7 @@ def predict_reason_codes(
     names = contributions.feature_names
     by_feature, varying = _checked_texts(contributions, config, texts)
     codes = pa.array([config.codes[f].code for f in names] + [config.no_reason_code], pa.string())
-    # The text table: each feature's default text, then its variants; the no-adverse text last.
+    # The text table: each feature's default text, then its variants; the no-reason text last.
     text_list: list[str] = []
     first_text = np.zeros(len(names) + 1, dtype=np.int64)
     for j, f in enumerate(names):
@@ -251,7 +251,7 @@ def predict_reason_codes(
     order = np.argsort(-values, axis=1, kind="stable")[:, : config.top_k]
     chosen = np.take_along_axis(values, order, axis=1) > 0
     # Sorted largest first, so a row's positive contributions are a prefix of its top k (k >= 1);
-    # a row with none gets the no-adverse entry, the last of the code table.
+    # a row with none gets the no-reason entry, the last of the code table.
     none = ~chosen[:, 0]
     if config.no_reason_code is not None:
         order[none, 0] = len(names)

@@ -9,7 +9,8 @@ Kinds:
 - `quarantine` — a row not scored because it broke an expectation (per expectation);
 - `fallback_model` — a row scored by the job's fallback model version;
 - `failed_chunk` — a row of a chunk whose inference failed every attempt;
-- `no_adverse_reason` — a row that needed reasons but had no feature pushing toward the event;
+- `no_reason` — a row that needed reasons but had no feature pushing toward the event (job specs
+  written before may still limit it under its old name, `no_adverse_reason`);
 - `reasons_by_framework` — a row whose reasons the framework's own TreeSHAP explained (XGBoost
   `pred_contribs`, LightGBM `pred_contrib`, CatBoost `ShapValues`) because the table kernel cannot
   represent the model (the detail says why); exact all the same, only slower. Job specs written
@@ -31,7 +32,7 @@ import math
 from typing import Any
 
 FALLBACK_KINDS = (
-    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_adverse_reason", "reasons_by_framework", "reasons_unavailable",
+    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_reason", "reasons_by_framework", "reasons_unavailable",
     "no_drift_reference", "no_health_reference", "challenger_failed",
 )
 
@@ -77,7 +78,8 @@ def fallback_report_rows(
     rows += [_row("quarantine", k, n, rows_read, None) for k, n in sorted(quarantines.items())]
     rows.append(_row("fallback_model", fallback_reason or "primary model loaded", rows_fallback, rows_read, limits.get("fallback_model")))
     rows.append(_row("failed_chunk", "all", rows_failed, rows_read, limits.get("failed_chunk")))
-    rows.append(_row("no_adverse_reason", "all", rows_without_adverse_reason, rows_read, limits.get("no_adverse_reason")))
+    # `no_adverse_reason`: the kind's old name; job specs may still limit it so.
+    rows.append(_row("no_reason", "all", rows_without_adverse_reason, rows_read, limits.get("no_reason", limits.get("no_adverse_reason"))))
     rows.append(_row(
         "reasons_by_framework", reasons_kernel_reason or "table kernel in use", rows_reasons_by_framework, rows_read,
         # `reasons_by_xgboost`: the kind's name while XGBoost was the only framework; job specs may still limit it so.

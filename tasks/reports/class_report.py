@@ -21,8 +21,6 @@ from tasks.reports.html_report import (
 
 _SUMMARY_NAMES = {
     "rows_scored": "rows_classified",
-    # Reasons push toward the predicted class: a row goes without only where no feature pushed it there.
-    "rows_without_adverse_reason": "rows_without_reason",
     # The predicted class's probability interval contains a rule's probability cut-off: a rule could decide it either way.
     "rows_straddling": "rows_straddling_a_probability_cutoff",
 }
@@ -65,10 +63,10 @@ def _margin_section(report: Mapping[str, Any]) -> str:
     )
 
 
-def _decisions_section(report: Mapping[str, Any]) -> str:
+def _decisions_section(report: Mapping[str, Any], words: JobWords | None) -> str:
     classes, table = report["classes"], report["decision_by_class"]
     by_class = [
-        "<tr>" + _cell(decision) + "".join(_cell(n) for n in rows) + _cell(sum(rows)) + "</tr>"
+        "<tr>" + _cell(words.decision(decision) if words else decision) + "".join(_cell(n) for n in rows) + _cell(sum(rows)) + "</tr>"
         for decision, rows in zip(table["decisions"], table["rows"], strict=True)
     ]
     total = sum(r["rows"] for r in report["rules"])
@@ -146,14 +144,14 @@ def class_run_report_html(
         f"classes of <b>{_e(report['name'])}</b>: {_e(', '.join(report['classes']))}",
         glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
                        words=words)
-        + _summary_section(summary, _SUMMARY_NAMES)
+        + _summary_section(summary, _SUMMARY_NAMES, words)
         + _class_mix_section(report)
         + _margin_section(report)
-        + _decisions_section(report)
+        + _decisions_section(report, words)
         + _reasons_section(report, int(summary.get("rows_with_reasons") or 0))
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
-        + _shadow_section(shadow_rows or [], flip_examples or [])
+        + _shadow_section(shadow_rows or [], flip_examples or [], words)
         + drift_sections(drift_rows, histograms, bin_labels or {}, words),
         script=DRIFT_TABLE_SCRIPT,
     )

@@ -22,8 +22,6 @@ from tasks.reports.html_report import (
 
 _SUMMARY_NAMES = {
     "rows_scored": "rows_forecast",
-    # A forecast's reasons say what raised and what lowered it: a row goes without only where no feature moved it.
-    "rows_without_adverse_reason": "rows_without_reason",
 }
 _W, _H = 480.0, 190.0
 _LEFT, _RIGHT, _TOP, _BOTTOM = 56.0, 8.0, 20.0, 34.0
@@ -215,13 +213,13 @@ def forecast_run_report_html(
         f"forecast of <b>{_e(target_words(forecast))}</b>, interval {forecast['level']:.0%}",
         glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
                        words=words)
-        + _summary_section(summary, _SUMMARY_NAMES)
+        + _summary_section(summary, _SUMMARY_NAMES, words)
         + _forecast_section(forecast)
         + _decisions_section(forecast)
         + _reasons_section(forecast, int(summary.get("rows_with_reasons") or 0))
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
-        + _shadow_section(shadow_rows or [], flip_examples or [])
+        + _shadow_section(shadow_rows or [], flip_examples or [], words)
         + drift_sections(drift_rows, histograms, bin_labels or {}, words),
         script=DRIFT_TABLE_SCRIPT,
     )

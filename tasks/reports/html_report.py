@@ -175,10 +175,18 @@ def _table(header: list[str], rows: list[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _summary_section(summary: Mapping[str, Any], names: Mapping[str, str | None] | None = None) -> str:
-    """The ledger counts, one row each; `names` renames a count (None leaves it out)."""
+_SUMMARY_NAMES = {"rows_without_adverse_reason": "rows_without_reason"}
+"""The ledger's column keeps its first name; a page says what it counts."""
+
+
+def _summary_section(
+    summary: Mapping[str, Any], names: Mapping[str, str | None] | None = None, words: JobWords | None = None,
+) -> str:
+    """The ledger counts, one row each; `names` renames a count (None leaves it out); `words` names the decisions."""
     rows = []
-    names = names or {}
+    names = {**_SUMMARY_NAMES, **(names or {})}
+    if words is not None and isinstance(summary.get("decisions"), Mapping):
+        summary = {**summary, "decisions": {words.decision(d): n for d, n in summary["decisions"].items()}}
     nested = {k: v for k, v in summary.items() if k == "inference" and isinstance(v, Mapping)}
     for key, value in summary.items():
         if key not in nested and names.get(key, key) is not None:
@@ -469,7 +477,7 @@ def _plots_section(
     return intro + open_part + folded_part
 
 
-def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, Any]]) -> str:
+def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, Any]], words: JobWords | None = None) -> str:
     """Champion against challenger: flipped rows, the decision crosstab, each decision's share and
     expected event rate (a forecast job: mean forecast) under both, the score (forecast) delta, and the
     first flipped rows with both reasons."""
@@ -485,14 +493,15 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
     first = rows[0]
     compared, flipped, failed = (summary[k]["rows"] for k in ("rows_compared", "rows_flipped", "rows_failed"))
     decisions = list(dict.fromkeys(r["champion_item"] for r in rows if r["section"] == "decision_mix"))
+    named = words.decision if words is not None else str
     cells = {(r["champion_item"], r["challenger_item"]): r["rows"] for r in rows if r["section"] == "crosstab"}
     crosstab = [
-        f"<tr><th>{_e(mine)}</th>" + "".join(_cell(cells.get((mine, theirs), 0)) for theirs in decisions) + "</tr>"
+        f"<tr><th>{_e(named(mine))}</th>" + "".join(_cell(cells.get((mine, theirs), 0)) for theirs in decisions) + "</tr>"
         for mine in decisions
     ]
     by_decision = {(r["section"], r["champion_item"]): r for r in rows if r["section"] in ("decision_mix", means)}
     mix = [
-        "<tr>" + _cell(d) + f'<td class="n">{_e(_pct(by_decision[("decision_mix", d)]["champion_value"]))}</td>'
+        "<tr>" + _cell(named(d)) + f'<td class="n">{_e(_pct(by_decision[("decision_mix", d)]["champion_value"]))}</td>'
         + f'<td class="n">{_e(_pct(by_decision[("decision_mix", d)]["challenger_value"]))}</td>'
         + f'<td class="n">{_e(mean_text(by_decision[(means, d)]["champion_value"]))}</td>'
         + f'<td class="n">{_e(mean_text(by_decision[(means, d)]["challenger_value"]))}</td></tr>'
@@ -500,8 +509,10 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
     ]
     delta = ["<tr>" + _cell(r["champion_item"]) + _cell(r["challenger_value"]) + "</tr>" for r in rows if r["section"] == delta_section]
     estimate = "forecast" if forecasts else "class" if classifies else "score"
+    # A binary job's score under its own name (`propensity score`); the rows' keys stay `*_score`.
+    estimate_name = words.score_name if words is not None and estimate == "score" else estimate
     flips = [
-        "<tr>" + _cell(x["entity_id"]) + _cell(x["champion_decision"]) + _cell(x["challenger_decision"])
+        "<tr>" + _cell(x["entity_id"]) + _cell(named(x["champion_decision"])) + _cell(named(x["challenger_decision"]))
         + _cell(x[f"champion_{estimate}"]) + _cell(x[f"challenger_{estimate}"]) + _cell(", ".join(x["champion_reason_codes"] or []))
         + _cell(", ".join(x["challenger_reason_codes"] or [])) + "</tr>"
         for x in examples
@@ -520,7 +531,7 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
             ])
         )
     else:
-        by_class = f"<h3>{estimate.capitalize()} delta (challenger − champion)</h3>" + _table(["statistic", "delta"], delta)
+        by_class = f"<h3>{_e(estimate_name[:1].upper() + estimate_name[1:])} delta (challenger − champion)</h3>" + _table(["statistic", "delta"], delta)
     shadow_table = "shadow_forecasts" if forecasts else "shadow_classifications" if classifies else "shadow_predictions"
     return (
         "<h2>Champion and challenger</h2>"
@@ -530,11 +541,11 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
         '<p class="muted">Tables <code>shadow_comparison</code>, <code>decision_flips</code> (every flipped row) and '
         f"<code>{shadow_table}</code>; nothing the challenger computes drives a decision.</p>"
         + "<h3>Decisions: champion (rows) × challenger (columns)</h3>"
-        + _table(["champion \\ challenger", *decisions], crosstab)
+        + _table(["champion \\ challenger", *(named(d) for d in decisions)], crosstab)
         + _table(["decision", "share (champion)", "share (challenger)", f"{mean_name} (champion)", f"{mean_name} (challenger)"], mix)
         + by_class
         + "<h3>First flipped rows</h3>"
-        + _table(["entity", "champion", "challenger", f"champion {estimate}", f"challenger {estimate}", "champion reasons",
+        + _table(["entity", "champion", "challenger", f"champion {estimate_name}", f"challenger {estimate_name}", "champion reasons",
                   "challenger reasons"], flips)
     )
 
@@ -653,15 +664,18 @@ def run_report_html(
     `bin_labels` names the bins of the boolean and categorical features, which are drawn as bars; `words` are the
     job's own (its features' and decisions' plain names, its score's).
     """
+    meta = f'job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code>'
+    if words is not None:
+        meta += f" · event: {_e(words.subject)} · {_e(words.score_meaning)}"
     return page_html(
         f"Scoring run {job} {partition_date}",
-        f'job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code>',
+        meta,
         glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
                        words=words)
-        + _summary_section(summary)
+        + _summary_section(summary, words=words)
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
-        + _shadow_section(shadow_rows or [], flip_examples or [])
+        + _shadow_section(shadow_rows or [], flip_examples or [], words)
         + drift_sections(drift_rows, histograms, bin_labels or {}, words),
         script=DRIFT_TABLE_SCRIPT,
     )

@@ -39,11 +39,27 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _decisions_text(spec: JobSpec, decisions: list[str] | tuple[str, ...]) -> str:
+    """Decisions by their plain names, `none` without any."""
+    return ", ".join(spec.words.decision(d) for d in decisions) or "none"
+
+
+def _rule_actions(spec: JobSpec) -> str:
+    words = spec.words
+    return "; ".join(f"{r.id} → {words.decision(r.decision)}" + (f" ({r.description})" if r.description else "") for r in spec.prediction.rules)
+
+
+def _feature_cell(spec: JobSpec, feature: str) -> str:
+    """The feature's plain name, its column beside it where the two differ."""
+    label = spec.words.feature(feature)
+    return f"`{feature}`" if label == feature else f"{label} (`{feature}`)"
+
+
 def _ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
     p = spec.prediction
     decisions = sorted({r.decision for r in p.rules})
-    rule_actions = "; ".join(f"{r.id} → {r.decision}" + (f" ({r.description})" if r.description else "") for r in p.rules)
-    reasons_for = ", ".join(p.reasons.for_decisions) or "no decision"
+    rule_actions = _rule_actions(spec)
+    reasons_for = _decisions_text(spec, p.reasons.for_decisions)
     return {
         "probability": ("0–1", f"Drives the rules below; expected number of events = sum of probabilities ({p.event})."),
         "probability_low": ("0–1, ≤ probability", f"{p.interval_level:.0%} credible interval; rules may act on it."),
@@ -66,8 +82,8 @@ def _forecast_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
     unit = f" {target.unit}" if target.unit else ""
     scale = f"≥ 0{unit} (a count is never negative)" if target.kind == "count" else f"any number{unit}"
     decisions = sorted({r.decision for r in p.rules})
-    rule_actions = "; ".join(f"{r.id} → {r.decision}" + (f" ({r.description})" if r.description else "") for r in p.rules)
-    reasons_for = ", ".join(p.reasons.for_decisions) or "no decision"
+    rule_actions = _rule_actions(spec)
+    reasons_for = _decisions_text(spec, p.reasons.for_decisions)
     return {
         "forecast": (scale, f"The expected {target.name or 'target'}; the rules below may test it."),
         "forecast_low": (f"{scale}, ≤ forecast", f"{p.interval_level:.0%} prediction interval; rules may act on it."),
@@ -85,7 +101,7 @@ def _forecast_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
 def _class_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
     p, target = spec.prediction, spec.target
     decisions = sorted({r.decision for r in p.rules})
-    rule_actions = "; ".join(f"{r.id} → {r.decision}" + (f" ({r.description})" if r.description else "") for r in p.rules)
+    rule_actions = _rule_actions(spec)
     classes = " / ".join(target.classes)
     return {
         "predicted_class": (classes, "The rules below may test it (`class in {…}`)."),
@@ -97,17 +113,17 @@ def _class_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
         "margin": ("0–1", "A small margin is a close call between two classes; rules may send it to a person."),
         "decision": (" / ".join(decisions), rule_actions),
         "rule_id": (" / ".join(r.id for r in p.rules), "Audit: which rule decided; every row has exactly one."),
-        "reason_codes": (f"0–{p.reasons.top_k} codes", f"Given for: {', '.join(p.reasons.for_decisions) or 'no decision'}."),
+        "reason_codes": (f"0–{p.reasons.top_k} codes", f"Given for: {_decisions_text(spec, p.reasons.for_decisions)}."),
     }
 
 
 def _class_reason_section(spec: JobSpec) -> str:
     reasons = spec.prediction.reasons
-    rows = [[f"`{feature}`", reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
+    rows = [[_feature_cell(spec, feature), reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
     if reasons.no_reason_code:
         rows.append(["no feature pushes toward the predicted class", reasons.no_reason_code, reasons.no_reason_text or ""])
     return (
-        f"Up to {reasons.top_k} codes per row, for decisions {', '.join(reasons.for_decisions) or 'none'}: the features that pushed "
+        f"Up to {reasons.top_k} codes per row, for decisions {_decisions_text(spec, reasons.for_decisions)}: the features that pushed "
         "the row most toward its predicted class (exact contributions to that class's margin).\n\n"
         + _md_table(["feature", "code", "text"], rows)
     )
@@ -185,10 +201,10 @@ def reason_text(reason: ReasonCode) -> str:
 
 def _reason_section(spec: JobSpec) -> str:
     reasons = spec.prediction.reasons
-    rows = [[f"`{feature}`", reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
-    rows.append(["no feature pushes toward the event", reasons.no_reason_code, reasons.no_reason_text])
+    rows = [[_feature_cell(spec, feature), reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
+    rows.append([f"no feature pushes toward the event ({spec.words.subject})", reasons.no_reason_code, reasons.no_reason_text])
     return (
-        f"Up to {reasons.top_k} codes per row, for decisions {', '.join(reasons.for_decisions) or 'none'}: the features "
+        f"Up to {reasons.top_k} codes per row, for decisions {_decisions_text(spec, reasons.for_decisions)}: the features "
         "that pushed the row's margin most toward the event.\n\n" + _md_table(["feature", "code", "text"], rows)
     )
 
@@ -196,9 +212,9 @@ def _reason_section(spec: JobSpec) -> str:
 def _forecast_reason_section(spec: JobSpec) -> str:
     reasons = spec.prediction.reasons
     up, down = (suffix for suffix, _ in FORECAST_DIRECTIONS)
-    rows = [[f"`{feature}`", f"{reason.code}{up} / {reason.code}{down}", reason_text(reason)] for feature, reason in reasons.codes.items()]
+    rows = [[_feature_cell(spec, feature), f"{reason.code}{up} / {reason.code}{down}", reason_text(reason)] for feature, reason in reasons.codes.items()]
     return (
-        f"Up to {reasons.top_k} codes per row, for decisions {', '.join(reasons.for_decisions) or 'none'}: the features "
+        f"Up to {reasons.top_k} codes per row, for decisions {_decisions_text(spec, reasons.for_decisions)}: the features "
         "that moved the row's forecast most, whichever way, on the model's margin scale (exact contributions). "
         f"`<CODE>{up}` reads \"<text> {FORECAST_DIRECTIONS[0][1]}\", `<CODE>{down}` \"<text> {FORECAST_DIRECTIONS[1][1]}\".\n\n"
         + _md_table(["feature", "codes", "text"], rows)
@@ -351,6 +367,9 @@ def model_card_markdown(
         (FORECAST_SCHEMA, FORECAST_FIELD_MEANINGS) if forecasts else (CLASSIFICATION_SCHEMA, CLASSIFICATION_FIELD_MEANINGS) if classifies
         else (PREDICTION_SCHEMA, PREDICTION_FIELD_MEANINGS)
     )
+    words = spec.words
+    if not (forecasts or classifies):
+        meanings = {**meanings, "score": f"{words.score_name[:1].upper()}{words.score_name[1:]} from the probability; higher: {words.score_higher}."}
     contract = [[f.name, str(f.type), meanings[f.name], *extra.get(f.name, ("", ""))] for f in schema]
     inference = json.loads(latest_run["inference"]) if latest_run and latest_run.get("inference") else {}
 
@@ -419,7 +438,11 @@ def model_card_markdown(
     else:
         kind_sections = [
             "## Prediction Contract",
-            f"Event: **{spec.prediction.event}**.\n\nService level: {spec.service_level}",
+            f"Event: **{spec.prediction.event}**. Score: **{words.score_name}**, higher: {words.score_higher}. Decisions: "
+            f"{_decisions_text(spec, words.decisions)}"
+            + (f"; those that act on the entity (their precision and recall are measured on outcomes): {words.actions_text(conjunction='and')}"
+               if words.actions else "")
+            + f".\n\nService level: {spec.service_level}",
             _md_table(["field", "type", "meaning", "range", "business action"], contract),
             "## Reason codes",
             _reason_section(spec),

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from rich.table import Table
 
 from tasks.jobs.calendar import partition_range
+from tasks.prediction.words import JobWords
 from tasks.settings import Settings
 from tasks.sinks.warehouse_choice import warehouse_for
 
@@ -30,11 +31,12 @@ def partition_summaries(settings: Settings, job: str, dates: list[dt.date]) -> l
 _COUNTS = ("rows_read", "rows_scored", "rows_repaired", "rows_quarantined", "decisions", "rows_with_reasons")
 
 
-def partition_summary_table(job: str, rows: list[dict[str, Any]]) -> Table:
-    """Rows read / scored / repaired / quarantined and decisions per date, as a terminal table."""
+def partition_summary_table(job: str, rows: list[dict[str, Any]], words: JobWords | None = None) -> Table:
+    """Rows read / scored / repaired / quarantined and decisions per date, as a terminal table; `words` name the decisions."""
     decisions = sorted({d for r in rows for d in (r["decisions"] or {})})
+    named = words.decision if words is not None else str
     table = Table(title=f"{job}: latest run per partition")
-    for col in ("date", "status", "read", "scored", "repaired", "quarantined", *decisions, "with reasons"):
+    for col in ("date", "status", "read", "scored", "repaired", "quarantined", *(named(d) for d in decisions), "with reasons"):
         table.add_column(col, justify="left" if col in ("date", "status") else "right")
     for r in rows:
         table.add_row(

@@ -20,6 +20,7 @@ from tasks.errors import DiskFull, EnvironmentFault, ModelArtifactError, Partiti
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.health import ESTIMATED_ERROR, health_headline
 from tasks.monitoring.shadow import shadow_headline
+from tasks.prediction.words import JobWords
 from tasks.quality.fallback_report import fallback_kind_totals
 from tasks.reports.class_report import class_run_report_html
 from tasks.reports.forecast_report import forecast_run_report_html
@@ -62,6 +63,9 @@ class RunTicket(BaseModel):
     """The run's time limit (`limits.max_run_seconds`, else SCORING_MAX_RUN_SECONDS)."""
     deadline: float | None = None
     """When the run must have finished scoring, in seconds since the epoch: set when it starts under the lease."""
+    words: JobWords | None = None
+    """The job's own words (event, score, decisions, features) in the spec the run was prepared with: its page,
+    artifacts and alerts say them."""
 
     def started(self, now: float) -> RunTicket:
         """The ticket of the run starting now: its deadline set."""
@@ -102,7 +106,7 @@ def run_ticket(
         chunk_rows=chunk_rows or prepared.spec.chunk_rows, model_name=meta.name, model_version=meta.version,
         feature_version=prepared.features.FEATURE_VERSION, delta_sink=prepared.spec.sinks.delta,
         challenger_version=prepared.challenger_plan.version if prepared.challenger_plan else None,
-        max_run_seconds=prepared.spec.limits.max_run_seconds or max_run_seconds,
+        max_run_seconds=prepared.spec.limits.max_run_seconds or max_run_seconds, words=prepared.spec.words,
     )
 
 
@@ -171,6 +175,7 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
                 report=summary.classification_report, fallback_rows=summary.fallback_report, drift_rows=summary.drift_report,
                 histograms=histograms, bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
                 health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
+                words=ticket.words,
             ), []
         if summary.forecast_report is not None:
             return forecast_run_report_html(
@@ -178,12 +183,14 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
                 fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
                 bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
                 health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
+                words=ticket.words,
             ), []
         return run_report_html(
             job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
             fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
             bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
             health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
+            words=ticket.words,
         ), []
     except Exception as exc:
         log.warning("%s %s: the run page failed: %s", ticket.job, ticket.partition_date, exc)
@@ -195,11 +202,17 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
         return page, [f"run page not rendered: {type(exc).__name__}: {exc}"]
 
 
-def _drift_flags_markdown(rows: list[dict]) -> str:
+def _feature_name(feature: str, words: JobWords | None) -> str:
+    return words.feature(feature) if words is not None else feature
+
+
+def _drift_flags_markdown(rows: list[dict], words: JobWords | None = None) -> str:
     flagged = [r for r in rows if r["flag"] in ("warn", "alert")]
     if not flagged:
         return "No feature drifted beyond the warn thresholds."
-    return "Drift flags: " + ", ".join(f"**{r['feature']}** {r['flag']} vs {r['baseline']} (PSI {r['psi']:.3f})" for r in flagged)
+    return "Drift flags: " + ", ".join(
+        f"**{_feature_name(r['feature'], words)}** {r['flag']} vs {r['baseline']} (PSI {r['psi']:.3f})" for r in flagged
+    )
 
 
 def report_url(base_url: str | None, job: str, partition_date: dt.date) -> str | None:
@@ -249,22 +262,24 @@ def _rows_word(summary: ScoringSummary) -> str:
     return "rows classified" if summary.classification_report else "rows forecast" if summary.forecast_report else "rows scored"
 
 
-def key_numbers(summary: ScoringSummary) -> list[dict[str, str]]:
-    """The few numbers an analyst looks at first, one row each: rows, decisions, fallbacks, drift flags,
-    the estimated performance (a forecast job: the mean forecast, interval width, estimated MAE and RMSE; a
-    multiclass job: its class mix, mean probability and close calls) and the challenger's flips when there are."""
+def key_numbers(summary: ScoringSummary, words: JobWords | None = None) -> list[dict[str, str]]:
+    """The few numbers an analyst looks at first, one row each: rows, decisions (by their plain names in the job's
+    `words`), fallbacks, drift flags, the estimated performance (a forecast job: the mean forecast, interval width,
+    estimated MAE and RMSE; a multiclass job: its class mix, mean probability and close calls) and the challenger's
+    flips when there are."""
     forecast, classes = summary.forecast_report, summary.classification_report
+    named = words.decision if words is not None else str
     rows = [
         ("rows read", f"{summary.rows_read:,}"), (_rows_word(summary), f"{summary.rows_scored:,}"),
         ("rows repaired", f"{summary.guard.rows_repaired:,}"), ("rows quarantined", f"{summary.guard.rows_quarantined:,}"),
         ("rows in failed chunks", f"{summary.rows_failed:,}"),
         *(_forecast_numbers(forecast, summary.model_health) if forecast else ()),
         *(_class_numbers(classes) if classes else ()),
-        *((f"decision {d}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n)) for d, n in summary.decisions.items()),
+        *((f"decision {named(d)}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n)) for d, n in summary.decisions.items()),
         *((f"fallback {r['kind']}", f"{r['rows']:,} ({r['share']:.2%})" + (" BREACHED" if r["breached"] else ""))
           for r in fallback_kind_totals(summary.fallback_report) if r["rows"]),
     ]
-    flagged = [f"{r['feature']} {r['flag']} vs {r['baseline']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")]
+    flagged = [f"{_feature_name(r['feature'], words)} {r['flag']} vs {r['baseline']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")]
     rows.append(("drift flags", ", ".join(flagged) or "none"))
     health = health_headline(summary.model_health, forecasts=forecast is not None, classifies=classes is not None)
     for measure, fmt in (("event_rate", ".2%"), ("auc", ".3f")):
@@ -288,7 +303,7 @@ def run_artifacts(
         Artifact(artifact_key("key-numbers", job), f"{job} on {day}: rows, " + (
             "mean forecast, interval width, estimated error, decisions, fallbacks, drift flags" if summary.forecast_report else
             "class mix, mean probability, close calls, decisions, fallbacks, drift flags" if summary.classification_report else
-            "decisions, fallbacks, drift flags, expected performance"), table=key_numbers(summary)),
+            "decisions, fallbacks, drift flags, expected performance"), table=key_numbers(summary, ticket.words)),
         *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)] if page_url else []),
         Artifact(artifact_key("run-summary", job), f"Scoring of {job} for {day}",
                  table=[{"measure": k, "value": str(v)} for k, v in measures.items()]),
@@ -297,7 +312,7 @@ def run_artifacts(
             markdown=(
                 f"**Run report** of `{job}` on {day}: [{report_path.name}]({report_path.as_uri()})\n\n"
                 f"`{report_path}` — summary, fallback table, drift table and a histogram per feature, most drifted first.\n\n"
-                + _drift_flags_markdown(summary.drift_report)
+                + _drift_flags_markdown(summary.drift_report, ticket.words)
             ),
         ),
         Artifact(

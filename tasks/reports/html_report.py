@@ -67,7 +67,7 @@ svg .reference{fill:#9fb7d6;opacity:.85}svg path.current{fill:none;stroke:#c6282
 table.sortable th{cursor:pointer;user-select:none}table.sortable th:hover{background:#e8e8e8}
 th[aria-sort=ascending]::after{content:" \\25B2";font-size:9px}th[aria-sort=descending]::after{content:" \\25BC";font-size:9px}
 details.folded{margin:.8em 0}details.folded>summary{cursor:pointer;font-weight:600;padding:.3em 0}
-details[open]>summary .hint{display:none}.scroll td.n{white-space:nowrap}
+details[open]>summary .hint{display:none}.scroll td.n,.scroll td:first-child{white-space:nowrap}
 """
 DRIFT_TABLE_SCRIPT = """(function () {
   var table = document.getElementById("drift-table");

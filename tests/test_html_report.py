@@ -4,6 +4,8 @@ blocked — rendered without errors."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import os
 import re
@@ -16,12 +18,14 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from tasks.reports.html_report import run_report_html, write_run_report
+from tasks.reports.html_report import DRIFT_TABLE_SCRIPT, run_report_html, write_run_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EVIL = "<script>alert('x')</script>"
-# Expected plot order: reference PSI descending, then the features without a reference PSI, by name.
-EXPECTED_ORDER = ["income", EVIL, "utilisation", "age", "new_feature", "zz_no_data"]
+# Expected plot order: the flagged features (warn or alert against any baseline), alerts first, each by its flagged
+# row's PSI; then the others by reference PSI descending, then those without a reference PSI, by name.
+EXPECTED_ORDER = ["income", "new_feature", EVIL, "utilisation", "age", "zz_no_data"]
+FLAGGED = {"income", "new_feature", EVIL}
 
 
 def _counts(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -125,6 +129,10 @@ def test_every_feature_appears_in_drift_order_with_its_flag(page_html: str) -> N
     drift_table = page_html.split("<h2>Drift</h2>")[1].split("<h2>")[0]
     for feature in EXPECTED_ORDER:
         assert f"<td>{html.escape(feature)}</td>" in drift_table
+    histograms = page_html.split("<h2>Feature histograms")[1]
+    opened, folded = histograms.split('<details class="folded"')
+    assert [html.unescape(f) for f in re.findall(r'<figure class="plot" data-feature="([^"]*)">', opened)] == EXPECTED_ORDER[:3]
+    assert "<details " not in opened and not folded.startswith(" open")
 
 
 def test_each_plot_draws_the_shares_of_its_counts(page_html: str) -> None:
@@ -146,14 +154,18 @@ def test_each_plot_draws_the_shares_of_its_counts(page_html: str) -> None:
 
 
 def test_text_is_escaped(page_html: str) -> None:
-    assert "<script" not in page_html.lower()
+    # The one script is the page's own, the only one its policy lets run (by its SHA-256).
+    assert re.findall(r"<script[^>]*>(.*?)</script>", page_html, flags=re.S | re.I) == [DRIFT_TABLE_SCRIPT]
+    digest = base64.b64encode(hashlib.sha256(DRIFT_TABLE_SCRIPT.encode()).digest()).decode()
+    policy = html.unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page_html).group(1))
+    assert policy.endswith(f"script-src 'sha256-{digest}'") and "unsafe-inline'" not in policy.split("script-src")[1]
     assert html.escape(EVIL) in page_html
     assert "run-&lt;42&gt;&amp;co" in page_html and "v3 &amp; &lt;b&gt;" in page_html
 
 
 def test_sections_and_breached_fallback_rows(page_html: str) -> None:
     headings = re.findall(r"<h2>([^<]*)</h2>", page_html)
-    assert headings == ["Run summary", "Fallback report", "Drift", "Feature histograms (most drifted first)"]
+    assert headings == ["At a glance", "Run summary", "Fallback report", "Drift", "Feature histograms (most drifted first)"]
     breached = re.findall(r'<tr class="breached">(.*?)</tr>', page_html)
     assert len(breached) == 1 and "<td>quarantine</td>" in breached[0] and "BREACHED" in breached[0]
     assert "approve: 4,000; review: 450; decline: 150" in page_html
@@ -219,6 +231,7 @@ def test_report_renders_offline_in_chromium(page_html: str, tmp_path: Path) -> N
             page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
             page.route("**/*", only_local)
             page.goto(report.as_uri(), wait_until="load")
+            page.click("details.folded > summary")
             plots = page.evaluate(
                 "() => Array.from(document.querySelectorAll('figure.plot svg')).map(s => {"
                 " const box = s.getBoundingClientRect(); const line = s.querySelector('path.current');"

@@ -102,6 +102,14 @@ def test_the_run_page_shows_the_class_mix_of_the_published_rows(faults: dict) ->
         assert f"{decision} {' '.join(f'{n:,}' for n in counts)} {sum(counts):,}" in text, decision
     assert "class in {bearing, overheat, leak} and probability < 0.5" in text and "class = leak and probability ≥ 0.5" in text
     assert 'data-plot="margin"' in page and "Classification run faults" in text
+    # The glance: the decisions' mix of the published rows, and the class whose share moved most, at its published share.
+    glance = _text(page.split('<section class="glance', 1)[1].split("</section>", 1)[0])
+    for decision, n in published.group_by("decision").len().iter_rows():
+        assert f"{decision} {n:,} ({n / published.height:.2%})" in glance, decision
+    moved = re.search(r"the largest change is (\w+), ([\d.]+)% of rows", glance)
+    assert moved is not None, glance
+    shares = dict(_mix(published).select("predicted_class", "share").iter_rows())
+    assert moved.group(2) == f"{shares[moved.group(1)]:.2%}"[:-1]
     assert not CREDIT_WORDS.search(text), CREDIT_WORDS.search(text)
 
 

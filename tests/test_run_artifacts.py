@@ -9,9 +9,11 @@ import json
 import threading
 import urllib.request
 
+import polars as pl
 import pytest
 import yaml
 
+from tasks.quality.drift import SCORE_DRIFT_NAME
 from tasks.settings import Settings, current_settings
 from tests.conftest import DEMO_JOB, DemoEnv
 
@@ -45,6 +47,13 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
         with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (127.0.0.1, started above)
             page = response.read().decode()
         assert f"Scoring run {DEMO_JOB} {day}" in page and result["run_id"] in page
+        # The page opens on its glance, whose flagged count is the run's own drift report's (the score is no feature).
+        drift = pl.read_parquet(fresh_data.data_dir / "output" / DEMO_JOB / "reports" / "drift" / f"date={day}" / "*.parquet")
+        features = drift.filter(pl.col("feature") != SCORE_DRIFT_NAME)
+        flagged = features.filter(pl.col("flag").is_in(["warn", "alert"]))["feature"].n_unique()
+        counted = f"<b>{flagged} of {features['feature'].n_unique()} features flagged</b>" if flagged else "<b>No feature flagged</b>"
+        glance = page.split('<section class="glance', 1)[1].split("</section>", 1)[0]
+        assert counted in glance and page.index("At a glance") < page.index("Run summary")
     finally:
         server.shutdown()
         server.server_close()

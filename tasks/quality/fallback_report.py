@@ -105,6 +105,14 @@ def fallback_report_rows(
     return rows
 
 
+def fallback_kind_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each kind's total row: `fallback_report_rows` writes it first, before the kind's breakdown rows."""
+    totals: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        totals.setdefault(row["kind"], row)
+    return list(totals.values())
+
+
 def fallback_limit_breaches(rows: list[dict[str, Any]]) -> list[str]:
     return [
         f"fallback kind {r['kind']}: {r['rows']} rows ({r['share']:.2%} of rows read) exceeds "

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tasks.reports.forecast_report import bars_svg
 from tasks.prediction.words import JobWords
+from tasks.reports.forecast_report import bars_svg
 from tasks.reports.html_report import (
-    BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section, _summary_section, _table,
-    drift_sections, page_html,
+    DRIFT_TABLE_SCRIPT, BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section,
+    _summary_section, _table, drift_sections, glance_section, page_html,
 )
 
 _SUMMARY_NAMES = {
@@ -142,7 +142,9 @@ def class_run_report_html(
         f"Classification run {job} {partition_date}",
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
         f"classes of <b>{_e(report['name'])}</b>: {_e(', '.join(report['classes']))}",
-        _summary_section(summary, _SUMMARY_NAMES, words)
+        glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
+                       words=words)
+        + _summary_section(summary, _SUMMARY_NAMES, words)
         + _class_mix_section(report)
         + _margin_section(report)
         + _decisions_section(report, words)
@@ -151,4 +153,5 @@ def class_run_report_html(
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [], words)
         + drift_sections(drift_rows, histograms, bin_labels or {}, words),
+        script=DRIFT_TABLE_SCRIPT,
     )

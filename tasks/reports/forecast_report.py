@@ -16,8 +16,8 @@ from typing import Any
 from tasks.monitoring.health import ESTIMATED_ERROR
 from tasks.prediction.words import JobWords
 from tasks.reports.html_report import (
-    BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _n, _pct, _shadow_section, _shares, _summary_section, _svg_text,
-    _table, drift_sections, page_html,
+    DRIFT_TABLE_SCRIPT, BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _n, _pct, _shadow_section,
+    _shares, _summary_section, _svg_text, _table, drift_sections, glance_section, page_html,
 )
 
 _SUMMARY_NAMES = {
@@ -211,7 +211,9 @@ def forecast_run_report_html(
         f"Forecast run {job} {partition_date}",
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
         f"forecast of <b>{_e(target_words(forecast))}</b>, interval {forecast['level']:.0%}",
-        _summary_section(summary, _SUMMARY_NAMES, words)
+        glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
+                       words=words)
+        + _summary_section(summary, _SUMMARY_NAMES, words)
         + _forecast_section(forecast)
         + _decisions_section(forecast)
         + _reasons_section(forecast, int(summary.get("rows_with_reasons") or 0))
@@ -219,4 +221,5 @@ def forecast_run_report_html(
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [], words)
         + drift_sections(drift_rows, histograms, bin_labels or {}, words),
+        script=DRIFT_TABLE_SCRIPT,
     )

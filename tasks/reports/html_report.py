@@ -1,10 +1,13 @@
-"""The per-run HTML report: one self-contained page (inline CSS, plots as inline SVG, no script).
+"""The per-run HTML report: one self-contained page (inline CSS, plots as inline SVG, one inline script).
 
-Sections: the run summary (ledger counts, decisions, inference stats), the fallback report
-(breached kinds highlighted), the drift table, then one reference-vs-current histogram per
-feature, most drifted first (PSI against the training reference, descending; features without
-a reference PSI after, by name). The page fetches nothing: a Content-Security-Policy meta tag
-allows only inline styles and data: images, so it opens offline and cannot phone home.
+Sections: a glance at what needs a look (features flagged and by how much, fallbacks, the decision mix),
+the run summary (ledger counts, decisions, inference stats), the fallback report (breached kinds
+highlighted), the drift table (sorted by a click on a header, filtered by name or to the flagged rows),
+then one reference-vs-current histogram per feature: the flagged features' first, most severe first, the
+others folded in a closed <details> (reference PSI descending; features without one after, by name), so a
+job with a hundred features opens on what moved rather than on a wall of plots. The page fetches nothing:
+a Content-Security-Policy meta tag allows inline styles, data: images and only the page's own script (by
+its hash), so it opens offline as one file and cannot phone home.
 
 Plots are inline SVG markup: a page is drawn inside every scoring run, and a matplotlib figure per
 feature cost more than the scoring of a small partition.
@@ -12,6 +15,8 @@ feature cost more than the scoring of a small partition.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import math
 import os
@@ -23,13 +28,20 @@ from typing import Any
 import numpy as np
 
 from tasks.prediction.words import JobWords
-from tasks.quality.drift import KS_BOUND_SHOWN_WITHIN
+from tasks.quality.drift import FORECAST_DRIFT_NAME, KS_BOUND_SHOWN_WITHIN, SCORE_DRIFT_NAME
+from tasks.quality.fallback_report import fallback_kind_totals
 
 Histograms = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]]
 BinLabels = Mapping[str, Sequence[str]]
 """Boolean / categorical feature → the name of each of its bins (categories, then unseen)."""
 
 _FLAGS = ("alert", "warn", "ok", "no_data")
+_FLAGGED = ("alert", "warn")
+_SEVERITY = {"alert": 3, "warn": 2, "ok": 1, "no_data": 0}
+_GLANCE_FEATURES = 5
+_ESTIMATES = (SCORE_DRIFT_NAME, FORECAST_DRIFT_NAME)
+"""Drift rows of the model's own output, not of a feature: the glance gives them as the decisions' shift."""
+_BASELINE_WORDS = {"reference": "training reference", "previous": "previous partition"}
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -47,7 +59,64 @@ figure img,figure svg{width:100%;height:auto;display:block}
 svg text{font-size:10px;fill:#444}svg .axis{stroke:#999;stroke-width:1}
 svg .reference{fill:#9fb7d6;opacity:.85}svg path.current{fill:none;stroke:#c62828;stroke-width:1.4}svg rect.current{fill:#c62828}
 .muted{color:#777}
+.glance{border:1px solid #ddd;border-left:4px solid #888;padding:.4em 1em;margin:.5em 0 1em;background:#fafafa}
+.glance.flagged{border-left-color:#c62828}.glance h2{border:0;margin:.3em 0}.glance p{margin:.3em 0}
+.tools{margin:.4em 0;display:flex;gap:1em;align-items:center;flex-wrap:wrap}
+.scroll{max-height:28em;overflow:auto;border:1px solid #ddd;display:inline-block;max-width:100%}
+.scroll table{margin:0}.scroll thead th{position:sticky;top:0;z-index:1}
+table.sortable th{cursor:pointer;user-select:none}table.sortable th:hover{background:#e8e8e8}
+th[aria-sort=ascending]::after{content:" \\25B2";font-size:9px}th[aria-sort=descending]::after{content:" \\25BC";font-size:9px}
+details.folded{margin:.8em 0}details.folded>summary{cursor:pointer;font-weight:600;padding:.3em 0}
+details[open]>summary .hint{display:none}.scroll td.n,.scroll td:first-child{white-space:nowrap}
 """
+DRIFT_TABLE_SCRIPT = """(function () {
+  var table = document.getElementById("drift-table");
+  if (!table) return;
+  var body = table.tBodies[0], heads = table.tHead.rows[0].cells;
+  var box = document.getElementById("drift-filter"), only = document.getElementById("drift-flagged");
+  var shown = document.getElementById("drift-shown");
+  var rows = Array.prototype.slice.call(body.rows);
+  function key(row, i, numeric) {
+    var cell = row.cells[i], v = cell.getAttribute("data-v");
+    if (numeric) return v === null || v === "" ? NaN : parseFloat(v);
+    return (v === null ? cell.textContent : v).toLowerCase();
+  }
+  Array.prototype.forEach.call(heads, function (th, i) {
+    th.addEventListener("click", function () {
+      var numeric = th.getAttribute("data-type") === "num";
+      var now = th.getAttribute("aria-sort");
+      var dir = now ? (now === "ascending" ? -1 : 1) : (numeric ? -1 : 1);
+      Array.prototype.forEach.call(heads, function (h) { h.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", dir > 0 ? "ascending" : "descending");
+      var keyed = rows.map(function (r) { return [key(r, i, numeric), r]; });
+      keyed.sort(function (a, b) {
+        var x = a[0], y = b[0];
+        if (numeric) {
+          if (isNaN(x) || isNaN(y)) return isNaN(x) - isNaN(y);
+          return (x - y) * dir;
+        }
+        return x < y ? -dir : x > y ? dir : 0;
+      });
+      keyed.forEach(function (k) { body.appendChild(k[1]); });
+    });
+  });
+  function filter() {
+    var q = box.value.trim().toLowerCase(), n = 0;
+    rows.forEach(function (r) {
+      var hide = (only.checked && r.getAttribute("data-flagged") !== "1") ||
+        (q !== "" && (r.getAttribute("data-feature") + " " + r.cells[0].textContent).toLowerCase().indexOf(q) < 0);
+      r.hidden = hide;
+      if (!hide) n += 1;
+    });
+    shown.textContent = n + " of " + rows.length + " rows shown";
+  }
+  box.addEventListener("input", filter);
+  only.addEventListener("change", filter);
+  filter();
+})();"""
+"""What a page with `drift_sections` passes to `page_html`: the drift table sorted by a click on a header (numbers
+largest first, names A to Z; a second click reverses; rows without a number last) and filtered by the text box (the
+feature's column name or printed name) and the "flagged only" box."""
 
 
 def _e(value: Any) -> str:
@@ -85,6 +154,13 @@ def _pct(value: Any) -> str:
 def _cell(value: Any, text: str | None = None) -> str:
     cls = ' class="n"' if _is_num(value) else ""
     return f"<td{cls}>{_e(_fmt(value) if text is None else text)}</td>"
+
+
+def feature_text(feature: str, words: JobWords | None = None) -> str:
+    """A feature as the page prints it (not yet escaped): its plain name, the column after it where the job's words give
+    one. Every caption, cell and summary line of the run pages names a feature here."""
+    label = words.feature(feature) if words is not None else None
+    return feature if not label or label == feature else f"{label} ({feature})"
 
 
 def _flag_badge(flag: str | None) -> str:
@@ -142,54 +218,94 @@ def _reference_psi(drift_rows: list[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
+def _psi_or_minus_one(row: Mapping[str, Any]) -> float:
+    psi = row.get("psi")
+    return float(psi) if _is_num(psi) and not math.isnan(float(psi)) else -1.0
+
+
+def worst_drift_rows(drift_rows: list[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Each feature's row the page shows it by: its most severe flagged row (alert before warn, then the larger
+    PSI) where one is flagged, else the one against the training reference, else against the previous partition."""
+    baselines = {"reference": 0, "previous": 1}
+
+    def rank(r: Mapping[str, Any]) -> tuple:
+        flagged = r.get("flag") in _FLAGGED
+        return (
+            -_SEVERITY[r["flag"]] if flagged else 0, -_psi_or_minus_one(r) if flagged else 0.0,
+            baselines.get(str(r.get("baseline")), 2), str(r.get("baseline")),
+        )
+
+    worst: dict[str, Mapping[str, Any]] = {}
+    for r in sorted(drift_rows, key=rank):
+        worst.setdefault(str(r.get("feature")), r)
+    return worst
+
+
+def flagged_features(drift_rows: list[Mapping[str, Any]]) -> list[str]:
+    """The features with a drift row at warn or alert (against any baseline), most severe first: alerts before
+    warnings, then by the PSI of that row, descending; then by name."""
+    worst = worst_drift_rows(drift_rows)
+    flagged = [f for f, r in worst.items() if r.get("flag") in _FLAGGED]
+    return sorted(flagged, key=lambda f: (-_SEVERITY[worst[f]["flag"]], -_psi_or_minus_one(worst[f]), f))
+
+
 def feature_order(drift_rows: list[Mapping[str, Any]], features: list[str]) -> list[str]:
-    """Features by reference PSI, descending; those without a reference PSI after, by name."""
+    """The flagged features most severe first (`flagged_features`); then the others by reference PSI, descending,
+    and those without a reference PSI after, by name."""
+    drawn = set(features)
+    flagged = [f for f in flagged_features(drift_rows) if f in drawn]
     psi = _reference_psi(drift_rows)
-    return sorted(features, key=lambda f: (0, -psi[f], f) if f in psi else (1, 0.0, f))
+    rest = sorted(drawn - set(flagged), key=lambda f: (0, -psi[f], f) if f in psi else (1, 0.0, f))
+    return flagged + rest
 
 
-def _flag_of(drift_rows: list[Mapping[str, Any]], feature: str) -> tuple[str | None, Any, str | None]:
-    """Flag, PSI and baseline: against the reference, else the previous partition, else Nones."""
-    by_baseline = {r.get("baseline"): r for r in drift_rows if str(r.get("feature")) == feature}
-    for baseline in ("reference", "previous"):
-        if baseline in by_baseline:
-            r = by_baseline[baseline]
-            return r.get("flag"), r.get("psi"), baseline
-    return None, None, None
+def _sort_cell(value: Any, text: str | None = None) -> str:
+    """A cell that sorts by its number (`data-v`), whatever its text says (a share in %, a KS with its bound)."""
+    if not _is_num(value) or math.isnan(float(value)):
+        return f"<td>{_e(_fmt(value) if text is None else text)}</td>"
+    return f'<td class="n" data-v="{float(value):.6g}">{_e(_fmt(value) if text is None else text)}</td>'
 
 
-def _feature_text(feature: Any, labels: Mapping[str, str]) -> str:
-    """A feature as a reader says it, its column after it where the spec gave it a plain name."""
-    label = labels.get(str(feature))
-    return str(feature) if not label or label == str(feature) else f"{label} ({feature})"
-
-
-def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], labels: Mapping[str, str] | None = None) -> str:
-    labels = labels or {}
+def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], words: JobWords | None) -> str:
     rank = {f: i for i, f in enumerate(order)}
     ordered = sorted(drift_rows, key=lambda r: (rank.get(str(r.get("feature")), len(rank)), str(r.get("feature")),
                                                  r.get("baseline") != "reference", str(r.get("baseline"))))
     rows = []
     for r in ordered:
+        feature, flag = str(r.get("feature")), r.get("flag")
         rows.append(
-            "<tr>" + _cell(r.get("feature"), _feature_text(r.get("feature"), labels)) + _cell(r.get("kind") or "numeric") + _cell(r.get("baseline"))
-            + f"<td>{_flag_badge(r.get('flag'))}</td>"
-            + _cell(r.get("psi")) + _cell(r.get("ks"), _ks_text(r.get("ks"), r.get("ks_upper")))
-            + _cell(r.get("wasserstein")) + _cell(r.get("js")) + _cell(r.get("rows"))
-            + f'<td class="n">{_e(_pct(r.get("null_share")))}</td>'
-            + f'<td class="n">{_e(_pct(r.get("outside_p1_p99_share")))}</td>'
-            + f'<td class="n">{_e(_pct(r.get("unseen_share")))}</td></tr>'
+            f'<tr data-feature="{_e(feature)}" data-flagged="{int(flag in _FLAGGED)}">'
+            + f"<td>{_e(feature_text(feature, words))}</td>" + _cell(r.get("kind") or "numeric") + _cell(r.get("baseline"))
+            + f'<td data-v="{_SEVERITY.get(str(flag), -1)}">{_flag_badge(flag)}</td>'
+            + _sort_cell(r.get("psi")) + _sort_cell(r.get("ks"), _ks_text(r.get("ks"), r.get("ks_upper")))
+            + _sort_cell(r.get("wasserstein")) + _sort_cell(r.get("js")) + _sort_cell(r.get("rows"))
+            + _sort_cell(r.get("null_share"), _pct(r.get("null_share")))
+            + _sort_cell(r.get("outside_p1_p99_share"), _pct(r.get("outside_p1_p99_share")))
+            + _sort_cell(r.get("unseen_share"), _pct(r.get("unseen_share"))) + "</tr>"
         )
     header = [
-        "feature", "kind", "baseline", "flag", "PSI", "KS", "Wasserstein", "JS", "rows", "null share",
-        "outside training p1–p99", "unseen values",
+        ("feature", "text"), ("kind", "text"), ("baseline", "text"), ("flag", "num"), ("PSI", "num"), ("KS", "num"),
+        ("Wasserstein", "num"), ("JS", "num"), ("rows", "num"), ("null share", "num"), ("outside training p1–p99", "num"),
+        ("unseen values", "num"),
     ]
-    note = (
-        '<p class="muted">KS is a lower bound from the bins; "≤" gives its upper bound where that is within '
-        f"{KS_BOUND_SHOWN_WITHIN:g} of it. Outside training p1–p99: numeric values below the reference's 1st or above its 99th "
-        "percentile. Unseen values: boolean or categorical values the training reference never had.</p>"
+    head = "".join(f'<th data-type="{kind}" title="sort by {_e(name)}">{_e(name)}</th>' for name, kind in header)
+    body = "".join(rows) or f'<tr><td colspan="{len(header)}" class="muted">none</td></tr>'
+    tools = (
+        '<div class="tools"><input type="search" id="drift-filter" placeholder="filter by feature" aria-label="filter the drift '
+        'table by feature"><label><input type="checkbox" id="drift-flagged"> flagged only (warn, alert)</label>'
+        f'<span id="drift-shown" class="muted">{len(rows)} rows</span></div>'
     )
-    return "<h2>Drift</h2>" + _table(header, rows) + note
+    note = (
+        '<p class="muted">Click a header to sort by it (again to reverse). KS is a lower bound from the bins; "≤" gives its '
+        f"upper bound where that is within {KS_BOUND_SHOWN_WITHIN:g} of it. Outside training p1–p99: numeric values below the "
+        "reference's 1st or above its 99th percentile. Unseen values: boolean or categorical values the training reference "
+        "never had.</p>"
+    )
+    return (
+        "<h2>Drift</h2>" + tools
+        + f'<div class="scroll"><table id="drift-table" class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+        + note
+    )
 
 
 def _health_section(rows: list[Mapping[str, Any]]) -> str:
@@ -313,29 +429,52 @@ def histogram_svg(
     )
 
 
+def _figures(
+    histograms: Histograms, drift_rows: list[Mapping[str, Any]], features: list[str], bin_labels: BinLabels,
+    words: JobWords | None,
+) -> str:
+    figures = []
+    worst = worst_drift_rows(drift_rows)
+    for feature in features:
+        edges, current, reference = histograms[feature]
+        shown = worst.get(feature, {})
+        flag, psi, ks, baseline = shown.get("flag"), shown.get("psi"), shown.get("ks"), shown.get("baseline")
+        # KS flags a feature as PSI does: a caption with PSI alone would show a warning beside a small PSI.
+        psi_text = f"PSI {_fmt(psi)}" + (f" · KS {_fmt(ks)}" if _is_num(ks) else "") + f" vs {baseline}" if baseline else "no baseline"
+        name = feature_text(feature, words)
+        figures.append(
+            f'<figure class="plot" data-feature="{_e(feature)}"><figcaption><b>{_e(name)}</b> '
+            f"{_flag_badge(flag)} <span class=\"muted\">{_e(psi_text)}</span></figcaption>"
+            f"{histogram_svg(name, edges, current, reference, labels=bin_labels.get(feature))}</figure>"
+        )
+    return f'<div class="plots">{"".join(figures)}</div>'
+
+
 def _plots_section(
     histograms: Histograms, drift_rows: list[Mapping[str, Any]], order: list[str], bin_labels: BinLabels,
-    labels: Mapping[str, str] | None = None,
+    words: JobWords | None,
 ) -> str:
-    labels = labels or {}
-    figures = []
-    for feature in order:
-        edges, current, reference = histograms[feature]
-        flag, psi, baseline = _flag_of(drift_rows, feature)
-        psi_text = f"PSI {_fmt(psi)} vs {baseline}" if baseline else "no baseline"
-        figures.append(
-            f'<figure class="plot" data-feature="{_e(feature)}"><figcaption><b>{_e(_feature_text(feature, labels))}</b> '
-            f"{_flag_badge(flag)} <span class=\"muted\">{_e(psi_text)}</span></figcaption>"
-            f"{histogram_svg(feature, edges, current, reference, labels=bin_labels.get(feature))}</figure>"
-        )
-    body = "".join(figures) or '<p class="muted">no histograms</p>'
-    return (
+    """The flagged features' histograms open, most severe first; the others inside one closed <details>."""
+    flagged = set(flagged_features(drift_rows))
+    shown, folded = [f for f in order if f in flagged], [f for f in order if f not in flagged]
+    intro = (
         "<h2>Feature histograms (most drifted first)</h2>"
         '<p class="muted">Share of rows per bin: current partition (red) over the training reference '
         "(blue). Numeric features: first and last bins are below the reference's 1st and from its 99th "
         "percentile on. Boolean and categorical features: one bar per value, then the unseen values.</p>"
-        f'<div class="plots">{body}</div>'
     )
+    if not order:
+        return intro + '<p class="muted">no histograms</p>'
+    open_part = (
+        f"<h3>Flagged: {len(shown)} feature{'s' * (len(shown) != 1)}</h3>"
+        + _figures(histograms, drift_rows, shown, bin_labels, words)
+    ) if shown else '<p class="muted">No feature is flagged.</p>'
+    folded_part = (
+        f'<details class="folded" id="unflagged-histograms"><summary>{"The other " if shown else ""}{len(folded)} '
+        f"feature{'s' * (len(folded) != 1)}, not flagged <span class=\"hint muted\">(click to show)</span></summary>"
+        + _figures(histograms, drift_rows, folded, bin_labels, words) + "</details>"
+    ) if folded else ""
+    return intro + open_part + folded_part
 
 
 def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, Any]], words: JobWords | None = None) -> str:
@@ -411,6 +550,100 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
     )
 
 
+def glance_section(
+    summary: Mapping[str, Any], fallback_rows: list[Mapping[str, Any]], drift_rows: list[Mapping[str, Any]], features: list[str],
+    *, health_rows: list[Mapping[str, Any]] | None = None, shadow_rows: list[Mapping[str, Any]] | None = None,
+    words: JobWords | None = None,
+) -> str:
+    """What needs a look first: the features flagged (how many, the worst few with their PSI and KS), the fallbacks
+    that counted rows (breached limits first), and the decisions' mix with the shift the run itself measured (the
+    score's or forecast's drift, a multiclass job's class mix against the model's reference, a challenger's flips).
+    `features` are the names the run drew a histogram of; the score or forecast among them is no feature."""
+    worst = worst_drift_rows(drift_rows)
+    estimates = {n: worst[n] for n in _ESTIMATES if n in worst}
+    inputs = [f for f in dict.fromkeys([*features, *worst]) if f not in _ESTIMATES]
+    flagged = [f for f in flagged_features(drift_rows) if f not in _ESTIMATES]
+    totals = sorted((r for r in fallback_kind_totals(fallback_rows) if r.get("rows")), key=lambda r: (not r.get("breached"), -int(r["rows"])))
+    breached = sum(bool(r.get("breached")) for r in totals)
+    return (
+        f'<section class="glance{" flagged" if flagged or breached else ""}" id="glance"><h2>At a glance</h2>'
+        + _drift_glance(flagged, worst, len(inputs), words)
+        + _fallback_glance(totals, breached)
+        + _decision_glance(summary.get("decisions") or {}, estimates, health_rows or [], shadow_rows or [], words)
+        + "</section>"
+    )
+
+
+def _drift_glance(flagged: list[str], worst: Mapping[str, Mapping[str, Any]], n_features: int, words: JobWords | None) -> str:
+    if not flagged:
+        return (
+            f"<p><b>No feature flagged</b> of {n_features} (drift against the training reference and the previous "
+            "partition).</p>"
+        )
+    alerts = sum(worst[f]["flag"] == "alert" for f in flagged)
+    return (
+        f"<p><b>{len(flagged)} of {n_features} features flagged</b> ({alerts} alert, {len(flagged) - alerts} warn)"
+        + (f"; the {_GLANCE_FEATURES} most drifted:" if len(flagged) > _GLANCE_FEATURES else ":") + "</p>"
+        + _table(["feature", "flag", "PSI", "KS", "against"], [
+            "<tr>" + f"<td>{_e(feature_text(f, words))}</td><td>{_flag_badge(worst[f]['flag'])}</td>"
+            + _cell(worst[f].get("psi")) + _cell(worst[f].get("ks")) + _cell(worst[f].get("baseline")) + "</tr>"
+            for f in flagged[:_GLANCE_FEATURES]
+        ])
+    )
+
+
+def _fallback_glance(totals: list[Mapping[str, Any]], breached: int) -> str:
+    """Each kind's total that counted rows, the breached first."""
+    fallbacks = "; ".join(
+        f"{_e(r['kind'])} {_e(_fmt(r['rows']))} rows ({_e(_pct(r.get('share')))}"
+        + (f", <b>limit {_e(_pct(r.get('limit')))} BREACHED</b>" if r.get("breached") else "") + ")"
+        for r in totals
+    )
+    return (
+        f"<p><b>Fallbacks:</b> {fallbacks or 'none'}"
+        + (f" — {breached} limit{'s' * (breached != 1)} breached" if breached else "") + ".</p>"
+    )
+
+
+def _decision_glance(
+    decisions: Mapping[str, int], estimates: Mapping[str, Mapping[str, Any]], health_rows: list[Mapping[str, Any]],
+    shadow_rows: list[Mapping[str, Any]], words: JobWords | None,
+) -> str:
+    """The run's decision mix and the changes the run itself measured: its score's (forecast's) drift against the
+    reference and the previous partition, a class's predicted share against the model's reference, the challenger's
+    flips. Against the trailing window, decisions are compared after the page is written (table decision_monitoring),
+    so the page says where that shift is rather than guessing it."""
+    total = sum(int(n) for n in decisions.values())
+    named = words.decision if words is not None else str
+    mix = " · ".join(f"{_e(named(d))} {_e(_fmt(n))} ({_e(_pct(n / total))})" for d, n in decisions.items()) if total else "no rows decided"
+    lines = [f"<p><b>Decisions:</b> {mix}. Their shift against the trailing window: table <code>decision_monitoring</code> "
+             "and the job's monitoring page, written after this run is published.</p>"]
+    for name, r in estimates.items():
+        ks = f" · KS {_e(_fmt(r.get('ks')))}" if _is_num(r.get("ks")) else ""
+        lines.append(
+            f"<p><b>{_e(words.score_name if words is not None and name == SCORE_DRIFT_NAME else name)} distribution:</b> "
+            f"{_flag_badge(r.get('flag'))} PSI "
+            f"{_e(_fmt(r.get('psi')))}{ks} against the {_e(_BASELINE_WORDS.get(str(r.get('baseline')), r.get('baseline')))}.</p>"
+        )
+    shares = [r for r in health_rows if r.get("section") == "class_mix" and r.get("measure") == "predicted_share"
+              and _is_num(r.get("value")) and _is_num(r.get("reference"))]
+    if shares:
+        moved = max(shares, key=lambda r: abs(float(r["value"]) - float(r["reference"])))
+        psi = next((r for r in health_rows if r.get("section") == "class_mix" and r.get("measure") == "psi"), None)
+        lines.append(
+            f"<p><b>Class mix against the model's reference:</b> the largest change is {_e(moved['item'])}, "
+            f"{_e(_pct(moved['value']))} of rows (reference {_e(_pct(moved['reference']))})"
+            + (f"; PSI {_e(_fmt(psi['value']))} {_flag_badge(psi.get('flag'))}" if psi is not None else "") + ".</p>"
+        )
+    counts = {r.get("champion_item"): r.get("rows") for r in shadow_rows if r.get("section") == "summary"}
+    if counts.get("rows_compared"):
+        lines.append(
+            f"<p><b>Challenger:</b> would flip {_e(_fmt(counts.get('rows_flipped') or 0))} of {_e(_fmt(counts['rows_compared']))} "
+            f"decisions ({_e(_pct((counts.get('rows_flipped') or 0) / counts['rows_compared']))}).</p>"
+        )
+    return "".join(lines)
+
+
 def run_report_html(
     *,
     job: str,
@@ -429,7 +662,7 @@ def run_report_html(
     """The whole page as one string; every text from the inputs is HTML-escaped.
 
     `bin_labels` names the bins of the boolean and categorical features, which are drawn as bars; `words` are the
-    job's own (its event, score, decisions and features).
+    job's own (its features' and decisions' plain names, its score's).
     """
     meta = f'job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code>'
     if words is not None:
@@ -437,38 +670,43 @@ def run_report_html(
     return page_html(
         f"Scoring run {job} {partition_date}",
         meta,
-        _summary_section(summary, words=words)
+        glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
+                       words=words)
+        + _summary_section(summary, words=words)
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [], words)
         + drift_sections(drift_rows, histograms, bin_labels or {}, words),
+        script=DRIFT_TABLE_SCRIPT,
     )
 
 
-def feature_labels(words: JobWords | None, features: Sequence[str]) -> dict[str, str]:
-    """Each feature's plain name (the spec's label, else one made from the column name)."""
-    return {f: words.feature(f) for f in features} if words is not None else {}
-
-
-def drift_sections(drift_rows: list[dict[str, Any]], histograms: Histograms, bin_labels: BinLabels, words: JobWords | None = None) -> str:
-    """The drift table, then a histogram per feature, most drifted first, each feature by its plain name."""
+def drift_sections(
+    drift_rows: list[dict[str, Any]], histograms: Histograms, bin_labels: BinLabels, words: JobWords | None = None
+) -> str:
+    """The drift table, then the histograms: the flagged features' first, the others folded."""
     order = feature_order(drift_rows, list(dict.fromkeys(str(f) for f in histograms)))
-    labels = feature_labels(words, [*order, *(str(r.get("feature")) for r in drift_rows)])
-    return _drift_section(drift_rows, order, labels) + _plots_section(histograms, drift_rows, order, bin_labels, labels)
+    return _drift_section(drift_rows, order, words) + _plots_section(histograms, drift_rows, order, bin_labels, words)
 
 
-def page_html(title: str, meta: str, body: str, *, css: str = "") -> str:
+def page_html(title: str, meta: str, body: str, *, css: str = "", script: str = "") -> str:
     """A whole self-contained page: `title` (escaped here), the `meta` line and `body` (markup, escaped by their makers),
-    `css` added to the shared style."""
+    `css` added to the shared style, `script` run at the end of the body; the page's policy lets that script run (by its
+    hash) and no other."""
+    policy = _CSP
+    if script:
+        digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+        policy += f"; script-src 'sha256-{digest}'"
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(policy)}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}{css}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
         f'<p class="meta">{meta}</p>'
         + body
+        + (f"<script>{script}</script>" if script else "")
         + "</body></html>\n"
     )
 

@@ -21,6 +21,7 @@ from tasks.jobspec import load_job_spec
 from tasks.monitoring.health import ESTIMATED_ERROR, health_headline
 from tasks.monitoring.shadow import shadow_headline
 from tasks.prediction.words import JobWords
+from tasks.quality.fallback_report import fallback_kind_totals
 from tasks.reports.class_report import class_run_report_html
 from tasks.reports.forecast_report import forecast_run_report_html
 from tasks.reports.html_report import run_report_html
@@ -276,7 +277,7 @@ def key_numbers(summary: ScoringSummary, words: JobWords | None = None) -> list[
         *(_class_numbers(classes) if classes else ()),
         *((f"decision {named(d)}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n)) for d, n in summary.decisions.items()),
         *((f"fallback {r['kind']}", f"{r['rows']:,} ({r['share']:.2%})" + (" BREACHED" if r["breached"] else ""))
-          for r in _fallback_totals(summary.fallback_report) if r["rows"]),
+          for r in fallback_kind_totals(summary.fallback_report) if r["rows"]),
     ]
     flagged = [f"{_feature_name(r['feature'], words)} {r['flag']} vs {r['baseline']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")]
     rows.append(("drift flags", ", ".join(flagged) or "none"))
@@ -289,14 +290,6 @@ def key_numbers(summary: ScoringSummary, words: JobWords | None = None) -> list[
     if shadow:
         rows.append((f"challenger {shadow['challenger_version'] or '(not loaded)'}", f"{shadow['rows_flipped']:,} decisions would flip"))
     return [{"measure": k, "value": v} for k, v in rows]
-
-
-def _fallback_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each kind's total row: `fallback_report_rows` writes it first, before the kind's breakdown rows."""
-    totals: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        totals.setdefault(row["kind"], row)
-    return list(totals.values())
 
 
 def run_artifacts(

@@ -50,6 +50,8 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert spec["target"]["classes"] == CLASSES, spec["target"]
     spec["target"]["name"] = "fault type"
     spec["prediction"]["rules"] = RULES
+    # The user's own decisions replace the scaffold's, in the words section too.
+    spec["prediction"]["decisions"] = {"stop": {"action": True}, "service": {"action": True}}
     spec["prediction"]["reasons"]["for_decisions"] = ["stop", "service", "inspect"]
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     features = score("features", "faults", "--from", str(root / "train.parquet"), "--out", str(root / "inputs.parquet"))

@@ -80,13 +80,18 @@ def test_register_moves_no_alias_but_the_first_versions_champion_and_promote_mov
     assert set(day_output(root, "predictions", SCORED_DAY)["model_version"]) == {"1"}
     assert set(day_output(root, "shadow_predictions", SCORED_DAY)["model_version"]) == {"2"}
 
+    score("promote", "churn", "challenger", "--note", "one night")
+    assert _aliases(root) == {"champion": "2", "challenger": "2"}
+
     third = score("register", "churn", "--model", str(_model(root, "third", 2, 30)), *holdout, "--promote", "--by", "ana")
     assert registered_version(third.stdout) == "3"
-    assert "churn: alias champion 1 → 3 (by ana, recorded in model_aliases)" in third.stdout, third.stdout
+    assert "churn: alias champion 2 → 3 (by ana, recorded in model_aliases)" in third.stdout, third.stdout
     fourth = score("register", "churn", "--model", str(_model(root, "fourth", 4, 10)), *holdout, "--alias", "challenger")
     assert "churn: alias challenger 2 → 4" in fourth.stdout, fourth.stdout
     assert _aliases(root) == {"champion": "3", "challenger": "4"}
-    assert _ledger(root) == [("champion", None, "1"), ("challenger", None, "2"), ("champion", "1", "3"), ("challenger", "2", "4")]
+    assert _ledger(root) == [
+        ("champion", None, "1"), ("challenger", None, "2"), ("champion", "1", "2"), ("champion", "2", "3"), ("challenger", "2", "4"),
+    ]
 
     refused = score("register", "churn", "--model", str(root / "first.ubj"), *holdout, "--promote", "--alias", "challenger", ok=False)
     assert refused.returncode == 2 and refused.stdout.startswith("error: --promote moves champion and --alias moves challenger")

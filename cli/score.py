@@ -32,7 +32,7 @@ from tasks.reports.reporting import partition_summaries, partition_summary_table
 from tasks.scoring.prepared import preloaded_job
 from tasks.settings import current_settings
 from tasks.sources import SqlPartition, raw_partition
-from tasks.jobs.validation import ValidatedJob, raw_partition_problems, validated_job
+from tasks.jobs.validation import ValidatedJob, latest_version_warnings, raw_partition_problems, validated_job
 from flows.steps.blocks import configured_warehouse, with_warehouse_url
 
 app = typer.Typer(no_args_is_help=True, help="Batch scoring: demo, single partitions, backfills.")
@@ -536,25 +536,60 @@ def register(
         typer.Option(help="A type a scikit-learn .skops file may hold beyond skops' defaults, after you reviewed it (repeat for several)."),
     ] = None,
     positive: PositiveOption = None,
+    promote: Annotated[
+        bool, typer.Option("--promote", help="Point the champion alias at the new version (checked and recorded like `score promote`).")
+    ] = False,
+    alias: Annotated[
+        str | None, typer.Option(help="Point this alias at the new version instead, e.g. challenger to shadow it from the next run.")
+    ] = None,
+    by: Annotated[str | None, typer.Option(help="Who moves the alias, for the model_aliases ledger (default: the login name).")] = None,
 ) -> None:
     """Register a model trained elsewhere: check it against the job, calibrate it (binary job) or fit its error model
     and prediction interval (forecast job) on the hold-out, compute the drift reference, and write a new registry
-    version (never over an existing one)."""
+    version (never over an existing one). No alias moves unless --promote or --alias says so, except that a model's
+    first version becomes its champion."""
 
     def action() -> None:
-        from tasks.jobs.registration import registered_job_model
+        import getpass
 
+        from tasks.jobs.promotion import CHAMPION, alias_notes, registered_model, scoring_version_text
+
+        if promote and alias not in (None, CHAMPION):
+            raise ScoringError(f"--promote moves {CHAMPION} and --alias moves {alias}: give one of them")
         window = {}
         if trained_from:
             window["window_start"] = parse_partition_date(trained_from, what="--trained-from").isoformat()
         if trained_to:
             window["window_end"] = parse_partition_date(trained_to, what="--trained-to").isoformat()
-        settings = current_settings()
-        report = registered_job_model(
-            job, model, settings=settings, holdout=holdout, reference=reference, version=version, training=window,
+        settings = with_warehouse_url(current_settings())
+        done = registered_model(
+            job, model, alias=CHAMPION if promote else alias, settings=settings, warehouse=configured_warehouse(settings),
+            changed_by=by or getpass.getuser(), holdout=holdout, reference=reference, version=version, training=window,
             trusted_types=tuple(trust or ()), positive=positive,
         )
-        _print_registration(report)
+        _print_registration(done.report)
+        for change in done.moved:
+            console.print(Text(
+                f"first version of {change.model_name}: {change.alias} → {change.to_version} (recorded in model_aliases)"
+                if done.first and change.alias == CHAMPION else
+                f"{change.model_name}: alias {change.alias} {change.from_version or '(new)'} → {change.to_version} "
+                f"(by {change.changed_by}, recorded in model_aliases)"
+            ), highlight=False, soft_wrap=True)
+        if done.refused is not None:
+            asked = CHAMPION if promote else alias
+            if asked is not None:
+                raise ScoringError(f"{done.report.model} version {done.report.version} is registered, but {asked} was not moved to it: {done.refused}")
+            console.print(Text("warning: ", style="yellow") + Text(
+                f"first version of {done.report.model} is registered but not the {CHAMPION}: {done.refused}; "
+                f"once fixed: score promote {job} {done.report.version}"
+            ), highlight=False, soft_wrap=True)
+        elif not done.moved:
+            console.print(Text(
+                f"no alias moved: {scoring_version_text(job, settings=settings)}; next: score promote {job} {done.report.version} --alias challenger "
+                f"to shadow it (the spec's model.challenger: challenger), or score promote {job} {done.report.version} to make it the {CHAMPION}"
+            ), highlight=False, soft_wrap=True)
+        for note in alias_notes(job, settings=settings):
+            console.print(Text("warning: ", style="yellow") + Text(note), highlight=False, soft_wrap=True)
 
     _run(action)
 
@@ -895,7 +930,7 @@ def _validated_summary(validated: ValidatedJob) -> list[str]:
         else "  raw partition: none yet, the suite's columns were not checked against data",
         f"  labels partition {validated.labels_dir}: label columns checked" if validated.labels_dir else "  labels partition: none yet",
     ]
-    return lines + [f"warning: {note}" for note in validated.notes]
+    return lines + [f"warning: {note}" for note in (*validated.notes, *latest_version_warnings(spec, validated.spec_path))]
 
 
 def _target_summary(validated: ValidatedJob) -> list[str]:

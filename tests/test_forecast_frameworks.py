@@ -274,7 +274,7 @@ def test_a_regressor_registers_and_publishes_the_frameworks_own_forecasts_and_re
     trained = CASES[case](x, y, names, tmp_path, holdout)
     extra = [str(root / a) if a.endswith(".parquet") else a for a in trained.register_args]
 
-    registered = score("register", "sales", "--model", str(trained.path), "--holdout", str(root / "holdout.parquet"), *extra)
+    registered = score("register", "sales", "--model", str(trained.path), "--holdout", str(root / "holdout.parquet"), "--promote", *extra)
     version = registered_version(registered.stdout, "sales")
     metadata = json.loads((root / "data" / "models" / "sales" / version / "metadata.json").read_text())
     assert (metadata["target"], metadata["link"]) == ("count", trained.link), metadata

@@ -260,7 +260,7 @@ def test_a_catboost_model_registers_validates_scores_and_shadows_an_xgboost_cham
     path = tmp_path / "churn.cbm"
     model.save_model(str(path))
 
-    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"))
+    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote")
     version = registered_version(registered.stdout)
     flat = " ".join(registered.stdout.split())
     assert "CatBoost model: 40 trees (SymmetricTree), loss Logloss" in flat and "log-odds of class 1 of [0, 1]" in flat, flat
@@ -292,7 +292,7 @@ def test_a_catboost_model_registers_validates_scores_and_shadows_an_xgboost_cham
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     try:
-        spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{version}"'))
+        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{version}"'))
         score("validate", "churn")
         score("run", "churn", "--date", str(SCORED_DAY))
         shadow, predictions = day_output(root, "shadow_predictions", SCORED_DAY), day_output(root, "predictions", SCORED_DAY)

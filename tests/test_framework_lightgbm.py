@@ -188,7 +188,7 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
         return explained
 
     try:
-        registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"))
+        registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote")
         version = registered_version(registered.stdout)
         assert "the margin is LightGBM's raw score" in " ".join(registered.stdout.split())
         metadata = json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text())
@@ -215,7 +215,7 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
         champion = registered_version(score(
             "register", "churn", "--model", str(tmp_path / "champion.ubj"), "--holdout", str(root / "holdout.parquet"),
         ).stdout)
-        spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{version}"'))
+        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{version}"'))
         score("run", "churn", "--date", str(SCORED_DAY))
         fallback = day_output(root, "reports/fallback", SCORED_DAY)
         totals = {r["kind"]: r["rows"] for r in fallback.unique("kind", keep="first", maintain_order=True).to_dicts()}

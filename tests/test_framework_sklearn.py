@@ -415,7 +415,7 @@ def runs(project, tmp_path_factory: pytest.TempPathFactory) -> _Runs:
         model = _fitted(kind, x, y)
         path = _saved(model, folder / f"{kind}.skops")
         assert skops_io.get_untrusted_types(file=str(path)) == UNTRUSTED[kind]
-        done = score("register", "churn", "--model", str(path), *holdout, *_trusting(UNTRUSTED[kind]))
+        done = score("register", "churn", "--model", str(path), *holdout, "--promote", *_trusting(UNTRUSTED[kind]))
         models[kind] = _Scored(model, registered_version(done.stdout), done.stdout, day, dataset)
         return models[kind].version
 
@@ -428,7 +428,7 @@ def runs(project, tmp_path_factory: pytest.TempPathFactory) -> _Runs:
     validated = []
     try:
         rf, gb = registered("rf", SCORED_DAYS[0], "predictions"), registered("gb", SCORED_DAYS[0], "shadow_predictions")
-        spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{rf}"\n  challenger: "{gb}"'))
+        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{rf}"\n  challenger: "{gb}"'))
         validated.append(score("validate", "churn").stdout)
         score("run", "churn", "--date", str(SCORED_DAYS[0]))
 
@@ -438,7 +438,7 @@ def runs(project, tmp_path_factory: pytest.TempPathFactory) -> _Runs:
         booster.save_model(str(folder / "champion.ubj"))
         champion = registered_version(score("register", "churn", "--model", str(folder / "champion.ubj"), *holdout).stdout)
         lr = registered("lr", SCORED_DAYS[1], "shadow_predictions")
-        spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{lr}"'))
+        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{lr}"'))
         validated.append(score("validate", "churn").stdout)
         score("run", "churn", "--date", str(SCORED_DAYS[1]))
     finally:

@@ -186,7 +186,7 @@ def test_a_third_label_value_is_one_line_naming_file_column_and_value(registered
     maybe.write_parquet(root / "holdout_maybe.parquet")
     line = one_error_line(invoke(registered, "register", JOB, "--model", str(root / "model.ubj"), "--holdout", str(root / "holdout_maybe.parquet")))
     assert str(root / "holdout_maybe.parquet") in line and "'churned'" in line and "['Maybe'] on 3 row(s)" in line, line
-    assert sorted(p.name for p in (root / "data" / "models" / JOB).iterdir()) == ["1"]
+    assert sorted(p.name for p in (root / "data" / "models" / JOB).iterdir() if p.is_dir()) == ["1"]
 
     folder = root / "labels_maybe" / f"date={DAY}"
     folder.mkdir(parents=True)

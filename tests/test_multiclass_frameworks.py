@@ -98,8 +98,8 @@ def fault_job(tmp_path_factory: pytest.TempPathFactory) -> dict:
     models = _models(root, _inputs(train), _labels(train))
     versions, registered = {}, {}
     for name, (path, _) in models.items():
-        # The spec scores `latest`: each model scores its own day right after its registration, one backfill each.
-        done = score("register", "faults", "--model", str(path), "--holdout", str(root / "holdout.parquet"), *_trust(path))
+        # Each model is promoted at registration and scores its own day right after it, one backfill each.
+        done = score("register", "faults", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote", *_trust(path))
         versions[name], registered[name] = registered_version(done.stdout, "faults"), done.stdout
         if name in SCORED:
             score("backfill", "faults", "--start", SCORED[name].isoformat(), "--end", SCORED[name].isoformat())

@@ -95,7 +95,7 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
     model = _fitted(kind, x, y)
     path = _exported(model, x, tmp_path / f"{kind}.onnx", zipmap=zipmap)
 
-    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"))
+    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote")
     version = registered_version(registered.stdout)
     metadata = json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text())
     chosen = metadata["onnx_output"]
@@ -159,7 +159,7 @@ def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_ch
     x, y, _, _ = model_inputs(root / "train_inputs.parquet")
     onnx_version = registered_version(score(
         "register", "churn", "--model", str(_exported(_fitted("mlp", x, y), x, tmp_path / "mlp.onnx", zipmap=True)),
-        "--holdout", str(root / "holdout.parquet"),
+        "--holdout", str(root / "holdout.parquet"), "--promote",
     ).stdout)
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
@@ -177,7 +177,7 @@ def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_ch
         champion = registered_version(score(
             "register", "churn", "--model", str(tmp_path / "champion.ubj"), "--holdout", str(root / "holdout.parquet"),
         ).stdout)
-        spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{onnx_version}"'))
+        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{onnx_version}"'))
         validated = score("validate", "churn")
         assert f"challenger {onnx_version}: model churn {onnx_version} is an ONNX graph" in validated.stdout
         score("run", "churn", "--date", str(SCORED_DAY))

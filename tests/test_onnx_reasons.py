@@ -275,7 +275,7 @@ def project(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _registered(root: Path, score, path: Path, *extra: str) -> tuple[str, dict, str]:  # noqa: ANN001
-    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), *extra)
+    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote", *extra)
     version = registered_version(registered.stdout)
     return version, json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text()), registered.stdout
 
@@ -361,7 +361,7 @@ def test_a_random_forest_onnx_challenger_behind_an_xgboost_champion_publishes_sc
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     try:
-        spec_path.write_text(scaffolded.replace("  version: latest", f'  version: "{champion}"\n  challenger: "{challenger}"'))
+        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{challenger}"'))
         assert "reasons off" not in score("validate", "churn").stdout
         score("run", "churn", "--date", str(SCORED_DAY))
     finally:

@@ -281,6 +281,7 @@ def test_a_spec_with_both_feature_module_and_features_is_refused(scaffold: Scaff
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_scaffolded_job_scores_a_partition_with_nothing_but_a_model_added(scaffold: Scaffold) -> None:
     from tasks.demo.training import registered_classifier
+    from tasks.inference.aliases import inference_moved_alias
 
     settings = scaffold.settings
     spec = load_job_spec(JOB, settings)
@@ -291,6 +292,9 @@ def test_a_scaffolded_job_scores_a_partition_with_nothing_but_a_model_added(scaf
         feature_version=features.FEATURE_VERSION, model_dir=settings.model_registry_dir(JOB) / "1",
         seed=1, training_window=(dt.date(2026, 3, 1), dt.date(2026, 3, 1)), rows_quarantined=0,
     )
+    # The spec scores the champion alias; a version written straight into the registry is not one until named so.
+    assert spec.model.version == "champion"
+    inference_moved_alias(settings.model_registry_dir(JOB), "champion", "1", versions=["1"], changed_by="test")
     day = "2026-03-02"
     raw = sample_frame(seed=4, rows=1_500, first_id=10_000).drop("defaulted")
     raw = raw.with_columns(pl.when(pl.int_range(pl.len()) < 3).then(pl.lit("atlantis")).otherwise(pl.col("region")).alias("region"))

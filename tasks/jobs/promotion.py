@@ -1,4 +1,5 @@
-"""Promotion by alias: `score promote JOB VERSION --alias champion` and its rollback.
+"""Promotion by alias: `score promote JOB VERSION --alias champion` and its rollback, and `score register`,
+which moves an alias only when asked (or for the model's first version, which becomes the champion).
 
 A version is promoted only when it was registered through `score register` (its registration
 report is beside it) and the job validates with it as the scoring model, so an alias never points
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from tasks.inference.aliases import (
     inference_unrecorded_alias_changes,
 )
 from tasks.inference.registry import inference_model_versions, inference_resolved_version
-from tasks.jobs.registration import REGISTRATION_REPORT
+from tasks.jobs.registration import REGISTRATION_REPORT, RegistrationReport, registered_job_model
 from tasks.jobs.validation import job_problems
 from tasks.jobspec import load_job_spec
 from tasks.settings import Settings
@@ -42,6 +44,10 @@ from tasks.sinks.crash_points import crash_point
 from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.promotion")
+
+CHAMPION = "champion"
+"""The alias a scaffolded job scores (`model.version: champion`), moved by `score promote` and by nothing else
+but the registration of a model's first version."""
 
 
 def _reconciled(registry: Path, warehouse: Warehouse) -> list[AliasChange]:
@@ -224,3 +230,49 @@ def job_aliases(job: str, *, settings: Settings, warehouse: Warehouse) -> dict[s
         "scoring": {"version": spec.model.version, "challenger": spec.model.challenger},
         "history": warehouse.alias_changes(spec.model.name),
     }
+
+
+def scoring_version_text(job: str, *, settings: Settings) -> str:
+    """What the job scores with now, in a few words: `credit_risk scores champion (version 1)`."""
+    spec = load_job_spec(job, settings)
+    named = spec.model.version
+    target = inference_resolved_version(settings.model_registry_dir(spec.model.name), named)
+    return f"{job} scores {named}" + (f" (version {target})" if target != named else "")
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A registered version and what it did to the aliases: `moved` the alias moves made (none unless asked, or
+    the first version's champion), `refused` why an asked or first-version move was not made."""
+
+    report: RegistrationReport
+    first: bool
+    moved: tuple[AliasChange, ...] = ()
+    refused: str | None = None
+
+
+def registered_model(
+    job: str, model_file: Path, *, alias: str | None, settings: Settings, warehouse: Warehouse, changed_by: str,
+    holdout: Path, reference: Path | None = None, version: str | None = None, training: Mapping[str, Any] | None = None,
+    trusted_types: tuple[str, ...] = (), positive: str | None = None,
+) -> Registration:
+    """Register a model of `job` (tasks.jobs.registration.registered_job_model) and move `alias` to it, checked and
+    recorded as `score promote` does; nothing else moves, except that a model's first version (no version and no
+    champion before) becomes its champion, so a new job can run. A refused move leaves the version registered."""
+    report = registered_job_model(
+        job, model_file, settings=settings, holdout=holdout, reference=reference, version=version, training=training,
+        trusted_types=trusted_types, positive=positive,
+    )
+    registry = settings.model_registry_dir(report.model)
+    first = inference_model_versions(registry) == [report.version] and CHAMPION not in inference_model_aliases(registry)
+    wanted = list(dict.fromkeys([*([CHAMPION] if first else []), *([alias] if alias else [])]))
+    moved: list[AliasChange] = []
+    for name in wanted:
+        try:
+            moved.append(promoted_alias(
+                job, report.version, alias=name, settings=settings, warehouse=warehouse, changed_by=changed_by,
+                note="first version, promoted at registration" if first and name == CHAMPION else "moved at registration",
+            ))
+        except (JobValidationError, ModelArtifactError) as exc:
+            return Registration(report, first, moved=tuple(moved), refused=str(exc))
+    return Registration(report, first, moved=tuple(moved))

@@ -280,7 +280,7 @@ def registered_model_version(
     rows_quarantined: int = 0,
     training: Mapping[str, Any] | None = None,
     trusted_types: tuple[str, ...] = (),
-    scored_as_latest: bool = False,
+    latest_job: str | None = None,
     kind: str = "binary",
     classes: tuple[str, ...] = (),
 ) -> RegistrationReport:
@@ -292,6 +292,7 @@ def registered_model_version(
     `classes` for a multiclass job. The
     reference for drift is `reference_features` (default: the hold-out). `trusted_types`: the types
     beyond skops' defaults the user trusts a scikit-learn file to hold (`score register --trust`).
+    `latest_job`: the job whose spec scores `latest`, which this registration therefore deploys (a warning says so).
     """
     name = registry_dir.name
     model_file = Path(model_file)
@@ -414,12 +415,12 @@ def registered_model_version(
         if (why := inference_reasons_unavailable(engine.metadata)) is not None:
             notes.append(f"{why}: each run counts the rows whose decision needs reasons as reasons_unavailable in its fallback report")
         earlier = [v for v in inference_model_versions(registry_dir) if v != version]
-        if scored_as_latest and earlier:
+        if latest_job is not None and earlier:
             # Registering is meant never to deploy; a spec that follows `latest` deploys every registration.
             warnings.append(
-                f"the job scores model.version: latest, so its next run scores version {version} instead of {earlier[-1]}; "
-                f"to keep {earlier[-1]} live and shadow {version}, point the spec at aliases (score promote {earlier[-1]} --alias champion, "
-                f"model.version: champion; score promote {version} --alias challenger, model.challenger: challenger)"
+                f"job {latest_job} scores model.version: latest, so its next run scores version {version} instead of {earlier[-1]}; "
+                f"to keep {earlier[-1]} live and shadow {version}: score promote {latest_job} {earlier[-1]}, set model.version: champion "
+                f"and model.challenger: challenger in its spec, then score promote {latest_job} {version} --alias challenger"
             )
         if classifies and fitted_classes.accuracy <= max(np.bincount(labels, minlength=len(classes)) / labels.size) + 0.01:
             warnings.append(
@@ -783,7 +784,7 @@ def registered_job_model(
         interval_level=spec.prediction.interval_level,
         rows_quarantined=held.rows_quarantined,
         training={**({"feature_models": held.feature_models} if held.feature_models else {}), **(training or {})},
-        scored_as_latest=spec.model.version == "latest",
+        latest_job=job if spec.model.version == "latest" else None,
         trusted_types=trusted_types,
         kind=spec.target.kind,
         classes=tuple(spec.target.classes),

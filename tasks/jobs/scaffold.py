@@ -991,7 +991,7 @@ def job_spec_text(
         "model:",
         "  # review: the registry name of the model trained on these features (data/models/<name>/).",
         f"  name: {job}",
-        "  version: latest",
+        "  version: champion   # an alias: `score register` never moves it (but sets it for the first version); `score promote JOB N` does",
         *(_forecast_prediction(label_column, target) if forecasts else _multiclass_prediction() if classifies
           else _binary_prediction(label_column, target)),
         *_reason_code_lines(features),

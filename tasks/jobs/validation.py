@@ -82,6 +82,23 @@ def validated_job(
     return validated
 
 
+def latest_version_warnings(spec: JobSpec, spec_path: Path) -> list[str]:
+    """A line per model reference that follows `latest`: nothing wrong today, but the next registration changes
+    what the job scores without a promotion (`score validate` says so; a run does not)."""
+    lines = []
+    if spec.model.version == "latest":
+        lines.append(
+            f"{spec_path} model.version is latest: every `score register` changes what this job scores; "
+            "use champion (score promote moves it)"
+        )
+    lines += [
+        f"{spec_path} model.feature_models[{i}].version is latest: every new version of {ref.name} changes what this job "
+        "scores; name a version"
+        for i, ref in enumerate(spec.model.feature_models) if ref.version == "latest"
+    ]
+    return lines
+
+
 def raw_partition_problems(validated: ValidatedJob, settings: Settings, partition_date: dt.date) -> list[JobProblem]:
     """The raw partition of `partition_date` against a job already validated: its files readable, the
     suite's columns and the declared features' columns present with their types."""

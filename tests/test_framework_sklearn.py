@@ -479,7 +479,7 @@ def test_a_skops_model_registers_validates_runs_and_meets_its_outcomes_with_its_
     assert rows.size == sum(e.startswith(f"CU-{day:%m%d}-") for e in ids) > 0.99 * ROWS
     np.testing.assert_allclose(published["raw_margin"].to_numpy(), _own_margin(kind, model, scored_x[rows]), rtol=0, atol=1e-6)
 
-    adverse = published.filter(pl.col("decision").is_in(["decline", "manual_review"]))
+    adverse = published.filter(pl.col("decision").is_in(["act", "manual_review"]))
     assert adverse.height > 50
     explained = np.array([position[e] for e in adverse["entity_id"]])
     values = np.zeros((len(ids), len(names)))
@@ -513,7 +513,7 @@ def test_a_skops_challenger_shadows_an_xgboost_champion_which_keeps_its_own_reas
     predictions = day_output(root, "predictions", day)
     shadow = day_output(root, "shadow_predictions", day)
     assert (predictions["model_version"] == runs.xgboost).all() and shadow.height == predictions.height
-    assert predictions.filter(pl.col("decision") != "approve")["reason_codes"].list.len().min() >= 1
+    assert predictions.filter(pl.col("decision") != "no_action")["reason_codes"].list.len().min() >= 1
     fallback = day_output(root, "reports/fallback", day)
     totals = {r["kind"]: r["rows"] for r in fallback.unique("kind", keep="first", maintain_order=True).to_dicts()}
     assert totals["challenger_failed"] == 0 and totals["reasons_unavailable"] == 0
@@ -534,7 +534,7 @@ def test_an_mlp_scores_with_its_own_margins_and_its_reasons_counted_unavailable(
     rows = np.array([position[e] for e in predictions["entity_id"]])
     p = mlp.model.predict_proba(scored[rows].astype(np.float64))[:, 1]
     np.testing.assert_allclose(predictions["raw_margin"].to_numpy(), _logit(p), rtol=0, atol=1e-6)
-    needing = predictions.filter(pl.col("decision").is_in(["decline", "manual_review"])).height
+    needing = predictions.filter(pl.col("decision").is_in(["act", "manual_review"])).height
     assert needing > 0 and predictions["reason_codes"].list.len().max() == 0
     fallback = day_output(root, "reports/fallback", mlp.day)
     (row,) = fallback.filter(pl.col("kind") == "reasons_unavailable").to_dicts()

@@ -127,7 +127,7 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
     np.testing.assert_allclose(1 / (1 + np.exp(-margin)), p, rtol=0, atol=1e-5)
     np.testing.assert_array_less(np.abs(margin - np.log(p / (1 - p))), 1e-5 + 4 * FLOAT32_SPACING / (p * (1 - p)))
 
-    needing = joined.filter(pl.col("decision").is_in(["decline", "manual_review"]))
+    needing = joined.filter(pl.col("decision").is_in(["act", "manual_review"]))
     assert needing.height > 0
     fallback = day_output(root, "reports/fallback", SCORED_DAY)
     (row,) = fallback.filter(pl.col("kind") == "reasons_unavailable").to_dicts()
@@ -164,7 +164,7 @@ def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_ch
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     try:
-        spec_path.write_text(scaffolded.replace("for_decisions: [decline, manual_review]", "for_decisions: []"))
+        spec_path.write_text(scaffolded.replace("for_decisions: [act, manual_review]", "for_decisions: []"))
         assert "reasons off" not in score("validate", "churn").stdout
         score("run", "churn", "--date", str(SCORED_DAY))
         fallback = day_output(root, "reports/fallback", SCORED_DAY)
@@ -189,7 +189,7 @@ def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_ch
         assert shadow.height == predictions.height and (shadow["model_version"] == onnx_version).all()
         assert shadow["reason_codes"].list.len().max() == 0
         # The XGBoost champion keeps its reasons.
-        assert predictions.filter(pl.col("decision") != "approve")["reason_codes"].list.len().min() >= 1
+        assert predictions.filter(pl.col("decision") != "no_action")["reason_codes"].list.len().min() >= 1
     finally:
         spec_path.write_text(scaffolded)
 

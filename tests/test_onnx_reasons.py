@@ -288,7 +288,7 @@ def _published_against(root: Path, dataset: str, margin, contributions) -> tuple
     position = {e: i for i, e in enumerate(ids.cast(pl.String).to_list())}
     index = np.array([position[e] for e in predictions["entity_id"].to_list()])
     joined = predictions.with_columns(pl.Series("framework_margin", np.asarray(margin(x))[index]))
-    explained = predictions.filter(pl.col("decision").is_in(["decline", "manual_review"]))
+    explained = predictions.filter(pl.col("decision").is_in(["act", "manual_review"]))
     rows = np.array([position[e] for e in explained["entity_id"].to_list()])
     values = np.asarray(contributions(x[rows]))
     codes = [f"R0{j + 1}" for j in range(values.shape[1])]
@@ -334,7 +334,7 @@ def test_a_lightgbm_onnx_export_publishes_lightgbms_margins_and_reasons(project,
     )
     print(f"LightGBM export through the CLI: max |margin − raw_score| = {_margins_close(joined):.2g}; reasons compared on {compared} rows")
     assert (joined["model_version"] == version).all()
-    assert compared >= 0.9 * joined.filter(pl.col("decision") != "approve").height > 0
+    assert compared >= 0.9 * joined.filter(pl.col("decision") != "no_action").height > 0
     fallback = day_output(root, "reports/fallback", SCORED_DAY)
     assert fallback.filter(pl.col("kind") == "reasons_unavailable")["rows"].sum() == 0
     assert "realized performance" in score("outcomes", "churn", "--start", str(SCORED_DAY), "--end", str(SCORED_DAY)).stdout
@@ -372,7 +372,7 @@ def test_a_random_forest_onnx_challenger_behind_an_xgboost_champion_publishes_sc
     assert totals["challenger_failed"] == 0 and totals["reasons_unavailable"] == 0
     predictions = day_output(root, "predictions", SCORED_DAY)
     assert (predictions["model_version"] == champion).all()
-    assert predictions.filter(pl.col("decision") != "approve")["reason_codes"].list.len().min() >= 1
+    assert predictions.filter(pl.col("decision") != "no_action")["reason_codes"].list.len().min() >= 1
     forest = model[-1]
     trees = _sklearn_trees(
         forest.estimators_, model[0].transform(holdout).astype(np.float32),
@@ -389,7 +389,7 @@ def test_a_random_forest_onnx_challenger_behind_an_xgboost_champion_publishes_sc
     joined, compared = _published_against(root, "shadow_predictions", margin, shapley)
     print(f"RandomForest export through the CLI: max |margin − logit(predict_proba)| = {_margins_close(joined):.2g}; reasons compared on {compared} rows")
     assert (joined["model_version"] == challenger).all() and joined.height == predictions.height
-    assert compared >= 0.9 * joined.filter(pl.col("decision") != "approve").height > 0
+    assert compared >= 0.9 * joined.filter(pl.col("decision") != "no_action").height > 0
 
 
 def test_check_model_takes_the_tree_exports_one_line_per_check(project, tmp_path: Path) -> None:

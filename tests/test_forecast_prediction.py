@@ -105,7 +105,7 @@ def test_forecast_reasons_are_the_largest_contributions_with_their_direction() -
         ranked = sorted((j for j in range(4) if values[row, j] != 0), key=lambda j: (-abs(values[row, j]), j))[:2]
         assert codes == [f"{FEATURES[j].upper()}_{'UP' if values[row, j] > 0 else 'DOWN'}" for j in ranked]
         assert texts == [f"{FEATURES[j].title()} {'raised' if values[row, j] > 0 else 'lowered'} the forecast" for j in ranked]
-    assert reasons.without_adverse_factor == 1
+    assert reasons.without_pushing_factor == 1
 
 
 def _rows(day: dt.date, n: int, seed: int) -> pl.DataFrame:

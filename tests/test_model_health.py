@@ -406,7 +406,7 @@ def test_the_auc_interval_carries_the_hold_out_error_of_an_under_dispersed_calib
     realized = exact_auc(outcome, p)
 
     def auc_row(holdout: dict | None) -> dict:
-        rows = estimated_performance_rows(health, decisions=["approve"], rule_ids=["ALL"], adverse=[], level=0.99, holdout_auc=holdout)
+        rows = estimated_performance_rows(health, decisions=["approve"], rule_ids=["ALL"], actions=[], level=0.99, holdout_auc=holdout)
         return next(r for r in rows if r["measure"] == "auc")
 
     bare, widened = auc_row(None), auc_row(check)

@@ -347,7 +347,7 @@ def test_a_partitions_chunks_add_up_to_its_class_estimate_and_the_headline_names
     for unit in units:
         partition.merge(unit)
     rows = model_health_rows(
-        partition, {}, model_version="1", decisions=[], rule_ids=[], adverse=[], level=0.9, attribution_warn=0.1,
+        partition, {}, model_version="1", decisions=[], rule_ids=[], actions=[], level=0.9, attribution_warn=0.1,
         attribution_alert=0.2, multivariate_tolerance=0.1, classes=["a", "b", "c"],
         class_reference={"rows": 1000, "predicted_share": {"a": 0.6, "b": 0.2, "c": 0.2}},
     )

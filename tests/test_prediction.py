@@ -384,7 +384,7 @@ def test_reasons_are_the_top_k_positive_contributions_largest_first() -> None:
     )
     assert out.codes.to_pylist() == [["C_dti", "C_age"], ["C_util"], ["C_util", "C_age"]]
     assert out.texts.to_pylist()[0] == ["dti text", "age text"]
-    assert out.without_adverse_factor == 0
+    assert out.without_pushing_factor == 0
 
 
 def test_reason_ties_break_on_feature_order() -> None:
@@ -398,7 +398,7 @@ def test_a_row_without_positive_contribution_gets_the_no_reason_code_and_is_coun
     )
     assert out.codes.to_pylist() == [["R00"], ["C_income"], ["R00"]]
     assert out.texts.to_pylist()[0] == ["nothing adverse"]
-    assert out.without_adverse_factor == 2
+    assert out.without_pushing_factor == 2
 
 
 def test_reason_table_must_cover_every_model_feature() -> None:

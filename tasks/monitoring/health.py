@@ -405,7 +405,7 @@ def _summed(frame: pl.DataFrame) -> dict[str, float]:
 
 
 def estimated_performance_rows(
-    health: HealthAccumulator, *, decisions: Sequence[str], rule_ids: Sequence[str], adverse: Sequence[str], level: float,
+    health: HealthAccumulator, *, decisions: Sequence[str], rule_ids: Sequence[str], actions: Sequence[str], level: float,
     holdout_auc: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Expected event rate (all rows, per decision, per rule), expected precision and recall of each
@@ -418,7 +418,7 @@ def estimated_performance_rows(
     for rule in [*rule_ids, *sorted(set(sums["rule_id"].to_list()) - set(rule_ids))]:
         rows.append(_rate_row("event_rate_by_rule", rule, _summed(sums.filter(pl.col("rule_id") == rule)), z))
     total = _summed(sums)
-    for item, chosen in [*((d, [d]) for d in adverse), (ANY_ACTION, list(adverse))]:
+    for item, chosen in [*((d, [d]) for d in actions), (ANY_ACTION, list(actions))]:
         inside = _summed(sums.filter(pl.col("decision").is_in(chosen)))
         rows.append({**_rate_row("precision", item, inside, z)})
         rows.append(_recall_row(item, inside, total, z))
@@ -612,7 +612,7 @@ HEALTH_COLUMNS = ("model_version", "section", "measure", "item", "value", "low",
 
 def model_health_rows(
     health: HealthAccumulator, reference: Mapping[str, Any], *, model_version: str, decisions: Sequence[str],
-    rule_ids: Sequence[str], adverse: Sequence[str], level: float, attribution_warn: float, attribution_alert: float,
+    rule_ids: Sequence[str], actions: Sequence[str], level: float, attribution_warn: float, attribution_alert: float,
     multivariate_tolerance: float, interval: Mapping[str, Any] | None = None, estimated_error_tolerance: float = 0.10,
     classes: Sequence[str] = (), class_reference: Mapping[str, Any] | None = None, psi_warn: float = 0.1, psi_alert: float = 0.25,
     calibration_rows: int | None = None,
@@ -631,7 +631,7 @@ def model_health_rows(
         rows += class_mix_rows(health, class_reference, classes=classes, psi_warn=psi_warn, psi_alert=psi_alert)
     else:
         rows = estimated_performance_rows(
-            health, decisions=decisions, rule_ids=rule_ids, adverse=adverse, level=level, holdout_auc=reference.get("auc")
+            health, decisions=decisions, rule_ids=rule_ids, actions=actions, level=level, holdout_auc=reference.get("auc")
         )
     rows += attribution_rows(health, reference.get("attribution"), warn=attribution_warn, alert=attribution_alert)
     rows += multivariate_rows(health, reference.get("pca"), tolerance=multivariate_tolerance)

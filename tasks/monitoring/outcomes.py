@@ -212,7 +212,7 @@ def deduplicated_labels(labels: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
 
 def realized_performance(
-    labelled: pl.DataFrame, *, adverse: Sequence[str]
+    labelled: pl.DataFrame, *, actions: Sequence[str]
 ) -> dict[tuple[str, str], tuple[float, int]]:
     """(measure, item) → (realized value, rows it was measured on), for every estimated measure, on
     `labelled` rows (probability, decision, rule_id, outcome) of one model version."""
@@ -231,7 +231,7 @@ def realized_performance(
         realized[("event_rate_by_decision", str(value))] = rate(decision == value)
     for value in np.unique(rule):
         realized[("event_rate_by_rule", str(value))] = rate(rule == value)
-    for item, chosen in [*((d, [d]) for d in adverse), (ANY_ACTION, list(adverse))]:
+    for item, chosen in [*((d, [d]) for d in actions), (ANY_ACTION, list(actions))]:
         mask = np.isin(decision, chosen)
         realized[("precision", item)] = rate(mask)
         realized[("recall", item)] = (float(outcome[mask].sum()) / events if events else nan, int(mask.sum()))
@@ -241,11 +241,11 @@ def realized_performance(
     return realized
 
 
-def estimates_against_realized(estimates: pl.DataFrame, labelled: pl.DataFrame, *, adverse: Sequence[str]) -> list[dict[str, Any]]:
+def estimates_against_realized(estimates: pl.DataFrame, labelled: pl.DataFrame, *, actions: Sequence[str]) -> list[dict[str, Any]]:
     """Each estimated measure of one model version beside its realized value on the labelled rows:
     `outside` when the realized value falls outside the estimate's interval; `partition_flag` (the
     same on every row) when the pooled event rate or the AUC does (PARTITION_FLAG_MEASURES)."""
-    realized = realized_performance(labelled, adverse=adverse)
+    realized = realized_performance(labelled, actions=actions)
     rows = []
     for row in estimates.iter_rows(named=True):
         value, count = realized.get((row["measure"], row["item"]), (float("nan"), 0))
@@ -412,7 +412,7 @@ def partition_outcome_tables(
         baseline_scores.column("score").to_numpy(zero_copy_only=False),
         baseline_scores.column("rows").to_numpy(zero_copy_only=False),
     )
-    adverse = spec.action_decisions
+    actions = spec.action_decisions
     metric_rows, calibration_frames, decision_rows, estimate_rows = [], [], [], []
     estimated = (
         estimates.filter(pl.col("section") == ESTIMATED) if estimates is not None and estimates.height
@@ -443,9 +443,9 @@ def partition_outcome_tables(
         calibration_frames.append(bins.with_columns(pl.lit(version).alias("model_version")))
         of_version = estimated.filter(pl.col("model_version") == version)
         if of_version.height and rows.height:
-            estimate_rows += [{**key, "model_version": version, **r} for r in estimates_against_realized(of_version, rows, adverse=adverse)]
-        for decision in [*adverse, ANY_ACTION]:
-            chosen = [decision] if decision != ANY_ACTION else adverse
+            estimate_rows += [{**key, "model_version": version, **r} for r in estimates_against_realized(of_version, rows, actions=actions)]
+        for decision in [*actions, ANY_ACTION]:
+            chosen = [decision] if decision != ANY_ACTION else actions
             hit = rows.filter(pl.col("decision").is_in(chosen))
             hit_events = int(hit["outcome"].sum()) if hit.height else 0
             decision_rows.append({

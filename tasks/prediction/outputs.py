@@ -192,7 +192,7 @@ def predict_output(
             "reasons_share=%.3f no_class_reason=%d straddling_share=%.3f",
             job, out.chunk_id, n, rules, decisions, {r["values"]: r["counts"] for r in predicted},
             float(classified.probability.mean()) if n else 0.0, len(decided.reason_rows) / n if n else 0.0,
-            reasons.without_adverse_factor, straddling / n if n else 0.0,
+            reasons.without_pushing_factor, straddling / n if n else 0.0,
         )
     elif forecasts:
         f = decided.forecast
@@ -209,7 +209,7 @@ def predict_output(
             "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s %s_mean=%.1f "
             "reasons_share=%.3f no_reason=%d straddling_share=%.3f",
             job, out.chunk_id, n, rules, decisions, score_key, float(decided.score.mean()) if n else 0.0,
-            len(decided.reason_rows) / n if n else 0.0, reasons.without_adverse_factor, straddling / n if n else 0.0,
+            len(decided.reason_rows) / n if n else 0.0, reasons.without_pushing_factor, straddling / n if n else 0.0,
         )
     return PredictionOutput(
         chunk_id=out.chunk_id,
@@ -217,6 +217,6 @@ def predict_output(
         decisions=decisions,
         rules=rules,
         rows_needing_reasons=int(len(decided.reason_rows)),
-        rows_without_adverse_reason=reasons.without_adverse_factor,
+        rows_without_adverse_reason=reasons.without_pushing_factor,
         straddling_rows=straddling,
     )

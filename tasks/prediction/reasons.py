@@ -27,7 +27,7 @@ class ReasonCodes:
 
     codes: pa.ListArray
     texts: pa.ListArray
-    without_adverse_factor: int
+    without_pushing_factor: int
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,7 @@ def predict_forecast_reason_codes(
     """Top-k contributions by size per row, largest first, each saying whether it raised (`<CODE>_UP`,
     "<text> raised the forecast") or lowered (`<CODE>_DOWN`) the forecast; ties go to the earlier
     model feature. A feature contributing exactly 0 is never a reason; a row where none moves the
-    forecast gets an empty list and is counted in `without_adverse_factor`."""
+    forecast gets an empty list and is counted in `without_pushing_factor`."""
     names = contributions.feature_names
     by_feature, varying = _checked_texts(contributions, config, texts)
     codes = pa.array([config.codes[f].code + suffix for f in names for suffix, _ in FORECAST_DIRECTIONS], pa.string())
@@ -220,7 +220,7 @@ def predict_forecast_reason_codes(
     return ReasonCodes(
         codes=pa.ListArray.from_arrays(offsets, codes.take(pa.array(code_index))),
         texts=pa.ListArray.from_arrays(offsets, pa.array(text_list, pa.string()).take(pa.array(text_index[chosen]))),
-        without_adverse_factor=int((lengths == 0).sum()),
+        without_pushing_factor=int((lengths == 0).sum()),
     )
 
 
@@ -267,5 +267,5 @@ def predict_reason_codes(
     return ReasonCodes(
         codes=pa.ListArray.from_arrays(offsets, codes.take(picked)),
         texts=pa.ListArray.from_arrays(offsets, pa.array(text_list, pa.string()).take(pa.array(text_index[chosen]))),
-        without_adverse_factor=int(none.sum()),
+        without_pushing_factor=int(none.sum()),
     )

@@ -287,7 +287,7 @@ def scoring_summary(
     summary.model_health = [] if not monitoring.health.enabled else model_health_rows(
         health, prepared.health_reference, model_version=engine.metadata.version,
         decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)), rule_ids=[r.id for r in spec.prediction.rules],
-        adverse=spec.action_decisions, level=monitoring.health.interval_level,
+        actions=spec.action_decisions, level=monitoring.health.interval_level,
         attribution_warn=monitoring.health.attribution_warn, attribution_alert=monitoring.health.attribution_alert,
         multivariate_tolerance=monitoring.health.multivariate_tolerance,
         interval=engine.metadata.interval if spec.target.forecasts else None,

@@ -177,10 +177,10 @@ def test_the_suite_is_profiled_from_the_sample(scaffold: Scaffold) -> None:
         kwargs = suite_entry(scaffold, "expect_column_values_to_be_between", column)["kwargs"]
         values = scaffold.sample[column].drop_nulls().to_numpy().astype(float)
         p_low, p_high = np.quantile(values, [0.001, 0.999])
-        margin = 0.1 * (p_high - p_low)
+        margin = p_high - p_low  # a whole range each side: broken values are caught, a rare real one is not
         assert kwargs["min_value"] <= min(values.min(), max(p_low - margin, 0.0))
         assert kwargs["max_value"] >= max(values.max(), p_high + margin)
-        assert kwargs["max_value"] - kwargs["min_value"] <= 2 * (values.max() - values.min())
+        assert kwargs["max_value"] - kwargs["min_value"] <= 4 * (values.max() - values.min())
 
 
 @pytest.mark.parametrize(

@@ -70,8 +70,11 @@ CLOSE_CALL_MARGIN = 0.1
 MAX_BY_VALUE = 5
 """A numeric feature with at most this many distinct values in the sample gets one reason text per value."""
 QUANTILES = (0.001, 0.999)
-MARGIN = 0.1
+MARGIN = 1.0
 """Share of the p0.1..p99.9 range added on each side of a `between` guard."""
+SMALL_COUNT = 20
+"""A whole-number column from 0 to at most this in the sample reads as a small count: its guard allows 0 to ten times its
+largest value, and its reason texts cut between values, never one text per value the sample happened to hold."""
 FEATURE_VERSION = "1.0.0"
 _TRUE_WORDS = tuple(w for w in TRUE_VALUES if not w.isdigit())
 _FALSE_WORDS = tuple(w for w in FALSE_VALUES if not w.isdigit())
@@ -177,6 +180,10 @@ def _between(series: pl.Series) -> tuple[tuple[float, float], dict[str, float]]:
     present = present.filter(present.is_finite()) if present.dtype.is_float() else present
     p_low, p_high = (float(present.quantile(q, interpolation="linear")) for q in QUANTILES)
     lowest, highest = float(present.min()), float(present.max())
+    if series.dtype.is_integer() and lowest >= 0 and highest <= SMALL_COUNT:
+        # A small count: a sample's largest value says little of the next night's (a sample of 0s and 1s does not make 2
+        # wrong), so the bound only stops what no count of this size is: negatives and an order of magnitude above.
+        return (0, int(max(10.0, 10.0 * highest))), {"p0.1": p_low, "p99.9": p_high, "min": lowest, "max": highest}
     margin = MARGIN * (p_high - p_low) if p_high > p_low else max(MARGIN * abs(p_high), 1.0)
     bounds = _nice_bounds(
         p_low - margin, p_high + margin, lowest, highest, integer=series.dtype.is_integer(), non_negative=lowest >= 0
@@ -351,6 +358,15 @@ def _expectation(etype: str, column: str, action: str, review: str = "", *, repa
     return {"type": etype, "kwargs": {"column": column, **kwargs}, "meta": meta}
 
 
+def _allowed_values(p: ColumnProfile) -> list[Any]:
+    """The values a set guard allows: the sample's; for a yes/no text column in every case too, since the feature reads
+    them trimmed and lower-cased (a `y` tomorrow after a sample of `Y`s is the same answer, not a new value)."""
+    values = [_plain(v) for v in p.values]
+    if p.kind != "boolean" or p.dtype != pl.String:
+        return values
+    return list(dict.fromkeys(w for v in values for w in (v, str(v).lower(), str(v).upper(), str(v).capitalize())))
+
+
 def _type_expectation(profile: ColumnProfile) -> dict[str, Any] | None:
     dtype, column = profile.dtype, profile.column
     if dtype.is_numeric():
@@ -402,7 +418,8 @@ def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: st
             expectations.append(
                 _expectation(
                     "expect_column_values_to_be_between", p.column, "repair",
-                    f"sample {observed}; the bounds widen p0.1..p99.9 by a tenth of that range each side. A value outside "
+                    f"sample {observed}; the bounds widen p0.1..p99.9 by that whole range each side (a small count: 0 to ten times "
+                    "its largest value), so they catch broken values, not the next night's rare real ones. A value outside "
                     "is clipped to the nearer bound and the row scored, counted as guard_repair in the fallback report: "
                     "clipping changes the model's input, so the row scores as if its value were the bound. To leave such "
                     "rows unscored instead, change the action to quarantine (one word); set the bounds to the range the "
@@ -416,7 +433,7 @@ def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: st
                     "expect_column_values_to_be_in_set", p.column, "quarantine",
                     "the values of the sample; an unlisted value would be a missing feature. Add the valid values, "
                     "or repair with a default",
-                    value_set=[_plain(v) for v in p.values],
+                    value_set=_allowed_values(p),
                 )
             )
         if p.column == entity_column:
@@ -472,6 +489,13 @@ def _reason_variant(p: ColumnProfile, label: str) -> tuple[str, str]:
         return "by_value", f"{{true: {q(f'{label}: yes')}, false: {q(f'{label}: no')}}}"
     if p.kind == "categorical":
         return "by_value", "{" + ", ".join(f"{q(v)}: {q(f'{label} is {v}')}" for v in p.values) + "}"
+    if p.values and p.dtype.is_integer() and len(p.values) >= 2:
+        # One text per value the sample held, but as ranges: the next night's value beyond them (a 3 after a sample of
+        # 0s and 1s) still gets a text that is true of it, and one below the smallest too unless that is a count's 0.
+        values = [int(v) for v in p.values]
+        first = f"{label} is {values[0]}" + ("" if values[0] == 0 else " or less")
+        texts = [first, *(f"{label} is {v}" for v in values[1:-1]), f"{label} is {values[-1]} or more"]
+        return "by_cut", f"{{cuts: {_flow([v + 0.5 for v in values[:-1]])}, texts: {_flow(texts)}}}"
     if p.values:
         return "by_value", "{" + ", ".join(f"{q(v)}: {q(f'{label} is {_number_text(v)}')}" for v in p.values) + "}"
     if p.cut is not None:

@@ -772,7 +772,8 @@ def features_command(
             f"wrote {out}: {inputs.matrix.shape[0]:,} rows × {len(inputs.names)} model inputs"
             + ((" + outcome (the class's index into target.classes: "
                 + ", ".join(f"{i} {c}" for i, c in enumerate(inputs.classes)) + ")") if labelled and inputs.classes
-               else f" + outcome (1: {source.outcome_column} = {source.positive}, 0: otherwise)" if labelled and source.positive
+               else f" + outcome (1: {source.outcome_column} = {source.positive}, 0: {source.outcome_column} = "
+                 f"{source.negative if source.negative is not None else 'the other value'})" if labelled and source.positive
                else " + outcome" if labelled else "")
             + f"; {inputs.rows_quarantined:,} rows quarantined by the guards",
             highlight=False,

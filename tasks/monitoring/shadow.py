@@ -315,5 +315,5 @@ def shadow_headline(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         "flipped_share": summary["rows_flipped"]["challenger_value"],
         "rows_failed": summary["rows_failed"]["rows"],
         "top_flips": [f"{r['champion_item']}→{r['challenger_item']}: {r['rows']}" for r in top[:3]]
-        + ([f"{len(top) - 3} more transitions ({sum(r['rows'] for r in top[3:])} rows; table decision_flips)"] if len(top) > 3 else []),
+        + ([f"{len(top) - 3} more transitions ({sum(r['rows'] for r in top[3:])} rows)"] if len(top) > 3 else []),
     }

@@ -248,3 +248,25 @@ def test_the_score_is_no_feature_its_drift_is_the_decisions_shift() -> None:
     assert "<b>propensity score distribution:</b>" in named and "<b>1 of 3 features flagged</b>" in named
     opened = page.split("<h2>Feature histograms", 1)[1].split("<details", 1)[0]
     assert re.findall(r'data-feature="([^"]*)"', opened) == ["score", "income"], "a flagged score is drawn first all the same"
+
+
+def test_a_wide_jobs_guard_breakdown_is_folded_and_a_breached_row_stays_in_view() -> None:
+    columns = [f"col_{i:02d}" for i in range(30)]
+    repaired = {c: i + 1 for i, c in enumerate(columns)}
+    fallback = [{"kind": "guard_repair", "detail": "all", "rows": sum(repaired.values()), "share": 0.2, "limit": 0.2, "breached": False}]
+    fallback += [{"kind": "guard_repair", "detail": f"{c}: be_between({c})", "rows": n, "share": n / 1000, "limit": None,
+                  "breached": False} for c, n in repaired.items()]
+    fallback += [{"kind": "quarantine", "detail": "be_in_set(region)", "rows": 90, "share": 0.09, "limit": 0.05, "breached": True}]
+    page = run_report_html(
+        job="j", partition_date="2026-03-10", run_id="r",
+        summary={"decisions": {}, "guard_counts": {f"be_between({c})": {"repair": n} for c, n in repaired.items()}},
+        fallback_rows=fallback, drift_rows=[], histograms={},
+    )
+    section = page[page.index("<h2>Fallback report</h2>"):page.index("<h2>", page.index("<h2>Fallback report</h2>") + 5)]
+    visible, folded = section.split("<details", 1)
+    # Every column's repair row is in the folded part, none in view; the total and the breached row are in view.
+    assert all(f"be_between({c})" in folded and f"be_between({c})" not in visible for c in columns)
+    assert "BREACHED" in visible and "be_in_set(region)" in visible and "BREACHED" not in folded
+    assert f"<summary>By expectation: {len(columns)} guards" in folded and "<details open" not in section
+    summary = page[page.index("<h2>Run summary</h2>"):page.index("<h2>Fallback report</h2>")]
+    assert f"<details><summary>{len(columns)} entries</summary>" in summary

@@ -179,6 +179,10 @@ _SUMMARY_NAMES = {"rows_without_adverse_reason": "rows_without_reason"}
 """The ledger's column keeps its first name; a page says what it counts."""
 
 
+FOLDED_BEYOND = 8
+"""More entries than this (guard counts, the fallback report's rows by expectation) are folded on the run page."""
+
+
 def _summary_section(
     summary: Mapping[str, Any], names: Mapping[str, str | None] | None = None, words: JobWords | None = None,
 ) -> str:
@@ -190,23 +194,40 @@ def _summary_section(
     nested = {k: v for k, v in summary.items() if k == "inference" and isinstance(v, Mapping)}
     for key, value in summary.items():
         if key not in nested and names.get(key, key) is not None:
+            if isinstance(value, Mapping) and len(value) > FOLDED_BEYOND:
+                # A wide job's guards act on dozens of columns: one line of them would fill the screen.
+                cell = f"<td><details><summary>{len(value)} entries</summary>{_e(_fmt(value))}</details></td>"
+                rows.append(f"<tr><th>{_e(names.get(key, key))}</th>{cell}</tr>")
+                continue
             rows.append(f"<tr><th>{_e(names.get(key, key))}</th>{_cell(value)}</tr>")
     for key, stats in nested.items():
         rows += [f"<tr><th>{_e(key)}.{_e(k)}</th>{_cell(v)}</tr>" for k, v in stats.items()]
     return "<h2>Run summary</h2>" + _table(["count", "value"], rows)
 
 
+def _fallback_row(r: Mapping[str, Any]) -> str:
+    breached = bool(r.get("breached"))
+    return (
+        ('<tr class="breached">' if breached else "<tr>")
+        + _cell(r.get("kind")) + _cell(r.get("detail")) + _cell(r.get("rows"))
+        + f'<td class="n">{_e(_pct(r.get("share")))}</td><td class="n">{_e(_pct(r.get("limit")))}</td>'
+        + _cell(breached, "BREACHED" if breached else "no") + "</tr>"
+    )
+
+
 def _fallback_section(fallback_rows: list[Mapping[str, Any]]) -> str:
-    rows = []
-    for r in fallback_rows:
-        breached = bool(r.get("breached"))
-        rows.append(
-            ('<tr class="breached">' if breached else "<tr>")
-            + _cell(r.get("kind")) + _cell(r.get("detail")) + _cell(r.get("rows"))
-            + f'<td class="n">{_e(_pct(r.get("share")))}</td><td class="n">{_e(_pct(r.get("limit")))}</td>'
-            + _cell(breached, "BREACHED" if breached else "no") + "</tr>"
-        )
-    return "<h2>Fallback report</h2>" + _table(["kind", "detail", "rows", "share", "limit", "breached"], rows)
+    """Every kind's total row; the guards' breakdown by expectation beside them, folded when a wide job has many."""
+    header = ["kind", "detail", "rows", "share", "limit", "breached"]
+    breakdown = [r for r in fallback_rows if r.get("kind") in ("guard_repair", "quarantine") and r.get("detail") != "all"
+                 and not r.get("breached")]
+    if len(breakdown) <= FOLDED_BEYOND:
+        return "<h2>Fallback report</h2>" + _table(header, [_fallback_row(r) for r in fallback_rows])
+    shown = [r for r in fallback_rows if not any(r is b for b in breakdown)]
+    return (
+        "<h2>Fallback report</h2>" + _table(header, [_fallback_row(r) for r in shown])
+        + f'<details class="folded"><summary>By expectation: {len(breakdown)} guards that repaired or quarantined rows</summary>'
+        + _table(header, [_fallback_row(r) for r in breakdown]) + "</details>"
+    )
 
 
 def _reference_psi(drift_rows: list[Mapping[str, Any]]) -> dict[str, float]:

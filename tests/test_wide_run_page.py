@@ -241,11 +241,15 @@ def test_the_score_is_no_feature_its_drift_is_the_decisions_shift() -> None:
     assert "<b>score distribution:</b>" in glance and "PSI 0.31 · KS 0.22 against the previous partition" in glance
     assert "no rows decided" in glance and "Fallbacks:</b> none" in glance
     words = JobWords(subject="purchase", score_name="propensity score", score_higher="a purchase is more likely", decisions=(), actions=())
-    named = _glance(run_report_html(
+    worded = run_report_html(
         job="j", partition_date="2026-03-10", run_id="r", summary={"decisions": {}}, fallback_rows=[], drift_rows=rows,
         histograms={f: (edges, np.arange(10), np.ones(10)) for f in ("age", "income", "tenure", "score")}, words=words,
-    ))
+    )
+    named = _glance(worded)
     assert "<b>propensity score distribution:</b>" in named and "<b>1 of 3 features flagged</b>" in named
+    # The score's histogram and drift rows are captioned with the job's name for it, not as a feature called "score".
+    assert '<figure class="plot" data-feature="score"><figcaption><b>propensity score</b>' in worded
+    assert "Score (score)" not in worded
     opened = page.split("<h2>Feature histograms", 1)[1].split("<details", 1)[0]
     assert re.findall(r'data-feature="([^"]*)"', opened) == ["score", "income"], "a flagged score is drawn first all the same"
 

@@ -159,6 +159,9 @@ def _cell(value: Any, text: str | None = None) -> str:
 def feature_text(feature: str, words: JobWords | None = None) -> str:
     """A feature as the page prints it (not yet escaped): its plain name, the column after it where the job's words give
     one. Every caption, cell and summary line of the run pages names a feature here."""
+    if feature == SCORE_DRIFT_NAME and words is not None:
+        # The score's own drift rows sit among the features' under the name `score`: the page calls it what the job does.
+        return words.score_name
     label = words.feature(feature) if words is not None else None
     return feature if not label or label == feature else f"{label} ({feature})"
 

@@ -268,9 +268,16 @@ def _print_challenger(result: dict) -> None:
     shadow = result.get("challenger")
     if not shadow:
         return
+    if shadow["challenger_version"] is None:
+        # Nothing was compared: "0 of 0 decisions would flip" would read as agreement.
+        console.print(Text(
+            f"challenger not loaded: it could score none of {shadow['rows_failed']:,} rows, so nothing was compared "
+            "(fallback report challenger_failed; score aliases shows where the challenger alias points)"
+        ), highlight=False, soft_wrap=True)
+        return
     share = "" if shadow["flipped_share"] is None else f" ({shadow['flipped_share']:.2%})"
     line = (
-        f"challenger {shadow['challenger_version'] or '(not loaded)'}: {shadow['rows_flipped']} of {shadow['rows_compared']} "
+        f"challenger {shadow['challenger_version']}: {shadow['rows_flipped']} of {shadow['rows_compared']} "
         f"decisions would flip{share}" + (f": {', '.join(shadow['top_flips'])}" if shadow["top_flips"] else "")
         + (f"; it failed on {shadow['rows_failed']} rows" if shadow["rows_failed"] else "") + " (table decision_flips)"
     )

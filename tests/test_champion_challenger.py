@@ -276,7 +276,10 @@ def test_a_challenger_that_cannot_load_is_counted_or_fails_the_run_when_the_spec
     checked = counted.score("validate", DEMO_JOB)
     assert "challenger missing cannot shadow the run" in checked.stdout
     done = counted.score("run", DEMO_JOB, "--date", day.isoformat())
-    assert "challenger (not loaded): 0 of 0 decisions would flip" in done.stdout
+    # No "0 of 0 decisions would flip", which reads as agreement: the line says nothing was compared, and how many rows.
+    scored_rows = counted.table("SELECT count(*) AS n FROM predictions")["n"][0]
+    assert f"challenger not loaded: it could score none of {scored_rows:,} rows, so nothing was compared" in " ".join(done.stdout.split())
+    assert "would flip" not in done.stdout
     fallback = counted.table("SELECT * FROM fallback_report WHERE kind = 'challenger_failed'").to_dicts()
     scored = counted.table("SELECT count(*) AS n FROM predictions")["n"][0]
     assert [r["rows"] for r in fallback] == [scored] and "missing" in fallback[0]["detail"]

@@ -396,7 +396,7 @@ def event_rate_png(history: MonitoringHistory, event: str) -> str:
         ax.plot(x, rows["expected_rate"].to_numpy(), "_", color=colour, markersize=14, markeredgewidth=2,
                 label=f"expected, v{version}")
     ax.set_ylim(bottom=0)
-    ax.set_ylabel(f"rate of {event}"[:60], fontsize=8)
+    ax.set_ylabel(f"share of rows: {event}"[:60], fontsize=8)
     _date_axis(ax, dates)
     ax.legend(fontsize=8, frameon=False, ncol=4, loc="lower left", bbox_to_anchor=(0.0, 1.0))
     fig.subplots_adjust(left=0.07, right=0.99, bottom=0.12, top=0.84)

@@ -10,7 +10,6 @@ import html
 import os
 import re
 import xml.etree.ElementTree as ET
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
+from offline_browser import offline_page
 from tasks.reports.html_report import DRIFT_TABLE_SCRIPT, run_report_html, write_run_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -190,61 +190,22 @@ def test_write_run_report_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 # --- in a real browser, offline ------------------------------------------------------------------
 
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
-
-
-def _chromium() -> str:
-    """Debian's chromium; skipped without it locally, a failure in CI (which must run this test)."""
-    exe = shutil.which("chromium")
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but Debian's `chromium` is not installed (.ci/run installs it with apt-get)")
-        pytest.skip("Debian's `chromium` is not installed (apt-get install chromium); CI runs this test")
-    return exe
-
-
 @pytest.mark.browser
 def test_report_renders_offline_in_chromium(page_html: str, tmp_path: Path) -> None:
-    exe = _chromium()
-    from playwright.sync_api import sync_playwright
-
     report = write_run_report(tmp_path / "report.html", page_html)
-    errors: list[str] = []
-    requested: list[str] = []
+    with offline_page(report) as opened:
+        page = opened.page
+        page.click("details.folded > summary")
+        plots = page.evaluate(
+            "() => Array.from(document.querySelectorAll('figure.plot svg')).map(s => {"
+            " const box = s.getBoundingClientRect(); const line = s.querySelector('path.current');"
+            " return {w: box.width, h: box.height, line: line ? line.getTotalLength() : 0}; })"
+        )
+        title = page.title()
+        screenshot = tmp_path / "report.png"
+        page.screenshot(path=str(screenshot), full_page=True)
 
-    def only_local(route: Any) -> None:
-        url = route.request.url
-        requested.append(url)
-        if url.startswith(("file://", "data:")):
-            route.continue_()
-        else:
-            route.abort()
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-            page.route("**/*", only_local)
-            page.goto(report.as_uri(), wait_until="load")
-            page.click("details.folded > summary")
-            plots = page.evaluate(
-                "() => Array.from(document.querySelectorAll('figure.plot svg')).map(s => {"
-                " const box = s.getBoundingClientRect(); const line = s.querySelector('path.current');"
-                " return {w: box.width, h: box.height, line: line ? line.getTotalLength() : 0}; })"
-            )
-            title = page.title()
-            screenshot = tmp_path / "report.png"
-            page.screenshot(path=str(screenshot), full_page=True)
-        finally:
-            browser.close()
-
-    assert errors == []
-    assert [u for u in requested if not u.startswith(("file://", "data:"))] == []
+    assert opened.errors == [] and opened.fetched_elsewhere == []
     assert title == "Scoring run credit_risk 2026-03-10"
     assert len(plots) == len(EXPECTED_ORDER)
     assert all(p["w"] > 300 and p["h"] > 100 and p["line"] > 100 for p in plots), plots

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import numpy as np
@@ -42,6 +40,7 @@ from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from tasks.catalog import OUTCOME_DATASETS, warehouse_dataset
 
 from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
+from offline_browser import offline_page
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -358,65 +357,27 @@ def test_the_outcomes_deployment_runs_daily_and_on_demand_with_typed_parameters(
 
 # --- the page, in a real browser, offline -------------------------------------------------------
 
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
-
-
-def _chromium() -> str:
-    """Debian's chromium; skipped without it locally, a failure in CI (which must run this test)."""
-    exe = shutil.which("chromium")
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but Debian's `chromium` is not installed (.ci/run installs it with apt-get)")
-        pytest.skip("Debian's `chromium` is not installed (apt-get install chromium); CI runs this test")
-    return exe
-
-
 @pytest.mark.browser
 def test_the_monitoring_page_renders_offline_with_its_plots(env: OutcomesEnv, tmp_path: Path) -> None:
-    exe = _chromium()
-    from playwright.sync_api import sync_playwright
-
     page_path = env.data_dir / "output" / JOB / "reports" / "html" / "monitoring.html"
     html = page_path.read_text()
     assert "http://" not in html and "https://" not in html and "<script" not in html.lower()
     for shifted in env.demo.shifted_dates:
         assert f"<td>{shifted.isoformat()}</td><td>decision_share</td>" in html
-    errors: list[str] = []
-    requested: list[str] = []
+    with offline_page(page_path) as opened:
+        page = opened.page
+        page.wait_for_function(
+            "() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)", timeout=15_000
+        )
+        plots = page.evaluate(
+            "() => Array.from(document.querySelectorAll('figure.plot')).map(f => ({name: f.dataset.plot, "
+            "w: f.querySelector('img').naturalWidth, h: f.querySelector('img').naturalHeight}))"
+        )
+        title = page.title()
+        screenshot = tmp_path / "monitoring.png"
+        page.screenshot(path=str(screenshot), full_page=True)
 
-    def only_local(route: Any) -> None:
-        requested.append(route.request.url)
-        if route.request.url.startswith(("file://", "data:")):
-            route.continue_()
-        else:
-            route.abort()
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-            page.route("**/*", only_local)
-            page.goto(page_path.as_uri(), wait_until="load")
-            page.wait_for_function(
-                "() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)", timeout=15_000
-            )
-            plots = page.evaluate(
-                "() => Array.from(document.querySelectorAll('figure.plot')).map(f => ({name: f.dataset.plot, "
-                "w: f.querySelector('img').naturalWidth, h: f.querySelector('img').naturalHeight}))"
-            )
-            title = page.title()
-            screenshot = tmp_path / "monitoring.png"
-            page.screenshot(path=str(screenshot), full_page=True)
-        finally:
-            browser.close()
-
-    assert errors == []
-    assert [u for u in requested if not u.startswith(("file://", "data:"))] == []
+    assert opened.errors == [] and opened.fetched_elsewhere == []
     assert title == f"Prediction monitoring {JOB} {env.unscored_date}..{env.demo.dates[-1]}"
     versions = sorted(set(env.demo.versions.values()))
     assert [p["name"] for p in plots] == [

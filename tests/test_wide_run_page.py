@@ -19,7 +19,7 @@ import pytest
 from tasks.prediction.words import JobWords
 from tasks.quality.drift import DriftAccumulator, Histogram, drift_bin_labels, drift_report_rows, reference_statistics
 from tasks.reports.html_report import run_report_html, write_run_report
-from test_html_report import CHROMIUM_ARGS, _chromium
+from offline_browser import offline_page
 
 N_FEATURES = 100
 N_CATEGORICAL = 10
@@ -145,50 +145,29 @@ def test_the_page_for_100_features_stays_under_1_mb(wide: tuple[list[dict[str, A
 
 @pytest.mark.browser
 def test_the_drift_table_sorts_and_filters_offline_in_chromium(wide: tuple[list[dict[str, Any]], str], tmp_path: Path) -> None:
-    exe = _chromium()
-    from playwright.sync_api import sync_playwright
-
     rows, page_html = wide
     report = write_run_report(tmp_path / "wide.html", page_html)
     frame = _frame(rows)
-    errors: list[str] = []
-    requested: list[str] = []
-
-    def only_local(route: Any) -> None:
-        requested.append(route.request.url)
-        if route.request.url.startswith(("file://", "data:")):
-            route.continue_()
-        else:
-            route.abort()
-
     visible = "() => Array.from(document.querySelectorAll('#drift-table tbody tr')).filter(r => !r.hidden)"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-            page.route("**/*", only_local)
-            page.goto(report.as_uri(), wait_until="load")
-            folded_closed = page.evaluate("() => !document.querySelector('details.folded').open")
-            page.click("#drift-table thead th:nth-child(5)")  # PSI: largest first
-            psi_down = page.evaluate(f"() => ({visible})().map(r => r.cells[4].getAttribute('data-v'))")
-            page.click("#drift-table thead th:nth-child(5)")
-            psi_up = page.evaluate(f"() => ({visible})().map(r => r.cells[4].getAttribute('data-v'))")
-            page.click("#drift-table thead th:nth-child(1)")  # feature: A to Z
-            by_name = page.evaluate(f"() => ({visible})().map(r => r.getAttribute('data-feature'))")
-            page.check("#drift-flagged")
-            flagged_rows = page.evaluate(f"() => ({visible})().map(r => [r.getAttribute('data-feature'), r.cells[2].textContent])")
-            page.fill("#drift-filter", "num_03")
-            both = page.evaluate(f"() => ({visible})().map(r => r.getAttribute('data-feature'))")
-            page.uncheck("#drift-flagged")
-            page.fill("#drift-filter", "cat")
-            by_text = page.evaluate(f"() => ({visible})().map(r => r.getAttribute('data-feature'))")
-            shown_text = page.inner_text("#drift-shown")
-        finally:
-            browser.close()
+    with offline_page(report) as opened:
+        page = opened.page
+        folded_closed = page.evaluate("() => !document.querySelector('details.folded').open")
+        page.click("#drift-table thead th:nth-child(5)")  # PSI: largest first
+        psi_down = page.evaluate(f"() => ({visible})().map(r => r.cells[4].getAttribute('data-v'))")
+        page.click("#drift-table thead th:nth-child(5)")
+        psi_up = page.evaluate(f"() => ({visible})().map(r => r.cells[4].getAttribute('data-v'))")
+        page.click("#drift-table thead th:nth-child(1)")  # feature: A to Z
+        by_name = page.evaluate(f"() => ({visible})().map(r => r.getAttribute('data-feature'))")
+        page.check("#drift-flagged")
+        flagged_rows = page.evaluate(f"() => ({visible})().map(r => [r.getAttribute('data-feature'), r.cells[2].textContent])")
+        page.fill("#drift-filter", "num_03")
+        both = page.evaluate(f"() => ({visible})().map(r => r.getAttribute('data-feature'))")
+        page.uncheck("#drift-flagged")
+        page.fill("#drift-filter", "cat")
+        by_text = page.evaluate(f"() => ({visible})().map(r => r.getAttribute('data-feature'))")
+        shown_text = page.inner_text("#drift-shown")
 
-    assert errors == [] and [u for u in requested if not u.startswith(("file://", "data:"))] == []
+    assert opened.errors == [] and opened.fetched_elsewhere == []
     assert folded_closed
     psi = [v for v in frame["psi"].to_list() if v is not None]
     assert len(psi_down) == len(rows)

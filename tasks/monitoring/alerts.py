@@ -62,12 +62,6 @@ def _named(item: str, words: JobWords | None) -> str:
     return f"{item} ({words.decision(value)})"
 
 
-def _feature(feature: str, words: JobWords | None) -> str:
-    """The feature's plain name with its column after it, where the two differ."""
-    label = words.feature(feature) if words is not None else feature
-    return feature if label == feature else f"{label} ({feature})"
-
-
 def published_run_alerts(
     job: str, partition_date: str, *, drift_rows: Sequence[dict[str, Any]], monitoring: dict[str, Any] | None,
     run_link: str | None, page: str | None, health_rows: Sequence[dict[str, Any]] = (), words: JobWords | None = None,
@@ -79,7 +73,7 @@ def published_run_alerts(
     drifted = [r for r in drift_rows if r.get("flag") == "alert"]
     if drifted:
         lines = "\n".join(
-            f"- {_feature(r['feature'], words)} against {r['baseline']}" + (f": PSI {r['psi']:.3f}" if isinstance(r.get("psi"), float) else "")
+            f"- {(words.feature_and_column(r['feature']) if words is not None else r['feature'])} against {r['baseline']}" + (f": PSI {r['psi']:.3f}" if isinstance(r.get("psi"), float) else "")
             for r in drifted
         )
         alerts.append(Alert(

@@ -58,6 +58,12 @@ class JobWords:
         """The feature's plain name."""
         return self.feature_labels.get(name) or predict_feature_label(name)
 
+    def feature_and_column(self, name: str) -> str:
+        """The feature's plain name with its column after it where the two differ (`Annual km (annual_km)`): how pages
+        and alerts name a feature, so a reader can find the column too."""
+        label = self.feature(name)
+        return name if label == name else f"{label} ({name})"
+
     @property
     def score_meaning(self) -> str:
         """One phrase: what the score is and which way is more (`risk score, higher: riskier`)."""

@@ -162,8 +162,7 @@ def feature_text(feature: str, words: JobWords | None = None) -> str:
     if feature == SCORE_DRIFT_NAME and words is not None:
         # The score's own drift rows sit among the features' under the name `score`: the page calls it what the job does.
         return words.score_name
-    label = words.feature(feature) if words is not None else None
-    return feature if not label or label == feature else f"{label} ({feature})"
+    return words.feature_and_column(feature) if words is not None else feature
 
 
 def _flag_badge(flag: str | None) -> str:

@@ -1010,17 +1010,18 @@ def check_model(
 @app.command()
 def card(
     job: Annotated[str, typer.Argument(help="A configured job, e.g. credit_risk.")],
-    out: Annotated[Path | None, typer.Option(help="Where to write the Markdown; default data/output/<job>/model_card.md.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Where to write the Markdown (its page goes beside it, .html); default data/output/<job>/model_card.md.",
+    )] = None,
 ) -> None:
-    """Write the model card: Prediction Contract and Inference Specification, from spec, registry and latest run."""
-    from tasks.reports.model_card import job_model_card
+    """Write the model card (Markdown and a page): Prediction Contract and Inference Specification, from spec, registry and latest run."""
+    from tasks.reports.model_card import MODEL_CARD_FILE, job_model_card, written_model_card
 
     settings = _run(current_settings)
     markdown = _run(lambda: job_model_card(job, with_warehouse_url(settings)))
-    target = out or settings.data_dir / "output" / job / "model_card.md"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(markdown)
-    console.print(f"model card of {job}: {target}")
+    target = out or settings.output_dir(job) / MODEL_CARD_FILE
+    page = written_model_card(markdown, target)
+    console.print(f"model card of {job}: {target} (page: {page})")
 
 
 @app.command()

@@ -129,12 +129,13 @@ def test_nothing_a_reader_sees_of_a_propensity_job_speaks_of_risk_or_declines(sh
     artifacts = _artifacts(root)
     keys = {a["key"] for a in artifacts}
     assert {f"{k}-{JOB}" for k in ("key-numbers", "run-summary", "run-report", "drift-report", "fallback-report", "model-health",
-                                   "decision-monitoring", "realized-performance", "monitoring-report")} <= keys, keys
+                                   "decision-monitoring", "realized-performance", "monitoring-report", "model-card")} <= keys, keys
     logs = list((root / "data" / "output" / "logs").glob("*.log"))
     read = {
         **{f"run page {d}": _text((html_dir / f"date={d}.html").read_text()) for d in SCORED},
         "monitoring page": _text((html_dir / "monitoring.html").read_text()),
         "model card": (root / "data" / "output" / JOB / "model_card.md").read_text(),
+        "model card page": _text((root / "data" / "output" / JOB / "model_card.html").read_text()),
         **{f"artifact {a['key']}": f"{a['description']} {json.dumps(a['data'])}" for a in artifacts},
         "run logs": "\n".join(p.read_text() for p in logs),
         "command output": shop["output"],

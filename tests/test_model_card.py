@@ -16,6 +16,8 @@ from tasks.settings import Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 
 from conftest import DEMO_JOB, DemoEnv
+from offline_browser import offline_page
+from test_run_artifacts import latest_artifact
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -66,6 +68,20 @@ def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(de
     assert f"peak RSS {inference['peak_rss_mb']:,.0f} MB" in inference_spec and inference["peak_rss_mb"] > 0
     assert "cpu: xgboost:cpu" in inference_spec
     assert result["run_id"] in inference_spec
+
+    # The run rewrote the card beside its outputs, as Markdown and as a page; without SCORING_REPORT_BASE_URL its artifact
+    # (and the run page's) gives the file's path as text, not a file:// link that a browser opens nothing from.
+    written = fresh_data.output_dir(DEMO_JOB) / "model_card.md"
+    page = written.with_suffix(".html")
+    assert written.read_text() == card and page.is_file()
+    shown = {key: str(latest_artifact(f"{key}-credit-risk").data) for key in ("model-card", "run-report")}
+    assert f"`{page}`" in shown["model-card"]
+    assert f"`{fresh_data.output_dir(DEMO_JOB) / 'reports' / 'html' / f'date={day}.html'}`" in shown["run-report"]
+    assert not [key for key, text in shown.items() if "](" in text or "file://" in text]
+    with offline_page(page) as opened:
+        assert opened.page.title() == f"Model card: {DEMO_JOB}" and opened.errors == [] and opened.fetched_elsewhere == []
+        text = opened.page.inner_text("body")
+    assert f"sha256 {meta.sha256[:12]}…" in text and "â€" not in text
 
 
 def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_env: DemoEnv, fresh_data: Settings) -> None:

@@ -1,5 +1,6 @@
-"""Reports where analysts look: the run's key numbers as a table artifact, and a link artifact to its page
-served from SCORING_REPORT_BASE_URL (a static server on 127.0.0.1 started by the test serves the output folder)."""
+"""Reports where analysts look: the run's key numbers as a table artifact, and links to its page, the model card and
+the monitoring page served from SCORING_REPORT_BASE_URL (a static server on 127.0.0.1 started by the test serves the
+output folder)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,18 @@ from tasks.settings import Settings, current_settings
 from tests.conftest import DEMO_JOB, DemoEnv
 
 
-def _artifact(key: str):  # noqa: ANN202
+def _served(url: str) -> str:
+    """The page at `url` as a browser decodes it: by the `<meta charset>` in its first 1024 bytes, since the static server
+    names no charset."""
+    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (127.0.0.1, started by the test)
+        assert response.status == 200 and "charset" not in response.headers["Content-Type"], response.headers["Content-Type"]
+        body = response.read()
+    assert b'<meta charset="utf-8">' in body[:1024]
+    return body.decode("utf-8")
+
+
+def latest_artifact(key: str):  # noqa: ANN202
+    """The newest artifact under `key` in the Prefect API."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
@@ -40,13 +52,33 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
         monkeypatch.setenv("SCORING_REPORT_BASE_URL", f"http://127.0.0.1:{server.server_port}/")
         day = demo_env.plan.scoring_dates[-1]
         result = score_partition(DEMO_JOB, day)
-        link = _artifact("run-page-credit-risk")
+        link = latest_artifact("run-page-credit-risk")
         assert link.type == "markdown" and str(link.data).startswith("[")  # Prefect stores a link artifact as a Markdown link
-        url = f"http://127.0.0.1:{server.server_port}/{DEMO_JOB}/reports/html/date={day}.html"
-        assert url in str(link.data)
-        with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (127.0.0.1, started above)
-            page = response.read().decode()
+        base = f"http://127.0.0.1:{server.server_port}"
+        url = f"{base}/{DEMO_JOB}/reports/html/date={day}.html"
+        assert url in str(link.data) and f"]({url})" in str(latest_artifact("run-report-credit-risk").data)
+        page = _served(url)
         assert f"Scoring run {DEMO_JOB} {day}" in page and result["run_id"] in page
+
+        # The model card the run rewrote: its page, in the run page's style, opens from its link artifact.
+        card_url = f"{base}/{DEMO_JOB}/model_card.html"
+        assert f"]({card_url})" in str(latest_artifact("model-card-credit-risk").data)
+        card = _served(card_url)
+        assert f"<title>Model card: {DEMO_JOB}</title>" in card and "border-collapse:collapse" in card and result["run_id"] in card
+        # sha256 …, 0–1, rule → decision: written in UTF-8 and read back as such, not as "â€¦".
+        assert "sha256 " in card and "…" in card and "→" in card and "â€" not in card
+
+        # The monitoring page (written here as the outcomes flow's report step writes it) opens from its links too.
+        from tasks.monitoring.runs import written_monitoring_page
+        from tasks.sinks.warehouse_choice import warehouse_for
+
+        monitoring_url = f"{base}/{DEMO_JOB}/reports/html/monitoring.html"
+        _, artifacts = written_monitoring_page(warehouse_for(current_settings()), current_settings(), DEMO_JOB, day, day)
+        by_key = {a.key: a for a in artifacts}
+        assert by_key["monitoring-page-credit-risk"].link == monitoring_url
+        assert f"]({monitoring_url})" in by_key["monitoring-report-credit-risk"].markdown
+        assert f"<title>Prediction monitoring {DEMO_JOB} {day}..{day}</title>" in _served(monitoring_url)
+        assert not [a.key for a in artifacts if "file://" in f"{a.markdown}{a.link}"]
         # The page opens on its glance, whose flagged count is the run's own drift report's (the score is no feature).
         drift = pl.read_parquet(fresh_data.data_dir / "output" / DEMO_JOB / "reports" / "drift" / f"date={day}" / "*.parquet")
         features = drift.filter(pl.col("feature") != SCORE_DRIFT_NAME)
@@ -58,7 +90,7 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
         server.shutdown()
         server.server_close()
 
-    numbers = _artifact("key-numbers-credit-risk").data
+    numbers = latest_artifact("key-numbers-credit-risk").data
     table = {r["measure"]: r["value"] for r in (numbers if isinstance(numbers, list) else json.loads(numbers))}
     assert table["rows read"] == f"{result['rows_read']:,}" and table["rows scored"] == f"{result['rows_scored']:,}"
     # Decisions by their plain names in the spec (manual_review: "manual review").

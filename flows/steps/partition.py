@@ -30,6 +30,8 @@ from tasks.scoring.partition_run import (
 )
 from tasks.errors import RunStopped, user_facing_error
 from tasks.monitoring.alerts import published_run_alerts
+from tasks.reports.links import served_url
+from tasks.reports.model_card import MODEL_CARD_FILE, job_model_card, model_card_artifact, written_model_card
 from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
 from tasks.sinks.delta import delta_tables
@@ -111,10 +113,13 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
     monitored = monitor_decisions(
         ticket.job, ticket.partition_date, ticket.run_id, quote(summary.decision_groups), quote(summary.slice_counts), return_state=True
     )
+    carded = write_model_card(ticket, return_state=True)
     result = finished_run_result(
         ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=_failure(finished),
         monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=_failure(monitored),
     )
+    if not carded.is_completed():
+        result["warnings"].append(f"model card not written: {_failure(carded)}")
     alerted = send_alerts(
         ticket, quote(summary.drift_report), result.get("decision_monitoring"), result.get("report") or None,
         quote([r for r in summary.model_health if r.get("section") == "class_mix"]), return_state=True,
@@ -126,6 +131,19 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
             # The outputs are published and the row says succeeded; only the terminal can still say what went wrong.
             result["warnings"].append(f"these warnings are not in the ledger row of run {ticket.run_id}: {_failure(recorded)}")
     return result
+
+
+@task(name="write-model-card")
+def write_model_card(ticket: RunTicket) -> str:
+    """The job's model card rewritten with the figures of the run just published (its inference measures, its guards),
+    as Markdown and as a page beside it, and its artifact: a link to the page under SCORING_REPORT_BASE_URL, else its
+    path. Returns the page's path."""
+    settings = current_settings()
+    markdown = job_model_card(ticket.job, settings, run_warehouse(ticket.run_id))
+    page = written_model_card(markdown, settings.output_dir(ticket.job) / MODEL_CARD_FILE)
+    log.info("model card of %s: %s", ticket.job, page)
+    left_artifacts([model_card_artifact(ticket.job, page, served_url(settings.report_base_url, settings.data_dir / "output", page))])
+    return str(page)
 
 
 def _failure(state: State) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from tasks.reports.html_report import write_run_report
+from tasks.reports.links import file_reference_markdown, served_url
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.class_page import class_monitoring_page_html, class_monitoring_rows
 from tasks.monitoring.decisions import decision_groups_frame, monitored_decisions
@@ -104,6 +105,7 @@ def written_monitoring_page(
     its realized error)."""
     spec = load_job_spec(job, settings)
     page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
+    page_url = served_url(settings.report_base_url, settings.data_dir / "output", page)
     decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
     if spec.target.classifies:
         rows = class_monitoring_rows(warehouse, job, first_date=first_date, last_date=last_date)
@@ -116,11 +118,11 @@ def written_monitoring_page(
             decisions=decisions, first_date=first_date, last_date=last_date, realized=realized, words=spec.words,
         ))
         log.info("monitoring page of %s: %s", job, page)
-        return page, [Artifact(
+        return page, [*monitoring_page_link(job, page_url), Artifact(
             artifact_key("monitoring-report", job), f"Class-mix monitoring of {job}",
             markdown=(
-                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: [{page.name}]({page.as_uri()})\n\n"
-                f"`{page}` — each partition's class mix, mean probability of the predicted class, close calls and decisions."
+                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: {file_reference_markdown(page, page_url)} — each "
+                "partition's class mix, mean probability of the predicted class, close calls and decisions."
             ),
         )]
     if spec.target.forecasts:
@@ -130,7 +132,7 @@ def written_monitoring_page(
         ))
         log.info("monitoring page of %s: %s", job, page)
         return page, monitoring_page_artifacts(
-            realized_error_rows(forecast.history), job=job, first_date=first_date, last_date=last_date, page=page,
+            realized_error_rows(forecast.history), job=job, first_date=first_date, last_date=last_date, page=page, page_url=page_url,
             unknown=sum(int(r["labels_unknown_entity"]) for r in forecast.history.partitions.iter_rows(named=True)),
             interval_level=spec.prediction.interval_level, forecasts=True,
         )
@@ -142,7 +144,7 @@ def written_monitoring_page(
     unknown = sum(int(r["labels_unknown_entity"]) for r in history.partitions.iter_rows(named=True))
     log.info("monitoring page of %s: %s", job, page)
     return page, monitoring_page_artifacts(
-        realized_performance_rows(history), job=job, first_date=first_date, last_date=last_date, page=page, unknown=unknown,
+        realized_performance_rows(history), job=job, first_date=first_date, last_date=last_date, page=page, page_url=page_url, unknown=unknown,
         interval_level=spec.monitoring.outcome_interval_level,
     )
 
@@ -188,11 +190,18 @@ def slice_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.
     )
 
 
+def monitoring_page_link(job: str, page_url: str | None) -> list[Artifact]:
+    """The link artifact to the monitoring page under SCORING_REPORT_BASE_URL; none without one (the page's
+    Markdown artifact gives its path)."""
+    return [Artifact(artifact_key("monitoring-page", job), f"The monitoring page of {job}", link=page_url)] if page_url else []
+
+
 def monitoring_page_artifacts(
-    performance: list[dict], *, job: str, first_date: dt.date, last_date: dt.date, page: Path, unknown: int, interval_level: float,
-    forecasts: bool = False,
+    performance: list[dict], *, job: str, first_date: dt.date, last_date: dt.date, page: Path, page_url: str | None, unknown: int,
+    interval_level: float, forecasts: bool = False,
 ) -> list[Artifact]:
-    """The realized-performance table (a forecast job's realized error) and the monitoring page's link, as artifact contents."""
+    """The realized-performance table (a forecast job's realized error) and the monitoring page's link (`page_url`, its
+    address under SCORING_REPORT_BASE_URL, else its path), as artifact contents."""
     measured = (
         "MAE, RMSE, bias (actual − forecast), the interval's coverage and mean width on the forecasts with an actual (tables "
         "outcome_errors, outcome_partitions)" if forecasts else
@@ -206,12 +215,12 @@ def monitoring_page_artifacts(
             f"labels for unknown entities: {unknown}",
             table=[{k: str(v) for k, v in r.items()} for r in performance],
         ),
+        *monitoring_page_link(job, page_url),
         Artifact(
             artifact_key("monitoring-report", job),
             f"{'Forecast' if forecasts else 'Prediction'} monitoring and realized outcomes of {job}",
             markdown=(
-                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: [{page.name}]({page.as_uri()})\n\n"
-                f"`{page}` — " + (
+                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: {file_reference_markdown(page, page_url)} — " + (
                     "decision mix, mean forecast and interval width over time, realized MAE, RMSE, bias and coverage per partition "
                     "and decision, the estimated MAE beside the realized one.\n\n" if forecasts else
                     "decision mix over time, expected vs observed event rate, calibration per model version.\n\n"

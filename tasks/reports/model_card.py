@@ -1,4 +1,4 @@
-"""The model card of a job, as Markdown: the Prediction Contract, its reason codes, the calibration
+"""The model card of a job, as Markdown and as a page in the run page's style: the Prediction Contract, its reason codes, the calibration
 map, the Inference Specification, the training record and what the guards did in the latest run.
 A forecast job's card (target.kind regression or count) gives the forecast contract, the target in
 words, the rule table, the reasons up and down and the prediction interval in place of the calibration.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 from tasks.contracts import (
@@ -26,8 +27,16 @@ from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.monitoring.forecast_distribution import rule_condition_text
 from tasks.prediction.config import ReasonCode
 from tasks.prediction.reasons import FORECAST_DIRECTIONS
+from tasks.reports.html_report import page_html, write_run_report
+from tasks.reports.links import file_reference_markdown
+from tasks.scoring.partition_run import Artifact, artifact_key
 from tasks.settings import Settings
+from tasks.sinks.warehouse import Warehouse
 from tasks.sinks.warehouse_choice import warehouse_for
+
+MODEL_CARD_FILE = "model_card.md"
+"""The card's Markdown in the job's output folder; its page is beside it, `model_card.html`."""
+_CARD_CSS = "code{background:#f4f4f4;padding:0 3px;border-radius:3px}"
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -462,13 +471,43 @@ def model_card_markdown(
     ]) + "\n"
 
 
-def job_model_card(job: str, settings: Settings) -> str:
-    """The card of `job` for the model version its latest run used (or the spec's version before any run)."""
+def job_model_card(job: str, settings: Settings, warehouse: Warehouse | None = None) -> str:
+    """The card of `job` for the model version its latest run used (or the spec's version before any run), read from
+    `warehouse` (default: the one the settings name)."""
     spec = load_job_spec(job, settings)
-    warehouse = warehouse_for(settings)
-    latest = warehouse.latest_succeeded_run(job)
+    warehouse = warehouse or warehouse_for(settings)
+    with warehouse.kept_open():
+        latest = warehouse.latest_succeeded_run(job)
+        guard_summary = warehouse.run_guard_summary(latest["run_id"]) if latest else []
     version = latest["model_version"] if latest else spec.model.version
     registry = settings.model_registry_dir(spec.model.name)
     metadata = inference_model_artifact(registry, version).metadata
-    guard_summary = warehouse.run_guard_summary(latest["run_id"]) if latest else []
     return model_card_markdown(spec, metadata, latest, guard_summary=guard_summary, aliases=inference_model_aliases(registry))
+
+
+def model_card_page_html(markdown: str) -> str:
+    """The card as one self-contained page with the run page's style and charset: its Markdown rendered by
+    markdown-it (CommonMark and tables; HTML in the spec's texts shown as text, never as markup)."""
+    from markdown_it import MarkdownIt
+
+    heading, _, body = markdown.partition("\n")
+    rendered = MarkdownIt("commonmark", {"html": False}).enable("table").render(body)
+    meta = "Generated from the job spec, the model registry and the latest succeeded run; the same card as Markdown is beside this page."
+    return page_html(heading.removeprefix("# "), meta, rendered, css=_CARD_CSS)
+
+
+def written_model_card(markdown: str, target: Path) -> Path:
+    """The card written as Markdown to `target` and as a page beside it (same name, `.html`), each atomically (runs of
+    several days rewrite it at once); returns the page's path."""
+    write_run_report(target, markdown)
+    return write_run_report(target.with_suffix(".html"), model_card_page_html(markdown))
+
+
+def model_card_artifact(job: str, page: Path, page_url: str | None) -> Artifact:
+    """A link to the card's page under SCORING_REPORT_BASE_URL (`page_url`), else its path as plain text."""
+    description = f"The model card of {job}: contract, reason codes, calibration, inference specification, training, guards"
+    if page_url:
+        return Artifact(artifact_key("model-card", job), description, link=page_url)
+    return Artifact(artifact_key("model-card", job), description, markdown=(
+        f"**Model card** of `{job}`: {file_reference_markdown(page, None)} (Markdown: `{page.with_suffix('.md').name}` beside it)."
+    ))

@@ -25,6 +25,7 @@ from tasks.quality.fallback_report import fallback_kind_totals
 from tasks.reports.class_report import class_run_report_html
 from tasks.reports.forecast_report import forecast_run_report_html
 from tasks.reports.html_report import run_report_html
+from tasks.reports.links import file_reference_markdown
 from tasks.sinks.publish import PublishedPartition, discarded_run, retried
 from tasks.sinks.recovery import (
     pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition, released_failure_room, reserved_failure_room,
@@ -310,8 +311,8 @@ def run_artifacts(
         Artifact(
             artifact_key("run-report", job), f"HTML run report of {job} for {day}",
             markdown=(
-                f"**Run report** of `{job}` on {day}: [{report_path.name}]({report_path.as_uri()})\n\n"
-                f"`{report_path}` — summary, fallback table, drift table and a histogram per feature, most drifted first.\n\n"
+                f"**Run report** of `{job}` on {day}: {file_reference_markdown(report_path, page_url)} — summary, fallback table, "
+                "drift table and a histogram per feature, most drifted first.\n\n"
                 + _drift_flags_markdown(summary.drift_report, ticket.words)
             ),
         ),

@@ -36,7 +36,8 @@ from tasks.sinks.warehouse_choice import warehouse_for
 
 MODEL_CARD_FILE = "model_card.md"
 """The card's Markdown in the job's output folder; its page is beside it, `model_card.html`."""
-_CARD_CSS = "code{background:#f4f4f4;padding:0 3px;border-radius:3px}"
+_CARD_CSS = "code{background:#f4f4f4;padding:0 3px;border-radius:3px}thead:not(:has(th:not(:empty))){display:none}"
+"""Code spans shaded; the header row of a two-column table whose headers are empty (the Inference Specification) hidden."""
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -505,7 +506,7 @@ def written_model_card(markdown: str, target: Path) -> Path:
 
 def model_card_artifact(job: str, page: Path, page_url: str | None) -> Artifact:
     """A link to the card's page under SCORING_REPORT_BASE_URL (`page_url`), else its path as plain text."""
-    description = f"The model card of {job}: contract, reason codes, calibration, inference specification, training, guards"
+    description = f"The model card of {job} (contract, model, training, guards of the latest run)"
     if page_url:
         return Artifact(artifact_key("model-card", job), description, link=page_url)
     return Artifact(artifact_key("model-card", job), description, markdown=(

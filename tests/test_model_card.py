@@ -146,7 +146,8 @@ def test_score_card_writes_the_card_and_names_the_file(fresh_data: Settings, tmp
     target = tmp_path / "card.md"
     result = CliRunner().invoke(app, ["card", DEMO_JOB, "--out", str(target)])
     assert result.exit_code == 0, result.output
-    assert str(target) in result.output.replace("\n", "")
+    assert str(target) in result.output.replace("\n", "") and str(target.with_suffix(".html")) in result.output.replace("\n", "")
     assert target.read_text() == job_model_card(DEMO_JOB, fresh_data)
+    assert f"<title>Model card: {DEMO_JOB}</title>" in target.with_suffix(".html").read_text(encoding="utf-8")
     unknown = CliRunner().invoke(app, ["card", "no_such_job"])
     assert unknown.exit_code == 2 and "unknown job 'no_such_job'" in unknown.output

@@ -106,6 +106,21 @@ def test_without_a_base_url_there_is_no_link_artifact_and_a_bad_one_is_refused(d
     from tasks.scoring.partition_run import report_url
 
     assert report_url(None, DEMO_JOB, demo_env.plan.scoring_dates[-1]) is None
+    # Without a base URL the monitoring page's artifacts give its path as text and no link artifact; a file outside the
+    # served folder has no address under one.
+    from tasks.monitoring.runs import monitoring_page_artifacts
+    from tasks.reports.links import served_url
+
+    output = demo_env.settings.data_dir / "output"
+    page = output / DEMO_JOB / "reports" / "html" / "monitoring.html"
+    day = demo_env.plan.scoring_dates[-1]
+    artifacts = monitoring_page_artifacts(
+        [], job=DEMO_JOB, first_date=day, last_date=day, page=page, page_url=None, unknown=0, interval_level=0.9,
+    )
+    assert [a.key for a in artifacts] == ["realized-performance-credit-risk", "monitoring-report-credit-risk"]
+    assert f": `{page}` — " in artifacts[1].markdown and "](" not in artifacts[1].markdown
+    assert served_url(None, output, page) is None and served_url("http://r:8080/", output, demo_env.settings.data_dir / "raw") is None
+    assert served_url("http://r:8080/", output, page) == f"http://r:8080/{DEMO_JOB}/reports/html/monitoring.html"
     monkeypatch.setenv("SCORING_REPORT_BASE_URL", "reports.internal:8080")
     with pytest.raises(Exception, match="SCORING_REPORT_BASE_URL=.reports.internal:8080"):
         current_settings()

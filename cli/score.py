@@ -86,7 +86,7 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
     from tasks.monitoring.report import (
         challenger_lines, monitoring_history, realized_class_rows, realized_class_table, realized_error_rows, realized_error_table,
-        realized_performance_rows, realized_performance_table,
+        realized_performance_rows, realized_performance_table, unmatched_label_counts, unmatched_labels_text,
     )
 
     settings = with_warehouse_url(current_settings())
@@ -102,6 +102,7 @@ def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
         console.print(realized_class_table(job, realized_class_rows(history), interval_level=monitoring.health.interval_level))
     else:
         console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))
+    console.print(Text(unmatched_labels_text(unmatched_label_counts(history))), highlight=False, soft_wrap=True)
     for line in challenger_lines(history):
         console.print(Text(f"challenger: {line}"), highlight=False, soft_wrap=True)
     console.print(f"monitoring page: {settings.data_dir / 'output' / job / 'reports' / 'html' / 'monitoring.html'}")

@@ -5,34 +5,36 @@ from __future__ import annotations
 import datetime as dt
 
 from prefect import flow
+from pydantic.json_schema import SkipJsonSchema
 
-from tasks.jobs.calendar import job_name_enum, partition_range, yesterday
+from tasks.jobs.calendar import ALL_JOBS, job_or_all_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs, load_job_spec
-from flows.steps.monitoring import ingest_outcomes, report_outcomes
+from flows.steps.monitoring import ingest_outcomes, current_outcomes_run_name, report_outcomes
 from tasks.monitoring.outcomes import outcome_window
 from tasks.settings import current_settings
 
-JobName = job_name_enum(current_settings())
+JobOrAll = job_or_all_enum(current_settings())
+# A date or nothing, shown as a plain date picker: the form's None toggle ('Property is type "None"') puzzled analysts.
+OptionalDay = dt.date | SkipJsonSchema[None]
 
 
-@flow(name="outcomes", log_prints=True)
+@flow(name="outcomes", flow_run_name=current_outcomes_run_name, log_prints=True)
 def outcomes(
-    job: JobName | None = None,  # type: ignore[valid-type]
-    start_date: dt.date | None = None,
-    end_date: dt.date | None = None,
+    job: JobOrAll = ALL_JOBS,  # type: ignore[valid-type,assignment]
+    start_date: OptionalDay = None,
+    end_date: OptionalDay = None,
 ) -> list[dict]:
-    """Ingest the labels of `job`'s partitions from `start_date` to `end_date` inclusive (every job, and
-    the job's `monitoring.lookback_days` ending yesterday, when not given), compute the outcome
-    metrics per partition and model version, and write the monitoring page. Re-running leaves the
-    same tables.
+    """Ingest the labels of `job`'s partitions from `start_date` to `end_date` inclusive, compute the outcome
+    metrics per partition and model version, and write the monitoring page. Re-running leaves the same tables.
 
     Args:
-        job: The job whose labels to ingest; empty: every configured job.
-        start_date: The first partition whose labels to ingest; empty: the job's lookback window.
-        end_date: The last partition, inclusive; empty: yesterday.
+        job: The job whose labels to ingest; all: every configured job (what the 06:00 run does).
+        start_date: The first partition whose labels to ingest; leave it empty for the job's lookback window
+            (monitoring.lookback_days in its spec) ending on end_date.
+        end_date: The last partition, inclusive; leave it empty for yesterday.
     """
     settings = current_settings()
-    jobs = [str(job)] if job else configured_jobs(settings)
+    jobs = configured_jobs(settings) if job == ALL_JOBS else [str(job)]
     ingested = []
     for name in jobs:
         first, last = outcome_window(

@@ -7,8 +7,10 @@ for unknown entities. Tests that change labels or the spec work on their own cop
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib
+import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +29,10 @@ from scipy.stats import beta, mannwhitneyu
 
 from tasks.errors import LabelError, PartitionError
 from tasks.jobspec import load_job_spec
-from tasks.monitoring.report import monitoring_history, realized_performance_rows, realized_performance_table
+from tasks.monitoring.report import (
+    monitoring_history, realized_performance_rows, realized_performance_table, unmatched_label_counts, unmatched_labels_text,
+)
+from tasks.monitoring.runs import outcomes_run_name, written_monitoring_page
 from tasks.monitoring.outcomes import (
     ANY_ACTION,
     ingested_outcomes,
@@ -180,7 +185,7 @@ def test_unknown_entities_and_duplicates_are_counted_kept_and_reported(
     env: OutcomesEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterName
     from prefect.client.schemas.sorting import ArtifactSort
 
     from flows.outcomes import outcomes
@@ -217,7 +222,11 @@ def test_unknown_entities_and_duplicates_are_counted_kept_and_reported(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["realized-performance-credit-risk"])),
             sort=ArtifactSort.CREATED_DESC, limit=1,
         )
-    assert "labels for unknown entities: 3" in artifacts[0].description
+        named = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"outcomes {JOB} {day}…{day}"])))
+    unmatched = partition["labels_unknown_entity"] + partition["labels_quarantined"]
+    assert f"Labels that match no scored entity: {unmatched} — " in artifacts[0].description
+    assert "unknown entity: 3 (labels of entities a scored day never read)" in artifacts[0].description
+    assert artifacts[0].flow_run_id in {r.id for r in named}, "the run is named after its job and partitions"
     page = (data_dir / "output" / JOB / "reports" / "html" / "monitoring.html").read_text()
     assert page.count('<tr class="unknown">') == 2  # the performance row and the labels row of the day
 
@@ -324,11 +333,52 @@ def test_the_realized_performance_table_for_the_terminal(env: OutcomesEnv) -> No
         DuckDBWarehouse(env.settings.duckdb_path), JOB, first_date=env.unscored_date, last_date=env.demo.dates[-1]
     )
     rows = realized_performance_rows(history)
-    assert [r["date"] for r in rows] == [d.isoformat() for d in [env.unscored_date, *env.demo.dates]]
+    assert [r["date"] for r in rows] == [d.isoformat() for d in env.demo.dates], "scored days only"
     console = Console(record=True, width=240)
     console.print(realized_performance_table(JOB, rows))
     text = console.export_text()
-    assert "realized performance" in text and "(not scored)" in text and env.demo.dates[-1].isoformat() in text
+    assert "realized performance" in text and "not scored" not in text and env.demo.dates[-1].isoformat() in text
+
+
+def test_labels_matching_no_scored_entity_are_counted_per_reason(env: OutcomesEnv) -> None:
+    labels = table(env.settings, "outcome_labels")
+    never_scored = pl.read_parquet(env.data_dir / "labels" / JOB / f"date={env.unscored_date}" / "labels.parquet").height
+    scored_days = labels.filter(pl.col("partition_date") != env.unscored_date)
+    want = {
+        "not scored": never_scored,
+        "quarantined": scored_days.filter(pl.col("entity_status") == "quarantined").height,
+        "unknown entity": scored_days.filter(pl.col("entity_status") == "unknown").height,
+    }
+    assert want["not scored"] > 0, want
+    history = monitoring_history(
+        DuckDBWarehouse(env.settings.duckdb_path), JOB, first_date=env.unscored_date, last_date=env.demo.dates[-1]
+    )
+    assert unmatched_label_counts(history) == want
+    # Quarantined labels count as such, on a day never scored too (every row of it quarantined).
+    quarantined = {env.unscored_date: 2, env.demo.dates[1]: 5}
+    partitions = history.partitions.with_columns(
+        pl.col("partition_date").replace_strict(quarantined, default=0, return_dtype=pl.Int64).alias("labels_quarantined")
+    )
+    assert unmatched_label_counts(dataclasses.replace(history, partitions=partitions)) == {**want, "quarantined": want["quarantined"] + 7}
+    sentence = unmatched_labels_text(want)
+    assert sentence.startswith(f"Labels that match no scored entity: {sum(want.values())} — not scored: {never_scored} (")
+    assert unmatched_labels_text(dict.fromkeys(want, 0)) == "Every label matches a scored entity."
+
+    _, (performance, report) = written_monitoring_page(
+        DuckDBWarehouse(env.settings.duckdb_path), env.settings, JOB, env.unscored_date, env.demo.dates[-1]
+    )
+    assert {r["date"] for r in performance.table} == {d.isoformat() for d in env.demo.dates}
+    assert performance.description.endswith(sentence) and report.markdown.endswith(sentence)
+
+
+def test_the_outcomes_run_is_named_after_its_job_and_partitions(env: OutcomesEnv) -> None:
+    spec = load_job_spec(JOB, env.settings)
+    assert outcomes_run_name(env.settings, JOB, "2026-03-01", dt.date(2026, 3, 5)) == f"outcomes {JOB} 2026-03-01…2026-03-05"
+    assert outcomes_run_name(env.settings, JOB, None, "2026-03-10") == (
+        f"outcomes {JOB} {dt.date(2026, 3, 10) - dt.timedelta(days=spec.monitoring.lookback_days - 1)}…2026-03-10"
+    )
+    # A value the run will refuse still names the run as it was asked for.
+    assert outcomes_run_name(env.settings, "all", "2026-02-30", None) == "outcomes all 2026-02-30…yesterday"
 
 
 # --- the deployment -----------------------------------------------------------------------------
@@ -350,9 +400,13 @@ def test_the_outcomes_deployment_runs_daily_and_on_demand_with_typed_parameters(
     schema = parameter_schema(flow).model_dump_for_openapi()
     props = schema["properties"]
     assert set(props) == {"job", "start_date", "end_date"} and not schema.get("required")
-    assert "credit_risk" in schema["definitions"]["JobName"]["enum"]
+    # Typed like the backfill form: a select with `all` preselected and plain date pickers, no None toggles.
+    assert '"null"' not in json.dumps(schema), schema
+    assert schema["definitions"]["JobOrAll"]["enum"][:2] == ["all", "credit_risk"] and props["job"]["default"] == "all"
     for date_param in ("start_date", "end_date"):
-        assert {"format": "date", "type": "string"} in props[date_param]["anyOf"]
+        assert {props[date_param][k] for k in ("type", "format")} == {"string", "date"} and "leave it empty" in props[date_param]["description"]
+    # The form sends an empty date as null: only the flow, not the server's schema check, may read it.
+    assert deployment["enforce_parameter_schema"] is False
 
 
 # --- the page, in a real browser, offline -------------------------------------------------------

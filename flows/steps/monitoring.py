@@ -6,10 +6,12 @@ from __future__ import annotations
 import datetime as dt
 
 from prefect import task
+from prefect.runtime import flow_run
 
 from flows.steps.artifacts import left_artifacts
 from flows.steps.blocks import configured_warehouse, run_warehouse
-from tasks.monitoring.runs import decision_monitoring, ingested_partition_outcomes, written_monitoring_page
+from tasks.monitoring.runs import decision_monitoring, ingested_partition_outcomes, outcomes_run_name, written_monitoring_page
+from tasks.jobs.calendar import ALL_JOBS
 from tasks.settings import current_settings
 
 
@@ -41,3 +43,11 @@ def report_outcomes(job: str, first_date: dt.date, last_date: dt.date) -> str:
     page, artifacts = written_monitoring_page(configured_warehouse(settings), settings, job, first_date, last_date)
     left_artifacts(artifacts)
     return str(page)
+
+
+def current_outcomes_run_name() -> str:
+    """The running outcomes flow run's name from its parameters: `outcomes <job or all> <first>…<last>`."""
+    parameters = flow_run.parameters
+    return outcomes_run_name(
+        current_settings(), parameters.get("job", ALL_JOBS), parameters.get("start_date"), parameters.get("end_date")
+    )

@@ -16,6 +16,8 @@ from tasks.settings import Settings
 EARLIEST_PARTITION = dt.date(1970, 1, 1)
 LATEST_PARTITION = dt.date(2199, 12, 31)
 _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+ALL_JOBS = "all"
+"""The choice of every configured job, where a form may cover them all (the outcomes run)."""
 
 
 def parse_partition_date(value: object, *, what: str = "partition date") -> dt.date:
@@ -66,3 +68,9 @@ def job_name_enum(settings: Settings) -> type[enum.StrEnum]:
     """An enum of configured jobs, so the Prefect UI renders the job parameter as a select."""
     jobs = configured_jobs(settings)
     return enum.StrEnum("JobName", {job: job for job in jobs})
+
+
+def job_or_all_enum(settings: Settings) -> type[enum.StrEnum]:
+    """`all` and the configured jobs, so the Prefect UI renders a job parameter that may cover every job as a
+    select with `all` preselected, not as a job-or-None toggle."""
+    return enum.StrEnum("JobOrAll", {ALL_JOBS: ALL_JOBS, **{job: job for job in configured_jobs(settings)}})

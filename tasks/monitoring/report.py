@@ -139,8 +139,9 @@ def _three_decimals(value: Any) -> str:
 
 
 def realized_performance_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
-    """One row per (partition, model version) that was scored, plus one per partition labelled but never scored."""
-    labels, label_counts = _label_counts(history)
+    """One row per (partition, model version) that was scored; labels of days never scored are counted by
+    `unmatched_label_counts`, not listed (a range reaching into the training days would open with rows of dashes)."""
+    label_counts = _label_counts(history)
     out = []
     for r in history.metrics.sort("partition_date", "model_version").iter_rows(named=True):
         out.append({
@@ -152,25 +153,44 @@ def realized_performance_rows(history: MonitoringHistory) -> list[dict[str, Any]
             **{k: _three_decimals(r[k]) for k in ("auc", "brier", "ece", "psi_score")},
             **label_counts(r["partition_date"]),
         })
-    scored = set(history.metrics["partition_date"].to_list())
-    for day, r in sorted(labels.items()):
-        if day not in scored:
-            out.append({
-                "date": day.isoformat(), "model_version": f"({r['status']})", "rows": r["predictions"], "labelled": 0,
-                "events": 0, "observed_rate": "—", "observed_interval": "—", "expected_rate": "—",
-                "expected_in_interval": "—", "auc": "—", "brier": "—", "ece": "—", "psi_score": "—", **label_counts(day),
-            })
-    return sorted(out, key=lambda row: (row["date"], row["model_version"]))
+    return out
 
 
-def _label_counts(history: MonitoringHistory) -> tuple[dict[dt.date, dict[str, Any]], Any]:
+def _label_counts(history: MonitoringHistory) -> Callable[[dt.date], dict[str, int]]:
     labels = {r["partition_date"]: r for r in history.partitions.iter_rows(named=True)}
 
     def label_counts(day: dt.date) -> dict[str, int]:
         row = labels.get(day) or {}
         return {"labels_quarantined": row.get("labels_quarantined", 0), "labels_unknown_entity": row.get("labels_unknown_entity", 0)}
 
-    return labels, label_counts
+    return label_counts
+
+
+UNMATCHED_REASONS = {
+    "not scored": "labels of days the job never scored (a range reaching back into the model's training days has many)",
+    "quarantined": "labels of entities a scored day read but kept out of scoring (a guard or a failed chunk)",
+    "unknown entity": "labels of entities a scored day never read",
+}
+"""Why a label matches no scored entity, each reason with what it means to the reader."""
+
+
+def unmatched_label_counts(history: MonitoringHistory) -> dict[str, int]:
+    """Labels of the range that match no scored entity, per reason of `UNMATCHED_REASONS` (`outcome_partitions`):
+    a day never scored counts its labels under `not scored`, except those of entities it quarantined."""
+    counts = dict.fromkeys(UNMATCHED_REASONS, 0)
+    for r in history.partitions.iter_rows(named=True):
+        counts["not scored" if r["status"] == "not scored" else "unknown entity"] += int(r["labels_unknown_entity"])
+        counts["quarantined"] += int(r["labels_quarantined"])
+    return counts
+
+
+def unmatched_labels_text(counts: dict[str, int]) -> str:
+    """`unmatched_label_counts` in a sentence: the total, then each reason that has labels, with its count."""
+    total = sum(counts.values())
+    if not total:
+        return "Every label matches a scored entity."
+    reasons = "; ".join(f"{reason}: {n} ({UNMATCHED_REASONS[reason]})" for reason, n in counts.items() if n)
+    return f"Labels that match no scored entity: {total} — {reasons}."
 
 
 def _four_digits(value: Any) -> str:
@@ -179,8 +199,8 @@ def _four_digits(value: Any) -> str:
 
 def realized_error_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
     """A forecast job's realized error, one row per (partition, model version) that was scored (`outcome_errors`,
-    section `partition`), plus one per partition labelled but never scored."""
-    labels, label_counts = _label_counts(history)
+    section `partition`); labels of days never scored are counted by `unmatched_label_counts`, not listed."""
+    label_counts = _label_counts(history)
     errors = history.errors.filter(pl.col("section") == "partition") if history.errors.height else history.errors
     out = []
     for r in errors.sort("partition_date", "model_version").iter_rows(named=True):
@@ -191,21 +211,14 @@ def realized_error_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
             "coverage": "—" if r["coverage"] is None else _pct(r["coverage"]), "mean_width": _four_digits(r["mean_width"]),
             "interval_level": f"{r['interval_level']:.0%}", **label_counts(r["partition_date"]),
         })
-    scored = set(errors["partition_date"].to_list()) if errors.height else set()
-    for day, r in sorted(labels.items()):
-        if day not in scored:
-            out.append({
-                "date": day.isoformat(), "model_version": f"({r['status']})", "rows": r["predictions"], "labelled": 0,
-                "mae": "—", "rmse": "—", "bias": "—", "coverage": "—", "mean_width": "—", "interval_level": "—", **label_counts(day),
-            })
-    return sorted(out, key=lambda row: (row["date"], row["model_version"]))
+    return out
 
 
 def realized_class_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
     """A multiclass job's realized performance, one row per (partition, model version) that was scored (`outcome_class_metrics`,
-    section `partition`) beside the accuracy estimated before labels (`outcome_estimates`), plus one per partition labelled
-    but never scored."""
-    labels, label_counts = _label_counts(history)
+    section `partition`) beside the accuracy estimated before labels (`outcome_estimates`); labels of days never scored
+    are counted by `unmatched_label_counts`, not listed."""
+    label_counts = _label_counts(history)
     metrics = history.class_metrics.filter(pl.col("section") == "partition") if history.class_metrics.height else history.class_metrics
     estimates = history.estimates.filter(pl.col("measure") == "accuracy") if history.estimates.height else history.estimates
     estimated = {(r["partition_date"], r["model_version"]): r for r in estimates.iter_rows(named=True)}
@@ -220,15 +233,7 @@ def realized_class_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
             **{k: "—" if r[k] is None else _three_decimals(r[k]) for k in ("log_loss", "macro_f1", "classwise_ece", "top_label_ece")},
             **label_counts(r["partition_date"]),
         })
-    scored = set(metrics["partition_date"].to_list()) if metrics.height else set()
-    for day, r in sorted(labels.items()):
-        if day not in scored:
-            out.append({
-                "date": day.isoformat(), "model_version": f"({r['status']})", "rows": r["predictions"], "labelled": 0, "accuracy": "—",
-                "estimated_accuracy": "—", "accuracy_in_interval": "—", "log_loss": "—", "macro_f1": "—", "classwise_ece": "—",
-                "top_label_ece": "—", **label_counts(day),
-            })
-    return sorted(out, key=lambda row: (row["date"], row["model_version"]))
+    return out
 
 
 _TERMINAL_HEADERS = {

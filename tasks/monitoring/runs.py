@@ -12,15 +12,18 @@ import polars as pl
 
 from tasks.reports.html_report import write_run_report
 from tasks.reports.links import file_reference_markdown, served_url
-from tasks.jobspec import load_job_spec
+from tasks.errors import ScoringError
+from tasks.jobs.calendar import ALL_JOBS, parse_partition_date, yesterday
+from tasks.jobspec import configured_jobs, load_job_spec
 from tasks.monitoring.class_page import class_monitoring_page_html, class_monitoring_rows
 from tasks.monitoring.decisions import decision_groups_frame, monitored_decisions
 from tasks.monitoring.forecast_page import forecast_monitoring_history, forecast_monitoring_page_html
 from tasks.monitoring.slices import slice_counts_frame
 from tasks.monitoring.report import (
     monitoring_history, monitoring_page_html, realized_class_rows, realized_error_rows, realized_performance_rows,
+    unmatched_label_counts, unmatched_labels_text,
 )
-from tasks.monitoring.outcomes import ingested_outcomes
+from tasks.monitoring.outcomes import ingested_outcomes, outcome_window
 from tasks.scoring.partition_run import Artifact, artifact_key
 from tasks.settings import Settings
 from tasks.sources import raw_partition
@@ -71,6 +74,21 @@ def decision_monitoring(
     return result, artifacts
 
 
+def outcomes_run_name(settings: Settings, job: object, start_date: object, end_date: object) -> str:
+    """`outcomes <job or all> <first>…<last>`, the partitions an outcomes run covers (every job's lookback window
+    together when the dates are left empty), so the analyst finds the run by what it measured. The parameters come
+    as the run was asked for, before validation: what cannot be read is named as given, the run itself refuses it."""
+    try:
+        first, last = (None if d is None else parse_partition_date(d) for d in (start_date, end_date))
+        windows = [
+            outcome_window(load_job_spec(name, settings), start_date=first, end_date=last, yesterday=yesterday(settings))
+            for name in (configured_jobs(settings) if str(job) == ALL_JOBS else [str(job)])
+        ]
+        return f"outcomes {job} {min(w[0] for w in windows)}…{max(w[1] for w in windows)}"
+    except (ScoringError, ValueError):
+        return f"outcomes {job} {start_date or 'lookback'}…{end_date or 'yesterday'}"
+
+
 def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date) -> dict[str, Any]:
     """Labels of one partition joined to its predictions; labels and outcome metrics replaced in the warehouse."""
     spec = load_job_spec(job, settings)
@@ -85,7 +103,7 @@ def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: s
         log.warning("[OUT] %s %s: %s", job, partition_date, note)
     partition = outcomes.partition_row() or {"status": "no labels, not scored", "labels": 0, "labels_unknown_entity": 0}
     if partition["status"] == "not scored":
-        log.warning("[OUT] %s %s: the partition was never scored; its %d label(s) are kept and counted as unknown entities",
+        log.warning("[OUT] %s %s: the partition was never scored; its %d label(s) are kept and counted as labels of a day not scored",
                     job, partition_date, partition["labels"])
     elif partition.get("labels_unknown_entity"):
         log.warning("[OUT] %s %s: %d label(s) for entities the partition never scored", job, partition_date,
@@ -133,7 +151,7 @@ def written_monitoring_page(
         log.info("monitoring page of %s: %s", job, page)
         return page, monitoring_page_artifacts(
             realized_error_rows(forecast.history), job=job, first_date=first_date, last_date=last_date, page=page, page_url=page_url,
-            unknown=sum(int(r["labels_unknown_entity"]) for r in forecast.history.partitions.iter_rows(named=True)),
+            unmatched=unmatched_label_counts(forecast.history),
             interval_level=spec.prediction.interval_level, forecasts=True,
         )
     history = monitoring_history(
@@ -141,11 +159,10 @@ def written_monitoring_page(
         bins=spec.monitoring.calibration_bins,
     )
     write_run_report(page, monitoring_page_html(history, words=spec.words))
-    unknown = sum(int(r["labels_unknown_entity"]) for r in history.partitions.iter_rows(named=True))
     log.info("monitoring page of %s: %s", job, page)
     return page, monitoring_page_artifacts(
-        realized_performance_rows(history), job=job, first_date=first_date, last_date=last_date, page=page, page_url=page_url, unknown=unknown,
-        interval_level=spec.monitoring.outcome_interval_level,
+        realized_performance_rows(history), job=job, first_date=first_date, last_date=last_date, page=page, page_url=page_url,
+        unmatched=unmatched_label_counts(history), interval_level=spec.monitoring.outcome_interval_level,
     )
 
 
@@ -197,11 +214,12 @@ def monitoring_page_link(job: str, page_url: str | None) -> list[Artifact]:
 
 
 def monitoring_page_artifacts(
-    performance: list[dict], *, job: str, first_date: dt.date, last_date: dt.date, page: Path, page_url: str | None, unknown: int,
-    interval_level: float, forecasts: bool = False,
+    performance: list[dict], *, job: str, first_date: dt.date, last_date: dt.date, page: Path, page_url: str | None,
+    unmatched: dict[str, int], interval_level: float, forecasts: bool = False,
 ) -> list[Artifact]:
-    """The realized-performance table (a forecast job's realized error) and the monitoring page's link (`page_url`, its
-    address under SCORING_REPORT_BASE_URL, else its path), as artifact contents."""
+    """The realized-performance table of the scored days (a forecast job's realized error), the labels that match no
+    scored entity counted per reason (`unmatched_label_counts`), and the monitoring page's link (`page_url`, its address
+    under SCORING_REPORT_BASE_URL, else its path), as artifact contents."""
     measured = (
         "MAE, RMSE, bias (actual − forecast), the interval's coverage and mean width on the forecasts with an actual (tables "
         "outcome_errors, outcome_partitions)" if forecasts else
@@ -211,8 +229,8 @@ def monitoring_page_artifacts(
     return [
         Artifact(
             artifact_key("realized-performance", job),
-            f"Realized performance of {job}, partitions {first_date}..{last_date}, per model version: {measured}; "
-            f"labels for unknown entities: {unknown}",
+            f"Realized performance of {job}, scored partitions of {first_date}..{last_date}, per model version: {measured}.\n\n"
+            + unmatched_labels_text(unmatched),
             table=[{k: str(v) for k, v in r.items()} for r in performance],
         ),
         *monitoring_page_link(job, page_url),
@@ -224,8 +242,7 @@ def monitoring_page_artifacts(
                     "decision mix, mean forecast and interval width over time, realized MAE, RMSE, bias and coverage per partition "
                     "and decision, the estimated MAE beside the realized one.\n\n" if forecasts else
                     "decision mix over time, expected vs observed event rate, calibration per model version.\n\n"
-                ) +
-                f"Labels for entities never scored: **{unknown}**."
+                ) + unmatched_labels_text(unmatched)
             ),
         ),
     ]

@@ -68,3 +68,11 @@ def test_every_parameter_of_every_deployment_says_what_it_means() -> None:
     assert order[-2:] == ["concurrency", "chunk_rows"]
     assert all(backfill[p]["description"].startswith("Engineering:") for p in order[-2:])
     assert not any(backfill[p]["description"].startswith("Engineering:") for p in order[:-2])
+
+
+def test_every_deployment_says_what_it_is_for() -> None:
+    """The deployment page's Description tab reads `description`: when it runs, what it does, what it leaves."""
+    for name, deployment in _deployments().items():
+        description = deployment.get("description") or ""
+        assert len(description.split()) >= 20, (name, description)
+        assert description != (_flow(deployment["entrypoint"]).description or ""), f"{name}: the flow's docstring, not the analyst's"

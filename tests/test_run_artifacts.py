@@ -115,7 +115,8 @@ def test_without_a_base_url_there_is_no_link_artifact_and_a_bad_one_is_refused(d
     page = output / DEMO_JOB / "reports" / "html" / "monitoring.html"
     day = demo_env.plan.scoring_dates[-1]
     artifacts = monitoring_page_artifacts(
-        [], job=DEMO_JOB, first_date=day, last_date=day, page=page, page_url=None, unknown=0, interval_level=0.9,
+        [], job=DEMO_JOB, first_date=day, last_date=day, page=page, page_url=None,
+        unmatched={"not scored": 0, "quarantined": 0, "unknown entity": 0}, interval_level=0.9,
     )
     assert [a.key for a in artifacts] == ["realized-performance-credit-risk", "monitoring-report-credit-risk"]
     assert f": `{page}` — " in artifacts[1].markdown and "](" not in artifacts[1].markdown

@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
-from tasks.jobs.calendar import parse_partition_date, partition_range, yesterday
+from tasks.jobs.calendar import backfill_dates, parse_partition_date, partition_range, yesterday
 from tasks.errors import ExitCode, JobSpecError, JobValidationError, OrchestrationLost, RunStopped, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.scoring.progress import progress_listener
@@ -484,7 +484,7 @@ def backfill_command(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
     start: Annotated[str, typer.Option(help="First partition date, YYYY-MM-DD.")],
     end: Annotated[str, typer.Option(help="Last partition date, YYYY-MM-DD (inclusive).")],
-    mode: Annotated[BackfillChoice, typer.Option(help="all; missing: never scored; failed: last run failed.")] = BackfillChoice.all,
+    mode: Annotated[BackfillChoice, typer.Option(help="all; missing: never scored or refused; failed: last run failed or refused.")] = BackfillChoice.all,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the partitions that would be scored; write nothing.")] = False,
     concurrency: Annotated[int, typer.Option(min=1, max=8, help="Partitions scored at once.")] = 1,
     as_json: JsonOption = False,
@@ -493,8 +493,8 @@ def backfill_command(
 
     def action() -> None:
         first, last = parse_partition_date(start, what="--start"), parse_partition_date(end, what="--end")
-        dates = partition_range(first, last)
         settings = with_warehouse_url(current_settings())
+        dates = backfill_dates(settings, first, last)
         # The checks every partition's run starts with, before any flow: the job once (a mistake there
         # stops every day), then every raw partition of the range against its suite. A day whose raw
         # data is wrong fails in its own run, recorded for `--mode failed`, while the others are scored;
@@ -608,7 +608,7 @@ def runs(
     last: Annotated[int, typer.Option(min=1, max=10_000, help="How many of the newest runs.")] = 20,
     as_json: JsonOption = False,
 ) -> None:
-    """The job's newest runs from the ledger: date, status, model version, rows, when, and the error of a failed run."""
+    """The job's newest runs from the ledger: date, status, model version, rows, when, and the error of a failed or refused run."""
 
     def action() -> None:
         settings = with_warehouse_url(current_settings())
@@ -620,7 +620,7 @@ def runs(
         for column in ("started (UTC)", "date", "status", "model", "read", "scored", "quarantined", "failed", "run id", "error"):
             table.add_column(column, overflow="fold")
         for r in rows:
-            style = {"failed": "red", "succeeded": "green"}.get(r["status"], "yellow")
+            style = {"failed": "red", "refused": "red", "succeeded": "green"}.get(r["status"], "yellow")
             table.add_row(
                 f"{r['started_at']:%Y-%m-%d %H:%M:%S}", str(r["partition_date"]), Text(r["status"], style=style), r["model_version"] or "",
                 *(f"{r[k]:,}" if r[k] is not None else "—" for k in ("rows_read", "rows_scored", "rows_quarantined", "rows_failed")),

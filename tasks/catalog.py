@@ -332,7 +332,8 @@ RUNS = Dataset(
 `status` moves `running` → `publishing` (the run's outputs are assembled and it is about to commit)
 → `committed` (in the same transaction as the partition's warehouse rows) → `succeeded` (the
 Parquet pointer swapped and any Delta tables written), or to `failed` with `error` (one line)
-and `error_detail` (the traceback). `warnings` lists what failed after the outputs were published (page, monitoring)."""
+and `error_detail` (the traceback). A partition of a backfill or `nightly` refused before its lease (no raw data,
+a source that did not answer) gets a row of status `refused` with its `error`: it never started and wrote nothing. `warnings` lists what failed after the outputs were published (page, monitoring)."""
 
 PARTITION_LEASES = Dataset(
     name="partition_leases",

@@ -116,6 +116,10 @@ class Settings(BaseSettings):
         default=3, ge=0, le=366,
         description="Days before the new one that `nightly` scores first when their last run failed, was abandoned or never ran.",
     )
+    max_backfill_days: int = Field(
+        default=366, ge=1, le=3660,
+        description="Most days one backfill may span; a longer range is refused before anything runs (split it, or raise this).",
+    )
     crash_at: str | None = Field(
         default=None,
         description="Crash trials only: a glob of tasks/sinks/crash_points.py names where the process kills itself.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 from pathlib import Path
 
@@ -70,7 +71,22 @@ def test_missing_and_failed_modes_touch_exactly_their_partitions(
     assert runs_per_date(fresh_data) == {first: ["succeeded"], middle: ["failed", "succeeded"], last: ["succeeded"]}
     # Nothing left to do in either mode.
     assert backfill(DEMO_JOB, first, last, mode="failed", dry_run=True) == []
+    # What the mode found, and why nothing: each day's last status, also when none is selected.
+    selection = _latest_artifact("backfill-selection")
+    assert selection.description == f"{DEMO_JOB} {first}…{last}, mode failed: nothing to score, no day's last run is failed or refused (3 succeeded)"
+    assert [(r["date"], r["selected"], r["last status"]) for r in json.loads(selection.data)] == [
+        (d.isoformat(), False, "succeeded") for d in (first, middle, last)
+    ]
     assert backfill(DEMO_JOB, first, last, mode="missing", dry_run=True) == []
+
+
+def _latest_artifact(key: str):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        (latest,) = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    return latest
 
 
 def test_backfill_reports_its_progress_as_an_artifact(demo_env: DemoEnv, fresh_data: Settings) -> None:
@@ -84,6 +100,25 @@ def test_backfill_reports_its_progress_as_an_artifact(demo_env: DemoEnv, fresh_d
     with get_client(sync_client=True) as client:
         (latest,) = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["backfill-progress"])))
     assert latest.type == "progress" and float(latest.data) == 100.0
+
+
+def test_a_wrong_range_fails_at_once_in_one_sentence(demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.people import backfill
+
+    first, _, last = demo_env.plan.scoring_dates
+    after_today = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=2)
+    monkeypatch.setenv("SCORING_MAX_BACKFILL_DAYS", str((last - first).days))
+    for start, end, sentence in [
+        (last, first, f"the end date {first} is before the start date {last}: give the earlier day as the start"),
+        (first, last, f"{first}…{last} spans {(last - first).days + 1} days, more than the {(last - first).days} one backfill may score "
+                      "(SCORING_MAX_BACKFILL_DAYS): split the range"),
+        (after_today, after_today, f"the end date {after_today} is after today"),
+    ]:
+        state = backfill(DEMO_JOB, start, end, return_state=True)
+        assert state.is_failed() and sentence in state.message, state.message
+        assert _partition_task_runs(state.state_details.flow_run_id) == []
+    # Nothing ran: not even the recovery that opens the warehouse.
+    assert not fresh_data.duckdb_path.exists() and not (fresh_data.data_dir / "output").exists()
 
 
 def test_cli_dry_run_prints_the_plan(demo_env: DemoEnv, fresh_data: Settings, prefect_logging: None) -> None:
@@ -107,8 +142,14 @@ def _partition_task_runs(flow_run_id) -> list:
     return sorted((r for r in runs if r.name.startswith("score-partition-run")), key=lambda r: r.created)
 
 
-def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_failure(demo_env: DemoEnv, fresh_data: Settings) -> None:
+def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_failure(
+    demo_env: DemoEnv, fresh_data: Settings, prefect_logging: None,
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.score import app
     from flows.people import backfill
+    from tasks.reports.reporting import catch_up_dates
     from tasks.scoring.progress import progress_listener
 
     first, middle, last = demo_env.plan.scoring_dates
@@ -121,9 +162,40 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     # Inside each scored partition, its work units report too.
     assert {s for s in seen if s[0].endswith("units")} == {(f"{DEMO_JOB} {d} units", 1, 1) for d in (first, last)}
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
-        rows = con.sql("SELECT partition_date, status FROM runs ORDER BY partition_date").fetchall()
-    # The middle date has no raw data: refused before its lease, so it has no ledger row.
-    assert rows == [(first, "succeeded"), (last, "succeeded")]
+        rows = con.sql("SELECT partition_date, status, error FROM runs ORDER BY partition_date").fetchall()
+    # The middle date has no raw data: refused before its lease, recorded as refused with its reason.
+    assert [row[:2] for row in rows] == [(first, "succeeded"), (middle, "refused"), (last, "succeeded")]
+    assert rows[1][2].startswith("JobValidationError: ") and "no raw partition" in rows[1][2], rows[1]
+    reason = rows[1][2].removeprefix("JobValidationError: ")
+    # Its day is red in the backfill's graph: its task run failed with the reason, the other two completed.
+    tasks = _partition_task_runs(state.state_details.flow_run_id)
+    assert sorted(t.state.type.value for t in tasks) == ["COMPLETED", "COMPLETED", "FAILED"]
+    assert [t.state.message for t in tasks if t.state.is_failed()] == [reason]
+    # The outcomes table: date, outcome and reason first, the run page last (its path under the data folder).
+    outcomes = json.loads(_latest_artifact("backfill-outcomes").data)
+    assert [list(o)[:3] + list(o)[-1:] for o in outcomes] == [["date", "outcome", "reason", "link"]] * 3
+    assert [(o["date"], o["outcome"], o["reason"]) for o in outcomes] == [
+        (first.isoformat(), "succeeded", ""), (middle.isoformat(), "failed", reason),
+        (last.isoformat(), "succeeded", ""),
+    ]
+    pages = [o["link"] for o in outcomes if o["outcome"] == "succeeded"]
+    assert pages == [f"output/{DEMO_JOB}/reports/html/date={d}.html" for d in (first, last)]
+    assert all((fresh_data.data_dir / page).is_file() for page in pages)
+    assert all("approve " in o["decisions"] for o in outcomes if o["outcome"] == "succeeded"), outcomes
+    # `score runs` lists the refused day with its reason, and the nightly catch-up scores it again.
+    listed = json.loads(CliRunner().invoke(app, ["runs", DEMO_JOB, "--json"]).stdout)
+    assert [(r["partition_date"], r["status"], r["error"]) for r in listed if r["status"] == "refused"] == [(middle.isoformat(), *rows[1][1:])]
+    window = fresh_data.model_copy(update={"catch_up_days": (last - first).days + 1})
+    assert catch_up_dates(window, DEMO_JOB, last + dt.timedelta(days=1)) == [middle]
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(state.state_details.flow_run_id).name == f"{DEMO_JOB} {first}…{last} all"
+    # `failed` finds the refused day and says why.
+    assert [p["date"] for p in backfill(DEMO_JOB, first, last, mode="failed", dry_run=True)] == [middle.isoformat()]
+    selection = _latest_artifact("backfill-selection")
+    assert selection.description.startswith(f"{DEMO_JOB} {first}…{last}, mode failed: 1 of 3 day(s) to score, last failed or refused: "
+                                            f"{middle} (refused: {rows[1][2]})"), selection.description
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
         baselines = con.sql(
             "SELECT partition_date, max(baseline_partitions) FROM decision_monitoring GROUP BY partition_date ORDER BY 1"

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.sinks.recovery import pending_ledger_dir, recovered_job
-from tasks.reports.reporting import partitions_to_score
+from tasks.reports.reporting import partition_selection
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from flows.steps.blocks import configured_warehouse
@@ -214,7 +214,7 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
     assert closed["status"] == "failed" and closed["error"].startswith("OSError: disk full"), closed["error"]
     assert "Traceback" in closed["error_detail"] and "full_disk" in closed["error_detail"]
     assert not pending.exists()
-    assert partitions_to_score(fresh_data, DEMO_JOB, [day], "failed") == [day]
+    assert [(r["date"], r["selected"]) for r in partition_selection(fresh_data, DEMO_JOB, [day], "failed")] == [(day.isoformat(), True)]
 
 
 def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_warning(

@@ -5,23 +5,32 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 from prefect import task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.futures import as_completed
 from prefect.context import FlowRunContext, SettingsContext, get_settings_context
-from prefect.settings import Settings
+from prefect.settings import Settings as PrefectSettings
+from prefect.states import Failed, State
 
 from flows.steps.monitoring import monitor_decisions
 from flows.steps.partition import record_refused_run
 from flows.score_partition import score_partition
-from tasks.errors import PartitionsFailed
+from tasks.errors import PartitionsFailed, ScoringError, user_facing_error
+from tasks.jobspec import load_job_spec
+from tasks.prediction.words import JobWords
+from tasks.scoring.partition_run import report_url
 from tasks.scoring.progress import reported_progress
-from tasks.reports.reporting import failed_outcomes_message, partition_outcome
+from tasks.reports.reporting import BackfillMode, failed_outcomes_message, partition_outcome, selection_message
+from tasks.settings import Settings, current_settings
+
+log = logging.getLogger("scoring.backfill")
 
 
-_without_heartbeat: tuple[Settings, Settings] | None = None
+_without_heartbeat: tuple[PrefectSettings, PrefectSettings] | None = None
 """The last settings seen, and their copy without a flow heartbeat (a copy costs ~25 ms)."""
 
 
@@ -47,22 +56,47 @@ def subflow_without_heartbeat() -> Iterator[None]:
 
 def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:
     """One partition scored in a score_partition subflow; its outcome row, also when it failed. A
-    partition refused before its lease gets a failed ledger row here, so `--mode failed` finds it."""
+    partition refused before its lease gets a `refused` ledger row here, so `--mode failed` finds it."""
     with subflow_without_heartbeat():
         state = score_partition(job, date, chunk_rows or 0, return_state=True)
+    settings = current_settings()
     if state.is_completed():
-        return partition_outcome(job, date, result=state.result())
+        result = state.result()
+        return partition_outcome(job, date, result=result, link=_page_link(settings, job, date, result["report"]), words=_job_words(job))
     error = state.result(raise_on_failure=False)
     if isinstance(error, BaseException) and state.state_details.flow_run_id is not None:
         # A ledger that cannot take the row does not change the outcome: the day is listed as failed either way.
         record_refused_run(str(state.state_details.flow_run_id), job, date, error, return_state=True)
-    return partition_outcome(job, date, error=state.message or "")
+    reason = user_facing_error(error)[0] if isinstance(error, BaseException) else state.message or ""
+    return partition_outcome(job, date, reason=reason)
+
+
+def _page_link(settings: Settings, job: str, date: dt.date, report: str) -> str:
+    """The run page's address under SCORING_REPORT_BASE_URL, else its path under the data folder (short: the
+    outcome table says where that is)."""
+    url = report_url(settings.report_base_url, job, date)
+    if url or not report:
+        return url or ""
+    path = Path(report)
+    return str(path.relative_to(settings.data_dir)) if path.is_relative_to(settings.data_dir) else report
+
+
+def _job_words(job: str) -> JobWords | None:
+    """The job's words for its decisions; None (their keys are shown) when its spec no longer loads."""
+    try:
+        return load_job_spec(job, current_settings()).words
+    except ScoringError:
+        return None
 
 
 @task(name="score-partition-run")
-def score_partition_run(job: str, date: dt.date, chunk_rows: int | None) -> dict:
-    """One partition's score_partition run as a task, so a backfill can run several at once."""
-    return scored_partition(job, date, chunk_rows)
+def score_partition_run(job: str, date: dt.date, chunk_rows: int | None) -> dict | State:
+    """One partition's score_partition run as a task, so a backfill can run several at once. A failed
+    day's task ends Failed with its reason (red in the backfill's graph), its outcome row as its data."""
+    outcome = scored_partition(job, date, chunk_rows)
+    if outcome["outcome"] == "failed":
+        return Failed(message=outcome["reason"] or f"{job} {date} failed", data=outcome)
+    return outcome
 
 
 def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None, concurrency: int, label: str) -> list[dict]:
@@ -76,7 +110,7 @@ def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None,
             running.append(score_partition_run.submit(job, waiting.pop(0), chunk_rows))
         finished = next(as_completed(running))
         running.remove(finished)
-        outcome = finished.result()
+        outcome = finished.result(raise_on_failure=False)
         outcomes[dt.date.fromisoformat(outcome["date"])] = outcome
         update_progress_artifact(progress, 100.0 * len(outcomes) / len(dates))
         reported_progress(f"{job} partitions", len(outcomes), len(dates))
@@ -101,12 +135,27 @@ def scheduled_start() -> dt.datetime | None:
 
 
 def reported_outcomes(outcomes: list[dict], key: str) -> list[dict]:
-    """Leave the outcomes as a table artifact; raise naming the failed partitions, if any."""
-    create_table_artifact(key=key, table=outcomes, description="Partitions and their outcomes")
+    """Leave the outcomes as a table artifact, each day's outcome and reason first and its run page last;
+    raise naming the failed partitions, if any."""
     failed = failed_outcomes_message(outcomes)
+    data_dir = current_settings().data_dir
+    create_table_artifact(
+        key=key, table=outcomes,
+        description=(failed or f"{len(outcomes)} partition(s) scored") + f". Each day's outcome, reason, rows, decisions, flags and "
+        f"run page (run pages without SCORING_REPORT_BASE_URL are under {data_dir})",
+    )
     if failed:
         raise PartitionsFailed(failed)
     return outcomes
+
+
+def reported_selection(job: str, mode: BackfillMode, selection: list[dict]) -> list[dt.date]:
+    """The days `mode` selected; what it found and why (each day's last status and reason) logged and left as
+    a table artifact, also when it selected none."""
+    message = selection_message(job, mode, selection)
+    log.info("%s", message)
+    create_table_artifact(key="backfill-selection", table=selection, description=message)
+    return [dt.date.fromisoformat(r["date"]) for r in selection if r["selected"]]
 
 
 def planned_outcomes(job: str, dates: list[dt.date], mode: str) -> list[dict]:

@@ -49,6 +49,25 @@ def partition_range(start: dt.date, end: dt.date, *, max_days: int = 3660) -> li
     return [start + dt.timedelta(days=i) for i in range(days)]
 
 
+def backfill_dates(settings: Settings, start: object, end: object) -> list[dt.date]:
+    """The days of a backfill from `start` to `end`, checked before anything runs: real dates, the end not
+    before the start, at most `max_backfill_days` of them, none after today in the business timezone (a
+    day still to come has no data to score). PartitionError says what is wrong in one sentence."""
+    first, last = parse_partition_date(start, what="start date"), parse_partition_date(end, what="end date")
+    if last < first:
+        raise PartitionError(f"the end date {last} is before the start date {first}: give the earlier day as the start")
+    days = (last - first).days + 1
+    if days > settings.max_backfill_days:
+        raise PartitionError(
+            f"{first}…{last} spans {days} days, more than the {settings.max_backfill_days} one backfill may score "
+            "(SCORING_MAX_BACKFILL_DAYS): split the range"
+        )
+    today = dt.datetime.now(ZoneInfo(settings.timezone)).date()
+    if last > today:
+        raise PartitionError(f"the end date {last} is after today ({today}, {settings.timezone}): a day still to come has no data to score")
+    return partition_range(first, last)
+
+
 def yesterday(settings: Settings) -> dt.date:
     return dt.datetime.now(ZoneInfo(settings.timezone)).date() - dt.timedelta(days=1)
 

@@ -17,11 +17,11 @@ from tasks.sinks.warehouse_choice import warehouse_for
 def partition_summaries(settings: Settings, job: str, dates: list[dt.date]) -> list[dict[str, Any]]:
     """The latest run of each date (or status `not scored`), oldest date first."""
     runs = warehouse_for(settings).latest_partition_runs(job, first_date=min(dates), last_date=max(dates))
-    rows = [{k: run[k] for k in ("partition_date", "status", *_COUNTS)} for run in runs]
+    rows = [{k: run[k] for k in ("partition_date", "status", "error", *_COUNTS)} for run in runs]
     by_date = {r["partition_date"]: r for r in rows}
     out = []
     for d in dates:
-        row = by_date.get(d, {"partition_date": d, "status": "not scored"} | dict.fromkeys(_COUNTS))
+        row = by_date.get(d, {"partition_date": d, "status": "not scored", "error": None} | dict.fromkeys(_COUNTS))
         if isinstance(row.get("decisions"), str):
             row["decisions"] = json.loads(row["decisions"])
         out.append(row)
@@ -51,41 +51,90 @@ def partition_summary_table(job: str, rows: list[dict[str, Any]], words: JobWord
 
 BackfillMode = Literal["all", "missing", "failed"]
 
+_SELECTED_STATUSES = {"missing": ("not scored", "refused"), "failed": ("failed", "refused")}
+"""The last statuses each mode selects: `refused` in both, a day that never started (no raw data yet, a
+source that did not answer) is as unscored as one never tried, and its run failed."""
 
-def partitions_to_score(settings: Settings, job: str, dates: list[dt.date], mode: BackfillMode) -> list[dt.date]:
-    """The dates a backfill in `mode` scores: `all`; `missing` — never scored; `failed` — last run failed."""
+
+def partition_selection(settings: Settings, job: str, dates: list[dt.date], mode: BackfillMode) -> list[dict[str, Any]]:
+    """Every day of the range with whether `mode` selects it, its last run's status and that run's reason
+    (the error of a failed or refused run): `all` selects every day without reading the ledger; `missing`
+    the days never scored or refused; `failed` the days whose last run failed or was refused."""
     if mode == "all":
-        return list(dates)
-    wanted = "not scored" if mode == "missing" else "failed"
-    return [row["partition_date"] for row in partition_summaries(settings, job, dates) if row["status"] == wanted]
+        return [{"date": d.isoformat(), "selected": True, "last status": "", "reason": ""} for d in dates]
+    return [
+        {"date": row["partition_date"].isoformat(), "selected": row["status"] in _SELECTED_STATUSES[mode],
+         "last status": row["status"], "reason": _short(row["error"] or "")}
+        for row in partition_summaries(settings, job, dates)
+    ]
+
+
+def selection_message(job: str, mode: BackfillMode, selection: list[dict[str, Any]]) -> str:
+    """What `mode` found in the range and why, in a sentence: the selected days with their last status and
+    reason, or, when none, what the days' last statuses were instead."""
+    picked = [r for r in selection if r["selected"]]
+    span = f"{selection[0]['date']}…{selection[-1]['date']}" if selection else "the range"
+    wanted = " or ".join(_SELECTED_STATUSES.get(mode, ("any",)))
+    if picked:
+        days = ", ".join(f"{r['date']} ({r['last status']}" + (f": {r['reason']}" if r["reason"] else "") + ")" for r in picked)
+        return f"{job} {span}, mode {mode}: {len(picked)} of {len(selection)} day(s) to score, last {wanted}: {days}"
+    counts: dict[str, int] = {}
+    for r in selection:
+        counts[r["last status"]] = counts.get(r["last status"], 0) + 1
+    found = ", ".join(f"{n} {status}" for status, n in counts.items())
+    return f"{job} {span}, mode {mode}: nothing to score, no day's last run is {wanted} ({found or 'no days'})"
 
 
 def catch_up_dates(settings: Settings, job: str, day: dt.date) -> list[dt.date]:
     """The days of the `catch_up_days` before `day` whose last run failed (abandoned runs are failed
-    once recovered) or that were never scored (their data came late), oldest first: what `nightly`
+    once recovered) or was refused before its lease, or that were never scored (their data came late), oldest first: what `nightly`
     scores before the new day."""
     if settings.catch_up_days == 0:
         return []
     window = partition_range(day - dt.timedelta(days=settings.catch_up_days), day - dt.timedelta(days=1))
-    return [row["partition_date"] for row in partition_summaries(settings, job, window) if row["status"] in ("failed", "not scored")]
+    return [row["partition_date"] for row in partition_summaries(settings, job, window) if row["status"] in ("failed", "refused", "not scored")]
 
 
 def partition_outcome(
-    job: str, date: dt.date, *, result: dict[str, Any] | None = None, error: str = "", planned: bool = False,
+    job: str, date: dt.date, *, result: dict[str, Any] | None = None, reason: str = "", planned: bool = False,
+    link: str = "", words: JobWords | None = None,
 ) -> dict[str, Any]:
-    """One row of a nightly or backfill outcome table: what became of one partition."""
-    row = {"job": job, "date": date.isoformat(), "rows_scored": 0, "error": error, "report": "", "run_id": ""}
+    """One row of a nightly or backfill outcome table: what became of one partition, its outcome and reason
+    first, then its rows, decisions (by their names in the job's `words`) and flags, and the link to its run
+    page last (`link`: a URL, or the page's path), which is the longest cell."""
+    row = {"date": date.isoformat(), "outcome": "failed", "reason": _short(reason), "job": job, "rows_scored": 0, "decisions": "",
+           "flags": "", "run_id": "", "link": ""}
     if planned:
         return {**row, "outcome": "would score"}
     if result is None:
-        return {**row, "outcome": "failed"}
-    return {**row, "outcome": "succeeded", "rows_scored": result["rows_scored"], "report": result["report"], "run_id": result["run_id"]}
+        return row
+    named = words.decision if words is not None else str
+    return {
+        **row, "outcome": "succeeded", "rows_scored": result["rows_scored"],
+        "decisions": ", ".join(f"{named(d)} {n:,}" for d, n in (result.get("decisions") or {}).items()),
+        "flags": _flags(result), "run_id": result["run_id"], "link": link,
+    }
+
+
+def _flags(result: dict[str, Any]) -> str:
+    """The run's flags in a few words: drifted features, decision measures that moved, model health flags, warnings."""
+    drift = result.get("drift_flags") or []
+    moved = (result.get("decision_monitoring") or {}).get("shifted") or []
+    health = ((result.get("model_health") or {}).get("flagged")) or []
+    warnings = result.get("warnings") or []
+    parts = [
+        *([f"drift: {', '.join(drift)}"] if drift else []),
+        *([f"decisions moved: {', '.join(moved)}"] if moved else []),
+        *([f"model health: {', '.join(health)}"] if health else []),
+        *([f"{len(warnings)} warning(s)"] if warnings else []),
+    ]
+    return "; ".join(parts) or "none"
 
 
 def failed_outcomes_message(outcomes: list[dict[str, Any]]) -> str | None:
     """`N of M partition(s) failed: job date (why), …`, or None when every partition succeeded."""
     failed = [
-        f"{o['job']} {o['date']}" + (f" ({_short(o['error'])})" if o.get("error") else "") for o in outcomes if o["outcome"] == "failed"
+        f"{o['job']} {o['date']}" + (f" ({o['reason']})" if o["reason"] else "") for o in outcomes if o["outcome"] == "failed"
     ]
     return f"{len(failed)} of {len(outcomes)} partition(s) failed: {', '.join(failed)}" if failed else None
 

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from tasks.errors import DiskFull, EnvironmentFault, ModelArtifactError, PartitionBusy, ScoringError, environment_fault, user_facing_error
-from tasks.jobspec import load_job_spec
+from tasks.errors import DiskFull, ModelArtifactError, PartitionBusy, environment_fault, user_facing_error
 from tasks.monitoring.health import ESTIMATED_ERROR, health_headline
 from tasks.monitoring.shadow import shadow_headline
 from tasks.prediction.words import JobWords
@@ -39,7 +38,6 @@ from tasks.settings import Settings
 from tasks.sinks.config import DeltaSink
 from tasks.sinks.delta import delta_tables
 from tasks.sinks.warehouse import Warehouse
-from tasks.sources import raw_partition
 
 log = logging.getLogger("scoring.run")
 
@@ -403,6 +401,7 @@ def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warni
         "report": report, **summary.ledger_counts(),
         "model_health": health_headline(summary.model_health, forecasts=summary.forecast is not None, classifies=summary.classification is not None),
         "challenger": shadow_headline(summary.shadow_comparison),
+        "drift_flags": [f"{_feature_name(r['feature'], ticket.words)} {r['flag']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")],
         **({"forecast": summary.forecast} if summary.forecast is not None else {}),
         **({"classification": summary.classification} if summary.classification is not None else {}),
         "warnings": list(warnings),
@@ -455,24 +454,20 @@ def recorded_failed_run(
 def recorded_refused_run(
     warehouse: Warehouse, settings: Settings, *, run_id: str, job: str, partition_date: dt.date, error: BaseException
 ) -> bool:
-    """A partition of a backfill or `nightly` refused before its lease (its raw data unreadable, a
-    source that did not answer, ...), recorded in the ledger as a failed run, so that `--mode failed`,
-    `score runs` and the catch-up find it as they find a run that failed under its lease. False when
-    nothing was recorded: the run has its own row, its partition has no raw data at all (it stays
-    `not scored`, what `--mode missing` selects), or another run holds the partition, whose outcome
-    is the partition's."""
+    """A partition of a backfill or `nightly` refused before its lease (no raw data, raw data unreadable, a
+    source that did not answer, ...), recorded in the ledger as a `refused` run with its reason, so that
+    `--mode failed`, `--mode missing`, `score runs` and the catch-up find it. False when nothing was
+    recorded: the run has its own row (it failed under its lease), or another run holds the partition,
+    whose outcome is the partition's."""
     if isinstance(error, PartitionBusy) or warehouse.run_status(run_id) is not None:
         return False
-    try:
-        if not raw_partition(load_job_spec(job, settings).source, settings, job, partition_date).exists():
-            return False
-    except (ScoringError, EnvironmentFault, OSError) as exc:
-        log.warning("%s %s: run %s was refused (%s) and is not recorded: whether it has raw data is unknown (%s)",
-                    job, partition_date, run_id, user_facing_error(error)[0], user_facing_error(exc)[0])
-        return False
+    record = {
+        "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": now_utc(),
+        "error": f"{type(error).__name__}: {user_facing_error(error)[0]}",
+        "error_detail": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+    }
     try:
         with run_lease(warehouse, settings.model_copy(update={"lock_wait_s": 0}), run_id, job, partition_date).held():
-            recorded_failed_run(warehouse, settings, run_id=run_id, job=job, partition_date=partition_date, error=error)
+            return retried(lambda: warehouse.record_run_refused(**record))
     except PartitionBusy:
         return False
-    return True

@@ -404,6 +404,24 @@ class Warehouse(ABC):
                 )
             )
 
+    def record_run_refused(
+        self, *, run_id: str, job: str, partition_date: Any, ended_at: Any, error: str, error_detail: str | None = None
+    ) -> bool:
+        """A run refused before its lease (no raw data, a source that did not answer, ...) as a ledger row of
+        status `refused` with its reason; it wrote nothing. False when the run has a row already."""
+        with self._session(write=True) as session:
+            return bool(
+                session.rows(
+                    "INSERT INTO runs (run_id, job, partition_date, status, started_at, ended_at, error, error_detail) "
+                    "VALUES ($run_id, $job, $partition_date, 'refused', $ended_at, $ended_at, $error, $error_detail) "
+                    "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                    {
+                        "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": ended_at,
+                        "error": error, "error_detail": error_detail,
+                    },
+                )
+            )
+
     def _read_rows(self, table: str, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """`sql`'s rows; none while the warehouse or `table` does not exist yet (nothing wrote them)."""
         if not self._exists():

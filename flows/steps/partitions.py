@@ -12,19 +12,22 @@ from pathlib import Path
 from prefect import task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.futures import as_completed
+from prefect.runtime import flow_run
 from prefect.context import FlowRunContext, SettingsContext, get_settings_context
 from prefect.settings import Settings as PrefectSettings
 from prefect.states import Failed, State
 
 from flows.steps.monitoring import monitor_decisions
-from flows.steps.partition import record_refused_run
+from flows.steps.blocks import with_warehouse_url
+from flows.steps.partition import record_refused_run, recover_job
 from flows.score_partition import score_partition
 from tasks.errors import PartitionsFailed, ScoringError, user_facing_error
 from tasks.jobspec import load_job_spec
 from tasks.prediction.words import JobWords
 from tasks.scoring.partition_run import report_url
 from tasks.scoring.progress import reported_progress
-from tasks.reports.reporting import BackfillMode, failed_outcomes_message, partition_outcome, selection_message
+from tasks.jobs.calendar import backfill_dates, scheduled_partition_date
+from tasks.reports.reporting import BackfillMode, failed_outcomes_message, partition_outcome, partition_selection, selection_message
 from tasks.settings import Settings, current_settings
 
 log = logging.getLogger("scoring.backfill")
@@ -111,6 +114,9 @@ def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None,
         finished = next(as_completed(running))
         running.remove(finished)
         outcome = finished.result(raise_on_failure=False)
+        if isinstance(outcome, BaseException):
+            # A failed day's task carries its outcome row; an exception here is a bug of the backfill itself.
+            raise outcome
         outcomes[dt.date.fromisoformat(outcome["date"])] = outcome
         update_progress_artifact(progress, 100.0 * len(outcomes) / len(dates))
         reported_progress(f"{job} partitions", len(outcomes), len(dates))
@@ -149,13 +155,34 @@ def reported_outcomes(outcomes: list[dict], key: str) -> list[dict]:
     return outcomes
 
 
-def reported_selection(job: str, mode: BackfillMode, selection: list[dict]) -> list[dt.date]:
-    """The days `mode` selected; what it found and why (each day's last status and reason) logged and left as
-    a table artifact, also when it selected none."""
+def selected_dates(job: str, start_date: dt.date, end_date: dt.date, mode: BackfillMode, *, recover: bool) -> list[dt.date]:
+    """The days of a backfill: its range checked before anything runs or is written (PartitionError in one sentence),
+    the job's dead runs closed when `recover` (so `failed` selects abandoned partitions too), then the days `mode`
+    selects. For `missing` and `failed`, what the mode found and why (each day's last status and reason) is logged
+    and left as a table artifact, also when it selected none."""
+    settings = with_warehouse_url(current_settings())
+    days = backfill_dates(settings, start_date, end_date)
+    if recover:
+        recover_job(job)
+    if mode == "all":
+        return days
+    selection = partition_selection(settings, job, days, mode)
     message = selection_message(job, mode, selection)
     log.info("%s", message)
     create_table_artifact(key="backfill-selection", table=selection, description=message)
     return [dt.date.fromisoformat(r["date"]) for r in selection if r["selected"]]
+
+
+def nightly_run_name() -> str:
+    """`nightly <date>`: the day the run scores, the scheduled night when no date is given."""
+    day = flow_run.parameters.get("date") or scheduled_partition_date(current_settings(), scheduled_start())
+    return f"nightly {day}"
+
+
+def backfill_run_name() -> str:
+    """`<job> <start>…<end> <mode>`, and `(dry run)` for a dry run: what the backfill scores, readable in the runs list."""
+    p = flow_run.parameters
+    return f"{p['job']} {p['start_date']}…{p['end_date']} {p.get('mode', 'all')}" + (" (dry run)" if p.get("dry_run") else "")
 
 
 def planned_outcomes(job: str, dates: list[dt.date], mode: str) -> list[dict]:

@@ -92,7 +92,8 @@ def catch_up_dates(settings: Settings, job: str, day: dt.date) -> list[dt.date]:
     if settings.catch_up_days == 0:
         return []
     window = partition_range(day - dt.timedelta(days=settings.catch_up_days), day - dt.timedelta(days=1))
-    return [row["partition_date"] for row in partition_summaries(settings, job, window) if row["status"] in ("failed", "refused", "not scored")]
+    unscored = ("failed", "refused", "not scored")
+    return [row["partition_date"] for row in partition_summaries(settings, job, window) if row["status"] in unscored]
 
 
 def partition_outcome(

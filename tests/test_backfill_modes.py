@@ -139,7 +139,7 @@ def _partition_task_runs(flow_run_id) -> list:
 
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return sorted((r for r in runs if r.name.startswith("score-partition-run")), key=lambda r: r.created)
+    return sorted((r for r in runs if r.name.startswith(f"score {DEMO_JOB} ")), key=lambda r: r.created)
 
 
 def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_failure(
@@ -170,7 +170,7 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     # Its day is red in the backfill's graph: its task run failed with the reason, the other two completed.
     tasks = _partition_task_runs(state.state_details.flow_run_id)
     assert sorted(t.state.type.value for t in tasks) == ["COMPLETED", "COMPLETED", "FAILED"]
-    assert [t.state.message for t in tasks if t.state.is_failed()] == [reason]
+    assert [(t.name, t.state.message) for t in tasks if t.state.is_failed()] == [(f"score {DEMO_JOB} {middle}", reason)]
     # The outcomes table: date, outcome and reason first, the run page last (its path under the data folder).
     outcomes = json.loads(_latest_artifact("backfill-outcomes").data)
     assert [list(o)[:3] + list(o)[-1:] for o in outcomes] == [["date", "outcome", "reason", "link"]] * 3

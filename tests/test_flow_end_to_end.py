@@ -382,7 +382,12 @@ def test_nightly_scores_every_configured_job_for_the_given_day(
     # Only the given day: the catch-up of earlier days has its own test (tests/test_ledger_truth.py).
     monkeypatch.setenv("SCORING_CATCH_UP_DAYS", "0")
     day = demo_env.plan.scoring_dates[0]
-    outcomes = nightly(day)
+    state = nightly(day, return_state=True)
+    outcomes = state.result()
     assert [(o["job"], o["date"], o["outcome"]) for o in outcomes] == [(DEMO_JOB, day.isoformat(), "succeeded")]
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(state.state_details.flow_run_id).name == f"nightly {day}"
     assert warehouse_predictions(fresh_data, day).height == outcomes[0]["rows_scored"] > 0
 

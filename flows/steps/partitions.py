@@ -92,10 +92,11 @@ def _job_words(job: str) -> JobWords | None:
         return None
 
 
-@task(name="score-partition-run")
+@task(name="score-partition-run", task_run_name="score {job} {date}")
 def score_partition_run(job: str, date: dt.date, chunk_rows: int | None) -> dict | State:
-    """One partition's score_partition run as a task, so a backfill can run several at once. A failed
-    day's task ends Failed with its reason (red in the backfill's graph), its outcome row as its data."""
+    """One partition's score_partition run as a task, so a backfill can run several at once; named after its
+    day in the backfill's graph, where a failed day's task ends Failed (red) with its reason, its outcome row as
+    its data."""
     outcome = scored_partition(job, date, chunk_rows)
     if outcome["outcome"] == "failed":
         return Failed(message=outcome["reason"] or f"{job} {date} failed", data=outcome)

@@ -95,11 +95,11 @@ def _job_words(job: str) -> JobWords | None:
 @task(name="score-partition-run", task_run_name="score {job} {date}")
 def score_partition_run(job: str, date: dt.date, chunk_rows: int | None) -> dict | State:
     """One partition's score_partition run as a task, so a backfill can run several at once; named after its
-    day in the backfill's graph, where a failed day's task ends Failed (red) with its reason, its outcome row as
-    its data."""
+    day in the backfill's graph, where a failed day's task ends Failed (red) with its reason as its message."""
     outcome = scored_partition(job, date, chunk_rows)
     if outcome["outcome"] == "failed":
-        return Failed(message=outcome["reason"] or f"{job} {date} failed", data=outcome)
+        # No data on the state: Prefect logs the state's repr, and the reason alone reads best there.
+        return Failed(message=outcome["reason"] or f"{job} {date} failed")
     return outcome
 
 
@@ -108,17 +108,18 @@ def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None,
     next partition starts as soon as any one ends), with a progress artifact and bars."""
     progress = create_progress_artifact(0.0, key="backfill-progress", description=f"{job}: {len(dates)} partition(s), {label}")
     outcomes: dict[dt.date, dict] = {}
-    waiting, running = list(dates), []
+    waiting, running = list(dates), {}
     while waiting or running:
         while waiting and len(running) < concurrency:
-            running.append(score_partition_run.submit(job, waiting.pop(0), chunk_rows))
-        finished = next(as_completed(running))
-        running.remove(finished)
+            day = waiting.pop(0)
+            running[score_partition_run.submit(job, day, chunk_rows)] = day
+        finished = next(as_completed(list(running)))
+        day = running.pop(finished)
         outcome = finished.result(raise_on_failure=False)
         if isinstance(outcome, BaseException):
-            # A failed day's task carries its outcome row; an exception here is a bug of the backfill itself.
+            # A failed day's task ends Failed without an exception; one here is a bug of the backfill itself.
             raise outcome
-        outcomes[dt.date.fromisoformat(outcome["date"])] = outcome
+        outcomes[day] = outcome if outcome is not None else partition_outcome(job, day, reason=finished.state.message or "")
         update_progress_artifact(progress, 100.0 * len(outcomes) / len(dates))
         reported_progress(f"{job} partitions", len(outcomes), len(dates))
     if not dates:

@@ -243,3 +243,24 @@ def test_a_backfills_partition_subflows_run_without_their_own_heartbeat(monkeypa
     assert outcome["outcome"] == "succeeded"
     assert seen["partition"] is None
     assert seen["parent"] == get_current_settings().flows.heartbeat_frequency is not None
+
+
+def test_partitions_loading_their_models_at_once_all_get_the_whole_xgboost() -> None:
+    """A concurrent backfill's partitions import xgboost at once: a thread that found it in `sys.modules`
+    while another was still importing it got a half-made module (no `Booster`), and its day failed."""
+    import subprocess
+    import sys
+
+    from tasks.settings import PROJECT_ROOT
+
+    probe = (
+        "import threading\n"
+        "from tasks.inference.frameworks import inference_xgboost_module\n"
+        "seen = []\n"
+        "threads = [threading.Thread(target=lambda: seen.append(hasattr(inference_xgboost_module(), 'Booster'))) for _ in range(4)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "print(seen)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == str([True] * 4), done.stdout + done.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,24 +33,29 @@ XGBOOST_FORECAST_OBJECTIVES = {
 }
 """XGBoost objectives a forecast job takes, with the link between the margin and the forecast."""
 
+_XGBOOST_IMPORT = threading.Lock()
+
+
 def inference_xgboost_module():  # noqa: ANN201  (the xgboost module)
     """xgboost, imported without its scikit-learn wrappers when nothing has imported scikit-learn yet.
 
     `import xgboost` imports scikit-learn whenever it is installed (for XGBClassifier, which the product
     never uses): ~1 s and ~140 MB more in every `score` process. Hiding scikit-learn for that one import
     leaves the Booster API whole; scikit-learn itself imports normally afterwards (a scikit-learn model
-    scored in the same process)."""
-    if "xgboost" in sys.modules:
-        return sys.modules["xgboost"]
-    hidden = "sklearn" not in sys.modules
-    if hidden:
-        sys.modules["sklearn"] = None  # type: ignore[assignment]
-    try:
-        import xgboost
-    finally:
-        if hidden and sys.modules.get("sklearn", False) is None:
-            del sys.modules["sklearn"]
-    return xgboost
+    scored in the same process). One thread imports at a time: a backfill's partitions load their models at
+    once, and a second thread finding xgboost in `sys.modules` before the first finished got a half-made module."""
+    with _XGBOOST_IMPORT:
+        if "xgboost" in sys.modules:
+            return sys.modules["xgboost"]
+        hidden = "sklearn" not in sys.modules
+        if hidden:
+            sys.modules["sklearn"] = None  # type: ignore[assignment]
+        try:
+            import xgboost
+        finally:
+            if hidden and sys.modules.get("sklearn", False) is None:
+                del sys.modules["sklearn"]
+        return xgboost
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ Everything started here is stopped in the fixture's `finally`, also when a step 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -172,6 +173,17 @@ def _flow_run_logs(live: LiveServer, flow_run_id: str) -> str:
         return f"<logs unavailable: {exc!r}>"
 
 
+def _final_state(live: LiveServer, flow_run_id: str, timeout_s: float = 240) -> dict:
+    """The flow run's state once it is final."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = httpx.get(f"{live.api}/flow_runs/{flow_run_id}", timeout=30).json()["state"]
+        if state and state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return state
+        time.sleep(1)
+    pytest.fail(f"flow run {flow_run_id} not final in {timeout_s} s\nworker log:\n{_tail(live.logs_dir / 'worker.log')}")
+
+
 def _artifacts(live: LiveServer, flow_run_id: str) -> dict[str, dict]:
     r = httpx.post(
         f"{live.api}/artifacts/filter",
@@ -227,6 +239,25 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
     artifacts = _artifacts(live_server, run_id)
     assert artifacts["backfill-outcomes"]["type"] == "table", artifacts["backfill-outcomes"]
     assert float(artifacts["backfill-progress"]["data"]) == 100.0, artifacts["backfill-progress"]
+    # The days' table reads outcome and reason first, the run page last; the run is named after what it scored.
+    outcomes = json.loads(artifacts["backfill-outcomes"]["data"])
+    assert [(o["date"], o["outcome"], o["link"]) for o in outcomes] == [
+        (d.isoformat(), "succeeded", f"output/{DEMO_JOB}/reports/html/date={d}.html") for d in (d1, d2)
+    ]
+    assert list(outcomes[0])[:3] == ["date", "outcome", "reason"] and list(outcomes[0])[-1] == "link"
+    assert httpx.get(f"{live_server.api}/flow_runs/{run_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {d1}…{d2} all"
+
+    # An end date before the start date fails at once, in one sentence, before any partition runs.
+    r = httpx.post(
+        f"{live_server.api}/deployments/{deployment['id']}/create_flow_run",
+        json={"parameters": {"job": DEMO_JOB, "start_date": d2.isoformat(), "end_date": d1.isoformat()}}, timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    wrong = _final_state(live_server, r.json()["id"])
+    assert wrong["type"] == "FAILED" and f"the end date {d1} is before the start date {d2}" in wrong["message"], wrong
+    assert httpx.post(
+        f"{live_server.api}/flow_runs/filter", json={"flow_runs": {"parent_flow_run_id": {"any_": [r.json()["id"]]}}}, timeout=30,
+    ).json() == []
 
     html = live_server.data_dir / "output" / DEMO_JOB / "reports" / "html"
     for d in (d1, d2):

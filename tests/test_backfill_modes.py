@@ -175,7 +175,7 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     outcomes = json.loads(_latest_artifact("backfill-outcomes").data)
     assert [list(o)[:3] + list(o)[-1:] for o in outcomes] == [["date", "outcome", "reason", "link"]] * 3
     assert [(o["date"], o["outcome"], o["reason"]) for o in outcomes] == [
-        (first.isoformat(), "succeeded", ""), (middle.isoformat(), "failed", reason),
+        (first.isoformat(), "succeeded", ""), (middle.isoformat(), "🔴 failed", reason),
         (last.isoformat(), "succeeded", ""),
     ]
     pages = [o["link"] for o in outcomes if o["outcome"] == "succeeded"]

@@ -142,15 +142,19 @@ def scheduled_start() -> dt.datetime | None:
     return run.expected_start_time
 
 
+FAILED_MARK = "🔴 "
+"""Before `failed` in an outcome table artifact: the table has no colours, and a failed day must stand out as in the graph."""
+
+
 def reported_outcomes(outcomes: list[dict], key: str) -> list[dict]:
     """Leave the outcomes as a table artifact, each day's outcome and reason first and its run page last;
     raise naming the failed partitions, if any."""
     failed = failed_outcomes_message(outcomes)
-    data_dir = current_settings().data_dir
+    settings = current_settings()
+    pages = "run page" if settings.report_base_url else f"run page (its path under {settings.data_dir})"
     create_table_artifact(
-        key=key, table=outcomes,
-        description=(failed or f"{len(outcomes)} partition(s) scored") + f". Each day's outcome, reason, rows, decisions, flags and "
-        f"run page (run pages without SCORING_REPORT_BASE_URL are under {data_dir})",
+        key=key, table=[{**o, "outcome": FAILED_MARK + o["outcome"]} if o["outcome"] == "failed" else o for o in outcomes],
+        description=f"{failed or f'{len(outcomes)} partition(s) scored'}. Each day's outcome, reason, rows, decisions, flags and {pages}",
     )
     if failed:
         raise PartitionsFailed(failed)

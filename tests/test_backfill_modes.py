@@ -166,7 +166,9 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     # The middle date has no raw data: refused before its lease, recorded as refused with its reason.
     assert [row[:2] for row in rows] == [(first, "succeeded"), (middle, "refused"), (last, "succeeded")]
     assert rows[1][2].startswith("JobValidationError: ") and "no raw partition" in rows[1][2], rows[1]
-    reason = rows[1][2].removeprefix("JobValidationError: ")
+    # Tables and the failed task say the sentence without the error's class and the raw folder's path.
+    reason = f"date: no raw partition for job '{DEMO_JOB}' on {middle}: the folder does not exist"
+    assert rows[1][2].endswith(reason)
     # Its day is red in the backfill's graph: its task run failed with the reason, the other two completed.
     tasks = _partition_task_runs(state.state_details.flow_run_id)
     assert sorted(t.state.type.value for t in tasks) == ["COMPLETED", "COMPLETED", "FAILED"]
@@ -195,7 +197,7 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     assert [p["date"] for p in backfill(DEMO_JOB, first, last, mode="failed", dry_run=True)] == [middle.isoformat()]
     selection = _latest_artifact("backfill-selection")
     assert selection.description.startswith(f"{DEMO_JOB} {first}…{last}, mode failed: 1 of 3 day(s) to score, last failed or refused: "
-                                            f"{middle} (refused: {rows[1][2]})"), selection.description
+                                            f"{middle} (refused: {reason})"), selection.description
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
         baselines = con.sql(
             "SELECT partition_date, max(baseline_partitions) FROM decision_monitoring GROUP BY partition_date ORDER BY 1"

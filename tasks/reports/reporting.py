@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any, Literal
 
 from rich.table import Table
@@ -64,7 +65,7 @@ def partition_selection(settings: Settings, job: str, dates: list[dt.date], mode
         return [{"date": d.isoformat(), "selected": True, "last status": "", "reason": ""} for d in dates]
     return [
         {"date": row["partition_date"].isoformat(), "selected": row["status"] in _SELECTED_STATUSES[mode],
-         "last status": row["status"], "reason": _short(row["error"] or "")}
+         "last status": row["status"], "reason": table_reason(row["error"] or "")}
         for row in partition_summaries(settings, job, dates)
     ]
 
@@ -103,7 +104,7 @@ def partition_outcome(
     """One row of a nightly or backfill outcome table: what became of one partition, its outcome and reason
     first, then its rows, decisions (by their names in the job's `words`) and flags, and the link to its run
     page last (`link`: a URL, or the page's path), which is the longest cell."""
-    row = {"date": date.isoformat(), "outcome": "failed", "reason": _short(reason), "job": job, "rows_scored": 0, "decisions": "",
+    row = {"date": date.isoformat(), "outcome": "failed", "reason": table_reason(reason), "job": job, "rows_scored": 0, "decisions": "",
            "flags": "", "run_id": "", "link": ""}
     if planned:
         return {**row, "outcome": "would score"}
@@ -138,6 +139,16 @@ def failed_outcomes_message(outcomes: list[dict[str, Any]]) -> str | None:
         f"{o['job']} {o['date']}" + (f" ({o['reason']})" if o["reason"] else "") for o in outcomes if o["outcome"] == "failed"
     ]
     return f"{len(failed)} of {len(outcomes)} partition(s) failed: {', '.join(failed)}" if failed else None
+
+
+_LEADING_NOISE = re.compile(r"^(?:[A-Z][A-Za-z]*: )?(?:(?:/|[a-z][a-z0-9+.-]*://)[^\s:]*: )?")
+"""An error class's name (`JobValidationError: `) and a file's path or URL before the sentence: the table's reason
+cell is narrow, and the day, the job and the ledger's own `error` already say them."""
+
+
+def table_reason(error: str) -> str:
+    """The reason of a failed or refused day in a table cell: the sentence without the error's class or file."""
+    return _short(_LEADING_NOISE.sub("", _short(error), count=1))
 
 
 def _short(error: str, limit: int = 400) -> str:

@@ -192,7 +192,7 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        assert client.read_flow_run(state.state_details.flow_run_id).name == f"{DEMO_JOB} {first}…{last} all"
+        assert client.read_flow_run(state.state_details.flow_run_id).name == f"{DEMO_JOB} {first}…{last} mode all"
     # `failed` finds the refused day and says why.
     assert [p["date"] for p in backfill(DEMO_JOB, first, last, mode="failed", dry_run=True)] == [middle.isoformat()]
     selection = _latest_artifact("backfill-selection")

@@ -245,7 +245,7 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
         (d.isoformat(), "succeeded", f"output/{DEMO_JOB}/reports/html/date={d}.html") for d in (d1, d2)
     ]
     assert list(outcomes[0])[:3] == ["date", "outcome", "reason"] and list(outcomes[0])[-1] == "link"
-    assert httpx.get(f"{live_server.api}/flow_runs/{run_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {d1}…{d2} all"
+    assert httpx.get(f"{live_server.api}/flow_runs/{run_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {d1}…{d2} mode all"
 
     # An end date before the start date fails at once, in one sentence, before any partition runs.
     r = httpx.post(

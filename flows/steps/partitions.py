@@ -186,9 +186,10 @@ def nightly_run_name() -> str:
 
 
 def backfill_run_name() -> str:
-    """`<job> <start>…<end> <mode>`, and `(dry run)` for a dry run: what the backfill scores, readable in the runs list."""
+    """`<job> <start>…<end> mode <mode>`, and `(dry run)` for a dry run: what the backfill scores, readable in the runs
+    list. The word `mode` keeps a name ending in `failed` from reading as the run's state."""
     p = flow_run.parameters
-    return f"{p['job']} {p['start_date']}…{p['end_date']} {p.get('mode', 'all')}" + (" (dry run)" if p.get("dry_run") else "")
+    return f"{p['job']} {p['start_date']}…{p['end_date']} mode {p.get('mode', 'all')}" + (" (dry run)" if p.get("dry_run") else "")
 
 
 def planned_outcomes(job: str, dates: list[dt.date], mode: str) -> list[dict]:

@@ -73,7 +73,9 @@ def test_missing_and_failed_modes_touch_exactly_their_partitions(
     assert backfill(DEMO_JOB, first, last, mode="failed", dry_run=True) == []
     # What the mode found, and why nothing: each day's last status, also when none is selected.
     selection = _latest_artifact("backfill-selection")
-    assert selection.description == f"{DEMO_JOB} {first}…{last}, mode failed: nothing to score, no day's last run is failed or refused (3 succeeded)"
+    assert selection.description == (
+        f"{DEMO_JOB} {first}…{last}, mode failed: nothing to score, no day had a last run that failed or was refused (3 succeeded)"
+    )
     assert [(r["date"], r["selected"], r["last status"]) for r in json.loads(selection.data)] == [
         (d.isoformat(), False, "succeeded") for d in (first, middle, last)
     ]
@@ -196,7 +198,7 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     # `failed` finds the refused day and says why.
     assert [p["date"] for p in backfill(DEMO_JOB, first, last, mode="failed", dry_run=True)] == [middle.isoformat()]
     selection = _latest_artifact("backfill-selection")
-    assert selection.description.startswith(f"{DEMO_JOB} {first}…{last}, mode failed: 1 of 3 day(s) to score, last failed or refused: "
+    assert selection.description.startswith(f"{DEMO_JOB} {first}…{last}, mode failed: 1 of 3 day(s) to score, last run failed or refused: "
                                             f"{middle} (refused: {reason})"), selection.description
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
         baselines = con.sql(

@@ -70,20 +70,27 @@ def partition_selection(settings: Settings, job: str, dates: list[dt.date], mode
     ]
 
 
+_MODE_WORDS = {
+    "missing": ("never scored or refused", "was never scored or refused"),
+    "failed": ("last run failed or refused", "had a last run that failed or was refused"),
+}
+"""What each mode selects, said of the days it picked and of the days when it picked none."""
+
+
 def selection_message(job: str, mode: BackfillMode, selection: list[dict[str, Any]]) -> str:
     """What `mode` found in the range and why, in a sentence: the selected days with their last status and
     reason, or, when none, what the days' last statuses were instead."""
     picked = [r for r in selection if r["selected"]]
     span = f"{selection[0]['date']}…{selection[-1]['date']}" if selection else "the range"
-    wanted = " or ".join(_SELECTED_STATUSES.get(mode, ("any",)))
+    selected, none = _MODE_WORDS.get(mode, ("selected", "was selected"))
     if picked:
         days = ", ".join(f"{r['date']} ({r['last status']}" + (f": {r['reason']}" if r["reason"] else "") + ")" for r in picked)
-        return f"{job} {span}, mode {mode}: {len(picked)} of {len(selection)} day(s) to score, last {wanted}: {days}"
+        return f"{job} {span}, mode {mode}: {len(picked)} of {len(selection)} day(s) to score, {selected}: {days}"
     counts: dict[str, int] = {}
     for r in selection:
         counts[r["last status"]] = counts.get(r["last status"], 0) + 1
     found = ", ".join(f"{n} {status}" for status, n in counts.items())
-    return f"{job} {span}, mode {mode}: nothing to score, no day's last run is {wanted} ({found or 'no days'})"
+    return f"{job} {span}, mode {mode}: nothing to score, no day {none} ({found or 'no days'})"
 
 
 def catch_up_dates(settings: Settings, job: str, day: dt.date) -> list[dt.date]:

@@ -16,7 +16,7 @@ from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner,
 from flows.steps.partition import (
     failed_run,
     finished_run,
-    partition_lease,
+    partition_lease, partition_run_name,
     prepare_run,
     publish_partition,
     start_run,
@@ -35,7 +35,7 @@ def score_units(ticket: RunTicket) -> ScoringSummary:
     return scored_summary(ticket)
 
 
-@flow(name="score_partition", log_prints=True, task_runner=UnitThreadPoolTaskRunner(), on_failure=[alert_failed_run])
+@flow(name="score_partition", flow_run_name=partition_run_name, log_prints=True, task_runner=UnitThreadPoolTaskRunner(), on_failure=[alert_failed_run])
 def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge=0)] = 0) -> dict:
     """Guard, infer, predict and publish `job` for the partition `date`; re-running replaces it.
 

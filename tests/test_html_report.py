@@ -165,11 +165,44 @@ def test_text_is_escaped(page_html: str) -> None:
 
 def test_sections_and_breached_fallback_rows(page_html: str) -> None:
     headings = re.findall(r"<h2>([^<]*)</h2>", page_html)
-    assert headings == ["At a glance", "Run summary", "Fallback report", "Drift", "Feature histograms (most drifted first)"]
+    assert headings == [
+        "In short", "At a glance", "Run summary", "Fallback report", "Drift", "Feature histograms (most drifted first)",
+        "Engineering details",
+    ]
     breached = re.findall(r'<tr class="breached">(.*?)</tr>', page_html)
     assert len(breached) == 1 and "<td>quarantine</td>" in breached[0] and "BREACHED" in breached[0]
     assert "approve: 4,000; review: 450; decline: 150" in page_html
-    assert "<th>inference.latency_ms_p50</th>" in page_html
+    # The engineers' rows have a section of their own, after everything an analyst reads.
+    summary, engineering = page_html.split("<h2>Run summary</h2>")[1].split("<h2>")[0], page_html.split("<h2>Engineering details</h2>")[1]
+    assert "<th>inference.latency_ms_p50</th>" in engineering and "<th>guard_counts</th>" in engineering
+    assert "inference." not in summary and "guard_counts" not in summary and "<th>rows_read</th>" in summary
+
+
+def test_the_page_opens_with_the_run_in_plain_words() -> None:
+    """What moved against the trailing window (a share's relative change), the features that moved and which way (the
+    fixture shifts income's and EVIL's values up and gives new_feature no reference), the rows set aside and the reason
+    given most; the drift statistics explained beside their table."""
+    value, baseline = 0.231, 0.20625
+    reasons = [{"code": "R01", "text": "Debt ratio high", "rows": 300}, {"code": "R02", "text": "Short history", "rows": 120}]
+    page = run_report_html(
+        job="credit_risk", partition_date="2026-03-10", run_id="r1", summary={**SUMMARY, "rows_with_reasons": 600},
+        fallback_rows=FALLBACK_ROWS, drift_rows=DRIFT_ROWS, histograms=_histograms(np.random.default_rng(7)),
+        shifts=[{"measure": "decision_share", "item": "review", "value": value, "baseline": baseline, "delta": value - baseline}],
+        window_days=7, reason_codes=reasons,
+    )
+    lead = html.unescape(page.split('<section class="lead" id="summary">')[1].split("</section>")[0])
+    assert page.index('class="lead"') < page.index("At a glance")
+    assert f"Review: {(value - baseline) / baseline:.0%} more than the trailing 7 days (23.1% of rows, was 20.6%)." in lead
+    assert f"3 of 6 features moved away from the training data or the previous partition: income moved up, new_feature and {EVIL} moved up." in lead
+    assert "400 of 5,000 rows were set aside (quarantined) and not scored." in lead
+    assert "Reason given most: 300 rows (50.0% of the rows given reasons): Debt ratio high (R01)." in lead
+    assert "PSI" not in lead and "<h2>Reasons given</h2>" in page
+    assert "<b>PSI</b>: how far the spread of values moved" in page and "<b>Wasserstein</b>:" in page
+    quiet = run_report_html(
+        job="credit_risk", partition_date="2026-03-10", run_id="r1", summary=SUMMARY, fallback_rows=[], drift_rows=[],
+        histograms={}, shifts=[], window_days=7,
+    )
+    assert "The decisions are in line with the trailing 7 days." in quiet and "No feature moved beyond its warning threshold" in quiet
 
 
 def test_write_run_report_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

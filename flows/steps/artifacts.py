@@ -2,16 +2,56 @@
 
 from __future__ import annotations
 
+import uuid
+
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.client.orchestration import get_client
 
 from tasks.scoring.partition_run import Artifact
+
+_ID_SPACE = 1 << 128
+MAX_TRIES = 64
+"""Creations of one artifact before it is kept wherever its id fell: the order is a reading aid, never worth a failure."""
+
+
+def left_artifact(artifact: Artifact) -> uuid.UUID:
+    if artifact.link is not None:
+        return create_link_artifact(key=artifact.key, link=artifact.link, link_text=artifact.description, description=artifact.description)
+    if artifact.table is not None:
+        return create_table_artifact(key=artifact.key, table=artifact.table, description=artifact.description)
+    return create_markdown_artifact(key=artifact.key, markdown=artifact.markdown or "", description=artifact.description)
 
 
 def left_artifacts(artifacts: list[Artifact]) -> None:
     for artifact in artifacts:
-        if artifact.link is not None:
-            create_link_artifact(key=artifact.key, link=artifact.link, link_text=artifact.description, description=artifact.description)
-        elif artifact.table is not None:
-            create_table_artifact(key=artifact.key, table=artifact.table, description=artifact.description)
-        else:
-            create_markdown_artifact(key=artifact.key, markdown=artifact.markdown or "", description=artifact.description)
+        left_artifact(artifact)
+
+
+def artifact_id_bounds(position: int, pinned: int, above: int) -> tuple[int, int]:
+    """The ids (as integers) the artifact at `position` may take so that Prefect shows it there: its UI lists a run's
+    artifacts by id, descending (`sort: ID_DESC` in both the new and the old UI), and the server draws each id at
+    random (uuid4), so creation order alone says nothing. The `pinned` first ones each take a band of their own at the
+    top, in their order, below the previous one's id `above`; the others anywhere below the last pinned one."""
+    if position >= pinned:
+        return 0, above
+    return _ID_SPACE * (2 * pinned - position - 1) // (2 * pinned), above
+
+
+def left_artifacts_in_order(artifacts: list[Artifact], *, pinned: int) -> list[uuid.UUID]:
+    """Leave `artifacts`, the `pinned` first of them shown first in the UI in their order, the others after them: an
+    artifact whose id falls outside its bounds (`artifact_id_bounds`) is deleted and made again, about 10 more
+    creations for a run's dozen artifacts. Returns the ids kept."""
+    kept: list[uuid.UUID] = []
+    above = _ID_SPACE
+    with get_client(sync_client=True) as client:
+        for position, artifact in enumerate(artifacts):
+            low, high = artifact_id_bounds(position, pinned, above)
+            for attempt in range(MAX_TRIES):
+                made = left_artifact(artifact)
+                if low <= made.int < high or attempt == MAX_TRIES - 1:
+                    break
+                client.delete_artifact(made)
+            kept.append(made)
+            if position < pinned:
+                above = made.int
+    return kept

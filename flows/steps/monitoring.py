@@ -12,6 +12,7 @@ from flows.steps.artifacts import left_artifacts
 from flows.steps.blocks import configured_warehouse, run_warehouse
 from tasks.monitoring.runs import decision_monitoring, ingested_partition_outcomes, outcomes_run_name, written_monitoring_page
 from tasks.jobs.calendar import ALL_JOBS
+from tasks.scoring.partition_run import Artifact
 from tasks.settings import current_settings
 
 
@@ -27,6 +28,15 @@ def monitor_decisions(
     result, artifacts = decision_monitoring(run_warehouse(run_id), settings, job, partition_date, run_id, groups, slice_counts)
     left_artifacts(artifacts)
     return result
+
+
+@task(name="monitor-decisions")
+def monitored_run_decisions(
+    job: str, partition_date: dt.date, run_id: str, groups: list[dict], slice_counts: list[dict]
+) -> tuple[dict, list[Artifact]]:
+    """`monitor_decisions` of a run that has just published, from its own counts: the flagged measures, and the
+    artifacts that its finish-run leaves in the run's artifact order."""
+    return decision_monitoring(run_warehouse(run_id), current_settings(), job, partition_date, run_id, groups, slice_counts)
 
 
 @task(name="ingest-outcomes")

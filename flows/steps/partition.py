@@ -20,13 +20,13 @@ from prefect.utilities.annotations import quote
 
 from flows.steps.alerts import run_link, sent_alerts
 from flows.steps.api import ensure_orchestration_api, orchestration_lost
-from flows.steps.artifacts import left_artifacts
-from flows.steps.monitoring import monitor_decisions
+from flows.steps.artifacts import left_artifacts_in_order
+from flows.steps.monitoring import monitored_run_decisions
 from flows.steps.units import prepared_run_job, stopping_signal
 from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
 from tasks.scoring.partition_run import (
-    RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, recorded_refused_run, report_url, run_artifacts, run_lease,
-    run_result, run_ticket, started_run,
+    Artifact, RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, recorded_refused_run, report_url, run_artifacts, run_lease,
+    run_result, run_ticket, started_run, trailing_shifts,
 )
 from tasks.errors import RunStopped, user_facing_error
 from tasks.monitoring.alerts import published_run_alerts
@@ -41,6 +41,13 @@ from tasks.sinks.publish import PublishedPartition, partition_store, published_p
 from tasks.sinks.recovery import pending_ledger_dir, recovered_job, released_failure_room
 
 log = logging.getLogger("scoring.run")
+
+
+def partition_run_name() -> str:
+    """`<job> <date>`, the name of a score_partition run: what an analyst looks for among a backfill's subflows
+    (Prefect's default is a random name)."""
+    parameters = flow_run.parameters
+    return f"{parameters['job']} {parameters['date']}"
 
 
 def partition_lease(run_id: str, job: str, partition_date: dt.date) -> PartitionLease:
@@ -83,8 +90,9 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
         f"run {ticket.run_id} of {ticket.job} {ticket.partition_date} is not published and the partition keeps its previous outputs"
     )
     counts = summary.ledger_counts()
-    page, warnings = partition_page(ticket, summary, counts)
     settings = current_settings()
+    shifts, window_days = trailing_shifts(run_warehouse(ticket.run_id), settings, ticket, summary)
+    page, warnings = partition_page(ticket, summary, counts, shifts=shifts, window_days=window_days)
     published = published_partition(
         run_warehouse(ticket.run_id), output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
         run_id=ticket.run_id, counts=counts, page_html=page, warnings=warnings, ended_at=now_utc(), crash_at=settings.crash_at,
@@ -96,27 +104,34 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
 
 
 @task(name="finish-run")
-def finish_run(ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition) -> dict:
-    """Leave the run's summary, page link, drift, fallback and guard tables as artifacts."""
+def finish_run(
+    ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, monitoring: dict | None = None,
+    monitoring_artifacts: list[Artifact] | None = None,
+) -> dict:
+    """Leave the run's key numbers (with the decision-mix shift `monitoring` flagged), page link, decision monitoring,
+    drift, fallback and guard tables as artifacts, the key numbers first in the UI."""
     report_path = partition_store(output_dirs(current_settings(), ticket.job)).page_link(ticket.partition_date.isoformat())
     log.info("run report of %s %s: %s", ticket.job, ticket.partition_date, report_path)
     page_url = report_url(current_settings().report_base_url, ticket.job, ticket.partition_date)
-    left_artifacts(run_artifacts(ticket, summary, published, report_path, page_url=page_url))
+    left_artifacts_in_order(run_artifacts(
+        ticket, summary, published, report_path, page_url=page_url, monitoring=monitoring, monitoring_artifacts=monitoring_artifacts or (),
+    ))
     return run_result(ticket, summary, report=str(report_path), warnings=published.warnings)
 
 
 def finished_run(ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition) -> dict:
-    """Artifacts and decision monitoring of a published run. The run has succeeded: what fails here
+    """Decision monitoring and artifacts of a published run. The run has succeeded: what fails here
     is kept on its ledger row as a warning, not lost and not a failure."""
     # quote(): the summary's lists are not walked for futures (see score_partition).
-    finished = finish_run(ticket, quote(summary), quote(published), return_state=True)
-    monitored = monitor_decisions(
+    monitored = monitored_run_decisions(
         ticket.job, ticket.partition_date, ticket.run_id, quote(summary.decision_groups), quote(summary.slice_counts), return_state=True
     )
+    monitoring, monitoring_artifacts = monitored.result() if monitored.is_completed() else (None, [])
+    finished = finish_run(ticket, quote(summary), quote(published), quote(monitoring), quote(monitoring_artifacts), return_state=True)
     carded = write_model_card(ticket, return_state=True)
     result = finished_run_result(
         ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=_failure(finished),
-        monitoring=monitored.result() if monitored.is_completed() else None, monitoring_error=_failure(monitored),
+        monitoring=monitoring, monitoring_error=_failure(monitored),
     )
     if not carded.is_completed():
         result["warnings"].append(f"model card not written: {_failure(carded)}")

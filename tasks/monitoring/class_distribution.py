@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from tasks.monitoring.forecast_distribution import rule_condition_text
+from tasks.monitoring.forecast_distribution import reason_code_counts, rule_condition_text
 
 MARGIN_BINS = 10
 MARGIN_EDGES = tuple(i / MARGIN_BINS for i in range(1, MARGIN_BINS))
@@ -59,10 +58,7 @@ class ClassDistribution:
         self.low_margin_rows += int((margin < LOW_MARGIN).sum())
         for decision, name, n in frame.group_by(["decision", "predicted_class"]).len().iter_rows():
             self.decided[(decision, name)] += int(n)
-        codes = pc.list_flatten(table.column("reason_codes"))
-        if len(codes):
-            counted = pc.value_counts(codes)
-            self.reason_codes.update(dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True)))
+        self.reason_codes.update(reason_code_counts(table.column("reason_codes")))
 
     def merge(self, other: ClassDistribution) -> None:
         self.rows += other.rows

@@ -235,6 +235,21 @@ def decision_monitoring_rows(
     return frame.to_arrow().cast(schema)
 
 
+def trailing_decision_monitoring(
+    warehouse: Warehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str, groups: pl.DataFrame
+) -> pa.Table:
+    """The `decision_monitoring` rows of the partition's `prediction_groups` against the stored rows of the trailing
+    window; read only, so a run's page can say what moved before the run publishes and `monitored_decisions` stores them."""
+    window = spec.monitoring.window_days
+    history = pl.from_arrow(
+        warehouse.monitoring_rows(
+            "decision_monitoring", job=spec.name,
+            first_date=partition_date - dt.timedelta(days=window), last_date=partition_date - dt.timedelta(days=1),
+        )
+    ).select("partition_date", "measure", "item", "value")
+    return decision_monitoring_rows(groups, history, spec, partition_date=partition_date, run_id=run_id)
+
+
 def monitored_decisions(
     warehouse: Warehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str, groups: pl.DataFrame | None = None,
     slice_counts: pl.DataFrame | None = None,
@@ -262,14 +277,7 @@ def monitored_decisions(
             f"predictions of {spec.name} {partition_date} were published by run(s) {runs}, not by run {run_id!r}; "
             "monitor the run that published the partition"
         )
-    window = spec.monitoring.window_days
-    history = pl.from_arrow(
-        warehouse.monitoring_rows(
-            "decision_monitoring", job=spec.name,
-            first_date=partition_date - dt.timedelta(days=window), last_date=partition_date - dt.timedelta(days=1),
-        )
-    ).select("partition_date", "measure", "item", "value")
-    rows = decision_monitoring_rows(groups, history, spec, partition_date=partition_date, run_id=run_id)
+    rows = trailing_decision_monitoring(warehouse, spec, partition_date=partition_date, run_id=run_id, groups=groups)
     slices = monitored_slices(warehouse, spec, partition_date=partition_date, run_id=run_id, counts=slice_counts)
     warehouse.replace_monitoring_partition(
         job=spec.name, partition_date=partition_date, tables={"decision_monitoring": rows, **slices}

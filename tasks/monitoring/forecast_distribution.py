@@ -211,10 +211,7 @@ class ForecastDistribution:
             self.sums[name] += float(values.sum())
         self.forecast.add(column["forecast"])
         self.width.add(width)
-        codes = pc.list_flatten(table.column("reason_codes"))
-        if len(codes):
-            counted = pc.value_counts(codes)
-            self.reason_codes.update(dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True)))
+        self.reason_codes.update(reason_code_counts(table.column("reason_codes")))
 
     def merge(self, other: ForecastDistribution) -> None:
         self.rows += other.rows
@@ -234,6 +231,15 @@ def rule_condition_text(when: Mapping[str, Mapping[str, float]], classes: Sequen
     named = [f"class = {classes[0]}" if len(classes) == 1 else f"class in {{{', '.join(classes)}}}"] if classes else []
     parts = [f"{name} {_SYMBOLS[op]} {threshold:g}" for name, ops in when.items() for op, threshold in ops.items()]
     return " and ".join(named + parts) or "always"
+
+
+def reason_code_counts(codes: pa.ChunkedArray | pa.Array) -> dict[str, int]:
+    """Rows given each reason code, from a chunk's `reason_codes` list column (a row names a code once)."""
+    flat = pc.list_flatten(codes)
+    if not len(flat):
+        return {}
+    counted = pc.value_counts(flat)
+    return dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True))
 
 
 def reason_code_text(code: str, texts: Mapping[str, str]) -> str:

@@ -65,6 +65,8 @@ def decision_monitoring(
         "job": job, "partition_date": partition_date.isoformat(), "run_id": run_id, "measures": len(rows),
         "shifted": [f"{r['measure']}:{r['item']}" for r in shifted],
         "shifted_slices": [f"{r['slice_column']}={r['slice_value']}:{r['measure']}" for r in shifted_slices],
+        "shifts": [{k: r[k] for k in ("measure", "item", "value", "baseline", "delta")} for r in shifted],
+        "window_days": spec.monitoring.window_days,
     }
     artifacts = [decision_monitoring_artifact(rows, job=job, partition_date=partition_date, run_id=run_id,
                                               window_days=spec.monitoring.window_days)]

@@ -16,7 +16,7 @@ from tasks.prediction.words import JobWords
 from tasks.reports.forecast_report import bars_svg
 from tasks.reports.html_report import (
     DRIFT_TABLE_SCRIPT, BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section,
-    _summary_section, _table, drift_sections, glance_section, page_html,
+    _summary_section, _table, drift_sections, engineering_section, glance_section, lead_section, page_html,
 )
 
 _SUMMARY_NAMES = {
@@ -135,6 +135,8 @@ def class_run_report_html(
     shadow_rows: list[dict[str, Any]] | None = None,
     flip_examples: list[dict[str, Any]] | None = None,
     words: JobWords | None = None,
+    shifts: list[dict[str, Any]] | None = None,
+    window_days: int | None = None,
 ) -> str:
     """A multiclass job's run page as one string; every text from the inputs is HTML-escaped. `summary` is the ledger
     counts, `report` the run's `ScoringSummary.classification_report`."""
@@ -142,8 +144,10 @@ def class_run_report_html(
         f"Classification run {job} {partition_date}",
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
         f"classes of <b>{_e(report['name'])}</b>: {_e(', '.join(report['classes']))}",
-        glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                       words=words)
+        lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
+                     reason_codes=report["reason_codes"], words=words)
+        + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
+                         words=words)
         + _summary_section(summary, _SUMMARY_NAMES, words)
         + _class_mix_section(report)
         + _margin_section(report)
@@ -152,6 +156,7 @@ def class_run_report_html(
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [], words)
-        + drift_sections(drift_rows, histograms, bin_labels or {}, words),
+        + drift_sections(drift_rows, histograms, bin_labels or {}, words)
+        + engineering_section(summary, _SUMMARY_NAMES),
         script=DRIFT_TABLE_SCRIPT,
     )

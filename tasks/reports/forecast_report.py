@@ -17,7 +17,7 @@ from tasks.monitoring.health import ESTIMATED_ERROR
 from tasks.prediction.words import JobWords
 from tasks.reports.html_report import (
     DRIFT_TABLE_SCRIPT, BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _n, _pct, _shadow_section,
-    _shares, _summary_section, _svg_text, _table, drift_sections, glance_section, page_html,
+    _shares, _summary_section, _svg_text, _table, drift_sections, engineering_section, glance_section, lead_section, page_html,
 )
 
 _SUMMARY_NAMES = {
@@ -203,6 +203,8 @@ def forecast_run_report_html(
     shadow_rows: list[dict[str, Any]] | None = None,
     flip_examples: list[dict[str, Any]] | None = None,
     words: JobWords | None = None,
+    shifts: list[dict[str, Any]] | None = None,
+    window_days: int | None = None,
 ) -> str:
     """A forecast job's run page as one string; every text from the inputs is HTML-escaped. `summary` is the
     ledger counts, `forecast` the run's `ScoringSummary.forecast_report`; `shadow_rows` and `flip_examples` the
@@ -211,8 +213,10 @@ def forecast_run_report_html(
         f"Forecast run {job} {partition_date}",
         f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
         f"forecast of <b>{_e(target_words(forecast))}</b>, interval {forecast['level']:.0%}",
-        glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                       words=words)
+        lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
+                     reason_codes=forecast["reason_codes"], words=words)
+        + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
+                         words=words)
         + _summary_section(summary, _SUMMARY_NAMES, words)
         + _forecast_section(forecast)
         + _decisions_section(forecast)
@@ -220,6 +224,7 @@ def forecast_run_report_html(
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [], words)
-        + drift_sections(drift_rows, histograms, bin_labels or {}, words),
+        + drift_sections(drift_rows, histograms, bin_labels or {}, words)
+        + engineering_section(summary, _SUMMARY_NAMES),
         script=DRIFT_TABLE_SCRIPT,
     )

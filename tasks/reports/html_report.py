@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tasks.prediction.words import JobWords
+from tasks.reports.plain_words import DRIFT_MEASURE_WORDS, moved_direction, plain_summary
 from tasks.quality.drift import FORECAST_DRIFT_NAME, KS_BOUND_SHOWN_WITHIN, SCORE_DRIFT_NAME
 from tasks.quality.fallback_report import fallback_kind_totals
 
@@ -61,6 +62,7 @@ svg .reference{fill:#9fb7d6;opacity:.85}svg path.current{fill:none;stroke:#c6282
 .muted{color:#777}
 .glance{border:1px solid #ddd;border-left:4px solid #888;padding:.4em 1em;margin:.5em 0 1em;background:#fafafa}
 .glance.flagged{border-left-color:#c62828}.glance h2{border:0;margin:.3em 0}.glance p{margin:.3em 0}
+.lead{font-size:1.05em;padding:.2em 0 .4em}.lead h2{border:0;margin:.3em 0}.lead p{margin:.3em 0}
 .tools{margin:.4em 0;display:flex;gap:1em;align-items:center;flex-wrap:wrap}
 .scroll{max-height:28em;overflow:auto;border:1px solid #ddd;display:inline-block;max-width:100%}
 .scroll table{margin:0}.scroll thead th{position:sticky;top:0;z-index:1}
@@ -185,26 +187,84 @@ FOLDED_BEYOND = 8
 """More entries than this (guard counts, the fallback report's rows by expectation) are folded on the run page."""
 
 
-def _summary_section(
-    summary: Mapping[str, Any], names: Mapping[str, str | None] | None = None, words: JobWords | None = None,
-) -> str:
-    """The ledger counts, one row each; `names` renames a count (None leaves it out); `words` names the decisions."""
+ENGINEERING_COUNTS = ("rows_straddling", "guard_counts", "inference")
+"""Ledger counts an engineer reads (rows near a cut-off, guard counts per expectation, inference statistics): a run
+page shows them in a section of their own, after what an analyst reads."""
+
+
+def _count_rows(summary: Mapping[str, Any], names: Mapping[str, str | None]) -> list[str]:
     rows = []
-    names = {**_SUMMARY_NAMES, **(names or {})}
-    if words is not None and isinstance(summary.get("decisions"), Mapping):
-        summary = {**summary, "decisions": {words.decision(d): n for d, n in summary["decisions"].items()}}
-    nested = {k: v for k, v in summary.items() if k == "inference" and isinstance(v, Mapping)}
     for key, value in summary.items():
-        if key not in nested and names.get(key, key) is not None:
+        if key == "inference" and isinstance(value, Mapping):
+            rows += [f"<tr><th>{_e(key)}.{_e(k)}</th>{_cell(v)}</tr>" for k, v in value.items()]
+        elif names.get(key, key) is not None:
             if isinstance(value, Mapping) and len(value) > FOLDED_BEYOND:
                 # A wide job's guards act on dozens of columns: one line of them would fill the screen.
                 cell = f"<td><details><summary>{len(value)} entries</summary>{_e(_fmt(value))}</details></td>"
                 rows.append(f"<tr><th>{_e(names.get(key, key))}</th>{cell}</tr>")
                 continue
             rows.append(f"<tr><th>{_e(names.get(key, key))}</th>{_cell(value)}</tr>")
-    for key, stats in nested.items():
-        rows += [f"<tr><th>{_e(key)}.{_e(k)}</th>{_cell(v)}</tr>" for k, v in stats.items()]
-    return "<h2>Run summary</h2>" + _table(["count", "value"], rows)
+    return rows
+
+
+def _summary_section(
+    summary: Mapping[str, Any], names: Mapping[str, str | None] | None = None, words: JobWords | None = None,
+) -> str:
+    """The ledger counts an analyst reads, one row each (`ENGINEERING_COUNTS` are `engineering_section`'s); `names`
+    renames a count (None leaves it out); `words` names the decisions."""
+    names = {**_SUMMARY_NAMES, **(names or {})}
+    if words is not None and isinstance(summary.get("decisions"), Mapping):
+        summary = {**summary, "decisions": {words.decision(d): n for d, n in summary["decisions"].items()}}
+    counts = {k: v for k, v in summary.items() if k not in ENGINEERING_COUNTS}
+    return "<h2>Run summary</h2>" + _table(["count", "value"], _count_rows(counts, names))
+
+
+def engineering_section(summary: Mapping[str, Any], names: Mapping[str, str | None] | None = None) -> str:
+    """The `ENGINEERING_COUNTS` of the run, last on its page."""
+    names = {**_SUMMARY_NAMES, **(names or {})}
+    counts = {k: summary[k] for k in ENGINEERING_COUNTS if k in summary}
+    return (
+        "<h2>Engineering details</h2>"
+        '<p class="muted">For whoever runs the scoring: rows whose score interval straddles a decision cut-off, the rows '
+        "each feature guard acted on, and how inference ran.</p>"
+        + _table(["count", "value"], _count_rows(counts, names))
+    )
+
+
+def lead_section(
+    summary: Mapping[str, Any], drift_rows: list[Mapping[str, Any]], histograms: Histograms, bin_labels: BinLabels, *,
+    shifts: Sequence[Mapping[str, Any]] | None, window_days: int | None, reason_codes: Sequence[Mapping[str, Any]],
+    words: JobWords | None,
+) -> str:
+    """The page's opening: what the run says in plain words (tasks/reports/plain_words.py: plain_summary): the
+    decision-mix shift against the trailing window (`shifts`, None when not compared), the features that moved and
+    which way (a numeric feature's mean, from its histogram), the rows set aside and the reason given most."""
+    directions = {
+        name: None if name in bin_labels else moved_direction(edges, current, reference)
+        for name, (edges, current, reference) in histograms.items()
+    }
+    features = {str(f) for f in [*histograms, *(r.get("feature") for r in drift_rows)] if f not in _ESTIMATES}
+    sentences = plain_summary(
+        shifts=shifts, drift_rows=drift_rows, n_features=len(features), directions=directions, reason_codes=reason_codes,
+        rows_with_reasons=int(summary.get("rows_with_reasons") or 0), rows_quarantined=int(summary.get("rows_quarantined") or 0),
+        rows_read=int(summary.get("rows_read") or 0), words=words, window_days=window_days,
+    )
+    return '<section class="lead" id="summary"><h2>In short</h2>' + "".join(f"<p>{_e(s)}</p>" for s in sentences) + "</section>"
+
+
+def reasons_section(reason_codes: Sequence[Mapping[str, Any]], rows_with_reasons: int) -> str:
+    """Each reason code given with its rows and share of the rows given reasons, most given first."""
+    body = [
+        "<tr>" + _cell(r["code"]) + _cell(r["text"]) + _cell(r["rows"])
+        + f'<td class="n">{_e(_pct(r["rows"] / rows_with_reasons if rows_with_reasons else None))}</td></tr>'
+        for r in reason_codes
+    ]
+    return (
+        "<h2>Reasons given</h2>"
+        f'<p class="muted">Codes of the features that pushed a row most toward its decision, on the {_fmt(rows_with_reasons)} '
+        "rows whose decision asks for reasons; a row counts once per code.</p>"
+        + _table(["code", "reason", "rows", "share of rows with reasons"], body)
+    )
 
 
 def _fallback_row(r: Mapping[str, Any]) -> str:
@@ -311,7 +371,10 @@ def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], words:
         ("Wasserstein", "num"), ("JS", "num"), ("rows", "num"), ("null share", "num"), ("outside training p1–p99", "num"),
         ("unseen values", "num"),
     ]
-    head = "".join(f'<th data-type="{kind}" title="sort by {_e(name)}">{_e(name)}</th>' for name, kind in header)
+    head = "".join(
+        f'<th data-type="{kind}" title="{_e(DRIFT_MEASURE_WORDS[name] + "; " if name in DRIFT_MEASURE_WORDS else "")}sort by '
+        f'{_e(name)}">{_e(name)}</th>' for name, kind in header
+    )
     body = "".join(rows) or f'<tr><td colspan="{len(header)}" class="muted">none</td></tr>'
     tools = (
         '<div class="tools"><input type="search" id="drift-filter" placeholder="filter by feature" aria-label="filter the drift '
@@ -319,6 +382,9 @@ def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], words:
         f'<span id="drift-shown" class="muted">{len(rows)} rows</span></div>'
     )
     note = (
+        '<p class="muted">What the measures say: ' + "; ".join(f"<b>{_e(k)}</b>: {_e(v)}" for k, v in DRIFT_MEASURE_WORDS.items())
+        + ". A feature is flagged <b>warn</b> when it moved, <b>alert</b> when it moved a lot, against the training data "
+        "(baseline reference) or the previous partition (baseline previous).</p>"
         '<p class="muted">Click a header to sort by it (again to reverse). KS is a lower bound from the bins; "≤" gives its '
         f"upper bound where that is within {KS_BOUND_SHOWN_WITHIN:g} of it. Outside training p1–p99: numeric values below the "
         "reference's 1st or above its 99th percentile. Unseen values: boolean or categorical values the training reference "
@@ -681,8 +747,12 @@ def run_report_html(
     shadow_rows: list[dict[str, Any]] | None = None,
     flip_examples: list[dict[str, Any]] | None = None,
     words: JobWords | None = None,
+    shifts: list[dict[str, Any]] | None = None,
+    window_days: int | None = None,
+    reason_codes: list[dict[str, Any]] | None = None,
 ) -> str:
-    """The whole page as one string; every text from the inputs is HTML-escaped.
+    """The whole page as one string; every text from the inputs is HTML-escaped; it opens with the run in plain words
+    (`lead_section`: `shifts` are the decision-mix measures that moved against the trailing `window_days`).
 
     `bin_labels` names the bins of the boolean and categorical features, which are drawn as bars; `words` are the
     job's own (its features' and decisions' plain names, its score's).
@@ -693,13 +763,17 @@ def run_report_html(
     return page_html(
         f"Scoring run {job} {partition_date}",
         meta,
-        glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                       words=words)
+        lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
+                     reason_codes=reason_codes or [], words=words)
+        + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
+                         words=words)
         + _summary_section(summary, words=words)
+        + (reasons_section(reason_codes, int(summary.get("rows_with_reasons") or 0)) if reason_codes else "")
         + _fallback_section(fallback_rows)
         + _health_section(health_rows or [])
         + _shadow_section(shadow_rows or [], flip_examples or [], words)
-        + drift_sections(drift_rows, histograms, bin_labels or {}, words),
+        + drift_sections(drift_rows, histograms, bin_labels or {}, words)
+        + engineering_section(summary),
         script=DRIFT_TABLE_SCRIPT,
     )
 

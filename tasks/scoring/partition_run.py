@@ -9,6 +9,7 @@ import datetime as dt
 import html
 import logging
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from tasks.errors import DiskFull, ModelArtifactError, PartitionBusy, environment_fault, user_facing_error
+from tasks.jobspec import load_job_spec
+from tasks.monitoring.decisions import decision_groups_frame, group_keys, trailing_decision_monitoring
 from tasks.monitoring.health import ESTIMATED_ERROR, health_headline
 from tasks.monitoring.shadow import shadow_headline
 from tasks.prediction.words import JobWords
@@ -25,6 +28,9 @@ from tasks.reports.class_report import class_run_report_html
 from tasks.reports.forecast_report import forecast_run_report_html
 from tasks.reports.html_report import run_report_html
 from tasks.reports.links import file_reference_markdown
+from tasks.reports.plain_words import (
+    drift_flag_text, feature_directions, flagged_drift_rows, reason_text, shift_parts,
+)
 from tasks.sinks.publish import PublishedPartition, discarded_run, retried
 from tasks.sinks.recovery import (
     pending_ledger_dir, recorded_pending_failure, recovered_job, recovered_partition, released_failure_room, reserved_failure_room,
@@ -85,6 +91,8 @@ class Artifact:
     table: list[dict[str, Any]] | None = None
     markdown: str | None = None
     link: str | None = None
+    pinned: bool = False
+    """Shown first in the run's artifacts, in the order given (flows/steps/artifacts.py: left_artifacts_in_order)."""
 
 
 def artifact_key(prefix: str, job: str) -> str:
@@ -160,9 +168,28 @@ def started_run(warehouse: Warehouse, settings: Settings, ticket: RunTicket) -> 
     return [dataclasses.asdict(r) for r in recovered]
 
 
-def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> tuple[str, list[str]]:
-    """The run's HTML page and the warnings of making it. The page is a view of the run, not its
-    output: when it cannot be rendered, a short page says why and the run publishes without it."""
+def trailing_shifts(warehouse: Warehouse, settings: Settings, ticket: RunTicket, summary: ScoringSummary) -> tuple[list[dict] | None, int | None]:
+    """The decision-mix measures of the run that moved beyond tolerance against the trailing window, as decision
+    monitoring stores them once the run publishes, and the window's days: what the run page opens with. (None, None)
+    when they cannot be read: the page is a view of the run and says nothing of them then."""
+    try:
+        spec = load_job_spec(ticket.job, settings)
+        groups = decision_groups_frame(summary.decision_groups, forecasts=spec.target.forecasts, classifies=spec.target.classifies)
+        rows = trailing_decision_monitoring(
+            warehouse, spec, partition_date=ticket.partition_date, run_id=ticket.run_id, groups=groups.sort(*group_keys(groups)),
+        ).to_pylist()
+    except Exception as exc:
+        log.warning("%s %s: the run page cannot compare the decisions with the trailing days: %s", ticket.job, ticket.partition_date, exc)
+        return None, None
+    return [r for r in rows if r["flag"] == "shift"], spec.monitoring.window_days
+
+
+def partition_page(
+    ticket: RunTicket, summary: ScoringSummary, counts: dict, *, shifts: list[dict] | None = None, window_days: int | None = None,
+) -> tuple[str, list[str]]:
+    """The run's HTML page and the warnings of making it; it opens with the decision-mix `shifts` against the trailing
+    `window_days` (`trailing_shifts`). The page is a view of the run, not its output: when it cannot be rendered, a short
+    page says why and the run publishes without it."""
     try:
         histograms = {
             name: (np.asarray(h["edges"]), np.asarray(h["current"]), np.asarray(h["reference"]) if h["reference"] else None)
@@ -174,7 +201,7 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
                 report=summary.classification_report, fallback_rows=summary.fallback_report, drift_rows=summary.drift_report,
                 histograms=histograms, bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
                 health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
-                words=ticket.words,
+                words=ticket.words, shifts=shifts, window_days=window_days,
             ), []
         if summary.forecast_report is not None:
             return forecast_run_report_html(
@@ -182,14 +209,14 @@ def partition_page(ticket: RunTicket, summary: ScoringSummary, counts: dict) -> 
                 fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
                 bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
                 health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
-                words=ticket.words,
+                words=ticket.words, shifts=shifts, window_days=window_days,
             ), []
         return run_report_html(
             job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
             fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
             bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
             health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
-            words=ticket.words,
+            words=ticket.words, shifts=shifts, window_days=window_days, reason_codes=summary.reason_codes,
         ), []
     except Exception as exc:
         log.warning("%s %s: the run page failed: %s", ticket.job, ticket.partition_date, exc)
@@ -206,12 +233,12 @@ def _feature_name(feature: str, words: JobWords | None) -> str:
 
 
 def _drift_flags_markdown(rows: list[dict], words: JobWords | None = None) -> str:
-    flagged = [r for r in rows if r["flag"] in ("warn", "alert")]
+    flagged = flagged_drift_rows(rows)
     if not flagged:
-        return "No feature drifted beyond the warn thresholds."
-    return "Drift flags: " + ", ".join(
-        f"**{_feature_name(r['feature'], words)}** {r['flag']} vs {r['baseline']} (PSI {r['psi']:.3f})" for r in flagged
-    )
+        return "No feature moved beyond its warning threshold."
+    return "Features that moved: " + ", ".join(
+        f"**{_feature_name(r['feature'], words)}** {drift_flag_text(r)} (PSI {r['psi']:.3f})" for r in flagged
+    ) + ". PSI, the population stability index, says how far the spread of values moved: under 0.1 little, over 0.25 a lot."
 
 
 def report_url(base_url: str | None, job: str, partition_date: dt.date) -> str | None:
@@ -261,11 +288,44 @@ def _rows_word(summary: ScoringSummary) -> str:
     return "rows classified" if summary.classification_report else "rows forecast" if summary.forecast_report else "rows scored"
 
 
-def key_numbers(summary: ScoringSummary, words: JobWords | None = None) -> list[dict[str, str]]:
+def _drift_flag_rows(summary: ScoringSummary, words: JobWords | None) -> list[tuple[str, str]]:
+    """A count of the features flagged, then one row per feature: how much it moved, which way and against what,
+    each in words with its PSI (a table cell never holds the whole list, which the UI would cut)."""
+    flagged = flagged_drift_rows(summary.drift_report)
+    if not flagged:
+        return [("drift flags", "none")]
+    directions = feature_directions(summary.drift_histograms)
+    by_feature: dict[str, list[str]] = {}
+    for r in flagged:
+        psi = f" (PSI {r['psi']:.3f})" if r.get("psi") is not None and r["psi"] == r["psi"] else ""
+        by_feature.setdefault(str(r["feature"]), []).append(drift_flag_text(r, directions.get(r["feature"])) + psi)
+    return [("drift flags", f"{len(by_feature)} feature{'s' * (len(by_feature) != 1)} moved beyond the warning threshold")] + [
+        (f"moved: {_feature_name(feature, words)}", "; ".join(texts)) for feature, texts in by_feature.items()
+    ]
+
+
+def _shift_rows(monitoring: dict | None, words: JobWords | None) -> list[tuple[str, str]]:
+    """The decision-mix measures decision monitoring flagged against the trailing window, one row each (none when it
+    did not run)."""
+    if not monitoring or monitoring.get("window_days") is None:
+        return []
+    window = int(monitoring["window_days"])
+    shifts = monitoring.get("shifts") or []
+    if not shifts:
+        return [(f"decision mix vs the trailing {window} days", "no measure moved beyond its tolerance")]
+    return [(f"shift: {subject}", change) for subject, change in (shift_parts(r, words, window) for r in shifts)]
+
+
+TOP_REASONS = 3
+"""Reason codes the key numbers name, most given first; the run page lists them all."""
+
+
+def key_numbers(summary: ScoringSummary, words: JobWords | None = None, monitoring: dict | None = None) -> list[dict[str, str]]:
     """The few numbers an analyst looks at first, one row each: rows, decisions (by their plain names in the job's
-    `words`), fallbacks, drift flags, the estimated performance (a forecast job: the mean forecast, interval width,
-    estimated MAE and RMSE; a multiclass job: its class mix, mean probability and close calls) and the challenger's
-    flips when there are."""
+    `words`), the decision-mix shift decision `monitoring` flagged against the trailing window, the reason codes given
+    most, fallbacks, drift flags (one row per feature), the estimated performance (a forecast job: the mean forecast,
+    interval width, estimated MAE and RMSE; a multiclass job: its class mix, mean probability and close calls) and the
+    challenger's flips when there are."""
     forecast, classes = summary.forecast_report, summary.classification_report
     named = words.decision if words is not None else str
     rows = [
@@ -275,11 +335,12 @@ def key_numbers(summary: ScoringSummary, words: JobWords | None = None) -> list[
         *(_forecast_numbers(forecast, summary.model_health) if forecast else ()),
         *(_class_numbers(classes) if classes else ()),
         *((f"decision {named(d)}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n)) for d, n in summary.decisions.items()),
+        *_shift_rows(monitoring, words),
+        *((f"reason given #{i}", reason_text(r, summary.rows_with_reasons)) for i, r in enumerate(summary.reason_codes[:TOP_REASONS], 1)),
         *((f"fallback {r['kind']}", f"{r['rows']:,} ({r['share']:.2%})" + (" BREACHED" if r["breached"] else ""))
           for r in fallback_kind_totals(summary.fallback_report) if r["rows"]),
+        *_drift_flag_rows(summary, words),
     ]
-    flagged = [f"{_feature_name(r['feature'], words)} {r['flag']} vs {r['baseline']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")]
-    rows.append(("drift flags", ", ".join(flagged) or "none"))
     health = health_headline(summary.model_health, forecasts=forecast is not None, classifies=classes is not None)
     for measure, fmt in (("event_rate", ".2%"), ("auc", ".3f")):
         values = (health or {}).get(measure)
@@ -293,8 +354,11 @@ def key_numbers(summary: ScoringSummary, words: JobWords | None = None) -> list[
 
 def run_artifacts(
     ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, report_path: Path, *, page_url: str | None = None,
+    monitoring: dict | None = None, monitoring_artifacts: Sequence[Artifact] = (),
 ) -> list[Artifact]:
-    """The run's key numbers, summary, page link, drift, fallback and guard tables, as artifact contents."""
+    """The run's artifacts in the order its page in the UI shows them: what an analyst reads first — the key numbers,
+    then the run page's link — pinned at the top; then decision monitoring (`monitoring_artifacts`), model health, the
+    challenger, drift, fallbacks and guards; the engineers' report file and run summary last."""
     job, day = ticket.job, ticket.partition_date
     counts = summary.ledger_counts()
     measures = {**ticket.model_dump(), **counts, "published": published.rows, "warnings": published.warnings}
@@ -302,18 +366,13 @@ def run_artifacts(
         Artifact(artifact_key("key-numbers", job), f"{job} on {day}: rows, " + (
             "mean forecast, interval width, estimated error, decisions, fallbacks, drift flags" if summary.forecast_report else
             "class mix, mean probability, close calls, decisions, fallbacks, drift flags" if summary.classification_report else
-            "decisions, fallbacks, drift flags, expected performance"), table=key_numbers(summary, ticket.words)),
-        *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)] if page_url else []),
-        Artifact(artifact_key("run-summary", job), f"Scoring of {job} for {day}",
-                 table=[{"measure": k, "value": str(v)} for k, v in measures.items()]),
-        Artifact(
-            artifact_key("run-report", job), f"HTML run report of {job} for {day}",
-            markdown=(
-                f"**Run report** of `{job}` on {day}: {file_reference_markdown(report_path, page_url)} — summary, fallback table, "
-                "drift table and a histogram per feature, most drifted first.\n\n"
-                + _drift_flags_markdown(summary.drift_report, ticket.words)
-            ),
-        ),
+            "decisions and their shift, reasons given, fallbacks, drift flags, expected performance"),
+            table=key_numbers(summary, ticket.words, monitoring), pinned=True),
+        *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url, pinned=True)] if page_url else []),
+        *monitoring_artifacts,
+        model_health_artifact(summary.model_health, job=job, partition_date=day),
+        *([shadow_artifact(summary.shadow_comparison, summary.flip_examples, job=job, partition_date=day)]
+          if summary.shadow_comparison else []),
         Artifact(
             artifact_key("drift-report", job),
             f"Drift of {job} on {day} against the training reference and the previous partition (table drift_report)",
@@ -325,15 +384,22 @@ def run_artifacts(
             f"of {summary.rows_read} read (table fallback_report)",
             table=[{**row, "share": f"{row['share']:.4%}"} for row in summary.fallback_report],
         ),
-        model_health_artifact(summary.model_health, job=job, partition_date=day),
-        *([shadow_artifact(summary.shadow_comparison, summary.flip_examples, job=job, partition_date=day)]
-          if summary.shadow_comparison else []),
         Artifact(
             artifact_key("guard-summary", job),
             f"Feature guards of {job} on {day}: rows each expectation repaired, quarantined or failed, of "
             f"{summary.rows_read} read (table guard_summary)",
             table=summary.guard_summary,
         ),
+        Artifact(
+            artifact_key("run-report", job), f"HTML run report of {job} for {day}",
+            markdown=(
+                f"**Run report** of `{job}` on {day}: {file_reference_markdown(report_path, page_url)} — summary, fallback table, "
+                "drift table and a histogram per feature, most drifted first.\n\n"
+                + _drift_flags_markdown(summary.drift_report, ticket.words)
+            ),
+        ),
+        Artifact(artifact_key("run-summary", job), f"Scoring of {job} for {day}: the run's identity and counts, for engineers",
+                 table=[{"measure": k, "value": str(v)} for k, v in measures.items()]),
     ]
 
 

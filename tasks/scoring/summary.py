@@ -26,7 +26,7 @@ from tasks.inference.contributions import EXPLAINED_BY_PRODUCT
 from tasks.inference.registry import inference_reasons_unavailable
 from tasks.monitoring.class_distribution import ClassDistribution, class_run_summary, classification_headline
 from tasks.monitoring.decisions import merged_prediction_groups
-from tasks.monitoring.forecast_distribution import ForecastDistribution, forecast_run_summary
+from tasks.monitoring.forecast_distribution import ForecastDistribution, forecast_run_summary, reason_code_text
 from tasks.monitoring.health import HEALTH_COLUMNS, model_health_rows
 from tasks.monitoring.shadow import ShadowAccumulator, shadow_comparison_rows
 from tasks.monitoring.slices import merged_slice_counts
@@ -72,6 +72,8 @@ class ScoringSummary:
     chunks: int = 0
     decisions: dict[str, int] = field(default_factory=dict)
     rules: dict[str, int] = field(default_factory=dict)
+    reason_codes: list[dict[str, Any]] = field(default_factory=list)
+    """Each reason code given, most given first: its `code`, the spec's `text` and the `rows` given it."""
     guard: GuardCounts = field(default_factory=GuardCounts)
     guard_summary: list[dict[str, Any]] = field(default_factory=list)
     fallback_report: list[dict[str, Any]] = field(default_factory=list)
@@ -228,6 +230,7 @@ def scoring_summary(
     classified = ClassDistribution() if spec.target.classifies else None
     decisions: Counter[str] = Counter()
     rules: Counter[str] = Counter()
+    codes: Counter[str] = Counter()
     explained: Counter[str] = Counter()
     for inference in sorted(inferences, key=lambda u: u.unit_id):
         summary.rows_read += inference.rows_read
@@ -252,6 +255,7 @@ def scoring_summary(
         drift.merge(prediction.drift)
         decisions.update(prediction.decisions)
         rules.update(prediction.rules)
+        codes.update(prediction.reason_codes)
         summary.peak_rss_mb = max(summary.peak_rss_mb, prediction.peak_rss_mb)
         if distribution is not None and prediction.forecasts is not None:
             distribution.merge(prediction.forecasts)
@@ -262,6 +266,11 @@ def scoring_summary(
     ).to_dicts()
     summary.decisions = dict(sorted(decisions.items()))
     summary.rules = dict(sorted(rules.items()))
+    texts = {reason.code: reason.text for reason in spec.prediction.reasons.codes.values()}
+    summary.reason_codes = [
+        {"code": code, "text": texts.get(code) or reason_code_text(code, texts), "rows": int(n)}
+        for code, n in sorted(codes.items(), key=lambda item: (-item[1], item[0]))
+    ]
     if distribution is not None:
         summary.forecast = forecast_headline(
             distribution, kind=spec.target.kind, name=spec.target.name or spec.monitoring.labels.outcome_column,
@@ -270,7 +279,7 @@ def scoring_summary(
         summary.forecast_report = forecast_run_summary(
             distribution, target=spec.target.model_dump(), level=spec.prediction.interval_level,
             rules=[r.model_dump() for r in spec.prediction.rules], rule_rows=summary.rules,
-            reason_texts={reason.code: reason.text for reason in spec.prediction.reasons.codes.values()},
+            reason_texts=texts,
         )
     if classified is not None:
         name = spec.target.name or spec.monitoring.labels.outcome_column
@@ -278,7 +287,7 @@ def scoring_summary(
         summary.classification_report = class_run_summary(
             classified, name=name, classes=spec.target.classes, level=spec.prediction.interval_level,
             rules=[r.model_dump() for r in spec.prediction.rules], rule_rows=summary.rules,
-            reason_texts={reason.code: reason.text for reason in spec.prediction.reasons.codes.values()},
+            reason_texts=texts,
         )
     health = prepared.health_accumulator()
     for inference in sorted(inferences, key=lambda u: u.unit_id):

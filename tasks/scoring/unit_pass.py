@@ -34,7 +34,7 @@ from tasks.inference.engine import InferenceEngine
 from tasks.catalog import DECISION_FLIPS, SHADOW_CLASSIFICATIONS, SHADOW_FORECASTS, SHADOW_PREDICTIONS
 from tasks.monitoring.class_distribution import ClassDistribution
 from tasks.monitoring.decisions import prediction_groups
-from tasks.monitoring.forecast_distribution import ForecastDistribution
+from tasks.monitoring.forecast_distribution import ForecastDistribution, reason_code_counts
 from tasks.monitoring.health import HealthAccumulator, attribution_sample, attribution_share
 from tasks.monitoring.shadow import ShadowAccumulator, flipped_rows
 from tasks.monitoring.slices import chunk_slice_counts, summed_slice_counts
@@ -298,6 +298,8 @@ class UnitPrediction:
     rows_straddling: int = 0
     decisions: Counter[str] = field(default_factory=Counter)
     rules: Counter[str] = field(default_factory=Counter)
+    reason_codes: Counter[str] = field(default_factory=Counter)
+    """Rows given each reason code, for the run's top reasons in its key numbers and page."""
     drift: DriftAccumulator | None = None
     decision_groups: list[pl.DataFrame] = field(default_factory=list)
     """Each chunk's predictions counted per decision-monitoring group (`prediction_groups`), so
@@ -536,6 +538,7 @@ def _predicted_chunk(
     result.rows_straddling += predicted.straddling_rows
     result.decisions.update(predicted.decisions)
     result.rules.update(predicted.rules)
+    result.reason_codes.update(reason_code_counts(predicted.table.column("reason_codes")))
     if forecasts:
         result.forecasts.add(predicted.table)
     estimate = FORECAST_DRIFT_NAME if forecasts else SCORE_DRIFT_NAME

@@ -90,15 +90,45 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
         server.shutdown()
         server.server_close()
 
-    numbers = latest_artifact("key-numbers-credit-risk").data
-    table = {r["measure"]: r["value"] for r in (numbers if isinstance(numbers, list) else json.loads(numbers))}
+    numbers = latest_artifact("key-numbers-credit-risk")
+    table = {r["measure"]: r["value"] for r in (numbers.data if isinstance(numbers.data, list) else json.loads(numbers.data))}
     assert table["rows read"] == f"{result['rows_read']:,}" and table["rows scored"] == f"{result['rows_scored']:,}"
     # Decisions by their plain names in the spec (manual_review: "manual review").
     labels = {d: w["label"] for d, w in yaml.safe_load((demo_env.settings.jobs_dir / f"{DEMO_JOB}.yaml").read_text())["prediction"]["decisions"].items()}
     for decision, n in result["decisions"].items():
         assert table[f"decision {labels[decision]}"].startswith(f"{n:,} (")
     assert table["fallback quarantine"].startswith(f"{result['rows_quarantined']:,} (")
-    assert table["drift flags"] != "" and "expected auc" in table
+    assert "expected auc" in table
+    # One row per drifted feature (no cell holding the whole list), as many as the published drift report flags.
+    moved = [k for k in table if k.startswith("moved: ")]
+    assert len(moved) == flagged and all(len(table[k]) < 200 for k in moved)
+    assert table["drift flags"] == (f"{flagged} feature{'s' * (flagged != 1)} moved beyond the warning threshold" if flagged else "none")
+    # The reason codes given most, counted again from the published predictions.
+    codes = pl.read_parquet(fresh_data.data_dir / "output" / DEMO_JOB / "predictions" / f"date={day}" / "*.parquet")["reason_codes"]
+    counted = dict(codes.explode().drop_nulls().value_counts().iter_rows())
+    top_rows = max(counted.values())
+    assert table["reason given #1"].startswith(f"{top_rows:,} rows (")
+    assert any(f"({code})" in table["reason given #1"] for code, n in counted.items() if n == top_rows)
+    # Monitoring ran before the artifacts: the first day scored has no trailing days, so nothing moved against them.
+    window = yaml.safe_load((demo_env.settings.jobs_dir / f"{DEMO_JOB}.yaml").read_text())["monitoring"]["window_days"]
+    assert table[f"decision mix vs the trailing {window} days"] == "no measure moved beyond its tolerance"
+
+    # The subflow is named after what it scores; in the UI's order (by id, descending) its key numbers come first.
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(numbers.flow_run_id)
+        shown = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]), type=ArtifactFilterType(not_any_=["result"])),
+            sort=ArtifactSort.ID_DESC,
+        )
+    assert run.name == f"{DEMO_JOB} {day}"
+    keys = [a.key for a in shown]
+    assert keys[0] == "key-numbers-credit-risk" and {"run-page-credit-risk", "decision-monitoring-credit-risk"} <= set(keys)
+    assert table["run page"] == url
+    assert len(keys) == len(set(keys)), "an artifact made again was not deleted"
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -145,3 +175,41 @@ def test_the_key_numbers_name_every_fallback_that_happened_whatever_its_detail()
     assert table["fallback quarantine"] == "10 (1.00%)"
     assert not [k for k in table if k.startswith("fallback ") and k.split()[1] in ("guard_repair", "failed_chunk", "no_reason")]
     assert table["decision approve"] == "900 (90.9%)" and table["drift flags"] == "none"
+
+
+def test_the_key_numbers_give_the_decision_shift_the_reasons_and_one_row_per_drifted_feature() -> None:
+    """Flags as rows (a feature flagged against both baselines is one row, the score's drift none), the shift decision
+    monitoring flagged as its relative change, and the reasons given most with their share of the rows given reasons."""
+    from tasks.scoring.partition_run import key_numbers
+    from tasks.scoring.summary import ScoringSummary
+
+    def drift(feature: str, baseline: str, psi: float, flag: str) -> dict:
+        return {"feature": feature, "baseline": baseline, "psi": psi, "flag": flag}
+
+    edges = [0.0, 1.0, 2.0]
+    summary = ScoringSummary(
+        rows_read=1000, rows_scored=1000, rows_with_reasons=400, decisions={"approve": 700, "manual_review": 300},
+        drift_report=[drift("utilisation", "reference", 0.4, "alert"), drift("utilisation", "previous", 0.12, "warn"),
+                      drift("age", "reference", 0.15, "warn"), drift("income", "reference", 0.01, "ok"),
+                      drift(SCORE_DRIFT_NAME, "reference", 0.3, "alert")],
+        # utilisation's rows moved to the upper bins: its mean went up.
+        drift_histograms={"utilisation": {"kind": "numeric", "edges": edges, "current": [0, 10, 20, 70], "reference": [0, 60, 30, 10]}},
+        reason_codes=[{"code": "R07", "text": "High utilisation", "rows": 250}, {"code": "R01", "text": "Short history", "rows": 90},
+                      {"code": "R03", "text": "Late payments", "rows": 40}, {"code": "R09", "text": "Few accounts", "rows": 5}],
+    )
+    value, baseline = 0.3, 0.25
+    monitoring = {"window_days": 28, "shifts": [
+        {"measure": "decision_share", "item": "manual_review", "value": value, "baseline": baseline, "delta": value - baseline}]}
+    rows = key_numbers(summary, monitoring=monitoring)
+    table = {r["measure"]: r["value"] for r in rows}
+    assert len(table) == len(rows), "a measure is given twice"
+    assert table["drift flags"] == "2 features moved beyond the warning threshold"
+    assert table["moved: utilisation"] == ("moved a lot (up) against the training data (PSI 0.400); "
+                                           "moved against the previous partition (PSI 0.120)")
+    assert table["moved: age"] == "moved against the training data (PSI 0.150)" and "moved: income" not in table
+    assert table["shift: manual_review"] == f"{(value - baseline) / baseline:.0%} more than the trailing 28 days (30.0% of rows, was 25.0%)"
+    assert table["reason given #1"] == "250 rows (62.5% of the rows given reasons): High utilisation (R07)"
+    assert "reason given #3" in table and "reason given #4" not in table
+    assert max(len(v) for v in table.values()) < 120
+    quiet = {r["measure"]: r["value"] for r in key_numbers(summary, monitoring={"window_days": 28, "shifts": []})}
+    assert quiet["decision mix vs the trailing 28 days"] == "no measure moved beyond its tolerance"

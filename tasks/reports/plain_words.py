@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tasks.prediction.words import JobWords, predict_joined_words
+from tasks.quality.drift import FORECAST_DRIFT_NAME, SCORE_DRIFT_NAME
 
 BASELINE_WORDS = {"reference": "the training data", "previous": "the previous partition"}
 FLAG_WORDS = {"warn": "moved", "alert": "moved a lot"}
@@ -21,7 +22,8 @@ DRIFT_MEASURE_WORDS = {
     "JS": "how different the two shares of rows per bin are (Jensen–Shannon distance, 0 to 1)",
 }
 """Each drift statistic a page shows, in the words an analyst reads beside it."""
-_ESTIMATES = ("__score__", "__forecast__")
+_ESTIMATES = (SCORE_DRIFT_NAME, FORECAST_DRIFT_NAME)
+"""Drift rows of the model's own output, not of a feature."""
 
 
 def _sentence(text: str) -> str:

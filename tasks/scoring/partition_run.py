@@ -298,7 +298,9 @@ def _drift_flag_rows(summary: ScoringSummary, words: JobWords | None) -> list[tu
     by_feature: dict[str, list[str]] = {}
     for r in flagged:
         psi = f" (PSI {r['psi']:.3f})" if r.get("psi") is not None and r["psi"] == r["psi"] else ""
-        by_feature.setdefault(str(r["feature"]), []).append(drift_flag_text(r, directions.get(r["feature"])) + psi)
+        # The histograms hold the training reference's counts: a direction against the previous partition is unknown.
+        direction = directions.get(r["feature"]) if r.get("baseline") == "reference" else None
+        by_feature.setdefault(str(r["feature"]), []).append(drift_flag_text(r, direction) + psi)
     return [("drift flags", f"{len(by_feature)} feature{'s' * (len(by_feature) != 1)} moved beyond the warning threshold")] + [
         (f"moved: {_feature_name(feature, words)}", "; ".join(texts)) for feature, texts in by_feature.items()
     ]
@@ -356,8 +358,8 @@ def run_artifacts(
     ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, report_path: Path, *, page_url: str | None = None,
     monitoring: dict | None = None, monitoring_artifacts: Sequence[Artifact] = (),
 ) -> list[Artifact]:
-    """The run's artifacts in the order its page in the UI shows them: what an analyst reads first — the key numbers,
-    then the run page's link — pinned at the top; then decision monitoring (`monitoring_artifacts`), model health, the
+    """The run's artifacts in the order they are made: the key numbers (the run page's address in their last row) pinned
+    first in the UI, then the run page's link, decision monitoring (`monitoring_artifacts`), model health, the
     challenger, drift, fallbacks and guards; the engineers' report file and run summary last."""
     job, day = ticket.job, ticket.partition_date
     counts = summary.ledger_counts()
@@ -367,8 +369,9 @@ def run_artifacts(
             "mean forecast, interval width, estimated error, decisions, fallbacks, drift flags" if summary.forecast_report else
             "class mix, mean probability, close calls, decisions, fallbacks, drift flags" if summary.classification_report else
             "decisions and their shift, reasons given, fallbacks, drift flags, expected performance"),
-            table=key_numbers(summary, ticket.words, monitoring), pinned=True),
-        *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url, pinned=True)] if page_url else []),
+            table=[*key_numbers(summary, ticket.words, monitoring), {"measure": "run page", "value": page_url or str(report_path)}],
+            pinned=True),
+        *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)] if page_url else []),
         *monitoring_artifacts,
         model_health_artifact(summary.model_health, job=job, partition_date=day),
         *([shadow_artifact(summary.shadow_comparison, summary.flip_examples, job=job, partition_date=day)]

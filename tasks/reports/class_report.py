@@ -147,7 +147,7 @@ def class_run_report_html(
         lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
                      reason_codes=report["reason_codes"], words=words)
         + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                         words=words)
+                         words=words, compared=shifts is not None)
         + _summary_section(summary, _SUMMARY_NAMES, words)
         + _class_mix_section(report)
         + _margin_section(report)

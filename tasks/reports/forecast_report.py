@@ -216,7 +216,7 @@ def forecast_run_report_html(
         lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
                      reason_codes=forecast["reason_codes"], words=words)
         + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                         words=words)
+                         words=words, compared=shifts is not None)
         + _summary_section(summary, _SUMMARY_NAMES, words)
         + _forecast_section(forecast)
         + _decisions_section(forecast)

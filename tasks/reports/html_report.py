@@ -225,8 +225,8 @@ def engineering_section(summary: Mapping[str, Any], names: Mapping[str, str | No
     counts = {k: summary[k] for k in ENGINEERING_COUNTS if k in summary}
     return (
         "<h2>Engineering details</h2>"
-        '<p class="muted">For whoever runs the scoring: rows whose score interval straddles a decision cut-off, the rows '
-        "each feature guard acted on, and how inference ran.</p>"
+        '<p class="muted">For whoever runs the scoring: rows whose interval straddles a decision cut-off, the rows each '
+        "feature guard acted on, and how inference ran.</p>"
         + _table(["count", "value"], _count_rows(counts, names))
     )
 
@@ -642,7 +642,7 @@ def _shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, A
 def glance_section(
     summary: Mapping[str, Any], fallback_rows: list[Mapping[str, Any]], drift_rows: list[Mapping[str, Any]], features: list[str],
     *, health_rows: list[Mapping[str, Any]] | None = None, shadow_rows: list[Mapping[str, Any]] | None = None,
-    words: JobWords | None = None,
+    words: JobWords | None = None, compared: bool = False,
 ) -> str:
     """What needs a look first: the features flagged (how many, the worst few with their PSI and KS), the fallbacks
     that counted rows (breached limits first), and the decisions' mix with the shift the run itself measured (the
@@ -658,7 +658,7 @@ def glance_section(
         f'<section class="glance{" flagged" if flagged or breached else ""}" id="glance"><h2>At a glance</h2>'
         + _drift_glance(flagged, worst, len(inputs), words)
         + _fallback_glance(totals, breached)
-        + _decision_glance(summary.get("decisions") or {}, estimates, health_rows or [], shadow_rows or [], words)
+        + _decision_glance(summary.get("decisions") or {}, estimates, health_rows or [], shadow_rows or [], words, compared)
         + "</section>"
     )
 
@@ -678,6 +678,7 @@ def _drift_glance(flagged: list[str], worst: Mapping[str, Mapping[str, Any]], n_
             + _cell(worst[f].get("psi")) + _cell(worst[f].get("ks")) + _cell(worst[f].get("baseline")) + "</tr>"
             for f in flagged[:_GLANCE_FEATURES]
         ])
+        + f'<p class="muted"><b>PSI</b>: {_e(DRIFT_MEASURE_WORDS["PSI"])}; <b>KS</b>: {_e(DRIFT_MEASURE_WORDS["KS"])}.</p>'
     )
 
 
@@ -696,17 +697,19 @@ def _fallback_glance(totals: list[Mapping[str, Any]], breached: int) -> str:
 
 def _decision_glance(
     decisions: Mapping[str, int], estimates: Mapping[str, Mapping[str, Any]], health_rows: list[Mapping[str, Any]],
-    shadow_rows: list[Mapping[str, Any]], words: JobWords | None,
+    shadow_rows: list[Mapping[str, Any]], words: JobWords | None, compared: bool = False,
 ) -> str:
     """The run's decision mix and the changes the run itself measured: its score's (forecast's) drift against the
     reference and the previous partition, a class's predicted share against the model's reference, the challenger's
-    flips. Against the trailing window, decisions are compared after the page is written (table decision_monitoring),
-    so the page says where that shift is rather than guessing it."""
+    flips. Against the trailing window, the page's opening gives the shift when it was `compared` before the page was
+    written; else the page says where that shift is (table decision_monitoring) rather than guessing it."""
     total = sum(int(n) for n in decisions.values())
     named = words.decision if words is not None else str
     mix = " · ".join(f"{_e(named(d))} {_e(_fmt(n))} ({_e(_pct(n / total))})" for d, n in decisions.items()) if total else "no rows decided"
-    lines = [f"<p><b>Decisions:</b> {mix}. Their shift against the trailing window: table <code>decision_monitoring</code> "
-             "and the job's monitoring page, written after this run is published.</p>"]
+    lines = [f"<p><b>Decisions:</b> {mix}." + (
+        " Their shift against the trailing window: above, and in table <code>decision_monitoring</code>.</p>" if compared else
+        " Their shift against the trailing window: table <code>decision_monitoring</code> and the job's monitoring page, "
+        "written after this run is published.</p>")]
     for name, r in estimates.items():
         ks = f" · KS {_e(_fmt(r.get('ks')))}" if _is_num(r.get("ks")) else ""
         lines.append(
@@ -766,7 +769,7 @@ def run_report_html(
         lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
                      reason_codes=reason_codes or [], words=words)
         + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                         words=words)
+                         words=words, compared=shifts is not None)
         + _summary_section(summary, words=words)
         + (reasons_section(reason_codes, int(summary.get("rows_with_reasons") or 0)) if reason_codes else "")
         + _fallback_section(fallback_rows)

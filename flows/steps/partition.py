@@ -106,15 +106,16 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
 @task(name="finish-run")
 def finish_run(
     ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, monitoring: dict | None = None,
-    monitoring_artifacts: list[Artifact] | None = None,
+    more_artifacts: list[Artifact] | None = None,
 ) -> dict:
-    """Leave the run's key numbers (with the decision-mix shift `monitoring` flagged), page link, decision monitoring,
-    drift, fallback and guard tables as artifacts, the key numbers first in the UI."""
+    """Leave the run's key numbers (with the decision-mix shift `monitoring` flagged), page link, `more_artifacts`
+    (decision monitoring's, the model card's), drift, fallback and guard tables as artifacts, the key numbers first in
+    the UI."""
     report_path = partition_store(output_dirs(current_settings(), ticket.job)).page_link(ticket.partition_date.isoformat())
     log.info("run report of %s %s: %s", ticket.job, ticket.partition_date, report_path)
     page_url = report_url(current_settings().report_base_url, ticket.job, ticket.partition_date)
     left_artifacts_in_order(run_artifacts(
-        ticket, summary, published, report_path, page_url=page_url, monitoring=monitoring, monitoring_artifacts=monitoring_artifacts or (),
+        ticket, summary, published, report_path, page_url=page_url, monitoring=monitoring, more_artifacts=more_artifacts or (),
     ))
     return run_result(ticket, summary, report=str(report_path), warnings=published.warnings)
 
@@ -127,8 +128,12 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
         ticket.job, ticket.partition_date, ticket.run_id, quote(summary.decision_groups), quote(summary.slice_counts), return_state=True
     )
     monitoring, monitoring_artifacts = monitored.result() if monitored.is_completed() else (None, [])
-    finished = finish_run(ticket, quote(summary), quote(published), quote(monitoring), quote(monitoring_artifacts), return_state=True)
+    # Every artifact of the run is left by finish-run, which alone can keep the key numbers first.
     carded = write_model_card(ticket, return_state=True)
+    card = [carded.result()] if carded.is_completed() else []
+    finished = finish_run(
+        ticket, quote(summary), quote(published), quote(monitoring), quote([*monitoring_artifacts, *card]), return_state=True,
+    )
     result = finished_run_result(
         ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=_failure(finished),
         monitoring=monitoring, monitoring_error=_failure(monitored),
@@ -149,16 +154,15 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
 
 
 @task(name="write-model-card")
-def write_model_card(ticket: RunTicket) -> str:
+def write_model_card(ticket: RunTicket) -> Artifact:
     """The job's model card rewritten with the figures of the run just published (its inference measures, its guards),
-    as Markdown and as a page beside it, and its artifact: a link to the page under SCORING_REPORT_BASE_URL, else its
-    path. Returns the page's path."""
+    as Markdown and as a page beside it. Returns its artifact, which finish-run leaves: a link to the page under
+    SCORING_REPORT_BASE_URL, else its path."""
     settings = current_settings()
     markdown = job_model_card(ticket.job, settings, run_warehouse(ticket.run_id))
     page = written_model_card(markdown, settings.output_dir(ticket.job) / MODEL_CARD_FILE)
     log.info("model card of %s: %s", ticket.job, page)
-    left_artifacts([model_card_artifact(ticket.job, page, served_url(settings.report_base_url, settings.data_dir / "output", page))])
-    return str(page)
+    return model_card_artifact(ticket.job, page, served_url(settings.report_base_url, settings.data_dir / "output", page))
 
 
 def _failure(state: State) -> str:

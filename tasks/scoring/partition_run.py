@@ -356,10 +356,10 @@ def key_numbers(summary: ScoringSummary, words: JobWords | None = None, monitori
 
 def run_artifacts(
     ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, report_path: Path, *, page_url: str | None = None,
-    monitoring: dict | None = None, monitoring_artifacts: Sequence[Artifact] = (),
+    monitoring: dict | None = None, more_artifacts: Sequence[Artifact] = (),
 ) -> list[Artifact]:
     """The run's artifacts in the order they are made: the key numbers (the run page's address in their last row) pinned
-    first in the UI, then the run page's link, decision monitoring (`monitoring_artifacts`), model health, the
+    first in the UI, then the run page's link, `more_artifacts` (decision monitoring's, the model card's), model health, the
     challenger, drift, fallbacks and guards; the engineers' report file and run summary last."""
     job, day = ticket.job, ticket.partition_date
     counts = summary.ledger_counts()
@@ -372,7 +372,7 @@ def run_artifacts(
             table=[*key_numbers(summary, ticket.words, monitoring), {"measure": "run page", "value": page_url or str(report_path)}],
             pinned=True),
         *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)] if page_url else []),
-        *monitoring_artifacts,
+        *more_artifacts,
         model_health_artifact(summary.model_health, job=job, partition_date=day),
         *([shadow_artifact(summary.shadow_comparison, summary.flip_examples, job=job, partition_date=day)]
           if summary.shadow_comparison else []),

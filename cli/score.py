@@ -325,11 +325,14 @@ def _no_state_lines(record: logging.LogRecord) -> bool:
 
 
 def _no_failure_echo(record: logging.LogRecord) -> bool:
-    """False for Prefect's ERROR lines that only echo a failure the CLI reports itself: a task or flow
-    run failing with a user or environment fault, and the "Finished in state Failed" summaries. They
-    stay in the run log file and the Prefect API; a bug's traceback is still shown."""
-    if record.levelno < logging.ERROR or not record.name.startswith("prefect"):
+    """False for Prefect's lines that only echo a failure the CLI reports itself: a task or flow run
+    failing with a user or environment fault, and the "Finished in state Failed" summaries (INFO for a
+    flow whose run ends Failed with its `error:` sentence, flows/steps/run_logs.py). They stay in the run
+    log file and the Prefect API; a bug's traceback is still shown."""
+    if not record.name.startswith("prefect"):
         return True
+    if record.levelno < logging.ERROR:
+        return not record.getMessage().startswith("Finished in state Failed")
     error = record.exc_info[1] if record.exc_info else None
     if error is not None:
         return _user_facing(error)[1] == ExitCode.BUG

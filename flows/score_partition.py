@@ -12,6 +12,7 @@ from prefect.utilities.annotations import quote
 from pydantic import Field
 
 from flows.steps.alerts import alert_failed_run
+from flows.steps.run_logs import run_logged
 from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner, units_in_own_flow
 from flows.steps.partition import (
     failed_run,
@@ -36,6 +37,7 @@ def score_units(ticket: RunTicket) -> ScoringSummary:
 
 
 @flow(name="score_partition", flow_run_name=partition_run_name, log_prints=True, task_runner=UnitThreadPoolTaskRunner(), on_failure=[alert_failed_run])
+@run_logged(partition=True)
 def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge=0)] = 0) -> dict:
     """Guard, infer, predict and publish `job` for the partition `date`; re-running replaces it.
 

@@ -220,6 +220,14 @@ class Settings(BaseSettings):
     def predictions_dir(self, job: str) -> Path:
         return self.output_dir(job) / PREDICTIONS.folder
 
+    def run_log_path(self, flow_name: str, flow_run_id: str, *, job: str | None = None, partition: str | None = None) -> Path:
+        """A flow run's log file, under `<data_dir>/output` so SCORING_REPORT_BASE_URL serves it: a partition run's
+        beside its job's outputs, `<job>/logs/date=<partition>/<flow run id>.log`; a backfill, nightly or outcomes
+        run's `logs/<flow name>-<flow run id>.log`."""
+        if job is not None and partition is not None:
+            return self.inside_data_root("output", job, "logs", f"date={partition}", f"{flow_run_id}.log")
+        return self.inside_data_root("output", "logs", f"{flow_name}-{flow_run_id}.log")
+
 
 def _shown_value(field: str, value: object) -> str:
     if field in ("warehouse_url", "source_url"):

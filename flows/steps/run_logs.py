@@ -1,0 +1,189 @@
+"""What a flow run leaves an analyst besides its outputs: every `scoring.*` line in the flow run's log in the Prefect
+UI, a log file of its own with the full tracebacks (Settings.run_log_path), and, when the run fails, the `error:`
+sentence as the flow run's state message and as one line of its UI log, without the traceback of a fault the user or
+operator can act on.
+
+Set up when a flow run starts, not at import: a worker's flow-run process imports Prefect and configures its logging
+before `tasks` sets PREFECT_LOGGING_EXTRA_LOGGERS, so Prefect never gave the `scoring` logger its API handler there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from prefect.context import FlowRunContext, get_run_context
+from prefect.exceptions import MissingContextError
+from prefect.logging.formatters import PrefectFormatter
+from prefect.logging.handlers import APILogHandler
+from prefect.logging.loggers import flow_run_logger
+from prefect.runtime import flow_run
+from prefect.states import Failed
+
+from tasks.errors import ExitCode, user_facing_error
+from tasks.jobs.calendar import parse_partition_date
+from tasks.jobspec import checked_job_name
+from tasks.settings import current_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DOMAIN_LOGGER = "scoring"
+_API_LOGGERS = ("prefect.flow_runs", "prefect.task_runs", "prefect.extra", DOMAIN_LOGGER)
+
+
+class _OneLineFaults(logging.Formatter):
+    """The UI log's format: a user or environment fault without its traceback (the run's log file keeps it), as on
+    the terminal; a bug keeps its traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and user_facing_error(error)[1] != ExitCode.BUG:
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None, "stack_info": None})
+        return super().format(record)
+
+
+class _QuietFile(logging.FileHandler):
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: ARG002
+        # On a full or read-only disk the log file fails too; logging's own traceback would bury the run's error.
+        return
+
+
+class _RunLogFiles(logging.Handler):
+    """On the root logger: each record to the log file of the flow run it was logged in, when that run keeps one.
+    One handler for every run of the process, so the partitions a backfill scores at once keep their own files."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.files: dict[str, logging.Handler] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        file = self.files.get(_flow_run_of(record) or "")
+        if file is not None:
+            file.handle(record)
+
+
+_run_log_files = _RunLogFiles()
+
+
+def _flow_run_of(record: logging.LogRecord) -> str | None:
+    """The flow run a record was logged in: Prefect's run loggers name it, a domain logger's record is placed by
+    the run context of the thread that logged it (a task run's, or a subflow's inside a backfill's task)."""
+    if run_id := getattr(record, "flow_run_id", None):
+        return str(run_id)
+    try:
+        context = get_run_context()
+    except MissingContextError:
+        return None
+    if (run := getattr(context, "flow_run", None)) is not None:
+        return str(run.id)
+    task_run = getattr(context, "task_run", None)
+    return str(task_run.flow_run_id) if task_run is not None else None
+
+
+def attach_ui_logging() -> None:
+    """The `scoring` loggers send to the flow run's UI log, with Prefect's own handler (that of its extra loggers),
+    and the UI log shows a fault in one line. Idempotent: a `score` command had it from the import order already."""
+    domain = logging.getLogger(DOMAIN_LOGGER)
+    for handler in logging.getLogger("prefect.extra").handlers:
+        if handler not in domain.handlers:
+            domain.addHandler(handler)
+    for name in _API_LOGGERS:
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, APILogHandler) and not isinstance(handler.formatter, _OneLineFaults):
+                handler.setFormatter(_OneLineFaults())
+
+
+@contextlib.contextmanager
+def run_log_file(run_id: str, path: Path | None) -> Iterator[Path | None]:
+    """The lines of flow run `run_id` and its tasks, tracebacks included, appended to `path` while the block runs;
+    no file when `path` is None or cannot be made."""
+    if path is None:
+        yield None
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        yield None
+        return
+    file = _QuietFile(path, delay=True, encoding="utf-8")
+    file.setLevel(logging.INFO)
+    file.setFormatter(PrefectFormatter(
+        "%(asctime)s %(levelname)-7s %(name)s - %(message)s",
+        flow_run_fmt="%(asctime)s %(levelname)-7s Flow run %(flow_run_name)r - %(message)s",
+        task_run_fmt="%(asctime)s %(levelname)-7s Task run %(task_run_name)r - %(message)s",
+    ))
+    root = logging.getLogger()
+    if _run_log_files not in root.handlers:
+        root.addHandler(_run_log_files)
+    _run_log_files.files[run_id] = file
+    try:
+        yield path
+    finally:
+        _run_log_files.files.pop(run_id, None)
+        with contextlib.suppress(OSError):
+            file.close()
+
+
+def run_log_location(path: Path) -> str:
+    """Where an analyst opens a run's log file: its address under SCORING_REPORT_BASE_URL, else its path."""
+    settings = current_settings()
+    if not settings.report_base_url:
+        return str(path)
+    return f"{settings.report_base_url.rstrip('/')}/{path.relative_to(settings.inside_data_root('output')).as_posix()}"
+
+
+def _log_path(run_id: str, arguments: dict[str, Any], partition: bool) -> Path | None:
+    """The run's log file; a partition run whose job or date is unusable logs where the parent flows do. None when
+    the settings themselves are unusable: the run then fails saying so."""
+    try:
+        settings = current_settings()
+    except Exception:  # noqa: BLE001  (the run's own first step reports the settings fault)
+        return None
+    name = str(flow_run.flow_name or "flow")
+    if partition:
+        with contextlib.suppress(Exception):
+            job = checked_job_name(arguments.get("job"), settings)
+            day = parse_partition_date(arguments.get("date"))
+            return settings.run_log_path(name, run_id, job=job, partition=day.isoformat())
+    return settings.run_log_path(name, run_id)
+
+
+def run_logged(*, partition: bool = False) -> Callable[[F], F]:
+    """A flow function whose run logs as the module says. Placed under `@flow`: Prefect reads the parameters and
+    their docs through the wrapper. `partition`: the flow takes `job` and `date` and logs beside that partition's outputs.
+
+    A failure ends the run Failed with the `error:` sentence (tasks/errors.py: user_facing_error) as its state message,
+    not Prefect's "Flow run encountered an exception: PartitionError: …"; the caller still gets the exception."""
+
+    def decorate(fn: F) -> F:
+        # Resolved here, in the flow module's namespace: Prefect validates the parameters against the annotations
+        # in the namespace of the function it was given, which is this module's for the wrapper.
+        signature = inspect.signature(fn, eval_str=True)
+
+        @functools.wraps(fn)
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            attach_ui_logging()
+            run_id = str(flow_run.id)
+            path = _log_path(run_id, signature.bind_partial(*args, **kwargs).arguments, partition)
+            with run_log_file(run_id, path) as written:
+                # The flow run's own logger: inside a backfill's task, Prefect's run logger would be that task's.
+                context = FlowRunContext.get()
+                logger = flow_run_logger(context.flow_run, context.flow)
+                if written is not None:
+                    logger.info("this run's log file: %s", run_log_location(written))
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as error:
+                    message = user_facing_error(error)[0]
+                    logger.error("error: %s", message, exc_info=error)
+                    return Failed(message=message, data=error)
+
+        logged.__signature__ = signature  # type: ignore[attr-defined]
+        return logged  # type: ignore[return-value]
+
+    return decorate

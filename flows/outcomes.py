@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from prefect import flow
 from pydantic.json_schema import SkipJsonSchema
 
 from tasks.jobs.calendar import ALL_JOBS, job_or_all_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs, load_job_spec
 from flows.steps.monitoring import ingest_outcomes, current_outcomes_run_name, report_outcomes
-from flows.steps.run_logs import run_logged
+from flows.steps.run_logs import logged_flow
 from tasks.monitoring.outcomes import outcome_window
 from tasks.settings import current_settings
 
@@ -19,8 +18,7 @@ JobOrAll = job_or_all_enum(current_settings())
 OptionalDay = dt.date | SkipJsonSchema[None]
 
 
-@flow(name="outcomes", flow_run_name=current_outcomes_run_name, log_prints=True)
-@run_logged()
+@logged_flow(name="outcomes", flow_run_name=current_outcomes_run_name, log_prints=True)
 def outcomes(
     job: JobOrAll = ALL_JOBS,  # type: ignore[valid-type,assignment]
     start_date: OptionalDay = None,

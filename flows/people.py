@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated
 
-from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
@@ -15,7 +14,7 @@ from flows.steps.partitions import (
 )
 from flows.steps.partition import recover_job
 from flows.steps.blocks import with_warehouse_url
-from flows.steps.run_logs import run_logged
+from flows.steps.run_logs import logged_flow
 from tasks.jobs.calendar import job_name_enum, scheduled_partition_date
 from tasks.jobspec import configured_jobs
 from tasks.reports.reporting import BackfillMode, catch_up_dates
@@ -26,8 +25,7 @@ MAX_CONCURRENCY = 8
 """Partitions one backfill scores at once, at most."""
 
 
-@flow(name="nightly", flow_run_name=nightly_run_name)
-@run_logged()
+@logged_flow(name="nightly", flow_run_name=nightly_run_name)
 def nightly(date: dt.date | None = None) -> list[dict]:
     """Score every configured job's night, after the days of the last `SCORING_CATCH_UP_DAYS` whose run
     failed, was abandoned or never ran; one failure does not stop the rest.
@@ -45,8 +43,7 @@ def nightly(date: dt.date | None = None) -> list[dict]:
     return reported_outcomes(outcomes, "nightly-outcomes")
 
 
-@flow(name="backfill", flow_run_name=backfill_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
-@run_logged()
+@logged_flow(name="backfill", flow_run_name=backfill_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
 def backfill(
     job: JobName,  # type: ignore[valid-type]
     start_date: dt.date,

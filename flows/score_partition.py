@@ -12,15 +12,10 @@ from prefect.utilities.annotations import quote
 from pydantic import Field
 
 from flows.steps.alerts import alert_failed_run
-from flows.steps.run_logs import run_logged
+from flows.steps.run_logs import logged_flow
 from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner, units_in_own_flow
 from flows.steps.partition import (
-    failed_run,
-    finished_run,
-    partition_lease, partition_run_name,
-    prepare_run,
-    publish_partition,
-    start_run,
+    failed_run, finished_run, partition_lease, partition_run_name, prepare_run, publish_partition, start_run,
 )
 from flows.steps.units import scored_summary
 from tasks.jobs.calendar import parse_partition_date
@@ -36,8 +31,10 @@ def score_units(ticket: RunTicket) -> ScoringSummary:
     return scored_summary(ticket)
 
 
-@flow(name="score_partition", flow_run_name=partition_run_name, log_prints=True, task_runner=UnitThreadPoolTaskRunner(), on_failure=[alert_failed_run])
-@run_logged(partition=True)
+@logged_flow(
+    partition=True, name="score_partition", flow_run_name=partition_run_name, log_prints=True, task_runner=UnitThreadPoolTaskRunner(),
+    on_failure=[alert_failed_run],
+)
 def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge=0)] = 0) -> dict:
     """Guard, infer, predict and publish `job` for the partition `date`; re-running replaces it.
 

@@ -168,7 +168,7 @@ def _flow_run_logs(live: LiveServer, flow_run_id: str) -> str:
             json={"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "sort": "TIMESTAMP_ASC", "limit": 200},
             timeout=30,
         )
-        return "\n".join(f"{row['level']} {row['message']}" for row in r.json())
+        return "\n".join(f"{row['level']} {row['name']} {row['message']}" for row in r.json())
     except Exception as exc:  # noqa: BLE001  (only for a failure message)
         return f"<logs unavailable: {exc!r}>"
 
@@ -194,34 +194,44 @@ def _artifacts(live: LiveServer, flow_run_id: str) -> dict[str, dict]:
     return {a["key"]: a for a in r.json() if a.get("key")}
 
 
-def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_env: DemoEnv) -> None:
-    d1, d2 = demo_env.plan.scoring_dates[:2]
-    deployment = _backfill_deployment(live_server)
-    r = httpx.post(
-        f"{live_server.api}/deployments/{deployment['id']}/create_flow_run",
-        json={"parameters": {"job": DEMO_JOB, "start_date": d1.isoformat(), "end_date": d2.isoformat(),
-                             "mode": "all", "dry_run": False, "concurrency": 2}},
-        timeout=30,
-    )
+def _started_backfill(live: LiveServer, parameters: dict) -> str:
+    """The id of a flow run of the backfill deployment, created the way the UI's run form does."""
+    deployment = _backfill_deployment(live)
+    r = httpx.post(f"{live.api}/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters}, timeout=30)
     assert r.status_code == 201, r.text
-    run_id = r.json()["id"]
+    return r.json()["id"]
 
-    deadline = time.monotonic() + 240
+
+def _final_state(live: LiveServer, run_id: str, expected: str, timeout: float = 240) -> dict:
+    """The flow run's state once final; the test fails, with the run's logs, unless it is `expected`."""
+    deadline = time.monotonic() + timeout
     state = None
     while time.monotonic() < deadline:
-        state = httpx.get(f"{live_server.api}/flow_runs/{run_id}", timeout=30).json()["state"]
-        if state and state["type"] == "COMPLETED":
+        state = httpx.get(f"{live.api}/flow_runs/{run_id}", timeout=30).json()["state"]
+        if state and state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
             break
-        assert not (state and state["type"] in ("FAILED", "CRASHED", "CANCELLED")), (
-            f"flow run {state['type']}: {state.get('message')}\n{_flow_run_logs(live_server, run_id)}\n"
-            f"worker log:\n{_tail(live_server.logs_dir / 'worker.log')}"
-        )
         time.sleep(1)
-    else:
-        pytest.fail(
-            f"flow run not COMPLETED in 240 s (last state {state})\n{_flow_run_logs(live_server, run_id)}\n"
-            f"worker log:\n{_tail(live_server.logs_dir / 'worker.log')}"
-        )
+    assert state and state["type"] == expected, (
+        f"flow run {state and state['type']} (expected {expected}): {state and state.get('message')}\n"
+        f"{_flow_run_logs(live, run_id)}\nworker log:\n{_tail(live.logs_dir / 'worker.log')}"
+    )
+    return state
+
+
+def _logs_with(live: LiveServer, run_id: str, text: str, timeout: float = 60) -> str:
+    """The flow run's logs in the API once they hold `text`: a flow-run process sends its last lines in a batch
+    after its final state."""
+    deadline = time.monotonic() + timeout
+    while text not in (logs := _flow_run_logs(live, run_id)) and time.monotonic() < deadline:
+        time.sleep(1)
+    return logs
+
+
+def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_env: DemoEnv) -> None:
+    d1, d2 = demo_env.plan.scoring_dates[:2]
+    run_id = _started_backfill(live_server, {"job": DEMO_JOB, "start_date": d1.isoformat(), "end_date": d2.isoformat(),
+                                             "mode": "all", "dry_run": False, "concurrency": 2})
+    _final_state(live_server, run_id, "COMPLETED")
 
     con = duckdb.connect(str(live_server.data_dir / "warehouse.duckdb"), read_only=True)
     try:
@@ -262,6 +272,45 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
     html = live_server.data_dir / "output" / DEMO_JOB / "reports" / "html"
     for d in (d1, d2):
         assert (html / f"date={d.isoformat()}.html").is_file(), sorted(p.name for p in html.glob("*"))
+
+    # The worker's flow-run process set up Prefect's logging before the product's loggers existed: their lines
+    # reach each partition run's UI log all the same, and its log file, named after the partition's run.
+    backfill_log = live_server.data_dir / "output" / "logs" / f"backfill-{run_id}.log"
+    assert f"this run's log file: {backfill_log}" in _logs_with(live_server, run_id, "this run's log file")
+    for d in (d1, d2):
+        files = list((live_server.data_dir / "output" / DEMO_JOB / "logs" / f"date={d.isoformat()}").glob("*.log"))
+        assert len(files) == 1, files
+        partition_run = httpx.get(f"{live_server.api}/flow_runs/{files[0].stem}", timeout=30).json()
+        assert partition_run["parameters"]["date"] == d.isoformat() and partition_run["parent_task_run_id"], partition_run
+        scored = f"scored {DEMO_JOB} {d.isoformat()}: "
+        ui_log, file_log = _logs_with(live_server, files[0].stem, scored), files[0].read_text()
+        for text in (ui_log, file_log):
+            line = next((row for row in text.splitlines() if scored in row), "")
+            assert f" {predicted[d]} scored" in line, text[-3000:]
+            assert "[PRED] entity=credit_risk" in text and "[INF] model_name=credit_risk" in text, text[-3000:]
+        # At the terminal's level, under the product's logger name.
+        assert f"20 scoring.run {scored}" in ui_log, ui_log
+
+
+def test_a_failed_run_shows_one_sentence_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> None:
+    from tasks.errors import user_facing_error
+    from tasks.jobs.calendar import partition_range
+
+    d1, d2 = demo_env.plan.scoring_dates[:2]
+    with pytest.raises(Exception) as refused:
+        partition_range(d2, d1)
+    sentence = user_facing_error(refused.value)[0]
+    run_id = _started_backfill(live_server, {"job": DEMO_JOB, "start_date": d2.isoformat(), "end_date": d1.isoformat()})
+    state = _final_state(live_server, run_id, "FAILED")
+
+    # The run's header says why in the `error:` line's words, not "Flow run encountered an exception: PartitionError: …".
+    assert state["message"] == sentence, state
+    ui_log = _logs_with(live_server, run_id, "Finished in state")
+    assert f"error: {sentence}" in ui_log and "Traceback" not in ui_log, ui_log
+    log_file = live_server.data_dir / "output" / "logs" / f"backfill-{run_id}.log"
+    assert f"this run's log file: {log_file}" in ui_log, ui_log
+    text = log_file.read_text()
+    assert f"error: {sentence}" in text and "Traceback (most recent call last)" in text, text
 
 
 def _param(page, name: str, *, optional: bool = False):

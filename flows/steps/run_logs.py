@@ -15,8 +15,9 @@ import inspect
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from prefect import Flow, flow
 from prefect.context import FlowRunContext, get_run_context
 from prefect.exceptions import MissingContextError
 from prefect.logging.formatters import PrefectFormatter
@@ -29,8 +30,6 @@ from tasks.errors import ExitCode, user_facing_error
 from tasks.jobs.calendar import parse_partition_date
 from tasks.jobspec import checked_job_name
 from tasks.settings import current_settings
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 DOMAIN_LOGGER = "scoring"
 _API_LOGGERS = ("prefect.flow_runs", "prefect.task_runs", "prefect.extra", DOMAIN_LOGGER)
@@ -138,29 +137,30 @@ def run_log_location(path: Path) -> str:
 
 
 def _log_path(run_id: str, arguments: dict[str, Any], partition: bool) -> Path | None:
-    """The run's log file; a partition run whose job or date is unusable logs where the parent flows do. None when
-    the settings themselves are unusable: the run then fails saying so."""
+    """The run's log file. None for a dry run, for a partition run whose job or date is refused (like its ledger
+    row and outputs, no file is written under a name the input gave), and when the settings themselves are
+    unusable: the run then fails saying so."""
+    if arguments.get("dry_run"):
+        return None
     try:
         settings = current_settings()
-    except Exception:  # noqa: BLE001  (the run's own first step reports the settings fault)
+        if not partition:
+            return settings.run_log_path(str(flow_run.flow_name), run_id)
+        job = checked_job_name(arguments.get("job"), settings)
+        day = parse_partition_date(arguments.get("date"))
+        return settings.run_log_path(str(flow_run.flow_name), run_id, job=job, partition=day.isoformat())
+    except Exception:  # noqa: BLE001  (the run's own first step reports the same fault as its error)
         return None
-    name = str(flow_run.flow_name or "flow")
-    if partition:
-        with contextlib.suppress(Exception):
-            job = checked_job_name(arguments.get("job"), settings)
-            day = parse_partition_date(arguments.get("date"))
-            return settings.run_log_path(name, run_id, job=job, partition=day.isoformat())
-    return settings.run_log_path(name, run_id)
 
 
-def run_logged(*, partition: bool = False) -> Callable[[F], F]:
-    """A flow function whose run logs as the module says. Placed under `@flow`: Prefect reads the parameters and
-    their docs through the wrapper. `partition`: the flow takes `job` and `date` and logs beside that partition's outputs.
+def logged_flow(*, partition: bool = False, **flow_options: Any) -> Callable[[Callable[..., Any]], Flow]:
+    """Prefect's `@flow(**flow_options)`, whose runs log as the module says. `partition`: the flow takes `job` and
+    `date` and logs beside that partition's outputs.
 
     A failure ends the run Failed with the `error:` sentence (tasks/errors.py: user_facing_error) as its state message,
     not Prefect's "Flow run encountered an exception: PartitionError: …"; the caller still gets the exception."""
 
-    def decorate(fn: F) -> F:
+    def decorate(fn: Callable[..., Any]) -> Flow:
         # Resolved here, in the flow module's namespace: Prefect validates the parameters against the annotations
         # in the namespace of the function it was given, which is this module's for the wrapper.
         signature = inspect.signature(fn, eval_str=True)
@@ -184,6 +184,6 @@ def run_logged(*, partition: bool = False) -> Callable[[F], F]:
                     return Failed(message=message, data=error)
 
         logged.__signature__ = signature  # type: ignore[attr-defined]
-        return logged  # type: ignore[return-value]
+        return flow(**flow_options)(logged)
 
     return decorate

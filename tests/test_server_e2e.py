@@ -294,11 +294,11 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
 
 def test_a_failed_run_shows_one_sentence_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> None:
     from tasks.errors import user_facing_error
-    from tasks.jobs.calendar import partition_range
+    from tasks.jobs.calendar import backfill_dates
 
     d1, d2 = demo_env.plan.scoring_dates[:2]
     with pytest.raises(Exception) as refused:
-        partition_range(d2, d1)
+        backfill_dates(demo_env.settings, d2, d1)
     sentence = user_facing_error(refused.value)[0]
     run_id = _started_backfill(live_server, {"job": DEMO_JOB, "start_date": d2.isoformat(), "end_date": d1.isoformat()})
     state = _final_state(live_server, run_id, "FAILED")

@@ -173,17 +173,6 @@ def _flow_run_logs(live: LiveServer, flow_run_id: str) -> str:
         return f"<logs unavailable: {exc!r}>"
 
 
-def _final_state(live: LiveServer, flow_run_id: str, timeout_s: float = 240) -> dict:
-    """The flow run's state once it is final."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        state = httpx.get(f"{live.api}/flow_runs/{flow_run_id}", timeout=30).json()["state"]
-        if state and state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-            return state
-        time.sleep(1)
-    pytest.fail(f"flow run {flow_run_id} not final in {timeout_s} s\nworker log:\n{_tail(live.logs_dir / 'worker.log')}")
-
-
 def _artifacts(live: LiveServer, flow_run_id: str) -> dict[str, dict]:
     r = httpx.post(
         f"{live.api}/artifacts/filter",
@@ -257,18 +246,6 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
     assert list(outcomes[0])[:3] == ["date", "outcome", "reason"] and list(outcomes[0])[-1] == "link"
     assert httpx.get(f"{live_server.api}/flow_runs/{run_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {d1}…{d2} mode all"
 
-    # An end date before the start date fails at once, in one sentence, before any partition runs.
-    r = httpx.post(
-        f"{live_server.api}/deployments/{deployment['id']}/create_flow_run",
-        json={"parameters": {"job": DEMO_JOB, "start_date": d2.isoformat(), "end_date": d1.isoformat()}}, timeout=30,
-    )
-    assert r.status_code == 201, r.text
-    wrong = _final_state(live_server, r.json()["id"])
-    assert wrong["type"] == "FAILED" and f"the end date {d1} is before the start date {d2}" in wrong["message"], wrong
-    assert httpx.post(
-        f"{live_server.api}/flow_runs/filter", json={"flow_runs": {"parent_flow_run_id": {"any_": [r.json()["id"]]}}}, timeout=30,
-    ).json() == []
-
     html = live_server.data_dir / "output" / DEMO_JOB / "reports" / "html"
     for d in (d1, d2):
         assert (html / f"date={d.isoformat()}.html").is_file(), sorted(p.name for p in html.glob("*"))
@@ -303,14 +280,17 @@ def test_a_failed_run_shows_one_sentence_in_the_ui(live_server: LiveServer, demo
     run_id = _started_backfill(live_server, {"job": DEMO_JOB, "start_date": d2.isoformat(), "end_date": d1.isoformat()})
     state = _final_state(live_server, run_id, "FAILED")
 
-    # The run's header says why in the `error:` line's words, not "Flow run encountered an exception: PartitionError: …".
-    assert state["message"] == sentence, state
+    # At once, before any partition runs, and the run's header says why in the `error:` line's words, not
+    # "Flow run encountered an exception: PartitionError: …".
+    assert state["message"] == sentence and f"the end date {d1} is before the start date {d2}" in sentence, state
+    assert httpx.post(
+        f"{live_server.api}/flow_runs/filter", json={"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}}, timeout=30,
+    ).json() == []
     ui_log = _logs_with(live_server, run_id, "Finished in state")
     assert f"error: {sentence}" in ui_log and "Traceback" not in ui_log, ui_log
-    log_file = live_server.data_dir / "output" / "logs" / f"backfill-{run_id}.log"
-    assert f"this run's log file: {log_file}" in ui_log, ui_log
-    text = log_file.read_text()
-    assert f"error: {sentence}" in text and "Traceback (most recent call last)" in text, text
+    # A refusal before the run logged anything leaves no log file: nothing is written for bad input.
+    assert "this run's log file" not in ui_log, ui_log
+    assert not (live_server.data_dir / "output" / "logs" / f"backfill-{run_id}.log").exists()
 
 
 def _param(page, name: str, *, optional: bool = False):

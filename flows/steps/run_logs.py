@@ -47,9 +47,19 @@ class _OneLineFaults(logging.Formatter):
 
 
 class _QuietFile(logging.FileHandler):
+    """Opened, folder and all, by the run's first line: a run refused before it logged anything writes nothing."""
+
+    def _open(self):  # noqa: ANN202  (logging.FileHandler's)
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: ARG002
         # On a full or read-only disk the log file fails too; logging's own traceback would bury the run's error.
         return
+
+    @property
+    def written(self) -> bool:
+        return self.stream is not None
 
 
 class _RunLogFiles(logging.Handler):
@@ -62,7 +72,7 @@ class _RunLogFiles(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         file = self.files.get(_flow_run_of(record) or "")
-        if file is not None:
+        if file is not None and getattr(record, "run_log_file", True):
             file.handle(record)
 
 
@@ -98,15 +108,10 @@ def attach_ui_logging() -> None:
 
 
 @contextlib.contextmanager
-def run_log_file(run_id: str, path: Path | None) -> Iterator[Path | None]:
+def run_log_file(run_id: str, path: Path | None) -> Iterator[_QuietFile | None]:
     """The lines of flow run `run_id` and its tasks, tracebacks included, appended to `path` while the block runs;
-    no file when `path` is None or cannot be made."""
+    no file when `path` is None."""
     if path is None:
-        yield None
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:
         yield None
         return
     file = _QuietFile(path, delay=True, encoding="utf-8")
@@ -121,7 +126,7 @@ def run_log_file(run_id: str, path: Path | None) -> Iterator[Path | None]:
         root.addHandler(_run_log_files)
     _run_log_files.files[run_id] = file
     try:
-        yield path
+        yield file
     finally:
         _run_log_files.files.pop(run_id, None)
         with contextlib.suppress(OSError):
@@ -170,18 +175,20 @@ def logged_flow(*, partition: bool = False, **flow_options: Any) -> Callable[[Ca
             attach_ui_logging()
             run_id = str(flow_run.id)
             path = _log_path(run_id, signature.bind_partial(*args, **kwargs).arguments, partition)
-            with run_log_file(run_id, path) as written:
+            with run_log_file(run_id, path) as file:
                 # The flow run's own logger: inside a backfill's task, Prefect's run logger would be that task's.
                 context = FlowRunContext.get()
                 logger = flow_run_logger(context.flow_run, context.flow)
-                if written is not None:
-                    logger.info("this run's log file: %s", run_log_location(written))
                 try:
                     return fn(*args, **kwargs)
                 except Exception as error:
                     message = user_facing_error(error)[0]
-                    logger.error("error: %s", message, exc_info=error)
+                    # A run refused before it logged a line (a backfill's wrong range) leaves no file: bad input writes nothing.
+                    logger.error("error: %s", message, exc_info=error, extra={"run_log_file": file is not None and file.written})
                     return Failed(message=message, data=error)
+                finally:
+                    if file is not None and file.written:
+                        logger.info("this run's log file: %s", run_log_location(path))
 
         logged.__signature__ = signature  # type: ignore[attr-defined]
         return flow(**flow_options)(logged)

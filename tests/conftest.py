@@ -7,6 +7,7 @@ only reads them or writes to partitions it owns.
 
 from __future__ import annotations
 
+import re
 import os
 import secrets
 import shutil
@@ -322,3 +323,13 @@ def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
     for name, value in s3_server.environment().items():
         monkeypatch.setenv(name, value)
     return s3_server
+
+
+def key_numbers_table(markdown: str) -> dict[str, str]:
+    """The key-numbers artifact's Markdown table read back as {measure: value}: a link as its address, code as its text."""
+    rows = {}
+    for line in markdown.splitlines()[2:]:
+        measure, value = (c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1])
+        link = re.fullmatch(r"\[(.*)\]\((\S+)\)", value)
+        rows[measure] = link.group(2) if link else value.strip("`")
+    return rows

@@ -28,7 +28,7 @@ from tasks.catalog import FORECASTS, MODEL_HEALTH
 from tasks.monitoring.forecast_distribution import BucketCounts, ForecastDistribution, display_histogram, forecast_run_summary
 from tasks.settings import Settings, current_settings
 
-from conftest import _SCORING_VARS, user_project_env
+from conftest import _SCORING_VARS, user_project_env, key_numbers_table
 from user_projects import score_cli
 
 JOB = "sales"
@@ -253,8 +253,7 @@ def test_the_key_numbers_give_the_mean_forecast_interval_width_decisions_and_the
     published = sales.forecasts(day)
     with get_client(sync_client=True) as client:
         (latest,) = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"key-numbers-{JOB}"])))
-    numbers = latest.data if isinstance(latest.data, list) else json.loads(latest.data)
-    table = {r["measure"]: r["value"] for r in numbers}
+    table = key_numbers_table(latest.data)
     width = (published["forecast_high"] - published["forecast_low"]).to_numpy()
     assert number(table["mean forecast (units sold)"]) == pytest.approx(published["forecast"].mean(), rel=5e-4)
     assert table["mean forecast (units sold)"].endswith(" units")
@@ -264,7 +263,7 @@ def test_the_key_numbers_give_the_mean_forecast_interval_width_decisions_and_the
         rows = int((published["decision"] == decision).sum())
         # By its plain name: the spec gives none, so the decision's own with spaces for underscores.
         assert table[f"decision {decision.replace('_', ' ')}"] == f"{rows:,} ({rows / published.height:.1%})"
-    assert not BINARY_WORDS.findall(json.dumps(numbers)) and "rows scored" not in table
+    assert not BINARY_WORDS.findall(json.dumps(table)) and "rows scored" not in table
     for r in published_health(sales, day).filter(pl.col("section") == "estimated_error").iter_rows(named=True):
         assert table[f"estimated {r['measure'].upper()}"].startswith(f"{r['value']:,.4g} units ({r['low']:,.4g}–{r['high']:,.4g}")
 

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 import yaml
 
-from conftest import user_project_env
+from conftest import user_project_env, key_numbers_table
 from user_projects import day_output, score_cli
 
 JOB = "propensity"
@@ -172,7 +172,7 @@ def test_the_pages_card_and_artifacts_say_the_jobs_score_decisions_and_features(
         assert f"| {label} (`{feature}`) | P0{i + 1} | {label} is high |" in card
 
     numbers = next(a for a in _artifacts(root) if a["key"] == f"key-numbers-{JOB}" and day.isoformat() in a["description"])
-    table = {r["measure"]: r["value"] for r in (numbers["data"] if isinstance(numbers["data"], list) else json.loads(numbers["data"]))}
+    table = key_numbers_table(numbers["data"])
     for decision, label in (("contact", CONTACT), ("no_contact", NO_CONTACT)):
         assert table[f"decision {label}"] == f"{counts[decision]:,} ({counts[decision] / published.height:.1%})"
 

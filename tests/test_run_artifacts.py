@@ -1,4 +1,4 @@
-"""Reports where analysts look: the run's key numbers as a table artifact, and links to its page, the model card and
+"""Reports where analysts look: the run's key numbers as a Markdown table artifact, and links to its page, the model card and
 the monitoring page served from SCORING_REPORT_BASE_URL (a static server on 127.0.0.1 started by the test serves the
 output folder)."""
 
@@ -16,7 +16,7 @@ import yaml
 
 from tasks.quality.drift import SCORE_DRIFT_NAME
 from tasks.settings import Settings, current_settings
-from tests.conftest import DEMO_JOB, DemoEnv
+from tests.conftest import DEMO_JOB, DemoEnv, key_numbers_table
 
 
 def _served(url: str) -> str:
@@ -91,7 +91,7 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
         server.server_close()
 
     numbers = latest_artifact("key-numbers-credit-risk")
-    table = {r["measure"]: r["value"] for r in (numbers.data if isinstance(numbers.data, list) else json.loads(numbers.data))}
+    table = key_numbers_table(numbers.data)
     assert table["rows read"] == f"{result['rows_read']:,}" and table["rows scored"] == f"{result['rows_scored']:,}"
     # Decisions by their plain names in the spec (manual_review: "manual review").
     labels = {d: w["label"] for d, w in yaml.safe_load((demo_env.settings.jobs_dir / f"{DEMO_JOB}.yaml").read_text())["prediction"]["decisions"].items()}
@@ -213,3 +213,20 @@ def test_the_key_numbers_give_the_decision_shift_the_reasons_and_one_row_per_dri
     assert max(len(v) for v in table.values()) < 120
     quiet = {r["measure"]: r["value"] for r in key_numbers(summary, monitoring={"window_days": 28, "shifts": []})}
     assert quiet["decision mix vs the trailing 28 days"] == "no measure moved beyond its tolerance"
+
+
+def test_the_key_numbers_read_whole_as_markdown() -> None:
+    """Prefect's table artifact cuts a long cell and pages after ten rows; the Markdown table keeps every row and cell
+    whole, a pipe in a value escaped, an address a link and a path code."""
+    import markdown_it
+
+    from tasks.scoring.partition_run import key_numbers_markdown
+
+    rows = [{"measure": f"reason given #{i}", "value": f"{i} rows: a | very long text " + "x" * 120} for i in range(1, 15)]
+    rows += [{"measure": "run page", "value": "https://reports.example/credit-risk/date=2026-03-10.html"},
+             {"measure": "log", "value": "/data/output/logs/run.log"}]
+    markdown = key_numbers_markdown(rows)
+    assert key_numbers_table(markdown) == {r["measure"]: r["value"] for r in rows}
+    html = markdown_it.MarkdownIt("commonmark").enable("table").render(markdown)
+    assert html.count("<tr>") == len(rows) + 1 and "a | very long" in html
+    assert '<a href="https://reports.example/credit-risk/date=2026-03-10.html">' in html and "<code>/data/output/logs/run.log</code>" in html

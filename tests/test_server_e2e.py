@@ -10,6 +10,7 @@ Everything started here is stopped in the fixture's `finally`, also when a step 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -42,6 +43,8 @@ class LiveServer:
     data_dir: Path
     logs_dir: Path
     env: dict[str, str]
+    reports_url: str
+    """SCORING_REPORT_BASE_URL of the worker's runs: the output folder served over HTTP."""
 
     @property
     def api(self) -> str:
@@ -118,12 +121,22 @@ def live_server(demo_env: DemoEnv, tmp_path_factory: pytest.TempPathFactory) -> 
     logs_dir = base / "logs"
     logs_dir.mkdir()
     url = f"http://127.0.0.1:{_free_port()}"
-    env = _child_env(prefect_home, f"{url}/api", data_dir)
+    # The output folder served over HTTP, as an operator serves it behind SCORING_REPORT_BASE_URL: the analyst's
+    # walk follows the links the artifacts carry.
+    (data_dir / "output").mkdir(parents=True, exist_ok=True)
+    reports_url = f"http://127.0.0.1:{_free_port()}"
+    env = {**_child_env(prefect_home, f"{url}/api", data_dir), "SCORING_REPORT_BASE_URL": reports_url}
 
-    server = worker = None
+    server = worker = reports = None
     server_log = (logs_dir / "server.log").open("w")
     worker_log = (logs_dir / "worker.log").open("w")
+    reports_log = (logs_dir / "reports.log").open("w")
     try:
+        reports = subprocess.Popen(
+            [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(data_dir / "output"),
+             reports_url.rsplit(":", 1)[1]],
+            cwd=base, stdout=reports_log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
         port = url.rsplit(":", 1)[1]
         server = subprocess.Popen(
             [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", port],
@@ -147,12 +160,14 @@ def live_server(demo_env: DemoEnv, tmp_path_factory: pytest.TempPathFactory) -> 
             [PREFECT, "worker", "start", "--pool", POOL],
             cwd=base, env=env, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-        yield LiveServer(url=url, data_dir=data_dir, logs_dir=logs_dir, env=env)
+        yield LiveServer(url=url, data_dir=data_dir, logs_dir=logs_dir, env=env, reports_url=reports_url)
     finally:
         _stop(worker, signal.SIGINT, 30.0)
         _stop(server, signal.SIGINT, 30.0)
+        _stop(reports, signal.SIGTERM, 10.0)
         server_log.close()
         worker_log.close()
+        reports_log.close()
 
 
 def _backfill_deployment(live: LiveServer) -> dict:
@@ -241,7 +256,7 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
     # The days' table reads outcome and reason first, the run page last; the run is named after what it scored.
     outcomes = json.loads(artifacts["backfill-outcomes"]["data"])
     assert [(o["date"], o["outcome"], o["link"]) for o in outcomes] == [
-        (d.isoformat(), "succeeded", f"output/{DEMO_JOB}/reports/html/date={d}.html") for d in (d1, d2)
+        (d.isoformat(), "succeeded", f"{live_server.reports_url}/{DEMO_JOB}/reports/html/date={d}.html") for d in (d1, d2)
     ]
     assert list(outcomes[0])[:3] == ["date", "outcome", "reason"] and list(outcomes[0])[-1] == "link"
     assert httpx.get(f"{live_server.api}/flow_runs/{run_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {d1}…{d2} mode all"
@@ -252,8 +267,10 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
 
     # The worker's flow-run process set up Prefect's logging before the product's loggers existed: their lines
     # reach each partition run's UI log all the same, and its log file, named after the partition's run.
-    backfill_log = live_server.data_dir / "output" / "logs" / f"backfill-{run_id}.log"
+    assert (live_server.data_dir / "output" / "logs" / f"backfill-{run_id}.log").is_file()
+    backfill_log = f"{live_server.reports_url}/logs/backfill-{run_id}.log"
     assert f"this run's log file: {backfill_log}" in _logs_with(live_server, run_id, "this run's log file")
+    assert httpx.get(backfill_log, timeout=30).status_code == 200
     for d in (d1, d2):
         files = list((live_server.data_dir / "output" / DEMO_JOB / "logs" / f"date={d.isoformat()}").glob("*.log"))
         assert len(files) == 1, files
@@ -449,3 +466,192 @@ def test_outcomes_run_form_is_typed_and_its_empty_dates_are_accepted(live_server
         assert run["state"]["type"] == "SCHEDULED"
     finally:
         httpx.delete(f"{live_server.api}/flow_runs/{run['id']}", timeout=30)
+
+
+SHOTS = ROOT / "build" / "screenshots" / "analyst-walk"
+"""The analyst walk's screenshots, one file per step (build/ is ignored by git); look at them after a change to the UI's
+artifacts, names or logs."""
+
+
+def _submitted_backfill(page, live: LiveServer, *, start: str, end: str, mode: str = "all") -> str:
+    """Fill the backfill deployment's run form as an analyst does (dates typed as JSON, the mode picked from its list),
+    submit it, open the new run from the toast and return its id."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{live.url}/v2/deployments/deployment/{_backfill_deployment(live)['id']}/run", wait_until="domcontentloaded")
+    expect(_param(page, "chunk_rows", optional=True)).to_be_visible(timeout=90_000)
+    for name, value in (("start_date", start), ("end_date", end)):
+        group = _param(page, name)
+        group.get_by_role("button", name="Open menu").click()
+        page.get_by_role("menuitem", name="Use JSON Input").click()
+        group.locator(".cm-content").click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(f'"{value}"')
+    if mode != "all":
+        _param(page, "mode", optional=True).get_by_role("button", name="Select mode").click()
+        page.get_by_role("listbox").get_by_role("option", name=mode, exact=True).click()
+    page.get_by_role("button", name="Submit").click()
+    page.get_by_role("button", name="View run").or_(page.get_by_role("link", name="View run")).first.click()
+    page.wait_for_url(re.compile(r"/runs/flow-run/[0-9a-f-]{36}"))
+    return re.search(r"/runs/flow-run/([0-9a-f-]{36})", page.url).group(1)
+
+
+def _shot(page, step: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.wait_for_load_state("networkidle", timeout=60_000)
+    page.screenshot(path=str(SHOTS / f"{step}.png"), full_page=True)
+
+
+def _linked_url(artifact: dict) -> str:
+    """The address of a link artifact (Prefect keeps it as Markdown, `[text](url)`)."""
+    found = re.fullmatch(r"\[.*\]\((\S+)\)", artifact["data"].strip(), re.S)
+    assert found, artifact
+    return found.group(1)
+
+
+def _page_title(html: str) -> str:
+    found = re.search(r"<title>(.*?)</title>", html, re.S)
+    return found.group(1).strip() if found else ""
+
+
+def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> None:
+    """What an analyst walks the morning after, in chromium against the live server and worker: a backfill submitted
+    from the form, a partition run opened by its name, its business log lines, its key numbers first, the run page,
+    model card and monitoring page followed from their artifacts (HTTP 200, the page's title), an end date before the
+    start refused in one sentence with no traceback in the UI, then `mode: failed` finding the day refused for want
+    of raw data. Each step leaves a screenshot in build/screenshots/analyst-walk/."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (Debian package `chromium`); CI must run the browser test")
+        pytest.skip("chromium is not installed (Debian package `chromium`)")
+    from playwright.sync_api import expect, sync_playwright
+
+    from tasks.errors import user_facing_error
+    from tasks.jobs.calendar import backfill_dates
+
+    expect.set_options(timeout=60_000)
+    shutil.rmtree(SHOTS, ignore_errors=True)
+    day = demo_env.plan.scoring_dates[-1]
+    no_raw = day + dt.timedelta(days=1)
+    assert not (live_server.data_dir / "raw" / DEMO_JOB / f"date={no_raw}").exists()
+    key = DEMO_JOB.replace("_", "-")
+    local = "http://127.0.0.1:"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(60_000)
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local) else route.abort())
+
+            # 1. A backfill of two days from the form; the second has no raw data, so the run fails naming it.
+            backfill_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=no_raw.isoformat())
+            state = _final_state(live_server, backfill_id, "FAILED", timeout=300)
+            assert state["message"].startswith(f"1 of 2 partition(s) failed: {DEMO_JOB} {no_raw} (") and "Traceback" not in state["message"], state
+            page.reload(wait_until="domcontentloaded")
+            expect(page.get_by_text(f"{DEMO_JOB} {day}…{no_raw} mode all").first).to_be_visible()
+            expect(page.get_by_text(state["message"]).first).to_be_visible()
+            _shot(page, "01-backfill-failed-day")
+            outcomes = json.loads(_artifacts(live_server, backfill_id)["backfill-outcomes"]["data"])
+            assert [(o["date"], o["outcome"]) for o in outcomes] == [(str(day), "succeeded"), (str(no_raw), "🔴 failed")], outcomes
+
+            # 2. The partition run, opened by its name from the backfill's subflow runs; the business lines in its log.
+            page.get_by_role("tab", name="Subflow Runs").click()
+            page.get_by_role("link", name=f"{DEMO_JOB} {day}", exact=True).first.click()
+            page.wait_for_url(re.compile(r"/runs/flow-run/[0-9a-f-]{36}"))
+            partition_id = re.search(r"/runs/flow-run/([0-9a-f-]{36})", page.url).group(1)
+            _logs_with(live_server, partition_id, "this run's log file")
+            page.get_by_role("tab", name="Logs").click()
+            expect(page.get_by_text(re.compile(rf"scored {DEMO_JOB} {day}: \d+ read, \d+ scored")).first).to_be_visible()
+            _shot(page, "02-partition-log")
+
+            # 3. Its artifacts, the key numbers first; the key numbers' table opened.
+            page.get_by_role("tab", name="Artifacts").click()
+            cards = page.get_by_text(re.compile(rf"^[a-z-]+-{key}$"))
+            expect(cards.first).to_have_text(f"key-numbers-{key}")
+            _shot(page, "03-partition-artifacts")
+            cards.first.click()
+            expect(page.get_by_role("cell", name="rows scored", exact=True)).to_be_visible()
+            _shot(page, "04-key-numbers")
+            expect(page.get_by_role("cell", name="run page", exact=True)).to_be_visible()
+
+            # 4. The links the artifacts carry, served under SCORING_REPORT_BASE_URL: the run page and the model card.
+            artifacts = _artifacts(live_server, partition_id)
+            titles = {}
+            for name in ("run-page", "model-card"):
+                url = _linked_url(artifacts[f"{name}-{key}"])
+                assert url.startswith(live_server.reports_url), url
+                response = httpx.get(url, timeout=30)
+                assert response.status_code == 200, (url, response.status_code)
+                titles[name] = _page_title(response.text)
+                page.goto(url, wait_until="load")
+                expect(page).to_have_title(titles[name])
+                _shot(page, f"05-{name}")
+            assert DEMO_JOB in titles["run-page"] and str(day) in titles["run-page"], titles
+            assert titles["model-card"] == f"Model card: {DEMO_JOB}", titles
+
+            # ... and the monitoring page, left by an outcomes run over the scored days.
+            outcomes_deployment = httpx.get(f"{live_server.api}/deployments/name/outcomes/outcomes", timeout=30).json()
+            r = httpx.post(f"{live_server.api}/deployments/{outcomes_deployment['id']}/create_flow_run", timeout=30, json={
+                "parameters": {"job": DEMO_JOB, "start_date": str(demo_env.plan.scoring_dates[0]), "end_date": str(day)},
+            })
+            assert r.status_code == 201, r.text
+            outcomes_id = r.json()["id"]
+            _final_state(live_server, outcomes_id, "COMPLETED", timeout=300)
+            url = _linked_url(_artifacts(live_server, outcomes_id)[f"monitoring-page-{key}"])
+            response = httpx.get(url, timeout=30)
+            assert response.status_code == 200 and _page_title(response.text).startswith(f"Prediction monitoring {DEMO_JOB}"), url
+            page.goto(f"{live_server.url}/v2/runs/flow-run/{outcomes_id}?tab=Artifacts", wait_until="domcontentloaded")
+            expect(page.get_by_text(f"monitoring-page-{key}").first).to_be_visible()
+            _shot(page, "06-outcomes-artifacts")
+            page.goto(url, wait_until="load")
+            expect(page).to_have_title(_page_title(response.text))
+            _shot(page, "07-monitoring-page")
+
+            # 5. An end date before the start: refused at once, the run's header says why in one sentence, and the
+            # UI log holds no traceback.
+            with pytest.raises(Exception) as refused:
+                backfill_dates(demo_env.settings, day, day - dt.timedelta(days=1))
+            sentence = user_facing_error(refused.value)[0]
+            wrong_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=str(day - dt.timedelta(days=1)))
+            state = _final_state(live_server, wrong_id, "FAILED")
+            assert state["message"] == sentence, (state, sentence)
+            ui_log = _logs_with(live_server, wrong_id, "Finished in state")
+            assert f"error: {sentence}" in ui_log and "Traceback" not in ui_log, ui_log
+            page.reload(wait_until="domcontentloaded")
+            expect(page.get_by_text(sentence).first).to_be_visible()
+            page.get_by_role("tab", name="Logs").click()
+            expect(page.get_by_text(f"error: {sentence}").first).to_be_visible()
+            assert "Traceback" not in page.locator("body").inner_text()
+            _shot(page, "08-wrong-range")
+
+            # 6. `mode: failed` over the first range finds the refused day, says why, and scores it again.
+            failed_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=no_raw.isoformat(), mode="failed")
+            state = _final_state(live_server, failed_id, "FAILED")
+            selection = _artifacts(live_server, failed_id)["backfill-selection"]
+            rows = json.loads(selection["data"])
+            assert [(r["date"], r["selected"], r["last status"]) for r in rows] == [
+                (str(day), False, "succeeded"), (str(no_raw), True, "refused"),
+            ], rows
+            assert "no raw partition" in rows[1]["reason"] and f"{no_raw} (refused" in selection["description"], selection
+            assert httpx.get(f"{live_server.api}/flow_runs/{failed_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {day}…{no_raw} mode failed"
+            page.reload(wait_until="domcontentloaded")
+            page.get_by_role("tab", name="Artifacts").click()
+            page.get_by_text("backfill-selection", exact=True).first.click()
+            expect(page.get_by_text("refused").first).to_be_visible()
+            _shot(page, "09-mode-failed-selection")
+        finally:
+            browser.close()
+
+    con = duckdb.connect(str(live_server.data_dir / "warehouse.duckdb"), read_only=True)
+    try:
+        statuses = con.execute(
+            "SELECT status FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at", [DEMO_JOB, no_raw]
+        ).fetchall()
+    finally:
+        con.close()
+    assert statuses == [("refused",), ("refused",)], statuses

@@ -37,11 +37,12 @@ _API_LOGGERS = ("prefect.flow_runs", "prefect.task_runs", "prefect.extra", DOMAI
 
 class _OneLineFaults(logging.Formatter):
     """The UI log's format: a user or environment fault without its traceback (the run's log file keeps it), as on
-    the terminal; a bug keeps its traceback."""
+    the terminal; a bug keeps its traceback. Prefect logs a failed task's state with `exc_info=True` outside any
+    `except`, which formats as a stray "NoneType: None" line: dropped too."""
 
     def format(self, record: logging.LogRecord) -> str:
         error = record.exc_info[1] if record.exc_info else None
-        if error is not None and user_facing_error(error)[1] != ExitCode.BUG:
+        if record.exc_info and (error is None or user_facing_error(error)[1] != ExitCode.BUG):
             record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None, "stack_info": None})
         return super().format(record)
 

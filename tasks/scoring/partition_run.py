@@ -354,6 +354,19 @@ def key_numbers(summary: ScoringSummary, words: JobWords | None = None, monitori
     return [{"measure": k, "value": v} for k, v in rows]
 
 
+def key_numbers_markdown(rows: list[dict[str, str]]) -> str:
+    """The key numbers as a Markdown table: Prefect's table artifact cuts a long cell to one line and shows ten rows a
+    page, and these are read whole at a glance. An address is a link, a file path code."""
+
+    def cell(text: str) -> str:
+        text = text.replace("|", "\\|").replace("\n", " ")
+        if text.startswith(("http://", "https://")):
+            return f"[{text}]({text})"
+        return f"`{text}`" if text.startswith("/") else text
+
+    return "\n".join(["| measure | value |", "| --- | --- |", *(f"| {cell(r['measure'])} | {cell(r['value'])} |" for r in rows)])
+
+
 def run_artifacts(
     ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, report_path: Path, *, page_url: str | None = None,
     monitoring: dict | None = None, more_artifacts: Sequence[Artifact] = (),
@@ -369,7 +382,7 @@ def run_artifacts(
             "mean forecast, interval width, estimated error, decisions, fallbacks, drift flags" if summary.forecast_report else
             "class mix, mean probability, close calls, decisions, fallbacks, drift flags" if summary.classification_report else
             "decisions and their shift, reasons given, fallbacks, drift flags, expected performance"),
-            table=[*key_numbers(summary, ticket.words, monitoring), {"measure": "run page", "value": page_url or str(report_path)}],
+            markdown=key_numbers_markdown([*key_numbers(summary, ticket.words, monitoring), {"measure": "run page", "value": page_url or str(report_path)}]),
             pinned=True),
         *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)] if page_url else []),
         *more_artifacts,

@@ -106,6 +106,16 @@ def attach_ui_logging() -> None:
         for handler in logging.getLogger(name).handlers:
             if isinstance(handler, APILogHandler) and not isinstance(handler.formatter, _OneLineFaults):
                 handler.setFormatter(_OneLineFaults())
+                handler.addFilter(_no_engine_echo)
+
+
+def _no_engine_echo(record: logging.LogRecord) -> bool:
+    """Prefect's flow-run process ends every failed run with "Engine execution exited with unexpected exception": for a
+    fault the run has already said in its `error:` line, that is neither unexpected nor news."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not (
+        record.getMessage().startswith("Engine execution exited") and error is not None and user_facing_error(error)[1] != ExitCode.BUG
+    )
 
 
 @contextlib.contextmanager

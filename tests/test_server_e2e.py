@@ -484,9 +484,10 @@ def _submitted_backfill(page, live: LiveServer, *, start: str, end: str, mode: s
         group = _param(page, name)
         group.get_by_role("button", name="Open menu").click()
         page.get_by_role("menuitem", name="Use JSON Input").click()
-        group.locator(".cm-content").click()
-        page.keyboard.press("Control+A")
-        page.keyboard.type(f'"{value}"')
+        editor = group.locator(".cm-content")
+        # fill(), not key presses: the editor closes a typed quote itself, and a loaded machine's keys race it.
+        editor.fill(f'"{value}"')
+        expect(editor).to_have_text(f'"{value}"')
     if mode != "all":
         _param(page, "mode", optional=True).get_by_role("button", name="Select mode").click()
         page.get_by_role("listbox").get_by_role("option", name=mode, exact=True).click()

@@ -213,6 +213,9 @@ def test_the_key_numbers_give_the_decision_shift_the_reasons_and_one_row_per_dri
     assert max(len(v) for v in table.values()) < 120
     quiet = {r["measure"]: r["value"] for r in key_numbers(summary, monitoring={"window_days": 28, "shifts": []})}
     assert quiet["decision mix vs the trailing 28 days"] == "no measure moved beyond its tolerance"
+    # A first day has no earlier partition in its window: nothing was compared, and the row says so.
+    first = {r["measure"]: r["value"] for r in key_numbers(summary, monitoring={"window_days": 28, "shifts": [], "measures": 9, "without_baseline": 9})}
+    assert first["decision mix vs the trailing 28 days"].startswith("no baseline yet")
 
 
 def test_the_key_numbers_read_whole_as_markdown() -> None:

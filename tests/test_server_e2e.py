@@ -357,7 +357,8 @@ def test_backfill_run_form_renders_typed_parameters(live_server: LiveServer, tmp
             expect(_param(page, "chunk_rows", optional=True)).to_be_visible(timeout=90_000)
 
             job = _param(page, "job")
-            expect(job.get_by_role("button", name="Select job")).to_have_text("credit_risk")
+            # No job is preselected (prefect.yaml names none): the list is the jobs configured where `prefect deploy` ran.
+            expect(job.get_by_role("button", name="Select job")).not_to_have_text("credit_risk")
             _expect_options(page, job.get_by_role("button", name="Select job"), [DEMO_JOB])
 
             for name in ("start_date", "end_date"):
@@ -480,6 +481,8 @@ def _submitted_backfill(page, live: LiveServer, *, start: str, end: str, mode: s
 
     page.goto(f"{live.url}/v2/deployments/deployment/{_backfill_deployment(live)['id']}/run", wait_until="domcontentloaded")
     expect(_param(page, "chunk_rows", optional=True)).to_be_visible(timeout=90_000)
+    _param(page, "job").get_by_role("button", name="Select job").click()
+    page.get_by_role("listbox").get_by_role("option", name=DEMO_JOB, exact=True).click()
     for name, value in (("start_date", start), ("end_date", end)):
         group = _param(page, name)
         group.get_by_role("button", name="Open menu").click()
@@ -561,6 +564,10 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
             assert "NoneType: None" not in _flow_run_logs(live_server, backfill_id)
             outcomes = json.loads(_artifacts(live_server, backfill_id)["backfill-outcomes"]["data"])
             assert [(o["date"], o["outcome"]) for o in outcomes] == [(str(day), "succeeded"), (str(no_raw), "🔴 failed")], outcomes
+            # The failed day's row links its run's log file, which keeps the traceback the UI does not show.
+            failed_log = httpx.get(outcomes[1]["link"], timeout=30)
+            assert failed_log.status_code == 200 and "Traceback" in failed_log.text, (outcomes[1], failed_log.status_code)
+            assert outcomes[1]["link"] == f"{live_server.reports_url}/{DEMO_JOB}/logs/date={no_raw}/{outcomes[1]['run_id']}.log"
 
             # 2. The partition run, opened by its name from the backfill's subflow runs; the business lines in its log.
             page.get_by_role("tab", name="Subflow Runs").click()

@@ -24,6 +24,7 @@ from flows.score_partition import score_partition
 from tasks.errors import PartitionsFailed, ScoringError, user_facing_error
 from tasks.jobspec import load_job_spec
 from tasks.prediction.words import JobWords
+from tasks.reports.links import served_url
 from tasks.scoring.partition_run import report_url
 from tasks.scoring.progress import reported_progress
 from tasks.jobs.calendar import backfill_dates, scheduled_partition_date
@@ -71,7 +72,20 @@ def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:
         # A ledger that cannot take the row does not change the outcome: the day is listed as failed either way.
         record_refused_run(str(state.state_details.flow_run_id), job, date, error, return_state=True)
     reason = user_facing_error(error)[0] if isinstance(error, BaseException) else state.message or ""
-    return partition_outcome(job, date, reason=reason)
+    run_id = str(state.state_details.flow_run_id or "")
+    return partition_outcome(job, date, reason=reason, run_id=run_id, link=_log_link(settings, job, date, run_id))
+
+
+def _log_link(settings: Settings, job: str, date: dt.date, run_id: str) -> str:
+    """A failed day's log file (its traceback is there, not in the UI) under SCORING_REPORT_BASE_URL, else its path
+    under the data folder; empty when the run wrote none (refused before it logged a line)."""
+    if not run_id:
+        return ""
+    path = settings.run_log_path("score_partition", run_id, job=job, partition=date.isoformat())
+    if not path.is_file():
+        return ""
+    url = served_url(settings.report_base_url, settings.data_dir / "output", path)
+    return url or str(path.relative_to(settings.data_dir))
 
 
 def _page_link(settings: Settings, job: str, date: dt.date, report: str) -> str:

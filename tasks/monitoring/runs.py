@@ -67,6 +67,7 @@ def decision_monitoring(
         "shifted_slices": [f"{r['slice_column']}={r['slice_value']}:{r['measure']}" for r in shifted_slices],
         "shifts": [{k: r[k] for k in ("measure", "item", "value", "baseline", "delta")} for r in shifted],
         "window_days": spec.monitoring.window_days,
+        "without_baseline": sum(r["flag"] == "no_baseline" for r in rows),
     }
     artifacts = [decision_monitoring_artifact(rows, job=job, partition_date=partition_date, run_id=run_id,
                                               window_days=spec.monitoring.window_days)]

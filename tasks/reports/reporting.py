@@ -106,13 +106,14 @@ def catch_up_dates(settings: Settings, job: str, day: dt.date) -> list[dt.date]:
 
 def partition_outcome(
     job: str, date: dt.date, *, result: dict[str, Any] | None = None, reason: str = "", planned: bool = False,
-    link: str = "", words: JobWords | None = None,
+    link: str = "", words: JobWords | None = None, run_id: str = "",
 ) -> dict[str, Any]:
     """One row of a nightly or backfill outcome table: what became of one partition, its outcome and reason
     first, then its rows, decisions (by their names in the job's `words`) and flags, and the link to its run
-    page last (`link`: a URL, or the page's path), which is the longest cell."""
+    page last (`link`: a URL, or the page's path), which is the longest cell; a failed day's `run_id` and `link` (its
+    log file) when it ran."""
     row = {"date": date.isoformat(), "outcome": "failed", "reason": table_reason(reason), "job": job, "rows_scored": 0, "decisions": "",
-           "flags": "", "run_id": "", "link": ""}
+           "flags": "", "run_id": run_id, "link": link}
     if planned:
         return {**row, "outcome": "would score"}
     if result is None:

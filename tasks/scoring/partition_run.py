@@ -181,6 +181,9 @@ def trailing_shifts(warehouse: Warehouse, settings: Settings, ticket: RunTicket,
     except Exception as exc:
         log.warning("%s %s: the run page cannot compare the decisions with the trailing days: %s", ticket.job, ticket.partition_date, exc)
         return None, None
+    if all(r["flag"] == "no_baseline" for r in rows):
+        # No partition in the window to compare with: the page says nothing of the decision mix rather than "in line".
+        return None, None
     return [r for r in rows if r["flag"] == "shift"], spec.monitoring.window_days
 
 
@@ -314,6 +317,11 @@ def _shift_rows(monitoring: dict | None, words: JobWords | None) -> list[tuple[s
     window = int(monitoring["window_days"])
     shifts = monitoring.get("shifts") or []
     if not shifts:
+        # A first day, or one after a gap longer than the window, has nothing to be compared with: "nothing moved"
+        # would claim a comparison that was not made.
+        measures, without = monitoring.get("measures"), monitoring.get("without_baseline") or 0
+        if without and without == measures:
+            return [(f"decision mix vs the trailing {window} days", f"no baseline yet: no partition scored in the {window} days before")]
         return [(f"decision mix vs the trailing {window} days", "no measure moved beyond its tolerance")]
     return [(f"shift: {subject}", change) for subject, change in (shift_parts(r, words, window) for r in shifts)]
 

@@ -26,6 +26,8 @@ from prefect.logging.loggers import flow_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Failed
 
+from flows.steps.api import orchestration_lost
+
 from tasks.errors import ExitCode, user_facing_error
 from tasks.jobs.calendar import parse_partition_date
 from tasks.jobspec import checked_job_name
@@ -196,6 +198,10 @@ def logged_flow(*, partition: bool = False, **flow_options: Any) -> Callable[[Ca
                     message = user_facing_error(error)[0]
                     # A run refused before it logged a line (a backfill's wrong range) leaves no file: bad input writes nothing.
                     logger.error("error: %s", message, exc_info=error, extra={"run_log_file": file is not None and file.written})
+                    if orchestration_lost(error) is not None:
+                        # No state reaches a lost API, and Prefect's failed attempt to set one would replace the error
+                        # the caller reports ("run … is not published") with its own transport error.
+                        raise
                     return Failed(message=message, data=error)
                 finally:
                     if file is not None and file.written:

@@ -474,12 +474,21 @@ SHOTS = ROOT / "build" / "screenshots" / "analyst-walk"
 artifacts, names or logs."""
 
 
-def _submitted_backfill(page, live: LiveServer, *, start: str, end: str, mode: str = "all") -> str:
-    """Fill the backfill deployment's run form as an analyst does (dates typed as JSON, the mode picked from its list),
-    submit it, open the new run from the toast and return its id."""
-    from playwright.sync_api import expect
+def _backfill_run_ids(live: LiveServer, deployment_id: str) -> set[str]:
+    r = httpx.post(f"{live.api}/flow_runs/filter", timeout=30,
+                   json={"flow_runs": {"deployment_id": {"any_": [deployment_id]}}, "limit": 200})
+    assert r.status_code == 200, r.text
+    return {run["id"] for run in r.json()}
 
-    page.goto(f"{live.url}/v2/deployments/deployment/{_backfill_deployment(live)['id']}/run", wait_until="domcontentloaded")
+
+def _submitted_backfill(page, live: LiveServer, *, start: str, end: str, mode: str = "all") -> str:
+    """Fill the backfill deployment's run form as an analyst does (the job and mode picked from their lists, dates
+    typed as JSON), submit it, open the new run's page and return its id."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout, expect
+
+    deployment_id = _backfill_deployment(live)["id"]
+    before = _backfill_run_ids(live, deployment_id)
+    page.goto(f"{live.url}/v2/deployments/deployment/{deployment_id}/run", wait_until="domcontentloaded")
     expect(_param(page, "chunk_rows", optional=True)).to_be_visible(timeout=90_000)
     _param(page, "job").get_by_role("button", name="Select job").click()
     page.get_by_role("listbox").get_by_role("option", name=DEMO_JOB, exact=True).click()
@@ -494,10 +503,23 @@ def _submitted_backfill(page, live: LiveServer, *, start: str, end: str, mode: s
     if mode != "all":
         _param(page, "mode", optional=True).get_by_role("button", name="Select mode").click()
         page.get_by_role("listbox").get_by_role("option", name=mode, exact=True).click()
-    page.get_by_role("button", name="Submit").click()
-    page.get_by_role("button", name="View run").or_(page.get_by_role("link", name="View run")).first.click()
-    page.wait_for_url(re.compile(r"/runs/flow-run/[0-9a-f-]{36}"))
-    return re.search(r"/runs/flow-run/([0-9a-f-]{36})", page.url).group(1)
+    # The new run from the form's own request (the UI's "View run" toast may be gone before a loaded machine's browser
+    # looks); a click while the form still validates its last edit sends none, so an unanswered click is made again.
+    for _ in range(3):
+        try:
+            with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/create_flow_run"), timeout=30_000) as created:
+                page.get_by_role("button", name="Submit").click()
+            break
+        except PlaywrightTimeout:
+            continue
+    else:
+        _shot(page, "submit-failed")
+        pytest.fail(f"the form sent no run; the page: {SHOTS / 'submit-failed.png'}")
+    assert created.value.status == 201, created.value.text()
+    run_id = created.value.json()["id"]
+    assert _backfill_run_ids(live, deployment_id) - before == {run_id}
+    page.goto(f"{live.url}/v2/runs/flow-run/{run_id}", wait_until="domcontentloaded")
+    return run_id
 
 
 def _shot(page, step: str) -> None:
@@ -565,6 +587,7 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
             outcomes = json.loads(_artifacts(live_server, backfill_id)["backfill-outcomes"]["data"])
             assert [(o["date"], o["outcome"]) for o in outcomes] == [(str(day), "succeeded"), (str(no_raw), "🔴 failed")], outcomes
             # The failed day's row links its run's log file, which keeps the traceback the UI does not show.
+            assert outcomes[1]["link"].startswith(live_server.reports_url), outcomes
             failed_log = httpx.get(outcomes[1]["link"], timeout=30)
             assert failed_log.status_code == 200 and "Traceback" in failed_log.text, (outcomes[1], failed_log.status_code)
             assert outcomes[1]["link"] == f"{live_server.reports_url}/{DEMO_JOB}/logs/date={no_raw}/{outcomes[1]['run_id']}.log"

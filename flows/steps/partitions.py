@@ -112,9 +112,15 @@ def score_partition_run(job: str, date: dt.date, chunk_rows: int | None) -> dict
     day in the backfill's graph, where a failed day's task ends Failed (red) with its reason as its message."""
     outcome = scored_partition(job, date, chunk_rows)
     if outcome["outcome"] == "failed":
-        # No data on the state: Prefect logs the state's repr, and the reason alone reads best there.
+        # No data on the state: Prefect logs the state's repr, and the reason alone reads best there. The row (its run
+        # id and log file) waits for the backfill in this process, which runs its days' tasks in threads.
+        _failed_outcomes[(job, date)] = outcome
         return Failed(message=outcome["reason"] or f"{job} {date} failed")
     return outcome
+
+
+_failed_outcomes: dict[tuple[str, dt.date], dict] = {}
+"""Outcome rows of failed days' tasks (score_partition_run), taken by scored_partitions."""
 
 
 def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None, concurrency: int, label: str) -> list[dict]:
@@ -133,7 +139,8 @@ def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None,
         if isinstance(outcome, BaseException):
             # A failed day's task ends Failed without an exception; one here is a bug of the backfill itself.
             raise outcome
-        outcomes[day] = outcome if outcome is not None else partition_outcome(job, day, reason=finished.state.message or "")
+        failed = _failed_outcomes.pop((job, day), None)
+        outcomes[day] = outcome if outcome is not None else failed or partition_outcome(job, day, reason=finished.state.message or "")
         update_progress_artifact(progress, 100.0 * len(outcomes) / len(dates))
         reported_progress(f"{job} partitions", len(outcomes), len(dates))
     if not dates:

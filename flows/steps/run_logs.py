@@ -101,9 +101,12 @@ def attach_ui_logging() -> None:
     """The `scoring` loggers send to the flow run's UI log, with Prefect's own handler (that of its extra loggers),
     and the UI log shows a fault in one line. Idempotent: a `score` command had it from the import order already."""
     domain = logging.getLogger(DOMAIN_LOGGER)
-    for handler in logging.getLogger("prefect.extra").handlers:
-        if handler not in domain.handlers:
-            domain.addHandler(handler)
+    # Prefect's API handler only: under pytest `prefect.extra` also holds caplog's handlers, and copying them made
+    # every domain record captured twice.
+    if not any(isinstance(h, APILogHandler) for h in domain.handlers):
+        for handler in logging.getLogger("prefect.extra").handlers:
+            if isinstance(handler, APILogHandler):
+                domain.addHandler(handler)
     for name in _API_LOGGERS:
         for handler in logging.getLogger(name).handlers:
             if isinstance(handler, APILogHandler) and not isinstance(handler.formatter, _OneLineFaults):

@@ -10,6 +10,7 @@ Everything started here is stopped in the fixture's `finally`, also when a step 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -22,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import duckdb
@@ -29,6 +31,7 @@ import httpx
 import pytest
 
 from conftest import DEMO_JOB, DemoEnv
+from offline_browser import CHROMIUM_ARGS, chromium
 
 pytestmark = pytest.mark.server
 
@@ -310,6 +313,24 @@ def test_a_failed_run_shows_one_sentence_in_the_ui(live_server: LiveServer, demo
     assert not (live_server.data_dir / "output" / "logs" / f"backfill-{run_id}.log").exists()
 
 
+@contextlib.contextmanager
+def _ui_page(*, height: int) -> Iterator[Any]:
+    """A chromium page 1400 px wide that reaches 127.0.0.1 only (the Prefect server and the served reports): what
+    the UI needs from elsewhere is aborted. Skipped without chromium here, a failure in CI."""
+    exe = chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": height})
+            page.set_default_timeout(60_000)
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("http://127.0.0.1:") else route.abort())
+            yield page
+        finally:
+            browser.close()
+
+
 def _param(page, name: str, *, optional: bool = False):
     """The form group of one parameter, found by its label (`name`, or `name (Optional)`)."""
     label = f"{name} (Optional)" if optional else name
@@ -331,65 +352,48 @@ def _expect_options(page, trigger, options: list[str]) -> None:
 
 
 def test_backfill_run_form_renders_typed_parameters(live_server: LiveServer, tmp_path: Path) -> None:
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (Debian package `chromium`); CI must run the browser test")
-        pytest.skip("chromium is not installed (Debian package `chromium`)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     expect.set_options(timeout=30_000)  # generous: a loaded CI machine renders slowly
 
     deployment = _backfill_deployment(live_server)
-    local = "http://127.0.0.1:"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1800})
-            page.set_default_timeout(60_000)
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local) else route.abort())
-            page.goto(f"{live_server.url}/v2/deployments/deployment/{deployment['id']}/run", wait_until="domcontentloaded")
-            # The parameter form renders once the deployment's schema has loaded.
-            expect(_param(page, "chunk_rows", optional=True)).to_be_visible(timeout=90_000)
+    with _ui_page(height=1800) as page:
+        page.goto(f"{live_server.url}/v2/deployments/deployment/{deployment['id']}/run", wait_until="domcontentloaded")
+        # The parameter form renders once the deployment's schema has loaded.
+        expect(_param(page, "chunk_rows", optional=True)).to_be_visible(timeout=90_000)
 
-            job = _param(page, "job")
-            # No job is preselected (prefect.yaml names none): the list is the jobs configured where `prefect deploy` ran.
-            expect(job.get_by_role("button", name="Select job")).not_to_have_text("credit_risk")
-            _expect_options(page, job.get_by_role("button", name="Select job"), [DEMO_JOB])
+        job = _param(page, "job")
+        # No job is preselected (prefect.yaml names none): the list is the jobs configured where `prefect deploy` ran.
+        expect(job.get_by_role("button", name="Select job")).not_to_have_text("credit_risk")
+        _expect_options(page, job.get_by_role("button", name="Select job"), [DEMO_JOB])
 
-            for name in ("start_date", "end_date"):
-                picker = _param(page, name).locator("button[aria-haspopup='dialog']")
-                expect(picker).to_have_text(re.compile("Pick a date"))
+        for name in ("start_date", "end_date"):
+            picker = _param(page, name).locator("button[aria-haspopup='dialog']")
+            expect(picker).to_have_text(re.compile("Pick a date"))
 
-            mode = _param(page, "mode", optional=True)
-            expect(mode.get_by_role("button", name="Select mode")).to_have_text("all")
-            _expect_options(page, mode.get_by_role("button", name="Select mode"), ["all", "missing", "failed"])
+        mode = _param(page, "mode", optional=True)
+        expect(mode.get_by_role("button", name="Select mode")).to_have_text("all")
+        _expect_options(page, mode.get_by_role("button", name="Select mode"), ["all", "missing", "failed"])
 
-            expect(_param(page, "dry_run", optional=True).get_by_role("switch")).to_have_attribute("aria-checked", "false")
-            expect(_param(page, "concurrency", optional=True).locator("input")).to_have_value("1")
+        expect(_param(page, "dry_run", optional=True).get_by_role("switch")).to_have_attribute("aria-checked", "false")
+        expect(_param(page, "concurrency", optional=True).locator("input")).to_have_value("1")
 
-            # A plain number, no int | None toggle ("Property is type None"); 0 keeps the job's chunk size.
-            chunk_rows = _param(page, "chunk_rows", optional=True)
-            expect(chunk_rows.locator("input")).to_have_value("0")
-            expect(chunk_rows.get_by_role("tab")).to_have_count(0)
-            # Every parameter says what it means, in the form itself; the engineering knobs say so.
-            for name, optional, words in (
-                ("job", False, "one of the specs in jobs/"), ("start_date", False, "not the day it is scored"),
-                ("end_date", False, "inclusive"), ("mode", True, "missing, those never scored"),
-                ("dry_run", True, "nothing is scored or written"), ("concurrency", True, "Engineering: how many days"),
-                ("chunk_rows", True, "Engineering: rows per chunk"),
-            ):
-                expect(_param(page, name, optional=optional).get_by_text(words)).to_be_visible()
+        # A plain number, no int | None toggle ("Property is type None"); 0 keeps the job's chunk size.
+        chunk_rows = _param(page, "chunk_rows", optional=True)
+        expect(chunk_rows.locator("input")).to_have_value("0")
+        expect(chunk_rows.get_by_role("tab")).to_have_count(0)
+        # Every parameter says what it means, in the form itself; the engineering knobs say so.
+        for name, optional, words in (
+            ("job", False, "one of the specs in jobs/"), ("start_date", False, "not the day it is scored"),
+            ("end_date", False, "inclusive"), ("mode", True, "missing, those never scored"),
+            ("dry_run", True, "nothing is scored or written"), ("concurrency", True, "Engineering: how many days"),
+            ("chunk_rows", True, "Engineering: rows per chunk"),
+        ):
+            expect(_param(page, name, optional=optional).get_by_text(words)).to_be_visible()
 
-            page.wait_for_load_state("networkidle", timeout=60_000)
-            shot = tmp_path / "run-form.png"
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+        page.wait_for_load_state("networkidle", timeout=60_000)
+        shot = tmp_path / "run-form.png"
+        page.screenshot(path=str(shot), full_page=True)
 
     import matplotlib.image as mpimg
     import numpy as np
@@ -402,14 +406,9 @@ def test_outcomes_run_form_is_typed_and_its_empty_dates_are_accepted(live_server
     """The outcomes form as an analyst leaves it: `all` preselected, two empty date pickers, no None toggle; submitted
     untouched, the server accepts the run with null dates (the flow's own defaults). The run is scheduled a day ahead
     on its way to the server, so the worker leaves it alone and the backfill test's warehouse stays its own."""
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (Debian package `chromium`); CI must run the browser test")
-        pytest.skip("chromium is not installed (Debian package `chromium`)")
     import json
 
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     expect.set_options(timeout=30_000)
     r = httpx.get(f"{live_server.api}/deployments/name/outcomes/outcomes", timeout=30)
@@ -424,44 +423,32 @@ def test_outcomes_run_form_is_typed_and_its_empty_dates_are_accepted(live_server
         )
         route.continue_(post_data=json.dumps(body))
 
-    local = "http://127.0.0.1:"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1200})
-            page.set_default_timeout(60_000)
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local) else route.abort())
-            page.route("**/create_flow_run", a_day_ahead)
-            page.goto(f"{live_server.url}/v2/deployments/deployment/{deployment['id']}/run", wait_until="domcontentloaded")
-            expect(_param(page, "end_date", optional=True)).to_be_visible(timeout=90_000)
+    with _ui_page(height=1200) as page:
+        page.route("**/create_flow_run", a_day_ahead)
+        page.goto(f"{live_server.url}/v2/deployments/deployment/{deployment['id']}/run", wait_until="domcontentloaded")
+        expect(_param(page, "end_date", optional=True)).to_be_visible(timeout=90_000)
 
-            job = _param(page, "job", optional=True)
-            expect(job.get_by_role("button", name="Select job")).to_have_text("all")
-            _expect_options(page, job.get_by_role("button", name="Select job"), ["all", DEMO_JOB])
-            for name in ("start_date", "end_date"):
-                group = _param(page, name, optional=True)
-                expect(group.locator("button[aria-haspopup='dialog']")).to_have_text(re.compile("Pick a date"))
-                expect(group.get_by_text("leave it empty")).to_be_visible()
-            for name in ("job", "start_date", "end_date"):
-                expect(_param(page, name, optional=True).get_by_role("tab")).to_have_count(0)
-            expect(page.get_by_text('Property is type "None"')).to_have_count(0)
-            page.screenshot(path=str(tmp_path / "outcomes-form.png"), full_page=True)
+        job = _param(page, "job", optional=True)
+        expect(job.get_by_role("button", name="Select job")).to_have_text("all")
+        _expect_options(page, job.get_by_role("button", name="Select job"), ["all", DEMO_JOB])
+        for name in ("start_date", "end_date"):
+            group = _param(page, name, optional=True)
+            expect(group.locator("button[aria-haspopup='dialog']")).to_have_text(re.compile("Pick a date"))
+            expect(group.get_by_text("leave it empty")).to_be_visible()
+        for name in ("job", "start_date", "end_date"):
+            expect(_param(page, name, optional=True).get_by_role("tab")).to_have_count(0)
+        expect(page.get_by_text('Property is type "None"')).to_have_count(0)
+        page.screenshot(path=str(tmp_path / "outcomes-form.png"), full_page=True)
 
-            for _ in range(3):
-                with page.expect_response(lambda resp: resp.url.endswith("/create_flow_run")) as created:
-                    page.get_by_role("button", name="Submit").click()
-                # 503: the server's database was busy (a loaded machine), which Prefect marks as worth a retry.
-                if created.value.status != 503:
-                    break
-                time.sleep(2)
-            assert created.value.status == 201, created.value.text()
-            run = created.value.json()
-        finally:
-            browser.close()
+        for _ in range(3):
+            with page.expect_response(lambda resp: resp.url.endswith("/create_flow_run")) as created:
+                page.get_by_role("button", name="Submit").click()
+            # 503: the server's database was busy (a loaded machine), which Prefect marks as worth a retry.
+            if created.value.status != 503:
+                break
+            time.sleep(2)
+        assert created.value.status == 201, created.value.text()
+        run = created.value.json()
     try:
         assert run["parameters"] == {"job": "all", "start_date": None, "end_date": None}, run["parameters"]
         assert run["state"]["type"] == "SCHEDULED"
@@ -546,12 +533,7 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
     model card and monitoring page followed from their artifacts (HTTP 200, the page's title), an end date before the
     start refused in one sentence with no traceback in the UI, then `mode: failed` finding the day refused for want
     of raw data. Each step leaves a screenshot in build/screenshots/analyst-walk/."""
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (Debian package `chromium`); CI must run the browser test")
-        pytest.skip("chromium is not installed (Debian package `chromium`)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from tasks.errors import user_facing_error
     from tasks.jobs.calendar import backfill_dates
@@ -562,125 +544,113 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
     no_raw = day + dt.timedelta(days=1)
     assert not (live_server.data_dir / "raw" / DEMO_JOB / f"date={no_raw}").exists()
     key = DEMO_JOB.replace("_", "-")
-    local = "http://127.0.0.1:"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(60_000)
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local) else route.abort())
+    with _ui_page(height=1000) as page:
 
-            # 1. A backfill of two days from the form; the second has no raw data, so the run fails naming it.
-            backfill_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=no_raw.isoformat())
-            state = _final_state(live_server, backfill_id, "FAILED", timeout=300)
-            assert state["message"].startswith(f"1 of 2 partition(s) failed: {DEMO_JOB} {no_raw} (") and "Traceback" not in state["message"], state
-            page.reload(wait_until="domcontentloaded")
-            expect(page.get_by_text(f"{DEMO_JOB} {day}…{no_raw} mode all").first).to_be_visible()
-            expect(page.get_by_text(state["message"]).first).to_be_visible()
-            _shot(page, "01-backfill-failed-day")
-            # A failed day's task state is one line: no "NoneType: None" after it (Prefect's exc_info outside an except).
-            assert "NoneType: None" not in _flow_run_logs(live_server, backfill_id)
-            outcomes = json.loads(_artifacts(live_server, backfill_id)["backfill-outcomes"]["data"])
-            assert [(o["date"], o["outcome"]) for o in outcomes] == [(str(day), "succeeded"), (str(no_raw), "🔴 failed")], outcomes
-            # The failed day's row links its run's log file, which keeps the traceback the UI does not show.
-            assert outcomes[1]["link"].startswith(live_server.reports_url), outcomes
-            failed_log = httpx.get(outcomes[1]["link"], timeout=30)
-            assert failed_log.status_code == 200 and "Traceback" in failed_log.text, (outcomes[1], failed_log.status_code)
-            assert outcomes[1]["link"] == f"{live_server.reports_url}/{DEMO_JOB}/logs/date={no_raw}/{outcomes[1]['run_id']}.log"
+        # 1. A backfill of two days from the form; the second has no raw data, so the run fails naming it.
+        backfill_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=no_raw.isoformat())
+        state = _final_state(live_server, backfill_id, "FAILED", timeout=300)
+        assert state["message"].startswith(f"1 of 2 partition(s) failed: {DEMO_JOB} {no_raw} (") and "Traceback" not in state["message"], state
+        page.reload(wait_until="domcontentloaded")
+        expect(page.get_by_text(f"{DEMO_JOB} {day}…{no_raw} mode all").first).to_be_visible()
+        expect(page.get_by_text(state["message"]).first).to_be_visible()
+        _shot(page, "01-backfill-failed-day")
+        # A failed day's task state is one line: no "NoneType: None" after it (Prefect's exc_info outside an except).
+        assert "NoneType: None" not in _flow_run_logs(live_server, backfill_id)
+        outcomes = json.loads(_artifacts(live_server, backfill_id)["backfill-outcomes"]["data"])
+        assert [(o["date"], o["outcome"]) for o in outcomes] == [(str(day), "succeeded"), (str(no_raw), "🔴 failed")], outcomes
+        # The failed day's row links its run's log file, which keeps the traceback the UI does not show.
+        assert outcomes[1]["link"].startswith(live_server.reports_url), outcomes
+        failed_log = httpx.get(outcomes[1]["link"], timeout=30)
+        assert failed_log.status_code == 200 and "Traceback" in failed_log.text, (outcomes[1], failed_log.status_code)
+        assert outcomes[1]["link"] == f"{live_server.reports_url}/{DEMO_JOB}/logs/date={no_raw}/{outcomes[1]['run_id']}.log"
 
-            # 2. The partition run, opened by its name from the backfill's subflow runs; the business lines in its log.
-            page.get_by_role("tab", name="Subflow Runs").click()
-            page.get_by_role("link", name=f"{DEMO_JOB} {day}", exact=True).first.click()
-            page.wait_for_url(re.compile(r"/runs/flow-run/[0-9a-f-]{36}"))
-            partition_id = re.search(r"/runs/flow-run/([0-9a-f-]{36})", page.url).group(1)
-            _logs_with(live_server, partition_id, "this run's log file")
-            page.get_by_role("tab", name="Logs").click()
-            expect(page.get_by_text(re.compile(rf"scored {DEMO_JOB} {day}: \d+ read, \d+ scored")).first).to_be_visible()
-            _shot(page, "02-partition-log")
+        # 2. The partition run, opened by its name from the backfill's subflow runs; the business lines in its log.
+        page.get_by_role("tab", name="Subflow Runs").click()
+        page.get_by_role("link", name=f"{DEMO_JOB} {day}", exact=True).first.click()
+        page.wait_for_url(re.compile(r"/runs/flow-run/[0-9a-f-]{36}"))
+        partition_id = re.search(r"/runs/flow-run/([0-9a-f-]{36})", page.url).group(1)
+        _logs_with(live_server, partition_id, "this run's log file")
+        page.get_by_role("tab", name="Logs").click()
+        expect(page.get_by_text(re.compile(rf"scored {DEMO_JOB} {day}: \d+ read, \d+ scored")).first).to_be_visible()
+        _shot(page, "02-partition-log")
 
-            # 3. Its artifacts, the key numbers first; the key numbers' table opened.
-            page.get_by_role("tab", name="Artifacts").click()
-            cards = page.get_by_text(re.compile(rf"^[a-z-]+-{key}$"))
-            expect(cards.first).to_have_text(f"key-numbers-{key}")
-            _shot(page, "03-partition-artifacts")
-            cards.first.click()
-            expect(page.get_by_role("cell", name="rows scored", exact=True)).to_be_visible()
-            _shot(page, "04-key-numbers")
-            expect(page.get_by_role("cell", name="run page", exact=True)).to_be_visible()
+        # 3. Its artifacts, the key numbers first; the key numbers' table opened.
+        page.get_by_role("tab", name="Artifacts").click()
+        cards = page.get_by_text(re.compile(rf"^[a-z-]+-{key}$"))
+        expect(cards.first).to_have_text(f"key-numbers-{key}")
+        _shot(page, "03-partition-artifacts")
+        cards.first.click()
+        expect(page.get_by_role("cell", name="rows scored", exact=True)).to_be_visible()
+        _shot(page, "04-key-numbers")
+        expect(page.get_by_role("cell", name="run page", exact=True)).to_be_visible()
 
-            # 4. The links the artifacts carry, served under SCORING_REPORT_BASE_URL: the run page and the model card.
-            artifacts = _artifacts(live_server, partition_id)
-            titles = {}
-            for name in ("run-page", "model-card"):
-                url = _linked_url(artifacts[f"{name}-{key}"])
-                assert url.startswith(live_server.reports_url), url
-                response = httpx.get(url, timeout=30)
-                assert response.status_code == 200, (url, response.status_code)
-                titles[name] = _page_title(response.text)
-                page.goto(url, wait_until="load")
-                expect(page).to_have_title(titles[name])
-                _shot(page, f"05-{name}")
-            assert DEMO_JOB in titles["run-page"] and str(day) in titles["run-page"], titles
-            assert titles["model-card"] == f"Model card: {DEMO_JOB}", titles
-
-            # ... and the monitoring page, left by an outcomes run over the scored days.
-            outcomes_deployment = httpx.get(f"{live_server.api}/deployments/name/outcomes/outcomes", timeout=30).json()
-            r = httpx.post(f"{live_server.api}/deployments/{outcomes_deployment['id']}/create_flow_run", timeout=30, json={
-                "parameters": {"job": DEMO_JOB, "start_date": str(demo_env.plan.scoring_dates[0]), "end_date": str(day)},
-            })
-            assert r.status_code == 201, r.text
-            outcomes_id = r.json()["id"]
-            _final_state(live_server, outcomes_id, "COMPLETED", timeout=300)
-            url = _linked_url(_artifacts(live_server, outcomes_id)[f"monitoring-page-{key}"])
+        # 4. The links the artifacts carry, served under SCORING_REPORT_BASE_URL: the run page and the model card.
+        artifacts = _artifacts(live_server, partition_id)
+        titles = {}
+        for name in ("run-page", "model-card"):
+            url = _linked_url(artifacts[f"{name}-{key}"])
+            assert url.startswith(live_server.reports_url), url
             response = httpx.get(url, timeout=30)
-            assert response.status_code == 200 and _page_title(response.text).startswith(f"Prediction monitoring {DEMO_JOB}"), url
-            page.goto(f"{live_server.url}/v2/runs/flow-run/{outcomes_id}?tab=Artifacts", wait_until="domcontentloaded")
-            expect(page.get_by_text(f"monitoring-page-{key}").first).to_be_visible()
-            _shot(page, "06-outcomes-artifacts")
+            assert response.status_code == 200, (url, response.status_code)
+            titles[name] = _page_title(response.text)
             page.goto(url, wait_until="load")
-            expect(page).to_have_title(_page_title(response.text))
-            _shot(page, "07-monitoring-page")
+            expect(page).to_have_title(titles[name])
+            _shot(page, f"05-{name}")
+        assert DEMO_JOB in titles["run-page"] and str(day) in titles["run-page"], titles
+        assert titles["model-card"] == f"Model card: {DEMO_JOB}", titles
 
-            # 5. An end date before the start: refused at once, the run's header says why in one sentence, and the
-            # UI log holds no traceback.
-            with pytest.raises(Exception) as refused:
-                backfill_dates(demo_env.settings, day, day - dt.timedelta(days=1))
-            sentence = user_facing_error(refused.value)[0]
-            wrong_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=str(day - dt.timedelta(days=1)))
-            state = _final_state(live_server, wrong_id, "FAILED")
-            assert state["message"] == sentence, (state, sentence)
-            _logs_with(live_server, wrong_id, "Finished in state")
-            time.sleep(3)  # the flow-run process's last lines, after its final state
-            ui_log = _flow_run_logs(live_server, wrong_id)
-            assert f"error: {sentence}" in ui_log and "Traceback" not in ui_log and "unexpected exception" not in ui_log, ui_log
-            page.reload(wait_until="domcontentloaded")
-            expect(page.get_by_text(sentence).first).to_be_visible()
-            page.get_by_role("tab", name="Logs").click()
-            expect(page.get_by_text(f"error: {sentence}").first).to_be_visible()
-            assert "Traceback" not in page.locator("body").inner_text()
-            _shot(page, "08-wrong-range")
+        # ... and the monitoring page, left by an outcomes run over the scored days.
+        outcomes_deployment = httpx.get(f"{live_server.api}/deployments/name/outcomes/outcomes", timeout=30).json()
+        r = httpx.post(f"{live_server.api}/deployments/{outcomes_deployment['id']}/create_flow_run", timeout=30, json={
+            "parameters": {"job": DEMO_JOB, "start_date": str(demo_env.plan.scoring_dates[0]), "end_date": str(day)},
+        })
+        assert r.status_code == 201, r.text
+        outcomes_id = r.json()["id"]
+        _final_state(live_server, outcomes_id, "COMPLETED", timeout=300)
+        url = _linked_url(_artifacts(live_server, outcomes_id)[f"monitoring-page-{key}"])
+        response = httpx.get(url, timeout=30)
+        assert response.status_code == 200 and _page_title(response.text).startswith(f"Prediction monitoring {DEMO_JOB}"), url
+        page.goto(f"{live_server.url}/v2/runs/flow-run/{outcomes_id}?tab=Artifacts", wait_until="domcontentloaded")
+        expect(page.get_by_text(f"monitoring-page-{key}").first).to_be_visible()
+        _shot(page, "06-outcomes-artifacts")
+        page.goto(url, wait_until="load")
+        expect(page).to_have_title(_page_title(response.text))
+        _shot(page, "07-monitoring-page")
 
-            # 6. `mode: failed` over the first range finds the refused day, says why, and scores it again.
-            failed_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=no_raw.isoformat(), mode="failed")
-            state = _final_state(live_server, failed_id, "FAILED")
-            selection = _artifacts(live_server, failed_id)["backfill-selection"]
-            rows = json.loads(selection["data"])
-            assert [(r["date"], r["selected"], r["last status"]) for r in rows] == [
-                (str(day), False, "succeeded"), (str(no_raw), True, "refused"),
-            ], rows
-            assert "no raw partition" in rows[1]["reason"] and f"{no_raw} (refused" in selection["description"], selection
-            assert httpx.get(f"{live_server.api}/flow_runs/{failed_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {day}…{no_raw} mode failed"
-            page.reload(wait_until="domcontentloaded")
-            page.get_by_role("tab", name="Artifacts").click()
-            page.get_by_text("backfill-selection", exact=True).first.click()
-            expect(page.get_by_text("refused").first).to_be_visible()
-            _shot(page, "09-mode-failed-selection")
-        finally:
-            browser.close()
+        # 5. An end date before the start: refused at once, the run's header says why in one sentence, and the
+        # UI log holds no traceback.
+        with pytest.raises(Exception) as refused:
+            backfill_dates(demo_env.settings, day, day - dt.timedelta(days=1))
+        sentence = user_facing_error(refused.value)[0]
+        wrong_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=str(day - dt.timedelta(days=1)))
+        state = _final_state(live_server, wrong_id, "FAILED")
+        assert state["message"] == sentence, (state, sentence)
+        _logs_with(live_server, wrong_id, "Finished in state")
+        time.sleep(3)  # the flow-run process's last lines, after its final state
+        ui_log = _flow_run_logs(live_server, wrong_id)
+        assert f"error: {sentence}" in ui_log and "Traceback" not in ui_log and "unexpected exception" not in ui_log, ui_log
+        page.reload(wait_until="domcontentloaded")
+        expect(page.get_by_text(sentence).first).to_be_visible()
+        page.get_by_role("tab", name="Logs").click()
+        expect(page.get_by_text(f"error: {sentence}").first).to_be_visible()
+        assert "Traceback" not in page.locator("body").inner_text()
+        _shot(page, "08-wrong-range")
+
+        # 6. `mode: failed` over the first range finds the refused day, says why, and scores it again.
+        failed_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=no_raw.isoformat(), mode="failed")
+        state = _final_state(live_server, failed_id, "FAILED")
+        selection = _artifacts(live_server, failed_id)["backfill-selection"]
+        rows = json.loads(selection["data"])
+        assert [(r["date"], r["selected"], r["last status"]) for r in rows] == [
+            (str(day), False, "succeeded"), (str(no_raw), True, "refused"),
+        ], rows
+        assert "no raw partition" in rows[1]["reason"] and f"{no_raw} (refused" in selection["description"], selection
+        assert httpx.get(f"{live_server.api}/flow_runs/{failed_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {day}…{no_raw} mode failed"
+        page.reload(wait_until="domcontentloaded")
+        page.get_by_role("tab", name="Artifacts").click()
+        page.get_by_text("backfill-selection", exact=True).first.click()
+        expect(page.get_by_text("refused").first).to_be_visible()
+        _shot(page, "09-mode-failed-selection")
 
     con = duckdb.connect(str(live_server.data_dir / "warehouse.duckdb"), read_only=True)
     try:

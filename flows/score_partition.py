@@ -12,7 +12,7 @@ from prefect.utilities.annotations import quote
 from pydantic import Field
 
 from flows.steps.alerts import alert_failed_run
-from flows.steps.run_logs import logged_flow
+from flows.steps.run_logs import logged_flow, refusal_writes_no_log
 from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner, units_in_own_flow
 from flows.steps.partition import (
     failed_run, finished_run, partition_lease, partition_run_name, prepare_run, publish_partition, start_run,
@@ -47,7 +47,8 @@ def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge
     job, date = checked_job_name(job, current_settings()), parse_partition_date(date, what="date")
     run_id = str(flow_run.id or uuid.uuid4())
     # Spec, suite and model are checked before the lease, so a mistake leaves no trace.
-    ticket = prepare_run(run_id, job, date, chunk_rows or None)
+    with refusal_writes_no_log():
+        ticket = prepare_run(run_id, job, date, chunk_rows or None)
     # One writer per partition: a second run waits for the lease or fails naming its holder,
     # before it opens a ledger row.
     lease = partition_lease(run_id, job, date)

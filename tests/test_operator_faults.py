@@ -101,11 +101,12 @@ def jobs_copy(tmp_path: Path, change) -> Path:  # noqa: ANN001
 
 
 def outputs_fingerprint(data_dir: Path) -> dict[str, str]:
-    """Every published output file (resolved through the partition links) with its sha256; logs aside."""
+    """Every published output file (resolved through the partition links) with its sha256; logs aside (a run that
+    failed after its lease keeps its log file beside the job's outputs, `logs/date=…/<run id>.log`)."""
     root = data_dir / "output" / DEMO_JOB
     found = {}
     for path in sorted(root.rglob("*")):
-        if path.is_file() and "_staging" not in path.parts:
+        if path.is_file() and "_staging" not in path.parts and path.relative_to(root).parts[0] != "logs":
             found[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 
@@ -411,12 +412,13 @@ def test_a_backfill_scores_the_other_days_past_an_unreadable_file_and_mode_faile
     runs = ledger(data / "warehouse.duckdb")
     assert runs[first][0] == runs[last][0] == "succeeded", runs
     status, error = runs[bad]
-    assert status == "failed" and f"raw file {raw} is not a readable Parquet file" in error, runs[bad]
+    assert status == "refused" and f"raw file {raw} is not a readable Parquet file" in error, runs[bad]
     # The analyst's next step finds exactly that day.
     planned = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last, "--mode", "failed", "--dry-run")
     assert planned.returncode == 0 and f"would score 1 partition(s): {bad}" in planned.stdout, planned.stdout + planned.stderr
     missing = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last, "--mode", "missing", "--dry-run")
-    assert missing.returncode == 0 and "would score 0 partition(s)" in missing.stdout, missing.stdout + missing.stderr
+    # A refused day was never scored: `missing` selects it too.
+    assert missing.returncode == 0 and f"would score 1 partition(s): {bad}" in missing.stdout, missing.stdout + missing.stderr
 
 
 # The environment: a full disk, a read-only warehouse, a locked warehouse.

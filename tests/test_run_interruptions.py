@@ -284,7 +284,8 @@ def test_a_full_disk_after_the_publish_is_a_succeeded_run_with_warnings(
     says what failed on `warning:` lines, exit 0."""
     settings, day = _two_thousand_rows_on(tmpfs, demo_env, monkeypatch)
     child = started(_environment(settings), "run", DEMO_JOB, "--date", day.isoformat())
-    before = output_until(child, "run report of")
+    # The warehouse's line of the publish: decision monitoring, the model card and the artifacts come after it.
+    before = output_until(child, f"partition ({DEMO_JOB}, {day.isoformat()}) replaced")
     os.kill(child.pid, signal.SIGSTOP)
     filler = _filled(tmpfs, 0)
     os.kill(child.pid, signal.SIGCONT)
@@ -295,8 +296,13 @@ def test_a_full_disk_after_the_publish_is_a_succeeded_run_with_warnings(
     (run,) = ledger(settings, day)
     assert run["status"] == "succeeded", run
     warnings = [line for line in output.splitlines() if line.startswith("warning: ")]
-    assert any(w.startswith("warning: decision monitoring failed: disk full") for w in warnings), output[-3000:]
-    assert any(f"not in the ledger row of run {run['run_id']}" in w for w in warnings), output[-3000:]
+    # What comes after the publish (decision monitoring, the model card, the ledger's warnings) fails on the full disk
+    # as far as the frozen child had not gone: which step is first depends on where SIGSTOP caught it. Each failure is a
+    # `warning:` line, kept on the ledger row or said not to be.
+    full = [w.removeprefix("warning: ") for w in warnings if "disk full" in w and "not in the ledger row" not in w]
+    assert full, output[-3000:]
+    unrecorded = any(f"not in the ledger row of run {run['run_id']}" in w for w in warnings)
+    assert unrecorded or all(w in (run["warnings"] or "") for w in full), (run, warnings)
     assert not partition_problems(settings, day, run["run_id"])
     assert _ledger_files(settings) == []
 

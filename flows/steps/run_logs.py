@@ -174,6 +174,38 @@ def _log_path(run_id: str, arguments: dict[str, Any], partition: bool) -> Path |
         return None
 
 
+_REFUSED = "refused_before_its_lease"
+
+
+@contextlib.contextmanager
+def refusal_writes_no_log() -> Iterator[None]:
+    """A fault of the block (a run's checks before its lease) marks the run refused: its log file is dropped."""
+    try:
+        yield
+    except Exception as error:
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(error, _REFUSED, True)
+        raise
+
+
+def _discarded(file: _QuietFile) -> None:
+    """`file` closed and deleted; the run's later lines go to no file."""
+    for run_id, open_file in list(_run_log_files.files.items()):
+        if open_file is file:
+            del _run_log_files.files[run_id]
+    with contextlib.suppress(OSError):
+        file.close()
+        path = Path(file.baseFilename)
+        path.unlink(missing_ok=True)
+        # And the folders its first line made (`output/<job>/logs/date=…`), up to the first that holds something else.
+        for folder in path.parents:
+            if any(folder.iterdir()):
+                break
+            folder.rmdir()
+            if folder.name == "output":
+                break
+
+
 def logged_flow(*, partition: bool = False, **flow_options: Any) -> Callable[[Callable[..., Any]], Flow]:
     """Prefect's `@flow(**flow_options)`, whose runs log as the module says. `partition`: the flow takes `job` and
     `date` and logs beside that partition's outputs.
@@ -199,6 +231,11 @@ def logged_flow(*, partition: bool = False, **flow_options: Any) -> Callable[[Ca
                     return fn(*args, **kwargs)
                 except Exception as error:
                     message = user_facing_error(error)[0]
+                    if getattr(error, _REFUSED, False) and file is not None:
+                        # Refused before it opened a ledger row (tasks/errors.py's bad input: spec, model, raw data): bad
+                        # input writes nothing, and the refused row of a backfill's day keeps the error and its traceback.
+                        _discarded(file)
+                        file = None
                     # A run refused before it logged a line (a backfill's wrong range) leaves no file: bad input writes nothing.
                     logger.error("error: %s", message, exc_info=error, extra={"run_log_file": file is not None and file.written})
                     if orchestration_lost(error) is not None:

@@ -8,20 +8,20 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export GX_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 
-.PHONY: demo test venv clean lock
+.PHONY: demo test test-fast lint typecheck docs venv clean lock
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[demo,test]'
+	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[demo,test,docs,dev]'
 	touch $(STAMP)
 
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet --upgrade pip
-	.venv-lock/bin/python -m pip install --quiet --upgrade -e '.[demo,test]'
+	.venv-lock/bin/python -m pip install --quiet --upgrade -e '.[demo,test,docs,dev]'
 	( echo "# The versions make and .ci/run install (pip install -c constraints.txt); written by \`make lock\`."; \
 	  .venv-lock/bin/python -m pip freeze --exclude-editable | sed -E 's/^([^=]+==[^+]+)\+.*/\1/' | LC_ALL=C sort -f ) > constraints.txt
 	rm -rf .venv-lock
@@ -31,6 +31,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf data/raw data/labels data/models data/output data/warehouse.duckdb

@@ -4,6 +4,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
+TEST_WORKERS ?= auto
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export GX_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
@@ -29,8 +30,13 @@ lock:
 demo: $(STAMP)
 	$(VENV)/bin/score demo
 
+# Every test, on one pytest worker per core (a module's tests stay on one worker: they share its fixtures).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
+
+# The inner loop: no flow on a Prefect server, no PostgreSQL or S3 server, no `score` process, no browser.
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" --durations=10
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

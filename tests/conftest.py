@@ -78,9 +78,26 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "crash: kills `score run` child processes with SIGKILL and checks the outputs (slow)")
     config.addinivalue_line("markers", "server: starts a real Prefect server, deploys prefect.yaml and runs a process worker (slow)")
     config.addinivalue_line("markers", "browser: drives Debian's chromium headless through playwright (skipped without it, unless CI is set)")
+    config.addinivalue_line(
+        "markers",
+        "slow: runs flows on a Prefect server, starts PostgreSQL or S3, or spawns `score` processes: "
+        "left out of `make test-fast`, run by `make test` (CI)",
+    )
     # `tasks` routes the `scoring` loggers to Prefect; outside a flow run (unit tests) Prefect warns
     # that it cannot ship those lines to its API. That is expected here.
     config.addinivalue_line("filterwarnings", "ignore:Logger 'scoring:UserWarning")
+
+
+SLOW_FIXTURES = frozenset({"prefect_harness", "postgres_url", "s3_server", "live_server"})
+"""A test that uses one of these (directly or through another fixture) runs flows or starts a server: `slow`."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or any(
+            item.get_closest_marker(name) for name in ("server", "browser", "crash")
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 @dataclass(frozen=True)

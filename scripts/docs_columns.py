@@ -26,7 +26,9 @@ COLUMN_MEANINGS: dict[str, str] = {
     "action": "What the guard does: repair, quarantine or fail (keep_first / quarantine_all for duplicate ids).",
     "old_value": "The value before the repair, as text.",
     "new_value": "The value after the repair, as text (null for a quarantine).",
-    "evaluated_by": "What evaluated it: the compiled polars checks, great_expectations, the partition pre-pass or implicit.",
+    "evaluated_by": (
+        "What evaluated it: the compiled polars checks, great_expectations, the partition pre-pass or implicit."
+    ),
     # Counts and shares.
     "rows": "Rows counted in this row's group.",
     "share": "`rows` as a share of the rows read.",
@@ -36,7 +38,9 @@ COLUMN_MEANINGS: dict[str, str] = {
     "detail": "What the kind is about in detail (a column and expectation, a reason, a model).",
     # Drift.
     "feature": "The model input (or `score`, `forecast`).",
-    "baseline": "What it is compared with: `reference` (the training reference) or `previous` (the previous scored partition).",
+    "baseline": (
+        "What it is compared with: `reference` (the training reference) or `previous` (the previous scored partition)."
+    ),
     "psi": "Population stability index against the baseline.",
     "ks": "Kolmogorov–Smirnov statistic at the bin edges (null for a categorical feature).",
     "ks_upper": "Upper bound of the exact KS statistic; null where the bound is too loose to inform.",
@@ -51,7 +55,10 @@ COLUMN_MEANINGS: dict[str, str] = {
     "counts": "Rows per bin.",
     "nulls": "Missing values.",
     # Model health and monitoring, long format.
-    "section": "The group of measures the row belongs to (e.g. estimated_performance, attribution, partition, decision, slice:<column>).",
+    "section": (
+        "The group of measures the row belongs to "
+        "(e.g. estimated_performance, attribution, partition, decision, slice:<column>)."
+    ),
     "measure": "The measure.",
     "item": "What the measure is about: a decision, a rule, a feature, a class, or `all`.",
     "value": "The measure's value.",
@@ -186,13 +193,21 @@ COLUMN_MEANINGS: dict[str, str] = {
     "realized": "The same measure once labels landed.",
     "realized_rows": "Labelled rows behind the realized value.",
     "outside": "Whether the realized value falls outside the estimate's interval.",
-    "partition_flag": "Whether this flags the partition (the event rate or AUC; a forecast job's MAE or RMSE; a multiclass job's accuracy).",
+    "partition_flag": (
+        "Whether this flags the partition "
+        "(the event rate or AUC; a forecast job's MAE or RMSE; a multiclass job's accuracy)."
+    ),
 }
 DATASET_COLUMN_MEANINGS: dict[str, dict[str, str]] = {
     "outcome_partitions": {"status": "not scored, awaiting labels or labelled."},
-    "runs": {"status": "running → publishing → committed → succeeded, or failed; refused for a day refused before its lease."},
+    "runs": {
+        "status": "running → publishing → committed → succeeded, or failed; refused for a day refused before its lease."
+    },
     "decision_monitoring": {"baseline": "The measure's mean over the trailing window (monitoring.window_days)."},
-    "slice_monitoring": {"baseline": "The same value's measure over the trailing window.", "detail": "What the test compared."},
+    "slice_monitoring": {
+        "baseline": "The same value's measure over the trailing window.",
+        "detail": "What the test compared.",
+    },
     "model_health": {"rows": "Rows behind the measure."},
     "outcome_labels": {"entity_id": "The labelled entity."},
 }
@@ -202,9 +217,12 @@ def column_meaning(dataset: str, column: str) -> str | None:
     from tasks.contracts import CLASSIFICATION_FIELD_MEANINGS, FORECAST_FIELD_MEANINGS, PREDICTION_FIELD_MEANINGS
 
     contracts = {
-        "predictions": PREDICTION_FIELD_MEANINGS, "shadow_predictions": PREDICTION_FIELD_MEANINGS,
-        "forecasts": FORECAST_FIELD_MEANINGS, "shadow_forecasts": FORECAST_FIELD_MEANINGS,
-        "classifications": CLASSIFICATION_FIELD_MEANINGS, "shadow_classifications": CLASSIFICATION_FIELD_MEANINGS,
+        "predictions": PREDICTION_FIELD_MEANINGS,
+        "shadow_predictions": PREDICTION_FIELD_MEANINGS,
+        "forecasts": FORECAST_FIELD_MEANINGS,
+        "shadow_forecasts": FORECAST_FIELD_MEANINGS,
+        "classifications": CLASSIFICATION_FIELD_MEANINGS,
+        "shadow_classifications": CLASSIFICATION_FIELD_MEANINGS,
     }
     if column in DATASET_COLUMN_MEANINGS.get(dataset, {}):
         return DATASET_COLUMN_MEANINGS[dataset][column]

@@ -22,7 +22,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 if str(PROJECT_ROOT) not in sys.path:
     sys.path.append(str(PROJECT_ROOT))
 
-GENERATED_NOTE = "*Generated from the code by `scripts/docs_reference.py` when the site is built; edit the code, not this page.*"
+GENERATED_NOTE = (
+    "*Generated from the code by `scripts/docs_reference.py` when the site is built; edit the code, not this page.*"
+)
 
 
 def _cell(text: object) -> str:
@@ -50,10 +52,22 @@ def cli_page() -> str:
     ctx.ensure_object(dict)
     text = get_docs_for_click(obj=command, ctx=ctx, name="score")
     # typer's page starts at `# score`; under this page's own title every heading goes one level down.
-    body = "\n".join(f"#{line}" if line.startswith("#") and not line.startswith("#!") else line for line in text.splitlines())
-    return "\n".join(["# CLI reference", "", GENERATED_NOTE, "",
-                      "Every command and option of `score`, from the typer app (`cli/score.py`); exit codes are in the",
-                      "[runbook](../operations/runbook.md).", "", body.strip(), ""])
+    body = "\n".join(
+        f"#{line}" if line.startswith("#") and not line.startswith("#!") else line for line in text.splitlines()
+    )
+    return "\n".join(
+        [
+            "# CLI reference",
+            "",
+            GENERATED_NOTE,
+            "",
+            "Every command and option of `score`, from the typer app (`cli/score.py`); exit codes are in the",
+            "[runbook](../operations/runbook.md).",
+            "",
+            body.strip(),
+            "",
+        ]
+    )
 
 
 def _default_text(value: object) -> str:
@@ -77,7 +91,9 @@ KEY_MEANINGS = {
     "prediction": "The business half: score, threshold rules, decisions, reason codes (tasks/prediction/config.py).",
     "limits": "What a partition run must keep, else it fails before anything is published.",
     "drift": "Drift flag thresholds, and whether a model without training reference statistics may score.",
-    "prediction.rules": "The threshold rule table: no overlap, no gap (proven when the spec loads); every row gets one rule.",
+    "prediction.rules": (
+        "The threshold rule table: no overlap, no gap (proven when the spec loads); every row gets one rule."
+    ),
     "prediction.reasons": "Reason codes: for which decisions, how many, a code and texts per feature.",
     "drift.psi_warn": "PSI at which a feature's drift is flagged warn.",
     "drift.psi_alert": "PSI at which it is flagged alert.",
@@ -97,9 +113,10 @@ def job_spec_page() -> str:
 
     out = ["# Job spec reference", "", GENERATED_NOTE, ""]
     out += [
-        "A job spec is `jobs/<job>.yaml`, validated whole when it loads (`tasks/jobspec.py: JobSpec`, which composes each",
-        "layer's own section). Unknown keys are refused. Every key below, with its type, its default (`required` when it",
-        "has none) and its meaning; `[]` marks an item of a list, `<name>` a key of your choosing.",
+        "A job spec is `jobs/<job>.yaml`, validated whole when it loads (`tasks/jobspec.py: JobSpec`,",
+        "which composes each layer's own section). Unknown keys are refused. Every key below, with its type,",
+        "its default (`required` when it has none) and its meaning; `[]` marks an item of a list, `<name>` a",
+        "key of your choosing.",
         "",
     ]
     sections: list[tuple[str, type]] = []
@@ -141,7 +158,9 @@ def _model_table(prefix: str, model: type, sections: list[tuple[str, type]]) -> 
         else:
             default = _default_text(_plain(field.default))
         nested = _nested_models(path, field.annotation)
-        meaning = field.description or KEY_MEANINGS.get(path) or (_first_sentence(nested[0][1].__doc__) if nested else "")
+        meaning = (
+            field.description or KEY_MEANINGS.get(path) or (_first_sentence(nested[0][1].__doc__) if nested else "")
+        )
         if not meaning:
             raise SystemExit(f"job spec key {path} has no description: give its Field one, or a line in KEY_MEANINGS")
         link = f" ([below](#{_anchor(nested[0][0])}))" if nested else ""
@@ -151,7 +170,11 @@ def _model_table(prefix: str, model: type, sections: list[tuple[str, type]]) -> 
 
 def _first_sentence(doc: str | None) -> str:
     text = " ".join((doc or "").split())
-    return "" if text.startswith(("A base class", "Usage docs")) else text.split(". ")[0].rstrip(".") + ("." if text else "")
+    return (
+        ""
+        if text.startswith(("A base class", "Usage docs"))
+        else text.split(". ")[0].rstrip(".") + ("." if text else "")
+    )
 
 
 def _anchor(path: str) -> str:
@@ -198,8 +221,15 @@ def _type_text(annotation: object) -> str:
     if isinstance(annotation, type):
         if issubclass(annotation, enum.Enum):
             return " | ".join(str(m.value) for m in annotation)
-        names = {"str": "text", "int": "integer", "float": "number", "bool": "boolean", "Path": "path", "date": "date",
-                 "SecretStr": "text (secret)"}
+        names = {
+            "str": "text",
+            "int": "integer",
+            "float": "number",
+            "bool": "boolean",
+            "Path": "path",
+            "date": "date",
+            "SecretStr": "text (secret)",
+        }
         return names.get(annotation.__name__, annotation.__name__)
     return str(annotation).replace("typing.", "")
 
@@ -227,8 +257,9 @@ def settings_page() -> str:
     out = ["# Settings reference", "", GENERATED_NOTE, ""]
     out += [
         _cell(Settings.__doc__ or ""),
-        "They are read in one place (`tasks/settings.py: Settings`) and validated when read: a value that does not fit stops",
-        "the command with one `error:` line naming the variable and the value, exit 3 (see [Configuration](configuration.md)).",
+        "They are read in one place (`tasks/settings.py: Settings`) and validated when read: a value that",
+        "does not fit stops the command with one `error:` line naming the variable and the value, exit 3",
+        "(see [Configuration](configuration.md)).",
         "",
         "| variable | type | default | meaning |",
         "|---|---|---|---|",
@@ -237,7 +268,10 @@ def settings_page() -> str:
         default = "—" if field.default is None else _default_text(_plain(field.default))
         if field.default_factory is not None:
             default = _default_text(_plain(field.default_factory()))
-        out.append(f"| `{prefix}{name.upper()}` | {_cell(_type_text(field.annotation))} | {_cell(default)} | {_cell(field.description or '')} |")
+        out.append(
+            f"| `{prefix}{name.upper()}` | {_cell(_type_text(field.annotation))} | {_cell(default)} "
+            f"| {_cell(field.description or '')} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -259,7 +293,8 @@ def catalog_page() -> str:
     out = ["# Output tables reference", "", GENERATED_NOTE, ""]
     out += [
         "Every dataset of the product is described once, in `tasks/catalog.py`; this page is that catalog. A dataset's",
-        "Parquet folder is `data/output/<job>/<folder>/date=YYYY-MM-DD/`, its warehouse table has the same columns in the",
+        "Parquet folder is `data/output/<job>/<folder>/date=YYYY-MM-DD/`, its warehouse table has the same",
+        "columns in the",
         "same order and types (DuckDB or PostgreSQL, and the Delta tables of a `sinks.delta` job). See",
         "[Outputs](outputs.md) for how a partition is published and read.",
         "",
@@ -273,10 +308,14 @@ def catalog_page() -> str:
             out += [f"### `{d.table or d.name}`", ""]
             if docs.get(names.get(id(d), "")):
                 out += [docs[names[id(d)]], ""]
-            facts = [f"folder `{d.folder}/`" if d.folder else "no Parquet folder (warehouse only)",
-                     f"table `{d.table}`" if d.table else "no warehouse table (staged files only)"]
+            facts = [
+                f"folder `{d.folder}/`" if d.folder else "no Parquet folder (warehouse only)",
+                f"table `{d.table}`" if d.table else "no warehouse table (staged files only)",
+            ]
             if d.keys:
-                facts.append(("primary key " if d.primary_key else "one row per ") + ", ".join(f"`{k}`" for k in d.keys))
+                facts.append(
+                    ("primary key " if d.primary_key else "one row per ") + ", ".join(f"`{k}`" for k in d.keys)
+                )
             if d.partitioned:
                 facts.append("replaced whole per (job, partition_date)")
             if d.staged:
@@ -297,7 +336,9 @@ def catalog_page() -> str:
                 out.append(f"| `{f.name}` | {_cell(kind)} | {_cell(meaning)} |")
             out.append("")
     if missing:
-        raise SystemExit(f"scripts/docs_columns.py gives no meaning for {len(missing)} catalog column(s): {', '.join(missing)}")
+        raise SystemExit(
+            f"scripts/docs_columns.py gives no meaning for {len(missing)} catalog column(s): {', '.join(missing)}"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -314,10 +355,17 @@ def _module_docstrings(path: Path) -> dict[str, str]:
     """Name → the string literal right after its assignment (the attribute docstrings of a module)."""
     body = ast.parse(path.read_text()).body
     found: dict[str, str] = {}
-    for node, after in zip(body, body[1:]):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if (len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+    for node, after in zip(body, body[1:], strict=False):
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if (
+            len(targets) == 1
+            and isinstance(targets[0], ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
             found[targets[0].id] = " ".join(after.value.value.split())
     return found
 

@@ -45,5 +45,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The documentation site into build/site; strict: a broken link, anchor or nav entry fails the build.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+
 clean:
 	rm -rf data/raw data/labels data/models data/output data/warehouse.duckdb

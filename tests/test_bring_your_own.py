@@ -1,26 +1,24 @@
-"""The README's "Bring your own model" walk-through, as a new user does it: CLI commands only.
+"""The "Bring your own model" guide (docs/guides/bring-your-own-model.md), as a new user follows it: CLI commands only.
 
-The data is generated here (not by the demo generator), the features are the spec's declarative
-ones (not the demo's modules), the model is trained by the test as a user's own script would,
-and nothing of the product is imported: every step is the `score` command in a subprocess.
+The guide's own ```bash blocks run here, in its order, and its `# train.py` scripts are the ones trained with, so
+a changed flag or command on that page fails this test. The data is generated here (not by the demo generator),
+the features are the spec's declarative ones (not the demo's modules), and nothing of the product is imported:
+every step is the `score` command in a subprocess. Between blocks the test does what the guide asks of the
+reader: review the scaffolded spec, and name the challenger in it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-import xgboost as xgb
-
 from conftest import user_project_env
+from test_docs_guides import BRING_YOUR_OWN, command_blocks, reader_env, run_block, script_files
 
-SCORE = Path(sys.executable).parent / "score"
 DAYS = [dt.date(2026, 10, 1) + dt.timedelta(days=i) for i in range(6)]
 TRAIN_DAYS, HOLDOUT_DAYS, SCORED_DAYS = DAYS[:3], DAYS[3:4], DAYS[4:]
 CONTRACTS = ("monthly", "one_year", "two_year")
@@ -57,9 +55,10 @@ def day_rows(day: dt.date, rows: int, seed: int) -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def user(tmp_path_factory: pytest.TempPathFactory):
-    """A fresh project of a user: an empty jobs and expectations folder, their own data folder."""
+    """A fresh project of a user: an empty jobs and expectations folder, their own data folder, raw partitions
+    and labels of every day, and their history split by time into train.parquet and holdout.parquet."""
     root = tmp_path_factory.mktemp("byo")
-    env = user_project_env(root)
+    env = reader_env(user_project_env(root), root / "bin")
     labelled = {}
     for i, day in enumerate(DAYS):
         frame = day_rows(day, 4000, seed=100 + i)
@@ -68,66 +67,71 @@ def user(tmp_path_factory: pytest.TempPathFactory):
         frame.drop("churned").write_parquet(raw / "part-0.parquet")
         labels = root / "data" / "labels" / "churn" / f"date={day}"
         labels.mkdir(parents=True)
-        frame.select("customer_id", "churned", pl.lit(day + dt.timedelta(days=90)).alias("observed_date")).write_parquet(labels / "part-0.parquet")
+        observed = pl.lit(day + dt.timedelta(days=90)).alias("observed_date")
+        frame.select("customer_id", "churned", observed).write_parquet(labels / "part-0.parquet")
         labelled[day] = frame
-
-    def score(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(SCORE), *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)
-        if ok:
-            assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
-            assert "Traceback" not in done.stdout + done.stderr
-        return done
-
-    return root, score, labelled
+    pl.concat([labelled[d] for d in TRAIN_DAYS]).write_parquet(root / "train.parquet")
+    pl.concat([labelled[d] for d in HOLDOUT_DAYS]).write_parquet(root / "holdout.parquet")
+    return root, env, labelled
 
 
-def test_from_partitions_to_a_scored_nightly_job_with_cli_commands_only(user) -> None:
-    root, score, labelled = user
-    # The user's history, with its outcome column: the sample to scaffold from and to train on.
-    train = pl.concat([labelled[d] for d in TRAIN_DAYS])
-    holdout = pl.concat([labelled[d] for d in HOLDOUT_DAYS])
-    train.write_parquet(root / "train.parquet")
-    holdout.write_parquet(root / "holdout.parquet")
-
-    init = score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
-    assert (root / "jobs" / "churn.yaml").is_file() and (root / "expectations" / "churn.json").is_file(), init.stdout
-
-    # The user reviews the spec: the contract's reason reads by the row's own contract.
-    spec_path = root / "jobs" / "churn.yaml"
-    scaffolded = spec_path.read_text()
-    lines = scaffolded.splitlines()
+def review_contract_texts(spec_path: Path) -> tuple[str, dict[str, str]]:
+    """What the guide asks after `score init`: the reader reviews the spec; here the contract's reason reads by
+    the row's own contract. The reason code and the texts given."""
+    lines = spec_path.read_text().splitlines()
     at = lines.index("      contract:")
     code = lines[at + 1].split("code: ")[1]
     (variant,) = [i for i in range(at + 1, at + 6) if lines[i].strip().startswith("by_value:")]
-    by_contract = {"monthly": "Month-to-month contract", "one_year": "One-year contract", "two_year": "Two-year contract"}
+    by_contract = {
+        "monthly": "Month-to-month contract", "one_year": "One-year contract", "two_year": "Two-year contract",
+    }
     lines[variant] = f"        by_value: {{{', '.join(f'{k}: {v}' for k, v in by_contract.items())}}}"
     spec_path.write_text("\n".join(lines) + "\n")
+    return code, by_contract
 
-    # The user's training script: the model inputs come from `score features`, the fit is theirs.
-    score("features", "churn", "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
+
+def name_the_challenger(spec_path: Path) -> None:
+    """What the guide asks after promoting version 2 to challenger: `challenger: challenger` under `model:`."""
+    spec = spec_path.read_text()
+    assert "  version: champion" in spec
+    spec_path.write_text(spec.replace("  version: champion", "  challenger: challenger\n  version: champion", 1))
+
+
+def test_from_partitions_to_a_scored_nightly_job_with_cli_commands_only(user) -> None:
+    root, env, labelled = user
+    for name, text in script_files(BRING_YOUR_OWN).items():
+        (root / name).write_text(text)
+    spec_path = root / "jobs" / "churn.yaml"
+    blocks = command_blocks(BRING_YOUR_OWN)
+    outputs, code, by_contract, challenger_named = [], None, None, False
+    for block in blocks:
+        outputs.append(run_block(block, cwd=root, env=env))
+        if "score init churn" in block:
+            assert spec_path.is_file() and (root / "expectations" / "churn.json").is_file(), outputs[-1]
+            code, by_contract = review_contract_texts(spec_path)
+        if "--alias challenger" in block:
+            name_the_challenger(spec_path)
+            challenger_named = True
+    assert code is not None and challenger_named, "the guide no longer scaffolds the job or shadows a challenger"
+    said = " ".join(" ".join(outputs).split())
+    assert "registered churn version 1" in said and "registered churn version 2" in said
+    assert "reachable probability" in said
+    assert "first version of churn: champion → 1 (recorded in model_aliases)" in said
+    assert "realized performance" in said
+
     inputs = pl.read_parquet(root / "train_inputs.parquet")
     names = [c for c in inputs.columns if c not in ("customer_id", "outcome")]
-    booster = xgb.train(
-        {"objective": "binary:logistic", "max_depth": 3, "eta": 0.1, "seed": 1},
-        xgb.DMatrix(inputs.select(names).to_numpy(), label=inputs["outcome"].to_numpy(), feature_names=names, missing=np.nan),
-        num_boost_round=150,
-    )
-    booster.save_model(str(root / "churn.ubj"))
-
-    registered = score("register", "churn", "--model", str(root / "churn.ubj"), "--holdout", str(root / "holdout.parquet"),
-                       "--trained-from", str(TRAIN_DAYS[0]), "--trained-to", str(TRAIN_DAYS[-1]))
-    assert "registered churn version 1" in registered.stdout
-    assert "reachable probability" in registered.stdout
     metadata = json.loads((root / "data" / "models" / "churn" / "1" / "metadata.json").read_text())
     assert metadata["features"] == names
     assert metadata["training"]["window_start"] == str(TRAIN_DAYS[0])
     assert metadata["reference"]["paperless"]["kind"] == "boolean"
     assert metadata["reference"]["contract"]["kind"] == "categorical"
-
-    assert score("validate", "churn").returncode == 0
-    score("backfill", "churn", "--start", str(SCORED_DAYS[0]), "--end", str(SCORED_DAYS[-1]))
-    outcomes = score("outcomes", "churn", "--start", str(SCORED_DAYS[0]), "--end", str(SCORED_DAYS[-1]))
-    assert "realized performance" in outcomes.stdout
+    # Step 7: version 2 shadowed the last night beside the deciding champion, then became the champion.
+    last = SCORED_DAYS[-1]
+    assert set(_day(root, "predictions", last)["model_version"]) == {"1"}
+    assert set(_day(root, "shadow_predictions", last)["model_version"]) == {"2"}
+    aliases = json.loads((root / "data" / "models" / "churn" / "aliases.json").read_text())["aliases"]
+    assert aliases == {"champion": "2", "challenger": "2"}
 
     for day in SCORED_DAYS:
         predictions = pl.read_parquet(root / "data" / "output" / "churn" / "predictions" / f"date={day}" / "*.parquet")
@@ -159,6 +163,10 @@ def test_from_partitions_to_a_scored_nightly_job_with_cli_commands_only(user) ->
                      "paperless": "boolean", "support_calls": "numeric"}
     page = (root / "data" / "output" / "churn" / "reports" / "html" / f"date={SCORED_DAYS[0]}.html").read_text()
     assert "p1–p99" in page and "<th>kind</th>" in page
+
+
+def _day(root: Path, dataset: str, day: dt.date) -> pl.DataFrame:
+    return pl.read_parquet(root / "data" / "output" / "churn" / dataset / f"date={day}" / "*.parquet")
 
 
 def _quarantined(root: Path, day: dt.date) -> int:

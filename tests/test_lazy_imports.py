@@ -76,8 +76,8 @@ def test_a_runs_calibration_and_drift_load_no_scipy_stats_and_arrow_gives_memory
     day = demo_env.plan.scoring_dates[-1]
     code = (
         # XGBoost imports scikit-learn whenever it is installed (its sklearn wrapper), and scikit-learn
-        # loads scipy.stats and scipy.spatial: XGBoost's cost of the `sklearn` extra (README, "Which ONNX
-        # output scores"), not the product's. Hidden here, so the test keeps measuring the product's paths.
+        # loads scipy.stats and scipy.spatial: XGBoost's cost of the `sklearn` extra (docs/guides/onnx.md,
+        # "Which ONNX output scores"), not the product's. Hidden here, so the test keeps measuring the product's paths.
         "import sys; sys.modules['sklearn'] = None\n"
         "import datetime as dt, numpy as np, pyarrow as pa\n"
         "from tasks.scoring.prepared import prepared_job\n"

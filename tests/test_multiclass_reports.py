@@ -1,9 +1,9 @@
-"""Everything a person reads about a multiclass job, on a user's own fault-type table driven through the README's
-commands: `score init --label-column`, `score features`, an XGBoost multi:softprob model trained here on what
-features wrote, `score register`, `score backfill` with the user's own rule table, `score card`. The run page, the
-key numbers and the ledger's summary show the class mix that polars recomputes from the published classifications;
-the model card shows the classes and the classwise reliability; the monitoring page speaks of classes. None of them
-says risk, score, event or AUC."""
+"""Everything a person reads about a multiclass job, on a user's own fault-type table driven through the commands
+of docs/guides/multiclass-jobs.md: `score init --label-column`, `score features`, an XGBoost multi:softprob model
+trained here on what features wrote, `score register`, `score backfill` with the user's own rule table,
+`score card`. The run page, the key numbers and the ledger's summary show the class mix that polars recomputes
+from the published classifications; the model card shows the classes and the classwise reliability; the
+monitoring page speaks of classes. None of them says risk, score, event or AUC."""
 
 from __future__ import annotations
 

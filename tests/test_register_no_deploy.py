@@ -72,7 +72,8 @@ def test_register_moves_no_alias_but_the_first_versions_champion_and_promote_mov
     assert _aliases(root) == {"champion": "1"}
     assert _ledger(root) == [("champion", None, "1")]
 
-    # The README's walk-through: shadow version 2 as the challenger, one night, the champion still deciding.
+    # Step 7 of docs/guides/bring-your-own-model.md: shadow version 2 as the challenger, one night,
+    # the champion still deciding.
     score("promote", "churn", "2", "--alias", "challenger")
     spec = spec_path.read_text()
     spec_path.write_text(spec.replace("  version: champion", "  challenger: challenger\n  version: champion", 1))

@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
-from tasks.jobs.calendar import backfill_dates, parse_partition_date, partition_range, yesterday
+from tasks.runs.calendar import backfill_dates, parse_partition_date, partition_range, yesterday
 from tasks.errors import ExitCode, JobSpecError, JobValidationError, OrchestrationLost, RunStopped, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.scoring.progress import progress_listener
@@ -84,10 +84,8 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
 
 
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
-    from tasks.monitoring.report import (
-        challenger_lines, monitoring_history, realized_class_rows, realized_class_table, realized_error_rows, realized_error_table,
-        realized_performance_rows, realized_performance_table, unmatched_label_counts, unmatched_labels_text,
-    )
+    from tasks.reports.monitoring_page import challenger_lines, realized_class_rows, realized_class_table, realized_error_rows, realized_error_table, realized_performance_rows, realized_performance_table, unmatched_labels_text
+    from tasks.monitoring.history import monitoring_history, unmatched_label_counts
 
     settings = with_warehouse_url(current_settings())
     spec = load_job_spec(job, settings)
@@ -1035,7 +1033,7 @@ def recover(
     """Finish or undo what killed runs left: roll committed runs forward, close the others as failed."""
     from tasks.jobs.promotion import reconciled_aliases
     from tasks.jobspec import configured_jobs
-    from tasks.sinks.recovery import recovered_job
+    from tasks.runs.recovery import recovered_job
 
     def action() -> None:
         settings = with_warehouse_url(current_settings())

@@ -291,7 +291,7 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
 
 def test_a_failed_run_shows_one_sentence_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> None:
     from tasks.errors import user_facing_error
-    from tasks.jobs.calendar import backfill_dates
+    from tasks.runs.calendar import backfill_dates
 
     d1, d2 = demo_env.plan.scoring_dates[:2]
     with pytest.raises(Exception) as refused:
@@ -536,7 +536,7 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
     from playwright.sync_api import expect
 
     from tasks.errors import user_facing_error
-    from tasks.jobs.calendar import backfill_dates
+    from tasks.runs.calendar import backfill_dates
 
     expect.set_options(timeout=60_000)
     shutil.rmtree(SHOTS, ignore_errors=True)

@@ -31,6 +31,7 @@ import httpx
 import pytest
 
 from conftest import DEMO_JOB, DemoEnv
+from tasks import TELEMETRY_OFF
 from offline_browser import CHROMIUM_ARGS, chromium
 
 pytestmark = pytest.mark.server
@@ -72,10 +73,8 @@ def _child_env(prefect_home: Path, api_url: str, data_dir: Path) -> dict[str, st
     env.update(
         PREFECT_HOME=str(prefect_home),
         PREFECT_API_URL=api_url,
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        **TELEMETRY_OFF,
         PREFECT_WORKER_QUERY_SECONDS="2",
-        GX_ANALYTICS_ENABLED="false",
-        DO_NOT_TRACK="1",
         SCORING_DATA_DIR=str(data_dir),
         PYTHONUNBUFFERED="1",
     )

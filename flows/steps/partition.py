@@ -164,7 +164,7 @@ def write_model_card(ticket: RunTicket) -> Artifact:
     markdown = job_model_card(ticket.job, settings, run_warehouse(ticket.run_id))
     page = written_model_card(markdown, settings.output_dir(ticket.job) / MODEL_CARD_FILE)
     log.info("model card of %s: %s", ticket.job, page)
-    return model_card_artifact(ticket.job, page, served_url(settings.report_base_url, settings.data_dir / "output", page))
+    return model_card_artifact(ticket.job, page, served_url(settings.report_base_url, settings.output_root, page))
 
 
 def _failure(state: State) -> str:

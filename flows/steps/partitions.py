@@ -85,7 +85,7 @@ def _log_link(settings: Settings, job: str, date: dt.date, run_id: str) -> str:
     path = settings.run_log_path("score_partition", run_id, job=job, partition=date.isoformat())
     if not path.is_file():
         return ""
-    url = served_url(settings.report_base_url, settings.data_dir / "output", path)
+    url = served_url(settings.report_base_url, settings.output_root, path)
     return url or str(path.relative_to(settings.data_dir))
 
 

@@ -140,8 +140,8 @@ def written_monitoring_page(
     """The job's monitoring page for the range, written, and its realized-performance artifacts (a forecast job's:
     its realized error)."""
     spec = load_job_spec(job, settings)
-    page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
-    page_url = served_url(settings.report_base_url, settings.data_dir / "output", page)
+    page = settings.monitoring_page_path(job)
+    page_url = served_url(settings.report_base_url, settings.output_root, page)
     decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
     if spec.target.classifies:
         rows = class_monitoring_rows(warehouse, job, first_date=first_date, last_date=last_date)

@@ -8,6 +8,7 @@ import logging
 
 import numpy as np
 
+from tasks.catalog import PAGES_FOLDER, run_page_name
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.decisions import decision_groups_frame, group_keys, trailing_decision_monitoring
 from tasks.reports.class_report import class_run_report_html
@@ -88,4 +89,4 @@ def report_url(base_url: str | None, job: str, partition_date: dt.date) -> str |
     """The run page's address under `SCORING_REPORT_BASE_URL`, which serves `<data_dir>/output`; None without one."""
     if not base_url:
         return None
-    return f"{base_url.rstrip('/')}/{job}/reports/html/date={partition_date.isoformat()}.html"
+    return f"{base_url.rstrip('/')}/{job}/{PAGES_FOLDER}/{run_page_name(partition_date.isoformat())}"

@@ -1,5 +1,5 @@
 """Prefect tasks of a partition run's life — prepare, start, publish, finish, fail — thin wrappers over
-tasks/runs/ and tasks/sinks/publish.py; the work units' tasks are in unit_steps.py.
+tasks/runs/ and tasks/sinks/publish.py; the work units' tasks are in units.py.
 
 They pass small references (a run ticket, a summary) and never tables; engines and models are
 built inside the task that uses them.

@@ -5,7 +5,6 @@ link. Prefect-free: flows/steps/artifacts.py turns them into Prefect artifacts."
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,6 @@ from typing import Any
 from tasks.monitoring.shadow import shadow_headline
 from tasks.reports.links import file_reference_markdown
 from tasks.reports.monitoring_page import unmatched_labels_text
-
-log = logging.getLogger("scoring.run")
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def bars_svg(name: str, edges: Sequence[float], counts: Sequence[int], *, axis: 
     for tick in (0.0, peak / 2, peak):
         parts.append(svg_text(_LEFT - 4, y(tick) + 3, f"{tick:.1%}", anchor="end"))
     parts.append(svg_text(10, _TOP + plot_h / 2, "share of rows", rotate=-90))
-    for i, (rows, share) in enumerate(zip(counts, count_shares, strict=True)):
+    for i, (rows, share) in enumerate(zip(counts, shares, strict=True)):
         parts.append(
             f'<rect class="current" x="{svg_number(x(i + 0.1))}" y="{svg_number(y(float(share)))}" width="{svg_number(0.8 / n_bins * plot_w)}" '
             f'height="{svg_number(base - y(float(share)))}"><title>{esc(_bin_text(edges, i, unit))}: {int(rows):,} rows '

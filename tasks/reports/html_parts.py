@@ -100,11 +100,6 @@ def count_shares(counts: np.ndarray) -> np.ndarray:
     return counts / total if total > 0 else np.zeros_like(counts)
 
 
-_W, _H = 480.0, 190.0
-_LEFT, _RIGHT, _TOP, _BOTTOM = 56.0, 8.0, 20.0, 34.0
-_REFERENCE, _CURRENT = "#9fb7d6", "#c62828"
-
-
 def svg_number(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 

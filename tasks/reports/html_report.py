@@ -15,7 +15,7 @@ feature cost more than the scoring of a small partition.
 
 from __future__ import annotations
 
-from tasks.reports.html_parts import _BOTTOM, _CURRENT, _H, _LEFT, _REFERENCE, _RIGHT, _TOP, _W, cell_text, count_shares, esc, flag_badge, html_table, is_number, page_html, percent, svg_number, svg_text, table_cell
+from tasks.reports.html_parts import cell_text, count_shares, esc, flag_badge, html_table, is_number, page_html, percent, svg_number, svg_text, table_cell
 
 import math
 from collections.abc import Mapping, Sequence
@@ -344,6 +344,11 @@ def _ks_text(ks: Any, ks_upper: Any) -> str | None:
     if not (is_number(ks) and is_number(ks_upper)) or math.isnan(float(ks)) or math.isnan(float(ks_upper)):
         return None
     return f"{cell_text(ks)} (≤ {cell_text(ks_upper)})" if float(ks_upper) > float(ks) else None
+
+
+_W, _H = 480.0, 190.0
+_LEFT, _RIGHT, _TOP, _BOTTOM = 56.0, 8.0, 20.0, 34.0
+_REFERENCE, _CURRENT = "#9fb7d6", "#c62828"
 
 
 def histogram_svg(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from tasks.monitoring.health import ESTIMATED_ERROR, health_headline
@@ -17,8 +16,6 @@ from tasks.reports.plain_words import (
     shift_parts,
 )
 from tasks.scoring.summary import ScoringSummary
-
-log = logging.getLogger("scoring.run")
 
 
 def feature_name(feature: str, words: JobWords | None) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import logging
 
 from tasks.runs.recovery import (
     pending_ledger_dir,
@@ -19,8 +18,6 @@ from tasks.sinks.delta import delta_tables
 from tasks.sinks.parquet_store import output_dirs
 from tasks.sinks.partition_lock import PartitionLease
 from tasks.sinks.warehouse import Warehouse
-
-log = logging.getLogger("scoring.run")
 
 
 def run_lease(warehouse: Warehouse, settings: Settings, run_id: str, job: str, partition_date: dt.date) -> PartitionLease:

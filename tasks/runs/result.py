@@ -3,7 +3,6 @@ score_partition returns."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from tasks.runs.key_numbers import feature_name, key_numbers, key_numbers_markdo
 from tasks.runs.ticket import RunTicket
 from tasks.scoring.summary import ScoringSummary
 from tasks.sinks.publish import PublishedPartition
-
-log = logging.getLogger("scoring.run")
 
 
 def finished_run_result(

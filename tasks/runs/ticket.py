@@ -1,11 +1,9 @@
-"""One partition run outside the chunk loop: its ticket, its start under the lease, its page, its
-artifacts' contents, its result and its failure record. Prefect-free: flows/steps/partition.py wraps these
-as tasks and turns `Artifact`s into Prefect artifacts."""
+"""The ticket of one partition run: its identity, handed from step to step (flows/steps/partition.py and
+units.py), with its models' versions pinned and its deadline."""
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 
 from pydantic import BaseModel, ConfigDict
 
@@ -14,8 +12,6 @@ from tasks.prediction.words import JobWords
 from tasks.scoring.prepared import PreparedJob
 from tasks.scoring.units import RunDeadline
 from tasks.sinks.config import DeltaSink
-
-log = logging.getLogger("scoring.run")
 
 
 class RunTicket(BaseModel):

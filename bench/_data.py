@@ -119,7 +119,9 @@ def _warm_prefect_home(prefect_home: Path) -> None:
     if marker.exists():
         return
     prefect_home.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+    from tasks import TELEMETRY_OFF
+
+    env = {**os.environ, "PREFECT_HOME": str(prefect_home), **TELEMETRY_OFF}
     code = "import tasks\nfrom prefect import flow\n@flow\ndef bench_warmup():\n    return 1\nbench_warmup()\n"
     warmup = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True)
     if warmup.returncode != 0:

@@ -43,14 +43,14 @@ class ChildRun:
 
 
 def child_env(data: BenchData, *, jobs_dir: Path | None = None) -> dict[str, str]:
+    from tasks import TELEMETRY_OFF
+
     env = {
         **os.environ,
         "SCORING_DATA_DIR": str(data.data_dir),
         "SCORING_WAREHOUSE_PATH": str(data.data_dir / "warehouse.duckdb"),
         "PREFECT_HOME": str(data.prefect_home),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "GX_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
+        **TELEMETRY_OFF,
         # The summary table of `score run` is printed to a file: keep it on one line per row.
         "COLUMNS": "200",
     }

@@ -24,13 +24,13 @@ from rich.table import Table
 from rich.text import Text
 
 import tasks  # noqa: F401  (telemetry off before Prefect loads)
-from tasks.jobs.calendar import backfill_dates, parse_partition_date, partition_range, yesterday
+from tasks.runs.calendar import backfill_dates, parse_partition_date, partition_range, yesterday
 from tasks.errors import ExitCode, JobSpecError, JobValidationError, OrchestrationLost, RunStopped, ScoringError, user_facing_error
 from tasks.jobspec import checked_job_name, load_job_spec
 from tasks.scoring.progress import progress_listener
 from tasks.reports.reporting import partition_summaries, partition_summary_table
 from tasks.scoring.prepared import preloaded_job
-from tasks.settings import current_settings
+from tasks.settings import Settings, current_settings
 from tasks.sources import SqlPartition, raw_partition
 from tasks.jobs.validation import ValidatedJob, latest_version_warnings, raw_partition_problems, validated_job
 from flows.steps.blocks import configured_warehouse, with_warehouse_url
@@ -78,16 +78,14 @@ def _print_summary(job: str, dates: list[dt.date]) -> None:
         # The table is printed after a failed run too: a spec broken since keeps its error, the table its stored names.
         words = None
     console.print(partition_summary_table(job, partition_summaries(settings, job, dates), words))
-    reports = [p for d in dates if (p := settings.data_dir / "output" / job / "reports" / "html" / f"date={d}.html").exists()]
+    reports = [p for d in dates if (p := settings.run_page_path(job, d.isoformat())).exists()]
     if reports:
         console.print(f"run report{'s' if len(reports) > 1 else ''}: " + (str(reports[0]) if len(reports) == 1 else str(reports[0].parent)))
 
 
 def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
-    from tasks.monitoring.report import (
-        challenger_lines, monitoring_history, realized_class_rows, realized_class_table, realized_error_rows, realized_error_table,
-        realized_performance_rows, realized_performance_table, unmatched_label_counts, unmatched_labels_text,
-    )
+    from tasks.reports.monitoring_page import challenger_lines, realized_class_rows, realized_class_table, realized_error_rows, realized_error_table, realized_performance_rows, realized_performance_table, unmatched_labels_text
+    from tasks.monitoring.history import monitoring_history, unmatched_label_counts
 
     settings = with_warehouse_url(current_settings())
     spec = load_job_spec(job, settings)
@@ -105,7 +103,7 @@ def _print_realized_performance(job: str, dates: list[dt.date]) -> None:
     console.print(Text(unmatched_labels_text(unmatched_label_counts(history))), highlight=False, soft_wrap=True)
     for line in challenger_lines(history):
         console.print(Text(f"challenger: {line}"), highlight=False, soft_wrap=True)
-    console.print(f"monitoring page: {settings.data_dir / 'output' / job / 'reports' / 'html' / 'monitoring.html'}")
+    console.print(f"monitoring page: {settings.monitoring_page_path(job)}")
 
 
 @contextmanager
@@ -359,7 +357,7 @@ class _RunLogFile(logging.FileHandler):
 
 
 @contextmanager
-def _run_log(data_dir: Path) -> Iterator[Path | None]:
+def _run_log(settings: Settings) -> Iterator[Path | None]:
     """Flow and task logs, tracebacks included, in `<data_dir>/output/logs/score-<UTC time>-<pid>.log`
     for the duration of a command; the console keeps the progress lines but no fault tracebacks."""
     from flows.steps.console import prefect_console_handlers
@@ -380,7 +378,7 @@ def _run_log(data_dir: Path) -> Iterator[Path | None]:
             handler.removeFilter(_no_state_lines)
         else:
             handler.addFilter(_no_state_lines)
-    path = data_dir / "output" / "logs" / f"score-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log"
+    path = settings.command_log_path(f"score-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -434,7 +432,7 @@ def demo(
             if plan.registration is not None and plan.registration.calibration is None:
                 _print_forecast_registration(plan.registration)
             try:
-                with _run_log(settings.data_dir), _progress_bars():
+                with _run_log(settings), _progress_bars():
                     backfill(job, plan.scoring_dates[0], plan.scoring_dates[-1])
             finally:
                 _print_summary(job, plan.scoring_dates)
@@ -444,7 +442,7 @@ def demo(
             # The demo's labels are known at once; in production they arrive later (deployment `outcomes`).
             outcomes(job, plan.scoring_dates[0], plan.scoring_dates[-1])
             _print_realized_performance(job, plan.scoring_dates)
-        console.print(f"outputs: {settings.data_dir / 'output'} and the warehouse {configured_warehouse(settings).location}")
+        console.print(f"outputs: {settings.output_root} and the warehouse {configured_warehouse(settings).location}")
 
     _run(action)
 
@@ -466,7 +464,7 @@ def run(
         with preloaded_job(job, day, with_warehouse_url(settings), run_settings_json=settings.model_dump_json()):
             from flows.score_partition import score_partition
 
-            with _run_log(settings.data_dir), _progress_bars(show=not as_json):
+            with _run_log(settings), _progress_bars(show=not as_json):
                 result = score_partition(job, day, chunk_rows or 0)
         if as_json:
             _print_json(result)
@@ -517,7 +515,7 @@ def backfill_command(
             console.print(f"dry run, mode {mode.value}: would score {len(planned)} partition(s): " + (", ".join(p["date"] for p in planned) or "none"))
             return
         if as_json:
-            with _run_log(settings.data_dir):
+            with _run_log(settings):
                 state = backfill(job, first, last, mode=mode.value, concurrency=concurrency, return_state=True)
             outcomes = state.result(raise_on_failure=False)
             _print_json(outcomes if isinstance(outcomes, list) else partition_summaries(settings, job, dates))
@@ -525,7 +523,7 @@ def backfill_command(
                 raise typer.Exit(ExitCode.USER)
             return
         try:
-            with _run_log(settings.data_dir), _progress_bars():
+            with _run_log(settings), _progress_bars():
                 backfill(job, first, last, mode=mode.value, concurrency=concurrency)
         finally:
             _print_summary(job, dates)
@@ -916,7 +914,7 @@ def outcomes_command(
             )
         from flows.outcomes import outcomes
 
-        with _run_log(settings.data_dir):
+        with _run_log(settings):
             outcomes(job, first, last)
         _print_realized_performance(job, partition_range(first, last))
 
@@ -1035,7 +1033,7 @@ def recover(
     """Finish or undo what killed runs left: roll committed runs forward, close the others as failed."""
     from tasks.jobs.promotion import reconciled_aliases
     from tasks.jobspec import configured_jobs
-    from tasks.sinks.recovery import recovered_job
+    from tasks.runs.recovery import recovered_job
 
     def action() -> None:
         settings = with_warehouse_url(current_settings())

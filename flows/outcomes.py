@@ -6,7 +6,7 @@ import datetime as dt
 
 from pydantic.json_schema import SkipJsonSchema
 
-from tasks.jobs.calendar import ALL_JOBS, job_or_all_enum, partition_range, yesterday
+from tasks.runs.calendar import ALL_JOBS, job_or_all_enum, partition_range, yesterday
 from tasks.jobspec import configured_jobs, load_job_spec
 from flows.steps.monitoring import ingest_outcomes, current_outcomes_run_name, report_outcomes
 from flows.steps.run_logs import logged_flow

@@ -15,9 +15,9 @@ from flows.steps.partitions import (
 from flows.steps.partition import recover_job
 from flows.steps.blocks import with_warehouse_url
 from flows.steps.run_logs import logged_flow
-from tasks.jobs.calendar import job_name_enum, scheduled_partition_date
+from tasks.runs.calendar import job_name_enum, scheduled_partition_date
 from tasks.jobspec import configured_jobs
-from tasks.reports.reporting import BackfillMode, catch_up_dates
+from tasks.runs.scheduling import BackfillMode, catch_up_dates
 from tasks.settings import current_settings
 
 JobName = job_name_enum(current_settings())

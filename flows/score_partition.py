@@ -18,8 +18,8 @@ from flows.steps.partition import (
     failed_run, finished_run, partition_lease, partition_run_name, prepare_run, publish_partition, start_run,
 )
 from flows.steps.units import scored_summary
-from tasks.jobs.calendar import parse_partition_date
-from tasks.scoring.partition_run import RunTicket
+from tasks.runs.calendar import parse_partition_date
+from tasks.runs.ticket import RunTicket
 from tasks.jobspec import checked_job_name
 from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings

@@ -7,10 +7,12 @@ so telemetry is off unless the operator explicitly turns it back on.
 import logging
 import os
 
+TELEMETRY_OFF = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "GX_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+"""The one statement of the telemetry defaults: set below for this process before Prefect or Great Expectations is
+imported; a process started with an environment of its own (a Prefect server, a worker) is given them from here."""
+
 for _name, _value in (
-    ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
-    ("GX_ANALYTICS_ENABLED", "false"),
-    ("DO_NOT_TRACK", "1"),
+    *TELEMETRY_OFF.items(),
     # The [INF] / [PRED] lines of the domain loggers belong in the Prefect run logs too.
     ("PREFECT_LOGGING_EXTRA_LOGGERS", "scoring"),
     # Demo preparation and training log outside any flow run; those lines stay on the console.

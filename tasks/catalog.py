@@ -595,6 +595,19 @@ SHADOW_DATASETS: tuple[Dataset, ...] = (SHADOW_PREDICTIONS, SHADOW_FORECASTS, SH
 so a partition re-scored without its challenger keeps no stale shadow rows."""
 STAGED_DATASETS: tuple[Dataset, ...] = (*PARTITION_DATASETS, INFERENCE_HANDOFF)
 """Every folder a scoring run stages files in (and a failed run's leftovers are removed from)."""
+
+PAGES_FOLDER = "reports/html"
+"""A job's HTML pages under its output dir: each partition's run page (`run_page_name`, a link to the page of the
+version published) and the monitoring page (MONITORING_PAGE)."""
+MONITORING_PAGE = "monitoring.html"
+LOGS_FOLDER = "logs"
+"""The logs under `<data_dir>/output`: each partition run's beside its job's outputs (`<job>/logs/date=D/`), every
+other run's and each command's at the top (`logs/`)."""
+
+
+def run_page_name(partition: str) -> str:
+    """The file name of a partition's run page in PAGES_FOLDER."""
+    return f"date={partition}.html"
 OUTCOME_DATASETS: tuple[Dataset, ...] = (
     OUTCOME_LABELS, OUTCOME_ACTUALS, OUTCOME_CLASS_LABELS, OUTCOME_PARTITIONS, OUTCOME_METRICS, OUTCOME_ERRORS, OUTCOME_CLASS_METRICS,
     OUTCOME_CLASS_RATES, OUTCOME_CALIBRATION, OUTCOME_CLASS_CALIBRATION, OUTCOME_DECISIONS, OUTCOME_ESTIMATES, SHADOW_OUTCOMES,

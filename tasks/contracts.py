@@ -7,11 +7,18 @@ chunks as arrays — never one object per row — and check their invariants on 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.catalog import CLASSIFICATION_SCHEMA, FORECAST_SCHEMA, PREDICTION_SCHEMA
+
+
+FeatureKind = Literal["numeric", "boolean", "categorical"]
+"""How a feature's values are read: as numbers, as true/false, or as the codes of categories. Job specs declare it
+(tasks/features/config.py), and the reason texts of the prediction layer depend on it."""
 
 
 class _ArrayModel(BaseModel):

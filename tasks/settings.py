@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tasks.catalog import PREDICTIONS
+from tasks.catalog import LOGS_FOLDER, MONITORING_PAGE, PAGES_FOLDER, PREDICTIONS, run_page_name
 from tasks.errors import SettingsError, UnsafePath
 from tasks.redaction import is_credential_parameter, redacted_url, url_parts
 
@@ -214,8 +214,24 @@ class Settings(BaseSettings):
     def model_registry_dir(self, model_name: str) -> Path:
         return self.inside_data_root("models", model_name)
 
+    @property
+    def output_root(self) -> Path:
+        """`<data_dir>/output`: every job's outputs and the logs, the folder SCORING_REPORT_BASE_URL serves."""
+        return self.inside_data_root("output")
+
     def output_dir(self, job: str) -> Path:
         return self.inside_data_root("output", job)
+
+    def run_page_path(self, job: str, partition: str) -> Path:
+        """A partition's run page: a link to the page of the version published."""
+        return self.output_dir(job) / PAGES_FOLDER / run_page_name(partition)
+
+    def monitoring_page_path(self, job: str) -> Path:
+        return self.output_dir(job) / PAGES_FOLDER / MONITORING_PAGE
+
+    def command_log_path(self, name: str) -> Path:
+        """A `score` command's log file, beside the logs of the runs that are no partition's."""
+        return self.inside_data_root("output", LOGS_FOLDER, name)
 
     def predictions_dir(self, job: str) -> Path:
         return self.output_dir(job) / PREDICTIONS.folder
@@ -225,8 +241,8 @@ class Settings(BaseSettings):
         beside its job's outputs, `<job>/logs/date=<partition>/<flow run id>.log`; a backfill, nightly or outcomes
         run's `logs/<flow name>-<flow run id>.log`."""
         if job is not None and partition is not None:
-            return self.inside_data_root("output", job, "logs", f"date={partition}", f"{flow_run_id}.log")
-        return self.inside_data_root("output", "logs", f"{flow_name}-{flow_run_id}.log")
+            return self.inside_data_root("output", job, LOGS_FOLDER, f"date={partition}", f"{flow_run_id}.log")
+        return self.inside_data_root("output", LOGS_FOLDER, f"{flow_name}-{flow_run_id}.log")
 
 
 def _shown_value(field: str, value: object) -> str:

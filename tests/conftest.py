@@ -17,15 +17,11 @@ import sys
 import tempfile
 import uuid
 
-# Telemetry off before anything imports Prefect or Great Expectations (`tasks` does the same).
-for _name, _value in (
-    ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
-    ("GX_ANALYTICS_ENABLED", "false"),
-    ("DO_NOT_TRACK", "1"),
-    # Prefect's temporary API gets 20 s to start; on a busy 2-core machine a `score` subprocess needed more.
-    ("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"),
-):
-    os.environ.setdefault(_name, _value)
+# Importing `tasks` turns telemetry off (tasks.TELEMETRY_OFF) before anything imports Prefect or Great Expectations.
+from tasks import TELEMETRY_OFF
+
+# Prefect's temporary API gets 20 s to start; on a busy 2-core machine a `score` subprocess needed more.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 import datetime as dt
 import json
@@ -172,8 +168,7 @@ def user_project_env(root: Path) -> dict[str, str]:
         "SCORING_DATA_DIR": str(root / "data"),
         "SCORING_JOBS_DIR": str(root / "jobs"),
         "SCORING_EXPECTATIONS_DIR": str(root / "expectations"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "GX_ANALYTICS_ENABLED": "false",
+        **TELEMETRY_OFF,
     }
 
 

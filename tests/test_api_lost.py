@@ -24,6 +24,7 @@ import polars as pl
 import pytest
 
 from conftest import DEMO_JOB, DemoEnv
+from tasks import TELEMETRY_OFF
 
 pytestmark = pytest.mark.server
 
@@ -63,7 +64,7 @@ def test_the_api_server_lost_mid_run_fails_the_run_before_publishing_with_one_li
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "SCORING_"))}
     env.update(
-        PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_API_URL=api, **TELEMETRY_OFF,
         SCORING_DATA_DIR=str(data), PYTHONUNBUFFERED="1",
     )
     server_log = tmp_path / "server.log"

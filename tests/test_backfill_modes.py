@@ -151,7 +151,7 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
 
     from cli.score import app
     from flows.people import backfill
-    from tasks.reports.reporting import catch_up_dates
+    from tasks.runs.scheduling import catch_up_dates
     from tasks.scoring.progress import progress_listener
 
     first, middle, last = demo_env.plan.scoring_dates

@@ -396,7 +396,7 @@ def test_the_split_pass_and_a_subset_challenger_stage_what_the_one_pass_does(dem
 
     # A worker that resolved an alias after it moved refuses to score the run's units with other models.
     from tasks.errors import ModelArtifactError
-    from tasks.scoring.partition_run import pinned_versions, run_ticket
+    from tasks.runs.ticket import pinned_versions, run_ticket
 
     ticket = run_ticket(prepared, run_id="one", partition_date=day, chunk_rows=500)
     assert ticket.challenger_version == version

@@ -24,7 +24,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from tasks.errors import ExitCode, SinkUnwritable
 from tasks.jobspec import load_job_spec
-from tasks.sinks.recovery import recovered_job
+from tasks.runs.recovery import recovered_job
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.delta import DeltaTables, written_delta_partition
 from tasks.catalog import PARTITION_DATASETS, table_schemas

@@ -23,7 +23,7 @@ from tasks.quality.drift import (
     drift_report_rows,
     reference_statistics,
 )
-from tasks.features import FeatureKind
+from tasks.contracts import FeatureKind
 from tasks.reports.html_report import histogram_svg, run_report_html
 from tasks.inference.registry import ReferenceKind, ReferenceStats
 from tasks.catalog import DRIFT_REPORT

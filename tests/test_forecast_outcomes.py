@@ -27,7 +27,7 @@ from tasks.catalog import OUTCOME_DATASETS
 from tasks.errors import LabelError
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.outcomes import forecast_outcome_tables, parquet_labels
-from tasks.monitoring.runs import ingested_partition_outcomes
+from tasks.runs.monitoring import ingested_partition_outcomes
 from tasks.settings import Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from tasks.sinks.postgres_warehouse import PostgresWarehouse

@@ -246,7 +246,7 @@ def test_the_key_numbers_give_the_mean_forecast_interval_width_decisions_and_the
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from tasks.reports.forecast_report import forecast_run_report_html
-    from tasks.scoring.partition_run import key_numbers
+    from tasks.runs.key_numbers import key_numbers
     from tasks.scoring.summary import ScoringSummary
 
     day = SCORED_DAYS[-1]
@@ -303,7 +303,7 @@ def _realized(published: pl.DataFrame, actuals: pl.DataFrame) -> dict:
 
 
 def test_the_monitoring_page_shows_forecasts_realized_error_and_estimated_mae_over_time(sales: SalesJob) -> None:
-    from tasks.monitoring.runs import ingested_partition_outcomes, written_monitoring_page
+    from tasks.runs.monitoring import ingested_partition_outcomes, written_monitoring_page
     from tasks.sinks.warehouse_choice import warehouse_for
 
     warehouse = warehouse_for(sales.settings)

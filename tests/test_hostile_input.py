@@ -11,7 +11,7 @@ from prefect.exceptions import ParameterTypeError
 from typer.testing import CliRunner
 
 from cli.score import app
-from tasks.jobs.calendar import parse_partition_date, partition_range
+from tasks.runs.calendar import parse_partition_date, partition_range
 from tasks.errors import JobSpecError, PartitionError, UnsafePath
 from tasks.jobspec import checked_job_name
 from tasks.settings import Settings

@@ -18,7 +18,8 @@ import pytest
 from matplotlib.image import imread
 
 from offline_browser import offline_page
-from tasks.reports.html_report import DRIFT_TABLE_SCRIPT, run_report_html, write_run_report
+from tasks.reports.html_report import DRIFT_TABLE_SCRIPT, run_report_html
+from tasks.reports.html_parts import write_run_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EVIL = "<script>alert('x')</script>"

@@ -204,7 +204,7 @@ def test_the_alerts_of_a_propensity_run_name_its_features_decisions_and_score(sh
 def test_the_credit_job_keeps_its_own_words() -> None:
     from tasks.jobspec import load_job_spec
     from tasks.reports.html_report import run_report_html
-    from tasks.scoring.partition_run import key_numbers
+    from tasks.runs.key_numbers import key_numbers
     from tasks.scoring.summary import ScoringSummary
     from tasks.settings import PROJECT_ROOT, Settings
 

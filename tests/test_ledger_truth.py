@@ -21,8 +21,8 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.sinks.recovery import pending_ledger_dir, recovered_job
-from tasks.reports.reporting import partition_selection
+from tasks.runs.recovery import pending_ledger_dir, recovered_job
+from tasks.runs.scheduling import partition_selection
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from flows.steps.blocks import configured_warehouse
@@ -115,7 +115,7 @@ def test_nightly_scores_the_night_its_run_was_scheduled_for_not_the_wall_clocks(
     from prefect.states import Scheduled
 
     from flows.people import nightly
-    from tasks.jobs.calendar import scheduled_partition_date, yesterday
+    from tasks.runs.calendar import scheduled_partition_date, yesterday
 
     day = demo_env.plan.scoring_dates[-1]
     monkeypatch.setenv("SCORING_CATCH_UP_DAYS", "0")
@@ -220,8 +220,8 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
 def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_warning(
     demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import tasks.monitoring.runs
-    import tasks.scoring.partition_run
+    import tasks.runs.monitoring
+    import tasks.runs.page
     from flows.score_partition import score_partition
 
     def full_disk(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -230,8 +230,8 @@ def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_war
     def broken_page(**kwargs):  # noqa: ANN003, ANN202
         raise ValueError("a histogram without edges")
 
-    monkeypatch.setattr(tasks.monitoring.runs, "monitored_decisions", full_disk)
-    monkeypatch.setattr(tasks.scoring.partition_run, "run_report_html", broken_page)
+    monkeypatch.setattr(tasks.runs.monitoring, "monitored_decisions", full_disk)
+    monkeypatch.setattr(tasks.runs.page, "run_report_html", broken_page)
     day = demo_env.plan.scoring_dates[-1]
     result = score_partition(DEMO_JOB, day)
     assert any(w.startswith("decision monitoring failed") for w in result["warnings"]), result["warnings"]

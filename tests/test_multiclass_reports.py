@@ -119,7 +119,7 @@ def test_the_ledger_summary_and_the_key_numbers_are_the_published_class_mix(faul
     import duckdb
 
     from tasks.monitoring.class_distribution import ClassDistribution, class_run_summary
-    from tasks.scoring.partition_run import key_numbers
+    from tasks.runs.key_numbers import key_numbers
     from tasks.scoring.summary import ScoringSummary
 
     root = faults["root"]
@@ -184,7 +184,7 @@ def test_the_model_card_gives_the_classes_and_their_reliability(faults: dict) ->
 
 
 def test_the_monitoring_page_speaks_of_classes(faults: dict) -> None:
-    from tasks.monitoring.runs import written_monitoring_page
+    from tasks.runs.monitoring import written_monitoring_page
     from tasks.settings import Settings
     from tasks.sinks.warehouse_choice import warehouse_for
 

@@ -29,10 +29,9 @@ from scipy.stats import beta, mannwhitneyu
 
 from tasks.errors import LabelError, PartitionError
 from tasks.jobspec import load_job_spec
-from tasks.monitoring.report import (
-    monitoring_history, realized_performance_rows, realized_performance_table, unmatched_label_counts, unmatched_labels_text,
-)
-from tasks.monitoring.runs import outcomes_run_name, written_monitoring_page
+from tasks.monitoring.history import monitoring_history, unmatched_label_counts
+from tasks.reports.monitoring_page import realized_performance_rows, realized_performance_table, unmatched_labels_text
+from tasks.runs.monitoring import outcomes_run_name, written_monitoring_page
 from tasks.monitoring.outcomes import (
     ANY_ACTION,
     ingested_outcomes,

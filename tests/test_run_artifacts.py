@@ -69,7 +69,7 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
         assert "sha256 " in card and "…" in card and "→" in card and "â€" not in card
 
         # The monitoring page (written here as the outcomes flow's report step writes it) opens from its links too.
-        from tasks.monitoring.runs import written_monitoring_page
+        from tasks.runs.monitoring import written_monitoring_page
         from tasks.sinks.warehouse_choice import warehouse_for
 
         monitoring_url = f"{base}/{DEMO_JOB}/reports/html/monitoring.html"
@@ -133,12 +133,12 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_without_a_base_url_there_is_no_link_artifact_and_a_bad_one_is_refused(demo_env: DemoEnv, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks.scoring.partition_run import report_url
+    from tasks.runs.page import report_url
 
     assert report_url(None, DEMO_JOB, demo_env.plan.scoring_dates[-1]) is None
     # Without a base URL the monitoring page's artifacts give its path as text and no link artifact; a file outside the
     # served folder has no address under one.
-    from tasks.monitoring.runs import monitoring_page_artifacts
+    from tasks.reports.artifacts import monitoring_page_artifacts
     from tasks.reports.links import served_url
 
     output = demo_env.settings.data_dir / "output"
@@ -159,7 +159,7 @@ def test_without_a_base_url_there_is_no_link_artifact_and_a_bad_one_is_refused(d
 
 def test_the_key_numbers_name_every_fallback_that_happened_whatever_its_detail() -> None:
     from tasks.quality.fallback_report import fallback_report_rows
-    from tasks.scoring.partition_run import key_numbers
+    from tasks.runs.key_numbers import key_numbers
     from tasks.scoring.summary import ScoringSummary
 
     summary = ScoringSummary(rows_read=1000, rows_scored=990, decisions={"approve": 900, "decline": 90})
@@ -180,7 +180,7 @@ def test_the_key_numbers_name_every_fallback_that_happened_whatever_its_detail()
 def test_the_key_numbers_give_the_decision_shift_the_reasons_and_one_row_per_drifted_feature() -> None:
     """Flags as rows (a feature flagged against both baselines is one row, the score's drift none), the shift decision
     monitoring flagged as its relative change, and the reasons given most with their share of the rows given reasons."""
-    from tasks.scoring.partition_run import key_numbers
+    from tasks.runs.key_numbers import key_numbers
     from tasks.scoring.summary import ScoringSummary
 
     def drift(feature: str, baseline: str, psi: float, flag: str) -> dict:
@@ -223,7 +223,7 @@ def test_the_key_numbers_read_whole_as_markdown() -> None:
     whole, a pipe in a value escaped, an address a link and a path code."""
     import markdown_it
 
-    from tasks.scoring.partition_run import key_numbers_markdown
+    from tasks.runs.key_numbers import key_numbers_markdown
 
     rows = [{"measure": f"reason given #{i}", "value": f"{i} rows: a | very long text " + "x" * 120} for i in range(1, 15)]
     rows += [{"measure": "run page", "value": "https://reports.example/credit-risk/date=2026-03-10.html"},

@@ -27,7 +27,7 @@ import duckdb
 import pytest
 
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
-from tasks.sinks.recovery import pending_ledger_dir
+from tasks.runs.recovery import pending_ledger_dir
 
 from conftest import DEMO_JOB, DemoEnv, _free_port, _postgres_bin_dir, _run_admin_sql
 from test_operator_faults import tmpfs  # noqa: F401  (the fixture)

@@ -68,7 +68,7 @@ def test_a_stalled_chunk_times_the_run_out_cleanly_and_the_backfill_goes_on(
 
 
 def test_the_spec_limit_overrides_the_settings_default(demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks.scoring.partition_run import run_ticket
+    from tasks.runs.ticket import run_ticket
     from tasks.scoring.prepared import prepared_job
 
     monkeypatch.setenv("SCORING_MAX_RUN_SECONDS", "60")

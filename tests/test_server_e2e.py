@@ -31,6 +31,7 @@ import httpx
 import pytest
 
 from conftest import DEMO_JOB, DemoEnv
+from tasks import TELEMETRY_OFF
 from offline_browser import CHROMIUM_ARGS, chromium
 
 pytestmark = pytest.mark.server
@@ -72,10 +73,8 @@ def _child_env(prefect_home: Path, api_url: str, data_dir: Path) -> dict[str, st
     env.update(
         PREFECT_HOME=str(prefect_home),
         PREFECT_API_URL=api_url,
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        **TELEMETRY_OFF,
         PREFECT_WORKER_QUERY_SECONDS="2",
-        GX_ANALYTICS_ENABLED="false",
-        DO_NOT_TRACK="1",
         SCORING_DATA_DIR=str(data_dir),
         PYTHONUNBUFFERED="1",
     )
@@ -291,7 +290,7 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
 
 def test_a_failed_run_shows_one_sentence_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> None:
     from tasks.errors import user_facing_error
-    from tasks.jobs.calendar import backfill_dates
+    from tasks.runs.calendar import backfill_dates
 
     d1, d2 = demo_env.plan.scoring_dates[:2]
     with pytest.raises(Exception) as refused:
@@ -536,7 +535,7 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
     from playwright.sync_api import expect
 
     from tasks.errors import user_facing_error
-    from tasks.jobs.calendar import backfill_dates
+    from tasks.runs.calendar import backfill_dates
 
     expect.set_options(timeout=60_000)
     shutil.rmtree(SHOTS, ignore_errors=True)

@@ -18,7 +18,8 @@ import pytest
 
 from tasks.prediction.words import JobWords
 from tasks.quality.drift import DriftAccumulator, Histogram, drift_bin_labels, drift_report_rows, reference_statistics
-from tasks.reports.html_report import run_report_html, write_run_report
+from tasks.reports.html_report import run_report_html
+from tasks.reports.html_parts import write_run_report
 from offline_browser import offline_page
 
 N_FEATURES = 100

@@ -16,7 +16,7 @@ from prefect import flow, task
 
 from flows.outcomes import outcomes
 from flows.score_partition import score_partition
-from tasks.jobs.calendar import job_name_enum
+from tasks.runs.calendar import job_name_enum
 from tasks.errors import PartitionError
 from tasks.settings import current_settings
 

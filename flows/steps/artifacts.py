@@ -7,7 +7,7 @@ import uuid
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.client.orchestration import get_client
 
-from tasks.scoring.partition_run import Artifact
+from tasks.reports.artifacts import Artifact
 
 _ID_SPACE = 1 << 128
 MAX_TRIES = 64

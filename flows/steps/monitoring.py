@@ -1,4 +1,4 @@
-"""Prefect tasks of prediction monitoring and realized outcomes: thin wrappers over tasks/monitoring/runs.py.
+"""Prefect tasks of prediction monitoring and realized outcomes: thin wrappers over tasks/runs/monitoring.py.
 They take and return plain values, never tables."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from prefect.runtime import flow_run
 
 from flows.steps.artifacts import left_artifacts
 from flows.steps.blocks import configured_warehouse, run_warehouse
-from tasks.monitoring.runs import decision_monitoring, ingested_partition_outcomes, outcomes_run_name, written_monitoring_page
-from tasks.jobs.calendar import ALL_JOBS
-from tasks.scoring.partition_run import Artifact
+from tasks.runs.monitoring import decision_monitoring, ingested_partition_outcomes, outcomes_run_name, written_monitoring_page
+from tasks.runs.calendar import ALL_JOBS
+from tasks.reports.artifacts import Artifact
 from tasks.settings import current_settings
 
 

@@ -1,5 +1,5 @@
 """Prefect tasks of a partition run's life — prepare, start, publish, finish, fail — thin wrappers over
-tasks/scoring/partition_run.py and tasks/sinks/publish.py; the work units' tasks are in unit_steps.py.
+tasks/runs/ and tasks/sinks/publish.py; the work units' tasks are in units.py.
 
 They pass small references (a run ticket, a summary) and never tables; engines and models are
 built inside the task that uses them.
@@ -24,10 +24,12 @@ from flows.steps.artifacts import left_artifacts_in_order
 from flows.steps.monitoring import monitored_run_decisions
 from flows.steps.units import prepared_run_job, stopping_signal
 from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
-from tasks.scoring.partition_run import (
-    Artifact, RunTicket, finished_run_result, now_utc, partition_page, recorded_failed_run, recorded_refused_run, report_url, run_artifacts, run_lease,
-    run_result, run_ticket, started_run, trailing_shifts,
-)
+from tasks.reports.artifacts import Artifact
+from tasks.runs.ticket import RunTicket, now_utc, run_ticket
+from tasks.runs.result import finished_run_result, run_artifacts, run_result
+from tasks.runs.page import partition_page, report_url, trailing_shifts
+from tasks.runs.failure import recorded_failed_run, recorded_refused_run
+from tasks.runs.lease import run_lease, started_run
 from tasks.errors import RunStopped, user_facing_error
 from tasks.monitoring.alerts import published_run_alerts
 from tasks.reports.links import served_url
@@ -38,7 +40,7 @@ from tasks.sinks.delta import delta_tables
 from tasks.sinks.parquet_store import output_dirs
 from tasks.sinks.partition_lock import PartitionLease
 from tasks.sinks.publish import PublishedPartition, partition_store, published_partition, retried
-from tasks.sinks.recovery import pending_ledger_dir, recovered_job, released_failure_room
+from tasks.runs.recovery import pending_ledger_dir, recovered_job, released_failure_room
 
 log = logging.getLogger("scoring.run")
 
@@ -162,7 +164,7 @@ def write_model_card(ticket: RunTicket) -> Artifact:
     markdown = job_model_card(ticket.job, settings, run_warehouse(ticket.run_id))
     page = written_model_card(markdown, settings.output_dir(ticket.job) / MODEL_CARD_FILE)
     log.info("model card of %s: %s", ticket.job, page)
-    return model_card_artifact(ticket.job, page, served_url(settings.report_base_url, settings.data_dir / "output", page))
+    return model_card_artifact(ticket.job, page, served_url(settings.report_base_url, settings.output_root, page))
 
 
 def _failure(state: State) -> str:
@@ -206,7 +208,7 @@ def failed_run(run_id: str, job: str, partition_date: dt.date, error: BaseExcept
 
 @task(name="fail-run")
 def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> None:
-    """Record the failure in the ledger and drop the run's files (tasks/scoring/partition_run.py: recorded_failed_run);
+    """Record the failure in the ledger and drop the run's files (tasks/runs/failure.py: recorded_failed_run);
     an HTTP error of a call to a lost Prefect API is recorded as what it means."""
     error = orchestration_lost(error) or error
     recorded_failed_run(run_warehouse(run_id), current_settings(), run_id=run_id, job=job, partition_date=partition_date, error=error)
@@ -215,7 +217,7 @@ def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseExceptio
 @task(name="record-refused-run")
 def record_refused_run(run_id: str, job: str, partition_date: dt.date, error: BaseException) -> bool:
     """A partition of a backfill or nightly refused before its lease, as a failed run in the ledger
-    (tasks/scoring/partition_run.py: recorded_refused_run)."""
+    (tasks/runs/failure.py: recorded_refused_run)."""
     settings = with_warehouse_url(current_settings())
     return recorded_refused_run(
         configured_warehouse(settings), settings, run_id=run_id, job=job, partition_date=partition_date, error=error,

@@ -25,10 +25,11 @@ from tasks.errors import PartitionsFailed, ScoringError, user_facing_error
 from tasks.jobspec import load_job_spec
 from tasks.prediction.words import JobWords
 from tasks.reports.links import served_url
-from tasks.scoring.partition_run import report_url
+from tasks.runs.page import report_url
 from tasks.scoring.progress import reported_progress
-from tasks.jobs.calendar import backfill_dates, scheduled_partition_date
-from tasks.reports.reporting import BackfillMode, failed_outcomes_message, partition_outcome, partition_selection, selection_message
+from tasks.runs.calendar import backfill_dates, scheduled_partition_date
+from tasks.runs.scheduling import BackfillMode, partition_selection, selection_message
+from tasks.reports.reporting import failed_outcomes_message, partition_outcome
 from tasks.settings import Settings, current_settings
 
 log = logging.getLogger("scoring.backfill")
@@ -84,7 +85,7 @@ def _log_link(settings: Settings, job: str, date: dt.date, run_id: str) -> str:
     path = settings.run_log_path("score_partition", run_id, job=job, partition=date.isoformat())
     if not path.is_file():
         return ""
-    url = served_url(settings.report_base_url, settings.data_dir / "output", path)
+    url = served_url(settings.report_base_url, settings.output_root, path)
     return url or str(path.relative_to(settings.data_dir))
 
 

@@ -29,7 +29,7 @@ from prefect.states import Failed
 from flows.steps.api import orchestration_lost
 
 from tasks.errors import ExitCode, user_facing_error
-from tasks.jobs.calendar import parse_partition_date
+from tasks.runs.calendar import parse_partition_date
 from tasks.jobspec import checked_job_name
 from tasks.settings import current_settings
 

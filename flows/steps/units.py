@@ -20,7 +20,7 @@ from prefect.utilities.annotations import quote
 from flows.steps.api import reporting_to_api
 from flows.steps.task_runners import inference_runs_apart, inference_task_resources
 from flows.steps.blocks import run_warehouse, with_warehouse_url
-from tasks.scoring.partition_run import RunTicket, pinned_versions
+from tasks.runs.ticket import RunTicket, pinned_versions
 from tasks.scoring.progress import reported_progress
 from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job
 from tasks.scoring.summary import ScoringSummary, scoring_summary

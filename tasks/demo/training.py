@@ -12,7 +12,8 @@ import numpy as np
 import polars as pl
 import xgboost as xgb
 
-from tasks.features import FeatureKind, job_features
+from tasks.contracts import FeatureKind
+from tasks.features import job_features
 from tasks.guards import guarded_chunk, load_guard_suite
 from tasks.jobspec import load_job_spec
 from tasks.jobs.registration import RegistrationReport, job_model_inputs, registered_job_model, registered_model_version

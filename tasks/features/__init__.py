@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol, cast
 
 import numpy as np
 import polars as pl
 
-from tasks.features.config import FeatureKind
-
-if TYPE_CHECKING:
-    from tasks.jobspec import JobSpec
+from tasks.features.config import DeclaredFeatures as DeclaredFeaturesSpec
+from tasks.contracts import FeatureKind
 
 
 class FeatureModule(Protocol):
@@ -38,7 +36,18 @@ def load_feature_module(dotted: str) -> FeatureModule:
     return cast(FeatureModule, module)
 
 
-def job_features(spec: JobSpec) -> FeatureModule:
+class FeatureSource(Protocol):
+    """What `job_features` reads of a job spec: its declared features or the name of its feature module (a
+    JobSpec is one; features sit below the spec in the house and do not import it)."""
+
+    @property
+    def features(self) -> DeclaredFeaturesSpec | None: ...
+
+    @property
+    def feature_module(self) -> str | None: ...
+
+
+def job_features(spec: FeatureSource) -> FeatureModule:
     """The features of a job: the ones its spec declares, or its Python feature module."""
     if spec.features is not None:
         from tasks.features.declared import DeclaredFeatures

@@ -5,11 +5,10 @@ section into the job spec.
 
 from __future__ import annotations
 
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-FeatureKind = Literal["numeric", "boolean", "categorical"]
+from tasks.contracts import FeatureKind
 
 FEATURE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"
 """Model feature names: XGBoost and ONNX refuse `[`, `]`, `<`, commas and spaces in them; a raw column

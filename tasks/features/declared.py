@@ -18,7 +18,8 @@ import polars as pl
 import pyarrow as pa
 
 from tasks.errors import JobSpecError
-from tasks.features.config import DeclaredColumn, FeatureKind
+from tasks.contracts import FeatureKind
+from tasks.features.config import DeclaredColumn
 from tasks.features.config import DeclaredFeatures as DeclaredFeaturesSpec
 
 

@@ -35,7 +35,8 @@ from tasks.contracts import InferenceInput
 from tasks.monitoring.health import ATTRIBUTION_REFERENCE_ROWS, fitted_health_reference, holdout_auc_check
 from tasks.quality.drift import FORECAST_DRIFT_NAME, reference_statistics
 from tasks.errors import JobProblem, JobSpecError, JobValidationError, LabelError, ModelArtifactError, PartitionError
-from tasks.features import FeatureKind, FeatureModule, feature_kinds, job_features
+from tasks.contracts import FeatureKind
+from tasks.features import FeatureModule, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, guarded_chunk, load_guard_suite, raw_schema_problems
 from tasks.inference.engine import LoadedModel, inference_engine, inference_loaded_model

@@ -51,7 +51,7 @@ import polars as pl
 import yaml
 
 from tasks.errors import JobSpecError, LabelError, PartitionError
-from tasks.features import FeatureKind
+from tasks.contracts import FeatureKind
 from tasks.guards import load_guard_suite
 from tasks.features.config import FALSE_VALUES, FEATURE_NAME_PATTERN, TRUE_VALUES
 from tasks.jobspec import NAME_PATTERN, JobSpec, UniqueKeyLoader

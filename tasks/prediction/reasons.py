@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from tasks.contracts import FeatureContributions
-from tasks.features.config import FeatureKind
+from tasks.contracts import FeatureKind
 from tasks.prediction.config import ReasonCode, ReasonConfig
 
 _BOOLEAN_KEYS = {"0": 0.0, "1": 1.0, "false": 0.0, "true": 1.0}

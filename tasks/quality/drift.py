@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.features import FeatureKind
+from tasks.contracts import FeatureKind
 from tasks.inference.registry import ReferenceStats
 
 SCORE_EDGES = np.arange(0.5, 100.0, 1.0)

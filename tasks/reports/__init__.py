@@ -1,2 +1,4 @@
-"""What people read about runs and models: the per-run HTML page (and the page style the
-monitoring page shares), the model card, and the summaries of what was scored."""
+"""What people read about runs and models: every page and artifact of the house. The per-run HTML pages, the
+monitoring pages, the model card, the pieces they share (html_parts), the Prefect artifacts' contents (artifacts)
+and the summaries of what was scored. The numbers come from the layers below (tasks/monitoring/ keeps the numbers,
+the pages here draw them)."""

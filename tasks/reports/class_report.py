@@ -14,10 +14,8 @@ from typing import Any
 
 from tasks.prediction.words import JobWords
 from tasks.reports.forecast_report import bars_svg
-from tasks.reports.html_report import (
-    DRIFT_TABLE_SCRIPT, BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _pct, _shadow_section,
-    _summary_section, _table, drift_sections, engineering_section, glance_section, lead_section, page_html,
-)
+from tasks.reports.html_report import BinLabels, DRIFT_TABLE_SCRIPT, Histograms, drift_sections, engineering_section, fallback_section, glance_section, lead_section, shadow_section, summary_section
+from tasks.reports.html_parts import cell_text, esc, flag_badge, html_table, page_html, percent, table_cell
 
 _SUMMARY_NAMES = {
     "rows_scored": "rows_classified",
@@ -32,17 +30,17 @@ def _probability(value: Any) -> str:
 
 def _class_mix_section(report: Mapping[str, Any]) -> str:
     body = [
-        "<tr>" + _cell(r["class"]) + _cell(r["rows"]) + f'<td class="n">{_e(_pct(r["share"]))}</td>'
-        + f'<td class="n">{_e(_probability(r["mean_probability"]))}</td></tr>'
+        "<tr>" + table_cell(r["class"]) + table_cell(r["rows"]) + f'<td class="n">{esc(percent(r["share"]))}</td>'
+        + f'<td class="n">{esc(_probability(r["mean_probability"]))}</td></tr>'
         for r in report["class_mix"]
     ]
     return (
-        f"<h2>Class mix: {_e(report['name'])}</h2>"
-        f'<p class="muted">{_fmt(report["rows"])} rows classified; each row\'s predicted class is its most probable one '
+        f"<h2>Class mix: {esc(report['name'])}</h2>"
+        f'<p class="muted">{cell_text(report["rows"])} rows classified; each row\'s predicted class is its most probable one '
         "after calibration; the mean probability is that of the predicted class, over the rows predicted as it "
-        f"(all rows: {_e(_probability(report['mean_probability']))}). Each row's whole probability vector is in "
+        f"(all rows: {esc(_probability(report['mean_probability']))}). Each row's whole probability vector is in "
         "<code>classifications</code>.</p>"
-        + _table(["class", "rows predicted", "share", "mean probability"], body)
+        + html_table(["class", "rows predicted", "share", "mean probability"], body)
     )
 
 
@@ -57,8 +55,8 @@ def _margin_section(report: Mapping[str, Any]) -> str:
     return (
         "<h2>Margins</h2>"
         '<p class="muted">The margin is the predicted class\'s probability minus the runner-up\'s: near 0 the two likeliest '
-        f"classes are a close call. Mean margin {_e(_probability(margin['mean']))}; rows with a margin below {cut:g}: "
-        f"{_fmt(margin['low_margin_rows'])} ({_e(_pct(margin['low_margin_share']))}).</p>"
+        f"classes are a close call. Mean margin {esc(_probability(margin['mean']))}; rows with a margin below {cut:g}: "
+        f"{cell_text(margin['low_margin_rows'])} ({esc(percent(margin['low_margin_share']))}).</p>"
         f'<div class="plots">{figure}</div>'
     )
 
@@ -66,37 +64,37 @@ def _margin_section(report: Mapping[str, Any]) -> str:
 def _decisions_section(report: Mapping[str, Any], words: JobWords | None) -> str:
     classes, table = report["classes"], report["decision_by_class"]
     by_class = [
-        "<tr>" + _cell(words.decision(decision) if words else decision) + "".join(_cell(n) for n in rows) + _cell(sum(rows)) + "</tr>"
+        "<tr>" + table_cell(words.decision(decision) if words else decision) + "".join(table_cell(n) for n in rows) + table_cell(sum(rows)) + "</tr>"
         for decision, rows in zip(table["decisions"], table["rows"], strict=True)
     ]
     total = sum(r["rows"] for r in report["rules"])
     rules = [
-        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(r["decision"]) + _cell(r["rows"])
-        + f'<td class="n">{_e(_pct(r["rows"] / total if total else None))}</td></tr>'
+        "<tr>" + table_cell(r["rule_id"]) + table_cell(r["condition"]) + table_cell(r["decision"]) + table_cell(r["rows"])
+        + f'<td class="n">{esc(percent(r["rows"] / total if total else None))}</td></tr>'
         for r in report["rules"]
     ]
     return (
         "<h2>Decisions by class</h2>"
         '<p class="muted">Rows per decision (down) and predicted class (across).</p>'
-        + _table(["decision", *classes, "all classes"], by_class)
+        + html_table(["decision", *classes, "all classes"], by_class)
         + "<h2>Rules</h2>"
         '<p class="muted">The rule table, first match wins; each row\'s decision and the rule that made it are in '
         "<code>classifications</code>.</p>"
-        + _table(["rule", "when", "decision", "rows", "share"], rules)
+        + html_table(["rule", "when", "decision", "rows", "share"], rules)
     )
 
 
 def _reasons_section(report: Mapping[str, Any], rows_with_reasons: int) -> str:
     body = [
-        "<tr>" + _cell(r["code"]) + _cell(r["text"]) + _cell(r["rows"])
-        + f'<td class="n">{_e(_pct(r["rows"] / rows_with_reasons if rows_with_reasons else None))}</td></tr>'
+        "<tr>" + table_cell(r["code"]) + table_cell(r["text"]) + table_cell(r["rows"])
+        + f'<td class="n">{esc(percent(r["rows"] / rows_with_reasons if rows_with_reasons else None))}</td></tr>'
         for r in report["reason_codes"]
     ]
     return (
         "<h2>Reasons given</h2>"
         f'<p class="muted">Codes of the features that pushed a row most toward its predicted class, on the '
-        f"{_fmt(rows_with_reasons)} rows whose decision asks for reasons; a row counts once per code.</p>"
-        + _table(["code", "reason", "rows", "share of rows with reasons"], body)
+        f"{cell_text(rows_with_reasons)} rows whose decision asks for reasons; a row counts once per code.</p>"
+        + html_table(["code", "reason", "rows", "share of rows with reasons"], body)
     )
 
 
@@ -108,15 +106,15 @@ def _health_section(rows: list[Mapping[str, Any]]) -> str:
     if not rows:
         return ""
     body = [
-        "<tr>" + _cell(r.get("section")) + _cell(r.get("measure")) + _cell(r.get("item")) + _cell(r.get("value"))
-        + _cell(r.get("low")) + _cell(r.get("high")) + _cell(r.get("reference"))
-        + (f"<td>{_flag_badge(r['flag'])}</td>" if r.get("flag") else "<td>—</td>") + "</tr>"
+        "<tr>" + table_cell(r.get("section")) + table_cell(r.get("measure")) + table_cell(r.get("item")) + table_cell(r.get("value"))
+        + table_cell(r.get("low")) + table_cell(r.get("high")) + table_cell(r.get("reference"))
+        + (f"<td>{flag_badge(r['flag'])}</td>" if r.get("flag") else "<td>—</td>") + "</tr>"
         for r in rows
     ]
     return (
         "<h2>Model health before labels</h2>"
         '<p class="muted">Table <code>model_health</code> of this run.</p>'
-        + _table(["section", "measure", "item", "value", "low", "high", "reference", "flag"], body)
+        + html_table(["section", "measure", "item", "value", "low", "high", "reference", "flag"], body)
     )
 
 
@@ -142,20 +140,20 @@ def class_run_report_html(
     counts, `report` the run's `ScoringSummary.classification_report`."""
     return page_html(
         f"Classification run {job} {partition_date}",
-        f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
-        f"classes of <b>{_e(report['name'])}</b>: {_e(', '.join(report['classes']))}",
+        f"job <b>{esc(job)}</b> · partition <b>{esc(partition_date)}</b> · run <code>{esc(run_id)}</code> · "
+        f"classes of <b>{esc(report['name'])}</b>: {esc(', '.join(report['classes']))}",
         lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
                      reason_codes=report["reason_codes"], words=words)
         + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
                          words=words, compared=shifts is not None)
-        + _summary_section(summary, _SUMMARY_NAMES, words)
+        + summary_section(summary, _SUMMARY_NAMES, words)
         + _class_mix_section(report)
         + _margin_section(report)
         + _decisions_section(report, words)
         + _reasons_section(report, int(summary.get("rows_with_reasons") or 0))
-        + _fallback_section(fallback_rows)
+        + fallback_section(fallback_rows)
         + _health_section(health_rows or [])
-        + _shadow_section(shadow_rows or [], flip_examples or [], words)
+        + shadow_section(shadow_rows or [], flip_examples or [], words)
         + drift_sections(drift_rows, histograms, bin_labels or {}, words)
         + engineering_section(summary, _SUMMARY_NAMES),
         script=DRIFT_TABLE_SCRIPT,

@@ -15,10 +15,8 @@ from typing import Any
 
 from tasks.monitoring.health import ESTIMATED_ERROR
 from tasks.prediction.words import JobWords
-from tasks.reports.html_report import (
-    DRIFT_TABLE_SCRIPT, BinLabels, Histograms, _cell, _e, _fallback_section, _flag_badge, _fmt, _n, _pct, _shadow_section,
-    _shares, _summary_section, _svg_text, _table, drift_sections, engineering_section, glance_section, lead_section, page_html,
-)
+from tasks.reports.html_report import BinLabels, DRIFT_TABLE_SCRIPT, Histograms, drift_sections, engineering_section, fallback_section, glance_section, lead_section, shadow_section, summary_section
+from tasks.reports.html_parts import cell_text, count_shares, esc, flag_badge, html_table, page_html, percent, svg_number, svg_text, table_cell
 
 _SUMMARY_NAMES = {
     "rows_scored": "rows_forecast",
@@ -35,7 +33,7 @@ def target_words(forecast: Mapping[str, Any]) -> str:
 
 
 def _in_unit(value: Any, unit: str) -> str:
-    return f"{_fmt(value)} {unit}".rstrip() if value is not None else "—"
+    return f"{cell_text(value)} {unit}".rstrip() if value is not None else "—"
 
 
 def _edge(value: float) -> str:
@@ -60,7 +58,7 @@ def bars_svg(name: str, edges: Sequence[float], counts: Sequence[int], *, axis: 
     n_bins = len(counts)
     if n_bins != len(edges) + 1:
         raise ValueError(f"{name}: counts need len(edges) + 1 = {len(edges) + 1} bins, got {n_bins}")
-    shares = _shares(counts)
+    shares = count_shares(counts)
     peak = max(float(shares.max(initial=0.0)), 1e-9)
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
     base = _TOP + plot_h
@@ -71,25 +69,25 @@ def bars_svg(name: str, edges: Sequence[float], counts: Sequence[int], *, axis: 
     def x(slot: float) -> float:
         return _LEFT + slot / n_bins * plot_w
 
-    parts = [f'<line class="axis" x1="{_n(_LEFT)}" y1="{_n(base)}" x2="{_n(_LEFT + plot_w)}" y2="{_n(base)}"/>',
-             f'<line class="axis" x1="{_n(_LEFT)}" y1="{_n(_TOP)}" x2="{_n(_LEFT)}" y2="{_n(base)}"/>']
+    parts = [f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(base)}" x2="{svg_number(_LEFT + plot_w)}" y2="{svg_number(base)}"/>',
+             f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(_TOP)}" x2="{svg_number(_LEFT)}" y2="{svg_number(base)}"/>']
     for tick in (0.0, peak / 2, peak):
-        parts.append(_svg_text(_LEFT - 4, y(tick) + 3, f"{tick:.1%}", anchor="end"))
-    parts.append(_svg_text(10, _TOP + plot_h / 2, "share of rows", rotate=-90))
+        parts.append(svg_text(_LEFT - 4, y(tick) + 3, f"{tick:.1%}", anchor="end"))
+    parts.append(svg_text(10, _TOP + plot_h / 2, "share of rows", rotate=-90))
     for i, (rows, share) in enumerate(zip(counts, shares, strict=True)):
         parts.append(
-            f'<rect class="current" x="{_n(x(i + 0.1))}" y="{_n(y(float(share)))}" width="{_n(0.8 / n_bins * plot_w)}" '
-            f'height="{_n(base - y(float(share)))}"><title>{_e(_bin_text(edges, i, unit))}: {int(rows):,} rows '
+            f'<rect class="current" x="{svg_number(x(i + 0.1))}" y="{svg_number(y(float(share)))}" width="{svg_number(0.8 / n_bins * plot_w)}" '
+            f'height="{svg_number(base - y(float(share)))}"><title>{esc(_bin_text(edges, i, unit))}: {int(rows):,} rows '
             f"({float(share):.2%})</title></rect>"
         )
     step = max(1, len(edges) // 6)
     for i in range(0, len(edges), step):
-        parts.append(_svg_text(x(i + 1), base + 14, _edge(edges[i])))
-    parts.append(_svg_text(_LEFT + plot_w / 2, _H - 4, axis))
+        parts.append(svg_text(x(i + 1), base + 14, _edge(edges[i])))
+    parts.append(svg_text(_LEFT + plot_w / 2, _H - 4, axis))
     label = f"histogram of {name}"
     return (
-        f'<svg class="histogram" viewBox="0 0 {_n(_W)} {_n(_H)}" role="img" aria-label="{_e(label)}" data-histogram="{_e(name)}">'
-        f"<title>{_e(label)}</title>{''.join(parts)}</svg>"
+        f'<svg class="histogram" viewBox="0 0 {svg_number(_W)} {svg_number(_H)}" role="img" aria-label="{esc(label)}" data-histogram="{esc(name)}">'
+        f"<title>{esc(label)}</title>{''.join(parts)}</svg>"
     )
 
 
@@ -101,15 +99,15 @@ def _forecast_section(forecast: Mapping[str, Any]) -> str:
         return f"{_edge(pair[0])} to {_edge(pair[1])}{f' {unit}' if unit else ''}" if pair and pair[0] == pair[0] else "—"
 
     rows = [
-        ("rows forecast", _fmt(forecast["rows"])),
+        ("rows forecast", cell_text(forecast["rows"])),
         ("mean forecast", _in_unit(forecast["forecast_mean"], unit)),
-        (f"mean interval ({level:.0%})", f"{_fmt(forecast['forecast_low_mean'])} to {_in_unit(forecast['forecast_high_mean'], unit)}"),
+        (f"mean interval ({level:.0%})", f"{cell_text(forecast['forecast_low_mean'])} to {_in_unit(forecast['forecast_high_mean'], unit)}"),
         ("mean interval width", _in_unit(forecast["width_mean"], unit)),
         ("mean expected error |actual − forecast|", _in_unit(forecast["expected_error_mean"], unit)),
         *((f"forecast {p}", bucket(q[p])) for p in q),
         *((f"interval width {p}", bucket(w[p])) for p in w),
     ]
-    body = "".join(f"<tr><th>{_e(k)}</th><td class=\"n\">{_e(v)}</td></tr>" for k, v in rows)
+    body = "".join(f"<tr><th>{esc(k)}</th><td class=\"n\">{esc(v)}</td></tr>" for k, v in rows)
     figures = []
     for key, caption, axis in (
         ("forecast", f"Forecast of {forecast.get('name') or 'the target'}", f"forecast ({unit})" if unit else "forecast"),
@@ -120,16 +118,16 @@ def _forecast_section(forecast: Mapping[str, Any]) -> str:
             continue
         note = "" if hist["exact"] else ' <span class="muted">(bins rounded to four significant digits)</span>'
         figures.append(
-            f'<figure class="plot" data-plot="{_e(key)}"><figcaption><b>{_e(caption)}</b>{note}</figcaption>'
+            f'<figure class="plot" data-plot="{esc(key)}"><figcaption><b>{esc(caption)}</b>{note}</figcaption>'
             f"{bars_svg(key, hist['edges'], hist['counts'], axis=axis, unit=unit)}</figure>"
         )
     return (
-        f"<h2>Forecast: {_e(target_words(forecast))}</h2>"
+        f"<h2>Forecast: {esc(target_words(forecast))}</h2>"
         '<p class="muted">The interval holds the actual for the level\'s share of rows (split conformal, its width scaled '
         "row by row by the error model); the expected error is that model's estimate of |actual − forecast|. Percentiles "
         "are the four-significant-digit bucket holding them. Histograms: share of rows per bin, the first and last bins "
         "below the 0.5th and from the 99.5th percentile on; hover a bar for its rows.</p>"
-        + _table(["measure", "value"], [body])
+        + html_table(["measure", "value"], [body])
         + f'<div class="plots">{"".join(figures) or "<p class=muted>no rows forecast</p>"}</div>'
     )
 
@@ -137,29 +135,29 @@ def _forecast_section(forecast: Mapping[str, Any]) -> str:
 def _decisions_section(forecast: Mapping[str, Any]) -> str:
     total = sum(r["rows"] for r in forecast["rules"])
     body = [
-        "<tr>" + _cell(r["rule_id"]) + _cell(r["condition"]) + _cell(r["decision"]) + _cell(r["rows"])
-        + f'<td class="n">{_e(_pct(r["rows"] / total if total else None))}</td></tr>'
+        "<tr>" + table_cell(r["rule_id"]) + table_cell(r["condition"]) + table_cell(r["decision"]) + table_cell(r["rows"])
+        + f'<td class="n">{esc(percent(r["rows"] / total if total else None))}</td></tr>'
         for r in forecast["rules"]
     ]
     return (
         "<h2>Decisions and rules</h2>"
         '<p class="muted">The rule table, first match wins; each row\'s decision and the rule that made it are in '
         "<code>forecasts</code>.</p>"
-        + _table(["rule", "when", "decision", "rows", "share"], body)
+        + html_table(["rule", "when", "decision", "rows", "share"], body)
     )
 
 
 def _reasons_section(forecast: Mapping[str, Any], rows_with_reasons: int) -> str:
     body = [
-        "<tr>" + _cell(r["code"]) + _cell(r["text"]) + _cell(r["rows"])
-        + f'<td class="n">{_e(_pct(r["rows"] / rows_with_reasons if rows_with_reasons else None))}</td></tr>'
+        "<tr>" + table_cell(r["code"]) + table_cell(r["text"]) + table_cell(r["rows"])
+        + f'<td class="n">{esc(percent(r["rows"] / rows_with_reasons if rows_with_reasons else None))}</td></tr>'
         for r in forecast["reason_codes"]
     ]
     return (
         "<h2>Reasons given</h2>"
-        f'<p class="muted">Codes of the features that moved the forecast most, on the {_fmt(rows_with_reasons)} rows whose '
+        f'<p class="muted">Codes of the features that moved the forecast most, on the {cell_text(rows_with_reasons)} rows whose '
         "decision asks for reasons: <code>_UP</code> raised it, <code>_DOWN</code> lowered it; a row counts once per code.</p>"
-        + _table(["code", "reason", "rows", "share of rows with reasons"], body)
+        + html_table(["code", "reason", "rows", "share of rows with reasons"], body)
     )
 
 
@@ -171,20 +169,20 @@ def _health_section(rows: Sequence[Mapping[str, Any]]) -> str:
     if not estimates and not flagged:
         return ""
     body = [
-        "<tr>" + _cell(r["measure"]) + _cell(r["item"]) + _cell(r["value"]) + _cell(r["low"]) + _cell(r["high"]) + _cell(r["reference"])
-        + (f"<td>{_flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>") + _cell(r["rows"]) + "</tr>" for r in estimates
+        "<tr>" + table_cell(r["measure"]) + table_cell(r["item"]) + table_cell(r["value"]) + table_cell(r["low"]) + table_cell(r["high"]) + table_cell(r["reference"])
+        + (f"<td>{flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>") + table_cell(r["rows"]) + "</tr>" for r in estimates
     ]
     drift = [
-        "<tr>" + _cell(r["section"]) + _cell(r["measure"]) + _cell(r["item"]) + _cell(r["value"]) + _cell(r["reference"])
-        + _cell(r["delta"]) + (f"<td>{_flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>") + "</tr>" for r in flagged
+        "<tr>" + table_cell(r["section"]) + table_cell(r["measure"]) + table_cell(r["item"]) + table_cell(r["value"]) + table_cell(r["reference"])
+        + table_cell(r["delta"]) + (f"<td>{flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>") + "</tr>" for r in flagged
     ]
     return (
         "<h2>Model health before actuals</h2>"
         '<p class="muted">The error expected before the actuals land, from the error model (table <code>model_health</code>, '
         "section <code>estimated_error</code>), against the held-back hold-out's (reference); flagged when the whole interval "
         "lies above it. The realized error joins it when the actuals land (<code>outcome_estimates</code>).</p>"
-        + _table(["measure", "item", "estimate", "low", "high", "hold-out", "flag", "rows"], body)
-        + _table(["section", "measure", "item", "value", "reference", "change", "flag"], drift)
+        + html_table(["measure", "item", "estimate", "low", "high", "hold-out", "flag", "rows"], body)
+        + html_table(["section", "measure", "item", "value", "reference", "change", "flag"], drift)
     )
 
 
@@ -211,19 +209,19 @@ def forecast_run_report_html(
     challenger's comparison, when one shadows the job."""
     return page_html(
         f"Forecast run {job} {partition_date}",
-        f"job <b>{_e(job)}</b> · partition <b>{_e(partition_date)}</b> · run <code>{_e(run_id)}</code> · "
-        f"forecast of <b>{_e(target_words(forecast))}</b>, interval {forecast['level']:.0%}",
+        f"job <b>{esc(job)}</b> · partition <b>{esc(partition_date)}</b> · run <code>{esc(run_id)}</code> · "
+        f"forecast of <b>{esc(target_words(forecast))}</b>, interval {forecast['level']:.0%}",
         lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
                      reason_codes=forecast["reason_codes"], words=words)
         + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
                          words=words, compared=shifts is not None)
-        + _summary_section(summary, _SUMMARY_NAMES, words)
+        + summary_section(summary, _SUMMARY_NAMES, words)
         + _forecast_section(forecast)
         + _decisions_section(forecast)
         + _reasons_section(forecast, int(summary.get("rows_with_reasons") or 0))
-        + _fallback_section(fallback_rows)
+        + fallback_section(fallback_rows)
         + _health_section(health_rows or [])
-        + _shadow_section(shadow_rows or [], flip_examples or [], words)
+        + shadow_section(shadow_rows or [], flip_examples or [], words)
         + drift_sections(drift_rows, histograms, bin_labels or {}, words)
         + engineering_section(summary, _SUMMARY_NAMES),
         script=DRIFT_TABLE_SCRIPT,

@@ -27,9 +27,9 @@ from tasks.prediction.calibration_check import predict_calibration_table
 from tasks.monitoring.forecast_distribution import rule_condition_text
 from tasks.prediction.config import ReasonCode
 from tasks.prediction.reasons import FORECAST_DIRECTIONS
-from tasks.reports.html_report import page_html, write_run_report
+from tasks.reports.html_parts import page_html, write_run_report
 from tasks.reports.links import file_reference_markdown
-from tasks.scoring.partition_run import Artifact, artifact_key
+from tasks.reports.artifacts import Artifact, artifact_key
 from tasks.settings import Settings
 from tasks.sinks.warehouse import Warehouse
 from tasks.sinks.warehouse_choice import warehouse_for

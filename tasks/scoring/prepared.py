@@ -14,7 +14,8 @@ from functools import cached_property
 import numpy as np
 
 from tasks.errors import FeatureVersionMismatch, ModelArtifactError, ScoringError
-from tasks.features import FeatureKind, FeatureModule, feature_categories, feature_kinds
+from tasks.contracts import FeatureKind
+from tasks.features import FeatureModule, feature_categories, feature_kinds
 from tasks.guards import GuardSuite
 from tasks.inference.engine import LoadedModel, inference_loaded_model
 from tasks.inference.kinds import inference_job_kind_words, inference_model_kind_words, inference_same_kind

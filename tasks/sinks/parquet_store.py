@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.catalog import STAGED_DATASETS, Dataset
+from tasks.catalog import PAGES_FOLDER, STAGED_DATASETS, Dataset, run_page_name
 
 if TYPE_CHECKING:
     from tasks.settings import Settings
@@ -96,7 +96,7 @@ class PartitionStore:
         return self.root / "_current" / f"date={partition}"
 
     def page_link(self, partition: str) -> Path:
-        return self.root / "reports" / "html" / f"date={partition}.html"
+        return self.root / PAGES_FOLDER / run_page_name(partition)
 
     def _relative(self, name: str) -> Path:
         return self.datasets[name].relative_to(self.root)

@@ -10,24 +10,39 @@ from typing import Any
 
 import polars as pl
 
-from tasks.reports.html_report import write_run_report
-from tasks.reports.links import file_reference_markdown, served_url
 from tasks.errors import ScoringError
-from tasks.jobs.calendar import ALL_JOBS, parse_partition_date, yesterday
 from tasks.jobspec import configured_jobs, load_job_spec
-from tasks.monitoring.class_page import class_monitoring_page_html, class_monitoring_rows
 from tasks.monitoring.decisions import decision_groups_frame, monitored_decisions
-from tasks.monitoring.forecast_page import forecast_monitoring_history, forecast_monitoring_page_html
-from tasks.monitoring.slices import slice_counts_frame
-from tasks.monitoring.report import (
-    monitoring_history, monitoring_page_html, realized_class_rows, realized_error_rows, realized_performance_rows,
-    unmatched_label_counts, unmatched_labels_text,
+from tasks.monitoring.history import (
+    class_monitoring_rows,
+    forecast_monitoring_history,
+    monitoring_history,
+    unmatched_label_counts,
 )
 from tasks.monitoring.outcomes import ingested_outcomes, outcome_window
-from tasks.scoring.partition_run import Artifact, artifact_key
+from tasks.monitoring.slices import slice_counts_frame
+from tasks.reports.artifacts import (
+    Artifact,
+    artifact_key,
+    decision_monitoring_artifact,
+    monitoring_page_artifacts,
+    monitoring_page_link,
+    slice_monitoring_artifact,
+)
+from tasks.reports.class_monitoring_page import class_monitoring_page_html
+from tasks.reports.forecast_monitoring_page import forecast_monitoring_page_html
+from tasks.reports.html_parts import write_run_report
+from tasks.reports.links import file_reference_markdown, served_url
+from tasks.reports.monitoring_page import (
+    monitoring_page_html,
+    realized_class_rows,
+    realized_error_rows,
+    realized_performance_rows,
+)
+from tasks.runs.calendar import ALL_JOBS, parse_partition_date, yesterday
 from tasks.settings import Settings
-from tasks.sources import raw_partition
 from tasks.sinks.warehouse import Warehouse
+from tasks.sources import raw_partition
 
 log = logging.getLogger("scoring.monitoring")
 
@@ -125,8 +140,8 @@ def written_monitoring_page(
     """The job's monitoring page for the range, written, and its realized-performance artifacts (a forecast job's:
     its realized error)."""
     spec = load_job_spec(job, settings)
-    page = settings.data_dir / "output" / job / "reports" / "html" / "monitoring.html"
-    page_url = served_url(settings.report_base_url, settings.data_dir / "output", page)
+    page = settings.monitoring_page_path(job)
+    page_url = served_url(settings.report_base_url, settings.output_root, page)
     decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
     if spec.target.classifies:
         rows = class_monitoring_rows(warehouse, job, first_date=first_date, last_date=last_date)
@@ -167,85 +182,3 @@ def written_monitoring_page(
         realized_performance_rows(history), job=job, first_date=first_date, last_date=last_date, page=page, page_url=page_url,
         unmatched=unmatched_label_counts(history), interval_level=spec.monitoring.outcome_interval_level,
     )
-
-
-def decision_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.date, run_id: str, window_days: int) -> Artifact:
-    """The `decision_monitoring` rows of one partition as a table artifact, the shifted measures named."""
-    shifted = [r for r in rows if r["flag"] == "shift"]
-
-    def shown(value: float | None, fmt: str) -> str:
-        return "—" if value is None else format(value, fmt)
-
-    return Artifact(
-        artifact_key("decision-monitoring", job),
-        f"Decision monitoring of {job} on {partition_date} (run {run_id}) against the trailing {window_days} days "
-        "(table decision_monitoring): " + (", ".join(f"{r['measure']} {r['item']} shifted" for r in shifted) or "nothing shifted"),
-        table=[
-            {
-                "measure": r["measure"], "item": r["item"], "value": f"{r['value']:.4g}", "trailing_mean": shown(r["baseline"], ".4g"),
-                "delta": shown(r["delta"], "+.4g"), "tolerance": shown(r["tolerance"], ".4g"), "flag": r["flag"] or "",
-            }
-            for r in rows
-        ],
-    )
-
-
-def slice_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.date, fdr: float, window_days: int) -> Artifact:
-    """The `slice_monitoring` rows of one partition, shifted ones first, as a table artifact."""
-    shifted = [r for r in rows if r["flag"] == "shift"]
-
-    def shown(value: float | None) -> str:
-        return "—" if value is None or value != value else f"{value:.4g}"
-
-    ordered = sorted(rows, key=lambda r: (r["flag"] != "shift", r["q_value"] if r["q_value"] is not None else 2.0))
-    return Artifact(
-        artifact_key("slice-monitoring", job),
-        f"Slices of {job} on {partition_date} against the trailing {window_days} days, false discovery rate {fdr:.0%} "
-        "(table slice_monitoring): " + (", ".join(f"{r['slice_column']}={r['slice_value']} {r['measure']}" for r in shifted) or "no slice shifted"),
-        table=[
-            {"slice": f"{r['slice_column']}={r['slice_value']}", "measure": r["measure"], "value": shown(r["value"]),
-             "window": shown(r["baseline"]), "rows": r["rows"], "q_value": shown(r["q_value"]), "flag": r["flag"]}
-            for r in ordered
-        ],
-    )
-
-
-def monitoring_page_link(job: str, page_url: str | None) -> list[Artifact]:
-    """The link artifact to the monitoring page under SCORING_REPORT_BASE_URL; none without one (the page's
-    Markdown artifact gives its path)."""
-    return [Artifact(artifact_key("monitoring-page", job), f"The monitoring page of {job}", link=page_url)] if page_url else []
-
-
-def monitoring_page_artifacts(
-    performance: list[dict], *, job: str, first_date: dt.date, last_date: dt.date, page: Path, page_url: str | None,
-    unmatched: dict[str, int], interval_level: float, forecasts: bool = False,
-) -> list[Artifact]:
-    """The realized-performance table of the scored days (a forecast job's realized error), the labels that match no
-    scored entity counted per reason (`unmatched_label_counts`), and the monitoring page's link (`page_url`, its address
-    under SCORING_REPORT_BASE_URL, else its path), as artifact contents."""
-    measured = (
-        "MAE, RMSE, bias (actual − forecast), the interval's coverage and mean width on the forecasts with an actual (tables "
-        "outcome_errors, outcome_partitions)" if forecasts else
-        f"observed event rate with its {interval_level:.0%} Clopper-Pearson interval against the expected rate (tables "
-        "outcome_metrics, outcome_partitions)"
-    )
-    return [
-        Artifact(
-            artifact_key("realized-performance", job),
-            f"Realized performance of {job}, scored partitions of {first_date}..{last_date}, per model version: {measured}.\n\n"
-            + unmatched_labels_text(unmatched),
-            table=[{k: str(v) for k, v in r.items()} for r in performance],
-        ),
-        *monitoring_page_link(job, page_url),
-        Artifact(
-            artifact_key("monitoring-report", job),
-            f"{'Forecast' if forecasts else 'Prediction'} monitoring and realized outcomes of {job}",
-            markdown=(
-                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: {file_reference_markdown(page, page_url)} — " + (
-                    "decision mix, mean forecast and interval width over time, realized MAE, RMSE, bias and coverage per partition "
-                    "and decision, the estimated MAE beside the realized one.\n\n" if forecasts else
-                    "decision mix over time, expected vs observed event rate, calibration per model version.\n\n"
-                ) + unmatched_labels_text(unmatched)
-            ),
-        ),
-    ]

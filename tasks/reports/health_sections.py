@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from tasks.monitoring.health import ALL, ATTRIBUTION, MULTIVARIATE
-from tasks.reports.html_report import _e, _table
+from tasks.reports.html_parts import esc, html_table
 
 
 def _cells(values: list[Any]) -> str:
@@ -23,7 +23,7 @@ def _cells(values: list[Any]) -> str:
             return f"{v:.4g}"
         return str(v)
 
-    return "".join(f"<td>{_e(shown(v))}</td>" for v in values)
+    return "".join(f"<td>{esc(shown(v))}</td>" for v in values)
 
 
 def estimated_vs_realized_section(estimates: pl.DataFrame, health: pl.DataFrame, figure: Callable, png: Callable, figure_html: Callable) -> str:
@@ -71,7 +71,7 @@ def estimated_vs_realized_section(estimates: pl.DataFrame, health: pl.DataFrame,
         f"event rate or AUC falls outside the estimate's interval. <b>{inside} of {judged.height}</b> realized values fell "
         "inside their estimate's interval; the table lists those outside and the flagged partitions' rows.</p>"
         '<div class="plots wide">' + "".join(fig_parts) + "</div>"
-        + _table(["date", "model version", "measure", "item", "estimate", "low", "high", "realized", "labelled rows",
+        + html_table(["date", "model version", "measure", "item", "estimate", "low", "high", "realized", "labelled rows",
                   "outside", "partition flagged"], body)
     )
 
@@ -103,7 +103,7 @@ def attribution_section(health: pl.DataFrame, figure: Callable, png: Callable, f
         '<p class="muted">Change of each feature\'s mean |contribution| or mean contribution against the reference at '
         "registration, as a share of the reference's total mean |contribution| (the larger of the two per cell).</p>"
         '<div class="plots wide">' + figure_html("attribution", "<b>Attribution change</b> per feature and partition", png(fig)) + "</div>"
-        + _table(["date", "feature", "measure", "value", "reference", "change", "flag"], body)
+        + html_table(["date", "feature", "measure", "value", "reference", "change", "flag"], body)
     )
 
 
@@ -144,5 +144,5 @@ def slices_section(slices: pl.DataFrame) -> str:
         "<h2>Slices</h2>"
         f'<p class="muted">{tested} slice measures tested in this range; those whose Benjamini–Hochberg adjusted p-value '
         "is within the job's false discovery rate are listed (<code>slice_monitoring</code>).</p>"
-        + _table(["date", "slice", "measure", "value", "trailing window", "rows", "p-value", "q-value"], body)
+        + html_table(["date", "slice", "measure", "value", "trailing window", "rows", "p-value", "q-value"], body)
     )

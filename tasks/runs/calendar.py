@@ -12,7 +12,6 @@ from tasks.errors import PartitionError
 from tasks.jobspec import configured_jobs
 from tasks.settings import Settings
 
-
 EARLIEST_PARTITION = dt.date(1970, 1, 1)
 LATEST_PARTITION = dt.date(2199, 12, 31)
 _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")

@@ -10,29 +10,11 @@ accuracy beside the interval estimated before labels, log loss, macro F1, classw
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tasks.prediction.words import JobWords
-from tasks.reports.html_report import _cell, _e, _pct, _table, page_html
-from tasks.sinks.warehouse import Warehouse
-
-
-def class_monitoring_rows(warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> list[dict[str, Any]]:
-    """One row per partition of the range with a succeeded run: its date, model version, rows and the run's
-    `classification` headline (None for a run recorded before it had one)."""
-    rows = []
-    for run in warehouse.latest_partition_runs(job, first_date=first_date, last_date=last_date):
-        if run["status"] != "succeeded":
-            continue
-        inference = json.loads(run["inference"]) if isinstance(run.get("inference"), str) else (run.get("inference") or {})
-        decisions = json.loads(run["decisions"]) if isinstance(run.get("decisions"), str) else (run.get("decisions") or {})
-        rows.append({
-            "partition_date": run["partition_date"], "model_version": run["model_version"], "rows": run["rows_scored"],
-            "decisions": decisions, "classification": inference.get("classification"),
-        })
-    return sorted(rows, key=lambda r: r["partition_date"])
+from tasks.reports.html_parts import esc, html_table, page_html, percent, table_cell
 
 
 def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], decisions: Sequence[str], words: JobWords | None) -> str:
@@ -43,11 +25,11 @@ def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], deci
         shares = c.get("predicted_share") or {}
         total = r["rows"] or 0
         body.append(
-            "<tr>" + _cell(str(r["partition_date"])) + _cell(r["model_version"]) + _cell(total)
-            + "".join(f'<td class="n">{_e(_pct(shares.get(k)))}</td>' for k in classes)
-            + _cell(c.get("mean_probability"), "—" if c.get("mean_probability") is None else f"{c['mean_probability']:.3f}")
-            + f'<td class="n">{_e(_pct(c.get("low_margin_share")))}</td>'
-            + "".join(f'<td class="n">{_e(_pct((r["decisions"] or {}).get(d, 0) / total if total else None))}</td>' for d in decisions)
+            "<tr>" + table_cell(str(r["partition_date"])) + table_cell(r["model_version"]) + table_cell(total)
+            + "".join(f'<td class="n">{esc(percent(shares.get(k)))}</td>' for k in classes)
+            + table_cell(c.get("mean_probability"), "—" if c.get("mean_probability") is None else f"{c['mean_probability']:.3f}")
+            + f'<td class="n">{esc(percent(c.get("low_margin_share")))}</td>'
+            + "".join(f'<td class="n">{esc(percent((r["decisions"] or {}).get(d, 0) / total if total else None))}</td>' for d in decisions)
             + "</tr>"
         )
     cut = next((r["classification"]["low_margin_cut"] for r in rows if r["classification"]), 0.1)
@@ -56,7 +38,7 @@ def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], deci
         f'<p class="muted">Each class\'s share of the rows classified, the mean probability of the predicted class, the share '
         f"of close calls (margin over the runner-up below {cut:g}) and each decision's share, from the latest succeeded run of "
         "each partition (table <code>runs</code>; every row in <code>classifications</code>).</p>"
-        + _table(
+        + html_table(
             ["partition", "model", "rows", *(f"share {k}" for k in classes), "mean probability", f"margin < {cut:g}",
              *(f"decision {named(d)}" for d in decisions)],
             body,
@@ -69,11 +51,11 @@ def class_monitoring_page_html(
     first_date: dt.date, last_date: dt.date, realized: Sequence[Mapping[str, Any]] = (), words: JobWords | None = None,
 ) -> str:
     """The multiclass job's monitoring page as one string; every text from the inputs is HTML-escaped. `realized`: the
-    range's realized measures per partition and model version (tasks/monitoring/report.py `realized_class_rows`); `words`
+    range's realized measures per partition and model version (tasks/reports/monitoring_page.py `realized_class_rows`); `words`
     name the decisions."""
     return page_html(
         f"Monitoring {job}",
-        f"job <b>{_e(job)}</b> · classes of <b>{_e(name)}</b>: {_e(', '.join(classes))} · partitions {_e(first_date)}..{_e(last_date)}",
+        f"job <b>{esc(job)}</b> · classes of <b>{esc(name)}</b>: {esc(', '.join(classes))} · partitions {esc(first_date)}..{esc(last_date)}",
         _mix_section(rows, classes, decisions, words)
         + _realized_section(realized),
     )
@@ -88,7 +70,7 @@ _REALIZED_COLUMNS = (
 
 
 def _realized_section(realized: Sequence[Mapping[str, Any]]) -> str:
-    body = ["<tr>" + "".join(_cell(r.get(key)) for key, _ in _REALIZED_COLUMNS) + "</tr>" for r in realized]
+    body = ["<tr>" + "".join(table_cell(r.get(key)) for key, _ in _REALIZED_COLUMNS) + "</tr>" for r in realized]
     return (
         "<h2>Realized measures</h2>"
         '<p class="muted">On the classifications with a label: accuracy beside the interval estimated the morning after '
@@ -97,5 +79,5 @@ def _realized_section(realized: Sequence[Mapping[str, Any]]) -> str:
         "calibration bins in <code>outcome_class_calibration</code>). The last two columns count labels no classification "
         "answers: of rows the guards quarantined, and of entities the partition never held (a wrong date or id; table "
         "<code>outcome_partitions</code>).</p>"
-        + _table([header for _, header in _REALIZED_COLUMNS], body)
+        + html_table([header for _, header in _REALIZED_COLUMNS], body)
     )

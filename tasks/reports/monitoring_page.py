@@ -6,12 +6,14 @@
   interval against the expected rate per model version, a calibration curve per model version
   (the range's calibration bins added up), and tables of realized performance, precision and
   recall of the action decisions (those that act on the entity), labels per partition (unknown entities highlighted), the
-  decision-monitoring flags, and model health (tasks/monitoring/health_report.py): estimated vs
+  decision-monitoring flags, and model health (tasks/reports/health_sections.py): estimated vs
   realized performance, attribution drift, multivariate drift and shifted slices;
 - `realized_performance_rows` / `realized_performance_table`: the same realized performance as
   plain rows (Prefect table artifact) and as a rich table (the `score` CLI);
 - `realized_error_rows` / `realized_error_table`: a forecast job's realized error (MAE, RMSE, bias,
   the interval's coverage and width) in the same two forms.
+
+The rows drawn here are read by tasks/monitoring/history.py.
 """
 
 from __future__ import annotations
@@ -21,111 +23,32 @@ import datetime as dt
 import io
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 from rich.table import Table
 
-from tasks.catalog import (
-    DECISION_MONITORING, OUTCOME_CALIBRATION, OUTCOME_CLASS_METRICS, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES,
-    OUTCOME_METRICS, OUTCOME_PARTITIONS, PREDICTIONS, SHADOW_OUTCOMES, SLICE_MONITORING, Dataset,
-)
-from tasks.monitoring.health_report import attribution_section, estimated_vs_realized_section, multivariate_section, slices_section
-# The run report's page style, so both pages of a job read alike.
-from tasks.reports.html_report import _CSP, _CSS, _e, _fmt, _pct, _table
-from tasks.monitoring.champion_outcomes import compared_models
-from tasks.monitoring.outcomes import ANY_ACTION, ANY_ACTION_BEFORE, SHADOW_RESAMPLES, event_rate_interval
+from tasks.monitoring.history import UNMATCHED_REASONS, MonitoringHistory
+from tasks.monitoring.outcomes import ANY_ACTION, ANY_ACTION_BEFORE, event_rate_interval
 from tasks.prediction.words import JobWords
-from tasks.sinks.warehouse import Warehouse
+from tasks.reports.health_sections import (
+    attribution_section,
+    estimated_vs_realized_section,
+    multivariate_section,
+    slices_section,
+)
+
+# The run report's page style, so both pages of a job read alike.
+from tasks.reports.html_parts import CSP, CSS, cell_text, esc, html_table, percent
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-_EXTRA_CSS = "tr.unknown td{background:#fde2e1;font-weight:600}.plots.wide{grid-template-columns:1fr}"
+MONITORING_CSS = "tr.unknown td{background:#fde2e1;font-weight:600}.plots.wide{grid-template-columns:1fr}"
 _ACTION_COLOURS = ("#c62828", "#e69500", "#8e24aa", "#d84315", "#ad1457")
 _OTHER_COLOURS = ("#2e7d32", "#1565c0", "#00838f", "#546e7a", "#8d6e63")
-_VERSION_COLOURS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#e69500", "#00838f")
-
-
-@dataclass(frozen=True)
-class MonitoringHistory:
-    """The warehouse's monitoring and outcome rows of one job over a range of partitions."""
-
-    job: str
-    first_date: dt.date
-    last_date: dt.date
-    decision_counts: pl.DataFrame
-    decision_monitoring: pl.DataFrame
-    partitions: pl.DataFrame
-    metrics: pl.DataFrame
-    errors: pl.DataFrame
-    """A forecast job's `outcome_errors` (a binary job's `metrics` instead)."""
-    calibration: pl.DataFrame
-    decisions: pl.DataFrame
-    model_health: pl.DataFrame
-    estimates: pl.DataFrame
-    slices: pl.DataFrame
-    shadow_outcomes: pl.DataFrame
-    pooled_comparisons: list[dict[str, Any]]
-    """Champion against challenger on every labelled row of the range, per (champion, challenger) version pair (`pooled_comparisons`)."""
-    class_metrics: pl.DataFrame = field(default_factory=pl.DataFrame)
-    """A multiclass job's `outcome_class_metrics` (a binary job's `metrics` instead)."""
-
-
-def pooled_comparisons(rows: pl.DataFrame, *, level: float, bins: int, labelled: int | None = None) -> list[dict[str, Any]]:
-    """Champion against challenger on the labelled rows of many partitions at once, per (champion, challenger)
-    version pair: one night rarely has the rows to tell two good models apart, a month often does. `labelled`:
-    how many rows there were when `rows` is a sample of them."""
-    out = []
-    for (champion, challenger), pair in rows.group_by(["champion_version", "challenger_version"], maintain_order=True):
-        compared = compared_models(
-            pair["outcome"].to_numpy().astype(np.int64), pair["champion"].to_numpy(), pair["challenger"].to_numpy(),
-            level=level, resamples=SHADOW_RESAMPLES, seed=0, ece_bins=bins,
-        )
-        out.append({
-            "champion_version": champion, "challenger_version": challenger, "partitions": pair["partition_date"].n_unique(),
-            "first_date": pair["partition_date"].min(), "last_date": pair["partition_date"].max(), "rows": compared.rows,
-            "events": compared.events, "measures": compared.rows_long(), "recommendation": compared.recommendation,
-            "sample_of": labelled if labelled is not None and labelled > rows.height else None,
-        })
-    return out
-
-
-def monitoring_history(
-    warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date, level: float = 0.95, bins: int = 10,
-    counted: Dataset = PREDICTIONS,
-) -> MonitoringHistory:
-    """The job's monitoring rows of the range; `level` and `bins` (the spec's `monitoring.outcome_interval_level`
-    and `calibration_bins`) are those of the pooled champion/challenger comparison; the decisions are counted in
-    `counted` (FORECASTS for a forecast job)."""
-
-    def rows(dataset: Dataset) -> pl.DataFrame:
-        return pl.from_arrow(warehouse.monitoring_rows(dataset.table, job=job, first_date=first_date, last_date=last_date))
-
-    shadow_table, labelled = warehouse.labelled_shadow_rows(job, first_date=first_date, last_date=last_date)
-    shadowed = pl.from_arrow(shadow_table)
-    return MonitoringHistory(
-        job=job,
-        first_date=first_date,
-        last_date=last_date,
-        decision_counts=pl.from_arrow(
-            warehouse.prediction_counts(job, first_date=first_date, last_date=last_date, by=("partition_date", "decision"), dataset=counted)
-        ),
-        decision_monitoring=rows(DECISION_MONITORING),
-        partitions=rows(OUTCOME_PARTITIONS),
-        metrics=rows(OUTCOME_METRICS),
-        errors=rows(OUTCOME_ERRORS),
-        calibration=rows(OUTCOME_CALIBRATION),
-        decisions=rows(OUTCOME_DECISIONS),
-        model_health=pl.from_arrow(warehouse.model_health_rows(job, first_date, last_date)),
-        estimates=rows(OUTCOME_ESTIMATES),
-        slices=rows(SLICE_MONITORING),
-        shadow_outcomes=rows(SHADOW_OUTCOMES),
-        pooled_comparisons=pooled_comparisons(shadowed, level=level, bins=bins, labelled=labelled),
-        class_metrics=rows(OUTCOME_CLASS_METRICS),
-    )
+VERSION_COLOURS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#e69500", "#00838f")
 
 
 def _interval_text(low: Any, high: Any) -> str:
@@ -146,9 +69,9 @@ def realized_performance_rows(history: MonitoringHistory) -> list[dict[str, Any]
     for r in history.metrics.sort("partition_date", "model_version").iter_rows(named=True):
         out.append({
             "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"],
-            "labelled": r["labelled"], "events": r["events"], "observed_rate": _pct(r["observed_rate"]),
+            "labelled": r["labelled"], "events": r["events"], "observed_rate": percent(r["observed_rate"]),
             "observed_interval": _interval_text(r["observed_low"], r["observed_high"]),
-            "expected_rate": _pct(r["expected_rate"]),
+            "expected_rate": percent(r["expected_rate"]),
             "expected_in_interval": {True: "yes", False: "NO", None: "—"}[r["expected_within_interval"]],
             **{k: _three_decimals(r[k]) for k in ("auc", "brier", "ece", "psi_score")},
             **label_counts(r["partition_date"]),
@@ -164,24 +87,6 @@ def _label_counts(history: MonitoringHistory) -> Callable[[dt.date], dict[str, i
         return {"labels_quarantined": row.get("labels_quarantined", 0), "labels_unknown_entity": row.get("labels_unknown_entity", 0)}
 
     return label_counts
-
-
-UNMATCHED_REASONS = {
-    "not scored": "labels of days the job never scored (a range reaching back into the model's training days has many)",
-    "quarantined": "labels of entities a scored day read but kept out of scoring (a guard or a failed chunk)",
-    "unknown entity": "labels of entities a scored day never read",
-}
-"""Why a label matches no scored entity, each reason with what it means to the reader."""
-
-
-def unmatched_label_counts(history: MonitoringHistory) -> dict[str, int]:
-    """Labels of the range that match no scored entity, per reason of `UNMATCHED_REASONS` (`outcome_partitions`):
-    a day never scored counts its labels under `not scored`, except those of entities it quarantined."""
-    counts = dict.fromkeys(UNMATCHED_REASONS, 0)
-    for r in history.partitions.iter_rows(named=True):
-        counts["not scored" if r["status"] == "not scored" else "unknown entity"] += int(r["labels_unknown_entity"])
-        counts["quarantined"] += int(r["labels_quarantined"])
-    return counts
 
 
 def unmatched_labels_text(counts: dict[str, int]) -> str:
@@ -208,7 +113,7 @@ def realized_error_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
             "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"],
             "labelled": r["labelled"], **{k: _four_digits(r[k]) for k in ("mae", "rmse")},
             "bias": "—" if r["bias"] is None else f"{r['bias']:+.4g}",
-            "coverage": "—" if r["coverage"] is None else _pct(r["coverage"]), "mean_width": _four_digits(r["mean_width"]),
+            "coverage": "—" if r["coverage"] is None else percent(r["coverage"]), "mean_width": _four_digits(r["mean_width"]),
             "interval_level": f"{r['interval_level']:.0%}", **label_counts(r["partition_date"]),
         })
     return out
@@ -227,7 +132,7 @@ def realized_class_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
         estimate = estimated.get((r["partition_date"], r["model_version"]))
         out.append({
             "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"], "labelled": r["labelled"],
-            "accuracy": "—" if r["accuracy"] is None else _pct(r["accuracy"]),
+            "accuracy": "—" if r["accuracy"] is None else percent(r["accuracy"]),
             "estimated_accuracy": "—" if estimate is None else _interval_text(estimate["low"], estimate["high"]),
             "accuracy_in_interval": "—" if estimate is None else {True: "NO", False: "yes", None: "—"}[estimate["outside"]],
             **{k: "—" if r[k] is None else _three_decimals(r[k]) for k in ("log_loss", "macro_f1", "classwise_ece", "top_label_ece")},
@@ -301,13 +206,13 @@ def realized_performance_table(job: str, rows: list[dict[str, Any]], *, interval
     )
 
 
-def _png(fig: Figure) -> str:
+def png_data(fig: Figure) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _figure(width: float = 9.0, height: float = 3.2) -> tuple[Figure, Any]:
+def new_figure(width: float = 9.0, height: float = 3.2) -> tuple[Figure, Any]:
     # matplotlib takes ~0.5 s to import: loaded when a page is drawn, not with the flows that may draw one.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -317,7 +222,7 @@ def _figure(width: float = 9.0, height: float = 3.2) -> tuple[Figure, Any]:
     return fig, fig.add_subplot()
 
 
-def _date_axis(ax: Any, dates: list[dt.date]) -> None:
+def date_axis(ax: Any, dates: list[dt.date]) -> None:
     step = max(1, len(dates) // 12)
     ticks = list(range(0, len(dates), step))
     ax.set_xticks(ticks, [dates[i].strftime("%m-%d") for i in ticks], fontsize=8)
@@ -350,10 +255,10 @@ def decision_mix_png(history: MonitoringHistory, *, words: JobWords | None = Non
     decisions, actions = (words.decisions, words.actions) if words is not None else ((), ())
     named = words.decision if words is not None else str
     counts = history.decision_counts
-    fig, ax = _figure()
+    fig, ax = new_figure()
     if counts.is_empty():
         ax.text(0.5, 0.5, "no scored partitions", ha="center", va="center", transform=ax.transAxes)
-        return _png(fig)
+        return png_data(fig)
     wide = counts.pivot(on="decision", index="partition_date", values="rows").sort("partition_date").fill_null(0)
     dates = wide["partition_date"].to_list()
     present = [c for c in wide.columns if c != "partition_date"]
@@ -372,19 +277,19 @@ def decision_mix_png(history: MonitoringHistory, *, words: JobWords | None = Non
         ax.plot(shifted, [1.04] * len(shifted), "v", color="#c62828", markersize=8, label="decision share shifted", clip_on=False)
     ax.set_ylim(0, 1.0)
     ax.set_ylabel("share of rows", fontsize=8)
-    _date_axis(ax, dates)
+    date_axis(ax, dates)
     ax.legend(fontsize=8, frameon=False, ncol=min(5, len(present) + 1), loc="lower left", bbox_to_anchor=(0.0, 1.04))
     fig.subplots_adjust(left=0.07, right=0.99, bottom=0.12, top=0.82)
-    return _png(fig)
+    return png_data(fig)
 
 
 def event_rate_png(history: MonitoringHistory, event: str) -> str:
     """Observed event rate with its interval and the expected rate, per partition and model version."""
     metrics = history.metrics.filter(pl.col("labelled") > 0).sort("partition_date")
-    fig, ax = _figure()
+    fig, ax = new_figure()
     if metrics.is_empty():
         ax.text(0.5, 0.5, "no labelled predictions yet", ha="center", va="center", transform=ax.transAxes)
-        return _png(fig)
+        return png_data(fig)
     dates = sorted(set(metrics["partition_date"].to_list()))
     position = {d: i for i, d in enumerate(dates)}
     versions = sorted(set(metrics["model_version"].to_list()))
@@ -394,7 +299,7 @@ def event_rate_png(history: MonitoringHistory, event: str) -> str:
         x = np.array([position[d] for d in rows["partition_date"].to_list()]) + offset
         observed = rows["observed_rate"].to_numpy()
         err = np.vstack([observed - rows["observed_low"].to_numpy(), rows["observed_high"].to_numpy() - observed])
-        colour = _VERSION_COLOURS[i % len(_VERSION_COLOURS)]
+        colour = VERSION_COLOURS[i % len(VERSION_COLOURS)]
         level = rows["interval_level"][0]
         ax.errorbar(x, observed, yerr=err, fmt="o", color=colour, capsize=3, markersize=4,
                     label=f"observed, v{version} ({level:.0%} interval)")
@@ -402,10 +307,10 @@ def event_rate_png(history: MonitoringHistory, event: str) -> str:
                 label=f"expected, v{version}")
     ax.set_ylim(bottom=0)
     ax.set_ylabel(f"share of rows: {event}"[:60], fontsize=8)
-    _date_axis(ax, dates)
+    date_axis(ax, dates)
     ax.legend(fontsize=8, frameon=False, ncol=4, loc="lower left", bbox_to_anchor=(0.0, 1.0))
     fig.subplots_adjust(left=0.07, right=0.99, bottom=0.12, top=0.84)
-    return _png(fig)
+    return png_data(fig)
 
 
 def calibration_png(history: MonitoringHistory, version: str) -> str:
@@ -415,7 +320,7 @@ def calibration_png(history: MonitoringHistory, version: str) -> str:
         .group_by("bin").agg(pl.col("rows").sum(), pl.col("events").sum(), pl.col("probability_sum").sum())
         .filter(pl.col("rows") > 0).sort("bin")
     )
-    fig, ax = _figure(4.6, 3.6)
+    fig, ax = new_figure(4.6, 3.6)
     top = 0.05
     if not bins.is_empty():
         mean_p = (bins["probability_sum"] / bins["rows"]).to_numpy()
@@ -434,22 +339,22 @@ def calibration_png(history: MonitoringHistory, version: str) -> str:
     ax.set_title(f"model version {version}", fontsize=9, loc="left")
     ax.legend(fontsize=8, frameon=False, loc="upper left")
     fig.subplots_adjust(left=0.15, right=0.97, bottom=0.13, top=0.92)
-    return _png(fig)
+    return png_data(fig)
 
 
-def _figure_html(name: str, caption: str, png: str) -> str:
+def figure_html(name: str, caption: str, png: str) -> str:
     return (
-        f'<figure class="plot" data-plot="{_e(name)}"><figcaption>{caption}</figcaption>'
-        f'<img alt="{_e(name)}" src="data:image/png;base64,{png}"></figure>'
+        f'<figure class="plot" data-plot="{esc(name)}"><figcaption>{caption}</figcaption>'
+        f'<img alt="{esc(name)}" src="data:image/png;base64,{png}"></figure>'
     )
 
 
-def _cells(values: list[Any]) -> str:
+def row_cells(values: list[Any]) -> str:
     out = []
     for v in values:
         numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
         cls = ' class="n"' if numeric else ""
-        out.append(f"<td{cls}>{_e(_fmt(v) if not isinstance(v, str) else v)}</td>")
+        out.append(f"<td{cls}>{esc(cell_text(v) if not isinstance(v, str) else v)}</td>")
     return "".join(out)
 
 
@@ -459,8 +364,8 @@ def _performance_section(history: MonitoringHistory) -> str:
     body = []
     for r in rows:
         cls = ' class="unknown"' if r.get("labels_unknown_entity") else ""
-        body.append(f"<tr{cls}>" + _cells([r.get(h, "—") for h in header]) + "</tr>")
-    return "<h2>Realized performance</h2>" + _table([h.replace("_", " ") for h in header], body)
+        body.append(f"<tr{cls}>" + row_cells([r.get(h, "—") for h in header]) + "</tr>")
+    return "<h2>Realized performance</h2>" + html_table([h.replace("_", " ") for h in header], body)
 
 
 def _precision_section(history: MonitoringHistory, words: JobWords) -> str:
@@ -485,20 +390,20 @@ def _precision_section(history: MonitoringHistory, words: JobWords) -> str:
             precision = r["events"] / r["rows"] if r["rows"] else float("nan")
             recall = r["events"] / r["all_events"] if r["all_events"] else float("nan")
             shown = r["decision"] if r["decision"] == ANY_ACTION else words.decision(r["decision"])
-            body.append("<tr>" + _cells([r["model_version"], shown, r["rows"], r["events"], _pct(precision), _pct(recall)]) + "</tr>")
+            body.append("<tr>" + row_cells([r["model_version"], shown, r["rows"], r["events"], percent(precision), percent(recall)]) + "</tr>")
     heading = f"Actions against outcomes: {words.actions_text(conjunction='and')}" if actions else "Actions against outcomes"
     return (
-        f"<h2>{_e(heading)}</h2>"
+        f"<h2>{esc(heading)}</h2>"
         '<p class="muted">Labelled rows of the whole range, for the decisions that act on the entity: precision = events '
-        f"({_e(words.subject)}) among the rows given the decision, recall = share of all events that got it; "
-        f"<i>{_e(ANY_ACTION)}</i>: any of them.</p>"
-        + _table(["model version", "decision", "labelled rows", "events", "precision", "recall"], body)
+        f"({esc(words.subject)}) among the rows given the decision, recall = share of all events that got it; "
+        f"<i>{esc(ANY_ACTION)}</i>: any of them.</p>"
+        + html_table(["model version", "decision", "labelled rows", "events", "precision", "recall"], body)
     )
 
 
 def _measures_text(by: dict[str, dict[str, Any]]) -> str:
     return ", ".join(
-        f"{m} {by[m]['champion']:.4f} → {by[m]['challenger']:.4f} (Δ {by[m]['delta']:+.4f}, {_interval_text_plain(by[m])})"
+        f"{m} {by[m]['champion']:.4f} → {by[m]['challenger']:.4f} (Δ {by[m]['delta']:+.4f}, {interval_text_plain(by[m])})"
         for m in ("auc", "brier", "ece") if m in by
     )
 
@@ -524,7 +429,7 @@ def challenger_lines(history: MonitoringHistory) -> list[str]:
     return lines
 
 
-def _interval_text_plain(row: dict[str, Any]) -> str:
+def interval_text_plain(row: dict[str, Any]) -> str:
     low, high = row["delta_low"], row["delta_high"]
     return "no interval" if low is None or high is None or math.isnan(low) or math.isnan(high) else f"{low:+.4f} to {high:+.4f}"
 
@@ -533,31 +438,31 @@ def _challenger_section(history: MonitoringHistory) -> str:
     if not history.shadow_outcomes.height:
         return ""
     rows = [
-        "<tr>" + _cells([r["partition_date"], r["champion_version"], r["challenger_version"], r["measure"], r["rows"],
-                         r["champion"], r["challenger"], r["delta"], _interval_text_plain(r), r["better"]]) + "</tr>"
+        "<tr>" + row_cells([r["partition_date"], r["champion_version"], r["challenger_version"], r["measure"], r["rows"],
+                         r["champion"], r["challenger"], r["delta"], interval_text_plain(r), r["better"]]) + "</tr>"
         for r in history.shadow_outcomes.iter_rows(named=True)
     ] + [
-        "<tr>" + _cells([f"pooled {p['first_date']}..{p['last_date']}", p["champion_version"], p["challenger_version"], r["measure"],
-                         p["rows"], r["champion"], r["challenger"], r["delta"], _interval_text_plain(r), r["better"]]) + "</tr>"
+        "<tr>" + row_cells([f"pooled {p['first_date']}..{p['last_date']}", p["champion_version"], p["challenger_version"], r["measure"],
+                         p["rows"], r["champion"], r["challenger"], r["delta"], interval_text_plain(r), r["better"]]) + "</tr>"
         for p in history.pooled_comparisons for r in p["measures"]
     ]
-    recommendations = "".join(f"<li>{_e(line)}</li>" for line in challenger_lines(history))
+    recommendations = "".join(f"<li>{esc(line)}</li>" for line in challenger_lines(history))
     return (
         "<h2>Champion and challenger on labels</h2>"
         '<p class="muted">Both models on the same labelled rows (table <code>shadow_outcomes</code>); the difference is the '
         "challenger's minus the champion's, with its paired bootstrap interval.</p>"
-        + _table(["partition", "champion", "challenger", "measure", "rows", "champion value", "challenger value", "difference",
+        + html_table(["partition", "champion", "challenger", "measure", "rows", "champion value", "challenger value", "difference",
                   "interval", "better"], rows)
         + f"<ul>{recommendations}</ul>"
     )
 
 
-def _labels_section(history: MonitoringHistory) -> str:
+def labels_section(history: MonitoringHistory) -> str:
     body = []
     for r in history.partitions.sort("partition_date").iter_rows(named=True):
         cls = ' class="unknown"' if r["labels_unknown_entity"] else ""
         body.append(
-            f"<tr{cls}>" + _cells([
+            f"<tr{cls}>" + row_cells([
                 r["partition_date"].isoformat(), r["status"], r["predictions"], r["predictions_labelled"], r["labels"],
                 r["labels_matched"], r["labels_quarantined"], r["labels_unknown_entity"], r["labels_duplicate"],
                 r["labels_without_outcome"],
@@ -569,26 +474,26 @@ def _labels_section(history: MonitoringHistory) -> str:
         "<h2>Labels per partition</h2>"
         '<p class="muted">Every label is kept in <code>outcome_labels</code> with the status of its entity: labels of '
         "entities the partition quarantined or never saw are counted here; unknown entities are highlighted.</p>"
-        + _table(header, body)
+        + html_table(header, body)
     )
 
 
-def _flags_section(history: MonitoringHistory) -> str:
+def flags_section(history: MonitoringHistory) -> str:
     frame = history.decision_monitoring
     body = []
     if not frame.is_empty():
         for r in frame.filter(pl.col("flag") == "shift").sort("partition_date", "measure", "item").iter_rows(named=True):
-            body.append("<tr>" + _cells([
+            body.append("<tr>" + row_cells([
                 r["partition_date"].isoformat(), r["measure"], r["item"], r["value"], r["baseline"], r["delta"],
                 r["tolerance"], r["baseline_partitions"],
             ]) + "</tr>")
     note = "" if not frame.is_empty() else '<p class="muted">No decision monitoring rows in this range.</p>'
     header = ["date", "measure", "item", "value", "trailing mean", "delta", "tolerance", "partitions in window"]
-    return "<h2>Decision-monitoring flags</h2>" + note + _table(header, body)
+    return "<h2>Decision-monitoring flags</h2>" + note + html_table(header, body)
 
 
 def monitoring_page_html(history: MonitoringHistory, *, words: JobWords) -> str:
-    """A binary job's whole monitoring page as one string (a forecast job's: tasks/monitoring/forecast_page.py); every
+    """A binary job's whole monitoring page as one string (a forecast job's: tasks/reports/forecast_monitoring_page.py); every
     text from the inputs is HTML-escaped.
 
     `words` are the job's own: its event, score, decisions in rule-table order by their plain names, and which of
@@ -598,35 +503,35 @@ def monitoring_page_html(history: MonitoringHistory, *, words: JobWords) -> str:
     title = f"Prediction monitoring {history.job} {history.first_date}..{history.last_date}"
     versions = sorted(set(history.calibration["model_version"].to_list()))
     calibration = "".join(
-        _figure_html(f"calibration-{v}", f"<b>Calibration</b> of model version {_e(v)}", calibration_png(history, v))
+        figure_html(f"calibration-{v}", f"<b>Calibration</b> of model version {esc(v)}", calibration_png(history, v))
         for v in versions
     ) or '<p class="muted">No labelled predictions yet.</p>'
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">'
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>"
-        f"<h1>{_e(title)}</h1>"
-        f'<p class="meta">job <b>{_e(history.job)}</b> · event: {_e(event)} · {_e(words.score_meaning)} · partitions '
-        f"<b>{_e(history.first_date)}</b> to <b>{_e(history.last_date)}</b></p>"
+        f"<title>{esc(title)}</title><style>{CSS}{MONITORING_CSS}</style></head><body>"
+        f"<h1>{esc(title)}</h1>"
+        f'<p class="meta">job <b>{esc(history.job)}</b> · event: {esc(event)} · {esc(words.score_meaning)} · partitions '
+        f"<b>{esc(history.first_date)}</b> to <b>{esc(history.last_date)}</b></p>"
         "<h2>Decision mix over time</h2>"
         '<div class="plots wide">'
-        + _figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved "
+        + figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved "
                        "beyond tolerance against the trailing window</span>", decision_mix_png(history, words=words))
         + "</div><h2>Expected vs observed event rate</h2>"
         '<div class="plots wide">'
-        + _figure_html("event-rate", "<b>Observed event rate</b> with its interval, and the <b>expected</b> rate "
+        + figure_html("event-rate", "<b>Observed event rate</b> with its interval, and the <b>expected</b> rate "
                        "(mean calibrated probability of the same rows)", event_rate_png(history, event))
         + '</div><h2>Calibration per model version</h2><div class="plots">' + calibration + "</div>"
         + _performance_section(history)
         + _precision_section(history, words)
-        + _labels_section(history)
-        + _flags_section(history)
+        + labels_section(history)
+        + flags_section(history)
         + _challenger_section(history)
-        + estimated_vs_realized_section(history.estimates, history.model_health, _figure, _png, _figure_html)
-        + attribution_section(history.model_health, _figure, _png, _figure_html)
-        + multivariate_section(history.model_health, _figure, _png, _figure_html)
+        + estimated_vs_realized_section(history.estimates, history.model_health, new_figure, png_data, figure_html)
+        + attribution_section(history.model_health, new_figure, png_data, figure_html)
+        + multivariate_section(history.model_health, new_figure, png_data, figure_html)
         + slices_section(history.slices)
         + "</body></html>\n"
     )

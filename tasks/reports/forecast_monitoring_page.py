@@ -6,50 +6,39 @@ row, before any actual lands); once actuals land, the realized MAE, RMSE, bias a
 champion against its challenger on the same actuals (`shadow_outcomes`); the labels per partition, the
 decision-monitoring flags, attribution and multivariate drift.
 
-Same style and Content-Security-Policy as the binary page (tasks/monitoring/report.py), whose pieces it reuses.
+Same style and Content-Security-Policy as the binary page (tasks/reports/monitoring_page.py), whose pieces it reuses.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from tasks.catalog import FORECASTS
 from tasks.monitoring.health import ESTIMATED_ERROR
-from tasks.monitoring.health_report import attribution_section, multivariate_section
+from tasks.monitoring.history import ForecastHistory, MonitoringHistory, pooled_decision_errors
 from tasks.prediction.words import JobWords
-from tasks.monitoring.report import (
-    _EXTRA_CSS, _VERSION_COLOURS, MonitoringHistory, _cells, _date_axis, _figure, _figure_html, _flags_section, _interval_text_plain,
-    _labels_section, _png, decision_mix_png, monitoring_history,
-)
 from tasks.reports.forecast_report import target_words
-from tasks.reports.html_report import _e, _pct, _table, page_html
-from tasks.sinks.warehouse import Warehouse
+from tasks.reports.health_sections import attribution_section, multivariate_section
+from tasks.reports.html_parts import esc, html_table, page_html, percent
+from tasks.reports.monitoring_page import (
+    MONITORING_CSS,
+    VERSION_COLOURS,
+    date_axis,
+    decision_mix_png,
+    figure_html,
+    flags_section,
+    interval_text_plain,
+    labels_section,
+    new_figure,
+    png_data,
+    row_cells,
+)
 
 PARTITION, ALL = "partition", "all"
-
-
-@dataclass(frozen=True)
-class ForecastHistory:
-    """A forecast job's monitoring rows over a range: the shared ones (decisions counted in `forecasts`, labels per
-    partition, realized errors, model health, estimates, flags) and the published forecasts' means."""
-
-    history: MonitoringHistory
-    means: pl.DataFrame
-    """Per partition and model version: rows, mean forecast, interval bounds, width and expected error (`Warehouse.forecast_means`)."""
-
-
-def forecast_monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> ForecastHistory:
-    """The forecast job's monitoring rows of the range."""
-    return ForecastHistory(
-        history=monitoring_history(warehouse, job, first_date=first_date, last_date=last_date, counted=FORECASTS),
-        means=pl.from_arrow(warehouse.forecast_means(job, first_date=first_date, last_date=last_date)),
-    )
 
 
 def _partition_errors(errors: pl.DataFrame) -> pl.DataFrame:
@@ -57,29 +46,6 @@ def _partition_errors(errors: pl.DataFrame) -> pl.DataFrame:
         return errors
     return errors.filter((pl.col("section") == PARTITION) & (pl.col("item") == ALL) & (pl.col("labelled") > 0)).sort(
         "partition_date", "model_version"
-    )
-
-
-def pooled_decision_errors(errors: pl.DataFrame) -> pl.DataFrame:
-    """Realized error per model version and decision over the whole range, each partition weighted by its labelled
-    rows: MAE, bias and coverage are means over rows, RMSE the root of the rows' mean squared error."""
-    decided = errors.filter((pl.col("section") == "decision") & (pl.col("labelled") > 0)) if errors.height else errors
-    if decided.is_empty():
-        return pl.DataFrame()
-    n = pl.col("labelled").cast(pl.Float64)
-    return (
-        decided.group_by("model_version", "item", maintain_order=True)
-        .agg(
-            pl.col("labelled").sum(),
-            ((pl.col("actual_mean") * n).sum() / n.sum()).alias("actual_mean"),
-            ((pl.col("forecast_mean") * n).sum() / n.sum()).alias("forecast_mean"),
-            ((pl.col("mae") * n).sum() / n.sum()).alias("mae"),
-            ((pl.col("rmse") ** 2 * n).sum() / n.sum()).sqrt().alias("rmse"),
-            ((pl.col("bias") * n).sum() / n.sum()).alias("bias"),
-            ((pl.col("coverage") * n).sum() / n.sum()).alias("coverage"),
-            ((pl.col("mean_width") * n).sum() / n.sum()).alias("mean_width"),
-        )
-        .sort("model_version", "item")
     )
 
 
@@ -99,16 +65,16 @@ def _legend(ax: Any, fig: Any) -> None:
 def means_png(forecast: ForecastHistory, unit: str) -> str:
     """Mean forecast per partition and model version, with the mean interval as a band, and the mean actual where labelled."""
     means, errors = forecast.means, _partition_errors(forecast.history.errors)
-    fig, ax = _figure()
+    fig, ax = new_figure()
     dates = _dates(means)
     if not dates:
         _empty(ax, "no published forecasts in this range")
-        return _png(fig)
+        return png_data(fig)
     where = {d: i for i, d in enumerate(dates)}
     for i, version in enumerate(sorted(set(means["model_version"].to_list()))):
         rows = means.filter(pl.col("model_version") == version).sort("partition_date")
         x = np.array([where[d] for d in rows["partition_date"].to_list()])
-        colour = _VERSION_COLOURS[i % len(_VERSION_COLOURS)]
+        colour = VERSION_COLOURS[i % len(VERSION_COLOURS)]
         ax.fill_between(x, rows["forecast_low_mean"].to_numpy(), rows["forecast_high_mean"].to_numpy(), color=colour, alpha=0.15,
                         label=f"mean interval, v{version}")
         ax.plot(x, rows["forecast_mean"].to_numpy(), "o-", color=colour, markersize=4, label=f"mean forecast, v{version}")
@@ -118,23 +84,23 @@ def means_png(forecast: ForecastHistory, unit: str) -> str:
                     [v for d, v in zip(labelled["partition_date"].to_list(), labelled["actual_mean"].to_list(), strict=True) if d in where],
                     "s", color="#222", markersize=4, label=f"mean actual, v{version}")
     ax.set_ylabel(unit or "forecast", fontsize=8)
-    _date_axis(ax, dates)
+    date_axis(ax, dates)
     _legend(ax, fig)
-    return _png(fig)
+    return png_data(fig)
 
 
 def width_png(forecast: ForecastHistory, unit: str) -> str:
     """Mean interval width per partition: over every published row, and over the labelled rows once actuals land."""
     means, errors = forecast.means, _partition_errors(forecast.history.errors)
-    fig, ax = _figure(9.0, 2.8)
+    fig, ax = new_figure(9.0, 2.8)
     dates = _dates(means, errors)
     if not dates:
         _empty(ax, "no published forecasts in this range")
-        return _png(fig)
+        return png_data(fig)
     where = {d: i for i, d in enumerate(dates)}
     widths = [v for f, c in ((means, "width_mean"), (errors, "mean_width")) if f.height for v in f[c].to_list() if v is not None and np.isfinite(v)]
     for i, version in enumerate(sorted(set(means["model_version"].to_list()) | set(errors["model_version"].to_list() if errors.height else []))):
-        colour = _VERSION_COLOURS[i % len(_VERSION_COLOURS)]
+        colour = VERSION_COLOURS[i % len(VERSION_COLOURS)]
         rows = means.filter(pl.col("model_version") == version).sort("partition_date") if means.height else means
         if rows.height:
             ax.plot([where[d] for d in rows["partition_date"].to_list()], rows["width_mean"].to_numpy(), "o-", color=colour, markersize=4,
@@ -146,32 +112,32 @@ def width_png(forecast: ForecastHistory, unit: str) -> str:
     # From 0, so a narrowing or widening reads as a share of the width; with room above the widest point.
     ax.set_ylim(0, max(widths, default=1.0) * 1.15 or 1.0)
     ax.set_ylabel(f"interval width ({unit})" if unit else "interval width", fontsize=8)
-    _date_axis(ax, dates)
+    date_axis(ax, dates)
     _legend(ax, fig)
-    return _png(fig)
+    return png_data(fig)
 
 
 def realized_png(forecast: ForecastHistory, measure: str, label: str, *, level: float | None = None) -> str:
     """One realized measure per labelled partition and model version; coverage with its level, bias with 0."""
     errors = _partition_errors(forecast.history.errors)
-    fig, ax = _figure(9.0, 2.6)
+    fig, ax = new_figure(9.0, 2.6)
     if errors.is_empty():
         _empty(ax, "no actuals yet")
-        return _png(fig)
+        return png_data(fig)
     dates = _dates(errors)
     where = {d: i for i, d in enumerate(dates)}
     for i, version in enumerate(sorted(set(errors["model_version"].to_list()))):
         rows = errors.filter(pl.col("model_version") == version)
         ax.plot([where[d] for d in rows["partition_date"].to_list()], rows[measure].to_numpy(), "o-",
-                color=_VERSION_COLOURS[i % len(_VERSION_COLOURS)], markersize=4, label=f"{label}, v{version}")
+                color=VERSION_COLOURS[i % len(VERSION_COLOURS)], markersize=4, label=f"{label}, v{version}")
     if level is not None:
         ax.axhline(level, color="#777", linestyle="--", linewidth=1, label=f"level {level:.0%}")
     if measure == "bias":
         ax.axhline(0.0, color="#777", linestyle="--", linewidth=1)
     ax.set_ylabel(label, fontsize=8)
-    _date_axis(ax, dates)
+    date_axis(ax, dates)
     _legend(ax, fig)
-    return _png(fig)
+    return png_data(fig)
 
 
 def _estimated(forecast: ForecastHistory, measure: str) -> pl.DataFrame:
@@ -202,10 +168,10 @@ def _estimated(forecast: ForecastHistory, measure: str) -> pl.DataFrame:
 
 def estimated_png(rows: pl.DataFrame, unit: str) -> str:
     """The estimated MAE with its interval per partition, the realized MAE beside it (red when outside)."""
-    fig, ax = _figure(9.0, 2.8)
+    fig, ax = new_figure(9.0, 2.8)
     if rows.is_empty():
         _empty(ax, "no estimated error in this range")
-        return _png(fig)
+        return png_data(fig)
     dates = _dates(rows)
     x = np.array([dates.index(d) for d in rows["partition_date"].to_list()], dtype=np.float64)
     value = rows["estimate"].to_numpy()
@@ -218,9 +184,9 @@ def estimated_png(rows: pl.DataFrame, unit: str) -> str:
         ax.plot([], [], "o", color="#2e7d32", label="realized, inside")
         ax.plot([], [], "o", color="#c62828", label="realized, outside")
     ax.set_ylabel(f"MAE ({unit})" if unit else "MAE", fontsize=8)
-    _date_axis(ax, dates)
+    date_axis(ax, dates)
     _legend(ax, fig)
-    return _png(fig)
+    return png_data(fig)
 
 
 def _means_section(forecast: ForecastHistory, decisions: Sequence[str]) -> str:
@@ -235,8 +201,8 @@ def _means_section(forecast: ForecastHistory, decisions: Sequence[str]) -> str:
     body = []
     for r in forecast.means.iter_rows(named=True):
         day = r["partition_date"]
-        shares = [_pct(totals.get((day, d), 0) / by_date[day]) if by_date.get(day) else "—" for d in present]
-        body.append("<tr>" + _cells([
+        shares = [percent(totals.get((day, d), 0) / by_date[day]) if by_date.get(day) else "—" for d in present]
+        body.append("<tr>" + row_cells([
             day.isoformat(), r["model_version"], r["rows"], r["forecast_mean"], r["forecast_low_mean"], r["forecast_high_mean"],
             r["width_mean"], r["expected_error_mean"], *shares,
         ]) + "</tr>")
@@ -245,15 +211,15 @@ def _means_section(forecast: ForecastHistory, decisions: Sequence[str]) -> str:
     return (
         "<h2>Forecasts per partition</h2>"
         '<p class="muted">Every published row (table <code>forecasts</code>), before any actual lands; the decision shares '
-        "are over all of a partition's rows.</p>" + _table(header, body)
+        "are over all of a partition's rows.</p>" + html_table(header, body)
     )
 
 
 def _realized_section(forecast: ForecastHistory) -> str:
     body = [
-        "<tr>" + _cells([
+        "<tr>" + row_cells([
             r["partition_date"].isoformat(), r["model_version"], r["rows"], r["labelled"], r["actual_mean"], r["forecast_mean"], r["mae"],
-            r["rmse"], r["bias"], r["mape"], r["smape"], _pct(r["coverage"]), _pct(r["interval_level"]), r["mean_width"],
+            r["rmse"], r["bias"], r["mape"], r["smape"], percent(r["coverage"]), percent(r["interval_level"]), r["mean_width"],
         ]) + "</tr>"
         for r in _partition_errors(forecast.history.errors).iter_rows(named=True)
     ]
@@ -263,29 +229,29 @@ def _realized_section(forecast: ForecastHistory) -> str:
         "<h2>Realized error per partition</h2>"
         '<p class="muted">The labelled rows of each partition against their actuals (table <code>outcome_errors</code>, section '
         "<code>partition</code>): coverage is the share of actuals inside [forecast_low, forecast_high]; MAPE leaves out actuals "
-        "of 0.</p>" + _table(header, body)
+        "of 0.</p>" + html_table(header, body)
     )
 
 
 def _decision_errors_section(forecast: ForecastHistory) -> str:
     pooled = pooled_decision_errors(forecast.history.errors)
     body = [
-        "<tr>" + _cells([r["model_version"], r["item"], r["labelled"], r["actual_mean"], r["forecast_mean"], r["mae"], r["rmse"], r["bias"],
-                         _pct(r["coverage"]), r["mean_width"]]) + "</tr>"
+        "<tr>" + row_cells([r["model_version"], r["item"], r["labelled"], r["actual_mean"], r["forecast_mean"], r["mae"], r["rmse"], r["bias"],
+                         percent(r["coverage"]), r["mean_width"]]) + "</tr>"
         for r in pooled.iter_rows(named=True)
     ] if pooled.height else []
     return (
         "<h2>Realized error per decision</h2>"
         '<p class="muted">Labelled rows of the whole range, per decision (section <code>decision</code>), each partition weighted '
         "by its labelled rows.</p>"
-        + _table(["model version", "decision", "labelled rows", "mean actual", "mean forecast", "MAE", "RMSE", "bias", "coverage",
+        + html_table(["model version", "decision", "labelled rows", "mean actual", "mean forecast", "MAE", "RMSE", "bias", "coverage",
                   "mean width"], body)
     )
 
 
 def _estimated_section(rows: pl.DataFrame, unit: str) -> str:
     body = [
-        "<tr>" + _cells([
+        "<tr>" + row_cells([
             r["partition_date"].isoformat(), r["model_version"], r["estimate"], r["low"], r["high"], r.get("realized"),
             {True: "yes", False: "no"}.get(r.get("outside"), "—"), r.get("flag") or "—",
         ]) + "</tr>"
@@ -293,13 +259,13 @@ def _estimated_section(rows: pl.DataFrame, unit: str) -> str:
     ] if rows.height else []
     return (
         "<h2>Estimated against realized error</h2><div class=\"plots wide\">"
-        + _figure_html("estimated-mae", "<b>Estimated MAE</b> before the actuals, with its interval; the <b>realized</b> MAE once they land",
+        + figure_html("estimated-mae", "<b>Estimated MAE</b> before the actuals, with its interval; the <b>realized</b> MAE once they land",
                        estimated_png(rows, unit))
         + "</div>"
         '<p class="muted">Model health estimates each partition\'s MAE from the error model before its actuals land (table '
         "<code>model_health</code>, section <code>estimated_error</code>); <code>outcome_estimates</code> sets the realized MAE "
         "beside it and says whether it fell outside the interval.</p>"
-        + _table(["date", "model version", "estimated MAE", "low", "high", "realized MAE", "outside", "flag"], body)
+        + html_table(["date", "model version", "estimated MAE", "low", "high", "realized MAE", "outside", "flag"], body)
     )
 
 
@@ -310,12 +276,12 @@ def _challenger_section(history: MonitoringHistory) -> str:
     if not rows.height:
         return ""
     body = [
-        "<tr>" + _cells([r["partition_date"].isoformat(), r["champion_version"], r["challenger_version"], r["measure"], r["rows"],
-                         r["champion"], r["challenger"], r["delta"], _interval_text_plain(r), r["better"]]) + "</tr>"
+        "<tr>" + row_cells([r["partition_date"].isoformat(), r["champion_version"], r["challenger_version"], r["measure"], r["rows"],
+                         r["champion"], r["challenger"], r["delta"], interval_text_plain(r), r["better"]]) + "</tr>"
         for r in rows.iter_rows(named=True)
     ]
     advice = "".join(
-        f"<li>{_e(day.isoformat())}: {_e(part['recommendation'][0])}</li>"
+        f"<li>{esc(day.isoformat())}: {esc(part['recommendation'][0])}</li>"
         for (day,), part in rows.group_by(["partition_date"], maintain_order=True)
     )
     return (
@@ -323,7 +289,7 @@ def _challenger_section(history: MonitoringHistory) -> str:
         '<p class="muted">Both models on the same labelled rows (table <code>shadow_outcomes</code>); the difference is the '
         "challenger's minus the champion's, with its paired bootstrap interval; coverage is judged by its distance to the "
         "level.</p>"
-        + _table(["partition", "champion", "challenger", "measure", "rows", "champion value", "challenger value", "difference",
+        + html_table(["partition", "champion", "challenger", "measure", "rows", "champion value", "challenger value", "difference",
                   "interval", "better"], body)
         + f"<ul>{advice}</ul>"
     )
@@ -338,28 +304,28 @@ def forecast_monitoring_page_html(forecast: ForecastHistory, *, target: Mapping[
     estimated = _estimated(forecast, "mae")
     return page_html(
         f"Forecast monitoring {history.job} {history.first_date}..{history.last_date}",
-        f"job <b>{_e(history.job)}</b> · forecast of <b>{_e(target_words(target))}</b>, interval {_e(f'{level:.0%}')} · partitions "
-        f"<b>{_e(history.first_date)}</b> to <b>{_e(history.last_date)}</b>",
+        f"job <b>{esc(history.job)}</b> · forecast of <b>{esc(target_words(target))}</b>, interval {esc(f'{level:.0%}')} · partitions "
+        f"<b>{esc(history.first_date)}</b> to <b>{esc(history.last_date)}</b>",
         "<h2>Decision mix over time</h2><div class=\"plots wide\">"
-        + _figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved beyond "
+        + figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved beyond "
                        "tolerance against the trailing window</span>", decision_mix_png(history, words=words))
         + "</div><h2>Forecast and interval over time</h2><div class=\"plots wide\">"
-        + _figure_html("forecast-mean", f"<b>Mean forecast</b> of {_e(target.get('name') or 'the target')} with the mean interval, and "
+        + figure_html("forecast-mean", f"<b>Mean forecast</b> of {esc(target.get('name') or 'the target')} with the mean interval, and "
                        "the <b>mean actual</b> of the labelled rows", means_png(forecast, unit))
-        + _figure_html("interval-width", "<b>Mean interval width</b>", width_png(forecast, unit))
+        + figure_html("interval-width", "<b>Mean interval width</b>", width_png(forecast, unit))
         + "</div>" + _means_section(forecast, decisions)
         + "<h2>Realized error over time</h2><div class=\"plots wide\">"
-        + _figure_html("mae", "<b>Realized MAE</b>", realized_png(forecast, "mae", f"MAE ({unit})" if unit else "MAE"))
-        + _figure_html("rmse", "<b>Realized RMSE</b>", realized_png(forecast, "rmse", f"RMSE ({unit})" if unit else "RMSE"))
-        + _figure_html("bias", "<b>Bias</b> (actual − forecast)", realized_png(forecast, "bias", f"bias ({unit})" if unit else "bias"))
-        + _figure_html("coverage", f"<b>Interval coverage</b> against the level {_e(f'{level:.0%}')}",
+        + figure_html("mae", "<b>Realized MAE</b>", realized_png(forecast, "mae", f"MAE ({unit})" if unit else "MAE"))
+        + figure_html("rmse", "<b>Realized RMSE</b>", realized_png(forecast, "rmse", f"RMSE ({unit})" if unit else "RMSE"))
+        + figure_html("bias", "<b>Bias</b> (actual − forecast)", realized_png(forecast, "bias", f"bias ({unit})" if unit else "bias"))
+        + figure_html("coverage", f"<b>Interval coverage</b> against the level {esc(f'{level:.0%}')}",
                        realized_png(forecast, "coverage", "coverage", level=level))
         + "</div>" + _realized_section(forecast) + _decision_errors_section(forecast)
         + _estimated_section(estimated, unit)
         + _challenger_section(history)
-        + _labels_section(history)
-        + _flags_section(history)
-        + attribution_section(history.model_health, _figure, _png, _figure_html)
-        + multivariate_section(history.model_health, _figure, _png, _figure_html),
-        css=_EXTRA_CSS,
+        + labels_section(history)
+        + flags_section(history)
+        + attribution_section(history.model_health, new_figure, png_data, figure_html)
+        + multivariate_section(history.model_health, new_figure, png_data, figure_html),
+        css=MONITORING_CSS,
     )

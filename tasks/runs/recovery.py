@@ -31,12 +31,11 @@ from typing import Any
 from tasks.catalog import INFERENCE_HANDOFF
 from tasks.errors import PartitionBusy, disk_full_fault
 from tasks.jobspec import load_job_spec
-from tasks.sinks.parquet_store import discard_staged
-from tasks.sinks.partition_lock import PartitionLease
-from tasks.sinks.publish import discarded_run, partition_store, version_tables
-from tasks.sinks.parquet_store import OutputDirs, output_dirs
 from tasks.settings import Settings
 from tasks.sinks.delta import DeltaTables, delta_tables, written_delta_partition
+from tasks.sinks.parquet_store import OutputDirs, discard_staged, output_dirs
+from tasks.sinks.partition_lock import PartitionLease
+from tasks.sinks.publish import discarded_run, partition_store, version_tables
 from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.recovery")
@@ -241,7 +240,7 @@ def recovered_job(
             with lease.held():
                 recovered += recovered_partition(
                     warehouse, dirs, job=job, partition_date=day, holder_run_id=recovering_run_id,
-                    pending_dir=pending_ledger_dir(settings, job), now=dt.datetime.now(dt.timezone.utc), delta=delta,
+                    pending_dir=pending_ledger_dir(settings, job), now=dt.datetime.now(dt.UTC), delta=delta,
                 )
         except PartitionBusy:
             log.info("partition %s of %s is held by a live run; left to it", day, job)

@@ -61,7 +61,7 @@ def test_the_warehouse_applies_the_same_rule_in_sql(any_warehouse: Warehouse, tm
     any_warehouse.replace_partition(job="credit_risk", partition_date=day, files={"predictions": [path]})
     for cutoffs, expected in ((CUTOFFS, EXPECTED), ([], [False] * len(INTERVALS))):
         # One row per group: each interval has a score of its own.
-        in_sql = any_warehouse.prediction_groups("credit_risk", day, cutoffs).sort_by("score")
+        in_sql = any_warehouse.prediction_groups("credit_risk", day, cutoffs, straddling=predict_straddling).sort_by("score")
         assert in_sql["straddling"].to_pylist() == expected
         in_polars = prediction_groups(pl.from_arrow(_predictions(day)), cutoffs).sort("score")
         assert in_polars["straddling"].to_list() == expected

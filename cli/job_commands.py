@@ -150,8 +150,8 @@ def features_command(
     script fits on exactly what scoring will feed the model."""
 
     def action() -> None:
-        from tasks.jobspec import load_job_spec as spec_of
         from tasks.jobs.registration import job_model_inputs
+        from tasks.jobspec import load_job_spec as spec_of
 
         settings = current_settings()
         spec = spec_of(job, settings)

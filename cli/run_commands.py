@@ -52,7 +52,14 @@ def demo(
 
     def action() -> None:
         from flows.people import backfill
-        from tasks.demo.setup import DEMO_JOB, GEARBOX_JOB, SALES_JOB, prepared_demo, prepared_gearbox_demo, prepared_sales_demo
+        from tasks.demo.setup import (
+            DEMO_JOB,
+            GEARBOX_JOB,
+            SALES_JOB,
+            prepared_demo,
+            prepared_gearbox_demo,
+            prepared_sales_demo,
+        )
 
         settings = with_warehouse_url(current_settings())
         end = yesterday(settings)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-
 from cli.console import console, print_line
 from flows.steps.blocks import configured_warehouse, with_warehouse_url
 from tasks.errors import ScoringError
@@ -29,8 +28,16 @@ def print_summary(job: str, dates: list[dt.date]) -> None:
 
 def print_realized_performance(job: str, dates: list[dt.date]) -> None:
     from tasks.monitoring.report import (
-        challenger_lines, monitoring_history, realized_class_rows, realized_class_table, realized_error_rows, realized_error_table,
-        realized_performance_rows, realized_performance_table, unmatched_label_counts, unmatched_labels_text,
+        challenger_lines,
+        monitoring_history,
+        realized_class_rows,
+        realized_class_table,
+        realized_error_rows,
+        realized_error_table,
+        realized_performance_rows,
+        realized_performance_table,
+        unmatched_label_counts,
+        unmatched_labels_text,
     )
 
     settings = with_warehouse_url(current_settings())

@@ -24,6 +24,7 @@ _ACTION_COLUMNS = {
 }
 """One row per (row, expectation) acted on: what was repaired or why a row was quarantined."""
 
+
 @dataclass
 class GuardCounts:
     """Per-expectation action counts, mergeable across chunks."""

@@ -181,6 +181,7 @@ COLUMN_LEVEL_TYPES = ("expect_column_to_exist", "expect_column_values_to_be_of_t
 COMPILED_TYPES = frozenset(VIOLATIONS) | frozenset(COLUMN_LEVEL_TYPES)
 BOUNDED_TYPES = ("expect_column_values_to_be_between", "expect_column_value_lengths_to_be_between")
 
+
 @dataclass(frozen=True)
 class ColumnCheck:
     """A column-level expectation (exists, has a type); breaking one always fails the run."""
@@ -189,6 +190,7 @@ class ColumnCheck:
     type: str
     column: str
     type_names: tuple[str, ...] = ()
+
 
 def expectation_key(etype: str, column: str) -> str:
     return f"{etype.removeprefix('expect_column_values_to_').removeprefix('expect_column_')}({column})"

@@ -34,6 +34,7 @@ class WarehouseBase(ABC):
         """A block in which this thread's calls may share one connection; a backend whose
         connections are cheap to open keeps none."""
         return contextlib.nullcontext()
+
     def applied_migrations(self) -> list[dict[str, Any]]:
         """The migrations this warehouse has had, oldest first."""
         return self._read_rows("schema_migrations", "SELECT id, description, applied_at FROM schema_migrations ORDER BY id", {})

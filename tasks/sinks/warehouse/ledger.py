@@ -62,6 +62,7 @@ class RunLedger(WarehouseBase):
     ) -> None:
         with self._session(write=True) as session:
             closed_run(session, run_id, status=status, ended_at=ended_at, error=error, counts=counts, warnings=warnings)
+
     def record_run_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
         """What failed after the run's outputs were published; the run stays `succeeded`."""
         with self._session(write=True) as session:
@@ -109,6 +110,7 @@ class RunLedger(WarehouseBase):
                     },
                 )
             )
+
     def unfinished_runs(self, job: str, partition_date: Any = None) -> list[dict[str, Any]]:
         """Runs of `job` (of one partition when given) not yet `succeeded` or `failed`, oldest first."""
         return self._read_rows(
@@ -142,6 +144,7 @@ class RunLedger(WarehouseBase):
                     {"run_id": run_id, "ended_at": ended_at, "warnings": json.dumps([warning])},
                 )
             )
+
     def latest_succeeded_run(self, job: str) -> dict[str, Any] | None:
         """The newest succeeded `runs` row of `job`, or None when it never succeeded (or no ledger exists)."""
         rows = self._read_rows(

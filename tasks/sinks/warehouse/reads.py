@@ -88,6 +88,7 @@ class MonitoringReads(WarehouseBase):
                 "(SELECT max(partition_date) FROM drift_histograms WHERE job = $job AND partition_date < $partition_date)",
                 {"job": job, "partition_date": partition_date},
             )
+
     def monitoring_rows(self, table: str, *, job: str, first_date: Any, last_date: Any) -> pa.Table:
         """Rows of a monitoring table for the job's partitions from `first_date` to `last_date` inclusive."""
         dataset = monitoring_dataset(table)

@@ -105,7 +105,7 @@ def run_action(action: Callable[[], _T]) -> _T:
             print_error(str(problem))
         raise typer.Exit(ExitCode.USER) from None
     except Exception as error:
-        error = orchestration_lost(error) or error
+        error = _orchestration_lost(error) or error
         message, code = user_facing_error(error, path_hint=_data_dir_or_none())
         if code == ExitCode.BUG:
             raise
@@ -123,7 +123,7 @@ def run_action(action: Callable[[], _T]) -> _T:
             signal.signal(signal.SIGTERM, previous)
 
 
-def orchestration_lost(error: BaseException) -> OrchestrationLost | None:
+def _orchestration_lost(error: BaseException) -> OrchestrationLost | None:
     """The lost Prefect API `error` amounts to: the flow engine's last word then is the HTTP error of
     reporting the run's state, raised over the run's own failure."""
     if "prefect" not in sys.modules:
@@ -134,7 +134,7 @@ def orchestration_lost(error: BaseException) -> OrchestrationLost | None:
 
 
 def user_facing(error: BaseException) -> tuple[str, int]:
-    return user_facing_error(orchestration_lost(error) or error)
+    return user_facing_error(_orchestration_lost(error) or error)
 
 
 def _data_dir_or_none() -> Path | None:

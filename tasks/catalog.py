@@ -369,7 +369,7 @@ SCHEMA_MIGRATIONS = Dataset(
     ),
     table="schema_migrations", keys=("id",), primary_key=True,
 )
-"""Each schema change the warehouse has had (tasks/sinks/warehouse.py MIGRATIONS), when it was applied."""
+"""Each schema change the warehouse has had (tasks/sinks/warehouse/migrations.py MIGRATIONS), when it was applied."""
 
 _MONITORING_KEY = [("job", pa.string()), ("partition_date", pa.date32())]
 

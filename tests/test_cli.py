@@ -1,4 +1,4 @@
-"""cli/score.py: user mistakes end in one `error:` line naming the problem, exit code 2, no traceback."""
+"""The command line (cli/): user mistakes end in one `error:` line naming the problem, exit code 2, no traceback."""
 
 from __future__ import annotations
 

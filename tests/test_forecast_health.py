@@ -37,6 +37,7 @@ from tasks.catalog import FORECASTS
 from tasks.jobs.validation import validated_job
 from tasks.monitoring.decisions import merged_prediction_groups, prediction_groups
 from tasks.monitoring.health import HealthAccumulator, estimated_error_rows, fitted_error_estimator
+from tasks.prediction.decisions import predict_straddling
 from tasks.scoring.prepared import prepared_job
 from tasks.scoring.summary import scoring_summary
 from tasks.scoring.units import planned_work_units
@@ -374,7 +375,7 @@ def test_the_warehouse_counts_forecast_groups_as_the_run_does(any_warehouse: War
     path = tmp_path / "forecasts.parquet"
     pq.write_table(_forecasts(day), path)
     any_warehouse.replace_partition(job=JOB, partition_date=day, files={"forecasts": [path]})
-    in_sql = pl.from_arrow(any_warehouse.forecast_groups(JOB, day, CUTOFFS)).sort("decision")
+    in_sql = pl.from_arrow(any_warehouse.forecast_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort("decision")
     in_polars = prediction_groups(pl.from_arrow(_forecasts(day)), CUTOFFS).sort("decision")
     assert in_sql["straddling"].to_list() == in_polars["straddling"].to_list() == [s for _, _, s in INTERVALS]
     assert in_sql["forecast_sum"].to_list() == pytest.approx([(lo + hi) / 2 for lo, hi, _ in INTERVALS])

@@ -307,7 +307,8 @@ def test_run_prints_the_forecast_mean_width_and_decisions_of_what_it_published(s
 
 def test_run_reads_the_estimated_error_when_model_health_has_it() -> None:
     """The run's line of model health from `estimated_error` rows (the scoring pass writes them, tasks/monitoring)."""
-    from cli.score import _print_model_health, console
+    from cli.console import console
+    from cli.run_summaries import print_model_health
     from tasks.monitoring.health import health_headline
 
     rows = [
@@ -318,7 +319,7 @@ def test_run_reads_the_estimated_error_when_model_health_has_it() -> None:
     headline = health_headline(rows, forecasts=True)
     assert "event_rate" not in headline and "auc" not in headline
     with console.capture() as captured:
-        _print_model_health({"model_health": headline, "forecast": {"unit": "units"}})
+        print_model_health({"model_health": headline, "forecast": {"unit": "units"}})
     assert captured.get().strip() == (
         "model health: estimated MAE 1.61 (1.52–1.7) units (at registration 1.53); estimated RMSE 2.2 (2.05–2.4) units "
         "(at registration 2.08); flagged: estimated_error all rmse warn"

@@ -1,4 +1,4 @@
-"""tasks/guards/__init__.py: the GX suite compiled into polars checks, on small hand-built frames."""
+"""tasks/guards/: the GX suite compiled into polars checks, on small hand-built frames."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 
 from tasks.errors import GuardFailure, SuiteError
-from tasks.guards import _VIOLATIONS, GuardCounts, GuardSuite, guard_limit_breaches, guarded_chunk, load_guard_suite
+from tasks.guards import GuardCounts, GuardSuite, guard_limit_breaches, guarded_chunk, load_guard_suite
+from tasks.guards.compiled import VIOLATIONS
 from tasks.settings import PROJECT_ROOT
 
 SUITE_PATH = PROJECT_ROOT / "expectations" / "credit_risk.json"
@@ -354,7 +355,7 @@ def test_job_suite_compiles_every_expectation() -> None:
     assert suite.entity_key is not None and suite.entity_key.declared and suite.entity_key.on_duplicate == "quarantine_all"
     assert len(suite.expectations) + len(suite.column_checks) + 1 == len(doc["expectations"])
     assert [e.action for e in suite.expectations] == [
-        e["meta"]["guard"]["action"] for e in doc["expectations"] if e["type"] in _VIOLATIONS
+        e["meta"]["guard"]["action"] for e in doc["expectations"] if e["type"] in VIOLATIONS
     ]
     # The job's own suite never pays for Great Expectations at scoring time.
     assert suite.gx_checks is None and {e.evaluated_by for e in suite.expectations} == {"compiled"}

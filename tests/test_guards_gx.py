@@ -1,4 +1,4 @@
-"""tasks/guards/__init__.py against Great Expectations itself, on generated data, and on bad input.
+"""tasks/guards/ against Great Expectations itself, on generated data, and on bad input.
 
 The compiled guards claim that their per-expectation counts are the unexpected counts GX reports for
 the same data. The parity tests here generate seeded data with injected violations, run the guards,

@@ -220,6 +220,7 @@ def test_classifications_and_their_shadow_are_identical_in_parquet_duckdb_delta_
     from deltalake import DeltaTable
 
     from flows.score_partition import score_partition
+    from tasks.prediction.decisions import predict_straddling
     from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
     from tasks.sinks.postgres_warehouse import PostgresWarehouse
 
@@ -256,7 +257,7 @@ def test_classifications_and_their_shadow_are_identical_in_parquet_duckdb_delta_
     assert not any(measure.startswith("score") for measure, _ in monitored)
     duck = DuckDBWarehouse(project.settings.duckdb_path)
     counted = _groups(published)
-    in_sql = pl.from_arrow(duck.classification_groups(JOB, day, CUTOFFS)).sort("decision", "rule_id", "predicted_class", "straddling")
+    in_sql = pl.from_arrow(duck.classification_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort("decision", "rule_id", "predicted_class", "straddling")
     assert_frame_equal(in_sql, counted, check_exact=False, rel_tol=1e-12)
 
     # The same partition scored on PostgreSQL: the same rows, run id aside; the vectors read back as they went in.
@@ -278,7 +279,7 @@ def test_classifications_and_their_shadow_are_identical_in_parquet_duckdb_delta_
         assert sorted(cursor.fetchall()) == [("class_probabilities", "_float8"), ("raw_margins", "_float8"), ("reason_codes", "_text"),
                                              ("reason_texts", "_text")]
     postgres = PostgresWarehouse(postgres_database_url)
-    in_postgres = pl.from_arrow(postgres.classification_groups(JOB, day, CUTOFFS)).sort("decision", "rule_id", "predicted_class", "straddling")
+    in_postgres = pl.from_arrow(postgres.classification_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort("decision", "rule_id", "predicted_class", "straddling")
     assert_frame_equal(in_postgres.drop("run_id"), counted.drop("run_id"), check_exact=False, rel_tol=1e-12)
     assert set(in_postgres["run_id"]) == {again["run_id"]}
 

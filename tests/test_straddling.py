@@ -6,6 +6,8 @@ of a frame) and SQL in the warehouse, on both backends (decision monitoring of a
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ import pyarrow.parquet as pq
 from tasks.catalog import PREDICTION_SCHEMA
 from tasks.monitoring.decisions import prediction_groups
 from tasks.prediction.decisions import predict_straddling
+from tasks.settings import PROJECT_ROOT
 from tasks.sinks.warehouse import Warehouse
 
 CUTOFFS = [0.25, 0.55]
@@ -61,7 +64,35 @@ def test_the_warehouse_applies_the_same_rule_in_sql(any_warehouse: Warehouse, tm
     any_warehouse.replace_partition(job="credit_risk", partition_date=day, files={"predictions": [path]})
     for cutoffs, expected in ((CUTOFFS, EXPECTED), ([], [False] * len(INTERVALS))):
         # One row per group: each interval has a score of its own.
-        in_sql = any_warehouse.prediction_groups("credit_risk", day, cutoffs).sort_by("score")
+        in_sql = any_warehouse.prediction_groups("credit_risk", day, cutoffs, straddling=predict_straddling)
+        in_sql = in_sql.sort_by("score")
         assert in_sql["straddling"].to_pylist() == expected
         in_polars = prediction_groups(pl.from_arrow(_predictions(day)), cutoffs).sort("score")
         assert in_polars["straddling"].to_list() == expected
+
+
+def test_the_warehouse_applies_the_rule_its_caller_passes_in(any_warehouse: Warehouse, tmp_path: Path) -> None:
+    """The rule is the caller's, not one the warehouse imports: another rule written with the same operators
+    (an interval whose lower end is on or above a cut-off) comes back as that rule's answer."""
+    day = dt.date(2026, 3, 10)
+    path = tmp_path / "predictions.parquet"
+    pq.write_table(_predictions(day), path)
+    any_warehouse.replace_partition(job="credit_risk", partition_date=day, files={"predictions": [path]})
+
+    def low_at_or_above_a_cut(low, high, cutoffs, *, none):  # noqa: ANN001, ANN202, ARG001
+        above = none
+        for cut in cutoffs:
+            above = above | (low >= cut)
+        return above
+
+    expected = [any(lo >= cut for cut in CUTOFFS) for lo, _, _ in INTERVALS]
+    assert expected != EXPECTED and any(expected) and not all(expected)
+    in_sql = any_warehouse.prediction_groups("credit_risk", day, CUTOFFS, straddling=low_at_or_above_a_cut)
+    assert in_sql.sort_by("score")["straddling"].to_pylist() == expected
+
+
+def test_the_warehouse_imports_no_prediction_rule() -> None:
+    code = "import sys, tasks.sinks.warehouse\nprint([m for m in sys.modules if m.startswith('tasks.prediction')])"
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

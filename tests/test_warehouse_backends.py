@@ -387,15 +387,15 @@ FIRST_RELEASE_TABLES = ("predictions", "quarantine", "guard_actions", "guard_sum
 
 def _first_release_ddl(types: dict) -> list[str]:
     from tasks.catalog import warehouse_dataset
-    from tasks.sinks.warehouse import _ADDED_COLUMNS, _RENAMED_COLUMNS
+    from tasks.sinks.warehouse.migrations import ADDED_COLUMNS, RENAMED_COLUMNS
 
     statements = []
     for table in FIRST_RELEASE_TABLES:
         dataset = warehouse_dataset(table)
-        renamed = {new: old for old, new in _RENAMED_COLUMNS.get(table, {}).items()}
+        renamed = {new: old for old, new in RENAMED_COLUMNS.get(table, {}).items()}
         columns = [
             f'"{renamed.get(f.name, f.name)}" {types[f.type]}{"" if f.nullable else " NOT NULL"}'
-            for f in dataset.schema if f.name not in _ADDED_COLUMNS.get(table, ())
+            for f in dataset.schema if f.name not in ADDED_COLUMNS.get(table, ())
         ]
         if dataset.primary_key:
             columns.append(f"PRIMARY KEY ({', '.join(dataset.keys)})")
@@ -414,14 +414,15 @@ def test_a_warehouse_of_the_first_releases_schema_is_upgraded_in_place_by_record
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     from tasks.catalog import WAREHOUSE_DATASETS
-    from tasks.sinks.warehouse import _DUCKDB_TYPES, _POSTGRES_TYPES, MIGRATIONS
+    from tasks.sinks.warehouse.migrations import MIGRATIONS
+    from tasks.sinks.warehouse.schema import DUCKDB_TYPES, POSTGRES_TYPES
 
     if backend == "duckdb":
         import duckdb
 
         path = tmp_path / "warehouse.duckdb"
         with duckdb.connect(str(path)) as con:
-            for statement in _first_release_ddl(_DUCKDB_TYPES):
+            for statement in _first_release_ddl(DUCKDB_TYPES):
                 con.execute(statement)
         warehouse: Warehouse = DuckDBWarehouse(path)
     else:
@@ -429,7 +430,7 @@ def test_a_warehouse_of_the_first_releases_schema_is_upgraded_in_place_by_record
 
         url = request.getfixturevalue("postgres_database_url")
         with adbc_driver_postgresql.dbapi.connect(url, autocommit=True) as con, con.cursor() as cursor:
-            for statement in _first_release_ddl(_POSTGRES_TYPES):
+            for statement in _first_release_ddl(POSTGRES_TYPES):
                 cursor.execute(statement)
         warehouse = PostgresWarehouse(url)
 
@@ -462,7 +463,7 @@ def test_a_warehouse_of_the_first_releases_schema_is_upgraded_in_place_by_record
 def test_a_new_warehouse_records_every_migration_and_has_its_indexes(any_warehouse: Warehouse) -> None:
     from tasks.catalog import WAREHOUSE_DATASETS
     from tasks.sinks.postgres_warehouse import PostgresWarehouse as Postgres
-    from tasks.sinks.warehouse import MIGRATIONS
+    from tasks.sinks.warehouse.migrations import MIGRATIONS
 
     any_warehouse.record_run_started({
         "run_id": "r", "job": JOB, "partition_date": DAY, "model_name": "m", "model_version": "1", "feature_version": "1",
@@ -503,10 +504,10 @@ def test_decision_flips_of_before_forecast_and_multiclass_jobs_gain_their_column
     """Migrations 0003 and 0004 add the forecasts and the classes to a `decision_flips` that lacks them; the flips
     already there keep their rows with nulls, and a multiclass job's flips load and read back with both classes."""
     from tasks.catalog import DECISION_FLIPS
-    from tasks.sinks.warehouse import _DUCKDB_TYPES, _POSTGRES_TYPES
+    from tasks.sinks.warehouse.schema import DUCKDB_TYPES, POSTGRES_TYPES
 
     added = ("champion_forecast", "challenger_forecast", "champion_class", "challenger_class")
-    types = _DUCKDB_TYPES if backend == "duckdb" else _POSTGRES_TYPES
+    types = DUCKDB_TYPES if backend == "duckdb" else POSTGRES_TYPES
     columns = ", ".join(f'"{f.name}" {types[f.type]}' for f in DECISION_FLIPS.schema if f.name not in added)
     statements = [f"CREATE TABLE decision_flips ({columns})",
                   "INSERT INTO decision_flips (run_id, job, partition_date, entity_id, champion_decision, challenger_decision) "

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.errors import GuardFailure, PartitionError
-from tasks.guards import EntityKeyRule, OnDuplicate
+from tasks.guards.suite import EntityKeyRule, OnDuplicate
 from tasks.sources import ParquetPartition, ReadLimit, opened_parquet, read_row_group
 
 _HASHES_PER_BUCKET = 2_000_000

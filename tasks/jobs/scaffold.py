@@ -1,7 +1,7 @@
 """`score init`: a job scaffolded from a sample partition, to review before a model is registered.
 
 From the sample's columns it proposes a job spec with declared features (tasks/features/declared.py)
-and a Great Expectations suite of guards profiled from the same rows (tasks/guards/__init__.py):
+and a Great Expectations suite of guards profiled from the same rows (tasks/guards/suite.py):
 
 - a column is boolean only where its type, its values or its name say so: a polars Boolean, text that
   is one true and one false word (yes/no, true/false, y/n, any case), or 0/1 numbers under an is_/has_
@@ -446,7 +446,7 @@ def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: st
         "meta": {
             "guard_contract": (
                 "Each expectation's meta.guard.action is repair (with repair=default|clip), quarantine or fail; the entity "
-                "key's uniqueness (expect_column_values_to_be_unique) takes keep_first, quarantine_all or fail; see tasks/guards/__init__.py."
+                "key's uniqueness (expect_column_values_to_be_unique) takes keep_first, quarantine_all or fail; see tasks/guards/suite.py."
             ),
             "scaffolded_from": str(sample),
         },

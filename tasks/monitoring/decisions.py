@@ -268,7 +268,7 @@ def monitored_decisions(
             warehouse.forecast_groups if spec.target.forecasts
             else warehouse.classification_groups if spec.target.classifies else warehouse.prediction_groups
         )
-        groups = pl.from_arrow(counted(spec.name, partition_date, predict_probability_cutoffs(rules)))
+        groups = pl.from_arrow(counted(spec.name, partition_date, predict_probability_cutoffs(rules), straddling=predict_straddling))
     # Sorted, so the sums over groups add in the same order every time.
     groups = groups.sort(*group_keys(groups))
     runs = sorted(groups["run_id"].unique().to_list())

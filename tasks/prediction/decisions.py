@@ -88,7 +88,7 @@ def predict_straddling(low: _T, high: _T, cutoffs: Iterable[float | _T], *, none
     (the rule table could decide it either way, so a rule may send it to a person).
 
     The one statement of the rule. It is written with `<`, `>=`, `&` and `|` only, so `low` and
-    `high` may be numpy arrays, polars expressions or SQL terms (tasks/sinks/warehouse.py); `none`
+    `high` may be numpy arrays, polars expressions or SQL terms (tasks/sinks/warehouse/reads.py); `none`
     is "no interval straddles" in the same kind (with no cut-off that is the answer)."""
     straddling = none
     for cut in cutoffs:

@@ -15,7 +15,10 @@ import duckdb
 import pyarrow as pa
 
 from tasks.errors import ReadOnlyStorage, duckdb_lock_holder, environment_fault, locked_warehouse_fault, process_description
-from tasks.sinks.warehouse import _DUCKDB_TYPES, Warehouse, _parameter_names, _quoted, _Session
+from tasks.sinks.warehouse import Warehouse
+from tasks.sinks.warehouse.migrations import migrated
+from tasks.sinks.warehouse.schema import DUCKDB_TYPES, create_missing_tables
+from tasks.sinks.warehouse.session import Session, parameter_names, quoted
 
 log = logging.getLogger("scoring.warehouse")
 
@@ -26,7 +29,7 @@ class _DuckDBSession:
 
     @staticmethod
     def _bound(sql: str, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        names = _parameter_names(sql)
+        names = parameter_names(sql)
         return {n: params[n] for n in names} if names and params is not None else None
 
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -55,13 +58,13 @@ class _DuckDBSession:
         # file order: at 10 M rows 2× faster within the memory limit. Only for this connection, so
         # reads elsewhere keep a stable order (the outcomes' sums must not change between reads).
         self.con.execute("SET SESSION preserve_insertion_order = false")
-        self.con.execute(f"INSERT INTO {_quoted(table)} BY NAME SELECT * FROM read_parquet(?, hive_partitioning = false)", [[str(p) for p in paths]])
+        self.con.execute(f"INSERT INTO {quoted(table)} BY NAME SELECT * FROM read_parquet(?, hive_partitioning = false)", [[str(p) for p in paths]])
 
     def append_arrow(self, table: str, rows: pa.Table) -> None:
-        columns = ", ".join(_quoted(c) for c in rows.schema.names)
+        columns = ", ".join(quoted(c) for c in rows.schema.names)
         self.con.register("incoming_rows", rows)
         try:
-            self.con.execute(f"INSERT INTO {_quoted(table)} ({columns}) SELECT {columns} FROM incoming_rows")
+            self.con.execute(f"INSERT INTO {quoted(table)} ({columns}) SELECT {columns} FROM incoming_rows")
         finally:
             self.con.unregister("incoming_rows")
 
@@ -194,10 +197,10 @@ class DuckDBWarehouse(Warehouse):
     @staticmethod
     def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         session = _DuckDBSession(con)
-        Warehouse._create_missing_tables(session, _DUCKDB_TYPES)
-        Warehouse._migrated(session, _DUCKDB_TYPES, "duckdb")
+        create_missing_tables(session, DUCKDB_TYPES)
+        migrated(session, DUCKDB_TYPES, "duckdb")
 
     @contextmanager
-    def _session(self, *, write: bool) -> Iterator[_Session]:
+    def _session(self, *, write: bool) -> Iterator[Session]:
         with self.connect(read_only=not write) as con:
             yield _DuckDBSession(con)

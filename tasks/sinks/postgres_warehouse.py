@@ -17,13 +17,10 @@ import pyarrow.parquet as pq
 from tasks.catalog import warehouse_dataset
 from tasks.errors import WarehouseUnreachable
 from tasks.redaction import redacted_url, scrubbed
-from tasks.sinks.warehouse import (
-    _NAMED_PARAMETER,
-    _POSTGRES_TYPES,
-    Warehouse,
-    _parameter_names,
-    _Session,
-)
+from tasks.sinks.warehouse import Warehouse
+from tasks.sinks.warehouse.migrations import migrated, pending_migrations
+from tasks.sinks.warehouse.schema import POSTGRES_TYPES, create_missing_tables, missing_tables
+from tasks.sinks.warehouse.session import NAMED_PARAMETER, Session, parameter_names
 
 if TYPE_CHECKING:
     from adbc_driver_manager.dbapi import Connection as AdbcConnection
@@ -50,8 +47,8 @@ class _PostgresSession:
 
     @staticmethod
     def _positional(sql: str, params: Mapping[str, Any] | None) -> tuple[str, list[Any]]:
-        names = _parameter_names(sql)
-        numbered = _NAMED_PARAMETER.sub(lambda m: f"${names.index(m.group(1)) + 1}", sql)
+        names = parameter_names(sql)
+        numbered = NAMED_PARAMETER.sub(lambda m: f"${names.index(m.group(1)) + 1}", sql)
         return numbered, [params[n] for n in names] if names and params is not None else []
 
     def _table(self, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
@@ -153,7 +150,7 @@ class PostgresWarehouse(Warehouse):
             raise WarehouseUnreachable(f"cannot connect to the PostgreSQL warehouse {self.location}: {reason}") from exc
 
     @contextmanager
-    def _session(self, *, write: bool) -> Iterator[_Session]:
+    def _session(self, *, write: bool) -> Iterator[Session]:
         try:
             con = self._connect()
             try:
@@ -177,9 +174,9 @@ class PostgresWarehouse(Warehouse):
     def _ensure_schema(session: _PostgresSession) -> None:
         # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL's catalog, so writers
         # that find a table missing or a migration pending change the schema one at a time.
-        if Warehouse._missing_tables(session) or Warehouse._pending_migrations(session):
+        if missing_tables(session) or pending_migrations(session):
             session.execute("SELECT pg_advisory_xact_lock(hashtext('scoring warehouse schema'))")
             # Looked at again under the lock: another writer may have changed the schema meanwhile.
-            Warehouse._create_missing_tables(session, _POSTGRES_TYPES, indexed=True)
-            Warehouse._migrated(session, _POSTGRES_TYPES, "postgres")
+            create_missing_tables(session, POSTGRES_TYPES, indexed=True)
+            migrated(session, POSTGRES_TYPES, "postgres")
             session.con.commit()

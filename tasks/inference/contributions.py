@@ -194,6 +194,7 @@ def _checked_source(
     if isinstance(source, TreeContributions) and source.kernel is None:
         return f"computed by {source.framework_label} itself: the table kernel cannot represent the model ({source.reason})", None
     if isinstance(source, TreeContributions) and source.framework_contributions is not None:
+        assert source.kernel is not None, "a source without a kernel returned above"
         max_diff = inference_max_abs_diff(source.kernel.contributions(explained), source.framework_contributions(explained))
         if not max_diff <= GUARD_TOLERANCE:
             raise ModelArtifactError(
@@ -204,6 +205,7 @@ def _checked_source(
     if source.output is None:
         raise ValueError("contributions without the framework's own or the model's output cannot be checked")
     if isinstance(source, TreeContributions):
+        assert source.kernel is not None, "a source without a kernel returned above"
         total = source.kernel.contributions(explained).sum(axis=1)
     else:
         total = source.values(rows, None)[0].sum(axis=1) + source.bias

@@ -158,6 +158,7 @@ class ExplainingEngine:
         if rows.shape[0] == 0:
             values = np.empty((0, len(self.feature_names)), dtype=np.float64)
         elif self.class_contributions is not None:
+            assert classes is not None, "checked above: one class per row exactly when the model is multiclass"
             start = time.perf_counter()
             explained = self._explained_rows(rows)
             values = np.empty((rows.shape[0], len(self.feature_names)), dtype=np.float64)

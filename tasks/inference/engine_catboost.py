@@ -39,6 +39,7 @@ import math
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -249,10 +250,10 @@ def inference_catboost_problem(
             f"has categorical, text or embedding features {facts.categorical}, which CatBoost encodes itself; the job's "
             "model inputs are numeric float32 columns: encode them in the job's features and train on those"
         )
-    classes = facts.class_names
-    if kind == "binary" and classes and (len(classes) != 2 or not _is_label(classes[0], _NEGATIVE) or not _is_label(classes[1], _POSITIVE)):
+    trained = facts.class_names
+    if kind == "binary" and trained and (len(trained) != 2 or not _is_label(trained[0], _NEGATIVE) or not _is_label(trained[1], _POSITIVE)):
         return (
-            f"was trained on classes {classes}; its raw value is the log-odds of class {classes[-1]!r}, which is not the "
+            f"was trained on classes {trained}; its raw value is the log-odds of class {trained[-1]!r}, which is not the "
             "job's event outcome 1 against 0: train on 0/1 outcomes (or False/True, '0'/'1')"
         )
     names = facts.feature_names
@@ -502,7 +503,7 @@ class CatBoostEngine(ExplainingEngine):
         self.model = inference_catboost_model(artifact.model_path)
         self._threads = -1 if nthread <= 0 else nthread
         self._task_type = "CPU"
-        gpu_problem = "no NVIDIA device is present"
+        gpu_problem: str | None = "no NVIDIA device is present"
         if device == "cuda" or (device == "auto" and inference_cuda_device_present()):
             gpu_problem = self._gpu_problem()
             if gpu_problem is None:
@@ -539,11 +540,12 @@ class CatBoostEngine(ExplainingEngine):
         """The contributions' source of the model's raw value, or of class `output`'s raw value of a multiclass model."""
         label = f"{self.metadata.name} {self.metadata.version}"
         start = time.perf_counter()
-        own, raw_values = self._catboost_contributions, self._raw_values
+        own: Callable[[np.ndarray], np.ndarray] = self._catboost_contributions
+        raw_values: Callable[[np.ndarray], np.ndarray] = self._raw_values
         if output is not None:
             label = f"{label} class {self.metadata.classes[output]!r}"
-            own = lambda rows, k=output: self._catboost_contributions(rows)[:, k, :]  # noqa: E731
-            raw_values = lambda rows, k=output: self._raw_values(rows)[:, k]  # noqa: E731
+            own = lambda rows: self._catboost_contributions(rows)[:, output, :]  # noqa: E731
+            raw_values = lambda rows: self._raw_values(rows)[:, output]  # noqa: E731
         try:
             trees = inference_catboost_tree_arrays(
                 model_json if model_json is not None else inference_catboost_model_json(self.model), len(self.feature_names),

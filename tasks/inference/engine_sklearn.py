@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -453,12 +453,14 @@ def _class_output_choice(model: _Model, holdout: np.ndarray) -> tuple[SklearnOut
     rows = holdout[~np.isnan(holdout).any(axis=1)] if np.isnan(holdout).any() else holdout
     if hasattr(model.estimator, "decision_function") and rows.shape[0]:
         x = _model_rows(model, rows)
+        scores: np.ndarray | None
+        probability: np.ndarray | None
         try:
             scores = np.asarray(model.estimator.decision_function(x), dtype=np.float64)
             probability = np.asarray(model.estimator.predict_proba(x), dtype=np.float64)
         except (ValueError, TypeError, AttributeError):
             scores = probability = None
-        if scores is not None and scores.shape == probability.shape:
+        if scores is not None and probability is not None and scores.shape == probability.shape:
             shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
             if float(np.abs(shifted / shifted.sum(axis=1, keepdims=True) - probability).max()) <= SOFTMAX_TOLERANCE:
                 return (SklearnOutput(method="decision_function", classes=listed),
@@ -520,7 +522,7 @@ def _sklearn_tree_arrays(
     trees: list[Any], leaf_values: list[np.ndarray], *, bias: float, n_features: int, nan_left: bool
 ) -> TreeArrays:
     """TreeArrays of scikit-learn `Tree`s, each with the value its leaves add (indexed by node)."""
-    parts = []
+    parts: list[tuple[np.ndarray, ...]] = []
     for tree, values in zip(trees, leaf_values, strict=True):
         left = tree.children_left.astype(np.int64)
         leaf = left < 0
@@ -534,7 +536,7 @@ def _sklearn_tree_arrays(
 
 
 def _hist_tree_arrays(predictors: list[Any], *, bias: float, n_features: int) -> TreeArrays:
-    parts = []
+    parts: list[tuple[np.ndarray, ...]] = []
     for predictor in predictors:
         nodes = predictor.nodes
         if nodes["is_categorical"].any():
@@ -566,7 +568,7 @@ class _TreePlan:
     """The trees of a tree classifier, what they add up to and the classifier's own value of that sum."""
 
     trees: TreeArrays
-    scale: str
+    scale: Literal["margin", "probability"]
     output: Callable[[np.ndarray], np.ndarray]
     """Rows as the classifier sees them (after the pipeline's steps) → what the trees add up to."""
     output_label: str
@@ -808,7 +810,9 @@ def inference_registration_fields(
         try:
             for k in range(n_classes or 1):
                 # A multiclass model's trees of every class, each adding up to that class's own value.
-                _checked_kernel(_tree_plan(model, output, n_features, k) if n_classes else plan, str(model_path))
+                class_plan = _tree_plan(model, output, n_features, k) if n_classes else plan
+                assert class_plan is not None, "a model with trees has them for every class"
+                _checked_kernel(class_plan, str(model_path))
         except TreeShapUnsupported as exc:
             explainer = _Explainer("none", detail=f"{model.description} whose trees the TreeSHAP table cannot take ({exc})")
         else:
@@ -882,6 +886,7 @@ class SklearnEngine(ExplainingEngine):
                 output=self._tree_output(plan),
             )
         elif method == "linear":
+            assert meta.explanation is not None, "the method is the recorded explanation's"
             self.contributions_source = LinearContributions(
                 np.asarray(self.model.final.coef_, dtype=np.float64).reshape(-1), np.asarray(meta.explanation.reference_mean),
                 float(np.ravel(self.model.final.intercept_)[0]), transform=_transform(self.model),
@@ -899,6 +904,7 @@ class SklearnEngine(ExplainingEngine):
         for k in range(n_classes):
             margin_k = lambda rows, k=k: inference_sklearn_margins(self.model, self.output, rows)[:, k]  # noqa: E731
             if method == "linear":
+                assert self.metadata.explanation is not None, "the method is the recorded explanation's"
                 source: TreeContributions | LinearContributions = LinearContributions(
                     np.asarray(self.model.final.coef_, dtype=np.float64)[k], np.asarray(self.metadata.explanation.reference_mean),
                     float(np.ravel(self.model.final.intercept_)[k]), transform=transform, output=margin_k,

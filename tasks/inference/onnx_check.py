@@ -148,6 +148,7 @@ def inference_validate_onnx_model(
     declared_outputs = [(o.name, _declared_shape(o) if _has_shape(o) else None) for o in model.graph.output]
     issues: list[str] = []
     fits = True
+    bindings: dict[str, int]
     if len(graph_inputs) != 1:
         issues.append(
             f"the model has {len(graph_inputs)} inputs ({', '.join(i.name for i in graph_inputs) or 'none'}); "
@@ -185,9 +186,10 @@ def inference_validate_onnx_model(
         else:
             actual_outputs = {meta.name: value for meta, value in zip(session.get_outputs(), results)}
     for name, declared in declared_outputs:
-        if not isinstance(actual_outputs.get(name), np.ndarray):
+        value = actual_outputs.get(name)
+        if not isinstance(value, np.ndarray):
             continue
-        actual = tuple(actual_outputs[name].shape)
+        actual = tuple(value.shape)
         mismatch = _runtime_mismatch(declared, actual, bindings) if declared is not None else None
         if mismatch:
             output_issues.append((name, f"output {name!r}: declared {_fmt(declared)}, ONNX Runtime returns {_fmt(actual)} ({mismatch})"))
@@ -211,7 +213,7 @@ def inference_validate_onnx_model(
                 parts.append(f"output {name!r} typed {typed}, ONNX Runtime returns {_value_words(actual_outputs[name])}")
                 continue
             guess = _fmt(inferred[name]) if name in inferred else "(not inferred)"
-            got = f", ONNX Runtime {_fmt(np.shape(actual_outputs[name]))}" if name in actual_outputs else ""
+            got = f", ONNX Runtime {_fmt(np.asarray(actual_outputs[name]).shape)}" if name in actual_outputs else ""
             parts.append(f"output {name!r} declared {_fmt(declared)}, inferred {guess}{got}")
         scored = [f"score register takes {choice.description.removeprefix('ONNX ')}"] if choice is not None else []
         unread = [f"not scored, so not failed: {why}" for why in aside]

@@ -389,6 +389,7 @@ def _check_semantics(model_path: Path, sessions: _Sessions, explained: OnnxExpla
 
 def _tree_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnSteps, output: OnnxOutput, n_features: int) -> OnnxExplainedNode:
     post = _text(attrs.get("post_transform", "NONE"))
+    link: Literal["identity", "logistic"]
     if node.op_type == "TreeEnsembleClassifier":
         labels = _class_labels(attrs)
         if len(labels) != 2:
@@ -485,7 +486,7 @@ def _linear_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnStep
         raise OnnxUnexplained(f"an ONNX graph whose LinearClassifier scores {rows} classes")
     other = 1 - event
     if post in ("NONE", "LOGISTIC"):
-        link = "identity" if post == "NONE" else "logistic"
+        link: Literal["identity", "logistic"] = "identity" if post == "NONE" else "logistic"
         return OnnxExplainedNode(
             node.op_type, index, steps, _unit(2, event), link, n_features, coefficients=coef[event], intercept=float(icpt[event]),
             what="LinearClassifier",

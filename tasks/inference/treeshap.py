@@ -191,7 +191,9 @@ def inference_kernel_arrays(features: np.ndarray, n_features: int, nthread: int)
     x = np.ascontiguousarray(features, dtype=np.float32)
     if x.ndim != 2 or x.shape[1] != n_features:
         raise ValueError(f"the kernel explains {n_features} features, got an array of shape {x.shape}")
-    threads = numba.config.NUMBA_NUM_THREADS if nthread <= 0 else min(nthread, numba.config.NUMBA_NUM_THREADS)
+    # numba.config sets its settings at import, from the environment: they are not attributes mypy can see.
+    available: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+    threads = available if nthread <= 0 else min(nthread, available)
     return x, np.zeros((x.shape[0], n_features + 1), dtype=np.float64), threads
 
 
@@ -459,7 +461,8 @@ def inference_checked_treeshap(
     try:
         kernel = (
             inference_treeshap_kernel(model, max_path_features=max_path_features, max_table_bytes=max_table_bytes)
-            if kernel_of is None else kernel_of(model)
+            if kernel_of is None
+            else kernel_of(model if isinstance(model, TreeArrays) else inference_xgboost_tree_arrays(model))
         )
     except TreeShapUnsupported as exc:
         log.info("[INF] model_name=%s contributions by %s: %s", model_label, reference_name, exc)

@@ -55,7 +55,7 @@ def predict_calibration_report(
     min_rows: int = 500,
 ) -> CalibrationReport:
     order = np.argsort(probability, kind="stable")
-    rows = []
+    rows: list[dict[str, Any]] = []
     ece = 0.0
     for idx in np.array_split(order, bins):
         if idx.size == 0:

@@ -64,7 +64,7 @@ def predict_binary_label_events(
             return BinaryLabels(labels.cast(pl.Int8))
         numbers = labels.cast(pl.Float64, strict=False) if labels.dtype.is_numeric() or labels.dtype == pl.String else None
         zero_one = None if numbers is None else numbers.is_in([0.0, 1.0]).fill_null(False)
-        if zero_one is not None and int(zero_one.sum()) == present.len():
+        if numbers is not None and zero_one is not None and int(zero_one.sum()) == present.len():
             return BinaryLabels(numbers.cast(pl.Int8))
         counts = predict_class_label_text(present).value_counts(name="n", sort=True)
         found = sorted(counts[counts.columns[0]].to_list())

@@ -28,8 +28,8 @@ from tasks.inference.treeshap import (
     TreeShapUnsupported,
     inference_guard_rows,
     inference_max_abs_diff,
-    inference_row_scale,
     inference_near_tie_rows,
+    inference_row_scale,
     inference_treeshap_kernel,
 )
 

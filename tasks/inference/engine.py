@@ -15,8 +15,8 @@ import logging
 import re
 import threading
 import time
-from collections import OrderedDict
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -25,6 +25,7 @@ import numpy as np
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
+from tasks.inference.contributions import LinearContributions, TreeContributions
 from tasks.inference.error_model import ErrorModel
 from tasks.inference.frameworks import inference_xgboost_module
 from tasks.inference.onnx_outputs import inference_onnx_margins
@@ -35,7 +36,6 @@ from tasks.inference.registry import (
     inference_model_checksum,
     inference_reasons_unavailable,
 )
-from tasks.inference.contributions import LinearContributions, TreeContributions
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
     XGBOOST_NAME,

@@ -251,10 +251,12 @@ def inference_catboost_problem(
             "model inputs are numeric float32 columns: encode them in the job's features and train on those"
         )
     trained = facts.class_names
-    if kind == "binary" and trained and (len(trained) != 2 or not _is_label(trained[0], _NEGATIVE) or not _is_label(trained[1], _POSITIVE)):
+    if kind == "binary" and trained and (
+        len(trained) != 2 or not _is_label(trained[0], _NEGATIVE) or not _is_label(trained[1], _POSITIVE)
+    ):
         return (
-            f"was trained on classes {trained}; its raw value is the log-odds of class {trained[-1]!r}, which is not the "
-            "job's event outcome 1 against 0: train on 0/1 outcomes (or False/True, '0'/'1')"
+            f"was trained on classes {trained}; its raw value is the log-odds of class {trained[-1]!r}, "
+            "which is not the job's event outcome 1 against 0: train on 0/1 outcomes (or False/True, '0'/'1')"
         )
     names = facts.feature_names
     if len(names) != len(features):
@@ -435,23 +437,27 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int, output: in
             "its trees are non-symmetric (grow_policy Depthwise or Lossguide), for which CatBoost's ShapValues do not add up "
             "to the model's raw values"
         )
+
+        def walk(node: dict, builder: _TreeBuilder, leaves: list[tuple[int, float, float]]) -> int:
+            if "split" not in node:
+                value = node["value"]
+                index = builder.node(0, 0.0, 0, 0.0)
+                leaves.append((
+                    index,
+                    float(value[output] if isinstance(value, list) else value) * scale,
+                    float(node.get("weight", 0.0)),
+                ))
+                return index
+            feature, threshold, default_left = split(node["split"])
+            index = builder.node(feature, threshold, default_left, 0.0)
+            builder.left[index] = walk(node["left"], builder, leaves)
+            builder.right[index] = walk(node["right"], builder, leaves)
+            return index
+
         for tree in model_json["trees"]:
             builder = _TreeBuilder()
             leaves: list[tuple[int, float, float]] = []
-
-            def walk(node: dict) -> int:
-                if "split" not in node:
-                    value = node["value"]
-                    index = builder.node(0, 0.0, 0, 0.0)
-                    leaves.append((index, float(value[output] if isinstance(value, list) else value) * scale, float(node.get("weight", 0.0))))
-                    return index
-                feature, threshold, default_left = split(node["split"])
-                index = builder.node(feature, threshold, default_left, 0.0)
-                builder.left[index] = walk(node["left"])
-                builder.right[index] = walk(node["right"])
-                return index
-
-            walk(tree)
+            walk(tree, builder, leaves)
             values = np.array([leaf[1] for leaf in leaves])
             covers, empty_nonzero = _leaf_covers(np.array([leaf[2] for leaf in leaves]), values)
             nonzero_empty |= empty_nonzero

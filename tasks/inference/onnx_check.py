@@ -184,7 +184,7 @@ def inference_validate_onnx_model(
         except Exception as error:  # noqa: BLE001  (ORT raises its own exception types)
             issues.append(f"ONNX Runtime failed on the sample input: {_one_line(error)}")
         else:
-            actual_outputs = {meta.name: value for meta, value in zip(session.get_outputs(), results)}
+            actual_outputs = {meta.name: value for meta, value in zip(session.get_outputs(), results, strict=True)}
     for name, declared in declared_outputs:
         value = actual_outputs.get(name)
         if not isinstance(value, np.ndarray):
@@ -404,7 +404,7 @@ def _runtime_mismatch(declared: Shape, actual: tuple[int, ...], bindings: dict[s
     """Where a concrete shape breaks a declared one; symbolic dims bind to one size across tensors."""
     if len(declared) != len(actual):
         return f"rank {len(declared)} vs {len(actual)}"
-    for axis, (want, got) in enumerate(zip(declared, actual)):
+    for axis, (want, got) in enumerate(zip(declared, actual, strict=True)):
         if isinstance(want, int) and want != got:
             return f"dimension {axis}: {want} vs {got}"
         if isinstance(want, str):
@@ -418,7 +418,7 @@ def _static_mismatch(declared: Shape, inferred: Shape) -> str | None:
     """Where two static shapes contradict each other (symbolic or unknown dims match anything)."""
     if len(declared) != len(inferred):
         return f"rank {len(declared)} vs {len(inferred)}"
-    for axis, (a, b) in enumerate(zip(declared, inferred)):
+    for axis, (a, b) in enumerate(zip(declared, inferred, strict=True)):
         if isinstance(a, int) and isinstance(b, int) and a != b:
             return f"dimension {axis}: {a} vs {b}"
     return None
@@ -481,7 +481,7 @@ def _numerics(
         fits = True
         if session is not None and graph_input is not None and output_names:
             try:
-                outputs = dict(zip(output_names, session.run(output_names, {graph_input.name: inputs})))
+                outputs = dict(zip(output_names, session.run(output_names, {graph_input.name: inputs}), strict=True))
             except Exception as error:  # noqa: BLE001  (ORT raises its own exception types)
                 why = f"ONNX Runtime failed on the inputs of {REFERENCE_IO_FILE}: {_one_line(error)}"
                 return CheckResult("numerics", CheckStatus.FAILED, why), None, reference

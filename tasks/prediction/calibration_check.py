@@ -172,7 +172,9 @@ def _count_warnings(calibrator: BinnedBetaCalibrator) -> list[str]:
         )
     least = calibrator.min_class_rows
     thin = [
-        (i + 1, int(e), int(n)) for i, (e, n) in enumerate(zip(calibrator.events, calibrator.totals)) if min(e, n - e) < least
+        (i + 1, int(e), int(n))
+        for i, (e, n) in enumerate(zip(calibrator.events, calibrator.totals, strict=True))
+        if min(e, n - e) < least
     ]
     if thin:
         shown = "; ".join(f"bin {b}: {e} event{'s' if e != 1 else ''} in {n:,} rows" for b, e, n in thin[:5])

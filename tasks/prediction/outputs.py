@@ -10,9 +10,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.contracts import CLASSIFICATION_SCHEMA, FORECAST_SCHEMA, PREDICTION_SCHEMA, FeatureContributions, InferenceOutput, PredictionOutput
-from tasks.prediction.config import PredictionConfig
+from tasks.contracts import (
+    CLASSIFICATION_SCHEMA,
+    FORECAST_SCHEMA,
+    PREDICTION_SCHEMA,
+    FeatureContributions,
+    InferenceOutput,
+    PredictionOutput,
+)
 from tasks.prediction.calibration import CalibratedProbability, ProbabilityMap
+from tasks.prediction.config import PredictionConfig
 from tasks.prediction.decisions import RuleDecisions, predict_rule_decisions
 from tasks.prediction.forecasts import Forecast, ForecastMap
 from tasks.prediction.multiclass import ClassProbabilities, ClassProbabilityMap

@@ -240,7 +240,7 @@ def predict_reason_codes(
     names = contributions.feature_names
     by_feature, varying = _checked_texts(contributions, config, texts)
     codes = pa.array([config.codes[f].code for f in names] + [config.no_reason_code], pa.string())
-    # The text table: each feature's default text, then its variants; the no-reason text last (null where the spec gives none).
+    # The text table: each feature's default text, then its variants; the no-reason text (or null) last.
     text_list: list[str | None] = []
     first_text = np.zeros(len(names) + 1, dtype=np.int64)
     for j, f in enumerate(names):

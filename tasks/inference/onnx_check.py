@@ -171,7 +171,8 @@ def inference_validate_onnx_model(
     for name, declared in declared_outputs:
         if declared is not None and name in inferred and (mismatch := _static_mismatch(declared, inferred[name])):
             output_issues.append((
-                name, f"output {name!r}: declared {_fmt(declared)}, shape inference gives {_fmt(inferred[name])} ({mismatch})"
+                name, f"output {name!r}: declared {_fmt(declared)}, shape inference gives "
+                    f"{_fmt(inferred[name])} ({mismatch})"
             ))
 
     session, used, operators, cpu_nodes = _session_and_operators(model_path, provider)
@@ -195,7 +196,8 @@ def inference_validate_onnx_model(
             output_issues.append((name, f"output {name!r}: declared {_fmt(declared)}, ONNX Runtime returns {_fmt(actual)} ({mismatch})"))
         elif name in inferred and (mismatch := _runtime_mismatch(inferred[name], actual, dict(bindings))):
             output_issues.append((
-                name, f"output {name!r}: shape inference gives {_fmt(inferred[name])}, ONNX Runtime returns {_fmt(actual)} ({mismatch})"
+                name, f"output {name!r}: shape inference gives {_fmt(inferred[name])}, ONNX Runtime returns "
+                    f"{_fmt(actual)} ({mismatch})"
             ))
     # onnxmltools declares its LightGBM export's label output (1,) and ONNX Runtime returns one label per row: a
     # declaration nothing reads when registration scores another output. It is said, and fails nothing.

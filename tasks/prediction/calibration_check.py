@@ -166,8 +166,8 @@ def _count_warnings(calibrator: BinnedBetaCalibrator) -> list[str]:
     warnings = []
     if min(events, rows - events) < MIN_EVENTS:
         warnings.append(
-            f"The calibration hold-out has {events:,} events and {rows - events:,} non-events in {rows:,} rows; with fewer "
-            f"than {MIN_EVENTS} of either the map has only {k} bin{'s' if k != 1 else ''} and wide intervals: "
+            f"The calibration hold-out has {events:,} events and {rows - events:,} non-events in {rows:,} rows; with "
+            f"fewer than {MIN_EVENTS} of either the map has only {k} bin{'s' if k != 1 else ''} and wide intervals: "
             f"calibrate on more labelled rows."
         )
     least = calibrator.min_class_rows
@@ -204,7 +204,7 @@ def _saturation_warning(probability_map: ProbabilityMap, margins: np.ndarray, ou
         if gap > 0 and (worst is None or gap > worst[0]):
             worst = (gap, (
                 f"The top {share:.0%} of margins ({n:,} rows, margin ≥ {margins[top[-1]]:.3g}) had {k:,} events "
-                f"({k / n:.1%}, {level:.0%} interval {observed_low:.1%}–{observed_high:.1%}), but the map gives those rows "
-                f"at most {highest:.3f}: the probability saturates below the observed rate."
+                f"({k / n:.1%}, {level:.0%} interval {observed_low:.1%}–{observed_high:.1%}), but the map gives "
+                f"those rows at most {highest:.3f}: the probability saturates below the observed rate."
             ))
     return worst[1] if worst else None

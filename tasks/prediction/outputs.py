@@ -202,8 +202,8 @@ def predict_output(
     if classified is not None:
         predicted = pc.value_counts(columns["predicted_class"]).to_pylist()
         log.info(
-            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s predicted_class=%s confidence_score=%.3f "
-            "reasons_share=%.3f no_class_reason=%d straddling_share=%.3f",
+            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s predicted_class=%s "
+            "confidence_score=%.3f reasons_share=%.3f no_class_reason=%d straddling_share=%.3f",
             job, out.chunk_id, n, rules, decisions, {r["values"]: r["counts"] for r in predicted},
             float(classified.probability.mean()) if n else 0.0, len(decided.reason_rows) / n if n else 0.0,
             reasons.without_pushing_factor, straddling / n if n else 0.0,
@@ -211,8 +211,8 @@ def predict_output(
     elif decided.forecast is not None:
         f = decided.forecast
         log.info(
-            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s forecast_mean=%.4g interval_width_mean=%.4g "
-            "reasons_share=%.3f straddling_share=%.3f",
+            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s forecast_mean=%.4g "
+            "interval_width_mean=%.4g reasons_share=%.3f straddling_share=%.3f",
             job, out.chunk_id, n, rules, decisions, float(f.forecast.mean()) if n else 0.0, float((f.high - f.low).mean()) if n else 0.0,
             len(decided.reason_rows) / n if n else 0.0, straddling / n if n else 0.0,
         )

@@ -183,7 +183,8 @@ def _checked_texts(contributions: FeatureContributions, config: ReasonConfig, te
         raise ValueError(f"reason texts of {unresolved} depend on the value, but were not resolved (predict_reason_texts)")
     varying = [j for j, f in enumerate(names) if f in by_feature]
     if varying and contributions.feature_values is None:
-        raise ValueError(f"reason texts of {[names[j] for j in varying]} depend on the value, but the contributions carry no feature values")
+        raise ValueError(f"reason texts of {[names[j] for j in varying]} depend on the value, but the "
+            "contributions carry no feature values")
     return by_feature, varying
 
 

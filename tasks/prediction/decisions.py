@@ -53,7 +53,6 @@ def _conditional(rule: Rule) -> bool:
     return bool(rule.when or _classes(rule))
 
 
-
 class _Term(Protocol):
     """What the straddling rule asks of its terms (numpy arrays, polars expressions, SQL terms): comparisons
     and `&`, `|`, each giving a term of the same kind, whatever that kind's own types say."""

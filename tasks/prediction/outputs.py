@@ -134,9 +134,9 @@ def predict_output(
     n = len(out.entity_ids)
     forecasts = decided.forecast is not None
     classified = decided.classified
-    if classified is not None and (
-        contributions.explained_class is None
-        or not np.array_equal(contributions.explained_class, classified.predicted[decided.reason_rows])
+    reason_classes = decided.reason_classes
+    if reason_classes is not None and (
+        contributions.explained_class is None or not np.array_equal(contributions.explained_class, reason_classes)
     ):
         raise ValueError("contributions were computed for other classes than the rows' predicted classes")
     reasons = (predict_forecast_reason_codes if forecasts else predict_reason_codes)(contributions, config.reasons, reason_texts)

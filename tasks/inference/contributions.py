@@ -28,8 +28,8 @@ from tasks.inference.treeshap import (
     TreeShapUnsupported,
     inference_guard_rows,
     inference_max_abs_diff,
-    inference_row_scale,
     inference_near_tie_rows,
+    inference_row_scale,
     inference_treeshap_kernel,
 )
 
@@ -55,12 +55,13 @@ def inference_output_checked_treeshap(
     max_diff = inference_max_abs_diff(kernel.contributions(rows, nthread=nthread).sum(axis=1), np.asarray(output(rows)).reshape(-1))
     if not max_diff <= tolerance:
         raise TreeShapUnsupported(
-            f"the trees as read add up to the model's own output only within {max_diff:.3g} on {rows.shape[0]} load-time rows "
-            f"(tolerance {tolerance:g})"
+            f"the trees as read add up to the model's own output only within {max_diff:.3g} on {rows.shape[0]} "
+            f"load-time rows (tolerance {tolerance:g})"
         )
     load_s = time.perf_counter() - start
     log.info(
-        "[INF] model_name=%s contributions by %s: trees=%d widest_path=%d table_mib=%.1f local_accuracy_max_abs_diff=%.2g load_ms=%.0f",
+        "[INF] model_name=%s contributions by %s: trees=%d widest_path=%d table_mib=%.1f "
+        "local_accuracy_max_abs_diff=%.2g load_ms=%.0f",
         model_label, KERNEL_NAME, kernel.n_trees, kernel.widest_path, kernel.table_bytes / 2**20, max_diff, load_s * 1000,
     )
     return KernelChoice(kernel, None, max_diff, load_s, framework)
@@ -80,7 +81,8 @@ class TreeContributions:
         self.framework_contributions = framework_contributions
         self.framework_label = framework_label
         self.output = output
-        """rows → what the contributions plus bias add up to, where the framework has no contributions to check against."""
+        """rows → what the contributions plus bias add up to, where the framework has no
+        contributions to check against."""
         self.kernel = choice.kernel
         self.name = choice.name
         self.reason = choice.reason
@@ -192,25 +194,30 @@ def _checked_source(
     from tasks.errors import ModelArtifactError
 
     if isinstance(source, TreeContributions) and source.kernel is None:
-        return f"computed by {source.framework_label} itself: the table kernel cannot represent the model ({source.reason})", None
+        return (f"computed by {source.framework_label} itself: the table kernel cannot represent "
+             f"the model ({source.reason})"), None
     if isinstance(source, TreeContributions) and source.framework_contributions is not None:
+        assert source.kernel is not None, "a source without a kernel returned above"
         max_diff = inference_max_abs_diff(source.kernel.contributions(explained), source.framework_contributions(explained))
         if not max_diff <= GUARD_TOLERANCE:
             raise ModelArtifactError(
-                f"model file {model_label}: the product's TreeSHAP{of} differs from {source.framework_label} by up to {max_diff:.3g} "
-                f"on {rows.shape[0]} hold-out rows (tolerance {GUARD_TOLERANCE:g}); its reasons would not be the framework's"
+                f"model file {model_label}: the product's TreeSHAP{of} differs from {source.framework_label} by up to "
+                f"{max_diff:.3g} on {rows.shape[0]} hold-out rows (tolerance {GUARD_TOLERANCE:g}); its reasons "
+                "would not be the framework's"
             )
         return f"{source.framework_label} on {rows.shape[0]} hold-out rows", max_diff
     if source.output is None:
         raise ValueError("contributions without the framework's own or the model's output cannot be checked")
     if isinstance(source, TreeContributions):
+        assert source.kernel is not None, "a source without a kernel returned above"
         total = source.kernel.contributions(explained).sum(axis=1)
     else:
         total = source.values(rows, None)[0].sum(axis=1) + source.bias
     max_diff = inference_max_abs_diff(total, np.asarray(source.output(rows)).reshape(-1))
     if not max_diff <= GUARD_TOLERANCE:
         raise ModelArtifactError(
-            f"model file {model_label}: the {method} contributions{of} plus bias differ from the model's own output by up to "
-            f"{max_diff:.3g} on {rows.shape[0]} hold-out rows (tolerance {GUARD_TOLERANCE:g}); its reasons would not be exact"
+            f"model file {model_label}: the {method} contributions{of} plus bias differ from the model's own output by "
+            f"up to {max_diff:.3g} on {rows.shape[0]} hold-out rows (tolerance {GUARD_TOLERANCE:g}); its "
+            "reasons would not be exact"
         )
     return f"local accuracy: contributions + bias = the model's own output on {rows.shape[0]} hold-out rows", max_diff

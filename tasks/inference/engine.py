@@ -15,8 +15,8 @@ import logging
 import re
 import threading
 import time
-from collections import OrderedDict
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -25,6 +25,7 @@ import numpy as np
 
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, ModelArtifactError
+from tasks.inference.contributions import LinearContributions, TreeContributions
 from tasks.inference.error_model import ErrorModel
 from tasks.inference.frameworks import inference_xgboost_module
 from tasks.inference.onnx_outputs import inference_onnx_margins
@@ -35,7 +36,6 @@ from tasks.inference.registry import (
     inference_model_checksum,
     inference_reasons_unavailable,
 )
-from tasks.inference.contributions import LinearContributions, TreeContributions
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
     XGBOOST_NAME,
@@ -84,8 +84,8 @@ def _logged_output(
     if meta.target == "multiclass":
         if margins.ndim != 2 or margins.shape[1] != len(meta.classes):
             raise ModelArtifactError(
-                f"model {meta.name} {meta.version} returned outputs of shape {margins.shape} for {batch.features.shape[0]} rows, "
-                f"not one per class of its {len(meta.classes)} classes"
+                f"model {meta.name} {meta.version} returned outputs of shape {margins.shape} for "
+                f"{batch.features.shape[0]} rows, not one per class of its {len(meta.classes)} classes"
             )
     else:
         margins = margins.reshape(-1)
@@ -147,8 +147,9 @@ class ExplainingEngine:
     def inference_contributions(
         self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None, classes: np.ndarray | None = None,
     ) -> FeatureContributions:
-        """Exact contributions to the margin (or to what the model's trees add up to) for the given rows of the chunk only;
-        for a multiclass model, each row's to the margin of its class in `classes` (one class index per explained row)."""
+        """Exact contributions to the margin (or to what the model's trees add up to) for the given rows of the chunk
+        only; for a multiclass model, each row's to the margin of its class in `classes` (one class
+        index per explained row)."""
         if self.contributions_source is None:
             raise ModelArtifactError(f"{self.reasons_unavailable}; the scoring pass must not ask it for contributions")
         if (self.class_contributions is None) != (classes is None):
@@ -158,6 +159,7 @@ class ExplainingEngine:
         if rows.shape[0] == 0:
             values = np.empty((0, len(self.feature_names)), dtype=np.float64)
         elif self.class_contributions is not None:
+            assert classes is not None, "checked above: one class per row exactly when the model is multiclass"
             start = time.perf_counter()
             explained = self._explained_rows(rows)
             values = np.empty((rows.shape[0], len(self.feature_names)), dtype=np.float64)
@@ -166,7 +168,8 @@ class ExplainingEngine:
                 values[of_class], tied = self.class_contributions[int(k)].values(explained[of_class], top_k)
                 recomputed += tied
             log.info(
-                "[INF] model_name=%s contributions rows=%d classes=%d latency_ms=%.2f device_type=%s chunk=%d kernel=%s tie_recomputed=%d",
+                "[INF] model_name=%s contributions rows=%d classes=%d latency_ms=%.2f device_type=%s chunk=%d "
+                "kernel=%s tie_recomputed=%d",
                 self.metadata.name, rows.shape[0], np.unique(classes).size, (time.perf_counter() - start) * 1000.0, self.device_type,
                 batch.chunk_id, self.contributions_kernel, recomputed,
             )
@@ -179,7 +182,8 @@ class ExplainingEngine:
             else:
                 values, recomputed = self.contributions_source.values(explained, top_k)
             log.info(
-                "[INF] model_name=%s contributions rows=%d latency_ms=%.2f device_type=%s chunk=%d kernel=%s tie_recomputed=%d",
+                "[INF] model_name=%s contributions rows=%d latency_ms=%.2f device_type=%s chunk=%d "
+                "kernel=%s tie_recomputed=%d",
                 self.metadata.name, rows.shape[0], (time.perf_counter() - start) * 1000.0, self.device_type, batch.chunk_id,
                 self.contributions_kernel, recomputed,
             )
@@ -209,7 +213,8 @@ class XGBoostEngine(ExplainingEngine):
             # XGBoost decodes its own parse error as UTF-8, so bytes that are not a model can surface as a
             # UnicodeDecodeError; its message is C++ log context and a stack trace: keep the reason.
             raise ModelArtifactError(
-                f"model file {artifact.model_path} could not be loaded: its sha256 matches, but it is not an XGBoost model: {_xgboost_reason(exc)}"
+                f"model file {artifact.model_path} could not be loaded: its sha256 matches, but it is not an XGBoost "
+                f"model: {_xgboost_reason(exc)}"
             ) from exc
         wanted = "cuda" if device == "cuda" or (device == "auto" and inference_cuda_device_present()) else "cpu"
         with warnings.catch_warnings():
@@ -218,7 +223,8 @@ class XGBoostEngine(ExplainingEngine):
             self.booster.set_param({"nthread": nthread, "device": wanted})
             self.device_type = json.loads(self.booster.save_config())["learner"]["generic_param"]["device"].split(":")[0]
         if device == "cuda" and self.device_type != "cuda":
-            raise DeviceUnavailable(f"model {self.metadata.name} {self.metadata.version}: device 'cuda' was asked for, but XGBoost sees no usable GPU")
+            raise DeviceUnavailable(f"model {self.metadata.name} {self.metadata.version}: device 'cuda' was asked for, "
+                "but XGBoost sees no usable GPU")
         if device == "auto" and self.device_type != "cuda":
             log.info("[INF] model_name=%s device auto: no usable GPU, scoring on CPU", self.metadata.name)
         self.providers = (f"xgboost:{self.device_type}",)
@@ -280,7 +286,8 @@ class XGBoostEngine(ExplainingEngine):
         self.contributions_source = sources[0]
 
     def _xgboost_contributions(self, rows: np.ndarray) -> np.ndarray:
-        """XGBoost's own TreeSHAP: rows × (features + 1), the bias last (rows × classes × (features + 1) for a multiclass model)."""
+        """XGBoost's own TreeSHAP: rows × (features + 1), the bias last (rows × classes × (features + 1)
+        for a multiclass model)."""
         matrix = self._xgb.DMatrix(rows, missing=np.nan, feature_names=list(self.feature_names))
         return np.asarray(self.booster.predict(matrix, pred_contribs=True), dtype=np.float64)
 
@@ -320,8 +327,8 @@ class ONNXEngine(ExplainingEngine):
         outputs = {o.name: o.type for o in self.session.get_outputs()}
         if self.scored_output is not None and self.scored_output.name not in outputs:
             raise ModelArtifactError(
-                f"model file {self.model_path} has no output {self.scored_output.name!r}, which its metadata.json names "
-                f"(onnx_output.name); its outputs: {list(outputs)}"
+                f"model file {self.model_path} has no output {self.scored_output.name!r}, which its metadata.json "
+                f"names (onnx_output.name); its outputs: {list(outputs)}"
             )
         self.output_name = self.scored_output.name if self.scored_output is not None else self.session.get_outputs()[0].name
         # A ZipMap's maps live on the host: IO binding to the device is for tensors only.
@@ -330,7 +337,8 @@ class ONNXEngine(ExplainingEngine):
         self.reasons_unavailable = inference_reasons_unavailable(self.metadata)
         self._explained = None
         if self.reasons_unavailable is None and self.metadata.explanation is not None:
-            # A tree-ensemble or linear node, read from the graph as registration settled (tasks/inference/onnx_explained.py).
+            # A tree-ensemble or linear node, read from the graph as registration settled
+            # (tasks/inference/onnx_explained.py).
             from tasks.inference.onnx_explained import inference_onnx_contributions
 
             explained = inference_onnx_contributions(self.model_path, self.metadata, nthread=nthread)
@@ -409,7 +417,8 @@ def _loaded(engine: InferenceEngine, fallback_reason: str | None = None) -> Load
     path = engine.artifact.directory / meta.error_model_file
     if not path.is_file() or inference_model_checksum(path) != meta.error_model_sha256:
         raise ModelArtifactError(
-            f"model {meta.name} {meta.version}: error model {path} is missing or does not match error_model_sha256 in its metadata.json"
+            f"model {meta.name} {meta.version}: error model {path} is missing or does not match "
+            "error_model_sha256 in its metadata.json"
         )
     return LoadedModel(engine, fallback_reason, ErrorModel(path))
 

@@ -4,8 +4,8 @@ the table TreeSHAP on the model's trees, checked against CatBoost's own `ShapVal
 The margin is CatBoost's RawFormulaVal: the log-odds of a binary classifier (Logloss, CrossEntropy); for a
 multiclass job's MultiClass model one value per class, whose softmax is CatBoost's predict_proba (each tree holds
 a leaf value per class, explained class by class; MultiClassOneVsAll is refused: its classes' sigmoids are no
-probability vector); for a forecast job's regressor the forecast itself (RMSE, MAE, Huber, MAPE, LogCosh, Lq) or its log (Poisson,
-Tweedie, whose CatBoostRegressor.predict is exp of it).
+probability vector); for a forecast job's regressor the forecast itself (RMSE, MAE, Huber, MAPE, LogCosh, Lq) or its
+log (Poisson, Tweedie, whose CatBoostRegressor.predict is exp of it).
 
 What CatBoost does that the conversion follows:
 
@@ -39,6 +39,7 @@ import math
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,15 +203,16 @@ def _kind_problem(facts: CatBoostFacts, kind: str) -> str | None:
     if not loss:
         wanted = {"binary": f"a binary classifier ({classifiers})", "multiclass": f"a multiclass classifier (loss {MULTICLASS_LOSS})"}.get(
             kind, f"a regressor ({regressors})")
-        return f"records no loss function; a {'scoring' if kind == 'binary' else kind if kind == 'multiclass' else 'forecast'} model must be {wanted}"
+        return ("records no loss function; a "
+             f"{'scoring' if kind == 'binary' else kind if kind == 'multiclass' else 'forecast'} model must be {wanted}")
     what = f"is {_what_it_is(loss, facts)} (loss {loss})"
     if kind == "multiclass":
         if loss == MULTICLASS_LOSS:
             return None
         if loss == "MultiClassOneVsAll":
             return (
-                f"{what}: one-vs-all, each class's probability is its own sigmoid and they do not sum to 1, so the model has no "
-                f"probability vector of its own to calibrate; train with loss {MULTICLASS_LOSS} (softmax)"
+                f"{what}: one-vs-all, each class's probability is its own sigmoid and they do not sum to 1, so the "
+                f"model has no probability vector of its own to calibrate; train with loss {MULTICLASS_LOSS} (softmax)"
             )
         return inference_multiclass_kind_problem(what, kind, multiclass=False, classifiers=f"loss {MULTICLASS_LOSS}")
     if kind == "binary":
@@ -238,7 +240,8 @@ def inference_catboost_problem(
         return problem
     if kind == "multiclass":
         if classes and facts.dimensions != len(classes):
-            return f"gives {facts.dimensions} raw values per row (one per class), but target.classes names {len(classes)}: {list(classes)}"
+            return (f"gives {facts.dimensions} raw values per row (one per class), but target.classes names "
+                 f"{len(classes)}: {list(classes)}")
         if facts.class_names and (problem := inference_class_labels_problem(facts.class_names, classes)) is not None:
             return problem
     elif facts.dimensions != 1:
@@ -246,14 +249,16 @@ def inference_catboost_problem(
         return f"gives {facts.dimensions} raw values per row; a scoring model gives one ({one})"
     if facts.categorical:
         return (
-            f"has categorical, text or embedding features {facts.categorical}, which CatBoost encodes itself; the job's "
-            "model inputs are numeric float32 columns: encode them in the job's features and train on those"
+            f"has categorical, text or embedding features {facts.categorical}, which CatBoost encodes itself; the "
+            "job's model inputs are numeric float32 columns: encode them in the job's features and train on those"
         )
-    classes = facts.class_names
-    if kind == "binary" and classes and (len(classes) != 2 or not _is_label(classes[0], _NEGATIVE) or not _is_label(classes[1], _POSITIVE)):
+    trained = facts.class_names
+    if kind == "binary" and trained and (
+        len(trained) != 2 or not _is_label(trained[0], _NEGATIVE) or not _is_label(trained[1], _POSITIVE)
+    ):
         return (
-            f"was trained on classes {classes}; its raw value is the log-odds of class {classes[-1]!r}, which is not the "
-            "job's event outcome 1 against 0: train on 0/1 outcomes (or False/True, '0'/'1')"
+            f"was trained on classes {trained}; its raw value is the log-odds of class {trained[-1]!r}, "
+            "which is not the job's event outcome 1 against 0: train on 0/1 outcomes (or False/True, '0'/'1')"
         )
     names = facts.feature_names
     if len(names) != len(features):
@@ -263,8 +268,8 @@ def inference_catboost_problem(
         if set(names) == set(features):
             return f"takes the job's features in another order: model {names}, job {list(features)}"
         return (
-            f"was trained on features the job does not compute: only in the model {sorted(set(names) - set(features))}, "
-            f"only in the job {sorted(set(features) - set(names))}"
+            "was trained on features the job does not compute: only in the model "
+            f"{sorted(set(names) - set(features))}, only in the job {sorted(set(features) - set(names))}"
         )
     if facts.tree_count == 0:
         return "has no trees"
@@ -295,8 +300,8 @@ def inference_registration_fields(
     if kind == "multiclass":
         _softmax_check(model, holdout, model_path)
         meaning = (
-            f"one value per class of its {facts.dimensions}{f' {facts.class_names}' if facts.class_names else ''}, whose softmax is "
-            "CatBoost's predict_proba (checked on the hold-out)"
+            f"one value per class of its {facts.dimensions}{f' {facts.class_names}' if facts.class_names else ''}, "
+            "whose softmax is CatBoost's predict_proba (checked on the hold-out)"
         )
     elif kind == "binary":
         event = f"class {facts.class_names[1]!r} of {facts.class_names}" if facts.class_names else "the event (target 1)"
@@ -307,7 +312,8 @@ def inference_registration_fields(
     note = (
         f"CatBoost model: {facts.tree_count} trees ({facts.grow_policy}), loss {facts.loss}; "
         f"the margin is CatBoost's RawFormulaVal, {meaning}; nan_mode {facts.nan_mode}: "
-        f"{_NAN_MODES.get(facts.nan_mode, 'as CatBoost treats it')}; scored on the job's device: CPU, or the GPU where CatBoost can evaluate there (read back at load)"
+        f"{_NAN_MODES.get(facts.nan_mode, 'as CatBoost treats it')}; scored on the job's device: CPU, or the GPU where "
+        "CatBoost can evaluate there (read back at load)"
     )
     return RegistrationFields(fields, [note])
 
@@ -317,7 +323,8 @@ SOFTMAX_TOLERANCE = 1e-6
 
 
 def _softmax_check(model, holdout: np.ndarray, model_path: Path) -> None:  # noqa: ANN001  (a catboost.CatBoost)
-    """Refuses a multiclass model whose RawFormulaVal's softmax is not CatBoost's own probability vector on the hold-out."""
+    """Refuses a multiclass model whose RawFormulaVal's softmax is not CatBoost's own probability
+    vector on the hold-out."""
     if holdout.shape[0] == 0:
         return
     rows = np.ascontiguousarray(holdout, dtype=np.float32)
@@ -327,8 +334,8 @@ def _softmax_check(model, holdout: np.ndarray, model_path: Path) -> None:  # noq
     diff = float(np.abs(shifted / shifted.sum(axis=1, keepdims=True) - own).max())
     if not diff <= SOFTMAX_TOLERANCE:
         raise ModelArtifactError(
-            f"model file {model_path}: the softmax of its RawFormulaVal differs from CatBoost's own probabilities by up to {diff:.3g} "
-            f"on the {holdout.shape[0]} hold-out rows; its margins would not be the model's"
+            f"model file {model_path}: the softmax of its RawFormulaVal differs from CatBoost's own probabilities by "
+            f"up to {diff:.3g} on the {holdout.shape[0]} hold-out rows; its margins would not be the model's"
         )
 
 
@@ -353,7 +360,8 @@ def _thresholds(borders: list[float]) -> np.ndarray:
 
 
 class _TreeBuilder:
-    """Nodes of one tree (heap order for an oblivious tree, preorder for a non-symmetric one); children are indices within it."""
+    """Nodes of one tree (heap order for an oblivious tree, preorder for a non-symmetric one); children
+    are indices within it."""
 
     def __init__(self) -> None:
         self.left: list[int] = []
@@ -431,26 +439,30 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int, output: in
             nodes.append(builder)
     elif "trees" in model_json:
         unusable.append(
-            "its trees are non-symmetric (grow_policy Depthwise or Lossguide), for which CatBoost's ShapValues do not add up "
-            "to the model's raw values"
+            "its trees are non-symmetric (grow_policy Depthwise or Lossguide), for which CatBoost's ShapValues do not "
+            "add up to the model's raw values"
         )
+
+        def walk(node: dict, builder: _TreeBuilder, leaves: list[tuple[int, float, float]]) -> int:
+            if "split" not in node:
+                value = node["value"]
+                index = builder.node(0, 0.0, 0, 0.0)
+                leaves.append((
+                    index,
+                    float(value[output] if isinstance(value, list) else value) * scale,
+                    float(node.get("weight", 0.0)),
+                ))
+                return index
+            feature, threshold, default_left = split(node["split"])
+            index = builder.node(feature, threshold, default_left, 0.0)
+            builder.left[index] = walk(node["left"], builder, leaves)
+            builder.right[index] = walk(node["right"], builder, leaves)
+            return index
+
         for tree in model_json["trees"]:
             builder = _TreeBuilder()
             leaves: list[tuple[int, float, float]] = []
-
-            def walk(node: dict) -> int:
-                if "split" not in node:
-                    value = node["value"]
-                    index = builder.node(0, 0.0, 0, 0.0)
-                    leaves.append((index, float(value[output] if isinstance(value, list) else value) * scale, float(node.get("weight", 0.0))))
-                    return index
-                feature, threshold, default_left = split(node["split"])
-                index = builder.node(feature, threshold, default_left, 0.0)
-                builder.left[index] = walk(node["left"])
-                builder.right[index] = walk(node["right"])
-                return index
-
-            walk(tree)
+            walk(tree, builder, leaves)
             values = np.array([leaf[1] for leaf in leaves])
             covers, empty_nonzero = _leaf_covers(np.array([leaf[2] for leaf in leaves]), values)
             nonzero_empty |= empty_nonzero
@@ -465,8 +477,8 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int, output: in
         raise TreeShapUnsupported("the model's JSON export has neither oblivious_trees nor trees")
     if nonzero_empty:
         unusable.append(
-            "a leaf no training row reached holds a non-zero value, for which CatBoost's ShapValues re-weigh the leaves "
-            "by the rows explained together"
+            "a leaf no training row reached holds a non-zero value, for which CatBoost's ShapValues re-weigh the "
+            "leaves by the rows explained together"
         )
     if not nodes:
         raise TreeShapUnsupported("the model has no trees")
@@ -502,7 +514,7 @@ class CatBoostEngine(ExplainingEngine):
         self.model = inference_catboost_model(artifact.model_path)
         self._threads = -1 if nthread <= 0 else nthread
         self._task_type = "CPU"
-        gpu_problem = "no NVIDIA device is present"
+        gpu_problem: str | None = "no NVIDIA device is present"
         if device == "cuda" or (device == "auto" and inference_cuda_device_present()):
             gpu_problem = self._gpu_problem()
             if gpu_problem is None:
@@ -536,14 +548,16 @@ class CatBoostEngine(ExplainingEngine):
         self.contributions_source = sources[0]
 
     def _explanation(self, nthread: int, output: int | None = None, model_json: dict | None = None) -> TreeContributions | None:
-        """The contributions' source of the model's raw value, or of class `output`'s raw value of a multiclass model."""
+        """The contributions' source of the model's raw value, or of class `output`'s raw value
+        of a multiclass model."""
         label = f"{self.metadata.name} {self.metadata.version}"
         start = time.perf_counter()
-        own, raw_values = self._catboost_contributions, self._raw_values
+        own: Callable[[np.ndarray], np.ndarray] = self._catboost_contributions
+        raw_values: Callable[[np.ndarray], np.ndarray] = self._raw_values
         if output is not None:
             label = f"{label} class {self.metadata.classes[output]!r}"
-            own = lambda rows, k=output: self._catboost_contributions(rows)[:, k, :]  # noqa: E731
-            raw_values = lambda rows, k=output: self._raw_values(rows)[:, k]  # noqa: E731
+            own = lambda rows: self._catboost_contributions(rows)[:, output, :]  # noqa: E731
+            raw_values = lambda rows: self._raw_values(rows)[:, output]  # noqa: E731
         try:
             trees = inference_catboost_tree_arrays(
                 model_json if model_json is not None else inference_catboost_model_json(self.model), len(self.feature_names),
@@ -553,8 +567,9 @@ class CatBoostEngine(ExplainingEngine):
             scale = float(self.model.get_scale_and_bias()[0])
             if scale != 1.0:
                 self.reasons_unavailable = (
-                    f"model {label} is a CatBoost model whose trees the product cannot read ({exc}) and which scales them by "
-                    f"{scale:g}, for which CatBoost computes no ShapValues: its rows are scored with reasons off"
+                    f"model {label} is a CatBoost model whose trees the product cannot read ({exc}) and which scales "
+                    f"them by {scale:g}, for which CatBoost computes no ShapValues: its rows "
+                    "are scored with reasons off"
                 )
                 return None
             log.info("[INF] model_name=%s contributions by %s: %s", label, SHAP_LABEL, exc)
@@ -575,8 +590,8 @@ class CatBoostEngine(ExplainingEngine):
             )
         except TreeShapUnsupported as exc:
             self.reasons_unavailable = (
-                f"model {label} is a CatBoost model whose reasons cannot be exact here ({trees.own_shap_unusable}; {exc}): "
-                "its rows are scored with reasons off"
+                f"model {label} is a CatBoost model whose reasons cannot be exact here ({trees.own_shap_unusable}; "
+                f"{exc}): its rows are scored with reasons off"
             )
             return None
         return TreeContributions(choice, None, nthread=nthread, framework_label=SHAP_LABEL, output=raw_values)
@@ -593,7 +608,8 @@ class CatBoostEngine(ExplainingEngine):
             return "CatBoost: " + re.sub(r"^\S+:\d+:\s*", "", first)
         on_cpu = self.model.predict(row, prediction_type="RawFormulaVal")
         if not np.allclose(np.asarray(on_gpu, dtype=np.float64), np.asarray(on_cpu, dtype=np.float64), rtol=1e-5, atol=1e-6):
-            return f"CatBoost's GPU evaluation gives {float(np.ravel(on_gpu)[0])!r} where its CPU gives {float(np.ravel(on_cpu)[0])!r}"
+            return (f"CatBoost's GPU evaluation gives {float(np.ravel(on_gpu)[0])!r} where its CPU gives "
+                 f"{float(np.ravel(on_cpu)[0])!r}")
         return None
 
     def _raw_values(self, rows: np.ndarray) -> np.ndarray:
@@ -608,8 +624,8 @@ class CatBoostEngine(ExplainingEngine):
         return values.reshape(rows.shape[0], self._classes) if self._classes else values.reshape(-1)
 
     def _catboost_contributions(self, rows: np.ndarray) -> np.ndarray:
-        """CatBoost's own TreeSHAP: rows × (features + 1), the expected value last (rows × classes × (features + 1) for a
-        multiclass model)."""
+        """CatBoost's own TreeSHAP: rows × (features + 1), the expected value last (rows × classes × (features + 1) for
+        a multiclass model)."""
         from catboost import Pool
 
         pool = Pool(np.ascontiguousarray(rows, dtype=np.float32))

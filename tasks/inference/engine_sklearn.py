@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -65,7 +65,8 @@ log = logging.getLogger("scoring.inference")
 FRAMEWORK = "sklearn"
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _COLUMNWISE = ("StandardScaler", "MinMaxScaler", "MaxAbsScaler", "RobustScaler", "SimpleImputer")
-"""Transformers whose output column j depends on input column j only: contributions on their output are the features'."""
+"""Transformers whose output column j depends on input column j only: contributions on their
+output are the features'."""
 _LOG_ODDS = ("LogisticRegression", "LogisticRegressionCV", "GradientBoostingClassifier", "HistGradientBoostingClassifier")
 """Classifiers whose decision_function is the log-odds they compute their probabilities from."""
 _FOREST_TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier", "RandomForestClassifier", "ExtraTreesClassifier")
@@ -200,8 +201,8 @@ def _node_problem(left: np.ndarray, right: np.ndarray, feature: np.ndarray, n_fe
     if bad.any():
         node = int(np.flatnonzero(bad)[0])
         return (
-            f"{what} in it has node {node} with children ({int(left[node])}, {int(right[node])}) and feature {int(feature[node])} "
-            "out of range, which scikit-learn's prediction would follow out of bounds"
+            f"{what} in it has node {node} with children ({int(left[node])}, {int(right[node])}) and feature "
+            f"{int(feature[node])} out of range, which scikit-learn's prediction would follow out of bounds"
         )
     return None
 
@@ -284,14 +285,14 @@ def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
 
 
 _MULTICLASS_CLASSIFIERS = (
-    "a classifier of the job's classes with predict_proba: LogisticRegression, a tree, forest or gradient boosting classifier, "
-    "or a Pipeline ending in one"
+    "a classifier of the job's classes with predict_proba: LogisticRegression, a tree, forest or gradient boosting "
+    "classifier, or a Pipeline ending in one"
 )
 
 
 def _multiclass_problem(model: _Model, features: tuple[str, ...], classes: tuple[str, ...]) -> str | None:
-    """Why the estimator cannot classify the job's rows into `classes` in their order (another kind of model, two classes,
-    classes_ in another order or others, no predict_proba), or None."""
+    """Why the estimator cannot classify the job's rows into `classes` in their order (another kind of model, two
+    classes, classes_ in another order or others, no predict_proba), or None."""
     from sklearn.base import is_classifier
 
     estimator = model.estimator
@@ -319,7 +320,8 @@ def _multiclass_problem(model: _Model, features: tuple[str, ...], classes: tuple
 
 
 def _inputs_problem(estimator: Any, features: tuple[str, ...]) -> str | None:
-    """Why the fitted estimator does not take the job's features (their count, their names where it kept them), or None."""
+    """Why the fitted estimator does not take the job's features (their count, their names where
+    it kept them), or None."""
     n_inputs = getattr(estimator, "n_features_in_", None)
     if n_inputs is not None and int(n_inputs) != len(features):
         return f"takes {int(n_inputs)} inputs, but the job computes {len(features)} features {list(features)}"
@@ -348,7 +350,8 @@ def _quantile_loss(final: Any) -> bool:
 
 
 def _regressor_problem(model: _Model, features: tuple[str, ...], kind: str) -> str | None:
-    """Why the estimator cannot forecast the job's target from its features (a classifier, several outputs, a quantile), or None."""
+    """Why the estimator cannot forecast the job's target from its features (a classifier, several
+    outputs, a quantile), or None."""
     from sklearn.base import is_classifier, is_clusterer, is_regressor
     from sklearn.exceptions import NotFittedError
     from sklearn.utils.validation import check_is_fitted
@@ -378,8 +381,9 @@ def _regressor_problem(model: _Model, features: tuple[str, ...], kind: str) -> s
 def inference_input_problem(
     model_path: Path, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (), kind: str = "binary", classes: tuple[str, ...] = (),
 ) -> str | None:
-    """Why the skops file cannot score the job's features as a model of the job's kind (a binary classifier, a classifier
-    of `classes` in their order for a multiclass job, or a regressor for `kind` regression or count), or None."""
+    """Why the skops file cannot score the job's features as a model of the job's kind (a binary classifier, a
+    classifier of `classes` in their order for a multiclass job, or a regressor for `kind`
+    regression or count), or None."""
     try:
         model = _loaded(model_path, trusted_types)
     except ModelArtifactError as exc:
@@ -438,7 +442,8 @@ def _output_choice(model: _Model) -> tuple[SklearnOutput, str]:
                 f"scikit-learn {model.name}: the margin is logit(p) of its predict_proba for class {listed[event]!r}, "
                 f"p clipped to [{PROBABILITY_CLIP:g}, 1 − {PROBABILITY_CLIP:g}] (±{bound:.1f})")
     return (SklearnOutput(method="decision_function", event_index=event, classes=listed),
-            f"scikit-learn {model.name}: the margin is its decision_function, a raw score (not a log-odds), calibrated as it is")
+            f"scikit-learn {model.name}: the margin is its decision_function, a raw score (not a "
+            "log-odds), calibrated as it is")
 
 
 SOFTMAX_TOLERANCE = 1e-6
@@ -453,20 +458,22 @@ def _class_output_choice(model: _Model, holdout: np.ndarray) -> tuple[SklearnOut
     rows = holdout[~np.isnan(holdout).any(axis=1)] if np.isnan(holdout).any() else holdout
     if hasattr(model.estimator, "decision_function") and rows.shape[0]:
         x = _model_rows(model, rows)
+        scores: np.ndarray | None
+        probability: np.ndarray | None
         try:
             scores = np.asarray(model.estimator.decision_function(x), dtype=np.float64)
             probability = np.asarray(model.estimator.predict_proba(x), dtype=np.float64)
         except (ValueError, TypeError, AttributeError):
             scores = probability = None
-        if scores is not None and scores.shape == probability.shape:
+        if scores is not None and probability is not None and scores.shape == probability.shape:
             shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
             if float(np.abs(shifted / shifted.sum(axis=1, keepdims=True) - probability).max()) <= SOFTMAX_TOLERANCE:
                 return (SklearnOutput(method="decision_function", classes=listed),
-                        f"scikit-learn {model.name} of classes {listed}: the margins are its decision_function, one per class, "
-                        "whose softmax is its predict_proba (checked on the hold-out)")
+                        f"scikit-learn {model.name} of classes {listed}: the margins are its decision_function, one "
+                        "per class, whose softmax is its predict_proba (checked on the hold-out)")
     return (SklearnOutput(method="predict_proba", classes=listed, clip=PROBABILITY_CLIP),
-            f"scikit-learn {model.name} of classes {listed}: the margins are the log of its predict_proba, one per class, p clipped "
-            f"below at {PROBABILITY_CLIP:g} (their softmax is its probabilities)")
+            f"scikit-learn {model.name} of classes {listed}: the margins are the log of its predict_proba, one per "
+            f"class, p clipped below at {PROBABILITY_CLIP:g} (their softmax is its probabilities)")
 
 
 def _model_rows(model: _Model, rows: np.ndarray) -> np.ndarray:
@@ -520,7 +527,7 @@ def _sklearn_tree_arrays(
     trees: list[Any], leaf_values: list[np.ndarray], *, bias: float, n_features: int, nan_left: bool
 ) -> TreeArrays:
     """TreeArrays of scikit-learn `Tree`s, each with the value its leaves add (indexed by node)."""
-    parts = []
+    parts: list[tuple[np.ndarray, ...]] = []
     for tree, values in zip(trees, leaf_values, strict=True):
         left = tree.children_left.astype(np.int64)
         leaf = left < 0
@@ -534,7 +541,7 @@ def _sklearn_tree_arrays(
 
 
 def _hist_tree_arrays(predictors: list[Any], *, bias: float, n_features: int) -> TreeArrays:
-    parts = []
+    parts: list[tuple[np.ndarray, ...]] = []
     for predictor in predictors:
         nodes = predictor.nodes
         if nodes["is_categorical"].any():
@@ -566,7 +573,7 @@ class _TreePlan:
     """The trees of a tree classifier, what they add up to and the classifier's own value of that sum."""
 
     trees: TreeArrays
-    scale: str
+    scale: Literal["margin", "probability"]
     output: Callable[[np.ndarray], np.ndarray]
     """Rows as the classifier sees them (after the pipeline's steps) → what the trees add up to."""
     output_label: str
@@ -652,8 +659,8 @@ def _tree_plan(model: _Model, output: SklearnOutput, n_features: int, class_inde
 
 
 def _class_tree_plan(model: _Model, n_features: int, k: int) -> _TreePlan | None:
-    """Class `k`'s trees of a multiclass tree classifier: a forest's class-k proportions (the probability scale), gradient
-    boosting's class-k trees (adding up to its decision_function's column k)."""
+    """Class `k`'s trees of a multiclass tree classifier: a forest's class-k proportions (the probability scale),
+    gradient boosting's class-k trees (adding up to its decision_function's column k)."""
     final, name = model.final, model.name
     if name in _FOREST_TREES:
         if getattr(final, "n_outputs_", 1) != 1:
@@ -735,7 +742,8 @@ def _linear_regressor(model: _Model, n_features: int) -> bool:
 
 
 def _transform(model: _Model) -> Callable[[np.ndarray], np.ndarray] | None:
-    """Raw rows → the columns the classifier sees, as the pipeline computes them when it scores; None: the rows themselves."""
+    """Raw rows → the columns the classifier sees, as the pipeline computes them when it scores;
+    None: the rows themselves."""
     if model.steps is None:
         return None
     steps = model.steps
@@ -785,16 +793,16 @@ def inference_registration_fields(
                 ) from None
             if missing:
                 raise ModelArtifactError(
-                    f"model file {model_path} is {model.description}, which rejects missing inputs ({_first_line(exc)}), and "
-                    f"{missing:,} of the {what}'s {rows.shape[0]:,} rows have missing inputs (NaN); impute them in the pipeline "
-                    "(SimpleImputer) or fit an estimator that takes NaN ("
+                    f"model file {model_path} is {model.description}, which rejects missing inputs "
+                    f"({_first_line(exc)}), and {missing:,} of the {what}'s {rows.shape[0]:,} rows have missing inputs "
+                    "(NaN); impute them in the pipeline (SimpleImputer) or fit an estimator that takes NaN ("
                     + ("HistGradientBoostingClassifier, the tree classifiers)" if kind == "binary" else "HistGradientBoostingRegressor, the tree regressors)")
                 ) from None
             raise ModelArtifactError(f"model file {model_path} ({model.description}) fails on the {what}'s rows: {_first_line(exc)}") from None
         if given != rows.shape[0]:
             raise ModelArtifactError(
-                f"model file {model_path} ({model.description}) gives {given:,} values for the {what}'s {rows.shape[0]:,} rows; "
-                "a scoring model gives one per row"
+                f"model file {model_path} ({model.description}) gives {given:,} values for the {what}'s "
+                f"{rows.shape[0]:,} rows; a scoring model gives one per row"
             )
     n_features = len(features)
     explainer = _explainer(model, output, n_features)
@@ -808,7 +816,9 @@ def inference_registration_fields(
         try:
             for k in range(n_classes or 1):
                 # A multiclass model's trees of every class, each adding up to that class's own value.
-                _checked_kernel(_tree_plan(model, output, n_features, k) if n_classes else plan, str(model_path))
+                class_plan = _tree_plan(model, output, n_features, k) if n_classes else plan
+                assert class_plan is not None, "a model with trees has them for every class"
+                _checked_kernel(class_plan, str(model_path))
         except TreeShapUnsupported as exc:
             explainer = _Explainer("none", detail=f"{model.description} whose trees the TreeSHAP table cannot take ({exc})")
         else:
@@ -820,8 +830,9 @@ def inference_registration_fields(
                 )
             elif plan.scale == "probability":
                 notes.append(
-                    f"reasons: exact TreeSHAP of the {model.name}'s trees on the probability scale: a row's contributions plus "
-                    "the forest's average probability add up to its event probability, not to its margin (that probability's logit)"
+                    f"reasons: exact TreeSHAP of the {model.name}'s trees on the probability scale: a row's "
+                    "contributions plus the forest's average probability add up to its event probability, not to its "
+                    "margin (that probability's logit)"
                 )
             else:
                 notes.append(f"reasons: exact TreeSHAP of the {model.name}'s trees, adding up to its {plan.output_label}")
@@ -851,7 +862,8 @@ class SklearnEngine(ExplainingEngine):
         self.model_path = artifact.model_path
         if device == "cuda":
             raise DeviceUnavailable(
-                f"model {meta.name} {meta.version}: device 'cuda' was asked for, but scikit-learn models score on CPU only"
+                f"model {meta.name} {meta.version}: device 'cuda' was asked for, but "
+                "scikit-learn models score on CPU only"
             )
         if device == "auto":
             log.info("[INF] model_name=%s device auto: scikit-learn scores on CPU", meta.name)
@@ -882,6 +894,7 @@ class SklearnEngine(ExplainingEngine):
                 output=self._tree_output(plan),
             )
         elif method == "linear":
+            assert meta.explanation is not None, "the method is the recorded explanation's"
             self.contributions_source = LinearContributions(
                 np.asarray(self.model.final.coef_, dtype=np.float64).reshape(-1), np.asarray(meta.explanation.reference_mean),
                 float(np.ravel(self.model.final.intercept_)[0]), transform=_transform(self.model),
@@ -899,6 +912,7 @@ class SklearnEngine(ExplainingEngine):
         for k in range(n_classes):
             margin_k = lambda rows, k=k: inference_sklearn_margins(self.model, self.output, rows)[:, k]  # noqa: E731
             if method == "linear":
+                assert self.metadata.explanation is not None, "the method is the recorded explanation's"
                 source: TreeContributions | LinearContributions = LinearContributions(
                     np.asarray(self.model.final.coef_, dtype=np.float64)[k], np.asarray(self.metadata.explanation.reference_mean),
                     float(np.ravel(self.model.final.intercept_)[k]), transform=transform, output=margin_k,

@@ -132,7 +132,9 @@ def _leaf_rows(
         # The thresholds cut the float32 line into intervals that each start at a threshold or at -inf; every
         # value of an interval answers alike, and NaN answers by the defaults. These values reach every answer.
         candidates = np.concatenate([
-            np.float32([np.nan, -np.inf, np.inf]), thresholds, np.nextafter(thresholds, np.float32(-np.inf)),
+            np.array([np.nan, -np.inf, np.inf], dtype=np.float32),
+            thresholds,
+            np.nextafter(thresholds, np.float32(-np.inf)),
         ]).astype(np.float32)
         go_left = (candidates[:, None] < thresholds[None, :]) | (np.isnan(candidates)[:, None] & (default_left[levels] != 0)[None, :])
         bits = ((~go_left).astype(np.int64) << (depth - 1 - levels)[None, :]).sum(axis=1)

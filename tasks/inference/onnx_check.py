@@ -148,6 +148,7 @@ def inference_validate_onnx_model(
     declared_outputs = [(o.name, _declared_shape(o) if _has_shape(o) else None) for o in model.graph.output]
     issues: list[str] = []
     fits = True
+    bindings: dict[str, int]
     if len(graph_inputs) != 1:
         issues.append(
             f"the model has {len(graph_inputs)} inputs ({', '.join(i.name for i in graph_inputs) or 'none'}); "
@@ -170,7 +171,8 @@ def inference_validate_onnx_model(
     for name, declared in declared_outputs:
         if declared is not None and name in inferred and (mismatch := _static_mismatch(declared, inferred[name])):
             output_issues.append((
-                name, f"output {name!r}: declared {_fmt(declared)}, shape inference gives {_fmt(inferred[name])} ({mismatch})"
+                name, f"output {name!r}: declared {_fmt(declared)}, shape inference gives "
+                    f"{_fmt(inferred[name])} ({mismatch})"
             ))
 
     session, used, operators, cpu_nodes = _session_and_operators(model_path, provider)
@@ -183,17 +185,19 @@ def inference_validate_onnx_model(
         except Exception as error:  # noqa: BLE001  (ORT raises its own exception types)
             issues.append(f"ONNX Runtime failed on the sample input: {_one_line(error)}")
         else:
-            actual_outputs = {meta.name: value for meta, value in zip(session.get_outputs(), results)}
+            actual_outputs = {meta.name: value for meta, value in zip(session.get_outputs(), results, strict=True)}
     for name, declared in declared_outputs:
-        if not isinstance(actual_outputs.get(name), np.ndarray):
+        value = actual_outputs.get(name)
+        if not isinstance(value, np.ndarray):
             continue
-        actual = tuple(actual_outputs[name].shape)
+        actual = tuple(value.shape)
         mismatch = _runtime_mismatch(declared, actual, bindings) if declared is not None else None
         if mismatch:
             output_issues.append((name, f"output {name!r}: declared {_fmt(declared)}, ONNX Runtime returns {_fmt(actual)} ({mismatch})"))
         elif name in inferred and (mismatch := _runtime_mismatch(inferred[name], actual, dict(bindings))):
             output_issues.append((
-                name, f"output {name!r}: shape inference gives {_fmt(inferred[name])}, ONNX Runtime returns {_fmt(actual)} ({mismatch})"
+                name, f"output {name!r}: shape inference gives {_fmt(inferred[name])}, ONNX Runtime returns "
+                    f"{_fmt(actual)} ({mismatch})"
             ))
     # onnxmltools declares its LightGBM export's label output (1,) and ONNX Runtime returns one label per row: a
     # declaration nothing reads when registration scores another output. It is said, and fails nothing.
@@ -211,7 +215,7 @@ def inference_validate_onnx_model(
                 parts.append(f"output {name!r} typed {typed}, ONNX Runtime returns {_value_words(actual_outputs[name])}")
                 continue
             guess = _fmt(inferred[name]) if name in inferred else "(not inferred)"
-            got = f", ONNX Runtime {_fmt(np.shape(actual_outputs[name]))}" if name in actual_outputs else ""
+            got = f", ONNX Runtime {_fmt(np.asarray(actual_outputs[name]).shape)}" if name in actual_outputs else ""
             parts.append(f"output {name!r} declared {_fmt(declared)}, inferred {guess}{got}")
         scored = [f"score register takes {choice.description.removeprefix('ONNX ')}"] if choice is not None else []
         unread = [f"not scored, so not failed: {why}" for why in aside]
@@ -402,7 +406,7 @@ def _runtime_mismatch(declared: Shape, actual: tuple[int, ...], bindings: dict[s
     """Where a concrete shape breaks a declared one; symbolic dims bind to one size across tensors."""
     if len(declared) != len(actual):
         return f"rank {len(declared)} vs {len(actual)}"
-    for axis, (want, got) in enumerate(zip(declared, actual)):
+    for axis, (want, got) in enumerate(zip(declared, actual, strict=True)):
         if isinstance(want, int) and want != got:
             return f"dimension {axis}: {want} vs {got}"
         if isinstance(want, str):
@@ -416,7 +420,7 @@ def _static_mismatch(declared: Shape, inferred: Shape) -> str | None:
     """Where two static shapes contradict each other (symbolic or unknown dims match anything)."""
     if len(declared) != len(inferred):
         return f"rank {len(declared)} vs {len(inferred)}"
-    for axis, (a, b) in enumerate(zip(declared, inferred)):
+    for axis, (a, b) in enumerate(zip(declared, inferred, strict=True)):
         if isinstance(a, int) and isinstance(b, int) and a != b:
             return f"dimension {axis}: {a} vs {b}"
     return None
@@ -479,7 +483,7 @@ def _numerics(
         fits = True
         if session is not None and graph_input is not None and output_names:
             try:
-                outputs = dict(zip(output_names, session.run(output_names, {graph_input.name: inputs})))
+                outputs = dict(zip(output_names, session.run(output_names, {graph_input.name: inputs}), strict=True))
             except Exception as error:  # noqa: BLE001  (ORT raises its own exception types)
                 why = f"ONNX Runtime failed on the inputs of {REFERENCE_IO_FILE}: {_one_line(error)}"
                 return CheckResult("numerics", CheckStatus.FAILED, why), None, reference

@@ -224,14 +224,15 @@ def inference_onnx_registration_explanation(
             )
             unseen = f"; {unreached} leaves no reference row reached count as {UNREACHED_LEAF_COVER:g} rows" if unreached else ""
             return explanation, [
-                f"reasons: exact TreeSHAP of the graph's {explained.what}, adding up to {_scale_words(scale)}; the graph keeps "
-                f"no node cover, so each node's cover is the count of the {reference.shape[0]} reference rows reaching it{unseen}"
+                f"reasons: exact TreeSHAP of the graph's {explained.what}, adding up to {_scale_words(scale)}; the "
+                f"graph keeps no node cover, so each node's cover is the count of the {reference.shape[0]} "
+                f"reference rows reaching it{unseen}"
             ]
         mean = _reference_mean(explained.steps(reference))
         after = f" after its {', '.join(explained.steps.names)}" if explained.steps.steps else ""
         return ModelExplanation(method="linear", scale=scale, reference_mean=mean.tolist()), [
-            f"reasons: exact linear contributions of the graph's {explained.what}{after}, adding up to {_scale_words(scale)}: "
-            f"coefficient × (value − its mean on the {reference.shape[0]} reference rows)"
+            f"reasons: exact linear contributions of the graph's {explained.what}{after}, adding up to "
+            f"{_scale_words(scale)}: coefficient × (value − its mean on the {reference.shape[0]} reference rows)"
         ]
     except OnnxUnexplained as exc:
         return ModelExplanation(method="none", detail=str(exc)), []
@@ -246,7 +247,8 @@ def inference_onnx_contributions(model_path: Path, metadata: ModelMetadata, *, n
     label = f"{metadata.name} {metadata.version}"
     if explanation is None or explanation.method == "none" or metadata.onnx_output is None:
         return f"model {label} is an ONNX graph whose metadata settles no reasons: its rows are scored with reasons off"
-    unavailable = f"model {label} is an ONNX graph whose {explanation.method} reasons, settled at registration, could not be rebuilt"
+    unavailable = (f"model {label} is an ONNX graph whose {explanation.method} reasons, settled at "
+         "registration, could not be rebuilt")
     try:
         model = onnx.load(str(model_path))
         explained = inference_onnx_explained_node(model, metadata.onnx_output)
@@ -373,7 +375,8 @@ def _check_semantics(model_path: Path, sessions: _Sessions, explained: OnnxExpla
     if off.any():
         raise OnnxUnexplained(
             f"an ONNX graph whose output {output.name!r} is not its {explained.op_type} node's value as read "
-            f"({int(off.sum())} of {x.shape[0]} hold-out rows differ, e.g. {float(theirs[off][0]):.6g} against {float(ours[off][0]):.6g})"
+            f"({int(off.sum())} of {x.shape[0]} hold-out rows differ, e.g. {float(theirs[off][0]):.6g} against "
+            f"{float(ours[off][0]):.6g})"
         )
     if not explained.steps.steps:
         return
@@ -383,12 +386,14 @@ def _check_semantics(model_path: Path, sessions: _Sessions, explained: OnnxExpla
     )
     if not same:
         raise OnnxUnexplained(
-            f"an ONNX graph whose {', '.join(explained.steps.names)} nodes ONNX Runtime computes differently from their attributes"
+            f"an ONNX graph whose {', '.join(explained.steps.names)} nodes ONNX Runtime computes "
+            "differently from their attributes"
         )
 
 
 def _tree_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnSteps, output: OnnxOutput, n_features: int) -> OnnxExplainedNode:
     post = _text(attrs.get("post_transform", "NONE"))
+    link: Literal["identity", "logistic"]
     if node.op_type == "TreeEnsembleClassifier":
         labels = _class_labels(attrs)
         if len(labels) != 2:
@@ -485,7 +490,7 @@ def _linear_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnStep
         raise OnnxUnexplained(f"an ONNX graph whose LinearClassifier scores {rows} classes")
     other = 1 - event
     if post in ("NONE", "LOGISTIC"):
-        link = "identity" if post == "NONE" else "logistic"
+        link: Literal["identity", "logistic"] = "identity" if post == "NONE" else "logistic"
         return OnnxExplainedNode(
             node.op_type, index, steps, _unit(2, event), link, n_features, coefficients=coef[event], intercept=float(icpt[event]),
             what="LinearClassifier",
@@ -514,7 +519,8 @@ def _tree_arrays(attrs: dict[str, Any], leaf_value: dict[tuple[int, int], float]
     unread = sorted({m for m in modes if m not in ("LEAF", "BRANCH_LEQ", "BRANCH_LT")})
     if unread:
         raise OnnxUnexplained(
-            f"an ONNX graph whose tree ensemble splits with {', '.join(unread)} (the TreeSHAP table reads BRANCH_LEQ and BRANCH_LT)"
+            f"an ONNX graph whose tree ensemble splits with {', '.join(unread)} (the TreeSHAP table reads "
+            "BRANCH_LEQ and BRANCH_LT)"
         )
     order = np.lexsort((node_ids, tree_ids))
     tree_sorted = tree_ids[order]
@@ -547,10 +553,11 @@ def _tree_arrays(attrs: dict[str, Any], leaf_value: dict[tuple[int, int], float]
             t_value = float(thresholds[r])
             if not np.isfinite(t_value):
                 # scikit-learn (≥ 1.3) trained on missing values splits "NaN apart" at +inf; skl2onnx 1.20 writes the
-                # threshold but not the side the missing values took, so ONNX Runtime already differs from the estimator.
+                # threshold but not the side the missing values took, so ONNX Runtime already
+                # differs from the estimator.
                 raise OnnxUnexplained(
-                    f"an ONNX graph whose tree {int(tree_ids[r])} splits at {t_value} (what a scikit-learn tree trained on "
-                    "missing values writes), which the TreeSHAP table does not read"
+                    f"an ONNX graph whose tree {int(tree_ids[r])} splits at {t_value} (what a scikit-learn tree "
+                    "trained on missing values writes), which the TreeSHAP table does not read"
                 )
             if modes[r] == "BRANCH_LEQ":
                 value[g] = float(inference_leq_threshold(t_value))
@@ -649,7 +656,8 @@ def _reference_mean(columns: np.ndarray) -> np.ndarray:
 
 
 def _column_steps(graph: Any, producer: dict[str, int], node: Any, graph_input: str) -> ColumnSteps:
-    """The column-wise nodes from the graph input to `node`'s input, first to last; raises OnnxUnexplained for any other."""
+    """The column-wise nodes from the graph input to `node`'s input, first to last; raises
+    OnnxUnexplained for any other."""
     steps: list[tuple[str, np.ndarray, np.ndarray]] = []
     name = node.input[0]
     while name != graph_input:
@@ -660,7 +668,8 @@ def _column_steps(graph: Any, producer: dict[str, int], node: Any, graph_input: 
         attrs = _attributes(step)
         if step.op_type not in COLUMN_OPS:
             raise OnnxUnexplained(
-                f"an ONNX graph whose {node.op_type} node reads the output of a {step.op_type} node, not the model's inputs column by column"
+                f"an ONNX graph whose {node.op_type} node reads the output of a {step.op_type} node, not the "
+                "model's inputs column by column"
             )
         if step.op_type == "Imputer":
             if "imputed_value_floats" not in attrs:

@@ -191,7 +191,9 @@ def inference_kernel_arrays(features: np.ndarray, n_features: int, nthread: int)
     x = np.ascontiguousarray(features, dtype=np.float32)
     if x.ndim != 2 or x.shape[1] != n_features:
         raise ValueError(f"the kernel explains {n_features} features, got an array of shape {x.shape}")
-    threads = numba.config.NUMBA_NUM_THREADS if nthread <= 0 else min(nthread, numba.config.NUMBA_NUM_THREADS)
+    # numba.config sets its settings at import, from the environment: they are not attributes mypy can see.
+    available: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+    threads = available if nthread <= 0 else min(nthread, available)
     return x, np.zeros((x.shape[0], n_features + 1), dtype=np.float64), threads
 
 
@@ -220,7 +222,8 @@ def inference_xgboost_tree_arrays(model_json: bytes | bytearray | str | dict) ->
         raise TreeShapUnsupported(f"booster {booster['name']}: the kernel explains plain gbtree models only")
     if int(params.get("num_class", "0")) > 1 or int(params.get("num_target", "1")) > 1:
         raise TreeShapUnsupported(
-            f"{params.get('num_class')} classes, {params.get('num_target')} targets: the kernel explains single-output models only"
+            f"{params.get('num_class')} classes, {params.get('num_target')} targets: the kernel explains "
+            "single-output models only"
         )
     trees = booster["model"]["trees"]
     if not trees:
@@ -281,7 +284,8 @@ def inference_treeshap_kernel(
     max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
     max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES,
 ) -> TreeShapKernel:
-    """The table kernel of a tree ensemble (`TreeArrays`, or XGBoost's `save_raw("json")`); raises TreeShapUnsupported."""
+    """The table kernel of a tree ensemble (`TreeArrays`, or XGBoost's `save_raw("json")`);
+    raises TreeShapUnsupported."""
     if not 0 <= max_path_features <= _PATTERN_BITS:
         raise ValueError(f"max_path_features must be within 0..{_PATTERN_BITS}, got {max_path_features}")
     trees = model if isinstance(model, TreeArrays) else inference_xgboost_tree_arrays(model)
@@ -459,7 +463,8 @@ def inference_checked_treeshap(
     try:
         kernel = (
             inference_treeshap_kernel(model, max_path_features=max_path_features, max_table_bytes=max_table_bytes)
-            if kernel_of is None else kernel_of(model)
+            if kernel_of is None
+            else kernel_of(model if isinstance(model, TreeArrays) else inference_xgboost_tree_arrays(model))
         )
     except TreeShapUnsupported as exc:
         log.info("[INF] model_name=%s contributions by %s: %s", model_label, reference_name, exc)
@@ -482,7 +487,8 @@ def inference_checked_treeshap(
         return KernelChoice(None, reason, max_diff, time.perf_counter() - start, framework)
     load_s = time.perf_counter() - start
     log.info(
-        "[INF] model_name=%s contributions by %s: trees=%d widest_path=%d table_mib=%.1f max_abs_diff=%.2g load_ms=%.0f",
+        "[INF] model_name=%s contributions by %s: trees=%d widest_path=%d table_mib=%.1f max_abs_diff=%.2g "
+        "load_ms=%.0f",
         model_label, KERNEL_NAME, kernel.n_trees, kernel.widest_path, kernel.table_bytes / 2**20, max_diff, load_s * 1000,
     )
     return KernelChoice(kernel, None, max_diff, load_s, framework)

@@ -55,7 +55,7 @@ def predict_calibration_report(
     min_rows: int = 500,
 ) -> CalibrationReport:
     order = np.argsort(probability, kind="stable")
-    rows = []
+    rows: list[dict[str, Any]] = []
     ece = 0.0
     for idx in np.array_split(order, bins):
         if idx.size == 0:
@@ -166,13 +166,15 @@ def _count_warnings(calibrator: BinnedBetaCalibrator) -> list[str]:
     warnings = []
     if min(events, rows - events) < MIN_EVENTS:
         warnings.append(
-            f"The calibration hold-out has {events:,} events and {rows - events:,} non-events in {rows:,} rows; with fewer "
-            f"than {MIN_EVENTS} of either the map has only {k} bin{'s' if k != 1 else ''} and wide intervals: "
+            f"The calibration hold-out has {events:,} events and {rows - events:,} non-events in {rows:,} rows; with "
+            f"fewer than {MIN_EVENTS} of either the map has only {k} bin{'s' if k != 1 else ''} and wide intervals: "
             f"calibrate on more labelled rows."
         )
     least = calibrator.min_class_rows
     thin = [
-        (i + 1, int(e), int(n)) for i, (e, n) in enumerate(zip(calibrator.events, calibrator.totals)) if min(e, n - e) < least
+        (i + 1, int(e), int(n))
+        for i, (e, n) in enumerate(zip(calibrator.events, calibrator.totals, strict=True))
+        if min(e, n - e) < least
     ]
     if thin:
         shown = "; ".join(f"bin {b}: {e} event{'s' if e != 1 else ''} in {n:,} rows" for b, e, n in thin[:5])
@@ -202,7 +204,7 @@ def _saturation_warning(probability_map: ProbabilityMap, margins: np.ndarray, ou
         if gap > 0 and (worst is None or gap > worst[0]):
             worst = (gap, (
                 f"The top {share:.0%} of margins ({n:,} rows, margin ≥ {margins[top[-1]]:.3g}) had {k:,} events "
-                f"({k / n:.1%}, {level:.0%} interval {observed_low:.1%}–{observed_high:.1%}), but the map gives those rows "
-                f"at most {highest:.3f}: the probability saturates below the observed rate."
+                f"({k / n:.1%}, {level:.0%} interval {observed_low:.1%}–{observed_high:.1%}), but the map gives "
+                f"those rows at most {highest:.3f}: the probability saturates below the observed rate."
             ))
     return worst[1] if worst else None

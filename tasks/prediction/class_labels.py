@@ -53,18 +53,18 @@ class BinaryLabels:
 def predict_binary_label_events(
     labels: pl.Series, *, positive: str | None, negative: str | None = None, flag: bool = True,
 ) -> BinaryLabels:
-    """`labels` as 1 (the event) / 0 / null. Without `positive`: booleans (true is the event) or 0/1, and two other values
-    are a problem naming them and the `--positive` to add (`flag`; else the spec's monitoring.labels.positive), since
-    guessing the event would silently invert every probability when wrong. With `positive` (compared with the labels'
-    text, `predict_class_label_text`): that value is 1, `negative` (or, when not given, the one other value) 0; any
-    further value is a problem, never a 0."""
+    """`labels` as 1 (the event) / 0 / null. Without `positive`: booleans (true is the event) or 0/1, and two other
+    values are a problem naming them and the `--positive` to add (`flag`; else the spec's monitoring.labels.positive),
+    since guessing the event would silently invert every probability when wrong. With `positive` (compared with the
+    labels' text, `predict_class_label_text`): that value is 1, `negative` (or, when not given, the one other value) 0;
+    any further value is a problem, never a 0."""
     present = labels.drop_nulls()
     if positive is None:
         if labels.dtype == pl.Boolean:
             return BinaryLabels(labels.cast(pl.Int8))
         numbers = labels.cast(pl.Float64, strict=False) if labels.dtype.is_numeric() or labels.dtype == pl.String else None
         zero_one = None if numbers is None else numbers.is_in([0.0, 1.0]).fill_null(False)
-        if zero_one is not None and int(zero_one.sum()) == present.len():
+        if numbers is not None and zero_one is not None and int(zero_one.sum()) == present.len():
             return BinaryLabels(numbers.cast(pl.Int8))
         counts = predict_class_label_text(present).value_counts(name="n", sort=True)
         found = sorted(counts[counts.columns[0]].to_list())
@@ -75,12 +75,14 @@ def predict_binary_label_events(
             shown = sorted(present.unique().to_list()) if labels.dtype.is_numeric() else found
             said = (
                 f"with --positive {shlex.quote(likely)} (or --positive {shlex.quote(other)})" if flag
-                else f"as positive: {json.dumps(likely)} (or {json.dumps(other)}) under monitoring.labels in the job spec"
+                else f"as positive: {json.dumps(likely)} (or {json.dumps(other)}) under "
+                    "monitoring.labels in the job spec"
             )
             return BinaryLabels(None, f"has values {shown}: say which is the event {said}", suggested=likely)
         wrong = present if zero_one is None else labels.filter(labels.is_not_null() & ~zero_one)
         return BinaryLabels(None, (
-            f"must be 1 (the event) or 0 (or true/false); {wrong.len():,} row(s) are not, e.g. {sorted(wrong.unique().head(5).to_list())}"
+            f"must be 1 (the event) or 0 (or true/false); {wrong.len():,} row(s) are not, e.g. "
+            f"{sorted(wrong.unique().head(5).to_list())}"
         ))
     text = predict_class_label_text(labels)
     event = positive.lower() if labels.dtype == pl.Boolean and positive.lower() in ("true", "false") else positive
@@ -93,15 +95,16 @@ def predict_binary_label_events(
     if negative is None and len(others) > 1:
         what = (
             f"none of them the event {event!r} (compared exactly, as text)" if event not in values
-            else f"but besides the event {event!r} one other value is read as 0, and a third is refused rather than read as 0"
+            else f"but besides the event {event!r} one other value is read as 0, and a third is "
+                "refused rather than read as 0"
         )
         return BinaryLabels(None, f"has values {values}, {what}{quoted}")
     unexpected = [v for v in others if v != negative] if negative is not None else []
     if unexpected:
         rows = int(text.is_in(unexpected).sum())
         return BinaryLabels(None, (
-            f"holds {unexpected[:5]} on {rows:,} row(s), neither the event {event!r} nor {negative!r}: a label the job "
-            f"does not know is refused, not read as 0{quoted}"
+            f"holds {unexpected[:5]} on {rows:,} row(s), neither the event {event!r} nor {negative!r}: a label "
+            f"the job does not know is refused, not read as 0{quoted}"
         ))
     return BinaryLabels(pl.select(
         pl.when(text.is_null()).then(None).otherwise((text == event).cast(pl.Int8)).alias(labels.name)

@@ -16,7 +16,7 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -53,7 +53,20 @@ def _conditional(rule: Rule) -> bool:
     return bool(rule.when or _classes(rule))
 
 
-_T = TypeVar("_T")
+class _Term(Protocol):
+    """What the straddling rule asks of its terms (numpy arrays, polars expressions, SQL terms): comparisons
+    and `&`, `|`, each giving a term of the same kind, whatever that kind's own types say."""
+
+    def __lt__(self, other: Any, /) -> Any: ...
+
+    def __ge__(self, other: Any, /) -> Any: ...
+
+    def __and__(self, other: Any, /) -> Any: ...
+
+    def __or__(self, other: Any, /) -> Any: ...
+
+
+_T = TypeVar("_T", bound=_Term)
 _OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 _PROBABILITY_FIELDS = ("probability", "probability_low", "probability_high")
 FORECAST_FIELDS = ("forecast", "forecast_low", "forecast_high")
@@ -175,10 +188,9 @@ def predict_rule_table_problems(rules: Sequence[Rule], score: ScoreScale | None)
     """Overlaps between conditional rules, and gaps no rule covers, each with an example row.
 
     `score` None: a forecast job's table, over its forecast fields."""
-    forecast = score is None
-    grid = _forecast_grid(rules) if forecast else _grid(rules, score)
+    grid = _forecast_grid(rules) if score is None else _grid(rules, score)
     triples = np.array([t for t in itertools.combinations_with_replacement(grid, 3)])
-    if forecast:
+    if score is None:
         values = dict(zip(("forecast_low", "forecast", "forecast_high"), (triples[:, 0], triples[:, 1], triples[:, 2]), strict=True))
     else:
         values = {

@@ -10,9 +10,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.contracts import CLASSIFICATION_SCHEMA, FORECAST_SCHEMA, PREDICTION_SCHEMA, FeatureContributions, InferenceOutput, PredictionOutput
-from tasks.prediction.config import PredictionConfig
+from tasks.contracts import (
+    CLASSIFICATION_SCHEMA,
+    FORECAST_SCHEMA,
+    PREDICTION_SCHEMA,
+    FeatureContributions,
+    InferenceOutput,
+    PredictionOutput,
+)
 from tasks.prediction.calibration import CalibratedProbability, ProbabilityMap
+from tasks.prediction.config import PredictionConfig
 from tasks.prediction.decisions import RuleDecisions, predict_rule_decisions
 from tasks.prediction.forecasts import Forecast, ForecastMap
 from tasks.prediction.multiclass import ClassProbabilities, ClassProbabilityMap
@@ -51,8 +58,9 @@ class DecidedChunk:
         if self.forecast is not None:
             f = self.forecast
             return {"forecast": f.forecast, "forecast_low": f.low, "forecast_high": f.high}
-        c = self.calibrated
-        return {"probability": c.probability, "probability_low": c.low, "probability_high": c.high, "score": self.score}
+        p, score = self.calibrated, self.score
+        assert p is not None and score is not None, "a binary job's chunk has its calibrated probability and score"
+        return {"probability": p.probability, "probability_low": p.low, "probability_high": p.high, "score": score}
 
 
 def predict_decided_chunk(
@@ -80,6 +88,7 @@ def predict_decided_chunk(
         reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
         return DecidedChunk(inference=output, calibrated=None, score=None, rules=rules, reason_rows=reason_rows, forecast=forecast)
     calibrated = estimate_map.predict_calibrated_probability(output.margins)
+    assert config.score is not None, "a binary job's prediction section has its score scale"
     score = predict_score(calibrated.probability, config.score)
     rules = predict_rule_decisions(
         {
@@ -125,7 +134,10 @@ def predict_output(
     n = len(out.entity_ids)
     forecasts = decided.forecast is not None
     classified = decided.classified
-    if classified is not None and not np.array_equal(contributions.explained_class, decided.reason_classes):
+    reason_classes = decided.reason_classes
+    if reason_classes is not None and (
+        contributions.explained_class is None or not np.array_equal(contributions.explained_class, reason_classes)
+    ):
         raise ValueError("contributions were computed for other classes than the rows' predicted classes")
     reasons = (predict_forecast_reason_codes if forecasts else predict_reason_codes)(contributions, config.reasons, reason_texts)
     # Rows without reasons get empty lists: spread the explained rows' list lengths over the chunk
@@ -155,7 +167,7 @@ def predict_output(
             "runner_up_class": names.take(pa.array(classified.runner_up)),
             "margin": pa.array(classified.margin, pa.float64()),
         }
-    elif forecasts:
+    elif decided.forecast is not None:
         columns |= {
             "forecast": pa.array(decided.forecast.forecast, pa.float64()),
             "forecast_low": pa.array(decided.forecast.low, pa.float64()),
@@ -163,10 +175,12 @@ def predict_output(
             "expected_error": pa.array(out.expected_error, pa.float64()),
         }
     else:
+        calibrated = decided.calibrated
+        assert calibrated is not None, "a binary job's chunk has its calibrated probability"
         columns |= {
-            "probability": pa.array(decided.calibrated.probability, pa.float64()),
-            "probability_low": pa.array(decided.calibrated.low, pa.float64()),
-            "probability_high": pa.array(decided.calibrated.high, pa.float64()),
+            "probability": pa.array(calibrated.probability, pa.float64()),
+            "probability_low": pa.array(calibrated.low, pa.float64()),
+            "probability_high": pa.array(calibrated.high, pa.float64()),
             "score": pa.array(decided.score, pa.int16()),
         }
     columns |= {
@@ -188,21 +202,22 @@ def predict_output(
     if classified is not None:
         predicted = pc.value_counts(columns["predicted_class"]).to_pylist()
         log.info(
-            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s predicted_class=%s confidence_score=%.3f "
-            "reasons_share=%.3f no_class_reason=%d straddling_share=%.3f",
+            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s predicted_class=%s "
+            "confidence_score=%.3f reasons_share=%.3f no_class_reason=%d straddling_share=%.3f",
             job, out.chunk_id, n, rules, decisions, {r["values"]: r["counts"] for r in predicted},
             float(classified.probability.mean()) if n else 0.0, len(decided.reason_rows) / n if n else 0.0,
             reasons.without_pushing_factor, straddling / n if n else 0.0,
         )
-    elif forecasts:
+    elif decided.forecast is not None:
         f = decided.forecast
         log.info(
-            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s forecast_mean=%.4g interval_width_mean=%.4g "
-            "reasons_share=%.3f straddling_share=%.3f",
+            "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s forecast_mean=%.4g "
+            "interval_width_mean=%.4g reasons_share=%.3f straddling_share=%.3f",
             job, out.chunk_id, n, rules, decisions, float(f.forecast.mean()) if n else 0.0, float((f.high - f.low).mean()) if n else 0.0,
             len(decided.reason_rows) / n if n else 0.0, straddling / n if n else 0.0,
         )
     else:
+        assert decided.score is not None, "a binary job's chunk has its score"
         # The mean score under the job's own name for it (`propensity_score_mean=`), as its pages say it.
         score_key = "_".join(config.score.name.lower().split()) if config.score is not None else "score"
         log.info(

@@ -40,7 +40,7 @@ class ValueTexts:
 
     texts: tuple[str, ...]
     cuts: np.ndarray | None = None
-    cut_side: str = "right"
+    cut_side: Literal["left", "right"] = "right"
     """`right`: a value on a cut belongs to the range above it (by_cut); `left`: below (by_band's median)."""
     values: np.ndarray | None = None
 
@@ -50,6 +50,7 @@ class ValueTexts:
         if self.cuts is not None:
             index = np.searchsorted(self.cuts, x, side=self.cut_side)
         else:
+            assert self.values is not None, "a ValueTexts has its cuts or its values"
             order = np.argsort(self.values, kind="stable")
             sorted_values = self.values[order]
             pos = np.minimum(np.searchsorted(sorted_values, x), len(sorted_values) - 1)
@@ -182,7 +183,8 @@ def _checked_texts(contributions: FeatureContributions, config: ReasonConfig, te
         raise ValueError(f"reason texts of {unresolved} depend on the value, but were not resolved (predict_reason_texts)")
     varying = [j for j, f in enumerate(names) if f in by_feature]
     if varying and contributions.feature_values is None:
-        raise ValueError(f"reason texts of {[names[j] for j in varying]} depend on the value, but the contributions carry no feature values")
+        raise ValueError(f"reason texts of {[names[j] for j in varying]} depend on the value, but the "
+            "contributions carry no feature values")
     return by_feature, varying
 
 
@@ -211,6 +213,7 @@ def predict_forecast_reason_codes(
     down = picked_values < 0
     text_index = first_text[order] + down * variants[order]
     for j in varying:
+        assert contributions.feature_values is not None, "_checked_texts refuses varying texts without feature values"
         at = chosen & (order == j)
         rows = np.nonzero(at)[0]
         text_index[at] += 1 + by_feature[names[j]].variant(contributions.feature_values[rows, j])
@@ -238,8 +241,8 @@ def predict_reason_codes(
     names = contributions.feature_names
     by_feature, varying = _checked_texts(contributions, config, texts)
     codes = pa.array([config.codes[f].code for f in names] + [config.no_reason_code], pa.string())
-    # The text table: each feature's default text, then its variants; the no-reason text last.
-    text_list: list[str] = []
+    # The text table: each feature's default text, then its variants; the no-reason text (or null) last.
+    text_list: list[str | None] = []
     first_text = np.zeros(len(names) + 1, dtype=np.int64)
     for j, f in enumerate(names):
         first_text[j] = len(text_list)
@@ -258,6 +261,7 @@ def predict_reason_codes(
         chosen[none, 0] = True
     text_index = first_text[order]
     for j in varying:
+        assert contributions.feature_values is not None, "_checked_texts refuses varying texts without feature values"
         at = chosen & (order == j)
         rows = np.nonzero(at)[0]
         text_index[at] += 1 + by_feature[names[j]].variant(contributions.feature_values[rows, j])

@@ -467,7 +467,7 @@ def run(
             from flows.score_partition import score_partition
 
             with _run_log(settings.data_dir), _progress_bars(show=not as_json):
-                result = score_partition(job, day, chunk_rows or 0)
+                result = score_partition(job, day, chunk_rows or 0).to_dict()
         if as_json:
             _print_json(result)
             return

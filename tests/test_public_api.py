@@ -1,16 +1,14 @@
-"""The public API for composing flows (`flows`): the typed result of score_partition, the reader of a published
-partition, and the example that scores two jobs side by side, each checked against the published Parquet files and
-the warehouse read here on their own (polars, duckdb)."""
+"""The public API for composing flows (`flows`): the typed result of score_partition and the reader of a published
+partition, checked against the published Parquet files and the warehouse read here on their own (polars, duckdb).
+The example that scores two jobs side by side is tests/test_example_flow.py's."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
 import json
-import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import duckdb
@@ -21,92 +19,16 @@ from polars.testing import assert_frame_equal
 
 from tasks.errors import ExitCode, user_facing_error
 from tasks.results import DecisionMonitoring, PartitionResult, Recovery
-from tasks.settings import PROJECT_ROOT, Settings, current_settings
+from tasks.settings import PROJECT_ROOT, Settings
 
 from conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
-TWIN = f"{DEMO_JOB}_twin"
-"""A second job: the demo's spec under another name, scoring its own copy of the demo's raw partitions."""
-
 
 def warehouse_rows(settings: Settings, sql: str, *params: object) -> pl.DataFrame:
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
         return pl.from_arrow(con.sql(sql, params=list(params)).to_arrow_table())  # type: ignore[return-value]
-
-
-def published_parquet(settings: Settings, job: str, folder: str, day: dt.date) -> pl.DataFrame:
-    return pl.read_parquet(settings.data_dir / "output" / job / folder / f"date={day.isoformat()}" / "*.parquet")
-
-
-def flow_run_times(run_id: str) -> tuple[dt.datetime, dt.datetime]:
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        run = client.read_flow_run(uuid.UUID(run_id))
-    assert run.start_time is not None and run.end_time is not None
-    return run.start_time, run.end_time
-
-
-@pytest.fixture
-def two_jobs(demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """The demo job and its twin in a jobs folder of their own, the twin's raw partitions a copy of the demo's."""
-    jobs = tmp_path / "jobs"
-    jobs.mkdir()
-    spec = yaml.safe_load((fresh_data.jobs_dir / f"{DEMO_JOB}.yaml").read_text())
-    (jobs / f"{DEMO_JOB}.yaml").write_text(yaml.safe_dump(spec))
-    (jobs / f"{TWIN}.yaml").write_text(yaml.safe_dump({**spec, "name": TWIN}))
-    shutil.copytree(fresh_data.data_dir / "raw" / DEMO_JOB, fresh_data.data_dir / "raw" / TWIN)
-    monkeypatch.setenv("SCORING_JOBS_DIR", str(jobs))
-    return current_settings()
-
-
-def test_two_jobs_are_scored_side_by_side_and_their_results_are_what_was_published(
-    demo_env: DemoEnv, two_jobs: Settings
-) -> None:
-    from flows.examples.side_by_side import score_side_by_side
-
-    day = demo_env.plan.scoring_dates[0]
-    results = score_side_by_side([DEMO_JOB, TWIN], day)
-
-    assert list(results) == [DEMO_JOB, TWIN]
-    for job, result in results.items():
-        assert isinstance(result, PartitionResult)
-        assert (result.job, result.partition_date) == (job, day)
-        raw = pl.read_parquet(two_jobs.raw_partition_dir(job, day.isoformat()) / "*.parquet")
-        assert result.rows_read == raw.height
-        predictions = published_parquet(two_jobs, job, "predictions", day)
-        assert predictions["run_id"].unique().to_list() == [result.run_id]
-        assert result.rows_scored == predictions.height > 0
-        counted = dict(predictions.group_by("decision").len().iter_rows())
-        assert result.decisions == counted
-        assert result.decision_shares == pytest.approx({d: n / predictions.height for d, n in counted.items()})
-        quarantined = published_parquet(two_jobs, job, "quarantine", day)
-        assert result.rows_quarantined == quarantined.height > 0
-        assert result.quarantined_share == pytest.approx(result.rows_quarantined / raw.height)
-        assert result.run_page is not None and result.run_page.is_file()
-        assert result.run_id in result.run_page.read_text()
-    # The same rows for both (the twin scores a copy of the demo's data with the same model), in two runs.
-    first, twin = results.values()
-    assert first.decisions == twin.decisions and first.run_id != twin.run_id
-    ledger = warehouse_rows(two_jobs, "SELECT run_id, status FROM runs WHERE partition_date = ? ORDER BY job", day)
-    assert ledger.rows() == [(first.run_id, "succeeded"), (twin.run_id, "succeeded")]
-    # Side by side: each subflow run started before the other ended.
-    (a_start, a_end), (b_start, b_end) = (flow_run_times(r.run_id) for r in results.values())
-    assert a_start < b_end and b_start < a_end, (a_start, a_end, b_start, b_end)
-
-
-def test_the_example_fails_in_one_sentence_over_its_quarantine_limit(demo_env: DemoEnv, two_jobs: Settings) -> None:
-    from flows.examples.side_by_side import SideBySideFailed, score_side_by_side
-
-    day = demo_env.plan.scoring_dates[-1]
-    with pytest.raises(SideBySideFailed) as caught:
-        score_side_by_side([DEMO_JOB], day, max_quarantined_share=0.0)
-    message, code = user_facing_error(caught.value)
-    assert code == ExitCode.USER
-    assert message.startswith(f"{day}: {DEMO_JOB} quarantined ") and message.endswith("of its rows (limit 0.0%)")
-    assert "\n" not in str(caught.value)
 
 
 def test_the_reader_gives_the_published_run_and_keeps_it_after_a_failed_run(
@@ -125,11 +47,16 @@ def test_the_reader_gives_the_published_run_and_keeps_it_after_a_failed_run(
     assert published.ledger.counts["rows_quarantined"] == result.rows_quarantined
     assert published.ledger.decisions == result.decisions
     for dataset, read in (
-        ("predictions", published.predictions), ("quarantine", published.quarantine), ("guard_actions", published.guard_actions),
+        ("predictions", published.predictions),
+        ("quarantine", published.quarantine),
+        ("guard_actions", published.guard_actions),
     ):
         columns = read().columns
         warehouse = warehouse_rows(
-            fresh_data, f"SELECT {', '.join(columns)} FROM {dataset} WHERE job = ? AND partition_date = ?", DEMO_JOB, day
+            fresh_data,
+            f"SELECT {', '.join(columns)} FROM {dataset} WHERE job = ? AND partition_date = ?",
+            DEMO_JOB,
+            day,
         )
         assert warehouse.height > 0, dataset
         order = [c for c in columns if warehouse.schema[c] not in (pl.List, pl.Struct)]
@@ -151,7 +78,11 @@ def test_the_reader_gives_the_published_run_and_keeps_it_after_a_failed_run(
             score_partition(DEMO_JOB, day)
     after = read_published_run(DEMO_JOB, day.isoformat())
     assert after.run_id == result.run_id and not after.latest_run_published
-    assert after.ledger is not None and after.ledger.status == "failed" and "exceeds the job limit" in (after.ledger.error or "")
+    assert (
+        after.ledger is not None
+        and after.ledger.status == "failed"
+        and "exceeds the job limit" in (after.ledger.error or "")
+    )
     assert_frame_equal(after.predictions(), published.predictions())
 
     never = demo_env.plan.scoring_dates[-1]
@@ -164,13 +95,34 @@ def test_the_reader_gives_the_published_run_and_keeps_it_after_a_failed_run(
 
 def test_the_result_round_trips_through_its_json_form() -> None:
     result = PartitionResult(
-        job="j", partition_date=dt.date(2026, 3, 10), run_id="r", run_page=Path("/d/output/j/reports/html/date=2026-03-10.html"),
-        rows_read=10, rows_scored=8, rows_repaired=1, rows_quarantined=2, rows_failed=0, rows_fallback=0, rows_with_reasons=3,
-        rows_without_adverse_reason=0, rows_straddling=1, decisions={"approve": 6, "decline": 2}, guard_counts={"ids": 2},
-        inference={"chunks": 1}, model_health={"flagged": []}, challenger=None, drift_flags=("income warn",), forecast=None,
-        classification=None, warnings=("page late",),
+        job="j",
+        partition_date=dt.date(2026, 3, 10),
+        run_id="r",
+        run_page=Path("/d/output/j/reports/html/date=2026-03-10.html"),
+        rows_read=10,
+        rows_scored=8,
+        rows_repaired=1,
+        rows_quarantined=2,
+        rows_failed=0,
+        rows_fallback=0,
+        rows_with_reasons=3,
+        rows_without_adverse_reason=0,
+        rows_straddling=1,
+        decisions={"approve": 6, "decline": 2},
+        guard_counts={"ids": 2},
+        inference={"chunks": 1},
+        model_health={"flagged": []},
+        challenger=None,
+        drift_flags=("income warn",),
+        forecast=None,
+        classification=None,
+        warnings=("page late",),
         decision_monitoring=DecisionMonitoring(
-            measures=4, shifted=("decision_share:decline",), shifted_slices=(), window_days=7, without_baseline=0,
+            measures=4,
+            shifted=("decision_share:decline",),
+            shifted_slices=(),
+            window_days=7,
+            without_baseline=0,
             shifts=({"measure": "decision_share", "item": "decline", "value": 0.25, "baseline": 0.1, "delta": 0.15},),
         ),
         recovered=(Recovery("old", "j", dt.date(2026, 3, 9), "running", "failed", "outputs dropped"),),

@@ -151,8 +151,11 @@ class PartitionResult:
             partition_date=dt.date.fromisoformat(result["partition_date"]),
             run_id=result["run_id"],
             run_page=Path(result["report"]) if result["report"] else None,
-            **{c: result[c] for c in RUN_COUNTS},
-            **{m: dict(result[m]) for m in ("decisions", "guard_counts", "inference", "model_health")},
+            **{c: int(result[c]) for c in RUN_COUNTS},
+            decisions=dict(result["decisions"]),
+            guard_counts=dict(result["guard_counts"]),
+            inference=dict(result["inference"]),
+            model_health=dict(result["model_health"]),
             challenger=result["challenger"],
             drift_flags=tuple(result["drift_flags"]),
             forecast=result.get("forecast"),
@@ -280,29 +283,33 @@ class PublishedRun:
         """Whether the partition's newest run is the one published (False after a later failed or refused run)."""
         return self.ledger is not None and self.ledger.run_id == self.run_id
 
-    def table(self, dataset: Dataset, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
-        """The run's rows of a published dataset of the catalog (tasks/catalog.py), e.g. `DRIFT_REPORT`."""
+    def scan(self, dataset: Dataset) -> pl.LazyFrame:
+        """The run's rows of a dataset the catalog publishes per partition (tasks/catalog.py), e.g. `PREDICTIONS`,
+        as a LazyFrame: filter and select before anything is read."""
         if dataset.folder is None or not dataset.partitioned or not dataset.published:
             raise ValueError(f"dataset {dataset.name} is not published per partition in Parquet")
-        frame = pl.scan_parquet(self.version_dir / dataset.folder / "*.parquet")
-        return frame if lazy else frame.collect()
+        return pl.scan_parquet(self.version_dir / dataset.folder / "*.parquet")
 
-    def predictions(self, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
+    def table(self, dataset: Dataset) -> pl.DataFrame:
+        """The run's rows of a published dataset (`scan`), read."""
+        return self.scan(dataset).collect()
+
+    def predictions(self) -> pl.DataFrame:
         """A binary job's scored rows (the catalog's PREDICTIONS): entity, score, decision, rule, reasons."""
-        return self.table(PREDICTIONS, lazy=lazy)
+        return self.table(PREDICTIONS)
 
-    def forecasts(self, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
+    def forecasts(self) -> pl.DataFrame:
         """A forecast job's scored rows (FORECASTS)."""
-        return self.table(FORECASTS, lazy=lazy)
+        return self.table(FORECASTS)
 
-    def classifications(self, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
+    def classifications(self) -> pl.DataFrame:
         """A multiclass job's scored rows (CLASSIFICATIONS)."""
-        return self.table(CLASSIFICATIONS, lazy=lazy)
+        return self.table(CLASSIFICATIONS)
 
-    def quarantine(self, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
+    def quarantine(self) -> pl.DataFrame:
         """Rows a guard kept out of scoring, with the expectations they failed and the raw row (QUARANTINE)."""
-        return self.table(QUARANTINE, lazy=lazy)
+        return self.table(QUARANTINE)
 
-    def guard_actions(self, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
+    def guard_actions(self) -> pl.DataFrame:
         """Every repair and quarantine a guard made, old value to new (GUARD_ACTIONS)."""
-        return self.table(GUARD_ACTIONS, lazy=lazy)
+        return self.table(GUARD_ACTIONS)

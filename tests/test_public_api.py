@@ -17,6 +17,7 @@ import pytest
 import yaml
 from polars.testing import assert_frame_equal
 
+from tasks.catalog import PREDICTIONS
 from tasks.errors import ExitCode, user_facing_error
 from tasks.results import DecisionMonitoring, PartitionResult, Recovery
 from tasks.settings import PROJECT_ROOT, Settings
@@ -61,7 +62,7 @@ def test_the_reader_gives_the_published_run_and_keeps_it_after_a_failed_run(
         assert warehouse.height > 0, dataset
         order = [c for c in columns if warehouse.schema[c] not in (pl.List, pl.Struct)]
         assert_frame_equal(read().sort(order), warehouse.sort(order), check_dtypes=False)
-    assert published.predictions(lazy=True).select(pl.len()).collect().item() == result.rows_scored
+    assert published.scan(PREDICTIONS).select(pl.len()).collect().item() == result.rows_scored
     assert published.run_page.is_file() and published.run_page.resolve() == published.version_dir / "report.html"
     assert published.model_card is not None and published.model_card.is_file()
     assert published.monitoring_page is None  # written by an outcomes run, not by scoring

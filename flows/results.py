@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from flows.steps.blocks import configured_warehouse
+from tasks.errors import PartitionError
 from tasks.jobspec import checked_job_name
 from tasks.reports.model_card import MODEL_CARD_FILE
 from tasks.results import LedgerRow, NotPublished, PublishedRun
@@ -30,7 +31,10 @@ def read_published_run(job: str, date: dt.date | str, settings: Settings | None 
     """
     settings = settings or current_settings()
     job = checked_job_name(job, settings)
-    day = date if isinstance(date, dt.date) else dt.date.fromisoformat(date)
+    try:
+        day = date if isinstance(date, dt.date) else dt.date.fromisoformat(date)
+    except ValueError as exc:
+        raise PartitionError(f"date {date!r} is not a date: YYYY-MM-DD") from exc
     store = partition_store(output_dirs(settings, job))
     partition = day.isoformat()
     pointer = store.pointer(partition)

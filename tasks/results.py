@@ -2,7 +2,7 @@
 `score_partition` flow returns for a published run, and `PublishedRun`, a published partition read back by job
 and date (flows/results.py finds it; `flows.read_published_run`).
 
-Prefect-free and low in the house (the catalog, the settings and the errors below it), so any layer and any
+Prefect-free and low in the house (only the catalog and the errors below it), so any layer and any
 flow can hold these objects without importing what made them.
 """
 

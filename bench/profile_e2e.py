@@ -187,7 +187,7 @@ def main() -> None:
         "main_thread_s": round(main_session.duration, 2),
         "task_thread_s": round(tasks_session.duration if tasks_session else 0.0, 2), "work_items": len(sessions),
         "busy_s": round(busy, 2), "idle_s": round(components.get("idle (waits)", 0.0), 2),
-        "rows_scored": (result or {}).get("rows_scored") if isinstance(result, dict) else None,
+        "rows_scored": result.rows_scored,
         "components": {k: round(v, 2) for k, v in sorted(components.items(), key=lambda kv: kv[1], reverse=True)},
         "top_self": [{"function": f, "where": f"{p}:{line}", "self_s": round(s, 2), "total_s": round(total_s[(f, p, line)], 2)}
                      for (f, p, line), s in top],

@@ -110,7 +110,7 @@ def run(
             from flows.score_partition import score_partition
 
             with run_log(settings), progress_bars(show=not as_json):
-                result = score_partition(job, day, chunk_rows or 0)
+                result = score_partition(job, day, chunk_rows or 0).to_dict()
         if as_json:
             print_json(result)
             return

@@ -21,6 +21,7 @@ from flows.steps.units import scored_summary
 from tasks.runs.calendar import parse_partition_date
 from tasks.runs.ticket import RunTicket
 from tasks.jobspec import checked_job_name
+from tasks.results import PartitionResult
 from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
 
@@ -35,7 +36,7 @@ def score_units(ticket: RunTicket) -> ScoringSummary:
     partition=True, name="score_partition", flow_run_name=partition_run_name, log_prints=True, task_runner=UnitThreadPoolTaskRunner(),
     on_failure=[alert_failed_run],
 )
-def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge=0)] = 0) -> dict:
+def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge=0)] = 0) -> PartitionResult:
     """Guard, infer, predict and publish `job` for the partition `date`; re-running replaces it.
 
     Args:
@@ -49,8 +50,7 @@ def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge
     # Spec, suite and model are checked before the lease, so a mistake leaves no trace.
     with refusal_writes_no_log():
         ticket = prepare_run(run_id, job, date, chunk_rows or None)
-    # One writer per partition: a second run waits for the lease or fails naming its holder,
-    # before it opens a ledger row.
+    # One writer per partition: a second run waits for the lease or fails naming its holder, before its ledger row.
     lease = partition_lease(run_id, job, date)
     with lease.held():
         try:
@@ -66,4 +66,4 @@ def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge
         except BaseException as error:
             failed_run(run_id, job, date, error)
             raise
-        return {**finished_run(ticket, summary, published), "recovered": recovered}
+        return PartitionResult.from_dict({**finished_run(ticket, summary, published), "recovered": recovered})

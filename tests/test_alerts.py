@@ -53,7 +53,7 @@ def test_each_event_notifies_once_and_a_clean_run_not_at_all(demo_env: DemoEnv, 
 
     clean, _, shifted = demo_env.plan.scoring_dates
     result = score_partition(DEMO_JOB, clean)
-    assert result["decision_monitoring"]["shifted"] == [] and webhook == [], webhook
+    assert result.decision_monitoring is not None and result.decision_monitoring.shifted == () and webhook == [], webhook
 
     result = score_partition(DEMO_JOB, shifted)
     assert len(webhook) == 2, [m["subject"] for m in webhook]
@@ -62,7 +62,7 @@ def test_each_event_notifies_once_and_a_clean_run_not_at_all(demo_env: DemoEnv, 
     drift, decisions = webhook
     # The feature by its plain name (the spec gives none: made from the column's), the column beside it.
     assert "Credit utilization (credit_utilization) against reference" in drift["body"] and "run: http" in drift["body"]
-    assert all(s.split(":")[0] in decisions["body"] for s in result["decision_monitoring"]["shifted"]) and "run: http" in decisions["body"]
+    assert all(s.split(":")[0] in decisions["body"] for s in result.decision_monitoring.shifted) and "run: http" in decisions["body"]
 
     missing = clean - dt.timedelta(days=30)
     with pytest.raises(ScoringError):
@@ -79,7 +79,7 @@ def test_an_alert_block_that_cannot_be_loaded_is_a_warning_not_a_failure(demo_en
 
     monkeypatch.setenv("SCORING_ALERT_BLOCK", "no-such-alert-block")
     result = score_partition(DEMO_JOB, demo_env.plan.scoring_dates[-1])
-    assert any("notification block 'no-such-alert-block' cannot be loaded" in w for w in result["warnings"]), result["warnings"]
+    assert any("notification block 'no-such-alert-block' cannot be loaded" in w for w in result.warnings), result.warnings
 
 
 def test_the_automation_of_the_deployments_is_created_from_code(webhook: list[dict]) -> None:

@@ -231,10 +231,16 @@ def test_a_backfills_partition_subflows_run_without_their_own_heartbeat(monkeypa
 
     seen: dict[str, object] = {}
 
+    from tasks.results import RUN_COUNTS, PartitionResult
+
     @flow(name="score_partition")
-    def probe(job: str, date: dt.date, chunk_rows: int | None = None) -> dict:
+    def probe(job: str, date: dt.date, chunk_rows: int | None = None) -> PartitionResult:
         seen["partition"] = get_current_settings().flows.heartbeat_frequency
-        return {"rows_scored": 1, "report": "", "run_id": "probe"}
+        return PartitionResult(
+            job=job, partition_date=date, run_id="probe", run_page=None, **{**dict.fromkeys(RUN_COUNTS, 0), "rows_scored": 1},
+            decisions={}, guard_counts={}, inference={}, model_health={}, challenger=None, drift_flags=(), forecast=None,
+            classification=None, decision_monitoring=None, warnings=(),
+        )
 
     @flow(name="probe-backfill")
     def parent() -> dict:

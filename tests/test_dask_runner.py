@@ -76,11 +76,11 @@ def test_dask_runner_equals_thread_runner(demo_env: DemoEnv, fresh_data: Setting
     dask_result = score_partition(DEMO_JOB, day, 500)
     on_dask = _outputs(fresh_data, day)
 
-    assert dask_result["run_id"] != threads_result["run_id"]
-    assert threads["predictions"].height == threads_result["rows_scored"] > 2900
+    assert dask_result.run_id != threads_result.run_id
+    assert threads["predictions"].height == threads_result.rows_scored > 2900
     for table, frame in threads.items():
         assert_frame_equal(on_dask[table], frame)
     # The units ran in the cluster's worker processes, not in this one.
-    workers = dask_result["inference"]["workers"]
+    workers = dask_result.inference["workers"]
     assert workers and all(not w.endswith(f":{os.getpid()}") for w in workers), workers
-    assert all(w.endswith(f":{os.getpid()}") for w in threads_result["inference"]["workers"])
+    assert all(w.endswith(f":{os.getpid()}") for w in threads_result.inference["workers"])

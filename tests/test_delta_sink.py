@@ -94,8 +94,8 @@ def test_two_runs_leave_exactly_the_second_runs_rows_in_every_local_table(
     kept = score_partition(DEMO_JOB, other)
     score_partition(DEMO_JOB, day)
     second = score_partition(DEMO_JOB, day)
-    _assert_delta_holds(settings, base, day, second["run_id"])
-    _assert_delta_holds(settings, base, other, kept["run_id"])
+    _assert_delta_holds(settings, base, day, second.run_id)
+    _assert_delta_holds(settings, base, other, kept.run_id)
     for name in PARTITIONED_SCHEMAS:
         table = DeltaTable(f"{base}/{name}")
         assert table.metadata().partition_columns == ["partition_date"]
@@ -103,7 +103,7 @@ def test_two_runs_leave_exactly_the_second_runs_rows_in_every_local_table(
         assert table.version() == 2, (name, table.version())
         (last,) = table.history(1)
         assert last["operation"] == "WRITE" and last["operationParameters"]["mode"] == "Overwrite"
-        assert last["run_id"] == second["run_id"]
+        assert last["run_id"] == second.run_id
     arrow = DeltaTable(f"{base}/predictions").schema().to_arrow()
     assert {f.name for f in arrow} == set(PARTITIONED_SCHEMAS["predictions"].names)
 
@@ -151,7 +151,7 @@ def test_duckdb_reads_the_tables_current_version(
         files = ", ".join(f"'{uri}'" for uri in DeltaTable(url).file_uris())
         source = f"read_parquet([{files}], hive_partitioning = true)"
     rows, runs = con.execute(f"SELECT count(*), list(DISTINCT run_id) FROM {source}").fetchone()
-    assert (rows, runs) == (_warehouse_partition(settings, "predictions", day)[0], [run["run_id"]])
+    assert (rows, runs) == (_warehouse_partition(settings, "predictions", day)[0], [run.run_id])
 
 
 def test_the_tables_on_s3_hold_exactly_the_second_runs_rows(
@@ -164,7 +164,7 @@ def test_the_tables_on_s3_hold_exactly_the_second_runs_rows(
     day = demo_env.plan.scoring_dates[-1]
     score_partition(DEMO_JOB, day)
     second = score_partition(DEMO_JOB, day)
-    _assert_delta_holds(settings, base, day, second["run_id"])
+    _assert_delta_holds(settings, base, day, second.run_id)
     assert DeltaTable(f"{base}/drift_histograms").version() == 1
 
 
@@ -194,7 +194,7 @@ def test_a_kill_between_the_parquet_swap_and_the_delta_writes_is_finished_by_rec
     assert stuck["status"] == "committed"
     # Parquet and the warehouse already show the killed run; the Delta tables still the first.
     assert _warehouse_partition(settings, "predictions", day)[1] == {stuck["run_id"]}
-    assert set(_delta_partition(f"{base}/predictions", day)["run_id"].to_pylist()) == {first["run_id"]}
+    assert set(_delta_partition(f"{base}/predictions", day)["run_id"].to_pylist()) == {first.run_id}
     (recovered,) = recovered_job(configured_warehouse(settings), settings, DEMO_JOB, recovering_run_id="recovery-test")
     assert (recovered.run_id, recovered.was, recovered.now) == (stuck["run_id"], "committed", "succeeded")
     assert "Delta tables" in recovered.action

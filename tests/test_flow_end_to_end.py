@@ -180,7 +180,7 @@ def test_rerunning_a_date_replaces_it(demo_env: DemoEnv, backfilled: list[dict])
     (first_run,) = before["run_id"].unique().to_list()
 
     result = score_partition(DEMO_JOB, day)
-    second_run = result["run_id"]
+    second_run = result.run_id
     assert second_run != first_run
 
     after = warehouse_predictions(settings, day)
@@ -255,7 +255,7 @@ def test_a_failed_rerun_leaves_the_previous_outputs_untouched(demo_env: DemoEnv,
         score_partition(DEMO_JOB, day)
     assert_frame_equal(warehouse_predictions(settings, day), before_wh)
     assert_frame_equal(parquet_predictions(settings, day), before_pq)
-    assert set(before_wh["run_id"]) == {first["run_id"]}
+    assert set(before_wh["run_id"]) == {first.run_id}
     # The mismatch is found before the lease, so the refused re-run leaves no ledger row.
     statuses = runs_of(settings, day)["status"].to_list()
     assert statuses == ["succeeded"]
@@ -355,11 +355,11 @@ def test_chunk_size_does_not_change_any_prediction(demo_env: DemoEnv, backfilled
     # 777 does not divide the partition: the last chunk is a short one.
     for chunk_rows in (500, 3000, 777):
         result = score_partition(DEMO_JOB, day, chunk_rows)
-        run = run_row(settings, result["run_id"])
+        run = run_row(settings, result.run_id)
         assert run["status"] == "succeeded"
         assert json.loads(run["inference"])["chunks"] == math.ceil(n_raw / chunk_rows)
         frame = warehouse_predictions(settings, day)
-        assert set(frame["run_id"]) == {result["run_id"]}
+        assert set(frame["run_id"]) == {result.run_id}
         by_chunks[chunk_rows] = frame.drop("run_id")
     assert by_chunks[500].height > 0
     assert_frame_equal(by_chunks[500], by_chunks[3000])

@@ -98,7 +98,7 @@ def test_guard_summary_is_in_the_warehouse_parquet_and_a_prefect_artifact(fresh_
     # Every expectation of the suite is listed, hit or not, in the suite's order.
     assert summary.height == len(suite_doc["expectations"])
     assert summary["expectation_type"].to_list() == [e["type"] for e in suite_doc["expectations"]]
-    assert set(summary["run_id"]) == {result["run_id"]}
+    assert set(summary["run_id"]) == {result.run_id}
     # Its counts are the per-row action records, expectation by expectation.
     actions = query(settings, "SELECT expectation, count(*) AS n FROM guard_actions WHERE partition_date = ? GROUP BY 1", [day])
     hit = summary.filter(pl.col("rows") > 0)

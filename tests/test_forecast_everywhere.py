@@ -247,7 +247,7 @@ def test_forecasts_and_shadow_forecasts_are_identical_in_parquet_duckdb_delta_an
     delta = project.root / "delta"
     project.write_spec(challenger="challenger", delta_url=str(delta))
     result = score_partition(JOB, day, CHUNK_ROWS)
-    assert result["rows_scored"] == ROWS and result["challenger"]["rows_compared"] == ROWS
+    assert result.rows_scored == ROWS and result.challenger["rows_compared"] == ROWS
     raw = project.raw(day)
     where = f"WHERE partition_date = DATE '{day}'"
     for dataset, version in (("forecasts", "1"), ("shadow_forecasts", "2")):
@@ -257,7 +257,7 @@ def test_forecasts_and_shadow_forecasts_are_identical_in_parquet_duckdb_delta_an
         lake = _sorted(pl.from_arrow(table.filter(pc.equal(table["partition_date"], pa.scalar(day, pa.date32())))))
         assert_frame_equal(warehouse, parquet)
         assert_frame_equal(lake.select(parquet.columns), parquet)
-        assert set(parquet["run_id"]) == {result["run_id"]} and set(parquet["model_version"]) == {version}
+        assert set(parquet["run_id"]) == {result.run_id} and set(parquet["model_version"]) == {version}
         assert_forecasts_match(parquet, framework_forecasts(project, version, raw))
     assert set(project.parquet("shadow_forecasts", day)["alias"]) == {"challenger"}
     for empty in ("predictions", "shadow_predictions"):
@@ -341,7 +341,7 @@ def test_the_challenger_shadows_with_its_own_interval_and_is_compared_when_actua
         assert stats[f"p{q:02d}"] == pytest.approx(exact, rel=0.01, abs=1e-9), q
     summary = {r["champion_item"]: r["rows"] for r in comparison.filter(pl.col("section") == "summary").to_dicts()}
     assert summary == {"rows_compared": ROWS, "rows_flipped": flipped.height, "rows_failed": 0}
-    assert result["challenger"]["rows_flipped"] == flipped.height
+    assert result.challenger["rows_flipped"] == flipped.height
     page = (project.settings.output_dir(JOB) / "reports" / "html" / f"date={day}.html").read_text()
     assert "Champion and challenger" in page and f"would flip <b>{flipped.height}</b> decisions" in page and "could not be rendered" not in page
 
@@ -413,11 +413,11 @@ def test_the_dask_runner_gives_the_forecasts_of_the_thread_runner(project: Sales
     monkeypatch.setenv("SCORING_INFERENCE_RESOURCES", json.dumps({"GPU": 1}))
     dask_result = score_partition(JOB, day, CHUNK_ROWS)
     on_dask = _run_outputs(project, day)
-    assert dask_result["run_id"] != threads_result["run_id"]
+    assert dask_result.run_id != threads_result.run_id
     assert threads["forecasts"].height == ROWS and threads["shadow_forecasts"].height == ROWS and threads["decision_flips"].height > 0
     for table, frame in threads.items():
         assert_frame_equal(on_dask[table], frame, check_exact=table != "model_health", rtol=1e-12)
-    workers = dask_result["inference"]["workers"]
+    workers = dask_result.inference["workers"]
     assert workers and all(not w.endswith(f":{os.getpid()}") for w in workers), workers
 
 

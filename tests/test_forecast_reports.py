@@ -26,6 +26,7 @@ import yaml
 
 from tasks.catalog import FORECASTS, MODEL_HEALTH
 from tasks.monitoring.forecast_distribution import BucketCounts, ForecastDistribution, display_histogram, forecast_run_summary
+from tasks.results import PartitionResult
 from tasks.settings import Settings, current_settings
 
 from conftest import _SCORING_VARS, user_project_env, key_numbers_table
@@ -57,7 +58,7 @@ def sales_rows(day: dt.date, n: int, seed: int) -> pl.DataFrame:
 class SalesJob:
     root: Path
     settings: Settings
-    results: dict[dt.date, dict]
+    results: dict[dt.date, PartitionResult]
 
     def forecasts(self, day: dt.date) -> pl.DataFrame:
         return pl.read_parquet(self.root / "data" / "output" / JOB / "forecasts" / f"date={day}" / "*.parquet")
@@ -183,7 +184,7 @@ def test_the_run_page_shows_the_forecast_and_its_interval_in_the_targets_unit_ag
         assert (expected[0] + expected[-1]) / values.size <= 0.011
 
     measures = dict(table_cells(page, "Forecast: units sold (units; count)"))
-    assert number(measures["rows forecast"]) == published.height == sales.results[day]["rows_scored"]
+    assert number(measures["rows forecast"]) == published.height == sales.results[day].rows_scored
     for label, values in (("mean forecast", forecast), ("mean interval width", width),
                           ("mean expected error |actual − forecast|", published["expected_error"].to_numpy())):
         assert measures[label].endswith(" units") and number(measures[label]) == pytest.approx(values.mean(), rel=5e-4)
@@ -208,7 +209,7 @@ def test_the_run_page_shows_the_forecast_and_its_interval_in_the_targets_unit_ag
         text = {"PRICE": "Price", "PROMO": "Promotion", "TEMP": "Temperature", "RAIN": "Rain"}[base]
         assert shown[code][1] == f"{text} {'raised' if direction == 'UP' else 'lowered'} the forecast" and number(shown[code][2]) == rows
     with_reasons = int((published["reason_codes"].list.len() > 0).sum())
-    assert with_reasons == sales.results[day]["rows_with_reasons"] == int((published["decision"] == "add_stock").sum())
+    assert with_reasons == sales.results[day].rows_with_reasons == int((published["decision"] == "add_stock").sum())
 
     for heading in ("Fallback report", "Drift", "Feature histograms (most drifted first)"):
         assert f"<h2>{heading}</h2>" in page
@@ -236,9 +237,9 @@ def published_health(sales: SalesJob, day: dt.date) -> pl.DataFrame:
 def _estimated_error_row(sales: SalesJob, day: dt.date, *, mae: float, low: float, high: float, flag: str) -> dict:
     """A `model_health` row of the shape the estimated-error producer writes (section estimated_error, measure mae)."""
     meta = json.loads((sales.root / "data" / "models" / JOB / "1" / "metadata.json").read_text())
-    return {"run_id": sales.results[day]["run_id"], "job": JOB, "partition_date": day, "model_version": "1", "section": "estimated_error",
+    return {"run_id": sales.results[day].run_id, "job": JOB, "partition_date": day, "model_version": "1", "section": "estimated_error",
             "measure": "mae", "item": "all", "value": mae, "low": low, "high": high, "reference": meta["interval"]["check"]["mae"],
-            "delta": mae - meta["interval"]["check"]["mae"], "flag": flag, "rows": sales.results[day]["rows_scored"]}
+            "delta": mae - meta["interval"]["check"]["mae"], "flag": flag, "rows": sales.results[day].rows_scored}
 
 
 def test_the_key_numbers_give_the_mean_forecast_interval_width_decisions_and_the_estimated_mae(sales: SalesJob) -> None:

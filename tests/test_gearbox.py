@@ -302,7 +302,7 @@ def test_score_partition_scores_the_gearbox_job_end_to_end(gearbox_env: GearboxE
     predictions = _query(settings, "SELECT * FROM predictions WHERE job = ? ORDER BY entity_id", [JOB])
     runs = _query(settings, "SELECT * FROM runs WHERE job = ?", [JOB])
     assert set(runs["status"]) == {"succeeded"} and runs.height == len(results)
-    assert set(predictions["run_id"]) == {r["run_id"] for r in results}
+    assert set(predictions["run_id"]) == {r.run_id for r in results}
 
     dates = [d.isoformat() for d in gearbox_env.plan.scoring_dates]
     raw = pl.concat([pl.read_parquet(settings.raw_partition_dir(JOB, d)) for d in dates])

@@ -377,7 +377,7 @@ def test_a_broken_version_scores_with_the_fallback_and_says_so(
     preds = predictions_of(settings, day)
     assert preds.height > 0 and set(preds["model_version"]) == {good}
     (run,) = runs_of(settings, day)
-    assert run["run_id"] == result["run_id"] and run["status"] == "succeeded"
+    assert run["run_id"] == result.run_id and run["status"] == "succeeded"
     assert run["model_version"] == good
     assert run["rows_fallback"] == run["rows_scored"] == preds.height > 0
     assert run["rows_failed"] == 0
@@ -460,11 +460,11 @@ def test_a_chunk_that_fails_once_is_retried_and_scores_the_same(
     assert flaky_engine.attempts == Counter({c: 2 for c in range(n_chunks)})
     retried = [r for r in caplog.records if r.name == "scoring.run" and "failed on attempt 1 of 2" in r.getMessage()]
     assert len(retried) == n_chunks and all("EngineCrash" in r.getMessage() for r in retried)
-    run = [r for r in runs_of(settings, day) if r["run_id"] == flaky["run_id"]][0]
+    run = [r for r in runs_of(settings, day) if r["run_id"] == flaky.run_id][0]
     assert run["status"] == "succeeded" and run["rows_failed"] == 0
-    assert run["rows_scored"] == clean["rows_scored"] > 0
+    assert run["rows_scored"] == clean.rows_scored > 0
     preds = predictions_of(settings, day)
-    assert set(preds["run_id"]) == {flaky["run_id"]}
+    assert set(preds["run_id"]) == {flaky.run_id}
     assert_frame_equal(preds.drop("run_id"), clean_preds.drop("run_id"))
 
 
@@ -486,7 +486,7 @@ def test_a_chunk_that_always_fails_is_quarantined_within_the_error_budget(
     assert set(failed_ids) <= set(raw["entity_id"][1000:2000])  # the ids of raw rows 1000..1999 that passed the guards
 
     (run,) = runs_of(settings, day)
-    assert run["run_id"] == result["run_id"] and run["status"] == "succeeded"
+    assert run["run_id"] == result.run_id and run["status"] == "succeeded"
     assert run["rows_failed"] == len(failed_ids) > 0
     assert len(failed_ids) < 1000  # the chunk also had rows the guards quarantined: both kinds must be kept
     assert run["rows_read"] == raw.height == run["rows_scored"] + run["rows_quarantined"] + run["rows_failed"]
@@ -546,11 +546,11 @@ def test_large_partition_predictions_do_not_depend_on_the_chunk_size(demo_env: D
     by_size: dict[int, pl.DataFrame] = {}
     for chunk_rows in (1_000, 10_000, 100_000):
         result = score_partition(DEMO_JOB, day, chunk_rows)
-        run = [r for r in runs_of(settings, day) if r["run_id"] == result["run_id"]][0]
+        run = [r for r in runs_of(settings, day) if r["run_id"] == result.run_id][0]
         assert run["status"] == "succeeded" and run["rows_read"] == rows
         assert json.loads(run["inference"])["chunks"] == math.ceil(rows / chunk_rows)
         preds = predictions_of(settings, day)
-        assert set(preds["run_id"]) == {result["run_id"]}
+        assert set(preds["run_id"]) == {result.run_id}
         assert preds.height == run["rows_scored"] > 0.9 * rows
         by_size[chunk_rows] = preds.drop("run_id").sort("entity_id")
     assert [math.ceil(rows / c) for c in by_size] == [26, 3, 1]

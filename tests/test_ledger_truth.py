@@ -174,7 +174,7 @@ def test_a_ledger_close_that_fails_leaves_a_committed_run_the_next_start_closes(
 
     monkeypatch.setattr(DuckDBWarehouse, "record_run_ended", locked)
     result = score_partition(DEMO_JOB, day)
-    assert any("ledger not updated" in w for w in result["warnings"]), result["warnings"]
+    assert any("ledger not updated" in w for w in result.warnings), result.warnings
     (run,) = _ledger(fresh_data, day)
     assert run["status"] == "committed" and _published_run(fresh_data, day) == {run["run_id"]}
     monkeypatch.setattr(DuckDBWarehouse, "record_run_ended", original)
@@ -207,7 +207,7 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
     (pending,) = pending_ledger_dir(fresh_data, DEMO_JOB).glob("*.json")
     assert json.loads(pending.read_text())["run_id"] == stuck["run_id"]
     # The previous run's outputs are untouched.
-    assert _published_run(fresh_data, day) == {first["run_id"]}
+    assert _published_run(fresh_data, day) == {first.run_id}
     monkeypatch.undo()
     recovered_job(configured_warehouse(fresh_data), fresh_data, DEMO_JOB, recovering_run_id="recovery-test")
     _, closed = _ledger(fresh_data, day)
@@ -234,10 +234,10 @@ def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_war
     monkeypatch.setattr(tasks.runs.page, "run_report_html", broken_page)
     day = demo_env.plan.scoring_dates[-1]
     result = score_partition(DEMO_JOB, day)
-    assert any(w.startswith("decision monitoring failed") for w in result["warnings"]), result["warnings"]
-    assert any(w.startswith("run page not rendered") for w in result["warnings"]), result["warnings"]
+    assert any(w.startswith("decision monitoring failed") for w in result.warnings), result.warnings
+    assert any(w.startswith("run page not rendered") for w in result.warnings), result.warnings
     (run,) = _ledger(fresh_data, day)
     assert run["status"] == "succeeded"
-    assert json.loads(run["warnings"]) == result["warnings"]
+    assert json.loads(run["warnings"]) == list(result.warnings)
     page = (fresh_data.output_dir(DEMO_JOB) / "reports" / "html" / f"date={day}.html").read_text()
     assert "could not be rendered" in page and "a histogram without edges" in page

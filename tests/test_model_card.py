@@ -46,7 +46,7 @@ def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(de
     card = job_model_card(DEMO_JOB, fresh_data)
     spec = load_job_spec(DEMO_JOB, fresh_data)
     run = DuckDBWarehouse(fresh_data.duckdb_path).latest_succeeded_run(DEMO_JOB)
-    assert run["run_id"] == result["run_id"]
+    assert run["run_id"] == result.run_id
     inference = json.loads(run["inference"])
 
     contract = _section(card, "Prediction Contract")
@@ -67,7 +67,7 @@ def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(de
     assert f"p99 {inference['latency_ms_p99']:.1f} ms" in inference_spec
     assert f"peak RSS {inference['peak_rss_mb']:,.0f} MB" in inference_spec and inference["peak_rss_mb"] > 0
     assert "cpu: xgboost:cpu" in inference_spec
-    assert result["run_id"] in inference_spec
+    assert result.run_id in inference_spec
 
     # The run rewrote the card beside its outputs, as Markdown and as a page; without SCORING_REPORT_BASE_URL its artifact
     # (and the run page's) gives the file's path as text, not a file:// link that a browser opens nothing from.
@@ -131,8 +131,8 @@ def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_e
 
     guards = _section(card, "Guards in the latest run")
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
-        stored = con.sql("SELECT expectation, action, rows FROM guard_summary WHERE run_id = ?", params=[result["run_id"]]).fetchall()
-    assert stored and result["run_id"] in guards
+        stored = con.sql("SELECT expectation, action, rows FROM guard_summary WHERE run_id = ?", params=[result.run_id]).fetchall()
+    assert stored and result.run_id in guards
     shown = {(row[0], row[3], int(row[5].replace(",", ""))) for row in _table_rows(guards)}
     assert shown == set(stored) and len(_table_rows(guards)) == len(stored)
     assert f"{sum(1 for _, _, n in stored if n)} of {len(stored)} expectations acted on rows" in guards

@@ -228,7 +228,7 @@ def test_classifications_and_their_shadow_are_identical_in_parquet_duckdb_delta_
     delta = f"s3://{s3_env.bucket}/{uuid.uuid4().hex}/tables"
     project.write_spec(challenger="challenger", delta_url=delta)
     result = score_partition(JOB, day, CHUNK_ROWS)
-    assert result["rows_scored"] == ROWS and result["challenger"]["rows_compared"] == ROWS
+    assert result.rows_scored == ROWS and result.challenger["rows_compared"] == ROWS
     raw = project.raw(day)
     where = f"WHERE partition_date = DATE '{day}'"
     for dataset, version in (("classifications", "1"), ("shadow_classifications", "2")):
@@ -238,7 +238,7 @@ def test_classifications_and_their_shadow_are_identical_in_parquet_duckdb_delta_
         lake = _sorted(pl.from_arrow(table.filter(pc.equal(table["partition_date"], pa.scalar(day, pa.date32())))))
         assert_frame_equal(warehouse, parquet)
         assert_frame_equal(lake.select(parquet.columns), parquet)
-        assert set(parquet["run_id"]) == {result["run_id"]} and set(parquet["model_version"]) == {version}
+        assert set(parquet["run_id"]) == {result.run_id} and set(parquet["model_version"]) == {version}
         assert_classified(parquet, framework_margins(project, version, raw))
     assert set(project.parquet("shadow_classifications", day)["alias"]) == {"challenger"}
     for empty in ("predictions", "shadow_predictions", "forecasts", "shadow_forecasts"):
@@ -281,7 +281,7 @@ def test_classifications_and_their_shadow_are_identical_in_parquet_duckdb_delta_
     postgres = PostgresWarehouse(postgres_database_url)
     in_postgres = pl.from_arrow(postgres.classification_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort("decision", "rule_id", "predicted_class", "straddling")
     assert_frame_equal(in_postgres.drop("run_id"), counted.drop("run_id"), check_exact=False, rel_tol=1e-12)
-    assert set(in_postgres["run_id"]) == {again["run_id"]}
+    assert set(in_postgres["run_id"]) == {again.run_id}
 
 
 # --- the shadow ---------------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_the_challenger_shadows_and_its_flips_and_class_crosstab_match_the_two_p
     assert accuracy["all"]["challenger_value"] == pytest.approx(theirs["probability"].mean(), rel=1e-9)
     summary = {r["champion_item"]: r["rows"] for r in comparison.filter(pl.col("section") == "summary").to_dicts()}
     assert summary == {"rows_compared": ROWS, "rows_flipped": flipped.height, "rows_failed": 0, "rows_class_changed": changed}
-    assert result["challenger"]["rows_flipped"] == flipped.height
+    assert result.challenger["rows_flipped"] == flipped.height
     page = (project.settings.output_dir(JOB) / "reports" / "html" / f"date={day}.html").read_text()
     assert "Champion and challenger" in page and f"{changed} rows change class" in page and "could not be rendered" not in page
 
@@ -369,12 +369,12 @@ def test_the_dask_runner_gives_the_classifications_of_the_thread_runner(project:
     monkeypatch.setenv("SCORING_INFERENCE_RESOURCES", json.dumps({"GPU": 1}))
     dask_result = score_partition(JOB, day, CHUNK_ROWS)
     on_dask = _run_outputs(project, day)
-    assert dask_result["run_id"] != threads_result["run_id"]
+    assert dask_result.run_id != threads_result.run_id
     assert threads["classifications"].height == ROWS and threads["shadow_classifications"].height == ROWS
     assert threads["decision_flips"].height > 0 and threads["decision_monitoring"].height > 0
     for table, frame in threads.items():
         assert_frame_equal(on_dask[table], frame, check_exact=table != "decision_monitoring", rtol=1e-12)
-    workers = dask_result["inference"]["workers"]
+    workers = dask_result.inference["workers"]
     assert workers and all(not w.endswith(f":{os.getpid()}") for w in workers), workers
 
 

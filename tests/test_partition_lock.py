@@ -113,7 +113,7 @@ def test_the_flow_refuses_a_partition_another_run_holds(backend: Settings, monke
 def test_ten_reruns_leave_exactly_one_runs_rows(backend: Settings) -> None:
     from flows.score_partition import score_partition
 
-    run_ids = [score_partition(DEMO_JOB, DAY, 1000)["run_id"] for _ in range(10)]
+    run_ids = [score_partition(DEMO_JOB, DAY, 1000).run_id for _ in range(10)]
     assert len(set(run_ids)) == 10
     warehouse = configured_warehouse(backend)
     stored = warehouse.partition_predictions(DEMO_JOB, DAY, ["run_id", "entity_id"])

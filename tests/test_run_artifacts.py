@@ -58,13 +58,13 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
         url = f"{base}/{DEMO_JOB}/reports/html/date={day}.html"
         assert url in str(link.data) and f"]({url})" in str(latest_artifact("run-report-credit-risk").data)
         page = _served(url)
-        assert f"Scoring run {DEMO_JOB} {day}" in page and result["run_id"] in page
+        assert f"Scoring run {DEMO_JOB} {day}" in page and result.run_id in page
 
         # The model card the run rewrote: its page, in the run page's style, opens from its link artifact.
         card_url = f"{base}/{DEMO_JOB}/model_card.html"
         assert f"]({card_url})" in str(latest_artifact("model-card-credit-risk").data)
         card = _served(card_url)
-        assert f"<title>Model card: {DEMO_JOB}</title>" in card and "border-collapse:collapse" in card and result["run_id"] in card
+        assert f"<title>Model card: {DEMO_JOB}</title>" in card and "border-collapse:collapse" in card and result.run_id in card
         # sha256 …, 0–1, rule → decision: written in UTF-8 and read back as such, not as "â€¦".
         assert "sha256 " in card and "…" in card and "→" in card and "â€" not in card
 
@@ -92,12 +92,12 @@ def test_the_ui_gets_the_key_numbers_and_a_link_to_the_served_page(
 
     numbers = latest_artifact("key-numbers-credit-risk")
     table = key_numbers_table(numbers.data)
-    assert table["rows read"] == f"{result['rows_read']:,}" and table["rows scored"] == f"{result['rows_scored']:,}"
+    assert table["rows read"] == f"{result.rows_read:,}" and table["rows scored"] == f"{result.rows_scored:,}"
     # Decisions by their plain names in the spec (manual_review: "manual review").
     labels = {d: w["label"] for d, w in yaml.safe_load((demo_env.settings.jobs_dir / f"{DEMO_JOB}.yaml").read_text())["prediction"]["decisions"].items()}
-    for decision, n in result["decisions"].items():
+    for decision, n in result.decisions.items():
         assert table[f"decision {labels[decision]}"].startswith(f"{n:,} (")
-    assert table["fallback quarantine"].startswith(f"{result['rows_quarantined']:,} (")
+    assert table["fallback quarantine"].startswith(f"{result.rows_quarantined:,} (")
     assert "expected auc" in table
     # One row per drifted feature (no cell holding the whole list), as many as the published drift report flags.
     moved = [k for k in table if k.startswith("moved: ")]

@@ -60,8 +60,8 @@ def test_a_stalled_chunk_times_the_run_out_cleanly_and_the_backfill_goes_on(
     assert runs[-1][:2] == (second, "succeeded")  # the backfill went on with the next partition
     # The night scored before is untouched: same run in Parquet and in the warehouse.
     link = settings.output_dir(DEMO_JOB) / "predictions" / f"date={first}"
-    assert set(pq.read_table(os.path.realpath(link)).column("run_id").to_pylist()) == {before["run_id"]}
-    assert _rows(settings, "SELECT DISTINCT run_id FROM predictions WHERE partition_date = ?", [first]) == [(before["run_id"],)]
+    assert set(pq.read_table(os.path.realpath(link)).column("run_id").to_pylist()) == {before.run_id}
+    assert _rows(settings, "SELECT DISTINCT run_id FROM predictions WHERE partition_date = ?", [first]) == [(before.run_id,)]
     # Lease released, staging removed.
     assert _rows(settings, "SELECT * FROM partition_leases", []) == []
     assert not [p for p in settings.output_dir(DEMO_JOB).rglob("_staging/**/*") if p.is_file()]

@@ -25,6 +25,7 @@ from tasks.errors import PartitionsFailed, ScoringError, user_facing_error
 from tasks.jobspec import load_job_spec
 from tasks.prediction.words import JobWords
 from tasks.reports.links import served_url
+from tasks.results import PartitionResult
 from tasks.runs.page import report_url
 from tasks.scoring.progress import reported_progress
 from tasks.runs.calendar import backfill_dates, scheduled_partition_date
@@ -66,8 +67,9 @@ def scored_partition(job: str, date: dt.date, chunk_rows: int | None) -> dict:
         state = score_partition(job, date, chunk_rows or 0, return_state=True)
     settings = current_settings()
     if state.is_completed():
-        result = state.result()
-        return partition_outcome(job, date, result=result, link=_page_link(settings, job, date, result["report"]), words=_job_words(job))
+        result: PartitionResult = state.result()
+        link = _page_link(settings, job, date, result.run_page)
+        return partition_outcome(job, date, result=result.to_dict(), link=link, words=_job_words(job))
     error = state.result(raise_on_failure=False)
     if isinstance(error, BaseException) and state.state_details.flow_run_id is not None:
         # A ledger that cannot take the row does not change the outcome: the day is listed as failed either way.
@@ -89,14 +91,13 @@ def _log_link(settings: Settings, job: str, date: dt.date, run_id: str) -> str:
     return url or str(path.relative_to(settings.data_dir))
 
 
-def _page_link(settings: Settings, job: str, date: dt.date, report: str) -> str:
+def _page_link(settings: Settings, job: str, date: dt.date, page: Path | None) -> str:
     """The run page's address under SCORING_REPORT_BASE_URL, else its path under the data folder (short: the
     outcome table says where that is)."""
     url = report_url(settings.report_base_url, job, date)
-    if url or not report:
+    if url or page is None:
         return url or ""
-    path = Path(report)
-    return str(path.relative_to(settings.data_dir)) if path.is_relative_to(settings.data_dir) else report
+    return str(page.relative_to(settings.data_dir)) if page.is_relative_to(settings.data_dir) else str(page)
 
 
 def _job_words(job: str) -> JobWords | None:

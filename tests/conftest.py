@@ -22,6 +22,10 @@ from tasks import TELEMETRY_OFF
 
 # Prefect's temporary API gets 20 s to start; on a busy 2-core machine a `score` subprocess needed more.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+# Under pytest-xdist each worker keeps its own Prefect home: the temporary API that a `score` subprocess starts
+# uses the home's SQLite database, and two workers' servers on one file answered 503 (database locked).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"prefect-home-{os.environ['PYTEST_XDIST_WORKER']}-")
 
 import datetime as dt
 import json

@@ -19,6 +19,11 @@ from tasks.settings import Settings
 from tasks.sinks.warehouse_choice import warehouse_for
 from tests.conftest import DEMO_JOB
 
+import pytest
+
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 SCORE = str(Path(sys.executable).with_name("score"))
 
 

@@ -19,6 +19,9 @@ import pytest
 from conftest import user_project_env
 from test_docs_guides import BRING_YOUR_OWN, command_blocks, reader_env, run_block, script_files
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 DAYS = [dt.date(2026, 10, 1) + dt.timedelta(days=i) for i in range(6)]
 TRAIN_DAYS, HOLDOUT_DAYS, SCORED_DAYS = DAYS[:3], DAYS[3:4], DAYS[4:]
 CONTRACTS = ("monthly", "one_year", "two_year")

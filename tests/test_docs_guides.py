@@ -116,6 +116,7 @@ def test_the_guides_hold_commands_and_the_scripts_they_run() -> None:
             assert script in scripts, f"{BRING_YOUR_OWN.name} runs {script} but shows no `# {script}` block"
 
 
+@pytest.mark.slow
 def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("SCORING_")}
     env = reader_env(

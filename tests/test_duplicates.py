@@ -34,6 +34,9 @@ from tasks.settings import Settings
 from conftest import DEMO_JOB, DemoEnv
 from test_flow_guards import assert_failed_cleanly, job_spec_with, query, suite_with
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 UNIQUE = "be_unique(entity_id)"
 LOAN_NULL = "not_be_null(loan_amount)"
 ROWS = 2400

@@ -48,6 +48,9 @@ from tasks.sinks.warehouse import Warehouse
 from conftest import user_project_env
 from user_projects import day_output, score_cli
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 JOB = "sales"
 DAYS = [dt.date(2026, 5, 1) + dt.timedelta(days=i) for i in range(19)]
 TRAIN_DAYS, HOLDOUT_DAYS, SCORED_DAYS = DAYS[:5], DAYS[5:8], DAYS[8:]

@@ -33,6 +33,9 @@ from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from tasks.sinks.postgres_warehouse import PostgresWarehouse
 from tasks.sinks.warehouse import Warehouse
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 JOB = "sales"
 DAYS = [dt.date(2026, 3, 1) + dt.timedelta(days=i) for i in range(8)]
 TRAIN_DAYS, HOLDOUT_DAY, SCORED_DAYS = DAYS[:3], DAYS[3], DAYS[4:]

@@ -23,6 +23,9 @@ from tasks.prediction.forecasts import ForecastMap, predict_conformal_quantile
 from tasks.prediction.reasons import predict_forecast_reason_codes
 from user_projects import assert_one_error_line, score_cli
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 crepes = pytest.importorskip("crepes")
 
 FEATURES = ("price", "promo", "temperature", "rain_mm")

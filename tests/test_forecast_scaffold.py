@@ -27,6 +27,9 @@ from tasks.prediction.decisions import FORECAST_FIELDS
 from tasks.settings import Settings
 from user_projects import day_output, registered_version, score_cli
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 STORES = ("north", "south", "harbour", "airport")
 CREDIT_WORDS = re.compile(r"\b(events?|risk|probabilit\w*|AUC|calibrat\w*)\b", re.IGNORECASE)
 

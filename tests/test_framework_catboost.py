@@ -31,6 +31,9 @@ from user_projects import (  # noqa: E402
     registered_version, registry_versions, score_cli,
 )
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 TRAIN_DAY, HOLDOUT_DAY, SCORED_DAY = dt.date(2026, 11, 1), dt.date(2026, 11, 2), dt.date(2026, 11, 3)
 ROWS = 2000
 FLT_MAX = float(np.finfo(np.float32).max)

@@ -49,6 +49,9 @@ from user_projects import (  # noqa: E402
     score_cli,
 )
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 TREE = "sklearn.tree._tree.Tree"
 HIST_TREE = "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor"
 DTYPE = "numpy.dtype"

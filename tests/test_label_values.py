@@ -29,6 +29,9 @@ from tasks.monitoring.outcomes import parquet_labels
 from tasks.settings import Settings
 from user_projects import ScoreCli, score_cli
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 JOB = "churn"
 DAY = dt.date(2026, 3, 2)
 

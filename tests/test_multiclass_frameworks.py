@@ -21,6 +21,9 @@ from conftest import user_project_env
 from test_multiclass_prediction import CLASSES, FEATURES, _multiclass_spec, fault_rows
 from user_projects import assert_nothing_registered, assert_one_error_line, registered_version, registry_versions, score_cli
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 TRAIN = [dt.date(2026, 5, 1), dt.date(2026, 5, 2)]
 HOLDOUT = dt.date(2026, 5, 3)
 FRAMEWORKS = ("lightgbm", "catboost", "sklearn_lr", "onnx")

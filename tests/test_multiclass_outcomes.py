@@ -30,6 +30,9 @@ from tasks.monitoring.outcomes import parquet_labels
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from tasks.sinks.warehouse import Warehouse
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 JOB = "faults"
 CLASSES = ["none", "bearing", "overheat", "leak"]
 FEATURES = ("vibration", "temperature", "pressure", "age_years")

@@ -16,6 +16,9 @@ from tasks.prediction.config import PredictionConfig, TargetConfig
 from conftest import user_project_env
 from user_projects import assert_nothing_registered, assert_one_error_line, registry_versions, score_cli
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 CLASSES = ["none", "bearing", "overheat", "leak"]
 FEATURES = ("vibration", "temperature", "pressure", "age_years")
 

@@ -30,6 +30,9 @@ from tasks.settings import PROJECT_ROOT
 
 from conftest import DEMO_JOB, DemoEnv
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 SCORE = Path(sys.executable).parent / "score"
 DAY = "2026-03-10"
 

@@ -19,6 +19,9 @@ import yaml
 from conftest import user_project_env
 from user_projects import churn_project, day_output, model_inputs, raw_partition, registered_version, score_cli
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 TRAIN_DAY, HOLDOUT_DAY, SCORED_DAY = dt.date(2026, 10, 1), dt.date(2026, 10, 2), dt.date(2026, 10, 3)
 
 

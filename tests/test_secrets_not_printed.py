@@ -23,6 +23,9 @@ from tasks.settings import credential_free_url
 from conftest import DEMO_JOB, DemoEnv
 from test_operator_faults import copied_demo, jobs_copy, ledger_rows, one_error_line, score
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 # One table of URL shapes: what every message shows.
 REDACTED = [
     # userinfo passwords, split at the last `@` before the host

@@ -34,6 +34,9 @@ from tasks.sources import ParquetPartition, opened_parquet
 
 from conftest import DEMO_END, DEMO_JOB, S3Server
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 DAY = DEMO_END
 COMPARED = ["entity_id", "probability", "probability_low", "probability_high", "score", "decision", "rule_id",
             "reason_codes", "reason_texts", "raw_margin", "model_version"]

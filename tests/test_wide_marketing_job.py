@@ -23,6 +23,9 @@ import xgboost as xgb
 from conftest import user_project_env
 from user_projects import day_output, model_inputs, registered_version, score_cli
 
+# Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 JOB = "marketing"
 DAYS = [dt.date(2026, 9, 1), dt.date(2026, 9, 2)]
 LATER_DAY = dt.date(2026, 9, 3)

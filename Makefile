@@ -5,9 +5,6 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 TEST_WORKERS ?= auto
-export PREFECT_SERVER_ANALYTICS_ENABLED := false
-export GX_ANALYTICS_ENABLED := false
-export DO_NOT_TRACK := 1
 # mkdocs-material prints a notice about a future MkDocs 2 on every build; it says nothing about this site.
 export NO_MKDOCS_2_WARNING := 1
 

@@ -64,13 +64,23 @@ class BenchData:
 def add_data_arguments(parser: argparse.ArgumentParser, *, rows: int | None) -> None:
     """The data options every bench script shares; `rows=None` leaves out --rows (memory.py has --sizes)."""
     if rows is not None:
-        parser.add_argument("--rows", type=int, default=rows, help=f"rows of the raw partition (default {rows:,}, at most {MAX_ROWS:,})")
+        parser.add_argument(
+            "--rows", type=int, default=rows, help=f"rows of the raw partition (default {rows:,}, at most {MAX_ROWS:,})"
+        )
     parser.add_argument("--seed", type=int, default=7, help="seed of the demo generator and the model (default 7)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_BASE, help=f"bench data root (default {DEFAULT_BASE})")
-    parser.add_argument("--row-group-rows", type=int, default=50_000,
-                        help="Parquet row group size of the raw partition; keep it ≤ the chunk size (default 50,000)")
-    parser.add_argument("--gen-batch-rows", type=int, default=250_000,
-                        help="rows generated per batch while writing the partition (default 250,000)")
+    parser.add_argument(
+        "--row-group-rows",
+        type=int,
+        default=50_000,
+        help="Parquet row group size of the raw partition; keep it ≤ the chunk size (default 50,000)",
+    )
+    parser.add_argument(
+        "--gen-batch-rows",
+        type=int,
+        default=250_000,
+        help="rows generated per batch while writing the partition (default 250,000)",
+    )
 
 
 def _entity_ids_from(offset: int, date: dt.date):  # noqa: ANN202
@@ -87,7 +97,9 @@ def _entity_ids_from(offset: int, date: dt.date):  # noqa: ANN202
     )
 
 
-def write_partition(raw_dir: Path, *, rows: int, seed: int, date: dt.date, row_group_rows: int, batch_rows: int) -> None:
+def write_partition(
+    raw_dir: Path, *, rows: int, seed: int, date: dt.date, row_group_rows: int, batch_rows: int
+) -> None:
     """Replace `raw_dir` with one Parquet file of `rows` demo rows, generated and written batch by batch."""
     import pyarrow.parquet as pq
 
@@ -125,7 +137,9 @@ def _warm_prefect_home(prefect_home: Path) -> None:
     code = "import tasks\nfrom prefect import flow\n@flow\ndef bench_warmup():\n    return 1\nbench_warmup()\n"
     warmup = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True)
     if warmup.returncode != 0:
-        raise RuntimeError(f"the warm-up flow in PREFECT_HOME={prefect_home} failed:\n{(warmup.stdout + warmup.stderr)[-3000:]}")
+        raise RuntimeError(
+            f"the warm-up flow in PREFECT_HOME={prefect_home} failed:\n{(warmup.stdout + warmup.stderr)[-3000:]}"
+        )
     marker.write_text("ok\n")
 
 
@@ -135,7 +149,12 @@ def _has_health(manifest: dict) -> bool:
 
 
 def prepared_bench_data(
-    *, rows: int, seed: int = 7, base: Path = DEFAULT_BASE, row_group_rows: int = 50_000, gen_batch_rows: int = 250_000,
+    *,
+    rows: int,
+    seed: int = 7,
+    base: Path = DEFAULT_BASE,
+    row_group_rows: int = 50_000,
+    gen_batch_rows: int = 250_000,
     log=print,  # noqa: ANN001
 ) -> BenchData:
     """The bench data dir for (rows, seed, row groups): reused when its manifest matches, else prepared."""
@@ -152,21 +171,39 @@ def prepared_bench_data(
     manifest_path = data_dir / "bench_data.json"
     settings = Settings(data_dir=data_dir)
     raw_dir = settings.raw_partition_dir(DEMO_JOB, BENCH_DATE.isoformat())
-    wanted = {"rows": rows, "seed": seed, "row_group_rows": row_group_rows, "date": BENCH_DATE.isoformat(), "generator": GENERATOR}
+    wanted = {
+        "rows": rows,
+        "seed": seed,
+        "row_group_rows": row_group_rows,
+        "date": BENCH_DATE.isoformat(),
+        "generator": GENERATOR,
+    }
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         # A model registered before model health has no `health` reference: its runs would skip attribution and PCA.
-        if {k: manifest.get(k) for k in wanted} == wanted and (raw_dir / "part-0.parquet").exists() and _has_health(manifest):
+        if (
+            {k: manifest.get(k) for k in wanted} == wanted
+            and (raw_dir / "part-0.parquet").exists()
+            and _has_health(manifest)
+        ):
             _warm_prefect_home(prefect_home)
             return BenchData(
-                data_dir=data_dir, prefect_home=prefect_home, raw_dir=raw_dir, date=BENCH_DATE.isoformat(), rows=rows,
-                seed=seed, row_group_rows=row_group_rows, model_version=manifest["model_version"],
+                data_dir=data_dir,
+                prefect_home=prefect_home,
+                raw_dir=raw_dir,
+                date=BENCH_DATE.isoformat(),
+                rows=rows,
+                seed=seed,
+                row_group_rows=row_group_rows,
+                model_version=manifest["model_version"],
                 model_path=Path(manifest["model_path"]),
             )
         manifest_path.unlink()
     start = time.perf_counter()
-    log(f"preparing bench data in {data_dir}: demo model on {TRAIN_DAYS}×{TRAIN_ROWS_PER_DAY:,} rows, "
-        f"then {rows:,} raw rows for {BENCH_DATE}")
+    log(
+        f"preparing bench data in {data_dir}: demo model on {TRAIN_DAYS}×{TRAIN_ROWS_PER_DAY:,} rows, "
+        f"then {rows:,} raw rows for {BENCH_DATE}"
+    )
     # The demo set-up keeps a registered model: one from before model health must be trained again.
     for stale in ("raw", "models", "output", "warehouse.duckdb"):
         if (data_dir / stale).is_dir():
@@ -176,33 +213,62 @@ def prepared_bench_data(
     from tasks.demo.setup import prepared_demo
     from tasks.inference.registry import inference_model_artifact
 
-    plan = prepared_demo(settings, days=1, rows_per_day=TRAIN_ROWS_PER_DAY, train_days=TRAIN_DAYS, seed=seed, end=BENCH_DATE)
-    write_partition(raw_dir, rows=rows, seed=seed, date=BENCH_DATE, row_group_rows=row_group_rows, batch_rows=gen_batch_rows)
+    plan = prepared_demo(
+        settings, days=1, rows_per_day=TRAIN_ROWS_PER_DAY, train_days=TRAIN_DAYS, seed=seed, end=BENCH_DATE
+    )
+    write_partition(
+        raw_dir, rows=rows, seed=seed, date=BENCH_DATE, row_group_rows=row_group_rows, batch_rows=gen_batch_rows
+    )
     artifact = inference_model_artifact(settings.model_registry_dir(DEMO_JOB), plan.model_version)
     _warm_prefect_home(prefect_home)
     data = BenchData(
-        data_dir=data_dir, prefect_home=prefect_home, raw_dir=raw_dir, date=BENCH_DATE.isoformat(), rows=rows, seed=seed,
-        row_group_rows=row_group_rows, model_version=plan.model_version, model_path=artifact.model_path,
+        data_dir=data_dir,
+        prefect_home=prefect_home,
+        raw_dir=raw_dir,
+        date=BENCH_DATE.isoformat(),
+        rows=rows,
+        seed=seed,
+        row_group_rows=row_group_rows,
+        model_version=plan.model_version,
+        model_path=artifact.model_path,
     )
-    manifest_path.write_text(json.dumps({**data.manifest(), "generator": GENERATOR,
-                                         "prepared_s": round(time.perf_counter() - start, 1)}, indent=2) + "\n")
+    manifest_path.write_text(
+        json.dumps(
+            {**data.manifest(), "generator": GENERATOR, "prepared_s": round(time.perf_counter() - start, 1)}, indent=2
+        )
+        + "\n"
+    )
     log(f"prepared in {time.perf_counter() - start:.1f} s")
     return data
 
 
 def data_from_args(args: argparse.Namespace) -> BenchData:
     return prepared_bench_data(
-        rows=args.rows, seed=args.seed, base=args.data_dir, row_group_rows=args.row_group_rows,
-        gen_batch_rows=args.gen_batch_rows, log=lambda m: print(m, file=sys.stderr, flush=True),
+        rows=args.rows,
+        seed=args.seed,
+        base=args.data_dir,
+        row_group_rows=args.row_group_rows,
+        gen_batch_rows=args.gen_batch_rows,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
     )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Prepare (or reuse) the bench data dir and print its manifest as JSON.")
+    parser = argparse.ArgumentParser(
+        description="Prepare (or reuse) the bench data dir and print its manifest as JSON."
+    )
     add_data_arguments(parser, rows=1_000_000)
     args = parser.parse_args()
     data = data_from_args(args)
-    print(json.dumps({"bench": "data", **data.manifest(), "raw_bytes": sum(p.stat().st_size for p in data.raw_dir.glob("*.parquet"))}))
+    print(
+        json.dumps(
+            {
+                "bench": "data",
+                **data.manifest(),
+                "raw_bytes": sum(p.stat().st_size for p in data.raw_dir.glob("*.parquet")),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

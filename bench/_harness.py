@@ -109,14 +109,22 @@ def measured_child(cmd: list[str], *, env: dict[str, str], log_path: Path, sampl
     with open(log_path, "a") as log:
         log.write("\n--- stdout ---\n" + stdout)
     return ChildRun(
-        cmd=cmd, rc=proc.returncode, wall_s=wall, maxrss_mb=usage.ru_maxrss / 1024,
-        tree_peak_rss_mb=peak[0] / 2**20, log_path=log_path, stdout=stdout,
+        cmd=cmd,
+        rc=proc.returncode,
+        wall_s=wall,
+        maxrss_mb=usage.ru_maxrss / 1024,
+        tree_peak_rss_mb=peak[0] / 2**20,
+        log_path=log_path,
+        stdout=stdout,
     )
 
 
 def checked(run: ChildRun, what: str) -> ChildRun:
     if run.rc != 0:
-        print(json.dumps({"bench": "error", "what": what, "rc": run.rc, "cmd": run.cmd, "log": str(run.log_path)}), flush=True)
+        print(
+            json.dumps({"bench": "error", "what": what, "rc": run.rc, "cmd": run.cmd, "log": str(run.log_path)}),
+            flush=True,
+        )
         print(run.log_tail(), file=sys.stderr)
         raise SystemExit(1)
     return run
@@ -167,13 +175,19 @@ def print_table(title: str, columns: list[str], rows: list[list]) -> None:
 
 
 def add_repeat_argument(parser, default: int = 3) -> None:  # noqa: ANN001
-    parser.add_argument("--repeat", type=int, default=default, help=f"runs per figure; the median is reported (default {default})")
+    parser.add_argument(
+        "--repeat", type=int, default=default, help=f"runs per figure; the median is reported (default {default})"
+    )
 
 
 def add_api_argument(parser) -> None:  # noqa: ANN001
-    parser.add_argument("--api", choices=("server", "ephemeral"), default="server",
-                        help="server: the bench starts `prefect server` on 127.0.0.1 and every child talks to it, as "
-                        "deployments run (default); ephemeral: each child starts Prefect's temporary API itself")
+    parser.add_argument(
+        "--api",
+        choices=("server", "ephemeral"),
+        default="server",
+        help="server: the bench starts `prefect server` on 127.0.0.1 and every child talks to it, as "
+        "deployments run (default); ephemeral: each child starts Prefect's temporary API itself",
+    )
 
 
 @contextlib.contextmanager
@@ -205,8 +219,13 @@ def _started_server(data: BenchData) -> Iterator[str]:
     log_path = data.data_dir / "bench-logs" / "prefect-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
-        server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], env=env,
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(
+            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 120
             while True:

@@ -22,7 +22,18 @@ import json
 import sys
 
 from _data import BENCH_DATE, DEMO_JOB, BenchData, add_data_arguments, data_from_args
-from _harness import SCORE, add_api_argument, add_repeat_argument, checked, child_env, emit, measured_child, median, prefect_api, print_table
+from _harness import (
+    SCORE,
+    add_api_argument,
+    add_repeat_argument,
+    checked,
+    child_env,
+    emit,
+    measured_child,
+    median,
+    prefect_api,
+    print_table,
+)
 
 TARGET_RATIO = 2.0
 
@@ -62,8 +73,11 @@ def measured(data: BenchData, cmd: list[str], what: str, run_index: int) -> dict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     add_data_arguments(parser, rows=600_000)
     add_repeat_argument(parser, default=1)
     parser.add_argument("--days", type=int, default=30, help="partitions of the backfill (default 30)")
@@ -78,21 +92,35 @@ def main() -> None:
         for i in range(args.repeat):
             singles.append(measured(data, single_cmd, "single", i))
             backfills.append(measured(data, backfill_cmd, "backfill", i))
-            print(f"round {i + 1}/{args.repeat}: single {singles[-1]['wall_s']:.2f} s, backfill {backfills[-1]['wall_s']:.2f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"round {i + 1}/{args.repeat}: single {singles[-1]['wall_s']:.2f} s, backfill {backfills[-1]['wall_s']:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     single_s, backfill_s = median([r["wall_s"] for r in singles]), median([r["wall_s"] for r in backfills])
     figure = {
-        "bench": "backfill", "api": args.api, "rows": data.rows, "days": args.days, "rows_per_day": -(-data.rows // args.days),
-        "repeat": args.repeat, "single_wall_s": single_s, "backfill_wall_s": backfill_s,
-        "ratio": round(backfill_s / single_s, 2), "target_ratio": TARGET_RATIO,
+        "bench": "backfill",
+        "api": args.api,
+        "rows": data.rows,
+        "days": args.days,
+        "rows_per_day": -(-data.rows // args.days),
+        "repeat": args.repeat,
+        "single_wall_s": single_s,
+        "backfill_wall_s": backfill_s,
+        "ratio": round(backfill_s / single_s, 2),
+        "target_ratio": TARGET_RATIO,
         "overhead_s_per_partition": round((backfill_s - single_s) / args.days, 3),
-        "single_runs": singles, "backfill_runs": backfills,
+        "single_runs": singles,
+        "backfill_runs": backfills,
     }
     emit(figure)
     print_table(
         f"backfill: {args.days} × {figure['rows_per_day']:,} rows vs 1 × {data.rows:,} (median of {args.repeat})",
         ["figure", "wall s", "× single", "target"],
-        [["1 partition", single_s, "1.00", "-"], [f"{args.days} partitions", backfill_s, figure["ratio"], f"≤ {TARGET_RATIO}"]],
+        [
+            ["1 partition", single_s, "1.00", "-"],
+            [f"{args.days} partitions", backfill_s, figure["ratio"], f"≤ {TARGET_RATIO}"],
+        ],
     )
 
 

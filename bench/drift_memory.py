@@ -40,9 +40,18 @@ def _run(rows: int, chunk_rows: int, queue: multiprocessing.Queue) -> None:
         n = min(chunk_rows, rows - done)
         acc.add_matrix(names, rng.normal(0.05, 1.0, size=(n, FEATURES)).astype(np.float32))
         acc.add("score", rng.integers(0, 101, n))
-    report = drift_report_rows(acc, {"reference": reference.histograms}, {"psi_warn": 0.1, "psi_alert": 0.25, "ks_warn": 0.1, "ks_alert": 0.2})
-    queue.put({"rows": rows, "peak_rss_mb_before": round(before, 1), "peak_rss_mb_after": round(_peak_mb(), 1),
-               "seconds": round(time.perf_counter() - start, 2), "report_rows": len(report)})
+    report = drift_report_rows(
+        acc, {"reference": reference.histograms}, {"psi_warn": 0.1, "psi_alert": 0.25, "ks_warn": 0.1, "ks_alert": 0.2}
+    )
+    queue.put(
+        {
+            "rows": rows,
+            "peak_rss_mb_before": round(before, 1),
+            "peak_rss_mb_after": round(_peak_mb(), 1),
+            "seconds": round(time.perf_counter() - start, 2),
+            "report_rows": len(report),
+        }
+    )
 
 
 def main() -> None:

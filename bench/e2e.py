@@ -29,7 +29,18 @@ import sys
 from pathlib import Path
 
 from _data import DEMO_JOB, BenchData, add_data_arguments, data_from_args
-from _harness import SCORE, add_api_argument, add_repeat_argument, checked, child_env, emit, measured_child, median, prefect_api, print_table
+from _harness import (
+    SCORE,
+    add_api_argument,
+    add_repeat_argument,
+    checked,
+    child_env,
+    emit,
+    measured_child,
+    median,
+    prefect_api,
+    print_table,
+)
 from limit import JOB_CHUNK_ROWS, add_limit_arguments, limit_figure, measured_limit
 
 VARIANTS = ("off", "non_approved", "every_row")
@@ -79,7 +90,8 @@ def ledger_row(data: BenchData) -> dict:
     con = duckdb.connect(str(data.data_dir / "warehouse.duckdb"), read_only=True)
     try:
         cursor = con.execute(
-            "SELECT * FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at DESC LIMIT 1", [DEMO_JOB, data.date]
+            "SELECT * FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at DESC LIMIT 1",
+            [DEMO_JOB, data.date],
         )
         names = [d[0] for d in cursor.description]
         rows = cursor.fetchall()
@@ -107,25 +119,51 @@ def measured_e2e(data: BenchData, *, variant: str, jobs_dir: Path, chunk_rows: i
     run = checked(measured_child(cmd, env=child_env(data, jobs_dir=jobs_dir), log_path=log), f"score run ({variant})")
     ledger = ledger_row(data)
     if ledger.get("status") != "succeeded":
-        print(json.dumps({"bench": "error", "what": f"score run ({variant})", "ledger": ledger, "log": str(log)}, default=str))
+        print(
+            json.dumps(
+                {"bench": "error", "what": f"score run ({variant})", "ledger": ledger, "log": str(log)}, default=str
+            )
+        )
         raise SystemExit(1)
     inference = ledger.get("inference") if isinstance(ledger.get("inference"), dict) else {}
     return {
-        "wall_s": round(run.wall_s, 3), "maxrss_mb": round(run.maxrss_mb, 1), "tree_peak_rss_mb": round(run.tree_peak_rss_mb, 1),
-        "rows_read": ledger.get("rows_read"), "rows_scored": ledger.get("rows_scored"),
-        "rows_with_reasons": ledger.get("rows_with_reasons"), "decisions": ledger.get("decisions"),
-        "scorer_peak_rss_mb": inference.get("peak_rss_mb"), "scorer_rows_per_s": inference.get("end_to_end_rows_per_s"),
-        "inference_rows_per_s": inference.get("inference_rows_per_s"), "chunks": inference.get("chunks"), "log": str(log),
+        "wall_s": round(run.wall_s, 3),
+        "maxrss_mb": round(run.maxrss_mb, 1),
+        "tree_peak_rss_mb": round(run.tree_peak_rss_mb, 1),
+        "rows_read": ledger.get("rows_read"),
+        "rows_scored": ledger.get("rows_scored"),
+        "rows_with_reasons": ledger.get("rows_with_reasons"),
+        "decisions": ledger.get("decisions"),
+        "scorer_peak_rss_mb": inference.get("peak_rss_mb"),
+        "scorer_rows_per_s": inference.get("end_to_end_rows_per_s"),
+        "inference_rows_per_s": inference.get("inference_rows_per_s"),
+        "chunks": inference.get("chunks"),
+        "log": str(log),
     }
 
 
-def e2e_figure(data: BenchData, api: str, variant: str, for_decisions: list[str], runs: list[dict], *, chunk_rows: int | None,
-               limit_wall_s: float | None) -> dict:
+def e2e_figure(
+    data: BenchData,
+    api: str,
+    variant: str,
+    for_decisions: list[str],
+    runs: list[dict],
+    *,
+    chunk_rows: int | None,
+    limit_wall_s: float | None,
+) -> dict:
     wall = median([r["wall_s"] for r in runs])
     figure = {
-        "bench": "e2e", "api": api, "variant": variant, "for_decisions": for_decisions, "rows": data.rows,
-        "chunk_rows": chunk_rows or JOB_CHUNK_ROWS, "repeat": len(runs), "wall_s": round(wall, 3),
-        "rows_per_s": round(data.rows / wall), "maxrss_mb": round(median([r["maxrss_mb"] for r in runs]), 1),
+        "bench": "e2e",
+        "api": api,
+        "variant": variant,
+        "for_decisions": for_decisions,
+        "rows": data.rows,
+        "chunk_rows": chunk_rows or JOB_CHUNK_ROWS,
+        "repeat": len(runs),
+        "wall_s": round(wall, 3),
+        "rows_per_s": round(data.rows / wall),
+        "maxrss_mb": round(median([r["maxrss_mb"] for r in runs]), 1),
         "tree_peak_rss_mb": round(median([r["tree_peak_rss_mb"] for r in runs]), 1),
         "rows_with_reasons": runs[-1]["rows_with_reasons"],
     }
@@ -137,14 +175,24 @@ def e2e_figure(data: BenchData, api: str, variant: str, for_decisions: list[str]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     add_data_arguments(parser, rows=100_000)
     add_repeat_argument(parser)
     add_limit_arguments(parser)
-    parser.add_argument("--chunk-rows", type=int, default=None, help="passed to `score run --chunk-rows` and used as the "
-                        f"limit's batch size (default: the job's, {JOB_CHUNK_ROWS:,})")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)} (default all)")
+    parser.add_argument(
+        "--chunk-rows",
+        type=int,
+        default=None,
+        help="passed to `score run --chunk-rows` and used as the "
+        f"limit's batch size (default: the job's, {JOB_CHUNK_ROWS:,})",
+    )
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)} (default all)"
+    )
     parser.add_argument("--no-limit", action="store_true", help="skip the limit script (no ratio_to_limit)")
     add_api_argument(parser)
     args = parser.parse_args()
@@ -161,9 +209,13 @@ def main() -> None:
         for i in range(args.repeat):
             if not args.no_limit:
                 limit_runs.append(measured_limit(data, batch_rows=batch_rows, nthread=args.nthread, run_index=i))
-                print(f"round {i + 1}/{args.repeat}: limit {limit_runs[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
+                print(
+                    f"round {i + 1}/{args.repeat}: limit {limit_runs[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True
+                )
             for v in variants:
-                runs[v].append(measured_e2e(data, variant=v, jobs_dir=jobs[v][0], chunk_rows=args.chunk_rows, run_index=i))
+                runs[v].append(
+                    measured_e2e(data, variant=v, jobs_dir=jobs[v][0], chunk_rows=args.chunk_rows, run_index=i)
+                )
                 print(f"round {i + 1}/{args.repeat}: {v} {runs[v][-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
     table_rows = []
     limit_wall = None
@@ -175,14 +227,30 @@ def main() -> None:
     for v in variants:
         figure = e2e_figure(data, args.api, v, jobs[v][1], runs[v], chunk_rows=args.chunk_rows, limit_wall_s=limit_wall)
         emit(figure)
-        table_rows.append([f"e2e {v}", figure["wall_s"], f"{figure['rows_per_s']:,}", figure.get("ratio_to_limit", "-"),
-                           figure["maxrss_mb"], figure["tree_peak_rss_mb"], f"{figure['rows_with_reasons']:,}"])
+        table_rows.append(
+            [
+                f"e2e {v}",
+                figure["wall_s"],
+                f"{figure['rows_per_s']:,}",
+                figure.get("ratio_to_limit", "-"),
+                figure["maxrss_mb"],
+                figure["tree_peak_rss_mb"],
+                f"{figure['rows_with_reasons']:,}",
+            ]
+        )
     walls = {v: median([r["wall_s"] for r in runs[v]]) for v in variants}
-    targets = {f"{v}_over_limit": {"ratio": round(walls[v] / limit_wall, 2), "target": t, "ok": walls[v] / limit_wall <= t}
-               for v, t in TARGETS.items() if v in walls and limit_wall}
+    targets = {
+        f"{v}_over_limit": {"ratio": round(walls[v] / limit_wall, 2), "target": t, "ok": walls[v] / limit_wall <= t}
+        for v, t in TARGETS.items()
+        if v in walls and limit_wall
+    }
     if "off" in walls and "every_row" in walls:
         ratio = walls["every_row"] / walls["off"]
-        targets["every_row_over_off"] = {"ratio": round(ratio, 2), "target": EVERY_ROW_OVER_OFF, "ok": ratio <= EVERY_ROW_OVER_OFF}
+        targets["every_row_over_off"] = {
+            "ratio": round(ratio, 2),
+            "target": EVERY_ROW_OVER_OFF,
+            "ok": ratio <= EVERY_ROW_OVER_OFF,
+        }
     if targets:
         emit({"bench": "e2e_targets", "api": args.api, "rows": data.rows, **targets})
     print_table(

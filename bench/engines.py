@@ -68,7 +68,8 @@ def _xgboost(folder: Path, x: np.ndarray, y: np.ndarray):  # noqa: ANN202
 
     booster = xgb.train(
         {"objective": "binary:logistic", "max_depth": DEPTH, "eta": 0.05, "seed": 3, "nthread": 0},
-        xgb.DMatrix(x, label=y, missing=np.nan), num_boost_round=TREES,
+        xgb.DMatrix(x, label=y, missing=np.nan),
+        num_boost_round=TREES,
     )
     path = folder / "model.ubj"
     booster.save_model(str(path))
@@ -81,8 +82,16 @@ def _lightgbm(folder: Path, x: np.ndarray, y: np.ndarray):  # noqa: ANN202
     import lightgbm as lgb
 
     booster = lgb.train(
-        {"objective": "binary", "num_leaves": 2**DEPTH, "max_depth": DEPTH, "learning_rate": 0.05, "verbose": -1, "seed": 3},
-        lgb.Dataset(x, label=y), num_boost_round=TREES,
+        {
+            "objective": "binary",
+            "num_leaves": 2**DEPTH,
+            "max_depth": DEPTH,
+            "learning_rate": 0.05,
+            "verbose": -1,
+            "seed": 3,
+        },
+        lgb.Dataset(x, label=y),
+        num_boost_round=TREES,
     )
     path = folder / "model.txt"
     booster.save_model(str(path))
@@ -114,7 +123,9 @@ def _skops(model, folder: Path) -> Path:  # noqa: ANN001
 def _sklearn_gb(folder: Path, x: np.ndarray, y: np.ndarray):  # noqa: ANN202
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    model = HistGradientBoostingClassifier(max_iter=TREES, max_depth=DEPTH, learning_rate=0.05, random_state=3).fit(x, y)
+    model = HistGradientBoostingClassifier(max_iter=TREES, max_depth=DEPTH, learning_rate=0.05, random_state=3).fit(
+        x, y
+    )
     return _skops(model, folder), model.decision_function, None
 
 
@@ -132,10 +143,20 @@ def _onnx_lightgbm(folder: Path, x: np.ndarray, y: np.ndarray):  # noqa: ANN202
     from onnxmltools.convert.common.data_types import FloatTensorType
 
     booster = lgb.train(
-        {"objective": "binary", "num_leaves": 2**DEPTH, "max_depth": DEPTH, "learning_rate": 0.05, "verbose": -1, "seed": 3},
-        lgb.Dataset(x, label=y), num_boost_round=TREES,
+        {
+            "objective": "binary",
+            "num_leaves": 2**DEPTH,
+            "max_depth": DEPTH,
+            "learning_rate": 0.05,
+            "verbose": -1,
+            "seed": 3,
+        },
+        lgb.Dataset(x, label=y),
+        num_boost_round=TREES,
     )
-    onnx_model = convert_lightgbm(booster, initial_types=[("input", FloatTensorType([None, len(FEATURES)]))], zipmap=False)
+    onnx_model = convert_lightgbm(
+        booster, initial_types=[("input", FloatTensorType([None, len(FEATURES)]))], zipmap=False
+    )
     path = folder / "model.onnx"
     path.write_bytes(onnx_model.SerializeToString())
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -191,19 +212,28 @@ def _bench(name: str, trainer: Callable, nan: bool, rows: int, reason_rows: int,
         # The bench trained the model itself: what skops does not trust by default is known to be what it wrote.
         trusted = tuple(get_untrusted_types(file=str(model_file)))
     registered_model_version(
-        model_file, registry_dir=registry, feature_version="bench", features=FEATURES,
-        holdout_features=holdout, holdout_outcomes=_labels(rng, holdout), reference_features=x,
+        model_file,
+        registry_dir=registry,
+        feature_version="bench",
+        features=FEATURES,
+        holdout_features=holdout,
+        holdout_outcomes=_labels(rng, holdout),
+        reference_features=x,
         trusted_types=trusted,
     )
     start = time.perf_counter()
     engine = inference_engine(inference_model_artifact(registry, "latest"))
     load_s = time.perf_counter() - start
     matrix = _rows(rng, rows, nan=nan)
-    batch = InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(rows).astype(str)), features=matrix, feature_names=FEATURES)
+    batch = InferenceInput(
+        chunk_id=0, entity_ids=pa.array(np.arange(rows).astype(str)), features=matrix, feature_names=FEATURES
+    )
     ours = engine.inference_outputs(batch).margins
     theirs = np.asarray(predict(matrix), dtype=np.float64).reshape(-1)
-    if engine.metadata.sklearn_output is not None and engine.metadata.sklearn_output.method == "predict_proba" or (
-        engine.metadata.onnx_output is not None and engine.metadata.onnx_output.kind != "margin"
+    if (
+        engine.metadata.sklearn_output is not None
+        and engine.metadata.sklearn_output.method == "predict_proba"
+        or (engine.metadata.onnx_output is not None and engine.metadata.onnx_output.kind != "margin")
     ):
         clip = 1e-7
         p = np.clip(theirs, clip, 1 - clip)
@@ -213,7 +243,9 @@ def _bench(name: str, trainer: Callable, nan: bool, rows: int, reason_rows: int,
         framework_s.append(_median_s(lambda: predict(matrix), 1))
         product_s.append(_median_s(lambda: engine.inference_outputs(batch), 1))
     result = {
-        "framework": name, "rows": rows, "engine_load_s": round(load_s, 3),
+        "framework": name,
+        "rows": rows,
+        "engine_load_s": round(load_s, 3),
         "inference_product_s": round(statistics.median(product_s), 4),
         "inference_framework_s": round(statistics.median(framework_s), 4),
         "inference_ratio": round(statistics.median(product_s) / statistics.median(framework_s), 3),
@@ -225,26 +257,32 @@ def _bench(name: str, trainer: Callable, nan: bool, rows: int, reason_rows: int,
         return result
     idx = np.arange(min(reason_rows, rows))
     explained = engine.inference_contributions(batch, idx, top_k=TOP_K).values
-    kernel_s = statistics.median(_median_s(lambda: engine.inference_contributions(batch, idx, top_k=TOP_K), 1) for _ in range(repeat))
+    kernel_s = statistics.median(
+        _median_s(lambda: engine.inference_contributions(batch, idx, top_k=TOP_K), 1) for _ in range(repeat)
+    )
     result.update({"reason_rows": idx.size, "reasons_product_s": round(kernel_s, 4)})
     if contributions is None:
         return result
     sub = matrix[idx]
     own_s = _median_s(lambda: contributions(sub), 1)
     own = np.asarray(contributions(sub), dtype=np.float64)[:, :-1]
-    result.update({
-        "reasons_framework_s": round(own_s, 4),
-        "reasons_speedup": round(own_s / kernel_s, 1),
-        "reasons_max_abs_diff": float(np.abs(explained - own).max()),
-        "top3_identical_share": float((_top(explained, TOP_K) == _top(own, TOP_K)).all(axis=1).mean()),
-    })
+    result.update(
+        {
+            "reasons_framework_s": round(own_s, 4),
+            "reasons_speedup": round(own_s / kernel_s, 1),
+            "reasons_max_abs_diff": float(np.abs(explained - own).max()),
+            "top3_identical_share": float((_top(explained, TOP_K) == _top(own, TOP_K)).all(axis=1).mean()),
+        }
+    )
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000, help="rows of the inference matrix")
-    parser.add_argument("--reason-rows", type=int, default=2000, help="rows explained (the frameworks' own TreeSHAP is slow)")
+    parser.add_argument(
+        "--reason-rows", type=int, default=2000, help="rows explained (the frameworks' own TreeSHAP is slow)"
+    )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", nargs="*", choices=sorted(TRAINERS), default=None)
     args = parser.parse_args()
@@ -254,7 +292,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only or TRAINERS:
             trainer, nan = TRAINERS[name]
-            print(json.dumps(_bench(name, trainer, nan, args.rows, args.reason_rows, args.repeat, Path(tmp))), flush=True)
+            print(
+                json.dumps(_bench(name, trainer, nan, args.rows, args.reason_rows, args.repeat, Path(tmp))), flush=True
+            )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,19 @@ import time
 from pathlib import Path
 
 from _data import DEMO_JOB, BenchData, add_data_arguments, data_from_args
-from _harness import PYTHON, SCORE, add_repeat_argument, checked, child_env, emit, last_json_line, measured_child, median, prefect_api, print_table
+from _harness import (
+    PYTHON,
+    SCORE,
+    add_repeat_argument,
+    checked,
+    child_env,
+    emit,
+    last_json_line,
+    measured_child,
+    median,
+    prefect_api,
+    print_table,
+)
 
 _STAMP = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) \| ")
 _IMPORTS = (
@@ -53,7 +65,7 @@ def _line_times(log: Path, day: dt.date) -> list[tuple[float, str]]:
         if match:
             h, m, s, ms = (int(g) for g in match.groups())
             stamp = dt.datetime.combine(day, dt.time(h, m, s, ms * 1000)).timestamp()
-            out.append((stamp, line[match.end():]))
+            out.append((stamp, line[match.end() :]))
     return out
 
 
@@ -72,8 +84,10 @@ def phases(log: Path, *, spawned: float, wall_s: float, ephemeral: bool) -> dict
     published = _first(lines, "Task run 'monitor-decisions")
     exited = spawned + wall_s
     return {
-        "startup_s": round(prefect_start - spawned, 3), "api_start_s": round(flow_start - prefect_start, 3),
-        "scoring_s": round(scored - flow_start, 3), "publishing_s": round(published - scored, 3),
+        "startup_s": round(prefect_start - spawned, 3),
+        "api_start_s": round(flow_start - prefect_start, 3),
+        "scoring_s": round(scored - flow_start, 3),
+        "publishing_s": round(published - scored, 3),
         "end_s": round(exited - published, 3),
     }
 
@@ -81,9 +95,16 @@ def phases(log: Path, *, spawned: float, wall_s: float, ephemeral: bool) -> dict
 def measured_run(data: BenchData, mode: str, run_index: int) -> dict:
     log = data.data_dir / "bench-logs" / f"ephemeral-{mode}-{run_index}.log"
     spawned = time.time()
-    run = checked(measured_child([SCORE, "run", DEMO_JOB, "--date", data.date], env=child_env(data), log_path=log), f"score run ({mode})")
-    return {"wall_s": round(run.wall_s, 3), **phases(log, spawned=spawned, wall_s=run.wall_s, ephemeral=mode == "ephemeral"),
-            "maxrss_mb": round(run.maxrss_mb, 1), "log": str(log)}
+    run = checked(
+        measured_child([SCORE, "run", DEMO_JOB, "--date", data.date], env=child_env(data), log_path=log),
+        f"score run ({mode})",
+    )
+    return {
+        "wall_s": round(run.wall_s, 3),
+        **phases(log, spawned=spawned, wall_s=run.wall_s, ephemeral=mode == "ephemeral"),
+        "maxrss_mb": round(run.maxrss_mb, 1),
+        "log": str(log),
+    }
 
 
 def measured_imports(data: BenchData, run_index: int) -> float:
@@ -93,8 +114,11 @@ def measured_imports(data: BenchData, run_index: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     add_data_arguments(parser, rows=20_000)
     add_repeat_argument(parser)
     args = parser.parse_args()
@@ -104,21 +128,35 @@ def main() -> None:
     with prefect_api(data, "ephemeral"):
         for i in range(args.repeat):
             runs["ephemeral"].append(measured_run(data, "ephemeral", i))
-            print(f"round {i + 1}/{args.repeat}: ephemeral {runs['ephemeral'][-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
+            print(
+                f"round {i + 1}/{args.repeat}: ephemeral {runs['ephemeral'][-1]['wall_s']:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     with prefect_api(data, "server"):
         for i in range(args.repeat):
             runs["server"].append(measured_run(data, "server", i))
-            print(f"round {i + 1}/{args.repeat}: server {runs['server'][-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
+            print(
+                f"round {i + 1}/{args.repeat}: server {runs['server'][-1]['wall_s']:.2f} s", file=sys.stderr, flush=True
+            )
     rows = []
     for mode, measured in runs.items():
-        figure = {"bench": "ephemeral", "mode": mode, "rows": data.rows, "repeat": args.repeat,
-                  "wall_s": median([r["wall_s"] for r in measured]), "imports_s": median(imports),
-                  **{p: median([r[p] for r in measured]) for p in PHASES}, "runs": measured}
+        figure = {
+            "bench": "ephemeral",
+            "mode": mode,
+            "rows": data.rows,
+            "repeat": args.repeat,
+            "wall_s": median([r["wall_s"] for r in measured]),
+            "imports_s": median(imports),
+            **{p: median([r[p] for r in measured]) for p in PHASES},
+            "runs": measured,
+        }
         emit(figure)
         rows.append([mode, figure["wall_s"], figure["imports_s"], *(figure[p] for p in PHASES)])
     print_table(
         f"score run of {data.rows:,} rows: where the wall goes (median of {args.repeat})",
-        ["API", "wall s", "imports s", "start-up s", "API start s", "scoring s", "publishing s", "end s"], rows,
+        ["API", "wall s", "imports s", "start-up s", "API start s", "scoring s", "publishing s", "end s"],
+        rows,
     )
 
 

@@ -24,7 +24,18 @@ import sys
 from pathlib import Path
 
 from _data import BenchData
-from _harness import SCORE, add_api_argument, add_repeat_argument, checked, child_env, emit, measured_child, median, prefect_api, print_table
+from _harness import (
+    SCORE,
+    add_api_argument,
+    add_repeat_argument,
+    checked,
+    child_env,
+    emit,
+    measured_child,
+    median,
+    prefect_api,
+    print_table,
+)
 
 GOAL = 1.1
 """Largest ratio of the forecast job's `score run` wall to the binary job's."""
@@ -42,46 +53,76 @@ def _rows(n: int, seed: int, day: dt.date):  # noqa: ANN202  (a polars DataFrame
     linear = 0.8 * x[:, 0] - 0.5 * x[:, 1] + 0.3 * x[:, 2] * x[:, 3] + 0.2 * np.abs(x[:, 4])
     event = (rng.random(n) < 1 / (1 + np.exp(-(linear - 2.0)))).astype(np.int8)
     units = rng.poisson(np.exp(1.2 + 0.5 * linear))
-    frame = pl.DataFrame({"entity_id": [f"E-{day:%Y%m%d}-{i:08d}" for i in range(n)], **{f: x[:, j] for j, f in enumerate(FEATURES)}})
+    frame = pl.DataFrame(
+        {"entity_id": [f"E-{day:%Y%m%d}-{i:08d}" for i in range(n)], **{f: x[:, j] for j, f in enumerate(FEATURES)}}
+    )
     return frame, event, units
 
 
 def _suite(job: str) -> dict:
     expectations = [
         {"type": "expect_column_to_exist", "kwargs": {"column": "entity_id"}, "meta": {"guard": {"action": "fail"}}},
-        {"type": "expect_column_values_to_be_unique", "kwargs": {"column": "entity_id"}, "meta": {"guard": {"action": "quarantine_all"}}},
+        {
+            "type": "expect_column_values_to_be_unique",
+            "kwargs": {"column": "entity_id"},
+            "meta": {"guard": {"action": "quarantine_all"}},
+        },
     ]
     for f in FEATURES:
-        expectations.append({"type": "expect_column_values_to_be_between", "kwargs": {"column": f, "min_value": -10, "max_value": 10},
-                             "meta": {"guard": {"action": "quarantine"}}})
+        expectations.append(
+            {
+                "type": "expect_column_values_to_be_between",
+                "kwargs": {"column": f, "min_value": -10, "max_value": 10},
+                "meta": {"guard": {"action": "quarantine"}},
+            }
+        )
     return {"name": job, "expectations": expectations}
 
 
 def _spec(job: str, *, cut: float) -> dict:
     codes = {f: {"code": f"C{j}", "text": f"Input {f}"} for j, f in enumerate(FEATURES)}
     spec = {
-        "name": job, "entity_column": "entity_id", "expectation_suite": f"{job}.json",
+        "name": job,
+        "entity_column": "entity_id",
+        "expectation_suite": f"{job}.json",
         "features": {"version": "1.0.0", "columns": [{"name": f} for f in FEATURES]},
-        "model": {"name": job, "version": "latest"}, "chunk_rows": 50_000,
+        "model": {"name": job, "version": "latest"},
+        "chunk_rows": 50_000,
         "monitoring": {"labels": {"entity_column": "entity_id", "outcome_column": "outcome"}},
     }
     if job == "bench_forecast":
         spec["target"] = {"kind": "count", "name": "units", "unit": "units"}
         spec["prediction"] = {
             "interval_level": 0.9,
-            "rules": [{"id": "ACT", "when": {"forecast_high": {"ge": cut}}, "decision": "act"}, {"id": "KEEP", "decision": "keep"}],
+            "rules": [
+                {"id": "ACT", "when": {"forecast_high": {"ge": cut}}, "decision": "act"},
+                {"id": "KEEP", "decision": "keep"},
+            ],
             "reasons": {"top_k": 3, "for_decisions": ["act"], "codes": codes},
         }
     else:
         spec["prediction"] = {
-            "event": "the event", "interval_level": 0.9, "score": {"base_probability": 0.1, "points_to_double_odds": 20},
-            "rules": [{"id": "ACT", "when": {"probability_high": {"ge": cut}}, "decision": "act"}, {"id": "KEEP", "decision": "keep"}],
-            "reasons": {"top_k": 3, "for_decisions": ["act"], "no_reason_code": "C00", "no_reason_text": "Nothing", "codes": codes},
+            "event": "the event",
+            "interval_level": 0.9,
+            "score": {"base_probability": 0.1, "points_to_double_odds": 20},
+            "rules": [
+                {"id": "ACT", "when": {"probability_high": {"ge": cut}}, "decision": "act"},
+                {"id": "KEEP", "decision": "keep"},
+            ],
+            "reasons": {
+                "top_k": 3,
+                "for_decisions": ["act"],
+                "no_reason_code": "C00",
+                "no_reason_text": "Nothing",
+                "codes": codes,
+            },
         }
     return spec
 
 
-def _prepared(base: Path, *, rows: int, trees: int, depth: int, reason_share: float, seed: int) -> tuple[BenchData, Path]:
+def _prepared(
+    base: Path, *, rows: int, trees: int, depth: int, reason_share: float, seed: int
+) -> tuple[BenchData, Path]:
     """The bench project (jobs, suites, registered models, one raw partition per job), reused when its manifest matches."""
     import numpy as np
     import polars as pl
@@ -92,8 +133,17 @@ def _prepared(base: Path, *, rows: int, trees: int, depth: int, reason_share: fl
     from tasks.settings import Settings
 
     root = base.resolve() / f"forecast-n{rows}-t{trees}-d{depth}-r{reason_share}-s{seed}"
-    data = BenchData(data_dir=root / "data", prefect_home=base.resolve() / "prefect-home", raw_dir=root / "data" / "raw", date=DATE.isoformat(),
-                     rows=rows, seed=seed, row_group_rows=50_000, model_version="1", model_path=root)
+    data = BenchData(
+        data_dir=root / "data",
+        prefect_home=base.resolve() / "prefect-home",
+        raw_dir=root / "data" / "raw",
+        date=DATE.isoformat(),
+        rows=rows,
+        seed=seed,
+        row_group_rows=50_000,
+        model_version="1",
+        model_path=root,
+    )
     manifest = root / "bench_data.json"
     if manifest.exists():
         return data, root / "jobs"
@@ -108,10 +158,22 @@ def _prepared(base: Path, *, rows: int, trees: int, depth: int, reason_share: fl
     hold, hold_event, hold_units = _rows(40_000, seed + 1, DATE - dt.timedelta(days=1))
     x = train.select(FEATURES).to_numpy()
     models = {
-        "bench_binary": (xgb.train({"objective": "binary:logistic", "max_depth": depth, "eta": 0.1, "seed": seed},
-                                   xgb.DMatrix(x, label=train_event, feature_names=list(FEATURES)), trees), hold_event),
-        "bench_forecast": (xgb.train({"objective": "count:poisson", "max_depth": depth, "eta": 0.1, "seed": seed},
-                                     xgb.DMatrix(x, label=train_units, feature_names=list(FEATURES)), trees), hold_units),
+        "bench_binary": (
+            xgb.train(
+                {"objective": "binary:logistic", "max_depth": depth, "eta": 0.1, "seed": seed},
+                xgb.DMatrix(x, label=train_event, feature_names=list(FEATURES)),
+                trees,
+            ),
+            hold_event,
+        ),
+        "bench_forecast": (
+            xgb.train(
+                {"objective": "count:poisson", "max_depth": depth, "eta": 0.1, "seed": seed},
+                xgb.DMatrix(x, label=train_units, feature_names=list(FEATURES)),
+                trees,
+            ),
+            hold_units,
+        ),
     }
     hx = np.ascontiguousarray(hold.select(FEATURES).to_numpy(), dtype=np.float32)
     for job, (booster, outcome) in models.items():
@@ -132,13 +194,21 @@ def _prepared(base: Path, *, rows: int, trees: int, depth: int, reason_share: fl
         folder.mkdir(parents=True)
         writer = None
         for index, offset in enumerate(range(0, rows, 250_000)):
-            batch = _rows(min(250_000, rows - offset), seed + 100 + index, DATE)[0].with_columns(
-                (pl.lit(f"E-{DATE:%Y%m%d}-") + (pl.int_range(pl.len()) + offset).cast(pl.String).str.zfill(8)).alias("entity_id")
-            ).to_arrow()
+            batch = (
+                _rows(min(250_000, rows - offset), seed + 100 + index, DATE)[0]
+                .with_columns(
+                    (
+                        pl.lit(f"E-{DATE:%Y%m%d}-") + (pl.int_range(pl.len()) + offset).cast(pl.String).str.zfill(8)
+                    ).alias("entity_id")
+                )
+                .to_arrow()
+            )
             writer = writer or pq.ParquetWriter(folder / "part-0.parquet", batch.schema)
             writer.write_table(batch, row_group_size=50_000)
         writer.close()
-    manifest.write_text(json.dumps({"rows": rows, "trees": trees, "depth": depth, "reason_share": reason_share, "seed": seed}) + "\n")
+    manifest.write_text(
+        json.dumps({"rows": rows, "trees": trees, "depth": depth, "reason_share": reason_share, "seed": seed}) + "\n"
+    )
     return data, root / "jobs"
 
 
@@ -154,7 +224,11 @@ def _interval_high(settings, job: str, x):  # noqa: ANN001, ANN202  (Settings, f
 
     spec = load_job_spec(job, settings)
     loaded = inference_loaded_model(settings.model_registry_dir(job), "latest", None, device="cpu", nthread=0)
-    output = loaded.inference_outputs(InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(len(x)).astype(str)), features=x, feature_names=FEATURES))
+    output = loaded.inference_outputs(
+        InferenceInput(
+            chunk_id=0, entity_ids=pa.array(np.arange(len(x)).astype(str)), features=x, feature_names=FEATURES
+        )
+    )
     estimate = predict_estimate_map(loaded.engine.metadata, spec)
     if job == "bench_forecast":
         return estimate.predict_forecast(output.margins, output.expected_error).high
@@ -165,46 +239,80 @@ def _acted_share(data: BenchData, job: str) -> float:
     import polars as pl
 
     dataset = "forecasts" if job == "bench_forecast" else "predictions"
-    frame = pl.read_parquet(data.data_dir / "output" / job / dataset / f"date={DATE}" / "*.parquet", columns=["decision"])
+    frame = pl.read_parquet(
+        data.data_dir / "output" / job / dataset / f"date={DATE}" / "*.parquet", columns=["decision"]
+    )
     return float((frame["decision"] == "act").mean())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the raw partition (default 1,000,000)")
     parser.add_argument("--trees", type=int, default=200, help="trees of both models (default 200)")
     parser.add_argument("--depth", type=int, default=5, help="depth of both models' trees (default 5)")
-    parser.add_argument("--reason-share", type=float, default=0.1, help="share of rows whose decision needs reasons (default 0.1)")
+    parser.add_argument(
+        "--reason-share", type=float, default=0.1, help="share of rows whose decision needs reasons (default 0.1)"
+    )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/scoring-bench"), help="bench data root (default /tmp/scoring-bench)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path("/tmp/scoring-bench"), help="bench data root (default /tmp/scoring-bench)"
+    )
     add_repeat_argument(parser)
     add_api_argument(parser)
     args = parser.parse_args()
-    data, jobs_dir = _prepared(args.data_dir, rows=args.rows, trees=args.trees, depth=args.depth, reason_share=args.reason_share, seed=args.seed)
+    data, jobs_dir = _prepared(
+        args.data_dir,
+        rows=args.rows,
+        trees=args.trees,
+        depth=args.depth,
+        reason_share=args.reason_share,
+        seed=args.seed,
+    )
     runs: dict[str, list[float]] = {job: [] for job in JOBS}
     with prefect_api(data, args.api):
         env = {**child_env(data, jobs_dir=jobs_dir), "SCORING_EXPECTATIONS_DIR": str(jobs_dir.parent / "expectations")}
         for i in range(args.repeat):
             for job in JOBS:
                 log = data.data_dir / "bench-logs" / f"{job}-{i}.log"
-                run = checked(measured_child([SCORE, "run", job, "--date", data.date], env=env, log_path=log), f"score run {job}")
+                run = checked(
+                    measured_child([SCORE, "run", job, "--date", data.date], env=env, log_path=log), f"score run {job}"
+                )
                 runs[job].append(round(run.wall_s, 3))
                 print(f"round {i + 1}/{args.repeat}: {job} {run.wall_s:.2f} s", file=sys.stderr, flush=True)
     walls = {job: round(median(r), 3) for job, r in runs.items()}
     ratio = walls["bench_forecast"] / walls["bench_binary"]
     paired = median([f / b for f, b in zip(runs["bench_forecast"], runs["bench_binary"], strict=True)])
     acted = {job: round(_acted_share(data, job), 4) for job in JOBS}
-    emit({"bench": "forecast_scoring", "rows": args.rows, "trees": args.trees, "depth": args.depth, "repeat": args.repeat,
-          "wall_binary_s": walls["bench_binary"], "wall_forecast_s": walls["bench_forecast"], "ratio": round(ratio, 3),
-          "ratio_paired": round(paired, 3), "acted_share": acted, "goal": GOAL, "ok": max(ratio, paired) <= GOAL, "runs": runs})
+    emit(
+        {
+            "bench": "forecast_scoring",
+            "rows": args.rows,
+            "trees": args.trees,
+            "depth": args.depth,
+            "repeat": args.repeat,
+            "wall_binary_s": walls["bench_binary"],
+            "wall_forecast_s": walls["bench_forecast"],
+            "ratio": round(ratio, 3),
+            "ratio_paired": round(paired, 3),
+            "acted_share": acted,
+            "goal": GOAL,
+            "ok": max(ratio, paired) <= GOAL,
+            "runs": runs,
+        }
+    )
     print_table(
         f"forecast against binary: {args.rows:,} rows, {args.trees} trees of depth {args.depth} (median of {args.repeat})",
         ["job", "wall s", "rows needing reasons", "ratio to binary"],
         [[job, walls[job], f"{acted[job]:.1%}", f"{walls[job] / walls['bench_binary']:.3f}"] for job in JOBS],
     )
     worst = max(ratio, paired)
-    print(f"ratio: {ratio:.3f} by the medians, {paired:.3f} by the rounds' own ratios (goal ≤ {GOAL}){'' if worst <= GOAL else ' not reached'}")
+    print(
+        f"ratio: {ratio:.3f} by the medians, {paired:.3f} by the rounds' own ratios (goal ≤ {GOAL}){'' if worst <= GOAL else ' not reached'}"
+    )
 
 
 if __name__ == "__main__":

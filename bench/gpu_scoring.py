@@ -25,11 +25,10 @@ from tasks.demo.credit_data import write_demo_partitions
 from tasks.demo.setup import DEMO_JOB, GEARBOX_JOB, prepared_demo, prepared_gearbox_demo
 from tasks.errors import DeviceUnavailable
 from tasks.jobspec import loaded_yaml
-from tasks.sinks.parquet_store import discard_staged
 from tasks.scoring.prepared import prepared_job
 from tasks.scoring.summary import score_partition_chunks
-from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import PROJECT_ROOT, Settings
+from tasks.sinks.parquet_store import discard_staged, output_dirs
 
 
 def _jobs_with_device(folder: Path, device: str) -> Path:
@@ -53,8 +52,12 @@ def main() -> None:
         base = Settings(data_dir=tmp / "data")
         prepared_demo(base, days=1, rows_per_day=20_000, train_days=3, seed=7, end=day)
         write_demo_partitions(
-            base.data_dir / "raw" / DEMO_JOB, base.data_dir / "labels" / DEMO_JOB, [day],
-            rows_per_day=args.credit_rows, seed=7, shift_days=0,
+            base.data_dir / "raw" / DEMO_JOB,
+            base.data_dir / "labels" / DEMO_JOB,
+            [day],
+            rows_per_day=args.credit_rows,
+            seed=7,
+            shift_days=0,
         )
         prepared_gearbox_demo(base, days=1, windows_per_day=args.gearbox_windows, train_days=7, seed=7, end=day)
         for device in ("cpu", "cuda"):
@@ -68,16 +71,27 @@ def main() -> None:
                     continue
                 dirs = output_dirs(settings, job)
                 run_id = f"bench-{device}"
-                summary = score_partition_chunks(prepared, run_id=run_id, partition_date=day, chunk_rows=prepared.spec.chunk_rows, dirs=dirs)
+                summary = score_partition_chunks(
+                    prepared, run_id=run_id, partition_date=day, chunk_rows=prepared.spec.chunk_rows, dirs=dirs
+                )
                 for folder in dirs.all():
                     discard_staged(folder, run_id)
                 stats = summary.inference_stats()
                 feature_models = {ref.name: list(m.engine.providers) for ref, m in prepared.feature_models}
-                print(json.dumps({
-                    **line, "rows": summary.rows_scored, "providers": stats["providers"], "feature_model_providers": feature_models,
-                    "inference_rows_per_s": round(stats["inference_rows_per_s"] or 0), "end_to_end_rows_per_s": round(stats["end_to_end_rows_per_s"] or 0),
-                    "latency_ms_p50": round(stats["latency_ms_p50"], 2), "latency_ms_p99": round(stats["latency_ms_p99"], 2),
-                }))
+                print(
+                    json.dumps(
+                        {
+                            **line,
+                            "rows": summary.rows_scored,
+                            "providers": stats["providers"],
+                            "feature_model_providers": feature_models,
+                            "inference_rows_per_s": round(stats["inference_rows_per_s"] or 0),
+                            "end_to_end_rows_per_s": round(stats["end_to_end_rows_per_s"] or 0),
+                            "latency_ms_p50": round(stats["latency_ms_p50"], 2),
+                            "latency_ms_p99": round(stats["latency_ms_p99"], 2),
+                        }
+                    )
+                )
         shutil.rmtree(tmp / "data", ignore_errors=True)
 
 

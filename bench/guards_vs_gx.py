@@ -123,35 +123,60 @@ NUMERICS = (
 
 STRINGS = (
     Strings(
-        "home_ownership", ("RENT", "OWN", "MORTGAGE", "OTHER"), ("rent", "Mortgage ", "", "N/A"),
-        not_null=default("OTHER"), in_set=default("OTHER"),
+        "home_ownership",
+        ("RENT", "OWN", "MORTGAGE", "OTHER"),
+        ("rent", "Mortgage ", "", "N/A"),
+        not_null=default("OTHER"),
+        in_set=default("OTHER"),
     ),
     Strings(
-        "loan_purpose", ("debt_consolidation", "credit_card", "home_improvement", "car", "medical", "other"),
-        ("vacation", "CAR", "credit-card"), not_null=QUARANTINE, in_set=QUARANTINE,
+        "loan_purpose",
+        ("debt_consolidation", "credit_card", "home_improvement", "car", "medical", "other"),
+        ("vacation", "CAR", "credit-card"),
+        not_null=QUARANTINE,
+        in_set=QUARANTINE,
     ),
     Strings(
-        "employment_type", ("salaried", "self_employed", "contractor", "retired", "unemployed", "unknown"),
-        ("Salaried", "intern", " retired"), not_null=default("unknown"), in_set=QUARANTINE,
+        "employment_type",
+        ("salaried", "self_employed", "contractor", "retired", "unemployed", "unknown"),
+        ("Salaried", "intern", " retired"),
+        not_null=default("unknown"),
+        in_set=QUARANTINE,
     ),
     Strings(
-        "region", ("NE", "MA", "SE", "MW", "SW", "MT", "PC", "AK"), (),
-        not_null=QUARANTINE, in_set=FAIL,
+        "region",
+        ("NE", "MA", "SE", "MW", "SW", "MT", "PC", "AK"),
+        (),
+        not_null=QUARANTINE,
+        in_set=FAIL,
     ),
     Strings(
-        "branch_code", (),
+        "branch_code",
+        (),
         ("BX-1234", "br-1234", "BR-12a4", "BR-12é4", "BR-１２３4", "BR-12345", "BR-123", "BR1234"),
-        not_null=QUARANTINE, regex=("^BR-[0-9]{4}$", QUARANTINE), lengths=(7, 7, QUARANTINE),
+        not_null=QUARANTINE,
+        regex=("^BR-[0-9]{4}$", QUARANTINE),
+        lengths=(7, 7, QUARANTINE),
     ),
     Strings(
-        "account_ref", (), ("abc123456", "AB1234567", "ABC12345", "ABC123456789", "ABC1234567 ", "ÄBC123456"),
-        not_null=default("UNK000000"), regex=("^[A-Z]{3}[0-9]{6,8}$", QUARANTINE), lengths=(9, 11, QUARANTINE),
+        "account_ref",
+        (),
+        ("abc123456", "AB1234567", "ABC12345", "ABC123456789", "ABC1234567 ", "ÄBC123456"),
+        not_null=default("UNK000000"),
+        regex=("^[A-Z]{3}[0-9]{6,8}$", QUARANTINE),
+        lengths=(9, 11, QUARANTINE),
     ),
 )
 
 NUMERIC_RATES = {
-    "null": 0.005, "nan": 0.003, "below": 0.004, "above": 0.004,
-    "at_min": 0.002, "at_max": 0.002, "pos_inf": 0.001, "neg_inf": 0.001,
+    "null": 0.005,
+    "nan": 0.003,
+    "below": 0.004,
+    "above": 0.004,
+    "at_min": 0.002,
+    "at_max": 0.002,
+    "pos_inf": 0.001,
+    "neg_inf": 0.001,
 }
 STRING_RATES = {"null": 0.005, "bad": 0.012}
 
@@ -183,9 +208,11 @@ def suite_document() -> dict[str, Any]:
             exps.append(expectation("expect_column_values_to_match_regex", s.regex[1], column=s.name, regex=s.regex[0]))
         if s.lengths is not None:
             lo, hi, guard = s.lengths
-            exps.append(expectation(
-                "expect_column_value_lengths_to_be_between", guard, column=s.name, min_value=lo, max_value=hi
-            ))
+            exps.append(
+                expectation(
+                    "expect_column_value_lengths_to_be_between", guard, column=s.name, min_value=lo, max_value=hi
+                )
+            )
     assert len(exps) == 60, len(exps)
     return {"name": "guards_vs_gx", "expectations": exps, "meta": {}}
 
@@ -294,10 +321,12 @@ def streamed_guarding(suite: GuardSuite, raw_dir: Path, chunk_rows: int) -> tupl
     return counts, time.perf_counter() - start, chunks
 
 
-def timed_passes(work: Callable[[pl.DataFrame], Any], frames: list[pl.DataFrame], repeat: int) -> tuple[list[Any], float]:
+def timed_passes(
+    work: Callable[[pl.DataFrame], Any], frames: list[pl.DataFrame], repeat: int
+) -> tuple[list[Any], float]:
     """`work` on every chunk, `repeat` times; the results of the first pass and the median seconds."""
     times, first = [], []
-    for i in range(repeat):
+    for _ in range(repeat):
         start = time.perf_counter()
         results = [work(frame) for frame in frames]
         times.append(time.perf_counter() - start)
@@ -399,27 +428,59 @@ def main() -> None:
     mb = 1024 * 1024
     common = {"bench": "guards_vs_gx", "rows": args.rows}
     figures = [
-        {"figure": "guards_compiled_s", "value": round(compiled_s, 3), "what": "guard_violation_counts per chunk",
-         "chunk_rows": args.chunk_rows, "chunks": chunks,
-         "rows_per_s": round(args.rows / compiled_s), "polars_threads": pl.thread_pool_size()},
-        {"figure": "guards_full_s", "value": round(guarding_s, 3), "what": "guarded_chunk: judge, repair, quarantine, record",
-         "streamed_with_parquet_reads_s": round(streamed_s, 3), "rows_per_s": round(args.rows / guarding_s),
-         "actions_recorded": sum(mine.values())},
-        {"figure": "guards_gx_pandas_s", "value": round(validate_s, 3),
-         "with_to_pandas_s": round(validate_s + to_pandas_s, 3),
-         "with_read_and_to_pandas_s": round(read_s + to_pandas_s + validate_s, 3), "read_parquet_s": round(read_s, 3),
-         "to_pandas_s": round(to_pandas_s, 3), "gx_setup_s": round(gx_times["setup_s"], 3), "result_format": "BASIC"},
-        {"figure": "speedup", "value": round(validate_s / compiled_s, 2), "target": TARGET_SPEEDUP,
-         "ok": validate_s / compiled_s >= TARGET_SPEEDUP,
-         "with_to_pandas": round((validate_s + to_pandas_s) / compiled_s, 2),
-         "with_read_and_to_pandas": round((read_s + to_pandas_s + validate_s) / compiled_s, 2),
-         "full_guarding": round(validate_s / guarding_s, 2)},
-        {"figure": "counts_identical", "value": identical, "expectations": len(keys),
-         "expectations_with_violations": sum(1 for n in theirs.values() if n),
-         "violations_total": sum(theirs.values()), "mismatches": len(mismatches)},
-        {"figure": "peak_rss_mb_compiled", "value": round(rss_compiled, 1), "before_compiled_mb": round(rss_before, 1),
-         "after_gx_mb": round(rss_gx, 1), "parquet_mb": round(parquet_bytes / mb, 1),
-         "arrow_mb": round(arrow_bytes / mb, 1), "pandas_mb": round(pandas_bytes / mb, 1)},
+        {
+            "figure": "guards_compiled_s",
+            "value": round(compiled_s, 3),
+            "what": "guard_violation_counts per chunk",
+            "chunk_rows": args.chunk_rows,
+            "chunks": chunks,
+            "rows_per_s": round(args.rows / compiled_s),
+            "polars_threads": pl.thread_pool_size(),
+        },
+        {
+            "figure": "guards_full_s",
+            "value": round(guarding_s, 3),
+            "what": "guarded_chunk: judge, repair, quarantine, record",
+            "streamed_with_parquet_reads_s": round(streamed_s, 3),
+            "rows_per_s": round(args.rows / guarding_s),
+            "actions_recorded": sum(mine.values()),
+        },
+        {
+            "figure": "guards_gx_pandas_s",
+            "value": round(validate_s, 3),
+            "with_to_pandas_s": round(validate_s + to_pandas_s, 3),
+            "with_read_and_to_pandas_s": round(read_s + to_pandas_s + validate_s, 3),
+            "read_parquet_s": round(read_s, 3),
+            "to_pandas_s": round(to_pandas_s, 3),
+            "gx_setup_s": round(gx_times["setup_s"], 3),
+            "result_format": "BASIC",
+        },
+        {
+            "figure": "speedup",
+            "value": round(validate_s / compiled_s, 2),
+            "target": TARGET_SPEEDUP,
+            "ok": validate_s / compiled_s >= TARGET_SPEEDUP,
+            "with_to_pandas": round((validate_s + to_pandas_s) / compiled_s, 2),
+            "with_read_and_to_pandas": round((read_s + to_pandas_s + validate_s) / compiled_s, 2),
+            "full_guarding": round(validate_s / guarding_s, 2),
+        },
+        {
+            "figure": "counts_identical",
+            "value": identical,
+            "expectations": len(keys),
+            "expectations_with_violations": sum(1 for n in theirs.values() if n),
+            "violations_total": sum(theirs.values()),
+            "mismatches": len(mismatches),
+        },
+        {
+            "figure": "peak_rss_mb_compiled",
+            "value": round(rss_compiled, 1),
+            "before_compiled_mb": round(rss_before, 1),
+            "after_gx_mb": round(rss_gx, 1),
+            "parquet_mb": round(parquet_bytes / mb, 1),
+            "arrow_mb": round(arrow_bytes / mb, 1),
+            "pandas_mb": round(pandas_bytes / mb, 1),
+        },
     ]
     for figure in figures:
         print(json.dumps({**common, **figure}))
@@ -437,10 +498,14 @@ def main() -> None:
     if mismatches:
         print(f"\n{'expectation':<48}{'guarded':>10}{'judged':>10}{'gx':>10}")
         for key, n_ours, n_judged, n_gx in mismatches:
-            print(f"{key:<48}{n_ours:>10}{'-' if n_judged is None else n_judged:>10}{'-' if n_gx is None else n_gx:>10}")
+            print(
+                f"{key:<48}{n_ours:>10}{'-' if n_judged is None else n_judged:>10}{'-' if n_gx is None else n_gx:>10}"
+            )
     else:
         print(f"\nno mismatches: {len(keys)} expectations, {sum(theirs.values()):,} violations, counts identical")
-    print(f"speedup of the compiled evaluation over GX's validation: {validate_s / compiled_s:.1f} × (target ≥ {TARGET_SPEEDUP:g} ×)")
+    print(
+        f"speedup of the compiled evaluation over GX's validation: {validate_s / compiled_s:.1f} × (target ≥ {TARGET_SPEEDUP:g} ×)"
+    )
     if not identical:
         sys.exit(1)
 

@@ -41,9 +41,14 @@ def _register(registry: Path, name: str, framework: str, model_file: Path) -> No
     target = version / model_file.name
     model_file.rename(target)
     meta = ModelMetadata(
-        name=name, version="1", framework=framework, model_file=target.name,
-        sha256=hashlib.sha256(target.read_bytes()).hexdigest(), feature_version="bench",
-        features=FEATURES, feature_dtypes=dict.fromkeys(FEATURES, "float32"),
+        name=name,
+        version="1",
+        framework=framework,
+        model_file=target.name,
+        sha256=hashlib.sha256(target.read_bytes()).hexdigest(),
+        feature_version="bench",
+        features=FEATURES,
+        feature_dtypes=dict.fromkeys(FEATURES, "float32"),
     )
     (version / "metadata.json").write_text(meta.model_dump_json())
 
@@ -64,12 +69,23 @@ def _onnx_model(tmp: Path) -> Path:
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(
-        torch.nn.Linear(len(FEATURES), 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+        torch.nn.Linear(len(FEATURES), 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 1),
     ).eval()
     path = tmp / "model.onnx"
     torch.onnx.export(
-        net, (torch.zeros(2, len(FEATURES)),), str(path), input_names=["x"], output_names=["y"], dynamo=True,
-        external_data=False, dynamic_shapes=({0: torch.export.Dim("batch")},), verbose=False,
+        net,
+        (torch.zeros(2, len(FEATURES)),),
+        str(path),
+        input_names=["x"],
+        output_names=["y"],
+        dynamo=True,
+        external_data=False,
+        dynamic_shapes=({0: torch.export.Dim("batch")},),
+        verbose=False,
     )
     return path
 
@@ -114,20 +130,34 @@ def main() -> None:
             "onnx": ONNXEngine(inference_model_artifact(registry / "bench_onnx"), device="cpu"),
         }
         bare = {
-            "xgboost": lambda c: engines["xgboost"].booster.inplace_predict(c, predict_type="margin", validate_features=False),
+            "xgboost": lambda c: engines["xgboost"].booster.inplace_predict(
+                c, predict_type="margin", validate_features=False
+            ),
             "onnx": lambda c: engines["onnx"].session.run(None, {engines["onnx"].input_name: c}),
         }
         for runtime, engine in engines.items():
+
             def stage(c: np.ndarray, engine=engine) -> None:
                 i = id_of[id(c)]
-                engine.inference_outputs(InferenceInput(chunk_id=i, entity_ids=ids[i], features=c, feature_names=tuple(FEATURES)))
+                engine.inference_outputs(
+                    InferenceInput(chunk_id=i, entity_ids=ids[i], features=c, feature_names=tuple(FEATURES))
+                )
 
             bare_s, stage_s = _median_s([bare[runtime], stage], chunks, args.repeat)
-            print(json.dumps({
-                "bench": "inference_overhead", "runtime": runtime, "rows": args.rows, "chunk_rows": args.chunk_rows,
-                "bare_rows_per_s": round(args.rows / bare_s), "stage_rows_per_s": round(args.rows / stage_s),
-                "overhead_pct": round(100 * (stage_s / bare_s - 1), 2), "providers": list(engine.providers),
-            }))
+            print(
+                json.dumps(
+                    {
+                        "bench": "inference_overhead",
+                        "runtime": runtime,
+                        "rows": args.rows,
+                        "chunk_rows": args.chunk_rows,
+                        "bare_rows_per_s": round(args.rows / bare_s),
+                        "stage_rows_per_s": round(args.rows / stage_s),
+                        "overhead_pct": round(100 * (stage_s / bare_s - 1), 2),
+                        "providers": list(engine.providers),
+                    }
+                )
+            )
 
 
 if __name__ == "__main__":

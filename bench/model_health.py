@@ -21,7 +21,17 @@ from pathlib import Path
 
 from _data import DEMO_JOB, add_data_arguments, data_from_args
 from _harness import (
-    SCORE, add_api_argument, add_repeat_argument, added_shares, checked, child_env, emit, measured_child, median, prefect_api, print_table,
+    SCORE,
+    add_api_argument,
+    add_repeat_argument,
+    added_shares,
+    checked,
+    child_env,
+    emit,
+    measured_child,
+    median,
+    prefect_api,
+    print_table,
 )
 
 GOAL = 0.10
@@ -53,8 +63,11 @@ def variant_jobs_dir(base: Path, variant: str) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     add_data_arguments(parser, rows=1_000_000)
     add_repeat_argument(parser)
     add_api_argument(parser)
@@ -68,26 +81,44 @@ def main() -> None:
         for i in range(args.repeat):
             for v in variants:
                 log = data.data_dir / "bench-logs" / f"health-{v}-{i}.log"
-                run = checked(measured_child([SCORE, "run", DEMO_JOB, "--date", data.date], env=child_env(data, jobs_dir=jobs[v]),
-                                             log_path=log), f"score run ({v})")
+                run = checked(
+                    measured_child(
+                        [SCORE, "run", DEMO_JOB, "--date", data.date],
+                        env=child_env(data, jobs_dir=jobs[v]),
+                        log_path=log,
+                    ),
+                    f"score run ({v})",
+                )
                 runs[v].append(round(run.wall_s, 3))
                 print(f"round {i + 1}/{args.repeat}: {v} {run.wall_s:.2f} s", file=sys.stderr, flush=True)
     walls = {v: median(r) for v, r in runs.items()}
     added, paired = added_shares(runs, "on", "off")
-    figure = {"bench": "model_health", "rows": data.rows, "repeat": args.repeat, "wall_off_s": walls["off"], "wall_on_s": walls["on"],
-              "added": round(added, 3), "added_paired": round(paired, 3), "goal": GOAL,
-              "ok": max(added, paired) <= GOAL, "runs": runs}
+    figure = {
+        "bench": "model_health",
+        "rows": data.rows,
+        "repeat": args.repeat,
+        "wall_off_s": walls["off"],
+        "wall_on_s": walls["on"],
+        "added": round(added, 3),
+        "added_paired": round(paired, 3),
+        "goal": GOAL,
+        "ok": max(added, paired) <= GOAL,
+        "runs": runs,
+    }
     if "every_row" in walls:
         figure["wall_every_row_s"] = walls["every_row"]
         figure["added_every_row"] = round((walls["every_row"] - walls["off"]) / walls["off"], 3)
     emit(figure)
     print_table(
-        f"model health: {data.rows:,} rows (median of {args.repeat})", ["variant", "wall s", "added over off"],
+        f"model health: {data.rows:,} rows (median of {args.repeat})",
+        ["variant", "wall s", "added over off"],
         [[v, walls[v], f"{(walls[v] - walls['off']) / walls['off']:+.1%}"] for v in variants],
     )
     worst = max(added, paired)
-    print(f"added: {added:.1%} of score run's wall by the medians, {paired:.1%} by the rounds' own ratios "
-          f"(goal ≤ {GOAL:.0%}){'' if worst <= GOAL else ' not reached'}")
+    print(
+        f"added: {added:.1%} of score run's wall by the medians, {paired:.1%} by the rounds' own ratios "
+        f"(goal ≤ {GOAL:.0%}){'' if worst <= GOAL else ' not reached'}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,17 +34,51 @@ from _data import DEMO_JOB, add_data_arguments, data_from_args
 from _harness import child_env, emit, print_table
 
 IDLE_FUNCTIONS = {
-    "wait", "acquire", "select", "poll", "sleep", "_wait_for_tstate_lock", "join", "get", "result", "run_forever",
-    "_run_once", "epoll", "as_completed", "wait_for", "recv", "recv_into", "accept",
+    "wait",
+    "acquire",
+    "select",
+    "poll",
+    "sleep",
+    "_wait_for_tstate_lock",
+    "join",
+    "get",
+    "result",
+    "run_forever",
+    "_run_once",
+    "epoll",
+    "as_completed",
+    "wait_for",
+    "recv",
+    "recv_into",
+    "accept",
 }
 IDLE_FILES = ("threading.py", "selectors.py", "queue.py", "concurrent/futures/", "asyncio/", "socket.py", "ssl.py")
 COMPONENTS = (
-    ("polars", "polars"), ("pyarrow", "pyarrow"), ("xgboost", "xgboost"), ("numba", "numba"), ("llvmlite", "numba"),
-    ("numpy", "numpy"), ("scipy", "scipy"), ("duckdb", "duckdb"), ("great_expectations", "great_expectations"),
-    ("matplotlib", "matplotlib"), ("PIL", "matplotlib"), ("prefect", "prefect"), ("pydantic", "pydantic"),
-    ("pydantic_core", "pydantic"), ("sqlalchemy", "sqlalchemy"), ("httpx", "httpx"), ("httpcore", "httpx"),
-    ("anyio", "anyio/asyncio"), ("asyncio", "anyio/asyncio"), ("yaml", "yaml"), ("rich", "rich"), ("logging", "logging"),
-    ("/tasks/", "project: tasks"), ("/flows/", "project: flows"), ("/cli/", "project: cli"),
+    ("polars", "polars"),
+    ("pyarrow", "pyarrow"),
+    ("xgboost", "xgboost"),
+    ("numba", "numba"),
+    ("llvmlite", "numba"),
+    ("numpy", "numpy"),
+    ("scipy", "scipy"),
+    ("duckdb", "duckdb"),
+    ("great_expectations", "great_expectations"),
+    ("matplotlib", "matplotlib"),
+    ("PIL", "matplotlib"),
+    ("prefect", "prefect"),
+    ("pydantic", "pydantic"),
+    ("pydantic_core", "pydantic"),
+    ("sqlalchemy", "sqlalchemy"),
+    ("httpx", "httpx"),
+    ("httpcore", "httpx"),
+    ("anyio", "anyio/asyncio"),
+    ("asyncio", "anyio/asyncio"),
+    ("yaml", "yaml"),
+    ("rich", "rich"),
+    ("logging", "logging"),
+    ("/tasks/", "project: tasks"),
+    ("/flows/", "project: flows"),
+    ("/cli/", "project: cli"),
 )
 
 
@@ -66,7 +100,9 @@ def _is_idle(path: str, function: str) -> bool:
     return name in IDLE_FUNCTIONS and (path.startswith("<") or any(f in path for f in IDLE_FILES))
 
 
-def _walk_self_times(frame, on_stack: frozenset, caller: str, out_self: dict, out_total: dict, components: dict) -> None:  # noqa: ANN001
+def _walk_self_times(
+    frame, on_stack: frozenset, caller: str, out_self: dict, out_total: dict, components: dict
+) -> None:  # noqa: ANN001
     """Self time per function and per component; a C function's time goes to its caller's component."""
     if not frame.is_synthetic:
         path = frame.file_path or ""
@@ -123,11 +159,18 @@ def _render(session, folder: Path, name: str) -> tuple[Path, Path]:  # noqa: ANN
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     add_data_arguments(parser, rows=1_000_000)
-    parser.add_argument("--variant", default="non_approved", choices=("off", "non_approved", "every_row"),
-                        help="reason codes, as in e2e.py (default non_approved, the shipped spec)")
+    parser.add_argument(
+        "--variant",
+        default="non_approved",
+        choices=("off", "non_approved", "every_row"),
+        help="reason codes, as in e2e.py (default non_approved, the shipped spec)",
+    )
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows per chunk (default: the job's)")
     parser.add_argument("--interval", type=float, default=0.002, help="sampling interval in seconds (default 0.002)")
     parser.add_argument("--top", type=int, default=15, help="functions listed (default 15)")
@@ -182,15 +225,24 @@ def main() -> None:
     top = sorted(self_s.items(), key=lambda kv: kv[1], reverse=True)[: args.top]
     busy = sum(v for k, v in components.items() if k != "idle (waits)")
     figure = {
-        "bench": "profile_e2e", "variant": args.variant, "for_decisions": for_decisions, "rows": data.rows,
-        "chunk_rows": args.chunk_rows, "wall_s": round(wall, 2), "import_s": round(imported - start, 2),
+        "bench": "profile_e2e",
+        "variant": args.variant,
+        "for_decisions": for_decisions,
+        "rows": data.rows,
+        "chunk_rows": args.chunk_rows,
+        "wall_s": round(wall, 2),
+        "import_s": round(imported - start, 2),
         "main_thread_s": round(main_session.duration, 2),
-        "task_thread_s": round(tasks_session.duration if tasks_session else 0.0, 2), "work_items": len(sessions),
-        "busy_s": round(busy, 2), "idle_s": round(components.get("idle (waits)", 0.0), 2),
+        "task_thread_s": round(tasks_session.duration if tasks_session else 0.0, 2),
+        "work_items": len(sessions),
+        "busy_s": round(busy, 2),
+        "idle_s": round(components.get("idle (waits)", 0.0), 2),
         "rows_scored": result.rows_scored,
         "components": {k: round(v, 2) for k, v in sorted(components.items(), key=lambda kv: kv[1], reverse=True)},
-        "top_self": [{"function": f, "where": f"{p}:{line}", "self_s": round(s, 2), "total_s": round(total_s[(f, p, line)], 2)}
-                     for (f, p, line), s in top],
+        "top_self": [
+            {"function": f, "where": f"{p}:{line}", "self_s": round(s, 2), "total_s": round(total_s[(f, p, line)], 2)}
+            for (f, p, line), s in top
+        ],
         "profiles": {name: [str(p) for p in paths] for name, paths in written.items()},
     }
     (folder / "top.json").write_text(json.dumps(figure, indent=2) + "\n")
@@ -201,8 +253,11 @@ def main() -> None:
         ["function", "self s", "total s", "where"],
         [[t["function"], t["self_s"], t["total_s"], t["where"][-70:]] for t in figure["top_self"]],
     )
-    print_table("self time per component (all threads)", ["component", "self s", "share of busy"],
-                [[k, round(v, 2), "-" if k == "idle (waits)" else f"{v / busy:.0%}"] for k, v in figure["components"].items()])
+    print_table(
+        "self time per component (all threads)",
+        ["component", "self s", "share of busy"],
+        [[k, round(v, 2), "-" if k == "idle (waits)" else f"{v / busy:.0%}"] for k, v in figure["components"].items()],
+    )
     print(f"profiles: {folder}", file=sys.stderr)
 
 

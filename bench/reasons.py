@@ -93,7 +93,14 @@ def _synthetic(registry: Path, rows: int, rng: np.random.Generator) -> tuple[XGB
     signal = z[:, :10].sum(axis=1) + z[:, 10] * z[:, 11] - np.abs(z[:, 12]) + np.sin(2 * z[:, 13])
     y = (signal + rng.normal(size=len(x)) > 0).astype(np.float64)
     booster = xgb.train(
-        {"objective": "binary:logistic", "max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "seed": 3},
+        {
+            "objective": "binary:logistic",
+            "max_depth": 6,
+            "eta": 0.05,
+            "subsample": 0.8,
+            "colsample_bytree": 0.8,
+            "seed": 3,
+        },
         xgb.DMatrix(x, label=y, missing=np.nan, feature_names=SYNTHETIC_FEATURES),
         num_boost_round=300,
     )
@@ -101,9 +108,14 @@ def _synthetic(registry: Path, rows: int, rng: np.random.Generator) -> tuple[XGB
     version.mkdir(parents=True)
     booster.save_model(str(version / "model.ubj"))
     meta = ModelMetadata(
-        name="synthetic", version="1", framework="xgboost", model_file="model.ubj",
-        sha256=inference_model_checksum(version / "model.ubj"), feature_version="bench",
-        features=SYNTHETIC_FEATURES, feature_dtypes=dict.fromkeys(SYNTHETIC_FEATURES, "float32"),
+        name="synthetic",
+        version="1",
+        framework="xgboost",
+        model_file="model.ubj",
+        sha256=inference_model_checksum(version / "model.ubj"),
+        feature_version="bench",
+        features=SYNTHETIC_FEATURES,
+        feature_dtypes=dict.fromkeys(SYNTHETIC_FEATURES, "float32"),
     )
     (version / "metadata.json").write_text(meta.model_dump_json())
     start = time.perf_counter()
@@ -128,21 +140,32 @@ def _load_figure(name: str, engine: XGBoostEngine, init_s: float) -> dict:
     diff = inference_treeshap_max_diff(kernel, engine._xgboost_contributions, rows)
     guard_s = time.perf_counter() - start
     return {
-        "scenario": "model_load", "model": name, "trees": kernel.n_trees, "widest_path": kernel.widest_path,
-        "table_mib": round(kernel.table_bytes / 2**20, 2), "table_build_s": round(build_s, 4),
-        "guard_s": round(guard_s, 4), "guard_rows": rows.shape[0], "guard_max_abs_diff": diff,
-        "kernel_choice_s": round(engine.contributions_kernel_load_s, 4), "engine_init_s": round(init_s, 4),
+        "scenario": "model_load",
+        "model": name,
+        "trees": kernel.n_trees,
+        "widest_path": kernel.widest_path,
+        "table_mib": round(kernel.table_bytes / 2**20, 2),
+        "table_build_s": round(build_s, 4),
+        "guard_s": round(guard_s, 4),
+        "guard_rows": rows.shape[0],
+        "guard_max_abs_diff": diff,
+        "kernel_choice_s": round(engine.contributions_kernel_load_s, 4),
+        "engine_init_s": round(init_s, 4),
         "kernel": engine.contributions_kernel,
     }
 
 
-def _reasons_figure(name: str, engine: XGBoostEngine, rows: np.ndarray, k: int, repeat: int, xgboost_repeat: int) -> dict:
+def _reasons_figure(
+    name: str, engine: XGBoostEngine, rows: np.ndarray, k: int, repeat: int, xgboost_repeat: int
+) -> dict:
     import xgboost as xgb
 
     if engine.contributions_kernel != "table_treeshap":
         raise SystemExit(f"{name}: the engine fell back to XGBoost ({engine.contributions_kernel_reason})")
     batch = InferenceInput(
-        chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0])), features=rows,
+        chunk_id=0,
+        entity_ids=pa.array(np.arange(rows.shape[0])),
+        features=rows,
         feature_names=engine.feature_names,
     )
     index = np.arange(rows.shape[0])
@@ -169,11 +192,21 @@ def _reasons_figure(name: str, engine: XGBoostEngine, rows: np.ndarray, k: int, 
     kernel_only = engine._treeshap.contributions(rows)[:, :-1]
     kernel_s, xgboost_s = statistics.median(times["kernel"]), statistics.median(times["xgboost"])
     return {
-        "scenario": "reasons", "model": name, "rows": rows.shape[0], "top_k": k, "repeat": repeat, "xgboost_repeat": xgboost_repeat,
-        "kernel_s": round(kernel_s, 4), "xgboost_s": round(xgboost_s, 4), "speedup": round(xgboost_s / kernel_s, 1),
-        "max_abs_diff": float(np.abs(ours - theirs).max()), "topk_identical_rows": int(identical.sum()),
+        "scenario": "reasons",
+        "model": name,
+        "rows": rows.shape[0],
+        "top_k": k,
+        "repeat": repeat,
+        "xgboost_repeat": xgboost_repeat,
+        "kernel_s": round(kernel_s, 4),
+        "xgboost_s": round(xgboost_s, 4),
+        "speedup": round(xgboost_s / kernel_s, 1),
+        "max_abs_diff": float(np.abs(ours - theirs).max()),
+        "topk_identical_rows": int(identical.sum()),
         "tie_recomputed_rows": (engine.contributions_counts.tie_recomputed_rows - recomputed_before) // repeat,
-        "topk_identical_rows_without_recompute": int((_reasons(kernel_only, k) == _reasons(theirs, k)).all(axis=1).sum()),
+        "topk_identical_rows_without_recompute": int(
+            (_reasons(kernel_only, k) == _reasons(theirs, k)).all(axis=1).sum()
+        ),
         "kernel_only_max_abs_diff": float(np.abs(kernel_only - theirs).max()),
     }
 
@@ -184,7 +217,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="kernel passes (median)")
     parser.add_argument("--xgboost-repeat", type=int, default=1, help="XGBoost pred_contribs passes (median)")
     parser.add_argument("--models", default="credit,synthetic", help="comma-separated: credit, synthetic")
-    parser.add_argument("--data-dir", type=Path, help="demo data dir to (re)use for the credit model; default a temp dir")
+    parser.add_argument(
+        "--data-dir", type=Path, help="demo data dir to (re)use for the credit model; default a temp dir"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     logging.getLogger("scoring").setLevel(logging.WARNING)
@@ -196,13 +231,30 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-reasons-") as tmp:
         start = time.perf_counter()
-        tiny = {"learner": {"learner_model_param": {"base_score": "5E-1", "num_feature": "1"},
-                            "objective": {"name": "reg:squarederror"},
-                            "gradient_booster": {"name": "gbtree", "model": {"trees": [{
-                                "id": 0, "tree_param": {"size_leaf_vector": "1"}, "split_type": [0, 0, 0],
-                                "left_children": [1, -1, -1], "right_children": [2, -1, -1], "split_indices": [0, 0, 0],
-                                "split_conditions": [0.0, -1.0, 1.0], "default_left": [1, 0, 0],
-                                "sum_hessian": [2.0, 1.0, 1.0]}]}}}}
+        tiny = {
+            "learner": {
+                "learner_model_param": {"base_score": "5E-1", "num_feature": "1"},
+                "objective": {"name": "reg:squarederror"},
+                "gradient_booster": {
+                    "name": "gbtree",
+                    "model": {
+                        "trees": [
+                            {
+                                "id": 0,
+                                "tree_param": {"size_leaf_vector": "1"},
+                                "split_type": [0, 0, 0],
+                                "left_children": [1, -1, -1],
+                                "right_children": [2, -1, -1],
+                                "split_indices": [0, 0, 0],
+                                "split_conditions": [0.0, -1.0, 1.0],
+                                "default_left": [1, 0, 0],
+                                "sum_hessian": [2.0, 1.0, 1.0],
+                            }
+                        ]
+                    },
+                },
+            }
+        }
         inference_treeshap_kernel(tiny).contributions(np.zeros((1, 1), dtype=np.float32))
         jit_s = time.perf_counter() - start
         for name in args.models.split(","):
@@ -219,16 +271,20 @@ def main() -> None:
             print(json.dumps(reasons), flush=True)
             figures += [load, reasons]
 
-    print(f"\n{'model':<10} {'rows':>7} {'k':>2} {'kernel s':>9} {'xgboost s':>10} {'speedup':>8} {'max |diff|':>11} "
-          f"{'top-k same':>11} {'ties':>5} {'build s':>8} {'guard s':>8}")
+    print(
+        f"\n{'model':<10} {'rows':>7} {'k':>2} {'kernel s':>9} {'xgboost s':>10} {'speedup':>8} {'max |diff|':>11} "
+        f"{'top-k same':>11} {'ties':>5} {'build s':>8} {'guard s':>8}"
+    )
     loads = {f["model"]: f for f in figures if f["scenario"] == "model_load"}
     for f in figures:
         if f["scenario"] != "reasons":
             continue
         load = loads[f["model"]]
-        print(f"{f['model']:<10} {f['rows']:>7} {f['top_k']:>2} {f['kernel_s']:>9.3f} {f['xgboost_s']:>10.3f} "
-              f"{f['speedup']:>7.1f}x {f['max_abs_diff']:>11.2e} {f['topk_identical_rows']:>11} {f['tie_recomputed_rows']:>5} "
-              f"{load['table_build_s']:>8.3f} {load['guard_s']:>8.3f}")
+        print(
+            f"{f['model']:<10} {f['rows']:>7} {f['top_k']:>2} {f['kernel_s']:>9.3f} {f['xgboost_s']:>10.3f} "
+            f"{f['speedup']:>7.1f}x {f['max_abs_diff']:>11.2e} {f['topk_identical_rows']:>11} {f['tie_recomputed_rows']:>5} "
+            f"{load['table_build_s']:>8.3f} {load['guard_s']:>8.3f}"
+        )
     sys.stdout.flush()
 
 

@@ -56,8 +56,15 @@ def started_s3(log_path: Path) -> tuple[subprocess.Popen, dict[str, str]]:
             if server.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"error: moto_server did not start on {endpoint}; see {log_path}") from None
             time.sleep(0.2)
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret",
-           "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}
+    env = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench-secret",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     return server, env
 
 
@@ -65,8 +72,13 @@ def uploaded_partition(data: BenchData, env: dict[str, str]) -> str:
     """The bench partition's files under s3://bench/raw/credit_risk/date=D/; the spec's url template."""
     import boto3
 
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+    client = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
     client.create_bucket(Bucket=BUCKET)
     for path in sorted(data.raw_dir.glob("*.parquet")):
         client.upload_file(str(path), BUCKET, f"raw/{DEMO_JOB}/date={data.date}/{path.name}")
@@ -112,16 +124,23 @@ def predictions(data: BenchData):  # noqa: ANN201
 
 def measured_e2e(data: BenchData, env: dict[str, str], what: str, run_index: int) -> dict:
     log = data.data_dir / "bench-logs" / f"s3-source-{what}-{run_index}.log"
-    run = checked(measured_child([SCORE, "run", DEMO_JOB, "--date", data.date], env=env, log_path=log), f"score run ({what})")
+    run = checked(
+        measured_child([SCORE, "run", DEMO_JOB, "--date", data.date], env=env, log_path=log), f"score run ({what})"
+    )
     return {"wall_s": round(run.wall_s, 3), "maxrss_mb": round(run.maxrss_mb, 1), "log": str(log)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     add_data_arguments(parser, rows=1_000_000)
     add_repeat_argument(parser)
-    parser.add_argument("--chunk-rows", type=int, default=50_000, help="rows per chunk of the read figures (the job's default)")
+    parser.add_argument(
+        "--chunk-rows", type=int, default=50_000, help="rows per chunk of the read figures (the job's default)"
+    )
     args = parser.parse_args()
     data = data_from_args(args)
     server, s3_env = started_s3(data.data_dir / "bench-logs" / "moto.log")
@@ -145,8 +164,12 @@ def main() -> None:
             e2e["s3"].append(measured_e2e(data, remote_env, "s3", i))
             if local_rows is not None and not predictions(data).equals(local_rows):
                 raise SystemExit("error: the S3 run's predictions differ from the local run's")
-            print(f"round {i + 1}/{args.repeat}: read {reads['local'][-1]:.2f} / {reads['s3'][-1]:.2f} s, "
-                  f"e2e {e2e['local'][-1]['wall_s']:.2f} / {e2e['s3'][-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
+            print(
+                f"round {i + 1}/{args.repeat}: read {reads['local'][-1]:.2f} / {reads['s3'][-1]:.2f} s, "
+                f"e2e {e2e['local'][-1]['wall_s']:.2f} / {e2e['s3'][-1]['wall_s']:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -156,13 +179,24 @@ def main() -> None:
         ("e2e", [r["wall_s"] for r in e2e["local"]], [r["wall_s"] for r in e2e["s3"]]),
     ):
         local_s, s3_s = median(local), median(remote_runs)
-        record = {"bench": "s3_source", "figure": figure, "rows": data.rows, "repeat": args.repeat,
-                  "local_wall_s": round(local_s, 3), "s3_wall_s": round(s3_s, 3), "ratio": round(s3_s / local_s, 2),
-                  "local_runs": local, "s3_runs": remote_runs}
+        record = {
+            "bench": "s3_source",
+            "figure": figure,
+            "rows": data.rows,
+            "repeat": args.repeat,
+            "local_wall_s": round(local_s, 3),
+            "s3_wall_s": round(s3_s, 3),
+            "ratio": round(s3_s / local_s, 2),
+            "local_runs": local,
+            "s3_runs": remote_runs,
+        }
         emit(record)
         rows.append([figure, record["local_wall_s"], record["s3_wall_s"], f"{record['ratio']:.2f}"])
-    print_table(f"S3 source vs local folder: {data.rows:,} rows (median of {args.repeat})",
-                ["figure", "local s", "s3 s", "s3 / local"], rows)
+    print_table(
+        f"S3 source vs local folder: {data.rows:,} rows (median of {args.repeat})",
+        ["figure", "local s", "s3 s", "s3 / local"],
+        rows,
+    )
     print(json.dumps({"bench": "s3_source", "predictions_identical": True}))
 
 

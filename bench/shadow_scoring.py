@@ -20,7 +20,17 @@ import sys
 
 from _data import DEMO_JOB, add_data_arguments, data_from_args
 from _harness import (
-    SCORE, add_api_argument, add_repeat_argument, added_shares, checked, child_env, emit, measured_child, median, prefect_api, print_table,
+    SCORE,
+    add_api_argument,
+    add_repeat_argument,
+    added_shares,
+    checked,
+    child_env,
+    emit,
+    measured_child,
+    median,
+    prefect_api,
+    print_table,
 )
 
 GOAL = 0.6
@@ -28,8 +38,11 @@ GOAL = 0.6
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     add_data_arguments(parser, rows=1_000_000)
     add_repeat_argument(parser)
     add_api_argument(parser)
@@ -47,31 +60,54 @@ def main() -> None:
     try:
         jobs = {
             "champion": challenger_jobs_dir(settings, base / "champion", champion=data.model_version, challenger=None),
-            "shadowed": challenger_jobs_dir(settings, base / "shadowed", champion=data.model_version, challenger=challenger),
+            "shadowed": challenger_jobs_dir(
+                settings, base / "shadowed", champion=data.model_version, challenger=challenger
+            ),
         }
         runs: dict[str, list[float]] = {v: [] for v in jobs}
         with prefect_api(data, args.api):
             for i in range(args.repeat):
                 for variant, folder in jobs.items():
                     log = data.data_dir / "bench-logs" / f"shadow-{variant}-{i}.log"
-                    run = checked(measured_child([SCORE, "run", DEMO_JOB, "--date", data.date], env=child_env(data, jobs_dir=folder),
-                                                 log_path=log), f"score run ({variant})")
+                    run = checked(
+                        measured_child(
+                            [SCORE, "run", DEMO_JOB, "--date", data.date],
+                            env=child_env(data, jobs_dir=folder),
+                            log_path=log,
+                        ),
+                        f"score run ({variant})",
+                    )
                     runs[variant].append(round(run.wall_s, 3))
                     print(f"round {i + 1}/{args.repeat}: {variant} {run.wall_s:.2f} s", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(registry / challenger, ignore_errors=True)
     walls = {v: median(r) for v, r in runs.items()}
     added, paired = added_shares(runs, "shadowed", "champion")
-    emit({"bench": "shadow_scoring", "rows": data.rows, "repeat": args.repeat, "challenger": challenger,
-          "wall_champion_s": walls["champion"], "wall_shadowed_s": walls["shadowed"], "added": round(added, 3),
-          "added_paired": round(paired, 3), "goal": GOAL, "ok": max(added, paired) <= GOAL, "runs": runs})
+    emit(
+        {
+            "bench": "shadow_scoring",
+            "rows": data.rows,
+            "repeat": args.repeat,
+            "challenger": challenger,
+            "wall_champion_s": walls["champion"],
+            "wall_shadowed_s": walls["shadowed"],
+            "added": round(added, 3),
+            "added_paired": round(paired, 3),
+            "goal": GOAL,
+            "ok": max(added, paired) <= GOAL,
+            "runs": runs,
+        }
+    )
     print_table(
-        f"shadow scoring: {data.rows:,} rows (median of {args.repeat})", ["variant", "wall s", "added over champion"],
+        f"shadow scoring: {data.rows:,} rows (median of {args.repeat})",
+        ["variant", "wall s", "added over champion"],
         [[v, walls[v], f"{(walls[v] - walls['champion']) / walls['champion']:+.1%}"] for v in jobs],
     )
     worst = max(added, paired)
-    print(f"added: {added:.2f} × the champion-only run's wall by the medians, {paired:.2f} × by the rounds' own ratios "
-          f"(goal ≤ {GOAL}){'' if worst <= GOAL else ' not reached'}")
+    print(
+        f"added: {added:.2f} × the champion-only run's wall by the medians, {paired:.2f} × by the rounds' own ratios "
+        f"(goal ≤ {GOAL}){'' if worst <= GOAL else ' not reached'}"
+    )
 
 
 if __name__ == "__main__":

@@ -45,15 +45,24 @@ def equal_row_metadata(margins: np.ndarray, outcomes: np.ndarray, bins: int = 40
             last = pooled.pop()
             pooled[-1] = [a + b for a, b in zip(pooled[-1], last, strict=True)]
     sums = np.array(pooled)
-    return {"method": "binned_beta_jeffreys", "centers": (sums[:, 0] / sums[:, 2]).tolist(),
-            "events": sums[:, 1].tolist(), "totals": sums[:, 2].tolist()}
+    return {
+        "method": "binned_beta_jeffreys",
+        "centers": (sums[:, 0] / sums[:, 2]).tolist(),
+        "events": sums[:, 1].tolist(),
+        "totals": sums[:, 2].tolist(),
+    }
 
 
 def measured(calibrator, margins: np.ndarray, outcomes: np.ndarray, top: np.ndarray) -> dict:
     quality = predict_calibration_quality(calibrator, margins, outcomes, level=LEVEL)
     p = ProbabilityMap(calibrator, LEVEL).predict_calibrated_probability(margins[top]).probability
-    return {"bins": len(calibrator.centers), "reachable_high": quality.reachable_high, "top3_mean_probability": float(p.mean()),
-            "ece_fresh": quality.ece, "warnings": len(quality.warnings)}
+    return {
+        "bins": len(calibrator.centers),
+        "reachable_high": quality.reachable_high,
+        "top3_mean_probability": float(p.mean()),
+        "ece_fresh": quality.ece,
+        "warnings": len(quality.warnings),
+    }
 
 
 def main() -> None:
@@ -65,7 +74,9 @@ def main() -> None:
     for seed in range(args.seeds):
         rng = np.random.default_rng(seed)
         x, y = rows(8_000, rng)
-        booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "eta": 0.1, "seed": seed}, xgb.DMatrix(x, label=y), 150)
+        booster = xgb.train(
+            {"objective": "binary:logistic", "max_depth": 3, "eta": 0.1, "seed": seed}, xgb.DMatrix(x, label=y), 150
+        )
         hx, hy = rows(args.holdout_rows, rng)
         fx, fy = rows(200_000, rng)
         holdout_margin = booster.inplace_predict(hx, predict_type="margin")
@@ -73,18 +84,31 @@ def main() -> None:
         top = fresh_margin >= np.quantile(fresh_margin, 0.97)
         new = measured(predict_fitted_calibrator(holdout_margin, hy), fresh_margin, fy, top)
         old = measured(predict_calibrator_from_metadata(equal_row_metadata(holdout_margin, hy)), fresh_margin, fy, top)
-        line = {"seed": seed, "holdout_rows": args.holdout_rows, "holdout_events": int(hy.sum()),
-                "top3_realized_rate": float(fy[top].mean()), "new": new, "old": old}
+        line = {
+            "seed": seed,
+            "holdout_rows": args.holdout_rows,
+            "holdout_events": int(hy.sum()),
+            "top3_realized_rate": float(fy[top].mean()),
+            "new": new,
+            "old": old,
+        }
         results.append(line)
         print(json.dumps(line))
     realized = float(np.median([r["top3_realized_rate"] for r in results]))
     summary = {
         "median_top3_realized_rate": realized,
-        "median_new": {k: float(np.median([r["new"][k] for r in results])) for k in ("reachable_high", "top3_mean_probability", "ece_fresh")},
-        "median_old": {k: float(np.median([r["old"][k] for r in results])) for k in ("reachable_high", "top3_mean_probability", "ece_fresh")},
+        "median_new": {
+            k: float(np.median([r["new"][k] for r in results]))
+            for k in ("reachable_high", "top3_mean_probability", "ece_fresh")
+        },
+        "median_old": {
+            k: float(np.median([r["old"][k] for r in results]))
+            for k in ("reachable_high", "top3_mean_probability", "ece_fresh")
+        },
     }
     summary["ratio_top3_probability_to_realized"] = {
-        "new": summary["median_new"]["top3_mean_probability"] / realized, "old": summary["median_old"]["top3_mean_probability"] / realized
+        "new": summary["median_new"]["top3_mean_probability"] / realized,
+        "old": summary["median_old"]["top3_mean_probability"] / realized,
     }
     print(json.dumps(summary))
 

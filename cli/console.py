@@ -30,7 +30,9 @@ console = Console() if sys.stdout.isatty() else Console(width=160)
 
 def print_json(value: object) -> None:
     # Plain stdout, no rich markup or wrapping: a program reads it.
-    sys.stdout.write(json.dumps(value, default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v), indent=2) + "\n")
+    sys.stdout.write(
+        json.dumps(value, default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v), indent=2) + "\n"
+    )
 
 
 def print_error(message: str) -> None:
@@ -59,8 +61,12 @@ def progress_bars(*, show: bool = True) -> Iterator[None]:
 
     # Off a terminal the bars would only repeat what the flow logs already say.
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, disable=not (show and console.is_terminal),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not (show and console.is_terminal),
     ) as bars:
         tasks_by_name: dict[str, TaskID] = {}
 
@@ -143,4 +149,3 @@ def _data_dir_or_none() -> Path | None:
         return current_settings().data_dir
     except Exception:  # noqa: BLE001  (a settings fault: the error being reported comes first)
         return None
-

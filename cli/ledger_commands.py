@@ -31,14 +31,32 @@ def runs(
             print_json(rows)
             return
         table = Table(title=f"{job}: the {len(rows)} newest runs")
-        for column in ("started (UTC)", "date", "status", "model", "read", "scored", "quarantined", "failed", "run id", "error"):
+        for column in (
+            "started (UTC)",
+            "date",
+            "status",
+            "model",
+            "read",
+            "scored",
+            "quarantined",
+            "failed",
+            "run id",
+            "error",
+        ):
             table.add_column(column, overflow="fold")
         for r in rows:
             style = {"failed": "red", "refused": "red", "succeeded": "green"}.get(r["status"], "yellow")
             table.add_row(
-                f"{r['started_at']:%Y-%m-%d %H:%M:%S}", str(r["partition_date"]), Text(r["status"], style=style), r["model_version"] or "",
-                *(f"{r[k]:,}" if r[k] is not None else "—" for k in ("rows_read", "rows_scored", "rows_quarantined", "rows_failed")),
-                r["run_id"], r["error"] or "",
+                f"{r['started_at']:%Y-%m-%d %H:%M:%S}",
+                str(r["partition_date"]),
+                Text(r["status"], style=style),
+                r["model_version"] or "",
+                *(
+                    f"{r[k]:,}" if r[k] is not None else "—"
+                    for k in ("rows_read", "rows_scored", "rows_quarantined", "rows_failed")
+                ),
+                r["run_id"],
+                r["error"] or "",
             )
         console.print(table)
 

@@ -21,24 +21,51 @@ from tasks.settings import current_settings
 
 def register(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
-    model: Annotated[Path, typer.Option(help="The model file, trained anywhere: XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm, scikit-learn .skops or ONNX .onnx.")],
-    holdout: Annotated[Path, typer.Option(help="Labelled rows the model never saw (a Parquet file or folder) with the raw columns and the job's outcome column.")],
-    reference: Annotated[Path | None, typer.Option(help="Rows that stand for the training distribution, for drift (default: the hold-out).")] = None,
+    model: Annotated[
+        Path,
+        typer.Option(
+            help="The model file, trained anywhere: XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm, scikit-learn .skops or ONNX .onnx."
+        ),
+    ],
+    holdout: Annotated[
+        Path,
+        typer.Option(
+            help="Labelled rows the model never saw (a Parquet file or folder) with the raw columns and the job's outcome column."
+        ),
+    ],
+    reference: Annotated[
+        Path | None,
+        typer.Option(help="Rows that stand for the training distribution, for drift (default: the hold-out)."),
+    ] = None,
     version: Annotated[str | None, typer.Option(help="Version to register (default: the next number).")] = None,
-    trained_from: Annotated[str | None, typer.Option(help="First day of the training window, YYYY-MM-DD (recorded).")] = None,
-    trained_to: Annotated[str | None, typer.Option(help="Last day of the training window, YYYY-MM-DD (recorded).")] = None,
+    trained_from: Annotated[
+        str | None, typer.Option(help="First day of the training window, YYYY-MM-DD (recorded).")
+    ] = None,
+    trained_to: Annotated[
+        str | None, typer.Option(help="Last day of the training window, YYYY-MM-DD (recorded).")
+    ] = None,
     trust: Annotated[
         list[str] | None,
-        typer.Option(help="A type a scikit-learn .skops file may hold beyond skops' defaults, after you reviewed it (repeat for several)."),
+        typer.Option(
+            help="A type a scikit-learn .skops file may hold beyond skops' defaults, after you reviewed it (repeat for several)."
+        ),
     ] = None,
     positive: PositiveOption = None,
     promote: Annotated[
-        bool, typer.Option("--promote", help="Point the champion alias at the new version (checked and recorded like `score promote`).")
+        bool,
+        typer.Option(
+            "--promote", help="Point the champion alias at the new version (checked and recorded like `score promote`)."
+        ),
     ] = False,
     alias: Annotated[
-        str | None, typer.Option(help="Point this alias at the new version instead, e.g. challenger to shadow it from the next run.")
+        str | None,
+        typer.Option(
+            help="Point this alias at the new version instead, e.g. challenger to shadow it from the next run."
+        ),
     ] = None,
-    by: Annotated[str | None, typer.Option(help="Who moves the alias, for the model_aliases ledger (default: the login name).")] = None,
+    by: Annotated[
+        str | None, typer.Option(help="Who moves the alias, for the model_aliases ledger (default: the login name).")
+    ] = None,
 ) -> None:
     """Register a model trained elsewhere: check it against the job, calibrate it (binary job) or fit its error model
     and prediction interval (forecast job) on the hold-out, compute the drift reference, and write a new registry
@@ -59,22 +86,33 @@ def register(
             window["window_end"] = parse_partition_date(trained_to, what="--trained-to").isoformat()
         settings = with_warehouse_url(current_settings())
         done = registered_model(
-            job, model, alias=CHAMPION if promote else alias, settings=settings, warehouse=configured_warehouse(settings),
-            changed_by=by or getpass.getuser(), holdout=holdout, reference=reference, version=version, training=window,
-            trusted_types=tuple(trust or ()), positive=positive,
+            job,
+            model,
+            alias=CHAMPION if promote else alias,
+            settings=settings,
+            warehouse=configured_warehouse(settings),
+            changed_by=by or getpass.getuser(),
+            holdout=holdout,
+            reference=reference,
+            version=version,
+            training=window,
+            trusted_types=tuple(trust or ()),
+            positive=positive,
         )
         print_registration(done.report)
         for change in done.moved:
             print_line(
                 f"first version of {change.model_name}: {change.alias} → {change.to_version} (recorded in model_aliases)"
-                if done.first and change.alias == CHAMPION else
-                f"{change.model_name}: alias {change.alias} {change.from_version or '(new)'} → {change.to_version} "
+                if done.first and change.alias == CHAMPION
+                else f"{change.model_name}: alias {change.alias} {change.from_version or '(new)'} → {change.to_version} "
                 f"(by {change.changed_by}, recorded in model_aliases)"
             )
         if done.refused is not None:
             asked = CHAMPION if promote else alias
             if asked is not None:
-                raise ScoringError(f"{done.report.model} version {done.report.version} is registered, but {asked} was not moved to it: {done.refused}")
+                raise ScoringError(
+                    f"{done.report.model} version {done.report.version} is registered, but {asked} was not moved to it: {done.refused}"
+                )
             print_warning(
                 f"first version of {done.report.model} is registered but not the {CHAMPION}: {done.refused}; "
                 f"once fixed: score promote {job} {done.report.version}"
@@ -92,10 +130,16 @@ def register(
 
 def promote(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
-    version: Annotated[str | None, typer.Argument(help="Registered version to promote, or an alias (e.g. challenger).")] = None,
+    version: Annotated[
+        str | None, typer.Argument(help="Registered version to promote, or an alias (e.g. challenger).")
+    ] = None,
     alias: Annotated[str, typer.Option(help="The alias to point at it.")] = "champion",
-    rollback: Annotated[bool, typer.Option("--rollback", help="Point the alias back at the version it pointed at before its last move.")] = False,
-    by: Annotated[str | None, typer.Option(help="Who promotes, for the model_aliases ledger (default: the login name).")] = None,
+    rollback: Annotated[
+        bool, typer.Option("--rollback", help="Point the alias back at the version it pointed at before its last move.")
+    ] = False,
+    by: Annotated[
+        str | None, typer.Option(help="Who promotes, for the model_aliases ledger (default: the login name).")
+    ] = None,
     note: Annotated[str, typer.Option(help="Why, for the ledger.")] = "",
 ) -> None:
     """Point an alias (champion by default) of the job's model at a version, after checking that it was registered
@@ -107,18 +151,26 @@ def promote(
         from tasks.jobs.promotion import alias_notes, promoted_alias, reconciled_aliases, rolled_back_alias
 
         if rollback == (version is not None):
-            raise ScoringError("give a VERSION to promote (e.g. `score promote credit_risk 2`), or --rollback without one")
+            raise ScoringError(
+                "give a VERSION to promote (e.g. `score promote credit_risk 2`), or --rollback without one"
+            )
         settings = with_warehouse_url(current_settings())
         warehouse, who = configured_warehouse(settings), by or getpass.getuser()
         print_reconciled(reconciled_aliases(job, settings=settings, warehouse=warehouse))
         change = (
-            rolled_back_alias(job, alias=alias, settings=settings, warehouse=warehouse, changed_by=who) if rollback else
-            promoted_alias(job, version, alias=alias, settings=settings, warehouse=warehouse, changed_by=who, note=note)
+            rolled_back_alias(job, alias=alias, settings=settings, warehouse=warehouse, changed_by=who)
+            if rollback
+            else promoted_alias(
+                job, version, alias=alias, settings=settings, warehouse=warehouse, changed_by=who, note=note
+            )
         )
-        console.print(Text(
-            f"{change.model_name}: alias {change.alias} {change.from_version or '(new)'} → {change.to_version} "
-            f"(by {change.changed_by}, recorded in model_aliases)"
-        ), highlight=False)
+        console.print(
+            Text(
+                f"{change.model_name}: alias {change.alias} {change.from_version or '(new)'} → {change.to_version} "
+                f"(by {change.changed_by}, recorded in model_aliases)"
+            ),
+            highlight=False,
+        )
         for warning in alias_notes(job, settings=settings):
             print_warning(warning)
 
@@ -138,7 +190,9 @@ def print_reconciled(moves: list) -> None:
 
 def aliases(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
-    remove: Annotated[str | None, typer.Option(help="Remove this alias (recorded in the ledger like any move).")] = None,
+    remove: Annotated[
+        str | None, typer.Option(help="Remove this alias (recorded in the ledger like any move).")
+    ] = None,
     by: Annotated[str | None, typer.Option(help="Who removes it, for the ledger (default: the login name).")] = None,
 ) -> None:
     """The job model's versions, where each alias points, which the job scores with, and every move of the aliases."""
@@ -152,8 +206,12 @@ def aliases(
         warehouse = configured_warehouse(settings)
         print_reconciled(reconciled_aliases(job, settings=settings, warehouse=warehouse))
         if remove is not None:
-            change = removed_alias(job, alias=remove, settings=settings, warehouse=warehouse, changed_by=by or getpass.getuser())
-            console.print(Text(f"{change.model_name}: alias {change.alias} {change.from_version} → (removed)"), highlight=False)
+            change = removed_alias(
+                job, alias=remove, settings=settings, warehouse=warehouse, changed_by=by or getpass.getuser()
+            )
+            console.print(
+                Text(f"{change.model_name}: alias {change.alias} {change.from_version} → (removed)"), highlight=False
+            )
         listing = job_aliases(job, settings=settings, warehouse=warehouse)
         scoring = listing["scoring"]
 
@@ -161,10 +219,14 @@ def aliases(
             target = listing["aliases"].get(name)
             return f"{name} ({target})" if target else name
 
-        console.print(Text(
-            f"{listing['model']}: versions {', '.join(listing['versions']) or '(none)'}; the job scores with "
-            f"{named(scoring['version'])}" + (f", shadowed by {named(scoring['challenger'])}" if scoring["challenger"] else "")
-        ), highlight=False)
+        console.print(
+            Text(
+                f"{listing['model']}: versions {', '.join(listing['versions']) or '(none)'}; the job scores with "
+                f"{named(scoring['version'])}"
+                + (f", shadowed by {named(scoring['challenger'])}" if scoring["challenger"] else "")
+            ),
+            highlight=False,
+        )
         for warning in alias_notes(job, settings=settings):
             print_warning(warning)
         table = Table(title="aliases")
@@ -178,8 +240,13 @@ def aliases(
             history.add_column(column)
         for row in listing["history"]:
             history.add_row(
-                str(row["changed_at"])[:19], row["alias"], row["from_version"] or "—", row["to_version"] or "—",
-                row["changed_by"] or "", row["job"] or "", row["note"] or "",
+                str(row["changed_at"])[:19],
+                row["alias"],
+                row["from_version"] or "—",
+                row["to_version"] or "—",
+                row["changed_by"] or "",
+                row["job"] or "",
+                row["note"] or "",
             )
         console.print(history)
 
@@ -197,7 +264,9 @@ _STATUS_STYLE = {"passed": "green", "failed": "bold red", "not_run": "yellow"}
 
 def check_model(
     path: Annotated[Path, typer.Argument(help="A .onnx file, or a registry version folder holding model.onnx.")],
-    provider: Annotated[TargetProvider, typer.Option(help="Execution provider the model must run on.")] = TargetProvider.cpu,
+    provider: Annotated[
+        TargetProvider, typer.Option(help="Execution provider the model must run on.")
+    ] = TargetProvider.cpu,
     atol: Annotated[float, typer.Option(min=0.0, help="Largest absolute difference from the reference output.")] = 1e-4,
 ) -> None:
     """ONNX triple check: shapes, numerics against reference_io.npz, operator placement. Exit 1 if one fails."""
@@ -213,7 +282,9 @@ def check_model(
     for check in report.checks:
         table.add_row(check.name, Text(check.status, style=_STATUS_STYLE[check.status]), Text(check.details))
     console.print(table)
-    open_points = [f"{check.name} {check.status.replace('_', ' ')}" for check in report.checks if check.status != "passed"]
+    open_points = [
+        f"{check.name} {check.status.replace('_', ' ')}" for check in report.checks if check.status != "passed"
+    ]
     console.print(("ok" if report.ok else "not ok") + (f" ({', '.join(open_points)})" if open_points else ""))
     if not report.ok:
         raise typer.Exit(1)
@@ -221,9 +292,12 @@ def check_model(
 
 def card(
     job: Annotated[str, typer.Argument(help="A configured job, e.g. credit_risk.")],
-    out: Annotated[Path | None, typer.Option(
-        help="Where to write the Markdown (its page goes beside it, .html); default data/output/<job>/model_card.md.",
-    )] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where to write the Markdown (its page goes beside it, .html); default data/output/<job>/model_card.md.",
+        ),
+    ] = None,
 ) -> None:
     """Write the model card (Markdown and a page): Prediction Contract and Inference Specification, from spec, registry and latest run."""
     from tasks.reports.model_card import MODEL_CARD_FILE, job_model_card, written_model_card

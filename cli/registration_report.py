@@ -13,8 +13,12 @@ def _calibration_table(bins: list[dict], *, title: str) -> Table:
         table.add_column(column, justify="right")
     for b in bins:
         table.add_row(
-            str(b["bin"]), f"{b['rows']:,.0f}", f"{b['events']:,.0f}", f"{b['observed_rate']:.3f}",
-            f"{b['margin_low']:.2f} .. {b['margin_high']:.2f}", f"{b['probability_from']:.3f} .. {b['probability_to']:.3f}",
+            str(b["bin"]),
+            f"{b['rows']:,.0f}",
+            f"{b['events']:,.0f}",
+            f"{b['observed_rate']:.3f}",
+            f"{b['margin_low']:.2f} .. {b['margin_high']:.2f}",
+            f"{b['probability_from']:.3f} .. {b['probability_to']:.3f}",
             f"{b['interval_low']:.3f} .. {b['interval_high']:.3f}",
         )
     return table
@@ -36,8 +40,12 @@ def print_registration(report) -> None:  # noqa: ANN001  (tasks.jobs.registratio
         f"drift reference: {report.reference_rows:,} rows",
         highlight=False,
     )
-    console.print(_calibration_table(quality.table, title=f"calibration on the hold-out ({quality.interval_level:.0%} interval)"))
-    console.print(f"reachable probability: {quality.reachable_low:.3g} .. {quality.reachable_high:.3g}", highlight=False)
+    console.print(
+        _calibration_table(quality.table, title=f"calibration on the hold-out ({quality.interval_level:.0%} interval)")
+    )
+    console.print(
+        f"reachable probability: {quality.reachable_low:.3g} .. {quality.reachable_high:.3g}", highlight=False
+    )
     for note in report.notes:
         print_note(note)
     for warning in report.warnings:
@@ -46,7 +54,11 @@ def print_registration(report) -> None:  # noqa: ANN001  (tasks.jobs.registratio
 
 def _print_class_registration(report) -> None:  # noqa: ANN001  (a multiclass model's RegistrationReport)
     check = report.class_calibration
-    how = "out of fold: each half calibrated by the other" if check.get("out_of_fold") else "in sample: a half lacked a class"
+    how = (
+        "out of fold: each half calibrated by the other"
+        if check.get("out_of_fold")
+        else "in sample: a half lacked a class"
+    )
     console.print(
         f"registered {report.model} version {report.version} ({report.framework}, multiclass, {len(check['classes'])} classes, "
         f"{len(report.features)} features) at {report.directory}\n"
@@ -79,13 +91,19 @@ def print_forecast_registration(report) -> None:  # noqa: ANN001  (a forecast mo
         f"hold-out: {report.rows:,} rows, {report.rows_quarantined:,} quarantined by the guards; drift reference: {report.reference_rows:,} rows",
         highlight=False,
     )
-    table = Table(title=f"on {check.rows:,} held-back hold-out rows (they fitted neither the error model nor the interval)")
+    table = Table(
+        title=f"on {check.rows:,} held-back hold-out rows (they fitted neither the error model nor the interval)"
+    )
     for column in ("measure", "value"):
         table.add_column(column)
     for measure, value in (
-        ("MAE", f"{check.mae:.4g}"), ("RMSE", f"{check.rmse:.4g}"), ("bias (actual − forecast)", f"{check.bias:+.4g}"),
-        (f"interval coverage (level {check.level:.0%})", f"{check.coverage:.1%}"), ("mean interval width", f"{check.mean_width:.4g}"),
-        ("mean width, easy half of rows", f"{check.easy_half_width:.4g}"), ("mean width, hard half of rows", f"{check.hard_half_width:.4g}"),
+        ("MAE", f"{check.mae:.4g}"),
+        ("RMSE", f"{check.rmse:.4g}"),
+        ("bias (actual − forecast)", f"{check.bias:+.4g}"),
+        (f"interval coverage (level {check.level:.0%})", f"{check.coverage:.1%}"),
+        ("mean interval width", f"{check.mean_width:.4g}"),
+        ("mean width, easy half of rows", f"{check.easy_half_width:.4g}"),
+        ("mean width, hard half of rows", f"{check.hard_half_width:.4g}"),
     ):
         table.add_row(measure, value)
     console.print(table)

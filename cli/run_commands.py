@@ -22,10 +22,10 @@ from cli.run_summaries import (
 )
 from flows.steps.blocks import configured_warehouse, with_warehouse_url
 from tasks.errors import ExitCode, JobSpecError, JobValidationError, ScoringError
-from tasks.runs.calendar import backfill_dates, parse_partition_date, partition_range, yesterday
 from tasks.jobs.validation import raw_partition_problems, validated_job
 from tasks.jobspec import load_job_spec
 from tasks.reports.reporting import partition_summaries
+from tasks.runs.calendar import backfill_dates, parse_partition_date, partition_range, yesterday
 from tasks.scoring.prepared import preloaded_job
 from tasks.settings import current_settings
 from tasks.sources import raw_partition
@@ -41,9 +41,15 @@ def demo(
     days: Annotated[int, typer.Option(min=1, help="Demo dates to score, ending yesterday.")] = 7,
     rows_per_day: Annotated[int, typer.Option(min=100, help="Credit applications per day.")] = 20_000,
     windows_per_day: Annotated[int, typer.Option(min=10, help="Gearbox vibration windows per turbine and day.")] = 200,
-    store_items: Annotated[int, typer.Option(min=1_000, help="Store-sales rows (a store's item) per day, over 20 stores.")] = 10_000,
+    store_items: Annotated[
+        int, typer.Option(min=1_000, help="Store-sales rows (a store's item) per day, over 20 stores.")
+    ] = 10_000,
     train_days: Annotated[
-        int, typer.Option(min=3, help="Labelled days before the demo dates to train on (store_sales holds out the last week, or half the days when fewer than 14).")
+        int,
+        typer.Option(
+            min=3,
+            help="Labelled days before the demo dates to train on (store_sales holds out the last week, or half the days when fewer than 14).",
+        ),
     ] = 14,
     seed: Annotated[int, typer.Option(help="Seed of the data generators and the models.")] = 7,
 ) -> None:
@@ -64,11 +70,15 @@ def demo(
         settings = with_warehouse_url(current_settings())
         end = yesterday(settings)
         plans = {
-            DEMO_JOB: prepared_demo(settings, days=days, rows_per_day=rows_per_day, train_days=train_days, seed=seed, end=end),
+            DEMO_JOB: prepared_demo(
+                settings, days=days, rows_per_day=rows_per_day, train_days=train_days, seed=seed, end=end
+            ),
             GEARBOX_JOB: prepared_gearbox_demo(
                 settings, days=days, windows_per_day=windows_per_day, train_days=train_days, seed=seed, end=end
             ),
-            SALES_JOB: prepared_sales_demo(settings, days=days, rows_per_day=store_items, train_days=train_days, seed=seed, end=end),
+            SALES_JOB: prepared_sales_demo(
+                settings, days=days, rows_per_day=store_items, train_days=train_days, seed=seed, end=end
+            ),
         }
         for job, plan in plans.items():
             console.print(
@@ -129,8 +139,12 @@ def backfill_command(
     job: Annotated[str, typer.Argument(help="Job name, a file in jobs/.")],
     start: Annotated[str, typer.Option(help="First partition date, YYYY-MM-DD.")],
     end: Annotated[str, typer.Option(help="Last partition date, YYYY-MM-DD (inclusive).")],
-    mode: Annotated[BackfillChoice, typer.Option(help="all; missing: never scored or refused; failed: last run failed or refused.")] = BackfillChoice.all,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the partitions that would be scored; write nothing.")] = False,
+    mode: Annotated[
+        BackfillChoice, typer.Option(help="all; missing: never scored or refused; failed: last run failed or refused.")
+    ] = BackfillChoice.all,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the partitions that would be scored; write nothing.")
+    ] = False,
     concurrency: Annotated[int, typer.Option(min=1, max=8, help="Partitions scored at once.")] = 1,
     as_json: JsonOption = False,
 ) -> None:
@@ -156,7 +170,10 @@ def backfill_command(
             if as_json:
                 print_json(planned)
                 return
-            console.print(f"dry run, mode {mode.value}: would score {len(planned)} partition(s): " + (", ".join(p["date"] for p in planned) or "none"))
+            console.print(
+                f"dry run, mode {mode.value}: would score {len(planned)} partition(s): "
+                + (", ".join(p["date"] for p in planned) or "none")
+            )
             return
         if as_json:
             with run_log(settings):
@@ -181,7 +198,9 @@ def outcomes_command(
     end: Annotated[str, typer.Option(help="Last partition date, YYYY-MM-DD (inclusive).")],
     positive: Annotated[
         str | None,
-        typer.Option(help="A binary job's event as the label's value; it must agree with the spec's monitoring.labels.positive, which the scheduled outcomes runs read."),
+        typer.Option(
+            help="A binary job's event as the label's value; it must agree with the spec's monitoring.labels.positive, which the scheduled outcomes runs read."
+        ),
     ] = None,
 ) -> None:
     """Ingest the labels of the partitions START..END, join them to their predictions, and print the realized

@@ -44,8 +44,11 @@ class _NoFaultTracebacks(logging.Formatter):
 def _no_state_lines(record: logging.LogRecord) -> bool:
     """False for Prefect's per-task "Finished in state Completed()" lines: a run has dozens, and the progress bars
     and `[INF]`/`[PRED]` lines say the same; `-v` shows them, deployments keep them in the Prefect log."""
-    return not (record.levelno == logging.INFO and record.name.startswith("prefect.task_runs")
-                and "Finished in state Completed()" in record.getMessage())
+    return not (
+        record.levelno == logging.INFO
+        and record.name.startswith("prefect.task_runs")
+        and "Finished in state Completed()" in record.getMessage()
+    )
 
 
 def _no_failure_echo(record: logging.LogRecord) -> bool:
@@ -73,7 +76,10 @@ def _no_lost_api_echo(record: logging.LogRecord) -> bool:
         return not (record.name == "prefect.flow_runs" and record.getMessage() == "Finished in state Running()")
     if record.name == "prefect.events.clients":
         return False
-    return not (record.name == "prefect._internal.concurrency" and record.getMessage().startswith("Service 'EventsWorker' failed"))
+    return not (
+        record.name == "prefect._internal.concurrency"
+        and record.getMessage().startswith("Service 'EventsWorker' failed")
+    )
 
 
 class _RunLogFile(logging.FileHandler):

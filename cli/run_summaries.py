@@ -23,7 +23,10 @@ def print_summary(job: str, dates: list[dt.date]) -> None:
     console.print(partition_summary_table(job, partition_summaries(settings, job, dates), words))
     reports = [p for d in dates if (p := settings.run_page_path(job, d.isoformat())).exists()]
     if reports:
-        console.print(f"run report{'s' if len(reports) > 1 else ''}: " + (str(reports[0]) if len(reports) == 1 else str(reports[0].parent)))
+        console.print(
+            f"run report{'s' if len(reports) > 1 else ''}: "
+            + (str(reports[0]) if len(reports) == 1 else str(reports[0].parent))
+        )
 
 
 def print_realized_performance(job: str, dates: list[dt.date]) -> None:
@@ -44,12 +47,19 @@ def print_realized_performance(job: str, dates: list[dt.date]) -> None:
     monitoring = spec.monitoring
     level = monitoring.outcome_interval_level
     history = monitoring_history(
-        configured_warehouse(settings), job, first_date=min(dates), last_date=max(dates), level=level, bins=monitoring.calibration_bins,
+        configured_warehouse(settings),
+        job,
+        first_date=min(dates),
+        last_date=max(dates),
+        level=level,
+        bins=monitoring.calibration_bins,
     )
     if spec.target.forecasts:
         console.print(realized_error_table(job, realized_error_rows(history)))
     elif spec.target.classifies:
-        console.print(realized_class_table(job, realized_class_rows(history), interval_level=monitoring.health.interval_level))
+        console.print(
+            realized_class_table(job, realized_class_rows(history), interval_level=monitoring.health.interval_level)
+        )
     else:
         console.print(realized_performance_table(job, realized_performance_rows(history), interval_level=level))
     print_line(unmatched_labels_text(unmatched_label_counts(history)))
@@ -73,10 +83,13 @@ def print_forecast(result: dict) -> None:
         return
     unit = f" {forecast['unit']}" if forecast["unit"] else ""
     scored = max(result.get("rows_scored") or 0, 1)
-    decisions = ", ".join(f"{d} {n / scored:.1%}" for d, n in sorted((result.get("decisions") or {}).items(), key=lambda kv: -kv[1]))
+    decisions = ", ".join(
+        f"{d} {n / scored:.1%}" for d, n in sorted((result.get("decisions") or {}).items(), key=lambda kv: -kv[1])
+    )
     print_line(
         f"{forecast['kind']} forecast of {forecast['name']}: mean {forecast['mean']:.4g}{unit}, mean width of the "
-        f"{forecast['interval_level']:.0%} interval {forecast['mean_interval_width']:.4g}{unit}" + (f"; decisions {decisions}" if decisions else "")
+        f"{forecast['interval_level']:.0%} interval {forecast['mean_interval_width']:.4g}{unit}"
+        + (f"; decisions {decisions}" if decisions else "")
     )
 
 
@@ -88,10 +101,13 @@ def print_classification(result: dict) -> None:
         return
     shares = ", ".join(f"{c} {share:.1%}" for c, share in classified["predicted_share"].items())
     scored = max(result.get("rows_scored") or 0, 1)
-    decisions = ", ".join(f"{d} {n / scored:.1%}" for d, n in sorted((result.get("decisions") or {}).items(), key=lambda kv: -kv[1]))
+    decisions = ", ".join(
+        f"{d} {n / scored:.1%}" for d, n in sorted((result.get("decisions") or {}).items(), key=lambda kv: -kv[1])
+    )
     print_line(
         f"classes of {classified['name']}: {shares}; mean probability of the predicted class {classified['mean_probability']:.3f}; "
-        f"margin < {classified['low_margin_cut']:g} on {classified['low_margin_share']:.1%} of rows" + (f"; decisions {decisions}" if decisions else "")
+        f"margin < {classified['low_margin_cut']:g} on {classified['low_margin_share']:.1%} of rows"
+        + (f"; decisions {decisions}" if decisions else "")
     )
 
 
@@ -113,10 +129,17 @@ def print_model_health(result: dict) -> None:
         unit = f" {result['forecast']['unit']}" if result["forecast"]["unit"] else ""
         estimates = [
             f"estimated {label} {_estimate(health[measure], '.4g')}{unit}"
-            + (f" (at registration {reference:.4g})" if (reference := health.get(f"{measure}_reference")) is not None else "")
-            for measure, label in (("mae", "MAE"), ("rmse", "RMSE")) if health.get(measure)
+            + (
+                f" (at registration {reference:.4g})"
+                if (reference := health.get(f"{measure}_reference")) is not None
+                else ""
+            )
+            for measure, label in (("mae", "MAE"), ("rmse", "RMSE"))
+            if health.get(measure)
         ]
-        line = "model health: " + "; ".join([*estimates, f"flagged: {', '.join(health.get('flagged', [])) or 'nothing'}"])
+        line = "model health: " + "; ".join(
+            [*estimates, f"flagged: {', '.join(health.get('flagged', [])) or 'nothing'}"]
+        )
     else:
         line = (
             f"model health: expected event rate {_estimate(health.get('event_rate'), '.2%')}, "
@@ -143,7 +166,9 @@ def print_challenger(result: dict) -> None:
     share = "" if shadow["flipped_share"] is None else f" ({shadow['flipped_share']:.2%})"
     line = (
         f"challenger {shadow['challenger_version']}: {shadow['rows_flipped']} of {shadow['rows_compared']} "
-        f"decisions would flip{share}" + (f": {', '.join(shadow['top_flips'])}" if shadow["top_flips"] else "")
-        + (f"; it failed on {shadow['rows_failed']} rows" if shadow["rows_failed"] else "") + " (table decision_flips)"
+        f"decisions would flip{share}"
+        + (f": {', '.join(shadow['top_flips'])}" if shadow["top_flips"] else "")
+        + (f"; it failed on {shadow['rows_failed']} rows" if shadow["rows_failed"] else "")
+        + " (table decision_flips)"
     )
     print_line(line)

@@ -18,7 +18,12 @@ app = typer.Typer(no_args_is_help=True, help="Batch scoring: demo, single partit
 
 @app.callback()
 def _global_options(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Prefect's per-task state lines too (the run log file always has them).")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Show Prefect's per-task state lines too (the run log file always has them)."
+        ),
+    ] = False,
 ) -> None:
     """Batch scoring: demo, single partitions, backfills."""
     show_state_lines(verbose)

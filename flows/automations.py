@@ -28,17 +28,21 @@ def failed_run_automation(block_document_id: object) -> Automation:
             expect={"prefect.flow-run.Failed", "prefect.flow-run.Crashed"},
             match={"prefect.resource.id": "prefect.flow-run.*"},
             match_related={"prefect.resource.role": "tag", "prefect.resource.id": "prefect.tag.scoring"},
-            posture=Posture.Reactive, threshold=1, within=0,
+            posture=Posture.Reactive,
+            threshold=1,
+            within=0,
         ),
-        actions=[SendNotification(
-            block_document_id=block_document_id,
-            subject="[scoring] {{ flow.name }} run {{ flow_run.name }}: {{ flow_run.state.name }}",
-            body=(
-                "The flow run {{ flow_run.name }} of {{ flow.name }} (deployment {{ deployment.name }}) ended "
-                "{{ flow_run.state.name }}: {{ flow_run.state.message }}\nParameters: {{ flow_run.parameters }}\n"
-                "Run: {{ flow_run|ui_url }}"
-            ),
-        )],
+        actions=[
+            SendNotification(
+                block_document_id=block_document_id,
+                subject="[scoring] {{ flow.name }} run {{ flow_run.name }}: {{ flow_run.state.name }}",
+                body=(
+                    "The flow run {{ flow_run.name }} of {{ flow.name }} (deployment {{ deployment.name }}) ended "
+                    "{{ flow_run.state.name }}: {{ flow_run.state.message }}\nParameters: {{ flow_run.parameters }}\n"
+                    "Run: {{ flow_run|ui_url }}"
+                ),
+            )
+        ],
     )
 
 

@@ -6,11 +6,11 @@ import datetime as dt
 
 from pydantic.json_schema import SkipJsonSchema
 
-from tasks.runs.calendar import ALL_JOBS, job_or_all_enum, partition_range, yesterday
-from tasks.jobspec import configured_jobs, load_job_spec
-from flows.steps.monitoring import ingest_outcomes, current_outcomes_run_name, report_outcomes
+from flows.steps.monitoring import current_outcomes_run_name, ingest_outcomes, report_outcomes
 from flows.steps.run_logs import logged_flow
+from tasks.jobspec import configured_jobs, load_job_spec
 from tasks.monitoring.outcomes import outcome_window
+from tasks.runs.calendar import ALL_JOBS, job_or_all_enum, partition_range, yesterday
 from tasks.settings import current_settings
 
 JobOrAll = job_or_all_enum(current_settings())

@@ -8,15 +8,21 @@ from typing import Annotated
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from flows.steps.partitions import (
-    backfill_run_name, nightly_run_name, planned_outcomes, reported_outcomes, selected_dates, scheduled_start, scored_partition,
-    scored_partitions,
-)
-from flows.steps.partition import recover_job
 from flows.steps.blocks import with_warehouse_url
+from flows.steps.partition import recover_job
+from flows.steps.partitions import (
+    backfill_run_name,
+    nightly_run_name,
+    planned_outcomes,
+    reported_outcomes,
+    scheduled_start,
+    scored_partition,
+    scored_partitions,
+    selected_dates,
+)
 from flows.steps.run_logs import logged_flow
-from tasks.runs.calendar import job_name_enum, scheduled_partition_date
 from tasks.jobspec import configured_jobs
+from tasks.runs.calendar import job_name_enum, scheduled_partition_date
 from tasks.runs.scheduling import BackfillMode, catch_up_dates
 from tasks.settings import current_settings
 
@@ -43,7 +49,9 @@ def nightly(date: dt.date | None = None) -> list[dict]:
     return reported_outcomes(outcomes, "nightly-outcomes")
 
 
-@logged_flow(name="backfill", flow_run_name=backfill_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
+@logged_flow(
+    name="backfill", flow_run_name=backfill_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY)
+)
 def backfill(
     job: JobName,  # type: ignore[valid-type]
     start_date: dt.date,
@@ -67,5 +75,7 @@ def backfill(
     dates = selected_dates(str(job), start_date, end_date, mode, recover=not dry_run)
     if dry_run:
         return planned_outcomes(str(job), dates, mode)
-    outcomes = scored_partitions(str(job), dates, chunk_rows=chunk_rows or None, concurrency=concurrency, label=f"mode {mode}")
+    outcomes = scored_partitions(
+        str(job), dates, chunk_rows=chunk_rows or None, concurrency=concurrency, label=f"mode {mode}"
+    )
     return reported_outcomes(outcomes, "backfill-outcomes")

@@ -12,16 +12,22 @@ from prefect.utilities.annotations import quote
 from pydantic import Field
 
 from flows.steps.alerts import alert_failed_run
+from flows.steps.partition import (
+    failed_run,
+    finished_run,
+    partition_lease,
+    partition_run_name,
+    prepare_run,
+    publish_partition,
+    start_run,
+)
 from flows.steps.run_logs import logged_flow, refusal_writes_no_log
 from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner, units_in_own_flow
-from flows.steps.partition import (
-    failed_run, finished_run, partition_lease, partition_run_name, prepare_run, publish_partition, start_run,
-)
 from flows.steps.units import scored_summary
-from tasks.runs.calendar import parse_partition_date
-from tasks.runs.ticket import RunTicket
 from tasks.jobspec import checked_job_name
 from tasks.results import PartitionResult
+from tasks.runs.calendar import parse_partition_date
+from tasks.runs.ticket import RunTicket
 from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
 
@@ -33,7 +39,11 @@ def score_units(ticket: RunTicket) -> ScoringSummary:
 
 
 @logged_flow(
-    partition=True, name="score_partition", flow_run_name=partition_run_name, log_prints=True, task_runner=UnitThreadPoolTaskRunner(),
+    partition=True,
+    name="score_partition",
+    flow_run_name=partition_run_name,
+    log_prints=True,
+    task_runner=UnitThreadPoolTaskRunner(),
     on_failure=[alert_failed_run],
 )
 def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge=0)] = 0) -> PartitionResult:
@@ -58,7 +68,8 @@ def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge
             settings = current_settings()
             summary = (
                 score_units.with_options(task_runner=dask_task_runner(settings))(ticket)
-                if units_in_own_flow(settings) else scored_summary(ticket)
+                if units_in_own_flow(settings)
+                else scored_summary(ticket)
             )
             lease.ensure_held()
             # quote(): Prefect would walk every list of the summary looking for futures, ~0.1 s a task.

@@ -40,7 +40,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("old", type=Path)
     parser.add_argument("new", type=Path)
-    parser.add_argument("--rename", action="append", default=[], metavar="OLD=NEW", help="a text value renamed on purpose")
+    parser.add_argument(
+        "--rename", action="append", default=[], metavar="OLD=NEW", help="a text value renamed on purpose"
+    )
     args = parser.parse_args()
     renames = dict(r.split("=", 1) for r in args.rename)
     old, new = _datasets(args.old), _datasets(args.new)
@@ -61,7 +63,9 @@ def main() -> int:
             continue
         x, y = _stable(a, kept), _stable(b, kept)
         if x.shape != y.shape or not x.equals(y):
-            columns = [c for c in kept if not x[c].equals(y[c])] if x.shape == y.shape else f"rows {x.height} vs {y.height}"
+            columns = (
+                [c for c in kept if not x[c].equals(y[c])] if x.shape == y.shape else f"rows {x.height} vs {y.height}"
+            )
             print(f"differs: {key}: {columns}")
             differing += 1
     print(f"datasets compared: {len(set(old) & set(new))}, differing: {differing}")

@@ -57,17 +57,20 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 import tasks  # noqa: E402,F401  (telemetry off before anything loads Prefect)
-from tasks import catalog  # noqa: E402
-from tasks.settings import Settings  # noqa: E402
 from flows.steps.blocks import configured_warehouse  # noqa: E402
+from tasks import catalog  # noqa: E402
 from tasks.demo.challenger import challenger_jobs_dir, registered_demo_challenger  # noqa: E402
 from tasks.inference.registry import inference_model_versions  # noqa: E402
+from tasks.settings import Settings  # noqa: E402
 
 SCORE = str(Path(sys.executable).with_name("score"))
 JOB = "credit_risk"
 DATASETS = tuple(d.name for d in catalog.PARTITION_DATASETS)
 """Every dataset a run publishes, in publish order (tasks/catalog.py)."""
-_OTHER_KIND_TABLES = {d.table for d in (catalog.FORECASTS, catalog.SHADOW_FORECASTS, catalog.CLASSIFICATIONS, catalog.SHADOW_CLASSIFICATIONS)}
+_OTHER_KIND_TABLES = {
+    d.table
+    for d in (catalog.FORECASTS, catalog.SHADOW_FORECASTS, catalog.CLASSIFICATIONS, catalog.SHADOW_CLASSIFICATIONS)
+}
 """The forecast and the multiclass contracts and their shadows (a dataset and its table share the name): a binary job
 publishes them empty."""
 _TASK_LINE = re.compile(r"Task run '([a-z][a-z-]*[a-z])-[0-9a-z]+'")
@@ -94,7 +97,12 @@ class CrashReport:
 
     @property
     def ok(self) -> bool:
-        return not self.violations and self.final_equals_reference and self.runs_left_running == 0 and not self.leftover_staging
+        return (
+            not self.violations
+            and self.final_equals_reference
+            and self.runs_left_running == 0
+            and not self.leftover_staging
+        )
 
 
 def _parquet_partition(settings: Settings, dataset: str, day: dt.date) -> pa.Table | None:
@@ -117,7 +125,9 @@ def _prediction_problems(where: str, table: pa.Table | None, expected_rows: int)
 
 
 def _parquet_problems(settings: Settings, day: dt.date, expected_rows: int) -> list[str]:
-    problems = _prediction_problems("parquet predictions", _parquet_partition(settings, "predictions", day), expected_rows)
+    problems = _prediction_problems(
+        "parquet predictions", _parquet_partition(settings, "predictions", day), expected_rows
+    )
     for dataset in DATASETS[1:]:
         table = _parquet_partition(settings, dataset, day)
         if table is not None and table.num_rows and len(set(table.column("run_id").to_pylist())) != 1:
@@ -137,8 +147,12 @@ def _comparable(table: pa.Table) -> pa.Table:
 def _child(env: dict[str, str], day: dt.date, log_path: Path) -> subprocess.Popen:
     with log_path.open("wb") as log:
         return subprocess.Popen(
-            [SCORE, "run", JOB, "--date", day.isoformat()], env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=REPO_ROOT,
+            [SCORE, "run", JOB, "--date", day.isoformat()],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=REPO_ROOT,
         )
 
 
@@ -163,7 +177,9 @@ def _wait_for_flow_start(child: subprocess.Popen, log_path: Path, timeout_s: flo
         time.sleep(0.01)
 
 
-def crash_trials(settings: Settings, day: dt.date, *, trials: int, seed: int, env: dict[str, str], logs: Path) -> CrashReport:
+def crash_trials(
+    settings: Settings, day: dt.date, *, trials: int, seed: int, env: dict[str, str], logs: Path
+) -> CrashReport:
     """Run the trials against the data dir and warehouse that `settings` and `env` name."""
     logs.mkdir(parents=True, exist_ok=True)
     postgres = settings.warehouse_url is not None or settings.warehouse_secret_block is not None
@@ -173,13 +189,18 @@ def crash_trials(settings: Settings, day: dt.date, *, trials: int, seed: int, en
     )
     clean_s = time.perf_counter() - start
     if reference_run.returncode != 0:
-        raise RuntimeError(f"the clean reference run failed:\n{reference_run.stdout[-3000:]}\n{reference_run.stderr[-3000:]}")
+        raise RuntimeError(
+            f"the clean reference run failed:\n{reference_run.stdout[-3000:]}\n{reference_run.stderr[-3000:]}"
+        )
     flow_s = _flow_span_s(reference_run.stdout + reference_run.stderr)
     reference = _parquet_partition(settings, "predictions", day)
     assert reference is not None
     expected_rows = reference.num_rows
     report = CrashReport(
-        backend="postgresql" if postgres else "duckdb", trials=trials, clean_run_s=round(clean_s, 2), flow_s=round(flow_s, 2)
+        backend="postgresql" if postgres else "duckdb",
+        trials=trials,
+        clean_run_s=round(clean_s, 2),
+        flow_s=round(flow_s, 2),
     )
 
     done = threading.Event()
@@ -216,7 +237,9 @@ def crash_trials(settings: Settings, day: dt.date, *, trials: int, seed: int, en
                 interrupted[_last_task(log_path)] += 1
             report.violations += [f"after trial {trial}: {p}" for p in _parquet_problems(settings, day, expected_rows)]
             if not postgres:
-                report.violations += [f"after trial {trial}: {p}" for p in _warehouse_problems(settings, day, expected_rows)]
+                report.violations += [
+                    f"after trial {trial}: {p}" for p in _warehouse_problems(settings, day, expected_rows)
+                ]
         final = subprocess.run(
             [SCORE, "run", JOB, "--date", day.isoformat()], env=env, capture_output=True, text=True, cwd=REPO_ROOT
         )
@@ -227,7 +250,9 @@ def crash_trials(settings: Settings, day: dt.date, *, trials: int, seed: int, en
     if final.returncode != 0:
         report.violations.append(f"the run after the last kill failed: {final.stdout[-2000:]} {final.stderr[-2000:]}")
         return report
-    report.violations += _parquet_problems(settings, day, expected_rows) + _warehouse_problems(settings, day, expected_rows)
+    report.violations += _parquet_problems(settings, day, expected_rows) + _warehouse_problems(
+        settings, day, expected_rows
+    )
     published = _parquet_partition(settings, "predictions", day)
     warehoused = configured_warehouse(settings).partition_predictions(JOB, day, list(reference.schema.names))
     report.final_equals_reference = (
@@ -238,12 +263,18 @@ def crash_trials(settings: Settings, day: dt.date, *, trials: int, seed: int, en
     runs = configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)
     report.runs_left_running = sum(1 for r in runs if r["status"] == "running")
     staging = settings.output_dir(JOB) / "_staging"
-    report.leftover_staging = sorted(str(p.relative_to(staging)) for p in staging.glob("*/*")) if staging.exists() else []
+    report.leftover_staging = (
+        sorted(str(p.relative_to(staging)) for p in staging.glob("*/*")) if staging.exists() else []
+    )
     return report
 
 
 PUBLISH_POINTS = (
-    *(f"publish:staged:{d}" for d in DATASETS), "publish:assembled", "publish:intent", "publish:committed", "publish:swapped",
+    *(f"publish:staged:{d}" for d in DATASETS),
+    "publish:assembled",
+    "publish:intent",
+    "publish:committed",
+    "publish:swapped",
     "publish:delta",
 )
 """Where `publish_crash_trials` kills a run (tasks/sinks/crash_points.py): between any two dataset moves,
@@ -279,7 +310,11 @@ def _raw_versions(settings: Settings, day: dt.date) -> tuple[pa.Table, pa.Table]
     amounts = original.column("loan_amount").to_pylist()
     for i in range(0, len(amounts), 50):
         amounts[i] = None
-    return original, original.set_column(original.schema.get_field_index("loan_amount"), "loan_amount", pa.array(amounts, original.schema.field("loan_amount").type))
+    return original, original.set_column(
+        original.schema.get_field_index("loan_amount"),
+        "loan_amount",
+        pa.array(amounts, original.schema.field("loan_amount").type),
+    )
 
 
 def _write_raw(settings: Settings, day: dt.date, table: pa.Table) -> None:
@@ -298,7 +333,10 @@ def _partition_runs(settings: Settings, day: dt.date) -> dict[str, set[str]]:
     warehouse = configured_warehouse(settings)
     with warehouse._session(write=False) as session:
         for table in (*(catalog.dataset(d).table for d in DATASETS), catalog.DECISION_MONITORING.table):
-            rows = session.rows(f"SELECT DISTINCT run_id FROM {table} WHERE job = $job AND partition_date = $day", {"job": JOB, "day": day})
+            rows = session.rows(
+                f"SELECT DISTINCT run_id FROM {table} WHERE job = $job AND partition_date = $day",
+                {"job": JOB, "day": day},
+            )
             found[f"warehouse {table}"] = {r["run_id"] for r in rows}
     return found
 
@@ -307,7 +345,11 @@ def _consistency_problems(settings: Settings, day: dt.date, expected_run: str, r
     problems = []
     for where, runs in _partition_runs(settings, day).items():
         # Decision monitoring may be absent after a kill (it is recomputed later), never another run's.
-        allowed = ({expected_run}, set()) if where.endswith("decision_monitoring") or "quarantine" in where or "guard_actions" in where else ({expected_run},)
+        allowed = (
+            ({expected_run}, set())
+            if where.endswith("decision_monitoring") or "quarantine" in where or "guard_actions" in where
+            else ({expected_run},)
+        )
         if where.split()[-1] in _OTHER_KIND_TABLES:
             # The trials score a binary job: it publishes the other kinds' contracts, and their shadows, empty.
             allowed = (set(),)
@@ -326,15 +368,22 @@ def _consistency_problems(settings: Settings, day: dt.date, expected_run: str, r
             key = {"job": JOB, "day": day}
             with warehouse._session(write=False) as session:
                 held, shadowed = (
-                    pa.Table.from_pylist(session.rows(f"SELECT entity_id FROM {table} WHERE job = $job AND partition_date = $day", key), schema=ids_only)
+                    pa.Table.from_pylist(
+                        session.rows(f"SELECT entity_id FROM {table} WHERE job = $job AND partition_date = $day", key),
+                        schema=ids_only,
+                    )
                     for table in ("quarantine", "shadow_predictions")
                 )
-        if shadowed is None or sorted(shadowed.column("entity_id").to_pylist()) != sorted(scored.column("entity_id").to_pylist()):
+        if shadowed is None or sorted(shadowed.column("entity_id").to_pylist()) != sorted(
+            scored.column("entity_id").to_pylist()
+        ):
             problems.append(f"{store}: the shadow predictions are not of the rows the champion scored")
         seen = set(scored.column("entity_id").to_pylist()) | set(held.column("entity_id").to_pylist())
         lost = ids - seen
         if lost:
-            problems.append(f"{store}: {len(lost)} raw id(s) in neither predictions nor quarantine, e.g. {sorted(lost)[:3]}")
+            problems.append(
+                f"{store}: {len(lost)} raw id(s) in neither predictions nor quarantine, e.g. {sorted(lost)[:3]}"
+            )
     runs = configured_warehouse(settings).unfinished_runs(JOB)
     if runs:
         problems.append(f"ledger: runs left unfinished: {[(r['run_id'], r['status']) for r in runs]}")
@@ -342,7 +391,13 @@ def _consistency_problems(settings: Settings, day: dt.date, expected_run: str, r
 
 
 def publish_crash_trials(
-    settings: Settings, day: dt.date, other_day: dt.date, *, trials: int, env: dict[str, str], logs: Path,
+    settings: Settings,
+    day: dt.date,
+    other_day: dt.date,
+    *,
+    trials: int,
+    env: dict[str, str],
+    logs: Path,
 ) -> PublishCrashReport:
     """Kill `score run` inside its publish at each point of PUBLISH_POINTS in turn, with an input that
     differs from the published run's, then recover — alternately by `score recover` and by the next
@@ -358,13 +413,18 @@ def publish_crash_trials(
     raws = _raw_versions(settings, day)
     published_raw: dict[str, int] = {}
 
-    def scored(which: int, log_name: str, extra: dict[str, str] | None = None, target: dt.date = day) -> subprocess.CompletedProcess:
+    def scored(
+        which: int, log_name: str, extra: dict[str, str] | None = None, target: dt.date = day
+    ) -> subprocess.CompletedProcess:
         if target == day:
             _write_raw(settings, day, raws[which])
         with (logs / log_name).open("wb") as log:
             return subprocess.run(
-                [SCORE, "run", JOB, "--date", target.isoformat()], env={**env, **(extra or {})}, stdout=log,
-                stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                [SCORE, "run", JOB, "--date", target.isoformat()],
+                env={**env, **(extra or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
             )
 
     if scored(0, "clean.log").returncode != 0:
@@ -377,7 +437,9 @@ def publish_crash_trials(
         which = 1 - published_raw.get(previous_run, 0)
         killed = scored(which, f"trial-{trial:03d}.log", {"SCORING_CRASH_AT": point})
         if killed.returncode != -signal.SIGKILL:
-            report.violations.append(f"trial {trial} ({point}): the run was not killed (exit {killed.returncode}); see trial-{trial:03d}.log")
+            report.violations.append(
+                f"trial {trial} ({point}): the run was not killed (exit {killed.returncode}); see trial-{trial:03d}.log"
+            )
             continue
         report.kills += 1
         runs = configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)
@@ -392,11 +454,15 @@ def publish_crash_trials(
         # At rest right after the kill, every Parquet dataset still shows one run (one pointer).
         parquet_runs = {w: r for w, r in _partition_runs(settings, day).items() if w.startswith("parquet")}
         if len(set().union(*parquet_runs.values()) - {"<missing>"}) != 1:
-            report.violations.append(f"trial {trial} ({point}): right after the kill Parquet mixes runs: {parquet_runs}")
+            report.violations.append(
+                f"trial {trial} ({point}): right after the kill Parquet mixes runs: {parquet_runs}"
+            )
         if trial % 2 == 0:
             how = "score recover"
             with (logs / f"recover-{trial:03d}.log").open("wb") as log:
-                done = subprocess.run([SCORE, "recover", JOB], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+                done = subprocess.run(
+                    [SCORE, "recover", JOB], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT
+                )
         else:
             how = "next run start"
             done = scored(0, f"next-{trial:03d}.log", target=other_day)
@@ -410,8 +476,14 @@ def publish_crash_trials(
         if committed:
             published_raw[expected_run] = which
         surviving_raw = raws[published_raw.get(expected_run, 0)]
-        report.violations += [f"trial {trial} ({point}, {how}): {p}" for p in _consistency_problems(settings, day, expected_run, surviving_raw)]
-        status = {r["run_id"]: r["status"] for r in configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)}
+        report.violations += [
+            f"trial {trial} ({point}, {how}): {p}"
+            for p in _consistency_problems(settings, day, expected_run, surviving_raw)
+        ]
+        status = {
+            r["run_id"]: r["status"]
+            for r in configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)
+        }
         if killed_run and status.get(killed_run) not in (None, "succeeded" if committed else "failed"):
             report.violations.append(f"trial {trial} ({point}): the killed run ended {status.get(killed_run)}")
         report.partitions_checked += 1
@@ -423,9 +495,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--data-dir", type=Path, help="a data dir with raw data and a model; default: a fresh demo in a temp dir")
+    parser.add_argument(
+        "--data-dir", type=Path, help="a data dir with raw data and a model; default: a fresh demo in a temp dir"
+    )
     parser.add_argument("--warehouse-url", help="PostgreSQL URL; default: the DuckDB file of the data dir")
-    parser.add_argument("--mode", choices=("random", "publish"), default="random", help="random kills, or kills at each point inside publish")
+    parser.add_argument(
+        "--mode",
+        choices=("random", "publish"),
+        default="random",
+        help="random kills, or kills at each point inside publish",
+    )
     args = parser.parse_args()
     from tasks.demo.setup import prepared_demo
 
@@ -439,13 +518,25 @@ def main() -> int:
             plan = prepared_demo(settings, days=2, rows_per_day=3000, train_days=5, seed=7, end=dt.date(2026, 3, 10))
             day = plan.scoring_dates[-1]
         else:
-            day = max(dt.date.fromisoformat(p.name.removeprefix("date=")) for p in settings.inside_data_root("raw", JOB).glob("date=*"))
+            day = max(
+                dt.date.fromisoformat(p.name.removeprefix("date="))
+                for p in settings.inside_data_root("raw", JOB).glob("date=*")
+            )
         if args.mode == "publish":
             other = day - dt.timedelta(days=1)
             report = publish_crash_trials(settings, day, other, trials=args.trials, env=env, logs=Path(tmp) / "logs")
         else:
             report = crash_trials(settings, day, trials=args.trials, seed=args.seed, env=env, logs=Path(tmp) / "logs")
-    print(json.dumps({"figure": f"crash_trials_{args.mode}", **asdict(report), "violations": report.violations[:20], "ok": report.ok}))
+    print(
+        json.dumps(
+            {
+                "figure": f"crash_trials_{args.mode}",
+                **asdict(report),
+                "violations": report.violations[:20],
+                "ok": report.ok,
+            }
+        )
+    )
     return 0 if report.ok else 1
 
 

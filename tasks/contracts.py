@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.catalog import CLASSIFICATION_SCHEMA, FORECAST_SCHEMA, PREDICTION_SCHEMA
 
-
 FeatureKind = Literal["numeric", "boolean", "categorical"]
 """How a feature's values are read: as numbers, as true/false, or as the codes of categories. Job specs declare it
 (tasks/features/config.py), and the reason texts of the prediction layer depend on it."""
@@ -42,9 +41,7 @@ class InferenceInput(_ArrayModel):
                 f"got dtype={f.dtype} ndim={f.ndim} c_contiguous={f.flags.c_contiguous}"
             )
         if f.shape[1] != len(self.feature_names):
-            raise ValueError(
-                f"chunk {self.chunk_id}: {f.shape[1]} feature columns but {len(self.feature_names)} names"
-            )
+            raise ValueError(f"chunk {self.chunk_id}: {f.shape[1]} feature columns but {len(self.feature_names)} names")
         if f.shape[0] != len(self.entity_ids):
             raise ValueError(f"chunk {self.chunk_id}: {f.shape[0]} rows but {len(self.entity_ids)} entity ids")
         return self
@@ -64,7 +61,8 @@ class InferenceOutput(_ArrayModel):
     device_type: str
     latency_ms: float = Field(ge=0)
     expected_error: np.ndarray | None = Field(
-        default=None, description="Forecast jobs: the error model's expected |actual − forecast| per row, the interval's scale."
+        default=None,
+        description="Forecast jobs: the error model's expected |actual − forecast| per row, the interval's scale.",
     )
 
     @model_validator(mode="after")
@@ -79,7 +77,9 @@ class InferenceOutput(_ArrayModel):
         if self.expected_error is not None and (
             self.expected_error.shape != self.margins.shape or not np.isfinite(self.expected_error).all()
         ):
-            raise ValueError(f"chunk {self.chunk_id}: the error model returned {self.expected_error.shape} values, not one finite value per row")
+            raise ValueError(
+                f"chunk {self.chunk_id}: the error model returned {self.expected_error.shape} values, not one finite value per row"
+            )
         return self
 
 
@@ -89,7 +89,9 @@ class FeatureContributions(_ArrayModel):
     row_index: np.ndarray = Field(description="Positions in the chunk of the explained rows.")
     values: np.ndarray = Field(description="rows × features, bias column removed.")
     feature_names: tuple[str, ...]
-    explained_by: str = Field(default="xgboost", description="`table_treeshap` (the load-checked kernel) or `xgboost` (pred_contribs).")
+    explained_by: str = Field(
+        default="xgboost", description="`table_treeshap` (the load-checked kernel) or `xgboost` (pred_contribs)."
+    )
     tie_recomputed_rows: int = Field(
         default=0, ge=0, description="Rows the kernel explained whose top-k was near a tie, so XGBoost recomputed them."
     )
@@ -99,7 +101,8 @@ class FeatureContributions(_ArrayModel):
     )
 
     explained_class: np.ndarray | None = Field(
-        default=None, description="Multiclass jobs: the class index each explained row's contributions are for (its predicted class)."
+        default=None,
+        description="Multiclass jobs: the class index each explained row's contributions are for (its predicted class).",
     )
 
     @model_validator(mode="after")
@@ -147,7 +150,7 @@ FORECAST_FIELD_MEANINGS = {
     "decision": PREDICTION_FIELD_MEANINGS["decision"],
     "rule_id": PREDICTION_FIELD_MEANINGS["rule_id"],
     "reason_codes": "Codes of the features that moved the forecast most, strongest first, suffixed _UP (raised it) or _DOWN (lowered it).",
-    "reason_texts": "The same reasons in business language (\"Rain lowered the forecast\").",
+    "reason_texts": 'The same reasons in business language ("Rain lowered the forecast").',
     "raw_margin": "The model's raw output on its link scale (the forecast itself, or its log for Poisson, Tweedie and gamma objectives).",
     "model_name": PREDICTION_FIELD_MEANINGS["model_name"],
     "model_version": PREDICTION_FIELD_MEANINGS["model_version"],
@@ -193,7 +196,9 @@ class PredictionOutput(_ArrayModel):
     @model_validator(mode="after")
     def _conforms(self) -> PredictionOutput:
         if not any(self.table.schema.equals(s) for s in (PREDICTION_SCHEMA, FORECAST_SCHEMA, CLASSIFICATION_SCHEMA)):
-            raise ValueError(f"chunk {self.chunk_id}: prediction table matches none of PREDICTION_SCHEMA, FORECAST_SCHEMA, CLASSIFICATION_SCHEMA")
+            raise ValueError(
+                f"chunk {self.chunk_id}: prediction table matches none of PREDICTION_SCHEMA, FORECAST_SCHEMA, CLASSIFICATION_SCHEMA"
+            )
         if sum(self.decisions.values()) != self.table.num_rows:
             raise ValueError(f"chunk {self.chunk_id}: decisions do not cover every row")
         return self

@@ -187,7 +187,9 @@ _NO_SPACE = re.compile(r"no space left on device|errno 28\b|disk is full|out of 
 _READ_ONLY = re.compile(
     r"read-only file system|permission denied|operation not permitted|errno (13|30)\b|read-only mode", re.IGNORECASE
 )
-_DUCKDB_LOCK = re.compile(r'Could not set lock on file "(?P<path>[^"]+)": Conflicting lock is held in (?P<program>.*?) \(PID (?P<pid>\d+)\)')
+_DUCKDB_LOCK = re.compile(
+    r'Could not set lock on file "(?P<path>[^"]+)": Conflicting lock is held in (?P<program>.*?) \(PID (?P<pid>\d+)\)'
+)
 _QUOTED_PATH = re.compile(r'"(/[^"]+)"|\'(/[^\']+)\'')
 
 
@@ -276,7 +278,8 @@ def _classified(exc: BaseException, path_hint: Path | None) -> EnvironmentFault 
     # DuckDB's and pyarrow's IO errors are not OSError subclasses (or carry no errno): read their text.
     # DuckDB reports a WAL it cannot write at commit as a TransactionException, not an IOException.
     io_like = (
-        isinstance(exc, OSError) or type(exc).__name__ in ("IOException", "ArrowIOError")
+        isinstance(exc, OSError)
+        or type(exc).__name__ in ("IOException", "ArrowIOError")
         or type(exc).__module__ in ("duckdb", "_duckdb")
     )
     if not io_like:

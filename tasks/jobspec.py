@@ -20,20 +20,29 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.errors import JobSpecError
 from tasks.features.config import DeclaredFeatures
-from tasks.redaction import redacted_text
 from tasks.inference.config import NAME_PATTERN, InferenceConfig, ModelRef
 from tasks.prediction.config import DecisionWords, PredictionConfig, TargetConfig
-from tasks.prediction.words import JobWords
 from tasks.prediction.decisions import CLASS_FIELDS, predict_class_rule_table_problems, predict_rule_fields
+from tasks.prediction.words import JobWords
+from tasks.redaction import redacted_text
 from tasks.settings import Settings
 from tasks.sinks.config import SinksConfig
 from tasks.sources.config import SourceConfig
 
 FallbackKind = Literal[
-    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_reason", "reasons_by_framework", "reasons_unavailable",
-    "no_drift_reference", "no_health_reference", "challenger_failed",
+    "guard_repair",
+    "quarantine",
+    "fallback_model",
+    "failed_chunk",
+    "no_reason",
+    "reasons_by_framework",
+    "reasons_unavailable",
+    "no_drift_reference",
+    "no_health_reference",
+    "challenger_failed",
     # Old names still read: `no_adverse_reason` (now `no_reason`), `reasons_by_xgboost` (now `reasons_by_framework`).
-    "no_adverse_reason", "reasons_by_xgboost",
+    "no_adverse_reason",
+    "reasons_by_xgboost",
 ]
 
 
@@ -66,10 +75,12 @@ class Limits(_Strict):
         description="Largest share of rows read per fallback kind (see tasks/quality/fallback_report.py) before the run fails.",
     )
     max_run_seconds: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
         description=(
             "Longest a partition run may take from its start under the lease to its publish; beyond it the run fails "
-            "(\"timed out after N s\") with nothing published. None: SCORING_MAX_RUN_SECONDS."
+            '("timed out after N s") with nothing published. None: SCORING_MAX_RUN_SECONDS.'
         ),
     )
 
@@ -91,7 +102,8 @@ class DecisionTolerance(_Strict):
     expected_event_rate: float = Field(default=0.02, gt=0, le=1, description="Mean calibrated probability.")
     score_mean: float = Field(default=5.0, gt=0, description="Mean score, in score points.")
     forecast_mean: float = Field(
-        default=0.10, gt=0,
+        default=0.10,
+        gt=0,
         description="Forecast jobs: mean forecast, relative to the window's mean (0.10: flagged beyond ±10 % of it, in the forecast's unit).",
     )
 
@@ -111,11 +123,13 @@ class LabelSource(_Strict):
             "multiclass jobs the class name (one of target.classes)."
         ),
     )
-    observed_date_column: str = Field(default="observed_date", description="Column with the date the outcome was observed.")
+    observed_date_column: str = Field(
+        default="observed_date", description="Column with the date the outcome was observed."
+    )
     positive: str | None = Field(
         default=None,
         description=(
-            "Binary jobs whose labels are not 1/0: the label value that is the event (read as 1), e.g. \"Yes\", \"churned\", 2; "
+            'Binary jobs whose labels are not 1/0: the label value that is the event (read as 1), e.g. "Yes", "churned", 2; '
             "compared with the label as text (booleans as true/false, whole numbers without .0). Quote it: YAML reads an "
             "unquoted Yes as true. Without it the outcome must be 1/0 or true/false."
         ),
@@ -146,7 +160,9 @@ class LabelSource(_Strict):
     @model_validator(mode="after")
     def _negative_beside_positive(self) -> LabelSource:
         if self.negative is not None and self.positive is None:
-            raise ValueError("monitoring.labels.negative needs monitoring.labels.positive: say which value is the event")
+            raise ValueError(
+                "monitoring.labels.negative needs monitoring.labels.positive: say which value is the event"
+            )
         if self.negative is not None and self.negative == self.positive:
             raise ValueError(
                 f"monitoring.labels.positive and negative are both {self.positive!r}: the event and the other value must differ"
@@ -157,30 +173,43 @@ class LabelSource(_Strict):
 class HealthConfig(_Strict):
     """Model health before labels (tasks/monitoring/health.py), measured inside the scoring pass."""
 
-    enabled: bool = Field(default=True, description="false: no model-health rows (estimated performance, attribution, multivariate).")
+    enabled: bool = Field(
+        default=True, description="false: no model-health rows (estimated performance, attribution, multivariate)."
+    )
     interval_level: float = Field(
-        default=0.99, gt=0, lt=1,
+        default=0.99,
+        gt=0,
+        lt=1,
         description=(
             "Level of the estimated performance's intervals; a partition is flagged when its realized event rate or AUC "
             "falls outside, so 0.99 keeps a healthy partition's false flags near 2 %."
         ),
     )
     attribution_share: float = Field(
-        default=0.01, ge=0, le=1,
+        default=0.01,
+        ge=0,
+        le=1,
         description="Share of scored rows whose TreeSHAP contributions feed attribution drift (1: every row; 0: none).",
     )
     attribution_min_rows: int = Field(
-        default=10_000, ge=0, description="Fewest rows the attribution sample takes, where the partition has them (a larger share on small partitions).",
+        default=10_000,
+        ge=0,
+        description="Fewest rows the attribution sample takes, where the partition has them (a larger share on small partitions).",
     )
     attribution_warn: float = Field(
-        default=0.05, gt=0, description="Change of a feature's mean |contribution|, as a share of the reference's total, that warns."
+        default=0.05,
+        gt=0,
+        description="Change of a feature's mean |contribution|, as a share of the reference's total, that warns.",
     )
     attribution_alert: float = Field(default=0.10, gt=0, description="The same change that alerts.")
     multivariate_tolerance: float = Field(
-        default=0.10, gt=0, description="Relative rise of the mean PCA reconstruction error that alerts (when also significant)."
+        default=0.10,
+        gt=0,
+        description="Relative rise of the mean PCA reconstruction error that alerts (when also significant).",
     )
     estimated_error_tolerance: float = Field(
-        default=0.10, ge=0,
+        default=0.10,
+        ge=0,
         description=(
             "Forecast jobs: relative rise of the estimated MAE (RMSE) over the hold-out's that alerts when the estimate's interval "
             "lies wholly above it (and above the hold-out's own noise); above that noise but within the tolerance: warn."
@@ -196,7 +225,8 @@ class MonitoringConfig(_Strict):
     )
     tolerance: DecisionTolerance = DecisionTolerance()
     action_decisions: list[str] | None = Field(
-        default=None, validation_alias=AliasChoices("action_decisions", "adverse_decisions"),
+        default=None,
+        validation_alias=AliasChoices("action_decisions", "adverse_decisions"),
         description=(
             "Decisions whose precision and recall are measured on outcomes; default: the decisions `prediction.decisions` marks "
             "`action: true`, else prediction.reasons.for_decisions. `adverse_decisions` is read as this."
@@ -217,7 +247,9 @@ class MonitoringConfig(_Strict):
         default_factory=list,
         description="Raw columns whose values are monitored apart: decision mix, expected event rate and score PSI per value.",
     )
-    slice_fdr: float = Field(default=0.05, gt=0, lt=1, description="False discovery rate across slice values × measures.")
+    slice_fdr: float = Field(
+        default=0.05, gt=0, lt=1, description="False discovery rate across slice values × measures."
+    )
     slice_max_values: int = Field(
         default=50, ge=1, le=1000, description="Values kept per slice column; the rarer ones are pooled as `(other)`."
     )
@@ -236,7 +268,8 @@ class JobSpec(_Strict):
     description: str = ""
     entity_column: str
     feature_module: str | None = Field(
-        default=None, description="Python module with FEATURE_VERSION, FEATURES and feature_matrix(); or give `features`."
+        default=None,
+        description="Python module with FEATURE_VERSION, FEATURES and feature_matrix(); or give `features`.",
     )
     features: DeclaredFeatures | None = Field(
         default=None, description="Tabular features declared here, computed without Python; or give `feature_module`."
@@ -245,7 +278,9 @@ class JobSpec(_Strict):
     source: SourceConfig | None = Field(
         default=None, description="Where raw partitions live; none reads Parquet under `data/raw/<job>/date=<date>/`."
     )
-    sinks: SinksConfig = Field(default_factory=SinksConfig, description="Outputs besides the Parquet store and the warehouse.")
+    sinks: SinksConfig = Field(
+        default_factory=SinksConfig, description="Outputs besides the Parquet store and the warehouse."
+    )
     target: TargetConfig = Field(default_factory=TargetConfig, description="What the job predicts (binary by default).")
     model: ModelRef
     chunk_rows: int = Field(default=50_000, ge=1, description="Rows per Arrow chunk.")
@@ -280,7 +315,11 @@ class JobSpec(_Strict):
                 "job's rules: set target.kind: multiclass with its classes, or give the kind's own fields"
             )
         if self.target.forecasts:
-            binary_only = (("prediction.score", p.score), ("prediction.event", p.event), ("prediction.reasons.no_reason_code", p.reasons.no_reason_code))
+            binary_only = (
+                ("prediction.score", p.score),
+                ("prediction.event", p.event),
+                ("prediction.reasons.no_reason_code", p.reasons.no_reason_code),
+            )
             given = [name for name, value in binary_only if value is not None]
             if given:
                 raise ValueError(
@@ -288,9 +327,16 @@ class JobSpec(_Strict):
                     "(a forecast job's rules test forecast, forecast_low, forecast_high; its reasons say what raised or lowered the forecast)"
                 )
             return self
-        missing = [name for name, value in (("prediction.event", p.event), ("prediction.score", p.score),
-                                            ("prediction.reasons.no_reason_code", p.reasons.no_reason_code),
-                                            ("prediction.reasons.no_reason_text", p.reasons.no_reason_text)) if value is None]
+        missing = [
+            name
+            for name, value in (
+                ("prediction.event", p.event),
+                ("prediction.score", p.score),
+                ("prediction.reasons.no_reason_code", p.reasons.no_reason_code),
+                ("prediction.reasons.no_reason_text", p.reasons.no_reason_text),
+            )
+            if value is None
+        ]
         if missing:
             raise ValueError(
                 f"target.kind is binary, so {', '.join(missing)} must be given"
@@ -300,7 +346,9 @@ class JobSpec(_Strict):
 
     def _speaks_classes(self) -> JobSpec:
         p = self.prediction
-        other = [name for name, value in (("prediction.score", p.score), ("prediction.event", p.event)) if value is not None]
+        other = [
+            name for name, value in (("prediction.score", p.score), ("prediction.event", p.event)) if value is not None
+        ]
         if other:
             raise ValueError(
                 f"target.kind is multiclass, but prediction gives {', '.join(other)}, which only a binary job has: remove them "
@@ -324,7 +372,8 @@ class JobSpec(_Strict):
         if self.monitoring.labels.positive is not None and self.target.kind != "binary":
             raise ValueError(
                 f"monitoring.labels.positive names a binary job's event; target.kind is {self.target.kind}, whose outcome is "
-                + ("the class name" if self.target.classifies else "the actual number") + ": remove it"
+                + ("the class name" if self.target.classifies else "the actual number")
+                + ": remove it"
             )
         return self
 
@@ -338,7 +387,8 @@ class JobSpec(_Strict):
         if self.target.kind != "binary":
             raise JobSpecError(
                 f"--positive names a binary job's event; job {self.name!r} is {self.target.kind} (target.kind), whose outcome is "
-                + ("the class name" if self.target.classifies else "the actual number") + ": drop the flag"
+                + ("the class name" if self.target.classifies else "the actual number")
+                + ": drop the flag"
             )
         if labels.positive is not None and labels.positive != positive:
             raise JobSpecError(
@@ -355,7 +405,9 @@ class JobSpec(_Strict):
             raise ValueError(f"monitoring.action_decisions names decisions no rule makes: {unknown}")
         marked = any(w.action for w in self.prediction.decisions.values())
         if marked and self.monitoring.action_decisions is not None:
-            raise ValueError("give the action decisions once: prediction.decisions.<d>.action or monitoring.action_decisions, not both")
+            raise ValueError(
+                "give the action decisions once: prediction.decisions.<d>.action or monitoring.action_decisions, not both"
+            )
         return self
 
     @property
@@ -377,15 +429,22 @@ class JobSpec(_Strict):
     def words(self) -> JobWords:
         """What this job calls its event or target, score, decisions and features (tasks/prediction/words.py)."""
         p = self.prediction
-        subject = (p.event or "") if not (self.target.forecasts or self.target.classifies) else (self.target.name or self.target.kind)
+        subject = (
+            (p.event or "")
+            if not (self.target.forecasts or self.target.classifies)
+            else (self.target.name or self.target.kind)
+        )
         score_name = p.score.name if p.score is not None else ("forecast" if self.target.forecasts else "probability")
         if p.score is not None:
             higher = p.score.higher or (f"more likely: {subject}" if subject else "the event is more likely")
         else:
             higher = f"more {subject}" if self.target.forecasts else "the predicted class is more likely"
         return JobWords(
-            subject=subject, score_name=score_name, score_higher=higher,
-            decisions=tuple(self.decisions), actions=tuple(self.action_decisions),
+            subject=subject,
+            score_name=score_name,
+            score_higher=higher,
+            decisions=tuple(self.decisions),
+            actions=tuple(self.action_decisions),
             decision_labels={d: w.label for d, w in p.decisions.items() if w.label},
             feature_labels={f: c.label for f, c in p.reasons.codes.items() if c.label},
         )
@@ -443,7 +502,9 @@ def checked_job_name(job: object, settings: Settings) -> str:
     """`job` if it names a configured job; anything else (a path, a NUL byte, an unknown name) is
     refused before it is used in a path, a query or a log line."""
     if not isinstance(job, str) or not re.fullmatch(NAME_PATTERN, job):
-        raise JobSpecError(f"job name {str(job)[:80]!r} is not allowed: use lower-case letters, digits and _ (at most 64)")
+        raise JobSpecError(
+            f"job name {str(job)[:80]!r} is not allowed: use lower-case letters, digits and _ (at most 64)"
+        )
     if job not in configured_jobs(settings):
         raise JobSpecError(f"unknown job {job!r}; configured jobs: {', '.join(configured_jobs(settings)) or 'none'}")
     return job
@@ -499,10 +560,16 @@ def spec_field_problems(error: ValidationError) -> list[tuple[str, str]]:
             holder = _model_at(loc[:-1])
             allowed = sorted(holder.model_fields) if holder else []
             close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-            problems.append((field, (
-                f"unknown key {loc[-1]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                + (f"; allowed here: {', '.join(allowed)}" if allowed else "")
-            )))
+            problems.append(
+                (
+                    field,
+                    (
+                        f"unknown key {loc[-1]!r}"
+                        + (f" (did you mean {close[0]!r}?)" if close else "")
+                        + (f"; allowed here: {', '.join(allowed)}" if allowed else "")
+                    ),
+                )
+            )
             continue
         # Values reach the terminal and the ledger: a URL in them (a spec URL, a DSN inside a query) is
         # shown redacted, and not twice when the message already names it.

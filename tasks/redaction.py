@@ -26,16 +26,39 @@ _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 _AUTHORITY_END = re.compile(r"[/?#]")
 _DELIMITERS = re.compile(r"[@:/?#&=\s]")
 
-_DATABASE_SCHEMES = frozenset({"postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle", "redis", "mongodb", "duckdb"})
+_DATABASE_SCHEMES = frozenset(
+    {"postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle", "redis", "mongodb", "duckdb"}
+)
 """Schemes whose user part without a password is a role name (peer or certificate login), shown;
 elsewhere a lone user part is a token (`https://<token>@host`, a git or HTTP basic credential)."""
 
-_CREDENTIAL_NAMES = frozenset({
-    "sig", "sas", "key", "code", "pwd", "auth", "authorization", "signature", "policy", "keypairid",
-})
+_CREDENTIAL_NAMES = frozenset(
+    {
+        "sig",
+        "sas",
+        "key",
+        "code",
+        "pwd",
+        "auth",
+        "authorization",
+        "signature",
+        "policy",
+        "keypairid",
+    }
+)
 _CREDENTIAL_WORDS = (
-    "token", "secret", "password", "passwd", "signature", "credential", "apikey", "accesskey", "privatekey",
-    "accountkey", "sessionkey", "sastoken",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "signature",
+    "credential",
+    "apikey",
+    "accesskey",
+    "privatekey",
+    "accountkey",
+    "sessionkey",
+    "sastoken",
 )
 
 _MIN_FRAGMENT = 3
@@ -92,10 +115,10 @@ def url_parts(url: str) -> UrlParts | None:
     found = _SCHEME.match(url)
     if found is None:
         return None
-    after = url[found.end():]
+    after = url[found.end() :]
     # `scheme:///path` has an empty authority: an `@` further on is in the path.
     at = -1 if after.startswith("/") else after.rfind("@")
-    return UrlParts(found["scheme"], after[:at] if at >= 0 else None, after[at + 1:])
+    return UrlParts(found["scheme"], after[:at] if at >= 0 else None, after[at + 1 :])
 
 
 def redacted_url(url: str) -> str:
@@ -151,7 +174,7 @@ def _pieces(secret: str) -> set[str]:
     cuts = [0, *(m.start() for m in _DELIMITERS.finditer(secret)), len(secret)]
     pieces = set()
     for i, start in enumerate(cuts):
-        for end in cuts[i + 1:]:
+        for end in cuts[i + 1 :]:
             piece = secret[start:end].lstrip("@:/?#&= \t")
             if len(piece) >= _MIN_FRAGMENT and piece != secret:
                 pieces.add(piece)

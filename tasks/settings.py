@@ -39,7 +39,8 @@ class Settings(BaseSettings):
     )
     duckdb_memory_limit: str = Field(
         # A 10 M-row load within 128 MB writes blocks out as it goes: +140 MB of RSS where 1GB took +680 MB, and no slower.
-        default="128MB", pattern=r"(?i)^\s*\d+(\.\d+)?\s*([KMGT]i?B|B|%)\s*$",
+        default="128MB",
+        pattern=r"(?i)^\s*\d+(\.\d+)?\s*([KMGT]i?B|B|%)\s*$",
         description="DuckDB's memory cap for warehouse loads and queries (e.g. 512MB, 4GB, 50%).",
     )
     warehouse_url: SecretStr | None = Field(
@@ -57,15 +58,21 @@ class Settings(BaseSettings):
         default=None, description="Name of a Prefect Secret block holding the PostgreSQL source URL instead."
     )
     warehouse_lock_wait_s: float = Field(
-        default=120.0, ge=0, allow_inf_nan=False,
+        default=120.0,
+        ge=0,
+        allow_inf_nan=False,
         description="How long opening the DuckDB warehouse waits while another process holds its file lock (0: fail at once).",
     )
     lock_ttl_s: float = Field(
-        default=300.0, gt=0, allow_inf_nan=False,
+        default=300.0,
+        gt=0,
+        allow_inf_nan=False,
         description="Partition lease lifetime; renewed every third of it while the run lives, taken over once expired.",
     )
     lock_wait_s: float = Field(
-        default=900.0, ge=0, allow_inf_nan=False,
+        default=900.0,
+        ge=0,
+        allow_inf_nan=False,
         description="How long a run waits for another live run of the same partition before failing (0: fail at once).",
     )
 
@@ -75,7 +82,8 @@ class Settings(BaseSettings):
     )
     task_workers: int = Field(default=2, ge=1, description="Threads of the thread runner (chunk tasks at once).")
     dask_address: str | None = Field(
-        default=None, description="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786; none starts a local one."
+        default=None,
+        description="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786; none starts a local one.",
     )
     dask_workers: int = Field(default=2, ge=1, description="Worker processes of the local Dask cluster.")
     dask_threads_per_worker: int = Field(default=1, ge=1, description="Threads per worker of the local Dask cluster.")
@@ -88,36 +96,46 @@ class Settings(BaseSettings):
     )
 
     source_timeout_s: float = Field(
-        default=30.0, gt=0, allow_inf_nan=False,
+        default=30.0,
+        gt=0,
+        allow_inf_nan=False,
         description=(
             "How long one call to a raw source (a listing, a file's footer, a row group) may go unanswered before it is "
             "made again, with a warning; after 3 tries the run fails naming the source (exit 3)."
         ),
     )
     max_run_seconds: float = Field(
-        default=21_600.0, gt=0, allow_inf_nan=False,
+        default=21_600.0,
+        gt=0,
+        allow_inf_nan=False,
         description="Longest a partition run may take (from its start under the lease to its publish) unless its spec says otherwise.",
     )
     alert_block: str | None = Field(
-        default=None, pattern=r"^([a-z0-9-]+/)?[a-z0-9][a-z0-9-]*$",
+        default=None,
+        pattern=r"^([a-z0-9-]+/)?[a-z0-9][a-z0-9-]*$",
         description=(
             "The Prefect notification block alerts go through: `<block type>/<name>` (e.g. slack-webhook/ops), or a "
             "name alone for a custom-webhook block; none sends no alerts."
         ),
     )
     report_base_url: str | None = Field(
-        default=None, pattern=r"^https?://[^\s]+$",
+        default=None,
+        pattern=r"^https?://[^\s]+$",
         description=(
             "Where a web server serves `<data_dir>/output` (e.g. http://reports.internal:8080): each run then leaves a "
             "link artifact to its page there, which the Prefect UI opens; none keeps the file path."
         ),
     )
     catch_up_days: int = Field(
-        default=3, ge=0, le=366,
+        default=3,
+        ge=0,
+        le=366,
         description="Days before the new one that `nightly` scores first when their last run failed, was abandoned or never ran.",
     )
     max_backfill_days: int = Field(
-        default=366, ge=1, le=3660,
+        default=366,
+        ge=1,
+        le=3660,
         description="Most days one backfill may span; a longer range is refused before anything runs (split it, or raise this).",
     )
     crash_at: str | None = Field(
@@ -176,7 +194,10 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _one_url_source(self) -> Settings:
         # Either could be the one meant; picking one would score into a warehouse the operator did not choose.
-        for url_field, block_field in (("warehouse_url", "warehouse_secret_block"), ("source_url", "source_secret_block")):
+        for url_field, block_field in (
+            ("warehouse_url", "warehouse_secret_block"),
+            ("source_url", "source_secret_block"),
+        ):
             if getattr(self, url_field) is not None and getattr(self, block_field):
                 raise ValueError(
                     f"environment variables SCORING_{url_field.upper()} and SCORING_{block_field.upper()} are both set: "
@@ -187,10 +208,14 @@ class Settings(BaseSettings):
     def with_urls_of(self, resolved: Settings) -> Settings:
         """These settings with the warehouse and source URLs of `resolved` (their Secret blocks read):
         settings sent between processes as JSON carry pydantic's mask in place of those secrets."""
-        return self.model_copy(update={
-            "warehouse_url": resolved.warehouse_url, "warehouse_secret_block": None,
-            "source_url": resolved.source_url, "source_secret_block": None,
-        })
+        return self.model_copy(
+            update={
+                "warehouse_url": resolved.warehouse_url,
+                "warehouse_secret_block": None,
+                "source_url": resolved.source_url,
+                "source_secret_block": None,
+            }
+        )
 
     @property
     def duckdb_path(self) -> Path:
@@ -236,7 +261,9 @@ class Settings(BaseSettings):
     def predictions_dir(self, job: str) -> Path:
         return self.output_dir(job) / PREDICTIONS.folder
 
-    def run_log_path(self, flow_name: str, flow_run_id: str, *, job: str | None = None, partition: str | None = None) -> Path:
+    def run_log_path(
+        self, flow_name: str, flow_run_id: str, *, job: str | None = None, partition: str | None = None
+    ) -> Path:
         """A flow run's log file, under `<data_dir>/output` so SCORING_REPORT_BASE_URL serves it: a partition run's
         beside its job's outputs, `<job>/logs/date=<partition>/<flow run id>.log`; a backfill, nightly or outcomes
         run's `logs/<flow name>-<flow run id>.log`."""
@@ -263,7 +290,9 @@ def settings_problems(error: ValidationError) -> str:
             problems.append(message)
             continue
         field = str(item["loc"][0])
-        problems.append(f"environment variable SCORING_{field.upper()}={_shown_value(field, item.get('input'))}: {message}")
+        problems.append(
+            f"environment variable SCORING_{field.upper()}={_shown_value(field, item.get('input'))}: {message}"
+        )
     return "; ".join(problems)
 
 

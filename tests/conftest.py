@@ -7,8 +7,8 @@ only reads them or writes to partitions it owns.
 
 from __future__ import annotations
 
-import re
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -75,9 +75,16 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gx: imports Great Expectations itself (a slow import, a few seconds)")
-    config.addinivalue_line("markers", "crash: kills `score run` child processes with SIGKILL and checks the outputs (slow)")
-    config.addinivalue_line("markers", "server: starts a real Prefect server, deploys prefect.yaml and runs a process worker (slow)")
-    config.addinivalue_line("markers", "browser: drives Debian's chromium headless through playwright (skipped without it, unless CI is set)")
+    config.addinivalue_line(
+        "markers", "crash: kills `score run` child processes with SIGKILL and checks the outputs (slow)"
+    )
+    config.addinivalue_line(
+        "markers", "server: starts a real Prefect server, deploys prefect.yaml and runs a process worker (slow)"
+    )
+    config.addinivalue_line(
+        "markers",
+        "browser: drives Debian's chromium headless through playwright (skipped without it, unless CI is set)",
+    )
     config.addinivalue_line(
         "markers",
         "slow: runs flows on a Prefect server, starts PostgreSQL or S3, or spawns `score` processes: "
@@ -180,7 +187,9 @@ def _postgres_bin_dir() -> Path | None:
     """A folder with initdb, pg_ctl and postgres: the one `initdb` on PATH lives in, else Debian's newest."""
     candidates = [Path(found).resolve().parent] if (found := shutil.which("initdb")) else []
     candidates += sorted(
-        Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        reverse=True,
     )
     return next((d for d in candidates if all((d / name).is_file() for name in ("initdb", "pg_ctl", "postgres"))), None)
 
@@ -222,12 +231,30 @@ def postgres_url() -> Iterator[str]:
 
     try:
         pg(
-            str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", f"--pwfile={root / 'pwfile'}",
-            "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync",
+            str(bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            f"--pwfile={root / 'pwfile'}",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--no-sync",
         )
         pg(
-            str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60",
-            "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {root / 'sockets'} -c fsync=off", "start",
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(root / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {port} -k {root / 'sockets'} -c fsync=off",
+            "start",
         )
     except subprocess.CalledProcessError as exc:
         server_log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
@@ -239,7 +266,9 @@ def postgres_url() -> Iterator[str]:
         yield f"{base}/scoring"
     finally:
         subprocess.run(
-            [*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True, timeout=60
+            [*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+            timeout=60,
         )
         shutil.rmtree(root, ignore_errors=True)
 
@@ -282,8 +311,12 @@ class S3Server:
     def environment(self) -> dict[str, str]:
         """What pyarrow, delta-rs and boto3 read to reach this server with the scorer's key."""
         return {
-            "AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
             "AWS_EC2_METADATA_DISABLED": "true",
         }
 
@@ -305,8 +338,16 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     own = Path(sys.executable).with_name("moto_server")
     with open(log_path, "wb") as log_file:
         server = subprocess.Popen(
-            [str(own) if own.is_file() else shutil.which("moto_server") or "moto_server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log_file, stderr=subprocess.STDOUT, env=env,
+            [
+                str(own) if own.is_file() else shutil.which("moto_server") or "moto_server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
     try:
         deadline = time.monotonic() + 60
@@ -318,15 +359,23 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
                 if server.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"moto_server did not start on {endpoint}: {log_path.read_text()[-2000:]}")
                 time.sleep(0.2)
-        bootstrap = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "bootstrap",
-                     "aws_secret_access_key": "bootstrap"}
+        bootstrap = {
+            "endpoint_url": endpoint,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "bootstrap",
+            "aws_secret_access_key": "bootstrap",
+        }
         boto3.client("s3", **bootstrap).create_bucket(Bucket="scoring")
         iam = boto3.client("iam", **bootstrap)
         iam.create_user(UserName="scorer")
         key = iam.create_access_key(UserName="scorer")["AccessKey"]
-        iam.put_user_policy(UserName="scorer", PolicyName="everything", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        ))
+        iam.put_user_policy(
+            UserName="scorer",
+            PolicyName="everything",
+            PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+            ),
+        )
         yield S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"], "scoring")
     finally:
         server.terminate()

@@ -89,7 +89,9 @@ def monitored_demo(tmp_path_factory: pytest.TempPathFactory) -> MonitoredDemo:
         data_dir=data_dir,
         dates=dates,
         shifted_dates=dates[-SHIFT_DAYS:],
-        versions={d: plan.model_version if i < split else str(int(plan.model_version) + 1) for i, d in enumerate(dates)},
+        versions={
+            d: plan.model_version if i < split else str(int(plan.model_version) + 1) for i, d in enumerate(dates)
+        },
         run_ids=run_ids,
         sales_version=sales.model_version,
         sales_run_ids=sales_run_ids,

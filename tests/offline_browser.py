@@ -18,8 +18,14 @@ from typing import Any
 import pytest
 
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -64,7 +70,9 @@ def offline_page(path: Path) -> Iterator[OfflinePage]:
                 else:
                     route.abort()
 
-            opened.page.on("console", lambda m: opened.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            opened.page.on(
+                "console", lambda m: opened.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+            )
             opened.page.on("pageerror", lambda e: opened.errors.append(f"pageerror: {e}"))
             opened.page.route("**/*", only_local)
             opened.page.goto(path.as_uri(), wait_until="load")

@@ -37,8 +37,11 @@ def webhook(prefect_harness: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     CustomWebhookNotificationBlock(
-        name="scoring", url=f"http://127.0.0.1:{server.server_port}/hook", method="POST",
-        json_data={"subject": "{{subject}}", "body": "{{body}}"}, allow_private_urls=True,
+        name="scoring",
+        url=f"http://127.0.0.1:{server.server_port}/hook",
+        method="POST",
+        json_data={"subject": "{{subject}}", "body": "{{body}}"},
+        allow_private_urls=True,
     ).save("scoring-alerts-test", overwrite=True)
     monkeypatch.setenv("SCORING_ALERT_BLOCK", "scoring-alerts-test")
     try:
@@ -48,21 +51,30 @@ def webhook(prefect_harness: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         server.server_close()
 
 
-def test_each_event_notifies_once_and_a_clean_run_not_at_all(demo_env: DemoEnv, fresh_data: Settings, webhook: list[dict]) -> None:
+def test_each_event_notifies_once_and_a_clean_run_not_at_all(
+    demo_env: DemoEnv, fresh_data: Settings, webhook: list[dict]
+) -> None:
     from flows.score_partition import score_partition
 
     clean, _, shifted = demo_env.plan.scoring_dates
     result = score_partition(DEMO_JOB, clean)
-    assert result.decision_monitoring is not None and result.decision_monitoring.shifted == () and webhook == [], webhook
+    assert result.decision_monitoring is not None and result.decision_monitoring.shifted == () and webhook == [], (
+        webhook
+    )
 
     result = score_partition(DEMO_JOB, shifted)
     assert len(webhook) == 2, [m["subject"] for m in webhook]
-    assert re.fullmatch(rf"\[scoring\] {DEMO_JOB} {shifted}: \d+ drift alert\(s\)", webhook[0]["subject"]), webhook[0]["subject"]
+    assert re.fullmatch(rf"\[scoring\] {DEMO_JOB} {shifted}: \d+ drift alert\(s\)", webhook[0]["subject"]), webhook[0][
+        "subject"
+    ]
     assert webhook[1]["subject"] == f"[scoring] {DEMO_JOB} {shifted}: decisions shifted"
     drift, decisions = webhook
     # The feature by its plain name (the spec gives none: made from the column's), the column beside it.
     assert "Credit utilization (credit_utilization) against reference" in drift["body"] and "run: http" in drift["body"]
-    assert all(s.split(":")[0] in decisions["body"] for s in result.decision_monitoring.shifted) and "run: http" in decisions["body"]
+    assert (
+        all(s.split(":")[0] in decisions["body"] for s in result.decision_monitoring.shifted)
+        and "run: http" in decisions["body"]
+    )
 
     missing = clean - dt.timedelta(days=30)
     with pytest.raises(ScoringError):
@@ -73,13 +85,16 @@ def test_each_event_notifies_once_and_a_clean_run_not_at_all(demo_env: DemoEnv, 
     assert "/flow_runs/" in failed[0]["body"] or "/runs/flow-run/" in failed[0]["body"]
 
 
-def test_an_alert_block_that_cannot_be_loaded_is_a_warning_not_a_failure(demo_env: DemoEnv, fresh_data: Settings, prefect_harness: None,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_alert_block_that_cannot_be_loaded_is_a_warning_not_a_failure(
+    demo_env: DemoEnv, fresh_data: Settings, prefect_harness: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from flows.score_partition import score_partition
 
     monkeypatch.setenv("SCORING_ALERT_BLOCK", "no-such-alert-block")
     result = score_partition(DEMO_JOB, demo_env.plan.scoring_dates[-1])
-    assert any("notification block 'no-such-alert-block' cannot be loaded" in w for w in result.warnings), result.warnings
+    assert any("notification block 'no-such-alert-block' cannot be loaded" in w for w in result.warnings), (
+        result.warnings
+    )
 
 
 def test_the_automation_of_the_deployments_is_created_from_code(webhook: list[dict]) -> None:

@@ -14,12 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tasks.inference.aliases import ALIASES_FILE, inference_model_aliases
 from tasks.settings import Settings
 from tasks.sinks.warehouse_choice import warehouse_for
 from tests.conftest import DEMO_JOB
-
-import pytest
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -61,12 +61,19 @@ def test_two_promotions_at_once_apply_one_after_the_other_over_twenty_rounds(fre
     for i in range(rounds):
         current = inference_model_aliases(registry)["champion"]
         a, b = [v for v in ("1", "2", "3") if v != current][:: 1 if i % 2 else -1]
-        procs = [subprocess.Popen([SCORE, "promote", DEMO_JOB, v], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for v in (a, b)]
+        procs = [
+            subprocess.Popen([SCORE, "promote", DEMO_JOB, v], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for v in (a, b)
+        ]
         outputs = [p.communicate(timeout=120) for p in procs]
         for p, (out, err) in zip(procs, outputs, strict=True):
             assert p.returncode == 0 and "Traceback" not in out + err, (i, p.returncode, out, err)
-        moves = sorted(line.split("alias champion ", 1)[1].split(" (by", 1)[0] for out, _ in outputs for line in out.splitlines()
-                       if "alias champion" in line)
+        moves = sorted(
+            line.split("alias champion ", 1)[1].split(" (by", 1)[0]
+            for out, _ in outputs
+            for line in out.splitlines()
+            if "alias champion" in line
+        )
         # Each applied after the other: one moved from the version the round started at, the other from that one's target.
         first = next(m for m in moves if m.startswith(f"{current} → "))
         second = next(m for m in moves if m != first)
@@ -77,7 +84,7 @@ def test_two_promotions_at_once_apply_one_after_the_other_over_twenty_rounds(fre
     assert len(ledger) == 1 + 2 * rounds, ledger
     assert ledger[0] == (None, "1")
     # A chain: every move starts where the one before it ended; no two moves start from the same point.
-    assert all(move[0] == before[1] for before, move in zip(ledger, ledger[1:])), ledger
+    assert all(move[0] == before[1] for before, move in zip(ledger, ledger[1:], strict=False)), ledger
     document = _document(registry)
     assert document["aliases"]["champion"] == ledger[-1][1]
     assert [(h["from_version"], h["to_version"]) for h in document["history"]] == ledger
@@ -85,7 +92,9 @@ def test_two_promotions_at_once_apply_one_after_the_other_over_twenty_rounds(fre
     print(f"{rounds} rounds of two concurrent `score promote`: {elapsed:.1f} s")
 
 
-def test_a_promotion_killed_between_the_alias_file_and_the_ledger_is_recorded_by_the_next_alias_command(fresh_data: Settings) -> None:
+def test_a_promotion_killed_between_the_alias_file_and_the_ledger_is_recorded_by_the_next_alias_command(
+    fresh_data: Settings,
+) -> None:
     registry = _versions(fresh_data, ["2", "3"])
     assert _score("promote", DEMO_JOB, "1").returncode == 0
 
@@ -114,5 +123,7 @@ def test_a_promotion_killed_between_the_alias_file_and_the_ledger_is_recorded_by
     ledger = _ledger(fresh_data)
     assert ledger == [(None, "1"), ("1", "2"), ("2", "3"), ("3", "1")]
     document = _document(registry)
-    assert [(h["from_version"], h["to_version"]) for h in document["history"]] == ledger and document["unrecorded"] == []
+    assert [(h["from_version"], h["to_version"]) for h in document["history"]] == ledger and document[
+        "unrecorded"
+    ] == []
     assert document["aliases"] == {"champion": "1"}

@@ -22,8 +22,8 @@ import duckdb
 import httpx
 import polars as pl
 import pytest
-
 from conftest import DEMO_JOB, DemoEnv
+
 from tasks import TELEMETRY_OFF
 
 pytestmark = pytest.mark.server
@@ -57,21 +57,30 @@ def _big_partition(demo_env: DemoEnv, data: Path) -> None:
     pl.concat([pl.read_parquet(p) for p in days]).write_parquet(target / "part-0.parquet", row_group_size=5000)
 
 
-def test_the_api_server_lost_mid_run_fails_the_run_before_publishing_with_one_line(demo_env: DemoEnv, tmp_path: Path) -> None:
+def test_the_api_server_lost_mid_run_fails_the_run_before_publishing_with_one_line(
+    demo_env: DemoEnv, tmp_path: Path
+) -> None:
     data = tmp_path / "data"
     _big_partition(demo_env, data)
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "SCORING_"))}
     env.update(
-        PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_API_URL=api, **TELEMETRY_OFF,
-        SCORING_DATA_DIR=str(data), PYTHONUNBUFFERED="1",
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_API_URL=api,
+        **TELEMETRY_OFF,
+        SCORING_DATA_DIR=str(data),
+        PYTHONUNBUFFERED="1",
     )
     server_log = tmp_path / "server.log"
     with server_log.open("w") as out:
         server = subprocess.Popen(
             [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     run = None
     try:
@@ -90,7 +99,12 @@ def test_the_api_server_lost_mid_run_fails_the_run_before_publishing_with_one_li
         with output.open("w") as out:
             run = subprocess.Popen(
                 [str(BIN / "score"), "run", DEMO_JOB, "--date", DAY, "--chunk-rows", "100"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         while "[PRED]" not in output.read_text():
             assert run.poll() is None, output.read_text()[-3000:]
@@ -110,7 +124,9 @@ def test_the_api_server_lost_mid_run_fails_the_run_before_publishing_with_one_li
     assert "Traceback" not in text and "Error logging to API" not in text, text[-3000:]
     errors = [line for line in text.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, text[-3000:]
-    assert f"the orchestration API at {api} was lost during the run" in errors[0] and "is not published" in errors[0], errors[0]
+    assert f"the orchestration API at {api} was lost during the run" in errors[0] and "is not published" in errors[0], (
+        errors[0]
+    )
     # Bounded: Prefect's default client retries alone took ~62 s a call and 150–224 s a run.
     assert waited < 120, waited
     with duckdb.connect(str(data / "warehouse.duckdb"), read_only=True) as con:

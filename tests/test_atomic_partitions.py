@@ -17,7 +17,11 @@ PARTITION = "2026-03-10"
 
 
 def _store(root: Path) -> PartitionStore:
-    datasets = {"predictions": root / "predictions", "quarantine": root / "quarantine", "fallback_report": root / "reports" / "fallback"}
+    datasets = {
+        "predictions": root / "predictions",
+        "quarantine": root / "quarantine",
+        "fallback_report": root / "reports" / "fallback",
+    }
     return PartitionStore(root=root, datasets=datasets, schemas=dict.fromkeys(datasets, SCHEMA))
 
 
@@ -29,7 +33,12 @@ def _stage(store: PartitionStore, run_id: str, rows: int, files: int = 3) -> Non
             first = chunk * per_file
             n = max(min(per_file, n_rows - first), 0)
             if n:
-                write_staged_chunk(store.datasets[name], run_id, chunk, pa.table({"run_id": [run_id] * n, "row": list(range(first, first + n))}, schema=SCHEMA))
+                write_staged_chunk(
+                    store.datasets[name],
+                    run_id,
+                    chunk,
+                    pa.table({"run_id": [run_id] * n, "row": list(range(first, first + n))}, schema=SCHEMA),
+                )
 
 
 def _published(store: PartitionStore, run_id: str, rows: int) -> None:
@@ -62,7 +71,10 @@ def test_republishing_leaves_only_the_last_run_and_keeps_the_one_before(tmp_path
     # Readers walking a dataset see one entry per partition, nothing staged or hidden.
     assert [p.name for p in store.datasets["predictions"].iterdir()] == [f"date={PARTITION}"]
     # Every dataset resolves through the one pointer into the same version folder.
-    resolved = {Path(os.path.realpath(store.datasets[n] / f"date={PARTITION}")).relative_to(tmp_path).parts[:3] for n in store.datasets}
+    resolved = {
+        Path(os.path.realpath(store.datasets[n] / f"date={PARTITION}")).relative_to(tmp_path).parts[:3]
+        for n in store.datasets
+    }
     assert resolved == {("_partitions", f"date={PARTITION}", "run-c")}
 
 
@@ -115,7 +127,9 @@ def test_older_layouts_are_converted_on_the_next_publish(tmp_path: Path) -> None
     old_version.mkdir(parents=True)
     pq.write_table(pa.table({"run_id": ["old"], "row": [0]}, schema=SCHEMA), old_version / "part-old.parquet")
     store.datasets["quarantine"].mkdir()
-    (store.datasets["quarantine"] / f"date={PARTITION}").symlink_to(os.path.relpath(old_version, store.datasets["quarantine"]))
+    (store.datasets["quarantine"] / f"date={PARTITION}").symlink_to(
+        os.path.relpath(old_version, store.datasets["quarantine"])
+    )
     _published(store, "run-a", 80)
     assert all(_runs(store, n) == {"run-a"} for n in store.datasets)
     assert not old_version.exists()

@@ -10,10 +10,9 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 
 from tasks.settings import Settings
-
-from conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -41,7 +40,10 @@ def test_a_dry_run_lists_the_partitions_and_writes_nothing(demo_env: DemoEnv, fr
 
 
 def test_missing_and_failed_modes_touch_exactly_their_partitions(
-    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from flows.people import backfill
     from flows.score_partition import score_partition
@@ -100,20 +102,28 @@ def test_backfill_reports_its_progress_as_an_artifact(demo_env: DemoEnv, fresh_d
     day = demo_env.plan.scoring_dates[0]
     backfill(DEMO_JOB, day, day)
     with get_client(sync_client=True) as client:
-        (latest,) = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["backfill-progress"])))
+        (latest,) = client.read_latest_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["backfill-progress"]))
+        )
     assert latest.type == "progress" and float(latest.data) == 100.0
 
 
-def test_a_wrong_range_fails_at_once_in_one_sentence(demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wrong_range_fails_at_once_in_one_sentence(
+    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from flows.people import backfill
 
     first, _, last = demo_env.plan.scoring_dates
-    after_today = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=2)
+    after_today = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=2)
     monkeypatch.setenv("SCORING_MAX_BACKFILL_DAYS", str((last - first).days))
     for start, end, sentence in [
         (last, first, f"the end date {first} is before the start date {last}: give the earlier day as the start"),
-        (first, last, f"{first}…{last} spans {(last - first).days + 1} days, more than the {(last - first).days} one backfill may score "
-                      "(SCORING_MAX_BACKFILL_DAYS): split the range"),
+        (
+            first,
+            last,
+            f"{first}…{last} spans {(last - first).days + 1} days, more than the {(last - first).days} one backfill may score "
+            "(SCORING_MAX_BACKFILL_DAYS): split the range",
+        ),
         (after_today, after_today, f"the end date {after_today} is after today"),
     ]:
         state = backfill(DEMO_JOB, start, end, return_state=True)
@@ -129,7 +139,9 @@ def test_cli_dry_run_prints_the_plan(demo_env: DemoEnv, fresh_data: Settings, pr
     from cli.score import app
 
     first, last = demo_env.plan.scoring_dates[0], demo_env.plan.scoring_dates[-1]
-    result = CliRunner().invoke(app, ["backfill", DEMO_JOB, "--start", str(first), "--end", str(last), "--mode", "missing", "--dry-run"])
+    result = CliRunner().invoke(
+        app, ["backfill", DEMO_JOB, "--start", str(first), "--end", str(last), "--mode", "missing", "--dry-run"]
+    )
     assert result.exit_code == 0, result.output
     assert f"would score 3 partition(s): {first}" in result.output
     assert not fresh_data.duckdb_path.exists()
@@ -145,7 +157,9 @@ def _partition_task_runs(flow_run_id) -> list:
 
 
 def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_failure(
-    demo_env: DemoEnv, fresh_data: Settings, prefect_logging: None,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    prefect_logging: None,
 ) -> None:
     from typer.testing import CliRunner
 
@@ -179,7 +193,8 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     outcomes = json.loads(_latest_artifact("backfill-outcomes").data)
     assert [list(o)[:3] + list(o)[-1:] for o in outcomes] == [["date", "outcome", "reason", "link"]] * 3
     assert [(o["date"], o["outcome"], o["reason"]) for o in outcomes] == [
-        (first.isoformat(), "succeeded", ""), (middle.isoformat(), "🔴 failed", reason),
+        (first.isoformat(), "succeeded", ""),
+        (middle.isoformat(), "🔴 failed", reason),
         (last.isoformat(), "succeeded", ""),
     ]
     pages = [o["link"] for o in outcomes if o["outcome"] == "succeeded"]
@@ -188,7 +203,9 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     assert all("approve " in o["decisions"] for o in outcomes if o["outcome"] == "succeeded"), outcomes
     # `score runs` lists the refused day with its reason, and the nightly catch-up scores it again.
     listed = json.loads(CliRunner().invoke(app, ["runs", DEMO_JOB, "--json"]).stdout)
-    assert [(r["partition_date"], r["status"], r["error"]) for r in listed if r["status"] == "refused"] == [(middle.isoformat(), *rows[1][1:])]
+    assert [(r["partition_date"], r["status"], r["error"]) for r in listed if r["status"] == "refused"] == [
+        (middle.isoformat(), *rows[1][1:])
+    ]
     window = fresh_data.model_copy(update={"catch_up_days": (last - first).days + 1})
     assert catch_up_dates(window, DEMO_JOB, last + dt.timedelta(days=1)) == [middle]
     from prefect.client.orchestration import get_client
@@ -198,8 +215,10 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     # `failed` finds the refused day and says why.
     assert [p["date"] for p in backfill(DEMO_JOB, first, last, mode="failed", dry_run=True)] == [middle.isoformat()]
     selection = _latest_artifact("backfill-selection")
-    assert selection.description.startswith(f"{DEMO_JOB} {first}…{last}, mode failed: 1 of 3 day(s) to score, last run failed or refused: "
-                                            f"{middle} (refused: {reason})"), selection.description
+    assert selection.description.startswith(
+        f"{DEMO_JOB} {first}…{last}, mode failed: 1 of 3 day(s) to score, last run failed or refused: "
+        f"{middle} (refused: {reason})"
+    ), selection.description
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
         baselines = con.sql(
             "SELECT partition_date, max(baseline_partitions) FROM decision_monitoring GROUP BY partition_date ORDER BY 1"
@@ -218,7 +237,7 @@ def test_concurrent_backfill_runs_partitions_at_once_and_keeps_going_past_a_fail
     assert len(sequential) == 1
     state = backfill(DEMO_JOB, first, last, concurrency=1, return_state=True)
     sequential = _partition_task_runs(state.state_details.flow_run_id)
-    assert [r.created < p.end_time for p, r in zip(sequential, sequential[1:])] == [False, False]
+    assert [r.created < p.end_time for p, r in zip(sequential, sequential[1:], strict=False)] == [False, False]
 
 
 def test_a_backfills_partition_subflows_run_without_their_own_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,9 +256,21 @@ def test_a_backfills_partition_subflows_run_without_their_own_heartbeat(monkeypa
     def probe(job: str, date: dt.date, chunk_rows: int | None = None) -> PartitionResult:
         seen["partition"] = get_current_settings().flows.heartbeat_frequency
         return PartitionResult(
-            job=job, partition_date=date, run_id="probe", run_page=None, **{**dict.fromkeys(RUN_COUNTS, 0), "rows_scored": 1},
-            decisions={}, guard_counts={}, inference={}, model_health={}, challenger=None, drift_flags=(), forecast=None,
-            classification=None, decision_monitoring=None, warnings=(),
+            job=job,
+            partition_date=date,
+            run_id="probe",
+            run_page=None,
+            **{**dict.fromkeys(RUN_COUNTS, 0), "rows_scored": 1},
+            decisions={},
+            guard_counts={},
+            inference={},
+            model_health={},
+            challenger=None,
+            drift_flags=(),
+            forecast=None,
+            classification=None,
+            decision_monitoring=None,
+            warnings=(),
         )
 
     @flow(name="probe-backfill")
@@ -272,5 +303,7 @@ def test_partitions_loading_their_models_at_once_all_get_the_whole_xgboost() -> 
         "[t.join() for t in threads]\n"
         "print(seen)\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
     assert done.stdout.strip() == str([True] * 4), done.stdout + done.stderr

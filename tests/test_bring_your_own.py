@@ -35,7 +35,11 @@ def true_risk(frame: pl.DataFrame) -> np.ndarray:
     paperless = frame["paperless"].to_numpy() == "yes"
     calls = frame["support_calls"].to_numpy().astype(float)
     logit = (
-        -2.6 - 0.04 * tenure + 0.02 * (charges - 70) + 0.9 * paperless + 0.45 * calls
+        -2.6
+        - 0.04 * tenure
+        + 0.02 * (charges - 70)
+        + 0.9 * paperless
+        + 0.45 * calls
         + np.select([contract == "monthly", contract == "one_year"], [1.0, -0.3], -1.2)
     )
     return 1 / (1 + np.exp(-logit))
@@ -44,14 +48,16 @@ def true_risk(frame: pl.DataFrame) -> np.ndarray:
 def day_rows(day: dt.date, rows: int, seed: int) -> pl.DataFrame:
     rng = np.random.default_rng(seed)
     charges = rng.normal(70, 25, rows).clip(15, 180).round(2)
-    frame = pl.DataFrame({
-        "customer_id": [f"CU-{day:%m%d}-{i:06d}" for i in range(rows)],
-        "tenure_months": rng.integers(0, 73, rows),
-        "monthly_charges": pl.Series(np.where(rng.random(rows) < 0.03, np.nan, charges)).fill_nan(None),
-        "contract": rng.choice(CONTRACTS, rows, p=[0.5, 0.3, 0.2]),
-        "paperless": rng.choice(["yes", "no"], rows),
-        "support_calls": rng.poisson(1.2, rows),
-    })
+    frame = pl.DataFrame(
+        {
+            "customer_id": [f"CU-{day:%m%d}-{i:06d}" for i in range(rows)],
+            "tenure_months": rng.integers(0, 73, rows),
+            "monthly_charges": pl.Series(np.where(rng.random(rows) < 0.03, np.nan, charges)).fill_nan(None),
+            "contract": rng.choice(CONTRACTS, rows, p=[0.5, 0.3, 0.2]),
+            "paperless": rng.choice(["yes", "no"], rows),
+            "support_calls": rng.poisson(1.2, rows),
+        }
+    )
     churned = (rng.random(rows) < true_risk(frame)).astype(np.int8)
     return frame.with_columns(pl.Series("churned", churned))
 
@@ -86,7 +92,9 @@ def review_contract_texts(spec_path: Path) -> tuple[str, dict[str, str]]:
     code = lines[at + 1].split("code: ")[1]
     (variant,) = [i for i in range(at + 1, at + 6) if lines[i].strip().startswith("by_value:")]
     by_contract = {
-        "monthly": "Month-to-month contract", "one_year": "One-year contract", "two_year": "Two-year contract",
+        "monthly": "Month-to-month contract",
+        "one_year": "One-year contract",
+        "two_year": "Two-year contract",
     }
     lines[variant] = f"        by_value: {{{', '.join(f'{k}: {v}' for k, v in by_contract.items())}}}"
     spec_path.write_text("\n".join(lines) + "\n")
@@ -141,29 +149,44 @@ def test_from_partitions_to_a_scored_nightly_job_with_cli_commands_only(user) ->
         raw = labelled[day]
         assert predictions.height + _quarantined(root, day) == raw.height
         assert predictions["entity_id"].n_unique() == predictions.height
-        joined = predictions.join(raw.select(pl.col("customer_id").alias("entity_id"), "churned", "paperless",
-                                             pl.Series("true_risk", true_risk(raw))), on="entity_id")
+        joined = predictions.join(
+            raw.select(
+                pl.col("customer_id").alias("entity_id"), "churned", "paperless", pl.Series("true_risk", true_risk(raw))
+            ),
+            on="entity_id",
+        )
         # Calibrated on a hold-out of 4,000 rows: the expected rate follows the generator's own risk.
         assert abs(joined["probability"].mean() - joined["true_risk"].mean()) < 0.02
         assert abs(joined["probability"].mean() - joined["churned"].mean()) < 0.03
         top = joined.sort("true_risk", descending=True).head(joined.height // 50)
         assert top["probability"].mean() > 0.7 * top["true_risk"].mean()
-        assert (joined["probability_low"] <= joined["probability"]).all() and (joined["probability"] <= joined["probability_high"]).all()
+        assert (joined["probability_low"] <= joined["probability"]).all() and (
+            joined["probability"] <= joined["probability_high"]
+        ).all()
         # Rows the rules act on or send to a person carry reasons; rows with no action do not.
         reasons = joined.filter(pl.col("decision") != "no_action")
         assert reasons.height > 0 and reasons["reason_codes"].list.len().min() >= 1
         assert joined.filter(pl.col("decision") == "no_action")["reason_codes"].list.len().max() in (0, None)
         # Where the contract is a reason, its text is the one of the row's own contract.
-        contract = joined.join(raw.select(pl.col("customer_id").alias("entity_id"), "contract"), on="entity_id").explode(
-            ["reason_codes", "reason_texts"]
-        ).filter(pl.col("reason_codes") == code)
+        contract = (
+            joined.join(raw.select(pl.col("customer_id").alias("entity_id"), "contract"), on="entity_id")
+            .explode(["reason_codes", "reason_texts"])
+            .filter(pl.col("reason_codes") == code)
+        )
         assert contract.height > 0
         assert (contract["reason_texts"] == contract["contract"].replace_strict(by_contract)).all()
 
-    drift = pl.read_parquet(root / "data" / "output" / "churn" / "reports" / "drift" / f"date={SCORED_DAYS[0]}" / "*.parquet")
+    drift = pl.read_parquet(
+        root / "data" / "output" / "churn" / "reports" / "drift" / f"date={SCORED_DAYS[0]}" / "*.parquet"
+    )
     kinds = dict(drift.filter(pl.col("baseline") == "reference").select("feature", "kind").iter_rows())
-    assert kinds == {"tenure_months": "numeric", "monthly_charges": "numeric", "contract": "categorical",
-                     "paperless": "boolean", "support_calls": "numeric"}
+    assert kinds == {
+        "tenure_months": "numeric",
+        "monthly_charges": "numeric",
+        "contract": "categorical",
+        "paperless": "boolean",
+        "support_calls": "numeric",
+    }
     page = (root / "data" / "output" / "churn" / "reports" / "html" / f"date={SCORED_DAYS[0]}.html").read_text()
     assert "p1–p99" in page and "<th>kind</th>" in page
 

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import DEMO_END, DEMO_JOB, DemoEnv
 from scipy import stats
 from scipy.special import expit, logit
 
@@ -21,8 +22,6 @@ from tasks.prediction.calibration_check import (
 )
 from tasks.settings import Settings
 
-from conftest import DEMO_END, DEMO_JOB, DemoEnv
-
 
 @pytest.fixture(scope="module")
 def holdout(demo_env: DemoEnv, tmp_path_factory: pytest.TempPathFactory):
@@ -32,7 +31,9 @@ def holdout(demo_env: DemoEnv, tmp_path_factory: pytest.TempPathFactory):
     models = demo_env.settings.data_dir / "models"
     (data / "models").symlink_to(models, target_is_directory=True)
     days = demo_dates(DEMO_END + dt.timedelta(days=30), 2)
-    write_demo_partitions(data / "raw" / DEMO_JOB, data / "labels" / DEMO_JOB, days, rows_per_day=15_000, seed=1234, shift_days=0)
+    write_demo_partitions(
+        data / "raw" / DEMO_JOB, data / "labels" / DEMO_JOB, days, rows_per_day=15_000, seed=1234, shift_days=0
+    )
     return settings, scored_with_labels(settings, DEMO_JOB, days)
 
 
@@ -40,8 +41,12 @@ def _report(scored, probability=None):
     level = load_job_spec(DEMO_JOB, Settings()).prediction.interval_level
     return predict_calibration_report(
         scored["probability"].to_numpy() if probability is None else probability,
-        scored["probability_low"].to_numpy(), scored["probability_high"].to_numpy(),
-        scored["outcome"].to_numpy(), interval_level=level, bins=20, min_rows=500,
+        scored["probability_low"].to_numpy(),
+        scored["probability_high"].to_numpy(),
+        scored["outcome"].to_numpy(),
+        interval_level=level,
+        bins=20,
+        min_rows=500,
     )
 
 
@@ -101,10 +106,14 @@ def legacy_metadata(margins: np.ndarray, outcomes: np.ndarray, bins: int = 40) -
         pooled.append(block)
         while len(pooled) > 1 and pooled[-2][1] / pooled[-2][2] >= pooled[-1][1] / pooled[-1][2]:
             last = pooled.pop()
-            pooled[-1] = [a + b for a, b in zip(pooled[-1], last)]
+            pooled[-1] = [a + b for a, b in zip(pooled[-1], last, strict=True)]
     sums = np.array(pooled)
-    return {"method": "binned_beta_jeffreys", "centers": (sums[:, 0] / sums[:, 2]).tolist(),
-            "events": sums[:, 1].tolist(), "totals": sums[:, 2].tolist()}
+    return {
+        "method": "binned_beta_jeffreys",
+        "centers": (sums[:, 0] / sums[:, 2]).tolist(),
+        "events": sums[:, 1].tolist(),
+        "totals": sums[:, 2].tolist(),
+    }
 
 
 LEVEL = 0.9
@@ -117,7 +126,9 @@ def test_a_small_holdout_reaches_the_risk_of_its_top_rows_and_stays_calibrated()
     assert true_risk(margins[top]).mean() > 0.9
     calibrator = predict_fitted_calibrator(margins, outcomes)
     calibrated = ProbabilityMap(calibrator, LEVEL).predict_calibrated_probability(margins[top])
-    assert calibrated.probability.mean() >= 0.8 and np.mean(calibrated.probability >= 0.8) >= 0.9, calibrated.probability
+    assert calibrated.probability.mean() >= 0.8 and np.mean(calibrated.probability >= 0.8) >= 0.9, (
+        calibrated.probability
+    )
     fresh_margins, fresh_outcomes = small_holdout(50_000, seed=2)
     quality = predict_calibration_quality(calibrator, fresh_margins, fresh_outcomes, level=LEVEL)
     assert quality.ece <= 0.02
@@ -180,7 +191,9 @@ def test_registration_warns_when_bins_hold_too_few_events() -> None:
     assert f"{events:,} events and {200 - events:,} non-events in 200 rows" in overall
     thin = [b for b in quality.table if min(b["events"], b["rows"] - b["events"]) < 10]
     assert thin, quality.table
-    assert any(f"{len(thin)} of {len(quality.table)} calibration bins hold fewer than 10" in w for w in quality.warnings)
+    assert any(
+        f"{len(thin)} of {len(quality.table)} calibration bins hold fewer than 10" in w for w in quality.warnings
+    )
     plentiful = predict_fitted_calibrator(*small_holdout(20_000, seed=4))
     assert predict_calibration_table(plentiful.to_metadata(), level=LEVEL).warnings == []
 

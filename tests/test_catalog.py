@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from monitoring_demo import JOB, SALES_JOB, MonitoredDemo, copied_demo, monitored_demo
 
 from tasks import catalog
 from tasks.catalog import DATASETS, PARTITION_DATASETS, PARTITION_KEY, PREDICTIONS, WAREHOUSE_DATASETS, Dataset
@@ -28,8 +29,6 @@ from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from tasks.sinks.parquet_store import REPORT_PAGE, OutputDirs, output_dirs
 from tasks.sinks.publish import partition_store
 from tasks.sinks.warehouse import Warehouse
-
-from monitoring_demo import JOB, SALES_JOB, MonitoredDemo, copied_demo, monitored_demo
 
 
 def _comparable(kind: pa.DataType) -> pa.DataType:
@@ -80,7 +79,9 @@ def test_the_catalog_imports_pyarrow_and_the_standard_library_only() -> None:
         "import sys, pyarrow; before = set(sys.modules); import tasks.catalog; "
         "print('\\n'.join(sorted(m for m in set(sys.modules) - before if m.partition('.')[0] not in sys.stdlib_module_names)))"
     )
-    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=PROJECT_ROOT).stdout.split()
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=PROJECT_ROOT
+    ).stdout.split()
     assert sorted(loaded) == ["tasks", "tasks.catalog"]
 
 
@@ -92,7 +93,9 @@ def test_the_parquet_store_publishes_the_catalogs_folders(tmp_path: Path) -> Non
     assert store.datasets == {d.name: root / d.folder for d in PARTITION_DATASETS}
     assert {name: schema for name, schema in store.schemas.items()} == {d.name: d.schema for d in PARTITION_DATASETS}
     assert dirs.all() == tuple(root / d.folder for d in catalog.STAGED_DATASETS)
-    assert dirs.fallback_report == root / "reports" / "fallback" and dirs.inference_handoff == root / "inference_handoff"
+    assert (
+        dirs.fallback_report == root / "reports" / "fallback" and dirs.inference_handoff == root / "inference_handoff"
+    )
     with pytest.raises(AttributeError, match="staged datasets"):
         dirs.runs  # noqa: B018  (the ledger has no folder)
     # Tasks on Dask workers get the folders pickled.
@@ -118,11 +121,16 @@ def _warehouse_problems(warehouse: Warehouse) -> list[str]:
     problems = []
     with warehouse._session(write=True) as session:
         present = {
-            r["table_name"] for r in session.rows("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+            r["table_name"]
+            for r in session.rows(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+            )
         }
         wanted = {d.table for d in WAREHOUSE_DATASETS}
         if present != wanted:
-            problems.append(f"tables: {sorted(present - wanted)} not in the catalog, {sorted(wanted - present)} missing")
+            problems.append(
+                f"tables: {sorted(present - wanted)} not in the catalog, {sorted(wanted - present)} missing"
+            )
         primary = {}
         for r in session.rows(
             "SELECT tc.table_name, kcu.column_name FROM information_schema.table_constraints tc "
@@ -139,15 +147,21 @@ def _warehouse_problems(warehouse: Warehouse) -> list[str]:
                 {"table": d.table},
             )
             if [c["column_name"] for c in columns] != d.schema.names:
-                problems.append(f"{d.table}: columns {[c['column_name'] for c in columns]}, the catalog says {d.schema.names}")
+                problems.append(
+                    f"{d.table}: columns {[c['column_name'] for c in columns]}, the catalog says {d.schema.names}"
+                )
             not_null = {c["column_name"] for c in columns if c["is_nullable"] == "NO"}
             if not_null != {f.name for f in d.schema if not f.nullable}:
-                problems.append(f"{d.table}: NOT NULL {sorted(not_null)}, the catalog {sorted(f.name for f in d.schema if not f.nullable)}")
+                problems.append(
+                    f"{d.table}: NOT NULL {sorted(not_null)}, the catalog {sorted(f.name for f in d.schema if not f.nullable)}"
+                )
             read = session.arrow(f'SELECT * FROM "{d.table}" LIMIT 0').schema
             if _columns(read) != _columns(d.schema):
                 problems.append(f"{d.table}: types {_columns(read)}, the catalog {_columns(d.schema)}")
             if primary.get(d.table, []) != (list(d.keys) if d.primary_key else []):
-                problems.append(f"{d.table}: primary key {primary.get(d.table)}, the catalog {d.keys if d.primary_key else None}")
+                problems.append(
+                    f"{d.table}: primary key {primary.get(d.table)}, the catalog {d.keys if d.primary_key else None}"
+                )
     return problems
 
 
@@ -182,7 +196,9 @@ def _parquet_problems(root: Path, dataset: Dataset, day: dt.date, run_id: str) -
         if found != wanted:
             extra, missing = sorted(set(found) - set(wanted)), sorted(set(wanted) - set(found))
             retyped = sorted(n for n in set(found) & set(wanted) if found[n] != wanted[n])
-            problems.append(f"{path.relative_to(root)}: columns not in the catalog {extra}, missing {missing}, other types {retyped}")
+            problems.append(
+                f"{path.relative_to(root)}: columns not in the catalog {extra}, missing {missing}, other types {retyped}"
+            )
     return problems
 
 
@@ -202,9 +218,12 @@ def test_every_published_folder_of_the_demo_is_the_catalogs(demo: MonitoredDemo)
         # What Delta writes: the version files read with the catalog's schema, as many rows as the warehouse holds.
         with warehouse._session(write=False) as session:
             for dataset in PARTITION_DATASETS:
-                rows = ds.dataset(sorted(str(p) for p in (version / dataset.folder).glob("*.parquet")), schema=dataset.schema).count_rows()
+                rows = ds.dataset(
+                    sorted(str(p) for p in (version / dataset.folder).glob("*.parquet")), schema=dataset.schema
+                ).count_rows()
                 stored = session.rows(
-                    f'SELECT count(*) AS n FROM "{dataset.table}" WHERE job = $job AND partition_date = $day', {"job": JOB, "day": day}
+                    f'SELECT count(*) AS n FROM "{dataset.table}" WHERE job = $job AND partition_date = $day',
+                    {"job": JOB, "day": day},
                 )[0]["n"]
                 assert rows == stored, (dataset.name, day, rows, stored)
     assert list(root.rglob("_staging/**/*.*")) == []
@@ -224,20 +243,30 @@ def test_every_key_of_the_catalog_identifies_one_row_of_the_demo(demo: Monitored
     for job in (JOB, SALES_JOB):
         spec = load_job_spec(job, settings)
         for day in demo.dates:
-            ingested_outcomes(warehouse, spec, labels_dir=settings.labels_partition_dir(job, day.isoformat()), partition_date=day)
+            ingested_outcomes(
+                warehouse, spec, labels_dir=settings.labels_partition_dir(job, day.isoformat()), partition_date=day
+            )
     with warehouse._session(write=False) as session:
         for dataset in WAREHOUSE_DATASETS:
             (counted,) = session.rows(f'SELECT count(*) AS n FROM "{dataset.table}"')
             # Leases are released after each run; the champion/challenger tables fill only for a job that names
             # a challenger or promotes one (tests/test_champion_challenger.py checks their rows and keys).
             # The demo has no multiclass job: tests/test_multiclass_*.py check its tables.
-            multiclass = (catalog.CLASSIFICATIONS, catalog.SHADOW_CLASSIFICATIONS, catalog.OUTCOME_CLASS_LABELS, catalog.OUTCOME_CLASS_METRICS,
-                          catalog.OUTCOME_CLASS_RATES, catalog.OUTCOME_CLASS_CALIBRATION)
+            multiclass = (
+                catalog.CLASSIFICATIONS,
+                catalog.SHADOW_CLASSIFICATIONS,
+                catalog.OUTCOME_CLASS_LABELS,
+                catalog.OUTCOME_CLASS_METRICS,
+                catalog.OUTCOME_CLASS_RATES,
+                catalog.OUTCOME_CLASS_CALIBRATION,
+            )
             if dataset not in (catalog.PARTITION_LEASES, *CHALLENGER_TABLES, *multiclass):
                 assert counted["n"] > 0, dataset.table
             if not dataset.keys:
                 continue
             keys = ", ".join(f'"{k}"' for k in dataset.keys)
-            repeated = session.rows(f'SELECT {keys}, count(*) AS n FROM "{dataset.table}" GROUP BY {keys} HAVING count(*) > 1 LIMIT 3')
+            repeated = session.rows(
+                f'SELECT {keys}, count(*) AS n FROM "{dataset.table}" GROUP BY {keys} HAVING count(*) > 1 LIMIT 3'
+            )
             assert repeated == [], (dataset.table, repeated)
     assert PREDICTIONS.keys == (*PARTITION_KEY, "entity_id")

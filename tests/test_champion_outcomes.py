@@ -20,7 +20,12 @@ from scipy.stats import mannwhitneyu, rankdata
 
 from tasks.monitoring import champion_outcomes
 from tasks.monitoring.champion_outcomes import (
-    FORECAST_MEASURES, MEASURES, ForecastRows, ModelComparison, compared_forecasts, compared_models,
+    FORECAST_MEASURES,
+    MEASURES,
+    ForecastRows,
+    ModelComparison,
+    compared_forecasts,
+    compared_models,
 )
 from tasks.settings import PROJECT_ROOT
 
@@ -40,7 +45,7 @@ def auc_by_ranks(y: np.ndarray, p: np.ndarray) -> float:
 
 
 def brier_reference(y: np.ndarray, p: np.ndarray) -> float:
-    return sum((float(a) - float(b)) ** 2 for a, b in zip(p, y)) / y.size
+    return sum((float(a) - float(b)) ** 2 for a, b in zip(p, y, strict=True)) / y.size
 
 
 def ece_reference(y: np.ndarray, p: np.ndarray, bins: int) -> float:
@@ -147,8 +152,10 @@ def test_a_truly_better_challenger_is_promoted() -> None:
     assert result.recommendation.startswith("promote the challenger: its AUC is higher by")
     # The sentence carries the numbers: the AUC delta and its interval, to the decimals shown.
     shown = numbers_in(result.recommendation.split("its AUC is higher by")[1])[:3]
-    for value, exact in zip(shown, (result.delta["auc"], result.delta_low["auc"], result.delta_high["auc"])):
-        assert abs(value - exact) <= 0.5 * 10 ** -3 + 1e-12
+    for value, exact in zip(
+        shown, (result.delta["auc"], result.delta_low["auc"], result.delta_high["auc"]), strict=True
+    ):
+        assert abs(value - exact) <= 0.5 * 10**-3 + 1e-12
     assert "99% interval" in result.recommendation
 
 
@@ -168,7 +175,9 @@ def test_identical_models_show_no_difference() -> None:
         assert result.delta[m] == 0.0
         assert result.delta_low[m] == 0.0 == result.delta_high[m]
         assert result.better[m] == "undecided"
-    assert result.recommendation == "no clear difference on 20 000 labelled rows: keep the champion and gather more nights"
+    assert (
+        result.recommendation == "no clear difference on 20 000 labelled rows: keep the champion and gather more nights"
+    )
 
 
 def test_better_ranking_with_worse_calibration_is_mixed() -> None:
@@ -299,7 +308,10 @@ def test_too_few_rows_decide_nothing() -> None:
         assert math.isnan(result.delta_low[m]) and math.isnan(result.delta_high[m])
         assert result.better[m] == "undecided"
     assert result.recommendation == "only 3 labelled rows, too few to compare: keep the champion and gather more nights"
-    assert compared_models(np.tile(y, 4), np.tile([0.9, 0.1, 0.2], 4), np.tile([0.1, 0.8, 0.9], 4)).better["auc"] == "challenger"
+    assert (
+        compared_models(np.tile(y, 4), np.tile([0.9, 0.1, 0.2], 4), np.tile([0.1, 0.8, 0.9], 4)).better["auc"]
+        == "challenger"
+    )
 
 
 @pytest.mark.parametrize(("outcome", "missing"), [(0, "no events"), (1, "no non-events")])
@@ -311,13 +323,18 @@ def test_one_class_only(outcome: int, missing: str) -> None:
     result = compared_models(y, champion, rng.random(n))
     assert result.events == (0 if outcome == 0 else n)
     assert math.isnan(result.champion["auc"]) and math.isnan(result.challenger["auc"])
-    assert math.isnan(result.delta["auc"]) and math.isnan(result.delta_low["auc"]) and math.isnan(result.delta_high["auc"])
+    assert (
+        math.isnan(result.delta["auc"]) and math.isnan(result.delta_low["auc"]) and math.isnan(result.delta_high["auc"])
+    )
     assert result.better["auc"] == "undecided"
     assert result.recommendation.startswith("keep the champion: AUC cannot be compared")
     assert f"{missing} among the 800 labelled rows" in result.recommendation
     # Brier and ECE are still measured and bootstrapped.
     assert result.champion["brier"] == pytest.approx(brier_reference(y, champion), rel=1e-12)
-    assert math.isfinite(result.delta_low["brier"]) and result.delta_low["brier"] <= result.delta["brier"] <= result.delta_high["brier"]
+    assert (
+        math.isfinite(result.delta_low["brier"])
+        and result.delta_low["brier"] <= result.delta["brier"] <= result.delta_high["brier"]
+    )
 
 
 def test_one_class_names_a_decided_calibration_difference() -> None:
@@ -359,7 +376,12 @@ def test_bad_inputs_are_refused_by_name(labels, champion, challenger, message) -
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"level": 1.0}, "level"), ({"level": 0.0}, "level"), ({"resamples": 0}, "resamples"), ({"ece_bins": 0}, "ece_bins")],
+    [
+        ({"level": 1.0}, "level"),
+        ({"level": 0.0}, "level"),
+        ({"resamples": 0}, "resamples"),
+        ({"ece_bins": 0}, "ece_bins"),
+    ],
 )
 def test_bad_options_are_refused(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -388,8 +410,15 @@ def test_importing_loads_no_heavy_library() -> None:
 # --- forecast jobs: MAE, RMSE and interval coverage --------------------------------------------------
 
 
-def poisson_rows(n: int, seed: int, *, champion_noise: float, challenger_noise: float,
-                 champion_width: float = 1.645, challenger_width: float = 1.645) -> tuple[np.ndarray, ForecastRows, ForecastRows]:
+def poisson_rows(
+    n: int,
+    seed: int,
+    *,
+    champion_noise: float,
+    challenger_noise: float,
+    champion_width: float = 1.645,
+    challenger_width: float = 1.645,
+) -> tuple[np.ndarray, ForecastRows, ForecastRows]:
     """Counts ~ Poisson(μ); each model forecasts μ times lognormal noise, with the interval f ± width·√f (clipped at 0)."""
     rng = np.random.default_rng(seed)
     mu = np.exp(rng.normal(1.0, 0.6, n))
@@ -403,9 +432,16 @@ def poisson_rows(n: int, seed: int, *, champion_noise: float, challenger_noise: 
 
 
 def forecast_measures_reference(y: np.ndarray, model: ForecastRows, level: float) -> np.ndarray:
-    error = [float(a) - float(f) for a, f in zip(y, model.forecast)]
-    covered = sum(1 for a, lo, hi in zip(y, model.low, model.high) if lo <= a <= hi) / y.size
-    return np.array([sum(abs(e) for e in error) / y.size, math.sqrt(sum(e * e for e in error) / y.size), covered, abs(covered - level)])
+    error = [float(a) - float(f) for a, f in zip(y, model.forecast, strict=True)]
+    covered = sum(1 for a, lo, hi in zip(y, model.low, model.high, strict=True) if lo <= a <= hi) / y.size
+    return np.array(
+        [
+            sum(abs(e) for e in error) / y.size,
+            math.sqrt(sum(e * e for e in error) / y.size),
+            covered,
+            abs(covered - level),
+        ]
+    )
 
 
 def test_forecast_measures_match_a_row_by_row_computation() -> None:
@@ -413,12 +449,17 @@ def test_forecast_measures_match_a_row_by_row_computation() -> None:
     result = compared_forecasts(y, champion, challenger, interval_level=0.9, resamples=50)
     assert result.measures == FORECAST_MEASURES and result.events is None and result.rows == 1500
     for side, model in (("champion", champion), ("challenger", challenger)):
-        np.testing.assert_allclose([getattr(result, side)[m] for m in FORECAST_MEASURES], forecast_measures_reference(y, model, 0.9),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            [getattr(result, side)[m] for m in FORECAST_MEASURES],
+            forecast_measures_reference(y, model, 0.9),
+            rtol=1e-12,
+        )
     rows = result.rows_long()
     assert [r["measure"] for r in rows] == list(FORECAST_MEASURES)
     for r in rows:
-        assert r["delta_low"] <= r["delta"] <= r["delta_high"] and r["delta"] == pytest.approx(r["challenger"] - r["champion"], abs=1e-15)
+        assert r["delta_low"] <= r["delta"] <= r["delta_high"] and r["delta"] == pytest.approx(
+            r["challenger"] - r["champion"], abs=1e-15
+        )
     json.dumps(rows)
 
 
@@ -429,20 +470,27 @@ def test_a_more_accurate_challenger_is_promoted_and_a_worse_one_is_not() -> None
     assert result.recommendation.startswith("promote the challenger: its MAE is lower by"), result.recommendation
     swapped = compared_forecasts(y, challenger, champion, interval_level=0.9)
     assert swapped.better["mae"] == "champion"
-    assert swapped.recommendation.startswith("keep the champion: the challenger's MAE is higher by"), swapped.recommendation
+    assert swapped.recommendation.startswith("keep the champion: the challenger's MAE is higher by"), (
+        swapped.recommendation
+    )
 
 
 def test_coverage_is_judged_by_its_distance_to_the_level_not_by_more_coverage() -> None:
     """Same forecasts; the champion's interval is too narrow, the challenger's about right, a third one far too wide."""
     y, base, _ = poisson_rows(4000, seed=3, champion_noise=0.05, challenger_noise=0.05)
     f = base.forecast
-    narrow, right, wide = (ForecastRows(f, np.maximum(f - w * np.sqrt(f), 0), f + w * np.sqrt(f)) for w in (0.8, 1.6, 4.0))
+    narrow, right, wide = (
+        ForecastRows(f, np.maximum(f - w * np.sqrt(f), 0), f + w * np.sqrt(f)) for w in (0.8, 1.6, 4.0)
+    )
     result = compared_forecasts(y, narrow, right, interval_level=0.9)
     assert result.champion["coverage"] < 0.8 and abs(result.challenger["coverage"] - 0.9) < 0.03
     assert result.better["mae"] == "undecided" and result.delta["mae"] == 0.0
     assert result.better["coverage"] == result.better["coverage_miss"] == "challenger"
     assert result.recommendation.startswith("no clear difference in MAE on 4 000 labelled rows")
-    assert "the challenger's interval coverage" in result.recommendation and "closer to the 90% level" in result.recommendation
+    assert (
+        "the challenger's interval coverage" in result.recommendation
+        and "closer to the 90% level" in result.recommendation
+    )
     # Wider than the level asks covers more, and is further from it: the challenger's coverage is worse.
     over = compared_forecasts(y, right, wide, interval_level=0.9)
     assert over.delta["coverage"] > 0 and over.better["coverage"] == "champion"
@@ -458,13 +506,17 @@ def test_the_forecast_interval_agrees_with_a_plain_row_resampling_bootstrap() ->
     deltas = []
     for _ in range(300):
         i = rng.integers(0, y.size, y.size)
-        deltas.append(forecast_measures_reference(y[i], ForecastRows(*(v[i] for v in challenger)), 0.9)
-                      - forecast_measures_reference(y[i], ForecastRows(*(v[i] for v in champion)), 0.9))
+        deltas.append(
+            forecast_measures_reference(y[i], ForecastRows(*(v[i] for v in challenger)), 0.9)
+            - forecast_measures_reference(y[i], ForecastRows(*(v[i] for v in champion)), 0.9)
+        )
     low, high = np.quantile(np.array(deltas), [(1 - level) / 2, (1 + level) / 2], axis=0)
     for k, m in enumerate(FORECAST_MEASURES[:3]):
         width, reference_width = result.delta_high[m] - result.delta_low[m], high[k] - low[k]
         assert 0.75 < width / reference_width < 1.33, (m, width, reference_width)
-        assert abs((result.delta_high[m] + result.delta_low[m]) / 2 - (high[k] + low[k]) / 2) < 0.25 * reference_width, m
+        assert (
+            abs((result.delta_high[m] + result.delta_low[m]) / 2 - (high[k] + low[k]) / 2) < 0.25 * reference_width
+        ), m
 
 
 def test_the_forecast_delta_interval_covers_zero_when_models_are_equally_good() -> None:
@@ -491,17 +543,39 @@ def test_forecast_subsampling_and_degenerate_inputs(monkeypatch: pytest.MonkeyPa
     empty = ForecastRows(np.array([]), np.array([]), np.array([]))
     none = compared_forecasts(np.array([]), empty, empty, interval_level=0.9)
     assert none.rows == 0 and math.isnan(none.champion["mae"]) and none.recommendation.startswith("no labelled rows")
-    few = compared_forecasts(y[:3], ForecastRows(*(v[:3] for v in champion)), ForecastRows(*(v[:3] for v in challenger)), interval_level=0.9)
+    few = compared_forecasts(
+        y[:3], ForecastRows(*(v[:3] for v in champion)), ForecastRows(*(v[:3] for v in challenger)), interval_level=0.9
+    )
     assert all(b == "undecided" for b in few.better.values()) and few.recommendation.startswith("only 3 labelled rows")
 
 
 @pytest.mark.parametrize(
     ("actual", "champion", "challenger", "message"),
     [
-        ([1.0, np.nan], ([1, 1], [0, 0], [2, 2]), ([1, 1], [0, 0], [2, 2]), "actuals must be finite numbers; 1 are not"),
-        ([1.0, 2.0], ([1, 1], [0, 0], [2, 2]), ([1], [0], [2]), "challenger forecast has 1 values but there are 2 actuals"),
-        ([1.0, 2.0], ([1, 1], [0, 3], [2, 2]), ([1, 1], [0, 0], [2, 2]), "champion interval has low above high on 1 rows"),
-        ([1.0, 2.0], ([1, np.inf], [0, 0], [2, 2]), ([1, 1], [0, 0], [2, 2]), "champion forecast must be finite numbers"),
+        (
+            [1.0, np.nan],
+            ([1, 1], [0, 0], [2, 2]),
+            ([1, 1], [0, 0], [2, 2]),
+            "actuals must be finite numbers; 1 are not",
+        ),
+        (
+            [1.0, 2.0],
+            ([1, 1], [0, 0], [2, 2]),
+            ([1], [0], [2]),
+            "challenger forecast has 1 values but there are 2 actuals",
+        ),
+        (
+            [1.0, 2.0],
+            ([1, 1], [0, 3], [2, 2]),
+            ([1, 1], [0, 0], [2, 2]),
+            "champion interval has low above high on 1 rows",
+        ),
+        (
+            [1.0, 2.0],
+            ([1, np.inf], [0, 0], [2, 2]),
+            ([1, 1], [0, 0], [2, 2]),
+            "champion forecast must be finite numbers",
+        ),
     ],
 )
 def test_bad_forecast_inputs_are_refused_by_name(actual, champion, challenger, message) -> None:

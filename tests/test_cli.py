@@ -10,12 +10,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import DemoEnv
 from typer.testing import CliRunner
 
 from cli.score import app
 from tasks.settings import PROJECT_ROOT
-
-from conftest import DemoEnv
 
 SCORE = Path(sys.executable).parent / "score"
 
@@ -75,7 +74,12 @@ def test_the_installed_score_command_prints_one_line_and_no_traceback(demo_env: 
     env = {**os.environ, "SCORING_DATA_DIR": str(demo_env.data_dir)}
     result = subprocess.run(
         [str(SCORE), "run", "no_such_job", "--date", "2026-03-10"],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
@@ -112,7 +116,9 @@ def test_a_long_error_message_is_still_one_line(cli, tmp_path: Path, monkeypatch
     assert len(lines) == 2 and all(line.startswith("error:") and str(data) in line for line in lines), result.output
 
 
-def test_an_invalid_job_spec_error_keeps_the_offending_value(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_invalid_job_spec_error_keeps_the_offending_value(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = yaml.safe_load((PROJECT_ROOT / "jobs" / "credit_risk.yaml").read_text())
     spec["chunk_rows"] = 0
     (tmp_path / "credit_risk.yaml").write_text(yaml.safe_dump(spec))
@@ -131,12 +137,16 @@ def test_outcomes_with_end_before_start_fails_clearly(cli) -> None:
 
 def test_features_of_a_missing_file_names_it(cli, tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.parquet"
-    line = one_error_line(cli("features", "credit_risk", "--from", str(missing), "--out", str(tmp_path / "out.parquet")))
+    line = one_error_line(
+        cli("features", "credit_risk", "--from", str(missing), "--out", str(tmp_path / "out.parquet"))
+    )
     assert str(missing) in line
     assert not (tmp_path / "out.parquet").exists()
 
 
-def test_features_writes_the_model_inputs_of_raw_rows_in_the_models_order(cli, demo_env: DemoEnv, tmp_path: Path) -> None:
+def test_features_writes_the_model_inputs_of_raw_rows_in_the_models_order(
+    cli, demo_env: DemoEnv, tmp_path: Path
+) -> None:
     import polars as pl
 
     from tasks.features.credit_risk import FEATURES

@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CRASH_SUMMARY, DemoEnv
 
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
-
-from conftest import CRASH_SUMMARY, DemoEnv
 
 sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
 from crash_trials import PUBLISH_POINTS, crash_trials, publish_crash_trials  # noqa: E402
@@ -28,8 +27,12 @@ PUBLISH_TRIALS = int(os.environ.get("SCORING_PUBLISH_CRASH_TRIALS", str(len(PUBL
 @pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.parametrize("backend", ["duckdb", "postgres"])
 def test_sigkill_at_random_points_leaves_one_complete_run(
-    backend: str, request: pytest.FixtureRequest, demo_env: DemoEnv, fresh_data: Settings,
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    backend: str,
+    request: pytest.FixtureRequest,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     from prefect.settings import PREFECT_API_URL
 
@@ -56,8 +59,12 @@ def test_sigkill_at_random_points_leaves_one_complete_run(
 @pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.parametrize("backend", ["duckdb", "postgres"])
 def test_sigkill_inside_publish_is_recovered_to_exactly_one_run(
-    backend: str, request: pytest.FixtureRequest, demo_env: DemoEnv, fresh_data: Settings,
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    backend: str,
+    request: pytest.FixtureRequest,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     """A kill at each point of the publish (between any two dataset moves, around the ledger intent,
     between the warehouse commit and the Parquet swap, after the swap), with an input that differs

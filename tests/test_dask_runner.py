@@ -15,14 +15,18 @@ from polars.testing import assert_frame_equal
 
 from flows.steps.task_runners import dask_task_runner
 from tasks.scoring.units import partition_work_units
-from tasks.sources import ParquetPartition
 from tasks.settings import Settings, current_settings
+from tasks.sources import ParquetPartition
 from tests.conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 TABLES_BY_ENTITY = ("predictions", "quarantine")
-TABLES_BY_NAME = {"guard_summary": "expectation", "drift_report": ["feature", "baseline"], "fallback_report": ["kind", "detail"]}
+TABLES_BY_NAME = {
+    "guard_summary": "expectation",
+    "drift_report": ["feature", "baseline"],
+    "fallback_report": ["kind", "detail"],
+}
 
 
 def _split_into_row_groups(settings: Settings, day: dt.date, rows_per_group: int) -> None:
@@ -35,14 +39,20 @@ def _split_into_row_groups(settings: Settings, day: dt.date, rows_per_group: int
 def _outputs(settings: Settings, day: dt.date) -> dict[str, pl.DataFrame]:
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
         frames = {
-            table: pl.from_arrow(con.sql(f"SELECT * FROM {table} WHERE job = ? AND partition_date = ?", params=[DEMO_JOB, day]).to_arrow_table())
+            table: pl.from_arrow(
+                con.sql(
+                    f"SELECT * FROM {table} WHERE job = ? AND partition_date = ?", params=[DEMO_JOB, day]
+                ).to_arrow_table()
+            )
             for table in (*TABLES_BY_ENTITY, *TABLES_BY_NAME)
         }
-        frames["runs"] = pl.from_arrow(con.sql(
-            "SELECT rows_read, rows_scored, rows_repaired, rows_quarantined, rows_with_reasons, decisions, guard_counts "
-            "FROM runs WHERE job = ? AND partition_date = ? AND status = 'succeeded' ORDER BY ended_at DESC LIMIT 1",
-            params=[DEMO_JOB, day],
-        ).to_arrow_table())
+        frames["runs"] = pl.from_arrow(
+            con.sql(
+                "SELECT rows_read, rows_scored, rows_repaired, rows_quarantined, rows_with_reasons, decisions, guard_counts "
+                "FROM runs WHERE job = ? AND partition_date = ? AND status = 'succeeded' ORDER BY ended_at DESC LIMIT 1",
+                params=[DEMO_JOB, day],
+            ).to_arrow_table()
+        )
     for table in TABLES_BY_ENTITY:
         # Rows of one blank or duplicated id tie on (entity_id, failed_expectations): the raw row
         # breaks the tie, so the order the runners staged them in does not matter.
@@ -53,7 +63,9 @@ def _outputs(settings: Settings, day: dt.date) -> dict[str, pl.DataFrame]:
     return frames
 
 
-def test_dask_runner_equals_thread_runner(demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dask_runner_equals_thread_runner(
+    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from prefect_dask import DaskTaskRunner
 
     from flows.score_partition import score_partition

@@ -74,7 +74,9 @@ def expected_value(column: dict[str, Any], raw: Any) -> float:
 def declared(columns: list[dict[str, Any]] = COLUMNS, version: str = "2.1.0") -> DeclaredFeatures:
     spec = base_spec()
     spec["features"] = {"version": version, "columns": columns}
-    spec["prediction"]["reasons"]["codes"] = {c["name"]: {"code": f"R{i}", "text": c["name"]} for i, c in enumerate(columns)}
+    spec["prediction"]["reasons"]["codes"] = {
+        c["name"]: {"code": f"R{i}", "text": c["name"]} for i, c in enumerate(columns)
+    }
     features = job_features(JobSpec.model_validate(spec))
     assert isinstance(features, DeclaredFeatures)
     return features
@@ -183,8 +185,15 @@ def test_a_declared_job_needs_one_reason_code_per_feature_and_no_other(tmp_path:
     from tasks.jobs.validation import job_problems
 
     spec = base_spec()
-    spec["features"] = {"version": "1", "columns": [{"name": "annual_income"}, {"name": "debt_to_incme"}, {"name": "new_feature"}]}
-    problems = [p for p in job_problems("credit_risk", _write_spec(tmp_path, spec)) if p.field.startswith("prediction.reasons.codes")]
+    spec["features"] = {
+        "version": "1",
+        "columns": [{"name": "annual_income"}, {"name": "debt_to_incme"}, {"name": "new_feature"}],
+    }
+    problems = [
+        p
+        for p in job_problems("credit_risk", _write_spec(tmp_path, spec))
+        if p.field.startswith("prediction.reasons.codes")
+    ]
     by_field = {p.field: p.message for p in problems}
     # The code of a renamed feature is named with the feature it most likely means; the rest are listed.
     assert "did you mean 'debt_to_incme'" in by_field["prediction.reasons.codes.debt_to_income"]

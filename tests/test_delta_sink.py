@@ -20,17 +20,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv, S3Server
 from deltalake import DeltaTable, write_deltalake
 
+from flows.steps.blocks import configured_warehouse
+from tasks.catalog import PARTITION_DATASETS, table_schemas
 from tasks.errors import ExitCode, SinkUnwritable
 from tasks.jobspec import load_job_spec
 from tasks.runs.recovery import recovered_job
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.delta import DeltaTables, written_delta_partition
-from tasks.catalog import PARTITION_DATASETS, table_schemas
-from flows.steps.blocks import configured_warehouse
-
-from conftest import DEMO_JOB, DemoEnv, S3Server
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 SCORE = Path(sys.executable).parent / "score"
@@ -54,13 +53,18 @@ def _with_delta_sink(settings: Settings, tmp_path: Path, monkeypatch: pytest.Mon
 def _warehouse_partition(settings: Settings, table: str, day: dt.date) -> tuple[int, set[str]]:
     """(rows, run ids) of one table's partition in the DuckDB warehouse."""
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
-        rows = con.execute(f"SELECT run_id FROM {table} WHERE job = ? AND partition_date = ?", [DEMO_JOB, day]).fetchall()
+        rows = con.execute(
+            f"SELECT run_id FROM {table} WHERE job = ? AND partition_date = ?", [DEMO_JOB, day]
+        ).fetchall()
     return len(rows), {r[0] for r in rows}
 
 
 def _ledger(settings: Settings, day: dt.date) -> list[dict]:
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
-        cursor = con.execute("SELECT run_id, status, warnings FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at", [DEMO_JOB, day])
+        cursor = con.execute(
+            "SELECT run_id, status, warnings FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at",
+            [DEMO_JOB, day],
+        )
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
@@ -78,13 +82,20 @@ def _assert_delta_holds(settings: Settings, base: str, day: dt.date, run_id: str
         rows, runs = _warehouse_partition(settings, name, day)
         delta = _delta_partition(f"{base}/{name}", day)
         assert delta.num_rows == rows, (name, delta.num_rows, rows)
-        assert set(delta["run_id"].to_pylist()) <= {run_id} and runs <= {run_id}, (name, set(delta["run_id"].to_pylist()), runs)
+        assert set(delta["run_id"].to_pylist()) <= {run_id} and runs <= {run_id}, (
+            name,
+            set(delta["run_id"].to_pylist()),
+            runs,
+        )
         assert set(delta["job"].to_pylist()) <= {DEMO_JOB}
     assert _delta_partition(f"{base}/predictions", day).num_rows > 0
 
 
 def test_two_runs_leave_exactly_the_second_runs_rows_in_every_local_table(
-    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from flows.score_partition import score_partition
 
@@ -114,15 +125,34 @@ def test_an_empty_dataset_removes_the_previous_runs_rows_of_its_partition_only(t
 
     def files(run_id: str, partition_date: dt.date, rows: int) -> dict[str, list[Path]]:
         path = tmp_path / f"{run_id}.parquet"
-        pq.write_table(pa.Table.from_pylist([
-            {"run_id": run_id, "job": DEMO_JOB, "partition_date": partition_date, "entity_id": str(i),
-             "failed_expectations": ["id_present"], "raw_row": "{}"} for i in range(rows)
-        ], schema=schema), path)
+        pq.write_table(
+            pa.Table.from_pylist(
+                [
+                    {
+                        "run_id": run_id,
+                        "job": DEMO_JOB,
+                        "partition_date": partition_date,
+                        "entity_id": str(i),
+                        "failed_expectations": ["id_present"],
+                        "raw_row": "{}",
+                    }
+                    for i in range(rows)
+                ],
+                schema=schema,
+            ),
+            path,
+        )
         return {"quarantine": [path]}
 
     tables = DeltaTables(str(tmp_path / "tables"))
     for run_id, partition_date, rows in (("r-other", other, 3), ("r1", day, 5), ("r2", day, 0)):
-        written = written_delta_partition(tables, job=DEMO_JOB, partition_date=partition_date, run_id=run_id, files=files(run_id, partition_date, rows))
+        written = written_delta_partition(
+            tables,
+            job=DEMO_JOB,
+            partition_date=partition_date,
+            run_id=run_id,
+            files=files(run_id, partition_date, rows),
+        )
         assert written == {"quarantine": rows}
     url = tables.table_url("quarantine")
     assert _delta_partition(url, day).num_rows == 0
@@ -131,7 +161,10 @@ def test_an_empty_dataset_removes_the_previous_runs_rows_of_its_partition_only(t
 
 
 def test_duckdb_reads_the_tables_current_version(
-    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # delta_scan where DuckDB's delta extension loads (it is downloaded at run time, so not offline);
     # otherwise DuckDB reads the Parquet files the table's current version lists, which is what a
@@ -155,7 +188,11 @@ def test_duckdb_reads_the_tables_current_version(
 
 
 def test_the_tables_on_s3_hold_exactly_the_second_runs_rows(
-    demo_env: DemoEnv, fresh_data: Settings, s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    s3_env: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from flows.score_partition import score_partition
 
@@ -174,13 +211,21 @@ def _score(day: dt.date, **env: str) -> subprocess.CompletedProcess:
 
     environment = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), **env}
     return subprocess.run(
-        [str(SCORE), "run", DEMO_JOB, "--date", day.isoformat()], env=environment, cwd=PROJECT_ROOT, capture_output=True, text=True,
-        stdin=subprocess.DEVNULL, timeout=300,
+        [str(SCORE), "run", DEMO_JOB, "--date", day.isoformat()],
+        env=environment,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
     )
 
 
 def test_a_kill_between_the_parquet_swap_and_the_delta_writes_is_finished_by_recovery(
-    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from flows.score_partition import score_partition
 
@@ -204,7 +249,12 @@ def test_a_kill_between_the_parquet_swap_and_the_delta_writes_is_finished_by_rec
 
 
 def test_an_unwritable_table_fails_the_run_with_one_line_and_the_next_start_finishes_it(
-    demo_env: DemoEnv, fresh_data: Settings, s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_logging: None,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    s3_env: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prefect_logging: None,
 ) -> None:
     from typer.testing import CliRunner
 
@@ -212,8 +262,11 @@ def test_an_unwritable_table_fails_the_run_with_one_line_and_the_next_start_fini
 
     # Someone else's table where the predictions should go: its entity_id is a number, ours text.
     broken = f"s3://{s3_env.bucket}/{uuid.uuid4().hex}/tables"
-    write_deltalake(f"{broken}/predictions", pa.table({"entity_id": pa.array([1], pa.int64()), "partition_date": [dt.date(2020, 1, 1)]}),
-                    partition_by=["partition_date"])
+    write_deltalake(
+        f"{broken}/predictions",
+        pa.table({"entity_id": pa.array([1], pa.int64()), "partition_date": [dt.date(2020, 1, 1)]}),
+        partition_by=["partition_date"],
+    )
     settings = _with_delta_sink(fresh_data, tmp_path, monkeypatch, broken)
     day = demo_env.plan.scoring_dates[-1]
     result = CliRunner().invoke(app, ["run", DEMO_JOB, "--date", day.isoformat()])
@@ -245,7 +298,11 @@ def test_an_unwritable_table_fails_the_run_with_one_line_and_the_next_start_fini
 
 
 def test_a_missing_bucket_is_found_before_the_run_starts(
-    fresh_data: Settings, s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_logging: None,
+    fresh_data: Settings,
+    s3_env: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prefect_logging: None,
 ) -> None:
     from typer.testing import CliRunner
 
@@ -257,11 +314,17 @@ def test_a_missing_bucket_is_found_before_the_run_starts(
     assert result.exit_code == ExitCode.USER and "Traceback" not in result.output, result.output
     (line,) = [line for line in result.output.splitlines() if line.strip()]
     assert line.startswith("error:") and "sinks.delta.url" in line and f"bucket '{missing}'" in line, line
-    assert not (settings.data_dir / "output" / DEMO_JOB).exists() and not (settings.data_dir / "warehouse.duckdb").exists()
+    assert (
+        not (settings.data_dir / "output" / DEMO_JOB).exists() and not (settings.data_dir / "warehouse.duckdb").exists()
+    )
 
 
 def test_refused_credentials_for_the_sink_fail_before_the_run_without_showing_them(
-    fresh_data: Settings, s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_logging: None,
+    fresh_data: Settings,
+    s3_env: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prefect_logging: None,
 ) -> None:
     from typer.testing import CliRunner
 
@@ -283,9 +346,13 @@ def read_only_folder(tmp_path: Path) -> Iterator[Path]:
     """An empty read-only tmpfs: as root, chmod would stop nothing."""
     mount = tmp_path / "read-only"
     mount.mkdir()
-    tried = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount)], capture_output=True, text=True)
+    tried = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if tried.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here ({tried.stderr.strip()}); run as root for the read-only Delta folder test")
+        pytest.skip(
+            f"cannot mount a read-only tmpfs here ({tried.stderr.strip()}); run as root for the read-only Delta folder test"
+        )
     try:
         yield mount
     finally:
@@ -301,28 +368,46 @@ def _one_error_line(result: subprocess.CompletedProcess, code: int) -> str:
 
 
 def test_a_local_delta_folder_that_cannot_be_written_is_found_before_the_lease(
-    demo_env: DemoEnv, fresh_data: Settings, read_only_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    read_only_folder: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prefect_harness: None,
 ) -> None:
     base = read_only_folder / "tables"
     settings = _with_delta_sink(fresh_data, tmp_path, monkeypatch, str(base))
     line = _one_error_line(_score(demo_env.plan.scoring_dates[-1]), ExitCode.ENVIRONMENT)
-    assert f"sinks.delta.url: the Delta tables at {base} cannot be written: {read_only_folder}: Read-only file system" in line, line
+    assert (
+        f"sinks.delta.url: the Delta tables at {base} cannot be written: {read_only_folder}: Read-only file system"
+        in line
+    ), line
     # Before the lease: no ledger row, no output, nothing scored.
-    assert not (settings.data_dir / "warehouse.duckdb").exists() and not (settings.data_dir / "output" / DEMO_JOB).exists()
+    assert (
+        not (settings.data_dir / "warehouse.duckdb").exists() and not (settings.data_dir / "output" / DEMO_JOB).exists()
+    )
 
 
 def test_a_local_delta_url_naming_a_file_is_a_spec_problem(
-    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prefect_harness: None,
 ) -> None:
     (tmp_path / "tables").write_text("not a folder")
     settings = _with_delta_sink(fresh_data, tmp_path, monkeypatch, str(tmp_path / "tables"))
     line = _one_error_line(_score(demo_env.plan.scoring_dates[-1]), ExitCode.USER)
     assert "sinks.delta.url" in line and f"{tmp_path / 'tables'} is not a folder" in line, line
-    assert not (settings.data_dir / "warehouse.duckdb").exists() and not (settings.data_dir / "output" / DEMO_JOB).exists()
+    assert (
+        not (settings.data_dir / "warehouse.duckdb").exists() and not (settings.data_dir / "output" / DEMO_JOB).exists()
+    )
 
 
 def test_a_spec_whose_delta_url_could_never_be_written_is_refused_at_load(
-    demo_env: DemoEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tasks.errors import JobSpecError
 

@@ -10,14 +10,20 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from conftest import DEMO_ARGS, DEMO_END, DEMO_JOB, DemoEnv
 
-from tasks.demo.credit_data import DIRTY_RATES, DayPlan, default_log_odds, demo_dates, generate_day, write_demo_partitions
+from tasks.demo.credit_data import (
+    DIRTY_RATES,
+    DayPlan,
+    default_log_odds,
+    demo_dates,
+    generate_day,
+    write_demo_partitions,
+)
 from tasks.demo.setup import prepared_demo
 from tasks.features import credit_risk as fm
 from tasks.guards import guarded_chunk, load_guard_suite
 from tasks.settings import PROJECT_ROOT, Settings
-
-from conftest import DEMO_ARGS, DEMO_END, DEMO_JOB, DemoEnv
 
 BIG_DAY = DayPlan(date=dt.date(2026, 2, 2), rows=20_000, shifted=False)
 SUITE = load_guard_suite(PROJECT_ROOT / "expectations" / "credit_risk.json")
@@ -37,7 +43,9 @@ def big_day_guarded(big_day):
 def assert_binomial_share(hits: int, n: int, p: float, *, sigmas: float = 4.5) -> None:
     """`hits` of `n` is within `sigmas` binomial standard deviations of n·p."""
     sd = math.sqrt(n * p * (1 - p))
-    assert abs(hits - n * p) <= sigmas * sd, f"{hits} of {n} ({hits / n:.4f}) vs expected rate {p:.4f} ± {sigmas * sd / n:.4f}"
+    assert abs(hits - n * p) <= sigmas * sd, (
+        f"{hits} of {n} ({hits / n:.4f}) vs expected rate {p:.4f} ± {sigmas * sd / n:.4f}"
+    )
 
 
 # --- dirt rates -------------------------------------------------------------------------------
@@ -67,15 +75,26 @@ def test_dirt_rates(big_day, kind: str, count) -> None:
 
 def test_every_dirty_kind_is_covered_by_a_rate_test() -> None:
     assert set(DIRTY_RATES) == {
-        "annual_income_sentinel", "annual_income_null", "debt_to_income_null",
-        "credit_utilization_over_one", "employment_years_null", "entity_id_blank",
+        "annual_income_sentinel",
+        "annual_income_null",
+        "debt_to_income_null",
+        "credit_utilization_over_one",
+        "employment_years_null",
+        "entity_id_blank",
     }
 
 
 def test_clean_columns_have_no_dirt(big_day) -> None:
     raw, _ = big_day
     assert raw.height == BIG_DAY.rows
-    for col in ("loan_amount", "credit_history_months", "open_accounts", "recent_inquiries_6m", "home_ownership", "loan_purpose"):
+    for col in (
+        "loan_amount",
+        "credit_history_months",
+        "open_accounts",
+        "recent_inquiries_6m",
+        "home_ownership",
+        "loan_purpose",
+    ):
         assert raw[col].null_count() == 0, col
     ok_ids = raw.filter(pl.col("entity_id") != "")["entity_id"]
     assert ok_ids.str.contains(rf"^APP-{BIG_DAY.date:%Y%m%d}-\d{{7}}$").all()
@@ -113,8 +132,10 @@ def test_guard_counts_match_the_injected_dirt(big_day, big_day_guarded) -> None:
     dirty_rows = raw.filter(
         (pl.col("entity_id") != "")
         & (
-            pl.col("annual_income").is_null() | (pl.col("annual_income") <= 0)
-            | pl.col("debt_to_income").is_null() | (pl.col("credit_utilization") > 1)
+            pl.col("annual_income").is_null()
+            | (pl.col("annual_income") <= 0)
+            | pl.col("debt_to_income").is_null()
+            | (pl.col("credit_utilization") > 1)
             | pl.col("employment_years").is_null()
         )
     )
@@ -140,8 +161,11 @@ def test_labels_follow_the_known_risk_function(big_day) -> None:
     assert (labels["observed_date"] == BIG_DAY.date + dt.timedelta(days=365)).all()
     # Rows untouched by dirt carry their clean values, so the true probability is recomputable.
     clean = raw.join(labels, on="entity_id").filter(
-        pl.col("annual_income").is_not_null() & (pl.col("annual_income") > 0) & pl.col("debt_to_income").is_not_null()
-        & (pl.col("credit_utilization") <= 1) & pl.col("employment_years").is_not_null()
+        pl.col("annual_income").is_not_null()
+        & (pl.col("annual_income") > 0)
+        & pl.col("debt_to_income").is_not_null()
+        & (pl.col("credit_utilization") <= 1)
+        & pl.col("employment_years").is_not_null()
     )
     p = 1 / (1 + np.exp(-default_log_odds(clean)))
     y = clean["defaulted"].to_numpy()
@@ -163,8 +187,12 @@ def test_a_day_is_reproducible_from_its_seed_and_date() -> None:
 
 def test_a_dates_rows_do_not_depend_on_the_other_dates(tmp_path: Path) -> None:
     d1, d2 = dt.date(2026, 1, 5), dt.date(2026, 1, 6)
-    write_demo_partitions(tmp_path / "a" / "raw", tmp_path / "a" / "labels", [d1, d2], rows_per_day=200, seed=1, shift_days=0)
-    write_demo_partitions(tmp_path / "b" / "raw", tmp_path / "b" / "labels", [d2], rows_per_day=200, seed=1, shift_days=0)
+    write_demo_partitions(
+        tmp_path / "a" / "raw", tmp_path / "a" / "labels", [d1, d2], rows_per_day=200, seed=1, shift_days=0
+    )
+    write_demo_partitions(
+        tmp_path / "b" / "raw", tmp_path / "b" / "labels", [d2], rows_per_day=200, seed=1, shift_days=0
+    )
     part = f"date={d2.isoformat()}"
     assert pl.read_parquet(tmp_path / "a" / "raw" / part).equals(pl.read_parquet(tmp_path / "b" / "raw" / part))
     assert pl.read_parquet(tmp_path / "a" / "labels" / part).equals(pl.read_parquet(tmp_path / "b" / "labels" / part))
@@ -190,7 +218,9 @@ def test_session_demo_has_scoring_and_training_partitions(demo_env: DemoEnv) -> 
     assert plan.scoring_dates == [DEMO_END - dt.timedelta(days=i) for i in (2, 1, 0)]
     assert len(plan.training_dates) == DEMO_ARGS["train_days"]
     assert plan.training_dates[-1] == plan.scoring_dates[0] - dt.timedelta(days=1)
-    assert all(b - a == dt.timedelta(days=1) for a, b in zip(plan.training_dates, plan.training_dates[1:]))
+    assert all(
+        b - a == dt.timedelta(days=1) for a, b in zip(plan.training_dates, plan.training_dates[1:], strict=False)
+    )
     for day in plan.scoring_dates + plan.training_dates:
         raw = pl.read_parquet(settings.raw_partition_dir(DEMO_JOB, day.isoformat()))
         assert raw.height == DEMO_ARGS["rows_per_day"]

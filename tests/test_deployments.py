@@ -75,4 +75,6 @@ def test_every_deployment_says_what_it_is_for() -> None:
     for name, deployment in _deployments().items():
         description = deployment.get("description") or ""
         assert len(description.split()) >= 20, (name, description)
-        assert description != (_flow(deployment["entrypoint"]).description or ""), f"{name}: the flow's docstring, not the analyst's"
+        assert description != (_flow(deployment["entrypoint"]).description or ""), (
+            f"{name}: the flow's docstring, not the analyst's"
+        )

@@ -6,17 +6,16 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
+from conftest import DEMO_JOB, DemoEnv
 from scipy.stats import ks_2samp
 
 from tasks.demo.credit_data import SHIFTED_FEATURES
-from tasks.quality.drift import KS_BOUND_SHOWN_WITHIN, DriftAccumulator, Histogram, drift_bin_counts, drift_metrics
 from tasks.features import feature_kinds, load_feature_module
 from tasks.guards import guarded_chunk
 from tasks.jobspec import load_job_spec
+from tasks.quality.drift import KS_BOUND_SHOWN_WITHIN, DriftAccumulator, Histogram, drift_bin_counts, drift_metrics
 from tasks.scoring.prepared import prepared_job
 from tasks.settings import Settings
-
-from conftest import DEMO_JOB, DemoEnv
 
 
 def test_chunked_accumulation_equals_one_pass_and_identical_data_has_no_drift() -> None:
@@ -103,10 +102,14 @@ def test_streamed_psi_is_exact_and_ks_is_within_its_bound(demo_env: DemoEnv, dri
         r = np.maximum(ref_counts / ref_counts.sum(), 1e-4)
         c = np.maximum(counts / counts.sum(), 1e-4)
         direct_psi = float(np.sum((c - r) * np.log(c / r)))
-        row = report.filter((pl.col("partition_date") == day) & (pl.col("feature") == name) & (pl.col("baseline") == "reference"))
+        row = report.filter(
+            (pl.col("partition_date") == day) & (pl.col("feature") == name) & (pl.col("baseline") == "reference")
+        )
         assert row["psi"].item() == pytest.approx(direct_psi, rel=1e-12, abs=1e-12), name
         # Against the previous partition both samples exist in full: scipy's exact KS must lie in the bound.
-        prev_row = report.filter((pl.col("partition_date") == day) & (pl.col("feature") == name) & (pl.col("baseline") == "previous"))
+        prev_row = report.filter(
+            (pl.col("partition_date") == day) & (pl.col("feature") == name) & (pl.col("baseline") == "previous")
+        )
         if kinds[name] == "categorical":
             assert prev_row["ks"].item() is None and prev_row["ks_upper"].item() is None, name
             continue
@@ -115,7 +118,11 @@ def test_streamed_psi_is_exact_and_ks_is_within_its_bound(demo_env: DemoEnv, dri
         ks, upper = prev_row["ks"].item(), prev_row["ks_upper"].item()
         assert ks - 1e-12 <= exact, (name, exact, prev_row.to_dicts())
         # The bound is reported only where it is tight; where it is, the exact statistic lies within it.
-        assert upper is None or (exact <= upper + 1e-12 and upper - ks <= KS_BOUND_SHOWN_WITHIN), (name, exact, prev_row.to_dicts())
+        assert upper is None or (exact <= upper + 1e-12 and upper - ks <= KS_BOUND_SHOWN_WITHIN), (
+            name,
+            exact,
+            prev_row.to_dicts(),
+        )
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -14,7 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from test_warehouse_backends import DAY, JOB, NEXT_DAY, staged_run
 
+from tasks.catalog import DRIFT_REPORT
+from tasks.contracts import FeatureKind
+from tasks.inference.registry import ReferenceKind, ReferenceStats
 from tasks.quality.drift import (
     KS_BOUND_SHOWN_WITHIN,
     DriftAccumulator,
@@ -23,13 +27,8 @@ from tasks.quality.drift import (
     drift_report_rows,
     reference_statistics,
 )
-from tasks.contracts import FeatureKind
 from tasks.reports.html_report import histogram_svg, run_report_html
-from tasks.inference.registry import ReferenceKind, ReferenceStats
-from tasks.catalog import DRIFT_REPORT
 from tasks.sinks.warehouse import Warehouse
-
-from test_warehouse_backends import DAY, JOB, NEXT_DAY, staged_run
 
 THRESHOLDS = {"psi_warn": 0.1, "psi_alert": 0.25, "ks_warn": 0.1, "ks_alert": 0.2}
 NAMES = ("income", "flag", "housing")
@@ -38,16 +37,21 @@ HOUSING = ("RENT", "MORTGAGE", "OWN", "OTHER")
 
 
 def _matrix(rng: np.random.Generator, n: int, *, ones: float, housing: list[float]) -> np.ndarray:
-    return np.column_stack([
-        rng.lognormal(11, 0.4, n), (rng.random(n) < ones).astype(float), rng.choice(4, n, p=housing).astype(float),
-    ]).astype(np.float32)
+    return np.column_stack(
+        [
+            rng.lognormal(11, 0.4, n),
+            (rng.random(n) < ones).astype(float),
+            rng.choice(4, n, p=housing).astype(float),
+        ]
+    ).astype(np.float32)
 
 
 def _report(reference: np.ndarray, current: np.ndarray, kinds: dict[str, FeatureKind] = KINDS) -> tuple[dict, dict]:
     stats = reference_statistics(reference, NAMES, kinds)
     ref = {n: Histogram.of_reference(s) for n, s in stats.items()}
     acc = DriftAccumulator(
-        edges={n: h.edges for n, h in ref.items()}, psi_edges={n: h.psi_edges for n, h in ref.items()},
+        edges={n: h.edges for n, h in ref.items()},
+        psi_edges={n: h.psi_edges for n, h in ref.items()},
         kinds={n: h.kind for n, h in ref.items()},
     )
     for part in np.array_split(current, 5):
@@ -128,13 +132,25 @@ def test_numeric_outside_share_counts_below_p1_and_above_p99_only() -> None:
     rows, _ = _report(reference, current)
     values = current[:, 0].astype(np.float64)
     assert rows["income"]["outside_p1_p99_share"] == pytest.approx(np.mean((values < p1) | (values > p99)))
-    assert rows["income"]["ks_upper"] is not None and rows["income"]["ks_upper"] - rows["income"]["ks"] <= KS_BOUND_SHOWN_WITHIN
+    assert (
+        rows["income"]["ks_upper"] is not None
+        and rows["income"]["ks_upper"] - rows["income"]["ks"] <= KS_BOUND_SHOWN_WITHIN
+    )
 
 
 def test_reference_stats_without_kind_read_as_numeric_and_category_bins_are_checked() -> None:
     assert set(typing.get_args(ReferenceKind)) == set(typing.get_args(FeatureKind))
-    old = {"count": 10, "null_count": 0, "mean": 1.0, "std": 0.1, "min": 0.0, "max": 2.0,
-           "drift_edges": [0.5, 1.5], "drift_counts": [2, 6, 2], "psi_edges": [0.5]}
+    old = {
+        "count": 10,
+        "null_count": 0,
+        "mean": 1.0,
+        "std": 0.1,
+        "min": 0.0,
+        "max": 2.0,
+        "drift_edges": [0.5, 1.5],
+        "drift_counts": [2, 6, 2],
+        "psi_edges": [0.5],
+    }
     assert ReferenceStats.model_validate(old).kind == "numeric"
     categorical = {**old, "kind": "categorical", "drift_edges": [], "psi_edges": [], "categories": [0.0, 1.0, 2.0]}
     with pytest.raises(ValidationError, match="3 categories"):
@@ -164,16 +180,47 @@ def test_the_page_draws_one_bar_per_category_and_names_the_renamed_columns() -> 
     np.testing.assert_allclose(drawn_reference, reference / reference.sum() * scale, atol=0.1)
     labels = [t.text for t in ET.fromstring(svg).iter("text")]
     assert all(name in labels for name in [*HOUSING, "unseen"])
-    row = {"feature": "housing", "kind": "categorical", "baseline": "reference", "psi": 0.3, "ks": None, "ks_upper": None,
-           "wasserstein": None, "js": 0.03, "flag": "alert", "rows": 1000, "null_share": 0.0, "baseline_null_share": 0.0,
-           "outside_p1_p99_share": None, "unseen_share": 0.01}
-    numeric = {**row, "feature": "income", "kind": "numeric", "ks": 0.04, "ks_upper": 0.05, "wasserstein": 0.1,
-               "outside_p1_p99_share": 0.031, "unseen_share": None, "psi": 0.01, "flag": "ok"}
+    row = {
+        "feature": "housing",
+        "kind": "categorical",
+        "baseline": "reference",
+        "psi": 0.3,
+        "ks": None,
+        "ks_upper": None,
+        "wasserstein": None,
+        "js": 0.03,
+        "flag": "alert",
+        "rows": 1000,
+        "null_share": 0.0,
+        "baseline_null_share": 0.0,
+        "outside_p1_p99_share": None,
+        "unseen_share": 0.01,
+    }
+    numeric = {
+        **row,
+        "feature": "income",
+        "kind": "numeric",
+        "ks": 0.04,
+        "ks_upper": 0.05,
+        "wasserstein": 0.1,
+        "outside_p1_p99_share": 0.031,
+        "unseen_share": None,
+        "psi": 0.01,
+        "flag": "ok",
+    }
     loose = {**numeric, "feature": "count", "ks": 0.02, "ks_upper": None}
     page = run_report_html(
-        job="j", partition_date="2026-03-10", run_id="r", summary={}, fallback_rows=[], drift_rows=[row, numeric, loose],
-        histograms={"housing": (edges, current, reference), "income": (np.linspace(0, 1, 9), np.ones(10), np.ones(10)),
-                    "count": (np.linspace(0, 1, 9), np.ones(10), np.ones(10))},
+        job="j",
+        partition_date="2026-03-10",
+        run_id="r",
+        summary={},
+        fallback_rows=[],
+        drift_rows=[row, numeric, loose],
+        histograms={
+            "housing": (edges, current, reference),
+            "income": (np.linspace(0, 1, 9), np.ones(10), np.ones(10)),
+            "count": (np.linspace(0, 1, 9), np.ones(10), np.ones(10)),
+        },
         bin_labels={"housing": [*HOUSING, "unseen"]},
     )
     table = page.split("<h2>Drift</h2>")[1].split("<h2>")[0]
@@ -205,7 +252,8 @@ def test_an_old_drift_report_table_is_migrated_in_place(any_warehouse: Warehouse
         session.execute(_OLD_DRIFT_HISTOGRAMS)
         session.execute(
             "INSERT INTO drift_report VALUES ('old-run', $job, $day, 'income', 'reference', 0.01, 0.02, 0.03, 0.1, 0.001, "
-            "'ok', 100, 0.0, 0.0, 0.125)", {"job": JOB, "day": DAY},
+            "'ok', 100, 0.0, 0.0, 0.125)",
+            {"job": JOB, "day": DAY},
         )
         session.execute(
             "INSERT INTO drift_histograms VALUES ('old-run', $job, $day, 'income', ARRAY[1.0, 2.0], ARRAY[1, 2, 3], 0)",
@@ -215,11 +263,14 @@ def test_an_old_drift_report_table_is_migrated_in_place(any_warehouse: Warehouse
     assert any_warehouse.previous_drift_histograms(JOB, NEXT_DAY) == [
         {"feature": "income", "edges": [1.0, 2.0], "counts": [1, 2, 3], "nulls": 0, "kind": None}
     ]
-    counts = any_warehouse.replace_partition(job=JOB, partition_date=NEXT_DAY, files=staged_run(tmp_path, "run-new", rows=3, day=NEXT_DAY))
+    counts = any_warehouse.replace_partition(
+        job=JOB, partition_date=NEXT_DAY, files=staged_run(tmp_path, "run-new", rows=3, day=NEXT_DAY)
+    )
     assert counts["drift_report"] == 3 and counts["drift_histograms"] == 3
     with any_warehouse._session(write=False) as session:
         columns = {
-            r["column_name"] for r in session.rows(
+            r["column_name"]
+            for r in session.rows(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = 'drift_report' AND table_schema = current_schema()"
             )
         }
@@ -229,5 +280,10 @@ def test_an_old_drift_report_table_is_migrated_in_place(any_warehouse: Warehouse
     assert old == [{"outside_p1_p99_share": 0.125, "kind": None, "unseen_share": None}]
     assert [r["kind"] for r in new] == ["kind-0", "kind-1", "kind-2"]
     # A second writer finds nothing left to migrate.
-    any_warehouse.replace_partition(job=JOB, partition_date=NEXT_DAY, files=staged_run(tmp_path, "run-again", rows=2, day=NEXT_DAY))
-    assert [h["kind"] for h in any_warehouse.previous_drift_histograms(JOB, NEXT_DAY + dt.timedelta(days=1))] == ["kind-0", "kind-1"]
+    any_warehouse.replace_partition(
+        job=JOB, partition_date=NEXT_DAY, files=staged_run(tmp_path, "run-again", rows=2, day=NEXT_DAY)
+    )
+    assert [h["kind"] for h in any_warehouse.previous_drift_histograms(JOB, NEXT_DAY + dt.timedelta(days=1))] == [
+        "kind-0",
+        "kind-1",
+    ]

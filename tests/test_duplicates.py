@@ -24,15 +24,14 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-
-from tasks.guards.duplicates import duplicated_entity_ids, partition_row_groups
-from tasks.sources import ParquetPartition
-from tasks.errors import GuardFailure, SuiteError
-from tasks.guards import GuardCounts, guard_summary_rows, guarded_chunk, load_guard_suite
-from tasks.settings import Settings
-
 from conftest import DEMO_JOB, DemoEnv
 from test_flow_guards import assert_failed_cleanly, job_spec_with, query, suite_with
+
+from tasks.errors import GuardFailure, SuiteError
+from tasks.guards import GuardCounts, guard_summary_rows, guarded_chunk, load_guard_suite
+from tasks.guards.duplicates import duplicated_entity_ids, partition_row_groups
+from tasks.settings import Settings
+from tasks.sources import ParquetPartition
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -55,7 +54,9 @@ def clean_rows(settings: Settings, day: dt.date) -> pl.DataFrame:
     """Demo rows that no expectation of the job's suite acts on, so every count below is planted."""
     folder = settings.raw_partition_dir(DEMO_JOB, day.isoformat())
     raw = pl.read_parquet(folder / "*.parquet")
-    guarded = guarded_chunk(raw, load_guard_suite(settings.expectations_dir / f"{DEMO_JOB}.json"), entity_column="entity_id")
+    guarded = guarded_chunk(
+        raw, load_guard_suite(settings.expectations_dir / f"{DEMO_JOB}.json"), entity_column="entity_id"
+    )
     touched = set(guarded.actions["entity_id"].to_list())
     return raw.filter(~pl.col("entity_id").is_in(touched))
 
@@ -78,7 +79,9 @@ def planted(settings: Settings, day: dt.date) -> pl.DataFrame:
     ids[2000] = ids[0]
     loan = base["loan_amount"].to_list()
     loan[1] = loan[2399] = None
-    frame = base.with_columns(pl.Series("entity_id", ids), pl.Series("loan_amount", loan, dtype=base["loan_amount"].dtype))
+    frame = base.with_columns(
+        pl.Series("entity_id", ids), pl.Series("loan_amount", loan, dtype=base["loan_amount"].dtype)
+    )
     replace_raw(settings, day, {name: frame[lo:hi] for name, (lo, hi) in FILES.items()})
     return frame
 
@@ -109,18 +112,29 @@ def fallback_lines(settings: Settings, day: dt.date) -> dict[tuple[str, str], in
 
 
 def unique_summary_row(settings: Settings, day: dt.date) -> dict:
-    (row,) = query(settings, "SELECT * FROM guard_summary WHERE partition_date = ? AND expectation = ?", [day, UNIQUE]).to_dicts()
+    (row,) = query(
+        settings, "SELECT * FROM guard_summary WHERE partition_date = ? AND expectation = ?", [day, UNIQUE]
+    ).to_dicts()
     return row
 
 
 def latest_run(settings: Settings, day: dt.date) -> dict:
-    return query(settings, "SELECT * FROM runs WHERE partition_date = ? ORDER BY started_at DESC LIMIT 1", [day]).row(0, named=True)
+    return query(settings, "SELECT * FROM runs WHERE partition_date = ? ORDER BY started_at DESC LIMIT 1", [day]).row(
+        0, named=True
+    )
 
 
-def assert_ledger(settings: Settings, day: dt.date, *, read: int, scored: int, quarantined: int, guard_counts: dict) -> dict:
+def assert_ledger(
+    settings: Settings, day: dt.date, *, read: int, scored: int, quarantined: int, guard_counts: dict
+) -> dict:
     run = latest_run(settings, day)
     assert run["status"] == "succeeded"
-    assert (run["rows_read"], run["rows_scored"], run["rows_quarantined"], run["rows_failed"]) == (read, scored, quarantined, 0)
+    assert (run["rows_read"], run["rows_scored"], run["rows_quarantined"], run["rows_failed"]) == (
+        read,
+        scored,
+        quarantined,
+        0,
+    )
     assert run["rows_read"] == run["rows_scored"] + run["rows_quarantined"] + run["rows_failed"]
     assert json.loads(run["guard_counts"]) == guard_counts
     return run
@@ -140,20 +154,37 @@ def test_quarantine_all_quarantines_every_row_of_a_duplicated_id_across_files(
     preds = query(settings, "SELECT entity_id FROM predictions WHERE partition_date = ?", [day])
     assert preds.height == ROWS - 221 and preds["entity_id"].n_unique() == preds.height
     assert not duplicated & set(preds["entity_id"])
-    quarantine = query(settings, "SELECT entity_id, failed_expectations FROM quarantine WHERE partition_date = ?", [day])
+    quarantine = query(
+        settings, "SELECT entity_id, failed_expectations FROM quarantine WHERE partition_date = ?", [day]
+    )
     assert quarantine.height == 221 and set(quarantine["entity_id"]) == duplicated
     reasons = quarantine["failed_expectations"].to_list()
     # One quarantined row per raw row; a row also missing its loan amount lists both, in suite order.
     assert sorted(map(tuple, reasons)) == sorted([(UNIQUE,)] * 219 + [(UNIQUE, LOAN_NULL)] * 2)
-    actions = query(settings, "SELECT expectation, action, count(*) AS n FROM guard_actions WHERE partition_date = ? GROUP BY 1, 2", [day])
-    assert {(r["expectation"], r["action"]): r["n"] for r in actions.to_dicts()} == {(UNIQUE, "quarantine"): 221, (LOAN_NULL, "quarantine"): 2}
+    actions = query(
+        settings,
+        "SELECT expectation, action, count(*) AS n FROM guard_actions WHERE partition_date = ? GROUP BY 1, 2",
+        [day],
+    )
+    assert {(r["expectation"], r["action"]): r["n"] for r in actions.to_dicts()} == {
+        (UNIQUE, "quarantine"): 221,
+        (LOAN_NULL, "quarantine"): 2,
+    }
     summary = unique_summary_row(settings, day)
     assert (summary["rows"], summary["action"], summary["evaluated_by"]) == (221, "quarantine_all", "partition_prepass")
     assert summary["share"] == pytest.approx(221 / ROWS)
     lines = fallback_lines(settings, day)
-    assert (lines[("quarantine", "all")], lines[("quarantine", UNIQUE)], lines[("quarantine", LOAN_NULL)]) == (221, 221, 2)
+    assert (lines[("quarantine", "all")], lines[("quarantine", UNIQUE)], lines[("quarantine", LOAN_NULL)]) == (
+        221,
+        221,
+        2,
+    )
     assert_ledger(
-        settings, day, read=ROWS, scored=ROWS - 221, quarantined=221,
+        settings,
+        day,
+        read=ROWS,
+        scored=ROWS - 221,
+        quarantined=221,
         guard_counts={UNIQUE: {"quarantine": 221}, LOAN_NULL: {"quarantine": 2}},
     )
 
@@ -174,17 +205,33 @@ def test_keep_first_scores_the_first_occurrence_and_is_the_same_for_any_chunk_si
     # Every row but the 111 later occurrences and row 1 (a first occurrence missing its loan amount).
     assert preds.height == ROWS - 112 and preds["entity_id"].n_unique() == preds.height
     assert {ids[i] for i in FIRST_ROWS} - set(preds["entity_id"]) == {ids[1]}
-    quarantine = query(settings, "SELECT entity_id, failed_expectations, raw_row FROM quarantine WHERE partition_date = ?", [day])
-    quarantined_rows = {(r["entity_id"], json.loads(r["raw_row"])["annual_income"]): r["failed_expectations"] for r in quarantine.to_dicts()}
+    quarantine = query(
+        settings, "SELECT entity_id, failed_expectations, raw_row FROM quarantine WHERE partition_date = ?", [day]
+    )
+    quarantined_rows = {
+        (r["entity_id"], json.loads(r["raw_row"])["annual_income"]): r["failed_expectations"]
+        for r in quarantine.to_dicts()
+    }
     # The later rows are the ones quarantined, with their own features; row 1 only for its loan amount.
     expected = {(ids[i], income[i]): [UNIQUE] for i in LATER_ROWS} | {(ids[2399], income[2399]): [UNIQUE, LOAN_NULL]}
     assert quarantined_rows == expected | {(ids[1], income[1]): [LOAN_NULL]}
-    actions = query(settings, "SELECT expectation, action, count(*) AS n FROM guard_actions WHERE partition_date = ? GROUP BY 1, 2", [day])
-    assert {(r["expectation"], r["action"]): r["n"] for r in actions.to_dicts()} == {(UNIQUE, "quarantine"): 111, (LOAN_NULL, "quarantine"): 2}
+    actions = query(
+        settings,
+        "SELECT expectation, action, count(*) AS n FROM guard_actions WHERE partition_date = ? GROUP BY 1, 2",
+        [day],
+    )
+    assert {(r["expectation"], r["action"]): r["n"] for r in actions.to_dicts()} == {
+        (UNIQUE, "quarantine"): 111,
+        (LOAN_NULL, "quarantine"): 2,
+    }
     summary = unique_summary_row(settings, day)
     assert (summary["rows"], summary["action"], summary["evaluated_by"]) == (111, "keep_first", "partition_prepass")
     lines = fallback_lines(settings, day)
-    assert (lines[("quarantine", "all")], lines[("quarantine", UNIQUE)], lines[("quarantine", LOAN_NULL)]) == (112, 111, 2)
+    assert (lines[("quarantine", "all")], lines[("quarantine", UNIQUE)], lines[("quarantine", LOAN_NULL)]) == (
+        112,
+        111,
+        2,
+    )
     counts = {UNIQUE: {"quarantine": 111}, LOAN_NULL: {"quarantine": 2}}
     assert_ledger(settings, day, read=ROWS, scored=ROWS - 112, quarantined=112, guard_counts=counts)
 
@@ -244,12 +291,17 @@ def test_the_same_file_placed_twice_is_caught_by_the_same_rule(
     score_partition(DEMO_JOB, day, chunk_rows=300)
     preds = query(settings, "SELECT entity_id FROM predictions WHERE partition_date = ?", [day])
     assert sorted(preds["entity_id"]) == sorted(base["entity_id"][:1000])
-    quarantine = query(settings, "SELECT entity_id, failed_expectations FROM quarantine WHERE partition_date = ?", [day])
+    quarantine = query(
+        settings, "SELECT entity_id, failed_expectations FROM quarantine WHERE partition_date = ?", [day]
+    )
     assert sorted(quarantine["entity_id"]) == sorted(base["entity_id"][1000:].to_list() * 2)
     assert set(map(tuple, quarantine["failed_expectations"].to_list())) == {(UNIQUE,)}
     summary = query(settings, "SELECT * FROM guard_summary WHERE partition_date = ? ORDER BY rowid", [day]).to_dicts()
     assert (summary[-1]["expectation"], summary[-1]["rows"], summary[-1]["action"], summary[-1]["evaluated_by"]) == (
-        UNIQUE, 400, "quarantine_all", "implicit",
+        UNIQUE,
+        400,
+        "quarantine_all",
+        "implicit",
     )
     assert fallback_lines(settings, day)[("quarantine", UNIQUE)] == 400
     assert query(settings, "SELECT count(*) AS n FROM guard_actions WHERE expectation = ?", [UNIQUE])["n"].item() == 400
@@ -269,7 +321,11 @@ def _unique(column: str, **guard) -> dict:
     return {"type": "expect_column_values_to_be_unique", "kwargs": {"column": column}, "meta": {"guard": guard}}
 
 
-NOT_NULL_X = {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "x"}, "meta": {"guard": {"action": "quarantine"}}}
+NOT_NULL_X = {
+    "type": "expect_column_values_to_not_be_null",
+    "kwargs": {"column": "x"},
+    "meta": {"guard": {"action": "quarantine"}},
+}
 
 
 def test_uniqueness_on_another_column_is_refused_naming_the_file_and_column(tmp_path: Path) -> None:
@@ -283,7 +339,11 @@ def test_the_demo_suites_declare_the_entity_key_with_quarantine_all() -> None:
 
     for job, entity in (("credit_risk", "entity_id"), ("gearbox", "entity_id"), ("store_sales", "store_item")):
         suite = load_guard_suite(PROJECT_ROOT / "expectations" / f"{job}.json", entity_column=entity)
-        assert suite.entity_key is not None and suite.entity_key.declared and suite.entity_key.on_duplicate == "quarantine_all"
+        assert (
+            suite.entity_key is not None
+            and suite.entity_key.declared
+            and suite.entity_key.on_duplicate == "quarantine_all"
+        )
 
 
 @pytest.mark.parametrize("guard", [{"action": "quarantine"}, {"action": "repair"}, {"action": "keep_last"}])
@@ -294,10 +354,15 @@ def test_only_the_three_duplicate_actions_are_accepted(tmp_path: Path, guard: di
 
 def test_no_declaration_means_an_implicit_quarantine_all_listed_last(tmp_path: Path) -> None:
     suite = _suite(tmp_path, NOT_NULL_X)
-    assert suite.entity_key is not None and not suite.entity_key.declared and suite.entity_key.on_duplicate == "quarantine_all"
+    assert (
+        suite.entity_key is not None
+        and not suite.entity_key.declared
+        and suite.entity_key.on_duplicate == "quarantine_all"
+    )
     rows = guard_summary_rows(suite, GuardCounts(rows_in=10, by_expectation={UNIQUE: {"quarantine": 4}}))
     assert [(r["expectation"], r["action"], r["evaluated_by"], r["rows"]) for r in rows] == [
-        ("not_be_null(x)", "quarantine", "compiled", 0), (UNIQUE, "quarantine_all", "implicit", 4),
+        ("not_be_null(x)", "quarantine", "compiled", 0),
+        (UNIQUE, "quarantine_all", "implicit", 4),
     ]
     declared = _suite(tmp_path, _unique("entity_id"), NOT_NULL_X)
     assert declared.entity_key.on_duplicate == "quarantine_all" and declared.entity_key.declared
@@ -310,7 +375,10 @@ def test_a_chunk_quarantines_the_rows_it_is_told_and_lists_every_reason(tmp_path
     g = guarded_chunk(frame, suite, entity_column="entity_id", duplicate_rows=np.array([False, False, True, False]))
     assert g.scorable["entity_id"].to_list() == ["a", "c"]
     assert g.quarantined["failed_expectations"].to_list() == [["not_be_null(x)"], [UNIQUE, "not_be_null(x)"]]
-    assert (g.counts.rows_quarantined, g.counts.by_expectation) == (2, {UNIQUE: {"quarantine": 1}, "not_be_null(x)": {"quarantine": 2}})
+    assert (g.counts.rows_quarantined, g.counts.by_expectation) == (
+        2,
+        {UNIQUE: {"quarantine": 1}, "not_be_null(x)": {"quarantine": 2}},
+    )
     assert sorted(g.actions.filter(pl.col("expectation") == UNIQUE)["old_value"]) == ["a"]
 
 
@@ -344,7 +412,9 @@ def test_prepass_finds_exactly_the_duplicated_ids_in_partition_order(
         tmp_path / "raw",
         {"b.parquet": ["k", "m", None, "n", "k"], "a.parquet": ["x", "k", None, "y"], "a-copy.parquet": ["z", "y"]},
     )
-    found = duplicated_entity_ids(partition_row_groups(ParquetPartition(str(tmp_path / "raw"))), "entity_id", scratch_parent=tmp_path / "scratch")
+    found = duplicated_entity_ids(
+        partition_row_groups(ParquetPartition(str(tmp_path / "raw"))), "entity_id", scratch_parent=tmp_path / "scratch"
+    )
     assert list(found.rows.select("entity_id", "row", "first").iter_rows()) == _expected_rows(values)
     assert found.id_count == 2
     assert found.quarantined_rows("keep_first").tolist() == [r for _, r, first in _expected_rows(values) if not first]
@@ -353,8 +423,12 @@ def test_prepass_finds_exactly_the_duplicated_ids_in_partition_order(
 
 def test_prepass_on_integer_ids_and_a_clean_partition(tmp_path: Path) -> None:
     _write_partition(tmp_path / "ints", {"p.parquet": [3, 1, 2, 3]})
-    found = duplicated_entity_ids(partition_row_groups(ParquetPartition(str(tmp_path / "ints"))), "entity_id", scratch_parent=tmp_path / "s")
+    found = duplicated_entity_ids(
+        partition_row_groups(ParquetPartition(str(tmp_path / "ints"))), "entity_id", scratch_parent=tmp_path / "s"
+    )
     assert list(found.rows.select("entity_id", "row", "first").iter_rows()) == [("3", 0, True), ("3", 3, False)]
     _write_partition(tmp_path / "clean", {"p.parquet": ["a", "b", None, None]})
-    clean = duplicated_entity_ids(partition_row_groups(ParquetPartition(str(tmp_path / "clean"))), "entity_id", scratch_parent=tmp_path / "s")
+    clean = duplicated_entity_ids(
+        partition_row_groups(ParquetPartition(str(tmp_path / "clean"))), "entity_id", scratch_parent=tmp_path / "s"
+    )
     assert clean.rows.is_empty() and clean.id_count == 0

@@ -14,13 +14,12 @@ import duckdb
 import polars as pl
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 
 from flows.steps.blocks import configured_warehouse
 from tasks.errors import ExitCode, PartitionError, user_facing_error
 from tasks.results import PartitionResult
 from tasks.settings import Settings, current_settings
-
-from conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

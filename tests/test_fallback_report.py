@@ -10,13 +10,12 @@ import duckdb
 import polars as pl
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 
 from tasks.demo.credit_data import DIRTY_RATES
 from tasks.errors import FallbackLimitExceeded
 from tasks.quality.fallback_report import FALLBACK_KINDS
 from tasks.settings import Settings, current_settings
-
-from conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -33,7 +32,9 @@ DIRT_TO_REPORT = {
 
 def report_of(settings: Settings, day: dt.date) -> pl.DataFrame:
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
-        return pl.from_arrow(con.sql("SELECT * FROM fallback_report WHERE partition_date = ?", params=[day]).to_arrow_table())
+        return pl.from_arrow(
+            con.sql("SELECT * FROM fallback_report WHERE partition_date = ?", params=[day]).to_arrow_table()
+        )
 
 
 def test_fallback_counts_match_the_injected_dirt_within_sampling_noise(demo_env: DemoEnv, fresh_data: Settings) -> None:
@@ -52,8 +53,16 @@ def test_fallback_counts_match_the_injected_dirt_within_sampling_noise(demo_env:
         assert abs(got - expected) <= tolerance, (dirt, got, expected)
     # One total line per kind, always present; nothing on paths the demo never takes.
     totals = report.filter(
-        pl.col("detail").is_in(["all", "primary model loaded", "table kernel in use", "training reference in use",
-                                "model-health reference in use", "every row that needed reasons got them"])
+        pl.col("detail").is_in(
+            [
+                "all",
+                "primary model loaded",
+                "table kernel in use",
+                "training reference in use",
+                "model-health reference in use",
+                "every row that needed reasons got them",
+            ]
+        )
     )
     # `challenger_failed` is counted only for a job that names a challenger; the demo names none.
     assert sorted(totals["kind"]) == sorted(k for k in FALLBACK_KINDS if k != "challenger_failed")
@@ -65,7 +74,9 @@ def test_fallback_counts_match_the_injected_dirt_within_sampling_noise(demo_env:
     assert lines[("no_health_reference", "model-health reference in use")] == 0
     assert (report["share"] - report["rows"] / n).abs().max() < 1e-12
     # The same report in Parquet, for the same run.
-    parquet = pl.read_parquet(fresh_data.data_dir / "output" / DEMO_JOB / "reports" / "fallback" / f"date={day}" / "*.parquet")
+    parquet = pl.read_parquet(
+        fresh_data.data_dir / "output" / DEMO_JOB / "reports" / "fallback" / f"date={day}" / "*.parquet"
+    )
     assert parquet.sort("kind", "detail").equals(report.sort("kind", "detail"))
 
 
@@ -86,7 +97,7 @@ def test_a_fallback_limit_fails_the_run_naming_the_kind(
         score_partition(DEMO_JOB, day)
     assert "failed_chunk" not in str(err.value)
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
-        (status, error), = con.sql("SELECT status, error FROM runs WHERE partition_date = ?", params=[day]).fetchall()
+        ((status, error),) = con.sql("SELECT status, error FROM runs WHERE partition_date = ?", params=[day]).fetchall()
         assert con.sql("SELECT count(*) FROM fallback_report").fetchall() == [(0,)]
     assert status == "failed" and "max_fallback_share.guard_repair" in error
     assert not list(settings.data_dir.glob("output/**/*.parquet"))

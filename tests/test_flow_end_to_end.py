@@ -19,14 +19,13 @@ import duckdb
 import polars as pl
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 from polars.testing import assert_frame_equal
 
 from tasks.errors import GuardFailure, JobValidationError, PartitionsFailed
 from tasks.features import credit_risk as fm
 from tasks.jobspec import load_job_spec
 from tasks.settings import Settings, current_settings
-
-from conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -66,7 +65,9 @@ def parquet_predictions(settings: Settings, day: dt.date) -> pl.DataFrame:
 
 
 def runs_of(settings: Settings, day: dt.date) -> pl.DataFrame:
-    return query(settings, "SELECT * FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at", [DEMO_JOB, day])
+    return query(
+        settings, "SELECT * FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at", [DEMO_JOB, day]
+    )
 
 
 def run_row(settings: Settings, run_id: str) -> dict:
@@ -81,7 +82,9 @@ def raw_rows(settings: Settings, day: dt.date) -> pl.DataFrame:
 
 def first_matching_rule(row: dict, rules) -> str:
     """The only rule whose conditions the row meets (the job's rule table is exclusive)."""
-    matching = [r.id for r in rules if r.when and all(_OPS[op](row[f], t) for f, cmp in r.when.items() for op, t in cmp.items())]
+    matching = [
+        r.id for r in rules if r.when and all(_OPS[op](row[f], t) for f, cmp in r.when.items() for op, t in cmp.items())
+    ]
     assert len(matching) == 1, f"{row} matches {matching}"
     return matching[0]
 
@@ -102,7 +105,7 @@ def test_backfill_scores_every_demo_date(demo_env: DemoEnv, backfilled: list[dic
     assert [o["date"] for o in backfilled] == [d.isoformat() for d in dates]
     assert all(o["outcome"] == "succeeded" for o in backfilled), backfilled
     settings = demo_env.settings
-    for day, outcome in zip(dates, backfilled):
+    for day, outcome in zip(dates, backfilled, strict=True):
         files = parquet_files(settings, day)
         assert files, day
         stored = warehouse_predictions(settings, day)
@@ -121,19 +124,28 @@ def test_every_prediction_row_keeps_the_contract(demo_env: DemoEnv, backfilled: 
         rows = warehouse_predictions(settings, day)
         assert rows.height > 0
         assert rows.select(pl.all().null_count()).sum_horizontal().item() == 0
-        assert rows.filter(
-            ~((pl.col("probability_low") >= 0) & (pl.col("probability_low") <= pl.col("probability"))
-              & (pl.col("probability") <= pl.col("probability_high")) & (pl.col("probability_high") <= 1))
-        ).height == 0
+        assert (
+            rows.filter(
+                ~(
+                    (pl.col("probability_low") >= 0)
+                    & (pl.col("probability_low") <= pl.col("probability"))
+                    & (pl.col("probability") <= pl.col("probability_high"))
+                    & (pl.col("probability_high") <= 1)
+                )
+            ).height
+            == 0
+        )
         assert rows["score"].is_between(0, 100).all()
         # Score is a monotone map of the probability.
         by_p = rows.sort("probability", "score")
         assert (by_p["score"].diff().drop_nulls() >= 0).all()
         # The decision and rule are those of the first spec rule the row matches.
-        for row in rows.select("probability", "probability_low", "probability_high", "score", "rule_id", "decision").to_dicts():
+        for row in rows.select(
+            "probability", "probability_low", "probability_high", "score", "rule_id", "decision"
+        ).to_dicts():
             assert row["rule_id"] == first_matching_rule(row, spec.prediction.rules)
         rule_decision = {r.id: r.decision for r in spec.prediction.rules}
-        assert all(rule_decision[r] == d for r, d in zip(rows["rule_id"], rows["decision"]))
+        assert all(rule_decision[r] == d for r, d in zip(rows["rule_id"], rows["decision"], strict=True))
         # Reasons on every row whose decision is not approve, and only there.
         n_codes = rows["reason_codes"].list.len()
         needs = rows["decision"].is_in(reason_cfg.for_decisions)
@@ -198,7 +210,9 @@ def test_rerunning_a_date_replaces_it(demo_env: DemoEnv, backfilled: list[dict])
     assert files and all(second_run in f.name for f in files), [f.name for f in files]
     assert_frame_equal(parquet_predictions(settings, day), after)
     for table in ("quarantine", "guard_actions"):
-        assert set(query(settings, f"SELECT DISTINCT run_id FROM {table} WHERE partition_date = ?", [day])["run_id"]) == {second_run}
+        assert set(
+            query(settings, f"SELECT DISTINCT run_id FROM {table} WHERE partition_date = ?", [day])["run_id"]
+        ) == {second_run}
         assert all(second_run in f.name for f in partition_dir(settings, day, table).glob("*.parquet"))
     # Nothing of either run is left in staging, and no half-swapped folder remains.
     staging = settings.data_dir / "output" / DEMO_JOB / "_staging"
@@ -319,7 +333,9 @@ def test_ledger_counts_agree_with_the_guard_tables(demo_env: DemoEnv, backfilled
 
     actions = query(settings, "SELECT * FROM guard_actions WHERE job = ? AND partition_date = ?", [DEMO_JOB, day])
     assert set(actions["run_id"]) == {run_id}
-    repaired_scored = actions.filter(pl.col("action") == "repair").join(preds.select("entity_id"), on="entity_id", how="semi")
+    repaired_scored = actions.filter(pl.col("action") == "repair").join(
+        preds.select("entity_id"), on="entity_id", how="semi"
+    )
     assert repaired_scored["entity_id"].n_unique() == run["rows_repaired"]
 
     quarantine = query(settings, "SELECT * FROM quarantine WHERE job = ? AND partition_date = ?", [DEMO_JOB, day])
@@ -330,7 +346,9 @@ def test_ledger_counts_agree_with_the_guard_tables(demo_env: DemoEnv, backfilled
 
     # Per-expectation counts in the ledger equal the recorded actions.
     guard_counts = json.loads(run["guard_counts"])
-    recorded = {(r["expectation"], r["action"]): r["len"] for r in actions.group_by("expectation", "action").len().to_dicts()}
+    recorded = {
+        (r["expectation"], r["action"]): r["len"] for r in actions.group_by("expectation", "action").len().to_dicts()
+    }
     assert recorded == {(k, a): n for k, per in guard_counts.items() for a, n in per.items()}
     decisions = json.loads(run["decisions"])
     assert decisions == dict(preds.group_by("decision").len().iter_rows())
@@ -390,4 +408,3 @@ def test_nightly_scores_every_configured_job_for_the_given_day(
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(state.state_details.flow_run_id).name == f"nightly {day}"
     assert warehouse_predictions(fresh_data, day).height == outcomes[0]["rows_scored"] > 0
-

@@ -17,11 +17,10 @@ import duckdb
 import polars as pl
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 
 from tasks.errors import GuardFailure, JobValidationError, PartitionError
 from tasks.settings import Settings, current_settings
-
-from conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -100,7 +99,9 @@ def test_guard_summary_is_in_the_warehouse_parquet_and_a_prefect_artifact(fresh_
     assert summary["expectation_type"].to_list() == [e["type"] for e in suite_doc["expectations"]]
     assert set(summary["run_id"]) == {result.run_id}
     # Its counts are the per-row action records, expectation by expectation.
-    actions = query(settings, "SELECT expectation, count(*) AS n FROM guard_actions WHERE partition_date = ? GROUP BY 1", [day])
+    actions = query(
+        settings, "SELECT expectation, count(*) AS n FROM guard_actions WHERE partition_date = ? GROUP BY 1", [day]
+    )
     hit = summary.filter(pl.col("rows") > 0)
     assert dict(hit.select("expectation", "rows").iter_rows()) == dict(actions.iter_rows())
     run = the_run(settings, day)
@@ -126,7 +127,9 @@ def test_a_missing_column_fails_the_run_naming_the_column_and_expectation(fresh_
     with pytest.raises(JobValidationError, match="loan_amount") as err:
         score_partition(DEMO_JOB, day)
     (problem,) = err.value.problems
-    assert problem.field == "loan_amount" and problem.file.parent == fresh_data.raw_partition_dir(DEMO_JOB, day.isoformat())
+    assert problem.field == "loan_amount" and problem.file.parent == fresh_data.raw_partition_dir(
+        DEMO_JOB, day.isoformat()
+    )
     assert "to_exist(loan_amount)" in problem.message
     # The message lists what the file does have, so a renamed column is easy to spot.
     assert "the file's columns: entity_id, application_date, annual_income" in str(err.value)
@@ -143,10 +146,14 @@ def test_strings_in_a_numeric_column_fail_the_run_naming_both(fresh_data: Settin
     assert_refused_before_the_lease(fresh_data)
 
 
-def test_an_all_null_column_is_repaired_counted_and_stopped_by_the_repair_limit(fresh_data: Settings, day: dt.date) -> None:
+def test_an_all_null_column_is_repaired_counted_and_stopped_by_the_repair_limit(
+    fresh_data: Settings, day: dt.date
+) -> None:
     from flows.score_partition import score_partition
 
-    raw = rewrite_raw(fresh_data, day, lambda raw: raw.with_columns(pl.lit(None, dtype=pl.Float64).alias("employment_years")))
+    raw = rewrite_raw(
+        fresh_data, day, lambda raw: raw.with_columns(pl.lit(None, dtype=pl.Float64).alias("employment_years"))
+    )
     with pytest.raises(GuardFailure, match="repaired") as err:
         score_partition(DEMO_JOB, day)
     # Every scorable row was repaired (a default for the missing value): far over the 20 % limit.
@@ -161,13 +168,13 @@ def test_an_all_null_column_within_limits_scores_every_row_with_the_default(
     from flows.score_partition import score_partition
 
     settings = job_spec_with(fresh_data, tmp_path, monkeypatch, max_repaired_share=1.0)
-    raw = rewrite_raw(settings, day, lambda raw: raw.with_columns(pl.lit(None, dtype=pl.Float64).alias("employment_years")))
+    raw = rewrite_raw(
+        settings, day, lambda raw: raw.with_columns(pl.lit(None, dtype=pl.Float64).alias("employment_years"))
+    )
     score_partition(DEMO_JOB, day)
     run = the_run(settings, day)
     assert run["status"] == "succeeded" and run["rows_repaired"] == run["rows_scored"]
-    repairs = query(
-        settings, "SELECT * FROM guard_actions WHERE expectation = 'not_be_null(employment_years)'"
-    )
+    repairs = query(settings, "SELECT * FROM guard_actions WHERE expectation = 'not_be_null(employment_years)'")
     assert repairs.height == raw.height
     assert set(repairs["new_value"]) == {"2.0"} and repairs["old_value"].is_null().all()
 
@@ -193,7 +200,9 @@ def test_nan_and_inf_are_repaired_or_quarantined_and_counted(fresh_data: Setting
     assert sorted(zip(util["entity_id"], util["new_value"], strict=True)) == sorted(
         [(ids[0], "0.35"), (ids[1], "1.0"), (ids[2], "0.0")]
     )
-    quarantined = query(settings, "SELECT entity_id, failed_expectations FROM quarantine WHERE partition_date = ?", [day])
+    quarantined = query(
+        settings, "SELECT entity_id, failed_expectations FROM quarantine WHERE partition_date = ?", [day]
+    )
     reasons = {r["entity_id"]: r["failed_expectations"] for r in quarantined.to_dicts()}
     assert reasons[ids[4]] == ["be_between(loan_amount)"]
     assert reasons[ids[5]] == ["not_be_null(loan_amount)"]
@@ -216,7 +225,9 @@ def test_an_empty_partition_fails_by_default_and_scores_nothing_when_allowed(
 
     settings = job_spec_with(fresh_data, tmp_path, monkeypatch, min_rows=0)
     score_partition(DEMO_JOB, day)
-    latest = query(settings, "SELECT * FROM runs WHERE partition_date = ? ORDER BY started_at DESC LIMIT 1", [day]).row(0, named=True)
+    latest = query(settings, "SELECT * FROM runs WHERE partition_date = ? ORDER BY started_at DESC LIMIT 1", [day]).row(
+        0, named=True
+    )
     assert latest["status"] == "succeeded" and latest["rows_read"] == latest["rows_scored"] == 0
     assert query(settings, "SELECT count(*) AS n FROM predictions")["n"].item() == 0
     # The empty partition is published as such: readers see zero rows, with the schema.
@@ -231,7 +242,11 @@ def test_a_suite_naming_a_column_the_data_lacks_fails_the_run(
 
     doc = json.loads((fresh_data.expectations_dir / f"{DEMO_JOB}.json").read_text())
     doc["expectations"].append(
-        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "bureau_score"}, "meta": {"guard": {"action": "quarantine"}}}
+        {
+            "type": "expect_column_values_to_not_be_null",
+            "kwargs": {"column": "bureau_score"},
+            "meta": {"guard": {"action": "quarantine"}},
+        }
     )
     settings = suite_with(fresh_data, tmp_path, monkeypatch, json.dumps(doc))
     with pytest.raises(JobValidationError, match="bureau_score"):

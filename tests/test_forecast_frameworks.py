@@ -44,8 +44,14 @@ from sklearn.linear_model import LogisticRegression, PoissonRegressor, QuantileR
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 from user_projects import (  # noqa: E402
-    assert_nothing_registered, assert_one_error_line, day_output, model_inputs, registered_version,
-    registry_versions, sales_project, score_cli,
+    assert_nothing_registered,
+    assert_one_error_line,
+    day_output,
+    model_inputs,
+    registered_version,
+    registry_versions,
+    sales_project,
+    score_cli,
 )
 
 TRAIN_DAYS = (dt.date(2026, 3, 2), dt.date(2026, 3, 3))
@@ -68,9 +74,18 @@ def project(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None):
     env = {**user_project_env(root), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
     score = score_cli(root, env)
     sales_project(
-        root, score, train_days=TRAIN_DAYS, holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=ROWS, seed=500,
-        features_of=[("train.parquet", "train_inputs"), ("holdout.parquet", "holdout_inputs"),
-                     (f"data/raw/sales/date={SCORED_DAY}", "scored_inputs")],
+        root,
+        score,
+        train_days=TRAIN_DAYS,
+        holdout_day=HOLDOUT_DAY,
+        scored_days=[SCORED_DAY],
+        rows=ROWS,
+        seed=500,
+        features_of=[
+            ("train.parquet", "train_inputs"),
+            ("holdout.parquet", "holdout_inputs"),
+            (f"data/raw/sales/date={SCORED_DAY}", "scored_inputs"),
+        ],
     )
     return root, score
 
@@ -110,7 +125,12 @@ def _shapley(trees: list[tuple], x: np.ndarray) -> np.ndarray:
         for s in range(2**m):
             if not s >> i & 1:
                 size = bin(s).count("1")
-                phi[:, i] += math.factorial(size) * math.factorial(m - size - 1) / math.factorial(m) * (game[s | 1 << i] - game[s])
+                phi[:, i] += (
+                    math.factorial(size)
+                    * math.factorial(m - size - 1)
+                    / math.factorial(m)
+                    * (game[s | 1 << i] - game[s])
+                )
     return phi
 
 
@@ -119,8 +139,14 @@ def _forest_trees(forest) -> list[tuple]:  # noqa: ANN001
     the (bootstrap-weighted) training rows reaching each node, as scikit-learn keeps them."""
     members = forest.estimators_
     return [
-        (m.tree_.children_left, m.tree_.children_right, m.tree_.feature, m.tree_.threshold,
-         m.tree_.value[:, 0, 0] / len(members), m.tree_.weighted_n_node_samples)
+        (
+            m.tree_.children_left,
+            m.tree_.children_right,
+            m.tree_.feature,
+            m.tree_.threshold,
+            m.tree_.value[:, 0, 0] / len(members),
+            m.tree_.weighted_n_node_samples,
+        )
         for m in members
     ]
 
@@ -131,10 +157,16 @@ def _hist_trees(model) -> list[tuple]:  # noqa: ANN001
     for (predictor,) in model._predictors:
         nodes = predictor.nodes
         leaf = nodes["is_leaf"].astype(bool)
-        trees.append((
-            np.where(leaf, -1, nodes["left"].astype(np.int64)), np.where(leaf, -1, nodes["right"].astype(np.int64)),
-            nodes["feature_idx"].astype(np.int64), nodes["num_threshold"], nodes["value"], nodes["count"].astype(np.float64),
-        ))
+        trees.append(
+            (
+                np.where(leaf, -1, nodes["left"].astype(np.int64)),
+                np.where(leaf, -1, nodes["right"].astype(np.int64)),
+                nodes["feature_idx"].astype(np.int64),
+                nodes["num_threshold"],
+                nodes["value"],
+                nodes["count"].astype(np.float64),
+            )
+        )
     return trees
 
 
@@ -142,13 +174,25 @@ def _lightgbm(objective: str) -> Callable[[np.ndarray, np.ndarray, list[str], Pa
     def train(x: np.ndarray, y: np.ndarray, names: list[str], folder: Path, holdout: np.ndarray) -> Trained:
         path = folder / f"sales_{objective}.txt"
         booster = lgb.train(
-            {"objective": objective, "num_leaves": 15, "learning_rate": 0.1, "min_data_in_leaf": 20, "seed": 1, "verbose": -1,
-             "num_threads": 1},
-            lgb.Dataset(x, label=y, feature_name=names), num_boost_round=TREES,
+            {
+                "objective": objective,
+                "num_leaves": 15,
+                "learning_rate": 0.1,
+                "min_data_in_leaf": 20,
+                "seed": 1,
+                "verbose": -1,
+                "num_threads": 1,
+            },
+            lgb.Dataset(x, label=y, feature_name=names),
+            num_boost_round=TREES,
         )
         booster.save_model(str(path))
-        return Trained(path, "log" if objective == "poisson" else "identity", booster.predict,
-                       lambda rows: booster.predict(rows, pred_contrib=True)[:, :-1])
+        return Trained(
+            path,
+            "log" if objective == "poisson" else "identity",
+            booster.predict,
+            lambda rows: booster.predict(rows, pred_contrib=True)[:, :-1],
+        )
 
     return train
 
@@ -157,12 +201,22 @@ def _catboost(loss: str) -> Callable[[np.ndarray, np.ndarray, list[str], Path, n
     def train(x: np.ndarray, y: np.ndarray, names: list[str], folder: Path, holdout: np.ndarray) -> Trained:
         path = folder / f"sales_{loss}.cbm"
         model = catboost.CatBoostRegressor(
-            loss_function=loss, iterations=TREES, depth=4, random_seed=1, thread_count=1, verbose=0, allow_writing_files=False,
+            loss_function=loss,
+            iterations=TREES,
+            depth=4,
+            random_seed=1,
+            thread_count=1,
+            verbose=0,
+            allow_writing_files=False,
         ).fit(catboost.Pool(x, label=y, feature_names=names))
         model.save_model(str(path))
         return Trained(
-            path, "log" if loss == "Poisson" else "identity", model.predict,
-            lambda rows: model.get_feature_importance(data=catboost.Pool(rows, feature_names=names), type="ShapValues", thread_count=1)[:, :-1],
+            path,
+            "log" if loss == "Poisson" else "identity",
+            model.predict,
+            lambda rows: model.get_feature_importance(
+                data=catboost.Pool(rows, feature_names=names), type="ShapValues", thread_count=1
+            )[:, :-1],
         )
 
     return train
@@ -171,8 +225,13 @@ def _catboost(loss: str) -> Callable[[np.ndarray, np.ndarray, list[str], Path, n
 def _sklearn_forest(x: np.ndarray, y: np.ndarray, names: list[str], folder: Path, holdout: np.ndarray) -> Trained:
     model = RandomForestRegressor(n_estimators=10, max_depth=6, min_samples_leaf=5, random_state=0, n_jobs=1).fit(x, y)
     sio.dump(model, folder / "sales_forest.skops")
-    return Trained(folder / "sales_forest.skops", "identity", model.predict, lambda rows: _shapley(_forest_trees(model), rows),
-                   ("--trust", TREE_TRUST))
+    return Trained(
+        folder / "sales_forest.skops",
+        "identity",
+        model.predict,
+        lambda rows: _shapley(_forest_trees(model), rows),
+        ("--trust", TREE_TRUST),
+    )
 
 
 def _sklearn_poisson_glm(x: np.ndarray, y: np.ndarray, names: list[str], folder: Path, holdout: np.ndarray) -> Trained:
@@ -181,45 +240,78 @@ def _sklearn_poisson_glm(x: np.ndarray, y: np.ndarray, names: list[str], folder:
     scaler, glm = model[0], model[-1]
     # The registration's reference rows are the hold-out's: contributions are coefficient × (scaled value − its mean there).
     mean = scaler.transform(holdout.astype(np.float64)).mean(axis=0)
-    return Trained(folder / "sales_glm.skops", "log", model.predict,
-                   lambda rows: glm.coef_ * (scaler.transform(rows.astype(np.float64)) - mean))
+    return Trained(
+        folder / "sales_glm.skops",
+        "log",
+        model.predict,
+        lambda rows: glm.coef_ * (scaler.transform(rows.astype(np.float64)) - mean),
+    )
 
 
 def _sklearn_hist_poisson(x: np.ndarray, y: np.ndarray, names: list[str], folder: Path, holdout: np.ndarray) -> Trained:
-    model = HistGradientBoostingRegressor(loss="poisson", max_iter=TREES, max_leaf_nodes=15, early_stopping=False, random_state=0).fit(x, y)
+    model = HistGradientBoostingRegressor(
+        loss="poisson", max_iter=TREES, max_leaf_nodes=15, early_stopping=False, random_state=0
+    ).fit(x, y)
     sio.dump(model, folder / "sales_hist.skops")
-    return Trained(folder / "sales_hist.skops", "log", model.predict, lambda rows: _shapley(_hist_trees(model), rows),
-                   ("--trust", HIST_TRUST))
+    return Trained(
+        folder / "sales_hist.skops",
+        "log",
+        model.predict,
+        lambda rows: _shapley(_hist_trees(model), rows),
+        ("--trust", HIST_TRUST),
+    )
 
 
 def _onnx_session(path: Path) -> Callable[[np.ndarray], np.ndarray]:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return lambda rows: np.asarray(session.run(None, {session.get_inputs()[0].name: rows.astype(np.float32)})[0], dtype=np.float64).reshape(-1)
+    return lambda rows: np.asarray(
+        session.run(None, {session.get_inputs()[0].name: rows.astype(np.float32)})[0], dtype=np.float64
+    ).reshape(-1)
 
 
 def _onnx_forest(x: np.ndarray, y: np.ndarray, names: list[str], folder: Path, holdout: np.ndarray) -> Trained:
     # Without bootstrap, each node's training count is what registration counts from the training rows as reference.
-    model = RandomForestRegressor(n_estimators=10, max_depth=6, min_samples_leaf=5, bootstrap=False, max_features=0.75, random_state=0,
-                                  n_jobs=1).fit(x, y)
+    model = RandomForestRegressor(
+        n_estimators=10, max_depth=6, min_samples_leaf=5, bootstrap=False, max_features=0.75, random_state=0, n_jobs=1
+    ).fit(x, y)
     path = folder / "sales_forest.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path.write_bytes(to_onnx(model, x[:1], target_opset=17).SerializeToString())
-    return Trained(path, "identity", _onnx_session(path), lambda rows: _shapley(_forest_trees(model), rows),
-                   ("--reference", "train.parquet"))
+    return Trained(
+        path,
+        "identity",
+        _onnx_session(path),
+        lambda rows: _shapley(_forest_trees(model), rows),
+        ("--reference", "train.parquet"),
+    )
 
 
-def _onnx_lightgbm_poisson(x: np.ndarray, y: np.ndarray, names: list[str], folder: Path, holdout: np.ndarray) -> Trained:
-    model = lgb.LGBMRegressor(objective="poisson", n_estimators=TREES, num_leaves=15, min_child_samples=20, random_state=1, n_jobs=1,
-                              verbose=-1).fit(x, y)
+def _onnx_lightgbm_poisson(
+    x: np.ndarray, y: np.ndarray, names: list[str], folder: Path, holdout: np.ndarray
+) -> Trained:
+    model = lgb.LGBMRegressor(
+        objective="poisson",
+        n_estimators=TREES,
+        num_leaves=15,
+        min_child_samples=20,
+        random_state=1,
+        n_jobs=1,
+        verbose=-1,
+    ).fit(x, y)
     path = folder / "sales_poisson.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graph = onnxmltools.convert_lightgbm(model, initial_types=[("input", FloatTensorType([None, x.shape[1]]))])
     path.write_bytes(graph.SerializeToString())
     # Counted on the training rows, the graph's node cover is LightGBM's own: so are its contributions.
-    return Trained(path, "log", _onnx_session(path), lambda rows: model.booster_.predict(rows, pred_contrib=True)[:, :-1],
-                   ("--reference", "train.parquet"))
+    return Trained(
+        path,
+        "log",
+        _onnx_session(path),
+        lambda rows: model.booster_.predict(rows, pred_contrib=True)[:, :-1],
+        ("--reference", "train.parquet"),
+    )
 
 
 CASES = {
@@ -266,7 +358,9 @@ def _settings(root: Path):  # noqa: ANN202  (a Settings)
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_regressor_registers_and_publishes_the_frameworks_own_forecasts_and_reasons(project, tmp_path: Path, case: str) -> None:
+def test_a_regressor_registers_and_publishes_the_frameworks_own_forecasts_and_reasons(
+    project, tmp_path: Path, case: str
+) -> None:
     root, score = project
     x, y, names, _ = model_inputs(root / "train_inputs.parquet", "item_id")
     holdout, _, _, _ = model_inputs(root / "holdout_inputs.parquet", "item_id")
@@ -274,7 +368,16 @@ def test_a_regressor_registers_and_publishes_the_frameworks_own_forecasts_and_re
     trained = CASES[case](x, y, names, tmp_path, holdout)
     extra = [str(root / a) if a.endswith(".parquet") else a for a in trained.register_args]
 
-    registered = score("register", "sales", "--model", str(trained.path), "--holdout", str(root / "holdout.parquet"), "--promote", *extra)
+    registered = score(
+        "register",
+        "sales",
+        "--model",
+        str(trained.path),
+        "--holdout",
+        str(root / "holdout.parquet"),
+        "--promote",
+        *extra,
+    )
     version = registered_version(registered.stdout, "sales")
     metadata = json.loads((root / "data" / "models" / "sales" / version / "metadata.json").read_text())
     assert (metadata["target"], metadata["link"]) == ("count", trained.link), metadata
@@ -294,17 +397,25 @@ def test_a_regressor_registers_and_publishes_the_frameworks_own_forecasts_and_re
     margin = published["raw_margin"].to_numpy()
     np.testing.assert_allclose(np.exp(margin) if trained.link == "log" else margin, theirs, rtol=1e-6, atol=1e-9)
     low, high = published["forecast_low"].to_numpy(), published["forecast_high"].to_numpy()
-    assert (low <= published["forecast"].to_numpy()).all() and (published["forecast"].to_numpy() <= high).all() and (low >= 0).all()
+    assert (
+        (low <= published["forecast"].to_numpy()).all()
+        and (published["forecast"].to_numpy() <= high).all()
+        and (low >= 0).all()
+    )
 
     compared = _reasons_compared(root, published["reason_codes"].to_list(), trained.contributions(rows), names)
-    print(f"{case}: forecasts equal the framework's to {np.abs(published['forecast'].to_numpy() / np.maximum(theirs, 1e-12) - 1).max():.2g} "
-          f"relative; reasons compared on {compared} of {published.height} rows")
+    print(
+        f"{case}: forecasts equal the framework's to {np.abs(published['forecast'].to_numpy() / np.maximum(theirs, 1e-12) - 1).max():.2g} "
+        f"relative; reasons compared on {compared} of {published.height} rows"
+    )
     assert compared >= 0.9 * published.height
     fallback = day_output(root, "reports/fallback", SCORED_DAY, job="sales")
     assert fallback.filter(pl.col("kind").is_in(["failed_chunk", "reasons_unavailable"]))["rows"].sum() == 0
 
 
-def test_histogram_boosting_with_a_poisson_loss_scores_its_raw_prediction_and_explains_on_that_scale(project, tmp_path: Path) -> None:
+def test_histogram_boosting_with_a_poisson_loss_scores_its_raw_prediction_and_explains_on_that_scale(
+    project, tmp_path: Path
+) -> None:
     from tasks.contracts import InferenceInput
     from tasks.inference.engine import inference_loaded_model
     from tasks.jobs.registration import registered_job_model
@@ -317,14 +428,28 @@ def test_histogram_boosting_with_a_poisson_loss_scores_its_raw_prediction_and_ex
     trained = _sklearn_hist_poisson(x, y, names, tmp_path, holdout)
     settings = _settings(root)
 
-    report = registered_job_model("sales", trained.path, settings=settings, holdout=root / "holdout.parquet", trusted_types=(HIST_TRUST,))
+    report = registered_job_model(
+        "sales", trained.path, settings=settings, holdout=root / "holdout.parquet", trusted_types=(HIST_TRUST,)
+    )
     loaded = inference_loaded_model(settings.model_registry_dir("sales"), report.version, None, device="cpu", nthread=1)
     meta = loaded.engine.metadata
-    assert (meta.target, meta.link, meta.sklearn_output.method, meta.explanation.method) == ("count", "log", "raw_predict", "treeshap")
+    assert (meta.target, meta.link, meta.sklearn_output.method, meta.explanation.method) == (
+        "count",
+        "log",
+        "raw_predict",
+        "treeshap",
+    )
     assert "local accuracy" in meta.explanation.checked_against and meta.explanation.max_abs_diff <= 1e-5
-    batch = InferenceInput(chunk_id=0, entity_ids=pa.array(ids.to_list()), features=np.ascontiguousarray(scored), feature_names=tuple(names))
+    batch = InferenceInput(
+        chunk_id=0,
+        entity_ids=pa.array(ids.to_list()),
+        features=np.ascontiguousarray(scored),
+        feature_names=tuple(names),
+    )
     output = loaded.inference_outputs(batch)
-    forecast = ForecastMap(meta.interval, 0.9, link=meta.link, nonnegative=True).predict_forecast(output.margins, output.expected_error)
+    forecast = ForecastMap(meta.interval, 0.9, link=meta.link, nonnegative=True).predict_forecast(
+        output.margins, output.expected_error
+    )
     contributions = loaded.engine.inference_contributions(batch, np.arange(scored.shape[0]), top_k=2)
 
     # scikit-learn's forecast is exp of the raw prediction, the margin; the contributions are on the margin's scale and
@@ -339,7 +464,11 @@ def _classifier(framework: str, x: np.ndarray, y: np.ndarray, names: list[str], 
     label = (y >= 10).astype(np.int64)
     if framework == "lightgbm":
         path = folder / "flag.txt"
-        lgb.train({"objective": "binary", "num_leaves": 7, "verbose": -1, "num_threads": 1}, lgb.Dataset(x, label=label, feature_name=names), 5).save_model(str(path))
+        lgb.train(
+            {"objective": "binary", "num_leaves": 7, "verbose": -1, "num_threads": 1},
+            lgb.Dataset(x, label=label, feature_name=names),
+            5,
+        ).save_model(str(path))
     elif framework == "catboost":
         path = folder / "flag.cbm"
         catboost.CatBoostClassifier(iterations=5, depth=3, thread_count=1, verbose=0, allow_writing_files=False).fit(
@@ -360,7 +489,11 @@ def _regressor(framework: str, x: np.ndarray, y: np.ndarray, names: list[str], f
     """A regressor of the units sold in the framework's own file format."""
     if framework == "lightgbm":
         path = folder / "units.txt"
-        lgb.train({"objective": "regression", "num_leaves": 7, "verbose": -1, "num_threads": 1}, lgb.Dataset(x, label=y, feature_name=names), 5).save_model(str(path))
+        lgb.train(
+            {"objective": "regression", "num_leaves": 7, "verbose": -1, "num_threads": 1},
+            lgb.Dataset(x, label=y, feature_name=names),
+            5,
+        ).save_model(str(path))
     elif framework == "catboost":
         path = folder / "units.cbm"
         catboost.CatBoostRegressor(iterations=5, depth=3, thread_count=1, verbose=0, allow_writing_files=False).fit(
@@ -379,21 +512,21 @@ def _regressor(framework: str, x: np.ndarray, y: np.ndarray, names: list[str], f
 
 CLASSIFIER_ON_FORECAST = {
     "lightgbm": "has objective 'binary sigmoid:1', a classifier, but the job forecasts a count target (target.kind): register a regressor "
-                "(regression, regression_l1, huber, fair, mape, poisson, tweedie, gamma)",
+    "(regression, regression_l1, huber, fair, mape, poisson, tweedie, gamma)",
     "catboost": "is a binary classifier (loss Logloss), but the job forecasts a count target (target.kind): register a regressor (loss RMSE,",
     "sklearn": "is a scikit-learn LogisticRegression, a classifier, but the job forecasts a count target (target.kind): register a regressor (",
     "onnx": "is an ONNX classifier's graph (it has a LinearClassifier node), but the job forecasts a count target (target.kind): register a "
-            "regressor (one value per row",
+    "regressor (one value per row",
 }
 REGRESSOR_ON_BINARY = {
     "lightgbm": "has objective 'regression', a regression objective, but the job is binary (target.kind): register a binary classifier "
-                "(binary or cross_entropy), or set target.kind: regression or count in the job spec",
+    "(binary or cross_entropy), or set target.kind: regression or count in the job spec",
     "catboost": "is a regression model (loss RMSE), but the job is binary (target.kind): register a binary classifier (loss Logloss or "
-                "CrossEntropy), or set target.kind: regression or count in the job spec",
+    "CrossEntropy), or set target.kind: regression or count in the job spec",
     "sklearn": "is a scikit-learn Ridge, a regressor, but the job is binary (target.kind): register a binary classifier (a classifier of "
-               "classes 0 and 1), or set target.kind: regression or count in the job spec",
+    "classes 0 and 1), or set target.kind: regression or count in the job spec",
     "onnx": "is an ONNX regressor's graph (a LinearRegressor node computes its output), but the job is binary (target.kind): register a "
-            "binary classifier (its class probabilities or one score per row), or set target.kind: regression or count in the job spec",
+    "binary classifier (its class probabilities or one score per row), or set target.kind: regression or count in the job spec",
 }
 
 
@@ -423,13 +556,18 @@ def test_every_framework_refuses_a_classifier_on_the_forecast_job_and_a_regresso
     root, _ = project
     x, y, names, _ = model_inputs(root / "train_inputs.parquet", "item_id")
     settings = _settings(root)
-    for job, make, expected in (("sales", _classifier, CLASSIFIER_ON_FORECAST), ("sales_flag", _regressor, REGRESSOR_ON_BINARY)):
+    for job, make, expected in (
+        ("sales", _classifier, CLASSIFIER_ON_FORECAST),
+        ("sales_flag", _regressor, REGRESSOR_ON_BINARY),
+    ):
         path = make(framework, x, y, names, tmp_path)
         before = registry_versions(root, job)
         with pytest.raises(ModelArtifactError) as refused:
             registered_job_model(job, path, settings=settings, holdout=root / "holdout.parquet")
         message = " ".join(str(refused.value).split())
-        assert message.startswith(f"model file {path} {expected[framework]}") and "\n" not in str(refused.value), message
+        assert message.startswith(f"model file {path} {expected[framework]}") and "\n" not in str(refused.value), (
+            message
+        )
         assert_nothing_registered(root, before, job)
 
 
@@ -442,7 +580,9 @@ QUANTILE = {
 
 
 @pytest.mark.parametrize("make", list(QUANTILE))
-def test_a_quantile_regressor_is_refused_on_a_forecast_job_naming_what_it_predicts(project, tmp_path: Path, make: str) -> None:
+def test_a_quantile_regressor_is_refused_on_a_forecast_job_naming_what_it_predicts(
+    project, tmp_path: Path, make: str
+) -> None:
     from tasks.inference.frameworks import inference_framework_input_problem
 
     root, _ = project
@@ -450,11 +590,21 @@ def test_a_quantile_regressor_is_refused_on_a_forecast_job_naming_what_it_predic
     trust: tuple[str, ...] = ()
     if make == "lightgbm":
         path = tmp_path / "median.txt"
-        lgb.train({"objective": "quantile", "alpha": 0.5, "verbose": -1, "num_threads": 1}, lgb.Dataset(x, label=y, feature_name=names), 5).save_model(str(path))
+        lgb.train(
+            {"objective": "quantile", "alpha": 0.5, "verbose": -1, "num_threads": 1},
+            lgb.Dataset(x, label=y, feature_name=names),
+            5,
+        ).save_model(str(path))
     elif make == "catboost":
         path = tmp_path / "median.cbm"
-        catboost.CatBoostRegressor(loss_function="Quantile:alpha=0.5", iterations=5, depth=3, thread_count=1, verbose=0,
-                                   allow_writing_files=False).fit(catboost.Pool(x, label=y, feature_names=names)).save_model(str(path))
+        catboost.CatBoostRegressor(
+            loss_function="Quantile:alpha=0.5",
+            iterations=5,
+            depth=3,
+            thread_count=1,
+            verbose=0,
+            allow_writing_files=False,
+        ).fit(catboost.Pool(x, label=y, feature_names=names)).save_model(str(path))
     elif make == "sklearn":
         path, trust = tmp_path / "median.skops", (HIST_TRUST,)
         sio.dump(HistGradientBoostingRegressor(loss="quantile", quantile=0.5, max_iter=5).fit(x, y), path)

@@ -28,11 +28,12 @@ import pyarrow.parquet as pq
 import pytest
 import xgboost as xgb
 import yaml
+from conftest import user_project_env
 from polars.testing import assert_frame_equal
 from scipy.stats import norm
+from user_projects import day_output, score_cli
 
 import tasks.scoring.unit_pass as unit_pass
-
 from tasks.catalog import FORECASTS
 from tasks.jobs.validation import validated_job
 from tasks.monitoring.decisions import merged_prediction_groups, prediction_groups
@@ -44,9 +45,6 @@ from tasks.scoring.units import planned_work_units
 from tasks.settings import Settings
 from tasks.sinks.parquet_store import output_dirs
 from tasks.sinks.warehouse import Warehouse
-
-from conftest import user_project_env
-from user_projects import day_output, score_cli
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -63,19 +61,26 @@ FEATURES = ("price", "promo", "temperature", "volatility")
 
 def mean_units(frame: pl.DataFrame) -> np.ndarray:
     """The generator's expected units sold: volatility plays no part in it."""
-    return np.exp(1.6 + 0.7 * frame["promo"].to_numpy() - 0.12 * frame["price"].to_numpy() + 0.025 * frame["temperature"].to_numpy())
+    return np.exp(
+        1.6
+        + 0.7 * frame["promo"].to_numpy()
+        - 0.12 * frame["price"].to_numpy()
+        + 0.025 * frame["temperature"].to_numpy()
+    )
 
 
 def day_rows(day: dt.date, seed: int, *, volatile: bool = False) -> pl.DataFrame:
     """One day of items; `volatile` moves every item into the top fifth of volatility, where the noise is largest."""
     rng = np.random.default_rng(seed)
-    frame = pl.DataFrame({
-        "item_id": [f"IT-{day:%m%d}-{i:06d}" for i in range(ROWS)],
-        "price": rng.uniform(1, 10, ROWS).round(2),
-        "promo": (rng.random(ROWS) < 0.2).astype(np.int8),
-        "temperature": rng.normal(15, 8, ROWS).round(1),
-        "volatility": (rng.uniform(0.8, 1.0, ROWS) if volatile else rng.uniform(0.0, 1.0, ROWS)).round(4),
-    })
+    frame = pl.DataFrame(
+        {
+            "item_id": [f"IT-{day:%m%d}-{i:06d}" for i in range(ROWS)],
+            "price": rng.uniform(1, 10, ROWS).round(2),
+            "promo": (rng.random(ROWS) < 0.2).astype(np.int8),
+            "temperature": rng.normal(15, 8, ROWS).round(1),
+            "volatility": (rng.uniform(0.8, 1.0, ROWS) if volatile else rng.uniform(0.0, 1.0, ROWS)).round(4),
+        }
+    )
     mu = mean_units(frame)
     # Negative binomial with mean mu and variance mu + alpha mu^2: alpha from 0.02 to 1.52 with volatility.
     shape = 1.0 / (0.02 + 1.5 * frame["volatility"].to_numpy() ** 3)
@@ -88,15 +93,27 @@ def _suite() -> dict:
 
     rows = [expectation("expect_column_values_to_be_unique", "item_id", "quarantine_all")]
     for column in ("item_id", *FEATURES):
-        rows += [expectation("expect_column_to_exist", column, "fail"), expectation("expect_column_values_to_not_be_null", column, "quarantine")]
+        rows += [
+            expectation("expect_column_to_exist", column, "fail"),
+            expectation("expect_column_values_to_not_be_null", column, "quarantine"),
+        ]
     return {"name": JOB, "expectations": rows}
 
 
 def _spec() -> dict:
     return {
-        "name": JOB, "entity_column": "item_id", "expectation_suite": f"{JOB}.json",
-        "features": {"version": "1.0.0", "columns": [{"name": "price"}, {"name": "promo", "kind": "boolean"},
-                                                       {"name": "temperature"}, {"name": "volatility"}]},
+        "name": JOB,
+        "entity_column": "item_id",
+        "expectation_suite": f"{JOB}.json",
+        "features": {
+            "version": "1.0.0",
+            "columns": [
+                {"name": "price"},
+                {"name": "promo", "kind": "boolean"},
+                {"name": "temperature"},
+                {"name": "volatility"},
+            ],
+        },
         "model": {"name": JOB, "version": "latest"},
         "target": {"kind": "count", "name": "units sold", "unit": "units"},
         "prediction": {
@@ -106,9 +123,16 @@ def _spec() -> dict:
                 {"id": "CUT_STOCK", "when": {"forecast_high": {"lt": CUTS[0]}}, "decision": "cut_stock"},
                 {"id": "KEEP", "decision": "keep"},
             ],
-            "reasons": {"top_k": 2, "for_decisions": ["add_stock"], "codes": {
-                "price": {"code": "PRICE", "text": "Price"}, "promo": {"code": "PROMO", "text": "Promotion"},
-                "temperature": {"code": "TEMP", "text": "Temperature"}, "volatility": {"code": "VOL", "text": "Volatility"}}},
+            "reasons": {
+                "top_k": 2,
+                "for_decisions": ["add_stock"],
+                "codes": {
+                    "price": {"code": "PRICE", "text": "Price"},
+                    "promo": {"code": "PROMO", "text": "Promotion"},
+                    "temperature": {"code": "TEMP", "text": "Temperature"},
+                    "volatility": {"code": "VOL", "text": "Volatility"},
+                },
+            },
         },
         "monitoring": {"labels": {"entity_column": "item_id", "outcome_column": "units"}},
     }
@@ -160,9 +184,12 @@ def sales(tmp_path_factory: pytest.TempPathFactory) -> Sales:
     assert "estimated error before actuals" in registered.stdout, registered.stdout
     score("backfill", JOB, "--start", str(SCORED_DAYS[0]), "--end", str(SCORED_DAYS[-1]))
     return Sales(
-        root=root, actuals={day: frames[day].select("item_id", "units") for day in SCORED_DAYS},
+        root=root,
+        actuals={day: frames[day].select("item_id", "units") for day in SCORED_DAYS},
         metadata=json.loads((root / "data" / "models" / JOB / "1" / "metadata.json").read_text()),
-        holdout_forecasts=booster.predict(xgb.DMatrix(holdout.select(FEATURES).to_numpy(), feature_names=list(FEATURES))),
+        holdout_forecasts=booster.predict(
+            xgb.DMatrix(holdout.select(FEATURES).to_numpy(), feature_names=list(FEATURES))
+        ),
     )
 
 
@@ -188,8 +215,10 @@ def test_the_estimated_error_interval_holds_the_realized_error_on_unshifted_days
         for measure, realized in (("mae", mae), ("rmse", rmse)):
             row = estimates[(day, measure)]
             inside.append(row["low"] <= realized <= row["high"])
-            lines.append(f"{day} {measure:4s} estimate {row['value']:.4f} [{row['low']:.4f}, {row['high']:.4f}] realized {realized:.4f} "
-                         f"{'inside' if inside[-1] else 'OUTSIDE'}")
+            lines.append(
+                f"{day} {measure:4s} estimate {row['value']:.4f} [{row['low']:.4f}, {row['high']:.4f}] realized {realized:.4f} "
+                f"{'inside' if inside[-1] else 'OUTSIDE'}"
+            )
     print("\n".join(lines))
     print(f"realized inside the estimate's interval: {sum(inside)} of {len(inside)} partition x measure pairs")
     assert len(inside) == 2 * len(UNSHIFTED_DAYS) >= 2 * 10
@@ -202,15 +231,20 @@ def test_a_covariate_shift_into_noisier_rows_is_flagged_and_no_unshifted_day_is(
     check = sales.metadata["interval"]["check"]
     for measure, realized in (("mae", mae), ("rmse", rmse)):
         row = estimates[(SHIFTED_DAY, measure)]
-        print(f"{SHIFTED_DAY} shifted {measure}: estimate {row['value']:.4f} [{row['low']:.4f}, {row['high']:.4f}] "
-              f"realized {realized:.4f}, hold-out {row['reference']:.4f}, flag {row['flag']}")
+        print(
+            f"{SHIFTED_DAY} shifted {measure}: estimate {row['value']:.4f} [{row['low']:.4f}, {row['high']:.4f}] "
+            f"realized {realized:.4f}, hold-out {row['reference']:.4f}, flag {row['flag']}"
+        )
         assert row["reference"] == pytest.approx(check[measure])
         # The actuals confirm it: the model did err more than at registration, and the estimate rose above every unshifted day's.
         assert realized > check[measure] * 1.10
         assert row["value"] > max(estimates[(d, measure)]["high"] for d in UNSHIFTED_DAYS)
         assert row["flag"] in ("warn", "alert") and row["low"] > row["reference"]
     # The MAE is sure to have risen beyond the tolerance; the RMSE's interval, on over-dispersed counts, is wider.
-    assert estimates[(SHIFTED_DAY, "mae")]["flag"] == "alert" and estimates[(SHIFTED_DAY, "mae")]["low"] > check["mae"] * 1.10
+    assert (
+        estimates[(SHIFTED_DAY, "mae")]["flag"] == "alert"
+        and estimates[(SHIFTED_DAY, "mae")]["low"] > check["mae"] * 1.10
+    )
     assert {estimates[(d, m)]["flag"] for d in UNSHIFTED_DAYS for m in ("mae", "rmse")} == {"ok"}
 
 
@@ -222,20 +256,32 @@ def test_the_estimates_are_the_published_expected_errors_scaled_as_registered(sa
     sigma = np.maximum(sales.forecasts(day)["expected_error"].to_numpy(), floor)
     n = sigma.size
     mae = fitted["mae_scale"] * sigma.mean()
-    mae_half = z * math.sqrt(fitted["mae_dispersion"] * (sigma**2).sum() / n**2 + (fitted["mae_scale_se"] * sigma.mean()) ** 2)
+    mae_half = z * math.sqrt(
+        fitted["mae_dispersion"] * (sigma**2).sum() / n**2 + (fitted["mae_scale_se"] * sigma.mean()) ** 2
+    )
     mse = fitted["mse_scale"] * (sigma**2).mean()
-    mse_se = math.sqrt(fitted["mse_dispersion"] * (sigma**4).sum() / n**2 + (fitted["mse_scale_se"] * (sigma**2).mean()) ** 2)
+    mse_se = math.sqrt(
+        fitted["mse_dispersion"] * (sigma**4).sum() / n**2 + (fitted["mse_scale_se"] * (sigma**2).mean()) ** 2
+    )
     log_mse = norm(np.log(mse), mse_se / mse)
     estimates = _estimates(sales)
-    for measure, expected in (("mae", (mae, mae - mae_half, mae + mae_half)),
-                              ("rmse", (math.sqrt(mse), math.sqrt(np.exp(log_mse.ppf(0.005))), math.sqrt(np.exp(log_mse.ppf(0.995)))))):
+    for measure, expected in (
+        ("mae", (mae, mae - mae_half, mae + mae_half)),
+        ("rmse", (math.sqrt(mse), math.sqrt(np.exp(log_mse.ppf(0.005))), math.sqrt(np.exp(log_mse.ppf(0.995))))),
+    ):
         row = estimates[(day, measure)]
         assert (row["value"], row["low"], row["high"]) == pytest.approx(expected, rel=1e-9)
         assert row["rows"] == n and row["delta"] == pytest.approx(expected[0] / interval["check"][measure] - 1)
     # Each day's flag: its low end against the hold-out's error, its noise (at the level) and the 10 % tolerance.
     for (day, measure), row in estimates.items():
         reference, noise = interval["check"][measure], z * fitted[f"check_{measure}_se"]
-        expected = ("alert" if row["low"] > max(1.1 * reference, reference + noise) else "warn" if row["low"] > reference + noise else "ok")
+        expected = (
+            "alert"
+            if row["low"] > max(1.1 * reference, reference + noise)
+            else "warn"
+            if row["low"] > reference + noise
+            else "ok"
+        )
         assert row["flag"] == expected, (day, measure, row)
 
 
@@ -266,8 +312,12 @@ def test_simulated_partitions_fall_inside_their_interval_at_the_level() -> None:
         errors = partition * rng.standard_t(6, partition.size)
         health = HealthAccumulator()
         health.add_expected_error(partition, floor=0.0)
-        rows = {r["measure"]: r for r in estimated_error_rows(
-            health, {"estimated_error": fitted, "check": {"mae": 1.0, "rmse": 1.0}}, level=0.9, tolerance=0.1)}
+        rows = {
+            r["measure"]: r
+            for r in estimated_error_rows(
+                health, {"estimated_error": fitted, "check": {"mae": 1.0, "rmse": 1.0}}, level=0.9, tolerance=0.1
+            )
+        }
         for measure, realized in (("mae", np.abs(errors).mean()), ("rmse", np.sqrt((errors**2).mean()))):
             inside[measure] += rows[measure]["low"] <= realized <= rows[measure]["high"]
     print({m: v / trials for m, v in inside.items()})
@@ -302,7 +352,9 @@ def test_forecast_drift_against_the_hold_out_forecasts_and_the_previous_day(sale
     stored = sales.metadata["forecast_reference"]
     holdout = sales.holdout_forecasts.astype(np.float64)
     # The reference is the hold-out's forecasts (XGBoost's own), binned on their percentiles.
-    np.testing.assert_allclose(stored["drift_edges"], np.unique(np.quantile(holdout, np.arange(1, 100) / 100)), rtol=1e-5)
+    np.testing.assert_allclose(
+        stored["drift_edges"], np.unique(np.quantile(holdout, np.arange(1, 100) / 100)), rtol=1e-5
+    )
     edges, psi_edges = np.asarray(stored["drift_edges"]), np.asarray(stored["psi_edges"])
     day, previous_day = UNSHIFTED_DAYS[-1], UNSHIFTED_DAYS[-2]
     report = sales.table("drift_report").filter((pl.col("partition_date") == day) & (pl.col("feature") == "forecast"))
@@ -315,15 +367,22 @@ def test_forecast_drift_against_the_hold_out_forecasts_and_the_previous_day(sale
     before = sales.forecasts(previous_day)["forecast"].to_numpy()
     # Reference counts are those of the drift bins: refold the stored fine counts into the PSI bins.
     fine_starts = np.concatenate([[-np.inf], edges])
-    reference = np.bincount(np.searchsorted(psi_edges, fine_starts, side="right"), weights=np.asarray(stored["drift_counts"], float),
-                            minlength=psi_edges.size + 1)
+    reference = np.bincount(
+        np.searchsorted(psi_edges, fine_starts, side="right"),
+        weights=np.asarray(stored["drift_counts"], float),
+        minlength=psi_edges.size + 1,
+    )
     rows = {r["baseline"]: r for r in report.iter_rows(named=True)}
     assert rows["reference"]["psi"] == pytest.approx(_psi(reference, coarse(current)), rel=1e-6)
     assert rows["previous"]["psi"] == pytest.approx(_psi(coarse(before), coarse(current)), rel=1e-6)
     assert rows["reference"]["rows"] == current.size
-    print(f"forecast PSI on {day}: {rows['reference']['psi']:.4f} against the hold-out, {rows['previous']['psi']:.4f} against {previous_day}")
+    print(
+        f"forecast PSI on {day}: {rows['reference']['psi']:.4f} against the hold-out, {rows['previous']['psi']:.4f} against {previous_day}"
+    )
     # Only the noise moved on the shifted day: the forecasts' distribution did not, nor did any input but volatility.
-    shifted = sales.table("drift_report").filter((pl.col("partition_date") == SHIFTED_DAY) & (pl.col("baseline") == "reference"))
+    shifted = sales.table("drift_report").filter(
+        (pl.col("partition_date") == SHIFTED_DAY) & (pl.col("baseline") == "reference")
+    )
     flags = dict(shifted.select("feature", "flag").iter_rows())
     assert flags["forecast"] == "ok" and flags["volatility"] == "alert", flags
     assert "score" not in set(sales.table("drift_report")["feature"].to_list())
@@ -340,7 +399,9 @@ def test_decision_monitoring_of_a_forecast_job_reads_its_forecasts(sales: Sales)
     n = published.height
     assert got[("rows", "all")]["value"] == n
     for decision in ("add_stock", "cut_stock", "keep"):
-        assert got[("decision_share", decision)]["value"] == pytest.approx((published["decision"] == decision).sum() / n)
+        assert got[("decision_share", decision)]["value"] == pytest.approx(
+            (published["decision"] == decision).sum() / n
+        )
     low, high = published["forecast_low"].to_numpy(), published["forecast_high"].to_numpy()
     straddling = np.zeros(n, dtype=bool)
     for cut in CUTS:
@@ -349,7 +410,9 @@ def test_decision_monitoring_of_a_forecast_job_reads_its_forecasts(sales: Sales)
     forecast = published["forecast"].to_numpy()
     assert got[("forecast_mean", "all")]["value"] == pytest.approx(forecast.mean(), rel=1e-12)
     assert got[("forecast_total", "all")]["value"] == pytest.approx(forecast.sum(), rel=1e-12)
-    window = sales.table("decision_monitoring").filter((pl.col("partition_date") < day) & (pl.col("measure") == "forecast_mean"))
+    window = sales.table("decision_monitoring").filter(
+        (pl.col("partition_date") < day) & (pl.col("measure") == "forecast_mean")
+    )
     baseline = window.filter(pl.col("partition_date") >= day - dt.timedelta(days=28))["value"].mean()
     assert got[("forecast_mean", "all")]["baseline"] == pytest.approx(baseline)
     assert got[("forecast_mean", "all")]["tolerance"] == pytest.approx(0.10 * baseline)
@@ -359,18 +422,39 @@ def test_decision_monitoring_of_a_forecast_job_reads_its_forecasts(sales: Sales)
 
 
 CUTOFFS = [2.0, 15.0]
-INTERVALS = [(0.0, 1.9, False), (0.0, 2.0, True), (2.0, 6.0, False), (1.0, 20.0, True), (14.0, 15.0, True), (15.0, 40.0, False)]
+INTERVALS = [
+    (0.0, 1.9, False),
+    (0.0, 2.0, True),
+    (2.0, 6.0, False),
+    (1.0, 20.0, True),
+    (14.0, 15.0, True),
+    (15.0, 40.0, False),
+]
 
 
 def _forecasts(day: dt.date) -> pa.Table:
     n = len(INTERVALS)
-    return pa.table({
-        "run_id": ["run-1"] * n, "job": [JOB] * n, "partition_date": [day] * n, "entity_id": [f"E{i}" for i in range(n)],
-        "forecast": [(lo + hi) / 2 for lo, hi, _ in INTERVALS], "forecast_low": [lo for lo, _, _ in INTERVALS],
-        "forecast_high": [hi for _, hi, _ in INTERVALS], "expected_error": [1.0] * n, "decision": [f"d{i}" for i in range(n)],
-        "rule_id": ["R"] * n, "reason_codes": [[]] * n, "reason_texts": [[]] * n, "raw_margin": [0.0] * n,
-        "model_name": ["m"] * n, "model_version": ["1"] * n, "feature_version": ["f"] * n,
-    }, schema=FORECASTS.schema)
+    return pa.table(
+        {
+            "run_id": ["run-1"] * n,
+            "job": [JOB] * n,
+            "partition_date": [day] * n,
+            "entity_id": [f"E{i}" for i in range(n)],
+            "forecast": [(lo + hi) / 2 for lo, hi, _ in INTERVALS],
+            "forecast_low": [lo for lo, _, _ in INTERVALS],
+            "forecast_high": [hi for _, hi, _ in INTERVALS],
+            "expected_error": [1.0] * n,
+            "decision": [f"d{i}" for i in range(n)],
+            "rule_id": ["R"] * n,
+            "reason_codes": [[]] * n,
+            "reason_texts": [[]] * n,
+            "raw_margin": [0.0] * n,
+            "model_name": ["m"] * n,
+            "model_version": ["1"] * n,
+            "feature_version": ["f"] * n,
+        },
+        schema=FORECASTS.schema,
+    )
 
 
 def test_the_warehouse_counts_forecast_groups_as_the_run_does(any_warehouse: Warehouse, tmp_path: Path) -> None:
@@ -378,7 +462,9 @@ def test_the_warehouse_counts_forecast_groups_as_the_run_does(any_warehouse: War
     path = tmp_path / "forecasts.parquet"
     pq.write_table(_forecasts(day), path)
     any_warehouse.replace_partition(job=JOB, partition_date=day, files={"forecasts": [path]})
-    in_sql = pl.from_arrow(any_warehouse.forecast_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort("decision")
+    in_sql = pl.from_arrow(any_warehouse.forecast_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort(
+        "decision"
+    )
     in_polars = prediction_groups(pl.from_arrow(_forecasts(day)), CUTOFFS).sort("decision")
     assert in_sql["straddling"].to_list() == in_polars["straddling"].to_list() == [s for _, _, s in INTERVALS]
     assert in_sql["forecast_sum"].to_list() == pytest.approx([(lo + hi) / 2 for lo, hi, _ in INTERVALS])
@@ -388,7 +474,9 @@ def test_the_warehouse_counts_forecast_groups_as_the_run_does(any_warehouse: War
 # --- one pass, two halves, any chunking ------------------------------------------------------------
 
 
-def test_a_forecast_unit_cut_in_two_or_chunked_finer_counts_what_its_one_pass_counts(sales: Sales, tmp_path: Path) -> None:
+def test_a_forecast_unit_cut_in_two_or_chunked_finer_counts_what_its_one_pass_counts(
+    sales: Sales, tmp_path: Path
+) -> None:
     """The prediction half of a forecast unit (from its handoff files) counts the forecasts' drift and decision groups as
     the one pass does; the inference half's estimated-error sums add up to the same model-health rows whatever the chunking."""
     data = tmp_path / "data"
@@ -400,24 +488,33 @@ def test_a_forecast_unit_cut_in_two_or_chunked_finer_counts_what_its_one_pass_co
     dirs = output_dirs(settings, JOB)
 
     def units(run_id: str, chunk_rows: int, score) -> list:
-        return [score(prepared, unit, run_id=run_id, chunk_rows=chunk_rows, partition_date=day, dirs=dirs)
-                for unit in planned_work_units(prepared, run_id=run_id, chunk_rows=chunk_rows, dirs=dirs)]
+        return [
+            score(prepared, unit, run_id=run_id, chunk_rows=chunk_rows, partition_date=day, dirs=dirs)
+            for unit in planned_work_units(prepared, run_id=run_id, chunk_rows=chunk_rows, dirs=dirs)
+        ]
 
     whole = units("one-pass", ROWS, unit_pass.scored_unit)
     inferred = units("two-halves", 700, unit_pass.inferred_unit)
-    predicted = [unit_pass.predicted_unit(prepared.prediction_plan, u, run_id="two-halves", partition_date=day, dirs=dirs) for u in inferred]
+    predicted = [
+        unit_pass.predicted_unit(prepared.prediction_plan, u, run_id="two-halves", partition_date=day, dirs=dirs)
+        for u in inferred
+    ]
     assert sum(len(u.chunk_ids) for u in inferred) > 1
     one = whole[0].prediction
     assert_frame_equal(
         merged_prediction_groups([g for u in predicted for g in u.decision_groups]).drop("run_id"),
-        merged_prediction_groups(one.decision_groups).drop("run_id"), check_exact=False, rel_tol=1e-12,
+        merged_prediction_groups(one.decision_groups).drop("run_id"),
+        check_exact=False,
+        rel_tol=1e-12,
     )
     counts = sum(u.drift.histograms["forecast"].counts for u in predicted)
     np.testing.assert_array_equal(counts, one.drift.histograms["forecast"].counts)
     assert counts.sum() == one.rows_scored
 
     def health_rows(inferences: list, predictions: list) -> dict:
-        summary = scoring_summary(prepared, inferences, predictions, run_id="sums", partition_date=day, dirs=dirs, wall_s=0.0)
+        summary = scoring_summary(
+            prepared, inferences, predictions, run_id="sums", partition_date=day, dirs=dirs, wall_s=0.0
+        )
         return {r["measure"]: r for r in summary.model_health if r["section"] == "estimated_error"}
 
     in_one = health_rows([u.inference for u in whole], [u.prediction for u in whole])

@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 import xgboost as xgb
 import yaml
-
 from conftest import user_project_env
 from user_projects import day_output, score_cli
+
 from tasks.catalog import OUTCOME_DATASETS
 from tasks.errors import LabelError
 from tasks.jobspec import load_job_spec
@@ -60,13 +60,18 @@ def day_rows(day: dt.date, rows: int, seed: int, *, demand: float = 1.0) -> pl.D
     rain = np.where(rng.random(rows) < 0.3, rng.exponential(5, rows), 0).round(1)
     mu = np.exp(1.5 + 0.8 * promo - 0.15 * price + 0.02 * temperature - 0.04 * rain)
     region = rng.choice(REGIONS, rows, p=[0.3, 0.25, 0.2, 0.15, 0.06, 0.04])
-    return pl.DataFrame({
-        "item_id": [f"IT-{day:%m%d}-{i:06d}" for i in range(rows)],
-        "store": rng.choice(STORES, rows),
-        "region": pl.Series(np.where(rng.random(rows) < 0.03, None, region), dtype=pl.String),
-        "price": price, "promo": promo, "temperature": temperature, "rain_mm": rain,
-        "units": rng.poisson(demand * mu),
-    })
+    return pl.DataFrame(
+        {
+            "item_id": [f"IT-{day:%m%d}-{i:06d}" for i in range(rows)],
+            "store": rng.choice(STORES, rows),
+            "region": pl.Series(np.where(rng.random(rows) < 0.03, None, region), dtype=pl.String),
+            "price": price,
+            "promo": promo,
+            "temperature": temperature,
+            "rain_mm": rain,
+            "units": rng.poisson(demand * mu),
+        }
+    )
 
 
 def labels_folder(root: Path, day: dt.date) -> Path:
@@ -79,8 +84,10 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("forecast-outcomes")
     env = user_project_env(root)
     score = score_cli(root, env)
-    frames = {day: day_rows(day, ROWS if day in SCORED_DAYS else 5000, seed=i, demand=1.6 if day == SHIFTED else 1.0)
-              for i, day in enumerate(DAYS)}
+    frames = {
+        day: day_rows(day, ROWS if day in SCORED_DAYS else 5000, seed=i, demand=1.6 if day == SHIFTED else 1.0)
+        for i, day in enumerate(DAYS)
+    }
     pl.concat([frames[d] for d in TRAIN_DAYS]).write_parquet(root / "train.parquet")
     pl.concat([frames[d] for d in TRAIN_DAYS]).drop("units").write_parquet(root / "sample.parquet")
     frames[HOLDOUT_DAY].write_parquet(root / "holdout.parquet")
@@ -96,11 +103,13 @@ def project(tmp_path_factory: pytest.TempPathFactory):
             # three items the partition never had get actuals.
             first, second = labels.row(0, named=True), labels.row(1, named=True)
             labels = labels.slice(1)
-            pl.DataFrame({
-                "item_id": [first["item_id"], second["item_id"], *GHOSTS],
-                "units": pl.Series([None, second["units"] + 5, 4, 0, 7], dtype=pl.Int64),
-                "observed_date": [day + dt.timedelta(days=2)] * 5,
-            }).write_parquet(folder / "late.parquet")
+            pl.DataFrame(
+                {
+                    "item_id": [first["item_id"], second["item_id"], *GHOSTS],
+                    "units": pl.Series([None, second["units"] + 5, 4, 0, 7], dtype=pl.Int64),
+                    "observed_date": [day + dt.timedelta(days=2)] * 5,
+                }
+            ).write_parquet(folder / "late.parquet")
         labels.write_parquet(folder / "part-0.parquet")
 
     score("init", JOB, "--from", str(root / "sample.parquet"), "--entity-column", "item_id")
@@ -110,11 +119,20 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     spec["target"] = {"kind": "count", "name": "units sold", "unit": "units"}
     spec["prediction"] = {
         "interval_level": LEVEL,
-        "rules": [{"id": "ADD_STOCK", "when": {"forecast_high": {"ge": 12}}, "decision": "add_stock"},
-                  {"id": "KEEP", "decision": "keep"}],
-        "reasons": {"top_k": 2, "for_decisions": ["add_stock"], "codes": {
-            "price": {"code": "PRICE", "text": "Price"}, "promo": {"code": "PROMO", "text": "Promotion"},
-            "temperature": {"code": "TEMP", "text": "Temperature"}, "rain_mm": {"code": "RAIN", "text": "Rain"}}},
+        "rules": [
+            {"id": "ADD_STOCK", "when": {"forecast_high": {"ge": 12}}, "decision": "add_stock"},
+            {"id": "KEEP", "decision": "keep"},
+        ],
+        "reasons": {
+            "top_k": 2,
+            "for_decisions": ["add_stock"],
+            "codes": {
+                "price": {"code": "PRICE", "text": "Price"},
+                "promo": {"code": "PROMO", "text": "Promotion"},
+                "temperature": {"code": "TEMP", "text": "Temperature"},
+                "rain_mm": {"code": "RAIN", "text": "Rain"},
+            },
+        },
     }
     spec["monitoring"]["labels"]["outcome_column"] = "units"
     spec["monitoring"]["slices"] = ["store", "region"]
@@ -123,7 +141,9 @@ def project(tmp_path_factory: pytest.TempPathFactory):
 
     score("features", JOB, "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
     inputs = pl.read_parquet(root / "train_inputs.parquet")
-    model = xgb.XGBRegressor(objective="count:poisson", n_estimators=120, max_depth=4, learning_rate=0.1, n_jobs=2, random_state=0)
+    model = xgb.XGBRegressor(
+        objective="count:poisson", n_estimators=120, max_depth=4, learning_rate=0.1, n_jobs=2, random_state=0
+    )
     model.fit(inputs.drop("item_id", "outcome").to_numpy().astype(np.float32), inputs["outcome"].to_numpy())
     model.get_booster().save_model(str(root / "model.ubj"))
     score("register", JOB, "--model", str(root / "model.ubj"), "--holdout", str(root / "holdout.parquet"))
@@ -137,7 +157,9 @@ def settings_of(root: Path) -> Settings:
 
 
 def stored(warehouse: Warehouse, table: str) -> pl.DataFrame:
-    return pl.from_arrow(warehouse.monitoring_rows(table, job=JOB, first_date=SCORED_DAYS[0], last_date=SCORED_DAYS[-1]))
+    return pl.from_arrow(
+        warehouse.monitoring_rows(table, job=JOB, first_date=SCORED_DAYS[0], last_date=SCORED_DAYS[-1])
+    )
 
 
 def label_rows(root: Path, day: dt.date) -> pl.DataFrame:
@@ -151,14 +173,20 @@ def joined_by_hand(root: Path, day: dt.date) -> pl.DataFrame:
     forecasts = day_output(root, "forecasts", day, job=JOB)
     latest = label_rows(root, day).sort("observed_date", descending=True).unique("item_id", keep="first")
     raw = pl.read_parquet(root / "data" / "raw" / JOB / f"date={day}" / "part-0.parquet")
-    joined = (
-        forecasts.join(latest.select(pl.col("item_id").alias("entity_id"), pl.col("units").cast(pl.Float64).alias("actual")),
-                       on="entity_id", how="left")
-        .join(raw.select(pl.col("item_id").alias("entity_id"), "store", pl.col("region").fill_null("(null)")), on="entity_id", how="left")
+    joined = forecasts.join(
+        latest.select(pl.col("item_id").alias("entity_id"), pl.col("units").cast(pl.Float64).alias("actual")),
+        on="entity_id",
+        how="left",
+    ).join(
+        raw.select(pl.col("item_id").alias("entity_id"), "store", pl.col("region").fill_null("(null)")),
+        on="entity_id",
+        how="left",
     )
     counts = joined["region"].value_counts().sort(["count", "region"], descending=[True, False])
     kept = counts["region"].head(MAX_VALUES).to_list()
-    return joined.with_columns(pl.when(pl.col("region").is_in(kept)).then(pl.col("region")).otherwise(pl.lit("(other)")).alias("region"))
+    return joined.with_columns(
+        pl.when(pl.col("region").is_in(kept)).then(pl.col("region")).otherwise(pl.lit("(other)")).alias("region")
+    )
 
 
 def numpy_errors(group: pl.DataFrame) -> dict[str, float | int | None]:
@@ -172,10 +200,16 @@ def numpy_errors(group: pl.DataFrame) -> dict[str, float | int | None]:
     nonzero = a != 0
     smape_terms = [0.0 if x == 0 and y == 0 else 2 * abs(x - y) / (abs(x) + abs(y)) for x, y in zip(a, f, strict=True)]
     return {
-        **out, "actual_mean": a.mean(), "forecast_mean": f.mean(), "mae": np.mean(np.abs(a - f)),
-        "rmse": np.sqrt(np.mean((a - f) ** 2)), "bias": np.mean(a - f),
+        **out,
+        "actual_mean": a.mean(),
+        "forecast_mean": f.mean(),
+        "mae": np.mean(np.abs(a - f)),
+        "rmse": np.sqrt(np.mean((a - f) ** 2)),
+        "bias": np.mean(a - f),
         "mape": np.mean(np.abs(a - f)[nonzero] / np.abs(a[nonzero])) if nonzero.any() else None,
-        "smape": np.mean(smape_terms), "coverage": np.mean((low <= a) & (a <= high)), "mean_width": np.mean(high - low),
+        "smape": np.mean(smape_terms),
+        "coverage": np.mean((low <= a) & (a <= high)),
+        "mean_width": np.mean(high - low),
     }
 
 
@@ -230,14 +264,18 @@ def test_every_actual_is_stored_and_counted_with_its_entitys_status(project) -> 
         by_hand = dict(zip(latest["item_id"], latest["units"], strict=True))
         assert [by_hand[e] for e in mine["entity_id"]] == [None if a is None else int(a) for a in mine["actual"]]
         assert set(mine.filter(pl.col("entity_status") == "unknown")["entity_id"]) == unknown
-        assert set(mine.filter(pl.col("entity_status") == "quarantined")["entity_id"]) == quarantined & set(latest["item_id"])
+        assert set(mine.filter(pl.col("entity_status") == "quarantined")["entity_id"]) == quarantined & set(
+            latest["item_id"]
+        )
     ghosts = actuals.filter(pl.col("entity_id").is_in(GHOSTS))
     assert ghosts["entity_status"].to_list() == ["unknown"] * 3 and ghosts["source"].to_list() == ["parquet"] * 3
 
 
 def test_coverage_holds_the_level_on_unshifted_days_and_the_shift_shows_in_bias_and_coverage(project) -> None:
     root, *_ = project
-    errors = stored(DuckDBWarehouse(settings_of(root).duckdb_path), "outcome_errors").filter(pl.col("section") == "partition")
+    errors = stored(DuckDBWarehouse(settings_of(root).duckdb_path), "outcome_errors").filter(
+        pl.col("section") == "partition"
+    )
     by_day = {r["partition_date"]: r for r in errors.to_dicts()}
     for day in UNSHIFTED:
         row = by_day[day]
@@ -253,11 +291,20 @@ def test_coverage_holds_the_level_on_unshifted_days_and_the_shift_shows_in_bias_
 def test_score_outcomes_prints_the_realized_error_of_each_partition(project) -> None:
     root, _, _, printed = project
     assert "realized error per partition" in printed and "AUC" not in printed and "Brier" not in printed
-    lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]] for line in printed.splitlines() if line.startswith("│ 2026")}
+    lines = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]
+        for line in printed.splitlines()
+        if line.startswith("│ 2026")
+    }
     for day in SCORED_DAYS:
         numbers = numpy_errors(joined_by_hand(root, day))
         cells = lines[day.isoformat()]
-        assert cells[2:6] == [str(numbers["rows"]), str(numbers["labelled"]), f"{numbers['mae']:.4g}", f"{numbers['rmse']:.4g}"]
+        assert cells[2:6] == [
+            str(numbers["rows"]),
+            str(numbers["labelled"]),
+            f"{numbers['mae']:.4g}",
+            f"{numbers['rmse']:.4g}",
+        ]
         assert cells[6] == f"{numbers['bias']:+.4g}" and cells[7] == f"{numbers['coverage']:.2%}"
         assert cells[8] == f"{numbers['mean_width']:.4g}" and cells[9] == "90%"
 
@@ -268,7 +315,9 @@ def test_recomputing_from_the_same_forecasts_and_actuals_leaves_identical_tables
     copy = tmp_path / "warehouse.duckdb"
     shutil.copy2(settings.duckdb_path, copy)
     before = {t: stored(DuckDBWarehouse(copy), t) for t in OUTCOME_TABLES}
-    again = Settings(data_dir=root / "data", jobs_dir=root / "jobs", expectations_dir=root / "expectations", warehouse_path=copy)
+    again = Settings(
+        data_dir=root / "data", jobs_dir=root / "jobs", expectations_dir=root / "expectations", warehouse_path=copy
+    )
     warehouse = DuckDBWarehouse(copy)
     for day in SCORED_DAYS:
         ingested_partition_outcomes(warehouse, again, JOB, day)
@@ -284,10 +333,18 @@ def test_postgresql_takes_the_same_tables(project, postgres_database_url: str) -
     postgres = PostgresWarehouse(postgres_database_url)
     for day in SCORED_DAYS:
         folder = root / "data" / "output" / JOB
-        postgres.replace_partition(job=JOB, partition_date=day, files={
-            name: sorted((folder / path / f"date={day}").glob("*.parquet"))
-            for name, path in (("forecasts", "forecasts"), ("quarantine", "quarantine"), ("model_health", "reports/model_health"))
-        })
+        postgres.replace_partition(
+            job=JOB,
+            partition_date=day,
+            files={
+                name: sorted((folder / path / f"date={day}").glob("*.parquet"))
+                for name, path in (
+                    ("forecasts", "forecasts"),
+                    ("quarantine", "quarantine"),
+                    ("model_health", "reports/model_health"),
+                )
+            },
+        )
         ingested_partition_outcomes(postgres, settings, JOB, day)
     duck = DuckDBWarehouse(settings.duckdb_path)
     for table in OUTCOME_TABLES:
@@ -303,11 +360,17 @@ def test_a_count_jobs_negative_actual_is_refused_in_one_line_and_nothing_is_writ
         shutil.copytree(root / folder, copy / folder)
     day = SCORED_DAYS[0]
     bad = labels_folder(copy, day) / "late.parquet"
-    pl.DataFrame({"item_id": ["IT-0305-000007"], "units": [-3], "observed_date": [day + dt.timedelta(days=3)]}).write_parquet(bad)
+    pl.DataFrame(
+        {"item_id": ["IT-0305-000007"], "units": [-3], "observed_date": [day + dt.timedelta(days=3)]}
+    ).write_parquet(bad)
     warehouse = DuckDBWarehouse(copy / "data" / "warehouse.duckdb")
     before = {t: stored(warehouse, t) for t in OUTCOME_TABLES}
-    moved = {**env, "SCORING_DATA_DIR": str(copy / "data"), "SCORING_JOBS_DIR": str(copy / "jobs"),
-             "SCORING_EXPECTATIONS_DIR": str(copy / "expectations")}
+    moved = {
+        **env,
+        "SCORING_DATA_DIR": str(copy / "data"),
+        "SCORING_JOBS_DIR": str(copy / "jobs"),
+        "SCORING_EXPECTATIONS_DIR": str(copy / "expectations"),
+    }
     done = score("outcomes", JOB, "--start", str(day), "--end", str(day), ok=False, environ=moved)
     # Prefect's own lines (its server starting, the flow run's state) go to the console too; the product says one line.
     (error,) = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("error:")]
@@ -319,21 +382,37 @@ def test_a_count_jobs_negative_actual_is_refused_in_one_line_and_nothing_is_writ
         assert stored(warehouse, table).equals(before[table]), table
 
 
-@pytest.mark.parametrize(("kind", "values", "refused"), [
-    ("count", [2.5], "must be a whole number >= 0; found 1 other value(s), e.g. [2.5]"),
-    ("count", [float("nan"), 1.0], "must be a finite number (or null while unknown); found 1 other value(s), e.g. [nan]"),
-    ("regression", [float("inf")], "must be a finite number (or null while unknown); found 1 other value(s), e.g. [inf]"),
-    ("regression", [-3.25, 0.0, None], None),
-    ("count", [0, 4, None], None),
-])
+@pytest.mark.parametrize(
+    ("kind", "values", "refused"),
+    [
+        ("count", [2.5], "must be a whole number >= 0; found 1 other value(s), e.g. [2.5]"),
+        (
+            "count",
+            [float("nan"), 1.0],
+            "must be a finite number (or null while unknown); found 1 other value(s), e.g. [nan]",
+        ),
+        (
+            "regression",
+            [float("inf")],
+            "must be a finite number (or null while unknown); found 1 other value(s), e.g. [inf]",
+        ),
+        ("regression", [-3.25, 0.0, None], None),
+        ("count", [0, 4, None], None),
+    ],
+)
 def test_actuals_are_numbers_kept_as_given_or_refused_naming_file_column_and_values(
     project, tmp_path: Path, kind: str, values: list, refused: str | None
 ) -> None:
     root, *_ = project
     source = load_job_spec(JOB, settings_of(root)).monitoring.labels
     path = tmp_path / "labels.parquet"
-    pl.DataFrame({"item_id": [f"e{i}" for i in range(len(values))], "units": values,
-                  "observed_date": [dt.date(2026, 3, 9)] * len(values)}).write_parquet(path)
+    pl.DataFrame(
+        {
+            "item_id": [f"e{i}" for i in range(len(values))],
+            "units": values,
+            "observed_date": [dt.date(2026, 3, 9)] * len(values),
+        }
+    ).write_parquet(path)
     if refused:
         with pytest.raises(LabelError) as error:
             parquet_labels(tmp_path, source, kind=kind)
@@ -341,9 +420,13 @@ def test_actuals_are_numbers_kept_as_given_or_refused_naming_file_column_and_val
         assert refused in str(error.value)
     else:
         read = parquet_labels(tmp_path, source, kind=kind)
-        assert read["outcome"].dtype == pl.Float64 and read["outcome"].to_list() == [None if v is None else float(v) for v in values]
+        assert read["outcome"].dtype == pl.Float64 and read["outcome"].to_list() == [
+            None if v is None else float(v) for v in values
+        ]
     pl.DataFrame({"item_id": ["e"], "units": ["three"], "observed_date": [dt.date(2026, 3, 9)]}).write_parquet(path)
-    with pytest.raises(LabelError, match=r"column 'units' holds the actual of a \w+ job and must be numeric, got type String"):
+    with pytest.raises(
+        LabelError, match=r"column 'units' holds the actual of a \w+ job and must be numeric, got type String"
+    ):
         parquet_labels(tmp_path, source, kind=kind)
 
 
@@ -353,7 +436,9 @@ def test_estimated_errors_are_paired_with_the_realized_ones(project) -> None:
     day = UNSHIFTED[0]
     forecasts = day_output(root, "forecasts", day, job=JOB)
     actuals = label_rows(root, day).select(
-        pl.col("item_id").alias("entity_id"), pl.col("units").cast(pl.Float64).alias("outcome"), "observed_date",
+        pl.col("item_id").alias("entity_id"),
+        pl.col("units").cast(pl.Float64).alias("outcome"),
+        "observed_date",
         pl.lit("parquet").alias("source"),
     )
     joined = joined_by_hand(root, day)
@@ -362,7 +447,10 @@ def test_estimated_errors_are_paired_with_the_realized_ones(project) -> None:
     # The scoring pass's own estimates (model_health) paired with what the day's actuals say.
     warehouse = DuckDBWarehouse(settings_of(root).duckdb_path)
     health = pl.from_arrow(warehouse.model_health_rows(JOB, day)).filter(pl.col("section") == "estimated_error")
-    pairs = {r["measure"]: r for r in stored(warehouse, "outcome_estimates").filter(pl.col("partition_date") == day).iter_rows(named=True)}
+    pairs = {
+        r["measure"]: r
+        for r in stored(warehouse, "outcome_estimates").filter(pl.col("partition_date") == day).iter_rows(named=True)
+    }
     assert sorted(pairs) == ["mae", "rmse"] and health.height == 2
     for row in health.iter_rows(named=True):
         pair = pairs[row["measure"]]
@@ -371,12 +459,31 @@ def test_estimated_errors_are_paired_with_the_realized_ones(project) -> None:
         assert pair["outside"] is not (row["low"] <= realized[row["measure"]] <= row["high"])
 
     def estimates(mae: tuple[float, float], rmse: tuple[float, float]) -> pl.DataFrame:
-        return pl.DataFrame([
-            {"model_version": version, "section": "estimated_error", "measure": m, "item": "all", "value": (lo + hi) / 2,
-             "low": lo, "high": hi}
-            for m, (lo, hi) in (("mae", mae), ("rmse", rmse))
-        ] + [{"model_version": version, "section": "estimated_performance", "measure": "auc", "item": "all", "value": 0.7,
-              "low": 0.6, "high": 0.8}])
+        return pl.DataFrame(
+            [
+                {
+                    "model_version": version,
+                    "section": "estimated_error",
+                    "measure": m,
+                    "item": "all",
+                    "value": (lo + hi) / 2,
+                    "low": lo,
+                    "high": hi,
+                }
+                for m, (lo, hi) in (("mae", mae), ("rmse", rmse))
+            ]
+            + [
+                {
+                    "model_version": version,
+                    "section": "estimated_performance",
+                    "measure": "auc",
+                    "item": "all",
+                    "value": 0.7,
+                    "low": 0.6,
+                    "high": 0.8,
+                }
+            ]
+        )
 
     def paired(frame: pl.DataFrame) -> dict[str, dict]:
         outcomes = forecast_outcome_tables(forecasts, actuals, spec, partition_date=day, estimates=frame)
@@ -406,11 +513,14 @@ def test_a_forecast_partition_whose_raw_rows_are_gone_keeps_its_errors_without_s
     settings = Settings(data_dir=data, jobs_dir=root / "jobs", expectations_dir=root / "expectations")
     day = UNSHIFTED[0]
     returned = ingested_partition_outcomes(DuckDBWarehouse(settings.duckdb_path), settings, JOB, day)
-    assert returned["notes"] == [f"the raw partition {data / 'raw' / JOB / f'date={day}'} is gone, so outcome_errors has no slice rows for it"]
+    assert returned["notes"] == [
+        f"the raw partition {data / 'raw' / JOB / f'date={day}'} is gone, so outcome_errors has no slice rows for it"
+    ]
     errors = stored(DuckDBWarehouse(settings.duckdb_path), "outcome_errors").filter(pl.col("partition_date") == day)
     assert set(errors["section"]) == {"partition", "decision"}
     before = stored(DuckDBWarehouse(settings_of(root).duckdb_path), "outcome_errors").filter(
-        (pl.col("partition_date") == day) & pl.col("section").is_in(["partition", "decision"]))
+        (pl.col("partition_date") == day) & pl.col("section").is_in(["partition", "decision"])
+    )
     assert errors.equals(before)
 
 
@@ -421,8 +531,12 @@ def test_the_raw_slice_columns_are_read_through_the_jobs_parquet_files(project) 
 
     day = UNSHIFTED[0]
     settings = settings_of(root)
-    values = partition_slice_values(raw_partition(None, settings, JOB, day), entity_column="item_id", slices=["store", "region"])
-    raw = pq.read_table(root / "data" / "raw" / JOB / f"date={day}" / "part-0.parquet", columns=["item_id", "store", "region"])
+    values = partition_slice_values(
+        raw_partition(None, settings, JOB, day), entity_column="item_id", slices=["store", "region"]
+    )
+    raw = pq.read_table(
+        root / "data" / "raw" / JOB / f"date={day}" / "part-0.parquet", columns=["item_id", "store", "region"]
+    )
     assert values.rename({"entity_id": "item_id"}).equals(pl.from_arrow(raw))
 
 
@@ -432,23 +546,48 @@ def test_zero_actuals_empty_groups_and_decisions_no_forecast_made(project) -> No
     root, *_ = project
     spec = load_job_spec(JOB, settings_of(root))
     day = SCORED_DAYS[0]
-    forecasts = pl.DataFrame({
-        "run_id": ["r"] * 4, "entity_id": ["a", "b", "c", "d"], "forecast": [0.0, 2.0, 3.0, 1.0],
-        "forecast_low": [0.0, 0.0, 1.0, 0.0], "forecast_high": [1.0, 5.0, 4.0, 2.0], "decision": ["keep"] * 4,
-        "model_version": ["7"] * 4,
-    })
-    actuals = pl.DataFrame({"entity_id": ["a", "b", "c"], "outcome": [0.0, 0.0, None], "observed_date": [day] * 3,
-                            "source": ["parquet"] * 3})
+    forecasts = pl.DataFrame(
+        {
+            "run_id": ["r"] * 4,
+            "entity_id": ["a", "b", "c", "d"],
+            "forecast": [0.0, 2.0, 3.0, 1.0],
+            "forecast_low": [0.0, 0.0, 1.0, 0.0],
+            "forecast_high": [1.0, 5.0, 4.0, 2.0],
+            "decision": ["keep"] * 4,
+            "model_version": ["7"] * 4,
+        }
+    )
+    actuals = pl.DataFrame(
+        {
+            "entity_id": ["a", "b", "c"],
+            "outcome": [0.0, 0.0, None],
+            "observed_date": [day] * 3,
+            "source": ["parquet"] * 3,
+        }
+    )
     tables = forecast_outcome_tables(forecasts, actuals, spec, partition_date=day).tables
     rows = {(r["section"], r["item"]): r for r in tables["outcome_errors"].to_pylist()}
     assert sorted(rows) == [("decision", "add_stock"), ("decision", "keep"), ("partition", "all")]
     whole = rows[("partition", "all")]
     assert (whole["rows"], whole["labelled"], whole["mape"]) == (4, 2, None)
     assert whole["smape"] == pytest.approx((0.0 + 2.0) / 2) and whole["mae"] == pytest.approx(1.0)
-    assert whole["coverage"] == 1.0 and whole["mean_width"] == pytest.approx(3.0) and whole["bias"] == pytest.approx(-1.0)
+    assert (
+        whole["coverage"] == 1.0 and whole["mean_width"] == pytest.approx(3.0) and whole["bias"] == pytest.approx(-1.0)
+    )
     none = rows[("decision", "add_stock")]
     assert (none["rows"], none["labelled"]) == (0, 0)
-    assert all(none[m] is None for m in ("actual_mean", "forecast_mean", "mae", "rmse", "bias", "mape", "smape", "coverage", "mean_width"))
+    assert all(
+        none[m] is None
+        for m in ("actual_mean", "forecast_mean", "mae", "rmse", "bias", "mape", "smape", "coverage", "mean_width")
+    )
     (partition,) = tables["outcome_partitions"].to_pylist()
-    assert (partition["predictions"], partition["predictions_labelled"], partition["labels_without_outcome"]) == (4, 2, 1)
-    assert tables["outcome_labels"].num_rows == 0 and tables["outcome_actuals"].column("actual").to_pylist() == [0.0, 0.0, None]
+    assert (partition["predictions"], partition["predictions_labelled"], partition["labels_without_outcome"]) == (
+        4,
+        2,
+        1,
+    )
+    assert tables["outcome_labels"].num_rows == 0 and tables["outcome_actuals"].column("actual").to_pylist() == [
+        0.0,
+        0.0,
+        None,
+    ]

@@ -27,8 +27,15 @@ catboost = pytest.importorskip("catboost")
 
 from conftest import user_project_env  # noqa: E402
 from user_projects import (  # noqa: E402
-    assert_nothing_registered, assert_one_error_line, churn_project, day_output, model_inputs, raw_partition,
-    registered_version, registry_versions, score_cli,
+    assert_nothing_registered,
+    assert_one_error_line,
+    churn_project,
+    day_output,
+    model_inputs,
+    raw_partition,
+    registered_version,
+    registry_versions,
+    score_cli,
 )
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
@@ -60,8 +67,14 @@ def _artifact(tmp_path: Path, model, features: list[str]):  # noqa: ANN001, ANN2
     folder.mkdir()
     model.save_model(str(folder / "model.cbm"))
     meta = ModelMetadata(
-        name="unit", version="1", framework="catboost", model_file="model.cbm", sha256=inference_model_checksum(folder / "model.cbm"),
-        feature_version="1", features=features, feature_dtypes={f: "float32" for f in features},
+        name="unit",
+        version="1",
+        framework="catboost",
+        model_file="model.cbm",
+        sha256=inference_model_checksum(folder / "model.cbm"),
+        feature_version="1",
+        features=features,
+        feature_dtypes={f: "float32" for f in features},
     )
     return ModelArtifact(metadata=meta, directory=folder)
 
@@ -81,8 +94,12 @@ def _batch(rows: np.ndarray, names: list[str]):  # noqa: ANN202
 
     from tasks.contracts import InferenceInput
 
-    return InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)), features=np.ascontiguousarray(rows),
-                          feature_names=tuple(names))
+    return InferenceInput(
+        chunk_id=0,
+        entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)),
+        features=np.ascontiguousarray(rows),
+        feature_names=tuple(names),
+    )
 
 
 @pytest.mark.parametrize(("nan_mode", "depth"), [("Min", 6), ("Max", 6), ("Forbidden", 4)])
@@ -125,7 +142,11 @@ def test_margins_are_catboosts_raw_values_and_reasons_its_shap_values_whatever_t
 def test_symmetric_trees_are_explained_by_one_table_row_per_leaf_equal_to_shap_values_and_the_general_kernel(
     tmp_path: Path, nan_mode: str, depth: int
 ) -> None:
-    from tasks.inference.engine_catboost import CatBoostEngine, inference_catboost_model_json, inference_catboost_tree_arrays
+    from tasks.inference.engine_catboost import (
+        CatBoostEngine,
+        inference_catboost_model_json,
+        inference_catboost_tree_arrays,
+    )
     from tasks.inference.treeshap import inference_treeshap_kernel
 
     x, y = _synthetic()
@@ -147,8 +168,14 @@ def test_symmetric_trees_are_explained_by_one_table_row_per_leaf_equal_to_shap_v
         assert np.abs(ours - general.contributions(rows)).max() <= 1e-12
 
 
-def test_models_catboost_cannot_explain_exactly_are_explained_by_the_kernel_checked_against_their_raw_values(tmp_path: Path) -> None:
-    from tasks.inference.engine_catboost import CatBoostEngine, inference_catboost_model_json, inference_catboost_tree_arrays
+def test_models_catboost_cannot_explain_exactly_are_explained_by_the_kernel_checked_against_their_raw_values(
+    tmp_path: Path,
+) -> None:
+    from tasks.inference.engine_catboost import (
+        CatBoostEngine,
+        inference_catboost_model_json,
+        inference_catboost_tree_arrays,
+    )
 
     x, y = _synthetic()
     names = [f"f{i}" for i in range(5)]
@@ -160,7 +187,11 @@ def test_models_catboost_cannot_explain_exactly_are_explained_by_the_kernel_chec
     assert (weights == 0).sum() > 100 and np.all(values[weights == 0] == 0)  # training leaves every empty leaf at 0
     values[np.flatnonzero(weights == 0)[:20]] = 0.3
     edited.set_leaf_values(values)
-    cases = ((lossguide, "non-symmetric"), (scaled, "scales the trees by 0.5"), (edited, "a leaf no training row reached"))
+    cases = (
+        (lossguide, "non-symmetric"),
+        (scaled, "scales the trees by 0.5"),
+        (edited, "a leaf no training row reached"),
+    )
     for model, why in cases:
         engine = CatBoostEngine(_artifact(tmp_path, model, names))
         source = engine.contributions_source
@@ -196,13 +227,18 @@ def test_what_cannot_score_the_job_is_named(tmp_path: Path) -> None:
         return inference_input_problem(path, names)
 
     small = dict(iterations=5, depth=3)
-    assert problem(_classifier(**small).fit(x, y)) is None  # CatBoost's default names "0".."4": the order is all it knows
+    assert (
+        problem(_classifier(**small).fit(x, y)) is None
+    )  # CatBoost's default names "0".."4": the order is all it knows
     assert problem(_classifier(**small).fit(x, y.astype(bool))) is None
     assert problem(_classifier(**small).fit(x, np.where(y == 1, "1", "0"))) is None
     assert "classes ['no', 'yes']; its raw value is the log-odds of class 'yes'" in problem(
-        _classifier(**small).fit(x, np.where(y == 1, "yes", "no")))
+        _classifier(**small).fit(x, np.where(y == 1, "yes", "no"))
+    )
     assert "classes [1, 2]" in problem(_classifier(**small).fit(x, y + 1))
-    assert "is a multiclass model (2 classes [0, 1]) (loss MultiClass)" in problem(_classifier(loss_function="MultiClass", **small).fit(x, y))
+    assert "is a multiclass model (2 classes [0, 1]) (loss MultiClass)" in problem(
+        _classifier(loss_function="MultiClass", **small).fit(x, y)
+    )
     named = catboost.Pool(x, y, feature_names=["b", "a", "c", "d", "e"])
     assert "takes the job's features in another order" in problem(_classifier(**small).fit(named))
     assert "takes 4 inputs, but the job computes 5" in problem(_classifier(**small).fit(x[:, :4], y))
@@ -215,7 +251,9 @@ def test_what_cannot_score_the_job_is_named(tmp_path: Path) -> None:
 
 def test_the_command_line_and_the_flow_do_not_import_catboost() -> None:
     code = "import sys, cli.score, flows.score_partition\nprint('catboost' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+    )
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
 
 
@@ -226,7 +264,13 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("catboost-byo")
     score = score_cli(root, user_project_env(root))
     churn_project(
-        root, score, train_days=[TRAIN_DAY], holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=ROWS, seed=300,
+        root,
+        score,
+        train_days=[TRAIN_DAY],
+        holdout_day=HOLDOUT_DAY,
+        scored_days=[SCORED_DAY],
+        rows=ROWS,
+        seed=300,
         features_of=[("train.parquet", "train_inputs"), (raw_partition(SCORED_DAY), "scored_inputs")],
     )
     return root, score
@@ -244,7 +288,9 @@ def _check_against_catboost(root: Path, published: pl.DataFrame, model) -> int: 
     code_of = [spec["codes"][name]["code"] for name in names]
     explained = published.with_row_index("i").filter(pl.col("decision").is_in(spec["for_decisions"]))
     assert explained.height > 20
-    shap = model.get_feature_importance(data=catboost.Pool(x[rows[explained["i"].to_numpy()]]), type="ShapValues")[:, :-1]
+    shap = model.get_feature_importance(data=catboost.Pool(x[rows[explained["i"].to_numpy()]]), type="ShapValues")[
+        :, :-1
+    ]
     for codes, row in zip(explained["reason_codes"].to_list(), shap, strict=True):
         order = np.argsort(-row, kind="stable")[: spec["top_k"]]
         assert codes == ([code_of[j] for j in order if row[j] > 0] or [spec["no_reason_code"]]), (codes, row)
@@ -263,14 +309,21 @@ def test_a_catboost_model_registers_validates_scores_and_shadows_an_xgboost_cham
     path = tmp_path / "churn.cbm"
     model.save_model(str(path))
 
-    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote")
+    registered = score(
+        "register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote"
+    )
     version = registered_version(registered.stdout)
     flat = " ".join(registered.stdout.split())
-    assert "CatBoost model: 40 trees (SymmetricTree), loss Logloss" in flat and "log-odds of class 1 of [0, 1]" in flat, flat
+    assert (
+        "CatBoost model: 40 trees (SymmetricTree), loss Logloss" in flat and "log-odds of class 1 of [0, 1]" in flat
+    ), flat
     metadata = json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text())
     explanation = metadata["explanation"]
     assert metadata["framework"] == "catboost" and explanation["method"] == "treeshap"
-    assert explanation["checked_against"].startswith("CatBoost ShapValues on 2000 hold-out rows") and explanation["max_abs_diff"] <= 1e-5
+    assert (
+        explanation["checked_against"].startswith("CatBoost ShapValues on 2000 hold-out rows")
+        and explanation["max_abs_diff"] <= 1e-5
+    )
     assert json.loads((root / "data" / "models" / "churn" / version / "registration.json").read_text())["auc"] > 0.7
 
     score("validate", "churn")
@@ -281,24 +334,39 @@ def test_a_catboost_model_registers_validates_scores_and_shadows_an_xgboost_cham
     fallback = day_output(root, "reports/fallback", SCORED_DAY)
     assert fallback.filter(pl.col("kind").is_in(["failed_chunk", "reasons_unavailable"]))["rows"].sum() == 0
     with duckdb.connect(str(root / "data" / "warehouse.duckdb"), read_only=True) as con:
-        (inference,) = con.execute("SELECT inference FROM runs WHERE partition_date = ? AND status = 'succeeded'", [SCORED_DAY]).fetchone()
+        (inference,) = con.execute(
+            "SELECT inference FROM runs WHERE partition_date = ? AND status = 'succeeded'", [SCORED_DAY]
+        ).fetchone()
     # The product's kernel explained every row (checked against ShapValues at load), not CatBoost.
     assert json.loads(inference)["reasons_explained_by"] == {"table_treeshap": explained}
-    assert "realized performance" in score("outcomes", "churn", "--start", str(SCORED_DAY), "--end", str(SCORED_DAY)).stdout
+    assert (
+        "realized performance"
+        in score("outcomes", "churn", "--start", str(SCORED_DAY), "--end", str(SCORED_DAY)).stdout
+    )
 
     import xgboost as xgb
 
-    booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40)
+    booster = xgb.train(
+        {"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40
+    )
     booster.save_model(str(tmp_path / "champion.ubj"))
-    champion = registered_version(score("register", "churn", "--model", str(tmp_path / "champion.ubj"),
-                                        "--holdout", str(root / "holdout.parquet")).stdout)
+    champion = registered_version(
+        score(
+            "register", "churn", "--model", str(tmp_path / "champion.ubj"), "--holdout", str(root / "holdout.parquet")
+        ).stdout
+    )
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     try:
-        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{version}"'))
+        spec_path.write_text(
+            scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{version}"')
+        )
         score("validate", "churn")
         score("run", "churn", "--date", str(SCORED_DAY))
-        shadow, predictions = day_output(root, "shadow_predictions", SCORED_DAY), day_output(root, "predictions", SCORED_DAY)
+        shadow, predictions = (
+            day_output(root, "shadow_predictions", SCORED_DAY),
+            day_output(root, "predictions", SCORED_DAY),
+        )
         assert (predictions["model_version"] == champion).all() and (shadow["model_version"] == version).all()
         assert shadow.height == predictions.height
         assert _check_against_catboost(root, shadow, model) > 0
@@ -319,8 +387,11 @@ def _categorical(x: np.ndarray, y: np.ndarray, names: list[str]):  # noqa: ANN20
 @pytest.mark.parametrize(
     ("make", "expected"),
     [
-        ("regressor", "is a regression model (loss RMSE), but the job is binary (target.kind): register a binary classifier (loss Logloss "
-                      "or CrossEntropy), or set target.kind: regression or count in the job spec"),
+        (
+            "regressor",
+            "is a regression model (loss RMSE), but the job is binary (target.kind): register a binary classifier (loss Logloss "
+            "or CrossEntropy), or set target.kind: regression or count in the job spec",
+        ),
         ("multiclass", "is a multiclass model (3 classes [0, 1, 2]) (loss MultiClass)"),
         ("categorical", "has categorical, text or embedding features ['contract'], which CatBoost encodes itself"),
     ],
@@ -331,7 +402,9 @@ def test_a_regressor_a_multiclass_model_and_categorical_features_are_refused_wit
     root, score = project
     x, y, names, _ = model_inputs(root / "train_inputs.parquet")
     if make == "regressor":
-        model = catboost.CatBoostRegressor(iterations=10, depth=4, verbose=0, allow_writing_files=False, thread_count=2).fit(x, y)
+        model = catboost.CatBoostRegressor(
+            iterations=10, depth=4, verbose=0, allow_writing_files=False, thread_count=2
+        ).fit(x, y)
     elif make == "multiclass":
         # A churn model that also tells long-tenure customers who stayed apart.
         model = _classifier(iterations=10).fit(x, np.where(y == 1, 1, np.where(np.nan_to_num(x[:, 0]) > 36, 2, 0)))

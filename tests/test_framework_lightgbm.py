@@ -23,8 +23,15 @@ lgb = pytest.importorskip("lightgbm")
 
 from conftest import user_project_env  # noqa: E402
 from user_projects import (  # noqa: E402
-    assert_nothing_registered, assert_one_error_line, churn_project, day_output, model_inputs, raw_partition,
-    registered_version, registry_versions, score_cli,
+    assert_nothing_registered,
+    assert_one_error_line,
+    churn_project,
+    day_output,
+    model_inputs,
+    raw_partition,
+    registered_version,
+    registry_versions,
+    score_cli,
 )
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
@@ -43,7 +50,13 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     env = user_project_env(root)
     score = score_cli(root, env)
     churn_project(
-        root, score, train_days=[TRAIN_DAY], holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=ROWS, seed=300,
+        root,
+        score,
+        train_days=[TRAIN_DAY],
+        holdout_day=HOLDOUT_DAY,
+        scored_days=[SCORED_DAY],
+        rows=ROWS,
+        seed=300,
         features_of=[("train.parquet", "train_inputs"), (raw_partition(SCORED_DAY), "scored_inputs")],
     )
     return root, score, env
@@ -52,9 +65,18 @@ def project(tmp_path_factory: pytest.TempPathFactory):
 def _trained(x: np.ndarray, y: np.ndarray, names: list[str] | None, path: Path, **params: object) -> Path:
     """The user's own LightGBM training script: a small booster, saved as model text."""
     booster = lgb.train(
-        {"objective": "binary", "num_leaves": 15, "learning_rate": 0.1, "min_data_in_leaf": 20, "seed": 1, "verbose": -1,
-         "num_threads": 1, **params},
-        lgb.Dataset(x, label=y, feature_name=names or "auto"), num_boost_round=TREES,
+        {
+            "objective": "binary",
+            "num_leaves": 15,
+            "learning_rate": 0.1,
+            "min_data_in_leaf": 20,
+            "seed": 1,
+            "verbose": -1,
+            "num_threads": 1,
+            **params,
+        },
+        lgb.Dataset(x, label=y, feature_name=names or "auto"),
+        num_boost_round=TREES,
     )
     booster.save_model(str(path))
     return path
@@ -79,7 +101,9 @@ def _threshold_rows(booster, x: np.ndarray, rng: np.random.Generator) -> np.ndar
         at = t.astype(np.float32)
         at = np.where(at.astype(np.float64) > t, np.nextafter(at, np.float32(-np.inf)), at)
         pick = rng.random(rows.shape[0])
-        rows[:, feature] = np.where(pick < 0.4, at, np.where(pick < 0.6, np.nextafter(at, np.float32(np.inf)), rows[:, feature]))
+        rows[:, feature] = np.where(
+            pick < 0.4, at, np.where(pick < 0.6, np.nextafter(at, np.float32(np.inf)), rows[:, feature])
+        )
     return rows
 
 
@@ -88,8 +112,14 @@ def _engine(model_path: Path, names: list[str], device: str = "cpu"):  # noqa: A
     from tasks.inference.registry import ModelArtifact, ModelMetadata, inference_model_checksum
 
     metadata = ModelMetadata(
-        name="churn", version="1", framework="lightgbm", model_file=model_path.name, sha256=inference_model_checksum(model_path),
-        feature_version="1.0.0", features=names, feature_dtypes=dict.fromkeys(names, "float32"),
+        name="churn",
+        version="1",
+        framework="lightgbm",
+        model_file=model_path.name,
+        sha256=inference_model_checksum(model_path),
+        feature_version="1.0.0",
+        features=names,
+        feature_dtypes=dict.fromkeys(names, "float32"),
     )
     return LightGBMEngine(ModelArtifact(metadata=metadata, directory=model_path.parent), device=device, nthread=1)
 
@@ -109,7 +139,9 @@ def test_the_engines_margins_and_contributions_are_lightgbms_own(project, tmp_pa
         center = np.nanmedian(x, axis=0)
         x, scored = np.nan_to_num(x - center), scored - center
     params = {
-        "gbdt": {}, "zero_as_missing": {"zero_as_missing": True}, "no_missing_in_training": {},
+        "gbdt": {},
+        "zero_as_missing": {"zero_as_missing": True},
+        "no_missing_in_training": {},
         "random_forest": {"boosting": "rf", "bagging_freq": 1, "bagging_fraction": 0.7, "feature_fraction": 0.8},
     }[kind]
     path = _trained(x, y, names, tmp_path / f"{kind}.txt", **params)
@@ -119,7 +151,9 @@ def test_the_engines_margins_and_contributions_are_lightgbms_own(project, tmp_pa
     rows[rng.random(rows.shape) < 0.05] = np.nan
     assert np.isnan(rows).any(axis=1).sum() > 500 and (rows == 0).any(axis=1).sum() > 500
     engine = _engine(path, names)
-    batch = InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)), features=rows, feature_names=tuple(names))
+    batch = InferenceInput(
+        chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)), features=rows, feature_names=tuple(names)
+    )
 
     margins = engine.inference_outputs(batch).margins
     contributions = engine.inference_contributions(batch, np.arange(rows.shape[0]))
@@ -150,7 +184,9 @@ def test_lightgbm_scores_on_cpu_and_a_job_asking_for_cuda_is_refused_in_one_line
     x, y, names, _ = model_inputs(root / "train_inputs.parquet")
     path = _trained(x, y, names, tmp_path / "churn.txt")
     # Booster.predict and pred_contrib run on the CPU in every LightGBM build, CUDA builds included.
-    with pytest.raises(DeviceUnavailable, match=r"^model churn 1: device 'cuda' was asked for, but LightGBM predicts on CPU only"):
+    with pytest.raises(
+        DeviceUnavailable, match=r"^model churn 1: device 'cuda' was asked for, but LightGBM predicts on CPU only"
+    ):
         _engine(path, names, device="cuda")
     engine = _engine(path, names, device="auto")
     assert (engine.device_type, engine.providers) == ("cpu", ("lightgbm:cpu",))
@@ -191,7 +227,9 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
         return explained
 
     try:
-        registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote")
+        registered = score(
+            "register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote"
+        )
         version = registered_version(registered.stdout)
         assert "the margin is LightGBM's raw score" in " ".join(registered.stdout.split())
         metadata = json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text())
@@ -208,17 +246,29 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
         assert fallback.filter(pl.col("kind").is_in(["failed_chunk", "reasons_unavailable"]))["rows"].sum() == 0
         outcomes = score("outcomes", "churn", "--start", str(SCORED_DAY), "--end", str(SCORED_DAY))
         assert "realized performance" in outcomes.stdout
-        assert any(str(SCORED_DAY) in line and f"│ {version} " in line for line in outcomes.stdout.splitlines()), outcomes.stdout
+        assert any(str(SCORED_DAY) in line and f"│ {version} " in line for line in outcomes.stdout.splitlines()), (
+            outcomes.stdout
+        )
 
         champion_model = xgb.train(
             {"objective": "binary:logistic", "max_depth": 3, "seed": 1, "nthread": 1},
-            xgb.DMatrix(x, label=y, missing=np.nan, feature_names=names), 40,
+            xgb.DMatrix(x, label=y, missing=np.nan, feature_names=names),
+            40,
         )
         champion_model.save_model(str(tmp_path / "champion.ubj"))
-        champion = registered_version(score(
-            "register", "churn", "--model", str(tmp_path / "champion.ubj"), "--holdout", str(root / "holdout.parquet"),
-        ).stdout)
-        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{version}"'))
+        champion = registered_version(
+            score(
+                "register",
+                "churn",
+                "--model",
+                str(tmp_path / "champion.ubj"),
+                "--holdout",
+                str(root / "holdout.parquet"),
+            ).stdout
+        )
+        spec_path.write_text(
+            scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{version}"')
+        )
         score("run", "churn", "--date", str(SCORED_DAY))
         fallback = day_output(root, "reports/fallback", SCORED_DAY)
         totals = {r["kind"]: r["rows"] for r in fallback.unique("kind", keep="first", maintain_order=True).to_dicts()}
@@ -237,13 +287,22 @@ def test_a_lightgbm_model_registers_validates_scores_and_shadows_an_xgboost_cham
 @pytest.mark.parametrize(
     ("make", "expected"),
     [
-        ("regression", "has objective 'regression', a regression objective, but the job is binary (target.kind): register a binary "
-                       "classifier (binary or cross_entropy), or set target.kind: regression or count in the job spec"),
+        (
+            "regression",
+            "has objective 'regression', a regression objective, but the job is binary (target.kind): register a binary "
+            "classifier (binary or cross_entropy), or set target.kind: regression or count in the job spec",
+        ),
         ("multiclass", "has objective 'multiclass num_class:3'; a scoring model must be a binary classifier"),
-        ("other_names", "was trained on features the job does not compute: only in the model ['calls', 'charges', 'contract_code', "
-                        "'paperless_flag', 'tenure'], only in the job"),
+        (
+            "other_names",
+            "was trained on features the job does not compute: only in the model ['calls', 'charges', 'contract_code', "
+            "'paperless_flag', 'tenure'], only in the job",
+        ),
         # LightGBM's own loader crashes the process on this file (a segmentation fault).
-        ("cut_in_its_parameters", "is cut short: its parameters section does not end with LightGBM's `end of parameters` line"),
+        (
+            "cut_in_its_parameters",
+            "is cut short: its parameters section does not end with LightGBM's `end of parameters` line",
+        ),
     ],
 )
 def test_a_model_that_cannot_score_the_job_is_refused_with_one_line_and_nothing_written(
@@ -281,7 +340,9 @@ def test_without_the_lightgbm_extra_a_lightgbm_model_is_one_line_naming_the_extr
     environ = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(hidden), env.get("PYTHONPATH", "")) if p)}
     before = registry_versions(root)
 
-    refused = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), ok=False, environ=environ)
+    refused = score(
+        "register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), ok=False, environ=environ
+    )
 
     assert_one_error_line(refused, path, "pip install '.[lightgbm]'", returncode=3)
     assert registry_versions(root) == before

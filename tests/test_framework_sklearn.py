@@ -31,6 +31,7 @@ import yaml
 pytest.importorskip("sklearn")
 skops_io = pytest.importorskip("skops.io")
 
+from conftest import user_project_env  # noqa: E402
 from sklearn.ensemble import (  # noqa: E402
     GradientBoostingClassifier,
     HistGradientBoostingClassifier,
@@ -42,10 +43,13 @@ from sklearn.linear_model import LogisticRegression, Ridge  # noqa: E402
 from sklearn.neural_network import MLPClassifier  # noqa: E402
 from sklearn.pipeline import Pipeline, make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
-
-from conftest import user_project_env  # noqa: E402
 from user_projects import (  # noqa: E402
-    assert_nothing_registered, churn_project, day_output, model_inputs, registered_version, registry_versions,
+    assert_nothing_registered,
+    churn_project,
+    day_output,
+    model_inputs,
+    registered_version,
+    registry_versions,
     score_cli,
 )
 
@@ -65,6 +69,7 @@ ROWS = 2000
 
 # ---- independent references -------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Tree:
     """One tree as scikit-learn stores it: `x <= threshold` goes left (compared in float64), NaN by `nan_left`."""
@@ -82,20 +87,48 @@ def _reference_trees(final) -> tuple[list[_Tree], float]:  # noqa: ANN001
     """The classifier's trees and what their leaves are added to, read off the fitted model."""
     if isinstance(final, RandomForestClassifier):
         n = len(final.estimators_)
-        return [_Tree(t.children_left, t.children_right, t.feature, t.threshold, t.missing_go_to_left.astype(bool),
-                      t.weighted_n_node_samples, t.value[:, 0, 1] / n) for t in (e.tree_ for e in final.estimators_)], 0.0
+        return [
+            _Tree(
+                t.children_left,
+                t.children_right,
+                t.feature,
+                t.threshold,
+                t.missing_go_to_left.astype(bool),
+                t.weighted_n_node_samples,
+                t.value[:, 0, 1] / n,
+            )
+            for t in (e.tree_ for e in final.estimators_)
+        ], 0.0
     if isinstance(final, GradientBoostingClassifier):
         prior = final.init_.class_prior_[1]
-        return [_Tree(t.children_left, t.children_right, t.feature, t.threshold, np.zeros(t.node_count, bool),
-                      t.weighted_n_node_samples, final.learning_rate * t.value[:, 0, 0])
-                for t in (e.tree_ for e in final.estimators_[:, 0])], math.log(prior / (1 - prior))
+        return [
+            _Tree(
+                t.children_left,
+                t.children_right,
+                t.feature,
+                t.threshold,
+                np.zeros(t.node_count, bool),
+                t.weighted_n_node_samples,
+                final.learning_rate * t.value[:, 0, 0],
+            )
+            for t in (e.tree_ for e in final.estimators_[:, 0])
+        ], math.log(prior / (1 - prior))
     assert isinstance(final, HistGradientBoostingClassifier)
     trees = []
     for (predictor,) in final._predictors:
         nodes = predictor.nodes
         leaf = nodes["is_leaf"].astype(bool)
-        trees.append(_Tree(np.where(leaf, -1, nodes["left"].astype(np.int64)), nodes["right"].astype(np.int64), nodes["feature_idx"],
-                           nodes["num_threshold"], nodes["missing_go_to_left"].astype(bool), nodes["count"].astype(float), nodes["value"]))
+        trees.append(
+            _Tree(
+                np.where(leaf, -1, nodes["left"].astype(np.int64)),
+                nodes["right"].astype(np.int64),
+                nodes["feature_idx"],
+                nodes["num_threshold"],
+                nodes["missing_go_to_left"].astype(bool),
+                nodes["count"].astype(float),
+                nodes["value"],
+            )
+        )
     return trees, float(np.ravel(final._baseline_prediction)[0])
 
 
@@ -106,11 +139,12 @@ def _brute_force_shapley(trees: list[_Tree], bias: float, x: np.ndarray) -> tupl
     values = np.zeros((2**m, n))
     x64 = x.astype(np.float64)
     for tree in trees:
-        def expected(node: int) -> np.ndarray:
+
+        def expected(node: int, tree=tree) -> np.ndarray:
             if tree.left[node] < 0:
                 return np.full((2**m, n), float(tree.value[node]))
             lo, hi = int(tree.left[node]), int(tree.right[node])
-            below, above = expected(lo), expected(hi)
+            below, above = expected(lo, tree), expected(hi, tree)
             column = x64[:, tree.feature[node]]
             left = np.where(np.isnan(column), tree.nan_left[node], column <= tree.threshold[node])
             known = np.where(left, below, above)
@@ -123,7 +157,12 @@ def _brute_force_shapley(trees: list[_Tree], bias: float, x: np.ndarray) -> tupl
         for s in range(2**m):
             if not (s >> j) & 1:
                 size = bin(s).count("1")
-                phi[:, j] += math.factorial(size) * math.factorial(m - size - 1) / math.factorial(m) * (values[s | 1 << j] - values[s])
+                phi[:, j] += (
+                    math.factorial(size)
+                    * math.factorial(m - size - 1)
+                    / math.factorial(m)
+                    * (values[s | 1 << j] - values[s])
+                )
     return phi, bias + values[-1]
 
 
@@ -155,11 +194,15 @@ def _independent_contributions(kind: str, model, x: np.ndarray, reference: np.nd
 
 def _fitted(kind: str, x: np.ndarray, y: np.ndarray):  # noqa: ANN202
     model = {
-        "gb": lambda: make_pipeline(SimpleImputer(), GradientBoostingClassifier(n_estimators=40, max_depth=3, random_state=0)),
+        "gb": lambda: make_pipeline(
+            SimpleImputer(), GradientBoostingClassifier(n_estimators=40, max_depth=3, random_state=0)
+        ),
         "rf": lambda: RandomForestClassifier(n_estimators=30, max_depth=6, min_samples_leaf=5, random_state=0),
         "hgb": lambda: HistGradientBoostingClassifier(max_iter=30, max_depth=4, random_state=0),
         "lr": lambda: make_pipeline(SimpleImputer(), StandardScaler(), LogisticRegression(max_iter=500)),
-        "mlp": lambda: make_pipeline(SimpleImputer(), StandardScaler(), MLPClassifier(hidden_layer_sizes=(8,), max_iter=300, random_state=0)),
+        "mlp": lambda: make_pipeline(
+            SimpleImputer(), StandardScaler(), MLPClassifier(hidden_layer_sizes=(8,), max_iter=300, random_state=0)
+        ),
     }[kind]()
     from threadpoolctl import threadpool_limits
 
@@ -179,6 +222,7 @@ def _saved(model, path: Path) -> Path:  # noqa: ANN001
 
 
 # ---- unit level --------------------------------------------------------------------------------------------
+
 
 def _synthetic(rows: int = ROWS, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -207,8 +251,13 @@ def test_the_engine_gives_the_models_own_margins_and_exact_contributions(tmp_pat
     assert skops_io.get_untrusted_types(file=str(path)) == UNTRUSTED[kind]
     features = tuple(f"f{j}" for j in range(5))
     report = registered_model_version(
-        path, registry_dir=tmp_path / "registry" / kind, feature_version="1", features=features,
-        holdout_features=x[holdout], holdout_outcomes=y[holdout], trusted_types=tuple(UNTRUSTED[kind]),
+        path,
+        registry_dir=tmp_path / "registry" / kind,
+        feature_version="1",
+        features=features,
+        holdout_features=x[holdout],
+        holdout_outcomes=y[holdout],
+        trusted_types=tuple(UNTRUSTED[kind]),
     )
     artifact = inference_model_artifact(tmp_path / "registry" / kind, report.version)
     meta = artifact.metadata
@@ -221,7 +270,9 @@ def test_the_engine_gives_the_models_own_margins_and_exact_contributions(tmp_pat
 
     engine = inference_engine(artifact)
     rows = np.ascontiguousarray(x[holdout])
-    batch = InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)), features=rows, feature_names=features)
+    batch = InferenceInput(
+        chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)), features=rows, feature_names=features
+    )
     margins = engine.inference_outputs(batch).margins
     assert margins.dtype == np.float64
     np.testing.assert_allclose(margins, _own_margin(kind, model, rows), rtol=0, atol=1e-6)
@@ -241,12 +292,22 @@ def test_the_engine_gives_the_models_own_margins_and_exact_contributions(tmp_pat
 @pytest.mark.parametrize(
     ("make", "detail", "note"),
     [
-        ("pca", "a scikit-learn Pipeline of SimpleImputer, PCA and LogisticRegression (its step 'pca' (PCA) does not map each "
-                "feature to one column of its own)", "the log-odds it computes its probabilities from"),
-        ("svc", "a scikit-learn Pipeline of SimpleImputer and SVC", "a raw score (not a log-odds), calibrated as it is"),
+        (
+            "pca",
+            "a scikit-learn Pipeline of SimpleImputer, PCA and LogisticRegression (its step 'pca' (PCA) does not map each "
+            "feature to one column of its own)",
+            "the log-odds it computes its probabilities from",
+        ),
+        (
+            "svc",
+            "a scikit-learn Pipeline of SimpleImputer and SVC",
+            "a raw score (not a log-odds), calibrated as it is",
+        ),
     ],
 )
-def test_a_model_without_exact_contributions_scores_with_its_own_margins_and_reasons_off(tmp_path: Path, make: str, detail: str, note: str) -> None:
+def test_a_model_without_exact_contributions_scores_with_its_own_margins_and_reasons_off(
+    tmp_path: Path, make: str, detail: str, note: str
+) -> None:
     from sklearn.decomposition import PCA
     from sklearn.svm import SVC
 
@@ -257,19 +318,36 @@ def test_a_model_without_exact_contributions_scores_with_its_own_margins_and_rea
     from tasks.jobs.registration import registered_model_version
 
     x, y = _synthetic()
-    model = make_pipeline(SimpleImputer(), PCA(3), LogisticRegression()) if make == "pca" else make_pipeline(SimpleImputer(), SVC())
+    model = (
+        make_pipeline(SimpleImputer(), PCA(3), LogisticRegression())
+        if make == "pca"
+        else make_pipeline(SimpleImputer(), SVC())
+    )
     path = _saved(model.fit(x[:1200], y[:1200]), tmp_path / f"{make}.skops")
     features = tuple(f"f{j}" for j in range(5))
-    report = registered_model_version(path, registry_dir=tmp_path / "registry" / make, feature_version="1", features=features,
-                                      holdout_features=x[1200:], holdout_outcomes=y[1200:], trusted_types=(DTYPE,))
+    report = registered_model_version(
+        path,
+        registry_dir=tmp_path / "registry" / make,
+        feature_version="1",
+        features=features,
+        holdout_features=x[1200:],
+        holdout_outcomes=y[1200:],
+        trusted_types=(DTYPE,),
+    )
     artifact = inference_model_artifact(tmp_path / "registry" / make, report.version)
     assert (artifact.metadata.explanation.method, artifact.metadata.explanation.detail) == ("none", detail)
-    assert any(note in line for line in report.notes) and any("reasons off" in line for line in report.notes), report.notes
+    assert any(note in line for line in report.notes) and any("reasons off" in line for line in report.notes), (
+        report.notes
+    )
     engine = inference_engine(artifact)
     assert engine.contributions_source is None and detail in engine.reasons_unavailable
     rows = np.ascontiguousarray(x[1200:])
-    batch = InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)), features=rows, feature_names=features)
-    np.testing.assert_allclose(engine.inference_outputs(batch).margins, model.decision_function(rows.astype(np.float64)), rtol=0, atol=1e-9)
+    batch = InferenceInput(
+        chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)), features=rows, feature_names=features
+    )
+    np.testing.assert_allclose(
+        engine.inference_outputs(batch).margins, model.decision_function(rows.astype(np.float64)), rtol=0, atol=1e-9
+    )
     with pytest.raises(DeviceUnavailable, match="scikit-learn models score on CPU only"):
         inference_engine(artifact, device="cuda")
 
@@ -305,8 +383,15 @@ def test_an_estimator_that_rejects_missing_inputs_is_refused_naming_it_and_the_r
     path = _saved(model, tmp_path / "gb.skops")
     missing = int(np.isnan(x[1200:]).any(axis=1).sum())
     with pytest.raises(ModelArtifactError) as refused:
-        registered_model_version(path, registry_dir=tmp_path / "registry" / "gb", feature_version="1", features=tuple(f"f{j}" for j in range(5)),
-                                 holdout_features=x[1200:], holdout_outcomes=y[1200:], trusted_types=(TREE,))
+        registered_model_version(
+            path,
+            registry_dir=tmp_path / "registry" / "gb",
+            feature_version="1",
+            features=tuple(f"f{j}" for j in range(5)),
+            holdout_features=x[1200:],
+            holdout_outcomes=y[1200:],
+            trusted_types=(TREE,),
+        )
     message = str(refused.value)
     assert "\n" not in message and str(path) in message
     assert "is a scikit-learn GradientBoostingClassifier, which rejects missing inputs" in message
@@ -322,12 +407,23 @@ def test_trust_is_refused_for_a_model_that_is_not_a_skops_file(tmp_path: Path) -
 
     x, y = _synthetic(400)
     xgb.train({"objective": "binary:logistic"}, xgb.DMatrix(x, label=y), 3).save_model(str(tmp_path / "model.ubj"))
-    with pytest.raises(ModelArtifactError, match=r"is not a scikit-learn .skops file \(xgboost\): --trust names types a .skops file may hold"):
-        registered_model_version(tmp_path / "model.ubj", registry_dir=tmp_path / "registry" / "m", feature_version="1",
-                                 features=tuple(f"f{j}" for j in range(5)), holdout_features=x, holdout_outcomes=y, trusted_types=(TREE,))
+    with pytest.raises(
+        ModelArtifactError,
+        match=r"is not a scikit-learn .skops file \(xgboost\): --trust names types a .skops file may hold",
+    ):
+        registered_model_version(
+            tmp_path / "model.ubj",
+            registry_dir=tmp_path / "registry" / "m",
+            feature_version="1",
+            features=tuple(f"f{j}" for j in range(5)),
+            holdout_features=x,
+            holdout_outcomes=y,
+            trusted_types=(TREE,),
+        )
 
 
 # ---- end to end, as a user -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory):
@@ -336,8 +432,18 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("sklearn-byo")
     score = score_cli(root, user_project_env(root))
     churn_project(
-        root, score, train_days=TRAIN_DAYS, holdout_day=HOLDOUT_DAY, scored_days=SCORED_DAYS, rows=ROWS, seed=500,
-        features_of=[("train.parquet", "train_inputs"), ("holdout.parquet", "holdout_inputs"), ("data/raw/churn", "scored_inputs")],
+        root,
+        score,
+        train_days=TRAIN_DAYS,
+        holdout_day=HOLDOUT_DAY,
+        scored_days=SCORED_DAYS,
+        rows=ROWS,
+        seed=500,
+        features_of=[
+            ("train.parquet", "train_inputs"),
+            ("holdout.parquet", "holdout_inputs"),
+            ("data/raw/churn", "scored_inputs"),
+        ],
     )
     return root, score
 
@@ -357,7 +463,9 @@ def _one_error_line(done: subprocess.CompletedProcess) -> str:
     return _flat(lines[0])
 
 
-def _assert_reasons(published: pl.DataFrame, position: dict[str, int], values: np.ndarray, names: list[str], root: Path) -> int:
+def _assert_reasons(
+    published: pl.DataFrame, position: dict[str, int], values: np.ndarray, names: list[str], root: Path
+) -> int:
     """Every published reason list is the top-k positive contributions of `values` (rows by `position`), ties
     within 1e-9 in either order; returns how many rows were checked."""
     reasons = yaml.safe_load((root / "jobs" / "churn.yaml").read_text())["prediction"]["reasons"]
@@ -371,8 +479,13 @@ def _assert_reasons(published: pl.DataFrame, position: dict[str, int], values: n
         got = codes.to_list()
         if got != expected:
             value_of = {code_of[j]: row[j] for j in range(len(names))}
-            assert len(got) == len(expected) and all(abs(value_of.get(a, 0) - value_of.get(b, 0)) < 1e-9 for a, b in zip(got, expected)), (
-                entity, got, expected, row,
+            assert len(got) == len(expected) and all(
+                abs(value_of.get(a, 0) - value_of.get(b, 0)) < 1e-9 for a, b in zip(got, expected, strict=True)
+            ), (
+                entity,
+                got,
+                expected,
+                row,
             )
         checked += 1
     return checked
@@ -437,11 +550,17 @@ def runs(project, tmp_path_factory: pytest.TempPathFactory) -> _Runs:
 
         import xgboost as xgb
 
-        booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40)
+        booster = xgb.train(
+            {"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40
+        )
         booster.save_model(str(folder / "champion.ubj"))
-        champion = registered_version(score("register", "churn", "--model", str(folder / "champion.ubj"), *holdout).stdout)
+        champion = registered_version(
+            score("register", "churn", "--model", str(folder / "champion.ubj"), *holdout).stdout
+        )
         lr = registered("lr", SCORED_DAYS[1], "shadow_predictions")
-        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{lr}"'))
+        spec_path.write_text(
+            scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{lr}"')
+        )
         validated.append(score("validate", "churn").stdout)
         score("run", "churn", "--date", str(SCORED_DAYS[1]))
     finally:
@@ -454,7 +573,9 @@ def runs(project, tmp_path_factory: pytest.TempPathFactory) -> _Runs:
 
 
 @pytest.mark.parametrize("kind", ["gb", "rf", "lr"])
-def test_a_skops_model_registers_validates_runs_and_meets_its_outcomes_with_its_own_margins_and_reasons(project, runs, kind: str) -> None:
+def test_a_skops_model_registers_validates_runs_and_meets_its_outcomes_with_its_own_margins_and_reasons(
+    project, runs, kind: str
+) -> None:
     root, _ = project
     model, version, day, dataset = (getattr(runs.models[kind], a) for a in ("model", "version", "day", "dataset"))
     flat = _flat(runs.models[kind].registered)
@@ -471,7 +592,9 @@ def test_a_skops_model_registers_validates_runs_and_meets_its_outcomes_with_its_
     report = json.loads((root / "data" / "models" / "churn" / version / "registration.json").read_text())
     assert report["auc"] > 0.7, report["auc"]
     validated = runs.validated[SCORED_DAYS.index(day)]
-    assert (f"challenger {version}: shadow-scored" if dataset == "shadow_predictions" else f"model churn {version}") in validated
+    assert (
+        f"challenger {version}: shadow-scored" if dataset == "shadow_predictions" else f"model churn {version}"
+    ) in validated
     assert "reasons off" not in validated
 
     published = day_output(root, dataset, day)
@@ -480,16 +603,25 @@ def test_a_skops_model_registers_validates_runs_and_meets_its_outcomes_with_its_
     position = {entity: i for i, entity in enumerate(ids)}
     rows = np.array([position[e] for e in published["entity_id"]])
     assert rows.size == sum(e.startswith(f"CU-{day:%m%d}-") for e in ids) > 0.99 * ROWS
-    np.testing.assert_allclose(published["raw_margin"].to_numpy(), _own_margin(kind, model, scored_x[rows]), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        published["raw_margin"].to_numpy(), _own_margin(kind, model, scored_x[rows]), rtol=0, atol=1e-6
+    )
 
     adverse = published.filter(pl.col("decision").is_in(["act", "manual_review"]))
     assert adverse.height > 50
     explained = np.array([position[e] for e in adverse["entity_id"]])
     values = np.zeros((len(ids), len(names)))
-    values[explained] = _independent_contributions(kind, model, scored_x[explained], model_inputs(root / "holdout_inputs.parquet")[0])
+    values[explained] = _independent_contributions(
+        kind, model, scored_x[explained], model_inputs(root / "holdout_inputs.parquet")[0]
+    )
     assert _assert_reasons(adverse, position, values, names, root) == adverse.height
     fallback = day_output(root, "reports/fallback", day)
-    assert fallback.filter(pl.col("kind").is_in(["reasons_unavailable", "failed_chunk", "challenger_failed"]))["rows"].sum() == 0
+    assert (
+        fallback.filter(pl.col("kind").is_in(["reasons_unavailable", "failed_chunk", "challenger_failed"]))[
+            "rows"
+        ].sum()
+        == 0
+    )
 
     outcomes = _flat(runs.outcomes)
     assert "realized performance" in outcomes
@@ -506,7 +638,9 @@ def test_an_untrusted_type_is_refused_naming_it_and_accepted_with_trust(project,
     assert f"holds types skops does not trust by default: ['{TREE}']" in line and f"--trust {TREE}" in line, line
     assert runs.versions_after_refusal == runs.versions_before_refusal
     # The same kind of file registered with --trust: loaded trusting exactly that type, at registration and at every run.
-    metadata = json.loads((root / "data" / "models" / "churn" / runs.models["rf"].version / "metadata.json").read_text())
+    metadata = json.loads(
+        (root / "data" / "models" / "churn" / runs.models["rf"].version / "metadata.json").read_text()
+    )
     assert metadata["skops_trusted"] == [TREE]
 
 
@@ -526,7 +660,10 @@ def test_an_mlp_scores_with_its_own_margins_and_its_reasons_counted_unavailable(
     root, _ = project
     mlp = runs.models["mlp"]
     flat = _flat(mlp.registered)
-    assert "is a scikit-learn Pipeline of SimpleImputer, StandardScaler and MLPClassifier, which has no exact feature contributions" in flat
+    assert (
+        "is a scikit-learn Pipeline of SimpleImputer, StandardScaler and MLPClassifier, which has no exact feature contributions"
+        in flat
+    )
     assert "reasons off" in flat and "reasons_unavailable" in flat
     assert "reasons off" in runs.validated[2]
 
@@ -549,12 +686,20 @@ def test_an_mlp_scores_with_its_own_margins_and_its_reasons_counted_unavailable(
 @pytest.mark.parametrize(
     ("make", "expected"),
     [
-        ("regressor", "is a scikit-learn Pipeline of SimpleImputer and Ridge, a regressor, but the job is binary (target.kind): register a "
-                      "binary classifier"),
-        ("three_classes", "is a scikit-learn Pipeline of SimpleImputer, StandardScaler and LogisticRegression with 3 classes [0, 1, 2]"),
+        (
+            "regressor",
+            "is a scikit-learn Pipeline of SimpleImputer and Ridge, a regressor, but the job is binary (target.kind): register a "
+            "binary classifier",
+        ),
+        (
+            "three_classes",
+            "is a scikit-learn Pipeline of SimpleImputer, StandardScaler and LogisticRegression with 3 classes [0, 1, 2]",
+        ),
     ],
 )
-def test_a_regressor_or_a_multiclass_model_is_refused_with_one_line_and_nothing_written(project, tmp_path: Path, make: str, expected: str) -> None:
+def test_a_regressor_or_a_multiclass_model_is_refused_with_one_line_and_nothing_written(
+    project, tmp_path: Path, make: str, expected: str
+) -> None:
     root, score = project
     x, y, _, _ = model_inputs(root / "train_inputs.parquet")
     if make == "regressor":
@@ -564,7 +709,17 @@ def test_a_regressor_or_a_multiclass_model_is_refused_with_one_line_and_nothing_
     path = _saved(model, tmp_path / f"{make}.skops")
     before = registry_versions(root)
 
-    refused = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--trust", DTYPE, ok=False)
+    refused = score(
+        "register",
+        "churn",
+        "--model",
+        str(path),
+        "--holdout",
+        str(root / "holdout.parquet"),
+        "--trust",
+        DTYPE,
+        ok=False,
+    )
 
     line = _one_error_line(refused)
     assert str(path) in line and expected in line, line

@@ -85,7 +85,11 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
 def test_a_pure_sine_puts_its_energy_in_the_band_containing_it(freq_hz: float) -> None:
     features = fm.feature_matrix(window_frame(sine(freq_hz)))[0]
     bands = features[: len(fm.BANDS)]
-    expected = next(i for i, (lo, hi) in enumerate(zip(fm.BAND_EDGES_HZ[:-1], fm.BAND_EDGES_HZ[1:])) if lo <= freq_hz < hi)
+    expected = next(
+        i
+        for i, (lo, hi) in enumerate(zip(fm.BAND_EDGES_HZ[:-1], fm.BAND_EDGES_HZ[1:], strict=True))
+        if lo <= freq_hz < hi
+    )
     assert int(np.argmax(bands)) == expected, fm.BANDS[int(np.argmax(bands))]
     # A unit sine has power 1/2 (-3 dB); the neighbouring bands get only Hann-window leakage.
     assert bands[expected] == pytest.approx(-3.01, abs=0.3)
@@ -149,7 +153,9 @@ def test_faulty_windows_have_more_energy_at_the_mesh_harmonics() -> None:
 
 def test_labelled_faults_are_learnable_but_no_single_feature_separates_them() -> None:
     raw, labels = generate_day(GearboxDayPlan(dt.date(2026, 2, 2), windows_per_turbine=300), seed=7)
-    frame = guarded_chunk(raw, SUITE, entity_column="entity_id").scorable.join(labels, on="entity_id", maintain_order="left")
+    frame = guarded_chunk(raw, SUITE, entity_column="entity_id").scorable.join(
+        labels, on="entity_id", maintain_order="left"
+    )
     x, y = fm.feature_matrix(frame), frame["outcome"].to_numpy()
     per_feature = [auc(x[:, j], y) for j in range(x.shape[1])]
     assert 0.02 < y.mean() < 0.15
@@ -168,7 +174,9 @@ def test_a_day_is_seeded_by_its_date_alone() -> None:
 
 def test_written_partitions_follow_the_raw_contract(tmp_path: Path) -> None:
     day = dt.date(2026, 2, 4)
-    (raw_dir,) = write_gearbox_partitions(tmp_path / "raw", tmp_path / "labels", [day], windows_per_turbine=1100, seed=7)
+    (raw_dir,) = write_gearbox_partitions(
+        tmp_path / "raw", tmp_path / "labels", [day], windows_per_turbine=1100, seed=7
+    )
     files = sorted(raw_dir.glob("*.parquet"))
     assert [f.name for f in files] == [f"part-{t}.parquet" for t in TURBINES]
     for f in files:
@@ -215,7 +223,9 @@ def test_exported_autoencoder_gives_torchs_output_for_any_batch(tmp_path: Path) 
     path = tmp_path / "model.onnx"
     exported_autoencoder(model, path, healthy[:32])
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    fresh = fm.feature_matrix(window_frame(np.concatenate([fleet_windows(rng, 150, 0.0), fleet_windows(rng, 150, 0.8)])))
+    fresh = fm.feature_matrix(
+        window_frame(np.concatenate([fleet_windows(rng, 150, 0.0), fleet_windows(rng, 150, 0.8)]))
+    )
     for batch in (fresh, fresh[:1], fresh[:77]):
         onnx_out = session.run(None, {"features": batch})[0]
         assert onnx_out.shape == (batch.shape[0],)
@@ -314,16 +324,18 @@ def test_score_partition_scores_the_gearbox_job_end_to_end(gearbox_env: GearboxE
 
     rules = SPEC["prediction"]["rules"]
     for row in predictions.iter_rows(named=True):
-        rule = next(r for r in rules if all(_OPS[op](row[f], v) for f, cmp in r["when"].items() for op, v in cmp.items()))
+        rule = next(
+            r for r in rules if all(_OPS[op](row[f], v) for f, cmp in r["when"].items() for op, v in cmp.items())
+        )
         assert (row["rule_id"], row["decision"]) == (rule["id"], rule["decision"])
     assert {"alarm", "normal"} <= set(predictions["decision"]) <= {"alarm", "inspect", "normal"}
 
     reasons = SPEC["prediction"]["reasons"]
     # A code's text is its default or, where the spec bands the feature, the side the row's value is on
     # (which side is checked on the credit job, tests/test_reasons_e2e.py).
-    codes = {
-        c["code"]: {c["text"], *c.get("by_band", {}).values()} for c in reasons["codes"].values()
-    } | {reasons["no_reason_code"]: {reasons["no_reason_text"]}}
+    codes = {c["code"]: {c["text"], *c.get("by_band", {}).values()} for c in reasons["codes"].values()} | {
+        reasons["no_reason_code"]: {reasons["no_reason_text"]}
+    }
     alarms = predictions.filter(pl.col("decision") == "alarm")
     assert alarms.height > 0
     assert (alarms["reason_codes"].list.len() > 0).all()
@@ -347,7 +359,10 @@ def test_check_model_passes_on_the_demo_autoencoder(gearbox_env: GearboxEnv, pre
 
     from cli.score import app
 
-    version_dir = gearbox_env.settings.model_registry_dir("gearbox_autoencoder") / gearbox_env.plan.feature_model_versions["gearbox_autoencoder"]
+    version_dir = (
+        gearbox_env.settings.model_registry_dir("gearbox_autoencoder")
+        / gearbox_env.plan.feature_model_versions["gearbox_autoencoder"]
+    )
     result = CliRunner().invoke(app, ["check-model", str(version_dir)])
     assert result.exit_code == 0, result.output
     assert "not ok" not in result.output and "ok" in result.output

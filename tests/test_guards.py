@@ -131,9 +131,7 @@ def test_in_set_repair_default_and_quarantine(make_suite) -> None:
         in_set("home", default("OTHER"), ["RENT", "OWN", "OTHER"]),
         in_set("term", QUARANTINE, [36, 60]),
     )
-    frame = pl.DataFrame(
-        {"id": ids(4), "home": ["RENT", "CASTLE", None, "OWN"], "term": [36, 60, 48, 60]}
-    )
+    frame = pl.DataFrame({"id": ids(4), "home": ["RENT", "CASTLE", None, "OWN"], "term": [36, 60, 48, 60]})
     g = guard(frame, suite)
     # A null is not the in-set expectation's business; CASTLE is repaired; term 48 is quarantined.
     assert g.scorable["id"].to_list() == ["e0", "e1", "e3"]
@@ -283,7 +281,11 @@ def test_values_on_the_bounds_pass_inclusive_between(make_suite) -> None:
 
 @pytest.mark.parametrize(
     ("strict", "failing"),
-    [({"strict_min": True}, ["e0"]), ({"strict_max": True}, ["e1"]), ({"strict_min": True, "strict_max": True}, ["e0", "e1"])],
+    [
+        ({"strict_min": True}, ["e0"]),
+        ({"strict_max": True}, ["e1"]),
+        ({"strict_min": True, "strict_max": True}, ["e0", "e1"]),
+    ],
 )
 def test_values_on_a_strict_bound_fail(make_suite, strict: dict[str, bool], failing: list[str]) -> None:
     suite = make_suite(between("x", QUARANTINE, min_value=0, max_value=1, **strict))
@@ -312,8 +314,12 @@ def _write(tmp_path: Path, text: str) -> Path:
         pytest.param("{not json", id="invalid-json"),
         pytest.param(json.dumps({"name": "x"}), id="no-expectations-list"),
         pytest.param(json.dumps({"expectations": [between("x", None, min_value=0)]}), id="missing-meta-guard"),
-        pytest.param(json.dumps({"expectations": [between("x", {"repair": "clip"}, min_value=0)]}), id="missing-action"),
-        pytest.param(json.dumps({"expectations": [between("x", {"action": "ignore"}, min_value=0)]}), id="unknown-action"),
+        pytest.param(
+            json.dumps({"expectations": [between("x", {"repair": "clip"}, min_value=0)]}), id="missing-action"
+        ),
+        pytest.param(
+            json.dumps({"expectations": [between("x", {"action": "ignore"}, min_value=0)]}), id="unknown-action"
+        ),
         pytest.param(
             json.dumps({"expectations": [_exp("expect_column_mean_to_be_between", "x", QUARANTINE, min_value=0)]}),
             id="unknown-expectation-type",
@@ -324,7 +330,16 @@ def _write(tmp_path: Path, text: str) -> Path:
             json.dumps({"expectations": [not_null("x", {"action": "repair", "repair": "default"})]}),
             id="default-without-value",
         ),
-        pytest.param(json.dumps({"expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {}, "meta": {"guard": FAIL}}]}), id="no-column"),
+        pytest.param(
+            json.dumps(
+                {
+                    "expectations": [
+                        {"type": "expect_column_values_to_not_be_null", "kwargs": {}, "meta": {"guard": FAIL}}
+                    ]
+                }
+            ),
+            id="no-column",
+        ),
         pytest.param(
             json.dumps({"expectations": [not_null("x", FAIL), not_null("x", QUARANTINE)]}), id="duplicate-expectation"
         ),
@@ -352,7 +367,9 @@ def test_job_suite_compiles_every_expectation() -> None:
     exist = [e["kwargs"]["column"] for e in doc["expectations"] if e["type"] == "expect_column_to_exist"]
     assert list(suite.required_columns) == exist
     # The entity key's uniqueness is the one partition-level rule, declared in the job's suite.
-    assert suite.entity_key is not None and suite.entity_key.declared and suite.entity_key.on_duplicate == "quarantine_all"
+    assert (
+        suite.entity_key is not None and suite.entity_key.declared and suite.entity_key.on_duplicate == "quarantine_all"
+    )
     assert len(suite.expectations) + len(suite.column_checks) + 1 == len(doc["expectations"])
     assert [e.action for e in suite.expectations] == [
         e["meta"]["guard"]["action"] for e in doc["expectations"] if e["type"] in VIOLATIONS
@@ -388,7 +405,9 @@ def test_actions_table_records_every_counted_action(make_suite) -> None:
     g = guard(frame, suite)
     counted = sum(n for per in g.counts.by_expectation.values() for n in per.values())
     assert g.actions.height == counted == 6
-    grouped = {(r["expectation"], r["action"]): r["len"] for r in g.actions.group_by("expectation", "action").len().to_dicts()}
+    grouped = {
+        (r["expectation"], r["action"]): r["len"] for r in g.actions.group_by("expectation", "action").len().to_dicts()
+    }
     assert grouped == {(k, a): n for k, per in g.counts.by_expectation.items() for a, n in per.items()}
     # Every row is either scored or quarantined, none dropped.
     assert g.scorable.height + g.quarantined.height == frame.height
@@ -396,7 +415,9 @@ def test_actions_table_records_every_counted_action(make_suite) -> None:
 
 def test_guard_counts_merge_adds_up() -> None:
     a = GuardCounts(rows_in=10, rows_repaired=2, rows_quarantined=1, by_expectation={"k": {"repair": 2}})
-    b = GuardCounts(rows_in=5, rows_repaired=1, rows_quarantined=3, by_expectation={"k": {"repair": 1}, "j": {"quarantine": 3}})
+    b = GuardCounts(
+        rows_in=5, rows_repaired=1, rows_quarantined=3, by_expectation={"k": {"repair": 1}, "j": {"quarantine": 3}}
+    )
     a.merge(b)
     assert (a.rows_in, a.rows_repaired, a.rows_quarantined) == (15, 3, 4)
     assert a.by_expectation == {"k": {"repair": 3}, "j": {"quarantine": 3}}

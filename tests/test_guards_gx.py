@@ -134,7 +134,9 @@ class GxValidator:
         from great_expectations.core import ExpectationSuite
 
         batch = self._batch_definition.get_batch(batch_parameters={"dataframe": frame.to_pandas()})
-        result = batch.validate(ExpectationSuite(**json.loads(json.dumps(doc))), result_format={"result_format": "COMPLETE"})
+        result = batch.validate(
+            ExpectationSuite(**json.loads(json.dumps(doc))), result_format={"result_format": "COMPLETE"}
+        )
         by_key = {(r.expectation_config.type, r.expectation_config.kwargs["column"]): r for r in result.results}
         assert len(by_key) == len(doc["expectations"])
         for r in by_key.values():
@@ -317,15 +319,16 @@ def test_inf_on_an_open_bound_is_the_documented_difference_from_gx(
     hi[rng.choice(500, 25, replace=False)] = -INF
     lo[rng.choice(500, 10, replace=False)] = NAN
     frame = pl.DataFrame({"row_id": [f"r{i}" for i in range(500)], "lo": lo, "hi": hi})
-    doc = suite_doc(
-        between("lo", QUARANTINE, min_value=0), between("hi", QUARANTINE, max_value=2), name=f"inf_{seed}"
-    )
+    doc = suite_doc(between("lo", QUARANTINE, min_value=0), between("hi", QUARANTINE, max_value=2), name=f"inf_{seed}")
     g = guarded_chunk(frame, load_guard_suite(write_suite(suite_dir, doc)), entity_column="row_id")
     gx_results = gx_validator.validate(frame, doc)
 
     row_ids = frame["row_id"].to_list()
     for column, key, inf in (("lo", "be_between(lo)", INF), ("hi", "be_between(hi)", -INF)):
-        gx_ids = {row_ids[i] for i in gx_results[("expect_column_values_to_be_between", column)].result["unexpected_index_list"]}
+        gx_ids = {
+            row_ids[i]
+            for i in gx_results[("expect_column_values_to_be_between", column)].result["unexpected_index_list"]
+        }
         inf_ids = set(frame.filter(pl.col(column) == inf)["row_id"])
         assert len(inf_ids) >= 20 and len(gx_ids) > 0
         assert not gx_ids & inf_ids  # GX lets the infinity pass the open side
@@ -335,9 +338,7 @@ def test_inf_on_an_open_bound_is_the_documented_difference_from_gx(
 
 @pytest.mark.gx
 @pytest.mark.parametrize("seed", SEEDS)
-def test_sets_of_every_size_equal_gx_validation(
-    seed: int, gx_validator: GxValidator, suite_dir: Path
-) -> None:
+def test_sets_of_every_size_equal_gx_validation(seed: int, gx_validator: GxValidator, suite_dir: Path) -> None:
     # Small sets compile to equality chains and large ones to `is_in`; both, on strings, integers
     # and floats with NaN, must flag exactly GX's rows.
     frame = generated_frame(seed)
@@ -432,9 +433,10 @@ def test_type_checks_pass_iff_gx_reports_success(
     gx_result = gx_validator.validate(TYPED_FRAME, doc)[(expectation["type"], column)]
     assert gx_result.success is gx_success  # the case means what its id says, in GX
     suite = load_guard_suite(write_suite(suite_dir, doc))
-    key = {"expect_column_values_to_be_of_type": "be_of_type", "expect_column_values_to_be_in_type_list": "be_in_type_list"}[
-        expectation["type"]
-    ] + f"({column})"
+    key = {
+        "expect_column_values_to_be_of_type": "be_of_type",
+        "expect_column_values_to_be_in_type_list": "be_in_type_list",
+    }[expectation["type"]] + f"({column})"
     if gx_success:
         g = guarded_chunk(TYPED_FRAME, suite, entity_column="s")
         assert g.scorable.height == TYPED_FRAME.height
@@ -588,7 +590,10 @@ def test_gx_fallback_only_suite_on_a_mixed_frame_keeps_row_alignment(make_suite)
     suite = make_suite(not_in_set("home", QUARANTINE, ["OWN"]), not_match_regex("ref", QUARANTINE, r"-7$"))
     g = guard(FALLBACK_FRAME, suite)
     assert g.quarantined["id"].to_list() == ["e3", "e6"]
-    assert g.counts.by_expectation == {"not_be_in_set(home)": {"quarantine": 1}, "not_match_regex(ref)": {"quarantine": 1}}
+    assert g.counts.by_expectation == {
+        "not_be_in_set(home)": {"quarantine": 1},
+        "not_match_regex(ref)": {"quarantine": 1},
+    }
 
 
 @pytest.mark.gx
@@ -734,16 +739,28 @@ def test_mostly_is_a_suite_error(tmp_path: Path, expectation: dict[str, Any]) ->
     ("repairer", "other", "message"),
     [
         pytest.param(
-            not_null("x", default(-1.0)), between("x", QUARANTINE, min_value=0, max_value=1), r"not_be_null\(x\).*be_between\(x\)", id="below-min"
+            not_null("x", default(-1.0)),
+            between("x", QUARANTINE, min_value=0, max_value=1),
+            r"not_be_null\(x\).*be_between\(x\)",
+            id="below-min",
         ),
         pytest.param(
-            not_null("x", default(0.0)), between("x", QUARANTINE, min_value=0, strict_min=True), r"not_be_null\(x\).*be_between\(x\)", id="on-strict-min"
+            not_null("x", default(0.0)),
+            between("x", QUARANTINE, min_value=0, strict_min=True),
+            r"not_be_null\(x\).*be_between\(x\)",
+            id="on-strict-min",
         ),
         pytest.param(
-            in_set("c", default("Z"), ["A", "B"]), not_null("c", QUARANTINE), r"be_in_set\(c\).*be_in_set\(c\)", id="not-in-its-own-set"
+            in_set("c", default("Z"), ["A", "B"]),
+            not_null("c", QUARANTINE),
+            r"be_in_set\(c\).*be_in_set\(c\)",
+            id="not-in-its-own-set",
         ),
         pytest.param(
-            not_null("c", default("ZZ")), in_set("c", QUARANTINE, ["A", "B"]), r"not_be_null\(c\).*be_in_set\(c\)", id="null-default-outside-set"
+            not_null("c", default("ZZ")),
+            in_set("c", QUARANTINE, ["A", "B"]),
+            r"not_be_null\(c\).*be_in_set\(c\)",
+            id="null-default-outside-set",
         ),
     ],
 )
@@ -785,7 +802,9 @@ def test_value_lengths_cannot_be_repaired(tmp_path: Path) -> None:
         load_guard_suite(write_suite(tmp_path, suite_doc(lengths("code", default("abc"), min_value=1))))
 
 
-@pytest.mark.parametrize("expectation", [between("x", QUARANTINE), lengths("code", QUARANTINE)], ids=["between", "lengths"])
+@pytest.mark.parametrize(
+    "expectation", [between("x", QUARANTINE), lengths("code", QUARANTINE)], ids=["between", "lengths"]
+)
 def test_a_range_without_bounds_is_a_suite_error(tmp_path: Path, expectation: dict[str, Any]) -> None:
     # GX refuses it too; guessing what an unbounded range means would judge rows differently.
     with pytest.raises(SuiteError, match="needs min_value, max_value or both"):

@@ -7,16 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import DEMO_JOB, DemoEnv
 from prefect.exceptions import ParameterTypeError
 from typer.testing import CliRunner
 
 from cli.score import app
-from tasks.runs.calendar import parse_partition_date, partition_range
 from tasks.errors import JobSpecError, PartitionError, UnsafePath
 from tasks.jobspec import checked_job_name
+from tasks.runs.calendar import parse_partition_date, partition_range
 from tasks.settings import Settings
-
-from conftest import DEMO_JOB, DemoEnv
 
 BAD_DATES = {
     "2024-13-01": "not a real date",
@@ -60,7 +59,17 @@ def test_ranges_end_before_start_and_absurd_lengths_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "job", ["../credit_risk", "credit_risk/../../etc", "/etc/passwd", "credit_risk\x00", "Credit_Risk", "a" * 65, "", "no_such_job"]
+    "job",
+    [
+        "../credit_risk",
+        "credit_risk/../../etc",
+        "/etc/passwd",
+        "credit_risk\x00",
+        "Credit_Risk",
+        "a" * 65,
+        "",
+        "no_such_job",
+    ],
 )
 def test_job_names_are_allow_listed(demo_env: DemoEnv, job: str) -> None:
     with pytest.raises(JobSpecError) as err:
@@ -82,7 +91,10 @@ def test_names_are_checked_and_an_operators_symlinks_followed(tmp_path: Path) ->
     (tmp_path / "models-mount").mkdir()
     (tmp_path / "data" / "models").symlink_to(tmp_path / "models-mount")
     assert settings.model_registry_dir("credit_risk").resolve() == tmp_path / "models-mount" / "credit_risk"
-    assert settings.raw_partition_dir("credit_risk", "2024-01-01") == tmp_path / "data" / "raw" / "credit_risk" / "date=2024-01-01"
+    assert (
+        settings.raw_partition_dir("credit_risk", "2024-01-01")
+        == tmp_path / "data" / "raw" / "credit_risk" / "date=2024-01-01"
+    )
     with pytest.raises(UnsafePath):
         settings.raw_partition_dir("credit_risk", "../2024-01-01")
 

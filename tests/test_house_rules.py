@@ -185,7 +185,9 @@ def test_flow_files_are_short_wiring(path: Path) -> None:
     tree = ast.parse(source)
     decorated = {
         ast.unparse(d.func if isinstance(d, ast.Call) else d)
-        for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) for d in node.decorator_list
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        for d in node.decorator_list
     }
     assert "task" not in decorated, f"{path.name} defines a Prefect task: it belongs in flows/steps/"
 
@@ -197,8 +199,15 @@ def test_prefect_is_imported_only_under_flows() -> None:
     for path in sorted(p for top in ("tasks", "cli") for p in (PROJECT_ROOT / top).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = (
-                [a.name for a in node.names] if isinstance(node, ast.Import)
-                else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
             )
-            offenders += [f"{path.relative_to(PROJECT_ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in ("prefect", "prefect_dask")]
+            offenders += [
+                f"{path.relative_to(PROJECT_ROOT)}:{node.lineno} {n}"
+                for n in names
+                if n.split(".")[0] in ("prefect", "prefect_dask")
+            ]
     assert offenders == []

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 from matplotlib.image import imread
-
 from offline_browser import offline_page
-from tasks.reports.html_report import DRIFT_TABLE_SCRIPT, run_report_html
+
 from tasks.reports.html_parts import write_run_report
+from tasks.reports.html_report import DRIFT_TABLE_SCRIPT, run_report_html
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EVIL = "<script>alert('x')</script>"
@@ -47,9 +47,19 @@ def _histograms(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndar
 
 def _drift_row(feature: str, baseline: str, psi: float, flag: str) -> dict[str, Any]:
     return {
-        "feature": feature, "baseline": baseline, "psi": psi, "ks": psi / 3, "ks_upper": psi / 3 + 0.02,
-        "wasserstein": psi / 2, "js": psi / 10, "flag": flag, "rows": 5_000, "null_share": 0.001,
-        "baseline_null_share": 0.0, "outside_p1_p99_share": 0.02, "unseen_share": None,
+        "feature": feature,
+        "baseline": baseline,
+        "psi": psi,
+        "ks": psi / 3,
+        "ks_upper": psi / 3 + 0.02,
+        "wasserstein": psi / 2,
+        "js": psi / 10,
+        "flag": flag,
+        "rows": 5_000,
+        "null_share": 0.001,
+        "baseline_null_share": 0.0,
+        "outside_p1_p99_share": 0.02,
+        "unseen_share": None,
     }
 
 
@@ -66,22 +76,44 @@ FALLBACK_ROWS = [
     {"kind": "guard_repair", "detail": "all", "rows": 40, "share": 0.008, "limit": 0.05, "breached": False},
     {"kind": "guard_repair", "detail": "income: clip <0", "rows": 40, "share": 0.008, "limit": None, "breached": False},
     {"kind": "quarantine", "detail": "all", "rows": 400, "share": 0.08, "limit": 0.02, "breached": True},
-    {"kind": "fallback_model", "detail": "primary model loaded", "rows": 0, "share": 0.0, "limit": None, "breached": False},
+    {
+        "kind": "fallback_model",
+        "detail": "primary model loaded",
+        "rows": 0,
+        "share": 0.0,
+        "limit": None,
+        "breached": False,
+    },
 ]
 SUMMARY = {
-    "rows_read": 5_000, "rows_scored": 4_600, "rows_repaired": 40, "rows_quarantined": 400, "rows_failed": 0,
-    "rows_fallback": 0, "decisions": {"approve": 4_000, "review": 450, "decline": 150},
+    "rows_read": 5_000,
+    "rows_scored": 4_600,
+    "rows_repaired": 40,
+    "rows_quarantined": 400,
+    "rows_failed": 0,
+    "rows_fallback": 0,
+    "decisions": {"approve": 4_000, "review": 450, "decline": 150},
     "guard_counts": {"income_not_negative": {"repair": 40}},
-    "inference": {"device_type": "cpu", "providers": ["CPUExecutionProvider"], "model_version": "v3 & <b>",
-                  "chunks": 1, "latency_ms_p50": 12.5, "inference_rows_per_s": None},
+    "inference": {
+        "device_type": "cpu",
+        "providers": ["CPUExecutionProvider"],
+        "model_version": "v3 & <b>",
+        "chunks": 1,
+        "latency_ms_p50": 12.5,
+        "inference_rows_per_s": None,
+    },
 }
 
 
 @pytest.fixture(scope="module")
 def page_html() -> str:
     return run_report_html(
-        job="credit_risk", partition_date="2026-03-10", run_id="run-<42>&co",
-        summary=SUMMARY, fallback_rows=FALLBACK_ROWS, drift_rows=DRIFT_ROWS,
+        job="credit_risk",
+        partition_date="2026-03-10",
+        run_id="run-<42>&co",
+        summary=SUMMARY,
+        fallback_rows=FALLBACK_ROWS,
+        drift_rows=DRIFT_ROWS,
         histograms=_histograms(np.random.default_rng(7)),
     )
 
@@ -125,14 +157,22 @@ def test_every_feature_appears_in_drift_order_with_its_flag(page_html: str) -> N
     figures = re.findall(r'<figure class="plot" data-feature="([^"]*)">(.*?)</figure>', page_html, flags=re.S)
     assert [html.unescape(f) for f, _ in figures] == EXPECTED_ORDER
     flags = {html.unescape(f): re.search(r'class="flag [^"]*">([^<]*)<', body).group(1) for f, body in figures}
-    assert flags == {"income": "alert", EVIL: "warn", "utilisation": "ok", "age": "ok",
-                     "new_feature": "alert", "zz_no_data": "no_data"}  # new_feature: vs the previous partition
+    assert flags == {
+        "income": "alert",
+        EVIL: "warn",
+        "utilisation": "ok",
+        "age": "ok",
+        "new_feature": "alert",
+        "zz_no_data": "no_data",
+    }  # new_feature: vs the previous partition
     drift_table = page_html.split("<h2>Drift</h2>")[1].split("<h2>")[0]
     for feature in EXPECTED_ORDER:
         assert f"<td>{html.escape(feature)}</td>" in drift_table
     histograms = page_html.split("<h2>Feature histograms")[1]
     opened, folded = histograms.split('<details class="folded"')
-    assert [html.unescape(f) for f in re.findall(r'<figure class="plot" data-feature="([^"]*)">', opened)] == EXPECTED_ORDER[:3]
+    assert [
+        html.unescape(f) for f in re.findall(r'<figure class="plot" data-feature="([^"]*)">', opened)
+    ] == EXPECTED_ORDER[:3]
     assert "<details " not in opened and not folded.startswith(" open")
 
 
@@ -167,14 +207,22 @@ def test_text_is_escaped(page_html: str) -> None:
 def test_sections_and_breached_fallback_rows(page_html: str) -> None:
     headings = re.findall(r"<h2>([^<]*)</h2>", page_html)
     assert headings == [
-        "In short", "At a glance", "Run summary", "Fallback report", "Drift", "Feature histograms (most drifted first)",
+        "In short",
+        "At a glance",
+        "Run summary",
+        "Fallback report",
+        "Drift",
+        "Feature histograms (most drifted first)",
         "Engineering details",
     ]
     breached = re.findall(r'<tr class="breached">(.*?)</tr>', page_html)
     assert len(breached) == 1 and "<td>quarantine</td>" in breached[0] and "BREACHED" in breached[0]
     assert "approve: 4,000; review: 450; decline: 150" in page_html
     # The engineers' rows have a section of their own, after everything an analyst reads.
-    summary, engineering = page_html.split("<h2>Run summary</h2>")[1].split("<h2>")[0], page_html.split("<h2>Engineering details</h2>")[1]
+    summary, engineering = (
+        page_html.split("<h2>Run summary</h2>")[1].split("<h2>")[0],
+        page_html.split("<h2>Engineering details</h2>")[1],
+    )
     assert "<th>inference.latency_ms_p50</th>" in engineering and "<th>guard_counts</th>" in engineering
     assert "inference." not in summary and "guard_counts" not in summary and "<th>rows_read</th>" in summary
 
@@ -184,26 +232,58 @@ def test_the_page_opens_with_the_run_in_plain_words() -> None:
     fixture shifts income's and EVIL's values up and gives new_feature no reference), the rows set aside and the reason
     given most; the drift statistics explained beside their table."""
     value, baseline = 0.231, 0.20625
-    reasons = [{"code": "R01", "text": "Debt ratio high", "rows": 300}, {"code": "R02", "text": "Short history", "rows": 120}]
+    reasons = [
+        {"code": "R01", "text": "Debt ratio high", "rows": 300},
+        {"code": "R02", "text": "Short history", "rows": 120},
+    ]
     page = run_report_html(
-        job="credit_risk", partition_date="2026-03-10", run_id="r1", summary={**SUMMARY, "rows_with_reasons": 600},
-        fallback_rows=FALLBACK_ROWS, drift_rows=DRIFT_ROWS, histograms=_histograms(np.random.default_rng(7)),
-        shifts=[{"measure": "decision_share", "item": "review", "value": value, "baseline": baseline, "delta": value - baseline}],
-        window_days=7, reason_codes=reasons,
+        job="credit_risk",
+        partition_date="2026-03-10",
+        run_id="r1",
+        summary={**SUMMARY, "rows_with_reasons": 600},
+        fallback_rows=FALLBACK_ROWS,
+        drift_rows=DRIFT_ROWS,
+        histograms=_histograms(np.random.default_rng(7)),
+        shifts=[
+            {
+                "measure": "decision_share",
+                "item": "review",
+                "value": value,
+                "baseline": baseline,
+                "delta": value - baseline,
+            }
+        ],
+        window_days=7,
+        reason_codes=reasons,
     )
     lead = html.unescape(page.split('<section class="lead" id="summary">')[1].split("</section>")[0])
     assert page.index('class="lead"') < page.index("At a glance")
-    assert f"Review: {(value - baseline) / baseline:.0%} more than the trailing 7 days (23.1% of rows, was 20.6%)." in lead
-    assert f"3 of 6 features moved away from the training data or the previous partition: income moved up, new_feature and {EVIL} moved up." in lead
+    assert (
+        f"Review: {(value - baseline) / baseline:.0%} more than the trailing 7 days (23.1% of rows, was 20.6%)." in lead
+    )
+    assert (
+        f"3 of 6 features moved away from the training data or the previous partition: income moved up, new_feature and {EVIL} moved up."
+        in lead
+    )
     assert "400 of 5,000 rows were set aside (quarantined) and not scored." in lead
     assert "Reason given most: 300 rows (50.0% of the rows given reasons): Debt ratio high (R01)." in lead
     assert "PSI" not in lead and "<h2>Reasons given</h2>" in page
     assert "<b>PSI</b>: how far the spread of values moved" in page and "<b>Wasserstein</b>:" in page
     quiet = run_report_html(
-        job="credit_risk", partition_date="2026-03-10", run_id="r1", summary=SUMMARY, fallback_rows=[], drift_rows=[],
-        histograms={}, shifts=[], window_days=7,
+        job="credit_risk",
+        partition_date="2026-03-10",
+        run_id="r1",
+        summary=SUMMARY,
+        fallback_rows=[],
+        drift_rows=[],
+        histograms={},
+        shifts=[],
+        window_days=7,
     )
-    assert "The decisions are in line with the trailing 7 days." in quiet and "No feature moved beyond its warning threshold" in quiet
+    assert (
+        "The decisions are in line with the trailing 7 days." in quiet
+        and "No feature moved beyond its warning threshold" in quiet
+    )
 
 
 def test_write_run_report_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -223,6 +303,7 @@ def test_write_run_report_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 # --- in a real browser, offline ------------------------------------------------------------------
+
 
 @pytest.mark.browser
 def test_report_renders_offline_in_chromium(page_html: str, tmp_path: Path) -> None:

@@ -23,8 +23,12 @@ def circles(graph: grimp.ImportGraph) -> list[str]:
         for imported in sorted(graph.find_modules_directly_imported_by(importer)):
             back = graph.find_shortest_chain(importer=imported, imported=importer)
             if back:
-                lines = sorted({d["line_number"] for d in graph.get_import_details(importer=importer, imported=imported)})
-                found.append(f"{importer} -> {imported} (l.{', '.join(map(str, lines))}), and back: {' -> '.join(back)}")
+                lines = sorted(
+                    {d["line_number"] for d in graph.get_import_details(importer=importer, imported=imported)}
+                )
+                found.append(
+                    f"{importer} -> {imported} (l.{', '.join(map(str, lines))}), and back: {' -> '.join(back)}"
+                )
     return found
 
 
@@ -51,5 +55,9 @@ def test_type_checking_and_function_imports_count() -> None:
     # The circle jobspec <-> prediction.decisions was closed by an `if TYPE_CHECKING:` import;
     # tasks.sources <-> sources.sql by an import inside a method. Both kinds are in the graph.
     graph = grimp.build_graph(*PACKAGES, cache_dir=None)
-    assert graph.direct_import_exists(importer="tasks.monitoring.slices", imported="tasks.jobspec")  # under TYPE_CHECKING
-    assert graph.direct_import_exists(importer="tasks.features", imported="tasks.features.declared")  # in job_features()
+    assert graph.direct_import_exists(
+        importer="tasks.monitoring.slices", imported="tasks.jobspec"
+    )  # under TYPE_CHECKING
+    assert graph.direct_import_exists(
+        importer="tasks.features", imported="tasks.features.declared"
+    )  # in job_features()

@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 from polars.testing import assert_frame_equal
 
 from tasks.contracts import InferenceInput
@@ -35,9 +36,9 @@ from tasks.inference.engine import ONNXEngine, XGBoostEngine, inference_cuda_dev
 from tasks.inference.registry import inference_model_artifact
 from tasks.settings import Settings, current_settings
 
-from conftest import DEMO_JOB, DemoEnv
-
-no_gpu_here = pytest.mark.skipif(inference_cuda_device_present(), reason="asserts the CPU-only behaviour; this machine has a GPU")
+no_gpu_here = pytest.mark.skipif(
+    inference_cuda_device_present(), reason="asserts the CPU-only behaviour; this machine has a GPU"
+)
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -62,7 +63,9 @@ def copied_version(registry: Path, source: Path, version: str, **metadata_change
     return target
 
 
-def with_model_file(version_dir: Path, name: str, payload: bytes, *, framework: str | None = None, sha256: str | None = None) -> Path:
+def with_model_file(
+    version_dir: Path, name: str, payload: bytes, *, framework: str | None = None, sha256: str | None = None
+) -> Path:
     """Replace the version's model by `payload` saved as `name`; sha256 recorded unless given."""
     for old in version_dir.glob("model.*"):
         old.unlink()
@@ -91,7 +94,10 @@ def linear_onnx_bytes(weights: np.ndarray, bias: np.ndarray) -> bytes:
         "linear",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", n_in])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", n_out])],
-        [numpy_helper.from_array(weights.astype(np.float32), "W"), numpy_helper.from_array(bias.astype(np.float32), "b")],
+        [
+            numpy_helper.from_array(weights.astype(np.float32), "W"),
+            numpy_helper.from_array(bias.astype(np.float32), "b"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8  # what ONNX Runtime 1.x reads without complaint
@@ -151,7 +157,9 @@ class _MakesADirectoryWhenUnpickled:
 
 @pytest.mark.parametrize("protocol", [2, 3, 4, 5])
 @pytest.mark.parametrize("file_name", ["model.pkl", "model.ubj", "model.json"])
-def test_a_real_pickle_is_refused_whatever_its_name(tmp_path: Path, demo_version_dir: Path, protocol: int, file_name: str) -> None:
+def test_a_real_pickle_is_refused_whatever_its_name(
+    tmp_path: Path, demo_version_dir: Path, protocol: int, file_name: str
+) -> None:
     registry = tmp_path / "registry"
     sentinel = tmp_path / "pickle-was-executed"
     payload = pickle.dumps(_MakesADirectoryWhenUnpickled(sentinel), protocol=protocol)
@@ -185,7 +193,9 @@ def test_a_model_file_cut_in_half_is_refused_as_truncated(tmp_path: Path, demo_v
     assert sha256_of(demo_version_dir / "model.ubj") in message  # the expected checksum is shown
 
 
-def test_a_truncated_file_with_a_recomputed_checksum_fails_in_xgboost_naming_the_file(tmp_path: Path, demo_version_dir: Path) -> None:
+def test_a_truncated_file_with_a_recomputed_checksum_fails_in_xgboost_naming_the_file(
+    tmp_path: Path, demo_version_dir: Path
+) -> None:
     version = copied_version(tmp_path, demo_version_dir, "1")
     full = (demo_version_dir / "model.ubj").read_bytes()
     path = with_model_file(version, "model.ubj", full[: len(full) // 2])  # checksum of the half file
@@ -217,7 +227,9 @@ def test_an_onnx_file_that_onnx_runtime_cannot_parse_is_refused_naming_the_file(
     ("file_name", "framework", "source"),
     [("model.ubj", "onnx", "xgboost"), ("model.json", "onnx", "xgboost"), ("model.onnx", "xgboost", "onnx")],
 )
-def test_framework_and_suffix_must_agree(tmp_path: Path, demo_version_dir: Path, file_name: str, framework: str, source: str) -> None:
+def test_framework_and_suffix_must_agree(
+    tmp_path: Path, demo_version_dir: Path, file_name: str, framework: str, source: str
+) -> None:
     payload = (demo_version_dir / "model.ubj").read_bytes() if source == "xgboost" else linear_onnx_bytes(WEIGHTS, BIAS)
     version = copied_version(tmp_path, demo_version_dir, "1")
     path = with_model_file(version, file_name, payload, framework=framework)
@@ -290,7 +302,9 @@ def test_onnx_engine_has_no_feature_contributions(onnx_artifact) -> None:
 @no_gpu_here
 def test_xgboost_auto_runs_on_cpu_and_says_so_once(demo_version_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="scoring.inference")
-    engine = XGBoostEngine(inference_model_artifact(demo_version_dir.parent, demo_version_dir.name), device="auto", nthread=1)
+    engine = XGBoostEngine(
+        inference_model_artifact(demo_version_dir.parent, demo_version_dir.name), device="auto", nthread=1
+    )
     assert engine.device_type == "cpu"
     assert engine.providers == ("xgboost:cpu",)
     (line,) = device_auto_lines(caplog)
@@ -318,18 +332,24 @@ def query(settings: Settings, sql: str, params: list | None = None) -> pl.DataFr
 
 
 def predictions_of(settings: Settings, day: dt.date) -> pl.DataFrame:
-    return query(settings, "SELECT * FROM predictions WHERE job = ? AND partition_date = ? ORDER BY entity_id", [DEMO_JOB, day])
+    return query(
+        settings, "SELECT * FROM predictions WHERE job = ? AND partition_date = ? ORDER BY entity_id", [DEMO_JOB, day]
+    )
 
 
 def runs_of(settings: Settings, day: dt.date) -> list[dict]:
-    return query(settings, "SELECT * FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at", [DEMO_JOB, day]).to_dicts()
+    return query(
+        settings, "SELECT * FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at", [DEMO_JOB, day]
+    ).to_dicts()
 
 
 def quarantine_of(settings: Settings, day: dt.date) -> pl.DataFrame:
     return query(settings, "SELECT * FROM quarantine WHERE job = ? AND partition_date = ?", [DEMO_JOB, day])
 
 
-def use_job_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings, change: Callable[[dict], None]) -> Settings:
+def use_job_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings, change: Callable[[dict], None]
+) -> Settings:
     """The demo job spec, changed by `change`, in a tmp jobs folder that `SCORING_JOBS_DIR` points at."""
     spec = yaml.safe_load((settings.jobs_dir / f"{DEMO_JOB}.yaml").read_text())
     change(spec)
@@ -362,13 +382,19 @@ def add_broken_version_99(settings: Settings, source_version: str) -> Path:
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_broken_version_scores_with_the_fallback_and_says_so(
-    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from flows.score_partition import score_partition
 
     good = demo_env.plan.model_version
     add_broken_version_99(fresh_data, good)
-    settings = use_job_spec(tmp_path, monkeypatch, fresh_data, lambda s: s["model"].update(version="99", fallback_version=good))
+    settings = use_job_spec(
+        tmp_path, monkeypatch, fresh_data, lambda s: s["model"].update(version="99", fallback_version=good)
+    )
     day = demo_env.plan.scoring_dates[-1]
     caplog.set_level(logging.INFO, logger="scoring.inference")
 
@@ -385,7 +411,8 @@ def test_a_broken_version_scores_with_the_fallback_and_says_so(
     assert reason and "99" in reason and "sha256" in reason
     assert str(settings.model_registry_dir(DEMO_JOB) / "99" / "model.ubj") in reason
     warnings = [
-        r for r in caplog.records
+        r
+        for r in caplog.records
         if r.name == "scoring.inference" and r.levelno == logging.WARNING and r.getMessage().startswith("[INF]")
     ]
     assert warnings, [r.getMessage() for r in caplog.records if r.name == "scoring.inference"][:5]
@@ -441,7 +468,12 @@ def flaky_engine(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_chunk_that_fails_once_is_retried_and_scores_the_same(
-    demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flaky_engine, caplog: pytest.LogCaptureFixture
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flaky_engine,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from flows.score_partition import score_partition
 
@@ -540,8 +572,12 @@ def test_large_partition_predictions_do_not_depend_on_the_chunk_size(demo_env: D
     day = demo_env.plan.scoring_dates[-1] + dt.timedelta(days=30)  # never trained on, never scored
     rows = 25_500
     write_demo_partitions(
-        settings.data_dir / "raw" / DEMO_JOB, settings.data_dir / "labels" / DEMO_JOB, [day],
-        rows_per_day=rows, seed=11, shift_days=0,
+        settings.data_dir / "raw" / DEMO_JOB,
+        settings.data_dir / "labels" / DEMO_JOB,
+        [day],
+        rows_per_day=rows,
+        seed=11,
+        shift_days=0,
     )
     by_size: dict[int, pl.DataFrame] = {}
     for chunk_rows in (1_000, 10_000, 100_000):

@@ -12,6 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 import xgboost as xgb
+from conftest import DEMO_JOB, DemoEnv
 
 from tasks.contracts import InferenceInput
 from tasks.errors import DeviceUnavailable, FeatureVersionMismatch, ModelArtifactError
@@ -25,8 +26,6 @@ from tasks.inference.registry import (
     inference_model_versions,
 )
 from tasks.settings import PROJECT_ROOT
-
-from conftest import DEMO_JOB, DemoEnv
 
 
 @pytest.fixture(scope="module")

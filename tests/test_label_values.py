@@ -18,16 +18,16 @@ import polars as pl
 import pytest
 import xgboost as xgb
 import yaml
+from conftest import user_project_env
 from pydantic import ValidationError
 from typer.testing import CliRunner
+from user_projects import ScoreCli, score_cli
 
 from cli.score import app
-from conftest import user_project_env
 from tasks.errors import LabelError
 from tasks.jobspec import JobSpec, LabelSource, load_job_spec
 from tasks.monitoring.outcomes import parquet_labels
 from tasks.settings import Settings
-from user_projects import ScoreCli, score_cli
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -43,10 +43,15 @@ def churn_rows(rows: int, *, seed: int, first: int) -> pl.DataFrame:
     calls = rng.integers(0, 7, rows)
     plan = rng.choice(["basic", "plus", "pro"], rows, p=[0.5, 0.3, 0.2])
     risk = 1 / (1 + np.exp(-(-0.5 - 0.04 * tenure + 0.35 * calls + np.where(plan == "basic", 0.5, 0.0))))
-    return pl.DataFrame({
-        "customer_id": [f"C-{first + i:06d}" for i in range(rows)], "tenure_months": tenure, "support_calls": calls, "plan": plan,
-        "churned": np.where(rng.random(rows) < risk, "Yes", "No"),
-    })
+    return pl.DataFrame(
+        {
+            "customer_id": [f"C-{first + i:06d}" for i in range(rows)],
+            "tenure_months": tenure,
+            "support_calls": calls,
+            "plan": plan,
+            "churned": np.where(rng.random(rows) < risk, "Yes", "No"),
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,8 @@ def trained_model(inputs: Path, out: Path) -> None:
     names = [c for c in frame.columns if c not in ("customer_id", "outcome")]
     booster = xgb.train(
         {"objective": "binary:logistic", "max_depth": 2, "eta": 0.3, "seed": 1, "nthread": 1},
-        xgb.DMatrix(frame.select(names).to_numpy(), label=frame["outcome"].to_numpy(), feature_names=names), num_boost_round=20,
+        xgb.DMatrix(frame.select(names).to_numpy(), label=frame["outcome"].to_numpy(), feature_names=names),
+        num_boost_round=20,
     )
     booster.save_model(str(out))
 
@@ -115,13 +121,36 @@ def registered(project: Project) -> Project:
     """The churn job scaffolded with --positive Yes, a model trained on its `score features` and registered on the
     Yes/No hold-out; then one day scored and its Yes/No labels ingested."""
     root = project.root
-    refused = one_error_line(invoke(
-        project, "init", JOB, "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned",
-    ))
-    assert refused.endswith("label column 'churned' has values ['No', 'Yes']: say which is the event with --positive Yes (or --positive No)"), refused
+    refused = one_error_line(
+        invoke(
+            project,
+            "init",
+            JOB,
+            "--from",
+            str(root / "train.parquet"),
+            "--entity-column",
+            "customer_id",
+            "--label-column",
+            "churned",
+        )
+    )
+    assert refused.endswith(
+        "label column 'churned' has values ['No', 'Yes']: say which is the event with --positive Yes (or --positive No)"
+    ), refused
     assert str(root / "train.parquet") in refused and nothing_written(project)
-    ok(project, "init", JOB, "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned",
-       "--positive", "Yes")
+    ok(
+        project,
+        "init",
+        JOB,
+        "--from",
+        str(root / "train.parquet"),
+        "--entity-column",
+        "customer_id",
+        "--label-column",
+        "churned",
+        "--positive",
+        "Yes",
+    )
     ok(project, "features", JOB, "--from", str(root / "train.parquet"), "--out", str(root / "inputs.parquet"))
     trained_model(root / "inputs.parquet", root / "model.ubj")
     ok(project, "register", JOB, "--model", str(root / "model.ubj"), "--holdout", str(root / "holdout.parquet"))
@@ -141,7 +170,9 @@ def test_init_writes_the_event_value_quoted_and_keeps_the_label_out_of_features_
     assert "churned" not in {e["kwargs"].get("column") for e in suite["expectations"]}
     # The base probability is the sample's share of "Yes", as numpy counts it.
     sample = pl.read_parquet(registered.root / "train.parquet")
-    assert spec.prediction.score.base_probability == pytest.approx(float(np.mean(sample["churned"].to_numpy() == "Yes")), abs=1e-4)
+    assert spec.prediction.score.base_probability == pytest.approx(
+        float(np.mean(sample["churned"].to_numpy() == "Yes")), abs=1e-4
+    )
 
 
 def test_features_write_the_yes_rows_as_outcome_1(registered: Project) -> None:
@@ -157,8 +188,18 @@ def test_registering_on_yes_no_labels_calibrates_as_on_1_0_labels(registered: Pr
     spec["name"], spec["model"]["name"] = "churn_numbers", "churn_numbers"
     del spec["monitoring"]["labels"]["positive"], spec["monitoring"]["labels"]["negative"]
     (root / "jobs" / "churn_numbers.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    registered.holdout.with_columns((pl.col("churned") == "Yes").cast(pl.Int8)).write_parquet(root / "holdout_numbers.parquet")
-    ok(registered, "register", "churn_numbers", "--model", str(root / "model.ubj"), "--holdout", str(root / "holdout_numbers.parquet"))
+    registered.holdout.with_columns((pl.col("churned") == "Yes").cast(pl.Int8)).write_parquet(
+        root / "holdout_numbers.parquet"
+    )
+    ok(
+        registered,
+        "register",
+        "churn_numbers",
+        "--model",
+        str(root / "model.ubj"),
+        "--holdout",
+        str(root / "holdout_numbers.parquet"),
+    )
 
     def metadata(job: str) -> dict:
         document = json.loads((root / "data" / "models" / job / "1" / "metadata.json").read_text())
@@ -176,7 +217,9 @@ def test_outcomes_read_yes_as_the_event(registered: Project) -> None:
     predictions = pl.read_parquet(root / "data" / "output" / JOB / "predictions" / f"date={DAY}" / "*.parquet")
     joined = predictions.join(registered.labels, left_on="entity_id", right_on="customer_id")
     with duckdb.connect(str(root / "data" / "warehouse.duckdb"), read_only=True) as con:
-        (rate, labelled), = con.sql("SELECT observed_rate, labelled FROM outcome_metrics WHERE job = ?", params=[JOB]).fetchall()
+        ((rate, labelled),) = con.sql(
+            "SELECT observed_rate, labelled FROM outcome_metrics WHERE job = ?", params=[JOB]
+        ).fetchall()
     assert labelled == joined.height
     assert rate == pytest.approx(float(np.mean(joined["churned"].to_numpy() == "Yes")), rel=1e-12)
 
@@ -187,7 +230,17 @@ def test_a_third_label_value_is_one_line_naming_file_column_and_value(registered
         pl.when(pl.int_range(pl.len()) < 3).then(pl.lit("Maybe")).otherwise(pl.col("churned")).alias("churned")
     )
     maybe.write_parquet(root / "holdout_maybe.parquet")
-    line = one_error_line(invoke(registered, "register", JOB, "--model", str(root / "model.ubj"), "--holdout", str(root / "holdout_maybe.parquet")))
+    line = one_error_line(
+        invoke(
+            registered,
+            "register",
+            JOB,
+            "--model",
+            str(root / "model.ubj"),
+            "--holdout",
+            str(root / "holdout_maybe.parquet"),
+        )
+    )
     assert str(root / "holdout_maybe.parquet") in line and "'churned'" in line and "['Maybe'] on 3 row(s)" in line, line
     assert sorted(p.name for p in (root / "data" / "models" / JOB).iterdir() if p.is_dir()) == ["1"]
 
@@ -197,15 +250,28 @@ def test_a_third_label_value_is_one_line_naming_file_column_and_value(registered
         pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("maybe")).otherwise(pl.col("churned")).alias("churned")
     ).write_parquet(folder / "late.parquet")
     spec = load_job_spec(JOB, registered.settings)
-    with pytest.raises(LabelError, match=r"late\.parquet: outcome column 'churned' holds \['maybe'\] on 1 row\(s\), neither the event 'Yes' nor 'No'"):
+    with pytest.raises(
+        LabelError,
+        match=r"late\.parquet: outcome column 'churned' holds \['maybe'\] on 1 row\(s\), neither the event 'Yes' nor 'No'",
+    ):
         parquet_labels(folder, spec.monitoring.labels)
 
 
 def test_a_positive_flag_that_disagrees_with_the_spec_is_one_line(registered: Project) -> None:
     root = registered.root
-    line = one_error_line(invoke(
-        registered, "features", JOB, "--from", str(root / "train.parquet"), "--out", str(root / "other.parquet"), "--positive", "No",
-    ))
+    line = one_error_line(
+        invoke(
+            registered,
+            "features",
+            JOB,
+            "--from",
+            str(root / "train.parquet"),
+            "--out",
+            str(root / "other.parquet"),
+            "--positive",
+            "No",
+        )
+    )
     assert "--positive 'No' disagrees with monitoring.labels.positive 'Yes'" in line, line
     assert not (root / "other.parquet").exists()
 
@@ -214,36 +280,61 @@ def test_outcomes_take_the_event_from_the_spec_only(registered: Project) -> None
     """A scheduled outcomes run revisits partitions reading the spec: a flag the spec does not say is refused, and labels
     of two values without the spec's positive say where to name it."""
     root = registered.root
-    line = one_error_line(invoke(registered, "outcomes", JOB, "--start", str(DAY), "--end", str(DAY), "--positive", "No"))
+    line = one_error_line(
+        invoke(registered, "outcomes", JOB, "--start", str(DAY), "--end", str(DAY), "--positive", "No")
+    )
     assert "--positive 'No' disagrees with monitoring.labels.positive 'Yes'" in line, line
     spec = yaml.safe_load((root / "jobs" / f"{JOB}.yaml").read_text())
     spec["name"], spec["model"]["name"] = "churn_unsaid", "churn_unsaid"
     del spec["monitoring"]["labels"]["positive"], spec["monitoring"]["labels"]["negative"]
     (root / "jobs" / "churn_unsaid.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     try:
-        line = one_error_line(invoke(registered, "outcomes", "churn_unsaid", "--start", str(DAY), "--end", str(DAY), "--positive", "Yes"))
+        line = one_error_line(
+            invoke(registered, "outcomes", "churn_unsaid", "--start", str(DAY), "--end", str(DAY), "--positive", "Yes")
+        )
     finally:
         (root / "jobs" / "churn_unsaid.yaml").unlink()
     assert 'spec names no event value; add positive: "Yes" under monitoring.labels' in line, line
     folder = root / "data" / "labels" / JOB / f"date={DAY}"
-    with pytest.raises(LabelError, match=(
-        r"part-0\.parquet: outcome column 'churned' has values \['No', 'Yes'\]: say which is the event as positive: \"Yes\" "
-        r"\(or \"No\"\) under monitoring\.labels in the job spec$"
-    )):
+    with pytest.raises(
+        LabelError,
+        match=(
+            r"part-0\.parquet: outcome column 'churned' has values \['No', 'Yes'\]: say which is the event as positive: \"Yes\" "
+            r"\(or \"No\"\) under monitoring\.labels in the job spec$"
+        ),
+    ):
         parquet_labels(folder, LabelSource(entity_column="customer_id", outcome_column="churned"))
 
 
 @pytest.mark.parametrize(
     ("label", "kind", "expected"),
-    [("plan", "multiclass", "reads the label as the class name"), ("support_calls", "count", "reads the label as the actual number")],
+    [
+        ("plan", "multiclass", "reads the label as the class name"),
+        ("support_calls", "count", "reads the label as the actual number"),
+    ],
 )
-def test_positive_is_refused_for_a_job_that_is_not_binary(project: Project, label: str, kind: str, expected: str) -> None:
+def test_positive_is_refused_for_a_job_that_is_not_binary(
+    project: Project, label: str, kind: str, expected: str
+) -> None:
     sample = pl.read_parquet(project.root / "train.parquet").drop("churned")
     sample.write_parquet(project.root / f"{kind}.parquet")
-    line = one_error_line(invoke(
-        project, "init", kind, "--from", str(project.root / f"{kind}.parquet"), "--entity-column", "customer_id",
-        "--label-column", label, "--kind", kind, "--positive", "basic",
-    ))
+    line = one_error_line(
+        invoke(
+            project,
+            "init",
+            kind,
+            "--from",
+            str(project.root / f"{kind}.parquet"),
+            "--entity-column",
+            "customer_id",
+            "--label-column",
+            label,
+            "--kind",
+            kind,
+            "--positive",
+            "basic",
+        )
+    )
     assert line.startswith(f"error: --positive names a binary job's event; --kind {kind} {expected}"), line
     assert not (project.root / "jobs" / f"{kind}.yaml").exists()
 
@@ -252,10 +343,24 @@ def test_boolean_labels_need_no_positive(project: Project) -> None:
     root = project.root
     sample = pl.read_parquet(root / "train.parquet").with_columns((pl.col("churned") == "Yes").alias("left"))
     sample.drop("churned").write_parquet(root / "bool.parquet")
-    output = ok(project, "init", "leavers", "--from", str(root / "bool.parquet"), "--entity-column", "customer_id", "--label-column", "left")
+    output = ok(
+        project,
+        "init",
+        "leavers",
+        "--from",
+        str(root / "bool.parquet"),
+        "--entity-column",
+        "customer_id",
+        "--label-column",
+        "left",
+    )
     assert "warning" not in output
     spec = load_job_spec("leavers", project.settings)
-    assert spec.monitoring.labels.positive is None and [c.name for c in spec.features.columns] == ["tenure_months", "support_calls", "plan"]
+    assert spec.monitoring.labels.positive is None and [c.name for c in spec.features.columns] == [
+        "tenure_months",
+        "support_calls",
+        "plan",
+    ]
     ok(project, "features", "leavers", "--from", str(root / "bool.parquet"), "--out", str(root / "bool_inputs.parquet"))
     inputs = pl.read_parquet(root / "bool_inputs.parquet")
     assert np.array_equal(inputs["outcome"].to_numpy(), sample["left"].to_numpy().astype(np.int8))
@@ -266,7 +371,9 @@ def test_init_without_a_label_column_warns_of_a_column_named_like_one(project: P
     pl.read_parquet(root / "train.parquet").with_columns(
         (pl.col("churned") == "Yes").cast(pl.Int8).alias("target")
     ).drop("churned").write_parquet(root / "unlabelled.parquet")
-    output = ok(project, "init", "nolabel", "--from", str(root / "unlabelled.parquet"), "--entity-column", "customer_id")
+    output = ok(
+        project, "init", "nolabel", "--from", str(root / "unlabelled.parquet"), "--entity-column", "customer_id"
+    )
     assert "warning: target looks like an outcome and is now a model feature" in " ".join(output.split())
     assert "--force --label-column target" in output
 
@@ -276,7 +383,11 @@ def test_init_without_a_label_column_warns_of_a_column_named_like_one(project: P
     [
         ("credit_risk", {"negative": "No"}, "monitoring.labels.negative needs monitoring.labels.positive"),
         ("credit_risk", {"positive": "Y", "negative": "Y"}, "positive and negative are both 'Y'"),
-        ("store_sales", {"positive": "Yes"}, "monitoring.labels.positive names a binary job's event; target.kind is count"),
+        (
+            "store_sales",
+            {"positive": "Yes"},
+            "monitoring.labels.positive names a binary job's event; target.kind is count",
+        ),
     ],
 )
 def test_a_spec_whose_labels_section_cannot_name_an_event_is_refused(job: str, labels: dict, expected: str) -> None:

@@ -17,21 +17,33 @@ import pytest
 
 from tasks.settings import PROJECT_ROOT
 
-HEAVY = ("great_expectations", "matplotlib", "numba", "scipy.stats", "xgboost", "lightgbm", "catboost", "sklearn", "skops", "onnxruntime", "torch")
+HEAVY = (
+    "great_expectations",
+    "matplotlib",
+    "numba",
+    "scipy.stats",
+    "xgboost",
+    "lightgbm",
+    "catboost",
+    "sklearn",
+    "skops",
+    "onnxruntime",
+    "torch",
+)
 SCORE = Path(sys.executable).parent / "score"
 
-_REPORT = (
-    "import json, sys\n"
-    f"heavy = {HEAVY!r}\n"
-    "print(json.dumps([h for h in heavy if h in sys.modules]))\n"
-)
+_REPORT = f"import json, sys\nheavy = {HEAVY!r}\nprint(json.dumps([h for h in heavy if h in sys.modules]))\n"
 
 
 def heavy_modules_after(code: str) -> list[str]:
     """The modules of HEAVY loaded once `code` ran in a fresh interpreter (a submodule loads its package)."""
     result = subprocess.run(
         [sys.executable, "-c", code + "\n" + _REPORT],
-        cwd=PROJECT_ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=300,
+        cwd=PROJECT_ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -40,7 +52,9 @@ def heavy_modules_after(code: str) -> list[str]:
 @pytest.mark.parametrize("module", ["cli.score", "flows.score_partition"])
 def test_importing_loads_no_heavy_library(module: str) -> None:
     loaded = heavy_modules_after(f"import {module}")
-    assert loaded == [], f"`import {module}` loads {loaded}; `python -X importtime -c 'import {module}'` shows through what"
+    assert loaded == [], (
+        f"`import {module}` loads {loaded}; `python -X importtime -c 'import {module}'` shows through what"
+    )
 
 
 def test_help_runs_without_a_heavy_library() -> None:

@@ -30,16 +30,29 @@ def _without_demo_extra(tmp_path: Path) -> dict[str, str]:
 def test_every_scoring_module_imports_without_the_demo_extra(tmp_path: Path) -> None:
     modules = sorted(
         ".".join(p.relative_to(PROJECT_ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for package in ("tasks", "flows", "cli") for p in (PROJECT_ROOT / package).rglob("*.py")
+        for package in ("tasks", "flows", "cli")
+        for p in (PROJECT_ROOT / package).rglob("*.py")
     )
     scoring = [m for m in modules if m != "tasks.demo.gearbox_training"]
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\nprint('ok', len(sys.argv) - 1)\n"
-    done = subprocess.run([sys.executable, "-c", code, *scoring], env=_without_demo_extra(tmp_path), capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *scoring],
+        env=_without_demo_extra(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0 and done.stdout.strip() == f"ok {len(scoring)}", done.stderr[-3000:]
     # The stand-ins work: the gearbox demo's training does need torch.
-    done = subprocess.run([sys.executable, "-c", "import tasks.demo.gearbox_training"], env=_without_demo_extra(tmp_path),
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", "import tasks.demo.gearbox_training"],
+        env=_without_demo_extra(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode != 0 and "torch is not installed" in done.stderr
 
 
@@ -49,6 +62,8 @@ def test_a_night_is_scored_without_the_demo_extra(demo_env: DemoEnv, fresh_data:
 
     env = {**_without_demo_extra(tmp_path), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
     day = demo_env.plan.scoring_dates[-1].isoformat()
-    done = subprocess.run([SCORE, "run", DEMO_JOB, "--date", day], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = subprocess.run(
+        [SCORE, "run", DEMO_JOB, "--date", day], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "succeeded" in done.stdout

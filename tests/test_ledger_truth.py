@@ -20,14 +20,13 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from conftest import DEMO_JOB, DemoEnv
 
+from flows.steps.blocks import configured_warehouse
 from tasks.runs.recovery import pending_ledger_dir, recovered_job
 from tasks.runs.scheduling import partition_selection
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
-from flows.steps.blocks import configured_warehouse
-
-from conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 SCORE = Path(sys.executable).parent / "score"
@@ -38,7 +37,9 @@ _LOCKED = duckdb.IOException(
 
 def _ledger(settings: Settings, day: dt.date) -> list[dict]:
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
-        cursor = con.execute("SELECT * FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at", [DEMO_JOB, day])
+        cursor = con.execute(
+            "SELECT * FROM runs WHERE job = ? AND partition_date = ? ORDER BY started_at", [DEMO_JOB, day]
+        )
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
@@ -53,7 +54,13 @@ def _killed_at(point: str, day: dt.date) -> None:
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "SCORING_CRASH_AT": point, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    child = subprocess.run([str(SCORE), "run", DEMO_JOB, "--date", day.isoformat()], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True)
+    child = subprocess.run(
+        [str(SCORE), "run", DEMO_JOB, "--date", day.isoformat()],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert child.returncode == -signal.SIGKILL, child.stdout[-2000:] + child.stderr[-2000:]
 
 
@@ -67,7 +74,9 @@ def one_job(fresh_data: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     return current_settings()
 
 
-def test_a_run_killed_before_its_commit_is_failed_and_backfill_failed_rescores_it(demo_env: DemoEnv, fresh_data: Settings) -> None:
+def test_a_run_killed_before_its_commit_is_failed_and_backfill_failed_rescores_it(
+    demo_env: DemoEnv, fresh_data: Settings
+) -> None:
     from flows.people import backfill
 
     day = demo_env.plan.scoring_dates[-1]
@@ -86,7 +95,9 @@ def test_a_run_killed_before_its_commit_is_failed_and_backfill_failed_rescores_i
 
 
 def test_nightly_rescores_an_abandoned_day_before_the_new_one(
-    demo_env: DemoEnv, one_job: Settings, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    one_job: Settings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from flows.people import nightly
 
@@ -96,14 +107,18 @@ def test_nightly_rescores_an_abandoned_day_before_the_new_one(
     _killed_at("publish:staged:guard_summary", earlier)
     outcomes = nightly(day)
     # The never-scored first day and the abandoned day, oldest first, then the new day.
-    assert [(o["date"], o["outcome"]) for o in outcomes] == [(d.isoformat(), "succeeded") for d in (first, earlier, day)]
+    assert [(o["date"], o["outcome"]) for o in outcomes] == [
+        (d.isoformat(), "succeeded") for d in (first, earlier, day)
+    ]
     killed, rescored = _ledger(one_job, earlier)
     assert killed["status"] == "failed" and "abandoned while running" in killed["error"]
     assert rescored["status"] == "succeeded"
 
 
 def test_nightly_scores_the_night_its_run_was_scheduled_for_not_the_wall_clocks(
-    demo_env: DemoEnv, one_job: Settings, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    one_job: Settings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A deployment's run scheduled for 00:30 Berlin the night after the last demo day, months ago, and
     run only now (queued, late or retried) scores that day; a run started by hand scores yesterday."""
@@ -129,8 +144,12 @@ def test_nightly_scores_the_night_its_run_was_scheduled_for_not_the_wall_clocks(
     async def scheduled_run():  # noqa: ANN202
         async with get_client() as client:
             flow_id = await client.create_flow(nightly)
-            deployment_id = await client.create_deployment(flow_id=flow_id, name="nightly-scheduled", entrypoint="flows/people.py:nightly")
-            return await client.create_flow_run_from_deployment(deployment_id, state=Scheduled(scheduled_time=scheduled))
+            deployment_id = await client.create_deployment(
+                flow_id=flow_id, name="nightly-scheduled", entrypoint="flows/people.py:nightly"
+            )
+            return await client.create_flow_run_from_deployment(
+                deployment_id, state=Scheduled(scheduled_time=scheduled)
+            )
 
     flow_run = asyncio.run(scheduled_run())
     assert flow_run.expected_start_time == scheduled
@@ -139,7 +158,9 @@ def test_nightly_scores_the_night_its_run_was_scheduled_for_not_the_wall_clocks(
     assert [r["status"] for r in _ledger(one_job, day)] == ["succeeded"]
 
 
-def test_a_run_killed_after_its_commit_is_rolled_forward_by_score_recover(demo_env: DemoEnv, fresh_data: Settings) -> None:
+def test_a_run_killed_after_its_commit_is_rolled_forward_by_score_recover(
+    demo_env: DemoEnv, fresh_data: Settings
+) -> None:
     from typer.testing import CliRunner
 
     from cli.score import app
@@ -160,7 +181,9 @@ def test_a_run_killed_after_its_commit_is_rolled_forward_by_score_recover(demo_e
 
 
 def test_a_ledger_close_that_fails_leaves_a_committed_run_the_next_start_closes(
-    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from flows.score_partition import score_partition
 
@@ -178,13 +201,17 @@ def test_a_ledger_close_that_fails_leaves_a_committed_run_the_next_start_closes(
     (run,) = _ledger(fresh_data, day)
     assert run["status"] == "committed" and _published_run(fresh_data, day) == {run["run_id"]}
     monkeypatch.setattr(DuckDBWarehouse, "record_run_ended", original)
-    (recovered,) = recovered_job(configured_warehouse(fresh_data), fresh_data, DEMO_JOB, recovering_run_id="recovery-test")
+    (recovered,) = recovered_job(
+        configured_warehouse(fresh_data), fresh_data, DEMO_JOB, recovering_run_id="recovery-test"
+    )
     assert (recovered.run_id, recovered.was, recovered.now) == (run["run_id"], "committed", "succeeded")
     assert [r["status"] for r in _ledger(fresh_data, day)] == ["succeeded"]
 
 
 def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
-    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import flows.steps.units
     from flows.score_partition import score_partition
@@ -214,11 +241,15 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
     assert closed["status"] == "failed" and closed["error"].startswith("OSError: disk full"), closed["error"]
     assert "Traceback" in closed["error_detail"] and "full_disk" in closed["error_detail"]
     assert not pending.exists()
-    assert [(r["date"], r["selected"]) for r in partition_selection(fresh_data, DEMO_JOB, [day], "failed")] == [(day.isoformat(), True)]
+    assert [(r["date"], r["selected"]) for r in partition_selection(fresh_data, DEMO_JOB, [day], "failed")] == [
+        (day.isoformat(), True)
+    ]
 
 
 def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_warning(
-    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import tasks.runs.monitoring
     import tasks.runs.page

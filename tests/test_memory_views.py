@@ -27,16 +27,18 @@ def held_bytes(frame: pl.DataFrame) -> int:
 def test_a_chunks_decision_groups_hold_only_their_own_strings() -> None:
     rng = np.random.default_rng(3)
     decisions = np.array([f"{LONG}-approve", f"{LONG}-decline", f"{LONG}-review"])
-    predictions = pl.DataFrame({
-        "run_id": [f"{LONG}-run"] * ROWS,
-        "model_version": [f"{LONG}-v1"] * ROWS,
-        "decision": decisions[rng.integers(0, 3, ROWS)],
-        "rule_id": [f"{LONG}-rule"] * ROWS,
-        "score": rng.integers(300, 850, ROWS).astype(np.int16),
-        "probability": rng.random(ROWS),
-        "probability_low": rng.random(ROWS) * 0.5,
-        "probability_high": 0.5 + rng.random(ROWS) * 0.5,
-    })
+    predictions = pl.DataFrame(
+        {
+            "run_id": [f"{LONG}-run"] * ROWS,
+            "model_version": [f"{LONG}-v1"] * ROWS,
+            "decision": decisions[rng.integers(0, 3, ROWS)],
+            "rule_id": [f"{LONG}-rule"] * ROWS,
+            "score": rng.integers(300, 850, ROWS).astype(np.int16),
+            "probability": rng.random(ROWS),
+            "probability_low": rng.random(ROWS) * 0.5,
+            "probability_high": 0.5 + rng.random(ROWS) * 0.5,
+        }
+    )
     assert held_bytes(predictions.select("decision")) > 4_000_000  # the chunk's own strings: megabytes
 
     groups = prediction_groups(predictions, [0.2, 0.6])

@@ -6,18 +6,17 @@ import json
 
 import duckdb
 import pytest
+from conftest import DEMO_JOB, DemoEnv
+from offline_browser import offline_page
+from test_run_artifacts import latest_artifact
 
 from tasks.contracts import PREDICTION_SCHEMA
 from tasks.inference.registry import inference_model_artifact
 from tasks.jobspec import load_job_spec
-from tasks.reports.model_card import job_model_card
 from tasks.prediction.calibration_check import predict_calibration_table
+from tasks.reports.model_card import job_model_card
 from tasks.settings import Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
-
-from conftest import DEMO_JOB, DemoEnv
-from offline_browser import offline_page
-from test_run_artifacts import latest_artifact
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -38,7 +37,9 @@ def test_card_before_any_run_says_so(fresh_data: Settings) -> None:
     assert _section(card, "Guards in the latest run").strip() == "No succeeded run yet."
 
 
-def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(demo_env: DemoEnv, fresh_data: Settings) -> None:
+def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(
+    demo_env: DemoEnv, fresh_data: Settings
+) -> None:
     from flows.score_partition import score_partition
 
     day = demo_env.plan.scoring_dates[0]
@@ -79,12 +80,16 @@ def test_card_holds_the_contract_and_the_measured_inference_of_the_latest_run(de
     assert f"`{fresh_data.output_dir(DEMO_JOB) / 'reports' / 'html' / f'date={day}.html'}`" in shown["run-report"]
     assert not [key for key, text in shown.items() if "](" in text or "file://" in text]
     with offline_page(page) as opened:
-        assert opened.page.title() == f"Model card: {DEMO_JOB}" and opened.errors == [] and opened.fetched_elsewhere == []
+        assert (
+            opened.page.title() == f"Model card: {DEMO_JOB}" and opened.errors == [] and opened.fetched_elsewhere == []
+        )
         text = opened.page.inner_text("body")
     assert f"sha256 {meta.sha256[:12]}…" in text and "â€" not in text
 
 
-def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_env: DemoEnv, fresh_data: Settings) -> None:
+def test_card_holds_service_level_reasons_calibration_training_and_guards(
+    demo_env: DemoEnv, fresh_data: Settings
+) -> None:
     from flows.score_partition import score_partition
 
     result = score_partition(DEMO_JOB, demo_env.plan.scoring_dates[0])
@@ -107,7 +112,13 @@ def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_e
     for (_, _, shown), r in zip(rows, reasons.codes.values(), strict=False):
         # Every text a row can get is on the card: the default and each value-dependent variant.
         variants = (
-            [r.by_band.low, r.by_band.high] if r.by_band else r.by_cut.texts if r.by_cut else list(r.by_value.values()) if r.by_value else []
+            [r.by_band.low, r.by_band.high]
+            if r.by_band
+            else r.by_cut.texts
+            if r.by_cut
+            else list(r.by_value.values())
+            if r.by_value
+            else []
         )
         assert all(text in shown for text in [r.text, *variants]), shown
     home = rows[list(reasons.codes).index("home_ownership")][2]
@@ -118,9 +129,13 @@ def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_e
     assert f"Method `{table.method}`" in calibration and table.method == meta.calibration["method"]
     assert f"**{table.reachable_low:.4f} to {table.reachable_high:.4f}**" in calibration
     bins = _table_rows(calibration)
-    assert [(int(b[0]), b[1], b[2]) for b in bins] == [(t["bin"], f"{t['rows']:,}", f"{t['events']:,}") for t in table.bins]
+    assert [(int(b[0]), b[1], b[2]) for b in bins] == [
+        (t["bin"], f"{t['rows']:,}", f"{t['events']:,}") for t in table.bins
+    ]
     assert sum(t["rows"] for t in table.bins) == meta.training["rows_holdout"]
-    assert [line.removeprefix("- **Warning:** ") for line in calibration.splitlines() if "Warning" in line] == table.warnings
+    assert [
+        line.removeprefix("- **Warning:** ") for line in calibration.splitlines() if "Warning" in line
+    ] == table.warnings
 
     training = dict(_table_rows(_section(card, "Training")))
     assert training["Window"] == f"{meta.training['window_start']} – {meta.training['window_end']}"
@@ -131,7 +146,9 @@ def test_card_holds_service_level_reasons_calibration_training_and_guards(demo_e
 
     guards = _section(card, "Guards in the latest run")
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
-        stored = con.sql("SELECT expectation, action, rows FROM guard_summary WHERE run_id = ?", params=[result.run_id]).fetchall()
+        stored = con.sql(
+            "SELECT expectation, action, rows FROM guard_summary WHERE run_id = ?", params=[result.run_id]
+        ).fetchall()
     assert stored and result.run_id in guards
     shown = {(row[0], row[3], int(row[5].replace(",", ""))) for row in _table_rows(guards)}
     assert shown == set(stored) and len(_table_rows(guards)) == len(stored)
@@ -146,7 +163,9 @@ def test_score_card_writes_the_card_and_names_the_file(fresh_data: Settings, tmp
     target = tmp_path / "card.md"
     result = CliRunner().invoke(app, ["card", DEMO_JOB, "--out", str(target)])
     assert result.exit_code == 0, result.output
-    assert str(target) in result.output.replace("\n", "") and str(target.with_suffix(".html")) in result.output.replace("\n", "")
+    assert str(target) in result.output.replace("\n", "") and str(target.with_suffix(".html")) in result.output.replace(
+        "\n", ""
+    )
     assert target.read_text() == job_model_card(DEMO_JOB, fresh_data)
     assert f"<title>Model card: {DEMO_JOB}</title>" in target.with_suffix(".html").read_text(encoding="utf-8")
     unknown = CliRunner().invoke(app, ["card", "no_such_job"])

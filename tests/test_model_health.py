@@ -17,6 +17,7 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
+from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
 from polars.testing import assert_frame_equal
 from scipy.stats import chi2_contingency, false_discovery_control, kendalltau, norm
 
@@ -39,8 +40,6 @@ from tasks.monitoring.slices import chunk_slice_counts, merged_slice_counts, sli
 from tasks.quality.drift import DriftAccumulator, Histogram, drift_report_rows, reference_statistics
 from tasks.settings import Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
-
-from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -78,13 +77,16 @@ def env(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
         path = _labels_path(data_dir, day)
         labels = pl.read_parquet(path)
         extra = np.random.default_rng(100 + i).random(labels.height) < 0.15
-        labels.with_columns(pl.max_horizontal(pl.col("defaulted"), pl.Series(extra.astype(np.int8))).cast(pl.Int8).alias("defaulted")
-                            ).write_parquet(path)
+        labels.with_columns(
+            pl.max_horizontal(pl.col("defaulted"), pl.Series(extra.astype(np.int8))).cast(pl.Int8).alias("defaulted")
+        ).write_parquet(path)
     settings = Settings(data_dir=data_dir)
     spec = load_job_spec(JOB, settings)
     warehouse = DuckDBWarehouse(settings.duckdb_path)
     for day in demo.dates:
-        ingested_outcomes(warehouse, spec, labels_dir=settings.labels_partition_dir(JOB, day.isoformat()), partition_date=day)
+        ingested_outcomes(
+            warehouse, spec, labels_dir=settings.labels_partition_dir(JOB, day.isoformat()), partition_date=day
+        )
     yield HealthEnv(demo=demo, data_dir=data_dir, changed_dates=changed)
 
 
@@ -102,7 +104,9 @@ def test_realized_performance_falls_inside_the_estimates_on_unchanged_days(env: 
 
 
 def test_a_changed_risk_function_flags_exactly_its_partitions(env: HealthEnv) -> None:
-    flags = dict(env.table("outcome_estimates").group_by("partition_date").agg(pl.col("partition_flag").first()).iter_rows())
+    flags = dict(
+        env.table("outcome_estimates").group_by("partition_date").agg(pl.col("partition_flag").first()).iter_rows()
+    )
     assert set(flags) == set(env.demo.dates)
     # The shifted dates moved their inputs, not the relation between inputs and outcome: not flagged.
     assert {d for d, flagged in flags.items() if flagged} == set(env.changed_dates)
@@ -111,7 +115,10 @@ def test_a_changed_risk_function_flags_exactly_its_partitions(env: HealthEnv) ->
 def test_the_estimates_match_an_independent_computation_on_the_published_predictions(env: HealthEnv) -> None:
     day = env.demo.dates[0]
     health = env.table(MODEL_HEALTH.table).filter(pl.col("partition_date") == day)
-    estimated = {(r["measure"], r["item"]): r for r in health.filter(pl.col("section") == "estimated_performance").iter_rows(named=True)}
+    estimated = {
+        (r["measure"], r["item"]): r
+        for r in health.filter(pl.col("section") == "estimated_performance").iter_rows(named=True)
+    }
     predictions = env.table("predictions").filter(pl.col("partition_date") == day)
     p, low, high = (predictions[c].to_numpy() for c in ("probability", "probability_low", "probability_high"))
     z = norm.ppf(0.995)
@@ -134,7 +141,10 @@ def test_the_estimates_match_an_independent_computation_on_the_published_predict
     # Realized values in outcome_estimates, from the labels file joined by hand.
     labels = pl.read_parquet(_labels_path(env.data_dir, day)).select("entity_id", pl.col("defaulted").alias("y"))
     joined = predictions.join(labels, on="entity_id")
-    realized = {(r["measure"], r["item"]): r for r in env.table("outcome_estimates").filter(pl.col("partition_date") == day).iter_rows(named=True)}
+    realized = {
+        (r["measure"], r["item"]): r
+        for r in env.table("outcome_estimates").filter(pl.col("partition_date") == day).iter_rows(named=True)
+    }
     y, pj = joined["y"].to_numpy().astype(float), joined["probability"].to_numpy()
     assert realized[("event_rate", "all")]["realized"] == pytest.approx(y.mean())
     from scipy.stats import mannwhitneyu
@@ -142,14 +152,19 @@ def test_the_estimates_match_an_independent_computation_on_the_published_predict
     u = mannwhitneyu(pj[y == 1], pj[y == 0]).statistic
     assert realized[("auc", "all")]["realized"] == pytest.approx(u / ((y == 1).sum() * (y == 0).sum()))
     declined = (joined["decision"] == "decline").to_numpy()
-    assert realized[("precision", "decline")]["realized"] == pytest.approx(y[declined].mean() if declined.any() else np.nan, nan_ok=True)
+    assert realized[("precision", "decline")]["realized"] == pytest.approx(
+        y[declined].mean() if declined.any() else np.nan, nan_ok=True
+    )
 
 
 def test_binned_auc_and_its_error_against_scipy() -> None:
     rng = np.random.default_rng(3)
     positives, negatives = rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 600)
     edges = np.linspace(-5, 6, 2001)
-    events, non_events = np.histogram(positives, edges)[0].astype(float), np.histogram(negatives, edges)[0].astype(float)
+    events, non_events = (
+        np.histogram(positives, edges)[0].astype(float),
+        np.histogram(negatives, edges)[0].astype(float),
+    )
     from scipy.stats import mannwhitneyu
 
     exact = mannwhitneyu(positives, negatives).statistic / (400 * 600)
@@ -203,11 +218,16 @@ def _correlated(rng: np.random.Generator, n: int, *, broken: bool) -> np.ndarray
     """Six inputs: two pairs correlated at 0.9, two independent; `broken` shuffles one partner of the
     first pair, which leaves every marginal exactly as it was and the correlation at zero."""
     base = rng.normal(size=(n, 4))
-    x = np.column_stack([
-        base[:, 0], 0.9 * base[:, 0] + np.sqrt(1 - 0.81) * rng.normal(size=n),
-        3 + 2 * base[:, 1], 3 + 2 * (0.9 * base[:, 1] + np.sqrt(1 - 0.81) * rng.normal(size=n)),
-        rng.exponential(1.0, n), base[:, 3],
-    ])
+    x = np.column_stack(
+        [
+            base[:, 0],
+            0.9 * base[:, 0] + np.sqrt(1 - 0.81) * rng.normal(size=n),
+            3 + 2 * base[:, 1],
+            3 + 2 * (0.9 * base[:, 1] + np.sqrt(1 - 0.81) * rng.normal(size=n)),
+            rng.exponential(1.0, n),
+            base[:, 3],
+        ]
+    )
     if broken:
         x[:, 1] = rng.permutation(x[:, 1])
     return x
@@ -222,9 +242,12 @@ def test_a_broken_correlation_alerts_the_multivariate_measure_and_no_univariate_
     baselines = {"reference": {n: Histogram.of_reference(s) for n, s in stats.items()}}
     for broken in (False, True):
         current = _correlated(rng, 20_000, broken=broken)
-        health, drift = HealthAccumulator(features=names), DriftAccumulator(
-            edges={n: h.edges for n, h in baselines["reference"].items()},
-            psi_edges={n: h.psi_edges for n, h in baselines["reference"].items()},
+        health, drift = (
+            HealthAccumulator(features=names),
+            DriftAccumulator(
+                edges={n: h.edges for n, h in baselines["reference"].items()},
+                psi_edges={n: h.psi_edges for n, h in baselines["reference"].items()},
+            ),
         )
         for chunk in np.array_split(current, 7):
             health.add_inputs(chunk, PcaReference.of(pca))
@@ -258,7 +281,7 @@ def _slice_day(rng: np.random.Generator, n: int, *, shifted_value: str | None = 
     slices = pl.DataFrame({"region": region, "channel": channel})
     decisions = np.array(DECISIONS, dtype=object)
     chunks = [
-        chunk_slice_counts(slices[i:i + 5000], p[i:i + 5000], rule[i:i + 5000], decisions, score[i:i + 5000])
+        chunk_slice_counts(slices[i : i + 5000], p[i : i + 5000], rule[i : i + 5000], decisions, score[i : i + 5000])
         for i in range(0, n, 5000)
     ]
     return merged_slice_counts(chunks, max_values=50)
@@ -270,13 +293,18 @@ def _window(rng: np.random.Generator, days: int, n: int) -> pl.DataFrame:
 
 def test_a_shift_confined_to_one_slice_value_is_found_after_fdr_control() -> None:
     rng = np.random.default_rng(21)
-    rows = slice_monitoring_rows(_slice_day(rng, 20_000, shifted_value="west"), _window(rng, 5, 20_000), decisions=DECISIONS, fdr=0.05)
+    rows = slice_monitoring_rows(
+        _slice_day(rng, 20_000, shifted_value="west"), _window(rng, 5, 20_000), decisions=DECISIONS, fdr=0.05
+    )
     shifted = {(r["slice_column"], r["slice_value"]) for r in rows if r["flag"] == "shift"}
     assert ("region", "west") in shifted
     # The other regions are untouched; a channel holds a tenth of west's rows and may move with them.
     assert {value for column, value in shifted if column == "region"} == {"west"}
     west = {r["measure"]: r for r in rows if r["slice_value"] == "west"}
-    assert west["expected_event_rate"]["flag"] == "shift" and west["expected_event_rate"]["value"] > west["expected_event_rate"]["baseline"]
+    assert (
+        west["expected_event_rate"]["flag"] == "shift"
+        and west["expected_event_rate"]["value"] > west["expected_event_rate"]["baseline"]
+    )
 
 
 def test_unshifted_slices_raise_no_more_false_flags_than_the_configured_rate() -> None:
@@ -301,7 +329,9 @@ def test_slice_p_values_and_q_values_match_scipy() -> None:
         pick = (pl.col("slice_column") == r["slice_column"]) & (pl.col("slice_value") == r["slice_value"])
         a = current.filter(pick).group_by("decision").agg(pl.col("rows").sum())
         b = baseline.filter(pick).group_by("decision").agg(pl.col("rows").sum())
-        table = a.join(b, on="decision", how="full", coalesce=True).fill_null(0).select("rows", "rows_right").to_numpy().T
+        table = (
+            a.join(b, on="decision", how="full", coalesce=True).fill_null(0).select("rows", "rows_right").to_numpy().T
+        )
         table = table[:, table.sum(axis=0) > 0]
         assert r["p_value"] == pytest.approx(chi2_contingency(table, correction=False).pvalue, rel=1e-9)
     p_values = np.array([r["p_value"] for r in rows])
@@ -337,15 +367,21 @@ def test_attribution_and_reconstruction_error_match_xgboost_and_numpy_on_the_mod
     registry = env.settings.model_registry_dir(JOB) / version
     metadata = json.loads((registry / "metadata.json").read_text())
     published = env.table("predictions").filter(pl.col("partition_date") == day)["entity_id"]
-    inputs = job_model_inputs(JOB, env.settings.raw_partition_dir(JOB, day.isoformat()), settings=env.settings, labelled=False)
+    inputs = job_model_inputs(
+        JOB, env.settings.raw_partition_dir(JOB, day.isoformat()), settings=env.settings, labelled=False
+    )
     keep = inputs.entity_ids.cast(pl.String).is_in(published.implode()).to_numpy()
     x = inputs.matrix[keep]
     assert x.shape[0] == published.len()
     booster = xgb.Booster(model_file=str(registry / metadata["model_file"]))
     contributions = booster.predict(xgb.DMatrix(x, feature_names=list(inputs.names)), pred_contribs=True)[:, :-1]
     health = env.table(MODEL_HEALTH.table).filter(pl.col("partition_date") == day)
-    mean_abs = {r["item"]: r["value"] for r in health.filter(pl.col("measure") == "mean_abs_contribution").iter_rows(named=True)}
-    mean = {r["item"]: r["value"] for r in health.filter(pl.col("measure") == "mean_contribution").iter_rows(named=True)}
+    mean_abs = {
+        r["item"]: r["value"] for r in health.filter(pl.col("measure") == "mean_abs_contribution").iter_rows(named=True)
+    }
+    mean = {
+        r["item"]: r["value"] for r in health.filter(pl.col("measure") == "mean_contribution").iter_rows(named=True)
+    }
     for j, name in enumerate(inputs.names):
         assert mean_abs[name] == pytest.approx(np.abs(contributions[:, j]).mean(), rel=1e-4, abs=1e-6), name
         assert mean[name] == pytest.approx(contributions[:, j].mean(), rel=1e-4, abs=1e-5), name
@@ -370,8 +406,10 @@ def test_slice_counts_folded_as_they_come_equal_those_merged_at_the_end() -> Non
     rule = rng.integers(0, 3, n).astype(np.int16)
     score = rng.integers(0, 101, n)
     decisions = np.array(DECISIONS, dtype=object)
-    parts = [chunk_slice_counts(values[i:i + 1000], p[i:i + 1000], rule[i:i + 1000], decisions, score[i:i + 1000])
-             for i in range(0, n, 1000)]
+    parts = [
+        chunk_slice_counts(values[i : i + 1000], p[i : i + 1000], rule[i : i + 1000], decisions, score[i : i + 1000])
+        for i in range(0, n, 1000)
+    ]
     folded: list[pl.DataFrame] = []
     for part in parts:
         folded.append(part)
@@ -406,7 +444,9 @@ def test_the_auc_interval_carries_the_hold_out_error_of_an_under_dispersed_calib
     realized = exact_auc(outcome, p)
 
     def auc_row(holdout: dict | None) -> dict:
-        rows = estimated_performance_rows(health, decisions=["approve"], rule_ids=["ALL"], actions=[], level=0.99, holdout_auc=holdout)
+        rows = estimated_performance_rows(
+            health, decisions=["approve"], rule_ids=["ALL"], actions=[], level=0.99, holdout_auc=holdout
+        )
         return next(r for r in rows if r["measure"] == "auc")
 
     bare, widened = auc_row(None), auc_row(check)

@@ -15,16 +15,15 @@ import polars as pl
 import pyarrow as pa
 import pytest
 import yaml
+from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
 
+from tasks.catalog import DECISION_MONITORING
 from tasks.errors import JobSpecError
 from tasks.jobspec import DecisionTolerance, load_job_spec
 from tasks.monitoring.decisions import decision_measures, measures_against_baseline, monitored_decisions
 from tasks.prediction.decisions import predict_probability_cutoffs
 from tasks.settings import PROJECT_ROOT, Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
-from tasks.catalog import DECISION_MONITORING
-
-from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -41,7 +40,9 @@ def _settings(data_dir: Path) -> Settings:
 def _monitoring(data_dir: Path) -> pl.DataFrame:
     with duckdb.connect(str(_settings(data_dir).duckdb_path), read_only=True) as con:
         return pl.from_arrow(
-            con.sql("SELECT * FROM decision_monitoring WHERE job = ? ORDER BY partition_date, measure, item", params=[JOB]).to_arrow_table()
+            con.sql(
+                "SELECT * FROM decision_monitoring WHERE job = ? ORDER BY partition_date, measure, item", params=[JOB]
+            ).to_arrow_table()
         )
 
 
@@ -67,7 +68,12 @@ SMALL = pl.DataFrame(
 
 
 def test_measures_of_a_small_partition() -> None:
-    measures = decision_measures(SMALL, decisions=["approve", "review", "decline", "refer"], rule_ids=["OK", "MID", "HIGH", "SPARE"], cutoffs=[0.25])
+    measures = decision_measures(
+        SMALL,
+        decisions=["approve", "review", "decline", "refer"],
+        rule_ids=["OK", "MID", "HIGH", "SPARE"],
+        cutoffs=[0.25],
+    )
     got = {(m, i): v for m, i, v in measures.iter_rows()}
     assert got[("rows", "all")] == 5
     assert got[("decision_share", "approve")] == pytest.approx(0.6)
@@ -77,7 +83,7 @@ def test_measures_of_a_small_partition() -> None:
     assert got[("straddling_share", "all")] == pytest.approx(0.4)
     scores = SMALL["score"].to_numpy().astype(float)
     for q in (10, 50, 90):
-        assert got[("score_p%d" % q, "all")] == pytest.approx(np.percentile(scores, q))
+        assert got[(f"score_p{q}", "all")] == pytest.approx(np.percentile(scores, q))
     assert got[("score_mean", "all")] == pytest.approx(scores.mean())
     assert got[("expected_event_rate", "all")] == pytest.approx(0.2)
     assert got[("expected_events", "all")] == pytest.approx(1.0)
@@ -94,15 +100,32 @@ def test_an_unknown_decision_is_measured_too_and_an_empty_partition_gives_nan() 
 
 def test_flags_against_the_trailing_window() -> None:
     measures = pl.DataFrame(
-        {"measure": ["decision_share", "decision_share", "decision_share", "score_p50", "rule_share"],
-         "item": ["approve", "review", "new", "all", "OK"], "value": [0.70, 0.24, 0.06, 50.0, float("nan")]}
+        {
+            "measure": ["decision_share", "decision_share", "decision_share", "score_p50", "rule_share"],
+            "item": ["approve", "review", "new", "all", "OK"],
+            "value": [0.70, 0.24, 0.06, 50.0, float("nan")],
+        }
     )
     history = pl.DataFrame(
-        {"partition_date": [dt.date(2026, 3, 1), dt.date(2026, 3, 2), dt.date(2026, 3, 1), dt.date(2026, 3, 1), dt.date(2026, 3, 1)],
-         "measure": ["decision_share", "decision_share", "decision_share", "score_p50", "rule_share"],
-         "item": ["approve", "approve", "review", "all", "OK"], "value": [0.80, 0.82, 0.20, 45.0, 0.5]}
+        {
+            "partition_date": [
+                dt.date(2026, 3, 1),
+                dt.date(2026, 3, 2),
+                dt.date(2026, 3, 1),
+                dt.date(2026, 3, 1),
+                dt.date(2026, 3, 1),
+            ],
+            "measure": ["decision_share", "decision_share", "decision_share", "score_p50", "rule_share"],
+            "item": ["approve", "approve", "review", "all", "OK"],
+            "value": [0.80, 0.82, 0.20, 45.0, 0.5],
+        }
     )
-    out = {r["item"]: r for r in measures_against_baseline(measures, history, DecisionTolerance(decision_share=0.05)).iter_rows(named=True)}
+    out = {
+        r["item"]: r
+        for r in measures_against_baseline(measures, history, DecisionTolerance(decision_share=0.05)).iter_rows(
+            named=True
+        )
+    }
     assert out["approve"]["baseline"] == pytest.approx(0.81) and out["approve"]["baseline_partitions"] == 2
     assert out["approve"]["delta"] == pytest.approx(-0.11) and out["approve"]["flag"] == "shift"
     assert out["review"]["flag"] == "ok" and out["review"]["tolerance"] == 0.05
@@ -117,9 +140,7 @@ def test_flags_against_the_trailing_window() -> None:
 def test_the_injected_shift_moves_the_decision_flags_on_exactly_those_days(demo: MonitoredDemo) -> None:
     rows = _monitoring(demo.data_dir)
     shares = rows.filter(pl.col("measure") == "decision_share")
-    flags_per_day = {
-        day: set(shares.filter(pl.col("partition_date") == day)["flag"].to_list()) for day in demo.dates
-    }
+    flags_per_day = {day: set(shares.filter(pl.col("partition_date") == day)["flag"].to_list()) for day in demo.dates}
     assert flags_per_day[demo.dates[0]] == {"no_baseline"}
     shifted_days = {day for day, flags in flags_per_day.items() if "shift" in flags}
     assert shifted_days == set(demo.shifted_dates), flags_per_day
@@ -141,7 +162,9 @@ def test_measures_match_the_published_partition(demo: MonitoredDemo) -> None:
         n = predictions.height
         assert got[("rows", "all")]["value"] == n
         for decision in {r.decision for r in spec.prediction.rules}:
-            assert got[("decision_share", decision)]["value"] == pytest.approx((predictions["decision"] == decision).sum() / n)
+            assert got[("decision_share", decision)]["value"] == pytest.approx(
+                (predictions["decision"] == decision).sum() / n
+            )
         for rule in spec.prediction.rules:
             assert got[("rule_share", rule.id)]["value"] == pytest.approx((predictions["rule_id"] == rule.id).sum() / n)
         low, high = predictions["probability_low"].to_numpy(), predictions["probability_high"].to_numpy()
@@ -173,7 +196,9 @@ def test_a_rerun_replaces_the_partition_and_a_foreign_run_is_refused(demo: Monit
     after = _monitoring(data_dir)
     assert after.equals(before)
     assert again.num_rows == before.filter(pl.col("partition_date") == day).height
-    with pytest.raises(ValueError, match=rf"published by run\(s\) \['{demo.run_ids[day]}'\], not by run 'someone-else'"):
+    with pytest.raises(
+        ValueError, match=rf"published by run\(s\) \['{demo.run_ids[day]}'\], not by run 'someone-else'"
+    ):
         monitored_decisions(warehouse, spec, partition_date=day, run_id="someone-else")
     assert _monitoring(data_dir).equals(before)
 
@@ -181,16 +206,34 @@ def test_a_rerun_replaces_the_partition_and_a_foreign_run_is_refused(demo: Monit
 def test_replacing_refuses_rows_of_another_partition_or_schema(tmp_path: Path) -> None:
     warehouse = DuckDBWarehouse(tmp_path / "w.duckdb")
     schema = DECISION_MONITORING.schema
-    row = {"job": JOB, "partition_date": dt.date(2026, 3, 1), "run_id": "r", "model_version": "1", "measure": "rows",
-           "item": "all", "value": 1.0, "baseline": None, "baseline_partitions": 0, "delta": None, "tolerance": None, "flag": None}
+    row = {
+        "job": JOB,
+        "partition_date": dt.date(2026, 3, 1),
+        "run_id": "r",
+        "model_version": "1",
+        "measure": "rows",
+        "item": "all",
+        "value": 1.0,
+        "baseline": None,
+        "baseline_partitions": 0,
+        "delta": None,
+        "tolerance": None,
+        "flag": None,
+    }
     table = pa.Table.from_pylist([row], schema=schema)
     with pytest.raises(ValueError, match="belong to other partitions"):
-        warehouse.replace_monitoring_partition(job=JOB, partition_date=dt.date(2026, 3, 2), tables={"decision_monitoring": table})
+        warehouse.replace_monitoring_partition(
+            job=JOB, partition_date=dt.date(2026, 3, 2), tables={"decision_monitoring": table}
+        )
     with pytest.raises(ValueError, match="do not match its schema"):
-        warehouse.replace_monitoring_partition(job=JOB, partition_date=dt.date(2026, 3, 1), tables={"decision_monitoring": table.drop(["flag"])})
+        warehouse.replace_monitoring_partition(
+            job=JOB, partition_date=dt.date(2026, 3, 1), tables={"decision_monitoring": table.drop(["flag"])}
+        )
     with pytest.raises(ValueError, match="not a monitoring table: 'runs'"):
         warehouse.replace_monitoring_partition(job=JOB, partition_date=dt.date(2026, 3, 1), tables={"runs": table})
-    assert warehouse.replace_monitoring_partition(job=JOB, partition_date=dt.date(2026, 3, 1), tables={"decision_monitoring": table}) == {"decision_monitoring": 1}
+    assert warehouse.replace_monitoring_partition(
+        job=JOB, partition_date=dt.date(2026, 3, 1), tables={"decision_monitoring": table}
+    ) == {"decision_monitoring": 1}
 
 
 # --- the job spec -------------------------------------------------------------------------------

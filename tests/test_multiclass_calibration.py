@@ -38,8 +38,15 @@ LEVEL = 0.9
 @pytest.fixture(scope="module")
 def data() -> tuple[np.ndarray, np.ndarray]:
     return make_classification(
-        n_samples=44_000, n_features=10, n_informative=7, n_redundant=1, n_classes=K, n_clusters_per_class=2,
-        weights=[0.35, 0.3, 0.2, 0.15], class_sep=1.0, random_state=35,
+        n_samples=44_000,
+        n_features=10,
+        n_informative=7,
+        n_redundant=1,
+        n_classes=K,
+        n_clusters_per_class=2,
+        weights=[0.35, 0.3, 0.2, 0.15],
+        class_sep=1.0,
+        random_state=35,
     )
 
 
@@ -48,18 +55,22 @@ def margins_of(data):
     """Margins of the hold-out, large hold-out and later rows, by model."""
     x, y = data
     models = {
-        "xgboost": xgb.XGBClassifier(n_estimators=40, max_depth=4, learning_rate=0.15, objective="multi:softprob", n_jobs=1),
+        "xgboost": xgb.XGBClassifier(
+            n_estimators=40, max_depth=4, learning_rate=0.15, objective="multi:softprob", n_jobs=1
+        ),
         "lightgbm": lgb.LGBMClassifier(n_estimators=40, num_leaves=15, learning_rate=0.1, n_jobs=1, verbose=-1),
         # Deep trees, a high learning rate and many rounds on 4,000 rows: confidently wrong on later rows.
-        "overconfident": xgb.XGBClassifier(n_estimators=150, max_depth=8, learning_rate=0.4, objective="multi:softprob", n_jobs=1),
+        "overconfident": xgb.XGBClassifier(
+            n_estimators=150, max_depth=8, learning_rate=0.4, objective="multi:softprob", n_jobs=1
+        ),
     }
     out = {}
     for name, model in models.items():
         model.fit(x[TRAIN], y[TRAIN])
         if name == "lightgbm":
-            out[name] = np.asarray(model.predict(x[:LATER.stop], raw_score=True), dtype=np.float64)
+            out[name] = np.asarray(model.predict(x[: LATER.stop], raw_score=True), dtype=np.float64)
         else:
-            out[name] = np.asarray(model.predict(x[:LATER.stop], output_margin=True), dtype=np.float64)
+            out[name] = np.asarray(model.predict(x[: LATER.stop], output_margin=True), dtype=np.float64)
     return out
 
 
@@ -95,7 +106,10 @@ def test_classwise_ece_on_later_rows_is_at_most_two_points(data, margins_of, mod
     assert report["classwise_ece"] == pytest.approx(np.mean(by_numpy), abs=1e-12)
     assert report["classwise_ece"] <= 0.02, report
     assert np.allclose(out.probabilities.sum(axis=1), 1.0)
-    assert log_loss(y[LATER], out.probabilities, labels=range(K)) <= log_loss(y[LATER], softmax(margins[LATER]), labels=range(K)) + 0.005
+    assert (
+        log_loss(y[LATER], out.probabilities, labels=range(K))
+        <= log_loss(y[LATER], softmax(margins[LATER]), labels=range(K)) + 0.005
+    )
 
 
 def test_reliability_table_matches_a_numpy_recomputation(data, margins_of) -> None:
@@ -124,7 +138,9 @@ def test_an_overconfident_model_loses_log_loss_to_its_calibration(data, margins_
     calibrator = fitted(margins, y, HOLDOUT)
     meta = calibrator.to_metadata()
     assert meta["temperature"] > 1.2, meta  # over-confidence is softened
-    assert meta["cv_log_loss"]["uncalibrated"] == pytest.approx(log_loss(y[HOLDOUT], softmax(margins[HOLDOUT]), labels=range(K)))
+    assert meta["cv_log_loss"]["uncalibrated"] == pytest.approx(
+        log_loss(y[HOLDOUT], softmax(margins[HOLDOUT]), labels=range(K))
+    )
     chosen = meta["cv_log_loss"][meta["method"]]
     assert chosen < meta["cv_log_loss"]["uncalibrated"]
     calibrated = ClassProbabilityMap(calibrator, LEVEL).predict_class_probabilities(margins[LATER]).probabilities
@@ -143,7 +159,9 @@ def test_vector_scaling_is_chosen_when_classes_are_shifted_and_data_suffice(data
     assert large["class_rows"] == np.bincount(y[LARGE_HOLDOUT], minlength=K).tolist()
     vector = ClassProbabilityMap(predict_multiclass_calibrator_from_metadata(large), LEVEL)
     later = vector.predict_class_probabilities(margins[LATER]).probabilities
-    assert log_loss(y[LATER], later, labels=range(K)) < log_loss(y[LATER], softmax(margins[LATER]), labels=range(K)) - 0.03
+    assert (
+        log_loss(y[LATER], later, labels=range(K)) < log_loss(y[LATER], softmax(margins[LATER]), labels=range(K)) - 0.03
+    )
     # Under 100 rows of a class: temperature scaling only, the vector fit not even tried.
     few = np.flatnonzero(y[HOLDOUT] != 3)[:500].tolist() + np.flatnonzero(y[HOLDOUT] == 3)[:60].tolist()
     small = predict_fitted_multiclass_calibrator(margins[HOLDOUT][few], y[HOLDOUT][few], classes=CLASSES).to_metadata()
@@ -166,8 +184,15 @@ def test_metadata_round_trips_through_json_to_identical_outputs(data, margins_of
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("method", "isotonic"), ("scale", [1.0, 2.0]), ("bias", [0.0, "x", 0.0, 0.0]), ("temperature", -1.0),
-     ("bin_rows", [[1], [2]]), ("classes", "abc"), ("cv_log_loss", [0.3])],
+    [
+        ("method", "isotonic"),
+        ("scale", [1.0, 2.0]),
+        ("bias", [0.0, "x", 0.0, 0.0]),
+        ("temperature", -1.0),
+        ("bin_rows", [[1], [2]]),
+        ("classes", "abc"),
+        ("cv_log_loss", [0.3]),
+    ],
 )
 def test_bad_metadata_names_the_key(data, margins_of, key: str, value) -> None:
     _, y = data
@@ -212,7 +237,9 @@ def test_intervals_are_the_jeffreys_beta_of_the_holdout_bins(data, margins_of) -
         b = int(np.searchsorted(meta["bin_edges"][c], p))
         n, h = meta["bin_rows"][c][b], meta["bin_hits"][c][b]
         low = min(stats.beta.ppf(tail, p * n + 0.5, (1 - p) * n + 0.5), stats.beta.ppf(tail, h + 0.5, n - h + 0.5), p)
-        high = max(stats.beta.ppf(1 - tail, p * n + 0.5, (1 - p) * n + 0.5), stats.beta.ppf(1 - tail, h + 0.5, n - h + 0.5), p)
+        high = max(
+            stats.beta.ppf(1 - tail, p * n + 0.5, (1 - p) * n + 0.5), stats.beta.ppf(1 - tail, h + 0.5, n - h + 0.5), p
+        )
         assert out.low[i] == pytest.approx(low, abs=2e-4) and out.high[i] == pytest.approx(high, abs=2e-4)
     assert (out.low <= out.probability).all() and (out.probability <= out.high).all()
 
@@ -220,7 +247,9 @@ def test_intervals_are_the_jeffreys_beta_of_the_holdout_bins(data, margins_of) -
 def test_a_small_holdout_gives_wider_intervals_than_a_large_one(data, margins_of) -> None:
     _, y = data
     margins = margins_of["xgboost"]
-    small = ClassProbabilityMap(fitted(margins, y, slice(4000, 4300)), LEVEL).predict_class_probabilities(margins[LATER])
+    small = ClassProbabilityMap(fitted(margins, y, slice(4000, 4300)), LEVEL).predict_class_probabilities(
+        margins[LATER]
+    )
     large = ClassProbabilityMap(fitted(margins, y, LARGE_HOLDOUT), LEVEL).predict_class_probabilities(margins[LATER])
     small_width, large_width = np.mean(small.high - small.low), np.mean(large.high - large.low)
     assert small_width > 2 * large_width, (small_width, large_width)

@@ -36,9 +36,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from polars.testing import assert_frame_equal
+from test_multiclass_prediction import CLASSES, FEATURES, _multiclass_spec, fault_rows
 
 from tasks.settings import PROJECT_ROOT, Settings
-from test_multiclass_prediction import CLASSES, FEATURES, _multiclass_spec, fault_rows
 
 JOB = "faults"
 DAYS = [dt.date(2026, 6, 1) + dt.timedelta(days=d) for d in range(5)]
@@ -54,24 +54,37 @@ def _suite() -> dict:
     def guard(kind: str, column: str, action: str, **kwargs) -> dict:
         return {"type": kind, "kwargs": {"column": column, **kwargs}, "meta": {"guard": {"action": action}}}
 
-    expectations = [guard("expect_column_to_exist", "machine_id", "fail"),
-                    guard("expect_column_values_to_not_be_null", "machine_id", "quarantine"),
-                    guard("expect_column_values_to_be_unique", "machine_id", "quarantine_all")]
+    expectations = [
+        guard("expect_column_to_exist", "machine_id", "fail"),
+        guard("expect_column_values_to_not_be_null", "machine_id", "quarantine"),
+        guard("expect_column_values_to_be_unique", "machine_id", "quarantine_all"),
+    ]
     for column in FEATURES:
-        expectations += [guard("expect_column_to_exist", column, "fail"),
-                         guard("expect_column_values_to_be_in_type_list", column, "fail", type_list=["int64", "float64"]),
-                         guard("expect_column_values_to_not_be_null", column, "quarantine")]
+        expectations += [
+            guard("expect_column_to_exist", column, "fail"),
+            guard("expect_column_values_to_be_in_type_list", column, "fail", type_list=["int64", "float64"]),
+            guard("expect_column_values_to_not_be_null", column, "quarantine"),
+        ]
     return {"name": JOB, "expectations": expectations}
 
 
 def _spec(*, challenger: str | None, delta_url: str | None = None) -> dict:
     spec = {
-        "name": JOB, "description": "Which fault a machine shows.", "entity_column": "machine_id", "expectation_suite": f"{JOB}.json",
+        "name": JOB,
+        "description": "Which fault a machine shows.",
+        "entity_column": "machine_id",
+        "expectation_suite": f"{JOB}.json",
         "features": {"version": "1.0.0", "columns": [{"name": c} for c in FEATURES]},
         "model": {"name": JOB, "version": "1", **({"challenger": challenger} if challenger else {})},
         "limits": {"max_repaired_share": 0.2, "max_quarantined_share": 0.05},
-        "monitoring": {"labels": {"entity_column": "machine_id", "outcome_column": "fault", "observed_date_column": "observed_date"},
-                       "slices": []},
+        "monitoring": {
+            "labels": {
+                "entity_column": "machine_id",
+                "outcome_column": "fault",
+                "observed_date_column": "observed_date",
+            },
+            "slices": [],
+        },
     }
     if delta_url:
         spec["sinks"] = {"delta": {"url": delta_url}}
@@ -86,12 +99,17 @@ class FaultProject:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"SCORING_DATA_DIR": str(self.root / "data"), "SCORING_JOBS_DIR": str(self.root / "jobs"),
-                "SCORING_EXPECTATIONS_DIR": str(self.root / "expectations")}
+        return {
+            "SCORING_DATA_DIR": str(self.root / "data"),
+            "SCORING_JOBS_DIR": str(self.root / "jobs"),
+            "SCORING_EXPECTATIONS_DIR": str(self.root / "expectations"),
+        }
 
     @property
     def settings(self) -> Settings:
-        return Settings(data_dir=self.root / "data", jobs_dir=self.root / "jobs", expectations_dir=self.root / "expectations")
+        return Settings(
+            data_dir=self.root / "data", jobs_dir=self.root / "jobs", expectations_dir=self.root / "expectations"
+        )
 
     def write_spec(self, **options) -> None:
         (self.root / "jobs" / f"{JOB}.yaml").write_text(yaml.safe_dump(_spec(**options), sort_keys=False))
@@ -103,7 +121,9 @@ class FaultProject:
         folder = self.settings.raw_partition_dir(JOB, day.isoformat())
         folder.mkdir(parents=True, exist_ok=True)
         # Row groups of a chunk each: the partition splits into several work units.
-        pq.write_table(frame.drop("fault", strict=False).to_arrow(), folder / "part-0.parquet", row_group_size=CHUNK_ROWS)
+        pq.write_table(
+            frame.drop("fault", strict=False).to_arrow(), folder / "part-0.parquet", row_group_size=CHUNK_ROWS
+        )
 
     def copy(self, root: Path) -> FaultProject:
         shutil.copytree(self.root, root, ignore=shutil.ignore_patterns("output", "warehouse*", "_ledger", "delta"))
@@ -126,7 +146,8 @@ def _trained(frame: pl.DataFrame, params: dict, rounds: int, path: Path) -> Path
     label = frame["fault"].replace_strict(CLASSES, list(range(len(CLASSES)))).to_numpy()
     booster = xgb.train(
         {"objective": "multi:softprob", "num_class": len(CLASSES), "nthread": 2, "seed": 0, **params},
-        xgb.DMatrix(frame.select(FEATURES).to_numpy().astype(np.float32), label=label, feature_names=list(FEATURES)), rounds,
+        xgb.DMatrix(frame.select(FEATURES).to_numpy().astype(np.float32), label=label, feature_names=list(FEATURES)),
+        rounds,
     )
     booster.save_model(str(path))
     return path
@@ -151,7 +172,9 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> FaultProject:
     challenger = _trained(frames[TRAIN_DAY], {"max_depth": 1, "eta": 0.5}, 3, project.root / "challenger.ubj")
     for version, model in (("1", champion), ("2", challenger)):
         registered_job_model(JOB, model, settings=project.settings, holdout=frames[HOLDOUT_DAY], version=version)
-    inference_moved_alias(project.settings.model_registry_dir(JOB), "challenger", "2", versions=["1", "2"], changed_by="test")
+    inference_moved_alias(
+        project.settings.model_registry_dir(JOB), "challenger", "2", versions=["1", "2"], changed_by="test"
+    )
     return project
 
 
@@ -187,13 +210,22 @@ def assert_classified(published: pl.DataFrame, expected: pl.DataFrame) -> None:
     decision the rule table's on class and probability."""
     joined = expected.join(published, on="entity_id", how="left")
     assert published.height == expected.height and joined["raw_margins"].null_count() == 0
-    np.testing.assert_allclose(np.asarray(joined["raw_margins"].to_list()), np.asarray(joined["expected_margins"].to_list()), atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(joined["raw_margins"].to_list()), np.asarray(joined["expected_margins"].to_list()), atol=1e-5
+    )
     vector = np.asarray(joined["class_probabilities"].to_list())
     np.testing.assert_allclose(vector.sum(axis=1), 1.0, atol=1e-9)
     cls, p = np.asarray(CLASSES)[vector.argmax(axis=1)], vector.max(axis=1)
     assert (joined["predicted_class"].to_numpy() == cls).all() and np.allclose(joined["probability"].to_numpy(), p)
-    decided = np.where((cls == "leak") & (p >= 0.5), "stop", np.where(
-        (cls != "none") & (p < 0.5), "inspect", np.where(np.isin(cls, ["bearing", "overheat"]) & (p >= 0.5), "service", "run")))
+    decided = np.where(
+        (cls == "leak") & (p >= 0.5),
+        "stop",
+        np.where(
+            (cls != "none") & (p < 0.5),
+            "inspect",
+            np.where(np.isin(cls, ["bearing", "overheat"]) & (p >= 0.5), "service", "run"),
+        ),
+    )
     assert (joined["decision"].to_numpy() == decided).all()
 
 
@@ -205,9 +237,13 @@ def _groups(frame: pl.DataFrame) -> pl.DataFrame:
     """The classifications counted per decision, rule, class and straddling, as polars counts them (probability_low <
     0.5 <= probability_high straddles the rule table's one cut-off)."""
     straddling = (pl.col("probability_low") < 0.5) & (pl.col("probability_high") >= 0.5)
-    return frame.group_by("run_id", "model_version", "decision", "rule_id", "predicted_class", straddling.alias("straddling")).agg(
-        pl.len().cast(pl.Int64).alias("rows"), pl.col("probability").sum().alias("probability_sum")
-    ).sort("decision", "rule_id", "predicted_class", "straddling")
+    return (
+        frame.group_by(
+            "run_id", "model_version", "decision", "rule_id", "predicted_class", straddling.alias("straddling")
+        )
+        .agg(pl.len().cast(pl.Int64).alias("rows"), pl.col("probability").sum().alias("probability_sum"))
+        .sort("decision", "rule_id", "predicted_class", "straddling")
+    )
 
 
 # --- sinks, warehouses, decision monitoring ----------------------------------------------------------
@@ -242,22 +278,33 @@ def test_classifications_and_their_shadow_are_identical_in_parquet_duckdb_delta_
         assert_classified(parquet, framework_margins(project, version, raw))
     assert set(project.parquet("shadow_classifications", day)["alias"]) == {"challenger"}
     for empty in ("predictions", "shadow_predictions", "forecasts", "shadow_forecasts"):
-        assert project.parquet(empty, day).height == 0 and project.table(f"SELECT count(*) AS n FROM {empty}")["n"][0] == 0
+        assert (
+            project.parquet(empty, day).height == 0 and project.table(f"SELECT count(*) AS n FROM {empty}")["n"][0] == 0
+        )
 
     # Decision monitoring of the run's own chunk counts, against polars on the published rows; the warehouse counts alike.
     published = project.parquet("classifications", day)
-    monitored = {(r["measure"], r["item"]): r["value"] for r in project.table(f"SELECT * FROM decision_monitoring {where}").to_dicts()}
+    monitored = {
+        (r["measure"], r["item"]): r["value"]
+        for r in project.table(f"SELECT * FROM decision_monitoring {where}").to_dicts()
+    }
     for decision in ("stop", "inspect", "service", "run"):
-        assert monitored[("decision_share", decision)] == pytest.approx((published["decision"] == decision).mean(), abs=1e-12)
+        assert monitored[("decision_share", decision)] == pytest.approx(
+            (published["decision"] == decision).mean(), abs=1e-12
+        )
     straddles = ((published["probability_low"] < 0.5) & (published["probability_high"] >= 0.5)).mean()
     assert 0 < straddles < 1 and monitored[("straddling_share", "all")] == pytest.approx(straddles, abs=1e-12)
     for name in CLASSES:
-        assert monitored[("class_share", name)] == pytest.approx((published["predicted_class"] == name).mean(), abs=1e-12)
+        assert monitored[("class_share", name)] == pytest.approx(
+            (published["predicted_class"] == name).mean(), abs=1e-12
+        )
     assert monitored[("expected_accuracy", "all")] == pytest.approx(published["probability"].mean(), rel=1e-12)
     assert not any(measure.startswith("score") for measure, _ in monitored)
     duck = DuckDBWarehouse(project.settings.duckdb_path)
     counted = _groups(published)
-    in_sql = pl.from_arrow(duck.classification_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort("decision", "rule_id", "predicted_class", "straddling")
+    in_sql = pl.from_arrow(duck.classification_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort(
+        "decision", "rule_id", "predicted_class", "straddling"
+    )
     assert_frame_equal(in_sql, counted, check_exact=False, rel_tol=1e-12)
 
     # The same partition scored on PostgreSQL: the same rows, run id aside; the vectors read back as they went in.
@@ -273,13 +320,30 @@ def test_classifications_and_their_shadow_are_identical_in_parquet_duckdb_delta_
             cursor.execute(f"SELECT * FROM {dataset} WHERE partition_date = '{day}'")
             stored = pl.from_arrow(cursor.fetch_arrow_table()).drop("run_id")
             assert expected.height > 0, dataset
-            keys = [c for c in ("entity_id", "measure", "item", "section", "champion_item", "challenger_item") if c in expected.columns]
-            assert_frame_equal(stored.select(expected.columns).sort(keys), expected.sort(keys), check_dtypes=False, check_exact=dataset != "decision_monitoring")
-        cursor.execute("SELECT column_name, udt_name FROM information_schema.columns WHERE table_name = 'classifications' AND data_type = 'ARRAY'")
-        assert sorted(cursor.fetchall()) == [("class_probabilities", "_float8"), ("raw_margins", "_float8"), ("reason_codes", "_text"),
-                                             ("reason_texts", "_text")]
+            keys = [
+                c
+                for c in ("entity_id", "measure", "item", "section", "champion_item", "challenger_item")
+                if c in expected.columns
+            ]
+            assert_frame_equal(
+                stored.select(expected.columns).sort(keys),
+                expected.sort(keys),
+                check_dtypes=False,
+                check_exact=dataset != "decision_monitoring",
+            )
+        cursor.execute(
+            "SELECT column_name, udt_name FROM information_schema.columns WHERE table_name = 'classifications' AND data_type = 'ARRAY'"
+        )
+        assert sorted(cursor.fetchall()) == [
+            ("class_probabilities", "_float8"),
+            ("raw_margins", "_float8"),
+            ("reason_codes", "_text"),
+            ("reason_texts", "_text"),
+        ]
     postgres = PostgresWarehouse(postgres_database_url)
-    in_postgres = pl.from_arrow(postgres.classification_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort("decision", "rule_id", "predicted_class", "straddling")
+    in_postgres = pl.from_arrow(postgres.classification_groups(JOB, day, CUTOFFS, straddling=predict_straddling)).sort(
+        "decision", "rule_id", "predicted_class", "straddling"
+    )
     assert_frame_equal(in_postgres.drop("run_id"), counted.drop("run_id"), check_exact=False, rel_tol=1e-12)
     assert set(in_postgres["run_id"]) == {again.run_id}
 
@@ -288,7 +352,9 @@ def test_classifications_and_their_shadow_are_identical_in_parquet_duckdb_delta_
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_the_challenger_shadows_and_its_flips_and_class_crosstab_match_the_two_published_tables(project: FaultProject) -> None:
+def test_the_challenger_shadows_and_its_flips_and_class_crosstab_match_the_two_published_tables(
+    project: FaultProject,
+) -> None:
     from flows.score_partition import score_partition
 
     day = SCORED_DAYS[-1]
@@ -303,30 +369,55 @@ def test_the_challenger_shadows_and_its_flips_and_class_crosstab_match_the_two_p
     assert 0 < flipped.height < ROWS
     flips = _sorted(project.table(f"SELECT * FROM decision_flips {where}"))
     expected = flipped.select(
-        "entity_id", pl.col("model_version").alias("champion_version"), pl.col("model_version_c").alias("challenger_version"),
-        pl.col("decision").alias("champion_decision"), pl.col("decision_c").alias("challenger_decision"),
-        pl.col("probability").alias("champion_probability"), pl.col("probability_c").alias("challenger_probability"),
-        pl.col("predicted_class").alias("champion_class"), pl.col("predicted_class_c").alias("challenger_class"),
-        pl.col("reason_codes").alias("champion_reason_codes"), pl.col("reason_codes_c").alias("challenger_reason_codes"),
+        "entity_id",
+        pl.col("model_version").alias("champion_version"),
+        pl.col("model_version_c").alias("challenger_version"),
+        pl.col("decision").alias("champion_decision"),
+        pl.col("decision_c").alias("challenger_decision"),
+        pl.col("probability").alias("champion_probability"),
+        pl.col("probability_c").alias("challenger_probability"),
+        pl.col("predicted_class").alias("champion_class"),
+        pl.col("predicted_class_c").alias("challenger_class"),
+        pl.col("reason_codes").alias("champion_reason_codes"),
+        pl.col("reason_codes_c").alias("challenger_reason_codes"),
     )
     assert_frame_equal(flips.select(expected.columns), expected)
     assert flips["champion_score"].null_count() == flips["champion_forecast"].null_count() == flips.height
 
     comparison = project.table(f"SELECT * FROM shadow_comparison {where}")
-    assert set(comparison["section"]) == {"summary", "crosstab", "decision_mix", "expected_accuracy", "class_crosstab", "class_mix"}
+    assert set(comparison["section"]) == {
+        "summary",
+        "crosstab",
+        "decision_mix",
+        "expected_accuracy",
+        "class_crosstab",
+        "class_mix",
+    }
     classes = comparison.filter(pl.col("section") == "class_crosstab").sort("champion_item", "challenger_item")
-    counted = both.group_by(pl.col("predicted_class").alias("champion_item"), pl.col("predicted_class_c").alias("challenger_item")).agg(
-        pl.len().cast(pl.Int64).alias("rows"), pl.col("probability").mean().alias("champion_value"),
-        pl.col("probability_c").mean().alias("challenger_value"),
-    ).sort("champion_item", "challenger_item")
+    counted = (
+        both.group_by(
+            pl.col("predicted_class").alias("champion_item"), pl.col("predicted_class_c").alias("challenger_item")
+        )
+        .agg(
+            pl.len().cast(pl.Int64).alias("rows"),
+            pl.col("probability").mean().alias("champion_value"),
+            pl.col("probability_c").mean().alias("challenger_value"),
+        )
+        .sort("champion_item", "challenger_item")
+    )
     assert_frame_equal(classes.select(counted.columns), counted, check_exact=False, rel_tol=1e-9)
     changed = both.filter(pl.col("predicted_class") != pl.col("predicted_class_c")).height
     assert changed > 0
     crosstab = comparison.filter(pl.col("section") == "crosstab").sort("champion_item", "challenger_item")
-    by_decision = both.group_by(pl.col("decision").alias("champion_item"), pl.col("decision_c").alias("challenger_item")).agg(
-        pl.len().cast(pl.Int64).alias("rows"), pl.col("probability").mean().alias("champion_value"),
-        pl.col("probability_c").mean().alias("challenger_value"),
-    ).sort("champion_item", "challenger_item")
+    by_decision = (
+        both.group_by(pl.col("decision").alias("champion_item"), pl.col("decision_c").alias("challenger_item"))
+        .agg(
+            pl.len().cast(pl.Int64).alias("rows"),
+            pl.col("probability").mean().alias("champion_value"),
+            pl.col("probability_c").mean().alias("challenger_value"),
+        )
+        .sort("champion_item", "challenger_item")
+    )
     assert_frame_equal(crosstab.select(by_decision.columns), by_decision, check_exact=False, rel_tol=1e-9)
     mix = {r["champion_item"]: r for r in comparison.filter(pl.col("section") == "class_mix").to_dicts()}
     for name in CLASSES:
@@ -336,27 +427,48 @@ def test_the_challenger_shadows_and_its_flips_and_class_crosstab_match_the_two_p
     assert accuracy["all"]["champion_value"] == pytest.approx(mine["probability"].mean(), rel=1e-9)
     assert accuracy["all"]["challenger_value"] == pytest.approx(theirs["probability"].mean(), rel=1e-9)
     summary = {r["champion_item"]: r["rows"] for r in comparison.filter(pl.col("section") == "summary").to_dicts()}
-    assert summary == {"rows_compared": ROWS, "rows_flipped": flipped.height, "rows_failed": 0, "rows_class_changed": changed}
+    assert summary == {
+        "rows_compared": ROWS,
+        "rows_flipped": flipped.height,
+        "rows_failed": 0,
+        "rows_class_changed": changed,
+    }
     assert result.challenger["rows_flipped"] == flipped.height
     page = (project.settings.output_dir(JOB) / "reports" / "html" / f"date={day}.html").read_text()
-    assert "Champion and challenger" in page and f"{changed} rows change class" in page and "could not be rendered" not in page
+    assert (
+        "Champion and challenger" in page
+        and f"{changed} rows change class" in page
+        and "could not be rendered" not in page
+    )
 
 
 # --- the Dask runner and the crash points ------------------------------------------------------------
 
-_RUN_TABLES = ("classifications", "shadow_classifications", "decision_flips", "shadow_comparison", "decision_monitoring", "quarantine",
-               "drift_report", "fallback_report")
+_RUN_TABLES = (
+    "classifications",
+    "shadow_classifications",
+    "decision_flips",
+    "shadow_comparison",
+    "decision_monitoring",
+    "quarantine",
+    "drift_report",
+    "fallback_report",
+)
 
 
 def _run_outputs(project: FaultProject, day: dt.date) -> dict[str, pl.DataFrame]:
     return {
-        table: project.table(f"SELECT * EXCLUDE (run_id) FROM {table} WHERE partition_date = DATE '{day}'").sort(pl.all())
+        table: project.table(f"SELECT * EXCLUDE (run_id) FROM {table} WHERE partition_date = DATE '{day}'").sort(
+            pl.all()
+        )
         for table in _RUN_TABLES
     }
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_the_dask_runner_gives_the_classifications_of_the_thread_runner(project: FaultProject, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dask_runner_gives_the_classifications_of_the_thread_runner(
+    project: FaultProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from flows.score_partition import score_partition
 
     day = SCORED_DAYS[-1]
@@ -385,7 +497,9 @@ _COMMITTED = ("publish:committed", "publish:swapped")
 
 @pytest.mark.crash
 @pytest.mark.usefixtures("prefect_harness")
-def test_a_kill_at_the_publish_points_leaves_the_old_or_the_new_classifications_never_a_mix(project: FaultProject) -> None:
+def test_a_kill_at_the_publish_points_leaves_the_old_or_the_new_classifications_never_a_mix(
+    project: FaultProject,
+) -> None:
     """`score run` SIGKILLed at each publish point with raw rows that differ from the published run's, then recovered
     (alternately by `score recover` and by the job's next run): in Parquet and the warehouse, classifications, shadow
     classifications and flips are one run's, the same run's, and hold XGBoost's margins of that run's raw rows."""
@@ -396,15 +510,26 @@ def test_a_kill_at_the_publish_points_leaves_the_old_or_the_new_classifications_
     day, other = SCORED_DAYS[-1], SCORED_DAYS[0]
     inputs = {"a": project.raw(day), "b": fault_rows(day, ROWS, 99)}
     assert inputs["a"]["machine_id"].to_list() == inputs["b"]["machine_id"].to_list()
-    expected = {(name, version): framework_margins(project, version, frame) for name, frame in inputs.items() for version in ("1", "2")}
+    expected = {
+        (name, version): framework_margins(project, version, frame)
+        for name, frame in inputs.items()
+        for version in ("1", "2")
+    }
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "SCORING_LOCK_WAIT_S": "60"}
     score_partition(JOB, day, CHUNK_ROWS)
     published = "a"
     where = f"WHERE partition_date = DATE '{day}'"
 
     def score(*args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(SCORE), *args], env={**env, **extra}, cwd=PROJECT_ROOT, capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=300)
+        return subprocess.run(
+            [str(SCORE), *args],
+            env={**env, **extra},
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
 
     for trial, point in enumerate(_PUBLISH_POINTS):
         new = "b" if published == "a" else "a"
@@ -426,7 +551,10 @@ def test_a_kill_at_the_publish_points_leaves_the_old_or_the_new_classifications_
             parquet = _sorted(project.parquet(dataset, day))
             assert_frame_equal(parquet, warehouse)
             # Flips may be few; classifications and shadow classifications are every row.
-            assert set(warehouse["run_id"]) <= {succeeded} and (version is None or warehouse.height == ROWS), (point, dataset)
+            assert set(warehouse["run_id"]) <= {succeeded} and (version is None or warehouse.height == ROWS), (
+                point,
+                dataset,
+            )
             if version is not None:
                 assert_classified(warehouse, expected[(published, version)])
 
@@ -438,11 +566,16 @@ def _classified_chunk(rng: np.random.Generator, n: int, version: str) -> pa.Tabl
     vector = rng.dirichlet(np.ones(len(CLASSES)), n)
     chosen = vector.argmax(axis=1)
     p = vector.max(axis=1)
-    return pa.table({
-        "entity_id": [f"e{i}" for i in range(n)], "model_version": [version] * n,
-        "decision": np.where(p >= 0.5, "act", "wait"), "reason_codes": [["VIB"]] * n,
-        "predicted_class": np.asarray(CLASSES)[chosen], "probability": p,
-    })
+    return pa.table(
+        {
+            "entity_id": [f"e{i}" for i in range(n)],
+            "model_version": [version] * n,
+            "decision": np.where(p >= 0.5, "act", "wait"),
+            "reason_codes": [["VIB"]] * n,
+            "predicted_class": np.asarray(CLASSES)[chosen],
+            "probability": p,
+        }
+    )
 
 
 def test_the_class_shadow_sums_merge_in_any_order_and_refuse_other_classes() -> None:
@@ -459,7 +592,9 @@ def test_the_class_shadow_sums_merge_in_any_order_and_refuse_other_classes() -> 
         part = ShadowAccumulator(decisions, classes=classes)
         part.add(champion, challenger)
         merged.merge(part)
-    assert (merged.class_rows == whole.class_rows).all() and np.allclose(merged.class_champion_probability, whole.class_champion_probability)
+    assert (merged.class_rows == whole.class_rows).all() and np.allclose(
+        merged.class_champion_probability, whole.class_champion_probability
+    )
     with pytest.raises(ValueError, match="classes"):
         ShadowAccumulator(decisions, classes=("a", "b", "c")).merge(whole)
     rows = shadow_comparison_rows(merged, champion_version="1", challenger_version="2", rows_scored=653)

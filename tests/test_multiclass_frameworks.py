@@ -16,10 +16,15 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-
 from conftest import user_project_env
 from test_multiclass_prediction import CLASSES, FEATURES, _multiclass_spec, fault_rows
-from user_projects import assert_nothing_registered, assert_one_error_line, registered_version, registry_versions, score_cli
+from user_projects import (
+    assert_nothing_registered,
+    assert_one_error_line,
+    registered_version,
+    registry_versions,
+    score_cli,
+)
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -53,12 +58,23 @@ def _models(root: Path, x: np.ndarray, y: np.ndarray) -> dict[str, tuple[Path, o
     from sklearn.preprocessing import StandardScaler
 
     models: dict[str, tuple[Path, object]] = {}
-    booster = lgb.train({"objective": "multiclass", "num_class": len(CLASSES), "num_leaves": 8, "learning_rate": 0.1, "verbose": -1,
-                         "num_threads": 2}, lgb.Dataset(x, y, feature_name=list(FEATURES)), 60)
+    booster = lgb.train(
+        {
+            "objective": "multiclass",
+            "num_class": len(CLASSES),
+            "num_leaves": 8,
+            "learning_rate": 0.1,
+            "verbose": -1,
+            "num_threads": 2,
+        },
+        lgb.Dataset(x, y, feature_name=list(FEATURES)),
+        60,
+    )
     booster.save_model(str(root / "faults.txt"))
     models["lightgbm"] = (root / "faults.txt", booster)
-    cat = catboost.CatBoostClassifier(loss_function="MultiClass", iterations=60, depth=4, verbose=0, thread_count=2,
-                                      allow_writing_files=False).fit(x, y)
+    cat = catboost.CatBoostClassifier(
+        loss_function="MultiClass", iterations=60, depth=4, verbose=0, thread_count=2, allow_writing_files=False
+    ).fit(x, y)
     cat.save_model(str(root / "faults.cbm"))
     models["catboost"] = (root / "faults.cbm", cat)
     hgb = HistGradientBoostingClassifier(max_iter=20, max_depth=3, random_state=0).fit(x, y)
@@ -68,7 +84,9 @@ def _models(root: Path, x: np.ndarray, y: np.ndarray) -> dict[str, tuple[Path, o
     sio.dump(lr, root / "faults_lr.skops")
     models["sklearn_lr"] = (root / "faults_lr.skops", lr)
     onnx_lr = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y)
-    (root / "faults.onnx").write_bytes(to_onnx(onnx_lr, x[:1], target_opset={"": 17, "ai.onnx.ml": 3}).SerializeToString())
+    (root / "faults.onnx").write_bytes(
+        to_onnx(onnx_lr, x[:1], target_opset={"": 17, "ai.onnx.ml": 3}).SerializeToString()
+    )
     models["onnx"] = (root / "faults.onnx", onnx_lr)
     return models
 
@@ -76,7 +94,11 @@ def _models(root: Path, x: np.ndarray, y: np.ndarray) -> dict[str, tuple[Path, o
 def _trust(path: Path) -> list[str]:
     import skops.io as sio
 
-    return [arg for t in sio.get_untrusted_types(file=str(path)) for arg in ("--trust", t)] if path.suffix == ".skops" else []
+    return (
+        [arg for t in sio.get_untrusted_types(file=str(path)) for arg in ("--trust", t)]
+        if path.suffix == ".skops"
+        else []
+    )
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +124,27 @@ def fault_job(tmp_path_factory: pytest.TempPathFactory) -> dict:
     versions, registered = {}, {}
     for name, (path, _) in models.items():
         # Each model is promoted at registration and scores its own day right after it, one backfill each.
-        done = score("register", "faults", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote", *_trust(path))
+        done = score(
+            "register",
+            "faults",
+            "--model",
+            str(path),
+            "--holdout",
+            str(root / "holdout.parquet"),
+            "--promote",
+            *_trust(path),
+        )
         versions[name], registered[name] = registered_version(done.stdout, "faults"), done.stdout
         if name in SCORED:
             score("backfill", "faults", "--start", SCORED[name].isoformat(), "--end", SCORED[name].isoformat())
-    return {"root": root, "score": score, "models": models, "scored": scored, "versions": versions, "registered": registered}
+    return {
+        "root": root,
+        "score": score,
+        "models": models,
+        "scored": scored,
+        "versions": versions,
+        "registered": registered,
+    }
 
 
 def _joined(job: dict, name: str, dataset: str = "classifications") -> pl.DataFrame:
@@ -141,7 +179,9 @@ def _own_class_contributions(name: str, model: object, x: np.ndarray, reference:
 def test_each_framework_classifies_its_day_as_its_own_probabilities_say(fault_job: dict, name: str) -> None:
     joined = _joined(fault_job, name)
     raw = fault_job["scored"][name]
-    assert raw.height * 0.99 < joined.height <= raw.height and joined["model_version"].unique().to_list() == [fault_job["versions"][name]]
+    assert raw.height * 0.99 < joined.height <= raw.height and joined["model_version"].unique().to_list() == [
+        fault_job["versions"][name]
+    ]
     theirs = _own_probabilities(name, fault_job["models"][name][1], _inputs(joined))
     vector = np.asarray(joined["class_probabilities"].to_list())
     assert np.allclose(vector.sum(axis=1), 1.0, atol=1e-9)
@@ -182,11 +222,17 @@ def test_the_histogram_boosting_reasons_add_up_to_each_class_decision_function(f
 
     root, version = fault_job["root"], fault_job["versions"]["sklearn_hgb"]
     hgb = json.loads((root / "data" / "models" / "faults" / version / "metadata.json").read_text())["explanation"]
-    assert hgb["method"] == "treeshap" and "for each of the 4 classes" in hgb["checked_against"] and hgb["max_abs_diff"] < 1e-9
+    assert (
+        hgb["method"] == "treeshap"
+        and "for each of the 4 classes" in hgb["checked_against"]
+        and hgb["max_abs_diff"] < 1e-9
+    )
     model = fault_job["models"]["sklearn_hgb"][1]
     x = _inputs(fault_rows(dt.date(2026, 6, 1), 1_000, 130))
     engine = inference_engine(inference_model_artifact(root / "data" / "models" / "faults", version))
-    batch = InferenceInput(chunk_id=0, entity_ids=pa.array([str(i) for i in range(x.shape[0])]), features=x, feature_names=FEATURES)
+    batch = InferenceInput(
+        chunk_id=0, entity_ids=pa.array([str(i) for i in range(x.shape[0])]), features=x, feature_names=FEATURES
+    )
     own = model.decision_function(x)
     assert np.allclose(engine.inference_outputs(batch).margins, own, atol=1e-9)
     for k in range(len(CLASSES)):
@@ -203,12 +249,16 @@ def test_the_onnx_graphs_reasons_are_counted_unavailable(fault_job: dict) -> Non
     graph = _joined(fault_job, "onnx")
     needing = graph.filter(pl.col("decision") != "run").height
     assert needing > 0 and graph["reason_codes"].list.len().max() == 0
-    fallback = pl.read_parquet(root / "data" / "output" / "faults" / "reports" / "fallback" / f"date={SCORED['onnx']}" / "*.parquet")
+    fallback = pl.read_parquet(
+        root / "data" / "output" / "faults" / "reports" / "fallback" / f"date={SCORED['onnx']}" / "*.parquet"
+    )
     (row,) = fallback.filter(pl.col("kind") == "reasons_unavailable").to_dicts()
     assert row["rows"] == needing and "multiclass ONNX graph" in row["detail"], row
 
 
-def test_a_binary_model_or_classes_in_another_order_on_the_multiclass_job_are_one_line(fault_job: dict, tmp_path: Path) -> None:
+def test_a_binary_model_or_classes_in_another_order_on_the_multiclass_job_are_one_line(
+    fault_job: dict, tmp_path: Path
+) -> None:
     import lightgbm as lgb
     import skops.io as sio
     from sklearn.linear_model import LogisticRegression
@@ -217,37 +267,68 @@ def test_a_binary_model_or_classes_in_another_order_on_the_multiclass_job_are_on
     train = pl.read_parquet(root / "train.parquet")
     x = _inputs(train)
     binary = tmp_path / "leak.txt"
-    lgb.train({"objective": "binary", "verbose": -1, "num_leaves": 4}, lgb.Dataset(x, (train["fault"] == "leak").to_numpy().astype(int),
-              feature_name=list(FEATURES)), 5).save_model(str(binary))
+    lgb.train(
+        {"objective": "binary", "verbose": -1, "num_leaves": 4},
+        lgb.Dataset(x, (train["fault"] == "leak").to_numpy().astype(int), feature_name=list(FEATURES)),
+        5,
+    ).save_model(str(binary))
     # Fitted on the fault names themselves: scikit-learn sorts them, which is not the job's order.
     named = tmp_path / "named.skops"
     sio.dump(LogisticRegression(max_iter=1000).fit(x[:2_000] / x.std(axis=0), train["fault"].to_numpy()[:2_000]), named)
     before = registry_versions(root, "faults")
     for path, expected in (
         (binary, "has objective 'binary sigmoid:1', a binary classifier, but the job is multiclass (target.kind)"),
-        (named, "gives its classes in the order ['bearing', 'leak', 'none', 'overheat'], but target.classes lists "
-                "['none', 'bearing', 'overheat', 'leak']"),
+        (
+            named,
+            "gives its classes in the order ['bearing', 'leak', 'none', 'overheat'], but target.classes lists "
+            "['none', 'bearing', 'overheat', 'leak']",
+        ),
     ):
-        done = score("register", "faults", "--model", str(path), "--holdout", str(root / "holdout.parquet"), *_trust(path), ok=False)
+        done = score(
+            "register",
+            "faults",
+            "--model",
+            str(path),
+            "--holdout",
+            str(root / "holdout.parquet"),
+            *_trust(path),
+            ok=False,
+        )
         assert_one_error_line(done, path, expected)
     assert_nothing_registered(root, before, "faults")
 
 
 def test_a_multiclass_model_on_a_binary_job_is_one_line(fault_job: dict) -> None:
     root, score = fault_job["root"], fault_job["score"]
-    holdout = pl.read_parquet(root / "holdout.parquet").with_columns((pl.col("fault") == "leak").cast(pl.Int64).alias("is_leak"))
+    holdout = pl.read_parquet(root / "holdout.parquet").with_columns(
+        (pl.col("fault") == "leak").cast(pl.Int64).alias("is_leak")
+    )
     holdout.write_parquet(root / "leak_holdout.parquet")
     holdout.drop("fault").write_parquet(root / "leak_sample.parquet")
-    score("init", "leaks", "--from", str(root / "leak_sample.parquet"), "--entity-column", "machine_id", "--label-column", "is_leak")
+    score(
+        "init",
+        "leaks",
+        "--from",
+        str(root / "leak_sample.parquet"),
+        "--entity-column",
+        "machine_id",
+        "--label-column",
+        "is_leak",
+    )
     spec_path = root / "jobs" / "leaks.yaml"
     spec = yaml.safe_load(spec_path.read_text())
     assert spec["target"].get("kind", "binary") == "binary"
     for name, expected in (
-        ("catboost", "is a multiclass model (4 classes [0, 1, 2, 3]) (loss MultiClass); a scoring model must be a binary classifier"),
+        (
+            "catboost",
+            "is a multiclass model (4 classes [0, 1, 2, 3]) (loss MultiClass); a scoring model must be a binary classifier",
+        ),
         ("lightgbm", "has objective 'multiclass num_class:4'; a scoring model must be a binary classifier"),
     ):
         path = fault_job["models"][name][0]
-        done = score("register", "leaks", "--model", str(path), "--holdout", str(root / "leak_holdout.parquet"), ok=False)
+        done = score(
+            "register", "leaks", "--model", str(path), "--holdout", str(root / "leak_holdout.parquet"), ok=False
+        )
         assert_one_error_line(done, path, expected)
     assert registry_versions(root, "leaks") == []
 
@@ -262,18 +343,26 @@ def test_one_vs_all_models_are_refused_they_have_no_probability_vector(tmp_path:
     frame = fault_rows(dt.date(2026, 5, 1), 1_500, 7)
     x, y = _inputs(frame), _labels(frame)
     ova = tmp_path / "ova.txt"
-    lgb.train({"objective": "multiclassova", "num_class": 4, "verbose": -1, "num_leaves": 4}, lgb.Dataset(x, y, feature_name=list(FEATURES)),
-              5).save_model(str(ova))
+    lgb.train(
+        {"objective": "multiclassova", "num_class": 4, "verbose": -1, "num_leaves": 4},
+        lgb.Dataset(x, y, feature_name=list(FEATURES)),
+        5,
+    ).save_model(str(ova))
     assert "one-vs-all" in lightgbm_problem(ova, FEATURES, kind="multiclass", classes=tuple(CLASSES))
     cbm = tmp_path / "ova.cbm"
-    catboost.CatBoostClassifier(loss_function="MultiClassOneVsAll", iterations=5, depth=2, verbose=0, allow_writing_files=False).fit(
-        x, y).save_model(str(cbm))
+    catboost.CatBoostClassifier(
+        loss_function="MultiClassOneVsAll", iterations=5, depth=2, verbose=0, allow_writing_files=False
+    ).fit(x, y).save_model(str(cbm))
     assert "one-vs-all" in catboost_problem(cbm, FEATURES, kind="multiclass", classes=tuple(CLASSES))
     three = tmp_path / "three.txt"
-    lgb.train({"objective": "multiclass", "num_class": 3, "verbose": -1, "num_leaves": 4},
-              lgb.Dataset(x, np.minimum(y, 2), feature_name=list(FEATURES)), 5).save_model(str(three))
+    lgb.train(
+        {"objective": "multiclass", "num_class": 3, "verbose": -1, "num_leaves": 4},
+        lgb.Dataset(x, np.minimum(y, 2), feature_name=list(FEATURES)),
+        5,
+    ).save_model(str(three))
     assert lightgbm_problem(three, FEATURES, kind="multiclass", classes=tuple(CLASSES)).startswith(
-        "gives 3 classes, but target.classes names 4")
+        "gives 3 classes, but target.classes names 4"
+    )
 
 
 @pytest.mark.parametrize("name", ["lightgbm", "catboost"])
@@ -283,14 +372,19 @@ def test_the_registered_calibration_is_classwise_calibrated_on_later_labelled_ro
     framework's own raw scores of 20,000 fresh rows; the scored days above check the pass applies the same map."""
     import json
 
-    from tasks.prediction.multiclass import ClassProbabilityMap, predict_multiclass_calibrator_from_metadata
     from test_multiclass_prediction import classwise_ece
+
+    from tasks.prediction.multiclass import ClassProbabilityMap, predict_multiclass_calibrator_from_metadata
 
     holdout = pl.read_parquet(fault_job["root"] / "holdout.parquet")
     assert holdout["fault"].value_counts()["count"].min() >= 100
-    meta = json.loads((fault_job["root"] / "data" / "models" / "faults" / fault_job["versions"][name] / "metadata.json").read_text())
+    meta = json.loads(
+        (fault_job["root"] / "data" / "models" / "faults" / fault_job["versions"][name] / "metadata.json").read_text()
+    )
     later = fault_rows(dt.date(2026, 6, 1), 20_000, 999)
     x, model = _inputs(later), fault_job["models"][name][1]
     raw = model.predict(x, raw_score=True) if name == "lightgbm" else model.predict(x, prediction_type="RawFormulaVal")
-    mapped = ClassProbabilityMap(predict_multiclass_calibrator_from_metadata(meta["calibration"]), 0.9).predict_class_probabilities(raw)
+    mapped = ClassProbabilityMap(
+        predict_multiclass_calibrator_from_metadata(meta["calibration"]), 0.9
+    ).predict_class_probabilities(raw)
     assert classwise_ece(mapped.probabilities, _labels(later)) <= 0.02

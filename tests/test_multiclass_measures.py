@@ -13,8 +13,11 @@ from scipy.spatial.distance import jensenshannon
 from sklearn.metrics import accuracy_score, f1_score, log_loss, precision_recall_fscore_support
 
 from tasks.monitoring.multiclass_measures import (
-    multiclass_class_mix, multiclass_estimate_sums, multiclass_estimated_performance,
-    multiclass_estimated_performance_from_sums, multiclass_realized_performance,
+    multiclass_class_mix,
+    multiclass_estimate_sums,
+    multiclass_estimated_performance,
+    multiclass_estimated_performance_from_sums,
+    multiclass_realized_performance,
 )
 
 CLASSES = ("bearing", "gear", "shaft", "none")
@@ -47,7 +50,9 @@ def test_estimated_accuracy_covers_the_realized_accuracy_of_labels_drawn_from_th
         estimate = multiclass_estimated_performance(p, predicted, classes=CLASSES, level=level)
         realized = accuracy_score(labels, np.asarray(CLASSES)[predicted])
         covered["accuracy"] += estimate["accuracy"]["low"] <= realized <= estimate["accuracy"]["high"]
-        macro = f1_score(labels, np.asarray(CLASSES)[predicted], labels=list(CLASSES), average="macro", zero_division=np.nan)
+        macro = f1_score(
+            labels, np.asarray(CLASSES)[predicted], labels=list(CLASSES), average="macro", zero_division=np.nan
+        )
         covered["macro_f1"] += estimate["macro_f1"]["low"] <= macro <= estimate["macro_f1"]["high"]
         precision, recall, f1, _ = precision_recall_fscore_support(
             labels, np.asarray(CLASSES)[predicted], labels=list(CLASSES), zero_division=np.nan
@@ -59,9 +64,11 @@ def test_estimated_accuracy_covers_the_realized_accuracy_of_labels_drawn_from_th
                     class_cover[measure][0] += interval["low"] <= values[j] <= interval["high"]
                     class_cover[measure][1] += 1
     share = covered["accuracy"] / partitions
-    print(f"estimated accuracy's {level:.0%} interval contained the realized accuracy in {covered['accuracy']}/{partitions} "
-          f"partitions ({share:.1%}); macro F1 {covered['macro_f1']}/{partitions}; per class "
-          + ", ".join(f"{m} {c}/{t}" for m, (c, t) in class_cover.items()))
+    print(
+        f"estimated accuracy's {level:.0%} interval contained the realized accuracy in {covered['accuracy']}/{partitions} "
+        f"partitions ({share:.1%}); macro F1 {covered['macro_f1']}/{partitions}; per class "
+        + ", ".join(f"{m} {c}/{t}" for m, (c, t) in class_cover.items())
+    )
     assert share >= 0.85
     assert covered["macro_f1"] / partitions >= 0.8
     for measure, (inside, total) in class_cover.items():
@@ -78,7 +85,9 @@ def test_the_estimate_is_the_mean_predicted_probability_and_the_intervals_have_t
     assert estimate["rows"] == 500
     assert estimate["accuracy"]["value"] == pytest.approx(chosen.mean())
     # The number correct is Poisson-binomial: variance Σp(1 − p).
-    assert estimate["accuracy"]["high"] - estimate["accuracy"]["value"] == pytest.approx(z * math.sqrt((chosen * (1 - chosen)).sum()) / 500)
+    assert estimate["accuracy"]["high"] - estimate["accuracy"]["value"] == pytest.approx(
+        z * math.sqrt((chosen * (1 - chosen)).sum()) / 500
+    )
     for j, name in enumerate(CLASSES):
         mine = predicted == j
         row = estimate["classes"][name]
@@ -99,7 +108,9 @@ def test_the_delta_method_sd_matches_the_spread_of_simulated_draws() -> None:
     recalls, macros, f1s = [], [], []
     for _ in range(400):
         labels = names[drawn_labels(p, rng)]
-        _, recall, f1, _ = precision_recall_fscore_support(labels, names[predicted], labels=list(CLASSES), zero_division=0)
+        _, recall, f1, _ = precision_recall_fscore_support(
+            labels, names[predicted], labels=list(CLASSES), zero_division=0
+        )
         recalls.append(recall)
         f1s.append(f1)
         macros.append(f1.mean())
@@ -117,10 +128,14 @@ def test_chunk_sums_added_give_the_estimate_of_all_rows_at_once() -> None:
     predicted = p.argmax(axis=1)
     chosen = p[np.arange(p.shape[0]), predicted]
     low, high = chosen * 0.97, np.minimum(chosen * 1.02, 1.0)
-    whole = multiclass_estimated_performance(p, predicted, classes=CLASSES, level=0.9, probability_low=low, probability_high=high)
+    whole = multiclass_estimated_performance(
+        p, predicted, classes=CLASSES, level=0.9, probability_low=low, probability_high=high
+    )
     cuts = [0, 17, 900, 901, 2500, 3001]
     chunks = [
-        multiclass_estimate_sums(p[a:b], predicted[a:b], n_classes=len(CLASSES), probability_low=low[a:b], probability_high=high[a:b])
+        multiclass_estimate_sums(
+            p[a:b], predicted[a:b], n_classes=len(CLASSES), probability_low=low[a:b], probability_high=high[a:b]
+        )
         for a, b in zip(cuts[:-1], cuts[1:], strict=True)
     ]
     assert len({c.shape for c in chunks}) == 1
@@ -146,8 +161,9 @@ def test_the_calibrators_bounds_widen_the_interval_as_they_move_every_row() -> N
     predicted = p.argmax(axis=1)
     chosen = p[np.arange(p.shape[0]), predicted]
     plain = multiclass_estimated_performance(p, predicted, classes=CLASSES, level=0.9)
-    bounded = multiclass_estimated_performance(p, predicted, classes=CLASSES, level=0.9,
-                                               probability_low=chosen - 0.03, probability_high=chosen + 0.02)
+    bounded = multiclass_estimated_performance(
+        p, predicted, classes=CLASSES, level=0.9, probability_low=chosen - 0.03, probability_high=chosen + 0.02
+    )
     assert bounded["accuracy"]["value"] == plain["accuracy"]["value"]
     assert bounded["accuracy"]["low"] == pytest.approx(plain["accuracy"]["low"] - 0.03)
     assert bounded["accuracy"]["high"] == pytest.approx(plain["accuracy"]["high"] + 0.02)
@@ -162,7 +178,9 @@ def test_a_class_never_predicted_has_no_precision_and_no_rows_no_accuracy() -> N
     assert estimate["classes"]["c"]["predicted_rows"] == 0
     assert math.isnan(estimate["classes"]["c"]["precision"]["value"])
     assert estimate["classes"]["c"]["recall"]["value"] == 0.0
-    empty = multiclass_estimated_performance(np.zeros((0, 3)), np.zeros(0, dtype=np.int64), classes=("a", "b", "c"), level=0.9)
+    empty = multiclass_estimated_performance(
+        np.zeros((0, 3)), np.zeros(0, dtype=np.int64), classes=("a", "b", "c"), level=0.9
+    )
     assert empty["rows"] == 0 and math.isnan(empty["accuracy"]["value"]) and math.isnan(empty["macro_f1"]["value"])
 
 
@@ -193,7 +211,11 @@ def _numpy_ece(probability: np.ndarray, outcome: np.ndarray, bins: int) -> float
 def test_realized_measures_equal_sklearn_and_a_numpy_ece() -> None:
     rng = np.random.default_rng(5)
     p = calibrated_vectors(2500, rng)
-    p[:3] = [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]]  # a zero probability on a true class: clipped
+    p[:3] = [
+        [1.0, 0.0, 0.0, 0.0],
+        [0.0, 1.0, 0.0, 0.0],
+        [0.5, 0.5, 0.0, 0.0],
+    ]  # a zero probability on a true class: clipped
     predicted = p.argmax(axis=1)
     truth = drawn_labels(p, rng)
     truth[:3] = [1, 2, 3]
@@ -204,7 +226,9 @@ def test_realized_measures_equal_sklearn_and_a_numpy_ece() -> None:
     assert realized["accuracy"] == pytest.approx(accuracy_score(labels, names[predicted]))
     # scikit-learn orders string labels lexicographically against the columns: give it the class indices.
     assert realized["log_loss"] == pytest.approx(log_loss(truth, p, labels=list(range(len(CLASSES)))), rel=1e-12)
-    assert realized["macro_f1"] == pytest.approx(f1_score(labels, names[predicted], labels=list(CLASSES), average="macro"))
+    assert realized["macro_f1"] == pytest.approx(
+        f1_score(labels, names[predicted], labels=list(CLASSES), average="macro")
+    )
     precision, recall, f1, support = precision_recall_fscore_support(labels, names[predicted], labels=list(CLASSES))
     eces = []
     for j, name in enumerate(CLASSES):
@@ -218,7 +242,9 @@ def test_realized_measures_equal_sklearn_and_a_numpy_ece() -> None:
         assert row["ece"] == pytest.approx(eces[-1], abs=1e-12)
     assert realized["classwise_ece"] == pytest.approx(np.mean(eces), abs=1e-12)
     confidence = p[np.arange(2500), predicted]
-    assert realized["top_label_ece"] == pytest.approx(_numpy_ece(confidence, (predicted == truth).astype(float), 10), abs=1e-12)
+    assert realized["top_label_ece"] == pytest.approx(
+        _numpy_ece(confidence, (predicted == truth).astype(float), 10), abs=1e-12
+    )
     table = realized["calibration"]
     assert table.height == 10 * len(CLASSES)
     for j, name in enumerate(CLASSES):
@@ -237,8 +263,9 @@ def test_labels_drawn_from_calibrated_vectors_have_a_small_classwise_ece() -> No
     p = calibrated_vectors(20_000, rng)
     realized = multiclass_realized_performance(p, p.argmax(axis=1), drawn_labels(p, rng), classes=CLASSES)
     assert realized["classwise_ece"] < 0.02
-    miscalibrated = multiclass_realized_performance(p ** 2 / (p ** 2).sum(axis=1, keepdims=True), p.argmax(axis=1),
-                                                    drawn_labels(p, rng), classes=CLASSES)
+    miscalibrated = multiclass_realized_performance(
+        p**2 / (p**2).sum(axis=1, keepdims=True), p.argmax(axis=1), drawn_labels(p, rng), classes=CLASSES
+    )
     assert miscalibrated["classwise_ece"] > 0.03
 
 

@@ -19,11 +19,11 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
+from conftest import user_project_env
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, log_loss, precision_recall_fscore_support
-
-from conftest import user_project_env
 from user_projects import day_output, score_cli
+
 from tasks.errors import LabelError
 from tasks.jobspec import LabelSource
 from tasks.monitoring.outcomes import parquet_labels
@@ -45,7 +45,11 @@ LEVEL = 0.9
 BINS = 10
 RULES = [
     {"id": "STOP_LEAK", "when": {"class": "leak", "probability": {"ge": 0.5}}, "decision": "stop"},
-    {"id": "INSPECT", "when": {"class": ["bearing", "overheat", "leak"], "probability": {"lt": 0.5}}, "decision": "inspect"},
+    {
+        "id": "INSPECT",
+        "when": {"class": ["bearing", "overheat", "leak"], "probability": {"lt": 0.5}},
+        "decision": "inspect",
+    },
     {"id": "SERVICE", "when": {"class": ["bearing", "overheat"], "probability": {"ge": 0.5}}, "decision": "service"},
     {"id": "RUN", "decision": "run"},
 ]
@@ -59,15 +63,28 @@ def fault_rows(day: dt.date, n: int, seed: int, *, pressure: float = 5.0) -> pl.
     temperature = rng.normal(60, 12, n).round(1)
     pressure_bar = rng.normal(pressure, 1.5, n).round(2)
     age = rng.integers(0, 20, n)
-    logits = np.column_stack([
-        np.full(n, 1.5), -1.0 + 0.9 * vibration + 0.05 * age, -6.0 + 0.09 * temperature, 4.5 - 1.1 * pressure_bar + 0.04 * age,
-    ])
+    logits = np.column_stack(
+        [
+            np.full(n, 1.5),
+            -1.0 + 0.9 * vibration + 0.05 * age,
+            -6.0 + 0.09 * temperature,
+            4.5 - 1.1 * pressure_bar + 0.04 * age,
+        ]
+    )
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
     fault = (p.cumsum(axis=1) > rng.random((n, 1))).argmax(axis=1)
-    return pl.DataFrame({"machine_id": [f"M-{day:%m%d}-{i:06d}" for i in range(n)], "site": rng.choice(SITES, n),
-                         "vibration": vibration, "temperature": temperature, "pressure": pressure_bar, "age_years": age,
-                         "fault": np.asarray(CLASSES)[fault]})
+    return pl.DataFrame(
+        {
+            "machine_id": [f"M-{day:%m%d}-{i:06d}" for i in range(n)],
+            "site": rng.choice(SITES, n),
+            "vibration": vibration,
+            "temperature": temperature,
+            "pressure": pressure_bar,
+            "age_years": age,
+            "fault": np.asarray(CLASSES)[fault],
+        }
+    )
 
 
 def labels_folder(root: Path, day: dt.date) -> Path:
@@ -80,8 +97,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     root = tmp_path_factory.mktemp("multiclass-outcomes")
     score = score_cli(root, user_project_env(root))
-    frames = {day: fault_rows(day, 5000 if day in TRAIN_DAYS else 6000 if day == HOLDOUT_DAY else ROWS, seed=100 + i,
-                              pressure=3.5 if day == SHIFTED else 5.0) for i, day in enumerate(DAYS)}
+    frames = {
+        day: fault_rows(
+            day,
+            5000 if day in TRAIN_DAYS else 6000 if day == HOLDOUT_DAY else ROWS,
+            seed=100 + i,
+            pressure=3.5 if day == SHIFTED else 5.0,
+        )
+        for i, day in enumerate(DAYS)
+    }
     train = pl.concat([frames[d] for d in TRAIN_DAYS])
     train.drop("fault").write_parquet(root / "sample.parquet")
     frames[HOLDOUT_DAY].write_parquet(root / "holdout.parquet")
@@ -94,7 +118,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> dict:
         labels = frames[day].select("machine_id", "fault", pl.lit(day + dt.timedelta(days=3)).alias("observed_date"))
         if day == SCORED_DAYS[0]:
             # One machine's fault is still unknown: stored and counted, never measured.
-            labels = labels.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("fault")).alias("fault"))
+            labels = labels.with_columns(
+                pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("fault")).alias("fault")
+            )
         labels.write_parquet(folder / "part-0.parquet")
 
     score("init", JOB, "--from", str(root / "sample.parquet"), "--entity-column", "machine_id")
@@ -103,10 +129,18 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> dict:
     spec["features"]["columns"] = [c for c in spec["features"]["columns"] if c["name"] != "site"]
     spec["target"] = {"kind": "multiclass", "name": "fault type", "classes": CLASSES}
     spec["prediction"] = {
-        "interval_level": LEVEL, "rules": RULES,
-        "reasons": {"top_k": 2, "for_decisions": ["stop", "service", "inspect"], "codes": {
-            "vibration": {"code": "VIB", "text": "Vibration"}, "temperature": {"code": "TEMP", "text": "Temperature"},
-            "pressure": {"code": "PRES", "text": "Pressure"}, "age_years": {"code": "AGE", "text": "Machine age"}}},
+        "interval_level": LEVEL,
+        "rules": RULES,
+        "reasons": {
+            "top_k": 2,
+            "for_decisions": ["stop", "service", "inspect"],
+            "codes": {
+                "vibration": {"code": "VIB", "text": "Vibration"},
+                "temperature": {"code": "TEMP", "text": "Temperature"},
+                "pressure": {"code": "PRES", "text": "Pressure"},
+                "age_years": {"code": "AGE", "text": "Machine age"},
+            },
+        },
     }
     spec["monitoring"]["labels"]["outcome_column"] = "fault"
     spec["monitoring"]["slices"] = ["site"]
@@ -116,8 +150,16 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     label = train["fault"].replace_strict(CLASSES, list(range(len(CLASSES)))).to_numpy()
     booster = xgb.train(
-        {"objective": "multi:softprob", "num_class": len(CLASSES), "max_depth": 3, "eta": 0.15, "seed": 1, "nthread": 2},
-        xgb.DMatrix(train.select(FEATURES).to_numpy().astype(np.float32), label=label, feature_names=list(FEATURES)), 60,
+        {
+            "objective": "multi:softprob",
+            "num_class": len(CLASSES),
+            "max_depth": 3,
+            "eta": 0.15,
+            "seed": 1,
+            "nthread": 2,
+        },
+        xgb.DMatrix(train.select(FEATURES).to_numpy().astype(np.float32), label=label, feature_names=list(FEATURES)),
+        60,
     )
     booster.save_model(str(root / "faults.ubj"))
     score("register", JOB, "--model", str(root / "faults.ubj"), "--holdout", str(root / "holdout.parquet"))
@@ -131,7 +173,9 @@ def warehouse_of(root: Path) -> Warehouse:
 
 
 def stored(root: Path, table: str) -> pl.DataFrame:
-    return pl.from_arrow(warehouse_of(root).monitoring_rows(table, job=JOB, first_date=SCORED_DAYS[0], last_date=SCORED_DAYS[-1]))
+    return pl.from_arrow(
+        warehouse_of(root).monitoring_rows(table, job=JOB, first_date=SCORED_DAYS[0], last_date=SCORED_DAYS[-1])
+    )
 
 
 def health_of(root: Path) -> pl.DataFrame:
@@ -143,10 +187,9 @@ def joined_by_hand(root: Path, day: dt.date) -> pl.DataFrame:
     published = day_output(root, "classifications", day, job=JOB)
     labels = pl.read_parquet(labels_folder(root, day) / "part-0.parquet")
     raw = pl.read_parquet(root / "data" / "raw" / JOB / f"date={day}" / "part-0.parquet")
-    return (
-        published.join(labels.select(pl.col("machine_id").alias("entity_id"), "fault"), on="entity_id", how="left")
-        .join(raw.select(pl.col("machine_id").alias("entity_id"), "site"), on="entity_id", how="left")
-    )
+    return published.join(
+        labels.select(pl.col("machine_id").alias("entity_id"), "fault"), on="entity_id", how="left"
+    ).join(raw.select(pl.col("machine_id").alias("entity_id"), "site"), on="entity_id", how="left")
 
 
 def numpy_ece(probability: np.ndarray, outcome: np.ndarray) -> float:
@@ -161,16 +204,23 @@ def sklearn_measures(group: pl.DataFrame) -> dict:
     predicted = labelled["predicted_class"].to_numpy().astype(str)
     vectors = np.asarray(labelled["class_probabilities"].to_list())
     index = np.array([CLASSES.index(c) for c in truth])
-    precision, recall, f1, support = precision_recall_fscore_support(truth, predicted, labels=CLASSES, zero_division=np.nan)
+    precision, recall, f1, support = precision_recall_fscore_support(
+        truth, predicted, labels=CLASSES, zero_division=np.nan
+    )
     eces = [numpy_ece(vectors[:, k], (index == k).astype(float)) for k in range(len(CLASSES))]
     return {
-        "labelled": labelled.height, "accuracy": accuracy_score(truth, predicted),
+        "labelled": labelled.height,
+        "accuracy": accuracy_score(truth, predicted),
         "log_loss": log_loss(index, vectors, labels=list(range(len(CLASSES)))),
         # A class neither predicted nor observed in the group has no F1 and stays out of the mean (zero_division nan).
         "macro_f1": f1_score(truth, predicted, labels=CLASSES, average="macro", zero_division=np.nan),
-        "classwise_ece": float(np.mean(eces)), "eces": eces,
+        "classwise_ece": float(np.mean(eces)),
+        "eces": eces,
         "top_label_ece": numpy_ece(vectors.max(axis=1), (truth == predicted).astype(float)),
-        "precision": precision, "recall": recall, "f1": f1, "support": support,
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "support": support,
         "predicted_rows": np.array([(predicted == c).sum() for c in CLASSES]),
     }
 
@@ -189,16 +239,25 @@ def test_realized_measures_equal_sklearn_on_the_published_rows_and_labels(projec
         groups += [("decision", d, joined.filter(pl.col("decision") == d)) for d in sorted(joined["decision"].unique())]
         groups += [("slice:site", s, joined.filter(pl.col("site") == s)) for s in SITES]
         for section, item, group in groups:
-            row = metrics.filter((pl.col("partition_date") == day) & (pl.col("section") == section) & (pl.col("item") == item))
+            row = metrics.filter(
+                (pl.col("partition_date") == day) & (pl.col("section") == section) & (pl.col("item") == item)
+            )
             assert row.height == 1, (day, section, item)
             got, want = row.row(0, named=True), sklearn_measures(group)
             assert got["rows"] == group.height and got["labelled"] == want["labelled"]
             for measure in ("accuracy", "log_loss", "macro_f1", "classwise_ece", "top_label_ece"):
                 assert close(got[measure], want[measure]), (day, section, item, measure, got[measure], want[measure])
             for k, name in enumerate(CLASSES):
-                of_class = rates.filter((pl.col("partition_date") == day) & (pl.col("section") == section) & (pl.col("item") == item)
-                                        & (pl.col("class_name") == name)).row(0, named=True)
-                assert of_class["support"] == want["support"][k] and of_class["predicted_rows"] == want["predicted_rows"][k]
+                of_class = rates.filter(
+                    (pl.col("partition_date") == day)
+                    & (pl.col("section") == section)
+                    & (pl.col("item") == item)
+                    & (pl.col("class_name") == name)
+                ).row(0, named=True)
+                assert (
+                    of_class["support"] == want["support"][k]
+                    and of_class["predicted_rows"] == want["predicted_rows"][k]
+                )
                 for measure in ("precision", "recall", "f1"):
                     assert close(of_class[measure], float(want[measure][k])), (day, section, item, name, measure)
                 assert close(of_class["ece"], want["eces"][k])
@@ -262,7 +321,9 @@ def test_estimates_before_labels_are_recomputed_from_the_published_vectors(proje
             mine = predicted == name
             assert math.isclose(rows[("class_rate", name)]["value"], vectors[:, k].mean(), rel_tol=1e-9)
             assert math.isclose(rows[("precision", name)]["value"], vectors[mine, k].sum() / mine.sum(), rel_tol=1e-9)
-            assert math.isclose(rows[("recall", name)]["value"], vectors[mine, k].sum() / vectors[:, k].sum(), rel_tol=1e-9)
+            assert math.isclose(
+                rows[("recall", name)]["value"], vectors[mine, k].sum() / vectors[:, k].sum(), rel_tol=1e-9
+            )
 
 
 def test_estimated_accuracy_covers_the_realized_accuracy_on_unshifted_partitions(project: dict) -> None:
@@ -276,14 +337,19 @@ def test_estimated_accuracy_covers_the_realized_accuracy_on_unshifted_partitions
         realized = metrics.filter(pl.col("partition_date") == row["partition_date"])["accuracy"].item()
         estimated = health.filter(pl.col("partition_date") == row["partition_date"]).row(0, named=True)
         assert row["realized"] == realized and (row["estimate"], row["low"], row["high"]) == (
-            estimated["value"], estimated["low"], estimated["high"])
+            estimated["value"],
+            estimated["low"],
+            estimated["high"],
+        )
         assert row["outside"] == (not row["low"] <= realized <= row["high"]) and row["partition_flag"] == row["outside"]
     unshifted = accuracy.filter(pl.col("partition_date").is_in(UNSHIFTED))
     inside = int((~unshifted["outside"]).sum())
     widths = (unshifted["high"] - unshifted["low"]).to_numpy()
-    print(f"estimated accuracy's {LEVEL:.0%} interval contained the realized accuracy on {inside}/{unshifted.height} unshifted "
-          f"partitions ({inside / unshifted.height:.0%}); mean interval width {widths.mean():.3f}, mean |estimate - realized| "
-          f"{np.abs(unshifted['estimate'] - unshifted['realized']).mean():.4f}")
+    print(
+        f"estimated accuracy's {LEVEL:.0%} interval contained the realized accuracy on {inside}/{unshifted.height} unshifted "
+        f"partitions ({inside / unshifted.height:.0%}); mean interval width {widths.mean():.3f}, mean |estimate - realized| "
+        f"{np.abs(unshifted['estimate'] - unshifted['realized']).mean():.4f}"
+    )
     assert inside / unshifted.height >= 0.9
     # The draw of the labels alone (the calibration's own uncertainty left out): how close the calibrated vectors are to the truth.
     z = stats.norm.ppf((1 + LEVEL) / 2)
@@ -292,8 +358,12 @@ def test_estimated_accuracy_covers_the_realized_accuracy_on_unshifted_partitions
         p = day_output(root, "classifications", row["partition_date"], job=JOB)["probability"].to_numpy()
         sampled += abs(row["realized"] - p.mean()) <= z * np.sqrt((p * (1 - p)).sum()) / p.size
     print(f"the labels' draw alone (sampling noise only) would contain it on {sampled}/{unshifted.height}")
-    per_class = estimates.filter(pl.col("measure").is_in(["precision", "recall"]) & pl.col("partition_date").is_in(UNSHIFTED))
-    print(f"per-class precision/recall intervals: {int((~per_class['outside']).sum())}/{per_class.height} contain the realized value")
+    per_class = estimates.filter(
+        pl.col("measure").is_in(["precision", "recall"]) & pl.col("partition_date").is_in(UNSHIFTED)
+    )
+    print(
+        f"per-class precision/recall intervals: {int((~per_class['outside']).sum())}/{per_class.height} contain the realized value"
+    )
     assert (~per_class["outside"]).mean() >= 0.85
 
 
@@ -303,8 +373,11 @@ def test_the_class_mix_flags_the_day_of_low_pressure_only(project: dict) -> None
     flags = dict(zip(mix["partition_date"].to_list(), mix["flag"].to_list(), strict=True))
     assert flags[SHIFTED] == "alert"
     assert [d for d in UNSHIFTED if flags[d] != "ok"] == []
-    shares = health_of(root).filter((pl.col("section") == "class_mix") & (pl.col("measure") == "predicted_share")
-                                    & (pl.col("partition_date") == SHIFTED))
+    shares = health_of(root).filter(
+        (pl.col("section") == "class_mix")
+        & (pl.col("measure") == "predicted_share")
+        & (pl.col("partition_date") == SHIFTED)
+    )
     published = day_output(root, "classifications", SHIFTED, job=JOB)
     for row in shares.iter_rows(named=True):
         assert math.isclose(row["value"], (published["predicted_class"] == row["item"]).mean(), rel_tol=1e-9)
@@ -322,7 +395,7 @@ def test_score_outcomes_prints_each_partitions_realized_and_estimated_accuracy(p
 
 def test_the_monitoring_page_shows_each_partitions_realized_accuracy(project: dict) -> None:
     page = (project["root"] / "data" / "output" / JOB / "reports" / "html" / "monitoring.html").read_text()
-    realized = page[page.index("<h2>Realized measures</h2>"):]
+    realized = page[page.index("<h2>Realized measures</h2>") :]
     metrics = stored(project["root"], "outcome_class_metrics").filter(pl.col("section") == "partition")
     for row in metrics.iter_rows(named=True):
         assert f"<td>{row['partition_date']}</td>" in realized and f"{row['accuracy']:.2%}" in realized
@@ -331,7 +404,10 @@ def test_the_monitoring_page_shows_each_partitions_realized_accuracy(project: di
     for row in partitions.iter_rows(named=True):
         line = next(tr for tr in realized.split("<tr>") if f"<td>{row['partition_date']}</td>" in tr)
         cells = re.findall(r"<td[^>]*>([^<]*)</td>", line)
-        assert [int(c.replace(",", "")) for c in cells[-2:]] == [row["labels_quarantined"], row["labels_unknown_entity"]]
+        assert [int(c.replace(",", "")) for c in cells[-2:]] == [
+            row["labels_quarantined"],
+            row["labels_unknown_entity"],
+        ]
 
 
 def test_a_partitions_chunks_add_up_to_its_class_estimate_and_the_headline_names_it() -> None:
@@ -350,15 +426,26 @@ def test_a_partitions_chunks_add_up_to_its_class_estimate_and_the_headline_names
     for unit in units:
         partition.merge(unit)
     rows = model_health_rows(
-        partition, {}, model_version="1", decisions=[], rule_ids=[], actions=[], level=0.9, attribution_warn=0.1,
-        attribution_alert=0.2, multivariate_tolerance=0.1, classes=["a", "b", "c"],
+        partition,
+        {},
+        model_version="1",
+        decisions=[],
+        rule_ids=[],
+        actions=[],
+        level=0.9,
+        attribution_warn=0.1,
+        attribution_alert=0.2,
+        multivariate_tolerance=0.1,
+        classes=["a", "b", "c"],
         class_reference={"rows": 1000, "predicted_share": {"a": 0.6, "b": 0.2, "c": 0.2}},
     )
-    whole = multiclass_estimated_performance(p, c, classes=["a", "b", "c"], level=0.9,
-                                             probability_low=chosen - 0.01, probability_high=chosen + 0.01)
+    whole = multiclass_estimated_performance(
+        p, c, classes=["a", "b", "c"], level=0.9, probability_low=chosen - 0.01, probability_high=chosen + 0.01
+    )
     accuracy = next(r for r in rows if r["measure"] == "accuracy")
     assert [accuracy["value"], accuracy["low"], accuracy["high"]] == pytest.approx(
-        [whole["accuracy"]["value"], whole["accuracy"]["low"], whole["accuracy"]["high"]], rel=1e-12)
+        [whole["accuracy"]["value"], whole["accuracy"]["low"], whole["accuracy"]["high"]], rel=1e-12
+    )
     psi = next(r for r in rows if r["section"] == "class_mix" and r["measure"] == "psi")
     assert psi["flag"] == "alert" and psi["rows"] == 900
     headline = health_headline(rows, classifies=True)
@@ -369,15 +456,22 @@ def test_a_partitions_chunks_add_up_to_its_class_estimate_and_the_headline_names
 def test_a_label_naming_no_class_is_refused(tmp_path: Path) -> None:
     source = LabelSource(entity_column="machine_id", outcome_column="fault")
     path = tmp_path / "labels.parquet"
-    pl.DataFrame({"machine_id": ["M-1", "M-2", "M-3"], "fault": ["leak", "spark", None],
-                  "observed_date": [dt.date(2026, 5, 9)] * 3}).write_parquet(path)
+    pl.DataFrame(
+        {
+            "machine_id": ["M-1", "M-2", "M-3"],
+            "fault": ["leak", "spark", None],
+            "observed_date": [dt.date(2026, 5, 9)] * 3,
+        }
+    ).write_parquet(path)
     with pytest.raises(LabelError) as error:
         parquet_labels(tmp_path, source, kind="multiclass", classes=CLASSES)
     assert str(error.value) == (
         f"labels file {path}: column 'fault' holds the class of a multiclass job and must name one of target.classes {CLASSES} "
         "(or be null while unknown); found 1 other value(s), e.g. ['spark']"
     )
-    pl.DataFrame({"machine_id": ["M-1", "M-2"], "fault": [3, None], "observed_date": [dt.date(2026, 5, 9)] * 2}).write_parquet(path)
+    pl.DataFrame(
+        {"machine_id": ["M-1", "M-2"], "fault": [3, None], "observed_date": [dt.date(2026, 5, 9)] * 2}
+    ).write_parquet(path)
     with pytest.raises(LabelError, match=r"e\.g\. \['3'\]"):
         parquet_labels(tmp_path, source, kind="multiclass", classes=CLASSES)
 
@@ -388,13 +482,19 @@ def test_the_day_of_low_pressure_sends_one_class_mix_alert_naming_the_classes_th
     health = health_of(project["root"])
     for day in SCORED_DAYS:
         rows = health.filter(pl.col("partition_date") == day).to_dicts()
-        alerts = published_run_alerts(JOB, day.isoformat(), drift_rows=[], monitoring=None, run_link=None, page=None, health_rows=rows)
+        alerts = published_run_alerts(
+            JOB, day.isoformat(), drift_rows=[], monitoring=None, run_link=None, page=None, health_rows=rows
+        )
         mix = [a for a in alerts if a.event == "class_mix_shift"]
         if day != SHIFTED:
             assert mix == []
             continue
         assert len(mix) == 1
-        shares = {r["item"]: (r["value"], r["reference"]) for r in rows if r["section"] == "class_mix" and r["measure"] == "predicted_share"}
+        shares = {
+            r["item"]: (r["value"], r["reference"])
+            for r in rows
+            if r["section"] == "class_mix" and r["measure"] == "predicted_share"
+        }
         most = max(shares, key=lambda c: abs(shares[c][0] - shares[c][1]))
         assert f"- {most}: {shares[most][0]:.1%} of rows (reference {shares[most][1]:.1%})" in mix[0].body
         assert "risk" not in mix[0].body.lower() and "score" not in mix[0].body.lower()

@@ -11,14 +11,11 @@ import datetime as dt
 import html
 import json
 import re
-from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from conftest import user_project_env
 from test_multiclass_prediction import RULES, fault_rows
 from user_projects import day_output, score_cli
@@ -47,7 +44,16 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict:
         folder = root / "data" / "raw" / "faults" / f"date={day}"
         folder.mkdir(parents=True)
         fault_rows(day, 3_000, 80 + i).drop("fault").write_parquet(folder / "part-0.parquet")
-    init = score("init", "faults", "--from", str(root / "train.parquet"), "--entity-column", "machine_id", "--label-column", "fault")
+    init = score(
+        "init",
+        "faults",
+        "--from",
+        str(root / "train.parquet"),
+        "--entity-column",
+        "machine_id",
+        "--label-column",
+        "fault",
+    )
     spec_path = root / "jobs" / "faults.yaml"
     spec = yaml.safe_load(spec_path.read_text())
     assert spec["target"]["classes"] == CLASSES, spec["target"]
@@ -62,7 +68,8 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict:
     names = [c for c in inputs.columns if c not in ("machine_id", "outcome")]
     booster = xgb.train(
         {"objective": "multi:softprob", "num_class": len(CLASSES), "max_depth": 3, "eta": 0.2, "seed": 1},
-        xgb.DMatrix(inputs.select(names).to_numpy(), label=inputs["outcome"].to_numpy(), feature_names=names), 40,
+        xgb.DMatrix(inputs.select(names).to_numpy(), label=inputs["outcome"].to_numpy(), feature_names=names),
+        40,
     )
     booster.save_model(str(root / "faults.ubj"))
     score("register", "faults", "--model", str(root / "faults.ubj"), "--holdout", str(root / "holdout.parquet"))
@@ -74,7 +81,8 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _mix(published: pl.DataFrame) -> pl.DataFrame:
     """The class mix recomputed from the published rows: rows, share and mean probability per predicted class."""
     return (
-        published.group_by("predicted_class").agg(pl.len().alias("rows"), pl.col("probability").mean().alias("mean_probability"))
+        published.group_by("predicted_class")
+        .agg(pl.len().alias("rows"), pl.col("probability").mean().alias("mean_probability"))
         .with_columns(share=pl.col("rows") / published.height)
     )
 
@@ -96,16 +104,23 @@ def test_the_run_page_shows_the_class_mix_of_the_published_rows(faults: dict) ->
     day = SCORED[0]
     published = day_output(faults["root"], "classifications", day, job="faults")
     page = (faults["root"] / "data" / "output" / "faults" / "reports" / "html" / f"date={day}.html").read_text()
-    for name, rows, mean, share in _mix(published).select("predicted_class", "rows", "mean_probability", "share").iter_rows():
-        cells = f"<td>{name}</td><td class=\"n\">{rows:,}</td><td class=\"n\">{share:.2%}</td><td class=\"n\">{mean:.3f}</td>"
+    for name, rows, mean, share in (
+        _mix(published).select("predicted_class", "rows", "mean_probability", "share").iter_rows()
+    ):
+        cells = f'<td>{name}</td><td class="n">{rows:,}</td><td class="n">{share:.2%}</td><td class="n">{mean:.3f}</td>'
         assert cells in page, (name, cells)
     text = _text(page)
     low = int((published["margin"] < 0.1).sum())
     assert f"rows with a margin below 0.1: {low:,} ({low / published.height:.2%})" in text
     for decision in published["decision"].unique().to_list():
-        counts = [int(((published["decision"] == decision) & (published["predicted_class"] == c)).sum()) for c in CLASSES]
+        counts = [
+            int(((published["decision"] == decision) & (published["predicted_class"] == c)).sum()) for c in CLASSES
+        ]
         assert f"{decision} {' '.join(f'{n:,}' for n in counts)} {sum(counts):,}" in text, decision
-    assert "class in {bearing, overheat, leak} and probability < 0.5" in text and "class = leak and probability ≥ 0.5" in text
+    assert (
+        "class in {bearing, overheat, leak} and probability < 0.5" in text
+        and "class = leak and probability ≥ 0.5" in text
+    )
     assert 'data-plot="margin"' in page and "Classification run faults" in text
     # The glance: the decisions' mix of the published rows, and the class whose share moved most, at its published share.
     glance = _text(page.split('<section class="glance', 1)[1].split("</section>", 1)[0])
@@ -127,12 +142,19 @@ def test_the_ledger_summary_and_the_key_numbers_are_the_published_class_mix(faul
 
     root = faults["root"]
     with duckdb.connect(str(root / "data" / "warehouse.duckdb"), read_only=True) as warehouse:
-        ledger = dict(warehouse.execute("SELECT partition_date, inference FROM runs WHERE job = 'faults' AND status = 'succeeded'").fetchall())
+        ledger = dict(
+            warehouse.execute(
+                "SELECT partition_date, inference FROM runs WHERE job = 'faults' AND status = 'succeeded'"
+            ).fetchall()
+        )
     spec = yaml.safe_load((root / "jobs" / "faults.yaml").read_text())
     for day in SCORED:
         published = day_output(root, "classifications", day, job="faults")
         recorded = json.loads(ledger[day])["classification"]
-        mix = {name: (rows, share) for name, rows, share in _mix(published).select("predicted_class", "rows", "share").iter_rows()}
+        mix = {
+            name: (rows, share)
+            for name, rows, share in _mix(published).select("predicted_class", "rows", "share").iter_rows()
+        }
         assert recorded["rows"] == published.height and recorded["name"] == "fault type"
         assert recorded["predicted_share"] == pytest.approx({c: mix.get(c, (0, 0.0))[1] for c in CLASSES}, abs=1e-12)
         assert recorded["mean_probability"] == pytest.approx(published["probability"].mean(), rel=1e-12)
@@ -145,15 +167,28 @@ def test_the_ledger_summary_and_the_key_numbers_are_the_published_class_mix(faul
     counted = ClassDistribution()
     for file in sorted((root / "data" / "output" / "faults" / "classifications" / f"date={day}").glob("*.parquet")):
         counted.add(pq.read_table(file))
-    rules = [{"id": r["id"], "decision": r["decision"], "when": {k: v for k, v in (r.get("when") or {}).items() if k != "class"},
-              "classes": r.get("when", {}).get("class", ())} for r in spec["prediction"]["rules"]]
-    summary = ScoringSummary(rows_read=published.height, rows_scored=published.height,
-                             decisions=dict(published["decision"].value_counts().iter_rows()))
-    summary.classification_report = class_run_summary(counted, name="fault type", classes=CLASSES, level=0.9, rules=rules, rule_rows={},
-                                                      reason_texts={})
+    rules = [
+        {
+            "id": r["id"],
+            "decision": r["decision"],
+            "when": {k: v for k, v in (r.get("when") or {}).items() if k != "class"},
+            "classes": r.get("when", {}).get("class", ()),
+        }
+        for r in spec["prediction"]["rules"]
+    ]
+    summary = ScoringSummary(
+        rows_read=published.height,
+        rows_scored=published.height,
+        decisions=dict(published["decision"].value_counts().iter_rows()),
+    )
+    summary.classification_report = class_run_summary(
+        counted, name="fault type", classes=CLASSES, level=0.9, rules=rules, rule_rows={}, reason_texts={}
+    )
     numbers = {row["measure"]: row["value"] for row in key_numbers(summary)}
     assert numbers["rows classified"] == f"{published.height:,}" and "rows scored" not in numbers
-    for name, rows, mean, share in _mix(published).select("predicted_class", "rows", "mean_probability", "share").iter_rows():
+    for name, rows, mean, share in (
+        _mix(published).select("predicted_class", "rows", "mean_probability", "share").iter_rows()
+    ):
         assert numbers[f"predicted {name}"] == f"{rows:,} ({share:.1%}), mean probability {mean:.3f}"
     low = int((published["margin"] < 0.1).sum())
     assert numbers["rows with margin < 0.1"] == f"{low:,} ({low / published.height:.1%})"
@@ -177,10 +212,15 @@ def test_the_model_card_gives_the_classes_and_their_reliability(faults: dict) ->
         bins = row["bins"]
         # The class's ECE is its bins' weighted gap between mean probability and observed share.
         n = sum(b["rows"] for b in bins)
-        assert row["ece"] == pytest.approx(sum(b["rows"] / n * abs(b["mean_probability"] - b["observed_rate"]) for b in bins), rel=1e-9)
+        assert row["ece"] == pytest.approx(
+            sum(b["rows"] / n * abs(b["mean_probability"] - b["observed_rate"]) for b in bins), rel=1e-9
+        )
         assert f"| {row['class']} | {row['rows']:,} | {row['ece']:.4f} |" in card
         for b in bins:
-            assert f"| {b['low']:.1f}–{b['high']:.1f} | {b['rows']:,} | {b['mean_probability']:.4f} | {b['observed_rate']:.4f} |" in card
+            assert (
+                f"| {b['low']:.1f}–{b['high']:.1f} | {b['rows']:,} | {b['mean_probability']:.4f} | {b['observed_rate']:.4f} |"
+                in card
+            )
     assert f"Hold-out accuracy | {metadata['training']['holdout_accuracy']:.4g}" in card
     assert "| INSPECT | class in {bearing, overheat, leak} and probability < 0.5 | inspect |" in card
     assert not CREDIT_WORDS.search(card), CREDIT_WORDS.search(card)

@@ -104,7 +104,10 @@ def test_prediction_side_builds_no_engine_and_matches_the_one_pass(
     assert_frame_equal(staged("two-halves"), staged("one-pass"))
     for whole, half in zip(one_pass, predicted, strict=True):
         assert (half.rows_scored, half.rows_with_reasons, half.decisions, half.rules) == (
-            whole.prediction.rows_scored, whole.prediction.rows_with_reasons, whole.prediction.decisions, whole.prediction.rules
+            whole.prediction.rows_scored,
+            whole.prediction.rows_with_reasons,
+            whole.prediction.decisions,
+            whole.prediction.rules,
         )
         assert_frame_equal(
             merged_prediction_groups(half.decision_groups).drop("run_id"),

@@ -167,7 +167,9 @@ def test_a_perturbed_weight_fails_the_numerical_check_with_its_diff(exported: Ex
     assert inference_validate_onnx_model(folder / MODEL_FILE, exported.inputs, exported.outputs, atol=1.0).ok
 
 
-def test_a_wrong_declared_output_shape_fails_the_shape_check_naming_the_tensor(exported: Exported, tmp_path: Path) -> None:
+def test_a_wrong_declared_output_shape_fails_the_shape_check_naming_the_tensor(
+    exported: Exported, tmp_path: Path
+) -> None:
     folder = variant(exported, tmp_path, declare_output_width_one)
     report = inference_validate_onnx_model(folder / MODEL_FILE, exported.inputs, exported.outputs)
     assert report.shapes.status is CheckStatus.FAILED
@@ -266,7 +268,11 @@ MIXED_PLACEMENT_LOG = f"""\
 def test_the_parser_reads_a_mixed_placement() -> None:
     placements = inference_node_placements(MIXED_PLACEMENT_LOG)
     assert dict(placements.nodes_per_provider) == {CUDA: 3, CPU_PROVIDER: 2}
-    assert [str(n) for n in placements.nodes_on(CUDA)] == ["MemcpyFromHost (Memcpy)", "Gemm (node_Gemm_1)", "Relu (node_Relu (2))"]
+    assert [str(n) for n in placements.nodes_on(CUDA)] == [
+        "MemcpyFromHost (Memcpy)",
+        "Gemm (node_Gemm_1)",
+        "Relu (node_Relu (2))",
+    ]
     shape, einsum = placements.nodes_on(CPU_PROVIDER)
     assert (shape.op_type, shape.node_name, shape.cpu_by_choice) == ("Shape", "node_Shape_0", True)
     assert (einsum.op_type, einsum.node_name, einsum.cpu_by_choice) == ("Einsum", "node_Einsum_7", False)
@@ -320,6 +326,7 @@ def test_the_parser_reads_what_the_installed_onnxruntime_really_logs(exported: E
 
 def fake_cuda_session(log: str):  # noqa: ANN201
     """An ORT session class that says it runs on CUDA and logs `log` to fd 2 while being created."""
+
     class CudaSession:
         def __init__(self, path: str, sess_options=None, providers=None) -> None:  # noqa: ANN001
             assert providers == [CUDA, CPU_PROVIDER]
@@ -352,7 +359,9 @@ def test_a_node_without_a_cuda_kernel_fails_the_operator_check(
 
 
 def test_shape_nodes_on_the_cpu_by_choice_still_pass(exported: Exported, monkeypatch: pytest.MonkeyPatch) -> None:
-    log = MIXED_PLACEMENT_LOG.replace("Number of nodes: 2", "Number of nodes: 1").replace(f"{_V}   Einsum (node_Einsum_7)\n", "")
+    log = MIXED_PLACEMENT_LOG.replace("Number of nodes: 2", "Number of nodes: 1").replace(
+        f"{_V}   Einsum (node_Einsum_7)\n", ""
+    )
     monkeypatch.setattr(ort, "InferenceSession", fake_cuda_session(log))
     report = inference_validate_onnx_model(exported.model, exported.inputs, exported.outputs, provider=CUDA)
     assert report.operators.status is CheckStatus.PASSED, report.operators.details
@@ -368,7 +377,9 @@ def test_everything_on_the_cpu_under_cuda_fails(exported: Exported, monkeypatch:
     assert "none on CUDAExecutionProvider" in report.operators.details
 
 
-def test_all_nodes_on_cuda_pass_and_a_silent_log_is_not_a_pass(exported: Exported, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_all_nodes_on_cuda_pass_and_a_silent_log_is_not_a_pass(
+    exported: Exported, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = f"{_V} Node placements\n{_V}  All nodes placed on [CUDAExecutionProvider]. Number of nodes: 2\n"
     monkeypatch.setattr(ort, "InferenceSession", fake_cuda_session(log))
     report = inference_validate_onnx_model(exported.model, exported.inputs, exported.outputs, provider=CUDA)
@@ -395,7 +406,11 @@ def check_model(prefect_logging: None):  # noqa: ANN201
 def test_cli_passes_a_good_version_folder(exported: Exported, check_model) -> None:  # noqa: ANN001
     result = check_model(str(exported.folder))
     assert result.exit_code == 0, (result.output, result.exception)
-    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in result.output.splitlines() if line.count("│") >= 3}
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[2].strip()
+        for line in result.output.splitlines()
+        if line.count("│") >= 3
+    }
     assert {rows.get(name) for name in ("shapes", "numerics", "operators")} == {"passed"}, result.output
     assert result.output.rstrip().splitlines()[-1] == "ok"
 

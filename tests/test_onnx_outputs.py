@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("sklearn")
 pytest.importorskip("skl2onnx")
 
+from conftest import user_project_env  # noqa: E402
 from skl2onnx import to_onnx  # noqa: E402
 from sklearn.exceptions import ConvergenceWarning  # noqa: E402
 from sklearn.impute import SimpleImputer  # noqa: E402
@@ -31,11 +32,16 @@ from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.neural_network import MLPClassifier  # noqa: E402
 from sklearn.pipeline import Pipeline, make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
-
-from conftest import user_project_env  # noqa: E402
 from user_projects import (  # noqa: E402
-    assert_nothing_registered, assert_one_error_line, churn_project, day_output, model_inputs, raw_partition,
-    registered_version, registry_versions, score_cli,
+    assert_nothing_registered,
+    assert_one_error_line,
+    churn_project,
+    day_output,
+    model_inputs,
+    raw_partition,
+    registered_version,
+    registry_versions,
+    score_cli,
 )
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
@@ -56,8 +62,19 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("onnx-byo")
     score = score_cli(root, user_project_env(root))
     churn_project(
-        root, score, train_days=TRAIN_DAYS, holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=ROWS, seed=200, labels=False,
-        features_of=[("train.parquet", "train_inputs"), (raw_partition(SCORED_DAY), "scored_inputs"), ("holdout.parquet", "holdout_inputs")],
+        root,
+        score,
+        train_days=TRAIN_DAYS,
+        holdout_day=HOLDOUT_DAY,
+        scored_days=[SCORED_DAY],
+        rows=ROWS,
+        seed=200,
+        labels=False,
+        features_of=[
+            ("train.parquet", "train_inputs"),
+            (raw_partition(SCORED_DAY), "scored_inputs"),
+            ("holdout.parquet", "holdout_inputs"),
+        ],
     )
     return root, score
 
@@ -65,7 +82,8 @@ def project(tmp_path_factory: pytest.TempPathFactory):
 def _fitted(kind: str, x: np.ndarray, y: np.ndarray) -> Pipeline:
     """The user's own model: missing charges imputed (the raw data has them), inputs scaled, then the classifier."""
     classifier = (
-        LogisticRegression(max_iter=500) if kind == "logistic"
+        LogisticRegression(max_iter=500)
+        if kind == "logistic"
         else MLPClassifier(hidden_layer_sizes=(8,), max_iter=300, random_state=0)
     )
     with warnings.catch_warnings():
@@ -98,7 +116,9 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
     model = _fitted(kind, x, y)
     path = _exported(model, x, tmp_path / f"{kind}.onnx", zipmap=zipmap)
 
-    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote")
+    registered = score(
+        "register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote"
+    )
     version = registered_version(registered.stdout)
     metadata = json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text())
     chosen = metadata["onnx_output"]
@@ -120,7 +140,13 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
     predictions = day_output(root, "predictions", SCORED_DAY)
     assert (predictions["model_version"] == version).all()
     scored_x, _, _, ids = model_inputs(root / "scored_inputs.parquet")
-    expected = pl.DataFrame({"entity_id": ids.cast(pl.String), "sklearn_p": model.predict_proba(scored_x)[:, 1], "row": np.arange(ids.len())})
+    expected = pl.DataFrame(
+        {
+            "entity_id": ids.cast(pl.String),
+            "sklearn_p": model.predict_proba(scored_x)[:, 1],
+            "row": np.arange(ids.len()),
+        }
+    )
     joined = predictions.join(expected, on="entity_id", how="inner")
     assert joined.height == predictions.height == ids.len()
     p = joined["sklearn_p"].to_numpy()
@@ -150,7 +176,10 @@ def test_a_scikit_learn_export_registers_validates_and_scores_with_its_probabili
         if np.any(np.abs(np.diff(ranked)) < 1e-6) or np.any(np.abs(ranked[:3]) < 1e-6):
             continue
         order = np.argsort(-contributions, kind="stable")[:3]
-        assert published == ([f"R0{j + 1}" for j in order if contributions[j] > 0] or ["R00"]), (published, contributions)
+        assert published == ([f"R0{j + 1}" for j in order if contributions[j] > 0] or ["R00"]), (
+            published,
+            contributions,
+        )
         compared += 1
     assert compared >= 0.9 * needing.height
 
@@ -160,10 +189,17 @@ def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_ch
 ) -> None:
     root, score = project
     x, y, _, _ = model_inputs(root / "train_inputs.parquet")
-    onnx_version = registered_version(score(
-        "register", "churn", "--model", str(_exported(_fitted("mlp", x, y), x, tmp_path / "mlp.onnx", zipmap=True)),
-        "--holdout", str(root / "holdout.parquet"), "--promote",
-    ).stdout)
+    onnx_version = registered_version(
+        score(
+            "register",
+            "churn",
+            "--model",
+            str(_exported(_fitted("mlp", x, y), x, tmp_path / "mlp.onnx", zipmap=True)),
+            "--holdout",
+            str(root / "holdout.parquet"),
+            "--promote",
+        ).stdout
+    )
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     try:
@@ -175,12 +211,23 @@ def test_a_spec_without_reasons_never_asks_an_onnx_model_for_them_and_an_onnx_ch
 
         import xgboost as xgb
 
-        booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40)
+        booster = xgb.train(
+            {"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40
+        )
         booster.save_model(str(tmp_path / "champion.ubj"))
-        champion = registered_version(score(
-            "register", "churn", "--model", str(tmp_path / "champion.ubj"), "--holdout", str(root / "holdout.parquet"),
-        ).stdout)
-        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{onnx_version}"'))
+        champion = registered_version(
+            score(
+                "register",
+                "churn",
+                "--model",
+                str(tmp_path / "champion.ubj"),
+                "--holdout",
+                str(root / "holdout.parquet"),
+            ).stdout
+        )
+        spec_path.write_text(
+            scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{onnx_version}"')
+        )
         validated = score("validate", "churn")
         assert f"challenger {onnx_version}: model churn {onnx_version} is an ONNX graph" in validated.stdout
         score("run", "churn", "--date", str(SCORED_DAY))
@@ -212,9 +259,15 @@ def _label_only(model: Pipeline, x: np.ndarray, path: Path) -> Path:
     ("make", "expected"),
     [
         ("label_only", "output 'output_label' (shape (3000,), tensor(int64)) holds predicted class labels only"),
-        ("three_classes", "output 'output_probability' (a sequence of 3000 maps, one per row, seq(map(int64,tensor(float)))) "
-                          "holds the probabilities of 3 classes [0, 1, 2]"),
-        ("three_classes_tensor", "output 'probabilities' (shape (3000, 3), tensor(float)) holds the probabilities of 3 classes [0, 1, 2]"),
+        (
+            "three_classes",
+            "output 'output_probability' (a sequence of 3000 maps, one per row, seq(map(int64,tensor(float)))) "
+            "holds the probabilities of 3 classes [0, 1, 2]",
+        ),
+        (
+            "three_classes_tensor",
+            "output 'probabilities' (shape (3000, 3), tensor(float)) holds the probabilities of 3 classes [0, 1, 2]",
+        ),
     ],
     ids=["label_only", "three_classes", "three_classes_tensor"],
 )
@@ -250,7 +303,11 @@ def test_check_model_takes_a_zipmap_export(project, tmp_path: Path) -> None:
     checked = score("check-model", str(folder))
 
     assert checked.stdout.rstrip().splitlines()[-1] == "ok", checked.stdout
-    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in checked.stdout.splitlines() if line.count("│") >= 3}
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[2].strip()
+        for line in checked.stdout.splitlines()
+        if line.count("│") >= 3
+    }
     assert {rows.get(name) for name in ("shapes", "numerics", "operators")} == {"passed"}, checked.stdout
     flat = "".join(checked.stdout.replace("│", " ").split())
     assert "'output_probability'" in flat and "theprobabilityofclass1of[0,1]" in flat, checked.stdout
@@ -264,8 +321,11 @@ def _graph(path: Path, nodes: list, output: onnx.ValueInfoProto, weights: np.nda
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["xw"]), *nodes], "user", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
-        [output], [helper.make_tensor("w", TensorProto.FLOAT, list(weights.shape), weights.astype(np.float32).ravel().tolist())],
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), *nodes],
+        "user",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [output],
+        [helper.make_tensor("w", TensorProto.FLOAT, list(weights.shape), weights.astype(np.float32).ravel().tolist())],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -274,55 +334,78 @@ def _graph(path: Path, nodes: list, output: onnx.ValueInfoProto, weights: np.nda
 
 
 def test_a_sigmoid_output_is_a_probability_and_two_logits_per_row_are_refused(tmp_path: Path) -> None:
+    import onnxruntime as ort
     from onnx import TensorProto, helper
 
     from tasks.errors import ModelArtifactError
     from tasks.inference.onnx_outputs import inference_onnx_margins, inference_registered_onnx_output
 
-    import onnxruntime as ort
-
     rows = np.random.default_rng(3).normal(size=(200, 3)).astype(np.float32)
     w = np.array([[0.8], [-1.5], [0.3]])
-    sigmoid = _graph(tmp_path / "sigmoid.onnx", [helper.make_node("Sigmoid", ["xw"], ["p"])],
-                     helper.make_tensor_value_info("p", TensorProto.FLOAT, [None, 1]), w)
+    sigmoid = _graph(
+        tmp_path / "sigmoid.onnx",
+        [helper.make_node("Sigmoid", ["xw"], ["p"])],
+        helper.make_tensor_value_info("p", TensorProto.FLOAT, [None, 1]),
+        w,
+    )
     choice = inference_registered_onnx_output(sigmoid, rows)
-    assert (choice.output.kind, choice.output.event_index) == ("probability", 0) and "a Sigmoid node produces it" in choice.description
+    assert (choice.output.kind, choice.output.event_index) == (
+        "probability",
+        0,
+    ) and "a Sigmoid node produces it" in choice.description
     p = ort.InferenceSession(str(sigmoid), providers=["CPUExecutionProvider"]).run(None, {"x": rows})[0]
     # The margin is the logit the sigmoid was applied to.
-    np.testing.assert_allclose(inference_onnx_margins(choice.output, p, 200), (rows.astype(np.float64) @ w).ravel(), atol=1e-5)
+    np.testing.assert_allclose(
+        inference_onnx_margins(choice.output, p, 200), (rows.astype(np.float64) @ w).ravel(), atol=1e-5
+    )
 
-    logits = _graph(tmp_path / "logits.onnx", [helper.make_node("Identity", ["xw"], ["z"])],
-                    helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 2]), np.array([[0.8, -0.8], [-1.5, 1.5], [0.3, 0.1]]))
-    with pytest.raises(ModelArtifactError, match=r"output 'z' \(shape \(200, 2\), tensor\(float\)\) holds 2 values per row that are not class probabilities"):
+    logits = _graph(
+        tmp_path / "logits.onnx",
+        [helper.make_node("Identity", ["xw"], ["z"])],
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 2]),
+        np.array([[0.8, -0.8], [-1.5, 1.5], [0.3, 0.1]]),
+    )
+    with pytest.raises(
+        ModelArtifactError,
+        match=r"output 'z' \(shape \(200, 2\), tensor\(float\)\) holds 2 values per row that are not class probabilities",
+    ):
         inference_registered_onnx_output(logits, rows)
 
 
 def test_a_raw_score_that_looked_like_a_probability_on_the_hold_out_fails_where_it_leaves_0_1_instead_of_being_clipped(
     tmp_path: Path,
 ) -> None:
+    import onnxruntime as ort
     from onnx import TensorProto, helper
 
     from tasks.errors import ModelArtifactError
     from tasks.inference.onnx_outputs import inference_onnx_margins, inference_registered_onnx_output
 
-    import onnxruntime as ort
-
     # A logit head without a sigmoid, scaled so that every hold-out value happens to lie in [0, 1].
     holdout = np.random.default_rng(4).uniform(0.0, 1.0, size=(200, 3)).astype(np.float32)
     w = np.array([[0.3], [0.3], [0.3]])
-    linear = _graph(tmp_path / "linear.onnx", [helper.make_node("Identity", ["xw"], ["z"])],
-                    helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 1]), w)
+    linear = _graph(
+        tmp_path / "linear.onnx",
+        [helper.make_node("Identity", ["xw"], ["z"])],
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 1]),
+        w,
+    )
     choice = inference_registered_onnx_output(linear, holdout)
     assert choice.output.kind == "probability" and "no Sigmoid produces it" in choice.description
     later = holdout.copy()
     later[:5] = 1.2  # 3 × 0.3 × 1.2 = 1.08: the same head, a row the hold-out never had
     z = ort.InferenceSession(str(linear), providers=["CPUExecutionProvider"]).run(None, {"x": later})[0]
     assert float(z.max()) > 1.0
-    with pytest.raises(ModelArtifactError, match=r"output 'z' was registered as the event's probability, but gives 1\.08\d* on 5 of 200 rows"):
+    with pytest.raises(
+        ModelArtifactError,
+        match=r"output 'z' was registered as the event's probability, but gives 1\.08\d* on 5 of 200 rows",
+    ):
         inference_onnx_margins(choice.output, z, 200)
     inside = z[5:]
     np.testing.assert_allclose(
-        inference_onnx_margins(choice.output, inside, 195), np.log(inside.ravel().astype(np.float64) / (1 - inside.ravel())), atol=1e-6
+        inference_onnx_margins(choice.output, inside, 195),
+        np.log(inside.ravel().astype(np.float64) / (1 - inside.ravel())),
+        atol=1e-6,
     )
 
 
@@ -333,5 +416,8 @@ def test_class_labels_without_the_event_label_are_refused_naming_them(tmp_path: 
     x = np.random.default_rng(4).normal(size=(300, 3)).astype(np.float32)
     labels = np.where(x[:, 0] > 0, "yes", "no")
     path = _exported(make_pipeline(LogisticRegression()).fit(x, labels), x, tmp_path / "words.onnx", zipmap=False)
-    with pytest.raises(ModelArtifactError, match=r"holds the probabilities of classes \['no', 'yes'\]; none of them is the hold-out's event label 1"):
+    with pytest.raises(
+        ModelArtifactError,
+        match=r"holds the probabilities of classes \['no', 'yes'\]; none of them is the hold-out's event label 1",
+    ):
         inference_registered_onnx_output(path, x)

@@ -31,6 +31,7 @@ pytest.importorskip("skl2onnx")
 lgb = pytest.importorskip("lightgbm")
 onnxmltools = pytest.importorskip("onnxmltools")
 
+from conftest import user_project_env  # noqa: E402
 from onnxmltools.convert.common.data_types import FloatTensorType  # noqa: E402
 from skl2onnx import to_onnx  # noqa: E402
 from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier  # noqa: E402
@@ -39,8 +40,6 @@ from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.neural_network import MLPClassifier  # noqa: E402
 from sklearn.pipeline import Pipeline, make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
-
-from conftest import user_project_env  # noqa: E402
 from test_onnx_outputs import FLOAT32_SPACING  # noqa: E402
 from user_projects import churn_project, day_output, model_inputs, raw_partition, registered_version, score_cli  # noqa: E402
 
@@ -90,11 +89,17 @@ def _sklearn_onnx(model, x: np.ndarray, path: Path, *, zipmap: bool = True) -> P
 def _lightgbm_onnx(model, n_features: int, path: Path, *, zipmap: bool = True) -> Path:  # noqa: ANN001
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _saved(onnxmltools.convert_lightgbm(model, initial_types=[("input", FloatTensorType([None, n_features]))], zipmap=zipmap), path)
+        return _saved(
+            onnxmltools.convert_lightgbm(
+                model, initial_types=[("input", FloatTensorType([None, n_features]))], zipmap=zipmap
+            ),
+            path,
+        )
 
 
 def _lightgbm_counts(booster) -> list[list[int]]:  # noqa: ANN001
     """Each tree's training counts as LightGBM keeps them (internal_count, leaf_count), sorted."""
+
     def walk(node: dict, out: list[int]) -> list[int]:
         if "leaf_index" in node:
             out.append(node["leaf_count"])
@@ -110,8 +115,16 @@ def _lightgbm_counts(booster) -> list[list[int]]:  # noqa: ANN001
 def _metadata(path: Path, n_features: int, output: OnnxOutput, explanation) -> ModelMetadata:  # noqa: ANN001
     names = [f"f{i}" for i in range(n_features)]
     return ModelMetadata(
-        name="unit", version="1", framework="onnx", model_file=path.name, sha256="0" * 64, feature_version="1", features=names,
-        feature_dtypes={n: "float32" for n in names}, onnx_output=output, explanation=explanation,
+        name="unit",
+        version="1",
+        framework="onnx",
+        model_file=path.name,
+        sha256="0" * 64,
+        feature_version="1",
+        features=names,
+        feature_dtypes={n: "float32" for n in names},
+        onnx_output=output,
+        explanation=explanation,
     )
 
 
@@ -152,7 +165,12 @@ def _brute_force_shapley(trees: list[tuple], x: np.ndarray, bias: float) -> np.n
         for s in range(2**m):
             if not s >> i & 1:
                 size = bin(s).count("1")
-                phi[:, i] += math.factorial(size) * math.factorial(m - size - 1) / math.factorial(m) * (game[s | 1 << i] - game[s])
+                phi[:, i] += (
+                    math.factorial(size)
+                    * math.factorial(m - size - 1)
+                    / math.factorial(m)
+                    * (game[s | 1 << i] - game[s])
+                )
     phi[:, m] = game[0] + bias
     return phi
 
@@ -161,7 +179,9 @@ def test_lightgbm_export_counted_on_the_training_rows_is_lightgbms_own_cover_and
     x, y = _synthetic(ROWS, 5, seed=1, missing=0.03)
     model = lgb.LGBMClassifier(n_estimators=30, num_leaves=15, verbose=-1).fit(x, y)
     path = _lightgbm_onnx(model, 5, tmp_path / "lgb.onnx")
-    explained = inference_onnx_explained_node(onnx.load(str(path)), OnnxOutput(**{**ZIPMAP.model_dump(), "name": "probabilities"}))
+    explained = inference_onnx_explained_node(
+        onnx.load(str(path)), OnnxOutput(**{**ZIPMAP.model_dump(), "name": "probabilities"})
+    )
 
     trees, unreached = inference_onnx_counted_trees(explained, x)
 
@@ -173,7 +193,9 @@ def test_lightgbm_export_counted_on_the_training_rows_is_lightgbms_own_cover_and
     theirs = model.booster_.predict(rows, pred_contrib=True)
     print(f"LightGBM export: max |contribution − pred_contrib| = {np.abs(contributions - theirs).max():.2g}")
     np.testing.assert_allclose(contributions, theirs, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(contributions.sum(axis=1), model.booster_.predict(rows, raw_score=True), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        contributions.sum(axis=1), model.booster_.predict(rows, raw_score=True), rtol=0, atol=1e-5
+    )
 
 
 def test_gradient_boosting_export_gives_brute_force_path_dependent_shapley_values(tmp_path: Path) -> None:
@@ -212,7 +234,9 @@ def test_one_class_weights_are_read_as_onnx_runtime_derives_the_other_class(tmp_
     ):
         proto = onnx.load(str(_sklearn_onnx(model, x, tmp_path / "m.onnx")))
         weights = next(a for a in proto.graph.node[0].attribute if a.name == "class_ids")
-        assert set(weights.ints) == {0}, "the converter wrote weights of both classes: this test no longer covers the binary case"
+        assert set(weights.ints) == {0}, (
+            "the converter wrote weights of both classes: this test no longer covers the binary case"
+        )
         explained = inference_onnx_explained_node(proto, output)
         trees, _ = inference_onnx_counted_trees(explained, x)
         total = inference_treeshap_kernel(trees).contributions(rows).sum(axis=1)
@@ -223,7 +247,9 @@ def test_one_class_weights_are_read_as_onnx_runtime_derives_the_other_class(tmp_
 def test_a_logistic_pipeline_export_gives_coefficient_times_value_minus_reference_mean(tmp_path: Path) -> None:
     x, y = _synthetic(ROWS, 5, seed=8, missing=0.03)
     model = make_pipeline(SimpleImputer(), StandardScaler(), LogisticRegression()).fit(x, y)
-    output = OnnxOutput(name="probabilities", kind="probability", event_index=1, event_label=1, classes=[0, 1], clip=1e-7)
+    output = OnnxOutput(
+        name="probabilities", kind="probability", event_index=1, event_label=1, classes=[0, 1], clip=1e-7
+    )
     path = _sklearn_onnx(model, x, tmp_path / "lr.onnx", zipmap=False)
     reference, rows = _synthetic(1000, 5, seed=9, missing=0.03)[0], _synthetic(200, 5, seed=10, missing=0.03)[0]
 
@@ -246,7 +272,9 @@ def test_an_mlp_or_a_split_the_table_does_not_read_keeps_reasons_off_saying_why(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mlp = MLPClassifier(hidden_layer_sizes=(8,), max_iter=200, random_state=0).fit(x, y)
-    explanation, notes = inference_onnx_registration_explanation(_sklearn_onnx(mlp, x, tmp_path / "mlp.onnx"), ZIPMAP, x, x)
+    explanation, notes = inference_onnx_registration_explanation(
+        _sklearn_onnx(mlp, x, tmp_path / "mlp.onnx"), ZIPMAP, x, x
+    )
     assert (explanation.method, explanation.detail, notes) == ("none", NO_NODE, [])
 
     forest = RandomForestClassifier(n_estimators=5, max_depth=3, random_state=0).fit(x, y)
@@ -260,8 +288,13 @@ def test_an_mlp_or_a_split_the_table_does_not_read_keeps_reasons_off_saying_why(
     holey, informative = _synthetic(ROWS, 5, seed=13)
     holey[(informative == 1) & (np.arange(ROWS) % 2 == 0), 4] = np.nan
     forest = RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0).fit(holey, informative)
-    explanation, _ = inference_onnx_registration_explanation(_sklearn_onnx(forest, holey, tmp_path / "nan.onnx"), ZIPMAP, holey, holey)
-    assert explanation.method == "none" and "splits at inf (what a scikit-learn tree trained on missing values writes)" in explanation.detail
+    explanation, _ = inference_onnx_registration_explanation(
+        _sklearn_onnx(forest, holey, tmp_path / "nan.onnx"), ZIPMAP, holey, holey
+    )
+    assert (
+        explanation.method == "none"
+        and "splits at inf (what a scikit-learn tree trained on missing values writes)" in explanation.detail
+    )
 
 
 @pytest.fixture(scope="module")
@@ -271,16 +304,32 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("onnx-reasons")
     score = score_cli(root, user_project_env(root))
     churn_project(
-        root, score, train_days=TRAIN_DAYS, holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=ROWS, seed=300,
-        features_of=[("train.parquet", "train_inputs"), ("holdout.parquet", "holdout_inputs"), (raw_partition(SCORED_DAY), "scored_inputs")],
+        root,
+        score,
+        train_days=TRAIN_DAYS,
+        holdout_day=HOLDOUT_DAY,
+        scored_days=[SCORED_DAY],
+        rows=ROWS,
+        seed=300,
+        features_of=[
+            ("train.parquet", "train_inputs"),
+            ("holdout.parquet", "holdout_inputs"),
+            (raw_partition(SCORED_DAY), "scored_inputs"),
+        ],
     )
     return root, score
 
 
 def _registered(root: Path, score, path: Path, *extra: str) -> tuple[str, dict, str]:  # noqa: ANN001
-    registered = score("register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote", *extra)
+    registered = score(
+        "register", "churn", "--model", str(path), "--holdout", str(root / "holdout.parquet"), "--promote", *extra
+    )
     version = registered_version(registered.stdout)
-    return version, json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text()), registered.stdout
+    return (
+        version,
+        json.loads((root / "data" / "models" / "churn" / version / "metadata.json").read_text()),
+        registered.stdout,
+    )
 
 
 def _published_against(root: Path, dataset: str, margin, contributions) -> tuple[pl.DataFrame, int]:  # noqa: ANN001
@@ -323,24 +372,39 @@ def test_a_lightgbm_onnx_export_publishes_lightgbms_margins_and_reasons(project,
     # The training rows as the reference: the counted cover is LightGBM's own, so are the reasons.
     version, metadata, stdout = _registered(root, score, path, "--reference", str(root / "train.parquet"))
     explanation = metadata["explanation"]
-    assert (explanation["method"], explanation["scale"], explanation["cover_rows"]) == ("treeshap", "margin", x.shape[0])
+    assert (explanation["method"], explanation["scale"], explanation["cover_rows"]) == (
+        "treeshap",
+        "margin",
+        x.shape[0],
+    )
     assert "local accuracy" in explanation["checked_against"] and explanation["max_abs_diff"] <= 1e-5
     start = np.cumsum([0] + [len(c) for c in _lightgbm_counts(model.booster_)])
-    assert [sorted(explanation["node_cover"][a:b]) for a, b in itertools.pairwise(start)] == _lightgbm_counts(model.booster_)
-    assert "exact TreeSHAP of the graph's TreeEnsembleClassifier (40 trees), adding up to the margin" in " ".join(stdout.split())
+    assert [sorted(explanation["node_cover"][a:b]) for a, b in itertools.pairwise(start)] == _lightgbm_counts(
+        model.booster_
+    )
+    assert "exact TreeSHAP of the graph's TreeEnsembleClassifier (40 trees), adding up to the margin" in " ".join(
+        stdout.split()
+    )
     assert "reasons off" not in score("validate", "churn").stdout
 
     score("run", "churn", "--date", str(SCORED_DAY))
     joined, compared = _published_against(
-        root, "predictions", lambda rows: model.booster_.predict(rows, raw_score=True),
+        root,
+        "predictions",
+        lambda rows: model.booster_.predict(rows, raw_score=True),
         lambda rows: model.booster_.predict(rows, pred_contrib=True)[:, :-1],
     )
-    print(f"LightGBM export through the CLI: max |margin − raw_score| = {_margins_close(joined):.2g}; reasons compared on {compared} rows")
+    print(
+        f"LightGBM export through the CLI: max |margin − raw_score| = {_margins_close(joined):.2g}; reasons compared on {compared} rows"
+    )
     assert (joined["model_version"] == version).all()
     assert compared >= 0.9 * joined.filter(pl.col("decision") != "no_action").height > 0
     fallback = day_output(root, "reports/fallback", SCORED_DAY)
     assert fallback.filter(pl.col("kind") == "reasons_unavailable")["rows"].sum() == 0
-    assert "realized performance" in score("outcomes", "churn", "--start", str(SCORED_DAY), "--end", str(SCORED_DAY)).stdout
+    assert (
+        "realized performance"
+        in score("outcomes", "churn", "--start", str(SCORED_DAY), "--end", str(SCORED_DAY)).stdout
+    )
 
 
 def test_a_random_forest_onnx_challenger_behind_an_xgboost_champion_publishes_scikit_learns_margins_and_reasons(
@@ -348,23 +412,33 @@ def test_a_random_forest_onnx_challenger_behind_an_xgboost_champion_publishes_sc
 ) -> None:
     root, score = project
     x, y, _, _ = model_inputs(root / "train_inputs.parquet")
-    model: Pipeline = make_pipeline(SimpleImputer(), RandomForestClassifier(n_estimators=20, max_depth=5, random_state=0)).fit(x, y)
+    model: Pipeline = make_pipeline(
+        SimpleImputer(), RandomForestClassifier(n_estimators=20, max_depth=5, random_state=0)
+    ).fit(x, y)
     challenger, metadata, stdout = _registered(root, score, _sklearn_onnx(model, x, tmp_path / "churn_rf.onnx"))
     explanation = metadata["explanation"]
     holdout, _, _, _ = model_inputs(root / "holdout_inputs.parquet")
     # A forest averages probabilities: its contributions add up to the probability, the cover counted on the hold-out.
-    assert (explanation["method"], explanation["scale"], explanation["cover_rows"]) == ("treeshap", "probability", holdout.shape[0])
+    assert (explanation["method"], explanation["scale"], explanation["cover_rows"]) == (
+        "treeshap",
+        "probability",
+        holdout.shape[0],
+    )
     assert "adding up to the event's probability" in " ".join(stdout.split())
 
     import xgboost as xgb
 
-    booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40)
+    booster = xgb.train(
+        {"objective": "binary:logistic", "max_depth": 3, "seed": 1}, xgb.DMatrix(x, label=y, missing=np.nan), 40
+    )
     booster.save_model(str(tmp_path / "champion.ubj"))
     champion, _, _ = _registered(root, score, tmp_path / "champion.ubj")
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     try:
-        spec_path.write_text(scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{challenger}"'))
+        spec_path.write_text(
+            scaffolded.replace("  version: champion", f'  version: "{champion}"\n  challenger: "{challenger}"')
+        )
         assert "reasons off" not in score("validate", "churn").stdout
         score("run", "churn", "--date", str(SCORED_DAY))
     finally:
@@ -378,7 +452,8 @@ def test_a_random_forest_onnx_challenger_behind_an_xgboost_champion_publishes_sc
     assert predictions.filter(pl.col("decision") != "no_action")["reason_codes"].list.len().min() >= 1
     forest = model[-1]
     trees = _sklearn_trees(
-        forest.estimators_, model[0].transform(holdout).astype(np.float32),
+        forest.estimators_,
+        model[0].transform(holdout).astype(np.float32),
         lambda tree: tree.value[:, 0, 1] / tree.value[:, 0, :].sum(axis=1) / forest.n_estimators,
     )
 
@@ -390,7 +465,9 @@ def test_a_random_forest_onnx_challenger_behind_an_xgboost_champion_publishes_sc
         return _brute_force_shapley(trees, model[0].transform(rows).astype(np.float32), 0.0)[:, :-1]
 
     joined, compared = _published_against(root, "shadow_predictions", margin, shapley)
-    print(f"RandomForest export through the CLI: max |margin − logit(predict_proba)| = {_margins_close(joined):.2g}; reasons compared on {compared} rows")
+    print(
+        f"RandomForest export through the CLI: max |margin − logit(predict_proba)| = {_margins_close(joined):.2g}; reasons compared on {compared} rows"
+    )
     assert (joined["model_version"] == challenger).all() and joined.height == predictions.height
     assert compared >= 0.9 * joined.filter(pl.col("decision") != "no_action").height > 0
 
@@ -403,9 +480,20 @@ def test_check_model_takes_the_tree_exports_one_line_per_check(project, tmp_path
     sample = np.nan_to_num(x[:64])
     boosting = lgb.LGBMClassifier(n_estimators=20, num_leaves=7, verbose=-1).fit(x, y)
     models = {
-        "rf": (make_pipeline(SimpleImputer(), RandomForestClassifier(n_estimators=10, max_depth=4, random_state=0)).fit(x, y), None),
-        "gb": (make_pipeline(SimpleImputer(), GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0)).fit(x, y), None),
-        "lgb": (boosting, True), "lgb_tensor": (boosting, False),
+        "rf": (
+            make_pipeline(SimpleImputer(), RandomForestClassifier(n_estimators=10, max_depth=4, random_state=0)).fit(
+                x, y
+            ),
+            None,
+        ),
+        "gb": (
+            make_pipeline(
+                SimpleImputer(), GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0)
+            ).fit(x, y),
+            None,
+        ),
+        "lgb": (boosting, True),
+        "lgb_tensor": (boosting, False),
     }
     for name, (model, zipmap) in models.items():
         folder = tmp_path / name
@@ -420,8 +508,14 @@ def test_check_model_takes_the_tree_exports_one_line_per_check(project, tmp_path
 
     checked = score("check-model", str(tmp_path / "lgb"))
     assert checked.stdout.rstrip().splitlines()[-1] == "ok", checked.stdout
-    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in checked.stdout.splitlines() if line.count("│") >= 3}
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[2].strip()
+        for line in checked.stdout.splitlines()
+        if line.count("│") >= 3
+    }
     assert {rows.get(name) for name in ("shapes", "numerics", "operators")} == {"passed"}, checked.stdout
     # onnxmltools declares the label output (1,): said, and not failed, as registration scores the probabilities.
     flat = " ".join(checked.stdout.replace("│", " ").split())
-    assert "not scored, so not failed: output 'label': declared (1,), ONNX Runtime returns (64,)" in flat, checked.stdout
+    assert "not scored, so not failed: output 'label': declared (1,), ONNX Runtime returns (64,)" in flat, (
+        checked.stdout
+    )

@@ -23,12 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 
 from tasks.errors import ExitCode, ReadOnlyStorage, user_facing_error
 from tasks.inference.registry import inference_model_checksum
 from tasks.settings import PROJECT_ROOT
-
-from conftest import DEMO_JOB, DemoEnv
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -50,12 +49,19 @@ def data(demo_env: DemoEnv, tmp_path: Path) -> Path:
     return copied_demo(demo_env, tmp_path)
 
 
-def score(data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def score(
+    data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SCORING_")}
     environment.update({"SCORING_DATA_DIR": str(data_dir), **(env or {})})
     return subprocess.run(
         [str(SCORE), *(args or ("run", DEMO_JOB, "--date", DAY))],
-        cwd=PROJECT_ROOT, env=environment, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout,
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
     )
 
 
@@ -177,7 +183,9 @@ def test_a_model_registered_before_model_health_scores_and_reports_no_health_ref
     report = pq.read_table(data / "output" / DEMO_JOB / "reports" / "fallback" / f"date={DAY}").to_pylist()
     (row,) = [r for r in report if r["kind"] == "no_health_reference"]
     rows_read = sum(pq.read_metadata(f).num_rows for f in (data / "raw" / DEMO_JOB / f"date={DAY}").glob("*.parquet"))
-    assert row["rows"] == rows_read and "no multivariate drift" in row["detail"] and "register it again" in row["detail"]
+    assert (
+        row["rows"] == rows_read and "no multivariate drift" in row["detail"] and "register it again" in row["detail"]
+    )
     health = pq.read_table(data / "output" / DEMO_JOB / "reports" / "model_health" / f"date={DAY}").to_pylist()
     assert {r["section"] for r in health} == {"estimated_performance"}
 
@@ -224,9 +232,13 @@ def test_an_unreachable_postgres_warehouse_is_one_line_without_its_password(data
 
 
 def test_a_warehouse_url_and_a_secret_block_both_set_name_both_variables(data: Path) -> None:
-    result = score(data, env={
-        "SCORING_WAREHOUSE_URL": "postgresql://scorer:Hunter2Secret@db:5432/scoring", "SCORING_WAREHOUSE_SECRET_BLOCK": "scoring-warehouse",
-    })
+    result = score(
+        data,
+        env={
+            "SCORING_WAREHOUSE_URL": "postgresql://scorer:Hunter2Secret@db:5432/scoring",
+            "SCORING_WAREHOUSE_SECRET_BLOCK": "scoring-warehouse",
+        },
+    )
     line = one_error_line(result, ExitCode.ENVIRONMENT)
     assert "SCORING_WAREHOUSE_URL and SCORING_WAREHOUSE_SECRET_BLOCK are both set" in line, line
     assert "Hunter2Secret" not in result.stdout + result.stderr
@@ -242,7 +254,11 @@ def test_a_secret_block_that_does_not_exist_is_named_with_the_api_asked(data: Pa
     api = str(PREFECT_API_URL.value())
     result = score(data, env={"SCORING_WAREHOUSE_SECRET_BLOCK": "scoring-warehouse-typo", "PREFECT_API_URL": api})
     line = one_error_line(result, ExitCode.ENVIRONMENT)
-    assert "SCORING_WAREHOUSE_SECRET_BLOCK='scoring-warehouse-typo'" in line and "no Prefect Secret block" in line and api in line, line
+    assert (
+        "SCORING_WAREHOUSE_SECRET_BLOCK='scoring-warehouse-typo'" in line
+        and "no Prefect Secret block" in line
+        and api in line
+    ), line
     assert "Hunter2Secret" not in result.stdout + result.stderr
     assert nothing_scored(data)
 
@@ -328,7 +344,9 @@ def _snappy_with_a_corrupt_entity_column(path: Path) -> bytes:
     return bytes(content)
 
 
-def test_a_raw_file_corrupt_inside_the_entity_column_is_named_with_its_row_group(demo_env: DemoEnv, scored: Path) -> None:
+def test_a_raw_file_corrupt_inside_the_entity_column_is_named_with_its_row_group(
+    demo_env: DemoEnv, scored: Path
+) -> None:
     raw = _raw_file(scored)
     before = outputs_fingerprint(scored)
     # From the demo's own file: another test of the module may have damaged this copy already.
@@ -411,17 +429,24 @@ def test_a_backfill_scores_the_other_days_past_an_unreadable_file_and_mode_faile
 
     result = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last)
     line = one_error_line(result, ExitCode.USER)
-    assert f"1 of 3 partition(s) failed: {DEMO_JOB} {bad}" in line and f"raw file {raw} is not a readable Parquet file" in line, line
+    assert (
+        f"1 of 3 partition(s) failed: {DEMO_JOB} {bad}" in line
+        and f"raw file {raw} is not a readable Parquet file" in line
+    ), line
     runs = ledger(data / "warehouse.duckdb")
     assert runs[first][0] == runs[last][0] == "succeeded", runs
     status, error = runs[bad]
     assert status == "refused" and f"raw file {raw} is not a readable Parquet file" in error, runs[bad]
     # The analyst's next step finds exactly that day.
     planned = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last, "--mode", "failed", "--dry-run")
-    assert planned.returncode == 0 and f"would score 1 partition(s): {bad}" in planned.stdout, planned.stdout + planned.stderr
+    assert planned.returncode == 0 and f"would score 1 partition(s): {bad}" in planned.stdout, (
+        planned.stdout + planned.stderr
+    )
     missing = score(data, "backfill", DEMO_JOB, "--start", first, "--end", last, "--mode", "missing", "--dry-run")
     # A refused day was never scored: `missing` selects it too.
-    assert missing.returncode == 0 and f"would score 1 partition(s): {bad}" in missing.stdout, missing.stdout + missing.stderr
+    assert missing.returncode == 0 and f"would score 1 partition(s): {bad}" in missing.stdout, (
+        missing.stdout + missing.stderr
+    )
 
 
 # The environment: a full disk, a read-only warehouse, a locked warehouse.
@@ -431,7 +456,9 @@ def test_a_backfill_scores_the_other_days_past_an_unreadable_file_and_mode_faile
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "tmpfs"
     mount.mkdir()
-    tried = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mount)], capture_output=True, text=True)
+    tried = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if tried.returncode != 0:
         # test_enospc_and_erofs_are_classified_from_the_errno covers the classification without a mount.
         pytest.skip(f"cannot mount a tmpfs here ({tried.stderr.strip()}); run as root for the real full-disk test")
@@ -442,7 +469,9 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("free_kib", [16, 64], ids=["duplicate-pass-scratch", "staged-outputs"])
-def test_a_full_disk_is_one_line_naming_where_and_the_free_space(demo_env: DemoEnv, tmpfs: Path, tmp_path: Path, free_kib: int) -> None:
+def test_a_full_disk_is_one_line_naming_where_and_the_free_space(
+    demo_env: DemoEnv, tmpfs: Path, tmp_path: Path, free_kib: int
+) -> None:
     data = copied_demo(demo_env, tmpfs)
     # 16 KiB: the duplicate-id pass's scratch files already do not fit; 64 KiB: they do, the
     # staged outputs of the 3,000 demo rows do not.
@@ -470,8 +499,13 @@ def test_a_read_only_warehouse_is_one_line_naming_it(data: Path, tmpfs: Path) ->
 def test_a_warehouse_locked_by_another_process_names_the_holder(data: Path) -> None:
     warehouse = data / "warehouse.duckdb"
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb, sys, time; c = duckdb.connect({str(warehouse)!r}); print('held', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, sys, time; c = duckdb.connect({str(warehouse)!r}); print('held', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -482,7 +516,11 @@ def test_a_warehouse_locked_by_another_process_names_the_holder(data: Path) -> N
     line = one_error_line(result, ExitCode.ENVIRONMENT)
     assert f"warehouse {warehouse} is locked by process {holder.pid}" in line and "waited 1 s" in line, line
     # The holder's program name, not its command line (tests/test_secrets_not_printed.py plants secrets there).
-    assert "SCORING_WAREHOUSE_LOCK_WAIT_S" in line and f"process {holder.pid} (python)" in line and "import duckdb" not in line, line
+    assert (
+        "SCORING_WAREHOUSE_LOCK_WAIT_S" in line
+        and f"process {holder.pid} (python)" in line
+        and "import duckdb" not in line
+    ), line
     assert "waiting up to 1 s" in result.stdout + result.stderr  # logged once while it waited
     assert ledger_rows(warehouse) == 0
 

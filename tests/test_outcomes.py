@@ -23,15 +23,16 @@ import pyarrow as pa
 import pytest
 import yaml
 from matplotlib.image import imread
+from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
+from offline_browser import offline_page
 from polars.testing import assert_frame_equal
 from rich.console import Console
 from scipy.stats import beta, mannwhitneyu
 
+from tasks.catalog import OUTCOME_DATASETS, warehouse_dataset
 from tasks.errors import LabelError, PartitionError
 from tasks.jobspec import load_job_spec
 from tasks.monitoring.history import monitoring_history, unmatched_label_counts
-from tasks.reports.monitoring_page import realized_performance_rows, realized_performance_table, unmatched_labels_text
-from tasks.runs.monitoring import outcomes_run_name, written_monitoring_page
 from tasks.monitoring.outcomes import (
     ANY_ACTION,
     ingested_outcomes,
@@ -39,12 +40,10 @@ from tasks.monitoring.outcomes import (
     parquet_labels,
     partition_outcome_tables,
 )
+from tasks.reports.monitoring_page import realized_performance_rows, realized_performance_table, unmatched_labels_text
+from tasks.runs.monitoring import outcomes_run_name, written_monitoring_page
 from tasks.settings import PROJECT_ROOT, Settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
-from tasks.catalog import OUTCOME_DATASETS, warehouse_dataset
-
-from monitoring_demo import JOB, MonitoredDemo, copied_demo, monitored_demo
-from offline_browser import offline_page
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -97,13 +96,22 @@ def independent_metrics(y: np.ndarray, p: np.ndarray, *, level: float = 0.95, bi
     n, k = y.size, int(y.sum())
     u = mannwhitneyu(p[y == 1], p[y == 0], alternative="two-sided").statistic
     which = np.clip(np.floor(p * bins).astype(int), 0, bins - 1)
-    ece = sum(abs(p[which == b].mean() - y[which == b].mean()) * (which == b).sum() / n for b in range(bins) if (which == b).any())
+    ece = sum(
+        abs(p[which == b].mean() - y[which == b].mean()) * (which == b).sum() / n
+        for b in range(bins)
+        if (which == b).any()
+    )
     alpha = 1 - level
     return {
-        "labelled": n, "events": k, "observed_rate": k / n, "expected_rate": p.mean(),
+        "labelled": n,
+        "events": k,
+        "observed_rate": k / n,
+        "expected_rate": p.mean(),
         "observed_low": beta.ppf(alpha / 2, k, n - k + 1) if k else 0.0,
         "observed_high": beta.ppf(1 - alpha / 2, k + 1, n - k) if k < n else 1.0,
-        "auc": u / (k * (n - k)), "brier": np.mean((p - y) ** 2), "ece": ece,
+        "auc": u / (k * (n - k)),
+        "brier": np.mean((p - y) ** 2),
+        "ece": ece,
     }
 
 
@@ -117,12 +125,16 @@ def test_realized_metrics_per_model_version_match_an_independent_computation(env
     for day in env.demo.dates:
         joined = joined_by_hand(env.data_dir, day)
         for version, rows in joined.group_by("model_version"):
-            (got,) = metrics.filter((pl.col("partition_date") == day) & (pl.col("model_version") == version[0])).to_dicts()
+            (got,) = metrics.filter(
+                (pl.col("partition_date") == day) & (pl.col("model_version") == version[0])
+            ).to_dicts()
             assert version[0] == env.demo.versions[day]
             want = independent_metrics(rows["y"].to_numpy().astype(float), rows["probability"].to_numpy())
             for name, value in want.items():
                 assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-12), (day, name)
-            assert got["expected_within_interval"] == (got["observed_low"] <= got["expected_rate"] <= got["observed_high"])
+            assert got["expected_within_interval"] == (
+                got["observed_low"] <= got["expected_rate"] <= got["observed_high"]
+            )
             assert got["scoring_run_id"] == env.demo.run_ids[day]
 
 
@@ -160,13 +172,17 @@ def test_every_partition_and_every_label_is_accounted_for(env: OutcomesEnv) -> N
         assert row["labels"] == row["labels_matched"] + row["labels_quarantined"] + row["labels_unknown_entity"]
         assert row["predictions_labelled"] == joined_by_hand(env.data_dir, day).height
     labels = table(env.settings, "outcome_labels")
-    assert labels.filter(pl.col("entity_status") == "unknown").height == sum(r["labels_unknown_entity"] for r in partitions.values())
+    assert labels.filter(pl.col("entity_status") == "unknown").height == sum(
+        r["labels_unknown_entity"] for r in partitions.values()
+    )
     assert set(labels["entity_status"]) <= {"scored", "quarantined", "unknown"}
     returned = {r["date"]: r for r in env.returned}
     assert returned[env.unscored_date.isoformat()]["labels_unknown_entity"] == label_rows
 
 
-def test_reingesting_the_same_labels_leaves_identical_tables(env: OutcomesEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reingesting_the_same_labels_leaves_identical_tables(
+    env: OutcomesEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from flows.outcomes import outcomes
 
     data_dir = copied_demo(env.demo, tmp_path / "data")
@@ -219,9 +235,12 @@ def test_unknown_entities_and_duplicates_are_counted_kept_and_reported(
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["realized-performance-credit-risk"])),
-            sort=ArtifactSort.CREATED_DESC, limit=1,
+            sort=ArtifactSort.CREATED_DESC,
+            limit=1,
         )
-        named = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"outcomes {JOB} {day}…{day}"])))
+        named = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"outcomes {JOB} {day}…{day}"]))
+        )
     unmatched = partition["labels_unknown_entity"] + partition["labels_quarantined"]
     assert f"Labels that match no scored entity: {unmatched} — " in artifacts[0].description
     assert "unknown entity: 3 (labels of entities a scored day never read)" in artifacts[0].description
@@ -248,12 +267,28 @@ def test_labels_from_a_warehouse_table_join_the_parquet_ones(env: OutcomesEnv, t
 
     known = pl.read_parquet(labels_dir / "labels.parquet").row(0, named=True)
     with warehouse.connect() as con:
-        con.execute("CREATE TABLE loaded_labels (job VARCHAR, partition_date DATE, entity_id VARCHAR, defaulted SMALLINT, observed_date DATE)")
+        con.execute(
+            "CREATE TABLE loaded_labels (job VARCHAR, partition_date DATE, entity_id VARCHAR, defaulted SMALLINT, observed_date DATE)"
+        )
         con.execute(
             "INSERT INTO loaded_labels VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)",
-            [JOB, day, "APP-FROM-TABLE", 1, known["observed_date"],
-             JOB, day, known["entity_id"], known["defaulted"], known["observed_date"],
-             "gearbox", day, "T01-ELSEWHERE", 1, known["observed_date"]],
+            [
+                JOB,
+                day,
+                "APP-FROM-TABLE",
+                1,
+                known["observed_date"],
+                JOB,
+                day,
+                known["entity_id"],
+                known["defaulted"],
+                known["observed_date"],
+                "gearbox",
+                day,
+                "T01-ELSEWHERE",
+                1,
+                known["observed_date"],
+            ],
         )
     outcomes = ingested_outcomes(warehouse, spec, labels_dir=labels_dir, partition_date=day)
     partition = outcomes.partition_row()
@@ -266,10 +301,17 @@ def test_bad_labels_are_refused_with_the_file_and_the_values(tmp_path: Path) -> 
     spec = load_job_spec(JOB, Settings(data_dir=tmp_path))
     folder = tmp_path / "date=2026-03-01"
     folder.mkdir()
-    pl.DataFrame({"entity_id": ["a", "b", "c"], "defaulted": [0, 2, 7], "observed_date": [dt.date(2027, 3, 1)] * 3}).write_parquet(folder / "x.parquet")
-    with pytest.raises(LabelError, match=r"x\.parquet: outcome column 'defaulted' must be 1 \(the event\) or 0 \(or true/false\); 2 row\(s\) are not, e\.g\. \[2, 7\]"):
+    pl.DataFrame(
+        {"entity_id": ["a", "b", "c"], "defaulted": [0, 2, 7], "observed_date": [dt.date(2027, 3, 1)] * 3}
+    ).write_parquet(folder / "x.parquet")
+    with pytest.raises(
+        LabelError,
+        match=r"x\.parquet: outcome column 'defaulted' must be 1 \(the event\) or 0 \(or true/false\); 2 row\(s\) are not, e\.g\. \[2, 7\]",
+    ):
         parquet_labels(folder, spec.monitoring.labels)
-    pl.DataFrame({"entity_id": ["a"], "outcome": [1], "observed_date": [dt.date(2027, 3, 1)]}).write_parquet(folder / "x.parquet")
+    pl.DataFrame({"entity_id": ["a"], "outcome": [1], "observed_date": [dt.date(2027, 3, 1)]}).write_parquet(
+        folder / "x.parquet"
+    )
     with pytest.raises(LabelError, match=r"x\.parquet lacks column\(s\) \['defaulted'\]"):
         parquet_labels(folder, spec.monitoring.labels)
     assert parquet_labels(tmp_path / "date=2026-03-02", spec.monitoring.labels).is_empty()
@@ -284,20 +326,30 @@ def test_a_partition_scored_by_two_versions_is_measured_per_version(tmp_path: Pa
     version = np.where(rng.random(n) < 0.3, "fallback-3", "4")
     predictions = pl.DataFrame(
         {
-            "run_id": "run-1", "entity_id": [f"E{i:05d}" for i in range(n)], "probability": probability,
+            "run_id": "run-1",
+            "entity_id": [f"E{i:05d}" for i in range(n)],
+            "probability": probability,
             "score": pl.Series(np.round(probability * 100), dtype=pl.Int16),
-            "decision": np.where(probability > 0.3, "decline", np.where(probability > 0.12, "manual_review", "approve")),
+            "decision": np.where(
+                probability > 0.3, "decline", np.where(probability > 0.12, "manual_review", "approve")
+            ),
             "model_version": version,
         }
     )
     labels = pl.DataFrame(
-        {"entity_id": [f"E{i:05d}" for i in range(n)] + ["NOBODY", "QUARANTINED"],
-         "outcome": pl.Series([*y, 1, 0], dtype=pl.Int16), "observed_date": [dt.date(2027, 1, 1)] * (n + 2), "source": "parquet"}
+        {
+            "entity_id": [f"E{i:05d}" for i in range(n)] + ["NOBODY", "QUARANTINED"],
+            "outcome": pl.Series([*y, 1, 0], dtype=pl.Int16),
+            "observed_date": [dt.date(2027, 1, 1)] * (n + 2),
+            "source": "parquet",
+        }
     )
     day = dt.date(2026, 3, 1)
     baseline = pa.table({"score": pa.array([], pa.int16()), "rows": pa.array([], pa.int64())})
     quarantined = pl.DataFrame({"entity_id": ["QUARANTINED"]})
-    tables = partition_outcome_tables(predictions, labels, baseline, spec, partition_date=day, quarantined=quarantined).tables
+    tables = partition_outcome_tables(
+        predictions, labels, baseline, spec, partition_date=day, quarantined=quarantined
+    ).tables
     for name, rows in tables.items():
         assert rows.schema.equals(warehouse_dataset(name).schema), name
     metrics = {r["model_version"]: r for r in tables["outcome_metrics"].to_pylist()}
@@ -309,9 +361,17 @@ def test_a_partition_scored_by_two_versions_is_measured_per_version(tmp_path: Pa
             assert got[name] == pytest.approx(value, rel=1e-9), (v, name)
         assert np.isnan(got["psi_score"]) and got["psi_baseline_rows"] == 0
     (partition,) = tables["outcome_partitions"].to_pylist()
-    assert partition["labels_unknown_entity"] == 1 and partition["labels_quarantined"] == 1 and partition["labels_matched"] == n
-    statuses = dict(zip(*tables["outcome_labels"].select(["entity_id", "entity_status"]).to_pydict().values(), strict=True))
-    assert statuses["NOBODY"] == "unknown" and statuses["QUARANTINED"] == "quarantined" and statuses["E00000"] == "scored"
+    assert (
+        partition["labels_unknown_entity"] == 1
+        and partition["labels_quarantined"] == 1
+        and partition["labels_matched"] == n
+    )
+    statuses = dict(
+        zip(*tables["outcome_labels"].select(["entity_id", "entity_status"]).to_pydict().values(), strict=True)
+    )
+    assert (
+        statuses["NOBODY"] == "unknown" and statuses["QUARANTINED"] == "quarantined" and statuses["E00000"] == "scored"
+    )
 
 
 def test_the_default_window_and_a_reversed_range(env: OutcomesEnv) -> None:
@@ -320,9 +380,13 @@ def test_the_default_window_and_a_reversed_range(env: OutcomesEnv) -> None:
     spec = load_job_spec(JOB, env.settings)
     yesterday = dt.date(2026, 3, 10)
     assert outcome_window(spec, start_date=None, end_date=None, yesterday=yesterday) == (
-        yesterday - dt.timedelta(days=spec.monitoring.lookback_days - 1), yesterday
+        yesterday - dt.timedelta(days=spec.monitoring.lookback_days - 1),
+        yesterday,
     )
-    assert outcome_window(spec, start_date=dt.date(2026, 3, 1), end_date=None, yesterday=yesterday) == (dt.date(2026, 3, 1), yesterday)
+    assert outcome_window(spec, start_date=dt.date(2026, 3, 1), end_date=None, yesterday=yesterday) == (
+        dt.date(2026, 3, 1),
+        yesterday,
+    )
     with pytest.raises(PartitionError, match="end date 2026-03-01 is before start date 2026-03-05"):
         outcomes(JOB, dt.date(2026, 3, 5), dt.date(2026, 3, 1))
 
@@ -341,7 +405,9 @@ def test_the_realized_performance_table_for_the_terminal(env: OutcomesEnv) -> No
 
 def test_labels_matching_no_scored_entity_are_counted_per_reason(env: OutcomesEnv) -> None:
     labels = table(env.settings, "outcome_labels")
-    never_scored = pl.read_parquet(env.data_dir / "labels" / JOB / f"date={env.unscored_date}" / "labels.parquet").height
+    never_scored = pl.read_parquet(
+        env.data_dir / "labels" / JOB / f"date={env.unscored_date}" / "labels.parquet"
+    ).height
     scored_days = labels.filter(pl.col("partition_date") != env.unscored_date)
     want = {
         "not scored": never_scored,
@@ -356,11 +422,18 @@ def test_labels_matching_no_scored_entity_are_counted_per_reason(env: OutcomesEn
     # Quarantined labels count as such, on a day never scored too (every row of it quarantined).
     quarantined = {env.unscored_date: 2, env.demo.dates[1]: 5}
     partitions = history.partitions.with_columns(
-        pl.col("partition_date").replace_strict(quarantined, default=0, return_dtype=pl.Int64).alias("labels_quarantined")
+        pl.col("partition_date")
+        .replace_strict(quarantined, default=0, return_dtype=pl.Int64)
+        .alias("labels_quarantined")
     )
-    assert unmatched_label_counts(dataclasses.replace(history, partitions=partitions)) == {**want, "quarantined": want["quarantined"] + 7}
+    assert unmatched_label_counts(dataclasses.replace(history, partitions=partitions)) == {
+        **want,
+        "quarantined": want["quarantined"] + 7,
+    }
     sentence = unmatched_labels_text(want)
-    assert sentence.startswith(f"Labels that match no scored entity: {sum(want.values())} — not scored: {never_scored} (")
+    assert sentence.startswith(
+        f"Labels that match no scored entity: {sum(want.values())} — not scored: {never_scored} ("
+    )
     assert unmatched_labels_text(dict.fromkeys(want, 0)) == "Every label matches a scored entity."
 
     _, (performance, report) = written_monitoring_page(
@@ -372,7 +445,10 @@ def test_labels_matching_no_scored_entity_are_counted_per_reason(env: OutcomesEn
 
 def test_the_outcomes_run_is_named_after_its_job_and_partitions(env: OutcomesEnv) -> None:
     spec = load_job_spec(JOB, env.settings)
-    assert outcomes_run_name(env.settings, JOB, "2026-03-01", dt.date(2026, 3, 5)) == f"outcomes {JOB} 2026-03-01…2026-03-05"
+    assert (
+        outcomes_run_name(env.settings, JOB, "2026-03-01", dt.date(2026, 3, 5))
+        == f"outcomes {JOB} 2026-03-01…2026-03-05"
+    )
     assert outcomes_run_name(env.settings, JOB, None, "2026-03-10") == (
         f"outcomes {JOB} {dt.date(2026, 3, 10) - dt.timedelta(days=spec.monitoring.lookback_days - 1)}…2026-03-10"
     )
@@ -403,12 +479,15 @@ def test_the_outcomes_deployment_runs_daily_and_on_demand_with_typed_parameters(
     assert '"null"' not in json.dumps(schema), schema
     assert schema["definitions"]["JobOrAll"]["enum"][:2] == ["all", "credit_risk"] and props["job"]["default"] == "all"
     for date_param in ("start_date", "end_date"):
-        assert {props[date_param][k] for k in ("type", "format")} == {"string", "date"} and "leave it empty" in props[date_param]["description"]
+        assert {props[date_param][k] for k in ("type", "format")} == {"string", "date"} and "leave it empty" in props[
+            date_param
+        ]["description"]
     # The form sends an empty date as null: only the flow, not the server's schema check, may read it.
     assert deployment["enforce_parameter_schema"] is False
 
 
 # --- the page, in a real browser, offline -------------------------------------------------------
+
 
 @pytest.mark.browser
 def test_the_monitoring_page_renders_offline_with_its_plots(env: OutcomesEnv, tmp_path: Path) -> None:
@@ -434,8 +513,13 @@ def test_the_monitoring_page_renders_offline_with_its_plots(env: OutcomesEnv, tm
     assert title == f"Prediction monitoring {JOB} {env.unscored_date}..{env.demo.dates[-1]}"
     versions = sorted(set(env.demo.versions.values()))
     assert [p["name"] for p in plots] == [
-        "decision-mix", "event-rate", *(f"calibration-{v}" for v in versions), "estimated-event_rate", "estimated-auc",
-        "attribution", "multivariate",
+        "decision-mix",
+        "event-rate",
+        *(f"calibration-{v}" for v in versions),
+        "estimated-event_rate",
+        "estimated-auc",
+        "attribution",
+        "multivariate",
     ]
     assert all(p["w"] > 100 and p["h"] > 100 for p in plots), plots
     assert screenshot.read_bytes().startswith(PNG_SIGNATURE)

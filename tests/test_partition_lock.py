@@ -11,21 +11,22 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import DEMO_JOB
 
+from flows.steps.blocks import configured_warehouse
 from tasks.catalog import CLASSIFICATIONS, FORECASTS, PARTITION_DATASETS, PREDICTIONS, SHADOW_DATASETS
 from tasks.errors import PartitionBusy, PartitionLeaseLost
-from tasks.sinks.partition_lock import PartitionLease
 from tasks.settings import Settings, current_settings
+from tasks.sinks.partition_lock import PartitionLease
 from tasks.sinks.warehouse import Warehouse
-from flows.steps.blocks import configured_warehouse
-
-from conftest import DEMO_JOB
 
 DAY = dt.date(2026, 3, 10)
 
 
 def _lease(warehouse: Warehouse, run_id: str, **kw) -> PartitionLease:
-    return PartitionLease(warehouse, DEMO_JOB, DAY, run_id, ttl_s=kw.pop("ttl_s", 30.0), wait_s=kw.pop("wait_s", 0.0), poll_s=0.05, **kw)
+    return PartitionLease(
+        warehouse, DEMO_JOB, DAY, run_id, ttl_s=kw.pop("ttl_s", 30.0), wait_s=kw.pop("wait_s", 0.0), poll_s=0.05, **kw
+    )
 
 
 def _dead_pid() -> int:
@@ -126,9 +127,14 @@ def test_ten_reruns_leave_exactly_one_runs_rows(backend: Settings) -> None:
     # Every other table of the partition holds the last run's rows only, too.
     with warehouse._session(write=False) as session:
         for table in (d.table for d in PARTITION_DATASETS if d is not PREDICTIONS and d not in SHADOW_DATASETS):
-            runs = session.rows(f"SELECT DISTINCT run_id FROM {table} WHERE job = $job AND partition_date = $day", {"job": DEMO_JOB, "day": DAY})
+            runs = session.rows(
+                f"SELECT DISTINCT run_id FROM {table} WHERE job = $job AND partition_date = $day",
+                {"job": DEMO_JOB, "day": DAY},
+            )
             # A binary job publishes the forecast and classification contracts empty.
-            assert [r["run_id"] for r in runs] == ([] if table in (FORECASTS.table, CLASSIFICATIONS.table) else [run_ids[-1]]), table
+            assert [r["run_id"] for r in runs] == (
+                [] if table in (FORECASTS.table, CLASSIFICATIONS.table) else [run_ids[-1]]
+            ), table
         ledger = session.rows("SELECT run_id, status, inference FROM runs WHERE partition_date = $day", {"day": DAY})
     assert sorted(r["run_id"] for r in ledger) == sorted(run_ids)
     assert {r["status"] for r in ledger} == {"succeeded"}

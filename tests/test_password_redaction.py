@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from tasks.settings import Settings, current_settings
-from flows.steps.blocks import configured_warehouse
-
 from conftest import DEMO_JOB, DemoEnv
+
+from flows.steps.blocks import configured_warehouse
+from tasks.settings import Settings, current_settings
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -29,7 +28,9 @@ async def _everything_prefect_stored(flow_run_ids: list) -> list[str]:
             log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=flow_run_ids)), limit=200, offset=len(logs)
         ):
             logs += page
-        artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=flow_run_ids)))
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=flow_run_ids))
+        )
         runs = [await client.read_flow_run(i) for i in flow_run_ids]
     return (
         [log.message for log in logs]
@@ -48,8 +49,12 @@ def _strict_jobs(settings: Settings, tmp_path: Path) -> Path:
 
 
 def test_no_log_artifact_state_or_ledger_row_holds_the_password(
-    demo_env: DemoEnv, fresh_data: Settings, postgres_database_url: str, monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture, tmp_path: Path,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    postgres_database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
     from flows.score_partition import score_partition
 

@@ -16,13 +16,13 @@ from pydantic import ValidationError
 from tasks.contracts import FeatureContributions, InferenceOutput
 from tasks.errors import JobSpecError
 from tasks.jobspec import load_job_spec
-from tasks.prediction.config import PredictionConfig, ReasonConfig, ScoreConfig, ThresholdRule
 from tasks.prediction.calibration import (
     BinnedBetaCalibrator,
     ProbabilityMap,
     predict_calibrator_from_metadata,
     predict_fitted_calibrator,
 )
+from tasks.prediction.config import PredictionConfig, ReasonConfig, ScoreConfig, ThresholdRule
 from tasks.prediction.decisions import predict_probability_cutoffs, predict_rule_decisions, predict_rule_table_problems
 from tasks.prediction.outputs import predict_decided_chunk, predict_output
 from tasks.prediction.reasons import predict_reason_codes
@@ -69,7 +69,9 @@ def test_calibrator_knots_are_monotone_even_on_noisy_data() -> None:
 
 
 @pytest.mark.parametrize("level", [0.5, 0.9, 0.99])
-def test_interval_contains_the_probability_and_stays_in_unit_range(calibrator: BinnedBetaCalibrator, level: float) -> None:
+def test_interval_contains_the_probability_and_stays_in_unit_range(
+    calibrator: BinnedBetaCalibrator, level: float
+) -> None:
     margins = np.concatenate([np.linspace(-10, 10, 501), logistic_sample(5_000, seed=2)[0]])
     out = ProbabilityMap(calibrator, level).predict_calibrated_probability(margins)
     assert np.all(0 <= out.low)
@@ -122,7 +124,10 @@ def test_calibrated_probability_matches_the_true_rate(calibrator: BinnedBetaCali
         assert abs(out.probability[sel].mean() - truth[sel].mean()) < 0.02, d
     # Pointwise where training data is plentiful (bins of 2,500 rows: rate s.e. ≲ 0.01).
     grid = np.linspace(-3, 0, 31)
-    assert np.max(np.abs(ProbabilityMap(calibrator, 0.9).predict_calibrated_probability(grid).probability - sigmoid(grid))) < 0.04
+    assert (
+        np.max(np.abs(ProbabilityMap(calibrator, 0.9).predict_calibrated_probability(grid).probability - sigmoid(grid)))
+        < 0.04
+    )
 
 
 def test_calibrator_round_trips_through_metadata(calibrator: BinnedBetaCalibrator) -> None:
@@ -351,7 +356,12 @@ def test_rule_ids_must_be_unique() -> None:
 def test_the_job_spec_is_valid() -> None:
     spec = load_job_spec("credit_risk", Settings())
     assert predict_rule_table_problems(spec.prediction.rules, spec.prediction.score) == []
-    assert [r.id for r in spec.prediction.rules] == ["DECLINE_HIGH_RISK", "REVIEW_UNCERTAIN", "REVIEW_ELEVATED", "APPROVE"]
+    assert [r.id for r in spec.prediction.rules] == [
+        "DECLINE_HIGH_RISK",
+        "REVIEW_UNCERTAIN",
+        "REVIEW_ELEVATED",
+        "APPROVE",
+    ]
 
 
 # --- reasons ----------------------------------------------------------------------------------
@@ -424,8 +434,13 @@ def test_a_chunk_of_margins_becomes_contract_rows(calibrator: BinnedBetaCalibrat
     )
     margins = np.array([-4.0, 0.5, -1.0, 2.0])
     output = InferenceOutput(
-        chunk_id=3, entity_ids=pa.array(["a", "b", "c", "d"]), margins=margins,
-        model_name="m", model_version="7", device_type="cpu", latency_ms=1.0,
+        chunk_id=3,
+        entity_ids=pa.array(["a", "b", "c", "d"]),
+        margins=margins,
+        model_name="m",
+        model_version="7",
+        device_type="cpu",
+        latency_ms=1.0,
     )
     decided = predict_decided_chunk(output, ProbabilityMap(calibrator, 0.9), config)
     declined = np.flatnonzero(decided.calibrated.probability >= 0.3)
@@ -448,7 +463,9 @@ def test_a_chunk_of_margins_becomes_contract_rows(calibrator: BinnedBetaCalibrat
     assert out.rows_needing_reasons == declined.size
     with pytest.raises(ValueError, match="other rows"):
         wrong = FeatureContributions(row_index=np.array([0]), values=np.zeros((1, 4)), feature_names=NAMES)
-        predict_output(decided, wrong, config, run_id="r1", job="j", partition_date=dt.date(2026, 1, 2), feature_version="1")
+        predict_output(
+            decided, wrong, config, run_id="r1", job="j", partition_date=dt.date(2026, 1, 2), feature_version="1"
+        )
 
 
 def test_prediction_modules_do_not_load_an_ml_runtime() -> None:

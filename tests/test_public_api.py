@@ -15,14 +15,13 @@ import duckdb
 import polars as pl
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 from polars.testing import assert_frame_equal
 
 from tasks.catalog import PREDICTIONS
 from tasks.errors import ExitCode, user_facing_error
 from tasks.results import DecisionMonitoring, PartitionResult, Recovery
 from tasks.settings import PROJECT_ROOT, Settings
-
-from conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 from pydantic import ValidationError
 
 from tasks.contracts import FeatureContributions
@@ -16,15 +17,17 @@ from tasks.prediction.config import ReasonCode, ReasonConfig
 from tasks.prediction.reasons import predict_reason_codes, predict_reason_text_problems, predict_reason_texts
 from tasks.settings import Settings
 
-from conftest import DEMO_JOB, DemoEnv
-
 NAMES = ("income", "dti", "housing", "flag", "term", "age")
 KINDS = {"housing": "categorical", "flag": "boolean"}
 CATEGORIES = {"housing": ("RENT", "MORTGAGE", "OWN", "OTHER")}
 MEDIAN = 50_000.0
 CODES = {
     "income": {"code": "R01", "text": "income default", "by_band": {"low": "income low", "high": "income high"}},
-    "dti": {"code": "R02", "text": "dti default", "by_cut": {"cuts": [0.2, 0.35], "texts": ["dti moderate", "dti high", "dti very high"]}},
+    "dti": {
+        "code": "R02",
+        "text": "dti default",
+        "by_cut": {"cuts": [0.2, 0.35], "texts": ["dti moderate", "dti high", "dti very high"]},
+    },
     "housing": {"code": "R03", "text": "housing default", "by_value": {"RENT": "renting", "OWN": "owns"}},
     "flag": {"code": "R04", "text": "flag default", "by_value": {0: "no flag", True: "flagged"}},
     "term": {"code": "R05", "text": "term default", "by_value": {36: "short term", 60: "long term"}},
@@ -41,7 +44,9 @@ def _expected(feature: str, value: np.float32) -> str:
     if feature == "income":
         return "income low" if value <= np.float32(MEDIAN) else "income high"
     if feature == "dti":
-        return "dti moderate" if value < np.float32(0.2) else "dti high" if value < np.float32(0.35) else "dti very high"
+        return (
+            "dti moderate" if value < np.float32(0.2) else "dti high" if value < np.float32(0.35) else "dti very high"
+        )
     if feature == "housing":
         return {0.0: "renting", 2.0: "owns"}.get(value, "housing default")
     if feature == "flag":
@@ -58,14 +63,16 @@ def _texts():
 def test_each_row_gets_the_text_its_value_picks() -> None:
     rng = np.random.default_rng(4)
     n = 3_000
-    values = np.column_stack([
-        rng.choice([20_000.0, MEDIAN, 50_000.5, 90_000.0, np.nan], n),
-        rng.choice([0.1, 0.2, 0.3, 0.35, 0.6, np.nan], n),
-        rng.choice([0.0, 1.0, 2.0, 3.0, np.nan], n),
-        rng.choice([0.0, 1.0, np.nan], n),
-        rng.choice([36.0, 48.0, 60.0], n),
-        rng.normal(40, 10, n),
-    ]).astype(np.float32)
+    values = np.column_stack(
+        [
+            rng.choice([20_000.0, MEDIAN, 50_000.5, 90_000.0, np.nan], n),
+            rng.choice([0.1, 0.2, 0.3, 0.35, 0.6, np.nan], n),
+            rng.choice([0.0, 1.0, 2.0, 3.0, np.nan], n),
+            rng.choice([0.0, 1.0, np.nan], n),
+            rng.choice([36.0, 48.0, 60.0], n),
+            rng.normal(40, 10, n),
+        ]
+    ).astype(np.float32)
     # Exactly one positive contribution per row, on a random feature: that feature is the reason.
     top = rng.integers(0, len(NAMES), n)
     contributions = np.full((n, len(NAMES)), -0.1)
@@ -79,8 +86,22 @@ def test_each_row_gets_the_text_its_value_picks() -> None:
     assert out.codes.to_pylist() == [[CODES[NAMES[j]]["code"]] for j in top]
     # Every variant, and the default, was reached.
     reached = {t for [t] in expected}
-    assert {"income low", "income high", "dti moderate", "dti high", "dti very high", "renting", "owns",
-            "housing default", "no flag", "flagged", "short term", "long term", "term default", "income default"} <= reached
+    assert {
+        "income low",
+        "income high",
+        "dti moderate",
+        "dti high",
+        "dti very high",
+        "renting",
+        "owns",
+        "housing default",
+        "no flag",
+        "flagged",
+        "short term",
+        "long term",
+        "term default",
+        "income default",
+    } <= reached
 
 
 def test_value_dependent_texts_refuse_to_guess_without_values_or_resolution() -> None:
@@ -94,11 +115,15 @@ def test_value_dependent_texts_refuse_to_guess_without_values_or_resolution() ->
 
 
 def test_without_a_training_median_by_choice_a_band_falls_back_to_its_default_text() -> None:
-    texts = predict_reason_texts(REASONS, kinds=KINDS, categories=CATEGORIES, medians={}, bands_without_median="default_text")
+    texts = predict_reason_texts(
+        REASONS, kinds=KINDS, categories=CATEGORIES, medians={}, bands_without_median="default_text"
+    )
     assert texts.defaulted == {"income"} and "income" not in texts.by_feature
     values = np.array([[10.0, 0.6, 0.0, 1.0, 36.0, 30.0], [1e9, 0.1, 2.0, 0.0, 60.0, 30.0]], dtype=np.float32)
     contributions = np.array([[1.0, 0.5, 0, 0, 0, 0], [1.0, 0, 0, 0, 0, 0]])
-    explained = FeatureContributions(row_index=np.arange(2), values=contributions, feature_names=NAMES, feature_values=values)
+    explained = FeatureContributions(
+        row_index=np.arange(2), values=contributions, feature_names=NAMES, feature_values=values
+    )
     out = predict_reason_codes(explained, REASONS.model_copy(update={"top_k": 2}), texts)
     # Low and high incomes alike get the default text; the other variants still follow the value.
     assert out.texts.to_pylist() == [["income default", "dti very high"], ["income default"]]
@@ -134,7 +159,8 @@ def test_problems_name_the_field_and_the_bad_key() -> None:
     }
     reasons = ReasonConfig(for_decisions=["d"], no_reason_code="R0", no_reason_text="n", codes=codes)
     problems = predict_reason_text_problems(
-        reasons, kinds={"housing": "categorical", "purpose": "categorical", "flag": "boolean"},
+        reasons,
+        kinds={"housing": "categorical", "purpose": "categorical", "flag": "boolean"},
         categories={"housing": ("RENT", "OWN"), "purpose": ("car", "other")},
     )
     assert problems == [

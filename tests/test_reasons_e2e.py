@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 import xgboost as xgb
+from conftest import DEMO_JOB, DemoEnv
 
 from tasks.features import load_feature_module
 from tasks.guards import guarded_chunk, load_guard_suite
@@ -16,8 +17,6 @@ from tasks.inference.registry import inference_model_artifact
 from tasks.jobspec import load_job_spec
 from tasks.prediction.config import ReasonCode
 from tasks.settings import Settings
-
-from conftest import DEMO_JOB, DemoEnv
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -43,9 +42,12 @@ def test_reason_codes_are_xgboosts_top_positive_contributions(demo_env: DemoEnv,
     day = demo_env.plan.scoring_dates[1]
     score_partition(DEMO_JOB, day)
     with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:
-        preds = pl.from_arrow(con.sql("SELECT * FROM predictions WHERE partition_date = ?", params=[day]).to_arrow_table())
+        preds = pl.from_arrow(
+            con.sql("SELECT * FROM predictions WHERE partition_date = ?", params=[day]).to_arrow_table()
+        )
         inference, rows_with_reasons, warnings = con.execute(
-            "SELECT inference, rows_with_reasons, warnings FROM runs WHERE partition_date = ? AND status = 'succeeded'", [day]
+            "SELECT inference, rows_with_reasons, warnings FROM runs WHERE partition_date = ? AND status = 'succeeded'",
+            [day],
         ).fetchall()[0]
         drift = pl.from_arrow(con.sql("SELECT * FROM drift_report WHERE baseline = 'reference'").to_arrow_table())
     # The run page (categorical features drawn as bars) rendered, and the categorical features were binned by value.
@@ -55,10 +57,14 @@ def test_reason_codes_are_xgboosts_top_positive_contributions(demo_env: DemoEnv,
     spec = load_job_spec(DEMO_JOB, fresh_data)
     fm = load_feature_module(spec.feature_module)
     raw = pl.read_parquet(fresh_data.raw_partition_dir(DEMO_JOB, day.isoformat()) / "*.parquet")
-    scorable = guarded_chunk(raw, load_guard_suite(fresh_data.expectations_dir / spec.expectation_suite), entity_column="entity_id").scorable
+    scorable = guarded_chunk(
+        raw, load_guard_suite(fresh_data.expectations_dir / spec.expectation_suite), entity_column="entity_id"
+    ).scorable
     meta = inference_model_artifact(fresh_data.model_registry_dir(DEMO_JOB), preds["model_version"][0])
     booster = xgb.Booster(model_file=str(meta.model_path))
-    contribs = booster.predict(xgb.DMatrix(fm.feature_matrix(scorable), feature_names=list(fm.FEATURES)), pred_contribs=True)[:, :-1]
+    contribs = booster.predict(
+        xgb.DMatrix(fm.feature_matrix(scorable), feature_names=list(fm.FEATURES)), pred_contribs=True
+    )[:, :-1]
     position = {e: i for i, e in enumerate(scorable["entity_id"].to_list())}
     code_of = {f: spec.prediction.reasons.codes[f].code for f in fm.FEATURES}
 
@@ -69,18 +75,24 @@ def test_reason_codes_are_xgboosts_top_positive_contributions(demo_env: DemoEnv,
     medians = {f: np.float32(stats.quantiles["p50"]) for f, stats in meta.metadata.reference.items()}
     raw_rows = scorable.rows(named=True)
     texts_seen: set[str] = set()
-    for entity, codes, texts in zip(explained["entity_id"], explained["reason_codes"], explained["reason_texts"], strict=True):
+    for entity, codes, texts in zip(
+        explained["entity_id"], explained["reason_codes"], explained["reason_texts"], strict=True
+    ):
         row = contribs[position[entity]]
         order = np.argsort(-row, kind="stable")
         expected = [code_of[fm.FEATURES[j]] for j in order[:k] if row[j] > 0]
         assert codes.to_list() == (expected or [spec.prediction.reasons.no_reason_code]), entity
         raw = raw_rows[position[entity]]
-        wanted = [_spec_text(spec.prediction.reasons.codes[feature_of[c]], raw[feature_of[c]], medians[feature_of[c]])
-                  for c in expected] or [spec.prediction.reasons.no_reason_text]
+        wanted = [
+            _spec_text(spec.prediction.reasons.codes[feature_of[c]], raw[feature_of[c]], medians[feature_of[c]])
+            for c in expected
+        ] or [spec.prediction.reasons.no_reason_text]
         assert texts.to_list() == wanted, (entity, {feature_of[c]: raw[feature_of[c]] for c in expected})
         texts_seen.update(wanted)
     # The by_value texts of both categorical features, and both sides of a band, were given.
-    by_value = {t for f in ("home_ownership", "loan_purpose") for t in spec.prediction.reasons.codes[f].by_value.values()}
+    by_value = {
+        t for f in ("home_ownership", "loan_purpose") for t in spec.prediction.reasons.codes[f].by_value.values()
+    }
     income = spec.prediction.reasons.codes["annual_income"].by_band
     assert texts_seen & by_value and {income.low, income.high} & texts_seen
     # The table kernel explained them all (checked against XGBoost at load), and the ledger says so.

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import xgboost as xgb
 import yaml
-
 from conftest import user_project_env
 from user_projects import churn_project, day_output, model_inputs, raw_partition, registered_version, score_cli
 
@@ -30,7 +29,13 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("no-deploy")
     score = score_cli(root, user_project_env(root))
     churn_project(
-        root, score, train_days=[TRAIN_DAY], holdout_day=HOLDOUT_DAY, scored_days=[SCORED_DAY], rows=1500, seed=700,
+        root,
+        score,
+        train_days=[TRAIN_DAY],
+        holdout_day=HOLDOUT_DAY,
+        scored_days=[SCORED_DAY],
+        rows=1500,
+        seed=700,
         features_of=[("train.parquet", "train_inputs"), (raw_partition(SCORED_DAY), "scored_inputs")],
     )
     return root, score
@@ -39,8 +44,11 @@ def project(tmp_path_factory: pytest.TempPathFactory):
 def _model(root: Path, name: str, depth: int, rounds: int) -> Path:
     """The user's own training script: a small booster on the `score features` output, saved as UBJSON."""
     x, y, names, _ = model_inputs(root / "train_inputs.parquet")
-    booster = xgb.train({"objective": "binary:logistic", "max_depth": depth, "seed": 3, "nthread": 1},
-                        xgb.DMatrix(x, label=y, missing=np.nan, feature_names=names), rounds)
+    booster = xgb.train(
+        {"objective": "binary:logistic", "max_depth": depth, "seed": 3, "nthread": 1},
+        xgb.DMatrix(x, label=y, missing=np.nan, feature_names=names),
+        rounds,
+    )
     path = root / f"{name}.ubj"
     booster.save_model(str(path))
     return path
@@ -71,7 +79,9 @@ def test_register_moves_no_alias_but_the_first_versions_champion_and_promote_mov
     assert registered_version(second.stdout) == "2"
     flat = " ".join(second.stdout.split())
     assert "no alias moved: churn scores champion (version 1)" in flat, flat
-    assert "score promote churn 2 --alias challenger" in flat and "score promote churn 2 to make it the champion" in flat, flat
+    assert (
+        "score promote churn 2 --alias challenger" in flat and "score promote churn 2 to make it the champion" in flat
+    ), flat
     assert _aliases(root) == {"champion": "1"}
     assert _ledger(root) == [("champion", None, "1")]
 
@@ -87,19 +97,41 @@ def test_register_moves_no_alias_but_the_first_versions_champion_and_promote_mov
     score("promote", "churn", "challenger", "--note", "one night")
     assert _aliases(root) == {"champion": "2", "challenger": "2"}
 
-    third = score("register", "churn", "--model", str(_model(root, "third", 2, 30)), *holdout, "--promote", "--by", "ana")
+    third = score(
+        "register", "churn", "--model", str(_model(root, "third", 2, 30)), *holdout, "--promote", "--by", "ana"
+    )
     assert registered_version(third.stdout) == "3"
     assert "churn: alias champion 2 → 3 (by ana, recorded in model_aliases)" in third.stdout, third.stdout
-    fourth = score("register", "churn", "--model", str(_model(root, "fourth", 4, 10)), *holdout, "--alias", "challenger")
+    fourth = score(
+        "register", "churn", "--model", str(_model(root, "fourth", 4, 10)), *holdout, "--alias", "challenger"
+    )
     assert "churn: alias challenger 2 → 4" in fourth.stdout, fourth.stdout
     assert _aliases(root) == {"champion": "3", "challenger": "4"}
     assert _ledger(root) == [
-        ("champion", None, "1"), ("challenger", None, "2"), ("champion", "1", "2"), ("champion", "2", "3"), ("challenger", "2", "4"),
+        ("champion", None, "1"),
+        ("challenger", None, "2"),
+        ("champion", "1", "2"),
+        ("champion", "2", "3"),
+        ("challenger", "2", "4"),
     ]
 
-    refused = score("register", "churn", "--model", str(root / "first.ubj"), *holdout, "--promote", "--alias", "challenger", ok=False)
-    assert refused.returncode == 2 and refused.stdout.startswith("error: --promote moves champion and --alias moves challenger")
-    assert sorted(p.name for p in (root / "data" / "models" / "churn").iterdir() if (p / "metadata.json").is_file()) == ["1", "2", "3", "4"]
+    refused = score(
+        "register",
+        "churn",
+        "--model",
+        str(root / "first.ubj"),
+        *holdout,
+        "--promote",
+        "--alias",
+        "challenger",
+        ok=False,
+    )
+    assert refused.returncode == 2 and refused.stdout.startswith(
+        "error: --promote moves champion and --alias moves challenger"
+    )
+    assert sorted(
+        p.name for p in (root / "data" / "models" / "churn").iterdir() if (p / "metadata.json").is_file()
+    ) == ["1", "2", "3", "4"]
 
 
 def test_validate_warns_when_the_spec_follows_latest(project) -> None:
@@ -107,7 +139,14 @@ def test_validate_warns_when_the_spec_follows_latest(project) -> None:
     spec_path = root / "jobs" / "churn.yaml"
     scaffolded = spec_path.read_text()
     if not (root / "data" / "models" / "churn" / "1").is_dir():
-        score("register", "churn", "--model", str(_model(root, "first", 2, 10)), "--holdout", str(root / "holdout.parquet"))
+        score(
+            "register",
+            "churn",
+            "--model",
+            str(_model(root, "first", 2, 10)),
+            "--holdout",
+            str(root / "holdout.parquet"),
+        )
     warning = "model.version is latest: every `score register` changes what this job scores; use champion (score promote moves it)"
     try:
         assert warning not in score("validate", "churn").stdout

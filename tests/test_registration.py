@@ -15,6 +15,7 @@ import onnx
 import polars as pl
 import pytest
 import xgboost as xgb
+from conftest import DemoEnv
 from onnx import TensorProto, helper
 from scipy.optimize import minimize
 from typer.testing import CliRunner
@@ -27,8 +28,6 @@ from tasks.jobs.registration import REGISTRATION_REPORT, job_model_inputs, regis
 from tasks.prediction.calibration import predict_fitted_calibrator
 from tasks.settings import Settings
 
-from conftest import DemoEnv
-
 SCORE = Path(sys.executable).parent / "score"
 
 
@@ -38,7 +37,9 @@ def labelled(demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path) -> dict[st
     days = demo_env.plan.training_dates
     frames = [
         pl.read_parquet(fresh_data.raw_partition_dir(DEMO_JOB, str(d)) / "*.parquet").join(
-            pl.read_parquet(fresh_data.labels_partition_dir(DEMO_JOB, str(d)) / "*.parquet").select("entity_id", "defaulted"),
+            pl.read_parquet(fresh_data.labels_partition_dir(DEMO_JOB, str(d)) / "*.parquet").select(
+                "entity_id", "defaulted"
+            ),
             on="entity_id",
         )
         for d in days
@@ -79,7 +80,9 @@ def test_a_model_trained_outside_is_registered_with_calibration_reference_and_re
     assert meta.training["events_holdout"] == report.events <= int(holdout["defaulted"].sum())
     assert meta.reference["home_ownership"].kind == "categorical" and meta.reference["annual_income"].kind == "numeric"
     written = json.loads((artifact.directory / REGISTRATION_REPORT).read_text())
-    assert written["rows"] == report.rows and written["calibration"]["reachable_high"] == report.calibration.reachable_high
+    assert (
+        written["rows"] == report.rows and written["calibration"]["reachable_high"] == report.calibration.reachable_high
+    )
     assert 0 < report.calibration.reachable_low < report.calibration.reachable_high < 1
     assert not list((fresh_data.data_dir / "models" / ".staging").glob("*"))
 
@@ -104,7 +107,9 @@ def _logistic_onnx(path: Path, weights: np.ndarray, bias: float) -> None:
     onnx.save(model, path)
 
 
-def test_an_onnx_model_is_registered_through_the_same_path(fresh_data: Settings, labelled: dict[str, Path], tmp_path: Path) -> None:
+def test_an_onnx_model_is_registered_through_the_same_path(
+    fresh_data: Settings, labelled: dict[str, Path], tmp_path: Path
+) -> None:
     inputs = job_model_inputs(DEMO_JOB, labelled["train"], settings=fresh_data, labelled=True)
     x = np.nan_to_num(inputs.matrix)
     scale = x.std(axis=0) + 1e-9
@@ -118,10 +123,14 @@ def test_an_onnx_model_is_registered_through_the_same_path(fresh_data: Settings,
     _logistic_onnx(tmp_path / "logit.onnx", theta[:-1] / scale, float(theta[-1]))
 
     # The graph passes NaN through: registration refuses its outputs on rows with missing inputs.
-    with pytest.raises(ModelArtifactError, match=r"no usable output on the hold-out: .*non-finite.* have missing inputs"):
+    with pytest.raises(
+        ModelArtifactError, match=r"no usable output on the hold-out: .*non-finite.* have missing inputs"
+    ):
         registered_job_model(DEMO_JOB, tmp_path / "logit.onnx", settings=fresh_data, holdout=labelled["holdout"])
     holdout = pl.read_parquet(labelled["holdout"]).filter(pl.col("months_since_last_delinquency").is_not_null())
-    report = registered_job_model(DEMO_JOB, tmp_path / "logit.onnx", settings=fresh_data, holdout=holdout, version="lr-1")
+    report = registered_job_model(
+        DEMO_JOB, tmp_path / "logit.onnx", settings=fresh_data, holdout=holdout, version="lr-1"
+    )
     assert report.framework == "onnx" and report.version == "lr-1"
     assert report.auc is not None and report.auc > 0.6
     assert inference_model_artifact(fresh_data.model_registry_dir(DEMO_JOB), "lr-1").metadata.framework == "onnx"
@@ -133,7 +142,10 @@ def test_an_onnx_model_is_registered_through_the_same_path(fresh_data: Settings,
         ("pickle", "pickles are refused"),
         ("unknown", "has format '.h5'"),
         ("regression", "objective 'reg:squarederror'"),
-        ("hinge", "has objective 'binary:hinge'; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"),
+        (
+            "hinge",
+            "has objective 'binary:hinge'; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)",
+        ),
         ("fewer_features", "takes 13 inputs, but the job computes 14 features"),
         ("reordered", "in another order"),
         ("renamed", "only in the model ['annual_incme']"),
@@ -155,7 +167,9 @@ def test_a_model_that_cannot_serve_the_job_is_refused_naming_the_file(
         path = tmp_path / "model.h5"
         path.write_text("trees")
     elif make == "regression":
-        xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(x, label=y, feature_names=names), 3).save_model(str(path))
+        xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(x, label=y, feature_names=names), 3).save_model(
+            str(path)
+        )
     elif make == "hinge":
         # Its name starts with binary:, but it predicts hard 0/1 labels: no margin to calibrate.
         xgb.train({"objective": "binary:hinge"}, xgb.DMatrix(x, label=y, feature_names=names), 3).save_model(str(path))
@@ -163,27 +177,44 @@ def test_a_model_that_cannot_serve_the_job_is_refused_naming_the_file(
         xgb.train({"objective": "binary:logistic"}, xgb.DMatrix(x[:, 1:], label=y), 3).save_model(str(path))
     elif make == "reordered":
         order = names[1:] + names[:1]
-        xgb.train({"objective": "binary:logistic"}, xgb.DMatrix(x[:, [*range(1, x.shape[1]), 0]], label=y, feature_names=order), 3).save_model(str(path))
+        xgb.train(
+            {"objective": "binary:logistic"},
+            xgb.DMatrix(x[:, [*range(1, x.shape[1]), 0]], label=y, feature_names=order),
+            3,
+        ).save_model(str(path))
     elif make == "renamed":
-        xgb.train({"objective": "binary:logistic"}, xgb.DMatrix(x, label=y, feature_names=["annual_incme", *names[1:]]), 3).save_model(str(path))
+        xgb.train(
+            {"objective": "binary:logistic"}, xgb.DMatrix(x, label=y, feature_names=["annual_incme", *names[1:]]), 3
+        ).save_model(str(path))
     elif make == "not_xgboost":
         path.write_text("[1, 2, 3]")
     elif make == "early_stopped":
-        train, valid = xgb.DMatrix(x[::2], label=y[::2], feature_names=names), xgb.DMatrix(x[1::2], label=y[1::2], feature_names=names)
+        train, valid = (
+            xgb.DMatrix(x[::2], label=y[::2], feature_names=names),
+            xgb.DMatrix(x[1::2], label=y[1::2], feature_names=names),
+        )
         booster = xgb.train(
-            {"objective": "binary:logistic", "eta": 0.9, "max_depth": 6}, train, 200, evals=[(valid, "valid")],
-            early_stopping_rounds=2, verbose_eval=False,
+            {"objective": "binary:logistic", "eta": 0.9, "max_depth": 6},
+            train,
+            200,
+            evals=[(valid, "valid")],
+            early_stopping_rounds=2,
+            verbose_eval=False,
         )
         assert int(booster.attributes()["best_iteration"]) + 1 < booster.num_boosted_rounds()
         booster.save_model(str(path))
     registry = fresh_data.model_registry_dir(DEMO_JOB)
     before = inference_model_versions(registry)
 
-    result = CliRunner().invoke(_app(), ["register", DEMO_JOB, "--model", str(path), "--holdout", str(labelled["holdout"])])
+    result = CliRunner().invoke(
+        _app(), ["register", DEMO_JOB, "--model", str(path), "--holdout", str(labelled["holdout"])]
+    )
 
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and str(path) in lines[0] and expected in lines[0], result.output
+    assert len(lines) == 1 and lines[0].startswith("error:") and str(path) in lines[0] and expected in lines[0], (
+        result.output
+    )
     assert inference_model_versions(registry) == before
     assert not list((fresh_data.data_dir / "models" / ".staging").glob("*"))
 
@@ -194,17 +225,23 @@ def _app():
     return app
 
 
-def test_an_existing_version_is_never_overwritten(fresh_data: Settings, labelled: dict[str, Path], tmp_path: Path) -> None:
+def test_an_existing_version_is_never_overwritten(
+    fresh_data: Settings, labelled: dict[str, Path], tmp_path: Path
+) -> None:
     booster, _ = _user_booster(fresh_data, labelled["train"])
     booster.save_model(str(tmp_path / "mine.ubj"))
     registry = fresh_data.model_registry_dir(DEMO_JOB)
     existing = inference_model_versions(registry)[-1]
     metadata_before = (registry / existing / "metadata.json").read_bytes()
     with pytest.raises(ModelArtifactError, match=f"version {existing} already exists"):
-        registered_job_model(DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=labelled["holdout"], version=existing)
+        registered_job_model(
+            DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=labelled["holdout"], version=existing
+        )
     assert (registry / existing / "metadata.json").read_bytes() == metadata_before
     with pytest.raises(ModelArtifactError, match="'latest' is not a version|not a version"):
-        registered_job_model(DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=labelled["holdout"], version="latest")
+        registered_job_model(
+            DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=labelled["holdout"], version="latest"
+        )
 
 
 def test_a_holdout_without_its_outcome_or_with_other_values_is_refused(
@@ -215,11 +252,16 @@ def test_a_holdout_without_its_outcome_or_with_other_values_is_refused(
     holdout = pl.read_parquet(labelled["holdout"])
     holdout.drop("defaulted").write_parquet(tmp_path / "unlabelled.parquet")
     with pytest.raises(PartitionError, match=r"no outcome column 'defaulted'.*it has columns \['entity_id'"):
-        registered_job_model(DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=tmp_path / "unlabelled.parquet")
-    holdout.with_columns(pl.when(pl.int_range(pl.len()) < 2).then(2).otherwise(pl.col("defaulted")).alias("defaulted")).write_parquet(
-        tmp_path / "two.parquet"
-    )
-    with pytest.raises(LabelError, match=r"outcome column 'defaulted' must be 1 \(the event\) or 0 \(or true/false\); 2 row\(s\) are not, e\.g\. \[2\]"):
+        registered_job_model(
+            DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=tmp_path / "unlabelled.parquet"
+        )
+    holdout.with_columns(
+        pl.when(pl.int_range(pl.len()) < 2).then(2).otherwise(pl.col("defaulted")).alias("defaulted")
+    ).write_parquet(tmp_path / "two.parquet")
+    with pytest.raises(
+        LabelError,
+        match=r"outcome column 'defaulted' must be 1 \(the event\) or 0 \(or true/false\); 2 row\(s\) are not, e\.g\. \[2\]",
+    ):
         registered_job_model(DEMO_JOB, tmp_path / "mine.ubj", settings=fresh_data, holdout=tmp_path / "two.parquet")
     holdout.drop("annual_income").write_parquet(tmp_path / "short.parquet")
     with pytest.raises(JobValidationError, match="annual_income"):
@@ -250,7 +292,9 @@ def test_a_holdout_with_one_outcome_only_is_refused_naming_the_file_and_column(
     registry = fresh_data.model_registry_dir(DEMO_JOB)
     before = inference_model_versions(registry)
 
-    result = CliRunner().invoke(_app(), ["register", DEMO_JOB, "--model", str(tmp_path / "mine.ubj"), "--holdout", str(one)])
+    result = CliRunner().invoke(
+        _app(), ["register", DEMO_JOB, "--model", str(tmp_path / "mine.ubj"), "--holdout", str(one)]
+    )
 
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
@@ -260,7 +304,9 @@ def test_a_holdout_with_one_outcome_only_is_refused_naming_the_file_and_column(
     assert not list((fresh_data.data_dir / "models" / ".staging").glob("*"))
 
 
-def test_a_version_calibrated_without_events_is_refused_by_promote_validate_and_run(fresh_data: Settings, demo_env: DemoEnv) -> None:
+def test_a_version_calibrated_without_events_is_refused_by_promote_validate_and_run(
+    fresh_data: Settings, demo_env: DemoEnv
+) -> None:
     """A version registered before registration refused such hold-outs: its calibration's bins hold no event.
     It loads and scores, approving everyone; every command that would put it to work refuses it, naming it."""
     registry = fresh_data.model_registry_dir(DEMO_JOB)
@@ -276,7 +322,9 @@ def test_a_version_calibrated_without_events_is_refused_by_promote_validate_and_
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout, done.stderr)
         lines = [line for line in done.stdout.splitlines() if line.strip()]
-        assert len(lines) == 1 and lines[0].startswith(f"error: {registry / '2' / 'metadata.json'}: calibration: model credit_risk version 2: "), (args, done.stdout)
+        assert len(lines) == 1 and lines[0].startswith(
+            f"error: {registry / '2' / 'metadata.json'}: calibration: model credit_risk version 2: "
+        ), (args, done.stdout)
         assert "without events: none of its 2,000 rows has outcome 1" in lines[0], lines[0]
     assert not (registry / ALIASES_FILE).exists()
     # Refused before the lease: no warehouse, no ledger row, no output.

@@ -25,12 +25,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
-from tasks.settings import PROJECT_ROOT, Settings, current_settings
-from tasks.runs.recovery import pending_ledger_dir
-
 from conftest import DEMO_JOB, DemoEnv, _free_port, _postgres_bin_dir, _run_admin_sql
 from test_operator_faults import tmpfs  # noqa: F401  (the fixture)
+
+from tasks.runs.recovery import pending_ledger_dir
+from tasks.settings import PROJECT_ROOT, Settings, current_settings
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 SCORE = Path(sys.executable).parent / "score"
@@ -52,12 +51,25 @@ class PostgresServer:
         return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/scoring"
 
     def pg_ctl(self, *args: str) -> None:
-        subprocess.run([*self.as_postgres, str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args],
-                       check=True, capture_output=True, text=True, timeout=60)
+        subprocess.run(
+            [*self.as_postgres, str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def start(self) -> None:
-        self.pg_ctl("-l", str(self.log), "-w", "-t", "60", "-o", f"-c listen_addresses=127.0.0.1 -p {self.port} "
-                    f"-k {self.data.parent / 'sockets'} -c fsync=off", "start")
+        self.pg_ctl(
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data.parent / 'sockets'} -c fsync=off",
+            "start",
+        )
 
     def stop_immediately(self) -> None:
         self.pg_ctl("-m", "immediate", "-w", "stop")
@@ -80,16 +92,34 @@ def own_postgres() -> Iterator[PostgresServer]:
     server = PostgresServer(bin_dir, root / "data", root / "server.log", _free_port(), password, as_postgres)
     try:
         subprocess.run(
-            [*as_postgres, str(bin_dir / "initdb"), "-D", str(server.data), "-U", "postgres", f"--pwfile={root / 'pwfile'}",
-             "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync"],
-            check=True, capture_output=True, text=True, timeout=120,
+            [
+                *as_postgres,
+                str(bin_dir / "initdb"),
+                "-D",
+                str(server.data),
+                "-U",
+                "postgres",
+                f"--pwfile={root / 'pwfile'}",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         server.start()
         _run_admin_sql(server.url.rpartition("/")[0] + "/postgres", 'CREATE DATABASE "scoring"')
         yield server
     finally:
-        subprocess.run([*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(server.data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(server.data), "-m", "immediate", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -97,18 +127,37 @@ def _environment(settings: Settings, **extra: str) -> dict[str, str]:
     from prefect.settings import PREFECT_API_URL
 
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SCORING_")}
-    return {**environment, "SCORING_DATA_DIR": str(settings.data_dir), "PREFECT_API_URL": str(PREFECT_API_URL.value()), **extra}
+    return {
+        **environment,
+        "SCORING_DATA_DIR": str(settings.data_dir),
+        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+        **extra,
+    }
 
 
 def score(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCORE), *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=300)
+    return subprocess.run(
+        [str(SCORE), *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
 
 
 def started(env: dict[str, str], *args: str) -> subprocess.Popen:
     """`score ARGS` in a child process whose output (stdout and stderr together) the test reads line by line."""
-    return subprocess.Popen([str(SCORE), *args], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True)
+    return subprocess.Popen(
+        [str(SCORE), *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def output_until(child: subprocess.Popen, marker: str, timeout_s: float = 120) -> str:
@@ -152,7 +201,9 @@ def partition_problems(settings: Settings, day: dt.date, expected_run: str | Non
 
     from flows.steps.blocks import configured_warehouse
 
-    raw_ids = set(pq.read_table(settings.raw_partition_dir(DEMO_JOB, day.isoformat())).column("entity_id").to_pylist()) - {None}
+    raw_ids = set(
+        pq.read_table(settings.raw_partition_dir(DEMO_JOB, day.isoformat())).column("entity_id").to_pylist()
+    ) - {None}
     warehouse = configured_warehouse(settings)
     problems = []
     for store in ("parquet", "warehouse"):
@@ -160,11 +211,17 @@ def partition_problems(settings: Settings, day: dt.date, expected_run: str | Non
         for table in ("predictions", "quarantine"):
             if store == "parquet":
                 link = settings.output_dir(DEMO_JOB) / table / f"date={day}"
-                rows = pq.read_table(os.path.realpath(link)).select(["run_id", "entity_id"]).to_pylist() if os.path.lexists(link) else []
+                rows = (
+                    pq.read_table(os.path.realpath(link)).select(["run_id", "entity_id"]).to_pylist()
+                    if os.path.lexists(link)
+                    else []
+                )
             else:
                 with warehouse._session(write=False) as session:
-                    rows = session.rows(f"SELECT run_id, entity_id FROM {table} WHERE job = $job AND partition_date = $day",
-                                        {"job": DEMO_JOB, "day": day})
+                    rows = session.rows(
+                        f"SELECT run_id, entity_id FROM {table} WHERE job = $job AND partition_date = $day",
+                        {"job": DEMO_JOB, "day": day},
+                    )
             runs = {r["run_id"] for r in rows}
             if runs - {expected_run}:
                 problems.append(f"{store} {table} holds runs {sorted(runs)}, expected {expected_run}")
@@ -176,7 +233,11 @@ def partition_problems(settings: Settings, day: dt.date, expected_run: str | Non
 
 @pytest.mark.parametrize("first_start", ["recover", "run-another-date"])
 def test_postgres_gone_mid_run_keeps_its_failure_and_blocks_no_later_run(
-    demo_env: DemoEnv, fresh_data: Settings, own_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch, first_start: str,
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    own_postgres: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
+    first_start: str,
 ) -> None:
     monkeypatch.setenv("SCORING_WAREHOUSE_URL", own_postgres.url)
     settings = current_settings()
@@ -206,12 +267,18 @@ def test_postgres_gone_mid_run_keeps_its_failure_and_blocks_no_later_run(
     other_run = score(env, "run", DEMO_JOB, "--date", other.isoformat())
     assert other_run.returncode == 0, (other_run.stdout + other_run.stderr)[-3000:]
     (closed,) = ledger(settings, day)
-    assert closed["status"] == "failed" and closed["error"].startswith("WarehouseUnreachable: cannot connect"), closed["error"]
+    assert closed["status"] == "failed" and closed["error"].startswith("WarehouseUnreachable: cannot connect"), closed[
+        "error"
+    ]
     assert own_postgres.password not in closed["error"]
-    assert not [p for p in (settings.data_dir / "output" / "logs").glob("*.log") if own_postgres.password in p.read_text()]
+    assert not [
+        p for p in (settings.data_dir / "output" / "logs").glob("*.log") if own_postgres.password in p.read_text()
+    ]
     assert not pending.exists()
 
-    backfill = score(env, "backfill", DEMO_JOB, "--start", day.isoformat(), "--end", day.isoformat(), "--mode", "failed")
+    backfill = score(
+        env, "backfill", DEMO_JOB, "--start", day.isoformat(), "--end", day.isoformat(), "--mode", "failed"
+    )
     assert backfill.returncode == 0, (backfill.stdout + backfill.stderr)[-3000:]
     failed, rescored = ledger(settings, day)
     assert failed["run_id"] == failed_run and failed["status"] == "failed" and rescored["status"] == "succeeded"
@@ -227,7 +294,6 @@ def _two_thousand_rows_on(tmpfs: Path, demo_env: DemoEnv, monkeypatch: pytest.Mo
     """The demo inputs under `tmpfs` with a 2,000-row last day, and the settings whose data root (warehouse, outputs, run
     log) is there."""
     import pyarrow.parquet as pq
-
     from test_operator_faults import copied_demo
 
     monkeypatch.setenv("SCORING_DATA_DIR", str(copied_demo(demo_env, tmpfs)))
@@ -247,7 +313,10 @@ def _filled(tmpfs: Path, free_kib: int) -> Path:
 
 @pytest.mark.parametrize("free_kib", [300, 1536], ids=["no-room-to-start", "failure-kept-for-the-next-start"])
 def test_a_full_disk_before_the_publish_ends_failed_with_its_cause(
-    demo_env: DemoEnv, tmpfs: Path, monkeypatch: pytest.MonkeyPatch, free_kib: int,
+    demo_env: DemoEnv,
+    tmpfs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    free_kib: int,
 ) -> None:
     """A 2,000-row partition with the data root on a tmpfs filled to `free_kib` (amounts found by trying; the run's
     writes are the same each time). With ~0.3 MiB the run cannot set aside room for its failure record and stops
@@ -268,16 +337,23 @@ def test_a_full_disk_before_the_publish_ends_failed_with_its_cause(
         assert _ledger_files(settings) == []
         return
     (run,) = runs
-    assert run["status"] == "running" and _ledger_files(settings) == [f"{run['run_id']}.json"], (run, _ledger_files(settings))
+    assert run["status"] == "running" and _ledger_files(settings) == [f"{run['run_id']}.json"], (
+        run,
+        _ledger_files(settings),
+    )
     recovered = score(_environment(settings), "recover", DEMO_JOB)
     assert recovered.returncode == 0, (recovered.stdout + recovered.stderr)[-3000:]
     (closed,) = ledger(settings, day)
-    assert closed["status"] == "failed" and closed["error"].startswith("OSError: disk full: no space left on device"), closed["error"]
+    assert closed["status"] == "failed" and closed["error"].startswith("OSError: disk full: no space left on device"), (
+        closed["error"]
+    )
     assert _ledger_files(settings) == []
 
 
 def test_a_full_disk_after_the_publish_is_a_succeeded_run_with_warnings(
-    demo_env: DemoEnv, tmpfs: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_env: DemoEnv,
+    tmpfs: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The disk fills up once the run is published (its page is linked; the filler takes the last byte while the
     run is frozen): decision monitoring and the ledger's warnings do not fit. The run is succeeded, the terminal
@@ -327,7 +403,9 @@ def test_sigterm_and_ctrl_c_close_the_run_failed_on_the_way_out(demo_env: DemoEn
         line = one_error_line(before + rest, child.returncode, 128 + signum)
         assert line == f"error: stopped by signal {signum} ({name})", line
         stopped = ledger(fresh_data, day)[-1]
-        assert stopped["status"] == "failed" and stopped["error"] == f"RunStopped: stopped by signal {signum} ({name})", stopped
+        assert (
+            stopped["status"] == "failed" and stopped["error"] == f"RunStopped: stopped by signal {signum} ({name})"
+        ), stopped
         assert not [p for p in fresh_data.output_dir(DEMO_JOB).rglob("*") if "_staging" in p.parts and p.is_file()]
         assert _ledger_files(fresh_data) == []
         with duckdb.connect(str(fresh_data.duckdb_path), read_only=True) as con:

@@ -54,28 +54,39 @@ def test_a_stalled_chunk_times_the_run_out_cleanly_and_the_backfill_goes_on(
     with pytest.raises(PartitionsFailed, match=str(first)):
         backfill(DEMO_JOB, first, second, chunk_rows=500)
 
-    runs = _rows(settings, "SELECT partition_date, status, error FROM runs WHERE job = ? ORDER BY started_at", [DEMO_JOB])
+    runs = _rows(
+        settings, "SELECT partition_date, status, error FROM runs WHERE job = ? ORDER BY started_at", [DEMO_JOB]
+    )
     (timed_out,) = [r for r in runs if r[1] == "failed"]
     assert timed_out[0] == first and "timed out after 2 s" in timed_out[2], runs
     assert runs[-1][:2] == (second, "succeeded")  # the backfill went on with the next partition
     # The night scored before is untouched: same run in Parquet and in the warehouse.
     link = settings.output_dir(DEMO_JOB) / "predictions" / f"date={first}"
     assert set(pq.read_table(os.path.realpath(link)).column("run_id").to_pylist()) == {before.run_id}
-    assert _rows(settings, "SELECT DISTINCT run_id FROM predictions WHERE partition_date = ?", [first]) == [(before.run_id,)]
+    assert _rows(settings, "SELECT DISTINCT run_id FROM predictions WHERE partition_date = ?", [first]) == [
+        (before.run_id,)
+    ]
     # Lease released, staging removed.
     assert _rows(settings, "SELECT * FROM partition_leases", []) == []
     assert not [p for p in settings.output_dir(DEMO_JOB).rglob("_staging/**/*") if p.is_file()]
 
 
-def test_the_spec_limit_overrides_the_settings_default(demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_spec_limit_overrides_the_settings_default(
+    demo_env: DemoEnv, fresh_data: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tasks.runs.ticket import run_ticket
     from tasks.scoring.prepared import prepared_job
 
     monkeypatch.setenv("SCORING_MAX_RUN_SECONDS", "60")
     settings = current_settings()
     day = demo_env.plan.scoring_dates[-1]
-    ticket = run_ticket(prepared_job(DEMO_JOB, day, settings), run_id="r", partition_date=day, chunk_rows=None,
-                        max_run_seconds=settings.max_run_seconds)
+    ticket = run_ticket(
+        prepared_job(DEMO_JOB, day, settings),
+        run_id="r",
+        partition_date=day,
+        chunk_rows=None,
+        max_run_seconds=settings.max_run_seconds,
+    )
     assert ticket.max_run_seconds == 60 and ticket.deadline is None
     started = ticket.started(1_000.0)
     assert started.deadline == 1_060.0 and started.run_deadline().limit_s == 60

@@ -14,6 +14,7 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
+from monitoring_demo import SALES_ARGS, MonitoredDemo, copied_demo, monitored_demo
 
 from tasks.demo.sales_data import (
     CATEGORIES,
@@ -35,8 +36,6 @@ from tasks.guards import guarded_chunk, load_guard_suite
 from tasks.jobspec import load_job_spec
 from tasks.settings import PROJECT_ROOT, Settings
 
-from monitoring_demo import SALES_ARGS, MonitoredDemo, copied_demo, monitored_demo
-
 BIG_DAY = SalesDayPlan(date=dt.date(2026, 2, 2), rows=20_000, shifted=False)
 SUITE = load_guard_suite(PROJECT_ROOT / "expectations" / "store_sales.json", entity_column=ENTITY_COLUMN)
 CLEAN = pl.col("temperature_c").is_not_null() & pl.col("price_index").is_not_null()
@@ -49,7 +48,9 @@ def big_day() -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def assert_binomial_share(hits: int, n: int, p: float, *, sigmas: float = 4.5) -> None:
     sd = math.sqrt(n * p * (1 - p))
-    assert abs(hits - n * p) <= sigmas * sd, f"{hits} of {n} ({hits / n:.4f}) vs expected rate {p:.4f} ± {sigmas * sd / n:.4f}"
+    assert abs(hits - n * p) <= sigmas * sd, (
+        f"{hits} of {n} ({hits / n:.4f}) vs expected rate {p:.4f} ± {sigmas * sd / n:.4f}"
+    )
 
 
 # --- the generator ----------------------------------------------------------------------------
@@ -63,7 +64,11 @@ def test_units_sold_are_whole_non_negative_numbers_one_per_row_observed_the_next
     ids = raw.filter(pl.col(ENTITY_COLUMN) != "")[ENTITY_COLUMN]
     assert labels[ENTITY_COLUMN].to_list() == ids.to_list() and ids.n_unique() == ids.len()
     assert ids.str.contains(r"^S\d{2}-I\d{4}$").all()
-    assert (raw.filter(pl.col(ENTITY_COLUMN) != "").select(pl.col(ENTITY_COLUMN).str.slice(0, 3) == pl.col("store"))).to_series().all()
+    assert (
+        (raw.filter(pl.col(ENTITY_COLUMN) != "").select(pl.col(ENTITY_COLUMN).str.slice(0, 3) == pl.col("store")))
+        .to_series()
+        .all()
+    )
     assert (labels["observed_date"] == BIG_DAY.date + dt.timedelta(days=1)).all()
     assert (raw["sales_date"] == BIG_DAY.date).all() and (raw["day_of_week"] == BIG_DAY.date.strftime("%a")).all()
     assert set(raw["category"]) == set(CATEGORIES) and set(raw["store_format"]) <= set(STORE_FORMATS)
@@ -72,9 +77,11 @@ def test_units_sold_are_whole_non_negative_numbers_one_per_row_observed_the_next
 def test_units_follow_the_demand_function_with_the_noise_it_declares(big_day) -> None:
     """Sums against the negative binomial's mean and variance; promotions are the noisier rows."""
     raw, labels = big_day
-    frame = raw.with_columns(pl.Series("base", assortment(BIG_DAY.rows, seed=7).base_units)).join(
-        labels, on=ENTITY_COLUMN
-    ).filter(CLEAN)
+    frame = (
+        raw.with_columns(pl.Series("base", assortment(BIG_DAY.rows, seed=7).base_units))
+        .join(labels, on=ENTITY_COLUMN)
+        .filter(CLEAN)
+    )
     mean = np.exp(sales_log_mean(frame, frame["base"].to_numpy()))
     shape = sales_dispersion(frame)
     variance = mean + mean**2 / shape
@@ -132,8 +139,12 @@ def test_a_day_is_reproducible_from_its_seed_and_date() -> None:
 
 def test_a_dates_rows_do_not_depend_on_the_other_dates(tmp_path: Path) -> None:
     d1, d2 = dt.date(2026, 1, 5), dt.date(2026, 1, 6)
-    write_sales_partitions(tmp_path / "a" / "raw", tmp_path / "a" / "labels", [d1, d2], rows_per_day=200, seed=1, shift_days=0)
-    write_sales_partitions(tmp_path / "b" / "raw", tmp_path / "b" / "labels", [d2], rows_per_day=200, seed=1, shift_days=0)
+    write_sales_partitions(
+        tmp_path / "a" / "raw", tmp_path / "a" / "labels", [d1, d2], rows_per_day=200, seed=1, shift_days=0
+    )
+    write_sales_partitions(
+        tmp_path / "b" / "raw", tmp_path / "b" / "labels", [d2], rows_per_day=200, seed=1, shift_days=0
+    )
     part = f"date={d2.isoformat()}"
     assert pl.read_parquet(tmp_path / "a" / "raw" / part).equals(pl.read_parquet(tmp_path / "b" / "raw" / part))
     assert pl.read_parquet(tmp_path / "a" / "labels" / part).equals(pl.read_parquet(tmp_path / "b" / "labels" / part))
@@ -157,8 +168,13 @@ def test_the_last_days_are_a_heat_wave_with_a_promotion_campaign(tmp_path: Path)
     for d in shifted:
         assert_binomial_share(int(d["promotion"].sum()), d.height, 0.45)
         # The campaign's discounts go deeper than the other days' promotions, some below any of theirs.
-        assert d.filter("promotion")["price_index"].mean() < min(n.filter("promotion")["price_index"].mean() for n in normal) - 0.05
-        assert d.filter("promotion")["price_index"].min() < min(n.filter("promotion")["price_index"].min() for n in normal)
+        assert (
+            d.filter("promotion")["price_index"].mean()
+            < min(n.filter("promotion")["price_index"].mean() for n in normal) - 0.05
+        )
+        assert d.filter("promotion")["price_index"].min() < min(
+            n.filter("promotion")["price_index"].min() for n in normal
+        )
     assert min(d[OUTCOME_COLUMN].mean() for d in shifted) > 1.5 * max(d[OUTCOME_COLUMN].mean() for d in normal)
 
 
@@ -168,7 +184,11 @@ def test_the_spec_reads_every_value_the_generator_writes() -> None:
     categories = {c.name: c.categories for c in spec.features.columns if c.kind == "categorical"}
     assert categories == {"category": CATEGORIES, "store_format": STORE_FORMATS, "day_of_week": DAY_NAMES}
     suite = json.loads((PROJECT_ROOT / "expectations" / "store_sales.json").read_text())["expectations"]
-    allowed = {e["kwargs"]["column"]: tuple(e["kwargs"]["value_set"]) for e in suite if e["type"] == "expect_column_values_to_be_in_set"}
+    allowed = {
+        e["kwargs"]["column"]: tuple(e["kwargs"]["value_set"])
+        for e in suite
+        if e["type"] == "expect_column_values_to_be_in_set"
+    }
     assert {c: set(v) for c, v in allowed.items()} == {c: set(v) for c, v in categories.items()}
     assert spec.target.kind == "count" and spec.monitoring.labels.outcome_column == OUTCOME_COLUMN
     assert spec.entity_column == spec.monitoring.labels.entity_column == ENTITY_COLUMN
@@ -182,7 +202,9 @@ def demo(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> Mon
     return monitored_demo(tmp_path_factory)
 
 
-def test_the_demo_registers_a_count_model_before_its_hold_out_days_and_reuses_it(demo: MonitoredDemo, tmp_path: Path) -> None:
+def test_the_demo_registers_a_count_model_before_its_hold_out_days_and_reuses_it(
+    demo: MonitoredDemo, tmp_path: Path
+) -> None:
     settings = Settings(data_dir=demo.data_dir)
     training_dates = [demo.dates[0] - dt.timedelta(days=i) for i in range(SALES_ARGS["train_days"], 0, -1)]
     meta = json.loads((settings.model_registry_dir(SALES_JOB) / demo.sales_version / "metadata.json").read_text())
@@ -190,11 +212,18 @@ def test_the_demo_registers_a_count_model_before_its_hold_out_days_and_reuses_it
     training = meta["training"]
     fit_end, holdout_start = training_dates[-3], training_dates[-2]
     assert (training["window_start"], training["window_end"]) == (training_dates[0].isoformat(), fit_end.isoformat())
-    assert (training["holdout_start"], training["holdout_end"]) == (holdout_start.isoformat(), training_dates[-1].isoformat())
+    assert (training["holdout_start"], training["holdout_end"]) == (
+        holdout_start.isoformat(),
+        training_dates[-1].isoformat(),
+    )
     assert training["params"]["objective"] == "count:poisson"
     # The hold-out is the two last days' labelled rows, the training rows the days before (labels leave out the blank ids).
-    held = sum(pl.read_parquet(settings.labels_partition_dir(SALES_JOB, d.isoformat())).height for d in training_dates[-2:])
-    fitted = sum(pl.read_parquet(settings.labels_partition_dir(SALES_JOB, d.isoformat())).height for d in training_dates[:-2])
+    held = sum(
+        pl.read_parquet(settings.labels_partition_dir(SALES_JOB, d.isoformat())).height for d in training_dates[-2:]
+    )
+    fitted = sum(
+        pl.read_parquet(settings.labels_partition_dir(SALES_JOB, d.isoformat())).height for d in training_dates[:-2]
+    )
     assert (training["rows_holdout"], training["rows_train"]) == (held, fitted)
     check = meta["interval"]["check"]
     assert check["rows"] == meta["interval"]["rows_check"] >= 0.2 * held - 1
@@ -216,19 +245,26 @@ def published(demo: MonitoredDemo) -> pl.DataFrame:
         forecasts = pl.from_arrow(con.sql("SELECT * FROM forecasts WHERE job = ?", params=[SALES_JOB]).to_arrow_table())
         assert con.execute("SELECT count(*) FROM predictions WHERE job = ?", [SALES_JOB]).fetchone() == (0,)
     labels = pl.concat(
-        pl.read_parquet(settings.labels_partition_dir(SALES_JOB, d.isoformat())).with_columns(pl.lit(d).alias("partition_date"))
+        pl.read_parquet(settings.labels_partition_dir(SALES_JOB, d.isoformat())).with_columns(
+            pl.lit(d).alias("partition_date")
+        )
         for d in demo.dates
     )
     return forecasts.join(labels.rename({ENTITY_COLUMN: "entity_id"}), on=["partition_date", "entity_id"], how="left")
 
 
-def test_the_demo_publishes_a_forecast_of_every_guarded_row_of_every_date(demo: MonitoredDemo, published: pl.DataFrame) -> None:
+def test_the_demo_publishes_a_forecast_of_every_guarded_row_of_every_date(
+    demo: MonitoredDemo, published: pl.DataFrame
+) -> None:
     settings = Settings(data_dir=demo.data_dir)
     assert sorted(set(published["partition_date"])) == demo.dates
     for day in demo.dates:
         rows = published.filter(pl.col("partition_date") == day)
         raw = pl.read_parquet(settings.raw_partition_dir(SALES_JOB, day.isoformat()))
-        assert rows["entity_id"].sort().to_list() == raw.filter(pl.col(ENTITY_COLUMN) != "")[ENTITY_COLUMN].sort().to_list()
+        assert (
+            rows["entity_id"].sort().to_list()
+            == raw.filter(pl.col(ENTITY_COLUMN) != "")[ENTITY_COLUMN].sort().to_list()
+        )
         assert set(rows["run_id"]) == {demo.sales_run_ids[day]} and set(rows["model_version"]) == {demo.sales_version}
         folder = settings.output_dir(SALES_JOB) / "forecasts" / f"date={day.isoformat()}"
         assert pl.read_parquet(folder / "*.parquet").height == rows.height
@@ -237,7 +273,9 @@ def test_the_demo_publishes_a_forecast_of_every_guarded_row_of_every_date(demo: 
     assert (published["forecast"] <= published["forecast_high"]).all() and (published["expected_error"] > 0).all()
     # The rule table of jobs/store_sales.yaml, applied to the published interval.
     high = published["forecast_high"]
-    wanted = pl.when(high >= 30).then(pl.lit("restock")).when(high < 2).then(pl.lit("markdown")).otherwise(pl.lit("keep"))
+    wanted = (
+        pl.when(high >= 30).then(pl.lit("restock")).when(high < 2).then(pl.lit("markdown")).otherwise(pl.lit("keep"))
+    )
     assert published.select((pl.col("decision") == wanted).all()).item()
     assert {"restock", "markdown", "keep"} == set(published["decision"])
     with_reasons = published["reason_codes"].list.len() > 0

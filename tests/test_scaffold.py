@@ -26,8 +26,13 @@ JOB = "loans"
 REGIONS = ("north", "south", "east", "west", "centre")
 ROWS = 2_000
 SCORING_VARS = (
-    "SCORING_DATA_DIR", "SCORING_JOBS_DIR", "SCORING_EXPECTATIONS_DIR", "SCORING_WAREHOUSE_PATH",
-    "SCORING_WAREHOUSE_URL", "SCORING_WAREHOUSE_SECRET_BLOCK", "SCORING_TIMEZONE",
+    "SCORING_DATA_DIR",
+    "SCORING_JOBS_DIR",
+    "SCORING_EXPECTATIONS_DIR",
+    "SCORING_WAREHOUSE_PATH",
+    "SCORING_WAREHOUSE_URL",
+    "SCORING_WAREHOUSE_SECRET_BLOCK",
+    "SCORING_TIMEZONE",
 )
 
 
@@ -79,7 +84,11 @@ def one_error_line(result) -> str:
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     for name in SCORING_VARS:
         monkeypatch.delenv(name, raising=False)
-    for name, folder in (("SCORING_JOBS_DIR", "jobs"), ("SCORING_EXPECTATIONS_DIR", "expectations"), ("SCORING_DATA_DIR", "data")):
+    for name, folder in (
+        ("SCORING_JOBS_DIR", "jobs"),
+        ("SCORING_EXPECTATIONS_DIR", "expectations"),
+        ("SCORING_DATA_DIR", "data"),
+    ):
         (tmp_path / folder).mkdir()
         monkeypatch.setenv(name, str(tmp_path / folder))
     return current_settings()
@@ -115,7 +124,11 @@ def test_the_spec_loads_with_declared_features_of_the_inferred_kinds(scaffold: S
     features = job_features(spec)
     assert features.FEATURES == ("age", "income", "owns_home", "region", "is_new")  # no id, no label
     assert feature_kinds(features) == {
-        "age": "numeric", "income": "numeric", "owns_home": "boolean", "region": "categorical", "is_new": "boolean",
+        "age": "numeric",
+        "income": "numeric",
+        "owns_home": "boolean",
+        "region": "categorical",
+        "is_new": "boolean",
     }
     counts = scaffold.sample["region"].value_counts()
     by_frequency = tuple(sorted(REGIONS, key=lambda r: -counts.filter(pl.col("region") == r)["count"].item()))
@@ -147,8 +160,11 @@ def test_the_declared_features_of_the_sample_are_its_values_mapped(scaffold: Sca
     for i, row in enumerate(frame.head(50).iter_rows(named=True)):
         income = math.nan if row["income"] is None else np.float32(row["income"])
         expected = [
-            row["age"], income, 1.0 if row["owns_home"].strip().lower() == "yes" else 0.0,
-            categories.index(row["region"]) if row["region"] in categories else math.nan, float(row["is_new"]),
+            row["age"],
+            income,
+            1.0 if row["owns_home"].strip().lower() == "yes" else 0.0,
+            categories.index(row["region"]) if row["region"] in categories else math.nan,
+            float(row["is_new"]),
         ]
         np.testing.assert_array_equal(matrix[i], np.array(expected, dtype=np.float32))
     assert math.isnan(matrix[0, 3]) and matrix[1, 2] == 1
@@ -169,10 +185,14 @@ def test_the_suite_is_profiled_from_the_sample(scaffold: Scaffold) -> None:
     for column in ("id", "age", "income", "owns_home", "region", "is_new"):
         assert suite_entry(scaffold, "expect_column_to_exist", column)["meta"]["guard"]["action"] == "fail"
     assert not [e for e in doc["expectations"] if e["kwargs"]["column"] == "defaulted"]  # the label is no raw column
-    not_null = {e["kwargs"]["column"] for e in doc["expectations"] if e["type"] == "expect_column_values_to_not_be_null"}
+    not_null = {
+        e["kwargs"]["column"] for e in doc["expectations"] if e["type"] == "expect_column_values_to_not_be_null"
+    }
     assert not_null == {"id", "age", "owns_home", "region", "is_new"}  # income has nulls in the sample
     assert suite_entry(scaffold, "expect_column_values_to_match_regex", "id")["kwargs"]["regex"] == r"^C-\d{6}$"
-    assert set(suite_entry(scaffold, "expect_column_values_to_be_in_set", "region")["kwargs"]["value_set"]) == set(REGIONS)
+    assert set(suite_entry(scaffold, "expect_column_values_to_be_in_set", "region")["kwargs"]["value_set"]) == set(
+        REGIONS
+    )
     for column in ("age", "income"):
         kwargs = suite_entry(scaffold, "expect_column_values_to_be_between", column)["kwargs"]
         values = scaffold.sample[column].drop_nulls().to_numpy().astype(float)
@@ -218,11 +238,15 @@ def test_great_expectations_itself_passes_the_sample_on_the_suite(scaffold: Scaf
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     batch = (
-        context.data_sources.add_pandas("scaffold").add_dataframe_asset("sample").add_batch_definition_whole_dataframe("all")
+        context.data_sources.add_pandas("scaffold")
+        .add_dataframe_asset("sample")
+        .add_batch_definition_whole_dataframe("all")
         .get_batch(batch_parameters={"dataframe": scaffold.sample.drop("defaulted").to_pandas()})
     )
     result = batch.validate(ExpectationSuite(**json.loads(scaffold.suite_path.read_text())))
-    failed = [(r.expectation_config.type, r.expectation_config.kwargs.get("column")) for r in result.results if not r.success]
+    failed = [
+        (r.expectation_config.type, r.expectation_config.kwargs.get("column")) for r in result.results if not r.success
+    ]
     assert failed == [] and len(result.results) == len(json.loads(scaffold.suite_path.read_text())["expectations"])
 
 
@@ -243,10 +267,16 @@ def test_init_refuses_to_overwrite_unless_forced(scaffold: Scaffold) -> None:
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        (("--entity-column", "customer"), ["--entity-column", "'customer'", "id, age, income, owns_home, region, is_new, defaulted"]),
+        (
+            ("--entity-column", "customer"),
+            ["--entity-column", "'customer'", "id, age, income, owns_home, region, is_new, defaulted"],
+        ),
         (("--entity-column", "id", "--label-column", "bad_debt"), ["--label-column", "'bad_debt'", "id, age"]),
         # Five regions would propose a multiclass job: asked for a binary one, text is refused.
-        (("--entity-column", "id", "--label-column", "region", "--kind", "binary"), ["'region'", "holds text", "outcome is 1 (the event) or 0"]),
+        (
+            ("--entity-column", "id", "--label-column", "region", "--kind", "binary"),
+            ["'region'", "holds text", "outcome is 1 (the event) or 0"],
+        ),
     ],
 )
 def test_a_column_the_sample_lacks_is_one_error_line_listing_its_columns(
@@ -288,16 +318,23 @@ def test_a_scaffolded_job_scores_a_partition_with_nothing_but_a_model_added(scaf
     features = job_features(spec)
     x = features.feature_matrix(scaffold.sample)
     registered_classifier(
-        x, scaffold.sample["defaulted"].to_numpy().astype(np.float32), names=features.FEATURES,
-        feature_version=features.FEATURE_VERSION, model_dir=settings.model_registry_dir(JOB) / "1",
-        seed=1, training_window=(dt.date(2026, 3, 1), dt.date(2026, 3, 1)), rows_quarantined=0,
+        x,
+        scaffold.sample["defaulted"].to_numpy().astype(np.float32),
+        names=features.FEATURES,
+        feature_version=features.FEATURE_VERSION,
+        model_dir=settings.model_registry_dir(JOB) / "1",
+        seed=1,
+        training_window=(dt.date(2026, 3, 1), dt.date(2026, 3, 1)),
+        rows_quarantined=0,
     )
     # The spec scores the champion alias; a version written straight into the registry is not one until named so.
     assert spec.model.version == "champion"
     inference_moved_alias(settings.model_registry_dir(JOB), "champion", "1", versions=["1"], changed_by="test")
     day = "2026-03-02"
     raw = sample_frame(seed=4, rows=1_500, first_id=10_000).drop("defaulted")
-    raw = raw.with_columns(pl.when(pl.int_range(pl.len()) < 3).then(pl.lit("atlantis")).otherwise(pl.col("region")).alias("region"))
+    raw = raw.with_columns(
+        pl.when(pl.int_range(pl.len()) < 3).then(pl.lit("atlantis")).otherwise(pl.col("region")).alias("region")
+    )
     raw_dir = settings.raw_partition_dir(JOB, day)
     raw_dir.mkdir(parents=True)
     raw.write_parquet(raw_dir / "part-0.parquet")
@@ -335,7 +372,12 @@ def test_odd_columns_get_safe_feature_names_or_are_left_out_with_a_reason(worksp
     sample.write_parquet(path)
     done = scaffolded_job("odd", sample=path, entity_column="key", label_column=None, settings=workspace)
     # flag01 holds 0/1 integers, but nothing in its type or name says flag: it stays a number.
-    assert done.features == {"loan_amount": "numeric", "flag01": "numeric", "yn": "boolean", "home__type_": "categorical"}
+    assert done.features == {
+        "loan_amount": "numeric",
+        "flag01": "numeric",
+        "yn": "boolean",
+        "home__type_": "categorical",
+    }
     assert "numbers stored as text" in done.left_out["amount_text"] and "Date" in done.left_out["opened"]
     spec = load_job_spec("odd", workspace)
     sources = {c.name: c.raw_column for c in spec.features.columns}

@@ -23,8 +23,13 @@ from tasks.settings import Settings, current_settings
 JOB = "uptake"
 ROWS = 1_000
 SCORING_VARS = (
-    "SCORING_DATA_DIR", "SCORING_JOBS_DIR", "SCORING_EXPECTATIONS_DIR", "SCORING_WAREHOUSE_PATH",
-    "SCORING_WAREHOUSE_URL", "SCORING_WAREHOUSE_SECRET_BLOCK", "SCORING_TIMEZONE",
+    "SCORING_DATA_DIR",
+    "SCORING_JOBS_DIR",
+    "SCORING_EXPECTATIONS_DIR",
+    "SCORING_WAREHOUSE_PATH",
+    "SCORING_WAREHOUSE_URL",
+    "SCORING_WAREHOUSE_SECRET_BLOCK",
+    "SCORING_TIMEZONE",
 )
 
 
@@ -42,7 +47,9 @@ def customers(seed: int, rows: int = ROWS) -> pl.DataFrame:
             "visits": rng.choice([0, 1, 1, 1, 1, 1, 2, 3, 5, 8], rows),  # its median 1 is its most common value
             "MOSTYPE": rng.integers(1, 40, rows),
             # Whole years written as floats (a writer filled gaps with null): a later 2.5 may still come.
-            "tenure_years": pl.Series(rng.choice([0.0, 1.0, 2.0, 2.0, 2.0, 3.0, 5.0, 8.0, 13.0], rows)).scatter([0, 1], None),
+            "tenure_years": pl.Series(rng.choice([0.0, 1.0, 2.0, 2.0, 2.0, 3.0, 5.0, 8.0, 13.0], rows)).scatter(
+                [0, 1], None
+            ),
             "channel": rng.choice(["web", "shop", "phone"], rows),
             "bought": rng.integers(0, 2, rows),
         }
@@ -53,13 +60,27 @@ def customers(seed: int, rows: int = ROWS) -> pl.DataFrame:
 def scaffolded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, pl.DataFrame, str]:
     for name in SCORING_VARS:
         monkeypatch.delenv(name, raising=False)
-    for name, folder in (("SCORING_JOBS_DIR", "jobs"), ("SCORING_EXPECTATIONS_DIR", "expectations"), ("SCORING_DATA_DIR", "data")):
+    for name, folder in (
+        ("SCORING_JOBS_DIR", "jobs"),
+        ("SCORING_EXPECTATIONS_DIR", "expectations"),
+        ("SCORING_DATA_DIR", "data"),
+    ):
         (tmp_path / folder).mkdir()
         monkeypatch.setenv(name, str(tmp_path / folder))
     sample = customers(seed=5)
     sample.write_parquet(tmp_path / "sample.parquet")
     result = CliRunner().invoke(
-        app, ["init", JOB, "--from", str(tmp_path / "sample.parquet"), "--entity-column", "customer", "--label-column", "bought"],
+        app,
+        [
+            "init",
+            JOB,
+            "--from",
+            str(tmp_path / "sample.parquet"),
+            "--entity-column",
+            "customer",
+            "--label-column",
+            "bought",
+        ],
         catch_exceptions=True,
     )
     assert result.exit_code == 0, (result.output, result.exception)
@@ -74,14 +95,27 @@ def test_kinds_come_from_types_values_and_names_never_from_a_zero_one_sample_of_
     settings, _, _ = scaffolded
     kinds = feature_kinds(job_features(load_job_spec(JOB, settings)))
     assert kinds == {
-        "num_policies": "numeric", "is_member": "boolean", "smoker": "boolean", "children": "numeric",
-        "annual_km": "numeric", "visits": "numeric", "MOSTYPE": "numeric", "tenure_years": "numeric", "channel": "categorical",
+        "num_policies": "numeric",
+        "is_member": "boolean",
+        "smoker": "boolean",
+        "children": "numeric",
+        "annual_km": "numeric",
+        "visits": "numeric",
+        "MOSTYPE": "numeric",
+        "tenure_years": "numeric",
+        "channel": "categorical",
     }
     doc = json.loads((settings.expectations_dir / f"{JOB}.json").read_text())
-    in_set = {e["kwargs"]["column"]: e["kwargs"]["value_set"] for e in doc["expectations"] if e["type"] == "expect_column_values_to_be_in_set"}
+    in_set = {
+        e["kwargs"]["column"]: e["kwargs"]["value_set"]
+        for e in doc["expectations"]
+        if e["type"] == "expect_column_values_to_be_in_set"
+    }
     assert set(in_set) == {"is_member", "smoker", "channel"} and in_set["is_member"] == [0, 1]
     # A yes/no text column allows its words in any case (the feature reads them lower-cased); a category only its values.
-    assert {v.lower() for v in in_set["smoker"]} == {"no", "yes"} and {"y", "n", "yes", "Yes", "YES", "No"} - set(in_set["smoker"]) == {"y", "n"}
+    assert {v.lower() for v in in_set["smoker"]} == {"no", "yes"} and {"y", "n", "yes", "Yes", "YES", "No"} - set(
+        in_set["smoker"]
+    ) == {"y", "n"}
     assert sorted(in_set["channel"]) == ["phone", "shop", "web"]
 
 
@@ -99,23 +133,44 @@ def test_a_count_the_sample_held_only_as_0_and_1_scores_a_later_2(scaffolded) ->
 def test_a_value_outside_the_profiled_range_is_clipped_scored_and_counted(scaffolded) -> None:
     settings, sample, _ = scaffolded
     doc = json.loads((settings.expectations_dir / f"{JOB}.json").read_text())
-    (between,) = [e for e in doc["expectations"] if e["type"] == "expect_column_values_to_be_between" and e["kwargs"]["column"] == "annual_km"]
+    (between,) = [
+        e
+        for e in doc["expectations"]
+        if e["type"] == "expect_column_values_to_be_between" and e["kwargs"]["column"] == "annual_km"
+    ]
     assert between["meta"]["guard"] == {"action": "repair", "repair": "clip"}
     assert "quarantine" in between["meta"]["review"] and "changes the model's input" in between["meta"]["review"]
     far = float(between["kwargs"]["max_value"]) + 50_000
-    later = sample.with_columns(pl.when(pl.int_range(pl.len()) == 3).then(far).otherwise(pl.col("annual_km")).alias("annual_km"))
+    later = sample.with_columns(
+        pl.when(pl.int_range(pl.len()) == 3).then(far).otherwise(pl.col("annual_km")).alias("annual_km")
+    )
     guarded = guarded_chunk(later, _suite(settings), entity_column="customer")
     assert guarded.quarantined.height == 0 and guarded.scorable.height == later.height
     assert guarded.scorable["annual_km"][3] == between["kwargs"]["max_value"]
-    assert guarded.actions.select("entity_id", "column", "action").rows() == [(later["customer"][3], "annual_km", "repair")]
+    assert guarded.actions.select("entity_id", "column", "action").rows() == [
+        (later["customer"][3], "annual_km", "repair")
+    ]
     report = fallback_report_rows(
-        rows_read=later.height, guard_by_expectation=guarded.counts.by_expectation,
-        guard_columns={e.key: e.column for e in _suite(settings).row_rules}, rows_repaired=guarded.counts.rows_repaired,
-        rows_quarantined=0, rows_fallback=0, fallback_reason=None, rows_failed=0, rows_without_adverse_reason=0,
-        rows_reasons_by_framework=0, reasons_kernel_reason=None, limits={},
+        rows_read=later.height,
+        guard_by_expectation=guarded.counts.by_expectation,
+        guard_columns={e.key: e.column for e in _suite(settings).row_rules},
+        rows_repaired=guarded.counts.rows_repaired,
+        rows_quarantined=0,
+        rows_fallback=0,
+        fallback_reason=None,
+        rows_failed=0,
+        rows_without_adverse_reason=0,
+        rows_reasons_by_framework=0,
+        reasons_kernel_reason=None,
+        limits={},
     )
     repaired = [(r["detail"], r["rows"]) for r in report if r["kind"] == "guard_repair"]
-    assert repaired[0] == ("all", 1) and len(repaired) == 2 and repaired[1][0].startswith("annual_km:") and repaired[1][1] == 1
+    assert (
+        repaired[0] == ("all", 1)
+        and len(repaired) == 2
+        and repaired[1][0].startswith("annual_km:")
+        and repaired[1][1] == 1
+    )
 
     # Quarantine stays a one-word change.
     between["meta"]["guard"]["action"] = "quarantine"
@@ -132,19 +187,27 @@ def test_starter_texts_name_the_feature_and_say_where_the_value_lies(scaffolded)
     assert codes["MOSTYPE"].label == "MOSTYPE"  # a code with nothing better known stays a code, with a note
     text = (settings.jobs_dir / f"{JOB}.yaml").read_text()
     assert "MOSTYPE kept as a code" in text
-    assert (codes["annual_km"].by_band.low, codes["annual_km"].by_band.high) == ("Annual km is low", "Annual km is high")
+    assert (codes["annual_km"].by_band.low, codes["annual_km"].by_band.high) == (
+        "Annual km is low",
+        "Annual km is high",
+    )
     children = sorted(sample["children"].unique().to_list())
     # A few whole numbers: one range per value the sample held, the last open upward, so tomorrow's larger value is
     # still described truly.
     assert codes["children"].by_cut.cuts == [v + 0.5 for v in children[:-1]]
-    assert codes["children"].by_cut.texts == [f"Children is {v}" for v in children[:-1]] + [f"Children is {children[-1]} or more"]
+    assert codes["children"].by_cut.texts == [f"Children is {v}" for v in children[:-1]] + [
+        f"Children is {children[-1]} or more"
+    ]
     assert children[0] == 0
     assert codes["channel"].by_value == {v: f"Channel is {v}" for v in ("web", "shop", "phone")}
 
     features = job_features(spec)
     medians = {"annual_km": float(np.median(sample["annual_km"].to_numpy()))}
     resolved = predict_reason_texts(
-        spec.prediction.reasons, kinds=feature_kinds(features), categories=features.CATEGORIES, medians=medians,
+        spec.prediction.reasons,
+        kinds=feature_kinds(features),
+        categories=features.CATEGORIES,
+        medians=medians,
     ).by_feature
     visits = sample["visits"].to_numpy()
     median = float(np.median(visits))
@@ -167,7 +230,10 @@ def test_starter_texts_name_the_feature_and_say_where_the_value_lies(scaffolded)
     texts = resolved["tenure_years"]
     for value in (*np.unique(years), cut - 0.5, cut + 0.5):
         chosen = texts.texts[int(texts.variant(np.array([value]))[0])]
-        assert chosen == (f"Tenure years is below {cut:g}" if value < cut else f"Tenure years is {cut:g} or more"), (value, chosen)
+        assert chosen == (f"Tenure years is below {cut:g}" if value < cut else f"Tenure years is {cut:g} or more"), (
+            value,
+            chosen,
+        )
 
 
 def test_binary_starter_words_are_neutral_and_the_table_loads(scaffolded) -> None:

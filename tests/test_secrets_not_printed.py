@@ -15,13 +15,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import DEMO_JOB, DemoEnv
+from test_operator_faults import copied_demo, jobs_copy, ledger_rows, one_error_line, score
 
 from tasks.errors import ExitCode
 from tasks.redaction import is_credential_parameter, redacted_text, redacted_url, scrubbed
 from tasks.settings import credential_free_url
-
-from conftest import DEMO_JOB, DemoEnv
-from test_operator_faults import copied_demo, jobs_copy, ledger_rows, one_error_line, score
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -70,7 +69,10 @@ def test_redacted_url_hides_passwords_tokens_and_every_query_value(url: str, exp
 def test_a_driver_quoting_a_piece_of_the_password_is_scrubbed() -> None:
     url = "postgresql://postgres:Hidden@Pass Word77@127.0.0.1:5999/db?password=Other%40Secret9"
     # libpq splits at the first `@`, then quotes the rest as the host name.
-    text = scrubbed(f'connecting to {url}: unexpected spaces found in "Pass Word77@127.0.0.1"; host "Word77"; Other@Secret9', url=url)
+    text = scrubbed(
+        f'connecting to {url}: unexpected spaces found in "Pass Word77@127.0.0.1"; host "Word77"; Other@Secret9',
+        url=url,
+    )
     for secret in ("Hidden@Pass Word77", "Pass Word77", "Word77", "Other@Secret9", "Other%40Secret9"):
         assert secret not in text, text
     assert "postgresql://postgres:***@127.0.0.1:5999/db?password=***" in text and '"***@127.0.0.1"' in text
@@ -84,9 +86,29 @@ def test_urls_inside_free_text_are_redacted() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["token", "sig", "Signature", "X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token",
-             "aws_secret_access_key", "aws_session_token", "access_key", "AWSAccessKeyId", "secret", "password",
-             "key", "sas", "sas_token", "code", "client_secret", "api_key", "X-Goog-Signature", "account_key"],
+    "name",
+    [
+        "token",
+        "sig",
+        "Signature",
+        "X-Amz-Signature",
+        "X-Amz-Credential",
+        "X-Amz-Security-Token",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "access_key",
+        "AWSAccessKeyId",
+        "secret",
+        "password",
+        "key",
+        "sas",
+        "sas_token",
+        "code",
+        "client_secret",
+        "api_key",
+        "X-Goog-Signature",
+        "account_key",
+    ],
 )
 def test_credential_parameters_are_recognised_and_refused_in_specs(name: str) -> None:
     assert is_credential_parameter(name)
@@ -124,35 +146,66 @@ def assert_nowhere(secrets: list[str], result: subprocess.CompletedProcess, data
 SPEC_CASES = {
     "https-token-no-date": (
         ("source", {"parquet": {"url": "https://example.com/x/?token=SuperSecret123"}}),
-        "source.parquet.url", "'https://example.com/x/?token=***' carries credentials", ["SuperSecret123"],
+        "source.parquet.url",
+        "'https://example.com/x/?token=***' carries credentials",
+        ["SuperSecret123"],
     ),
     "abfs-sig": (
         ("source", {"parquet": {"url": "abfs://container/x/?sv=2022-11-02&sig=AbfsSig777"}}),
-        "source.parquet.url", "'abfs://container/x/?sv=***&sig=***' carries credentials", ["AbfsSig777", "2022-11-02"],
+        "source.parquet.url",
+        "'abfs://container/x/?sv=***&sig=***' carries credentials",
+        ["AbfsSig777", "2022-11-02"],
     ),
     "s3-sig": (
         ("source", {"parquet": {"url": "s3://bucket/x/?sig=S3Sig888"}}),
-        "source.parquet.url", "'s3://bucket/x/?sig=***' carries credentials", ["S3Sig888"],
+        "source.parquet.url",
+        "'s3://bucket/x/?sig=***' carries credentials",
+        ["S3Sig888"],
     ),
     "s3-presigned": (
-        ("source", {"parquet": {"url": "https://b.s3.amazonaws.com/x/{date}/?X-Amz-Credential=AKIAPLANTED9&X-Amz-Signature=AmzSig555"}}),
-        "source.parquet.url", "X-Amz-Credential=***&X-Amz-Signature=***' carries credentials", ["AmzSig555", "AKIAPLANTED9"],
+        (
+            "source",
+            {
+                "parquet": {
+                    "url": "https://b.s3.amazonaws.com/x/{date}/?X-Amz-Credential=AKIAPLANTED9&X-Amz-Signature=AmzSig555"
+                }
+            },
+        ),
+        "source.parquet.url",
+        "X-Amz-Credential=***&X-Amz-Signature=***' carries credentials",
+        ["AmzSig555", "AKIAPLANTED9"],
     ),
     "password-with-slash": (
         ("source", {"parquet": {"url": "s3://reader:Pa/ss555@bucket/x/{date}/"}}),
-        "source.parquet.url", "'s3://***@bucket/x/{date}/' carries credentials", ["Pa/ss555", "ss555"],
+        "source.parquet.url",
+        "'s3://***@bucket/x/{date}/' carries credentials",
+        ["Pa/ss555", "ss555"],
     ),
     "no-date-other-option": (
         ("source", {"parquet": {"url": "https://example.com/x/?versionId=Ver123456"}}),
-        "source.parquet.url", "'https://example.com/x/?versionId=***' has no {date} placeholder", ["Ver123456"],
+        "source.parquet.url",
+        "'https://example.com/x/?versionId=***' has no {date} placeholder",
+        ["Ver123456"],
     ),
     "delta-secret-key": (
         ("sinks", {"delta": {"url": "s3://lake/tables?aws_secret_access_key=DeltaKey999"}}),
-        "sinks.delta.url", "'s3://lake/tables?aws_secret_access_key=***' carries credentials", ["DeltaKey999"],
+        "sinks.delta.url",
+        "'s3://lake/tables?aws_secret_access_key=***' carries credentials",
+        ["DeltaKey999"],
     ),
     "dsn-in-a-query": (
-        ("source", {"sql": {"warehouse": "duckdb", "query": "select * from postgres_scan('postgresql://u:QuerySecret42@db/x', 'public', 'apps')"}}),
-        "source.sql.query", "postgres_scan('postgresql://u:***@db/x'", ["QuerySecret42"],
+        (
+            "source",
+            {
+                "sql": {
+                    "warehouse": "duckdb",
+                    "query": "select * from postgres_scan('postgresql://u:QuerySecret42@db/x', 'public', 'apps')",
+                }
+            },
+        ),
+        "source.sql.query",
+        "postgres_scan('postgresql://u:***@db/x'",
+        ["QuerySecret42"],
     ),
 }
 
@@ -178,11 +231,19 @@ def _free_port() -> int:
     ("password", "shown", "code", "secrets"),
     [
         # libpq splits at the first `@` and quotes the rest as the host: "Pass Word77@127.0.0.1".
-        ("Hidden@Pass Word77", "postgresql://postgres:***@127.0.0.1:{port}/scoring", ExitCode.ENVIRONMENT,
-         ["Hidden@Pass Word77", "Pass Word77", "Word77", "Hidden@"]),
+        (
+            "Hidden@Pass Word77",
+            "postgresql://postgres:***@127.0.0.1:{port}/scoring",
+            ExitCode.ENVIRONMENT,
+            ["Hidden@Pass Word77", "Pass Word77", "Word77", "Hidden@"],
+        ),
         # A parser takes `pa` for the port: refused as no URL, still without its password.
-        ("Pa/ss#Wo?rd66", "postgresql://***@127.0.0.1:{port}/scoring", ExitCode.ENVIRONMENT,
-         ["Pa/ss#Wo?rd66", "ss#Wo", "rd66", "postgres:Pa"]),
+        (
+            "Pa/ss#Wo?rd66",
+            "postgresql://***@127.0.0.1:{port}/scoring",
+            ExitCode.ENVIRONMENT,
+            ["Pa/ss#Wo?rd66", "ss#Wo", "rd66", "postgres:Pa"],
+        ),
     ],
     ids=["at-and-space", "slash-hash-question"],
 )
@@ -221,8 +282,17 @@ def test_a_warehouse_held_by_a_process_with_secrets_in_its_command_line_names_on
     warehouse = data / "warehouse.duckdb"
     secrets = ["TopSecret99", "PassArg77", "EnvStyle55"]
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(warehouse), "postgresql://u:TopSecret99@db/x", "--password=PassArg77", "PASSWORD=EnvStyle55"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            _HOLDER,
+            str(warehouse),
+            "postgresql://u:TopSecret99@db/x",
+            "--password=PassArg77",
+            "PASSWORD=EnvStyle55",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         failed = score(data, env={"SCORING_WAREHOUSE_LOCK_WAIT_S": "1"})

@@ -23,16 +23,16 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import httpx
 import pytest
-
 from conftest import DEMO_JOB, DemoEnv
-from tasks import TELEMETRY_OFF
 from offline_browser import CHROMIUM_ARGS, chromium
+
+from tasks import TELEMETRY_OFF
 
 pytestmark = pytest.mark.server
 
@@ -135,14 +135,29 @@ def live_server(demo_env: DemoEnv, tmp_path_factory: pytest.TempPathFactory) -> 
     reports_log = (logs_dir / "reports.log").open("w")
     try:
         reports = subprocess.Popen(
-            [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(data_dir / "output"),
-             reports_url.rsplit(":", 1)[1]],
-            cwd=base, stdout=reports_log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+                str(data_dir / "output"),
+                reports_url.rsplit(":", 1)[1],
+            ],
+            cwd=base,
+            stdout=reports_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         port = url.rsplit(":", 1)[1]
         server = subprocess.Popen(
             [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", port],
-            cwd=base, env=env, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=base,
+            env=env,
+            stdout=server_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 120
         while True:
@@ -160,7 +175,11 @@ def live_server(demo_env: DemoEnv, tmp_path_factory: pytest.TempPathFactory) -> 
 
         worker = subprocess.Popen(
             [PREFECT, "worker", "start", "--pool", POOL],
-            cwd=base, env=env, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=base,
+            env=env,
+            stdout=worker_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         yield LiveServer(url=url, data_dir=data_dir, logs_dir=logs_dir, env=env, reports_url=reports_url)
     finally:
@@ -203,7 +222,9 @@ def _artifacts(live: LiveServer, flow_run_id: str) -> dict[str, dict]:
 def _started_backfill(live: LiveServer, parameters: dict) -> str:
     """The id of a flow run of the backfill deployment, created the way the UI's run form does."""
     deployment = _backfill_deployment(live)
-    r = httpx.post(f"{live.api}/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters}, timeout=30)
+    r = httpx.post(
+        f"{live.api}/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters}, timeout=30
+    )
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
@@ -235,8 +256,17 @@ def _logs_with(live: LiveServer, run_id: str, text: str, timeout: float = 60) ->
 
 def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_env: DemoEnv) -> None:
     d1, d2 = demo_env.plan.scoring_dates[:2]
-    run_id = _started_backfill(live_server, {"job": DEMO_JOB, "start_date": d1.isoformat(), "end_date": d2.isoformat(),
-                                             "mode": "all", "dry_run": False, "concurrency": 2})
+    run_id = _started_backfill(
+        live_server,
+        {
+            "job": DEMO_JOB,
+            "start_date": d1.isoformat(),
+            "end_date": d2.isoformat(),
+            "mode": "all",
+            "dry_run": False,
+            "concurrency": 2,
+        },
+    )
     _final_state(live_server, run_id, "COMPLETED")
 
     con = duckdb.connect(str(live_server.data_dir / "warehouse.duckdb"), read_only=True)
@@ -244,9 +274,11 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
         runs = con.execute(
             "SELECT partition_date, status FROM runs WHERE job = ? ORDER BY partition_date", [DEMO_JOB]
         ).fetchall()
-        predicted = dict(con.execute(
-            "SELECT partition_date, count(*) FROM predictions WHERE job = ? GROUP BY 1", [DEMO_JOB]
-        ).fetchall())
+        predicted = dict(
+            con.execute(
+                "SELECT partition_date, count(*) FROM predictions WHERE job = ? GROUP BY 1", [DEMO_JOB]
+            ).fetchall()
+        )
     finally:
         con.close()
     assert runs == [(d1, "succeeded"), (d2, "succeeded")], runs
@@ -258,10 +290,14 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
     # The days' table reads outcome and reason first, the run page last; the run is named after what it scored.
     outcomes = json.loads(artifacts["backfill-outcomes"]["data"])
     assert [(o["date"], o["outcome"], o["link"]) for o in outcomes] == [
-        (d.isoformat(), "succeeded", f"{live_server.reports_url}/{DEMO_JOB}/reports/html/date={d}.html") for d in (d1, d2)
+        (d.isoformat(), "succeeded", f"{live_server.reports_url}/{DEMO_JOB}/reports/html/date={d}.html")
+        for d in (d1, d2)
     ]
     assert list(outcomes[0])[:3] == ["date", "outcome", "reason"] and list(outcomes[0])[-1] == "link"
-    assert httpx.get(f"{live_server.api}/flow_runs/{run_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {d1}…{d2} mode all"
+    assert (
+        httpx.get(f"{live_server.api}/flow_runs/{run_id}", timeout=30).json()["name"]
+        == f"{DEMO_JOB} {d1}…{d2} mode all"
+    )
 
     html = live_server.data_dir / "output" / DEMO_JOB / "reports" / "html"
     for d in (d1, d2):
@@ -277,7 +313,9 @@ def test_backfill_deployment_runs_on_the_worker(live_server: LiveServer, demo_en
         files = list((live_server.data_dir / "output" / DEMO_JOB / "logs" / f"date={d.isoformat()}").glob("*.log"))
         assert len(files) == 1, files
         partition_run = httpx.get(f"{live_server.api}/flow_runs/{files[0].stem}", timeout=30).json()
-        assert partition_run["parameters"]["date"] == d.isoformat() and partition_run["parent_task_run_id"], partition_run
+        assert partition_run["parameters"]["date"] == d.isoformat() and partition_run["parent_task_run_id"], (
+            partition_run
+        )
         scored = f"scored {DEMO_JOB} {d.isoformat()}: "
         ui_log, file_log = _logs_with(live_server, files[0].stem, scored), files[0].read_text()
         for text in (ui_log, file_log):
@@ -302,9 +340,14 @@ def test_a_failed_run_shows_one_sentence_in_the_ui(live_server: LiveServer, demo
     # At once, before any partition runs, and the run's header says why in the `error:` line's words, not
     # "Flow run encountered an exception: PartitionError: …".
     assert state["message"] == sentence and f"the end date {d1} is before the start date {d2}" in sentence, state
-    assert httpx.post(
-        f"{live_server.api}/flow_runs/filter", json={"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}}, timeout=30,
-    ).json() == []
+    assert (
+        httpx.post(
+            f"{live_server.api}/flow_runs/filter",
+            json={"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}},
+            timeout=30,
+        ).json()
+        == []
+    )
     ui_log = _logs_with(live_server, run_id, "Finished in state")
     assert f"error: {sentence}" in ui_log and "Traceback" not in ui_log, ui_log
     # A refusal before the run logged anything leaves no log file: nothing is written for bad input.
@@ -324,7 +367,10 @@ def _ui_page(*, height: int) -> Iterator[Any]:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": height})
             page.set_default_timeout(60_000)
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("http://127.0.0.1:") else route.abort())
+            page.route(
+                "**/*",
+                lambda route: route.continue_() if route.request.url.startswith("http://127.0.0.1:") else route.abort(),
+            )
             yield page
         finally:
             browser.close()
@@ -333,9 +379,9 @@ def _ui_page(*, height: int) -> Iterator[Any]:
 def _param(page, name: str, *, optional: bool = False):
     """The form group of one parameter, found by its label (`name`, or `name (Optional)`)."""
     label = f"{name} (Optional)" if optional else name
-    return page.locator("div.group").filter(
-        has=page.locator("label", has_text=re.compile(rf"^{re.escape(label)}$"))
-    ).first
+    return (
+        page.locator("div.group").filter(has=page.locator("label", has_text=re.compile(rf"^{re.escape(label)}$"))).first
+    )
 
 
 def _expect_options(page, trigger, options: list[str]) -> None:
@@ -383,9 +429,12 @@ def test_backfill_run_form_renders_typed_parameters(live_server: LiveServer, tmp
         expect(chunk_rows.get_by_role("tab")).to_have_count(0)
         # Every parameter says what it means, in the form itself; the engineering knobs say so.
         for name, optional, words in (
-            ("job", False, "one of the specs in jobs/"), ("start_date", False, "not the day it is scored"),
-            ("end_date", False, "inclusive"), ("mode", True, "missing, those never scored"),
-            ("dry_run", True, "nothing is scored or written"), ("concurrency", True, "Engineering: how many days"),
+            ("job", False, "one of the specs in jobs/"),
+            ("start_date", False, "not the day it is scored"),
+            ("end_date", False, "inclusive"),
+            ("mode", True, "missing, those never scored"),
+            ("dry_run", True, "nothing is scored or written"),
+            ("concurrency", True, "Engineering: how many days"),
             ("chunk_rows", True, "Engineering: rows per chunk"),
         ):
             expect(_param(page, name, optional=optional).get_by_text(words)).to_be_visible()
@@ -417,8 +466,8 @@ def test_outcomes_run_form_is_typed_and_its_empty_dates_are_accepted(live_server
 
     def a_day_ahead(route) -> None:
         body = json.loads(route.request.post_data)
-        body["state"]["state_details"]["scheduled_time"] = (
-            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 86_400))
+        body["state"]["state_details"]["scheduled_time"] = time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 86_400)
         )
         route.continue_(post_data=json.dumps(body))
 
@@ -461,8 +510,11 @@ artifacts, names or logs."""
 
 
 def _backfill_run_ids(live: LiveServer, deployment_id: str) -> set[str]:
-    r = httpx.post(f"{live.api}/flow_runs/filter", timeout=30,
-                   json={"flow_runs": {"deployment_id": {"any_": [deployment_id]}}, "limit": 200})
+    r = httpx.post(
+        f"{live.api}/flow_runs/filter",
+        timeout=30,
+        json={"flow_runs": {"deployment_id": {"any_": [deployment_id]}}, "limit": 200},
+    )
     assert r.status_code == 200, r.text
     return {run["id"] for run in r.json()}
 
@@ -470,7 +522,8 @@ def _backfill_run_ids(live: LiveServer, deployment_id: str) -> set[str]:
 def _submitted_backfill(page, live: LiveServer, *, start: str, end: str, mode: str = "all") -> str:
     """Fill the backfill deployment's run form as an analyst does (the job and mode picked from their lists, dates
     typed as JSON), submit it, open the new run's page and return its id."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout, expect
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
 
     deployment_id = _backfill_deployment(live)["id"]
     before = _backfill_run_ids(live, deployment_id)
@@ -493,7 +546,9 @@ def _submitted_backfill(page, live: LiveServer, *, start: str, end: str, mode: s
     # looks); a click while the form still validates its last edit sends none, so an unanswered click is made again.
     for _ in range(3):
         try:
-            with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/create_flow_run"), timeout=30_000) as created:
+            with page.expect_response(
+                lambda r: r.request.method == "POST" and r.url.endswith("/create_flow_run"), timeout=30_000
+            ) as created:
                 page.get_by_role("button", name="Submit").click()
             break
         except PlaywrightTimeout:
@@ -544,11 +599,13 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
     assert not (live_server.data_dir / "raw" / DEMO_JOB / f"date={no_raw}").exists()
     key = DEMO_JOB.replace("_", "-")
     with _ui_page(height=1000) as page:
-
         # 1. A backfill of two days from the form; the second has no raw data, so the run fails naming it.
         backfill_id = _submitted_backfill(page, live_server, start=day.isoformat(), end=no_raw.isoformat())
         state = _final_state(live_server, backfill_id, "FAILED", timeout=300)
-        assert state["message"].startswith(f"1 of 2 partition(s) failed: {DEMO_JOB} {no_raw} (") and "Traceback" not in state["message"], state
+        assert (
+            state["message"].startswith(f"1 of 2 partition(s) failed: {DEMO_JOB} {no_raw} (")
+            and "Traceback" not in state["message"]
+        ), state
         page.reload(wait_until="domcontentloaded")
         expect(page.get_by_text(f"{DEMO_JOB} {day}…{no_raw} mode all").first).to_be_visible()
         expect(page.get_by_text(state["message"]).first).to_be_visible()
@@ -556,7 +613,9 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
         # A failed day's task state is one line: no "NoneType: None" after it (Prefect's exc_info outside an except).
         assert "NoneType: None" not in _flow_run_logs(live_server, backfill_id)
         outcomes = json.loads(_artifacts(live_server, backfill_id)["backfill-outcomes"]["data"])
-        assert [(o["date"], o["outcome"]) for o in outcomes] == [(str(day), "succeeded"), (str(no_raw), "🔴 failed")], outcomes
+        assert [(o["date"], o["outcome"]) for o in outcomes] == [(str(day), "succeeded"), (str(no_raw), "🔴 failed")], (
+            outcomes
+        )
         # A day refused for its data (before its lease) writes no log file, as bad input writes nothing: its row
         # names the run and the reason, and its refused ledger row keeps the traceback.
         assert outcomes[1]["run_id"] and outcomes[1]["link"] == "", outcomes[1]
@@ -599,15 +658,25 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
 
         # ... and the monitoring page, left by an outcomes run over the scored days.
         outcomes_deployment = httpx.get(f"{live_server.api}/deployments/name/outcomes/outcomes", timeout=30).json()
-        r = httpx.post(f"{live_server.api}/deployments/{outcomes_deployment['id']}/create_flow_run", timeout=30, json={
-            "parameters": {"job": DEMO_JOB, "start_date": str(demo_env.plan.scoring_dates[0]), "end_date": str(day)},
-        })
+        r = httpx.post(
+            f"{live_server.api}/deployments/{outcomes_deployment['id']}/create_flow_run",
+            timeout=30,
+            json={
+                "parameters": {
+                    "job": DEMO_JOB,
+                    "start_date": str(demo_env.plan.scoring_dates[0]),
+                    "end_date": str(day),
+                },
+            },
+        )
         assert r.status_code == 201, r.text
         outcomes_id = r.json()["id"]
         _final_state(live_server, outcomes_id, "COMPLETED", timeout=300)
         url = _linked_url(_artifacts(live_server, outcomes_id)[f"monitoring-page-{key}"])
         response = httpx.get(url, timeout=30)
-        assert response.status_code == 200 and _page_title(response.text).startswith(f"Prediction monitoring {DEMO_JOB}"), url
+        assert response.status_code == 200 and _page_title(response.text).startswith(
+            f"Prediction monitoring {DEMO_JOB}"
+        ), url
         page.goto(f"{live_server.url}/v2/runs/flow-run/{outcomes_id}?tab=Artifacts", wait_until="domcontentloaded")
         expect(page.get_by_text(f"monitoring-page-{key}").first).to_be_visible()
         _shot(page, "06-outcomes-artifacts")
@@ -626,7 +695,9 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
         _logs_with(live_server, wrong_id, "Finished in state")
         time.sleep(3)  # the flow-run process's last lines, after its final state
         ui_log = _flow_run_logs(live_server, wrong_id)
-        assert f"error: {sentence}" in ui_log and "Traceback" not in ui_log and "unexpected exception" not in ui_log, ui_log
+        assert f"error: {sentence}" in ui_log and "Traceback" not in ui_log and "unexpected exception" not in ui_log, (
+            ui_log
+        )
         page.reload(wait_until="domcontentloaded")
         expect(page.get_by_text(sentence).first).to_be_visible()
         page.get_by_role("tab", name="Logs").click()
@@ -640,10 +711,14 @@ def test_analyst_walk_in_the_ui(live_server: LiveServer, demo_env: DemoEnv) -> N
         selection = _artifacts(live_server, failed_id)["backfill-selection"]
         rows = json.loads(selection["data"])
         assert [(r["date"], r["selected"], r["last status"]) for r in rows] == [
-            (str(day), False, "succeeded"), (str(no_raw), True, "refused"),
+            (str(day), False, "succeeded"),
+            (str(no_raw), True, "refused"),
         ], rows
         assert "no raw partition" in rows[1]["reason"] and f"{no_raw} (refused" in selection["description"], selection
-        assert httpx.get(f"{live_server.api}/flow_runs/{failed_id}", timeout=30).json()["name"] == f"{DEMO_JOB} {day}…{no_raw} mode failed"
+        assert (
+            httpx.get(f"{live_server.api}/flow_runs/{failed_id}", timeout=30).json()["name"]
+            == f"{DEMO_JOB} {day}…{no_raw} mode failed"
+        )
         page.reload(wait_until="domcontentloaded")
         page.get_by_role("tab", name="Artifacts").click()
         page.get_by_text("backfill-selection", exact=True).first.click()

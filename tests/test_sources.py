@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import DEMO_END, DEMO_JOB, S3Server
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
@@ -32,14 +33,23 @@ from cli.score import app
 from tasks.settings import PROJECT_ROOT, Settings
 from tasks.sources import ParquetPartition, opened_parquet
 
-from conftest import DEMO_END, DEMO_JOB, S3Server
-
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
 pytestmark = pytest.mark.slow
 
 DAY = DEMO_END
-COMPARED = ["entity_id", "probability", "probability_low", "probability_high", "score", "decision", "rule_id",
-            "reason_codes", "reason_texts", "raw_margin", "model_version"]
+COMPARED = [
+    "entity_id",
+    "probability",
+    "probability_low",
+    "probability_high",
+    "score",
+    "decision",
+    "rule_id",
+    "reason_codes",
+    "reason_texts",
+    "raw_margin",
+    "model_version",
+]
 
 
 def job_with_source(settings: Settings, jobs_dir: Path, name: str, source: dict | None) -> str:
@@ -69,8 +79,13 @@ def uploaded(server: S3Server, files: list[Path], prefix: str) -> str:
     """`files` copied byte for byte (row groups and all) under s3://bucket/prefix/date=DAY/; the url template."""
     import boto3
 
-    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
-                          aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key)
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=server.access_key,
+        aws_secret_access_key=server.secret_key,
+    )
     for path in files:
         client.put_object(Bucket=server.bucket, Key=f"{prefix}/date={DAY}/{path.name}", Body=path.read_bytes())
     return f"s3://{server.bucket}/{prefix}/date={{date}}/"
@@ -78,9 +93,11 @@ def uploaded(server: S3Server, files: list[Path], prefix: str) -> str:
 
 def all_raw_rows(settings: Settings) -> pa.Table:
     tables = [pq.read_table(p) for p in sorted(settings.data_dir.glob(f"raw/{DEMO_JOB}/date=*/*.parquet"))]
-    return pa.concat_tables(tables).cast(pa.schema([
-        pa.field(f.name, pa.string() if pa.types.is_large_string(f.type) else f.type) for f in tables[0].schema
-    ]))
+    return pa.concat_tables(tables).cast(
+        pa.schema(
+            [pa.field(f.name, pa.string() if pa.types.is_large_string(f.type) else f.type) for f in tables[0].schema]
+        )
+    )
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -97,7 +114,9 @@ def test_every_source_scores_the_rows_of_the_local_folder(
 
     url = uploaded(s3_env, raw_files(fresh_data), f"{uuid.uuid4().hex}/raw")
     # A different chunk size on purpose: the rows must not depend on it.
-    on_s3 = scored(fresh_data, job_with_source(fresh_data, jobs, "from_s3", {"parquet": {"url": url}}), "--chunk-rows", "700")
+    on_s3 = scored(
+        fresh_data, job_with_source(fresh_data, jobs, "from_s3", {"parquet": {"url": url}}), "--chunk-rows", "700"
+    )
     assert on_s3.equals(local)
 
     rows = all_raw_rows(fresh_data)
@@ -105,18 +124,27 @@ def test_every_source_scores_the_rows_of_the_local_folder(
         con.register("incoming", rows)
         con.execute("CREATE TABLE applications AS SELECT * FROM incoming")
     query = "select * from applications where application_date = :partition_date order by entity_id"
-    from_duckdb = scored(fresh_data, job_with_source(
-        fresh_data, jobs, "from_duckdb", {"sql": {"warehouse": "duckdb", "database": "source.duckdb", "query": query}}
-    ))
+    from_duckdb = scored(
+        fresh_data,
+        job_with_source(
+            fresh_data,
+            jobs,
+            "from_duckdb",
+            {"sql": {"warehouse": "duckdb", "database": "source.duckdb", "query": query}},
+        ),
+    )
     assert from_duckdb.equals(local)
 
     with adbc_driver_postgresql.dbapi.connect(postgres_database_url) as con, con.cursor() as cursor:
         cursor.adbc_ingest("applications", rows, mode="create")
         con.commit()
     monkeypatch.setenv("SCORING_SOURCE_URL", postgres_database_url)
-    from_postgres = scored(fresh_data, job_with_source(
-        fresh_data, jobs, "from_postgres", {"sql": {"warehouse": "postgresql", "query": query}}
-    ), "--chunk-rows", "1300")
+    from_postgres = scored(
+        fresh_data,
+        job_with_source(fresh_data, jobs, "from_postgres", {"sql": {"warehouse": "postgresql", "query": query}}),
+        "--chunk-rows",
+        "1300",
+    )
     assert from_postgres.equals(local)
 
 
@@ -130,13 +158,17 @@ def test_an_fsspec_url_is_listed_and_read_by_row_group(tmp_path: Path) -> None:
             pq.write_table(table, out, row_group_size=300)
     raw = ParquetPartition("memory://landing/date=2026-03-10")
     files = raw.files()
-    assert files == ["memory://landing/date=2026-03-10/part-0.parquet", "memory://landing/date=2026-03-10/part-1.parquet"]
+    assert files == [
+        "memory://landing/date=2026-03-10/part-0.parquet",
+        "memory://landing/date=2026-03-10/part-1.parquet",
+    ]
     opened = opened_parquet(files[1])
     assert opened.metadata.num_row_groups == 4
     assert opened.read_row_group(3).column("x").to_pylist() == list(range(900, 1000))
 
 
 # Mistakes in a source: one line, the right exit code, nothing written.
+
 
 def _one_error_line(result, code: int) -> str:
     assert result.exit_code == code, (result.exit_code, result.output, result.exception)
@@ -198,7 +230,9 @@ def test_refused_credentials_are_the_environment_and_never_shown(
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     job, result = source_job({"parquet": {"url": url}}, name="no_credentials")
-    assert _one_error_line(result, 3).startswith(f"error: cannot read the raw source {url.format(date=DAY).rstrip('/')}")
+    assert _one_error_line(result, 3).startswith(
+        f"error: cannot read the raw source {url.format(date=DAY).rstrip('/')}"
+    )
     _nothing_written(fresh_data, job)
 
 
@@ -257,9 +291,13 @@ def test_an_empty_query_is_no_raw_partition(source_job, fresh_data: Settings, pr
     with duckdb.connect(str(fresh_data.data_dir / "source.duckdb")) as con:
         con.register("incoming", all_raw_rows(fresh_data))
         con.execute("CREATE TABLE applications AS SELECT * FROM incoming")
-    query = "select * from applications where application_date = :partition_date and application_date < date '2000-01-01'"
+    query = (
+        "select * from applications where application_date = :partition_date and application_date < date '2000-01-01'"
+    )
     job, result = source_job({"sql": {"warehouse": "duckdb", "database": "source.duckdb", "query": query}})
-    assert result.exit_code == 2 and "no raw partition" in result.output and "holds 0 raw rows" in result.output, result.output
+    assert result.exit_code == 2 and "no raw partition" in result.output and "holds 0 raw rows" in result.output, (
+        result.output
+    )
 
 
 def test_a_partition_day_bound_as_a_parameter_selects_that_day(fresh_data: Settings) -> None:
@@ -269,10 +307,15 @@ def test_a_partition_day_bound_as_a_parameter_selects_that_day(fresh_data: Setti
     with duckdb.connect(str(fresh_data.data_dir / "source.duckdb")) as con:
         con.register("incoming", all_raw_rows(fresh_data))
         con.execute("CREATE TABLE applications AS SELECT * FROM incoming")
-    source = SourceConfig.model_validate({"sql": {
-        "warehouse": "duckdb", "database": "source.duckdb",
-        "query": "select entity_id, application_date::date as d from applications where application_date = :partition_date;",
-    }})
+    source = SourceConfig.model_validate(
+        {
+            "sql": {
+                "warehouse": "duckdb",
+                "database": "source.duckdb",
+                "query": "select entity_id, application_date::date as d from applications where application_date = :partition_date;",
+            }
+        }
+    )
     for day in (DAY, DAY - dt.timedelta(days=1)):
         raw = raw_partition(source, fresh_data, DEMO_JOB, day)
         with raw.batches(256) as reader:
@@ -285,18 +328,29 @@ def test_a_postgres_source_shows_its_url_without_the_password(fresh_data: Settin
     from tasks.sources.config import SourceConfig
 
     password = "pw-" + uuid.uuid4().hex
-    settings = fresh_data.model_copy(update={"source_url": SecretStr(f"postgresql://scorer:{password}@db.internal:5432/raw")})
-    source = SourceConfig.model_validate({"sql": {"warehouse": "postgresql", "query": "select * from t where d = :partition_date"}})
+    settings = fresh_data.model_copy(
+        update={"source_url": SecretStr(f"postgresql://scorer:{password}@db.internal:5432/raw")}
+    )
+    source = SourceConfig.model_validate(
+        {"sql": {"warehouse": "postgresql", "query": "select * from t where d = :partition_date"}}
+    )
     raw = raw_partition(source, settings, DEMO_JOB, DAY)
     assert str(raw) == "postgresql query on postgresql://scorer:***@db.internal:5432/raw"
     assert password not in repr(raw) and password not in str(raw)
 
 
-def test_a_corrupt_or_misshapen_remote_file_is_named_by_its_url(source_job, fresh_data: Settings, s3_env: S3Server) -> None:
+def test_a_corrupt_or_misshapen_remote_file_is_named_by_its_url(
+    source_job, fresh_data: Settings, s3_env: S3Server
+) -> None:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=s3_env.endpoint, region_name="us-east-1",
-                          aws_access_key_id=s3_env.access_key, aws_secret_access_key=s3_env.secret_key)
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_env.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=s3_env.access_key,
+        aws_secret_access_key=s3_env.secret_key,
+    )
     prefix = uuid.uuid4().hex
     client.put_object(Bucket=s3_env.bucket, Key=f"{prefix}/date={DAY}/part-0.parquet", Body=b"PAR1 not really parquet")
     job, result = source_job({"parquet": {"url": f"s3://{s3_env.bucket}/{prefix}/date={{date}}/"}})
@@ -307,7 +361,9 @@ def test_a_corrupt_or_misshapen_remote_file_is_named_by_its_url(source_job, fres
     narrow = pq.read_table(raw_files(fresh_data)[0]).drop_columns(["annual_income"])
     sink = pa.BufferOutputStream()
     pq.write_table(narrow, sink)
-    client.put_object(Bucket=s3_env.bucket, Key=f"{prefix}/date={DAY}/part-0.parquet", Body=sink.getvalue().to_pybytes())
+    client.put_object(
+        Bucket=s3_env.bucket, Key=f"{prefix}/date={DAY}/part-0.parquet", Body=sink.getvalue().to_pybytes()
+    )
     job, result = source_job({"parquet": {"url": f"s3://{s3_env.bucket}/{prefix}/date={{date}}/"}}, name="misshapen")
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert f"s3://{s3_env.bucket}/{prefix}/date={DAY}/part-0.parquet: annual_income" in result.output.replace("\n", "")
@@ -356,16 +412,28 @@ class ChildRun:
         return code, ended, "\n".join(line for _, line in self.lines)
 
 
-def score_child(data: Path, jobs: Path, job: str, env: dict[str, str], *extra: str, wrapper: tuple[str, ...] = ()) -> ChildRun:
+def score_child(
+    data: Path, jobs: Path, job: str, env: dict[str, str], *extra: str, wrapper: tuple[str, ...] = ()
+) -> ChildRun:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("SCORING_", "AWS_"))}
-    environment.update({
-        "SCORING_DATA_DIR": str(data), "SCORING_JOBS_DIR": str(jobs), "PYTHONUNBUFFERED": "1",
-        # On a loaded machine the ephemeral API takes longer than Prefect's default 20 s to start.
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **env,
-    })
+    environment.update(
+        {
+            "SCORING_DATA_DIR": str(data),
+            "SCORING_JOBS_DIR": str(jobs),
+            "PYTHONUNBUFFERED": "1",
+            # On a loaded machine the ephemeral API takes longer than Prefect's default 20 s to start.
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+            **env,
+        }
+    )
     process = subprocess.Popen(
-        [*wrapper, str(SCORE), "run", job, "--date", DAY.isoformat(), *extra], cwd=PROJECT_ROOT, env=environment,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [*wrapper, str(SCORE), "run", job, "--date", DAY.isoformat(), *extra],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     return ChildRun(process)
 
@@ -390,14 +458,15 @@ def ledger(settings: Settings, job: str) -> list[tuple[str, str]]:
 def own_store(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     """A moto S3 server of this test alone (it gets stopped or killed), with a bucket `hung`."""
     import boto3
-
     from conftest import _free_port
 
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
     own = Path(sys.executable).with_name("moto_server")
     with open(tmp_path / "moto.log", "wb") as log_file:
-        server = subprocess.Popen([str(own), "-H", "127.0.0.1", "-p", str(port)], stdout=log_file, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [str(own), "-H", "127.0.0.1", "-p", str(port)], stdout=log_file, stderr=subprocess.STDOUT
+        )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -405,10 +474,17 @@ def own_store(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
                 with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
                     break
             except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "moto.log").read_text()[-2000:]
+                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "moto.log").read_text()[
+                    -2000:
+                ]
                 time.sleep(0.2)
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="scorer",
-                     aws_secret_access_key=PLANTED_SECRET).create_bucket(Bucket="hung")
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="scorer",
+            aws_secret_access_key=PLANTED_SECRET,
+        ).create_bucket(Bucket="hung")
         yield endpoint, server
     finally:
         server.kill()  # also ends a stopped server
@@ -417,8 +493,12 @@ def own_store(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
 
 def _store_environment(endpoint: str, timeout_s: float) -> dict[str, str]:
     return {
-        "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "scorer", "AWS_SECRET_ACCESS_KEY": PLANTED_SECRET,
-        "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "scorer",
+        "AWS_SECRET_ACCESS_KEY": PLANTED_SECRET,
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_EC2_METADATA_DISABLED": "true",
         "SCORING_SOURCE_TIMEOUT_S": str(timeout_s),
     }
 
@@ -427,8 +507,13 @@ def _job_on_own_store(settings: Settings, tmp_path: Path, endpoint: str, name: s
     """The demo partition uploaded in row groups of 100 rows (30 reads), and a job reading it: (jobs, job, the day's URL)."""
     import boto3
 
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="scorer",
-                          aws_secret_access_key=PLANTED_SECRET)
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="scorer",
+        aws_secret_access_key=PLANTED_SECRET,
+    )
     sink = pa.BufferOutputStream()
     pq.write_table(pq.read_table(raw_files(settings)[0]), sink, row_group_size=100)
     client.put_object(Bucket="hung", Key=f"raw/date={DAY}/part-0.parquet", Body=sink.getvalue().to_pybytes())
@@ -449,7 +534,9 @@ def test_a_store_stopped_before_the_run_is_retried_then_one_line_and_nothing_wri
     assert code == 3, output[-4000:]
     line = only_error_line(output)
     assert url in line and "stopped answering" in line and "SCORING_SOURCE_TIMEOUT_S" in line, line
-    assert "retrying (attempt 2 of 3, up to 4 s more)" in output and "retrying (attempt 3 of 3, up to 2 s more)" in output, output
+    assert (
+        "retrying (attempt 2 of 3, up to 4 s more)" in output and "retrying (attempt 3 of 3, up to 2 s more)" in output
+    ), output
     assert PLANTED_SECRET not in output
     # Before the lease (the footers are read there): no ledger row, no output; ~5 s of tries, not a hang.
     _nothing_written(fresh_data, job)
@@ -471,11 +558,17 @@ def test_a_store_lost_mid_read_is_reported_within_seconds_and_the_run_fails_with
     code, ended, output = child.ended(timeout_s=120)
     assert warned is not None and warned - lost < 4, (warned and warned - lost, output[-4000:])
     warning = next(line for line in output.splitlines() if "retrying (attempt 2 of 3" in line)
-    assert f"{url}/part-0.parquet" in warning and "stopped answering" in warning and "up to 4 s more" in warning, warning
+    assert f"{url}/part-0.parquet" in warning and "stopped answering" in warning and "up to 4 s more" in warning, (
+        warning
+    )
     assert code == 3, output[-4000:]
     line = only_error_line(output)
     assert f"{url}/part-0.parquet" in line, line
-    assert ("stopped answering: no answer within 1 s, 3 times" in line) if fault == "stopped" else ("Could not connect" in line), line
+    assert (
+        ("stopped answering: no answer within 1 s, 3 times" in line)
+        if fault == "stopped"
+        else ("Could not connect" in line)
+    ), line
     # Three tries of 1 s with a pause of 1 s between, then the failure is recorded and the process ends.
     assert ended - lost < 30, "\n".join(f"{at - lost:7.2f} {text}" for at, text in child.lines)
     assert PLANTED_SECRET not in output
@@ -502,9 +595,17 @@ def test_an_s3_source_whose_host_does_not_resolve_is_one_line_naming_it(fresh_da
         wrapper = ("unshare", "-n", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$0" "$@"')
     elif _resolves(f"{bucket}.s3.us-east-1.amazonaws.com"):
         pytest.skip("this machine resolves AWS host names and cannot make a network namespace (needs root and unshare)")
-    child = score_child(fresh_data.data_dir, jobs, job, {
-        "AWS_ACCESS_KEY_ID": "scorer", "AWS_SECRET_ACCESS_KEY": PLANTED_SECRET, "AWS_EC2_METADATA_DISABLED": "true",
-    }, wrapper=wrapper)
+    child = score_child(
+        fresh_data.data_dir,
+        jobs,
+        job,
+        {
+            "AWS_ACCESS_KEY_ID": "scorer",
+            "AWS_SECRET_ACCESS_KEY": PLANTED_SECRET,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        },
+        wrapper=wrapper,
+    )
     code, _, output = child.ended(timeout_s=120)
     assert code == 3, output[-4000:]
     line = only_error_line(output)

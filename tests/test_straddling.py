@@ -48,11 +48,22 @@ def test_numpy_and_polars_apply_the_same_rule() -> None:
 def _predictions(day: dt.date) -> pa.Table:
     n = len(INTERVALS)
     values = {
-        "run_id": ["run-1"] * n, "job": ["credit_risk"] * n, "partition_date": [day] * n, "entity_id": [f"E{i}" for i in range(n)],
-        "probability": [(lo + hi) / 2 for lo, hi, _ in INTERVALS], "probability_low": [lo for lo, _, _ in INTERVALS],
-        "probability_high": [hi for _, hi, _ in INTERVALS], "score": list(range(n)), "decision": ["review"] * n,
-        "rule_id": ["R"] * n, "reason_codes": [[]] * n, "reason_texts": [[]] * n, "raw_margin": [0.0] * n,
-        "model_name": ["m"] * n, "model_version": ["1"] * n, "feature_version": ["f"] * n,
+        "run_id": ["run-1"] * n,
+        "job": ["credit_risk"] * n,
+        "partition_date": [day] * n,
+        "entity_id": [f"E{i}" for i in range(n)],
+        "probability": [(lo + hi) / 2 for lo, hi, _ in INTERVALS],
+        "probability_low": [lo for lo, _, _ in INTERVALS],
+        "probability_high": [hi for _, hi, _ in INTERVALS],
+        "score": list(range(n)),
+        "decision": ["review"] * n,
+        "rule_id": ["R"] * n,
+        "reason_codes": [[]] * n,
+        "reason_texts": [[]] * n,
+        "raw_margin": [0.0] * n,
+        "model_name": ["m"] * n,
+        "model_version": ["1"] * n,
+        "feature_version": ["f"] * n,
     }
     return pa.table(values, schema=PREDICTION_SCHEMA)
 

@@ -33,13 +33,19 @@ def score(fresh_data: Settings, prefect_harness: None):  # noqa: ANN201
     return run
 
 
-def test_state_lines_are_hidden_unless_verbose_and_json_is_plain_stdout(score, demo_env: DemoEnv, fresh_data: Settings) -> None:
+def test_state_lines_are_hidden_unless_verbose_and_json_is_plain_stdout(
+    score, demo_env: DemoEnv, fresh_data: Settings
+) -> None:
     day = demo_env.plan.scoring_dates[-1].isoformat()
     quiet = score("run", DEMO_JOB, "--date", day)
-    assert not [line for line in quiet.stderr.splitlines() if "Task run" in line and "Finished in state Completed()" in line]
+    assert not [
+        line for line in quiet.stderr.splitlines() if "Task run" in line and "Finished in state Completed()" in line
+    ]
     assert "[INF]" in quiet.stderr and "[PRED]" in quiet.stderr
     verbose = score("-v", "run", DEMO_JOB, "--date", day)
-    assert [line for line in verbose.stderr.splitlines() if "Task run" in line and "Finished in state Completed()" in line]
+    assert [
+        line for line in verbose.stderr.splitlines() if "Task run" in line and "Finished in state Completed()" in line
+    ]
     # The run log file keeps them either way.
     logs = sorted((fresh_data.data_dir / "output" / "logs").glob("score-*.log"))
     assert "Finished in state Completed()" in logs[0].read_text()

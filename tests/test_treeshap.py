@@ -70,7 +70,9 @@ def random_rows(rows: int = 300, seed: int = 11) -> np.ndarray:
     return x
 
 
-def registry_with(root: Path, booster: xgb.Booster, *, name: str = "treeshap_model", features: list[str] = FEATURES) -> Path:
+def registry_with(
+    root: Path, booster: xgb.Booster, *, name: str = "treeshap_model", features: list[str] = FEATURES
+) -> Path:
     """`root/name/1/` holding the booster as `model.json` and its metadata; returns the registry dir."""
     directory = root / name / "1"
     directory.mkdir(parents=True)
@@ -220,7 +222,11 @@ def test_a_kernel_that_disagrees_is_refused_logged_and_xgboost_explains(
     assert "max_abs_diff" in engine.contributions_kernel_reason
     assert engine.contributions_kernel_max_abs_diff > GUARD_TOLERANCE
     (line,) = [r for r in caplog.records if r.name == "scoring.inference" and r.levelno == logging.WARNING]
-    assert "[INF]" in line.getMessage() and "treeshap_model 1" in line.getMessage() and "max_abs_diff=" in line.getMessage()
+    assert (
+        "[INF]" in line.getMessage()
+        and "treeshap_model 1" in line.getMessage()
+        and "max_abs_diff=" in line.getMessage()
+    )
     rows = random_rows(50)
     out = engine.inference_contributions(batch_of(rows), np.arange(50), top_k=3)
     np.testing.assert_array_equal(out.values, pred_contribs(booster, rows)[:, :-1])
@@ -230,7 +236,9 @@ def test_a_kernel_that_disagrees_is_refused_logged_and_xgboost_explains(
 def test_checked_kernel_is_kept_when_it_agrees(caplog: pytest.LogCaptureFixture) -> None:
     booster = trained(4, 50)
     caplog.set_level(logging.INFO, logger="scoring.inference")
-    choice = inference_checked_treeshap(booster.save_raw("json"), lambda r: pred_contribs(booster, r), model_label="m 1")
+    choice = inference_checked_treeshap(
+        booster.save_raw("json"), lambda r: pred_contribs(booster, r), model_label="m 1"
+    )
     assert choice.name == "table_treeshap" and choice.reason is None
     assert choice.max_abs_diff <= GUARD_TOLERANCE and choice.load_s > 0
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -254,7 +262,13 @@ def categorical_booster() -> xgb.Booster:
     x = np.column_stack([rng.integers(0, 6, 800), rng.normal(size=800)]).astype(np.float32)
     y = (np.isin(x[:, 0], [1, 3, 4]) ^ (x[:, 1] > 0)).astype(np.float64)
     matrix = xgb.DMatrix(x, label=y, feature_types=["c", "q"], enable_categorical=True, feature_names=["f0", "f1"])
-    params = {"objective": "binary:logistic", "max_depth": 3, "max_cat_to_onehot": 1, "tree_method": "hist", "nthread": 2}
+    params = {
+        "objective": "binary:logistic",
+        "max_depth": 3,
+        "max_cat_to_onehot": 1,
+        "tree_method": "hist",
+        "nthread": 2,
+    }
     return xgb.train(params, matrix, num_boost_round=5)
 
 
@@ -277,7 +291,9 @@ def test_unsupported_models_are_left_to_xgboost(make, reason: str | None) -> Non
         # Objectives the kernel knows: it must then agree with XGBoost, bias included.
         kernel = inference_treeshap_kernel(booster.save_raw("json"))
         rows = random_rows()
-        np.testing.assert_allclose(kernel.contributions(rows), pred_contribs(booster, rows), rtol=0, atol=GUARD_TOLERANCE)
+        np.testing.assert_allclose(
+            kernel.contributions(rows), pred_contribs(booster, rows), rtol=0, atol=GUARD_TOLERANCE
+        )
         return
     with pytest.raises(TreeShapUnsupported, match=reason):
         inference_treeshap_kernel(booster.save_raw("json"))
@@ -286,8 +302,14 @@ def test_unsupported_models_are_left_to_xgboost(make, reason: str | None) -> Non
 @pytest.mark.parametrize(
     ("objective", "extra"),
     [
-        ("binary:logitraw", {}), ("reg:logistic", {}), ("reg:gamma", {}), ("reg:tweedie", {}), ("survival:cox", {}),
-        ("reg:absoluteerror", {}), ("reg:quantileerror", {"quantile_alpha": 0.3}), ("reg:squaredlogerror", {}),
+        ("binary:logitraw", {}),
+        ("reg:logistic", {}),
+        ("reg:gamma", {}),
+        ("reg:tweedie", {}),
+        ("survival:cox", {}),
+        ("reg:absoluteerror", {}),
+        ("reg:quantileerror", {"quantile_alpha": 0.3}),
+        ("reg:squaredlogerror", {}),
     ],
 )
 def test_every_known_objective_gets_xgboosts_bias(objective: str, extra: dict) -> None:
@@ -297,8 +319,10 @@ def test_every_known_objective_gets_xgboosts_bias(objective: str, extra: dict) -
     booster = xgb.train({"objective": objective, "max_depth": 3, "nthread": 2, **extra}, matrix, num_boost_round=5)
     rows = random_rows(100)
     np.testing.assert_allclose(
-        inference_treeshap_kernel(booster.save_raw("json")).contributions(rows), pred_contribs(booster, rows),
-        rtol=0, atol=GUARD_TOLERANCE,
+        inference_treeshap_kernel(booster.save_raw("json")).contributions(rows),
+        pred_contribs(booster, rows),
+        rtol=0,
+        atol=GUARD_TOLERANCE,
     )
 
 

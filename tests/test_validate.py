@@ -17,14 +17,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import DEMO_JOB, DemoEnv
 from typer.testing import CliRunner
 
 from cli.score import app
 from tasks.errors import ExitCode, JobValidationError
-from tasks.settings import PROJECT_ROOT, current_settings
 from tasks.jobs.validation import job_problems
-
-from conftest import DEMO_JOB, DemoEnv
+from tasks.settings import PROJECT_ROOT, current_settings
 
 DAY = "2026-03-10"
 SCORE = Path(sys.executable).parent / "score"
@@ -107,14 +106,24 @@ def error_lines(args: list[str], count: int = 1) -> list[str]:
 
 
 def reason_key_typo(env: JobEnv) -> list[str]:
-    env.edit_spec(lambda s: s["prediction"]["reasons"]["codes"].update(loan_amout=s["prediction"]["reasons"]["codes"].pop("loan_amount")))
+    env.edit_spec(
+        lambda s: s["prediction"]["reasons"]["codes"].update(
+            loan_amout=s["prediction"]["reasons"]["codes"].pop("loan_amount")
+        )
+    )
     return [str(env.spec_path), "prediction.reasons.codes.loan_amout", "'loan_amout'", "did you mean 'loan_amount'?"]
 
 
 def suite_column_missing(env: JobEnv) -> list[str]:
-    env.edit_suite(lambda d: d["expectations"].append(
-        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "bureau_score"}, "meta": {"guard": {"action": "quarantine"}}}
-    ))
+    env.edit_suite(
+        lambda d: d["expectations"].append(
+            {
+                "type": "expect_column_values_to_not_be_null",
+                "kwargs": {"column": "bureau_score"},
+                "meta": {"guard": {"action": "quarantine"}},
+            }
+        )
+    )
     # The line lists what the data does have, so a renamed column is easy to spot.
     return [str(env.raw_file), ": bureau_score: ", "'bureau_score'", ", ".join(pq.read_schema(env.raw_file).names)]
 
@@ -156,8 +165,14 @@ def health_level_out_of_range(env: JobEnv) -> list[str]:
 
 
 MISTAKES = [
-    reason_key_typo, suite_column_missing, unknown_spec_key, feature_list_mismatch, stale_sha256, metadata_missing_a_field,
-    slice_column_typo, health_level_out_of_range,
+    reason_key_typo,
+    suite_column_missing,
+    unknown_spec_key,
+    feature_list_mismatch,
+    stale_sha256,
+    metadata_missing_a_field,
+    slice_column_typo,
+    health_level_out_of_range,
 ]
 
 
@@ -236,10 +251,17 @@ def test_the_installed_command_prints_no_prefect_log_for_a_reason_key_typo(env: 
     """The user's report: a typo in a reason key used to fail in predict-unit after 692 lines of logs."""
     named = reason_key_typo(env)
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SCORING_")}
-    environment.update(SCORING_DATA_DIR=str(env.data), SCORING_JOBS_DIR=str(env.jobs), SCORING_EXPECTATIONS_DIR=str(env.expectations))
+    environment.update(
+        SCORING_DATA_DIR=str(env.data), SCORING_JOBS_DIR=str(env.jobs), SCORING_EXPECTATIONS_DIR=str(env.expectations)
+    )
     result = subprocess.run(
-        [str(SCORE), *COMMANDS["run"]], cwd=PROJECT_ROOT, env=environment, capture_output=True, text=True,
-        stdin=subprocess.DEVNULL, timeout=300,
+        [str(SCORE), *COMMANDS["run"]],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
     )
     output = result.stdout + result.stderr
     assert result.returncode == ExitCode.USER, output

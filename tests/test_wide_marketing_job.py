@@ -19,7 +19,6 @@ import numpy as np
 import polars as pl
 import pytest
 import xgboost as xgb
-
 from conftest import user_project_env
 from user_projects import day_output, model_inputs, registered_version, score_cli
 
@@ -29,20 +28,78 @@ pytestmark = pytest.mark.slow
 JOB = "marketing"
 DAYS = [dt.date(2026, 9, 1), dt.date(2026, 9, 2)]
 LATER_DAY = dt.date(2026, 9, 3)
-PRODUCTS = [f"{p}_policies" for p in (
-    "car", "van", "moped", "truck", "trailer", "tractor", "agri", "boat", "bike", "life", "accident", "disability",
-    "fire", "surfboard", "sailboat", "holiday", "social", "private_third", "business_third", "family_accident",
-)]
+PRODUCTS = [
+    f"{p}_policies"
+    for p in (
+        "car",
+        "van",
+        "moped",
+        "truck",
+        "trailer",
+        "tractor",
+        "agri",
+        "boat",
+        "bike",
+        "life",
+        "accident",
+        "disability",
+        "fire",
+        "surfboard",
+        "sailboat",
+        "holiday",
+        "social",
+        "private_third",
+        "business_third",
+        "family_accident",
+    )
+]
 AMOUNTS = [f"{p.removesuffix('_policies')}_contribution" for p in PRODUCTS]
-SHARES = [f"share_{s}" for s in (
-    "married", "single", "rented", "owned", "higher_education", "lower_education", "high_status", "farmer",
-    "skilled", "unskilled", "income_low", "income_high", "one_car", "no_car", "public_health", "private_health",
-    "purchasing_power", "entrepreneur", "middle_management", "average_income", "age_20_30", "age_30_40", "age_40_50",
-    "age_50_60", "age_60_70", "age_70_80", "household_1", "household_2", "household_3", "household_4", "household_5",
-    "catholic", "protestant", "other_religion", "no_religion",
-)]
+SHARES = [
+    f"share_{s}"
+    for s in (
+        "married",
+        "single",
+        "rented",
+        "owned",
+        "higher_education",
+        "lower_education",
+        "high_status",
+        "farmer",
+        "skilled",
+        "unskilled",
+        "income_low",
+        "income_high",
+        "one_car",
+        "no_car",
+        "public_health",
+        "private_health",
+        "purchasing_power",
+        "entrepreneur",
+        "middle_management",
+        "average_income",
+        "age_20_30",
+        "age_30_40",
+        "age_40_50",
+        "age_50_60",
+        "age_60_70",
+        "age_70_80",
+        "household_1",
+        "household_2",
+        "household_3",
+        "household_4",
+        "household_5",
+        "catholic",
+        "protestant",
+        "other_religion",
+        "no_religion",
+    )
+]
 FLAGS = ["is_member", "has_app", "is_newsletter_reader"]
-CATEGORIES = {"region": ["north", "south", "east", "west"], "channel": ["web", "shop", "phone"], "segment": ["A", "B", "C", "D", "E"]}
+CATEGORIES = {
+    "region": ["north", "south", "east", "west"],
+    "channel": ["web", "shop", "phone"],
+    "segment": ["A", "B", "C", "D", "E"],
+}
 FORBIDDEN = re.compile(r"\brisk|adverse|\bdeclin", re.IGNORECASE)
 
 
@@ -51,17 +108,33 @@ def _customers(rows: int, seed: int) -> pl.DataFrame:
     contributions, neighbourhood shares, 0/1 flags, categories, and whether they bought the caravan policy (Yes/No)."""
     rng = np.random.default_rng(seed)
     counts = {c: rng.poisson(rng.uniform(0.05, 0.4), rows) for c in PRODUCTS}
-    amounts = {a: np.where(counts[c] > 0, rng.gamma(2.0, 150.0, rows), 0.0).round(2) for a, c in zip(AMOUNTS, PRODUCTS, strict=True)}
+    amounts = {
+        a: np.where(counts[c] > 0, rng.gamma(2.0, 150.0, rows), 0.0).round(2)
+        for a, c in zip(AMOUNTS, PRODUCTS, strict=True)
+    }
     shares = {s: rng.beta(2, 5, rows).round(3) for s in SHARES}
     flags = {f: (rng.random(rows) < 0.3).astype(np.int64) for f in FLAGS}
     cats = {k: rng.choice(v, rows) for k, v in CATEGORIES.items()}
-    logit = (-2.5 + 0.9 * counts["car_policies"] + 0.6 * counts["fire_policies"] + 2.0 * shares["share_purchasing_power"]
-             + 0.5 * flags["is_member"] + 0.4 * (cats["channel"] == "web"))
+    logit = (
+        -2.5
+        + 0.9 * counts["car_policies"]
+        + 0.6 * counts["fire_policies"]
+        + 2.0 * shares["share_purchasing_power"]
+        + 0.5 * flags["is_member"]
+        + 0.4 * (cats["channel"] == "web")
+    )
     bought = rng.random(rows) < 1 / (1 + np.exp(-logit))
-    return pl.DataFrame({
-        "customer_id": [f"C-{seed}{i:05d}" for i in range(rows)], **counts, **amounts, **shares, **flags, **cats,
-        "purchased": np.where(bought, "Yes", "No"),
-    })
+    return pl.DataFrame(
+        {
+            "customer_id": [f"C-{seed}{i:05d}" for i in range(rows)],
+            **counts,
+            **amounts,
+            **shares,
+            **flags,
+            **cats,
+            "purchased": np.where(bought, "Yes", "No"),
+        }
+    )
 
 
 def _within(frame: pl.DataFrame, train: pl.DataFrame) -> pl.DataFrame:
@@ -75,7 +148,8 @@ def _trained(inputs_path: Path, path: Path, *, seed: int) -> Path:
     inputs = model_inputs(inputs_path)
     booster = xgb.train(
         {"objective": "binary:logistic", "max_depth": 3, "eta": 0.2, "seed": seed, "nthread": 1},
-        xgb.DMatrix(inputs.x, label=inputs.outcome, feature_names=inputs.names), num_boost_round=25,
+        xgb.DMatrix(inputs.x, label=inputs.outcome, feature_names=inputs.names),
+        num_boost_round=25,
     )
     booster.save_model(str(path))
     return path
@@ -91,8 +165,20 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     # The sample a user hands to `score init`: the first rows whose policy counts are all 0 or 1.
     train.filter(pl.all_horizontal(pl.col(c) <= 1 for c in PRODUCTS)).head(400).write_parquet(root / "sample.parquet")
     _customers(3000, seed=2).write_parquet(root / "holdout.parquet")
-    outputs = {"init": score("init", JOB, "--from", str(root / "sample.parquet"), "--entity-column", "customer_id",
-                             "--label-column", "purchased", "--positive", "Yes")}
+    outputs = {
+        "init": score(
+            "init",
+            JOB,
+            "--from",
+            str(root / "sample.parquet"),
+            "--entity-column",
+            "customer_id",
+            "--label-column",
+            "purchased",
+            "--positive",
+            "Yes",
+        )
+    }
     for day, seed in zip([*DAYS, LATER_DAY], (3, 4, 5), strict=True):
         scored = _within(_customers(2000, seed=seed), train)
         raw = root / "data" / "raw" / JOB / f"date={day}"
@@ -100,9 +186,9 @@ def project(tmp_path_factory: pytest.TempPathFactory):
         scored.drop("purchased").write_parquet(raw / "part-0.parquet")
         labels = root / "data" / "labels" / JOB / f"date={day}"
         labels.mkdir(parents=True)
-        scored.select("customer_id", "purchased", pl.lit(day + dt.timedelta(days=30)).alias("observed_date")).write_parquet(
-            labels / "part-0.parquet"
-        )
+        scored.select(
+            "customer_id", "purchased", pl.lit(day + dt.timedelta(days=30)).alias("observed_date")
+        ).write_parquet(labels / "part-0.parquet")
     score("features", JOB, "--from", str(root / "train.parquet"), "--out", str(root / "train_inputs.parquet"))
     first = _trained(root / "train_inputs.parquet", root / "model_1.json", seed=1)
     outputs["register"] = score("register", JOB, "--model", str(first), "--holdout", str(root / "holdout.parquet"))
@@ -111,7 +197,9 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     outputs["outcomes"] = score("outcomes", JOB, "--start", str(DAYS[0]), "--end", str(DAYS[-1]))
     outputs["card"] = score("card", JOB)
     second = _trained(root / "train_inputs.parquet", root / "model_2.json", seed=2)
-    outputs["register_second"] = score("register", JOB, "--model", str(second), "--holdout", str(root / "holdout.parquet"))
+    outputs["register_second"] = score(
+        "register", JOB, "--model", str(second), "--holdout", str(root / "holdout.parquet")
+    )
     outputs["later"] = score("run", JOB, "--date", str(LATER_DAY))
     return root, env, score, train, outputs
 
@@ -119,7 +207,9 @@ def project(tmp_path_factory: pytest.TempPathFactory):
 def _texts(root: Path) -> dict[str, str]:
     """Every page, card and alert the job's runs wrote, by path."""
     out = root / "data" / "output" / JOB
-    found = {str(p): p.read_text() for p in out.rglob("*") if p.is_file() and p.suffix in (".html", ".md", ".txt", ".json")}
+    found = {
+        str(p): p.read_text() for p in out.rglob("*") if p.is_file() and p.suffix in (".html", ".md", ".txt", ".json")
+    }
     found |= {str(p): p.read_text() for p in (root / "data" / "models" / JOB).rglob("*.md")}
     return found
 

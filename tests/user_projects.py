@@ -21,7 +21,6 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 import yaml
-
 from test_bring_your_own import day_rows
 
 SCORE = Path(sys.executable).parent / "score"
@@ -34,7 +33,9 @@ def score_cli(root: Path, env: dict[str, str]) -> ScoreCli:
     traceback, and exit 0 unless `ok=False`."""
 
     def score(*args: str, ok: bool = True, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(SCORE), *args], env=environ or env, cwd=root, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [str(SCORE), *args], env=environ or env, cwd=root, capture_output=True, text=True, timeout=600
+        )
         assert "Traceback" not in done.stdout + done.stderr, (args, done.stdout[-3000:], done.stderr[-3000:])
         if ok:
             assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
@@ -78,10 +79,19 @@ def churn_project(
         if labels:
             observed = root / "data" / "labels" / "churn" / f"date={day}"
             observed.mkdir(parents=True)
-            frames[day].select("customer_id", "churned", pl.lit(day + dt.timedelta(days=90)).alias("observed_date")).write_parquet(
-                observed / "part-0.parquet"
-            )
-    score("init", "churn", "--from", str(root / "train.parquet"), "--entity-column", "customer_id", "--label-column", "churned")
+            frames[day].select(
+                "customer_id", "churned", pl.lit(day + dt.timedelta(days=90)).alias("observed_date")
+            ).write_parquet(observed / "part-0.parquet")
+    score(
+        "init",
+        "churn",
+        "--from",
+        str(root / "train.parquet"),
+        "--entity-column",
+        "customer_id",
+        "--label-column",
+        "churned",
+    )
     for source, name in features_of:
         score("features", "churn", "--from", str(root / source), "--out", str(root / f"{name}.parquet"))
 
@@ -96,10 +106,17 @@ def sales_rows(day: dt.date, rows: int, seed: int) -> pl.DataFrame:
     rain = np.where(rng.random(rows) < 0.3, rng.exponential(5, rows), 0).round(1)
     mean = np.exp(1.5 + 0.8 * promo - 0.15 * price + 0.02 * temperature - 0.04 * rain + 0.2 * (day.weekday() >= 5))
     units = rng.poisson(mean)
-    return pl.DataFrame({
-        "item_id": [f"IT-{day:%m%d}-{i:06d}" for i in range(rows)], "price": price, "promo": promo, "temperature": temperature,
-        "rain_mm": rain, "units": units, "sold_out": (units >= 10).astype(np.int8),
-    })
+    return pl.DataFrame(
+        {
+            "item_id": [f"IT-{day:%m%d}-{i:06d}" for i in range(rows)],
+            "price": price,
+            "promo": promo,
+            "temperature": temperature,
+            "rain_mm": rain,
+            "units": units,
+            "sold_out": (units >= 10).astype(np.int8),
+        }
+    )
 
 
 def sales_project(
@@ -136,11 +153,23 @@ def sales_project(
         )
     for job, label, other in (("sales", "units", "sold_out"), ("sales_flag", "sold_out", "units")):
         pl.read_parquet(root / "train.parquet").drop(other).write_parquet(root / f"{job}_sample.parquet")
-        score("init", job, "--from", str(root / f"{job}_sample.parquet"), "--entity-column", "item_id", "--label-column", label)
+        score(
+            "init",
+            job,
+            "--from",
+            str(root / f"{job}_sample.parquet"),
+            "--entity-column",
+            "item_id",
+            "--label-column",
+            label,
+        )
     spec_path = root / "jobs" / "sales.yaml"
     spec = yaml.safe_load(spec_path.read_text())
     spec["target"]["unit"] = "units"
-    spec["prediction"]["reasons"] |= {"top_k": 2, "for_decisions": sorted({rule["decision"] for rule in spec["prediction"]["rules"]})}
+    spec["prediction"]["reasons"] |= {
+        "top_k": 2,
+        "for_decisions": sorted({rule["decision"] for rule in spec["prediction"]["rules"]}),
+    }
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     for source, name in features_of:
         score("features", "sales", "--from", str(root / source), "--out", str(root / f"{name}.parquet"))

@@ -16,8 +16,8 @@ from prefect import flow, task
 
 from flows.outcomes import outcomes
 from flows.score_partition import score_partition
-from tasks.runs.calendar import job_name_enum
 from tasks.errors import PartitionError
+from tasks.runs.calendar import job_name_enum
 from tasks.settings import current_settings
 
 JobName = job_name_enum(current_settings())

@@ -76,7 +76,12 @@ def orchestration_lost(exc: BaseException) -> OrchestrationLost | None:
         seen.add(id(current))
         if isinstance(current, OrchestrationLost):
             return current
-        if found is None and url and isinstance(current, httpx.TransportError) and _requested_url(current).startswith(url.rstrip("/")):
+        if (
+            found is None
+            and url
+            and isinstance(current, httpx.TransportError)
+            and _requested_url(current).startswith(url.rstrip("/"))
+        ):
             found = OrchestrationLost(f"the orchestration API at {url} was lost during the run ({_reason(current)})")
         pending += [current.__cause__, current.__context__]
     return found

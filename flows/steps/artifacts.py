@@ -16,10 +16,14 @@ MAX_TRIES = 64
 
 def left_artifact(artifact: Artifact) -> uuid.UUID:
     if artifact.link is not None:
-        return create_link_artifact(key=artifact.key, link=artifact.link, link_text=artifact.description, description=artifact.description)
+        return create_link_artifact(
+            key=artifact.key, link=artifact.link, link_text=artifact.description, description=artifact.description
+        )
     if artifact.table is not None:
         return create_table_artifact(key=artifact.key, table=artifact.table, description=artifact.description)
-    return create_markdown_artifact(key=artifact.key, markdown=artifact.markdown or "", description=artifact.description)
+    return create_markdown_artifact(
+        key=artifact.key, markdown=artifact.markdown or "", description=artifact.description
+    )
 
 
 def left_artifacts(artifacts: list[Artifact]) -> None:

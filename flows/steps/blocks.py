@@ -21,7 +21,8 @@ from tasks.sinks.warehouse_choice import warehouse_for
 def with_warehouse_url(settings: Settings) -> Settings:
     """`settings` with `warehouse_url` and `source_url` taken from the Secret blocks they name; unchanged without any."""
     for url_field, block_field, what in (
-        ("warehouse_url", "warehouse_secret_block", "warehouse"), ("source_url", "source_secret_block", "source")
+        ("warehouse_url", "warehouse_secret_block", "warehouse"),
+        ("source_url", "source_secret_block", "source"),
     ):
         block = getattr(settings, block_field)
         if not block:

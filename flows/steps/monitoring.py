@@ -10,22 +10,33 @@ from prefect.runtime import flow_run
 
 from flows.steps.artifacts import left_artifacts
 from flows.steps.blocks import configured_warehouse, run_warehouse
-from tasks.runs.monitoring import decision_monitoring, ingested_partition_outcomes, outcomes_run_name, written_monitoring_page
-from tasks.runs.calendar import ALL_JOBS
 from tasks.reports.artifacts import Artifact
+from tasks.runs.calendar import ALL_JOBS
+from tasks.runs.monitoring import (
+    decision_monitoring,
+    ingested_partition_outcomes,
+    outcomes_run_name,
+    written_monitoring_page,
+)
 from tasks.settings import current_settings
 
 
 @task(name="monitor-decisions")
 def monitor_decisions(
-    job: str, partition_date: dt.date, run_id: str, groups: list[dict] | None = None, slice_counts: list[dict] | None = None
+    job: str,
+    partition_date: dt.date,
+    run_id: str,
+    groups: list[dict] | None = None,
+    slice_counts: list[dict] | None = None,
 ) -> dict:
     """Decision mix, rule hits, score summary, straddling share and expected events of the published
     partition, and its slices, against the trailing window; stored in `decision_monitoring`,
     `slice_counts` and `slice_monitoring`. Returns the flagged measures. `groups` and `slice_counts`:
     the run's own counts; without them the published predictions and the stored slice counts are read."""
     settings = current_settings()
-    result, artifacts = decision_monitoring(run_warehouse(run_id), settings, job, partition_date, run_id, groups, slice_counts)
+    result, artifacts = decision_monitoring(
+        run_warehouse(run_id), settings, job, partition_date, run_id, groups, slice_counts
+    )
     left_artifacts(artifacts)
     return result
 
@@ -36,7 +47,9 @@ def monitored_run_decisions(
 ) -> tuple[dict, list[Artifact]]:
     """`monitor_decisions` of a run that has just published, from its own counts: the flagged measures, and the
     artifacts that its finish-run leaves in the run's artifact order."""
-    return decision_monitoring(run_warehouse(run_id), current_settings(), job, partition_date, run_id, groups, slice_counts)
+    return decision_monitoring(
+        run_warehouse(run_id), current_settings(), job, partition_date, run_id, groups, slice_counts
+    )
 
 
 @task(name="ingest-outcomes")

@@ -14,33 +14,33 @@ import time
 import uuid
 
 from prefect import task
-from prefect.states import State
 from prefect.runtime import flow_run
+from prefect.states import State
 from prefect.utilities.annotations import quote
 
 from flows.steps.alerts import run_link, sent_alerts
 from flows.steps.api import ensure_orchestration_api, orchestration_lost
 from flows.steps.artifacts import left_artifacts_in_order
+from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
 from flows.steps.monitoring import monitored_run_decisions
 from flows.steps.units import prepared_run_job, stopping_signal
-from flows.steps.blocks import configured_warehouse, run_warehouse, with_warehouse_url
-from tasks.reports.artifacts import Artifact
-from tasks.runs.ticket import RunTicket, now_utc, run_ticket
-from tasks.runs.result import finished_run_result, run_artifacts, run_result
-from tasks.runs.page import partition_page, report_url, trailing_shifts
-from tasks.runs.failure import recorded_failed_run, recorded_refused_run
-from tasks.runs.lease import run_lease, started_run
 from tasks.errors import RunStopped, user_facing_error
 from tasks.monitoring.alerts import published_run_alerts
+from tasks.reports.artifacts import Artifact
 from tasks.reports.links import served_url
 from tasks.reports.model_card import MODEL_CARD_FILE, job_model_card, model_card_artifact, written_model_card
+from tasks.runs.failure import recorded_failed_run, recorded_refused_run
+from tasks.runs.lease import run_lease, started_run
+from tasks.runs.page import partition_page, report_url, trailing_shifts
+from tasks.runs.recovery import pending_ledger_dir, recovered_job, released_failure_room
+from tasks.runs.result import finished_run_result, run_artifacts, run_result
+from tasks.runs.ticket import RunTicket, now_utc, run_ticket
 from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
 from tasks.sinks.delta import delta_tables
 from tasks.sinks.parquet_store import output_dirs
 from tasks.sinks.partition_lock import PartitionLease
 from tasks.sinks.publish import PublishedPartition, partition_store, published_partition, retried
-from tasks.runs.recovery import pending_ledger_dir, recovered_job, released_failure_room
 
 log = logging.getLogger("scoring.run")
 
@@ -62,7 +62,13 @@ def prepare_run(run_id: str, job: str, partition_date: dt.date, chunk_rows: int 
     here, with nothing written and no ledger row. The model stays loaded for the run's units."""
     settings = current_settings()
     prepared = prepared_run_job(run_id, job, partition_date, settings.model_dump_json())
-    return run_ticket(prepared, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, max_run_seconds=settings.max_run_seconds)
+    return run_ticket(
+        prepared,
+        run_id=run_id,
+        partition_date=partition_date,
+        chunk_rows=chunk_rows,
+        max_run_seconds=settings.max_run_seconds,
+    )
 
 
 @task(name="start-run")
@@ -78,7 +84,12 @@ def start_run(ticket: RunTicket) -> tuple[RunTicket, list[dict]]:
 @task(name="recover-job")
 def recover_job(job: str) -> list[dict]:
     """Finish or undo what dead runs of `job` left, where no live run holds the partition."""
-    recovered = recovered_job(configured_warehouse(current_settings()), with_warehouse_url(current_settings()), job, recovering_run_id=f"recovery-{uuid.uuid4()}")
+    recovered = recovered_job(
+        configured_warehouse(current_settings()),
+        with_warehouse_url(current_settings()),
+        job,
+        recovering_run_id=f"recovery-{uuid.uuid4()}",
+    )
     return [dataclasses.asdict(r) for r in recovered]
 
 
@@ -96,8 +107,16 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
     shifts, window_days = trailing_shifts(run_warehouse(ticket.run_id), settings, ticket, summary)
     page, warnings = partition_page(ticket, summary, counts, shifts=shifts, window_days=window_days)
     published = published_partition(
-        run_warehouse(ticket.run_id), output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
-        run_id=ticket.run_id, counts=counts, page_html=page, warnings=warnings, ended_at=now_utc(), crash_at=settings.crash_at,
+        run_warehouse(ticket.run_id),
+        output_dirs(settings, ticket.job),
+        job=ticket.job,
+        partition_date=ticket.partition_date,
+        run_id=ticket.run_id,
+        counts=counts,
+        page_html=page,
+        warnings=warnings,
+        ended_at=now_utc(),
+        crash_at=settings.crash_at,
         delta=delta_tables(ticket.delta_sink, settings),
     )
     # Published: whatever fails from here is a warning, never a failure record.
@@ -107,18 +126,31 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
 
 @task(name="finish-run")
 def finish_run(
-    ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, monitoring: dict | None = None,
+    ticket: RunTicket,
+    summary: ScoringSummary,
+    published: PublishedPartition,
+    monitoring: dict | None = None,
     more_artifacts: list[Artifact] | None = None,
 ) -> dict:
     """Leave the run's key numbers (with the decision-mix shift `monitoring` flagged), page link, `more_artifacts`
     (decision monitoring's, the model card's), drift, fallback and guard tables as artifacts, the key numbers first in
     the UI."""
-    report_path = partition_store(output_dirs(current_settings(), ticket.job)).page_link(ticket.partition_date.isoformat())
+    report_path = partition_store(output_dirs(current_settings(), ticket.job)).page_link(
+        ticket.partition_date.isoformat()
+    )
     log.info("run report of %s %s: %s", ticket.job, ticket.partition_date, report_path)
     page_url = report_url(current_settings().report_base_url, ticket.job, ticket.partition_date)
-    left_artifacts_in_order(run_artifacts(
-        ticket, summary, published, report_path, page_url=page_url, monitoring=monitoring, more_artifacts=more_artifacts or (),
-    ))
+    left_artifacts_in_order(
+        run_artifacts(
+            ticket,
+            summary,
+            published,
+            report_path,
+            page_url=page_url,
+            monitoring=monitoring,
+            more_artifacts=more_artifacts or (),
+        )
+    )
     return run_result(ticket, summary, report=str(report_path), warnings=published.warnings)
 
 
@@ -127,31 +159,52 @@ def finished_run(ticket: RunTicket, summary: ScoringSummary, published: Publishe
     is kept on its ledger row as a warning, not lost and not a failure."""
     # quote(): the summary's lists are not walked for futures (see score_partition).
     monitored = monitored_run_decisions(
-        ticket.job, ticket.partition_date, ticket.run_id, quote(summary.decision_groups), quote(summary.slice_counts), return_state=True
+        ticket.job,
+        ticket.partition_date,
+        ticket.run_id,
+        quote(summary.decision_groups),
+        quote(summary.slice_counts),
+        return_state=True,
     )
     monitoring, monitoring_artifacts = monitored.result() if monitored.is_completed() else (None, [])
     # Every artifact of the run is left by finish-run, which alone can keep the key numbers first.
     carded = write_model_card(ticket, return_state=True)
     card = [carded.result()] if carded.is_completed() else []
     finished = finish_run(
-        ticket, quote(summary), quote(published), quote(monitoring), quote([*monitoring_artifacts, *card]), return_state=True,
+        ticket,
+        quote(summary),
+        quote(published),
+        quote(monitoring),
+        quote([*monitoring_artifacts, *card]),
+        return_state=True,
     )
     result = finished_run_result(
-        ticket, summary, published, artifacts=finished.result() if finished.is_completed() else None, artifacts_error=_failure(finished),
-        monitoring=monitoring, monitoring_error=_failure(monitored),
+        ticket,
+        summary,
+        published,
+        artifacts=finished.result() if finished.is_completed() else None,
+        artifacts_error=_failure(finished),
+        monitoring=monitoring,
+        monitoring_error=_failure(monitored),
     )
     if not carded.is_completed():
         result["warnings"].append(f"model card not written: {_failure(carded)}")
     alerted = send_alerts(
-        ticket, quote(summary.drift_report), result.get("decision_monitoring"), result.get("report") or None,
-        quote([r for r in summary.model_health if r.get("section") == "class_mix"]), return_state=True,
+        ticket,
+        quote(summary.drift_report),
+        result.get("decision_monitoring"),
+        result.get("report") or None,
+        quote([r for r in summary.model_health if r.get("section") == "class_mix"]),
+        return_state=True,
     )
     result["warnings"] += alerted.result() if alerted.is_completed() else [f"alerts not sent: {_failure(alerted)}"]
     if result["warnings"] != published.warnings:
         recorded = record_run_warnings(ticket.run_id, result["warnings"], return_state=True)
         if not recorded.is_completed():
             # The outputs are published and the row says succeeded; only the terminal can still say what went wrong.
-            result["warnings"].append(f"these warnings are not in the ledger row of run {ticket.run_id}: {_failure(recorded)}")
+            result["warnings"].append(
+                f"these warnings are not in the ledger row of run {ticket.run_id}: {_failure(recorded)}"
+            )
     return result
 
 
@@ -178,13 +231,22 @@ def _failure(state: State) -> str:
 
 @task(name="send-alerts")
 def send_alerts(
-    ticket: RunTicket, drift_rows: list[dict], monitoring: dict | None, page: str | None, health_rows: list[dict] | None = None,
+    ticket: RunTicket,
+    drift_rows: list[dict],
+    monitoring: dict | None,
+    page: str | None,
+    health_rows: list[dict] | None = None,
 ) -> list[str]:
     """Drift alerts, decision-monitoring shifts and a class-mix shift of the published run, through the settings' notification block."""
     settings = current_settings()
     alerts = published_run_alerts(
-        ticket.job, ticket.partition_date.isoformat(), drift_rows=drift_rows, monitoring=monitoring, health_rows=health_rows or (),
-        run_link=run_link(flow_run.id), page=report_url(settings.report_base_url, ticket.job, ticket.partition_date) or page,
+        ticket.job,
+        ticket.partition_date.isoformat(),
+        drift_rows=drift_rows,
+        monitoring=monitoring,
+        health_rows=health_rows or (),
+        run_link=run_link(flow_run.id),
+        page=report_url(settings.report_base_url, ticket.job, ticket.partition_date) or page,
         words=ticket.words,
     )
     return sent_alerts(alerts)
@@ -211,7 +273,9 @@ def fail_run(run_id: str, job: str, partition_date: dt.date, error: BaseExceptio
     """Record the failure in the ledger and drop the run's files (tasks/runs/failure.py: recorded_failed_run);
     an HTTP error of a call to a lost Prefect API is recorded as what it means."""
     error = orchestration_lost(error) or error
-    recorded_failed_run(run_warehouse(run_id), current_settings(), run_id=run_id, job=job, partition_date=partition_date, error=error)
+    recorded_failed_run(
+        run_warehouse(run_id), current_settings(), run_id=run_id, job=job, partition_date=partition_date, error=error
+    )
 
 
 @task(name="record-refused-run")
@@ -220,5 +284,10 @@ def record_refused_run(run_id: str, job: str, partition_date: dt.date, error: Ba
     (tasks/runs/failure.py: recorded_refused_run)."""
     settings = with_warehouse_url(current_settings())
     return recorded_refused_run(
-        configured_warehouse(settings), settings, run_id=run_id, job=job, partition_date=partition_date, error=error,
+        configured_warehouse(settings),
+        settings,
+        run_id=run_id,
+        job=job,
+        partition_date=partition_date,
+        error=error,
     )

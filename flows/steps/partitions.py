@@ -11,26 +11,26 @@ from pathlib import Path
 
 from prefect import task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.context import FlowRunContext, SettingsContext, get_settings_context
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
-from prefect.context import FlowRunContext, SettingsContext, get_settings_context
 from prefect.settings import Settings as PrefectSettings
 from prefect.states import Failed, State
 
-from flows.steps.monitoring import monitor_decisions
-from flows.steps.blocks import with_warehouse_url
-from flows.steps.partition import record_refused_run, recover_job
 from flows.score_partition import score_partition
+from flows.steps.blocks import with_warehouse_url
+from flows.steps.monitoring import monitor_decisions
+from flows.steps.partition import record_refused_run, recover_job
 from tasks.errors import PartitionsFailed, ScoringError, user_facing_error
 from tasks.jobspec import load_job_spec
 from tasks.prediction.words import JobWords
 from tasks.reports.links import served_url
-from tasks.results import PartitionResult
-from tasks.runs.page import report_url
-from tasks.scoring.progress import reported_progress
-from tasks.runs.calendar import backfill_dates, scheduled_partition_date
-from tasks.runs.scheduling import BackfillMode, partition_selection, selection_message
 from tasks.reports.reporting import failed_outcomes_message, partition_outcome
+from tasks.results import PartitionResult
+from tasks.runs.calendar import backfill_dates, scheduled_partition_date
+from tasks.runs.page import report_url
+from tasks.runs.scheduling import BackfillMode, partition_selection, selection_message
+from tasks.scoring.progress import reported_progress
 from tasks.settings import Settings, current_settings
 
 log = logging.getLogger("scoring.backfill")
@@ -55,7 +55,10 @@ def subflow_without_heartbeat() -> Iterator[None]:
         return
     cached = _without_heartbeat
     if cached is None or cached[0] is not context.settings:
-        cached = _without_heartbeat = (context.settings, context.settings.copy_with_update(updates={"flows.heartbeat_frequency": None}))
+        cached = _without_heartbeat = (
+            context.settings,
+            context.settings.copy_with_update(updates={"flows.heartbeat_frequency": None}),
+        )
     with SettingsContext(profile=context.profile, settings=cached[1]):
         yield
 
@@ -125,10 +128,14 @@ _failed_outcomes: dict[tuple[str, dt.date], dict] = {}
 """Outcome rows of failed days' tasks (score_partition_run), taken by scored_partitions."""
 
 
-def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None, concurrency: int, label: str) -> list[dict]:
+def scored_partitions(
+    job: str, dates: list[dt.date], *, chunk_rows: int | None, concurrency: int, label: str
+) -> list[dict]:
     """Outcome rows of `dates` in date order, scored `concurrency` at a time (a sliding window: the
     next partition starts as soon as any one ends), with a progress artifact and bars."""
-    progress = create_progress_artifact(0.0, key="backfill-progress", description=f"{job}: {len(dates)} partition(s), {label}")
+    progress = create_progress_artifact(
+        0.0, key="backfill-progress", description=f"{job}: {len(dates)} partition(s), {label}"
+    )
     outcomes: dict[dt.date, dict] = {}
     waiting, running = list(dates), {}
     while waiting or running:
@@ -142,7 +149,11 @@ def scored_partitions(job: str, dates: list[dt.date], *, chunk_rows: int | None,
             # A failed day's task ends Failed without an exception; one here is a bug of the backfill itself.
             raise outcome
         failed = _failed_outcomes.pop((job, day), None)
-        outcomes[day] = outcome if outcome is not None else failed or partition_outcome(job, day, reason=finished.state.message or "")
+        outcomes[day] = (
+            outcome
+            if outcome is not None
+            else failed or partition_outcome(job, day, reason=finished.state.message or "")
+        )
         update_progress_artifact(progress, 100.0 * len(outcomes) / len(dates))
         reported_progress(f"{job} partitions", len(outcomes), len(dates))
     if not dates:
@@ -176,7 +187,8 @@ def reported_outcomes(outcomes: list[dict], key: str) -> list[dict]:
     settings = current_settings()
     pages = "run page" if settings.report_base_url else f"run page (its path under {settings.data_dir})"
     create_table_artifact(
-        key=key, table=[{**o, "outcome": FAILED_MARK + o["outcome"]} if o["outcome"] == "failed" else o for o in outcomes],
+        key=key,
+        table=[{**o, "outcome": FAILED_MARK + o["outcome"]} if o["outcome"] == "failed" else o for o in outcomes],
         description=f"{failed or f'{len(outcomes)} partition(s) scored'}. Each day's outcome, reason, rows, decisions, flags and {pages}",
     )
     if failed:
@@ -184,7 +196,9 @@ def reported_outcomes(outcomes: list[dict], key: str) -> list[dict]:
     return outcomes
 
 
-def selected_dates(job: str, start_date: dt.date, end_date: dt.date, mode: BackfillMode, *, recover: bool) -> list[dt.date]:
+def selected_dates(
+    job: str, start_date: dt.date, end_date: dt.date, mode: BackfillMode, *, recover: bool
+) -> list[dt.date]:
     """The days of a backfill: its range checked before anything runs or is written (PartitionError in one sentence),
     the job's dead runs closed when `recover` (so `failed` selects abandoned partitions too), then the days `mode`
     selects. For `missing` and `failed`, what the mode found and why (each day's last status and reason) is logged
@@ -212,7 +226,9 @@ def backfill_run_name() -> str:
     """`<job> <start>…<end> mode <mode>`, and `(dry run)` for a dry run: what the backfill scores, readable in the runs
     list. The word `mode` keeps a name ending in `failed` from reading as the run's state."""
     p = flow_run.parameters
-    return f"{p['job']} {p['start_date']}…{p['end_date']} mode {p.get('mode', 'all')}" + (" (dry run)" if p.get("dry_run") else "")
+    return f"{p['job']} {p['start_date']}…{p['end_date']} mode {p.get('mode', 'all')}" + (
+        " (dry run)" if p.get("dry_run") else ""
+    )
 
 
 def planned_outcomes(job: str, dates: list[dt.date], mode: str) -> list[dict]:

@@ -27,10 +27,9 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 
 from flows.steps.api import orchestration_lost
-
 from tasks.errors import ExitCode, user_facing_error
-from tasks.runs.calendar import parse_partition_date
 from tasks.jobspec import checked_job_name
+from tasks.runs.calendar import parse_partition_date
 from tasks.settings import current_settings
 
 DOMAIN_LOGGER = "scoring"
@@ -119,7 +118,9 @@ def _no_engine_echo(record: logging.LogRecord) -> bool:
     fault the run has already said in its `error:` line, that is neither unexpected nor news."""
     error = record.exc_info[1] if record.exc_info else None
     return not (
-        record.getMessage().startswith("Engine execution exited") and error is not None and user_facing_error(error)[1] != ExitCode.BUG
+        record.getMessage().startswith("Engine execution exited")
+        and error is not None
+        and user_facing_error(error)[1] != ExitCode.BUG
     )
 
 
@@ -132,11 +133,13 @@ def run_log_file(run_id: str, path: Path | None) -> Iterator[_QuietFile | None]:
         return
     file = _QuietFile(path, delay=True, encoding="utf-8")
     file.setLevel(logging.INFO)
-    file.setFormatter(PrefectFormatter(
-        "%(asctime)s %(levelname)-7s %(name)s - %(message)s",
-        flow_run_fmt="%(asctime)s %(levelname)-7s Flow run %(flow_run_name)r - %(message)s",
-        task_run_fmt="%(asctime)s %(levelname)-7s Task run %(task_run_name)r - %(message)s",
-    ))
+    file.setFormatter(
+        PrefectFormatter(
+            "%(asctime)s %(levelname)-7s %(name)s - %(message)s",
+            flow_run_fmt="%(asctime)s %(levelname)-7s Flow run %(flow_run_name)r - %(message)s",
+            task_run_fmt="%(asctime)s %(levelname)-7s Task run %(task_run_name)r - %(message)s",
+        )
+    )
     root = logging.getLogger()
     if _run_log_files not in root.handlers:
         root.addHandler(_run_log_files)
@@ -237,7 +240,9 @@ def logged_flow(*, partition: bool = False, **flow_options: Any) -> Callable[[Ca
                         _discarded(file)
                         file = None
                     # A run refused before it logged a line (a backfill's wrong range) leaves no file: bad input writes nothing.
-                    logger.error("error: %s", message, exc_info=error, extra={"run_log_file": file is not None and file.written})
+                    logger.error(
+                        "error: %s", message, exc_info=error, extra={"run_log_file": file is not None and file.written}
+                    )
                     if orchestration_lost(error) is not None:
                         # No state reaches a lost API, and Prefect's failed attempt to set one would replace the error
                         # the caller reports ("run … is not published") with its own transport error.

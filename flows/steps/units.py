@@ -18,17 +18,24 @@ from prefect.futures import PrefectFuture, as_completed, wait
 from prefect.utilities.annotations import quote
 
 from flows.steps.api import reporting_to_api
-from flows.steps.task_runners import inference_runs_apart, inference_task_resources
 from flows.steps.blocks import run_warehouse, with_warehouse_url
-from tasks.runs.ticket import RunTicket, pinned_versions
-from tasks.scoring.progress import reported_progress
-from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job
-from tasks.scoring.summary import ScoringSummary, scoring_summary
-from tasks.scoring.unit_pass import ScoredUnit, UnitInference, UnitPrediction, inferred_unit, predicted_unit, scored_unit
-from tasks.scoring.units import WorkUnit, planned_work_units, stopped_run
-from tasks.sinks.parquet_store import output_dirs
+from flows.steps.task_runners import inference_runs_apart, inference_task_resources
 from tasks.errors import OrchestrationLost, RunStopped
+from tasks.runs.ticket import RunTicket, pinned_versions
+from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job
+from tasks.scoring.progress import reported_progress
+from tasks.scoring.summary import ScoringSummary, scoring_summary
+from tasks.scoring.unit_pass import (
+    ScoredUnit,
+    UnitInference,
+    UnitPrediction,
+    inferred_unit,
+    predicted_unit,
+    scored_unit,
+)
+from tasks.scoring.units import WorkUnit, planned_work_units, stopped_run
 from tasks.settings import Settings, current_settings
+from tasks.sinks.parquet_store import output_dirs
 
 log = logging.getLogger("scoring.run")
 
@@ -52,7 +59,9 @@ def _run_job(ticket: RunTicket) -> PreparedJob:
 
 def _unit_args(ticket: RunTicket) -> dict:
     return {
-        "run_id": ticket.run_id, "partition_date": ticket.partition_date, "dirs": output_dirs(current_settings(), ticket.job),
+        "run_id": ticket.run_id,
+        "partition_date": ticket.partition_date,
+        "dirs": output_dirs(current_settings(), ticket.job),
         "deadline": ticket.run_deadline(),
     }
 
@@ -61,7 +70,10 @@ def _unit_args(ticket: RunTicket) -> dict:
 def plan_work_units(ticket: RunTicket) -> list[WorkUnit]:
     """The partition's row groups grouped into units of at least one chunk, with the rows of duplicated entity ids."""
     return planned_work_units(
-        _run_job(ticket), run_id=ticket.run_id, chunk_rows=ticket.chunk_rows, dirs=output_dirs(current_settings(), ticket.job)
+        _run_job(ticket),
+        run_id=ticket.run_id,
+        chunk_rows=ticket.chunk_rows,
+        dirs=output_dirs(current_settings(), ticket.job),
     )
 
 
@@ -90,8 +102,13 @@ def summarize_run(
 ) -> ScoringSummary:
     """Merge the units' counts, stage the run's reports and enforce the job's limits."""
     return scoring_summary(
-        _run_job(ticket), inferences, predictions, run_id=ticket.run_id, partition_date=ticket.partition_date,
-        dirs=output_dirs(current_settings(), ticket.job), wall_s=time.time() - started,
+        _run_job(ticket),
+        inferences,
+        predictions,
+        run_id=ticket.run_id,
+        partition_date=ticket.partition_date,
+        dirs=output_dirs(current_settings(), ticket.job),
+        wall_s=time.time() - started,
     )
 
 
@@ -104,8 +121,11 @@ def _units_done(ticket: RunTicket, futures: list[PrefectFuture]) -> None:
     try:
         with reporting_to_api():
             progress = (
-                create_progress_artifact(0.0, description=f"{label}: {len(futures)} work unit(s) of {ticket.chunk_rows}-row chunks")
-                if len(futures) > 1 else None
+                create_progress_artifact(
+                    0.0, description=f"{label}: {len(futures)} work unit(s) of {ticket.chunk_rows}-row chunks"
+                )
+                if len(futures) > 1
+                else None
             )
     except OrchestrationLost as lost:
         _progress_lost(lost)

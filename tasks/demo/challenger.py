@@ -27,10 +27,13 @@ def registered_demo_challenger(settings: Settings, *, champion: str, seed: int =
     days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
     version = str(max(int(v) for v in inference_model_versions(registry) if v.isdigit()) + 1)
     train_credit_model(
-        settings, DEMO_JOB,
+        settings,
+        DEMO_JOB,
         raw_dirs=[settings.raw_partition_dir(DEMO_JOB, d.isoformat()) for d in days],
         labels_dirs=[settings.labels_partition_dir(DEMO_JOB, d.isoformat()) for d in days],
-        version=version, seed=seed, training_window=(first, last),
+        version=version,
+        seed=seed,
+        training_window=(first, last),
         extra_training_info={"rows_per_day": training.get("rows_per_day"), "challenger_of": champion},
     )
     return version

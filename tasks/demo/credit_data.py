@@ -109,12 +109,18 @@ def _with_dirt(rng: np.random.Generator, frame: pl.DataFrame) -> pl.DataFrame:
         .then(-1.0)
         .otherwise(pl.col("annual_income"))
         .alias("annual_income"),
-        pl.when(pl.Series(hit["debt_to_income_null"])).then(None).otherwise(pl.col("debt_to_income")).alias("debt_to_income"),
+        pl.when(pl.Series(hit["debt_to_income_null"]))
+        .then(None)
+        .otherwise(pl.col("debt_to_income"))
+        .alias("debt_to_income"),
         pl.when(pl.Series(hit["credit_utilization_over_one"]))
         .then(pl.Series(over_one))
         .otherwise(pl.col("credit_utilization"))
         .alias("credit_utilization"),
-        pl.when(pl.Series(hit["employment_years_null"])).then(None).otherwise(pl.col("employment_years")).alias("employment_years"),
+        pl.when(pl.Series(hit["employment_years_null"]))
+        .then(None)
+        .otherwise(pl.col("employment_years"))
+        .alias("employment_years"),
     )
 
 

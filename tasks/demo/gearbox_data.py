@@ -199,7 +199,7 @@ def generate_day(plan: GearboxDayPlan, *, seed: int) -> tuple[pl.DataFrame, pl.D
     window_column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(windows[keep]), mask=pa.array(missing))
 
     names = np.array(TURBINES)[turbine]
-    entity = [f"{t}-{plan.date:%Y%m%d}-{i:05d}" for t, i in zip(names, index)]
+    entity = [f"{t}-{plan.date:%Y%m%d}-{i:05d}" for t, i in zip(names, index, strict=True)]
     table = pa.table(
         [
             pa.array(entity, pa.string()),

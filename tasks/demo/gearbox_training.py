@@ -26,14 +26,14 @@ import torch
 
 from tasks.contracts import InferenceInput
 from tasks.demo.training import registered_classifier
-from tasks.quality.drift import reference_statistics
-from tasks.jobs.registration import RegistrationReport
 from tasks.errors import ModelArtifactError
 from tasks.features import FeatureModule, feature_kinds
 from tasks.guards import GuardSuite, guarded_chunk
 from tasks.inference.engine import inference_engine
 from tasks.inference.onnx_check import MODEL_FILE, REFERENCE_IO_FILE, inference_validate_onnx_model
 from tasks.inference.registry import ModelMetadata, inference_model_artifact, inference_model_checksum
+from tasks.jobs.registration import RegistrationReport
+from tasks.quality.drift import reference_statistics
 
 log = logging.getLogger("scoring.training")
 
@@ -58,8 +58,12 @@ class ReconstructionError(torch.nn.Module):
         width = mean.shape[0]
         self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
         self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float32))
-        self.encoder = torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, code))
-        self.decoder = torch.nn.Sequential(torch.nn.Linear(code, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, width))
+        self.encoder = torch.nn.Sequential(
+            torch.nn.Linear(width, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, code)
+        )
+        self.decoder = torch.nn.Sequential(
+            torch.nn.Linear(code, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, width)
+        )
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         z = (features - self.mean) / self.scale
@@ -200,14 +204,21 @@ def registered_autoencoder(
             "seed": seed,
             "params": AE_PARAMS,
             "reconstruction_error": {f"p{q}": float(np.percentile(errors, q)) for q in (50, 95, 99)},
-            "onnx_check": {"max_abs_diff": report.max_abs_diff, "providers": list(report.providers), "opset": ONNX_OPSET},
+            "onnx_check": {
+                "max_abs_diff": report.max_abs_diff,
+                "providers": list(report.providers),
+                "opset": ONNX_OPSET,
+            },
             **(extra_training_info or {}),
         },
     )
     (model_dir / "metadata.json").write_text(json.dumps(metadata.model_dump(mode="json"), indent=2))
     log.info(
         "trained %s %s on %d healthy rows: median reconstruction error %.3f",
-        model_name, version, healthy.shape[0], np.median(errors),
+        model_name,
+        version,
+        healthy.shape[0],
+        np.median(errors),
     )
     return metadata
 
@@ -251,7 +262,10 @@ def train_gearbox_models(
     x = np.ascontiguousarray(rows.features[keep])
     engine = inference_engine(inference_model_artifact(autoencoder_dir.parent, autoencoder_version))
     batch = InferenceInput(
-        chunk_id=0, entity_ids=rows.entity_ids.filter(pa.array(keep)), features=x, feature_names=tuple(features.FEATURES)
+        chunk_id=0,
+        entity_ids=rows.entity_ids.filter(pa.array(keep)),
+        features=x,
+        feature_names=tuple(features.FEATURES),
     )
     error = engine.inference_outputs(batch).margins.astype(np.float32)
     classifier = registered_classifier(

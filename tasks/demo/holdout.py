@@ -11,11 +11,10 @@ import uuid
 
 import polars as pl
 
-from tasks.sinks.parquet_store import discard_staged, staged_files
 from tasks.scoring.prepared import prepared_job
 from tasks.scoring.summary import score_partition_chunks
-from tasks.sinks.parquet_store import output_dirs
 from tasks.settings import Settings
+from tasks.sinks.parquet_store import discard_staged, output_dirs, staged_files
 
 
 def scored_with_labels(settings: Settings, job: str, dates: list[dt.date], *, chunk_rows: int = 50_000) -> pl.DataFrame:
@@ -33,5 +32,7 @@ def scored_with_labels(settings: Settings, job: str, dates: list[dt.date], *, ch
                 discard_staged(folder, run_id)
         labels = pl.read_parquet(settings.labels_partition_dir(job, day.isoformat()) / "*.parquet")
         (label,) = [c for c in labels.columns if c not in ("entity_id", "observed_date")]
-        frames.append(predictions.join(labels.select("entity_id", pl.col(label).alias("outcome")), on="entity_id", how="inner"))
+        frames.append(
+            predictions.join(labels.select("entity_id", pl.col(label).alias("outcome")), on="entity_id", how="inner")
+        )
     return pl.concat(frames)

@@ -35,20 +35,60 @@ MAX_ITEMS = 9999
 STORE_FORMATS = ("city", "suburb", "rural")
 FORMAT_LEVEL = {"city": 1.4, "suburb": 1.0, "rural": 0.6}
 CATEGORIES = ("beverages", "ice_cream", "produce", "dairy", "bakery", "snacks", "household")
-CATEGORY_LEVEL = {"beverages": 1.5, "ice_cream": 0.6, "produce": 2.0, "dairy": 1.8, "bakery": 1.5, "snacks": 1.0, "household": 0.5}
+CATEGORY_LEVEL = {
+    "beverages": 1.5,
+    "ice_cream": 0.6,
+    "produce": 2.0,
+    "dairy": 1.8,
+    "bakery": 1.5,
+    "snacks": 1.0,
+    "household": 0.5,
+}
 CATEGORY_SHARE = (0.16, 0.08, 0.18, 0.16, 0.12, 0.16, 0.14)
-REGULAR_PRICE_EUR = {"beverages": 1.8, "ice_cream": 3.5, "produce": 2.2, "dairy": 1.6, "bakery": 2.4, "snacks": 2.0, "household": 4.5}
+REGULAR_PRICE_EUR = {
+    "beverages": 1.8,
+    "ice_cream": 3.5,
+    "produce": 2.2,
+    "dairy": 1.6,
+    "bakery": 2.4,
+    "snacks": 2.0,
+    "household": 4.5,
+}
 DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 DAY_EFFECT = np.array([-0.10, -0.12, -0.08, -0.03, 0.10, 0.25, 0.05])
 """Log-demand change by weekday (Monday first): Saturday is the big shopping day."""
 
-TEMPERATURE_SLOPE = {"beverages": 0.03, "ice_cream": 0.06, "produce": 0.01, "dairy": 0.0, "bakery": -0.01, "snacks": 0.01, "household": 0.0}
+TEMPERATURE_SLOPE = {
+    "beverages": 0.03,
+    "ice_cream": 0.06,
+    "produce": 0.01,
+    "dairy": 0.0,
+    "bakery": -0.01,
+    "snacks": 0.01,
+    "household": 0.0,
+}
 """Log-demand change per °C above 15 °C."""
 HEAT_THRESHOLD_C = 25.0
-HEAT_SLOPE = {"beverages": 0.05, "ice_cream": 0.08, "produce": 0.0, "dairy": 0.0, "bakery": -0.02, "snacks": 0.0, "household": 0.0}
+HEAT_SLOPE = {
+    "beverages": 0.05,
+    "ice_cream": 0.08,
+    "produce": 0.0,
+    "dairy": 0.0,
+    "bakery": -0.02,
+    "snacks": 0.0,
+    "household": 0.0,
+}
 """Further log-demand change per °C above HEAT_THRESHOLD_C: real heat sells drinks and ice cream
 faster than the trend of milder days says, and only heat-wave days reach it."""
-PROMOTION_UPLIFT = {"beverages": 0.5, "ice_cream": 0.6, "produce": 0.3, "dairy": 0.3, "bakery": 0.25, "snacks": 0.7, "household": 0.4}
+PROMOTION_UPLIFT = {
+    "beverages": 0.5,
+    "ice_cream": 0.6,
+    "produce": 0.3,
+    "dairy": 0.3,
+    "bakery": 0.25,
+    "snacks": 0.7,
+    "household": 0.4,
+}
 PRICE_ELASTICITY = -1.5
 RAIN_EFFECT_PER_MM = {"city": -0.025, "suburb": -0.02, "rural": -0.01}
 """Rain keeps shoppers home, city shoppers (who walk) most."""
@@ -104,7 +144,9 @@ class Assortment:
 def assortment(rows: int, *, seed: int) -> Assortment:
     """`rows` store-items: row r is store r mod STORES, item r div STORES (stores carry the same items)."""
     if not 0 < rows <= STORES * MAX_ITEMS:
-        raise ValueError(f"a demo sales day has 1 to {STORES * MAX_ITEMS:,} rows ({STORES} stores × {MAX_ITEMS} items), got {rows:,}")
+        raise ValueError(
+            f"a demo sales day has 1 to {STORES * MAX_ITEMS:,} rows ({STORES} stores × {MAX_ITEMS} items), got {rows:,}"
+        )
     rng = np.random.default_rng([seed, 0])
     store_of = np.arange(rows) % STORES
     item_of = np.arange(rows) // STORES
@@ -155,14 +197,20 @@ def sales_log_mean(frame: pl.DataFrame, base_units: np.ndarray) -> np.ndarray:
 
 def sales_dispersion(frame: pl.DataFrame) -> np.ndarray:
     """The negative-binomial shape k of each (clean) row: smaller where demand is harder to foresee."""
-    hot_item = frame["category"].is_in(["beverages", "ice_cream"]).to_numpy() & (frame["temperature_c"].to_numpy() > HEAT_THRESHOLD_C)
-    return np.where(frame["promotion"].to_numpy(), PROMOTION_DISPERSION, np.where(hot_item, HEAT_DISPERSION, DISPERSION))
+    hot_item = frame["category"].is_in(["beverages", "ice_cream"]).to_numpy() & (
+        frame["temperature_c"].to_numpy() > HEAT_THRESHOLD_C
+    )
+    return np.where(
+        frame["promotion"].to_numpy(), PROMOTION_DISPERSION, np.where(hot_item, HEAT_DISPERSION, DISPERSION)
+    )
 
 
 def _clean_day(rng: np.random.Generator, plan: SalesDayPlan, shop: Assortment) -> pl.DataFrame:
     n = plan.rows
     mean, spread, low, high = NORMAL_WEATHER
-    regional = rng.normal(*HEAT_WAVE, REGIONS) if plan.shifted else np.clip(rng.normal(mean, spread, REGIONS), low, high)
+    regional = (
+        rng.normal(*HEAT_WAVE, REGIONS) if plan.shifted else np.clip(rng.normal(mean, spread, REGIONS), low, high)
+    )
     store_temperature = regional[shop.region_of_store] + rng.uniform(-1.5, 1.5, STORES)
     raining = rng.random(STORES) < (HEAT_WAVE_RAIN_CHANCE if plan.shifted else RAIN_CHANCE)
     store_rain = np.where(raining, np.minimum(rng.exponential(6.0, STORES), 40.0), 0.0)
@@ -173,7 +221,9 @@ def _clean_day(rng: np.random.Generator, plan: SalesDayPlan, shop: Assortment) -
     discount = np.where(plan.shifted, rng.uniform(0.25, 0.40, n), rng.choice([0.10, 0.20, 0.30], n))
     other = rng.random(n)
     price_index = np.where(
-        promotion, 1.0 - discount, np.where(other < 0.05, rng.uniform(0.85, 0.95, n), np.where(other > 0.92, rng.uniform(1.05, 1.15, n), 1.0))
+        promotion,
+        1.0 - discount,
+        np.where(other < 0.05, rng.uniform(0.85, 0.95, n), np.where(other > 0.92, rng.uniform(1.05, 1.15, n), 1.0)),
     )
     price_index = np.round(price_index, 2)
     return pl.DataFrame(

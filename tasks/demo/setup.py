@@ -55,12 +55,20 @@ def prepared_demo(
     training = demo_dates(scoring[0] - dt.timedelta(days=1), train_days)
     raw_root = settings.data_dir / "raw" / DEMO_JOB
     labels_root = settings.data_dir / "labels" / DEMO_JOB
-    train_dirs = write_demo_partitions(raw_root, labels_root, training, rows_per_day=rows_per_day, seed=seed, shift_days=0)
-    write_demo_partitions(raw_root, labels_root, scoring, rows_per_day=rows_per_day, seed=seed, shift_days=min(shift_days, days))
+    train_dirs = write_demo_partitions(
+        raw_root, labels_root, training, rows_per_day=rows_per_day, seed=seed, shift_days=0
+    )
+    write_demo_partitions(
+        raw_root, labels_root, scoring, rows_per_day=rows_per_day, seed=seed, shift_days=min(shift_days, days)
+    )
 
     registry = settings.model_registry_dir(spec.model.name)
-    wanted = {"window_start": training[0].isoformat(), "window_end": training[-1].isoformat(), "seed": seed,
-              "rows_per_day": rows_per_day}
+    wanted = {
+        "window_start": training[0].isoformat(),
+        "window_end": training[-1].isoformat(),
+        "seed": seed,
+        "rows_per_day": rows_per_day,
+    }
     for version in reversed(inference_model_versions(registry)):
         training_info = _training_info(registry, version)
         if {k: training_info.get(k) for k in wanted} == wanted:
@@ -111,7 +119,9 @@ def prepared_gearbox_demo(
     training = demo_dates(scoring[0] - dt.timedelta(days=1), train_days)
     raw_root = settings.data_dir / "raw" / GEARBOX_JOB
     labels_root = settings.data_dir / "labels" / GEARBOX_JOB
-    train_dirs = write_gearbox_partitions(raw_root, labels_root, training, windows_per_turbine=windows_per_day, seed=seed)
+    train_dirs = write_gearbox_partitions(
+        raw_root, labels_root, training, windows_per_turbine=windows_per_day, seed=seed
+    )
     write_gearbox_partitions(raw_root, labels_root, scoring, windows_per_turbine=windows_per_day, seed=seed)
 
     registry = settings.model_registry_dir(spec.model.name)
@@ -119,13 +129,27 @@ def prepared_gearbox_demo(
     classifiers, autoencoders = inference_model_versions(registry), inference_model_versions(ae_registry)
     if classifiers and autoencoders:
         training_info = _training_info(registry, classifiers[-1])
-        wanted = {"window_start": training[0].isoformat(), "window_end": training[-1].isoformat(), "seed": seed,
-                  "windows_per_day": windows_per_day, "feature_models": {autoencoder.name: autoencoders[-1]}}
+        wanted = {
+            "window_start": training[0].isoformat(),
+            "window_end": training[-1].isoformat(),
+            "seed": seed,
+            "windows_per_day": windows_per_day,
+            "feature_models": {autoencoder.name: autoencoders[-1]},
+        }
         if {k: training_info.get(k) for k in wanted} == wanted:
-            log.info("reusing models %s %s and %s %s, trained on the same demo window",
-                     spec.model.name, classifiers[-1], autoencoder.name, autoencoders[-1])
-            return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=classifiers[-1],
-                            feature_model_versions={autoencoder.name: autoencoders[-1]})
+            log.info(
+                "reusing models %s %s and %s %s, trained on the same demo window",
+                spec.model.name,
+                classifiers[-1],
+                autoencoder.name,
+                autoencoders[-1],
+            )
+            return DemoPlan(
+                scoring_dates=scoring,
+                training_dates=training,
+                model_version=classifiers[-1],
+                feature_model_versions={autoencoder.name: autoencoders[-1]},
+            )
     ae_version, version = _next_version(ae_registry), _next_version(registry)
     ae_metadata, metadata = train_gearbox_models(
         raw_dirs=train_dirs,
@@ -142,8 +166,12 @@ def prepared_gearbox_demo(
         training_window=(training[0], training[-1]),
         extra_training_info={"windows_per_day": windows_per_day},
     )
-    return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=metadata.version,
-                    feature_model_versions={ae_metadata.name: ae_metadata.version})
+    return DemoPlan(
+        scoring_dates=scoring,
+        training_dates=training,
+        model_version=metadata.version,
+        feature_model_versions={ae_metadata.name: ae_metadata.version},
+    )
 
 
 def prepared_sales_demo(
@@ -175,12 +203,21 @@ def prepared_sales_demo(
     training = demo_dates(scoring[0] - dt.timedelta(days=1), train_days)
     raw_root = settings.data_dir / "raw" / SALES_JOB
     labels_root = settings.data_dir / "labels" / SALES_JOB
-    train_dirs = write_sales_partitions(raw_root, labels_root, training, rows_per_day=rows_per_day, seed=seed, shift_days=0)
-    write_sales_partitions(raw_root, labels_root, scoring, rows_per_day=rows_per_day, seed=seed, shift_days=min(shift_days, days))
+    train_dirs = write_sales_partitions(
+        raw_root, labels_root, training, rows_per_day=rows_per_day, seed=seed, shift_days=0
+    )
+    write_sales_partitions(
+        raw_root, labels_root, scoring, rows_per_day=rows_per_day, seed=seed, shift_days=min(shift_days, days)
+    )
 
     registry = settings.model_registry_dir(spec.model.name)
-    wanted = {"window_start": training[0].isoformat(), "holdout_end": training[-1].isoformat(), "seed": seed,
-              "rows_per_day": rows_per_day, "holdout_start": training[-holdout_days].isoformat()}
+    wanted = {
+        "window_start": training[0].isoformat(),
+        "holdout_end": training[-1].isoformat(),
+        "seed": seed,
+        "rows_per_day": rows_per_day,
+        "holdout_start": training[-holdout_days].isoformat(),
+    }
     for version in reversed(inference_model_versions(registry)):
         training_info = _training_info(registry, version)
         if {k: training_info.get(k) for k in wanted} == wanted:
@@ -196,4 +233,6 @@ def prepared_sales_demo(
         seed=seed,
         extra_training_info={"rows_per_day": rows_per_day},
     )
-    return DemoPlan(scoring_dates=scoring, training_dates=training, model_version=registered.version, registration=registered)
+    return DemoPlan(
+        scoring_dates=scoring, training_dates=training, model_version=registered.version, registration=registered
+    )

@@ -15,8 +15,8 @@ import xgboost as xgb
 from tasks.contracts import FeatureKind
 from tasks.features import job_features
 from tasks.guards import guarded_chunk, load_guard_suite
-from tasks.jobspec import load_job_spec
 from tasks.jobs.registration import RegistrationReport, job_model_inputs, registered_job_model, registered_model_version
+from tasks.jobspec import load_job_spec
 from tasks.settings import Settings
 
 log = logging.getLogger("scoring.training")
@@ -81,17 +81,31 @@ def train_credit_model(
     )
     holdout = np.random.default_rng(seed).random(frame.height) < 0.25
     train_rows = frame.filter(pl.Series(~holdout))
-    booster = fitted_booster(features.feature_matrix(train_rows), train_rows[label].to_numpy().astype(np.float32),
-                             names=features.FEATURES, seed=seed)
+    booster = fitted_booster(
+        features.feature_matrix(train_rows),
+        train_rows[label].to_numpy().astype(np.float32),
+        names=features.FEATURES,
+        seed=seed,
+    )
     with tempfile.TemporaryDirectory() as scratch:
         model_file = Path(scratch) / "model.ubj"
         booster.save_model(str(model_file))
         return registered_job_model(
-            job, model_file, settings=settings, holdout=frame.filter(pl.Series(holdout)), reference=train_rows,
+            job,
+            model_file,
+            settings=settings,
+            holdout=frame.filter(pl.Series(holdout)),
+            reference=train_rows,
             version=version,
-            training={**_window(training_window), "rows_train": train_rows.height, "rows_quarantined_training":
-                      guarded.counts.rows_quarantined, "event_rate": float(frame[label].mean()), "seed": seed,
-                      "params": {**XGB_PARAMS, "rounds": ROUNDS}, **(extra_training_info or {})},
+            training={
+                **_window(training_window),
+                "rows_train": train_rows.height,
+                "rows_quarantined_training": guarded.counts.rows_quarantined,
+                "event_rate": float(frame[label].mean()),
+                "seed": seed,
+                "params": {**XGB_PARAMS, "rounds": ROUNDS},
+                **(extra_training_info or {}),
+            },
         )
 
 
@@ -119,20 +133,37 @@ def registered_classifier(
         model_file = Path(scratch) / "model.ubj"
         booster.save_model(str(model_file))
         return registered_model_version(
-            model_file, registry_dir=model_dir.parent, version=model_dir.name, feature_version=feature_version,
-            features=names, kinds=kinds, holdout_features=x[holdout], holdout_outcomes=y[holdout],
-            reference_features=x[~holdout], rows_quarantined=rows_quarantined,
-            training={**_window(training_window), "rows_train": int((~holdout).sum()), "event_rate": float(y.mean()),
-                      "seed": seed, "params": {**XGB_PARAMS, "rounds": ROUNDS}, **(extra_training_info or {})},
+            model_file,
+            registry_dir=model_dir.parent,
+            version=model_dir.name,
+            feature_version=feature_version,
+            features=names,
+            kinds=kinds,
+            holdout_features=x[holdout],
+            holdout_outcomes=y[holdout],
+            reference_features=x[~holdout],
+            rows_quarantined=rows_quarantined,
+            training={
+                **_window(training_window),
+                "rows_train": int((~holdout).sum()),
+                "event_rate": float(y.mean()),
+                "seed": seed,
+                "params": {**XGB_PARAMS, "rounds": ROUNDS},
+                **(extra_training_info or {}),
+            },
         )
 
 
-def _labelled_rows(raw_dirs: list[Path], labels_dirs: list[Path], *, entity_column: str, by: str, label: str) -> pl.DataFrame:
+def _labelled_rows(
+    raw_dirs: list[Path], labels_dirs: list[Path], *, entity_column: str, by: str, label: str
+) -> pl.DataFrame:
     """Raw rows of each day with their outcome from the same day's labels (rows without a label left out);
     days are joined one by one, as an entity (a store's item) comes back every day."""
     return pl.concat(
         [
-            pl.read_parquet(raw).join(pl.read_parquet(labelled).select(pl.col(by).alias(entity_column), label), on=entity_column, how="inner")
+            pl.read_parquet(raw).join(
+                pl.read_parquet(labelled).select(pl.col(by).alias(entity_column), label), on=entity_column, how="inner"
+            )
             for raw, labelled in zip(raw_dirs, labels_dirs, strict=True)
         ],
         how="vertical_relaxed",
@@ -162,9 +193,14 @@ def train_sales_model(
     fit_days = len(raw_dirs) - holdout_days
 
     def rows(raw: list[Path], labelled: list[Path]) -> pl.DataFrame:
-        return _labelled_rows(raw, labelled, entity_column=spec.entity_column, by=labels.entity_column, label=labels.outcome_column)
+        return _labelled_rows(
+            raw, labelled, entity_column=spec.entity_column, by=labels.entity_column, label=labels.outcome_column
+        )
 
-    train_rows, holdout = rows(raw_dirs[:fit_days], labels_dirs[:fit_days]), rows(raw_dirs[fit_days:], labels_dirs[fit_days:])
+    train_rows, holdout = (
+        rows(raw_dirs[:fit_days], labels_dirs[:fit_days]),
+        rows(raw_dirs[fit_days:], labels_dirs[fit_days:]),
+    )
     inputs = job_model_inputs(job, train_rows, settings=settings, labelled=True, what="training days")
     assert inputs.outcomes is not None, "labelled model inputs carry their outcomes"
     train = xgb.DMatrix(inputs.matrix, label=inputs.outcomes, feature_names=list(inputs.names), missing=np.nan)
@@ -174,9 +210,22 @@ def train_sales_model(
         model_file = Path(scratch) / "model.ubj"
         booster.save_model(str(model_file))
         return registered_job_model(
-            job, model_file, settings=settings, holdout=holdout, reference=train_rows.drop(labels.outcome_column), version=version,
-            training={"window_start": days[0], "window_end": days[fit_days - 1], "holdout_start": days[fit_days], "holdout_end": days[-1],
-                      "rows_train": int(inputs.matrix.shape[0]), "rows_quarantined_training": inputs.rows_quarantined,
-                      "mean_outcome": float(inputs.outcomes.mean()), "seed": seed,
-                      "params": {**SALES_XGB_PARAMS, "rounds": SALES_ROUNDS}, **(extra_training_info or {})},
+            job,
+            model_file,
+            settings=settings,
+            holdout=holdout,
+            reference=train_rows.drop(labels.outcome_column),
+            version=version,
+            training={
+                "window_start": days[0],
+                "window_end": days[fit_days - 1],
+                "holdout_start": days[fit_days],
+                "holdout_end": days[-1],
+                "rows_train": int(inputs.matrix.shape[0]),
+                "rows_quarantined_training": inputs.rows_quarantined,
+                "mean_outcome": float(inputs.outcomes.mean()),
+                "seed": seed,
+                "params": {**SALES_XGB_PARAMS, "rounds": SALES_ROUNDS},
+                **(extra_training_info or {}),
+            },
         )

@@ -17,8 +17,8 @@ from typing import Protocol, cast
 import numpy as np
 import polars as pl
 
-from tasks.features.config import DeclaredFeatures as DeclaredFeaturesSpec
 from tasks.contracts import FeatureKind
+from tasks.features.config import DeclaredFeatures as DeclaredFeaturesSpec
 
 
 class FeatureModule(Protocol):

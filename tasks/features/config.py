@@ -5,7 +5,6 @@ section into the job spec.
 
 from __future__ import annotations
 
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tasks.contracts import FeatureKind
@@ -24,7 +23,9 @@ class _Strict(BaseModel):
 class DeclaredColumn(_Strict):
     """One model feature computed from one raw column, in a job spec's `features.columns`."""
 
-    name: str = Field(pattern=FEATURE_NAME_PATTERN, description="Feature name: the model's input column and the reason-code key.")
+    name: str = Field(
+        pattern=FEATURE_NAME_PATTERN, description="Feature name: the model's input column and the reason-code key."
+    )
     source: str | None = Field(
         default=None, min_length=1, description="Raw column the feature is computed from; default: the feature's name."
     )
@@ -53,7 +54,9 @@ class DeclaredColumn(_Strict):
     def _numbers_as_text(cls, value: object) -> object:
         # `categories: [36, 60]` or `true_values: [1]` in YAML are numbers; they match the raw values' text.
         if isinstance(value, list | tuple):
-            return tuple(str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v for v in value)
+            return tuple(
+                str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v for v in value
+            )
         return value
 
     @property
@@ -75,7 +78,9 @@ class DeclaredColumn(_Strict):
             for option in ("clip", "true_values", "false_values", "categories")
             if getattr(self, option) is not None
         }
-        allowed = {"numeric": {"clip"}, "boolean": {"true_values", "false_values"}, "categorical": {"categories"}}[self.kind]
+        allowed = {"numeric": {"clip"}, "boolean": {"true_values", "false_values"}, "categorical": {"categories"}}[
+            self.kind
+        ]
         if given - allowed:
             raise ValueError(
                 f"feature {self.name!r} (kind {self.kind}) cannot take {sorted(given - allowed)}; "
@@ -83,7 +88,9 @@ class DeclaredColumn(_Strict):
             )
         if self.kind == "categorical":
             if not self.categories:
-                raise ValueError(f"feature {self.name!r} is categorical and needs `categories`: the values that codes 0, 1, … stand for")
+                raise ValueError(
+                    f"feature {self.name!r} is categorical and needs `categories`: the values that codes 0, 1, … stand for"
+                )
             repeated = sorted({c for c in self.categories if self.categories.count(c) > 1})
             if repeated:
                 raise ValueError(f"feature {self.name!r} lists categories more than once: {repeated}")
@@ -107,7 +114,9 @@ class DeclaredFeatures(_Strict):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
         description="FEATURE_VERSION: a registered model must have been trained on this version; bump it when a column changes.",
     )
-    columns: tuple[DeclaredColumn, ...] = Field(min_length=1, description="The model's features, in the model's input order.")
+    columns: tuple[DeclaredColumn, ...] = Field(
+        min_length=1, description="The model's features, in the model's input order."
+    )
 
     @field_validator("columns")
     @classmethod

@@ -17,8 +17,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tasks.errors import JobSpecError
 from tasks.contracts import FeatureKind
+from tasks.errors import JobSpecError
 from tasks.features.config import DeclaredColumn
 from tasks.features.config import DeclaredFeatures as DeclaredFeaturesSpec
 
@@ -69,7 +69,9 @@ def _feature(column: DeclaredColumn, dtype: pl.DataType) -> pl.Expr:
             truthy, falsy = text.is_in(list(column.truthy)), text.is_in(list(column.falsy))
         return pl.when(truthy).then(pl.lit(1.0, pl.Float32)).when(falsy).then(pl.lit(0.0, pl.Float32)).otherwise(None)
     categories = list(column.categories or ())
-    return raw.cast(pl.String).replace_strict(categories, list(range(len(categories))), default=None, return_dtype=pl.Float32)
+    return raw.cast(pl.String).replace_strict(
+        categories, list(range(len(categories))), default=None, return_dtype=pl.Float32
+    )
 
 
 class DeclaredFeatures:
@@ -80,7 +82,9 @@ class DeclaredFeatures:
         self.FEATURE_VERSION: str = spec.version
         self.FEATURES: tuple[str, ...] = tuple(c.name for c in spec.columns)
         self.FEATURE_KINDS: dict[str, FeatureKind] = {c.name: c.kind for c in spec.columns}
-        self.CATEGORIES: dict[str, tuple[str, ...]] = {c.name: tuple(c.categories or ()) for c in spec.columns if c.kind == "categorical"}
+        self.CATEGORIES: dict[str, tuple[str, ...]] = {
+            c.name: tuple(c.categories or ()) for c in spec.columns if c.kind == "categorical"
+        }
 
     def __repr__(self) -> str:
         return f"DeclaredFeatures(version={self.FEATURE_VERSION!r}, features={list(self.FEATURES)})"
@@ -94,7 +98,11 @@ class DeclaredFeatures:
             if dtype is None:
                 problems.append(f"feature {column.name!r} needs raw column {column.raw_column!r}, which is missing")
             elif not _accepts(column, dtype):
-                hint = " (numbers stored as text: cast them upstream, or declare the feature categorical)" if dtype == pl.String else ""
+                hint = (
+                    " (numbers stored as text: cast them upstream, or declare the feature categorical)"
+                    if dtype == pl.String
+                    else ""
+                )
                 problems.append(
                     f"feature {column.name!r} is {column.kind} and needs {_NEEDS[column.kind]}, "
                     f"but raw column {column.raw_column!r} has type {dtype}{hint}"

@@ -25,7 +25,9 @@ SEGMENT_SAMPLES = 256
 BAND_EDGES_HZ: tuple[int, ...] = (*range(0, 4800, 300), SAMPLE_RATE_HZ // 2)
 """300 Hz bands up to 4.5 kHz, then 4.5 kHz to Nyquist; each band includes its lower edge."""
 
-BANDS: tuple[str, ...] = tuple(f"band_{lo}_{hi}hz" for lo, hi in zip(BAND_EDGES_HZ[:-1], BAND_EDGES_HZ[1:]))
+BANDS: tuple[str, ...] = tuple(
+    f"band_{lo}_{hi}hz" for lo, hi in zip(BAND_EDGES_HZ[:-1], BAND_EDGES_HZ[1:], strict=True)
+)
 
 FEATURES: tuple[str, ...] = (*BANDS, "rms", "kurtosis")
 
@@ -50,7 +52,9 @@ def window_matrix(frame: pl.DataFrame) -> np.ndarray:
     if not column.dtype.inner.is_numeric():
         raise ValueError(f"column {WINDOW_COLUMN!r} must hold numeric samples, got dtype {column.dtype}")
     if column.null_count():
-        raise ValueError(f"column {WINDOW_COLUMN!r} has {column.null_count()} missing window(s); every row needs a window")
+        raise ValueError(
+            f"column {WINDOW_COLUMN!r} has {column.null_count()} missing window(s); every row needs a window"
+        )
     lengths = column.list.len()
     wrong = lengths != WINDOW_SAMPLES
     if wrong.any():

@@ -63,13 +63,19 @@ def _column_problems(schema: pl.Schema, suite: GuardSuite) -> list[tuple[str, st
             continue
         dtype = schema[check.column]
         if check.type_names and not any(TYPE_FAMILIES[t.lower()](dtype) for t in check.type_names):
-            mistyped.append((check.column, (
-                f"column {check.column!r} has type {dtype}, but {check.key} in {suite.path.name} "
-                f"wants {' or '.join(check.type_names)}"
-            )))
+            mistyped.append(
+                (
+                    check.column,
+                    (
+                        f"column {check.column!r} has type {dtype}, but {check.key} in {suite.path.name} "
+                        f"wants {' or '.join(check.type_names)}"
+                    ),
+                )
+            )
     for exp in suite.expectations:
         if exp.column not in schema:
             missing.setdefault(exp.column, []).append(exp.key)
+
     def near(column: str) -> str:
         # A column the data has under a close name is most likely a typo in the suite or upstream.
         close = difflib.get_close_matches(column, [c for c in schema.names() if c not in missing], n=1, cutoff=0.75)
@@ -93,7 +99,10 @@ def raw_schema_problems(schema: pa.Schema, suite: GuardSuite) -> list[tuple[str,
     it names) that a raw file's schema fails, read from the schema alone so that a missing or
     mistyped column is found before the run starts; each problem lists the columns the file has."""
     has = f"; the file's columns: {', '.join(schema.names)}"
-    return [(column, problem + has) for column, problem in _column_problems(pl.from_arrow(schema.empty_table()).schema, suite)]
+    return [
+        (column, problem + has)
+        for column, problem in _column_problems(pl.from_arrow(schema.empty_table()).schema, suite)
+    ]
 
 
 def _gx_violation_masks(frame: pl.DataFrame, suite: GuardSuite) -> dict[str, np.ndarray]:
@@ -169,7 +178,9 @@ def guarded_chunk(
         )
     masks = pl.DataFrame(
         [
-            *frame.select(e.violated(frame).fill_null(False).alias(e.key) for e in hits if e.key not in given).get_columns(),
+            *frame.select(
+                e.violated(frame).fill_null(False).alias(e.key) for e in hits if e.key not in given
+            ).get_columns(),
             *(pl.Series(e.key, given[e.key], dtype=pl.Boolean) for e in hits if e.key in given),
         ]
     )
@@ -200,9 +211,13 @@ def _applied(
     )
     flagged = pl.concat([work.with_row_index("__row"), masks.rename(mask_of)], how="horizontal")
     repairs = [e for e in hits if e.action == "repair"]
-    new_values = {e.key: e.repaired_value(work.get_column(e.column).dtype).cast(work.get_column(e.column).dtype) for e in repairs}
+    new_values = {
+        e.key: e.repaired_value(work.get_column(e.column).dtype).cast(work.get_column(e.column).dtype) for e in repairs
+    }
     plans = [
-        _action_rows(flagged.lazy(), e, mask_of[e.key], entity_column, new_values.get(e.key, pl.lit(None, dtype=pl.String)))
+        _action_rows(
+            flagged.lazy(), e, mask_of[e.key], entity_column, new_values.get(e.key, pl.lit(None, dtype=pl.String))
+        )
         for e in hits
     ]
     action_table = pl.concat(plans).collect()
@@ -212,7 +227,9 @@ def _applied(
         current = repaired_columns.get(exp.column, pl.col(exp.column))
         repaired_columns[exp.column] = pl.when(pl.col(mask_of[exp.key])).then(new_values[exp.key]).otherwise(current)
     quarantine_keys = [e.key for e in hits if e.action == "quarantine"]
-    is_quarantined = pl.any_horizontal([pl.col(mask_of[k]) for k in quarantine_keys]) if quarantine_keys else pl.lit(False)
+    is_quarantined = (
+        pl.any_horizontal([pl.col(mask_of[k]) for k in quarantine_keys]) if quarantine_keys else pl.lit(False)
+    )
     was_repaired = pl.any_horizontal([pl.col(mask_of[e.key]) for e in repairs]) if repairs else pl.lit(False)
     flagged = flagged.with_columns(
         *(expr.alias(column) for column, expr in repaired_columns.items()),
@@ -223,7 +240,10 @@ def _applied(
     # Reasons in suite order, gathered from the (few) flagged rows rather than tested on every row.
     reasons = (
         pl.concat(
-            [flagged.lazy().filter(pl.col(mask_of[k])).select("__row", pl.lit(k).alias("failed_expectations")) for k in quarantine_keys]
+            [
+                flagged.lazy().filter(pl.col(mask_of[k])).select("__row", pl.lit(k).alias("failed_expectations"))
+                for k in quarantine_keys
+            ]
         )
         .group_by("__row")
         .agg("failed_expectations")

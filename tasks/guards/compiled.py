@@ -63,7 +63,9 @@ def _needs(exp: Expectation, frame: pl.DataFrame, ok: Callable[[pl.DataType], bo
     dtype = frame.get_column(exp.column).dtype
     if not ok(dtype):
         example = frame[exp.column].drop_nulls().head(1).to_list()
-        raise GuardFailure(f"column {exp.column!r} has type {dtype}, but {exp.key} needs {what} (e.g. a value {example})")
+        raise GuardFailure(
+            f"column {exp.column!r} has type {dtype}, but {exp.key} needs {what} (e.g. a value {example})"
+        )
     return dtype
 
 
@@ -177,7 +179,11 @@ VIOLATIONS: dict[str, Callable[[Expectation, pl.DataFrame], pl.Expr]] = {
     "expect_column_values_to_match_regex": _regex,
     "expect_column_value_lengths_to_be_between": _lengths,
 }
-COLUMN_LEVEL_TYPES = ("expect_column_to_exist", "expect_column_values_to_be_of_type", "expect_column_values_to_be_in_type_list")
+COLUMN_LEVEL_TYPES = (
+    "expect_column_to_exist",
+    "expect_column_values_to_be_of_type",
+    "expect_column_values_to_be_in_type_list",
+)
 COMPILED_TYPES = frozenset(VIOLATIONS) | frozenset(COLUMN_LEVEL_TYPES)
 BOUNDED_TYPES = ("expect_column_values_to_be_between", "expect_column_value_lengths_to_be_between")
 

@@ -92,7 +92,9 @@ class DuplicatedIds:
         )
 
 
-def _entity_ids(groups: list[RawRowGroup], column: str, limit: ReadLimit | None) -> Iterator[tuple[RawRowGroup, pl.Series]]:
+def _entity_ids(
+    groups: list[RawRowGroup], column: str, limit: ReadLimit | None
+) -> Iterator[tuple[RawRowGroup, pl.Series]]:
     """The entity column of each row group as text, one row group in memory at a time; damaged bytes
     in it are named as in any other column (`raw file … is corrupt in row group N`)."""
     opened: tuple[str, pq.ParquetFile] | None = None
@@ -102,7 +104,9 @@ def _entity_ids(groups: list[RawRowGroup], column: str, limit: ReadLimit | None)
         parquet = opened[1]
         if column not in parquet.schema_arrow.names:
             raise GuardFailure(f"raw file {group.path} lacks the entity column {column!r}")
-        ids = pl.from_arrow(read_row_group(parquet, group.path, group.group, columns=[column], limit=limit).column(column))
+        ids = pl.from_arrow(
+            read_row_group(parquet, group.path, group.group, columns=[column], limit=limit).column(column)
+        )
         yield group, ids if ids.dtype == pl.String else ids.cast(pl.String)
 
 
@@ -151,10 +155,15 @@ def duplicated_entity_ids(
         if hit.size:
             # to_list(): a gathered string Series is views into the row group's whole buffer, which
             # every row group's hits would then keep alive (~1.6 MB each) until the pass ends.
-            found.append(pl.DataFrame({
-                "entity_id": pl.Series(ids.gather(hit).to_list(), dtype=pl.String), "row": group.first_row + hit.astype(np.int64),
-                "path": group.path,
-            }))
+            found.append(
+                pl.DataFrame(
+                    {
+                        "entity_id": pl.Series(ids.gather(hit).to_list(), dtype=pl.String),
+                        "row": group.first_row + hit.astype(np.int64),
+                        "path": group.path,
+                    }
+                )
+            )
     rows = (
         pl.concat(found)
         .drop_nulls("entity_id")

@@ -61,7 +61,11 @@ class EntityKeyRule:
     def expectation(self) -> Expectation:
         """The rule as a row expectation whose violations (rows the pre-pass picked) are quarantined."""
         return Expectation(
-            key=self.key, type=UNIQUE_TYPE, column=self.column, kwargs={}, action="quarantine",
+            key=self.key,
+            type=UNIQUE_TYPE,
+            column=self.column,
+            kwargs={},
+            action="quarantine",
             evaluated_by="partition_prepass" if self.declared else "implicit",
         )
 
@@ -159,7 +163,9 @@ def load_guard_suite(path: Path, *, entity_column: str | None = None) -> GuardSu
         if action not in ("repair", "quarantine", "fail"):
             raise SuiteError(f"{where} needs meta.guard.action repair|quarantine|fail, got {action!r}")
         if "mostly" in kwargs:
-            raise SuiteError(f"{where}: `mostly` has no meaning for a row guard; set the job's run-level limits instead")
+            raise SuiteError(
+                f"{where}: `mostly` has no meaning for a row guard; set the job's run-level limits instead"
+            )
         key = expectation_key(etype, column)
         if etype in COLUMN_LEVEL_TYPES:
             if action != "fail":
@@ -177,8 +183,12 @@ def load_guard_suite(path: Path, *, entity_column: str | None = None) -> GuardSu
         if action == "repair":
             if etype == "expect_column_values_to_match_regex" or etype == "expect_column_value_lengths_to_be_between":
                 raise SuiteError(f"{where}: an id that breaks {etype} cannot be repaired; use quarantine or fail")
-            if repair not in ("default", "clip") or (repair == "clip" and etype != "expect_column_values_to_be_between"):
-                raise SuiteError(f"{where}: repair must be `default`, or `clip` on a between expectation; got {repair!r}")
+            if repair not in ("default", "clip") or (
+                repair == "clip" and etype != "expect_column_values_to_be_between"
+            ):
+                raise SuiteError(
+                    f"{where}: repair must be `default`, or `clip` on a between expectation; got {repair!r}"
+                )
             if repair == "default" and "default" not in guard:
                 raise SuiteError(f"{where}: repair=default needs meta.guard.default")
         if etype in BOUNDED_TYPES and kwargs.get("min_value") is None and kwargs.get("max_value") is None:
@@ -191,15 +201,23 @@ def load_guard_suite(path: Path, *, entity_column: str | None = None) -> GuardSu
             else:
                 kwargs = {**kwargs, "compiled_regex": compiled_regex}
         exp = Expectation(
-            key=key, type=etype, column=column, kwargs=kwargs, action=action,
-            evaluated_by=evaluated_by, repair=repair, default=guard.get("default"),
+            key=key,
+            type=etype,
+            column=column,
+            kwargs=kwargs,
+            action=action,
+            evaluated_by=evaluated_by,
+            repair=repair,
+            default=guard.get("default"),
         )
         rows.append(exp)
         if evaluated_by == "great_expectations":
             gx_rows.append((exp, gx_map_expectation(etype, item.get("kwargs") or {}, where)))
     keys = [expectation_key(item["type"], item["kwargs"]["column"]) for item in doc["expectations"]]
     if len(set(keys)) != len(keys):
-        raise SuiteError(f"{path.name}: an expectation type appears twice for one column: {sorted({k for k in keys if keys.count(k) > 1})}")
+        raise SuiteError(
+            f"{path.name}: an expectation type appears twice for one column: {sorted({k for k in keys if keys.count(k) > 1})}"
+        )
     _check_defaults(rows, path)
     if entity_key is None and entity_column is not None:
         entity_key = EntityKeyRule(column=entity_column, declared=False)
@@ -207,12 +225,19 @@ def load_guard_suite(path: Path, *, entity_column: str | None = None) -> GuardSu
     if gx_rows:
         log.warning(
             "suite %s: %d expectation(s) are not compiled and run through Great Expectations per chunk (slower): %s",
-            path.name, len(gx_rows), [e.key for e, _ in gx_rows],
+            path.name,
+            len(gx_rows),
+            [e.key for e, _ in gx_rows],
         )
         gx_checks = GreatExpectationsRowChecks([e for e, _ in gx_rows], [c for _, c in gx_rows])
     return GuardSuite(
-        name=doc.get("name") or path.stem, path=path, column_checks=tuple(column_checks),
-        expectations=tuple(rows), gx_checks=gx_checks, order=tuple(keys), entity_key=entity_key,
+        name=doc.get("name") or path.stem,
+        path=path,
+        column_checks=tuple(column_checks),
+        expectations=tuple(rows),
+        gx_checks=gx_checks,
+        order=tuple(keys),
+        entity_key=entity_key,
     )
 
 
@@ -230,4 +255,6 @@ def _check_defaults(rows: list[Expectation], path: Path) -> None:
             except (GuardFailure, pl.exceptions.PolarsError):
                 bad = True
             if bad:
-                raise SuiteError(f"{path.name}: the repair default {exp.default!r} of {exp.key} itself breaks {other.key}")
+                raise SuiteError(
+                    f"{path.name}: the repair default {exp.default!r} of {exp.key} itself breaks {other.key}"
+                )

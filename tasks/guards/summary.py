@@ -12,17 +12,28 @@ from tasks.guards.suite import UNIQUE_TYPE, GuardSuite
 def guard_summary_rows(suite: GuardSuite, counts: GuardCounts) -> list[dict[str, Any]]:
     """Every expectation of the suite with what it did in the run, in suite order: the readable summary."""
     by_key: dict[str, dict[str, Any]] = {
-        c.key: {"expectation": c.key, "column_name": c.column, "expectation_type": c.type, "action": "fail",
-                "evaluated_by": "compiled", "rows": 0, "share": 0.0}
+        c.key: {
+            "expectation": c.key,
+            "column_name": c.column,
+            "expectation_type": c.type,
+            "action": "fail",
+            "evaluated_by": "compiled",
+            "rows": 0,
+            "share": 0.0,
+        }
         for c in suite.column_checks
     }
     for exp in suite.row_rules:
         n = counts.by_expectation.get(exp.key, {}).get(exp.action, 0)
         action = exp.action if exp.action != "repair" else f"repair:{exp.repair}"
         by_key[exp.key] = {
-            "expectation": exp.key, "column_name": exp.column, "expectation_type": exp.type,
+            "expectation": exp.key,
+            "column_name": exp.column,
+            "expectation_type": exp.type,
             "action": suite.entity_key.on_duplicate if exp.type == UNIQUE_TYPE else action,
-            "evaluated_by": exp.evaluated_by, "rows": n, "share": n / counts.rows_in if counts.rows_in else 0.0,
+            "evaluated_by": exp.evaluated_by,
+            "rows": n,
+            "share": n / counts.rows_in if counts.rows_in else 0.0,
         }
     implicit = (suite.entity_key.key,) if suite.entity_key is not None and not suite.entity_key.declared else ()
     return [by_key[k] for k in (*suite.order, *implicit)]
@@ -39,7 +50,9 @@ def guard_limit_breaches(counts: GuardCounts, *, max_repaired_share: float, max_
     ):
         share = n / counts.rows_in
         if share > limit and not math.isclose(share, limit):
-            breaches.append(f"{n} of {counts.rows_in} rows {what} ({share:.2%}) exceeds the job limit {limit:.2%}{_most_hit(counts, what)}")
+            breaches.append(
+                f"{n} of {counts.rows_in} rows {what} ({share:.2%}) exceeds the job limit {limit:.2%}{_most_hit(counts, what)}"
+            )
     return breaches
 
 

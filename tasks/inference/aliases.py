@@ -54,16 +54,26 @@ class AliasChange:
 
     def as_row(self) -> dict[str, Any]:
         return {
-            "model_name": self.model_name, "alias": self.alias, "from_version": self.from_version,
-            "to_version": self.to_version, "changed_by": self.changed_by, "changed_at": self.changed_at, "note": self.note,
+            "model_name": self.model_name,
+            "alias": self.alias,
+            "from_version": self.from_version,
+            "to_version": self.to_version,
+            "changed_by": self.changed_by,
+            "changed_at": self.changed_at,
+            "note": self.note,
         }
 
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> AliasChange:
         """The change a history row of the file holds (its `changed_at` as ISO text)."""
         return cls(
-            model_name=row["model_name"], alias=row["alias"], from_version=row["from_version"], to_version=row["to_version"],
-            changed_by=row["changed_by"], changed_at=dt.datetime.fromisoformat(row["changed_at"]), note=row.get("note") or "",
+            model_name=row["model_name"],
+            alias=row["alias"],
+            from_version=row["from_version"],
+            to_version=row["to_version"],
+            changed_by=row["changed_by"],
+            changed_at=dt.datetime.fromisoformat(row["changed_at"]),
+            note=row.get("note") or "",
         )
 
 
@@ -102,7 +112,11 @@ def inference_recorded_alias_changes(registry_dir: Path, changes: list[AliasChan
     """Mark `changes` as written to the ledger: they leave the file's `unrecorded` list."""
     document = _document(registry_dir)
     done = {(change.alias, change.changed_at) for change in changes}
-    kept = [row for row in document["unrecorded"] if (row["alias"], dt.datetime.fromisoformat(row["changed_at"])) not in done]
+    kept = [
+        row
+        for row in document["unrecorded"]
+        if (row["alias"], dt.datetime.fromisoformat(row["changed_at"])) not in done
+    ]
     if len(kept) != len(document["unrecorded"]):
         _written_atomically(registry_dir / ALIASES_FILE, {**document, "unrecorded": kept})
 
@@ -131,7 +145,11 @@ def inference_alias_lock(registry_dir: Path, *, wait_s: float = ALIAS_LOCK_WAIT_
                     ) from None
                 time.sleep(0.05)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC".encode(), 0)
+        os.pwrite(
+            fd,
+            f"pid {os.getpid()} on {socket.gethostname()} since {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC".encode(),
+            0,
+        )
         yield
     finally:
         os.close(fd)
@@ -167,8 +185,15 @@ def _written_atomically(path: Path, document: dict[str, Any]) -> None:
 
 
 def inference_moved_alias(
-    registry_dir: Path, alias: str, version: str | None, *, versions: list[str], changed_by: str, note: str = "",
-    now: dt.datetime | None = None, job: str | None = None,
+    registry_dir: Path,
+    alias: str,
+    version: str | None,
+    *,
+    versions: list[str],
+    changed_by: str,
+    note: str = "",
+    now: dt.datetime | None = None,
+    job: str | None = None,
 ) -> AliasChange:
     """Point `alias` at `version` (None removes it), atomically, and return the change.
 
@@ -187,8 +212,13 @@ def inference_moved_alias(
         where = f"already points at {version}" if version else "does not exist"
         raise ModelArtifactError(f"alias {alias!r} of model {registry_dir.name} {where}; nothing to change")
     change = AliasChange(
-        model_name=registry_dir.name, alias=alias, from_version=previous, to_version=version, changed_by=changed_by,
-        changed_at=now or dt.datetime.now(dt.UTC), note=note,
+        model_name=registry_dir.name,
+        alias=alias,
+        from_version=previous,
+        to_version=version,
+        changed_by=changed_by,
+        changed_at=now or dt.datetime.now(dt.UTC),
+        note=note,
     )
     if version is None:
         document["aliases"].pop(alias)

@@ -20,7 +20,9 @@ class _Strict(BaseModel):
 
 
 class FeatureModelRef(_Strict):
-    name: str = Field(pattern=NAME_PATTERN, description="Model in the registry whose one output per row becomes a feature.")
+    name: str = Field(
+        pattern=NAME_PATTERN, description="Model in the registry whose one output per row becomes a feature."
+    )
     version: str = Field(default="latest")
     output_feature: str = Field(description="Name of that feature in the final model's input.")
 
@@ -29,13 +31,16 @@ class ModelRef(_Strict):
     name: str = Field(pattern=NAME_PATTERN, description="Model name in the registry, `data/models/<name>/`.")
     version: str = Field(default="latest", pattern=VERSION_PATTERN, description="A registry version, or `latest`.")
     fallback_version: str | None = Field(
-        default=None, pattern=VERSION_PATTERN, description="Version that scores when `version` cannot be loaded; its rows are counted as fallbacks."
+        default=None,
+        pattern=VERSION_PATTERN,
+        description="Version that scores when `version` cannot be loaded; its rows are counted as fallbacks.",
     )
     feature_models: list[FeatureModelRef] = Field(
         default_factory=list, description="Models run first on the feature matrix (e.g. an autoencoder's error)."
     )
     challenger: str | None = Field(
-        default=None, pattern=VERSION_PATTERN,
+        default=None,
+        pattern=VERSION_PATTERN,
         description=(
             "A version or alias (e.g. `challenger`) scored in the same pass as a shadow: its predictions go to "
             "`shadow_predictions` and the decisions it would flip to `decision_flips`; none of them drives a decision."
@@ -55,5 +60,8 @@ class InferenceConfig(_Strict):
     nthread: int = Field(default=0, ge=0, description="Engine threads; 0 lets the engine use every core.")
     retries: int = Field(default=1, ge=0, le=10, description="Further attempts of a chunk whose inference failed.")
     max_failed_share: float = Field(
-        default=0.0, ge=0, le=1, description="Largest share of rows in chunks that failed every attempt before the run fails."
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Largest share of rows in chunks that failed every attempt before the run fails.",
     )

@@ -41,8 +41,14 @@ EXPLAINED_BY_PRODUCT = frozenset({KERNEL_NAME, LINEAR_NAME})
 
 
 def inference_output_checked_treeshap(
-    trees: TreeArrays, output: Callable[[np.ndarray], np.ndarray], *, model_label: str, framework: str, nthread: int = 0,
-    tolerance: float = GUARD_TOLERANCE, kernel_of: Callable[[TreeArrays], ContributionKernel] | None = None,
+    trees: TreeArrays,
+    output: Callable[[np.ndarray], np.ndarray],
+    *,
+    model_label: str,
+    framework: str,
+    nthread: int = 0,
+    tolerance: float = GUARD_TOLERANCE,
+    kernel_of: Callable[[TreeArrays], ContributionKernel] | None = None,
 ) -> KernelChoice:
     """The table kernel of a framework without contributions of its own (scikit-learn, ONNX tree nodes), kept
     only if its contributions plus bias add up to the model's own output (`output`: rows → the value the trees
@@ -52,7 +58,9 @@ def inference_output_checked_treeshap(
     start = time.perf_counter()
     kernel = inference_treeshap_kernel(trees) if kernel_of is None else kernel_of(trees)
     rows = inference_guard_rows(kernel, rows=GUARD_ROWS)
-    max_diff = inference_max_abs_diff(kernel.contributions(rows, nthread=nthread).sum(axis=1), np.asarray(output(rows)).reshape(-1))
+    max_diff = inference_max_abs_diff(
+        kernel.contributions(rows, nthread=nthread).sum(axis=1), np.asarray(output(rows)).reshape(-1)
+    )
     if not max_diff <= tolerance:
         raise TreeShapUnsupported(
             f"the trees as read add up to the model's own output only within {max_diff:.3g} on {rows.shape[0]} "
@@ -62,7 +70,13 @@ def inference_output_checked_treeshap(
     log.info(
         "[INF] model_name=%s contributions by %s: trees=%d widest_path=%d table_mib=%.1f "
         "local_accuracy_max_abs_diff=%.2g load_ms=%.0f",
-        model_label, KERNEL_NAME, kernel.n_trees, kernel.widest_path, kernel.table_bytes / 2**20, max_diff, load_s * 1000,
+        model_label,
+        KERNEL_NAME,
+        kernel.n_trees,
+        kernel.widest_path,
+        kernel.table_bytes / 2**20,
+        max_diff,
+        load_s * 1000,
     )
     return KernelChoice(kernel, None, max_diff, load_s, framework)
 
@@ -73,8 +87,13 @@ class TreeContributions:
     top-k reasons the kernel's float noise could reorder are recomputed by the framework where it can."""
 
     def __init__(
-        self, choice: KernelChoice, framework_contributions: Callable[[np.ndarray], np.ndarray] | None, *, nthread: int = 0,
-        framework_label: str = "XGBoost pred_contribs", output: Callable[[np.ndarray], np.ndarray] | None = None,
+        self,
+        choice: KernelChoice,
+        framework_contributions: Callable[[np.ndarray], np.ndarray] | None,
+        *,
+        nthread: int = 0,
+        framework_label: str = "XGBoost pred_contribs",
+        output: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         if choice.kernel is None and framework_contributions is None:
             raise ValueError("a tree model without a kernel needs the framework's own contributions")
@@ -105,7 +124,11 @@ class TreeContributions:
         recomputed = 0
         if top_k is not None and self._framework is not None:
             tied = inference_near_tie_rows(
-                values, top_k, exact=~self.kernel.used_features, tolerance=TIE_TOLERANCE * inference_row_scale(full).reshape(-1), by_size=by_size
+                values,
+                top_k,
+                exact=~self.kernel.used_features,
+                tolerance=TIE_TOLERANCE * inference_row_scale(full).reshape(-1),
+                by_size=by_size,
             )
             recomputed = int(tied.sum())
             if recomputed:
@@ -122,8 +145,13 @@ class LinearContributions:
     """
 
     def __init__(
-        self, coefficients: np.ndarray, reference_mean: np.ndarray, intercept: float, *,
-        transform: Callable[[np.ndarray], np.ndarray] | None = None, output: Callable[[np.ndarray], np.ndarray] | None = None,
+        self,
+        coefficients: np.ndarray,
+        reference_mean: np.ndarray,
+        intercept: float,
+        *,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        output: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.coefficients = np.asarray(coefficients, dtype=np.float64).reshape(-1)
         self.reference_mean = np.asarray(reference_mean, dtype=np.float64).reshape(-1)
@@ -159,9 +187,15 @@ def inference_checked_explanation(engine, holdout: np.ndarray, model_label: obje
     settled = engine.metadata.explanation or ModelExplanation(method="treeshap")
     source = getattr(engine, "contributions_source", None)
     if source is None:
-        return ModelExplanation(method="none", detail=settled.detail or (
-            "an ONNX graph with no tree-ensemble or linear node" if engine.metadata.framework == "onnx" else f"a {engine.metadata.framework} model with no trees or coefficients"
-        ))
+        return ModelExplanation(
+            method="none",
+            detail=settled.detail
+            or (
+                "an ONNX graph with no tree-ensemble or linear node"
+                if engine.metadata.framework == "onnx"
+                else f"a {engine.metadata.framework} model with no trees or coefficients"
+            ),
+        )
     rows = np.ascontiguousarray(holdout[:EXPLANATION_CHECK_ROWS], dtype=np.float32)
     if rows.shape[0] == 0:
         return settled
@@ -172,7 +206,14 @@ def inference_checked_explanation(engine, holdout: np.ndarray, model_label: obje
     else:
         classes = list(engine.metadata.classes)
         results = [
-            _checked_source(s, rows, explained, settled.method, model_label, f" of class {classes[k]!r}" if k < len(classes) else f" of output {k}")
+            _checked_source(
+                s,
+                rows,
+                explained,
+                settled.method,
+                model_label,
+                f" of class {classes[k]!r}" if k < len(classes) else f" of output {k}",
+            )
             for k, s in enumerate(per_class)
         ]
         diffs = [d for _, d in results if d is not None]
@@ -186,7 +227,12 @@ def inference_checked_explanation(engine, holdout: np.ndarray, model_label: obje
 
 
 def _checked_source(
-    source: TreeContributions | LinearContributions, rows: np.ndarray, explained: np.ndarray, method: str, model_label: object, of: str,
+    source: TreeContributions | LinearContributions,
+    rows: np.ndarray,
+    explained: np.ndarray,
+    method: str,
+    model_label: object,
+    of: str,
 ) -> tuple[str, float | None]:
     """What one source's contributions were checked against on the hold-out rows and by how much they differ (None:
     the framework computes them itself); ModelArtifactError when they differ beyond GUARD_TOLERANCE. `of` names the
@@ -194,11 +240,15 @@ def _checked_source(
     from tasks.errors import ModelArtifactError
 
     if isinstance(source, TreeContributions) and source.kernel is None:
-        return (f"computed by {source.framework_label} itself: the table kernel cannot represent "
-             f"the model ({source.reason})"), None
+        return (
+            f"computed by {source.framework_label} itself: the table kernel cannot represent "
+            f"the model ({source.reason})"
+        ), None
     if isinstance(source, TreeContributions) and source.framework_contributions is not None:
         assert source.kernel is not None, "a source without a kernel returned above"
-        max_diff = inference_max_abs_diff(source.kernel.contributions(explained), source.framework_contributions(explained))
+        max_diff = inference_max_abs_diff(
+            source.kernel.contributions(explained), source.framework_contributions(explained)
+        )
         if not max_diff <= GUARD_TOLERANCE:
             raise ModelArtifactError(
                 f"model file {model_label}: the product's TreeSHAP{of} differs from {source.framework_label} by up to "

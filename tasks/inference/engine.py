@@ -78,7 +78,13 @@ def _logged_output(
     """The chunk's raw outputs as the contract DTO, after its one `[INF]` line."""
     log.info(
         "[INF] model_name=%s model_version=%s input_shape=%s latency_ms=%.2f device_type=%s chunk=%d%s",
-        meta.name, meta.version, batch.features.shape, latency_ms, device_type, batch.chunk_id, note,
+        meta.name,
+        meta.version,
+        batch.features.shape,
+        latency_ms,
+        device_type,
+        batch.chunk_id,
+        note,
     )
     margins = np.asarray(raw, dtype=np.float64)
     if meta.target == "multiclass":
@@ -145,7 +151,12 @@ class ExplainingEngine:
         return rows
 
     def inference_contributions(
-        self, batch: InferenceInput, row_index: np.ndarray, *, top_k: int | None = None, classes: np.ndarray | None = None,
+        self,
+        batch: InferenceInput,
+        row_index: np.ndarray,
+        *,
+        top_k: int | None = None,
+        classes: np.ndarray | None = None,
     ) -> FeatureContributions:
         """Exact contributions to the margin (or to what the model's trees add up to) for the given rows of the chunk
         only; for a multiclass model, each row's to the margin of its class in `classes` (one class
@@ -153,7 +164,9 @@ class ExplainingEngine:
         if self.contributions_source is None:
             raise ModelArtifactError(f"{self.reasons_unavailable}; the scoring pass must not ask it for contributions")
         if (self.class_contributions is None) != (classes is None):
-            raise ValueError("a multiclass model's contributions are asked for one class per row, and only a multiclass model's")
+            raise ValueError(
+                "a multiclass model's contributions are asked for one class per row, and only a multiclass model's"
+            )
         rows = np.ascontiguousarray(batch.features[row_index])
         recomputed = 0
         if rows.shape[0] == 0:
@@ -170,26 +183,43 @@ class ExplainingEngine:
             log.info(
                 "[INF] model_name=%s contributions rows=%d classes=%d latency_ms=%.2f device_type=%s chunk=%d "
                 "kernel=%s tie_recomputed=%d",
-                self.metadata.name, rows.shape[0], np.unique(classes).size, (time.perf_counter() - start) * 1000.0, self.device_type,
-                batch.chunk_id, self.contributions_kernel, recomputed,
+                self.metadata.name,
+                rows.shape[0],
+                np.unique(classes).size,
+                (time.perf_counter() - start) * 1000.0,
+                self.device_type,
+                batch.chunk_id,
+                self.contributions_kernel,
+                recomputed,
             )
         else:
             start = time.perf_counter()
             explained = self._explained_rows(rows)
             if isinstance(self.contributions_source, TreeContributions):
                 # A forecast job's reasons rank by |contribution| (up and down): its near ties are there.
-                values, recomputed = self.contributions_source.values(explained, top_k, by_size=self.metadata.target != "binary")
+                values, recomputed = self.contributions_source.values(
+                    explained, top_k, by_size=self.metadata.target != "binary"
+                )
             else:
                 values, recomputed = self.contributions_source.values(explained, top_k)
             log.info(
                 "[INF] model_name=%s contributions rows=%d latency_ms=%.2f device_type=%s chunk=%d "
                 "kernel=%s tie_recomputed=%d",
-                self.metadata.name, rows.shape[0], (time.perf_counter() - start) * 1000.0, self.device_type, batch.chunk_id,
-                self.contributions_kernel, recomputed,
+                self.metadata.name,
+                rows.shape[0],
+                (time.perf_counter() - start) * 1000.0,
+                self.device_type,
+                batch.chunk_id,
+                self.contributions_kernel,
+                recomputed,
             )
         return FeatureContributions(
-            row_index=row_index, values=values, feature_names=self.feature_names,
-            explained_by=self.contributions_kernel, tie_recomputed_rows=recomputed, feature_values=rows,
+            row_index=row_index,
+            values=values,
+            feature_names=self.feature_names,
+            explained_by=self.contributions_kernel,
+            tie_recomputed_rows=recomputed,
+            feature_values=rows,
             explained_class=None if classes is None else np.asarray(classes, dtype=np.int64),
         )
 
@@ -198,7 +228,11 @@ class XGBoostEngine(ExplainingEngine):
     """XGBoost native inference: raw margins via `inplace_predict`, TreeSHAP on demand."""
 
     def __init__(
-        self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0,
+        self,
+        artifact: ModelArtifact,
+        *,
+        device: Device = "cpu",
+        nthread: int = 0,
         max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
     ) -> None:
         xgb = inference_xgboost_module()
@@ -221,10 +255,14 @@ class XGBoostEngine(ExplainingEngine):
             # XGBoost warns and falls back to CPU when it sees no GPU; its config says what it will use.
             warnings.simplefilter("ignore", UserWarning)
             self.booster.set_param({"nthread": nthread, "device": wanted})
-            self.device_type = json.loads(self.booster.save_config())["learner"]["generic_param"]["device"].split(":")[0]
+            self.device_type = json.loads(self.booster.save_config())["learner"]["generic_param"]["device"].split(":")[
+                0
+            ]
         if device == "cuda" and self.device_type != "cuda":
-            raise DeviceUnavailable(f"model {self.metadata.name} {self.metadata.version}: device 'cuda' was asked for, "
-                "but XGBoost sees no usable GPU")
+            raise DeviceUnavailable(
+                f"model {self.metadata.name} {self.metadata.version}: device 'cuda' was asked for, "
+                "but XGBoost sees no usable GPU"
+            )
         if device == "auto" and self.device_type != "cuda":
             log.info("[INF] model_name=%s device auto: no usable GPU, scoring on CPU", self.metadata.name)
         self.providers = (f"xgboost:{self.device_type}",)
@@ -256,7 +294,11 @@ class XGBoostEngine(ExplainingEngine):
         TreeSHAP of the class (`pred_contribs` gives every class's at once), which explains where the kernel cannot."""
         counts = ContributionCounts()
         try:
-            arrays = None if self.device_type == "cuda" else inference_xgboost_class_tree_arrays(self.booster.save_raw("json"))
+            arrays = (
+                None
+                if self.device_type == "cuda"
+                else inference_xgboost_class_tree_arrays(self.booster.save_raw("json"))
+            )
         except TreeShapUnsupported as exc:
             arrays, unsupported = None, str(exc)
         else:
@@ -267,17 +309,22 @@ class XGBoostEngine(ExplainingEngine):
             framework_bias = self._xgboost_contributions(probe)[0, :, -1]
         sources = []
         for k in range(n_classes):
+
             def of_class(rows: np.ndarray, k: int = k) -> np.ndarray:
                 return self._xgboost_contributions(rows)[:, k, :]
 
             if arrays is None:
                 choice = KernelChoice(None, unsupported, None, 0.0, XGBOOST_NAME)
             else:
-                unbiased = inference_treeshap_kernel(arrays[k], max_path_features=max_path_features).contributions(probe)[0, -1]
+                unbiased = inference_treeshap_kernel(arrays[k], max_path_features=max_path_features).contributions(
+                    probe
+                )[0, -1]
                 choice = inference_checked_treeshap(
-                    dataclasses.replace(arrays[k], bias=float(framework_bias[k] - unbiased)), of_class,
+                    dataclasses.replace(arrays[k], bias=float(framework_bias[k] - unbiased)),
+                    of_class,
                     model_label=f"{self.metadata.name} {self.metadata.version} class {self.metadata.classes[k]!r}",
-                    nthread=nthread, max_path_features=max_path_features,
+                    nthread=nthread,
+                    max_path_features=max_path_features,
                 )
             source = TreeContributions(choice, of_class, nthread=nthread)
             source.counts = counts
@@ -312,7 +359,9 @@ class ONNXEngine(ExplainingEngine):
         try:
             self.session = ort.InferenceSession(str(artifact.model_path), sess_options=options, providers=wanted)
         except Exception as exc:
-            raise ModelArtifactError(f"model file {artifact.model_path} could not be loaded by ONNX Runtime: {exc}") from exc
+            raise ModelArtifactError(
+                f"model file {artifact.model_path} could not be loaded by ONNX Runtime: {exc}"
+            ) from exc
         self.providers = tuple(self.session.get_providers())
         self.device_type = "cuda" if "CUDAExecutionProvider" in self.providers else "cpu"
         if device == "cuda" and self.device_type != "cuda":
@@ -321,7 +370,11 @@ class ONNXEngine(ExplainingEngine):
                 f"could only use {list(self.providers)}"
             )
         if device == "auto" and self.device_type != "cuda":
-            log.info("[INF] model_name=%s device auto: no usable GPU, scoring on CPU (%s)", self.metadata.name, list(self.providers))
+            log.info(
+                "[INF] model_name=%s device auto: no usable GPU, scoring on CPU (%s)",
+                self.metadata.name,
+                list(self.providers),
+            )
         self.input_name = self.session.get_inputs()[0].name
         self.scored_output = self.metadata.onnx_output
         outputs = {o.name: o.type for o in self.session.get_outputs()}
@@ -330,7 +383,9 @@ class ONNXEngine(ExplainingEngine):
                 f"model file {self.model_path} has no output {self.scored_output.name!r}, which its metadata.json "
                 f"names (onnx_output.name); its outputs: {list(outputs)}"
             )
-        self.output_name = self.scored_output.name if self.scored_output is not None else self.session.get_outputs()[0].name
+        self.output_name = (
+            self.scored_output.name if self.scored_output is not None else self.session.get_outputs()[0].name
+        )
         # A ZipMap's maps live on the host: IO binding to the device is for tensors only.
         self._bind_on_device = self.device_type == "cuda" and outputs[self.output_name].startswith("tensor(")
         self.feature_names = tuple(self.metadata.features)
@@ -377,7 +432,9 @@ class ONNXEngine(ExplainingEngine):
         else:
             margins = raw
         latency_ms = (time.perf_counter() - start) * 1000.0
-        return _logged_output(self.metadata, batch, margins, latency_ms, self.device_type, f" providers={','.join(self.providers)}")
+        return _logged_output(
+            self.metadata, batch, margins, latency_ms, self.device_type, f" providers={','.join(self.providers)}"
+        )
 
 
 _ENGINES = {"xgboost": XGBoostEngine, "onnx": ONNXEngine}
@@ -407,7 +464,9 @@ class LoadedModel:
         if self.error_model is None:
             return output
         expected = self.error_model.inference_expected_error(batch.features, output.margins)
-        return output.model_copy(update={"expected_error": expected, "latency_ms": output.latency_ms + self.error_model.latency_ms})
+        return output.model_copy(
+            update={"expected_error": expected, "latency_ms": output.latency_ms + self.error_model.latency_ms}
+        )
 
 
 def _loaded(engine: InferenceEngine, fallback_reason: str | None = None) -> LoadedModel:
@@ -463,8 +522,10 @@ def inference_loaded_model(
         reason = f"{registry_dir.name} {version} failed to load: {exc}"
     log.warning(
         "[INF] model_name=%s model_version=%s FAILED to load; scoring with fallback_version=%s — %s",
-        registry_dir.name, version, fallback_version, reason,
+        registry_dir.name,
+        version,
+        fallback_version,
+        reason,
     )
     engine = _run_engine(inference_model_artifact(registry_dir, fallback_version), device=device, nthread=nthread)
     return _loaded(engine, fallback_reason=reason)
-

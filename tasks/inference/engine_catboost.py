@@ -76,8 +76,14 @@ SHAP_LABEL = "CatBoost ShapValues"
 BINARY_LOSSES = ("Logloss", "CrossEntropy")
 """Losses whose RawFormulaVal is the log-odds of the second class: a margin the calibration can map."""
 FORECAST_LOSSES = {
-    "RMSE": "identity", "MAE": "identity", "Huber": "identity", "MAPE": "identity", "LogCosh": "identity", "Lq": "identity",
-    "Poisson": "log", "Tweedie": "log",
+    "RMSE": "identity",
+    "MAE": "identity",
+    "Huber": "identity",
+    "MAPE": "identity",
+    "LogCosh": "identity",
+    "Lq": "identity",
+    "Poisson": "log",
+    "Tweedie": "log",
 }
 """Losses a forecast job takes, with the link from RawFormulaVal to CatBoost's own prediction."""
 _QUANTILE_LOSSES = ("Quantile", "Expectile", "LogLinQuantile", "MultiQuantile")
@@ -114,7 +120,9 @@ def inference_catboost_model(model_path: Path):  # noqa: ANN201  (a catboost.Cat
     try:
         model.load_model(str(model_path), format="cbm")
     except (catboost.CatBoostError, OSError, ValueError) as exc:
-        raise ModelArtifactError(f"model file {model_path} could not be loaded by CatBoost: {_catboost_reason(exc)}") from None
+        raise ModelArtifactError(
+            f"model file {model_path} could not be loaded by CatBoost: {_catboost_reason(exc)}"
+        ) from None
     return model
 
 
@@ -157,9 +165,14 @@ def inference_catboost_facts(model) -> CatBoostFacts:  # noqa: ANN001
     loss = str(params.get("loss_function") or model.get_params().get("loss_function") or "").split(":")[0]
     bias = model.get_scale_and_bias()[1]
     names = [str(n) for n in (model.feature_names_ or [])]
-    categorical = [names[i] if i < len(names) else str(i) for i in (
-        *model.get_cat_feature_indices(), *model.get_text_feature_indices(), *model.get_embedding_feature_indices()
-    )]
+    categorical = [
+        names[i] if i < len(names) else str(i)
+        for i in (
+            *model.get_cat_feature_indices(),
+            *model.get_text_feature_indices(),
+            *model.get_embedding_feature_indices(),
+        )
+    ]
     return CatBoostFacts(
         loss=loss,
         class_names=_class_names(model),
@@ -201,10 +214,14 @@ def _kind_problem(facts: CatBoostFacts, kind: str) -> str | None:
     loss = facts.loss
     classifiers, regressors = f"loss {' or '.join(BINARY_LOSSES)}", f"loss {', '.join(FORECAST_LOSSES)}"
     if not loss:
-        wanted = {"binary": f"a binary classifier ({classifiers})", "multiclass": f"a multiclass classifier (loss {MULTICLASS_LOSS})"}.get(
-            kind, f"a regressor ({regressors})")
-        return ("records no loss function; a "
-             f"{'scoring' if kind == 'binary' else kind if kind == 'multiclass' else 'forecast'} model must be {wanted}")
+        wanted = {
+            "binary": f"a binary classifier ({classifiers})",
+            "multiclass": f"a multiclass classifier (loss {MULTICLASS_LOSS})",
+        }.get(kind, f"a regressor ({regressors})")
+        return (
+            "records no loss function; a "
+            f"{'scoring' if kind == 'binary' else kind if kind == 'multiclass' else 'forecast'} model must be {wanted}"
+        )
     what = f"is {_what_it_is(loss, facts)} (loss {loss})"
     if kind == "multiclass":
         if loss == MULTICLASS_LOSS:
@@ -220,7 +237,9 @@ def _kind_problem(facts: CatBoostFacts, kind: str) -> str | None:
             return None
         if loss in FORECAST_LOSSES or loss in _QUANTILE_LOSSES:
             return inference_kind_problem(what, kind, regressor=True, classifiers=classifiers, regressors=regressors)
-        multiclass = ", or set target.kind: multiclass with its classes in the job spec" if loss in _MULTICLASS_LOSSES else ""
+        multiclass = (
+            ", or set target.kind: multiclass with its classes in the job spec" if loss in _MULTICLASS_LOSSES else ""
+        )
         return f"{what}; a scoring model must be a binary classifier ({classifiers}){multiclass}"
     if loss in FORECAST_LOSSES:
         return None
@@ -232,7 +251,10 @@ def _kind_problem(facts: CatBoostFacts, kind: str) -> str | None:
 
 
 def inference_catboost_problem(
-    facts: CatBoostFacts, features: tuple[str, ...], kind: str = "binary", classes: tuple[str, ...] = (),
+    facts: CatBoostFacts,
+    features: tuple[str, ...],
+    kind: str = "binary",
+    classes: tuple[str, ...] = (),
 ) -> str | None:
     """Why the model cannot score the job's features as a model of the job's kind (a binary classifier, a
     multiclass classifier of `classes` in their order, or a regressor for `kind` regression or count), or None."""
@@ -240,8 +262,10 @@ def inference_catboost_problem(
         return problem
     if kind == "multiclass":
         if classes and facts.dimensions != len(classes):
-            return (f"gives {facts.dimensions} raw values per row (one per class), but target.classes names "
-                 f"{len(classes)}: {list(classes)}")
+            return (
+                f"gives {facts.dimensions} raw values per row (one per class), but target.classes names "
+                f"{len(classes)}: {list(classes)}"
+            )
         if facts.class_names and (problem := inference_class_labels_problem(facts.class_names, classes)) is not None:
             return problem
     elif facts.dimensions != 1:
@@ -253,8 +277,10 @@ def inference_catboost_problem(
             "job's model inputs are numeric float32 columns: encode them in the job's features and train on those"
         )
     trained = facts.class_names
-    if kind == "binary" and trained and (
-        len(trained) != 2 or not _is_label(trained[0], _NEGATIVE) or not _is_label(trained[1], _POSITIVE)
+    if (
+        kind == "binary"
+        and trained
+        and (len(trained) != 2 or not _is_label(trained[0], _NEGATIVE) or not _is_label(trained[1], _POSITIVE))
     ):
         return (
             f"was trained on classes {trained}; its raw value is the log-odds of class {trained[-1]!r}, "
@@ -277,7 +303,11 @@ def inference_catboost_problem(
 
 
 def inference_input_problem(
-    model_path: Path, features: tuple[str, ...], *, kind: str = "binary", classes: tuple[str, ...] = (),
+    model_path: Path,
+    features: tuple[str, ...],
+    *,
+    kind: str = "binary",
+    classes: tuple[str, ...] = (),
 ) -> str | None:
     """Why the .cbm file cannot score the job's features as a model of the job's kind, or None."""
     try:
@@ -288,7 +318,12 @@ def inference_input_problem(
 
 
 def inference_registration_fields(
-    model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *, kind: str = "binary",
+    model_path: Path,
+    features: tuple[str, ...],
+    holdout: np.ndarray,
+    reference: np.ndarray,
+    *,
+    kind: str = "binary",
 ) -> RegistrationFields:
     """Reasons by TreeSHAP (checked at registration against CatBoost's ShapValues), for a forecast job the `link`
     from RawFormulaVal to the forecast, and a line saying what scores."""
@@ -304,7 +339,9 @@ def inference_registration_fields(
             "whose softmax is CatBoost's predict_proba (checked on the hold-out)"
         )
     elif kind == "binary":
-        event = f"class {facts.class_names[1]!r} of {facts.class_names}" if facts.class_names else "the event (target 1)"
+        event = (
+            f"class {facts.class_names[1]!r} of {facts.class_names}" if facts.class_names else "the event (target 1)"
+        )
         meaning = f"the log-odds of {event}"
     else:
         fields["link"] = FORECAST_LOSSES[facts.loss]
@@ -389,7 +426,9 @@ def _leaf_covers(weights: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, b
     return np.where(empty, tiny, weights), bool(np.any(values[empty] != 0.0))
 
 
-def inference_catboost_tree_arrays(model_json: dict, n_features: int, output: int = 0, outputs: int = 1) -> CatBoostTrees:
+def inference_catboost_tree_arrays(
+    model_json: dict, n_features: int, output: int = 0, outputs: int = 1
+) -> CatBoostTrees:
     """The trees of CatBoost's JSON export in the one layout, adding up to raw value `output` of the model's `outputs`
     (a multiclass model's leaves hold one value per class, leaf by leaf); raises TreeShapUnsupported for what it
     cannot represent."""
@@ -407,8 +446,14 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int, output: in
             raise TreeShapUnsupported(f"a split of type {s.get('split_type')!r}: only float-feature splits are read")
         feature = floats.get(int(s["float_feature_index"]))
         if feature is None:
-            raise TreeShapUnsupported(f"a split on float feature {s['float_feature_index']} that the model does not describe")
-        return int(feature["flat_feature_index"]), float(_thresholds([s["border"]])[0]), _nan_goes_left(feature.get("nan_value_treatment", "AsFalse"))
+            raise TreeShapUnsupported(
+                f"a split on float feature {s['float_feature_index']} that the model does not describe"
+            )
+        return (
+            int(feature["flat_feature_index"]),
+            float(_thresholds([s["border"]])[0]),
+            _nan_goes_left(feature.get("nan_value_treatment", "AsFalse")),
+        )
 
     nonzero_empty = False
     if "oblivious_trees" in model_json:
@@ -421,7 +466,8 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int, output: in
             weights = np.asarray(tree.get("leaf_weights") or [], dtype=np.float64)
             if values.size != 2**depth or weights.size != values.size:
                 raise TreeShapUnsupported(
-                    "the model keeps no leaf weights, so CatBoost weighs its trees by the rows it explains" if weights.size == 0
+                    "the model keeps no leaf weights, so CatBoost weighs its trees by the rows it explains"
+                    if weights.size == 0
                     else f"a tree of depth {depth} has {values.size} leaf values and {weights.size} leaf weights"
                 )
             covers, empty_nonzero = _leaf_covers(weights, values)
@@ -447,11 +493,13 @@ def inference_catboost_tree_arrays(model_json: dict, n_features: int, output: in
             if "split" not in node:
                 value = node["value"]
                 index = builder.node(0, 0.0, 0, 0.0)
-                leaves.append((
-                    index,
-                    float(value[output] if isinstance(value, list) else value) * scale,
-                    float(node.get("weight", 0.0)),
-                ))
+                leaves.append(
+                    (
+                        index,
+                        float(value[output] if isinstance(value, list) else value) * scale,
+                        float(node.get("weight", 0.0)),
+                    )
+                )
                 return index
             feature, threshold, default_left = split(node["split"])
             index = builder.node(feature, threshold, default_left, 0.0)
@@ -547,7 +595,9 @@ class CatBoostEngine(ExplainingEngine):
         self.class_contributions = tuple(sources)
         self.contributions_source = sources[0]
 
-    def _explanation(self, nthread: int, output: int | None = None, model_json: dict | None = None) -> TreeContributions | None:
+    def _explanation(
+        self, nthread: int, output: int | None = None, model_json: dict | None = None
+    ) -> TreeContributions | None:
         """The contributions' source of the model's raw value, or of class `output`'s raw value
         of a multiclass model."""
         label = f"{self.metadata.name} {self.metadata.version}"
@@ -560,8 +610,10 @@ class CatBoostEngine(ExplainingEngine):
             raw_values = lambda rows: self._raw_values(rows)[:, output]  # noqa: E731
         try:
             trees = inference_catboost_tree_arrays(
-                model_json if model_json is not None else inference_catboost_model_json(self.model), len(self.feature_names),
-                output or 0, max(self._classes, 1),
+                model_json if model_json is not None else inference_catboost_model_json(self.model),
+                len(self.feature_names),
+                output or 0,
+                max(self._classes, 1),
             )
         except TreeShapUnsupported as exc:
             scale = float(self.model.get_scale_and_bias()[0])
@@ -579,14 +631,28 @@ class CatBoostEngine(ExplainingEngine):
         kernel_of = inference_oblivious_treeshap_kernel if trees.oblivious else None
         if trees.own_shap_unusable is None:
             choice = inference_checked_treeshap(
-                trees.arrays, own, model_label=label, framework=CATBOOST_NAME,
-                reference_name=SHAP_LABEL, nthread=nthread, kernel_of=kernel_of,
+                trees.arrays,
+                own,
+                model_label=label,
+                framework=CATBOOST_NAME,
+                reference_name=SHAP_LABEL,
+                nthread=nthread,
+                kernel_of=kernel_of,
             )
             return TreeContributions(choice, own, nthread=nthread, framework_label=SHAP_LABEL)
-        log.info("[INF] model_name=%s contributions checked against the model's own raw values: %s", label, trees.own_shap_unusable)
+        log.info(
+            "[INF] model_name=%s contributions checked against the model's own raw values: %s",
+            label,
+            trees.own_shap_unusable,
+        )
         try:
             choice = inference_output_checked_treeshap(
-                trees.arrays, raw_values, model_label=label, framework=CATBOOST_NAME, nthread=nthread, kernel_of=kernel_of,
+                trees.arrays,
+                raw_values,
+                model_label=label,
+                framework=CATBOOST_NAME,
+                nthread=nthread,
+                kernel_of=kernel_of,
             )
         except TreeShapUnsupported as exc:
             self.reasons_unavailable = (
@@ -607,16 +673,22 @@ class CatBoostEngine(ExplainingEngine):
             # "library/cpp/cuda/wrappers/cuda_vec.h:86: CUDA error 35: …": the source position says nothing to a user.
             return "CatBoost: " + re.sub(r"^\S+:\d+:\s*", "", first)
         on_cpu = self.model.predict(row, prediction_type="RawFormulaVal")
-        if not np.allclose(np.asarray(on_gpu, dtype=np.float64), np.asarray(on_cpu, dtype=np.float64), rtol=1e-5, atol=1e-6):
-            return (f"CatBoost's GPU evaluation gives {float(np.ravel(on_gpu)[0])!r} where its CPU gives "
-                 f"{float(np.ravel(on_cpu)[0])!r}")
+        if not np.allclose(
+            np.asarray(on_gpu, dtype=np.float64), np.asarray(on_cpu, dtype=np.float64), rtol=1e-5, atol=1e-6
+        ):
+            return (
+                f"CatBoost's GPU evaluation gives {float(np.ravel(on_gpu)[0])!r} where its CPU gives "
+                f"{float(np.ravel(on_cpu)[0])!r}"
+            )
         return None
 
     def _raw_values(self, rows: np.ndarray) -> np.ndarray:
         """RawFormulaVal: one per row, or rows × classes for a multiclass model."""
         values = np.asarray(
             self.model.predict(
-                np.ascontiguousarray(rows, dtype=np.float32), prediction_type="RawFormulaVal", thread_count=self._threads,
+                np.ascontiguousarray(rows, dtype=np.float32),
+                prediction_type="RawFormulaVal",
+                thread_count=self._threads,
                 task_type=self._task_type,
             ),
             dtype=np.float64,
@@ -629,7 +701,10 @@ class CatBoostEngine(ExplainingEngine):
         from catboost import Pool
 
         pool = Pool(np.ascontiguousarray(rows, dtype=np.float32))
-        return np.asarray(self.model.get_feature_importance(data=pool, type="ShapValues", thread_count=self._threads), dtype=np.float64)
+        return np.asarray(
+            self.model.get_feature_importance(data=pool, type="ShapValues", thread_count=self._threads),
+            dtype=np.float64,
+        )
 
     def inference_outputs(self, batch: InferenceInput) -> InferenceOutput:
         start = time.perf_counter()

@@ -38,7 +38,12 @@ from tasks.errors import DeviceUnavailable, ModelArtifactError
 from tasks.inference.contributions import TreeContributions
 from tasks.inference.engine import Device, ExplainingEngine, _logged_output
 from tasks.inference.frameworks import RegistrationFields
-from tasks.inference.kinds import LINK_WORDS, inference_kind_problem, inference_multiclass_kind_problem, inference_quantile_problem
+from tasks.inference.kinds import (
+    LINK_WORDS,
+    inference_kind_problem,
+    inference_multiclass_kind_problem,
+    inference_quantile_problem,
+)
 from tasks.inference.registry import ModelArtifact, ModelExplanation, inference_framework_module
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
@@ -58,8 +63,14 @@ LOGIT_OBJECTIVES = ("binary", "cross_entropy")
 """Objectives whose raw score is the log-odds of the event: `binary` (times its `sigmoid`, 1 by default) and
 `cross_entropy` (xentropy: p = 1 / (1 + exp(−f)) of the boosted f). `cross_entropy_lambda` links differently."""
 FORECAST_OBJECTIVES = {
-    "regression": "identity", "regression_l1": "identity", "huber": "identity", "fair": "identity", "mape": "identity",
-    "poisson": "log", "tweedie": "log", "gamma": "log",
+    "regression": "identity",
+    "regression_l1": "identity",
+    "huber": "identity",
+    "fair": "identity",
+    "mape": "identity",
+    "poisson": "log",
+    "tweedie": "log",
+    "gamma": "log",
 }
 """Objectives a forecast job takes, with the link from the raw score to LightGBM's own prediction."""
 MULTICLASS_OBJECTIVE = "multiclass"
@@ -102,7 +113,9 @@ def _model_text_problem(text: bytes) -> str | None:
     offset = first + 1
     for i, size in enumerate(sizes):
         if not text.startswith(b"Tree=", offset):
-            return f"does not hold tree {i} where its tree_sizes line puts it: the file was cut or edited after save_model"
+            return (
+                f"does not hold tree {i} where its tree_sizes line puts it: the file was cut or edited after save_model"
+            )
         offset += size
     if offset > len(text):
         return "is cut short: its tree_sizes line says the trees take more bytes than the file has"
@@ -121,7 +134,9 @@ def inference_lightgbm_booster(model_path: Path):  # noqa: ANN201  (a lightgbm.B
     try:
         return lgb.Booster(model_file=str(model_path))
     except Exception as exc:  # noqa: BLE001  (LightGBMError, and whatever a mangled file makes the parser raise)
-        raise ModelArtifactError(f"model file {model_path} could not be loaded by LightGBM: {_first_line(exc)}") from None
+        raise ModelArtifactError(
+            f"model file {model_path} could not be loaded by LightGBM: {_first_line(exc)}"
+        ) from None
 
 
 def _objective(model: dict[str, Any]) -> tuple[str, dict[str, str]]:
@@ -131,7 +146,9 @@ def _objective(model: dict[str, Any]) -> tuple[str, dict[str, str]]:
 
 
 def _has_linear_leaves(model: dict[str, Any]) -> bool:
-    return any("leaf_coeff" in entry["node"] for tree in model["tree_info"] for entry in _tree_nodes(tree["tree_structure"]))
+    return any(
+        "leaf_coeff" in entry["node"] for tree in model["tree_info"] for entry in _tree_nodes(tree["tree_structure"])
+    )
 
 
 def _categorical_features(booster, model: dict[str, Any]) -> list[str]:  # noqa: ANN001  (a lightgbm.Booster)
@@ -158,7 +175,11 @@ def _kind_problem(model: dict[str, Any], kind: str) -> str | None:
     or a regressor of the forecast), or None."""
     objective, _ = _objective(model)
     named = str(model.get("objective", ""))
-    what = f"has objective {named!r}" if named and named != "custom" else "has a custom objective (no objective in the file)"
+    what = (
+        f"has objective {named!r}"
+        if named and named != "custom"
+        else "has a custom objective (no objective in the file)"
+    )
     single = int(model.get("num_class", 1)) == 1 and int(model.get("num_tree_per_iteration", 1)) == 1
     binary = objective in LOGIT_OBJECTIVES and single
     regressor = objective in FORECAST_OBJECTIVES or objective == "quantile"
@@ -171,16 +192,31 @@ def _kind_problem(model: dict[str, Any], kind: str) -> str | None:
                 f"{what}, one-vs-all: each class's probability is its own sigmoid and they do not sum to 1, so the model has no "
                 f"probability vector of its own to calibrate; train with objective {MULTICLASS_OBJECTIVE!r} (softmax)"
             )
-        is_what = "a binary classifier" if objective in LOGIT_OBJECTIVES else "a regression objective" if regressor else "not a multiclass objective"
+        is_what = (
+            "a binary classifier"
+            if objective in LOGIT_OBJECTIVES
+            else "a regression objective"
+            if regressor
+            else "not a multiclass objective"
+        )
         return inference_multiclass_kind_problem(
-            f"{what}, {is_what}", kind, multiclass=False, classifiers=f"objective {MULTICLASS_OBJECTIVE!r}",
+            f"{what}, {is_what}",
+            kind,
+            multiclass=False,
+            classifiers=f"objective {MULTICLASS_OBJECTIVE!r}",
         )
     if kind == "binary":
         if binary:
             return None
         if regressor:
-            return inference_kind_problem(f"{what}, a regression objective", kind, regressor=True, classifiers=classifiers, regressors=regressors)
-        multiclass = ", or set target.kind: multiclass with its classes in the job spec" if objective.startswith("multiclass") else ""
+            return inference_kind_problem(
+                f"{what}, a regression objective", kind, regressor=True, classifiers=classifiers, regressors=regressors
+            )
+        multiclass = (
+            ", or set target.kind: multiclass with its classes in the job spec"
+            if objective.startswith("multiclass")
+            else ""
+        )
         return f"{what}; a scoring model must be a binary classifier ({classifiers}){multiclass}"
     if objective == "quantile":
         return inference_quantile_problem(f"{what}", regressors)
@@ -193,12 +229,18 @@ def _kind_problem(model: dict[str, Any], kind: str) -> str | None:
             )
         return None
     if objective in LOGIT_OBJECTIVES or objective.startswith("multiclass") or objective == "cross_entropy_lambda":
-        return inference_kind_problem(f"{what}, a classifier", kind, regressor=False, classifiers=classifiers, regressors=regressors)
+        return inference_kind_problem(
+            f"{what}, a classifier", kind, regressor=False, classifiers=classifiers, regressors=regressors
+        )
     return f"{what}, not a regression objective; a forecast model must be a regressor ({regressors})"
 
 
 def inference_input_problem(
-    model_path: Path, features: tuple[str, ...], *, kind: str = "binary", classes: tuple[str, ...] = (),
+    model_path: Path,
+    features: tuple[str, ...],
+    *,
+    kind: str = "binary",
+    classes: tuple[str, ...] = (),
 ) -> str | None:
     """Why the LightGBM model file cannot score the job's features as a model of the job's kind (a binary
     classifier, a multiclass classifier of as many classes as `classes`, or a regressor for `kind` regression or
@@ -211,7 +253,9 @@ def inference_input_problem(
     if (problem := _kind_problem(model, kind)) is not None:
         return problem
     if kind == "multiclass" and classes and int(model.get("num_class", 1)) != len(classes):
-        return f"gives {int(model.get('num_class', 1))} classes, but target.classes names {len(classes)}: {list(classes)}"
+        return (
+            f"gives {int(model.get('num_class', 1))} classes, but target.classes names {len(classes)}: {list(classes)}"
+        )
     if booster.params.get("linear_tree") or _has_linear_leaves(model):
         return (
             "was trained with linear_tree: its leaves are linear models, which LightGBM's TreeSHAP (pred_contrib) does not "
@@ -289,14 +333,18 @@ def inference_lightgbm_tree_arrays(model: dict[str, Any], output: int | None = N
                 cover.append(float(node.get("leaf_count", 1)))
                 continue
             if node["decision_type"] != "<=":
-                raise TreeShapUnsupported(f"tree {tree['tree_index']} has a categorical split ({node['decision_type']})")
+                raise TreeShapUnsupported(
+                    f"tree {tree['tree_index']} has a categorical split ({node['decision_type']})"
+                )
             missing = node["missing_type"]
             if missing not in _MISSING_TYPES:
                 raise TreeShapUnsupported(f"tree {tree['tree_index']} has missing type {missing!r}")
             f = int(node["split_feature"])
             zero = missing == "Zero"
             if missing_of[f] >= 0 and bool(missing_of[f]) != zero:
-                raise TreeShapUnsupported(f"feature {f} is split with missing type Zero in some trees and not in others")
+                raise TreeShapUnsupported(
+                    f"feature {f} is split with missing type Zero in some trees and not in others"
+                )
             missing_of[f] = int(zero)
             threshold = float(node["threshold"])
             feature.append(f)
@@ -319,7 +367,12 @@ def inference_lightgbm_tree_arrays(model: dict[str, Any], output: int | None = N
 
 
 def inference_registration_fields(
-    model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *, kind: str = "binary",
+    model_path: Path,
+    features: tuple[str, ...],
+    holdout: np.ndarray,
+    reference: np.ndarray,
+    *,
+    kind: str = "binary",
 ) -> RegistrationFields:
     """A LightGBM model's metadata fields (reasons by TreeSHAP; for a forecast job the `link` from its raw score to
     its forecast) and what the registration report says of them."""
@@ -342,8 +395,12 @@ def inference_registration_fields(
         f"(predict(raw_score=True)){meaning}; reasons are exact TreeSHAP, checked against LightGBM's pred_contrib"
     ]
     if (scale := inference_lightgbm_margin_scale(model)) != 1.0:
-        what = {"binary": "probability the sigmoid of their mean", "identity": "prediction their mean", "log": "prediction exp of their mean",
-                "multiclass": "probabilities the softmax of each class's mean"}[fields.get("link", "multiclass" if kind == "multiclass" else "binary")]
+        what = {
+            "binary": "probability the sigmoid of their mean",
+            "identity": "prediction their mean",
+            "log": "prediction exp of their mean",
+            "multiclass": "probabilities the softmax of each class's mean",
+        }[fields.get("link", "multiclass" if kind == "multiclass" else "binary")]
         notes.append(
             f"random-forest mode: LightGBM's raw score is the sum of the {round(1 / scale)} iterations' trees and its {what}; the "
             "margin is that mean (raw score / iterations), and the reasons are on the same scale"
@@ -369,9 +426,15 @@ def _softmax_check(booster, model: dict[str, Any], holdout: np.ndarray, model_pa
     """Refuses a multiclass model whose margins' softmax is not LightGBM's own probability vector on the hold-out."""
     if holdout.shape[0] == 0:
         return
-    margins = np.asarray(booster.predict(holdout, raw_score=True), dtype=np.float64) * inference_lightgbm_margin_scale(model)
+    margins = np.asarray(booster.predict(holdout, raw_score=True), dtype=np.float64) * inference_lightgbm_margin_scale(
+        model
+    )
     shifted = np.exp(margins - margins.max(axis=1, keepdims=True))
-    diff = float(np.abs(shifted / shifted.sum(axis=1, keepdims=True) - np.asarray(booster.predict(holdout), dtype=np.float64)).max())
+    diff = float(
+        np.abs(
+            shifted / shifted.sum(axis=1, keepdims=True) - np.asarray(booster.predict(holdout), dtype=np.float64)
+        ).max()
+    )
     if not diff <= SOFTMAX_TOLERANCE:
         raise ModelArtifactError(
             f"model file {model_path}: the softmax of its raw scores differs from LightGBM's own probabilities by up to {diff:.3g} "
@@ -383,7 +446,11 @@ class LightGBMEngine(ExplainingEngine):
     """LightGBM inference on CPU: raw-score margins by `Booster.predict`, TreeSHAP contributions on demand."""
 
     def __init__(
-        self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0,
+        self,
+        artifact: ModelArtifact,
+        *,
+        device: Device = "cpu",
+        nthread: int = 0,
         max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
     ) -> None:
         self.artifact = artifact
@@ -418,8 +485,10 @@ class LightGBMEngine(ExplainingEngine):
         except TreeShapUnsupported as exc:
             unsupported = exc
         for output in range(max(self._classes, 1)):
-            own = self._lightgbm_contributions if not self._classes else (
-                lambda rows, k=output: self._lightgbm_contributions(rows)[:, k, :]
+            own = (
+                self._lightgbm_contributions
+                if not self._classes
+                else (lambda rows, k=output: self._lightgbm_contributions(rows)[:, k, :])
             )
             try:
                 if unsupported is not None:
@@ -430,8 +499,13 @@ class LightGBMEngine(ExplainingEngine):
                 choice = KernelChoice(None, str(exc), None, time.perf_counter() - start, LIGHTGBM_NAME)
             else:
                 choice = inference_checked_treeshap(
-                    trees, own, model_label=label if not self._classes else f"{label} class {self.metadata.classes[output]!r}",
-                    framework=LIGHTGBM_NAME, reference_name=REFERENCE_NAME, nthread=nthread, max_path_features=max_path_features,
+                    trees,
+                    own,
+                    model_label=label if not self._classes else f"{label} class {self.metadata.classes[output]!r}",
+                    framework=LIGHTGBM_NAME,
+                    reference_name=REFERENCE_NAME,
+                    nthread=nthread,
+                    max_path_features=max_path_features,
                     rows_as_seen=self._explained_rows,
                 )
             source = TreeContributions(choice, own, nthread=nthread, framework_label=REFERENCE_NAME)
@@ -461,7 +535,9 @@ class LightGBMEngine(ExplainingEngine):
             return rows
         out = np.where(tiny, np.float32(0.0), rows).astype(rows.dtype, copy=False)
         if self._zero_missing.any():
-            out[:, self._zero_missing] = np.where(tiny[:, self._zero_missing], np.float32(np.nan), out[:, self._zero_missing])
+            out[:, self._zero_missing] = np.where(
+                tiny[:, self._zero_missing], np.float32(np.nan), out[:, self._zero_missing]
+            )
         return out
 
     def _lightgbm_contributions(self, rows: np.ndarray) -> np.ndarray:
@@ -471,7 +547,10 @@ class LightGBMEngine(ExplainingEngine):
         shape = (rows.shape[0], self._classes, width) if self._classes else (rows.shape[0], width)
         if rows.shape[0] == 0:
             return np.zeros(shape, dtype=np.float64)
-        values = np.asarray(self.booster.predict(rows, pred_contrib=True, **self._predict_params), dtype=np.float64) * self._scale
+        values = (
+            np.asarray(self.booster.predict(rows, pred_contrib=True, **self._predict_params), dtype=np.float64)
+            * self._scale
+        )
         return values.reshape(shape)
 
 

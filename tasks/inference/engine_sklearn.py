@@ -67,13 +67,22 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _COLUMNWISE = ("StandardScaler", "MinMaxScaler", "MaxAbsScaler", "RobustScaler", "SimpleImputer")
 """Transformers whose output column j depends on input column j only: contributions on their
 output are the features'."""
-_LOG_ODDS = ("LogisticRegression", "LogisticRegressionCV", "GradientBoostingClassifier", "HistGradientBoostingClassifier")
+_LOG_ODDS = (
+    "LogisticRegression",
+    "LogisticRegressionCV",
+    "GradientBoostingClassifier",
+    "HistGradientBoostingClassifier",
+)
 """Classifiers whose decision_function is the log-odds they compute their probabilities from."""
 _FOREST_TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier", "RandomForestClassifier", "ExtraTreesClassifier")
 _FOREST_REGRESSORS = ("DecisionTreeRegressor", "ExtraTreeRegressor", "RandomForestRegressor", "ExtraTreesRegressor")
 _TREES = (
-    *_FOREST_TREES, "GradientBoostingClassifier", "HistGradientBoostingClassifier",
-    *_FOREST_REGRESSORS, "GradientBoostingRegressor", "HistGradientBoostingRegressor",
+    *_FOREST_TREES,
+    "GradientBoostingClassifier",
+    "HistGradientBoostingClassifier",
+    *_FOREST_REGRESSORS,
+    "GradientBoostingRegressor",
+    "HistGradientBoostingRegressor",
 )
 _LOG_LINK_GLMS = ("PoissonRegressor", "GammaRegressor")
 _CLASSIFIERS = "a classifier of classes 0 and 1"
@@ -101,8 +110,16 @@ class _Model:
 
     @property
     def description(self) -> str:
-        before = [type(step).__name__ for _, step in (self.steps.steps if self.steps is not None else []) if step not in (None, "passthrough")]
-        return f"a scikit-learn Pipeline of {', '.join(before)} and {self.name}" if before else f"a scikit-learn {self.name}"
+        before = [
+            type(step).__name__
+            for _, step in (self.steps.steps if self.steps is not None else [])
+            if step not in (None, "passthrough")
+        ]
+        return (
+            f"a scikit-learn Pipeline of {', '.join(before)} and {self.name}"
+            if before
+            else f"a scikit-learn {self.name}"
+        )
 
     def columnwise_problem(self) -> str | None:
         """Why the steps before the classifier do not map each feature to itself, or None when they do."""
@@ -171,13 +188,18 @@ def _tree_storage_problem(estimator: Any) -> str | None:
             leaf = nodes["is_leaf"].astype(bool)
             left, right, feature = (nodes[k].astype(np.int64) for k in ("left", "right", "feature_idx"))
             return _node_problem(
-                np.where(leaf, -1, left), np.where(leaf, -1, right), np.where(leaf, -2, feature),
-                np.iinfo(np.int64).max if width is None else width, "a histogram gradient boosting tree",
+                np.where(leaf, -1, left),
+                np.where(leaf, -1, right),
+                np.where(leaf, -2, feature),
+                np.iinfo(np.int64).max if width is None else width,
+                "a histogram gradient boosting tree",
             )
         if isinstance(obj, BaseEstimator):
             own = getattr(obj, "n_features_in_", None) if not hasattr(obj, "steps") else None
             inner = own if width is None else (width if own is None else min(width, int(own)))
-            return next((p for v in vars(obj).values() if (p := problem(v, None if hasattr(obj, "steps") else inner))), None)
+            return next(
+                (p for v in vars(obj).values() if (p := problem(v, None if hasattr(obj, "steps") else inner))), None
+            )
         if isinstance(obj, (list, tuple)):
             return next((p for v in obj if (p := problem(v, width))), None)
         if isinstance(obj, dict):
@@ -197,7 +219,9 @@ def _node_problem(left: np.ndarray, right: np.ndarray, feature: np.ndarray, n_fe
     index = np.arange(n)
     leaf = left == -1
     bad = leaf != (right == -1)
-    bad |= ~leaf & ((left <= index) | (left >= n) | (right <= index) | (right >= n) | (feature < 0) | (feature >= n_features))
+    bad |= ~leaf & (
+        (left <= index) | (left >= n) | (right <= index) | (right >= n) | (feature < 0) | (feature >= n_features)
+    )
     if bad.any():
         node = int(np.flatnonzero(bad)[0])
         return (
@@ -219,7 +243,9 @@ def _loaded(model_path: Path, trusted: tuple[str, ...] | list[str]) -> _Model:
             warnings.simplefilter("ignore")
             estimator = sio.load(str(model_path), trusted=list(trusted))
     except Exception as exc:  # noqa: BLE001  (skops raises whatever rebuilding the object raises)
-        raise ModelArtifactError(f"model file {model_path} could not be loaded by skops: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise ModelArtifactError(
+            f"model file {model_path} could not be loaded by skops: {type(exc).__name__}: {_first_line(exc)}"
+        ) from None
     if problem := _tree_storage_problem(estimator):
         raise ModelArtifactError(f"model file {model_path} is refused: {problem}")
     return _split(estimator)
@@ -257,7 +283,9 @@ def _classifier_problem(model: _Model, features: tuple[str, ...]) -> str | None:
     what = model.description
     if not is_classifier(estimator):
         if is_regressor(estimator):
-            return inference_kind_problem(f"is {what}, a regressor", "binary", regressor=True, classifiers=_CLASSIFIERS, regressors=_REGRESSORS)
+            return inference_kind_problem(
+                f"is {what}, a regressor", "binary", regressor=True, classifiers=_CLASSIFIERS, regressors=_REGRESSORS
+            )
         if is_clusterer(estimator):
             return f"is {what}, a clusterer; a scoring model must be a binary classifier"
         return f"is {what}, which is not a classifier; a scoring model must be a binary classifier"
@@ -298,7 +326,9 @@ def _multiclass_problem(model: _Model, features: tuple[str, ...], classes: tuple
     estimator = model.estimator
     what = model.description
     if not is_classifier(estimator):
-        return inference_multiclass_kind_problem(f"is {what}, not a classifier", "multiclass", multiclass=False, classifiers=_MULTICLASS_CLASSIFIERS)
+        return inference_multiclass_kind_problem(
+            f"is {what}, not a classifier", "multiclass", multiclass=False, classifiers=_MULTICLASS_CLASSIFIERS
+        )
     if not hasattr(model.final, "classes_"):
         return f"is {what} that was never fitted (it has no classes_)"
     labels = model.final.classes_
@@ -307,7 +337,9 @@ def _multiclass_problem(model: _Model, features: tuple[str, ...], classes: tuple
     labels = np.asarray(labels)
     if labels.size < 3:
         return inference_multiclass_kind_problem(
-            f"is {what} with {labels.size} classes {labels.tolist()}, a binary classifier", "multiclass", multiclass=False,
+            f"is {what} with {labels.size} classes {labels.tolist()}, a binary classifier",
+            "multiclass",
+            multiclass=False,
             classifiers=_MULTICLASS_CLASSIFIERS,
         )
     if (problem := inference_class_labels_problem(labels.tolist(), classes)) is not None:
@@ -360,7 +392,9 @@ def _regressor_problem(model: _Model, features: tuple[str, ...], kind: str) -> s
     what = model.description
     if not is_regressor(estimator):
         if is_classifier(estimator):
-            return inference_kind_problem(f"is {what}, a classifier", kind, regressor=False, classifiers=_CLASSIFIERS, regressors=_REGRESSORS)
+            return inference_kind_problem(
+                f"is {what}, a classifier", kind, regressor=False, classifiers=_CLASSIFIERS, regressors=_REGRESSORS
+            )
         if is_clusterer(estimator):
             return f"is {what}, a clusterer; a forecast model must be a regressor ({_REGRESSORS})"
         return f"is {what}, which is not a regressor; a forecast model must be a regressor ({_REGRESSORS})"
@@ -373,13 +407,20 @@ def _regressor_problem(model: _Model, features: tuple[str, ...], kind: str) -> s
     if _quantile_loss(model.final):
         return inference_quantile_problem(f"is {what}", _REGRESSORS)
     coef = getattr(model.final, "coef_", None)
-    if int(getattr(model.final, "n_outputs_", 1)) != 1 or (coef is not None and np.ndim(coef) == 2 and np.shape(coef)[0] != 1):
+    if int(getattr(model.final, "n_outputs_", 1)) != 1 or (
+        coef is not None and np.ndim(coef) == 2 and np.shape(coef)[0] != 1
+    ):
         return f"is {what} with several outputs; a forecast model gives one value per row"
     return _inputs_problem(estimator, features)
 
 
 def inference_input_problem(
-    model_path: Path, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (), kind: str = "binary", classes: tuple[str, ...] = (),
+    model_path: Path,
+    features: tuple[str, ...],
+    *,
+    trusted_types: tuple[str, ...] = (),
+    kind: str = "binary",
+    classes: tuple[str, ...] = (),
 ) -> str | None:
     """Why the skops file cannot score the job's features as a model of the job's kind (a binary classifier, a
     classifier of `classes` in their order for a multiclass job, or a regressor for `kind`
@@ -392,7 +433,10 @@ def inference_input_problem(
         return _multiclass_problem(model, features, classes)
     if kind != "binary" and (labels := getattr(model.final, "classes_", None)) is not None and np.size(labels) > 2:
         return inference_multiclass_kind_problem(
-            f"is {model.description} with {np.size(labels)} classes", kind, multiclass=True, classifiers=_MULTICLASS_CLASSIFIERS,
+            f"is {model.description} with {np.size(labels)} classes",
+            kind,
+            multiclass=True,
+            classifiers=_MULTICLASS_CLASSIFIERS,
         )
     return _classifier_problem(model, features) if kind == "binary" else _regressor_problem(model, features, kind)
 
@@ -415,9 +459,21 @@ def _regressor_output(model: _Model) -> tuple[SklearnOutput, str, str]:
     """How the regressor scores, the report's line on it, and its link."""
     link = _regressor_link(model)
     if link == "identity":
-        return SklearnOutput(method="predict"), f"scikit-learn {model.name}: the margin is its predict, {LINK_WORDS[link]}", link
-    what = "raw prediction" if model.name == "HistGradientBoostingRegressor" else "linear predictor (X @ coef_ + intercept_)"
-    return SklearnOutput(method="raw_predict"), f"scikit-learn {model.name}: the margin is its {what}, {LINK_WORDS[link]}", link
+        return (
+            SklearnOutput(method="predict"),
+            f"scikit-learn {model.name}: the margin is its predict, {LINK_WORDS[link]}",
+            link,
+        )
+    what = (
+        "raw prediction"
+        if model.name == "HistGradientBoostingRegressor"
+        else "linear predictor (X @ coef_ + intercept_)"
+    )
+    return (
+        SklearnOutput(method="raw_predict"),
+        f"scikit-learn {model.name}: the margin is its {what}, {LINK_WORDS[link]}",
+        link,
+    )
 
 
 def _output_choice(model: _Model) -> tuple[SklearnOutput, str]:
@@ -434,16 +490,22 @@ def _output_choice(model: _Model) -> tuple[SklearnOutput, str]:
             meaning = "the log-odds it computes its probabilities from"
         else:
             meaning = "its linear score (not a log-odds), calibrated as it is"
-        return (SklearnOutput(method="decision_function", event_index=event, classes=listed),
-                f"scikit-learn {model.name}: the margin is its decision_function, {meaning}")
+        return (
+            SklearnOutput(method="decision_function", event_index=event, classes=listed),
+            f"scikit-learn {model.name}: the margin is its decision_function, {meaning}",
+        )
     if hasattr(model.estimator, "predict_proba"):
         bound = np.log((1 - PROBABILITY_CLIP) / PROBABILITY_CLIP)
-        return (SklearnOutput(method="predict_proba", event_index=event, classes=listed, clip=PROBABILITY_CLIP),
-                f"scikit-learn {model.name}: the margin is logit(p) of its predict_proba for class {listed[event]!r}, "
-                f"p clipped to [{PROBABILITY_CLIP:g}, 1 − {PROBABILITY_CLIP:g}] (±{bound:.1f})")
-    return (SklearnOutput(method="decision_function", event_index=event, classes=listed),
-            f"scikit-learn {model.name}: the margin is its decision_function, a raw score (not a "
-            "log-odds), calibrated as it is")
+        return (
+            SklearnOutput(method="predict_proba", event_index=event, classes=listed, clip=PROBABILITY_CLIP),
+            f"scikit-learn {model.name}: the margin is logit(p) of its predict_proba for class {listed[event]!r}, "
+            f"p clipped to [{PROBABILITY_CLIP:g}, 1 − {PROBABILITY_CLIP:g}] (±{bound:.1f})",
+        )
+    return (
+        SklearnOutput(method="decision_function", event_index=event, classes=listed),
+        f"scikit-learn {model.name}: the margin is its decision_function, a raw score (not a "
+        "log-odds), calibrated as it is",
+    )
 
 
 SOFTMAX_TOLERANCE = 1e-6
@@ -468,12 +530,16 @@ def _class_output_choice(model: _Model, holdout: np.ndarray) -> tuple[SklearnOut
         if scores is not None and probability is not None and scores.shape == probability.shape:
             shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
             if float(np.abs(shifted / shifted.sum(axis=1, keepdims=True) - probability).max()) <= SOFTMAX_TOLERANCE:
-                return (SklearnOutput(method="decision_function", classes=listed),
-                        f"scikit-learn {model.name} of classes {listed}: the margins are its decision_function, one "
-                        "per class, whose softmax is its predict_proba (checked on the hold-out)")
-    return (SklearnOutput(method="predict_proba", classes=listed, clip=PROBABILITY_CLIP),
-            f"scikit-learn {model.name} of classes {listed}: the margins are the log of its predict_proba, one per "
-            f"class, p clipped below at {PROBABILITY_CLIP:g} (their softmax is its probabilities)")
+                return (
+                    SklearnOutput(method="decision_function", classes=listed),
+                    f"scikit-learn {model.name} of classes {listed}: the margins are its decision_function, one "
+                    "per class, whose softmax is its predict_proba (checked on the hold-out)",
+                )
+    return (
+        SklearnOutput(method="predict_proba", classes=listed, clip=PROBABILITY_CLIP),
+        f"scikit-learn {model.name} of classes {listed}: the margins are the log of its predict_proba, one per "
+        f"class, p clipped below at {PROBABILITY_CLIP:g} (their softmax is its probabilities)",
+    )
 
 
 def _model_rows(model: _Model, rows: np.ndarray) -> np.ndarray:
@@ -487,7 +553,11 @@ def _model_rows(model: _Model, rows: np.ndarray) -> np.ndarray:
 
 def _classifies(output: SklearnOutput) -> bool:
     """Whether the output is a multiclass classifier's: one margin per class (a binary one names its event's column)."""
-    return output.method in ("decision_function", "predict_proba") and output.event_index is None and len(output.classes) > 2
+    return (
+        output.method in ("decision_function", "predict_proba")
+        and output.event_index is None
+        and len(output.classes) > 2
+    )
 
 
 def inference_sklearn_margins(model: _Model, output: SklearnOutput, rows: np.ndarray) -> np.ndarray:
@@ -531,12 +601,16 @@ def _sklearn_tree_arrays(
     for tree, values in zip(trees, leaf_values, strict=True):
         left = tree.children_left.astype(np.int64)
         leaf = left < 0
-        parts.append((
-            left, tree.children_right.astype(np.int64), np.where(leaf, 0, tree.feature).astype(np.int64),
-            np.where(leaf, values, _leq_thresholds(tree.threshold)),
-            (tree.missing_go_to_left.astype(np.uint8) if nan_left else np.zeros(left.size, dtype=np.uint8)),
-            tree.weighted_n_node_samples.astype(np.float64),
-        ))
+        parts.append(
+            (
+                left,
+                tree.children_right.astype(np.int64),
+                np.where(leaf, 0, tree.feature).astype(np.int64),
+                np.where(leaf, values, _leq_thresholds(tree.threshold)),
+                (tree.missing_go_to_left.astype(np.uint8) if nan_left else np.zeros(left.size, dtype=np.uint8)),
+                tree.weighted_n_node_samples.astype(np.float64),
+            )
+        )
     return _concatenated(parts, bias, n_features)
 
 
@@ -548,12 +622,16 @@ def _hist_tree_arrays(predictors: list[Any], *, bias: float, n_features: int) ->
             raise TreeShapUnsupported("it splits on categories (categorical_features)")
         leaf = nodes["is_leaf"].astype(bool)
         # The node fields are unsigned: widen before writing -1 at the leaves.
-        parts.append((
-            np.where(leaf, -1, nodes["left"].astype(np.int64)), np.where(leaf, -1, nodes["right"].astype(np.int64)),
-            np.where(leaf, 0, nodes["feature_idx"].astype(np.int64)),
-            np.where(leaf, nodes["value"].astype(np.float64), _leq_thresholds(nodes["num_threshold"])),
-            nodes["missing_go_to_left"].astype(np.uint8), nodes["count"].astype(np.float64),
-        ))
+        parts.append(
+            (
+                np.where(leaf, -1, nodes["left"].astype(np.int64)),
+                np.where(leaf, -1, nodes["right"].astype(np.int64)),
+                np.where(leaf, 0, nodes["feature_idx"].astype(np.int64)),
+                np.where(leaf, nodes["value"].astype(np.float64), _leq_thresholds(nodes["num_threshold"])),
+                nodes["missing_go_to_left"].astype(np.uint8),
+                nodes["count"].astype(np.float64),
+            )
+        )
     return _concatenated(parts, bias, n_features)
 
 
@@ -563,8 +641,15 @@ def _concatenated(parts: list[tuple[np.ndarray, ...]], bias: float, n_features: 
     sizes = np.array([p[0].size for p in parts], dtype=np.int64)
     left, right, feature, value, default_left, cover = (np.concatenate([p[i] for p in parts]) for i in range(6))
     return TreeArrays(
-        left=left, right=right, feature=feature, value=value, default_left=default_left, cover=cover,
-        node_start=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), bias=float(bias), n_features=n_features,
+        left=left,
+        right=right,
+        feature=feature,
+        value=value,
+        default_left=default_left,
+        cover=cover,
+        node_start=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        bias=float(bias),
+        n_features=n_features,
     )
 
 
@@ -579,7 +664,9 @@ class _TreePlan:
     output_label: str
 
 
-def _tree_plan(model: _Model, output: SklearnOutput, n_features: int, class_index: int | None = None) -> _TreePlan | None:
+def _tree_plan(
+    model: _Model, output: SklearnOutput, n_features: int, class_index: int | None = None
+) -> _TreePlan | None:
     """The estimator's trees, or None when it has none; raises TreeShapUnsupported for trees the kernel cannot take.
     `class_index`: a multiclass classifier's trees of that class (what adds up to its margin or probability)."""
     final, name, event = model.final, model.name, output.event_index if class_index is None else class_index
@@ -593,28 +680,39 @@ def _tree_plan(model: _Model, output: SklearnOutput, n_features: int, class_inde
         values = [m.tree_.value[:, 0, 0].astype(np.float64) / len(members) for m in members]
         return _TreePlan(
             _sklearn_tree_arrays([m.tree_ for m in members], values, bias=0.0, n_features=n_features, nan_left=True),
-            "margin", lambda rows: np.asarray(final.predict(rows), dtype=np.float64).reshape(-1), "predict",
+            "margin",
+            lambda rows: np.asarray(final.predict(rows), dtype=np.float64).reshape(-1),
+            "predict",
         )
     if name == "GradientBoostingRegressor":
         from sklearn.dummy import DummyRegressor
 
         init = final.init_
         if not (isinstance(init, str) and init == "zero") and not isinstance(init, DummyRegressor):
-            raise TreeShapUnsupported(f"its init estimator ({type(init).__name__}) gives each row its own starting score")
+            raise TreeShapUnsupported(
+                f"its init estimator ({type(init).__name__}) gives each row its own starting score"
+            )
         members = [m.tree_ for m in final.estimators_[:, 0]]
         bias = float(final._raw_predict_init(np.zeros((1, n_features), dtype=np.float32))[0, 0])
         values = [final.learning_rate * tree.value[:, 0, 0].astype(np.float64) for tree in members]
         return _TreePlan(
-            _sklearn_tree_arrays(members, values, bias=bias, n_features=n_features, nan_left=False), "margin",
-            lambda rows: final._raw_predict(np.ascontiguousarray(rows, dtype=np.float32))[:, 0], "predict",
+            _sklearn_tree_arrays(members, values, bias=bias, n_features=n_features, nan_left=False),
+            "margin",
+            lambda rows: final._raw_predict(np.ascontiguousarray(rows, dtype=np.float32))[:, 0],
+            "predict",
         )
     if name == "HistGradientBoostingRegressor":
         if getattr(final, "_preprocessor", None) is not None:
             raise TreeShapUnsupported("it encodes categorical columns itself (categorical_features)")
-        trees = _hist_tree_arrays([stage[0] for stage in final._predictors], bias=float(np.ravel(final._baseline_prediction)[0]),
-                                  n_features=n_features)
+        trees = _hist_tree_arrays(
+            [stage[0] for stage in final._predictors],
+            bias=float(np.ravel(final._baseline_prediction)[0]),
+            n_features=n_features,
+        )
         return _TreePlan(
-            trees, "margin", lambda rows: np.asarray(final._raw_predict(rows), dtype=np.float64).reshape(-1),
+            trees,
+            "margin",
+            lambda rows: np.asarray(final._raw_predict(rows), dtype=np.float64).reshape(-1),
             "predict" if output.method == "predict" else "raw prediction",
         )
     if name in _FOREST_TREES:
@@ -625,14 +723,20 @@ def _tree_plan(model: _Model, output: SklearnOutput, n_features: int, class_inde
         values = [m.tree_.value[:, 0, event].astype(np.float64) / len(members) for m in members]
         return _TreePlan(
             _sklearn_tree_arrays([m.tree_ for m in members], values, bias=0.0, n_features=n_features, nan_left=True),
-            "probability", lambda rows: final.predict_proba(rows)[:, event], "predict_proba",
+            "probability",
+            lambda rows: final.predict_proba(rows)[:, event],
+            "predict_proba",
         )
     if name == "GradientBoostingClassifier":
         from sklearn.dummy import DummyClassifier
 
         init = final.init_
-        if not (isinstance(init, str) and init == "zero") and not (isinstance(init, DummyClassifier) and init.strategy == "prior"):
-            raise TreeShapUnsupported(f"its init estimator ({type(init).__name__}) gives each row its own starting score")
+        if not (isinstance(init, str) and init == "zero") and not (
+            isinstance(init, DummyClassifier) and init.strategy == "prior"
+        ):
+            raise TreeShapUnsupported(
+                f"its init estimator ({type(init).__name__}) gives each row its own starting score"
+            )
         if final.estimators_.shape[1] != 1:
             raise TreeShapUnsupported("it has several trees per stage")
         members = [m.tree_ for m in final.estimators_[:, 0]]
@@ -645,16 +749,27 @@ def _tree_plan(model: _Model, output: SklearnOutput, n_features: int, class_inde
             return final._raw_predict(np.ascontiguousarray(rows, dtype=np.float32))[:, 0]
 
         return _TreePlan(
-            _sklearn_tree_arrays(members, values, bias=bias, n_features=n_features, nan_left=False), "margin", raw, "decision_function",
+            _sklearn_tree_arrays(members, values, bias=bias, n_features=n_features, nan_left=False),
+            "margin",
+            raw,
+            "decision_function",
         )
     if name == "HistGradientBoostingClassifier":
         if getattr(final, "_preprocessor", None) is not None:
             raise TreeShapUnsupported("it encodes categorical columns itself (categorical_features)")
         if final.n_trees_per_iteration_ != 1:
             raise TreeShapUnsupported("it has several trees per iteration")
-        trees = _hist_tree_arrays([stage[0] for stage in final._predictors], bias=float(np.ravel(final._baseline_prediction)[0]),
-                                  n_features=n_features)
-        return _TreePlan(trees, "margin", lambda rows: np.asarray(final.decision_function(rows), dtype=np.float64), "decision_function")
+        trees = _hist_tree_arrays(
+            [stage[0] for stage in final._predictors],
+            bias=float(np.ravel(final._baseline_prediction)[0]),
+            n_features=n_features,
+        )
+        return _TreePlan(
+            trees,
+            "margin",
+            lambda rows: np.asarray(final.decision_function(rows), dtype=np.float64),
+            "decision_function",
+        )
     return None
 
 
@@ -669,27 +784,43 @@ def _class_tree_plan(model: _Model, n_features: int, k: int) -> _TreePlan | None
         values = [m.tree_.value[:, 0, k].astype(np.float64) / len(members) for m in members]
         return _TreePlan(
             _sklearn_tree_arrays([m.tree_ for m in members], values, bias=0.0, n_features=n_features, nan_left=True),
-            "probability", lambda rows: final.predict_proba(rows)[:, k], "predict_proba",
+            "probability",
+            lambda rows: final.predict_proba(rows)[:, k],
+            "predict_proba",
         )
     if name == "GradientBoostingClassifier":
         from sklearn.dummy import DummyClassifier
 
         init = final.init_
-        if not (isinstance(init, str) and init == "zero") and not (isinstance(init, DummyClassifier) and init.strategy == "prior"):
-            raise TreeShapUnsupported(f"its init estimator ({type(init).__name__}) gives each row its own starting score")
+        if not (isinstance(init, str) and init == "zero") and not (
+            isinstance(init, DummyClassifier) and init.strategy == "prior"
+        ):
+            raise TreeShapUnsupported(
+                f"its init estimator ({type(init).__name__}) gives each row its own starting score"
+            )
         members = [m.tree_ for m in final.estimators_[:, k]]
         bias = float(final._raw_predict_init(np.zeros((1, n_features), dtype=np.float32))[0, k])
         values = [final.learning_rate * tree.value[:, 0, 0].astype(np.float64) for tree in members]
         return _TreePlan(
-            _sklearn_tree_arrays(members, values, bias=bias, n_features=n_features, nan_left=False), "margin",
-            lambda rows: final._raw_predict(np.ascontiguousarray(rows, dtype=np.float32))[:, k], "decision_function",
+            _sklearn_tree_arrays(members, values, bias=bias, n_features=n_features, nan_left=False),
+            "margin",
+            lambda rows: final._raw_predict(np.ascontiguousarray(rows, dtype=np.float32))[:, k],
+            "decision_function",
         )
     if name == "HistGradientBoostingClassifier":
         if getattr(final, "_preprocessor", None) is not None:
             raise TreeShapUnsupported("it encodes categorical columns itself (categorical_features)")
-        trees = _hist_tree_arrays([stage[k] for stage in final._predictors], bias=float(np.ravel(final._baseline_prediction)[k]),
-                                  n_features=n_features)
-        return _TreePlan(trees, "margin", lambda rows: np.asarray(final.decision_function(rows), dtype=np.float64)[:, k], "decision_function")
+        trees = _hist_tree_arrays(
+            [stage[k] for stage in final._predictors],
+            bias=float(np.ravel(final._baseline_prediction)[k]),
+            n_features=n_features,
+        )
+        return _TreePlan(
+            trees,
+            "margin",
+            lambda rows: np.asarray(final.decision_function(rows), dtype=np.float64)[:, k],
+            "decision_function",
+        )
     return None
 
 
@@ -717,12 +848,20 @@ def _explainer(model: _Model, output: SklearnOutput, n_features: int) -> _Explai
     if plan is not None:
         return _Explainer("treeshap", plan)
     coef = getattr(model.final, "coef_", None)
-    if isinstance(model.final, LinearClassifierMixin) and coef is not None and np.shape(coef) == (max(n_classes, 1), n_features) and output.method == "decision_function":
+    if (
+        isinstance(model.final, LinearClassifierMixin)
+        and coef is not None
+        and np.shape(coef) == (max(n_classes, 1), n_features)
+        and output.method == "decision_function"
+    ):
         return _Explainer("linear")
     if _linear_regressor(model, n_features) and output.method in ("predict", "raw_predict"):
         return _Explainer("linear")
-    native = {"lightgbm": "its booster with model.booster_.save_model('model.txt')", "xgboost": "its booster with "
-              "model.get_booster().save_model('model.ubj')", "catboost": "it with model.save_model('model.cbm')"}
+    native = {
+        "lightgbm": "its booster with model.booster_.save_model('model.txt')",
+        "xgboost": "its booster with model.get_booster().save_model('model.ubj')",
+        "catboost": "it with model.save_model('model.cbm')",
+    }
     framework = type(model.final).__module__.split(".")[0]
     if framework in native:
         # A framework's own scikit-learn wrapper inside skops: its trees are not scikit-learn's to read.
@@ -736,8 +875,11 @@ def _linear_regressor(model: _Model, n_features: int) -> bool:
     final = model.final
     coef, intercept = getattr(final, "coef_", None), getattr(final, "intercept_", None)
     return (
-        type(final).__module__.startswith("sklearn.linear_model") and coef is not None and intercept is not None
-        and np.size(coef) == n_features and np.size(intercept) == 1
+        type(final).__module__.startswith("sklearn.linear_model")
+        and coef is not None
+        and intercept is not None
+        and np.size(coef) == n_features
+        and np.size(intercept) == 1
     )
 
 
@@ -751,11 +893,18 @@ def _transform(model: _Model) -> Callable[[np.ndarray], np.ndarray] | None:
 
 
 def _checked_kernel(plan: _TreePlan, model_label: str, nthread: int = 0):  # noqa: ANN202  (a KernelChoice)
-    return inference_output_checked_treeshap(plan.trees, plan.output, model_label=model_label, framework=FRAMEWORK, nthread=nthread)
+    return inference_output_checked_treeshap(
+        plan.trees, plan.output, model_label=model_label, framework=FRAMEWORK, nthread=nthread
+    )
 
 
 def inference_registration_fields(
-    model_path: Path, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *, trusted_types: tuple[str, ...] = (),
+    model_path: Path,
+    features: tuple[str, ...],
+    holdout: np.ndarray,
+    reference: np.ndarray,
+    *,
+    trusted_types: tuple[str, ...] = (),
     kind: str = "binary",
 ) -> RegistrationFields:
     """How the estimator scores (`sklearn_output`; for a forecast job's regressor also the `link` from its margin to
@@ -796,9 +945,15 @@ def inference_registration_fields(
                     f"model file {model_path} is {model.description}, which rejects missing inputs "
                     f"({_first_line(exc)}), and {missing:,} of the {what}'s {rows.shape[0]:,} rows have missing inputs "
                     "(NaN); impute them in the pipeline (SimpleImputer) or fit an estimator that takes NaN ("
-                    + ("HistGradientBoostingClassifier, the tree classifiers)" if kind == "binary" else "HistGradientBoostingRegressor, the tree regressors)")
+                    + (
+                        "HistGradientBoostingClassifier, the tree classifiers)"
+                        if kind == "binary"
+                        else "HistGradientBoostingRegressor, the tree regressors)"
+                    )
                 ) from None
-            raise ModelArtifactError(f"model file {model_path} ({model.description}) fails on the {what}'s rows: {_first_line(exc)}") from None
+            raise ModelArtifactError(
+                f"model file {model_path} ({model.description}) fails on the {what}'s rows: {_first_line(exc)}"
+            ) from None
         if given != rows.shape[0]:
             raise ModelArtifactError(
                 f"model file {model_path} ({model.description}) gives {given:,} values for the {what}'s "
@@ -820,13 +975,19 @@ def inference_registration_fields(
                 assert class_plan is not None, "a model with trees has them for every class"
                 _checked_kernel(class_plan, str(model_path))
         except TreeShapUnsupported as exc:
-            explainer = _Explainer("none", detail=f"{model.description} whose trees the TreeSHAP table cannot take ({exc})")
+            explainer = _Explainer(
+                "none", detail=f"{model.description} whose trees the TreeSHAP table cannot take ({exc})"
+            )
         else:
             fields["explanation"] = ModelExplanation(method="treeshap", scale=plan.scale)
             if n_classes:
                 notes.append(
                     f"reasons: exact TreeSHAP of each class's trees of the {model.name}, adding up to that class's "
-                    + ("probability (a forest's proportions; the margin is its log)" if plan.scale == "probability" else f"{plan.output_label} column")
+                    + (
+                        "probability (a forest's proportions; the margin is its log)"
+                        if plan.scale == "probability"
+                        else f"{plan.output_label} column"
+                    )
                 )
             elif plan.scale == "probability":
                 notes.append(
@@ -835,7 +996,9 @@ def inference_registration_fields(
                     "margin (that probability's logit)"
                 )
             else:
-                notes.append(f"reasons: exact TreeSHAP of the {model.name}'s trees, adding up to its {plan.output_label}")
+                notes.append(
+                    f"reasons: exact TreeSHAP of the {model.name}'s trees, adding up to its {plan.output_label}"
+                )
     if explainer.method == "linear":
         transform = _transform(model)
         columns = reference if transform is None else transform(reference)
@@ -868,7 +1031,9 @@ class SklearnEngine(ExplainingEngine):
         if device == "auto":
             log.info("[INF] model_name=%s device auto: scikit-learn scores on CPU", meta.name)
         if meta.sklearn_output is None:
-            raise ModelArtifactError(f"model {meta.name} {meta.version}: its metadata.json has no sklearn_output; register the file again")
+            raise ModelArtifactError(
+                f"model {meta.name} {meta.version}: its metadata.json has no sklearn_output; register the file again"
+            )
         self.output = meta.sklearn_output
         self.model = _loaded(self.model_path, meta.skops_trusted)
         self.device_type = "cpu"
@@ -883,26 +1048,37 @@ class SklearnEngine(ExplainingEngine):
         elif method == "treeshap":
             plan = _tree_plan(self.model, self.output, len(self.feature_names))
             if plan is None:
-                raise ModelArtifactError(f"model {label}: its metadata says treeshap, but {self.model.description} has no trees")
+                raise ModelArtifactError(
+                    f"model {label}: its metadata says treeshap, but {self.model.description} has no trees"
+                )
             try:
                 choice = _checked_kernel(plan, label, nthread)
             except TreeShapUnsupported as exc:
-                raise ModelArtifactError(f"model {label}: its trees no longer pass the registration's check: {exc}") from None
+                raise ModelArtifactError(
+                    f"model {label}: its trees no longer pass the registration's check: {exc}"
+                ) from None
             self._explained_transform = _transform(self.model)
             self.contributions_source = TreeContributions(
-                choice, None, nthread=nthread, framework_label=f"scikit-learn {plan.output_label}",
+                choice,
+                None,
+                nthread=nthread,
+                framework_label=f"scikit-learn {plan.output_label}",
                 output=self._tree_output(plan),
             )
         elif method == "linear":
             assert meta.explanation is not None, "the method is the recorded explanation's"
             self.contributions_source = LinearContributions(
-                np.asarray(self.model.final.coef_, dtype=np.float64).reshape(-1), np.asarray(meta.explanation.reference_mean),
-                float(np.ravel(self.model.final.intercept_)[0]), transform=_transform(self.model),
+                np.asarray(self.model.final.coef_, dtype=np.float64).reshape(-1),
+                np.asarray(meta.explanation.reference_mean),
+                float(np.ravel(self.model.final.intercept_)[0]),
+                transform=_transform(self.model),
                 output=lambda rows: inference_sklearn_margins(self.model, self.output, rows),
             )
         self.reasons_unavailable = inference_reasons_unavailable(meta) if self.contributions_source is None else None
         if self.contributions_source is None and self.reasons_unavailable is None:
-            self.reasons_unavailable = f"model {label} is {self.model.description}, which has no exact feature contributions here"
+            self.reasons_unavailable = (
+                f"model {label} is {self.model.description}, which has no exact feature contributions here"
+            )
 
     def _class_sources(self, method: str, n_classes: int, label: str, nthread: int) -> None:
         """A multiclass model's contributions, one source per class: class k's trees or coefficients (coef_[k])."""
@@ -914,20 +1090,36 @@ class SklearnEngine(ExplainingEngine):
             if method == "linear":
                 assert self.metadata.explanation is not None, "the method is the recorded explanation's"
                 source: TreeContributions | LinearContributions = LinearContributions(
-                    np.asarray(self.model.final.coef_, dtype=np.float64)[k], np.asarray(self.metadata.explanation.reference_mean),
-                    float(np.ravel(self.model.final.intercept_)[k]), transform=transform, output=margin_k,
+                    np.asarray(self.model.final.coef_, dtype=np.float64)[k],
+                    np.asarray(self.metadata.explanation.reference_mean),
+                    float(np.ravel(self.model.final.intercept_)[k]),
+                    transform=transform,
+                    output=margin_k,
                 )
             else:
                 plan = _tree_plan(self.model, self.output, len(self.feature_names), k)
                 if plan is None:
-                    raise ModelArtifactError(f"model {label}: its metadata says treeshap, but {self.model.description} has no trees")
+                    raise ModelArtifactError(
+                        f"model {label}: its metadata says treeshap, but {self.model.description} has no trees"
+                    )
                 try:
                     choice = _checked_kernel(plan, f"{label} class {self.metadata.classes[k]!r}", nthread)
                 except TreeShapUnsupported as exc:
-                    raise ModelArtifactError(f"model {label}: its trees no longer pass the registration's check: {exc}") from None
-                output = margin_k if plan.scale == "margin" else (lambda rows, k=k: np.asarray(
-                    self.model.estimator.predict_proba(_model_rows(self.model, rows)), dtype=np.float64)[:, k])
-                source = TreeContributions(choice, None, nthread=nthread, framework_label=f"scikit-learn {plan.output_label}", output=output)
+                    raise ModelArtifactError(
+                        f"model {label}: its trees no longer pass the registration's check: {exc}"
+                    ) from None
+                output = (
+                    margin_k
+                    if plan.scale == "margin"
+                    else (
+                        lambda rows, k=k: np.asarray(
+                            self.model.estimator.predict_proba(_model_rows(self.model, rows)), dtype=np.float64
+                        )[:, k]
+                    )
+                )
+                source = TreeContributions(
+                    choice, None, nthread=nthread, framework_label=f"scikit-learn {plan.output_label}", output=output
+                )
                 self._explained_transform = transform
             source.counts = counts
             sources.append(source)
@@ -938,7 +1130,8 @@ class SklearnEngine(ExplainingEngine):
         """Raw rows → what the trees add up to, through the whole pipeline: the registration's local-accuracy check."""
         if plan.output_label == "predict_proba":
             return lambda rows: np.asarray(
-                self.model.estimator.predict_proba(_model_rows(self.model, rows)), dtype=np.float64,
+                self.model.estimator.predict_proba(_model_rows(self.model, rows)),
+                dtype=np.float64,
             )[:, self.output.event_index]
         return lambda rows: inference_sklearn_margins(self.model, self.output, rows)
 
@@ -949,7 +1142,9 @@ class SklearnEngine(ExplainingEngine):
         start = time.perf_counter()
         margins = inference_sklearn_margins(self.model, self.output, batch.features)
         latency_ms = (time.perf_counter() - start) * 1000.0
-        return _logged_output(self.metadata, batch, margins, latency_ms, self.device_type, f" sklearn={self.output.method}")
+        return _logged_output(
+            self.metadata, batch, margins, latency_ms, self.device_type, f" sklearn={self.output.method}"
+        )
 
 
 ENGINE = SklearnEngine

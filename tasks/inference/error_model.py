@@ -23,8 +23,14 @@ from tasks.inference.frameworks import inference_xgboost_module
 ERROR_MODEL_FILE = "error_model.ubj"
 ERROR_MODEL_ROUNDS = 60
 ERROR_MODEL_PARAMS = {
-    "objective": "reg:squarederror", "max_depth": 3, "eta": 0.1, "min_child_weight": 20.0, "lambda": 5.0,
-    "tree_method": "hist", "seed": 0, "nthread": 2,
+    "objective": "reg:squarederror",
+    "max_depth": 3,
+    "eta": 0.1,
+    "min_child_weight": 20.0,
+    "lambda": 5.0,
+    "tree_method": "hist",
+    "seed": 0,
+    "nthread": 2,
 }
 
 
@@ -50,13 +56,17 @@ class ErrorModel:
         try:
             self.booster.load_model(str(path))
         except (xgb.core.XGBoostError, UnicodeDecodeError, ValueError) as exc:
-            raise ModelArtifactError(f"error model {path} could not be loaded by XGBoost: {str(exc).splitlines()[0]}") from exc
+            raise ModelArtifactError(
+                f"error model {path} could not be loaded by XGBoost: {str(exc).splitlines()[0]}"
+            ) from exc
         self.booster.set_param({"nthread": nthread, "device": "cpu"})
         self.latency_ms = 0.0
 
     def inference_expected_error(self, features: np.ndarray, margins: np.ndarray) -> np.ndarray:
         """Each row's expected |actual − forecast|, never below 0 (the squared-error fit can dip under it)."""
         start = time.perf_counter()
-        expected = self.booster.inplace_predict(_with_margin(features, margins), predict_type="value", validate_features=False)
+        expected = self.booster.inplace_predict(
+            _with_margin(features, margins), predict_type="value", validate_features=False
+        )
         self.latency_ms = (time.perf_counter() - start) * 1000.0
         return np.maximum(np.asarray(expected, dtype=np.float64), 0.0)

@@ -28,8 +28,12 @@ ENGINE_MODULES = {
 }
 
 XGBOOST_FORECAST_OBJECTIVES = {
-    "reg:squarederror": "identity", "reg:absoluteerror": "identity", "reg:pseudohubererror": "identity",
-    "count:poisson": "log", "reg:tweedie": "log", "reg:gamma": "log",
+    "reg:squarederror": "identity",
+    "reg:absoluteerror": "identity",
+    "reg:pseudohubererror": "identity",
+    "count:poisson": "log",
+    "reg:tweedie": "log",
+    "reg:gamma": "log",
 }
 """XGBoost objectives a forecast job takes, with the link between the margin and the forecast."""
 
@@ -78,7 +82,12 @@ def _trust(framework: str, trusted_types: tuple[str, ...]) -> dict[str, tuple[st
 
 
 def inference_framework_input_problem(
-    model_path: Path, framework: str, features: tuple[str, ...], *, trusted_types: tuple[str, ...] = (), kind: str = "binary",
+    model_path: Path,
+    framework: str,
+    features: tuple[str, ...],
+    *,
+    trusted_types: tuple[str, ...] = (),
+    kind: str = "binary",
     classes: tuple[str, ...] = (),
 ) -> str | None:
     """Why the model file cannot score the job's features as a model of the job's kind (a binary
@@ -90,8 +99,14 @@ def inference_framework_input_problem(
 
 
 def inference_framework_registration_fields(
-    model_path: Path, framework: str, features: tuple[str, ...], holdout: np.ndarray, reference: np.ndarray, *,
-    trusted_types: tuple[str, ...] = (), kind: str = "binary",
+    model_path: Path,
+    framework: str,
+    features: tuple[str, ...],
+    holdout: np.ndarray,
+    reference: np.ndarray,
+    *,
+    trusted_types: tuple[str, ...] = (),
+    kind: str = "binary",
 ) -> RegistrationFields:
     """The framework's metadata fields for this model (its output, its explanation and, for a forecast
     job's regressor, the `link` from its margin to the forecast); refuses what cannot score honestly."""
@@ -109,14 +124,17 @@ def inference_framework_registration_fields(
     if framework == "onnx":
         from tasks.inference.onnx_explained import inference_onnx_registration_explanation
         from tasks.inference.onnx_outputs import inference_registered_onnx_output
-
         from tasks.inference.registry import ModelExplanation
 
         choice = inference_registered_onnx_output(model_path, holdout, kind=kind)
         if kind == "multiclass":
             # The graph's explaining node is read for one output; a class vector's per-class reading is not built.
-            explanation = ModelExplanation(method="none", detail="a multiclass ONNX graph (per-class reasons are not read from ONNX graphs)")
-            notes = ["reasons: none for a multiclass ONNX graph; its rows are scored with reasons off (counted as unavailable)"]
+            explanation = ModelExplanation(
+                method="none", detail="a multiclass ONNX graph (per-class reasons are not read from ONNX graphs)"
+            )
+            notes = [
+                "reasons: none for a multiclass ONNX graph; its rows are scored with reasons off (counted as unavailable)"
+            ]
         else:
             explanation, notes = inference_onnx_registration_explanation(model_path, choice.output, holdout, reference)
         fields = {"onnx_output": choice.output, "explanation": explanation}

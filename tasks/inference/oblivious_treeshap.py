@@ -90,8 +90,18 @@ class ObliviousTreeShapKernel:
         with _PARALLEL_LAUNCH:
             numba.set_num_threads(threads)
             inference_oblivious_contributions(
-                x, self.level_feature, self.level_value, self.level_default_left, self.tree_level_start, self.tree_feature,
-                self.tree_feature_start, self.tree_table_start, self.table, self.bias, out, block,
+                x,
+                self.level_feature,
+                self.level_value,
+                self.level_default_left,
+                self.tree_level_start,
+                self.tree_feature,
+                self.tree_feature_start,
+                self.tree_table_start,
+                self.table,
+                self.bias,
+                out,
+                block,
             )
         return out
 
@@ -114,12 +124,17 @@ def _oblivious_depth(trees: TreeArrays, tree: int) -> int:
         for name in ("feature", "value", "default_left"):
             column = getattr(trees, name)[nodes]
             if np.any(column != column[0]):
-                raise TreeShapUnsupported(f"tree {tree} splits level {level} on more than one {name}: it is not oblivious")
+                raise TreeShapUnsupported(
+                    f"tree {tree} splits level {level} on more than one {name}: it is not oblivious"
+                )
     return depth
 
 
 def _leaf_rows(
-    feature: np.ndarray, value: np.ndarray, default_left: np.ndarray, n_features: int,
+    feature: np.ndarray,
+    value: np.ndarray,
+    default_left: np.ndarray,
+    n_features: int,
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(one row per reachable leaf index, those leaf indices, the tree's distinct features) of one oblivious tree
     whose levels (root first) split on `feature` below `value` (float32), NaN going left where `default_left`."""
@@ -131,12 +146,16 @@ def _leaf_rows(
         thresholds = value[levels].astype(np.float32)
         # The thresholds cut the float32 line into intervals that each start at a threshold or at -inf; every
         # value of an interval answers alike, and NaN answers by the defaults. These values reach every answer.
-        candidates = np.concatenate([
-            np.array([np.nan, -np.inf, np.inf], dtype=np.float32),
-            thresholds,
-            np.nextafter(thresholds, np.float32(-np.inf)),
-        ]).astype(np.float32)
-        go_left = (candidates[:, None] < thresholds[None, :]) | (np.isnan(candidates)[:, None] & (default_left[levels] != 0)[None, :])
+        candidates = np.concatenate(
+            [
+                np.array([np.nan, -np.inf, np.inf], dtype=np.float32),
+                thresholds,
+                np.nextafter(thresholds, np.float32(-np.inf)),
+            ]
+        ).astype(np.float32)
+        go_left = (candidates[:, None] < thresholds[None, :]) | (
+            np.isnan(candidates)[:, None] & (default_left[levels] != 0)[None, :]
+        )
         bits = ((~go_left).astype(np.int64) << (depth - 1 - levels)[None, :]).sum(axis=1)
         answers: dict[int, float] = {}
         for candidate, pattern in zip(candidates.tolist(), bits.tolist(), strict=True):
@@ -162,7 +181,9 @@ def inference_oblivious_treeshap_kernel(
     level's nodes one after another, the root first); raises TreeShapUnsupported for anything else, and for
     whatever the table kernel it is built from cannot represent."""
     depths = [_oblivious_depth(trees, t) for t in range(trees.node_start.size - 1)]
-    general: TreeShapKernel = inference_treeshap_kernel(trees, max_path_features=max_path_features, max_table_bytes=max_table_bytes)
+    general: TreeShapKernel = inference_treeshap_kernel(
+        trees, max_path_features=max_path_features, max_table_bytes=max_table_bytes
+    )
     level_feature, level_value, level_default_left, tree_feature, tables = [], [], [], [], []
     for t, depth in enumerate(depths):
         roots = int(trees.node_start[t]) + 2 ** np.arange(depth) - 1

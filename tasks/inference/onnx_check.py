@@ -170,10 +170,13 @@ def inference_validate_onnx_model(
     output_issues: list[tuple[str, str]] = []
     for name, declared in declared_outputs:
         if declared is not None and name in inferred and (mismatch := _static_mismatch(declared, inferred[name])):
-            output_issues.append((
-                name, f"output {name!r}: declared {_fmt(declared)}, shape inference gives "
-                    f"{_fmt(inferred[name])} ({mismatch})"
-            ))
+            output_issues.append(
+                (
+                    name,
+                    f"output {name!r}: declared {_fmt(declared)}, shape inference gives "
+                    f"{_fmt(inferred[name])} ({mismatch})",
+                )
+            )
 
     session, used, operators, cpu_nodes = _session_and_operators(model_path, provider)
 
@@ -193,12 +196,17 @@ def inference_validate_onnx_model(
         actual = tuple(value.shape)
         mismatch = _runtime_mismatch(declared, actual, bindings) if declared is not None else None
         if mismatch:
-            output_issues.append((name, f"output {name!r}: declared {_fmt(declared)}, ONNX Runtime returns {_fmt(actual)} ({mismatch})"))
+            output_issues.append(
+                (name, f"output {name!r}: declared {_fmt(declared)}, ONNX Runtime returns {_fmt(actual)} ({mismatch})")
+            )
         elif name in inferred and (mismatch := _runtime_mismatch(inferred[name], actual, dict(bindings))):
-            output_issues.append((
-                name, f"output {name!r}: shape inference gives {_fmt(inferred[name])}, ONNX Runtime returns "
-                    f"{_fmt(actual)} ({mismatch})"
-            ))
+            output_issues.append(
+                (
+                    name,
+                    f"output {name!r}: shape inference gives {_fmt(inferred[name])}, ONNX Runtime returns "
+                    f"{_fmt(actual)} ({mismatch})",
+                )
+            )
     # onnxmltools declares its LightGBM export's label output (1,) and ONNX Runtime returns one label per row: a
     # declaration nothing reads when registration scores another output. It is said, and fails nothing.
     choice = _scored_choice(model, session, actual_outputs, sample) if fits else None
@@ -212,7 +220,9 @@ def inference_validate_onnx_model(
         for name, declared in declared_outputs:
             if declared is None and name in actual_outputs and not isinstance(actual_outputs[name], np.ndarray):
                 typed = next(meta.type for meta in session.get_outputs() if meta.name == name)
-                parts.append(f"output {name!r} typed {typed}, ONNX Runtime returns {_value_words(actual_outputs[name])}")
+                parts.append(
+                    f"output {name!r} typed {typed}, ONNX Runtime returns {_value_words(actual_outputs[name])}"
+                )
                 continue
             guess = _fmt(inferred[name]) if name in inferred else "(not inferred)"
             got = f", ONNX Runtime {_fmt(np.asarray(actual_outputs[name]).shape)}" if name in actual_outputs else ""
@@ -525,7 +535,9 @@ def _scored_choice(model, session, outputs: Mapping[str, object], sample: np.nda
     types = {meta.name: meta.type for meta in session.get_outputs()}
     try:
         choice = inference_onnx_output_choice(
-            model, {name: (types[name], value) for name, value in outputs.items()}, rows=int(sample.shape[0]) if sample.ndim else 1
+            model,
+            {name: (types[name], value) for name, value in outputs.items()},
+            rows=int(sample.shape[0]) if sample.ndim else 1,
         )
     except ModelArtifactError:
         return None
@@ -601,11 +613,11 @@ def _placement_result(placements: NodePlacementLog, provider: str) -> tuple[Chec
         return CheckResult("operators", CheckStatus.FAILED, why), ()
     missing = [n for n in on_cpu if not n.cpu_by_choice]
     chosen = [n for n in on_cpu if n.cpu_by_choice]
-    chosen_text = f"; on the CPU by ONNX Runtime's choice (cheaper there): {', '.join(map(str, chosen))}" if chosen else ""
+    chosen_text = (
+        f"; on the CPU by ONNX Runtime's choice (cheaper there): {', '.join(map(str, chosen))}" if chosen else ""
+    )
     if missing:
-        listed = ", ".join(
-            f"{n}{' [no kernel]' if n.node_name in placements.missing_kernels else ''}" for n in missing
-        )
+        listed = ", ".join(f"{n}{' [no kernel]' if n.node_name in placements.missing_kernels else ''}" for n in missing)
         why = f"nodes: {counts}; fell back to the CPU: {listed}{chosen_text}"
         return CheckResult("operators", CheckStatus.FAILED, why), on_cpu
     return CheckResult("operators", CheckStatus.PASSED, f"nodes: {counts}{chosen_text}"), on_cpu
@@ -662,7 +674,7 @@ def _log_message(line: str) -> str:
     """The message of one ORT log line: colour codes and the `<time> [X:logger, file:line Fn]` prefix removed."""
     line = _ANSI.sub("", line).rstrip("\r\n")
     match = _LOG_PREFIX.search(line)
-    return line[match.end():] if match else line
+    return line[match.end() :] if match else line
 
 
 def _one_line(error: BaseException) -> str:

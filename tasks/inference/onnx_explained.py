@@ -131,7 +131,9 @@ class OnnxExplainedNode:
         """What `z` is to the product: the margin, or the event's probability (whose clipped logit is the margin)."""
         if output.kind in ("margin", "exp"):
             if self.link != "identity":
-                raise OnnxUnexplained(f"an ONNX graph whose scored output {output.name!r} is not the {self.op_type} node's value")
+                raise OnnxUnexplained(
+                    f"an ONNX graph whose scored output {output.name!r} is not the {self.op_type} node's value"
+                )
             return "margin"
         return "margin" if self.link == "logistic" else "probability"
 
@@ -150,7 +152,9 @@ def inference_onnx_explained_node(model: Any, output: OnnxOutput) -> OnnxExplain
     producer = {name: i for i, node in enumerate(graph.node) for name in node.output}
     inputs = [i for i in graph.input if i.name not in {init.name for init in graph.initializer}]
     if len(inputs) != 1:
-        raise OnnxUnexplained(f"an ONNX graph with {len(inputs)} inputs (reasons read one input of the model's features)")
+        raise OnnxUnexplained(
+            f"an ONNX graph with {len(inputs)} inputs (reasons read one input of the model's features)"
+        )
     n_features = _columns_of(inputs[0])
     explaining = []
     seen: set[int] = set()
@@ -165,7 +169,9 @@ def inference_onnx_explained_node(model: Any, output: OnnxOutput) -> OnnxExplain
             explaining.append(index)
             continue
         if node.domain == "ai.onnx.ml" and node.op_type == "TreeEnsemble":
-            raise OnnxUnexplained("an ONNX graph whose model is a TreeEnsemble node (ai.onnx.ml opset 5), which reasons do not read")
+            raise OnnxUnexplained(
+                "an ONNX graph whose model is a TreeEnsemble node (ai.onnx.ml opset 5), which reasons do not read"
+            )
         stack.extend(node.input)
     if not explaining:
         raise OnnxUnexplained(NO_NODE)
@@ -220,9 +226,16 @@ def inference_onnx_registration_explanation(
             trees, unreached = inference_onnx_counted_trees(explained, reference)
             _checked_kernel(trees, sessions, f"ONNX model {model_path.name}")
             explanation = ModelExplanation(
-                method="treeshap", scale=scale, node_cover=trees.cover.tolist(), cover_rows=int(reference.shape[0]),
+                method="treeshap",
+                scale=scale,
+                node_cover=trees.cover.tolist(),
+                cover_rows=int(reference.shape[0]),
             )
-            unseen = f"; {unreached} leaves no reference row reached count as {UNREACHED_LEAF_COVER:g} rows" if unreached else ""
+            unseen = (
+                f"; {unreached} leaves no reference row reached count as {UNREACHED_LEAF_COVER:g} rows"
+                if unreached
+                else ""
+            )
             return explanation, [
                 f"reasons: exact TreeSHAP of the graph's {explained.what}, adding up to {_scale_words(scale)}; the "
                 f"graph keeps no node cover, so each node's cover is the count of the {reference.shape[0]} "
@@ -238,7 +251,9 @@ def inference_onnx_registration_explanation(
         return ModelExplanation(method="none", detail=str(exc)), []
 
 
-def inference_onnx_contributions(model_path: Path, metadata: ModelMetadata, *, nthread: int = 0) -> OnnxContributions | str:
+def inference_onnx_contributions(
+    model_path: Path, metadata: ModelMetadata, *, nthread: int = 0
+) -> OnnxContributions | str:
     """The contributions of a registered ONNX version, from its graph and the explanation its metadata
     settled (checked again here: local accuracy on the load-time rows); or why its rows get no reasons."""
     import onnx
@@ -247,8 +262,10 @@ def inference_onnx_contributions(model_path: Path, metadata: ModelMetadata, *, n
     label = f"{metadata.name} {metadata.version}"
     if explanation is None or explanation.method == "none" or metadata.onnx_output is None:
         return f"model {label} is an ONNX graph whose metadata settles no reasons: its rows are scored with reasons off"
-    unavailable = (f"model {label} is an ONNX graph whose {explanation.method} reasons, settled at "
-         "registration, could not be rebuilt")
+    unavailable = (
+        f"model {label} is an ONNX graph whose {explanation.method} reasons, settled at "
+        "registration, could not be rebuilt"
+    )
     try:
         model = onnx.load(str(model_path))
         explained = inference_onnx_explained_node(model, metadata.onnx_output)
@@ -259,14 +276,21 @@ def inference_onnx_contributions(model_path: Path, metadata: ModelMetadata, *, n
             trees, _ = inference_onnx_counted_trees(explained, cover=np.asarray(explanation.node_cover))
             choice = _checked_kernel(trees, sessions, label, nthread=nthread)
             source: TreeContributions | LinearContributions = TreeContributions(
-                choice, None, nthread=nthread, framework_label=ONNX_RUNTIME_LABEL, output=sessions.raw_value,
+                choice,
+                None,
+                nthread=nthread,
+                framework_label=ONNX_RUNTIME_LABEL,
+                output=sessions.raw_value,
             )
             return OnnxContributions(source, explained.steps)
         if explained.coefficients is None:
             raise OnnxUnexplained(f"an ONNX graph whose {explained.op_type} node has no coefficients")
         source = LinearContributions(
-            explained.coefficients, np.asarray(explanation.reference_mean), explained.intercept,
-            transform=explained.steps, output=sessions.raw_value,
+            explained.coefficients,
+            np.asarray(explanation.reference_mean),
+            explained.intercept,
+            transform=explained.steps,
+            output=sessions.raw_value,
         )
         return OnnxContributions(source, lambda rows: rows)
     except (OnnxUnexplained, TreeShapUnsupported, ValueError) as exc:
@@ -295,15 +319,18 @@ class _Sessions:
         options.log_severity_level = 3
         alone = helper.make_model(
             helper.make_graph(
-                nodes, "explaining_node", [helper.make_tensor_value_info(original.input[0], _FLOAT, [None, explained.n_features])],
+                nodes,
+                "explaining_node",
+                [helper.make_tensor_value_info(original.input[0], _FLOAT, [None, explained.n_features])],
                 [helper.make_tensor_value_info(score, _FLOAT, [None, width])],
             ),
-            opset_imports=opsets, ir_version=model.ir_version,
+            opset_imports=opsets,
+            ir_version=model.ir_version,
         )
         whole = _copy_model(model)
         kept = [n for i, n in enumerate(whole.graph.node) if i != explained.node_index]
         del whole.graph.node[:]
-        whole.graph.node.extend([*kept[: explained.node_index], *nodes, *kept[explained.node_index:]])
+        whole.graph.node.extend([*kept[: explained.node_index], *nodes, *kept[explained.node_index :]])
         del whole.opset_import[:]
         whole.opset_import.extend(opsets)
         del whole.graph.output[:]
@@ -326,7 +353,9 @@ class _Sessions:
         try:
             scores = np.asarray(session.run(None, {name: x})[0], dtype=np.float64).reshape(x.shape[0], -1)
         except Exception as exc:  # noqa: BLE001  (ONNX Runtime raises its own exception classes)
-            raise OnnxUnexplained(f"an ONNX graph whose {self._op_type} node fails on its own ({_one_line(exc)})") from None
+            raise OnnxUnexplained(
+                f"an ONNX graph whose {self._op_type} node fails on its own ({_one_line(exc)})"
+            ) from None
         return scores @ self._columns
 
     def node_value(self, stepped_rows: np.ndarray) -> np.ndarray:
@@ -340,12 +369,18 @@ class _Sessions:
 
 def _checked_kernel(trees: TreeArrays, sessions: _Sessions, label: str, *, nthread: int = 0):  # noqa: ANN202  (a KernelChoice)
     try:
-        return inference_output_checked_treeshap(trees, sessions.node_value, model_label=label, framework="onnx", nthread=nthread)
+        return inference_output_checked_treeshap(
+            trees, sessions.node_value, model_label=label, framework="onnx", nthread=nthread
+        )
     except TreeShapUnsupported as exc:
-        raise OnnxUnexplained(f"an ONNX graph whose tree ensemble the TreeSHAP table cannot explain exactly ({exc})") from None
+        raise OnnxUnexplained(
+            f"an ONNX graph whose tree ensemble the TreeSHAP table cannot explain exactly ({exc})"
+        ) from None
 
 
-def _check_semantics(model_path: Path, sessions: _Sessions, explained: OnnxExplainedNode, output: OnnxOutput, rows: np.ndarray) -> None:
+def _check_semantics(
+    model_path: Path, sessions: _Sessions, explained: OnnxExplainedNode, output: OnnxOutput, rows: np.ndarray
+) -> None:
     """The scored output's event value must be link(z) on the hold-out: the reading of the node (which
     class, which sign, which link) is what ONNX Runtime computes, and nothing after the node changes it.
     The node alone on the column steps as read here must give the same z as the whole graph: exactly for
@@ -381,8 +416,15 @@ def _check_semantics(model_path: Path, sessions: _Sessions, explained: OnnxExpla
     if not explained.steps.steps:
         return
     stepped = sessions.node_value(explained.steps(x))
-    same = np.array_equal(z, stepped, equal_nan=True) if explained.trees is not None else bool(
-        ((np.abs(z - stepped) <= SEMANTICS_TOLERANCE * np.maximum(1.0, np.abs(z))) | (np.isnan(z) & np.isnan(stepped))).all()
+    same = (
+        np.array_equal(z, stepped, equal_nan=True)
+        if explained.trees is not None
+        else bool(
+            (
+                (np.abs(z - stepped) <= SEMANTICS_TOLERANCE * np.maximum(1.0, np.abs(z)))
+                | (np.isnan(z) & np.isnan(stepped))
+            ).all()
+        )
     )
     if not same:
         raise OnnxUnexplained(
@@ -391,7 +433,9 @@ def _check_semantics(model_path: Path, sessions: _Sessions, explained: OnnxExpla
         )
 
 
-def _tree_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnSteps, output: OnnxOutput, n_features: int) -> OnnxExplainedNode:
+def _tree_node(
+    node: Any, index: int, attrs: dict[str, Any], steps: ColumnSteps, output: OnnxOutput, n_features: int
+) -> OnnxExplainedNode:
     post = _text(attrs.get("post_transform", "NONE"))
     link: Literal["identity", "logistic"]
     if node.op_type == "TreeEnsembleClassifier":
@@ -407,7 +451,9 @@ def _tree_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnSteps,
             # ONNX Runtime's binary case: the one class's sum s is class 1's score, and class 0's is 1 − s
             # (all weights ≥ 0, post_transform ignored) or −s (mixed signs; LOGISTIC then makes both probabilities).
             if base.size > 1:
-                raise OnnxUnexplained("an ONNX graph whose TreeEnsembleClassifier has one class's weights but two base values")
+                raise OnnxUnexplained(
+                    "an ONNX graph whose TreeEnsembleClassifier has one class's weights but two base values"
+                )
             positive = bool((weights >= 0).all())
             if post not in ("NONE", "LOGISTIC"):
                 raise OnnxUnexplained(f"an ONNX graph whose TreeEnsembleClassifier has post_transform {post}")
@@ -420,7 +466,9 @@ def _tree_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnSteps,
         else:
             if base.size > 1:
                 # ONNX Runtime then adds class 0's sum to class 1's base value: a reading nothing here relies on.
-                raise OnnxUnexplained("an ONNX graph whose TreeEnsembleClassifier has both classes' weights and two base values")
+                raise OnnxUnexplained(
+                    "an ONNX graph whose TreeEnsembleClassifier has both classes' weights and two base values"
+                )
             base_of = [float(base[0]) if base.size else 0.0, 0.0]
             other = 1 - event
             mine = _leaf_sums(tree_ids, node_ids, weights, class_ids, event)
@@ -455,18 +503,31 @@ def _tree_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnSteps,
     return OnnxExplainedNode(node.op_type, index, steps, columns, link, n_features, trees=trees, what=what)
 
 
-def _linear_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnSteps, output: OnnxOutput, n_features: int) -> OnnxExplainedNode:
+def _linear_node(
+    node: Any, index: int, attrs: dict[str, Any], steps: ColumnSteps, output: OnnxOutput, n_features: int
+) -> OnnxExplainedNode:
     post = _text(attrs.get("post_transform", "NONE"))
     coefficients = _floats(attrs, "coefficients")
     intercepts = _floats(attrs, "intercepts")
     if node.op_type == "LinearRegressor":
         if int(attrs.get("targets", 1)) != 1 or post != "NONE":
-            raise OnnxUnexplained(f"an ONNX graph whose LinearRegressor has {attrs.get('targets', 1)} targets and post_transform {post}")
+            raise OnnxUnexplained(
+                f"an ONNX graph whose LinearRegressor has {attrs.get('targets', 1)} targets and post_transform {post}"
+            )
         if coefficients.size != n_features:
-            raise OnnxUnexplained(f"an ONNX graph whose LinearRegressor has {coefficients.size} coefficients for {n_features} features")
+            raise OnnxUnexplained(
+                f"an ONNX graph whose LinearRegressor has {coefficients.size} coefficients for {n_features} features"
+            )
         return OnnxExplainedNode(
-            node.op_type, index, steps, _unit(1, 0), "identity", n_features, coefficients=coefficients,
-            intercept=float(intercepts[0]) if intercepts.size else 0.0, what="LinearRegressor",
+            node.op_type,
+            index,
+            steps,
+            _unit(1, 0),
+            "identity",
+            n_features,
+            coefficients=coefficients,
+            intercept=float(intercepts[0]) if intercepts.size else 0.0,
+            what="LinearRegressor",
         )
     labels = _class_labels(attrs)
     if len(labels) != 2:
@@ -474,7 +535,9 @@ def _linear_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnStep
     event = _event_position(labels, output)
     rows = max(intercepts.size, 1)
     if coefficients.size != rows * n_features:
-        raise OnnxUnexplained(f"an ONNX graph whose LinearClassifier has {coefficients.size} coefficients for {n_features} features")
+        raise OnnxUnexplained(
+            f"an ONNX graph whose LinearClassifier has {coefficients.size} coefficients for {n_features} features"
+        )
     coef = coefficients.reshape(rows, n_features)
     icpt = intercepts if intercepts.size else np.zeros(rows)
     if rows == 1:
@@ -483,8 +546,15 @@ def _linear_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnStep
             raise OnnxUnexplained("an ONNX graph whose LinearClassifier has post_transform PROBIT")
         sign = 1.0 if event == 1 else -1.0
         return OnnxExplainedNode(
-            node.op_type, index, steps, _unit(2, event), "identity", n_features, coefficients=sign * coef[0],
-            intercept=(0.0 if event == 1 else 1.0) + sign * float(icpt[0]), what="LinearClassifier",
+            node.op_type,
+            index,
+            steps,
+            _unit(2, event),
+            "identity",
+            n_features,
+            coefficients=sign * coef[0],
+            intercept=(0.0 if event == 1 else 1.0) + sign * float(icpt[0]),
+            what="LinearClassifier",
         )
     if rows != 2:
         raise OnnxUnexplained(f"an ONNX graph whose LinearClassifier scores {rows} classes")
@@ -492,18 +562,34 @@ def _linear_node(node: Any, index: int, attrs: dict[str, Any], steps: ColumnStep
     if post in ("NONE", "LOGISTIC"):
         link: Literal["identity", "logistic"] = "identity" if post == "NONE" else "logistic"
         return OnnxExplainedNode(
-            node.op_type, index, steps, _unit(2, event), link, n_features, coefficients=coef[event], intercept=float(icpt[event]),
+            node.op_type,
+            index,
+            steps,
+            _unit(2, event),
+            link,
+            n_features,
+            coefficients=coef[event],
+            intercept=float(icpt[event]),
             what="LinearClassifier",
         )
     if post == "SOFTMAX":
         return OnnxExplainedNode(
-            node.op_type, index, steps, _unit(2, event) - _unit(2, other), "logistic", n_features,
-            coefficients=coef[event] - coef[other], intercept=float(icpt[event] - icpt[other]), what="LinearClassifier",
+            node.op_type,
+            index,
+            steps,
+            _unit(2, event) - _unit(2, other),
+            "logistic",
+            n_features,
+            coefficients=coef[event] - coef[other],
+            intercept=float(icpt[event] - icpt[other]),
+            what="LinearClassifier",
         )
     raise OnnxUnexplained(f"an ONNX graph whose LinearClassifier has post_transform {post}")
 
 
-def _tree_arrays(attrs: dict[str, Any], leaf_value: dict[tuple[int, int], float], bias: float, n_features: int) -> TreeArrays:
+def _tree_arrays(
+    attrs: dict[str, Any], leaf_value: dict[tuple[int, int], float], bias: float, n_features: int
+) -> TreeArrays:
     """The trees in the kernel's layout, without cover (counted or read later): ONNX's `x <= t` (BRANCH_LEQ) becomes
     the kernel's `x < t'`, BRANCH_LT is the kernel's own test, and NaN takes the true branch when the node tracks it."""
     tree_ids, node_ids = _ints(attrs, "nodes_treeids"), _ints(attrs, "nodes_nodeids")
@@ -514,7 +600,11 @@ def _tree_arrays(attrs: dict[str, Any], leaf_value: dict[tuple[int, int], float]
     true_ids, false_ids = _ints(attrs, "nodes_truenodeids"), _ints(attrs, "nodes_falsenodeids")
     tracks = _ints(attrs, "nodes_missing_value_tracks_true")
     tracks = tracks if tracks.size else np.zeros(n, dtype=np.int64)
-    if not n or any(a.size != n for a in (node_ids, features, thresholds, true_ids, false_ids, tracks)) or len(modes) != n:
+    if (
+        not n
+        or any(a.size != n for a in (node_ids, features, thresholds, true_ids, false_ids, tracks))
+        or len(modes) != n
+    ):
         raise OnnxUnexplained("an ONNX graph whose tree ensemble's node attributes differ in length")
     unread = sorted({m for m in modes if m not in ("LEAF", "BRANCH_LEQ", "BRANCH_LT")})
     if unread:
@@ -546,7 +636,9 @@ def _tree_arrays(attrs: dict[str, Any], leaf_value: dict[tuple[int, int], float]
             try:
                 left[g], right[g] = local[int(true_ids[r])], local[int(false_ids[r])]
             except KeyError:
-                raise OnnxUnexplained(f"an ONNX graph whose tree {int(tree_ids[r])} points to a node it lacks") from None
+                raise OnnxUnexplained(
+                    f"an ONNX graph whose tree {int(tree_ids[r])} points to a node it lacks"
+                ) from None
             if not 0 <= int(features[r]) < n_features:
                 raise OnnxUnexplained(f"an ONNX graph whose trees split on feature {int(features[r])} of {n_features}")
             feature[g] = int(features[r])
@@ -568,8 +660,15 @@ def _tree_arrays(attrs: dict[str, Any], leaf_value: dict[tuple[int, int], float]
     if split_nodes & set(leaf_value):
         raise OnnxUnexplained("an ONNX graph whose tree ensemble puts weights on split nodes")
     return TreeArrays(
-        left=left, right=right, feature=feature, value=value, default_left=default_left,
-        cover=np.zeros(n, dtype=np.float64), node_start=node_start, bias=bias, n_features=n_features,
+        left=left,
+        right=right,
+        feature=feature,
+        value=value,
+        default_left=default_left,
+        cover=np.zeros(n, dtype=np.float64),
+        node_start=node_start,
+        bias=bias,
+        n_features=n_features,
     )
 
 
@@ -582,7 +681,9 @@ def _lt_threshold(t: float, exact_float: bool) -> np.float32:
     return np.nextafter(low, np.float32(np.inf))
 
 
-def _leaf_sums(tree_ids: np.ndarray, node_ids: np.ndarray, weights: np.ndarray, class_ids: np.ndarray, wanted: int) -> dict[tuple[int, int], float]:
+def _leaf_sums(
+    tree_ids: np.ndarray, node_ids: np.ndarray, weights: np.ndarray, class_ids: np.ndarray, wanted: int
+) -> dict[tuple[int, int], float]:
     sums: dict[tuple[int, int], float] = {}
     for t, n, w, c in zip(tree_ids.tolist(), node_ids.tolist(), weights.tolist(), class_ids.tolist(), strict=True):
         if c == wanted:
@@ -641,8 +742,15 @@ def _summed_cover(trees: TreeArrays, leaf_counts: np.ndarray) -> tuple[np.ndarra
 
 def _with_cover(trees: TreeArrays, cover: np.ndarray) -> TreeArrays:
     return TreeArrays(
-        left=trees.left, right=trees.right, feature=trees.feature, value=trees.value, default_left=trees.default_left,
-        cover=np.asarray(cover, dtype=np.float64), node_start=trees.node_start, bias=trees.bias, n_features=trees.n_features,
+        left=trees.left,
+        right=trees.right,
+        feature=trees.feature,
+        value=trees.value,
+        default_left=trees.default_left,
+        cover=np.asarray(cover, dtype=np.float64),
+        node_start=trees.node_start,
+        bias=trees.bias,
+        n_features=trees.n_features,
     )
 
 
@@ -675,11 +783,21 @@ def _column_steps(graph: Any, producer: dict[str, int], node: Any, graph_input: 
             if "imputed_value_floats" not in attrs:
                 raise OnnxUnexplained(f"an ONNX graph whose {node.op_type} node reads an Imputer of integers")
             replaced = np.float32(attrs.get("replaced_value_float", 0.0))
-            steps.append(("Imputer", np.asarray(replaced, dtype=np.float32), _floats(attrs, "imputed_value_floats").astype(np.float32)))
+            steps.append(
+                (
+                    "Imputer",
+                    np.asarray(replaced, dtype=np.float32),
+                    _floats(attrs, "imputed_value_floats").astype(np.float32),
+                )
+            )
         elif step.op_type == "Scaler":
-            steps.append(("Scaler", _floats(attrs, "offset").astype(np.float32), _floats(attrs, "scale").astype(np.float32)))
+            steps.append(
+                ("Scaler", _floats(attrs, "offset").astype(np.float32), _floats(attrs, "scale").astype(np.float32))
+            )
         elif step.op_type == "Cast" and int(attrs.get("to", _FLOAT)) != _FLOAT:
-            raise OnnxUnexplained(f"an ONNX graph whose {node.op_type} node reads a Cast to type {attrs.get('to')}, not to float")
+            raise OnnxUnexplained(
+                f"an ONNX graph whose {node.op_type} node reads a Cast to type {attrs.get('to')}, not to float"
+            )
         name = step.input[0]
     return ColumnSteps(tuple(reversed(steps)))
 

@@ -35,7 +35,11 @@ from typing import Any
 import numpy as np
 
 from tasks.errors import ModelArtifactError
-from tasks.inference.kinds import inference_class_labels_problem, inference_kind_problem, inference_multiclass_kind_problem
+from tasks.inference.kinds import (
+    inference_class_labels_problem,
+    inference_kind_problem,
+    inference_multiclass_kind_problem,
+)
 from tasks.inference.registry import PROBABILITY_CLIP, OnnxOutput
 
 EVENT_LABEL = 1
@@ -86,13 +90,17 @@ def inference_registered_onnx_output(model_path: Path, rows: np.ndarray, *, kind
     try:
         values = session.run(None, {session.get_inputs()[0].name: features})
     except Exception as exc:  # noqa: BLE001  (ONNX Runtime raises its own exception classes)
-        raise ModelArtifactError(f"model file {model_path} fails on the hold-out in ONNX Runtime: {' '.join(str(exc).split())}") from None
+        raise ModelArtifactError(
+            f"model file {model_path} fails on the hold-out in ONNX Runtime: {' '.join(str(exc).split())}"
+        ) from None
     outputs = {meta.name: (meta.type, value) for meta, value in zip(session.get_outputs(), values, strict=True)}
     try:
         if kind == "multiclass":
             return inference_onnx_class_choice(onnx.load(str(model_path)), outputs, rows=features.shape[0])
         if kind != "binary":
-            return inference_onnx_forecast_choice(onnx.load(str(model_path)), outputs, rows=features.shape[0], kind=kind)
+            return inference_onnx_forecast_choice(
+                onnx.load(str(model_path)), outputs, rows=features.shape[0], kind=kind
+            )
         return inference_onnx_output_choice(onnx.load(str(model_path)), outputs, rows=features.shape[0])
     except ModelArtifactError as exc:
         raise ModelArtifactError(f"model file {model_path} {exc}") from None
@@ -133,9 +141,13 @@ def inference_onnx_output_choice(
             continue
         index = 0 if array.ndim == 2 else None
         if producers.get(output.name) == "Sigmoid" or (finite.size and finite.min() >= 0.0 and finite.max() <= 1.0):
-            why = "a Sigmoid node produces it" if producers.get(output.name) == "Sigmoid" else (
-                "every hold-out value lies in [0, 1]; no Sigmoid produces it, so a chunk whose value leaves [0, 1] fails "
-                "rather than being clipped"
+            why = (
+                "a Sigmoid node produces it"
+                if producers.get(output.name) == "Sigmoid"
+                else (
+                    "every hold-out value lies in [0, 1]; no Sigmoid produces it, so a chunk whose value leaves [0, 1] fails "
+                    "rather than being clipped"
+                )
             )
             return OnnxOutputChoice(
                 OnnxOutput(name=output.name, kind="probability", event_index=index, clip=PROBABILITY_CLIP),
@@ -146,12 +158,15 @@ def inference_onnx_output_choice(
             f"ONNX output {output.name!r} {_shape(output)}: a raw score per row (values outside [0, 1]), calibrated as it is",
         )
     raise ModelArtifactError(
-        "gives no probability or score per row: " + "; ".join(f"output {o.name!r} {_shape(o)} {_holds(o, rows)}" for o in listed)
+        "gives no probability or score per row: "
+        + "; ".join(f"output {o.name!r} {_shape(o)} {_holds(o, rows)}" for o in listed)
         + "; export the class probabilities (skl2onnx writes them by default) or one score per row"
     )
 
 
-_ONNX_MULTICLASS = "its class probabilities: skl2onnx's classifiers, onnxmltools' LightGBM or XGBoost multiclass classifier"
+_ONNX_MULTICLASS = (
+    "its class probabilities: skl2onnx's classifiers, onnxmltools' LightGBM or XGBoost multiclass classifier"
+)
 
 
 def inference_onnx_kind_problem(model: Any, kind: str, classes: tuple[str, ...] | list[str] = ()) -> str | None:
@@ -166,26 +181,38 @@ def inference_onnx_kind_problem(model: Any, kind: str, classes: tuple[str, ...] 
     if kind == "multiclass":
         if regressor is not None:
             return inference_multiclass_kind_problem(
-                f"is an ONNX regressor's graph (a {regressor} node computes its output)", kind, multiclass=False, classifiers=_ONNX_MULTICLASS,
+                f"is an ONNX regressor's graph (a {regressor} node computes its output)",
+                kind,
+                multiclass=False,
+                classifiers=_ONNX_MULTICLASS,
             )
         declared = _declared_class_labels(model)
         labels = next((found for found in declared if len(found) > 2), declared[0] if declared else None)
         if labels is not None and len(labels) == 2:
             return inference_multiclass_kind_problem(
-                f"is an ONNX graph of 2 classes {labels}, a binary classifier", kind, multiclass=False, classifiers=_ONNX_MULTICLASS,
+                f"is an ONNX graph of 2 classes {labels}, a binary classifier",
+                kind,
+                multiclass=False,
+                classifiers=_ONNX_MULTICLASS,
             )
         if labels is not None and (problem := inference_class_labels_problem(list(labels), classes)) is not None:
             return f"is an ONNX graph that {problem}"
         return None
     if kind == "binary" and regressor is not None:
         return inference_kind_problem(
-            f"is an ONNX regressor's graph (a {regressor} node computes its output)", kind, regressor=True,
-            classifiers=_ONNX_CLASSIFIERS, regressors=_ONNX_REGRESSORS,
+            f"is an ONNX regressor's graph (a {regressor} node computes its output)",
+            kind,
+            regressor=True,
+            classifiers=_ONNX_CLASSIFIERS,
+            regressors=_ONNX_REGRESSORS,
         )
     if kind != "binary" and classifier is not None:
         return inference_kind_problem(
-            f"is an ONNX classifier's graph (it has a {classifier} node)", kind, regressor=False,
-            classifiers=_ONNX_CLASSIFIERS, regressors=_ONNX_REGRESSORS,
+            f"is an ONNX classifier's graph (it has a {classifier} node)",
+            kind,
+            regressor=False,
+            classifiers=_ONNX_CLASSIFIERS,
+            regressors=_ONNX_REGRESSORS,
         )
     return None
 
@@ -200,7 +227,9 @@ def inference_onnx_class_choice(model: Any, outputs: Mapping[str, tuple[str, Any
         if output.type.startswith("seq(map("):
             maps = output.value
             if not isinstance(maps, list) or len(maps) != rows or not all(isinstance(m, dict) for m in maps[:1]):
-                raise ModelArtifactError(f"output {output.name!r} is typed {output.type} but returned {_shape_of(maps)} for {rows} rows")
+                raise ModelArtifactError(
+                    f"output {output.name!r} is typed {output.type} but returned {_shape_of(maps)} for {rows} rows"
+                )
             classes = list(maps[0]) if maps else []
             if len(classes) < 3:
                 break
@@ -212,7 +241,9 @@ def inference_onnx_class_choice(model: Any, outputs: Mapping[str, tuple[str, Any
         if array is None or array.dtype.kind != "f" or array.ndim != 2 or array.shape[0] != rows or array.shape[1] < 3:
             continue
         if _sums_to_one(array):
-            classes = next((labels for labels in declared if len(labels) == array.shape[1]), list(range(array.shape[1])))
+            classes = next(
+                (labels for labels in declared if len(labels) == array.shape[1]), list(range(array.shape[1]))
+            )
             return OnnxOutputChoice(
                 OnnxOutput(name=output.name, kind="class_probabilities", classes=classes, clip=PROBABILITY_CLIP),
                 f"ONNX output {output.name!r} {_shape(output)}: the probabilities of classes {classes}; {_log_words()}",
@@ -220,17 +251,24 @@ def inference_onnx_class_choice(model: Any, outputs: Mapping[str, tuple[str, Any
     if (labels := next((found for found in declared if len(found) == 2), None)) is not None or any(
         isinstance(o.value, list) and o.value and len(o.value[0]) == 2 for o in listed
     ):
-        raise ModelArtifactError(inference_multiclass_kind_problem(
-            f"is an ONNX graph of 2 classes{f' {labels}' if labels else ''}, a binary classifier", "multiclass", multiclass=False,
-            classifiers=_ONNX_MULTICLASS,
-        ))
+        raise ModelArtifactError(
+            inference_multiclass_kind_problem(
+                f"is an ONNX graph of 2 classes{f' {labels}' if labels else ''}, a binary classifier",
+                "multiclass",
+                multiclass=False,
+                classifiers=_ONNX_MULTICLASS,
+            )
+        )
     raise ModelArtifactError(
-        "gives no class probabilities: " + "; ".join(f"output {o.name!r} {_shape(o)} {_holds(o, rows)}" for o in listed)
+        "gives no class probabilities: "
+        + "; ".join(f"output {o.name!r} {_shape(o)} {_holds(o, rows)}" for o in listed)
         + "; export the class probabilities (skl2onnx writes them by default)"
     )
 
 
-def inference_onnx_forecast_choice(model: Any, outputs: Mapping[str, tuple[str, Any]], *, rows: int, kind: str) -> OnnxOutputChoice:
+def inference_onnx_forecast_choice(
+    model: Any, outputs: Mapping[str, tuple[str, Any]], *, rows: int, kind: str
+) -> OnnxOutputChoice:
     """The output among `outputs` (as for `inference_onnx_output_choice`) that gives a forecast job's forecast: the first
     float tensor with one value per row, `exp` when an Exp node computes it (through nodes that only reshape). Raises
     ModelArtifactError for a graph that gives class probabilities, or no value per row."""
@@ -244,10 +282,15 @@ def inference_onnx_forecast_choice(model: Any, outputs: Mapping[str, tuple[str, 
             continue
         width = int(np.prod(array.shape[1:], dtype=np.int64))
         if array.ndim == 2 and width >= 2 and _sums_to_one(array):
-            raise ModelArtifactError(inference_kind_problem(
-                f"gives class probabilities (output {output.name!r} {_shape(output)}: each row sums to 1)", kind, regressor=False,
-                classifiers=_ONNX_CLASSIFIERS, regressors=_ONNX_REGRESSORS,
-            ))
+            raise ModelArtifactError(
+                inference_kind_problem(
+                    f"gives class probabilities (output {output.name!r} {_shape(output)}: each row sums to 1)",
+                    kind,
+                    regressor=False,
+                    classifiers=_ONNX_CLASSIFIERS,
+                    regressors=_ONNX_REGRESSORS,
+                )
+            )
         if width != 1:
             continue
         node = producers.get(output.name)
@@ -264,7 +307,8 @@ def inference_onnx_forecast_choice(model: Any, outputs: Mapping[str, tuple[str, 
             f"ONNX output {output.name!r} {_shape(output)}: the forecast, one value per row, taken as the margin (link identity)",
         )
     raise ModelArtifactError(
-        "gives no forecast per row: " + "; ".join(f"output {o.name!r} {_shape(o)} {_holds(o, rows)}" for o in listed)
+        "gives no forecast per row: "
+        + "; ".join(f"output {o.name!r} {_shape(o)} {_holds(o, rows)}" for o in listed)
         + "; export a regressor (skl2onnx and onnxmltools write one float per row)"
     )
 
@@ -282,7 +326,9 @@ def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndar
         try:
             probability = np.fromiter((row[output.event_label] for row in value), dtype=np.float64, count=rows)
         except KeyError:
-            raise ModelArtifactError(f"ONNX output {output.name!r} has no class {output.event_label!r}, the event's") from None
+            raise ModelArtifactError(
+                f"ONNX output {output.name!r} has no class {output.event_label!r}, the event's"
+            ) from None
         return inference_probability_margins(_checked_probability(output, probability), output.clip)
     array = np.asarray(value)
     if array.ndim == 0 or array.shape[0] != rows:
@@ -301,7 +347,9 @@ def inference_onnx_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndar
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(values)
     column = array.reshape(rows, -1)[:, output.event_index or 0]
-    return inference_probability_margins(_checked_probability(output, np.asarray(column, dtype=np.float64)), output.clip)
+    return inference_probability_margins(
+        _checked_probability(output, np.asarray(column, dtype=np.float64)), output.clip
+    )
 
 
 def _class_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndarray:
@@ -312,9 +360,13 @@ def _class_margins(output: OnnxOutput, value: Any, rows: int) -> np.ndarray:
                 f"ONNX output {output.name!r} returned {_shape_of(value)} for {rows} rows; it was registered as a sequence of maps"
             )
         try:
-            probability = np.array([[row[c] for c in output.classes] for row in value], dtype=np.float64).reshape(rows, len(output.classes))
+            probability = np.array([[row[c] for c in output.classes] for row in value], dtype=np.float64).reshape(
+                rows, len(output.classes)
+            )
         except KeyError as exc:
-            raise ModelArtifactError(f"ONNX output {output.name!r} has no class {exc.args[0]!r}, one of its registered classes") from None
+            raise ModelArtifactError(
+                f"ONNX output {output.name!r} has no class {exc.args[0]!r}, one of its registered classes"
+            ) from None
     else:
         probability = np.asarray(value, dtype=np.float64)
         if probability.ndim != 2 or probability.shape != (rows, len(output.classes)):
@@ -373,7 +425,9 @@ def inference_onnx_output_array(value: Any) -> np.ndarray:
 def _zipmap_choice(output: _Output, rows: int, event_label: int) -> OnnxOutputChoice:
     maps = output.value
     if not isinstance(maps, list) or len(maps) != rows or not all(isinstance(m, dict) for m in maps[:1]):
-        raise ModelArtifactError(f"output {output.name!r} is typed {output.type} but returned {_shape_of(maps)} for {rows} rows")
+        raise ModelArtifactError(
+            f"output {output.name!r} is typed {output.type} but returned {_shape_of(maps)} for {rows} rows"
+        )
     classes = list(maps[0]) if maps else []
     if len(classes) != 2:
         raise ModelArtifactError(_multiclass(output, classes))
@@ -384,7 +438,9 @@ def _zipmap_choice(output: _Output, rows: int, event_label: int) -> OnnxOutputCh
     )
 
 
-def _probability_choice(output: _Output, array: np.ndarray, classes: list[int | str] | None, event_label: int) -> OnnxOutputChoice:
+def _probability_choice(
+    output: _Output, array: np.ndarray, classes: list[int | str] | None, event_label: int
+) -> OnnxOutputChoice:
     width = array.shape[1]
     if width != 2:
         raise ModelArtifactError(_multiclass(output, classes or list(range(width))))
@@ -397,7 +453,14 @@ def _probability_choice(output: _Output, array: np.ndarray, classes: list[int | 
     event = _event_label(output, classes, event_label)
     index = classes.index(event)
     return OnnxOutputChoice(
-        OnnxOutput(name=output.name, kind="probability", event_index=index, event_label=event, classes=classes, clip=PROBABILITY_CLIP),
+        OnnxOutput(
+            name=output.name,
+            kind="probability",
+            event_index=index,
+            event_label=event,
+            classes=classes,
+            clip=PROBABILITY_CLIP,
+        ),
         f"ONNX output {output.name!r} {_shape(output)}: column {index}, the probability of class {event!r} of {classes}; {_logit_words()}",
     )
 
@@ -446,8 +509,11 @@ def _declared_class_labels(model: Any) -> list[list[int | str]]:
 
 def _sums_to_one(array: np.ndarray) -> bool:
     finite = array[np.isfinite(array).all(axis=1)]
-    return bool(finite.size) and finite.min() >= 0.0 and finite.max() <= 1.0 and bool(
-        (np.abs(finite.sum(axis=1) - 1.0) <= _SUM_TOLERANCE).all()
+    return (
+        bool(finite.size)
+        and finite.min() >= 0.0
+        and finite.max() <= 1.0
+        and bool((np.abs(finite.sum(axis=1) - 1.0) <= _SUM_TOLERANCE).all())
     )
 
 

@@ -20,11 +20,18 @@ from tasks.inference.aliases import ALIASES_FILE, inference_model_aliases
 
 Framework = Literal["xgboost", "lightgbm", "catboost", "sklearn", "onnx"]
 FRAMEWORK_OF_SUFFIX: dict[str, Framework] = {
-    ".ubj": "xgboost", ".json": "xgboost", ".txt": "lightgbm", ".cbm": "catboost", ".skops": "sklearn", ".onnx": "onnx",
+    ".ubj": "xgboost",
+    ".json": "xgboost",
+    ".txt": "lightgbm",
+    ".cbm": "catboost",
+    ".skops": "sklearn",
+    ".onnx": "onnx",
 }
 ACCEPTED_MODEL_SUFFIXES = tuple(FRAMEWORK_OF_SUFFIX)
 EXTRA_OF_FRAMEWORK: dict[str, tuple[str, str]] = {
-    "lightgbm": ("lightgbm", "lightgbm"), "catboost": ("catboost", "catboost"), "sklearn": ("skops", "sklearn"),
+    "lightgbm": ("lightgbm", "lightgbm"),
+    "catboost": ("catboost", "catboost"),
+    "sklearn": ("skops", "sklearn"),
 }
 """Framework → (the module its engine imports, the optional extra that installs it)."""
 ReferenceKind = Literal["numeric", "boolean", "categorical"]
@@ -87,18 +94,25 @@ class ReferenceStats(BaseModel):
     std: float | None
     min: float | None
     max: float | None
-    kind: ReferenceKind = Field(default="numeric", description="How drift bins the feature: on percentiles, or one bin per value.")
+    kind: ReferenceKind = Field(
+        default="numeric", description="How drift bins the feature: on percentiles, or one bin per value."
+    )
     quantiles: dict[str, float] = Field(default_factory=dict)
     bin_edges: list[float] = Field(default_factory=list)
     bin_counts: list[int] = Field(default_factory=list)
-    drift_edges: list[float] = Field(default_factory=list, description="Numeric: ~100 quantile edges that drift reports bin on.")
+    drift_edges: list[float] = Field(
+        default_factory=list, description="Numeric: ~100 quantile edges that drift reports bin on."
+    )
     drift_counts: list[int] = Field(
         default_factory=list,
         description="Training counts on the drift bins: numeric (underflow, bins, overflow); otherwise one per category, then unseen (0).",
     )
-    psi_edges: list[float] = Field(default_factory=list, description="Numeric: the deciles among drift_edges that PSI is computed on.")
+    psi_edges: list[float] = Field(
+        default_factory=list, description="Numeric: the deciles among drift_edges that PSI is computed on."
+    )
     categories: list[float] = Field(
-        default_factory=list, description="Boolean / categorical: the values (codes) the feature took in the reference, ascending."
+        default_factory=list,
+        description="Boolean / categorical: the values (codes) the feature took in the reference, ascending.",
     )
 
     @model_validator(mode="after")
@@ -106,7 +120,9 @@ class ReferenceStats(BaseModel):
         has_values = self.count > self.null_count
         if self.kind != "numeric":
             if self.drift_edges or self.psi_edges:
-                raise ValueError(f"a {self.kind} feature is binned on categories; drift_edges and psi_edges must be empty")
+                raise ValueError(
+                    f"a {self.kind} feature is binned on categories; drift_edges and psi_edges must be empty"
+                )
             if not self.categories and has_values:
                 raise ValueError(f"categories is missing or empty, but the {self.kind} feature has training values")
             if any(b <= a for a, b in zip(self.categories, self.categories[1:], strict=False)):
@@ -156,10 +172,18 @@ class OnnxOutput(BaseModel):
             "`class_zipmap`, the same as {class: probability} maps read in `classes` order; the margins are their logs."
         )
     )
-    event_index: int | None = Field(default=None, ge=0, description="The column holding the event's probability; None: one value per row.")
-    event_label: int | str | None = Field(default=None, description="The class label whose probability is the event's (a ZipMap key).")
-    classes: list[int | str] = Field(default_factory=list, description="The class labels the graph declares, in its order.")
-    clip: float | None = Field(default=None, gt=0, lt=0.5, description="Probability kinds: p is clipped to [clip, 1 − clip] before its logit.")
+    event_index: int | None = Field(
+        default=None, ge=0, description="The column holding the event's probability; None: one value per row."
+    )
+    event_label: int | str | None = Field(
+        default=None, description="The class label whose probability is the event's (a ZipMap key)."
+    )
+    classes: list[int | str] = Field(
+        default_factory=list, description="The class labels the graph declares, in its order."
+    )
+    clip: float | None = Field(
+        default=None, gt=0, lt=0.5, description="Probability kinds: p is clipped to [clip, 1 − clip] before its logit."
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> OnnxOutput:
@@ -186,10 +210,14 @@ class SklearnOutput(BaseModel):
         )
     )
     event_index: int | None = Field(
-        default=None, ge=0, description="Classifiers: the column of predict_proba (and the class of classes_) that is the event."
+        default=None,
+        ge=0,
+        description="Classifiers: the column of predict_proba (and the class of classes_) that is the event.",
     )
     classes: list[int | str | bool] = Field(default_factory=list, description="The estimator's classes_, in its order.")
-    clip: float | None = Field(default=None, gt=0, lt=0.5, description="predict_proba: p is clipped to [clip, 1 − clip] before its logit.")
+    clip: float | None = Field(
+        default=None, gt=0, lt=0.5, description="predict_proba: p is clipped to [clip, 1 − clip] before its logit."
+    )
 
 
 class ModelExplanation(BaseModel):
@@ -201,15 +229,23 @@ class ModelExplanation(BaseModel):
         description="`treeshap`: exact path-dependent TreeSHAP of the trees; `linear`: coefficient × (value − reference mean); `none`: no reasons."
     )
     scale: Literal["margin", "probability"] = Field(
-        default="margin", description="What the contributions add up to: the margin, or the event's probability (forests average probabilities)."
+        default="margin",
+        description="What the contributions add up to: the margin, or the event's probability (forests average probabilities).",
     )
-    checked_against: str = Field(default="", description="What the contributions were checked against at registration, in words.")
+    checked_against: str = Field(
+        default="", description="What the contributions were checked against at registration, in words."
+    )
     max_abs_diff: float | None = Field(default=None, description="The largest difference found in that check.")
-    reference_mean: list[float] = Field(default_factory=list, description="`linear`: the mean of each input column on the reference rows.")
-    node_cover: list[float] = Field(
-        default_factory=list, description="ONNX trees: each node's count of reference rows, the cover TreeSHAP weighs with (the graph keeps none)."
+    reference_mean: list[float] = Field(
+        default_factory=list, description="`linear`: the mean of each input column on the reference rows."
     )
-    cover_rows: int | None = Field(default=None, description="ONNX trees: how many reference rows `node_cover` counted.")
+    node_cover: list[float] = Field(
+        default_factory=list,
+        description="ONNX trees: each node's count of reference rows, the cover TreeSHAP weighs with (the graph keeps none).",
+    )
+    cover_rows: int | None = Field(
+        default=None, description="ONNX trees: how many reference rows `node_cover` counted."
+    )
     detail: str = Field(default="", description="`none`: why the model has no reasons.")
 
 
@@ -227,7 +263,8 @@ class ModelMetadata(BaseModel):
     features: list[str]
     feature_dtypes: dict[str, str]
     calibration: dict[str, Any] = Field(
-        default_factory=dict, description="Fitted on held-out data; read by the prediction layer. Empty for feature models."
+        default_factory=dict,
+        description="Fitted on held-out data; read by the prediction layer. Empty for feature models.",
     )
     reference: dict[str, ReferenceStats] = Field(default_factory=dict)
     health: dict[str, Any] = Field(
@@ -243,13 +280,16 @@ class ModelMetadata(BaseModel):
         default=None,
         description="ONNX only: the output that scores and how. None (feature models, versions registered before it): output 0, one raw value per row.",
     )
-    sklearn_output: SklearnOutput | None = Field(default=None, description="scikit-learn only: the method that scores and how.")
+    sklearn_output: SklearnOutput | None = Field(
+        default=None, description="scikit-learn only: the method that scores and how."
+    )
     skops_trusted: list[str] = Field(
         default_factory=list,
         description="scikit-learn only: the types beyond skops' defaults that the registering user trusted (`score register --trust`).",
     )
     explanation: ModelExplanation | None = Field(
-        default=None, description="How rows get reasons. None (versions registered before it): XGBoost TreeSHAP, none for ONNX.",
+        default=None,
+        description="How rows get reasons. None (versions registered before it): XGBoost TreeSHAP, none for ONNX.",
     )
     target: Literal["binary", "regression", "count", "multiclass"] = Field(
         default="binary",
@@ -279,9 +319,12 @@ class ModelMetadata(BaseModel):
         ),
     )
     error_model_file: str | None = Field(
-        default=None, description="Forecast models: the error model beside the model file (tasks/inference/error_model.py).",
+        default=None,
+        description="Forecast models: the error model beside the model file (tasks/inference/error_model.py).",
     )
-    error_model_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="Its checksum, verified at load.")
+    error_model_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$", description="Its checksum, verified at load."
+    )
 
     @field_validator("features")
     @classmethod
@@ -304,7 +347,9 @@ class ModelMetadata(BaseModel):
 
     @field_validator("reference")
     @classmethod
-    def _reference_of_every_feature(cls, value: dict[str, ReferenceStats], info: ValidationInfo) -> dict[str, ReferenceStats]:
+    def _reference_of_every_feature(
+        cls, value: dict[str, ReferenceStats], info: ValidationInfo
+    ) -> dict[str, ReferenceStats]:
         # No reference at all is allowed here (the job spec decides whether it may score without
         # drift); a partial one would silently leave features unmonitored.
         missing = [f for f in info.data.get("features") or () if f not in value]
@@ -341,14 +386,20 @@ class ModelArtifact(BaseModel):
 def inference_metadata_field_problems(meta_path: Path, error: ValidationError) -> list[JobProblem]:
     """One problem per field pydantic found wrong in `meta_path`."""
     return [
-        JobProblem(meta_path, ".".join(str(part) for part in item["loc"]) or "(top level)", item["msg"].removeprefix("Value error, "))
+        JobProblem(
+            meta_path,
+            ".".join(str(part) for part in item["loc"]) or "(top level)",
+            item["msg"].removeprefix("Value error, "),
+        )
         for item in error.errors(include_url=False)
     ]
 
 
 def inference_metadata_problems(meta_path: Path, error: ValidationError) -> str:
     """`<path>: field <loc>: <msg>` for each problem pydantic found, joined on one line."""
-    return "; ".join(f"{p.file}: field {p.field}: {p.message}" for p in inference_metadata_field_problems(meta_path, error))
+    return "; ".join(
+        f"{p.file}: field {p.field}: {p.message}" for p in inference_metadata_field_problems(meta_path, error)
+    )
 
 
 def inference_model_checksum(path: Path) -> str:
@@ -389,7 +440,9 @@ def inference_model_artifact(registry_dir: Path, version: str = "latest") -> Mod
     return artifact
 
 
-def inference_artifact_problems(registry_dir: Path, version: str = "latest") -> tuple[ModelArtifact | None, list[JobProblem]]:
+def inference_artifact_problems(
+    registry_dir: Path, version: str = "latest"
+) -> tuple[ModelArtifact | None, list[JobProblem]]:
     """The verified artifact of a model version, or None and every reason it cannot be trusted:
     each field of its metadata.json that is wrong, else the one check of the model file that failed."""
     artifact, problems, _ = _checked_artifact(registry_dir, version)
@@ -404,7 +457,9 @@ def _checked_artifact(registry_dir: Path, version: str) -> tuple[ModelArtifact |
 
     versions = inference_model_versions(registry_dir)
     if not versions:
-        return refused(registry_dir, "version", f"no model versions under {registry_dir}; run `score demo` or train one first")
+        return refused(
+            registry_dir, "version", f"no model versions under {registry_dir}; run `score demo` or train one first"
+        )
     try:
         chosen = inference_resolved_version(registry_dir, version, versions)
     except ModelArtifactError as exc:
@@ -413,27 +468,47 @@ def _checked_artifact(registry_dir: Path, version: str) -> tuple[ModelArtifact |
     meta_path = directory / "metadata.json"
     if not meta_path.is_file():
         aliases = inference_model_aliases(registry_dir)
-        return refused(registry_dir, "version", (
-            f"model version {chosen!r} not found under {registry_dir}; versions: {versions}"
-            + (f", aliases: {aliases}" if aliases else "")
-        ))
+        return refused(
+            registry_dir,
+            "version",
+            (
+                f"model version {chosen!r} not found under {registry_dir}; versions: {versions}"
+                + (f", aliases: {aliases}" if aliases else "")
+            ),
+        )
     try:
         metadata = ModelMetadata.model_validate(json.loads(meta_path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return refused(meta_path, "(file)", f"model metadata {meta_path} is not JSON: {exc}")
     except ValidationError as exc:
-        return None, inference_metadata_field_problems(meta_path, exc), f"invalid model metadata: {inference_metadata_problems(meta_path, exc)}"
+        return (
+            None,
+            inference_metadata_field_problems(meta_path, exc),
+            f"invalid model metadata: {inference_metadata_problems(meta_path, exc)}",
+        )
     artifact = ModelArtifact(metadata=metadata, directory=directory)
     path = artifact.model_path
     if path.suffix in _PICKLE_SUFFIXES:
-        return refused(meta_path, "model_file", (
-            f"model file {path} is a pickle-style format ({path.suffix}), which executes code when loaded; "
-            f"export the model as one of {ACCEPTED_MODEL_SUFFIXES}"
-        ))
+        return refused(
+            meta_path,
+            "model_file",
+            (
+                f"model file {path} is a pickle-style format ({path.suffix}), which executes code when loaded; "
+                f"export the model as one of {ACCEPTED_MODEL_SUFFIXES}"
+            ),
+        )
     if path.suffix not in ACCEPTED_MODEL_SUFFIXES:
-        return refused(meta_path, "model_file", f"model file {path} has unknown format {path.suffix!r}; accepted: {ACCEPTED_MODEL_SUFFIXES}")
+        return refused(
+            meta_path,
+            "model_file",
+            f"model file {path} has unknown format {path.suffix!r}; accepted: {ACCEPTED_MODEL_SUFFIXES}",
+        )
     if FRAMEWORK_OF_SUFFIX[path.suffix] != metadata.framework:
-        return refused(meta_path, "framework", f"model file {path} is a {path.suffix} file, but {meta_path} says framework {metadata.framework!r}")
+        return refused(
+            meta_path,
+            "framework",
+            f"model file {path} is a {path.suffix} file, but {meta_path} says framework {metadata.framework!r}",
+        )
     if not path.is_file():
         return refused(meta_path, "model_file", f"model file {path} named in {meta_path} does not exist")
     problem = inference_model_file_problem(path, metadata.framework)
@@ -441,14 +516,20 @@ def _checked_artifact(registry_dir: Path, version: str) -> tuple[ModelArtifact |
         return refused(meta_path, "model_file", f"model file {path} {problem}; refusing to load it")
     actual = inference_model_checksum(path)
     if actual != metadata.sha256:
-        return refused(meta_path, "sha256", (
-            f"model file {path} ({path.stat().st_size} bytes) has sha256 {actual}, but {meta_path} says "
-            f"{metadata.sha256}: the file is truncated or was replaced"
-        ))
+        return refused(
+            meta_path,
+            "sha256",
+            (
+                f"model file {path} ({path.stat().st_size} bytes) has sha256 {actual}, but {meta_path} says "
+                f"{metadata.sha256}: the file is truncated or was replaced"
+            ),
+        )
     return artifact, [], ""
 
 
-def inference_check_feature_version(artifact: ModelArtifact, feature_version: str, feature_names: tuple[str, ...]) -> None:
+def inference_check_feature_version(
+    artifact: ModelArtifact, feature_version: str, feature_names: tuple[str, ...]
+) -> None:
     """Stop before scoring when the model was trained on other features than the job computes."""
     meta = artifact.metadata
     if meta.feature_version != feature_version:

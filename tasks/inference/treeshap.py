@@ -54,8 +54,13 @@ _LOGIT_OBJECTIVES = frozenset({"binary:logistic", "reg:logistic"})
 _LOG_OBJECTIVES = frozenset({"count:poisson", "reg:gamma", "reg:tweedie", "survival:cox"})
 _IDENTITY_OBJECTIVES = frozenset(
     {
-        "reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror", "reg:absoluteerror", "reg:quantileerror",
-        "binary:hinge", "binary:logitraw",
+        "reg:squarederror",
+        "reg:squaredlogerror",
+        "reg:pseudohubererror",
+        "reg:absoluteerror",
+        "reg:quantileerror",
+        "binary:hinge",
+        "binary:logitraw",
     }
 )
 
@@ -114,12 +119,22 @@ class TreeShapKernel:
         first = int(offsets[0]) if offsets.size else 0
         last = int(self.leaf_offset[leaves.stop]) if leaves.stop < self.leaf_offset.size else self.table.size
         return TreeShapKernel(
-            n_features=self.n_features, node_feature=self.node_feature[nodes], node_value=self.node_value[nodes],
-            node_default_left=self.node_default_left[nodes], node_bit=self.node_bit[nodes], node_left=self.node_left[nodes],
-            node_right=self.node_right[nodes], tree_node_start=np.array([0, nodes.stop - nodes.start], dtype=np.int64),
-            leaf_node=self.leaf_node[leaves], leaf_width=self.leaf_width[leaves], leaf_feature=self.leaf_feature[leaves],
-            leaf_offset=(offsets - first).astype(np.int64), tree_leaf_start=np.array([0, leaves.stop - leaves.start], dtype=np.int64),
-            table=self.table[first:last], bias=0.0, widest_path=self.widest_path,
+            n_features=self.n_features,
+            node_feature=self.node_feature[nodes],
+            node_value=self.node_value[nodes],
+            node_default_left=self.node_default_left[nodes],
+            node_bit=self.node_bit[nodes],
+            node_left=self.node_left[nodes],
+            node_right=self.node_right[nodes],
+            tree_node_start=np.array([0, nodes.stop - nodes.start], dtype=np.int64),
+            leaf_node=self.leaf_node[leaves],
+            leaf_width=self.leaf_width[leaves],
+            leaf_feature=self.leaf_feature[leaves],
+            leaf_offset=(offsets - first).astype(np.int64),
+            tree_leaf_start=np.array([0, leaves.stop - leaves.start], dtype=np.int64),
+            table=self.table[first:last],
+            bias=0.0,
+            widest_path=self.widest_path,
         )
 
     @property
@@ -153,9 +168,23 @@ class TreeShapKernel:
         with _PARALLEL_LAUNCH:
             numba.set_num_threads(threads)
             inference_table_contributions(
-                x, self.node_feature, self.node_value, self.node_default_left, self.node_bit, self.node_left,
-                self.node_right, self.tree_node_start, self.leaf_node, self.leaf_width, self.leaf_feature,
-                self.leaf_offset, self.tree_leaf_start, self.table, self.bias, out, max(block, 1),
+                x,
+                self.node_feature,
+                self.node_value,
+                self.node_default_left,
+                self.node_bit,
+                self.node_left,
+                self.node_right,
+                self.tree_node_start,
+                self.leaf_node,
+                self.leaf_width,
+                self.leaf_feature,
+                self.leaf_offset,
+                self.tree_leaf_start,
+                self.table,
+                self.bias,
+                out,
+                max(block, 1),
             )
         return out
 
@@ -268,12 +297,19 @@ def inference_xgboost_class_tree_arrays(model_json: bytes | bytearray | str | di
     per_class = []
     for k in range(n_classes):
         own = [t for t, info in zip(trees, tree_info, strict=True) if info == k]
-        single = {"learner": {
-            **learner,
-            "learner_model_param": {**learner["learner_model_param"], "num_class": "0", "base_score": "0", "num_target": "1"},
-            "objective": {"name": "reg:squarederror"},
-            "gradient_booster": {**gbtree, "model": {**gbtree["model"], "trees": own, "tree_info": [0] * len(own)}},
-        }}
+        single = {
+            "learner": {
+                **learner,
+                "learner_model_param": {
+                    **learner["learner_model_param"],
+                    "num_class": "0",
+                    "base_score": "0",
+                    "num_target": "1",
+                },
+                "objective": {"name": "reg:squarederror"},
+                "gradient_booster": {**gbtree, "model": {**gbtree["model"], "trees": own, "tree_info": [0] * len(own)}},
+            }
+        }
         per_class.append(dataclasses.replace(inference_xgboost_tree_arrays(single), bias=0.0))
     return per_class
 
@@ -303,10 +339,32 @@ def inference_treeshap_kernel(
     from tasks.inference.treeshap_kernels import inference_leaf_tables, inference_tree_layout
 
     layout = inference_tree_layout(
-        trees.left, trees.right, trees.feature, trees.value, trees.default_left, trees.cover, node_start, max_path_features,
+        trees.left,
+        trees.right,
+        trees.feature,
+        trees.value,
+        trees.default_left,
+        trees.cover,
+        node_start,
+        max_path_features,
     )
-    (node_feature, node_value, node_default_left, node_bit, node_left, node_right, tree_node_start, tree_leaf_start,
-     tree_mean, leaf_node, leaf_width, leaf_feature, leaf_zero, leaf_value, widest) = layout
+    (
+        node_feature,
+        node_value,
+        node_default_left,
+        node_bit,
+        node_left,
+        node_right,
+        tree_node_start,
+        tree_leaf_start,
+        tree_mean,
+        leaf_node,
+        leaf_width,
+        leaf_feature,
+        leaf_zero,
+        leaf_value,
+        widest,
+    ) = layout
     if widest > max_path_features:
         raise TreeShapUnsupported(
             f"a root path splits on {widest} distinct features, over the table cap of {max_path_features}"
@@ -476,26 +534,40 @@ def inference_checked_treeshap(
         max_diff = inference_treeshap_max_diff(kernel, reference, rows, nthread=nthread)
     except Exception as exc:  # the reference is the framework itself: whatever fails there, it keeps the job
         reason = f"load-time check against {reference_name} failed: {type(exc).__name__}: {exc}"
-        log.warning("[INF] model_name=%s TreeSHAP kernel refused, contributions by %s: %s", model_label, reference_name, reason)
+        log.warning(
+            "[INF] model_name=%s TreeSHAP kernel refused, contributions by %s: %s", model_label, reference_name, reason
+        )
         return KernelChoice(None, reason, None, time.perf_counter() - start, framework)
     if not max_diff <= tolerance:
         reason = (
             f"max_abs_diff={max_diff:.3g} against {reference_name} on {rows.shape[0]} load-time rows, "
             f"over the tolerance {tolerance:g}"
         )
-        log.warning("[INF] model_name=%s TreeSHAP kernel refused, contributions by %s: %s", model_label, reference_name, reason)
+        log.warning(
+            "[INF] model_name=%s TreeSHAP kernel refused, contributions by %s: %s", model_label, reference_name, reason
+        )
         return KernelChoice(None, reason, max_diff, time.perf_counter() - start, framework)
     load_s = time.perf_counter() - start
     log.info(
         "[INF] model_name=%s contributions by %s: trees=%d widest_path=%d table_mib=%.1f max_abs_diff=%.2g "
         "load_ms=%.0f",
-        model_label, KERNEL_NAME, kernel.n_trees, kernel.widest_path, kernel.table_bytes / 2**20, max_diff, load_s * 1000,
+        model_label,
+        KERNEL_NAME,
+        kernel.n_trees,
+        kernel.widest_path,
+        kernel.table_bytes / 2**20,
+        max_diff,
+        load_s * 1000,
     )
     return KernelChoice(kernel, None, max_diff, load_s, framework)
 
 
 def inference_near_tie_rows(
-    values: np.ndarray, top_k: int, *, exact: np.ndarray | None = None, tolerance: float | np.ndarray = TIE_TOLERANCE,
+    values: np.ndarray,
+    top_k: int,
+    *,
+    exact: np.ndarray | None = None,
+    tolerance: float | np.ndarray = TIE_TOLERANCE,
     by_size: bool = False,
 ) -> np.ndarray:
     """Rows whose top-k reasons could change under float noise of `tolerance` (a number, or one per row) in

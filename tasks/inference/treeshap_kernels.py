@@ -130,9 +130,20 @@ def inference_tree_layout(left, right, split_feature, split_value, default_left,
     tree_node_start[n_trees] = out
     tree_leaf_start[n_trees] = leaves
     return (
-        o_feature[:out], o_value[:out], o_default_left[:out], o_bit[:out], o_left[:out], o_right[:out],
-        tree_node_start, tree_leaf_start, tree_mean,
-        leaf_node[:leaves], leaf_width[:leaves], leaf_feature[:leaves], leaf_zero[:leaves], leaf_value[:leaves],
+        o_feature[:out],
+        o_value[:out],
+        o_default_left[:out],
+        o_bit[:out],
+        o_left[:out],
+        o_right[:out],
+        tree_node_start,
+        tree_leaf_start,
+        tree_mean,
+        leaf_node[:leaves],
+        leaf_width[:leaves],
+        leaf_feature[:leaves],
+        leaf_zero[:leaves],
+        leaf_value[:leaves],
         widest,
     )
 
@@ -184,8 +195,23 @@ def inference_leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, table)
 
 @numba.njit(cache=True, parallel=True)
 def inference_table_contributions(
-    x, node_feature, node_value, node_default_left, node_bit, node_left, node_right, tree_node_start,
-    leaf_node, leaf_width, leaf_feature, leaf_offset, tree_leaf_start, table, bias, out, block,
+    x,
+    node_feature,
+    node_value,
+    node_default_left,
+    node_bit,
+    node_left,
+    node_right,
+    tree_node_start,
+    leaf_node,
+    leaf_width,
+    leaf_feature,
+    leaf_offset,
+    tree_leaf_start,
+    table,
+    bias,
+    out,
+    block,
 ):
     # Rows are the innermost loop everywhere: every row of a block does the same split or reads the
     # same leaf's table, so the loops carry no dependency, branch on nothing and stay in cache.
@@ -247,8 +273,18 @@ def inference_table_contributions(
 
 @numba.njit(cache=True, parallel=True)
 def inference_oblivious_contributions(
-    x, level_feature, level_value, level_default_left, tree_level_start, tree_feature, tree_feature_start,
-    tree_table_start, table, bias, out, block,
+    x,
+    level_feature,
+    level_value,
+    level_default_left,
+    tree_level_start,
+    tree_feature,
+    tree_feature_start,
+    tree_table_start,
+    table,
+    bias,
+    out,
+    block,
 ):
     # An oblivious tree asks every row the same question at each level, so a row's leaf index is its answers'
     # bits (root first) and the tree's contributions to it are one row of the tree's table.

@@ -32,7 +32,9 @@ def class_order_problem(margins: np.ndarray, labels: np.ndarray, classes: list[s
 
     log_p = predict_log_probabilities(margins)
     k = len(classes)
-    table = np.stack([log_p[labels == j].sum(axis=0) for j in range(k)], axis=1)  # table[i, j]: output i read as class j
+    table = np.stack(
+        [log_p[labels == j].sum(axis=0) for j in range(k)], axis=1
+    )  # table[i, j]: output i read as class j
     rows, cols = linear_sum_assignment(-table)
     best = float(table[rows, cols].sum())
     given = float(np.trace(table))
@@ -57,7 +59,9 @@ class FittedClassCalibration:
     uncalibrated_log_loss: float
 
 
-def fitted_class_calibration(margins: np.ndarray, labels: np.ndarray, classes: list[str], *, level: float) -> FittedClassCalibration:
+def fitted_class_calibration(
+    margins: np.ndarray, labels: np.ndarray, classes: list[str], *, level: float
+) -> FittedClassCalibration:
     """The calibration of the probability vector on the whole hold-out, and its quality measured honestly: each
     half of the hold-out is calibrated by a fit on the other half (where each half holds every class)."""
     calibrator = predict_fitted_multiclass_calibrator(margins, labels, classes=classes)
@@ -68,7 +72,9 @@ def fitted_class_calibration(margins: np.ndarray, labels: np.ndarray, classes: l
     if folds_hold_every_class:
         for fit, apply in ((half, ~half), (~half, half)):
             fold = predict_fitted_multiclass_calibrator(margins[fit], labels[fit], classes=classes)
-            out_of_fold[apply] = ClassProbabilityMap(fold, level).predict_class_probabilities(margins[apply]).probabilities
+            out_of_fold[apply] = (
+                ClassProbabilityMap(fold, level).predict_class_probabilities(margins[apply]).probabilities
+            )
     else:
         out_of_fold = ClassProbabilityMap(calibrator, level).predict_class_probabilities(margins).probabilities
     reliability = predict_classwise_reliability(out_of_fold, labels, classes=classes)
@@ -91,7 +97,9 @@ def class_reference(probabilities: np.ndarray, classes: list[str]) -> dict[str, 
     return {
         "rows": int(predicted.size),
         "predicted_share": {c: float(counts[i] / max(predicted.size, 1)) for i, c in enumerate(classes)},
-        "mean_probability": {c: float(probabilities[:, i].mean()) if predicted.size else 0.0 for i, c in enumerate(classes)},
+        "mean_probability": {
+            c: float(probabilities[:, i].mean()) if predicted.size else 0.0 for i, c in enumerate(classes)
+        },
     }
 
 
@@ -99,7 +107,11 @@ def class_calibration_note(fitted: FittedClassCalibration) -> str:
     """The registration report's line on the calibration and its classwise reliability."""
     meta = fitted.calibrator.to_metadata()
     worst = max(fitted.reliability["classes"], key=lambda c: c["ece"])
-    how = "out of fold (each half calibrated by the other)" if fitted.reliability.get("out_of_fold") else "in sample (a half lacked a class)"
+    how = (
+        "out of fold (each half calibrated by the other)"
+        if fitted.reliability.get("out_of_fold")
+        else "in sample (a half lacked a class)"
+    )
     return (
         f"calibration: {meta.get('method', 'fitted')} of the probability vector; measured {how} on the hold-out: accuracy "
         f"{fitted.accuracy:.3f}, log loss {fitted.log_loss:.4f} (uncalibrated {fitted.uncalibrated_log_loss:.4f}), classwise ECE "

@@ -87,8 +87,15 @@ def _difficulty_edges(sigma: np.ndarray) -> np.ndarray:
 
 
 def fitted_conformal_interval(
-    features: np.ndarray, margins: np.ndarray, outcomes: np.ndarray, *, link: str, level: float, nonnegative: bool,
-    error_model_path: Path, model: str,
+    features: np.ndarray,
+    margins: np.ndarray,
+    outcomes: np.ndarray,
+    *,
+    link: str,
+    level: float,
+    nonnegative: bool,
+    error_model_path: Path,
+    model: str,
 ) -> FittedInterval:
     """Fit the error model (saved at `error_model_path`) and the conformal scores on the hold-out; check them on its held-back part."""
     crepes = _crepes()
@@ -113,29 +120,45 @@ def fitted_conformal_interval(
     sigma = np.maximum(sigma, floor)
     edges = _difficulty_edges(sigma[calibration])
     bins = predict_difficulty_bin(sigma, edges)
-    regressor = crepes.ConformalRegressor().fit(residuals=errors[calibration], sigmas=sigma[calibration], bins=bins[calibration])
+    regressor = crepes.ConformalRegressor().fit(
+        residuals=errors[calibration], sigmas=sigma[calibration], bins=bins[calibration]
+    )
     bin_values, bin_alphas = regressor.binned_alphas
     if list(bin_values) != list(range(edges.size + 1)):
         raise AssertionError(f"difficulty bins {list(bin_values)} are not 0..{edges.size}")
     interval = {
-        "method": METHOD, "bin_edges": [float(e) for e in edges], "bin_alphas": [[float(a) for a in alphas] for alphas in bin_alphas],
+        "method": METHOD,
+        "bin_edges": [float(e) for e in edges],
+        "bin_alphas": [[float(a) for a in alphas] for alphas in bin_alphas],
         "sigma_floor": floor,
-        "rows_fit": int(fit.size), "rows_calibration": int(calibration.size), "rows_check": int(held.size), "split_seed": SPLIT_SEED,
+        "rows_fit": int(fit.size),
+        "rows_calibration": int(calibration.size),
+        "rows_check": int(held.size),
+        "split_seed": SPLIT_SEED,
         "estimated_error": fitted_error_estimator(errors[calibration], sigma[calibration]),
     }
     bounds = regressor.predict_int(
         forecast[held], sigmas=sigma[held], bins=bins[held], confidence=level, y_min=0.0 if nonnegative else -np.inf
     )
     ours = ForecastMap(interval, level, link=link, nonnegative=nonnegative).predict_forecast(margins[held], sigma[held])
-    if not (np.allclose(bounds[:, 0], ours.low, rtol=1e-12, atol=1e-9) and np.allclose(bounds[:, 1], ours.high, rtol=1e-12, atol=1e-9)):
+    if not (
+        np.allclose(bounds[:, 0], ours.low, rtol=1e-12, atol=1e-9)
+        and np.allclose(bounds[:, 1], ours.high, rtol=1e-12, atol=1e-9)
+    ):
         raise AssertionError("the prediction layer's interval differs from crepes' on the held-back rows")
     width = bounds[:, 1] - bounds[:, 0]
     y = outcomes[held]
     easy = sigma[held] <= np.median(sigma[held])
     check = IntervalCheck(
-        level=level, rows=int(held.size), coverage=float(((y >= bounds[:, 0]) & (y <= bounds[:, 1])).mean()),
-        mean_width=float(width.mean()), easy_half_width=float(width[easy].mean()), hard_half_width=float(width[~easy].mean()) if (~easy).any() else float(width.mean()),
-        mae=float(np.abs(errors[held]).mean()), rmse=float(np.sqrt((errors[held] ** 2).mean())), bias=float(errors[held].mean()),
+        level=level,
+        rows=int(held.size),
+        coverage=float(((y >= bounds[:, 0]) & (y <= bounds[:, 1])).mean()),
+        mean_width=float(width.mean()),
+        easy_half_width=float(width[easy].mean()),
+        hard_half_width=float(width[~easy].mean()) if (~easy).any() else float(width.mean()),
+        mae=float(np.abs(errors[held]).mean()),
+        rmse=float(np.sqrt((errors[held] ** 2).mean())),
+        bias=float(errors[held].mean()),
     )
     interval["check"] = check.as_json()
     # What the estimator says of the held-back rows, beside what they did (`check`): it fitted on none of them;
@@ -144,5 +167,7 @@ def fitted_conformal_interval(
     estimator["check_mae"] = float(estimator["mae_scale"] * held_sigma.mean())
     estimator["check_rmse"] = float(np.sqrt(estimator["mse_scale"] * (held_sigma**2).mean()))
     estimator["check_mae_se"] = float(np.abs(held_errors).std(ddof=1) / np.sqrt(held.size))
-    estimator["check_rmse_se"] = float((held_errors**2).std(ddof=1) / np.sqrt(held.size) / (2.0 * max(check.rmse, 1e-300)))
+    estimator["check_rmse_se"] = float(
+        (held_errors**2).std(ddof=1) / np.sqrt(held.size) / (2.0 * max(check.rmse, 1e-300))
+    )
     return FittedInterval(interval=interval, check=check)

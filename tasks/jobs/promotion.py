@@ -56,7 +56,10 @@ def _reconciled(registry: Path, warehouse: Warehouse) -> list[AliasChange]:
     unrecorded = inference_unrecorded_alias_changes(registry)
     if not unrecorded:
         return []
-    ledger = {(r["alias"], r["from_version"], r["to_version"], r["changed_at"]) for r in warehouse.alias_changes(registry.name)}
+    ledger = {
+        (r["alias"], r["from_version"], r["to_version"], r["changed_at"])
+        for r in warehouse.alias_changes(registry.name)
+    }
     written = []
     for change, job in unrecorded:
         # A mover killed after its row but before clearing the mark left a move the ledger already holds.
@@ -65,8 +68,13 @@ def _reconciled(registry: Path, warehouse: Warehouse) -> list[AliasChange]:
             written.append(change)
             log.info(
                 "alias %s of %s: %s → %s (by %s at %s) was in %s but not in model_aliases (its mover stopped in between); recorded now",
-                change.alias, change.model_name, change.from_version or "(none)", change.to_version or "(removed)",
-                change.changed_by, change.changed_at.isoformat(), registry / "aliases.json",
+                change.alias,
+                change.model_name,
+                change.from_version or "(none)",
+                change.to_version or "(removed)",
+                change.changed_by,
+                change.changed_at.isoformat(),
+                registry / "aliases.json",
             )
     inference_recorded_alias_changes(registry, [change for change, _ in unrecorded])
     return written
@@ -95,8 +103,12 @@ def _committed(
     crash_point("alias:recorded", settings.crash_at)
     inference_recorded_alias_changes(registry, [change])
     log.info(
-        "alias %s of %s: %s → %s (by %s)", change.alias, change.model_name, change.from_version or "(none)",
-        change.to_version or "(removed)", change.changed_by,
+        "alias %s of %s: %s → %s (by %s)",
+        change.alias,
+        change.model_name,
+        change.from_version or "(none)",
+        change.to_version or "(removed)",
+        change.changed_by,
     )
     return change
 
@@ -111,8 +123,17 @@ def promoted_alias(
     # The check (a second or so) runs before the lock, so promotions at once wait only for each other's move.
     target = _checked_target(job, version, registry, settings)
     with _alias_moves(registry, warehouse):
-        return _moved_to(job, version, target, registry, alias=alias, settings=settings, warehouse=warehouse,
-                         changed_by=changed_by, note=note)
+        return _moved_to(
+            job,
+            version,
+            target,
+            registry,
+            alias=alias,
+            settings=settings,
+            warehouse=warehouse,
+            changed_by=changed_by,
+            note=note,
+        )
 
 
 def _checked_target(job: str, version: str, registry: Path, settings: Settings) -> str:
@@ -122,7 +143,8 @@ def _checked_target(job: str, version: str, registry: Path, settings: Settings) 
     if target not in versions:
         known = inference_model_aliases(registry)
         raise ModelArtifactError(
-            f"model {registry.name} has no version {version!r}; versions: {versions}" + (f", aliases: {known}" if known else "")
+            f"model {registry.name} has no version {version!r}; versions: {versions}"
+            + (f", aliases: {known}" if known else "")
         )
     if not (registry / target / REGISTRATION_REPORT).is_file():
         raise ModelArtifactError(
@@ -136,8 +158,16 @@ def _checked_target(job: str, version: str, registry: Path, settings: Settings) 
 
 
 def _moved_to(
-    job: str, version: str, target: str, registry: Path, *, alias: str, settings: Settings, warehouse: Warehouse,
-    changed_by: str, note: str,
+    job: str,
+    version: str,
+    target: str,
+    registry: Path,
+    *,
+    alias: str,
+    settings: Settings,
+    warehouse: Warehouse,
+    changed_by: str,
+    note: str,
 ) -> AliasChange:
     """The move to the checked `target`, under the alias lock. `version` is resolved again there: when it is an
     alias that another process moved since the check, the move is refused naming where it points now."""
@@ -148,13 +178,26 @@ def _moved_to(
             f"alias {version!r} of model {registry.name} moved from {target} to {now} while this promotion was checked; "
             f"nothing changed: promote {now} again if it is still meant"
         )
-    return _committed(registry, job, settings, warehouse, lambda: inference_moved_alias(
-        registry, alias, target, versions=versions, changed_by=changed_by, job=job,
-        note=note or (f"promoted {version} ({target})" if version != target else "promoted"),
-    ))
+    return _committed(
+        registry,
+        job,
+        settings,
+        warehouse,
+        lambda: inference_moved_alias(
+            registry,
+            alias,
+            target,
+            versions=versions,
+            changed_by=changed_by,
+            job=job,
+            note=note or (f"promoted {version} ({target})" if version != target else "promoted"),
+        ),
+    )
 
 
-def rolled_back_alias(job: str, *, alias: str, settings: Settings, warehouse: Warehouse, changed_by: str) -> AliasChange:
+def rolled_back_alias(
+    job: str, *, alias: str, settings: Settings, warehouse: Warehouse, changed_by: str
+) -> AliasChange:
     """Point `alias` back at the version it pointed at before its last move, checked like a promotion."""
     spec = load_job_spec(job, settings)
     registry = settings.model_registry_dir(spec.model.name)
@@ -162,7 +205,9 @@ def rolled_back_alias(job: str, *, alias: str, settings: Settings, warehouse: Wa
     with _alias_moves(registry, warehouse):
         moves = [h for h in inference_alias_history(registry) if h["alias"] == alias]
         if not moves:
-            raise ModelArtifactError(f"alias {alias!r} of model {spec.model.name} has never moved; nothing to roll back to")
+            raise ModelArtifactError(
+                f"alias {alias!r} of model {spec.model.name} has never moved; nothing to roll back to"
+            )
         previous = moves[-1]["from_version"]
         if previous is None:
             raise ModelArtifactError(
@@ -170,8 +215,15 @@ def rolled_back_alias(job: str, *, alias: str, settings: Settings, warehouse: Wa
                 "there is no earlier version to roll back to"
             )
         return _moved_to(
-            job, previous, _checked_target(job, previous, registry, settings), registry, alias=alias, settings=settings,
-            warehouse=warehouse, changed_by=changed_by, note=f"rolled back from {moves[-1]['to_version']}",
+            job,
+            previous,
+            _checked_target(job, previous, registry, settings),
+            registry,
+            alias=alias,
+            settings=settings,
+            warehouse=warehouse,
+            changed_by=changed_by,
+            note=f"rolled back from {moves[-1]['to_version']}",
         )
 
 
@@ -180,9 +232,21 @@ def removed_alias(job: str, *, alias: str, settings: Settings, warehouse: Wareho
     spec = load_job_spec(job, settings)
     registry = settings.model_registry_dir(spec.model.name)
     with _alias_moves(registry, warehouse):
-        return _committed(registry, job, settings, warehouse, lambda: inference_moved_alias(
-            registry, alias, None, versions=inference_model_versions(registry), changed_by=changed_by, note="removed", job=job,
-        ))
+        return _committed(
+            registry,
+            job,
+            settings,
+            warehouse,
+            lambda: inference_moved_alias(
+                registry,
+                alias,
+                None,
+                versions=inference_model_versions(registry),
+                changed_by=changed_by,
+                note="removed",
+                job=job,
+            ),
+        )
 
 
 def reconciled_aliases(job: str, *, settings: Settings, warehouse: Warehouse) -> list[AliasChange]:
@@ -209,7 +273,9 @@ def alias_notes(job: str, *, settings: Settings) -> list[str]:
     notes = []
     for field, named in (("model.version", spec.model.version), ("model.challenger", spec.model.challenger)):
         if named is not None and named != "latest" and named not in versions and named not in aliases:
-            notes.append(f"the job's {field} names {named!r}, which is neither a version nor an alias of {spec.model.name}")
+            notes.append(
+                f"the job's {field} names {named!r}, which is neither a version nor an alias of {spec.model.name}"
+            )
     if spec.model.challenger is not None:
         champion = inference_resolved_version(registry, spec.model.version, versions)
         challenger = inference_resolved_version(registry, spec.model.challenger, versions)
@@ -226,7 +292,9 @@ def job_aliases(job: str, *, settings: Settings, warehouse: Warehouse) -> dict[s
     spec = load_job_spec(job, settings)
     registry = settings.model_registry_dir(spec.model.name)
     return {
-        "model": spec.model.name, "versions": inference_model_versions(registry), "aliases": inference_model_aliases(registry),
+        "model": spec.model.name,
+        "versions": inference_model_versions(registry),
+        "aliases": inference_model_aliases(registry),
         "scoring": {"version": spec.model.version, "challenger": spec.model.challenger},
         "history": warehouse.alias_changes(spec.model.name),
     }
@@ -252,16 +320,33 @@ class Registration:
 
 
 def registered_model(
-    job: str, model_file: Path, *, alias: str | None, settings: Settings, warehouse: Warehouse, changed_by: str,
-    holdout: Path, reference: Path | None = None, version: str | None = None, training: Mapping[str, Any] | None = None,
-    trusted_types: tuple[str, ...] = (), positive: str | None = None,
+    job: str,
+    model_file: Path,
+    *,
+    alias: str | None,
+    settings: Settings,
+    warehouse: Warehouse,
+    changed_by: str,
+    holdout: Path,
+    reference: Path | None = None,
+    version: str | None = None,
+    training: Mapping[str, Any] | None = None,
+    trusted_types: tuple[str, ...] = (),
+    positive: str | None = None,
 ) -> Registration:
     """Register a model of `job` (tasks.jobs.registration.registered_job_model) and move `alias` to it, checked and
     recorded as `score promote` does; nothing else moves, except that a model's first version (no version and no
     champion before) becomes its champion, so a new job can run. A refused move leaves the version registered."""
     report = registered_job_model(
-        job, model_file, settings=settings, holdout=holdout, reference=reference, version=version, training=training,
-        trusted_types=trusted_types, positive=positive,
+        job,
+        model_file,
+        settings=settings,
+        holdout=holdout,
+        reference=reference,
+        version=version,
+        training=training,
+        trusted_types=trusted_types,
+        positive=positive,
     )
     registry = settings.model_registry_dir(report.model)
     first = inference_model_versions(registry) == [report.version] and CHAMPION not in inference_model_aliases(registry)
@@ -269,10 +354,19 @@ def registered_model(
     moved: list[AliasChange] = []
     for name in wanted:
         try:
-            moved.append(promoted_alias(
-                job, report.version, alias=name, settings=settings, warehouse=warehouse, changed_by=changed_by,
-                note="first version, promoted at registration" if first and name == CHAMPION else "moved at registration",
-            ))
+            moved.append(
+                promoted_alias(
+                    job,
+                    report.version,
+                    alias=name,
+                    settings=settings,
+                    warehouse=warehouse,
+                    changed_by=changed_by,
+                    note="first version, promoted at registration"
+                    if first and name == CHAMPION
+                    else "moved at registration",
+                )
+            )
         except (JobValidationError, ModelArtifactError) as exc:
             return Registration(report, first, moved=tuple(moved), refused=str(exc))
     return Registration(report, first, moved=tuple(moved))

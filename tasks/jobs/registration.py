@@ -31,16 +31,15 @@ import polars as pl
 import pyarrow as pa
 from pydantic import ValidationError
 
-from tasks.contracts import InferenceInput
-from tasks.monitoring.health import ATTRIBUTION_REFERENCE_ROWS, fitted_health_reference, holdout_auc_check
-from tasks.quality.drift import FORECAST_DRIFT_NAME, reference_statistics
+from tasks.contracts import FeatureKind, InferenceInput
 from tasks.errors import JobProblem, JobSpecError, JobValidationError, LabelError, ModelArtifactError, PartitionError
-from tasks.contracts import FeatureKind
 from tasks.features import FeatureModule, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, guarded_chunk, load_guard_suite, raw_schema_problems
-from tasks.inference.engine import LoadedModel, inference_engine, inference_loaded_model
+from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
 from tasks.inference.contributions import inference_checked_explanation
+from tasks.inference.engine import LoadedModel, inference_engine, inference_loaded_model
+from tasks.inference.error_model import ERROR_MODEL_FILE
 from tasks.inference.frameworks import (
     XGBOOST_FORECAST_OBJECTIVES,
     inference_framework_input_problem,
@@ -60,16 +59,21 @@ from tasks.inference.registry import (
     inference_model_versions,
     inference_reasons_unavailable,
 )
-from tasks.inference.config import VERSION_PATTERN, FeatureModelRef
-from tasks.inference.error_model import ERROR_MODEL_FILE
-from tasks.jobs.class_registration import class_calibration_note, class_order_problem, class_reference, fitted_class_calibration
+from tasks.jobs.class_registration import (
+    class_calibration_note,
+    class_order_problem,
+    class_reference,
+    fitted_class_calibration,
+)
 from tasks.jobs.conformal import IntervalCheck, fitted_conformal_interval
 from tasks.jobspec import JobSpec, LabelSource, load_job_spec
+from tasks.monitoring.health import ATTRIBUTION_REFERENCE_ROWS, fitted_health_reference, holdout_auc_check
 from tasks.prediction.calibration import ProbabilityMap, predict_fitted_calibrator, predict_one_outcome_problem
 from tasks.prediction.calibration_check import CalibrationQuality, predict_calibration_quality
-from tasks.prediction.forecasts import predict_forecast_values
 from tasks.prediction.class_labels import predict_binary_label_events, predict_class_label_indices
+from tasks.prediction.forecasts import predict_forecast_values
 from tasks.prediction.multiclass import ClassProbabilityMap
+from tasks.quality.drift import FORECAST_DRIFT_NAME, reference_statistics
 from tasks.settings import Settings
 
 log = logging.getLogger("scoring.registration")
@@ -109,13 +113,21 @@ class RegistrationReport:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "model": self.model, "version": self.version, "framework": self.framework, "target": self.target, "features": self.features,
-            "rows": self.rows, "events": self.events, "rows_quarantined": self.rows_quarantined, "auc": self.auc,
+            "model": self.model,
+            "version": self.version,
+            "framework": self.framework,
+            "target": self.target,
+            "features": self.features,
+            "rows": self.rows,
+            "events": self.events,
+            "rows_quarantined": self.rows_quarantined,
+            "auc": self.auc,
             "reference_rows": self.reference_rows,
             "calibration": dataclasses.asdict(self.calibration) if self.calibration is not None else None,
             "interval": self.interval.as_json() if self.interval is not None else None,
             "class_calibration": self.class_calibration,
-            "warnings": self.warnings, "notes": self.notes,
+            "warnings": self.warnings,
+            "notes": self.notes,
         }
 
 
@@ -140,7 +152,7 @@ def holdout_actuals_problem(actuals: np.ndarray, kind: str) -> str | None:
         wrong = (actuals < 0) | (actuals != np.round(actuals))
         if wrong.any():
             return f"must be non-negative whole numbers for a count job (target.kind count); {int(wrong.sum())} are not, e.g. {actuals[wrong][:3].tolist()}"
-    if np.unique(actuals[: 10_000]).size < 2:
+    if np.unique(actuals[:10_000]).size < 2:
         return f"are all {actuals[0]:g}: a forecast fitted on one value cannot be checked"
     return None
 
@@ -160,7 +172,13 @@ def _xgboost_kind_problem(objective: str, kind: str) -> str | None:
                 "has objective 'multi:softmax', which outputs the class only; train with multi:softprob (the same trees, "
                 "with the probability of every class), or set booster.set_param({'objective': 'multi:softprob'}) and save it again"
             )
-        what = "a binary classifier" if objective in BINARY_OBJECTIVES else "a regression objective" if objective in FORECAST_OBJECTIVES else "not a multiclass objective"
+        what = (
+            "a binary classifier"
+            if objective in BINARY_OBJECTIVES
+            else "a regression objective"
+            if objective in FORECAST_OBJECTIVES
+            else "not a multiclass objective"
+        )
         return f"has objective {objective!r}, {what}, but the job is multiclass (target.kind): register a multi:softprob classifier"
     if objective.startswith("multi:"):
         return (
@@ -179,7 +197,11 @@ def _xgboost_kind_problem(objective: str, kind: str) -> str | None:
         return f"has objective {objective!r}; a scoring model must be a binary classifier (binary:logistic or binary:logitraw)"
     if objective in FORECAST_OBJECTIVES:
         return None
-    what = "a binary classifier" if objective.startswith("binary:") or objective == "reg:logistic" else "not a regression objective"
+    what = (
+        "a binary classifier"
+        if objective.startswith("binary:") or objective == "reg:logistic"
+        else "not a regression objective"
+    )
     return (
         f"has objective {objective!r}, {what}, but the job forecasts a {kind} target (target.kind): register a regressor "
         f"({', '.join(FORECAST_OBJECTIVES)})"
@@ -187,7 +209,11 @@ def _xgboost_kind_problem(objective: str, kind: str) -> str | None:
 
 
 def _model_input_problem(
-    model_path: Path, framework: str, features: tuple[str, ...], trusted_types: tuple[str, ...] = (), kind: str = "binary",
+    model_path: Path,
+    framework: str,
+    features: tuple[str, ...],
+    trusted_types: tuple[str, ...] = (),
+    kind: str = "binary",
     classes: tuple[str, ...] = (),
 ) -> str | None:
     """Why the model cannot take the job's feature matrix (names where it has them, count and order
@@ -203,7 +229,9 @@ def _model_input_problem(
         if (problem := _xgboost_kind_problem(objective, kind)) is not None:
             return problem
         if booster.num_features() != len(features):
-            return f"takes {booster.num_features()} inputs, but the job computes {len(features)} features {list(features)}"
+            return (
+                f"takes {booster.num_features()} inputs, but the job computes {len(features)} features {list(features)}"
+            )
         best, rounds = booster.attributes().get("best_iteration"), booster.num_boosted_rounds()
         if best is not None and int(best) + 1 < rounds:
             # Booster.predict scores every round, XGBClassifier only those up to best_iteration: which one the user
@@ -223,7 +251,9 @@ def _model_input_problem(
             )
         return None
     if framework != "onnx":
-        return inference_framework_input_problem(model_path, framework, features, trusted_types=trusted_types, kind=kind, classes=classes)
+        return inference_framework_input_problem(
+            model_path, framework, features, trusted_types=trusted_types, kind=kind, classes=classes
+        )
     import onnxruntime as ort
 
     try:
@@ -234,7 +264,9 @@ def _model_input_problem(
 
     from tasks.inference.onnx_outputs import inference_onnx_kind_problem
 
-    if (problem := inference_onnx_kind_problem(onnx.load(str(model_path), load_external_data=False), kind, classes)) is not None:
+    if (
+        problem := inference_onnx_kind_problem(onnx.load(str(model_path), load_external_data=False), kind, classes)
+    ) is not None:
         return problem
     shape = session.get_inputs()[0].shape
     if len(shape) != 2:
@@ -311,35 +343,52 @@ def registered_model_version(
         raise ModelArtifactError(
             f"model file {model_file} is not a scikit-learn .skops file ({framework}): --trust names types a .skops file may hold beyond skops' defaults"
         )
-    problem = inference_model_file_problem(model_file, framework) or _model_input_problem(model_file, framework, features, trusted_types, kind, classes)
+    problem = inference_model_file_problem(model_file, framework) or _model_input_problem(
+        model_file, framework, features, trusted_types, kind, classes
+    )
     if problem:
         raise ModelArtifactError(f"model file {model_file} {problem}")
     outcomes = np.asarray(holdout_outcomes, dtype=np.float64)
     classifies = kind == "multiclass"
     forecasts = kind not in ("binary", "multiclass")
     if holdout_features.shape != (outcomes.size, len(features)):
-        raise ValueError(f"hold-out features {holdout_features.shape} do not match {outcomes.size} outcomes × {len(features)} features")
+        raise ValueError(
+            f"hold-out features {holdout_features.shape} do not match {outcomes.size} outcomes × {len(features)} features"
+        )
     if classifies and (absent := [c for i, c in enumerate(classes) if not (outcomes == i).any()]):
         raise PartitionError(
             f"model {name}: the hold-out has no rows of class {', '.join(map(repr, absent))}: a calibration cannot learn how often "
             "a class it never saw occurs; give a hold-out with every class of target.classes"
         )
-    if not forecasts and not classifies and (problem := predict_one_outcome_problem(int(outcomes.sum()), int(outcomes.size))):
+    if (
+        not forecasts
+        and not classifies
+        and (problem := predict_one_outcome_problem(int(outcomes.sum()), int(outcomes.size)))
+    ):
         raise PartitionError(f"model {name}: refusing to register a calibration that {problem}")
     if forecasts and (problem := holdout_actuals_problem(outcomes, kind)):
         raise PartitionError(f"model {name}: the hold-out's outcomes {problem}")
     if version is None:
         version = _next_version(registry_dir)
     elif not re.fullmatch(VERSION_PATTERN, version) or version == "latest":
-        raise ModelArtifactError(f"--version {version!r} is not a version: use letters, digits, '.', '_' or '-' (at most 64), not 'latest'")
+        raise ModelArtifactError(
+            f"--version {version!r} is not a version: use letters, digits, '.', '_' or '-' (at most 64), not 'latest'"
+        )
     target = registry_dir / version
     if target.exists():
-        raise ModelArtifactError(f"model {name} version {version} already exists at {target}; registered versions are never overwritten")
+        raise ModelArtifactError(
+            f"model {name} version {version} already exists at {target}; registered versions are never overwritten"
+        )
     reference = holdout_features if reference_features is None else reference_features
     # Before anything is staged: a label-only or multiclass output, an untrusted type, is refused with nothing written.
     settled = inference_framework_registration_fields(
-        model_file, framework, features, np.ascontiguousarray(holdout_features, dtype=np.float32),
-        np.ascontiguousarray(reference, dtype=np.float32), trusted_types=trusted_types, kind=kind,
+        model_file,
+        framework,
+        features,
+        np.ascontiguousarray(holdout_features, dtype=np.float32),
+        np.ascontiguousarray(reference, dtype=np.float32),
+        trusted_types=trusted_types,
+        kind=kind,
     )
     notes: list[str] = list(settled.notes)
 
@@ -348,15 +397,27 @@ def registered_model_version(
     try:
         staged = _staged_model(model_file, stage)
         base = dict(
-            name=name, version=version, framework=framework, model_file=staged.name, sha256=inference_model_checksum(staged),
-            feature_version=feature_version, features=list(features), feature_dtypes={f: "float32" for f in features},
-            target=kind, classes=list(classes), **settled.fields,
+            name=name,
+            version=version,
+            framework=framework,
+            model_file=staged.name,
+            sha256=inference_model_checksum(staged),
+            feature_version=feature_version,
+            features=list(features),
+            feature_dtypes={f: "float32" for f in features},
+            target=kind,
+            classes=list(classes),
+            **settled.fields,
         )
         engine = inference_engine(ModelArtifact(metadata=ModelMetadata(**base), directory=stage))
         try:
             margins = engine.inference_outputs(
-                InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(outcomes.size).astype(str)),
-                               features=np.ascontiguousarray(holdout_features, dtype=np.float32), feature_names=features)
+                InferenceInput(
+                    chunk_id=0,
+                    entity_ids=pa.array(np.arange(outcomes.size).astype(str)),
+                    features=np.ascontiguousarray(holdout_features, dtype=np.float32),
+                    feature_names=features,
+                )
             ).margins
         except ModelArtifactError as exc:
             raise ModelArtifactError(f"model file {model_file}: {exc}; target.classes names {len(classes)}") from None
@@ -364,8 +425,11 @@ def registered_model_version(
             missing = int(np.isnan(holdout_features).any(axis=1).sum())
             raise ModelArtifactError(
                 f"model file {model_file} gives no usable output on the hold-out: {exc.errors()[0]['msg'].removeprefix('Value error, ')}"
-                + (f"; {missing} of its {outcomes.size} rows have missing inputs, which reach the model as NaN and it must handle"
-                   if missing else "")
+                + (
+                    f"; {missing} of its {outcomes.size} rows have missing inputs, which reach the model as NaN and it must handle"
+                    if missing
+                    else ""
+                )
             ) from None
         base["explanation"] = inference_checked_explanation(engine, holdout_features, model_file)
         if (said := _explanation_note(base["explanation"], classifies=classifies)) is not None:
@@ -376,9 +440,13 @@ def registered_model_version(
             if (problem := class_order_problem(margins, labels, list(classes))) is not None:
                 raise ModelArtifactError(f"model file {model_file} {problem}")
             fitted_classes = fitted_class_calibration(margins, labels, list(classes), level=interval_level)
-            probabilities = ClassProbabilityMap(fitted_classes.calibrator, interval_level).predict_class_probabilities(
-                margins if reference_features is None else _margins_of(engine, reference, features)
-            ).probabilities
+            probabilities = (
+                ClassProbabilityMap(fitted_classes.calibrator, interval_level)
+                .predict_class_probabilities(
+                    margins if reference_features is None else _margins_of(engine, reference, features)
+                )
+                .probabilities
+            )
             class_fields = {
                 "calibration": {**fitted_classes.calibrator.to_metadata(), "reliability": fitted_classes.reliability},
                 "class_reference": class_reference(probabilities, list(classes)),
@@ -392,13 +460,28 @@ def registered_model_version(
                 )
         elif forecasts:
             fitted = fitted_conformal_interval(
-                np.ascontiguousarray(holdout_features, dtype=np.float32), margins, outcomes, link=base["link"], level=interval_level,
-                nonnegative=kind == "count", error_model_path=stage / ERROR_MODEL_FILE, model=name,
+                np.ascontiguousarray(holdout_features, dtype=np.float32),
+                margins,
+                outcomes,
+                link=base["link"],
+                level=interval_level,
+                nonnegative=kind == "count",
+                error_model_path=stage / ERROR_MODEL_FILE,
+                model=name,
             )
-            base |= {"interval": fitted.interval, "error_model_file": ERROR_MODEL_FILE,
-                     "error_model_sha256": inference_model_checksum(stage / ERROR_MODEL_FILE),
-                     "forecast_reference": _forecast_reference(engine, margins if reference_features is None else None, reference,
-                                                               features, link=base["link"], nonnegative=kind == "count")}
+            base |= {
+                "interval": fitted.interval,
+                "error_model_file": ERROR_MODEL_FILE,
+                "error_model_sha256": inference_model_checksum(stage / ERROR_MODEL_FILE),
+                "forecast_reference": _forecast_reference(
+                    engine,
+                    margins if reference_features is None else None,
+                    reference,
+                    features,
+                    link=base["link"],
+                    nonnegative=kind == "count",
+                ),
+            }
             notes.append(_interval_note(fitted.check))
             notes.append(_estimator_note(fitted.interval["estimated_error"], fitted.check))
             quality, auc, warnings = None, None, _interval_warnings(fitted.check)
@@ -407,14 +490,18 @@ def registered_model_version(
             quality = predict_calibration_quality(calibrator, margins, outcomes, level=interval_level)
             auc = holdout_auc(margins, outcomes)
             warnings = list(quality.warnings)
-        same = [v for v in inference_model_versions(registry_dir) if _registered_sha256(registry_dir / v) == base["sha256"]]
+        same = [
+            v for v in inference_model_versions(registry_dir) if _registered_sha256(registry_dir / v) == base["sha256"]
+        ]
         if same:
             warnings.append(
                 f"the same model file (sha256 {str(base['sha256'])[:12]}…) is already version {', '.join(same)}; "
                 f"version {version} recalibrates it on this hold-out"
             )
         if (why := inference_reasons_unavailable(engine.metadata)) is not None:
-            notes.append(f"{why}: each run counts the rows whose decision needs reasons as reasons_unavailable in its fallback report")
+            notes.append(
+                f"{why}: each run counts the rows whose decision needs reasons as reasons_unavailable in its fallback report"
+            )
         earlier = [v for v in inference_model_versions(registry_dir) if v != version]
         if latest_job is not None and earlier:
             # Registering is meant never to deploy; a spec that follows `latest` deploys every registration.
@@ -423,39 +510,58 @@ def registered_model_version(
                 f"to keep {earlier[-1]} live and shadow {version}: score promote {latest_job} {earlier[-1]}, set model.version: champion "
                 f"and model.challenger: challenger in its spec, then score promote {latest_job} {version} --alias challenger"
             )
-        if classifies and fitted_classes.accuracy <= max(np.bincount(labels, minlength=len(classes)) / labels.size) + 0.01:
+        if (
+            classifies
+            and fitted_classes.accuracy <= max(np.bincount(labels, minlength=len(classes)) / labels.size) + 0.01
+        ):
             warnings.append(
                 f"hold-out accuracy is {fitted_classes.accuracy:.3f}, no better than always naming the commonest class: check the label "
                 "column, target.classes and the features"
             )
         if auc is not None and auc < 0.55:
-            warnings.append(f"hold-out AUC is {auc:.3f}: the model barely ranks the hold-out; check the label column and the features")
+            warnings.append(
+                f"hold-out AUC is {auc:.3f}: the model barely ranks the hold-out; check the label column and the features"
+            )
         metadata = ModelMetadata(
             **base,
             calibration={} if forecasts else class_fields["calibration"] if classifies else calibrator.to_metadata(),
             class_reference=class_fields.get("class_reference", {}),
             reference=reference_statistics(np.asarray(reference, dtype=np.float32), features, kinds),
             health=_health_reference(
-                engine, np.asarray(reference, dtype=np.float32), features,
-                holdout_auc=None if forecasts or classifies else holdout_auc_check(
-                    ProbabilityMap(calibrator, interval_level).predict_calibrated_probability(margins).probability, outcomes
+                engine,
+                np.asarray(reference, dtype=np.float32),
+                features,
+                holdout_auc=None
+                if forecasts or classifies
+                else holdout_auc_check(
+                    ProbabilityMap(calibrator, interval_level).predict_calibrated_probability(margins).probability,
+                    outcomes,
                 ),
             ),
             training={
                 **(training or {}),
                 "rows_holdout": int(outcomes.size),
-                **({"holdout_mean_outcome": float(outcomes.mean()), "holdout_mae": fitted.check.mae, "holdout_rmse": fitted.check.rmse}
-                   if forecasts else {
-                       "rows_per_class_holdout": {c: int((labels == i).sum()) for i, c in enumerate(classes)},
-                       "holdout_accuracy": fitted_classes.accuracy,
-                       "holdout_log_loss": fitted_classes.log_loss,
-                       "holdout_classwise_ece": fitted_classes.reliability["classwise_ece"],
-                   } if classifies else {
-                       "events_holdout": int(outcomes.sum()),
-                       "holdout_event_rate": float(outcomes.mean()) if outcomes.size else None,
-                       "holdout_auc": auc,
-                       "holdout_ece": quality.ece,
-                   }),
+                **(
+                    {
+                        "holdout_mean_outcome": float(outcomes.mean()),
+                        "holdout_mae": fitted.check.mae,
+                        "holdout_rmse": fitted.check.rmse,
+                    }
+                    if forecasts
+                    else {
+                        "rows_per_class_holdout": {c: int((labels == i).sum()) for i, c in enumerate(classes)},
+                        "holdout_accuracy": fitted_classes.accuracy,
+                        "holdout_log_loss": fitted_classes.log_loss,
+                        "holdout_classwise_ece": fitted_classes.reliability["classwise_ece"],
+                    }
+                    if classifies
+                    else {
+                        "events_holdout": int(outcomes.sum()),
+                        "holdout_event_rate": float(outcomes.mean()) if outcomes.size else None,
+                        "holdout_auc": auc,
+                        "holdout_ece": quality.ece,
+                    }
+                ),
                 "rows_reference": int(reference.shape[0]),
                 "rows_quarantined": rows_quarantined,
                 "registered_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -464,14 +570,30 @@ def registered_model_version(
             },
         )
         report = RegistrationReport(
-            model=name, version=version, directory=target, framework=framework, features=list(features),
-            rows=int(outcomes.size), events=0 if forecasts or classifies else int(outcomes.sum()), rows_quarantined=rows_quarantined, auc=auc,
-            reference_rows=int(reference.shape[0]), calibration=quality, warnings=warnings, notes=notes, target=kind,
+            model=name,
+            version=version,
+            directory=target,
+            framework=framework,
+            features=list(features),
+            rows=int(outcomes.size),
+            events=0 if forecasts or classifies else int(outcomes.sum()),
+            rows_quarantined=rows_quarantined,
+            auc=auc,
+            reference_rows=int(reference.shape[0]),
+            calibration=quality,
+            warnings=warnings,
+            notes=notes,
+            target=kind,
             interval=fitted.check if forecasts else None,
             class_calibration={
-                "accuracy": fitted_classes.accuracy, "log_loss": fitted_classes.log_loss,
-                "uncalibrated_log_loss": fitted_classes.uncalibrated_log_loss, "level": interval_level, **fitted_classes.reliability,
-            } if classifies else None,
+                "accuracy": fitted_classes.accuracy,
+                "log_loss": fitted_classes.log_loss,
+                "uncalibrated_log_loss": fitted_classes.uncalibrated_log_loss,
+                "level": interval_level,
+                **fitted_classes.reliability,
+            }
+            if classifies
+            else None,
         )
         _fsynced_json(stage / REGISTRATION_REPORT, report.as_json())
         _fsynced_json(stage / "metadata.json", metadata.model_dump(mode="json"))
@@ -480,7 +602,9 @@ def registered_model_version(
             # rename(2) onto a non-empty folder fails: a version registered meanwhile is never replaced.
             os.rename(stage, target)
         except OSError:
-            raise ModelArtifactError(f"model {name} version {version} already exists at {target}; registered versions are never overwritten") from None
+            raise ModelArtifactError(
+                f"model {name} version {version} already exists at {target}; registered versions are never overwritten"
+            ) from None
         fd = os.open(registry_dir, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -492,13 +616,25 @@ def registered_model_version(
     for warning in warnings:
         log.warning("registration of %s %s: %s", name, version, warning)
     if classifies:
-        log.info("registered %s %s: hold-out accuracy %.3f on %d rows, %d classes", name, version, fitted_classes.accuracy,
-                 outcomes.size, len(classes))
+        log.info(
+            "registered %s %s: hold-out accuracy %.3f on %d rows, %d classes",
+            name,
+            version,
+            fitted_classes.accuracy,
+            outcomes.size,
+            len(classes),
+        )
     elif forecasts:
         log.info("registered %s %s: hold-out MAE %.4g on %d rows", name, version, report.interval.mae, outcomes.size)
     else:
-        log.info("registered %s %s: hold-out AUC %s on %d rows, %d events", name, version,
-                 "n/a" if auc is None else f"{auc:.3f}", outcomes.size, int(outcomes.sum()))
+        log.info(
+            "registered %s %s: hold-out AUC %s on %d rows, %d events",
+            name,
+            version,
+            "n/a" if auc is None else f"{auc:.3f}",
+            outcomes.size,
+            int(outcomes.sum()),
+        )
     return report
 
 
@@ -508,20 +644,34 @@ CLASSWISE_ECE_WARNING = 0.05
 
 def _margins_of(engine: Any, rows: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
     return engine.inference_outputs(
-        InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)),
-                       features=np.ascontiguousarray(rows, dtype=np.float32), feature_names=features)
+        InferenceInput(
+            chunk_id=0,
+            entity_ids=pa.array(np.arange(rows.shape[0]).astype(str)),
+            features=np.ascontiguousarray(rows, dtype=np.float32),
+            feature_names=features,
+        )
     ).margins
 
 
 def _forecast_reference(
-    engine: Any, margins: np.ndarray | None, reference: np.ndarray, features: tuple[str, ...], *, link: str, nonnegative: bool,
+    engine: Any,
+    margins: np.ndarray | None,
+    reference: np.ndarray,
+    features: tuple[str, ...],
+    *,
+    link: str,
+    nonnegative: bool,
 ) -> ReferenceStats:
     """The reference rows' forecasts (`margins` when they are the hold-out's, already computed), binned
     as a numeric feature's reference: what each partition's forecast drift is measured against."""
     if margins is None:
         margins = engine.inference_outputs(
-            InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(reference.shape[0]).astype(str)),
-                           features=np.ascontiguousarray(reference, dtype=np.float32), feature_names=features)
+            InferenceInput(
+                chunk_id=0,
+                entity_ids=pa.array(np.arange(reference.shape[0]).astype(str)),
+                features=np.ascontiguousarray(reference, dtype=np.float32),
+                feature_names=features,
+            )
         ).margins
     forecast = predict_forecast_values(margins, link)
     if nonnegative:
@@ -557,7 +707,9 @@ def _interval_warnings(check: IntervalCheck) -> list[str]:
             "chance allows: are the hold-out's rows in time order or grouped? shuffle it or take a later period"
         )
     if not np.isfinite(check.mean_width):
-        warnings.append(f"the hold-out is too small for an interval at {check.level:.0%}: every interval is unbounded; give more rows")
+        warnings.append(
+            f"the hold-out is too small for an interval at {check.level:.0%}: every interval is unbounded; give more rows"
+        )
     return warnings
 
 
@@ -566,7 +718,8 @@ def _explanation_note(explanation: ModelExplanation, *, classifies: bool = False
     if explanation.method == "none":
         return None
     what = (
-        "exact TreeSHAP contributions" if explanation.method == "treeshap"
+        "exact TreeSHAP contributions"
+        if explanation.method == "treeshap"
         else "exact linear contributions, coefficient × (value − reference mean)"
     )
     checked = explanation.checked_against or "not checked"
@@ -574,9 +727,13 @@ def _explanation_note(explanation: ModelExplanation, *, classifies: bool = False
         checked = f"checked against {checked}"
     if explanation.max_abs_diff is not None:
         checked += f", largest difference {explanation.max_abs_diff:.2g}"
-    scale = "" if explanation.scale == "margin" else (
-        f"; they add up to {'each class' + chr(39) + 's' if classifies else 'the event' + chr(39) + 's'} probability, which the model "
-        "averages, not to its margin"
+    scale = (
+        ""
+        if explanation.scale == "margin"
+        else (
+            f"; they add up to {'each class' + chr(39) + 's' if classifies else 'the event' + chr(39) + 's'} probability, which the model "
+            "averages, not to its margin"
+        )
     )
     return f"reasons: {what}, {checked}{scale}"
 
@@ -591,8 +748,12 @@ def _health_reference(
         sample = sample[np.random.default_rng(0).choice(sample.shape[0], ATTRIBUTION_REFERENCE_ROWS, replace=False)]
     contributions = None
     if getattr(engine, "contributions_source", None) is not None and sample.shape[0]:
-        batch = InferenceInput(chunk_id=0, entity_ids=pa.array(np.arange(sample.shape[0]).astype(str)),
-                               features=np.ascontiguousarray(sample), feature_names=features)
+        batch = InferenceInput(
+            chunk_id=0,
+            entity_ids=pa.array(np.arange(sample.shape[0]).astype(str)),
+            features=np.ascontiguousarray(sample),
+            feature_names=features,
+        )
         classes = None
         if getattr(engine, "class_contributions", None) is not None:
             # A multiclass model's attribution: each row's contributions to the class it is predicted to be.
@@ -609,7 +770,9 @@ def _read_parquet(path: Path, what: str) -> pl.DataFrame:
     try:
         return pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed")
     except Exception as exc:  # noqa: BLE001  (polars and pyarrow raise several kinds for a bad file)
-        raise PartitionError(f"{what} {path} could not be read as Parquet: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        raise PartitionError(
+            f"{what} {path} could not be read as Parquet: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -654,18 +817,30 @@ class _JobPath:
 def _job_path(job: str, settings: Settings) -> _JobPath:
     spec = load_job_spec(job, settings)
     return _JobPath(
-        spec=spec, spec_path=settings.jobs_dir / f"{job}.yaml",
+        spec=spec,
+        spec_path=settings.jobs_dir / f"{job}.yaml",
         suite=load_guard_suite(settings.expectations_dir / spec.expectation_suite, entity_column=spec.entity_column),
         features=job_features(spec),
         feature_models=tuple(
-            (ref, inference_loaded_model(settings.model_registry_dir(ref.name), ref.version, None, device="cpu", nthread=0))
+            (
+                ref,
+                inference_loaded_model(
+                    settings.model_registry_dir(ref.name), ref.version, None, device="cpu", nthread=0
+                ),
+            )
             for ref in spec.model.feature_models
         ),
     )
 
 
 def job_model_inputs(
-    job: str, rows: Path | pl.DataFrame, *, settings: Settings, labelled: bool, what: str = "rows", positive: str | None = None,
+    job: str,
+    rows: Path | pl.DataFrame,
+    *,
+    settings: Settings,
+    labelled: bool,
+    what: str = "rows",
+    positive: str | None = None,
 ) -> ModelInputs:
     """`rows` (raw columns; the spec's outcome column too when `labelled`) through the job's guards, features
     and feature models — the same path scoring takes, so a model trained on it sees what it will score."""
@@ -676,15 +851,23 @@ def _binary_outcomes(labels: pl.Series, source: LabelSource, *, where: str, spec
     """A binary job's outcomes, 1 (the event) or 0 on every row, from labels as they come (`predict_binary_label_events`)."""
     read = predict_binary_label_events(labels, positive=source.positive, negative=source.negative)
     if read.problem is not None:
-        hint = f', or as positive: "{read.suggested}" under monitoring.labels in {spec_path}' if read.suggested is not None else ""
+        hint = (
+            f', or as positive: "{read.suggested}" under monitoring.labels in {spec_path}'
+            if read.suggested is not None
+            else ""
+        )
         raise LabelError(f"{where}: outcome column {source.outcome_column!r} {read.problem}{hint}")
     if read.events.null_count():
-        raise LabelError(f"{where}: outcome column {source.outcome_column!r} is missing on {read.events.null_count():,} row(s): "
-                         "every labelled row needs its outcome, or leave those rows out")
+        raise LabelError(
+            f"{where}: outcome column {source.outcome_column!r} is missing on {read.events.null_count():,} row(s): "
+            "every labelled row needs its outcome, or leave those rows out"
+        )
     return read.events.cast(pl.Float64).to_numpy()
 
 
-def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, what: str, positive: str | None = None) -> ModelInputs:
+def _model_inputs(
+    path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, what: str, positive: str | None = None
+) -> ModelInputs:
     spec, suite, features = path.spec, path.suite, path.features
     forecasts = spec.target.forecasts
     label = spec.monitoring.labels.outcome_column
@@ -696,7 +879,9 @@ def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, 
             f"{path.spec_path}); it has columns {frame.columns}"
         )
     file = Path(what if isinstance(rows, pl.DataFrame) else rows)
-    problems = [JobProblem(file, column, problem) for column, problem in raw_schema_problems(frame.to_arrow().schema, suite)]
+    problems = [
+        JobProblem(file, column, problem) for column, problem in raw_schema_problems(frame.to_arrow().schema, suite)
+    ]
     if isinstance(features, DeclaredFeatures):
         try:
             features.checked_raw_schema(frame.to_arrow().schema, where=where)
@@ -731,14 +916,27 @@ def _model_inputs(path: _JobPath, rows: Path | pl.DataFrame, *, labelled: bool, 
     names = tuple(features.FEATURES)
     used = {}
     for ref, loaded in path.feature_models:
-        batch = InferenceInput(chunk_id=0, entity_ids=scorable[spec.entity_column].cast(pl.String).to_arrow(),
-                               features=x, feature_names=names)
-        x = np.ascontiguousarray(np.column_stack([x, loaded.engine.inference_outputs(batch).margins.astype(np.float32)]))
+        batch = InferenceInput(
+            chunk_id=0,
+            entity_ids=scorable[spec.entity_column].cast(pl.String).to_arrow(),
+            features=x,
+            feature_names=names,
+        )
+        x = np.ascontiguousarray(
+            np.column_stack([x, loaded.engine.inference_outputs(batch).margins.astype(np.float32)])
+        )
         names = (*names, ref.output_feature)
         used[ref.name] = loaded.engine.metadata.version
-    return ModelInputs(entity_ids=scorable[spec.entity_column], names=names, matrix=x, outcomes=outcomes,
-                       rows_quarantined=guarded.counts.rows_quarantined, feature_models=used, forecasts=forecasts,
-                       classes=tuple(spec.target.classes))
+    return ModelInputs(
+        entity_ids=scorable[spec.entity_column],
+        names=names,
+        matrix=x,
+        outcomes=outcomes,
+        rows_quarantined=guarded.counts.rows_quarantined,
+        feature_models=used,
+        forecasts=forecasts,
+        classes=tuple(spec.target.classes),
+    )
 
 
 def registered_job_model(

@@ -50,10 +50,10 @@ import numpy as np
 import polars as pl
 import yaml
 
-from tasks.errors import JobSpecError, LabelError, PartitionError
 from tasks.contracts import FeatureKind
-from tasks.guards import load_guard_suite
+from tasks.errors import JobSpecError, LabelError, PartitionError
 from tasks.features.config import FALSE_VALUES, FEATURE_NAME_PATTERN, TRUE_VALUES
+from tasks.guards import load_guard_suite
 from tasks.jobspec import NAME_PATTERN, JobSpec, UniqueKeyLoader
 from tasks.prediction.class_labels import predict_binary_label_events, predict_class_label_text
 from tasks.prediction.config import TargetKind
@@ -136,7 +136,9 @@ class ScaffoldedJob:
 
 def _sample(path: Path) -> tuple[pl.DataFrame, tuple[Path, ...]]:
     if not path.exists():
-        raise PartitionError(f"sample {path} does not exist; give a partition folder of Parquet files or one Parquet file")
+        raise PartitionError(
+            f"sample {path} does not exist; give a partition folder of Parquet files or one Parquet file"
+        )
     files = (path,) if path.is_file() else tuple(sorted(path.rglob("*.parquet")))
     if not files:
         raise PartitionError(f"sample folder {path} holds no .parquet file")
@@ -145,11 +147,15 @@ def _sample(path: Path) -> tuple[pl.DataFrame, tuple[Path, ...]]:
         try:
             frames.append(pl.read_parquet(file))
         except (pl.exceptions.PolarsError, OSError) as exc:
-            raise PartitionError(f"sample file {file} is not a readable Parquet file: {' '.join(str(exc).split())[:200]}") from None
+            raise PartitionError(
+                f"sample file {file} is not a readable Parquet file: {' '.join(str(exc).split())[:200]}"
+            ) from None
     try:
         frame = pl.concat(frames, how="vertical_relaxed")
     except pl.exceptions.PolarsError as exc:
-        raise PartitionError(f"the files of sample {path} do not share one schema: {' '.join(str(exc).split())[:200]}") from None
+        raise PartitionError(
+            f"the files of sample {path} do not share one schema: {' '.join(str(exc).split())[:200]}"
+        ) from None
     if frame.height == 0:
         raise PartitionError(f"sample {path} has no rows")
     return frame, files
@@ -159,7 +165,9 @@ def _missing(series: pl.Series) -> int:
     return series.null_count() + (int(series.is_nan().sum()) if series.dtype.is_float() else 0)
 
 
-def _nice_bounds(low: float, high: float, lowest: float, highest: float, *, integer: bool, non_negative: bool) -> tuple[float, float]:
+def _nice_bounds(
+    low: float, high: float, lowest: float, highest: float, *, integer: bool, non_negative: bool
+) -> tuple[float, float]:
     """[low, high] widened to contain [lowest, highest], rounded outward to a readable step."""
     low, high = min(low, lowest), max(high, highest)
     if non_negative:
@@ -271,7 +279,11 @@ def _profile(series: pl.Series, *, taken: set[str]) -> ColumnProfile:
     if series.dtype == pl.Boolean:
         values, shares = _counted(series)
         return ColumnProfile(
-            **base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares,
+            **base,
+            kind="boolean",
+            feature=_feature_name(series.name, taken),
+            values=values,
+            shares=shares,
             guess="boolean (the column's type is Boolean)",
         )
     if series.dtype.is_numeric():
@@ -282,12 +294,17 @@ def _profile(series: pl.Series, *, taken: set[str]) -> ColumnProfile:
         if set(distinct.to_list()) <= {0, 1} and _flag_name(series.name):
             # Both values, though the sample may have held one: a flag's other value is no surprise tomorrow.
             return ColumnProfile(
-                **base, kind="boolean", feature=_feature_name(series.name, taken), values=(0, 1),
+                **base,
+                kind="boolean",
+                feature=_feature_name(series.name, taken),
+                values=(0, 1),
                 guess=f"boolean (the name {series.name} starts as a flag's does, is_/has_, and its values are {_range_text(distinct)} in {rows})",
             )
         bounds, observed = _between(series)
         whole = series.dtype.is_integer() or bool((finite == finite.round(0)).all())
-        what = "integer" if series.dtype.is_integer() else f"{series.dtype}, whole numbers" if whole else f"{series.dtype}"
+        what = (
+            "integer" if series.dtype.is_integer() else f"{series.dtype}, whole numbers" if whole else f"{series.dtype}"
+        )
         count = " count" if whole and float(finite.min()) >= 0 else ""
         guess = f"numeric{count} ({what}, values {_range_text(finite)} in {rows}, {distinct.len()} distinct"
         if whole and distinct.len() <= 2:
@@ -295,9 +312,14 @@ def _profile(series: pl.Series, *, taken: set[str]) -> ColumnProfile:
         elif whole and distinct.len() <= MAX_CATEGORIES:
             guess += "; not categorical: a number keeps its order and a later value the sample lacked still scores"
         return ColumnProfile(
-            **base, kind="numeric", feature=_feature_name(series.name, taken), bounds=bounds, observed=observed,
+            **base,
+            kind="numeric",
+            feature=_feature_name(series.name, taken),
+            bounds=bounds,
+            observed=observed,
             values=tuple(sorted(distinct.to_list())) if distinct.len() <= MAX_BY_VALUE else (),
-            cut=_count_cut(finite) if whole and distinct.len() > MAX_BY_VALUE else None, guess=guess + ")",
+            cut=_count_cut(finite) if whole and distinct.len() > MAX_BY_VALUE else None,
+            guess=guess + ")",
         )
     if series.dtype in (pl.String, pl.Categorical) or isinstance(series.dtype, pl.Enum):
         text = series.cast(pl.String)
@@ -305,15 +327,26 @@ def _profile(series: pl.Series, *, taken: set[str]) -> ColumnProfile:
         words = {str(v).strip().lower() for v in values}
         if len(words) == 2 and len(values) == 2 and words & set(_TRUE_WORDS) and words & set(_FALSE_WORDS):
             return ColumnProfile(
-                **base, kind="boolean", feature=_feature_name(series.name, taken), values=values, shares=shares,
+                **base,
+                kind="boolean",
+                feature=_feature_name(series.name, taken),
+                values=values,
+                shares=shares,
                 guess=f"boolean (text values {_shown(list(values))} in {rows})",
             )
         if text.drop_nulls().str.contains(r"^\s*\d{4}-\d{2}-\d{2}([T ][\d:.]+)?\s*$").all():
             # A CSV read without date parsing keeps dates as text; as categories they would quarantine every new day.
-            return ColumnProfile(**base, left_out="dates stored as text (a new day is a value no model saw): derive a feature from it in a Python feature module")
+            return ColumnProfile(
+                **base,
+                left_out="dates stored as text (a new day is a value no model saw): derive a feature from it in a Python feature module",
+            )
         if len(values) <= MAX_CATEGORIES and len(values) <= max(2, present.len() // 2):
             return ColumnProfile(
-                **base, kind="categorical", feature=_feature_name(series.name, taken), values=values, shares=shares,
+                **base,
+                kind="categorical",
+                feature=_feature_name(series.name, taken),
+                values=values,
+                shares=shares,
                 guess=f"categorical (text, {len(values)} distinct values in {rows}, at most {MAX_CATEGORIES} make categories)",
             )
         numeric_text = text.drop_nulls().str.contains(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$").all()
@@ -325,7 +358,8 @@ def _profile(series: pl.Series, *, taken: set[str]) -> ColumnProfile:
         )
         return ColumnProfile(**base, left_out=why)
     return ColumnProfile(
-        **base, left_out=f"type {series.dtype}: declared features read numbers, booleans and categories; use a Python feature module"
+        **base,
+        left_out=f"type {series.dtype}: declared features read numbers, booleans and categories; use a Python feature module",
     )
 
 
@@ -339,7 +373,11 @@ def column_profiles(frame: pl.DataFrame, *, entity_column: str, label_column: st
         series = frame.get_column(name)
         if name == entity_column:
             id_regex = _id_regex(series.cast(pl.String)) if series.dtype == pl.String else None
-            profiles.append(ColumnProfile(column=name, dtype=series.dtype, rows=series.len(), nulls=_missing(series), id_regex=id_regex))
+            profiles.append(
+                ColumnProfile(
+                    column=name, dtype=series.dtype, rows=series.len(), nulls=_missing(series), id_regex=id_regex
+                )
+            )
             continue
         profile = _profile(series, taken=taken)
         if profile.feature:
@@ -351,7 +389,9 @@ def column_profiles(frame: pl.DataFrame, *, entity_column: str, label_column: st
 # --- the expectation suite ------------------------------------------------------------------------
 
 
-def _expectation(etype: str, column: str, action: str, review: str = "", *, repair: str | None = None, **kwargs: Any) -> dict[str, Any]:
+def _expectation(
+    etype: str, column: str, action: str, review: str = "", *, repair: str | None = None, **kwargs: Any
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"guard": {"action": action, **({"repair": repair} if repair else {})}}
     if review:
         meta["review"] = review
@@ -387,21 +427,27 @@ def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: st
     """The Great Expectations 1.x suite profiled from the sample, each expectation with its `meta.guard` action."""
     expectations: list[dict[str, Any]] = []
     for p in profiles:
-        expectations.append(_expectation("expect_column_to_exist", p.column, "fail", f"guessed {p.guess}" if p.guess else ""))
+        expectations.append(
+            _expectation("expect_column_to_exist", p.column, "fail", f"guessed {p.guess}" if p.guess else "")
+        )
         typed = _type_expectation(p)
         if typed is not None:
             expectations.append(typed)
         if p.column == entity_column:
             expectations.append(
                 _expectation(
-                    "expect_column_values_to_not_be_null", p.column, "quarantine",
+                    "expect_column_values_to_not_be_null",
+                    p.column,
+                    "quarantine",
                     "a row without an id cannot be scored or matched to its outcome",
                 )
             )
         elif p.nulls == 0 and p.kind is not None:
             expectations.append(
                 _expectation(
-                    "expect_column_values_to_not_be_null", p.column, "quarantine",
+                    "expect_column_values_to_not_be_null",
+                    p.column,
+                    "quarantine",
                     f"the sample had no missing value in {p.rows} rows; delete this if missing values are expected "
                     "(the model sees them as missing), or repair with a default",
                 )
@@ -409,28 +455,37 @@ def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: st
         if p.id_regex:
             expectations.append(
                 _expectation(
-                    "expect_column_values_to_match_regex", p.column, "quarantine",
-                    "every id in the sample has this shape; widen the pattern if other shapes are valid", regex=p.id_regex,
+                    "expect_column_values_to_match_regex",
+                    p.column,
+                    "quarantine",
+                    "every id in the sample has this shape; widen the pattern if other shapes are valid",
+                    regex=p.id_regex,
                 )
             )
         if p.bounds is not None:
             observed = ", ".join(f"{k} {v:.6g}" for k, v in p.observed.items())
             expectations.append(
                 _expectation(
-                    "expect_column_values_to_be_between", p.column, "repair",
+                    "expect_column_values_to_be_between",
+                    p.column,
+                    "repair",
                     f"sample {observed}; the bounds widen p0.1..p99.9 by that whole range each side (a small count: 0 to ten times "
                     "its largest value), so they catch broken values, not the next night's rare real ones. A value outside "
                     "is clipped to the nearer bound and the row scored, counted as guard_repair in the fallback report: "
                     "clipping changes the model's input, so the row scores as if its value were the bound. To leave such "
                     "rows unscored instead, change the action to quarantine (one word); set the bounds to the range the "
                     "model may score",
-                    repair="clip", min_value=p.bounds[0], max_value=p.bounds[1],
+                    repair="clip",
+                    min_value=p.bounds[0],
+                    max_value=p.bounds[1],
                 )
             )
         if p.kind in ("boolean", "categorical") and p.dtype != pl.Boolean:
             expectations.append(
                 _expectation(
-                    "expect_column_values_to_be_in_set", p.column, "quarantine",
+                    "expect_column_values_to_be_in_set",
+                    p.column,
+                    "quarantine",
                     "the values of the sample; an unlisted value would be a missing feature. Add the valid values, "
                     "or repair with a default",
                     value_set=_allowed_values(p),
@@ -438,7 +493,11 @@ def profiled_suite(job: str, profiles: list[ColumnProfile], *, entity_column: st
             )
         if p.column == entity_column:
             expectations.append(
-                {"type": "expect_column_values_to_be_unique", "kwargs": {"column": p.column}, "meta": {"guard": {"action": "quarantine_all"}}}
+                {
+                    "type": "expect_column_values_to_be_unique",
+                    "kwargs": {"column": p.column},
+                    "meta": {"guard": {"action": "quarantine_all"}},
+                }
             )
     return {
         "name": job,
@@ -519,8 +578,8 @@ def _reason_code_lines(features: list[ColumnProfile]) -> list[str]:
         "    # review: `label` is the feature's plain name on pages and cards, made from the column name; the texts say where",
         "    #   the row's value lies: by_value one text per value (a category, yes/no, or a number with at most "
         f"{MAX_BY_VALUE} values in the sample),",
-        "    #   by_cut a cut between two whole numbers the sample held, next to its median (the median's side says \"or less\"),",
-        "    #   by_band \"low\" at or below the model's training median, \"high\" above it. `text` is for a missing value or",
+        '    #   by_cut a cut between two whole numbers the sample held, next to its median (the median\'s side says "or less"),',
+        '    #   by_band "low" at or below the model\'s training median, "high" above it. `text` is for a missing value or',
         "    #   one no variant covers. Rewrite them in the job's words: they are what the reader of a decision sees.",
     ]
     if kept:
@@ -604,7 +663,9 @@ def _forecast_cutoff(values: np.ndarray, *, count: bool, label_column: str) -> t
     significant digits otherwise), moved above the sample's minimum when that is where it falls."""
     quantile = float(np.quantile(values, CUTOFF_QUANTILE, method="higher" if count else "linear"))
     cut = quantile if count else float(f"{quantile:.3g}")
-    note = f"the {CUTOFF_QUANTILE * 100:.0f}th percentile of {label_column} in the sample's {len(values):,} labelled rows"
+    note = (
+        f"the {CUTOFF_QUANTILE * 100:.0f}th percentile of {label_column} in the sample's {len(values):,} labelled rows"
+    )
     lowest = float(values.min())
     if cut <= lowest:
         # A cut at the minimum would act on every row (a count forecast is never below 0).
@@ -619,7 +680,12 @@ def _forecast_cutoff(values: np.ndarray, *, count: bool, label_column: str) -> t
 
 
 def proposed_target(
-    frame: pl.DataFrame, label_column: str, *, kind: str | None, where: str, positive: str | None = None,
+    frame: pl.DataFrame,
+    label_column: str,
+    *,
+    kind: str | None,
+    where: str,
+    positive: str | None = None,
 ) -> TargetProposal:
     """The target kind of a job labelled by `label_column` of `frame`: the kind `kind` asks for, checked
     against the column, or the one its values suggest. 1/0 or booleans are binary, and so are two values of which
@@ -639,21 +705,28 @@ def proposed_target(
     if not labels.dtype.is_numeric():
         values, _ = _counted(labels.cast(pl.String))
         if kind in ("regression", "count"):
-            raise LabelError(f"{option}{where}: label column {label_column!r} holds text ({_shown(list(values[:3]))}), not numbers: cast it to numbers upstream")
+            raise LabelError(
+                f"{option}{where}: label column {label_column!r} holds text ({_shown(list(values[:3]))}), not numbers: cast it to numbers upstream"
+            )
         if kind == "multiclass" or (kind is None and 3 <= len(values) <= MAX_CATEGORIES):
             return _multiclass_target(labels, label_column, where, option, asked=kind is not None, numeric=False)
         if len(values) == 2:
             raise _two_values(label_column, labels, where, option, numeric=False)
         raise LabelError(
             f"{option}{where}: label column {label_column!r} holds text ({len(values)} values, e.g. {_shown(list(values[:3]))}): "
-            + ("too many to be guessed as classes: pass --kind multiclass if each value is a class; "
-               if len(values) > MAX_CATEGORIES else "")
+            + (
+                "too many to be guessed as classes: pass --kind multiclass if each value is a class; "
+                if len(values) > MAX_CATEGORIES
+                else ""
+            )
             + "a binary job's outcome is 1 (the event) or 0, or two values with --positive naming the event; "
             "a forecast job's (--kind regression or count) a number"
         )
     numbers = labels.cast(pl.Float64).to_numpy()
     if not np.isfinite(numbers).all():
-        raise LabelError(f"{where}: label column {label_column!r} holds infinite values, e.g. {_shown(numbers[~np.isfinite(numbers)][:3].tolist())}")
+        raise LabelError(
+            f"{where}: label column {label_column!r} holds infinite values, e.g. {_shown(numbers[~np.isfinite(numbers)][:3].tolist())}"
+        )
     distinct = np.unique(numbers)
     zero_one = bool(np.isin(distinct, (0.0, 1.0)).all())
     whole = bool((numbers == np.round(numbers)).all())
@@ -677,27 +750,39 @@ def proposed_target(
             )
         events = int(numbers.sum())
         return TargetProposal(
-            "binary", f"{label_column} holds 1 (the event, {events:,} rows) and 0 ({numbers.size - events:,} rows)", asked=kind is not None,
-            rate=(events / numbers.size, events, numbers.size), labelled=numbers.size,
+            "binary",
+            f"{label_column} holds 1 (the event, {events:,} rows) and 0 ({numbers.size - events:,} rows)",
+            asked=kind is not None,
+            rate=(events / numbers.size, events, numbers.size),
+            labelled=numbers.size,
         )
     if kind is None and distinct.size == 2:
         raise _two_values(label_column, labels, where, option, numeric=True)
     nonnegative = bool(numbers.min() >= 0)
     if kind == "count" and not (whole and nonnegative):
         wrong = numbers[(numbers < 0) | (numbers != np.round(numbers))]
-        what = " and ".join(w for w, bad in (("negative", (wrong < 0).any()), ("fractional", (wrong != np.round(wrong)).any())) if bad)
+        what = " and ".join(
+            w for w, bad in (("negative", (wrong < 0).any()), ("fractional", (wrong != np.round(wrong)).any())) if bad
+        )
         raise LabelError(
             f"{option}{where}: label column {label_column!r} holds {what} values ({wrong.size:,} rows, e.g. {_shown(wrong[:3].tolist())}); "
             "a count is a non-negative whole number: pass --kind regression"
         )
     proposed: TargetKind = kind if kind is not None else ("count" if whole and nonnegative else "regression")  # type: ignore[assignment]
     shape = (
-        "non-negative whole numbers" if whole and nonnegative else "whole numbers, some negative" if whole
+        "non-negative whole numbers"
+        if whole and nonnegative
+        else "whole numbers, some negative"
+        if whole
         else "numbers with fractions" + (", some negative" if not nonnegative else "")
     )
     cutoff, note = _forecast_cutoff(numbers, count=proposed == "count", label_column=label_column)
     return TargetProposal(
-        proposed, f"{label_column} holds {shape}, {described}", asked=kind is not None, cutoff=cutoff, cutoff_note=note,
+        proposed,
+        f"{label_column} holds {shape}, {described}",
+        asked=kind is not None,
+        cutoff=cutoff,
+        cutoff_note=note,
         labelled=numbers.size,
     )
 
@@ -710,28 +795,43 @@ def _class_order(names: list[str]) -> list[str]:
     return sorted(names)
 
 
-def _multiclass_target(labels: pl.Series, label_column: str, where: str, option: str, *, asked: bool, numeric: bool) -> TargetProposal:
+def _multiclass_target(
+    labels: pl.Series, label_column: str, where: str, option: str, *, asked: bool, numeric: bool
+) -> TargetProposal:
     """A multiclass job's target from its label column: the classes as the labels' text (a whole number without its
     `.0`), sorted by `_class_order`, with their shares of the labelled rows; fewer than 3 values are a LabelError."""
     text = predict_class_label_text(labels)
     counts = text.value_counts(name="n")
     found = dict(zip(counts[text.name].to_list(), counts["n"].to_list(), strict=True))
     if len(found) < 3:
-        held = " and ".join(f"{_shown([v])} ({n / text.len():.0%})" for v, n in sorted(found.items(), key=lambda kv: -kv[1]))
+        held = " and ".join(
+            f"{_shown([v])} ({n / text.len():.0%})" for v, n in sorted(found.items(), key=lambda kv: -kv[1])
+        )
         raise LabelError(
             f"{option}{where}: label column {label_column!r} holds {len(found)} value{'s' if len(found) != 1 else ''}, {held}: a multiclass "
-            "job needs at least 3 classes" + ("; two values are a binary job: leave out --kind and say which is the event with --positive"
-                                              if len(found) == 2 else "")
+            "job needs at least 3 classes"
+            + (
+                "; two values are a binary job: leave out --kind and say which is the event with --positive"
+                if len(found) == 2
+                else ""
+            )
         )
     empty = [v for v in found if not v.strip()]
     if empty:
-        raise LabelError(f"{option}{where}: label column {label_column!r} holds an empty class name on {found[empty[0]]:,} rows: name the class or leave the rows out")
+        raise LabelError(
+            f"{option}{where}: label column {label_column!r} holds an empty class name on {found[empty[0]]:,} rows: name the class or leave the rows out"
+        )
     classes = _class_order(list(found))
     shown = (", ".join(classes[:5]) if numeric else _shown(classes[:5])) + (", …" if len(classes) > 5 else "")
     what = f"{len(classes)} whole numbers ({shown})" if numeric else f"{len(classes)} text values ({shown})"
     return TargetProposal(
-        "multiclass", f"{label_column} holds {what}", asked=asked, labelled=text.len(), classes=tuple(classes),
-        class_shares=tuple(found[c] / text.len() for c in classes), numeric=numeric,
+        "multiclass",
+        f"{label_column} holds {what}",
+        asked=asked,
+        labelled=text.len(),
+        classes=tuple(classes),
+        class_shares=tuple(found[c] / text.len() for c in classes),
+        numeric=numeric,
     )
 
 
@@ -744,13 +844,16 @@ def _two_values(label_column: str, labels: pl.Series, where: str, option: str, *
     )
 
 
-def _positive_target(labels: pl.Series, label_column: str, *, kind: str | None, where: str, positive: str) -> TargetProposal:
+def _positive_target(
+    labels: pl.Series, label_column: str, *, kind: str | None, where: str, positive: str
+) -> TargetProposal:
     """A binary job whose event is the label value `positive` (`--positive`), the one other value of the sample its
     non-event; a third value, a `positive` the sample does not hold, or a kind that is not binary is a LabelError."""
     if kind not in (None, "binary"):
         raise LabelError(
             f"--positive names a binary job's event; --kind {kind} reads the label as "
-            + ("the class name" if kind == "multiclass" else "the actual number") + ": drop --positive"
+            + ("the class name" if kind == "multiclass" else "the actual number")
+            + ": drop --positive"
         )
     read = predict_binary_label_events(labels, positive=positive)
     if read.problem is not None:
@@ -759,14 +862,23 @@ def _positive_target(labels: pl.Series, label_column: str, *, kind: str | None, 
     values = sorted(set(text.to_list()))
     events = int(read.events.sum())
     if events == 0:
-        raise LabelError(f"--positive {positive}: {where}: label column {label_column!r} has values {values}, none of them {positive!r}")
+        raise LabelError(
+            f"--positive {positive}: {where}: label column {label_column!r} has values {values}, none of them {positive!r}"
+        )
     event = text.filter(read.events == 1)[0]
     others = [v for v in values if v != event]
     negative = others[0] if others else None
-    held = f"{event!r} (the event, {events:,} rows)" + (f" and {negative!r} ({labels.len() - events:,} rows)" if negative else "")
+    held = f"{event!r} (the event, {events:,} rows)" + (
+        f" and {negative!r} ({labels.len() - events:,} rows)" if negative else ""
+    )
     return TargetProposal(
-        "binary", f"{label_column} holds {held}, as --positive named the event", asked=kind is not None,
-        rate=(events / labels.len(), events, labels.len()), labelled=labels.len(), positive=event, negative=negative,
+        "binary",
+        f"{label_column} holds {held}, as --positive named the event",
+        asked=kind is not None,
+        rate=(events / labels.len(), events, labels.len()),
+        labelled=labels.len(),
+        positive=event,
+        negative=negative,
     )
 
 
@@ -798,15 +910,18 @@ def _binary_prediction(label_column: str | None, target: TargetProposal | None) 
     else:
         base, base_note = 0.1, "a placeholder: no --label-column was given"
     cut = min(0.5, max(0.01, round(2 * base, 2)))
-    cut_note = "twice the base probability" if cut == round(2 * base, 2) else (
-        "twice the base probability, capped at 0.5" if cut == 0.5 else "twice the base probability, at least 0.01"
+    cut_note = (
+        "twice the base probability"
+        if cut == round(2 * base, 2)
+        else (
+            "twice the base probability, capped at 0.5" if cut == 0.5 else "twice the base probability, at least 0.01"
+        )
     )
     q = _scalar
     event = _event_words(label_column, target) if label_column else "the event"
     return [
         "prediction:",
-        f"  event: {q(event)}"
-        "  # review: the event the probability is about, in words (e.g. buys within 30 days)",
+        f"  event: {q(event)}  # review: the event the probability is about, in words (e.g. buys within 30 days)",
         "  interval_level: 0.90",
         "  score:",
         "    # score = 50 + points_to_double_odds * log2(odds / base_odds), clipped to 0..100",
@@ -833,7 +948,9 @@ def _binary_prediction(label_column: str | None, target: TargetProposal | None) 
         "      description: Even the high end of the interval is below the cut-off.",
         f"      when: {{probability_high: {{lt: {cut}}}}}",
         "      decision: no_action",
-        *_decision_lines(("act", "Act", True), ("manual_review", "A person decides", False), ("no_action", "No action", False)),
+        *_decision_lines(
+            ("act", "Act", True), ("manual_review", "A person decides", False), ("no_action", "No action", False)
+        ),
         "  reasons:",
         "    top_k: 3",
         "    for_decisions: [act, manual_review]",
@@ -871,12 +988,14 @@ def _forecast_prediction(label_column: str | None, target: TargetProposal) -> li
         "      description: Even the high end of the interval is below the cut-off.",
         f"      when: {{forecast_high: {{lt: {cut}}}}}",
         "      decision: no_action",
-        *_decision_lines(("act", "Act", True), ("manual_review", "A person decides", False), ("no_action", "No action", False)),
+        *_decision_lines(
+            ("act", "Act", True), ("manual_review", "A person decides", False), ("no_action", "No action", False)
+        ),
         "  reasons:",
         "    top_k: 3",
         "    for_decisions: [act, manual_review]",
-        "    # review: one code per feature; a row's reasons read \"<text> raised the forecast\" or \"<text> lowered the",
-        "    #   forecast\" (codes <code>_UP, <code>_DOWN), so the text names the feature as the reader knows it.",
+        '    # review: one code per feature; a row\'s reasons read "<text> raised the forecast" or "<text> lowered the',
+        '    #   forecast" (codes <code>_UP, <code>_DOWN), so the text names the feature as the reader knows it.',
     ]
 
 
@@ -897,8 +1016,11 @@ def _target_lines(label_column: str | None, target: TargetProposal | None) -> li
         [
             "  #   A count's forecasts and intervals never go below 0. To forecast any number instead (fractions, below 0),",
             "  #   scaffold again with `score init --force --kind regression`: the prediction section differs.",
-        ] if target.kind == "count" else
-        ["  #   A regression forecasts any number: its forecasts and intervals are not held at or above 0, as a count's are."]
+        ]
+        if target.kind == "count"
+        else [
+            "  #   A regression forecasts any number: its forecasts and intervals are not held at or above 0, as a count's are."
+        ]
     )
     return [
         "target:",
@@ -919,7 +1041,9 @@ def _multiclass_target_lines(label_column: str | None, target: TargetProposal, s
         f"  # review: multiclass, {source}: the job chooses one class per row, with its probability.",
     ]
     if target.numeric:
-        lines.append("  #   If the numbers are a quantity rather than codes, scaffold again with `score init --force --kind count`.")
+        lines.append(
+            "  #   If the numbers are a quantity rather than codes, scaffold again with `score init --force --kind count`."
+        )
     return [
         *lines,
         "  kind: multiclass",
@@ -1006,7 +1130,9 @@ def job_spec_text(
         *(_feature_line(p) for p in features),
     ]
     if left_out:
-        lines.append("  # Left out (no feature; add one by hand or use a Python `feature_module` instead of `features`):")
+        lines.append(
+            "  # Left out (no feature; add one by hand or use a Python `feature_module` instead of `features`):"
+        )
         lines += [f"  #   {p.column}: {p.left_out}" for p in left_out]
     if target is None and (forecasts or classifies):
         target = TargetProposal(kind, "no --label-column was given", asked=True)
@@ -1016,8 +1142,13 @@ def job_spec_text(
         "  # review: the registry name of the model trained on these features (data/models/<name>/).",
         f"  name: {job}",
         "  version: champion   # an alias: `score register` never moves it (but sets it for the first version); `score promote JOB N` does",
-        *(_forecast_prediction(label_column, target) if forecasts else _multiclass_prediction() if classifies
-          else _binary_prediction(label_column, target)),
+        *(
+            _forecast_prediction(label_column, target)
+            if forecasts
+            else _multiclass_prediction()
+            if classifies
+            else _binary_prediction(label_column, target)
+        ),
         *_reason_code_lines(features),
         "limits:",
         "  # Largest shares of a partition's rows the guards may repair / quarantine before the run fails.",
@@ -1026,17 +1157,26 @@ def job_spec_text(
         "monitoring:",
         "  labels:",
         f"    # review: outcomes arrive as data/labels/{job}/date=D/*.parquet with these columns "
-        + (f"(the actual {_words(label_column or 'outcome')} of each scored entity)." if forecasts else
-           "(the class each scored entity turned out to be, one of target.classes)." if classifies else _binary_outcome_note(target)),
+        + (
+            f"(the actual {_words(label_column or 'outcome')} of each scored entity)."
+            if forecasts
+            else "(the class each scored entity turned out to be, one of target.classes)."
+            if classifies
+            else _binary_outcome_note(target)
+        ),
         f"    entity_column: {q(entity_column)}",
     ]
     if label_column:
         lines.append(f"    outcome_column: {q(label_column)}")
     else:
-        lines.append("    outcome_column: outcome  # review: no --label-column was given; name the labels' outcome column")
+        lines.append(
+            "    outcome_column: outcome  # review: no --label-column was given; name the labels' outcome column"
+        )
     if target is not None and target.positive is not None:
         # Always quoted: YAML reads an unquoted Yes, No or 2 as a boolean or a number.
-        lines.append(f"    positive: {json.dumps(target.positive, ensure_ascii=False)}  # the label value that is the event (read as 1)")
+        lines.append(
+            f"    positive: {json.dumps(target.positive, ensure_ascii=False)}  # the label value that is the event (read as 1)"
+        )
         if target.negative is not None:
             lines.append(
                 f"    negative: {json.dumps(target.negative, ensure_ascii=False)}  # the other value (read as 0); "
@@ -1053,8 +1193,13 @@ def job_spec_text(
         return "\n".join(lines) + "\n"
     lines += [
         "  # review: each value of these columns gets its own decision mix and, once actuals land, its own realized error."
-        if forecasts else "  # review: each value of these columns gets its own decision mix, expected event rate and score PSI,",
-        *(() if forecasts else ("  #   tested against the trailing window with the false discovery rate controlled (`slice_fdr`).",)),
+        if forecasts
+        else "  # review: each value of these columns gets its own decision mix, expected event rate and score PSI,",
+        *(
+            ()
+            if forecasts
+            else ("  #   tested against the trailing window with the false discovery rate controlled (`slice_fdr`).",)
+        ),
         f"  slices: {_flow(sliced)}",
     ]
     return "\n".join(lines) + "\n"
@@ -1069,12 +1214,21 @@ def _binary_outcome_note(target: TargetProposal | None) -> str:
 
 def _refused_name(job: str) -> None:
     if not re.fullmatch(NAME_PATTERN, job):
-        raise JobSpecError(f"job name {job[:80]!r} is not allowed: use lower-case letters, digits and _ (at most 64), starting with a letter")
+        raise JobSpecError(
+            f"job name {job[:80]!r} is not allowed: use lower-case letters, digits and _ (at most 64), starting with a letter"
+        )
 
 
 def scaffolded_job(
-    job: str, *, sample: Path, entity_column: str, label_column: str | None, settings: Settings, force: bool = False,
-    kind: TargetKind | None = None, positive: str | None = None,
+    job: str,
+    *,
+    sample: Path,
+    entity_column: str,
+    label_column: str | None,
+    settings: Settings,
+    force: bool = False,
+    kind: TargetKind | None = None,
+    positive: str | None = None,
 ) -> ScaffoldedJob:
     """Write `jobs/<job>.yaml` and `expectations/<job>.json` profiled from the sample partition.
 
@@ -1092,11 +1246,15 @@ def scaffolded_job(
     spec_path, suite_path = settings.jobs_dir / f"{job}.yaml", settings.expectations_dir / f"{job}.json"
     existing = [str(p) for p in (spec_path, suite_path) if p.exists()]
     if existing and not force:
-        raise JobSpecError(f"job {job!r} already has {' and '.join(existing)}; pass --force to overwrite, or choose another name")
+        raise JobSpecError(
+            f"job {job!r} already has {' and '.join(existing)}; pass --force to overwrite, or choose another name"
+        )
     frame, files = _sample(sample)
     for option, column in (("--entity-column", entity_column), ("--label-column", label_column)):
         if column is not None and column not in frame.columns:
-            raise PartitionError(f"{option} {column!r} is not a column of sample {sample}; its columns: {', '.join(frame.columns)}")
+            raise PartitionError(
+                f"{option} {column!r} is not a column of sample {sample}; its columns: {', '.join(frame.columns)}"
+            )
     if label_column == entity_column:
         raise PartitionError(f"--label-column {label_column!r} is the entity column; name the column with the outcome")
     profiles = column_profiles(frame, entity_column=entity_column, label_column=label_column)
@@ -1104,11 +1262,22 @@ def scaffolded_job(
         raise PartitionError(
             f"sample {sample} has no column that can be a declared feature besides {entity_column!r}"
             + (f" and {label_column!r}" if label_column else "")
-            + "; " + "; ".join(f"{p.column}: {p.left_out}" for p in profiles if p.left_out)
+            + "; "
+            + "; ".join(f"{p.column}: {p.left_out}" for p in profiles if p.left_out)
         )
-    target = proposed_target(frame, label_column, kind=kind, where=f"sample {sample}", positive=positive) if label_column else None
+    target = (
+        proposed_target(frame, label_column, kind=kind, where=f"sample {sample}", positive=positive)
+        if label_column
+        else None
+    )
     spec_text = job_spec_text(
-        job, profiles, entity_column=entity_column, label_column=label_column, sample=sample, target=target, kind=kind or "binary",
+        job,
+        profiles,
+        entity_column=entity_column,
+        label_column=label_column,
+        sample=sample,
+        target=target,
+        kind=kind or "binary",
     )
     suite = profiled_suite(job, profiles, entity_column=entity_column, sample=sample)
     suite_text = json.dumps(suite, indent=2, ensure_ascii=False) + "\n"
@@ -1121,12 +1290,19 @@ def scaffolded_job(
     spec_path.write_text(spec_text, encoding="utf-8")
     suite_path.write_text(suite_text, encoding="utf-8")
     return ScaffoldedJob(
-        job=job, spec_path=spec_path, suite_path=suite_path, sample_files=files, rows=frame.height,
+        job=job,
+        spec_path=spec_path,
+        suite_path=suite_path,
+        sample_files=files,
+        rows=frame.height,
         features={p.feature: p.kind for p in profiles if p.feature and p.kind},
         left_out={p.column: p.left_out for p in profiles if p.left_out},
         guesses={p.column: p.guess for p in profiles if p.guess},
         expectations=len(suite["expectations"]),
         base_probability=None if target is None or target.rate is None else _base_probability(target.rate[0]),
-        kind=target.kind if target is not None else kind or "binary", target=target,
-        label_like=() if label_column else tuple(p.column for p in profiles if p.kind and re.search(_LABEL_NAME, p.column)),
+        kind=target.kind if target is not None else kind or "binary",
+        target=target,
+        label_like=()
+        if label_column
+        else tuple(p.column for p in profiles if p.kind and re.search(_LABEL_NAME, p.column)),
     )

@@ -25,13 +25,13 @@ from tasks.errors import JobProblem, JobSpecError, JobValidationError, Partition
 from tasks.features import FeatureModule, feature_categories, feature_kinds, job_features
 from tasks.features.declared import DeclaredFeatures
 from tasks.guards import GuardSuite, load_guard_suite, raw_schema_problems
+from tasks.inference.config import FeatureModelRef
 from tasks.inference.kinds import inference_job_kind_words, inference_model_kind_words, inference_same_kind
 from tasks.inference.registry import ModelArtifact, inference_artifact_problems, inference_reasons_unavailable
-from tasks.inference.config import FeatureModelRef
 from tasks.jobspec import JobSpec, checked_job_name, job_spec_document, job_spec_path, spec_field_problems
 from tasks.prediction.calibration import predict_calibrator_from_metadata
-from tasks.prediction.multiclass import predict_multiclass_calibrator_from_metadata
 from tasks.prediction.calibration_check import predict_calibration_table
+from tasks.prediction.multiclass import predict_multiclass_calibrator_from_metadata
 from tasks.prediction.reasons import predict_reason_text_problems
 from tasks.settings import Settings
 from tasks.sinks.delta import delta_store_problem, delta_tables
@@ -71,7 +71,12 @@ def job_problems(
 
 
 def validated_job(
-    job: str, settings: Settings, *, partition_date: dt.date | None = None, check_labels: bool = True, check_raw: bool = True,
+    job: str,
+    settings: Settings,
+    *,
+    partition_date: dt.date | None = None,
+    check_labels: bool = True,
+    check_raw: bool = True,
 ) -> ValidatedJob:
     """`job`'s inputs, loaded and cross-checked as `job_problems` does; JobValidationError lists every problem.
     `check_labels=False` (a scoring run) leaves the labels partition's columns to the outcomes flow;
@@ -94,7 +99,8 @@ def latest_version_warnings(spec: JobSpec, spec_path: Path) -> list[str]:
     lines += [
         f"{spec_path} model.feature_models[{i}].version is latest: every new version of {ref.name} changes what this job "
         "scores; name a version"
-        for i, ref in enumerate(spec.model.feature_models) if ref.version == "latest"
+        for i, ref in enumerate(spec.model.feature_models)
+        if ref.version == "latest"
     ]
     return lines
 
@@ -104,7 +110,14 @@ def raw_partition_problems(validated: ValidatedJob, settings: Settings, partitio
     suite's columns and the declared features' columns present with their types."""
     problems: list[JobProblem] = []
     _raw_partition(
-        validated.spec.name, validated.spec, validated.spec_path, settings, partition_date, validated.suite, validated.features, problems
+        validated.spec.name,
+        validated.spec,
+        validated.spec_path,
+        settings,
+        partition_date,
+        validated.suite,
+        validated.features,
+        problems,
     )
     return problems
 
@@ -125,7 +138,12 @@ def _latest_partition(root: Path) -> Path | None:
 
 
 def _checked_job(
-    job: str, settings: Settings, partition_date: dt.date | None, *, check_labels: bool = True, model_version: str | None = None,
+    job: str,
+    settings: Settings,
+    partition_date: dt.date | None,
+    *,
+    check_labels: bool = True,
+    model_version: str | None = None,
     check_raw: bool = True,
 ) -> tuple[ValidatedJob | None, list[JobProblem]]:
     try:
@@ -142,10 +160,14 @@ def _checked_job(
     except ValidationError as exc:
         return None, [JobProblem(spec_path, field, problem) for field, problem in spec_field_problems(exc)]
     if model_version is not None:
-        spec = spec.model_copy(update={"model": spec.model.model_copy(update={"version": model_version, "challenger": None})})
+        spec = spec.model_copy(
+            update={"model": spec.model.model_copy(update={"version": model_version, "challenger": None})}
+        )
     problems: list[JobProblem] = []
     if spec.name != job:
-        problems.append(JobProblem(spec_path, "name", f"declares name {spec.name!r}; it must match the file name {job!r}"))
+        problems.append(
+            JobProblem(spec_path, "name", f"declares name {spec.name!r}; it must match the file name {job!r}")
+        )
     suite = _suite(spec, spec_path, settings, problems)
     features = _features(spec, spec_path, problems)
     if features is not None:
@@ -159,7 +181,9 @@ def _checked_job(
     model, notes = _scoring_model(spec, spec_path, settings, features, problems)
     feature_models = _feature_models(spec, spec_path, settings, features, model, problems)
     raw, raw_files = (
-        _raw_partition(job, spec, spec_path, settings, partition_date, suite, features, problems) if check_raw else (None, 0)
+        _raw_partition(job, spec, spec_path, settings, partition_date, suite, features, problems)
+        if check_raw
+        else (None, 0)
     )
     if (tables := delta_tables(spec.sinks.delta, settings)) is not None and (problem := delta_store_problem(tables)):
         problems.append(JobProblem(spec_path, "sinks.delta.url", problem))
@@ -168,8 +192,16 @@ def _checked_job(
     if problems or suite is None or features is None or model is None or feature_models is None:
         return None, problems
     return ValidatedJob(
-        spec=spec, spec_path=spec_path, suite=suite, features=features, model=model, feature_models=feature_models,
-        raw=raw, raw_files=raw_files, labels_dir=labels_dir, notes=tuple(notes),
+        spec=spec,
+        spec_path=spec_path,
+        suite=suite,
+        features=features,
+        model=model,
+        feature_models=feature_models,
+        raw=raw,
+        raw_files=raw_files,
+        labels_dir=labels_dir,
+        notes=tuple(notes),
     ), []
 
 
@@ -212,10 +244,18 @@ def _reason_code_problems(spec: JobSpec, spec_path: Path, model_features: tuple[
         close = difflib.get_close_matches(key, uncovered, n=1) or difflib.get_close_matches(key, model_features, n=1)
         suggested.update(close)
         hint = f" (did you mean {close[0]!r}?)" if close else f"; the model's features: {', '.join(model_features)}"
-        problems.append(JobProblem(spec_path, f"prediction.reasons.codes.{key}", f"{key!r} is not a feature of the model{hint}"))
+        problems.append(
+            JobProblem(spec_path, f"prediction.reasons.codes.{key}", f"{key!r} is not a feature of the model{hint}")
+        )
     rest = [f for f in uncovered if f not in suggested]
     if rest:
-        problems.append(JobProblem(spec_path, "prediction.reasons.codes", f"no reason code for model feature(s) {rest}; every feature needs one"))
+        problems.append(
+            JobProblem(
+                spec_path,
+                "prediction.reasons.codes",
+                f"no reason code for model feature(s) {rest}; every feature needs one",
+            )
+        )
     return problems
 
 
@@ -266,7 +306,11 @@ def _scoring_model(
 
 
 def _challenger_notes(
-    spec: JobSpec, spec_path: Path, registry: Path, features: FeatureModule | None, model: ModelArtifact | None,
+    spec: JobSpec,
+    spec_path: Path,
+    registry: Path,
+    features: FeatureModule | None,
+    model: ModelArtifact | None,
     problems: list[JobProblem],
 ) -> list[str]:
     """The challenger checked as a scoring model: its problems are the job's when the spec says a
@@ -279,22 +323,36 @@ def _challenger_notes(
         found += _scoring_metadata_problems(artifact, spec, spec_path, None)
         meta = artifact.metadata
         if features is not None and meta.feature_version != features.FEATURE_VERSION:
-            found.append(JobProblem(artifact.directory / "metadata.json", "feature_version", (
-                f"the challenger was trained on feature_version {meta.feature_version!r}, the job computes {features.FEATURE_VERSION!r}"
-            )))
+            found.append(
+                JobProblem(
+                    artifact.directory / "metadata.json",
+                    "feature_version",
+                    (
+                        f"the challenger was trained on feature_version {meta.feature_version!r}, the job computes {features.FEATURE_VERSION!r}"
+                    ),
+                )
+            )
         missing = [f for f in meta.features if features is not None and f not in _model_features(spec, features)]
         if missing:
-            found.append(JobProblem(artifact.directory / "metadata.json", "features", (
-                f"the challenger takes features the job does not compute: {missing}"
-            )))
+            found.append(
+                JobProblem(
+                    artifact.directory / "metadata.json",
+                    "features",
+                    (f"the challenger takes features the job does not compute: {missing}"),
+                )
+            )
     if spec.model.challenger_failure == "fail":
         problems += found
         return [] if found else _reasons_off_notes(spec, artifact, f"challenger {spec.model.challenger}")
     if found:
-        return [f"challenger {spec.model.challenger} cannot shadow the run; its rows will be counted as challenger_failed: "
-                + "; ".join(str(p) for p in found)]
+        return [
+            f"challenger {spec.model.challenger} cannot shadow the run; its rows will be counted as challenger_failed: "
+            + "; ".join(str(p) for p in found)
+        ]
     if model is not None and artifact is not None and artifact.metadata.version == model.metadata.version:
-        return [f"challenger {spec.model.challenger} is version {model.metadata.version}, the champion itself: no decision can flip"]
+        return [
+            f"challenger {spec.model.challenger} is version {model.metadata.version}, the champion itself: no decision can flip"
+        ]
     return _reasons_off_notes(spec, artifact, f"challenger {spec.model.challenger}")
 
 
@@ -305,7 +363,9 @@ def _reasons_off_notes(spec: JobSpec, artifact: ModelArtifact | None, role: str)
     if why is None or not wanted:
         return []
     if role == "model":
-        return [f"{why}; rows decided {', '.join(wanted)} get no reason codes, counted as reasons_unavailable in each run's fallback report"]
+        return [
+            f"{why}; rows decided {', '.join(wanted)} get no reason codes, counted as reasons_unavailable in each run's fallback report"
+        ]
     return [f"{role}: {why}; it shadow-scores rows decided {', '.join(wanted)} without reason codes"]
 
 
@@ -318,17 +378,29 @@ def _scoring_metadata_problems(
     problems = []
     kind = spec.target.kind
     if not inference_same_kind(meta.target, kind):
-        problems.append(JobProblem(meta_path, "target", (
-            f"model {meta.name} version {meta.version} was registered as {inference_model_kind_words(meta.target)}, but job {spec.name} is "
-            f"{inference_job_kind_words(kind)} (target.kind in {spec_path}): register a model of the job's kind"
-        )))
+        problems.append(
+            JobProblem(
+                meta_path,
+                "target",
+                (
+                    f"model {meta.name} version {meta.version} was registered as {inference_model_kind_words(meta.target)}, but job {spec.name} is "
+                    f"{inference_job_kind_words(kind)} (target.kind in {spec_path}): register a model of the job's kind"
+                ),
+            )
+        )
     elif kind == "multiclass":
         if meta.classes != spec.target.classes:
-            problems.append(JobProblem(meta_path, "classes", (
-                f"model {meta.name} version {meta.version} was registered for classes {meta.classes}, but job {spec.name} names "
-                f"{spec.target.classes} (target.classes in {spec_path}): the model's outputs would be read as other classes; "
-                "register it again for these classes"
-            )))
+            problems.append(
+                JobProblem(
+                    meta_path,
+                    "classes",
+                    (
+                        f"model {meta.name} version {meta.version} was registered for classes {meta.classes}, but job {spec.name} names "
+                        f"{spec.target.classes} (target.classes in {spec_path}): the model's outputs would be read as other classes; "
+                        "register it again for these classes"
+                    ),
+                )
+            )
         try:
             predict_multiclass_calibrator_from_metadata(meta.calibration)
         except ValueError as exc:
@@ -340,19 +412,38 @@ def _scoring_metadata_problems(
             # The path names the version's folder; a promotion or an alias names it by its number or alias, so say it too.
             problems.append(JobProblem(meta_path, "calibration", f"model {meta.name} version {meta.version}: {exc}"))
     elif not meta.interval or meta.error_model_file is None:
-        problems.append(JobProblem(meta_path, "interval", (
-            f"model {meta.name} version {meta.version} has no conformal interval or error model; register it again with score register"
-        )))
+        problems.append(
+            JobProblem(
+                meta_path,
+                "interval",
+                (
+                    f"model {meta.name} version {meta.version} has no conformal interval or error model; register it again with score register"
+                ),
+            )
+        )
     if not meta.reference and spec.drift.require_reference:
-        problems.append(JobProblem(meta_path, "reference", (
-            "is missing or empty, so drift cannot be checked against training; retrain the model, or set "
-            f"`drift: {{require_reference: false}}` in {spec_path} to score without it"
-        )))
+        problems.append(
+            JobProblem(
+                meta_path,
+                "reference",
+                (
+                    "is missing or empty, so drift cannot be checked against training; retrain the model, or set "
+                    f"`drift: {{require_reference: false}}` in {spec_path} to score without it"
+                ),
+            )
+        )
     if features is not None:
         source = f"feature module {getattr(spec, 'feature_module', None) or 'of the job'}"
         if spec.model.feature_models:
             source += " and the feature models' outputs"
-        problems += _feature_problems(meta_path, meta.feature_version, meta.features, features.FEATURE_VERSION, _model_features(spec, features), source)
+        problems += _feature_problems(
+            meta_path,
+            meta.feature_version,
+            meta.features,
+            features.FEATURE_VERSION,
+            _model_features(spec, features),
+            source,
+        )
     return problems
 
 
@@ -361,10 +452,16 @@ def _feature_problems(
 ) -> list[JobProblem]:
     problems = []
     if trained_version != version:
-        problems.append(JobProblem(meta_path, "feature_version", (
-            f"the model was trained on feature_version {trained_version!r}, but the {source} computes {version!r}; "
-            "retrain, or pin a model trained on these features"
-        )))
+        problems.append(
+            JobProblem(
+                meta_path,
+                "feature_version",
+                (
+                    f"the model was trained on feature_version {trained_version!r}, but the {source} computes {version!r}; "
+                    "retrain, or pin a model trained on these features"
+                ),
+            )
+        )
     if tuple(trained) == expected:
         return problems
     only_model = [f for f in trained if f not in expected]
@@ -385,7 +482,11 @@ def _feature_problems(
 
 
 def _feature_models(
-    spec: JobSpec, spec_path: Path, settings: Settings, features: FeatureModule | None, model: ModelArtifact | None,
+    spec: JobSpec,
+    spec_path: Path,
+    settings: Settings,
+    features: FeatureModule | None,
+    model: ModelArtifact | None,
     problems: list[JobProblem],
 ) -> tuple[tuple[FeatureModelRef, ModelArtifact], ...] | None:
     """Each feature model's artifact, checked against the job's features and the version the final model was trained with."""
@@ -401,21 +502,37 @@ def _feature_models(
         meta = artifact.metadata
         if features is not None:
             problems += _feature_problems(
-                artifact.directory / "metadata.json", meta.feature_version, meta.features,
-                features.FEATURE_VERSION, tuple(features.FEATURES), f"feature module {getattr(spec, 'feature_module', None) or 'of the job'}",
+                artifact.directory / "metadata.json",
+                meta.feature_version,
+                meta.features,
+                features.FEATURE_VERSION,
+                tuple(features.FEATURES),
+                f"feature module {getattr(spec, 'feature_module', None) or 'of the job'}",
             )
         if model is not None and ref.name in trained_with and str(trained_with[ref.name]) != meta.version:
-            problems.append(JobProblem(spec_path, field, (
-                f"model {model.metadata.name} {model.metadata.version} was trained on the output of {ref.name} "
-                f"{trained_with[ref.name]}, but {ref.name} {meta.version} would feed it; pin version {trained_with[ref.name]} "
-                "in model.feature_models or retrain"
-            )))
+            problems.append(
+                JobProblem(
+                    spec_path,
+                    field,
+                    (
+                        f"model {model.metadata.name} {model.metadata.version} was trained on the output of {ref.name} "
+                        f"{trained_with[ref.name]}, but {ref.name} {meta.version} would feed it; pin version {trained_with[ref.name]} "
+                        "in model.feature_models or retrain"
+                    ),
+                )
+            )
     return tuple(loaded) if len(loaded) == len(spec.model.feature_models) else None
 
 
 def _raw_partition(
-    job: str, spec: JobSpec, spec_path: Path, settings: Settings, partition_date: dt.date | None, suite: GuardSuite | None,
-    features: FeatureModule | None, problems: list[JobProblem],
+    job: str,
+    spec: JobSpec,
+    spec_path: Path,
+    settings: Settings,
+    partition_date: dt.date | None,
+    suite: GuardSuite | None,
+    features: FeatureModule | None,
+    problems: list[JobProblem],
 ) -> tuple[RawPartition | None, int]:
     """The suite's columns against each distinct schema of the partition's raw files (or its query's result).
 
@@ -433,10 +550,20 @@ def _raw_partition(
                 if not raw.local and spec.limits.min_rows == 0:
                     return raw, 0
                 what = "the folder does not exist" if raw.local else "no Parquet files under it"
-                problems.append(JobProblem(_problem_file(raw, str(raw)), "date", f"no raw partition for job {job!r} on {partition_date}: {what}"))
+                problems.append(
+                    JobProblem(
+                        _problem_file(raw, str(raw)),
+                        "date",
+                        f"no raw partition for job {job!r} on {partition_date}: {what}",
+                    )
+                )
                 return None, 0
             checked = checked_parquet_files(raw)
-            problems += [JobProblem(_problem_file(raw, location), "(file)", problem) for location, _, problem in checked if problem]
+            problems += [
+                JobProblem(_problem_file(raw, location), "(file)", problem)
+                for location, _, problem in checked
+                if problem
+            ]
             schemas = [(location, schema) for location, schema, _ in checked if schema is not None]
     except PartitionError as exc:
         problems.append(JobProblem(spec_path, "source", str(exc)))
@@ -448,11 +575,19 @@ def _raw_partition(
                 continue
             seen.append(schema)
             problems += [
-                JobProblem(spec_path, "monitoring.slices", f"{column!r} is not a column of raw file {path}{_did_you_mean(column, schema.names)}; "
-                           f"it has {schema.names}")
-                for column in spec.monitoring.slices if column not in schema.names
+                JobProblem(
+                    spec_path,
+                    "monitoring.slices",
+                    f"{column!r} is not a column of raw file {path}{_did_you_mean(column, schema.names)}; "
+                    f"it has {schema.names}",
+                )
+                for column in spec.monitoring.slices
+                if column not in schema.names
             ]
-            found = [JobProblem(_problem_file(raw, path), column, problem) for column, problem in raw_schema_problems(schema, suite)]
+            found = [
+                JobProblem(_problem_file(raw, path), column, problem)
+                for column, problem in raw_schema_problems(schema, suite)
+            ]
             problems += found
             if found:
                 # The suite checks every column it names; the features' view of the same gap would repeat it.
@@ -476,7 +611,9 @@ def _problem_file(raw: RawPartition, location: str) -> Path | str:
     return Path(location) if isinstance(raw, ParquetPartition) and raw.local else location
 
 
-def _dated_raw_partition(job: str, spec: JobSpec, settings: Settings, partition_date: dt.date | None) -> RawPartition | None:
+def _dated_raw_partition(
+    job: str, spec: JobSpec, settings: Settings, partition_date: dt.date | None
+) -> RawPartition | None:
     if partition_date is not None:
         return raw_partition(spec.source, settings, job, partition_date)
     if spec.source is None:
@@ -488,16 +625,27 @@ def _dated_raw_partition(job: str, spec: JobSpec, settings: Settings, partition_
 
 
 def _labels_partition(
-    job: str, spec: JobSpec, spec_path: Path, settings: Settings, partition_date: dt.date | None, problems: list[JobProblem]
+    job: str,
+    spec: JobSpec,
+    spec_path: Path,
+    settings: Settings,
+    partition_date: dt.date | None,
+    problems: list[JobProblem],
 ) -> Path | None:
     """The columns `monitoring.labels` names against the files of the labels partition of `partition_date`
     (the latest one when no date is given or that day has no labels yet), if any."""
     dated = settings.labels_partition_dir(job, partition_date.isoformat()) if partition_date else None
-    labels_dir = dated if dated is not None and dated.is_dir() else _latest_partition(settings.inside_data_root("labels", job))
+    labels_dir = (
+        dated if dated is not None and dated.is_dir() else _latest_partition(settings.inside_data_root("labels", job))
+    )
     if labels_dir is None:
         return None
     source = spec.monitoring.labels
-    wanted = {"entity_column": source.entity_column, "outcome_column": source.outcome_column, "observed_date_column": source.observed_date_column}
+    wanted = {
+        "entity_column": source.entity_column,
+        "outcome_column": source.outcome_column,
+        "observed_date_column": source.observed_date_column,
+    }
     for path in sorted(labels_dir.glob("*.parquet")):
         try:
             names = pq.read_schema(path).names
@@ -508,9 +656,13 @@ def _labels_partition(
             continue
         for field, column in wanted.items():
             if column not in names:
-                problems.append(JobProblem(spec_path, f"monitoring.labels.{field}", (
-                    f"{column!r} is not a column of labels file {path}; its columns: {', '.join(names)}"
-                )))
+                problems.append(
+                    JobProblem(
+                        spec_path,
+                        f"monitoring.labels.{field}",
+                        (f"{column!r} is not a column of labels file {path}; its columns: {', '.join(names)}"),
+                    )
+                )
         # The files of one partition share their producer: the first readable one speaks for them.
         break
     return labels_dir

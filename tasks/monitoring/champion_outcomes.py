@@ -31,7 +31,12 @@ FORECAST_MEASURES = ("mae", "rmse", "coverage", "coverage_miss")
 `coverage_miss` its distance |coverage − interval level|, whose difference decides which coverage is better."""
 HIGHER_IS_BETTER = {"auc": True, "brier": False, "ece": False, "mae": False, "rmse": False, "coverage_miss": False}
 MEASURE_NAMES = {
-    "auc": "AUC", "brier": "Brier score", "ece": "ECE", "mae": "MAE", "rmse": "RMSE", "coverage": "interval coverage",
+    "auc": "AUC",
+    "brier": "Brier score",
+    "ece": "ECE",
+    "mae": "MAE",
+    "rmse": "RMSE",
+    "coverage": "interval coverage",
     "coverage_miss": "interval coverage miss",
 }
 
@@ -95,8 +100,6 @@ class ModelComparison:
         ]
 
 
-
-
 def ece_bin_index(probability: np.ndarray, bins: int) -> np.ndarray:
     """Equal-width probability bin of each row: ⌊p·bins⌋, with p = 1 in the last bin (as
     tasks/monitoring/outcomes.py bins calibration)."""
@@ -109,8 +112,6 @@ def expected_calibration_error(labels: np.ndarray, probability: np.ndarray, bins
         return float("nan")
     gap = np.bincount(ece_bin_index(probability, bins), weights=probability - labels, minlength=bins)
     return float(np.abs(gap).sum() / labels.size)
-
-
 
 
 class _BinnedModel:
@@ -126,7 +127,9 @@ class _BinnedModel:
     def __init__(self, labels: np.ndarray, probability: np.ndarray, ece_bins: int) -> None:
         edges = np.unique(np.quantile(probability, np.linspace(0.0, 1.0, AUC_BINS + 1)[1:-1]))
         # (ECE bin, quantile bin) is ordered as p is: both parts are non-decreasing in p.
-        key = ece_bin_index(probability, ece_bins) * (edges.size + 1) + np.searchsorted(edges, probability, side="right")
+        key = ece_bin_index(probability, ece_bins) * (edges.size + 1) + np.searchsorted(
+            edges, probability, side="right"
+        )
         keys, fine = np.unique(key, return_inverse=True)
         self.fine = fine.ravel()
         self.bins = keys.size
@@ -169,7 +172,12 @@ def _bootstrap_rows(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray 
 
 
 def _delta_deviations(
-    labels: np.ndarray, champion: np.ndarray, challenger: np.ndarray, *, resamples: int, ece_bins: int,
+    labels: np.ndarray,
+    champion: np.ndarray,
+    challenger: np.ndarray,
+    *,
+    resamples: int,
+    ece_bins: int,
     rng: np.random.Generator,
 ) -> tuple[np.ndarray, int]:
     """(resamples, 3) bootstrap deltas minus the same delta under unit weights, and the rows used."""
@@ -207,8 +215,6 @@ def _verdict(measure: str, low: float, high: float) -> str:
     return "challenger" if challenger_higher == HIGHER_IS_BETTER[measure] else "champion"
 
 
-
-
 def _count(n: int) -> str:
     return f"{n:,}".replace(",", " ")
 
@@ -240,8 +246,15 @@ def _no_worse(measures: list[str]) -> str:
 
 
 def _recommended(
-    found: Callable[[str, str], str], better: dict[str, str], measures: tuple[str, ...], *, rows: int, level: float,
-    lead: str, lead_numbers: tuple[float, float, float], lead_name: str,
+    found: Callable[[str, str], str],
+    better: dict[str, str],
+    measures: tuple[str, ...],
+    *,
+    rows: int,
+    level: float,
+    lead: str,
+    lead_numbers: tuple[float, float, float],
+    lead_name: str,
 ) -> str:
     """The recommendation once enough rows are labelled: mixed findings keep the champion; the challenger is
     promoted when it is better on the `lead` measure (AUC, MAE) and no worse on the others; otherwise the
@@ -259,7 +272,9 @@ def _recommended(
             parts.append(_no_worse(undecided))
         return "promote the challenger: " + _join(parts)
     if for_champion:
-        return "keep the champion: " + _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_champion)])
+        return "keep the champion: " + _join(
+            [found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_champion)]
+        )
     if for_challenger:
         shown = _numbers(*lead_numbers)
         others = _join([found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(for_challenger)])
@@ -270,9 +285,7 @@ def _recommended(
     return f"no clear difference on {_count(rows)} labelled rows: keep the champion and gather more nights"
 
 
-def _recommendation(
-    rows: int, events: int, delta: dict, low: dict, high: dict, better: dict, level: float
-) -> str:
+def _recommendation(rows: int, events: int, delta: dict, low: dict, high: dict, better: dict, level: float) -> str:
     """The sentence of `compared_models`, by the rules listed there."""
     if rows == 0:
         return "no labelled rows: nothing to compare; keep the champion"
@@ -284,12 +297,22 @@ def _recommendation(
 
     if events == 0 or events == rows:
         missing = "no events" if events == 0 else "no non-events"
-        sentence = f"keep the champion: AUC cannot be compared, as there are {missing} among the {_count(rows)} labelled rows"
+        sentence = (
+            f"keep the champion: AUC cannot be compared, as there are {missing} among the {_count(rows)} labelled rows"
+        )
         decided = [m for m in MEASURES if better[m] != "undecided"]
         decided = [found(m, "the challenger's" if i == 0 else "its") for i, m in enumerate(decided)]
         return sentence + ("; " + _join(decided) if decided else "")
-    return _recommended(found, better, MEASURES, rows=rows, level=level, lead="auc",
-                    lead_numbers=(delta["auc"], low["auc"], high["auc"]), lead_name="AUC")
+    return _recommended(
+        found,
+        better,
+        MEASURES,
+        rows=rows,
+        level=level,
+        lead="auc",
+        lead_numbers=(delta["auc"], low["auc"], high["auc"]),
+        lead_name="AUC",
+    )
 
 
 def _checked_probabilities(values: np.ndarray, name: str, rows: int) -> np.ndarray:
@@ -410,7 +433,9 @@ def compared_models(
         rng = np.random.default_rng(seed)
         subset = _bootstrap_rows(y, rng)
         if subset is None:
-            deviations, used = _delta_deviations(y, p_champion, p_challenger, resamples=resamples, ece_bins=ece_bins, rng=rng)
+            deviations, used = _delta_deviations(
+                y, p_champion, p_challenger, resamples=resamples, ece_bins=ece_bins, rng=rng
+            )
         else:
             deviations, used = _delta_deviations(
                 y[subset], p_champion[subset], p_challenger[subset], resamples=resamples, ece_bins=ece_bins, rng=rng
@@ -517,7 +542,9 @@ def _coverage_finding(level: float, interval_level: float, comparison: dict, own
     )
 
 
-def _forecast_recommendation(rows: int, compared: dict[str, dict], better: dict[str, str], level: float, interval_level: float) -> str:
+def _forecast_recommendation(
+    rows: int, compared: dict[str, dict], better: dict[str, str], level: float, interval_level: float
+) -> str:
     """The sentence of `compared_forecasts`, by the rules listed there."""
     if rows == 0:
         return "no labelled rows: nothing to compare; keep the champion"
@@ -531,8 +558,16 @@ def _forecast_recommendation(rows: int, compared: dict[str, dict], better: dict[
         return _finding(level, measure, c["delta"], c["low"], c["high"], owner)
 
     mae = compared["mae"]
-    return _recommended(found, better, ("mae", "rmse", "coverage"), rows=rows, level=level, lead="mae",
-                    lead_numbers=(mae["delta"], mae["low"], mae["high"]), lead_name="MAE")
+    return _recommended(
+        found,
+        better,
+        ("mae", "rmse", "coverage"),
+        rows=rows,
+        level=level,
+        lead="mae",
+        lead_numbers=(mae["delta"], mae["low"], mae["high"]),
+        lead_name="MAE",
+    )
 
 
 def compared_forecasts(
@@ -583,12 +618,22 @@ def compared_forecasts(
     resamples = int(resamples)
     y = _checked_numbers(actual, "actuals", None)
     rows = int(y.size)
-    models = tuple(_checked_forecasts(ForecastRows(*model), name, rows) for model, name in ((champion, "champion"), (challenger, "challenger")))
+    models = tuple(
+        _checked_forecasts(ForecastRows(*model), name, rows)
+        for model, name in ((champion, "champion"), (challenger, "challenger"))
+    )
     errors = tuple(_forecast_errors(y, model) for model in models)
     nan = float("nan")
     measured = [
-        dict(zip(FORECAST_MEASURES, _forecast_measures(e.mean(axis=0, keepdims=True), interval_level)[0].tolist(), strict=True))
-        if rows else dict.fromkeys(FORECAST_MEASURES, nan)
+        dict(
+            zip(
+                FORECAST_MEASURES,
+                _forecast_measures(e.mean(axis=0, keepdims=True), interval_level)[0].tolist(),
+                strict=True,
+            )
+        )
+        if rows
+        else dict.fromkeys(FORECAST_MEASURES, nan)
         for e in errors
     ]
     delta = {m: measured[1][m] - measured[0][m] for m in FORECAST_MEASURES}
@@ -611,7 +656,15 @@ def compared_forecasts(
     # The coverage finding reads the coverages themselves beside the miss's difference.
     compared["coverage_miss"] |= {"champion": measured[0]["coverage"], "challenger": measured[1]["coverage"]}
     return ModelComparison(
-        rows=rows, events=None, champion=measured[0], challenger=measured[1], delta=delta, delta_low=low, delta_high=high,
+        rows=rows,
+        events=None,
+        champion=measured[0],
+        challenger=measured[1],
+        delta=delta,
+        delta_low=low,
+        delta_high=high,
         better={m: better[m] for m in FORECAST_MEASURES},
-        recommendation=_forecast_recommendation(rows, compared, better, level, interval_level), level=level, measures=FORECAST_MEASURES,
+        recommendation=_forecast_recommendation(rows, compared, better, level, interval_level),
+        level=level,
+        measures=FORECAST_MEASURES,
     )

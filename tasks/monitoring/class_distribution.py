@@ -75,22 +75,33 @@ def _share(n: int, total: int) -> float | None:
     return n / total if total else None
 
 
-def classification_headline(distribution: ClassDistribution, *, name: str, classes: Sequence[str], decisions: Mapping[str, int]) -> dict[str, Any]:
+def classification_headline(
+    distribution: ClassDistribution, *, name: str, classes: Sequence[str], decisions: Mapping[str, int]
+) -> dict[str, Any]:
     """A multiclass job's run in a few numbers (the ledger's summary, the run's result): rows, each class's
     predicted share, the mean probability of the predicted class, the share of close calls, the decisions."""
     rows = distribution.rows
     return {
-        "kind": "multiclass", "name": name, "rows": rows,
+        "kind": "multiclass",
+        "name": name,
+        "rows": rows,
         "predicted_share": {c: _share(distribution.predicted.get(c, 0), rows) for c in classes},
         "mean_probability": distribution.probability_sums.total() / rows if rows else None,
-        "low_margin_cut": LOW_MARGIN, "low_margin_share": _share(distribution.low_margin_rows, rows),
+        "low_margin_cut": LOW_MARGIN,
+        "low_margin_share": _share(distribution.low_margin_rows, rows),
         "decisions": dict(decisions),
     }
 
 
 def class_run_summary(
-    distribution: ClassDistribution, *, name: str, classes: Sequence[str], level: float, rules: Sequence[Mapping[str, Any]],
-    rule_rows: Mapping[str, int], reason_texts: Mapping[str, str],
+    distribution: ClassDistribution,
+    *,
+    name: str,
+    classes: Sequence[str],
+    level: float,
+    rules: Sequence[Mapping[str, Any]],
+    rule_rows: Mapping[str, int],
+    reason_texts: Mapping[str, str],
 ) -> dict[str, Any]:
     """What the run page and the key numbers show of a multiclass job's run: per class the rows predicted, their share
     and mean probability; the margin's bins, mean and close calls; the rows per decision and class; the rows per rule
@@ -99,23 +110,41 @@ def class_run_summary(
     decisions = list(dict.fromkeys(r["decision"] for r in rules))
     codes = sorted(distribution.reason_codes.items(), key=lambda item: (-item[1], item[0]))
     return {
-        "name": name, "level": level, "rows": rows, "classes": list(classes),
+        "name": name,
+        "level": level,
+        "rows": rows,
+        "classes": list(classes),
         "class_mix": [
-            {"class": c, "rows": distribution.predicted.get(c, 0), "share": _share(distribution.predicted.get(c, 0), rows),
-             "mean_probability": (distribution.probability_sums[c] / distribution.predicted[c]) if distribution.predicted.get(c) else None}
+            {
+                "class": c,
+                "rows": distribution.predicted.get(c, 0),
+                "share": _share(distribution.predicted.get(c, 0), rows),
+                "mean_probability": (distribution.probability_sums[c] / distribution.predicted[c])
+                if distribution.predicted.get(c)
+                else None,
+            }
             for c in classes
         ],
         "mean_probability": distribution.probability_sums.total() / rows if rows else None,
         "margin": {
-            "edges": list(MARGIN_EDGES), "counts": list(distribution.margin_counts),
+            "edges": list(MARGIN_EDGES),
+            "counts": list(distribution.margin_counts),
             "mean": distribution.margin_sum / rows if rows else None,
-            "low_margin_cut": LOW_MARGIN, "low_margin_rows": distribution.low_margin_rows,
+            "low_margin_cut": LOW_MARGIN,
+            "low_margin_rows": distribution.low_margin_rows,
             "low_margin_share": _share(distribution.low_margin_rows, rows),
         },
-        "decision_by_class": {"decisions": decisions, "rows": [[distribution.decided.get((d, c), 0) for c in classes] for d in decisions]},
+        "decision_by_class": {
+            "decisions": decisions,
+            "rows": [[distribution.decided.get((d, c), 0) for c in classes] for d in decisions],
+        },
         "rules": [
-            {"rule_id": r["id"], "decision": r["decision"], "condition": rule_condition_text(r.get("when") or {}, r.get("classes") or ()),
-             "rows": int(rule_rows.get(r["id"], 0))}
+            {
+                "rule_id": r["id"],
+                "decision": r["decision"],
+                "condition": rule_condition_text(r.get("when") or {}, r.get("classes") or ()),
+                "rows": int(rule_rows.get(r["id"], 0)),
+            }
             for r in rules
         ],
         "reason_codes": [{"code": code, "text": reason_texts.get(code, code), "rows": int(n)} for code, n in codes],

@@ -49,7 +49,9 @@ def class_vectors(frame: pl.DataFrame, classes: Sequence[str]) -> tuple[np.ndarr
     k = len(classes)
     vectors = frame["class_probabilities"].explode().to_numpy().astype(np.float64)
     if vectors.size != frame.height * k:
-        raise ValueError(f"class_probabilities must hold {k} probabilities per row (target.classes), got {vectors.size} over {frame.height} rows")
+        raise ValueError(
+            f"class_probabilities must hold {k} probabilities per row (target.classes), got {vectors.size} over {frame.height} rows"
+        )
     return vectors.reshape(frame.height, k), class_indices(frame["predicted_class"].to_numpy(), classes)
 
 
@@ -60,7 +62,13 @@ def _metric_values(realized: dict[str, Any] | None) -> dict[str, float | None]:
 
 
 def class_outcome_rows(
-    joined: pl.DataFrame, *, classes: Sequence[str], decisions: Sequence[str], slices: Sequence[str], bins: int, key: dict[str, Any]
+    joined: pl.DataFrame,
+    *,
+    classes: Sequence[str],
+    decisions: Sequence[str],
+    slices: Sequence[str],
+    bins: int,
+    key: dict[str, Any],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """(`outcome_class_metrics`, `outcome_class_rates`, `outcome_class_calibration`) rows of one partition, per model
     version. `joined` holds the partition's CLASSIFICATION_COLUMNS with `outcome` (a class name; null: no label) and,
@@ -76,9 +84,17 @@ def class_outcome_rows(
         truth = class_indices(labelled["outcome"].to_numpy(), classes)
         common = {**key, "model_version": version}
         run_ids = ",".join(sorted(scored["run_id"].unique().to_list()))
-        groupings = [(PARTITION, pl.lit(ALL, dtype=pl.String), [ALL]),
-                     (DECISION, pl.col("decision"), list(dict.fromkeys([*decisions, *sorted(scored["decision"].unique().to_list())])))]
-        groupings += [(f"{SLICE}{c}", pl.col(f"{SLICE}{c}"), sorted(scored[f"{SLICE}{c}"].unique().to_list())) for c in slices]
+        groupings = [
+            (PARTITION, pl.lit(ALL, dtype=pl.String), [ALL]),
+            (
+                DECISION,
+                pl.col("decision"),
+                list(dict.fromkeys([*decisions, *sorted(scored["decision"].unique().to_list())])),
+            ),
+        ]
+        groupings += [
+            (f"{SLICE}{c}", pl.col(f"{SLICE}{c}"), sorted(scored[f"{SLICE}{c}"].unique().to_list())) for c in slices
+        ]
         for section, item, items in groupings:
             # with_columns, not select: a bare literal would select one row, not one per classification.
             counted = scored.with_columns(item.alias("_item"))["_item"].value_counts(name="n")
@@ -87,22 +103,44 @@ def class_outcome_rows(
             for value in items:
                 mask = values == value
                 realized = (
-                    multiclass_realized_performance(probabilities[mask], predicted[mask], truth[mask], classes=classes, bins=bins)
-                    if mask.any() else None
+                    multiclass_realized_performance(
+                        probabilities[mask], predicted[mask], truth[mask], classes=classes, bins=bins
+                    )
+                    if mask.any()
+                    else None
                 )
                 group = {**common, "section": section, "item": value}
-                metrics.append({**group, "scoring_run_id": run_ids, "rows": int(classified.get(value, 0)), "labelled": int(mask.sum()),
-                                "calibration_bins": bins, **_metric_values(realized)})
+                metrics.append(
+                    {
+                        **group,
+                        "scoring_run_id": run_ids,
+                        "rows": int(classified.get(value, 0)),
+                        "labelled": int(mask.sum()),
+                        "calibration_bins": bins,
+                        **_metric_values(realized),
+                    }
+                )
                 for name in classes:
                     of_class = realized["classes"][name] if realized is not None else None
-                    rates.append({
-                        **group, "class_name": name,
-                        "predicted_rows": of_class["predicted_rows"] if of_class else 0, "support": of_class["support"] if of_class else 0,
-                        **{m: (None if of_class is None or math.isnan(of_class[m]) else of_class[m]) for m in RATE_MEASURES},
-                    })
+                    rates.append(
+                        {
+                            **group,
+                            "class_name": name,
+                            "predicted_rows": of_class["predicted_rows"] if of_class else 0,
+                            "support": of_class["support"] if of_class else 0,
+                            **{
+                                m: (None if of_class is None or math.isnan(of_class[m]) else of_class[m])
+                                for m in RATE_MEASURES
+                            },
+                        }
+                    )
                 if section == PARTITION and realized is not None:
-                    calibration += [{**common, **row} for row in realized["calibration"].rename({"class": "class_name", "low": "bin_low",
-                                                                                               "high": "bin_high"}).to_dicts()]
+                    calibration += [
+                        {**common, **row}
+                        for row in realized["calibration"]
+                        .rename({"class": "class_name", "low": "bin_low", "high": "bin_high"})
+                        .to_dicts()
+                    ]
     return metrics, rates, calibration
 
 
@@ -119,7 +157,8 @@ def class_estimates_against_realized(
     labelled = partition["labelled"]
     per_class = {r["class_name"]: r for r in rates if r["section"] == PARTITION and r["item"] == ALL}
     realized: dict[tuple[str, str], tuple[float | None, int]] = {
-        ("accuracy", ALL): (partition["accuracy"], labelled), ("macro_f1", ALL): (partition["macro_f1"], labelled),
+        ("accuracy", ALL): (partition["accuracy"], labelled),
+        ("macro_f1", ALL): (partition["macro_f1"], labelled),
     }
     for name, row in per_class.items():
         realized[("class_rate", name)] = (row["support"] / labelled, labelled)
@@ -130,10 +169,24 @@ def class_estimates_against_realized(
     for row in estimates.filter(pl.col("section") == ESTIMATED).iter_rows(named=True):
         value, count = realized.get((row["measure"], row["item"]), (None, 0))
         value = float("nan") if value is None else float(value)
-        known = not (math.isnan(value) or row["low"] is None or math.isnan(row["low"]) or row["high"] is None or math.isnan(row["high"]))
-        rows.append({
-            "measure": row["measure"], "item": row["item"], "estimate": row["value"], "low": row["low"], "high": row["high"],
-            "realized": value, "realized_rows": count, "outside": (not row["low"] <= value <= row["high"]) if known else None,
-        })
+        known = not (
+            math.isnan(value)
+            or row["low"] is None
+            or math.isnan(row["low"])
+            or row["high"] is None
+            or math.isnan(row["high"])
+        )
+        rows.append(
+            {
+                "measure": row["measure"],
+                "item": row["item"],
+                "estimate": row["value"],
+                "low": row["low"],
+                "high": row["high"],
+                "realized": value,
+                "realized_rows": count,
+                "outside": (not row["low"] <= value <= row["high"]) if known else None,
+            }
+        )
     flagged = any(r["outside"] for r in rows if (r["measure"], r["item"]) in CLASS_PARTITION_FLAG_MEASURES)
     return [{**r, "partition_flag": flagged} for r in rows]

@@ -53,7 +53,14 @@ from tasks.sinks.warehouse import Warehouse
 if TYPE_CHECKING:
     from tasks.jobspec import DecisionTolerance, JobSpec
 
-TOLERATED_MEASURES = ("decision_share", "rule_share", "straddling_share", "expected_event_rate", "score_mean", "forecast_mean")
+TOLERATED_MEASURES = (
+    "decision_share",
+    "rule_share",
+    "straddling_share",
+    "expected_event_rate",
+    "score_mean",
+    "forecast_mean",
+)
 """Measure kinds that are flagged; each has a field of the same name in `monitoring.tolerance`."""
 RELATIVE_TOLERANCES = ("forecast_mean",)
 """Measure kinds whose tolerance is a share of the baseline: the row's `tolerance` is that share times |baseline|."""
@@ -86,16 +93,26 @@ FORECAST_GROUP_KEYS = ("run_id", "model_version", "decision", "rule_id", "stradd
 CLASS_GROUP_KEYS = ("run_id", "model_version", "decision", "rule_id", "predicted_class", "straddling")
 
 
-def decision_groups_frame(rows: Sequence[dict] = (), *, forecasts: bool = False, classifies: bool = False) -> pl.DataFrame:
+def decision_groups_frame(
+    rows: Sequence[dict] = (), *, forecasts: bool = False, classifies: bool = False
+) -> pl.DataFrame:
     """`prediction_groups` rows (as `ScoringSummary.decision_groups` holds them) in their schema: a forecast job's
     (`forecasts`), a multiclass job's (`classifies`) or a binary job's."""
-    schema = FORECAST_GROUP_SCHEMA if forecasts else CLASSIFICATION_GROUP_SCHEMA if classifies else PREDICTION_GROUP_SCHEMA
+    schema = (
+        FORECAST_GROUP_SCHEMA if forecasts else CLASSIFICATION_GROUP_SCHEMA if classifies else PREDICTION_GROUP_SCHEMA
+    )
     return pl.from_arrow(pa.Table.from_pylist(list(rows), schema=schema))
 
 
 def group_keys(groups: pl.DataFrame) -> tuple[str, ...]:
     """The keys of `prediction_groups` rows: a forecast job's have no score, a multiclass job's a predicted class instead."""
-    return FORECAST_GROUP_KEYS if "forecast_sum" in groups.columns else CLASS_GROUP_KEYS if "predicted_class" in groups.columns else GROUP_KEYS
+    return (
+        FORECAST_GROUP_KEYS
+        if "forecast_sum" in groups.columns
+        else CLASS_GROUP_KEYS
+        if "predicted_class" in groups.columns
+        else GROUP_KEYS
+    )
 
 
 def merged_prediction_groups(groups: Sequence[pl.DataFrame]) -> pl.DataFrame:
@@ -107,22 +124,27 @@ def merged_prediction_groups(groups: Sequence[pl.DataFrame]) -> pl.DataFrame:
     parts = [g for g in groups if g.height]
     if not parts:
         return decision_groups_frame(
-            forecasts=bool(groups) and "forecast_sum" in groups[0].columns, classifies=bool(groups) and "predicted_class" in groups[0].columns
+            forecasts=bool(groups) and "forecast_sum" in groups[0].columns,
+            classifies=bool(groups) and "predicted_class" in groups[0].columns,
         )
     keys = group_keys(parts[0])
     summed = "forecast_sum" if "forecast_sum" in parts[0].columns else "probability_sum"
     merged = pl.concat(parts).group_by(*keys).agg(pl.col("rows").sum(), pl.col(summed))
-    return merged.with_columns(
-        pl.col(summed).map_elements(math.fsum, return_dtype=pl.Float64)
-    ).sort(*keys)
+    return merged.with_columns(pl.col(summed).map_elements(math.fsum, return_dtype=pl.Float64)).sort(*keys)
 
 
 def decision_measures(
-    predictions: pl.DataFrame, *, decisions: Sequence[str], rule_ids: Sequence[str], cutoffs: Sequence[float],
+    predictions: pl.DataFrame,
+    *,
+    decisions: Sequence[str],
+    rule_ids: Sequence[str],
+    cutoffs: Sequence[float],
     classes: Sequence[str] = (),
 ) -> pl.DataFrame:
     """The partition's measures as (measure, item, value); shares of an empty partition are NaN."""
-    return grouped_decision_measures(prediction_groups(predictions, cutoffs), decisions=decisions, rule_ids=rule_ids, classes=classes)
+    return grouped_decision_measures(
+        prediction_groups(predictions, cutoffs), decisions=decisions, rule_ids=rule_ids, classes=classes
+    )
 
 
 def grouped_decision_measures(
@@ -164,7 +186,7 @@ def grouped_decision_measures(
     out += [
         ("straddling_share", ALL, straddling),
         ("score_mean", ALL, float((scores * counts).sum()) / rows if rows else nan),
-        *(("score_p%d" % q, ALL, float(np.quantile(every_score, q / 100)) if rows else nan) for q in (10, 50, 90)),
+        *((f"score_p{q}", ALL, float(np.quantile(every_score, q / 100)) if rows else nan) for q in (10, 50, 90)),
         ("expected_event_rate", ALL, probability_sum / rows if rows else nan),
         ("expected_events", ALL, probability_sum),
     ]
@@ -181,7 +203,10 @@ def measures_against_baseline(
     baseline = (
         history.filter(pl.col("value").is_not_nan())
         .group_by("measure", "item")
-        .agg(pl.col("value").mean().alias("baseline"), pl.col("partition_date").n_unique().cast(pl.Int64).alias("baseline_partitions"))
+        .agg(
+            pl.col("value").mean().alias("baseline"),
+            pl.col("partition_date").n_unique().cast(pl.Int64).alias("baseline_partitions"),
+        )
     )
     limits = pl.DataFrame(
         {"measure": list(TOLERATED_MEASURES), "tolerance": [float(getattr(tolerance, m)) for m in TOLERATED_MEASURES]}
@@ -194,13 +219,20 @@ def measures_against_baseline(
     tolerated = pl.col("measure").is_in(list(TOLERATED_MEASURES))
     relative = pl.col("measure").is_in(list(RELATIVE_TOLERANCES))
     joined = joined.with_columns(
-        pl.when(relative).then(pl.col("tolerance") * pl.col("baseline").abs()).otherwise(pl.col("tolerance")).alias("tolerance")
+        pl.when(relative)
+        .then(pl.col("tolerance") * pl.col("baseline").abs())
+        .otherwise(pl.col("tolerance"))
+        .alias("tolerance")
     )
     flag = (
-        pl.when(~tolerated).then(None)
-        .when(pl.col("value").is_nan()).then(pl.lit("no_data"))
-        .when(pl.col("baseline").is_null()).then(pl.lit("no_baseline"))
-        .when(pl.col("delta").abs() > pl.col("tolerance")).then(pl.lit("shift"))
+        pl.when(~tolerated)
+        .then(None)
+        .when(pl.col("value").is_nan())
+        .then(pl.lit("no_data"))
+        .when(pl.col("baseline").is_null())
+        .then(pl.lit("no_baseline"))
+        .when(pl.col("delta").abs() > pl.col("tolerance"))
+        .then(pl.lit("shift"))
         .otherwise(pl.lit("ok"))
     )
     return joined.with_columns(flag.alias("flag"))
@@ -222,7 +254,10 @@ def decision_monitoring_rows(
     """The `decision_monitoring` rows of one partition from its `prediction_groups`, in the table's schema."""
     rules = spec.prediction.rules
     measures = grouped_decision_measures(
-        groups, decisions=list(dict.fromkeys(r.decision for r in rules)), rule_ids=[r.id for r in rules], classes=spec.target.classes,
+        groups,
+        decisions=list(dict.fromkeys(r.decision for r in rules)),
+        rule_ids=[r.id for r in rules],
+        classes=spec.target.classes,
     )
     compared = measures_against_baseline(measures, history, spec.monitoring.tolerance)
     schema = DECISION_MONITORING.schema
@@ -243,15 +278,22 @@ def trailing_decision_monitoring(
     window = spec.monitoring.window_days
     history = pl.from_arrow(
         warehouse.monitoring_rows(
-            "decision_monitoring", job=spec.name,
-            first_date=partition_date - dt.timedelta(days=window), last_date=partition_date - dt.timedelta(days=1),
+            "decision_monitoring",
+            job=spec.name,
+            first_date=partition_date - dt.timedelta(days=window),
+            last_date=partition_date - dt.timedelta(days=1),
         )
     ).select("partition_date", "measure", "item", "value")
     return decision_monitoring_rows(groups, history, spec, partition_date=partition_date, run_id=run_id)
 
 
 def monitored_decisions(
-    warehouse: Warehouse, spec: JobSpec, *, partition_date: dt.date, run_id: str, groups: pl.DataFrame | None = None,
+    warehouse: Warehouse,
+    spec: JobSpec,
+    *,
+    partition_date: dt.date,
+    run_id: str,
+    groups: pl.DataFrame | None = None,
     slice_counts: pl.DataFrame | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Compute the partition's decision monitoring and its slices' (tasks/monitoring/slices.py) and store them.
@@ -265,10 +307,15 @@ def monitored_decisions(
     rules = spec.prediction.rules
     if groups is None:
         counted = (
-            warehouse.forecast_groups if spec.target.forecasts
-            else warehouse.classification_groups if spec.target.classifies else warehouse.prediction_groups
+            warehouse.forecast_groups
+            if spec.target.forecasts
+            else warehouse.classification_groups
+            if spec.target.classifies
+            else warehouse.prediction_groups
         )
-        groups = pl.from_arrow(counted(spec.name, partition_date, predict_probability_cutoffs(rules), straddling=predict_straddling))
+        groups = pl.from_arrow(
+            counted(spec.name, partition_date, predict_probability_cutoffs(rules), straddling=predict_straddling)
+        )
     # Sorted, so the sums over groups add in the same order every time.
     groups = groups.sort(*group_keys(groups))
     runs = sorted(groups["run_id"].unique().to_list())

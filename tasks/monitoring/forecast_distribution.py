@@ -71,7 +71,11 @@ def decimal_buckets(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         magnitude = np.log10(np.abs(values))
     # A bucket reaches up from its lower edge: a negative value's is the decade of the bucket's far end, so that
     # -10 falls in [-10, -9.999) beside -9.9999, not in an overlapping [-10, -9.99).
-    decade = np.floor(magnitude) if not values.size or values.min() >= 0 else np.where(values < 0, np.ceil(magnitude) - 1, np.floor(magnitude))
+    decade = (
+        np.floor(magnitude)
+        if not values.size or values.min() >= 0
+        else np.where(values < 0, np.ceil(magnitude) - 1, np.floor(magnitude))
+    )
     exponents = np.maximum(decade, _LOWEST_DECADE).astype(np.int64) - (SIGNIFICANT_DIGITS - 1)
     times, over = _scale(exponents)
     keys = np.floor(values / times * over).astype(np.int64)
@@ -251,8 +255,13 @@ def reason_code_text(code: str, texts: Mapping[str, str]) -> str:
 
 
 def forecast_run_summary(
-    distribution: ForecastDistribution, *, target: Mapping[str, str], level: float, rules: Sequence[Mapping[str, Any]],
-    rule_rows: Mapping[str, int], reason_texts: Mapping[str, str],
+    distribution: ForecastDistribution,
+    *,
+    target: Mapping[str, str],
+    level: float,
+    rules: Sequence[Mapping[str, Any]],
+    rule_rows: Mapping[str, int],
+    reason_texts: Mapping[str, str],
 ) -> dict[str, Any]:
     """What the run page and the key numbers show of a forecast job's run: the target, the means, quantile buckets
     and display histograms of the forecast and the interval width, the rows per rule and the reason codes given.
@@ -268,15 +277,32 @@ def forecast_run_summary(
 
     codes = sorted(distribution.reason_codes.items(), key=lambda item: (-item[1], item[0]))
     return {
-        "kind": target["kind"], "name": target["name"], "unit": target["unit"], "level": level, "rows": rows,
-        "forecast_mean": mean("forecast"), "forecast_low_mean": mean("forecast_low"), "forecast_high_mean": mean("forecast_high"),
-        "width_mean": mean("width"), "expected_error_mean": mean("expected_error"),
-        "forecast_quantiles": quantiles(distribution.forecast), "width_quantiles": quantiles(distribution.width),
-        "histograms": {"forecast": display_histogram(distribution.forecast), "interval_width": display_histogram(distribution.width)},
+        "kind": target["kind"],
+        "name": target["name"],
+        "unit": target["unit"],
+        "level": level,
+        "rows": rows,
+        "forecast_mean": mean("forecast"),
+        "forecast_low_mean": mean("forecast_low"),
+        "forecast_high_mean": mean("forecast_high"),
+        "width_mean": mean("width"),
+        "expected_error_mean": mean("expected_error"),
+        "forecast_quantiles": quantiles(distribution.forecast),
+        "width_quantiles": quantiles(distribution.width),
+        "histograms": {
+            "forecast": display_histogram(distribution.forecast),
+            "interval_width": display_histogram(distribution.width),
+        },
         "rules": [
-            {"rule_id": r["id"], "decision": r["decision"], "condition": rule_condition_text(r.get("when") or {}),
-             "rows": int(rule_rows.get(r["id"], 0))}
+            {
+                "rule_id": r["id"],
+                "decision": r["decision"],
+                "condition": rule_condition_text(r.get("when") or {}),
+                "rows": int(rule_rows.get(r["id"], 0)),
+            }
             for r in rules
         ],
-        "reason_codes": [{"code": code, "text": reason_code_text(code, reason_texts), "rows": int(n)} for code, n in codes],
+        "reason_codes": [
+            {"code": code, "text": reason_code_text(code, reason_texts), "rows": int(n)} for code, n in codes
+        ],
     }

@@ -72,7 +72,9 @@ def partition_slice_values(raw: RawPartition, *, entity_column: str, slices: Seq
         with raw.batches(_SLICE_READ_ROWS) as reader:
             missing = [c for c in wanted if c not in reader.schema.names]
             if missing:
-                raise PartitionError(f"raw source {raw} returns no column(s) {missing} that the job's entity_column and monitoring.slices name")
+                raise PartitionError(
+                    f"raw source {raw} returns no column(s) {missing} that the job's entity_column and monitoring.slices name"
+                )
             frames.append(pl.from_arrow(reader.read_all().select(wanted)))
     schema = {"entity_id": pl.String, **{c: pl.String for c in slices}}
     if not frames:
@@ -86,24 +88,33 @@ def partition_slice_values(raw: RawPartition, *, entity_column: str, slices: Seq
     )
 
 
-def sliced_forecasts(forecasts: pl.DataFrame, values: pl.DataFrame, *, slices: Sequence[str], max_values: int) -> pl.DataFrame:
+def sliced_forecasts(
+    forecasts: pl.DataFrame, values: pl.DataFrame, *, slices: Sequence[str], max_values: int
+) -> pl.DataFrame:
     """`forecasts` with a column `slice:<column>` per slice column: each row's value, the values beyond the
     `max_values` most frequent (ties by value) pooled as `(other)`."""
     joined = forecasts.join(
         values.select("entity_id", pl.lit(True).alias("_in_raw"), *(pl.col(c).alias(f"{SLICE}{c}") for c in slices)),
-        on="entity_id", how="left", maintain_order="left",
+        on="entity_id",
+        how="left",
+        maintain_order="left",
     )
     pooled = []
     for column in (f"{SLICE}{c}" for c in slices):
-        value = pl.when(pl.col("_in_raw").is_null()).then(pl.lit(NOT_IN_RAW)).otherwise(pl.col(column).fill_null(NULL_VALUE))
+        value = (
+            pl.when(pl.col("_in_raw").is_null())
+            .then(pl.lit(NOT_IN_RAW))
+            .otherwise(pl.col(column).fill_null(NULL_VALUE))
+        )
         counts = joined.select(value.alias("v"))["v"].value_counts(name="n").sort(["n", "v"], descending=[True, False])
         kept = counts["v"].head(max_values)
         pooled.append(pl.when(value.is_in(kept.implode())).then(value).otherwise(pl.lit(OTHER)).alias(column))
     return joined.with_columns(pooled).drop("_in_raw")
 
 
-def _error_sums(codes: np.ndarray, groups: int, actual: np.ndarray, forecast: np.ndarray, low: np.ndarray,
-                high: np.ndarray) -> dict[str, np.ndarray]:
+def _error_sums(
+    codes: np.ndarray, groups: int, actual: np.ndarray, forecast: np.ndarray, low: np.ndarray, high: np.ndarray
+) -> dict[str, np.ndarray]:
     """Per group index (0..groups-1) the sums every measure is made of, over rows with an actual."""
     error = actual - forecast
     absolute = np.abs(error)
@@ -115,7 +126,10 @@ def _error_sums(codes: np.ndarray, groups: int, actual: np.ndarray, forecast: np
 
     return {
         "labelled": np.bincount(codes, minlength=groups),
-        "actual": summed(actual), "forecast": summed(forecast), "abs": summed(absolute), "sq": summed(error * error),
+        "actual": summed(actual),
+        "forecast": summed(forecast),
+        "abs": summed(absolute),
+        "sq": summed(error * error),
         "error": summed(error),
         "ape": summed(np.divide(absolute, np.abs(actual), out=np.zeros_like(absolute), where=nonzero)),
         "nonzero": np.bincount(codes, weights=nonzero.astype(np.float64), minlength=groups),
@@ -128,13 +142,20 @@ def _error_sums(codes: np.ndarray, groups: int, actual: np.ndarray, forecast: np
 def _measures(sums: dict[str, np.ndarray], i: int) -> dict[str, float | None]:
     n = int(sums["labelled"][i])
     if not n:
-        return dict.fromkeys(("actual_mean", "forecast_mean", "mae", "rmse", "bias", "mape", "smape", "coverage", "mean_width"))
+        return dict.fromkeys(
+            ("actual_mean", "forecast_mean", "mae", "rmse", "bias", "mape", "smape", "coverage", "mean_width")
+        )
     nonzero = float(sums["nonzero"][i])
     return {
-        "actual_mean": float(sums["actual"][i]) / n, "forecast_mean": float(sums["forecast"][i]) / n,
-        "mae": float(sums["abs"][i]) / n, "rmse": math.sqrt(float(sums["sq"][i]) / n), "bias": float(sums["error"][i]) / n,
-        "mape": float(sums["ape"][i]) / nonzero if nonzero else None, "smape": float(sums["sape"][i]) / n,
-        "coverage": float(sums["covered"][i]) / n, "mean_width": float(sums["width"][i]) / n,
+        "actual_mean": float(sums["actual"][i]) / n,
+        "forecast_mean": float(sums["forecast"][i]) / n,
+        "mae": float(sums["abs"][i]) / n,
+        "rmse": math.sqrt(float(sums["sq"][i]) / n),
+        "bias": float(sums["error"][i]) / n,
+        "mape": float(sums["ape"][i]) / nonzero if nonzero else None,
+        "smape": float(sums["sape"][i]) / n,
+        "coverage": float(sums["covered"][i]) / n,
+        "mean_width": float(sums["width"][i]) / n,
     }
 
 
@@ -150,22 +171,48 @@ def outcome_error_rows(
     for version in sorted(joined["model_version"].unique().to_list()):
         scored = joined.filter(pl.col("model_version") == version)
         labelled = scored.filter(pl.col("actual").is_not_null())
-        arrays = [labelled[c].to_numpy().astype(np.float64) for c in ("actual", "forecast", "forecast_low", "forecast_high")]
-        common = {**key, "model_version": version, "scoring_run_id": ",".join(sorted(scored["run_id"].unique().to_list())),
-                  "interval_level": interval_level}
-        groupings = [(PARTITION, pl.lit(ALL, dtype=pl.String), [ALL]),
-                     (DECISION, pl.col("decision"), list(dict.fromkeys([*decisions, *sorted(scored["decision"].unique().to_list())])))]
-        groupings += [(f"{SLICE}{c}", pl.col(f"{SLICE}{c}"), sorted(scored[f"{SLICE}{c}"].unique().to_list())) for c in slices]
+        arrays = [
+            labelled[c].to_numpy().astype(np.float64) for c in ("actual", "forecast", "forecast_low", "forecast_high")
+        ]
+        common = {
+            **key,
+            "model_version": version,
+            "scoring_run_id": ",".join(sorted(scored["run_id"].unique().to_list())),
+            "interval_level": interval_level,
+        }
+        groupings = [
+            (PARTITION, pl.lit(ALL, dtype=pl.String), [ALL]),
+            (
+                DECISION,
+                pl.col("decision"),
+                list(dict.fromkeys([*decisions, *sorted(scored["decision"].unique().to_list())])),
+            ),
+        ]
+        groupings += [
+            (f"{SLICE}{c}", pl.col(f"{SLICE}{c}"), sorted(scored[f"{SLICE}{c}"].unique().to_list())) for c in slices
+        ]
         for section, item, items in groupings:
             index = {value: i for i, value in enumerate(items)}
             # with_columns, not select: a bare literal would select one row, not one per forecast.
             counted = scored.with_columns(item.alias("_item"))["_item"].value_counts(name="n")
             forecasts = dict(zip(counted["_item"].to_list(), counted["n"].to_list(), strict=True))
-            codes = labelled.with_columns(item.alias("_item"))["_item"].replace_strict(index, return_dtype=pl.Int64).to_numpy()
+            codes = (
+                labelled.with_columns(item.alias("_item"))["_item"]
+                .replace_strict(index, return_dtype=pl.Int64)
+                .to_numpy()
+            )
             sums = _error_sums(codes, len(items), *arrays)
             for value, i in index.items():
-                rows.append({**common, "section": section, "item": value, "rows": int(forecasts.get(value, 0)),
-                             "labelled": int(sums["labelled"][i]), **_measures(sums, i)})
+                rows.append(
+                    {
+                        **common,
+                        "section": section,
+                        "item": value,
+                        "rows": int(forecasts.get(value, 0)),
+                        "labelled": int(sums["labelled"][i]),
+                        **_measures(sums, i),
+                    }
+                )
     return rows
 
 
@@ -175,14 +222,29 @@ def error_estimates_against_realized(estimates: pl.DataFrame, errors: Sequence[d
     realized value falls outside the estimate's interval; `partition_flag` (the same on every row) when any does."""
     realized = next((r for r in errors if r["section"] == PARTITION and r["item"] == ALL), None)
     rows = []
-    for row in estimates.filter((pl.col("section") == ESTIMATED_ERROR) & pl.col("measure").is_in(ERROR_MEASURES)).iter_rows(named=True):
+    for row in estimates.filter(
+        (pl.col("section") == ESTIMATED_ERROR) & pl.col("measure").is_in(ERROR_MEASURES)
+    ).iter_rows(named=True):
         value = realized.get(row["measure"]) if realized is not None and row["item"] == ALL else None
         value = float("nan") if value is None else value
-        known = not (math.isnan(value) or row["low"] is None or math.isnan(row["low"]) or row["high"] is None or math.isnan(row["high"]))
-        rows.append({
-            "measure": row["measure"], "item": row["item"], "estimate": row["value"], "low": row["low"], "high": row["high"],
-            "realized": value, "realized_rows": realized["labelled"] if realized is not None and row["item"] == ALL else 0,
-            "outside": (not row["low"] <= value <= row["high"]) if known else None,
-        })
+        known = not (
+            math.isnan(value)
+            or row["low"] is None
+            or math.isnan(row["low"])
+            or row["high"] is None
+            or math.isnan(row["high"])
+        )
+        rows.append(
+            {
+                "measure": row["measure"],
+                "item": row["item"],
+                "estimate": row["value"],
+                "low": row["low"],
+                "high": row["high"],
+                "realized": value,
+                "realized_rows": realized["labelled"] if realized is not None and row["item"] == ALL else 0,
+                "outside": (not row["low"] <= value <= row["high"]) if known else None,
+            }
+        )
     flagged = any(r["outside"] for r in rows if r["measure"] in ERROR_MEASURES and r["item"] == ALL)
     return [{**r, "partition_flag": flagged} for r in rows]

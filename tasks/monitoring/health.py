@@ -71,7 +71,10 @@ import polars as pl
 
 from tasks.monitoring.measures import exact_auc
 from tasks.monitoring.multiclass_measures import (
-    multiclass_class_mix, multiclass_estimate_sums, multiclass_estimated_performance_from_sums, multiclass_predicted_counts,
+    multiclass_class_mix,
+    multiclass_estimate_sums,
+    multiclass_estimated_performance_from_sums,
+    multiclass_predicted_counts,
     multiclass_sum_size,
 )
 
@@ -133,7 +136,9 @@ def hanley_mcneil_se(auc: float, positives: float, negatives: float) -> float:
     if not (positives > 1 and negatives > 1) or math.isnan(auc):
         return float("nan")
     q1, q2 = auc / (2.0 - auc), 2.0 * auc * auc / (1.0 + auc)
-    variance = (auc * (1 - auc) + (positives - 1) * (q1 - auc * auc) + (negatives - 1) * (q2 - auc * auc)) / (positives * negatives)
+    variance = (auc * (1 - auc) + (positives - 1) * (q1 - auc * auc) + (negatives - 1) * (q2 - auc * auc)) / (
+        positives * negatives
+    )
     return math.sqrt(max(variance, 0.0))
 
 
@@ -164,7 +169,11 @@ def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def fitted_health_reference(
-    matrix: np.ndarray, names: Sequence[str], contributions: np.ndarray | None = None, *, seed: int = 0,
+    matrix: np.ndarray,
+    names: Sequence[str],
+    contributions: np.ndarray | None = None,
+    *,
+    seed: int = 0,
     holdout_auc: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """What a model's health is measured against, from its reference rows (registration time).
@@ -194,15 +203,21 @@ def fitted_health_reference(
         cap = float(np.quantile(errors, ERROR_CAP_QUANTILE))
         capped = np.minimum(errors, cap)
         reference["pca"] = {
-            "mean": mean.tolist(), "scale": scale.tolist(), "components": components.tolist(),
-            "explained_variance": float(explained[:k].sum()), "error_cap": cap, "error_mean": float(capped.mean()),
-            "error_std": float(capped.std(ddof=1)), "rows": int((~fit).sum()),
+            "mean": mean.tolist(),
+            "scale": scale.tolist(),
+            "components": components.tolist(),
+            "explained_variance": float(explained[:k].sum()),
+            "error_cap": cap,
+            "error_mean": float(capped.mean()),
+            "error_std": float(capped.std(ddof=1)),
+            "rows": int((~fit).sum()),
         }
     if contributions is not None and len(contributions):
         values = np.asarray(contributions, dtype=np.float64)
         reference["attribution"] = {
             "mean_abs": dict(zip(names, np.abs(values).mean(axis=0).tolist(), strict=True)),
-            "mean": dict(zip(names, values.mean(axis=0).tolist(), strict=True)), "rows": int(values.shape[0]),
+            "mean": dict(zip(names, values.mean(axis=0).tolist(), strict=True)),
+            "rows": int(values.shape[0]),
         }
     return reference
 
@@ -271,8 +286,12 @@ def fitted_error_estimator(errors: np.ndarray, sigma: np.ndarray) -> dict[str, f
     mse_residual = float(((squared - c * s2) ** 2).sum())
     return {
         "rows": int(e.size),
-        "mae_scale": k, "mae_scale_se": math.sqrt(mae_residual) / float(s.sum()), "mae_dispersion": mae_residual / float(s2.sum()),
-        "mse_scale": c, "mse_scale_se": math.sqrt(mse_residual) / float(s2.sum()), "mse_dispersion": mse_residual / float((s2 * s2).sum()),
+        "mae_scale": k,
+        "mae_scale_se": math.sqrt(mae_residual) / float(s.sum()),
+        "mae_dispersion": mae_residual / float(s2.sum()),
+        "mse_scale": c,
+        "mse_scale_se": math.sqrt(mse_residual) / float(s2.sum()),
+        "mse_dispersion": mse_residual / float((s2 * s2).sum()),
     }
 
 
@@ -328,7 +347,9 @@ class HealthAccumulator:
         s2 = sigma * sigma
         self.expected_error_sums += (sigma.size, float(sigma.sum()), float(s2.sum()), float((s2 * s2).sum()))
 
-    def add_classified(self, probabilities: np.ndarray, predicted: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
+    def add_classified(
+        self, probabilities: np.ndarray, predicted: np.ndarray, low: np.ndarray, high: np.ndarray
+    ) -> None:
         """One multiclass chunk: calibrated vectors (rows, K), predicted class indices, the predicted class's interval."""
         sums = multiclass_estimate_sums(
             probabilities, predicted, n_classes=probabilities.shape[1], probability_low=low, probability_high=high
@@ -367,25 +388,50 @@ class HealthAccumulator:
         if self.attribution_abs_sum is None or self.attribution_sum is None:
             self.attribution_abs_sum, self.attribution_sum = abs_sums.copy(), sums.copy()
         else:
-            self.attribution_abs_sum, self.attribution_sum = self.attribution_abs_sum + abs_sums, self.attribution_sum + sums
+            self.attribution_abs_sum, self.attribution_sum = (
+                self.attribution_abs_sum + abs_sums,
+                self.attribution_sum + sums,
+            )
         self.attribution_rows += rows
 
     def decision_sums(self) -> pl.DataFrame:
         """Rows and sums per (decision, rule_id), in the rule table's order."""
         return pl.DataFrame(
-            {"decision": list(self.rule_decisions), "rule_id": list(self.rule_ids),
-             **{name: self.rule_sums[i] for i, name in enumerate(_SUM_NAMES)}},
+            {
+                "decision": list(self.rule_decisions),
+                "rule_id": list(self.rule_ids),
+                **{name: self.rule_sums[i] for i, name in enumerate(_SUM_NAMES)},
+            },
             schema={"decision": pl.String, "rule_id": pl.String, **dict.fromkeys(_SUM_NAMES, pl.Float64)},
         )
 
 
-def _row(measure: str, item: str, value: float, low: float | None = None, high: float | None = None, *,
-         section: str, rows: int, reference: float | None = None, flag: str | None = None) -> dict[str, Any]:
+def _row(
+    measure: str,
+    item: str,
+    value: float,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    section: str,
+    rows: int,
+    reference: float | None = None,
+    flag: str | None = None,
+) -> dict[str, Any]:
     def clean(v: float | None) -> float | None:
         return None if v is None else float(v)
 
-    return {"section": section, "measure": measure, "item": item, "value": clean(value), "low": clean(low),
-            "high": clean(high), "reference": clean(reference), "flag": flag, "rows": int(rows)}
+    return {
+        "section": section,
+        "measure": measure,
+        "item": item,
+        "value": clean(value),
+        "low": clean(low),
+        "high": clean(high),
+        "reference": clean(reference),
+        "flag": flag,
+        "rows": int(rows),
+    }
 
 
 def _rate_row(measure: str, item: str, sums: Mapping[str, float], z: float) -> dict[str, Any]:
@@ -395,8 +441,13 @@ def _rate_row(measure: str, item: str, sums: Mapping[str, float], z: float) -> d
         return _row(measure, item, nan, nan, nan, section=ESTIMATED, rows=0)
     noise = z * math.sqrt(sums["p_var_sum"]) / n
     return _row(
-        measure, item, sums["p_sum"] / n, max(0.0, sums["low_sum"] / n - noise), min(1.0, sums["high_sum"] / n + noise),
-        section=ESTIMATED, rows=int(n),
+        measure,
+        item,
+        sums["p_sum"] / n,
+        max(0.0, sums["low_sum"] / n - noise),
+        min(1.0, sums["high_sum"] / n + noise),
+        section=ESTIMATED,
+        rows=int(n),
     )
 
 
@@ -405,7 +456,12 @@ def _summed(frame: pl.DataFrame) -> dict[str, float]:
 
 
 def estimated_performance_rows(
-    health: HealthAccumulator, *, decisions: Sequence[str], rule_ids: Sequence[str], actions: Sequence[str], level: float,
+    health: HealthAccumulator,
+    *,
+    decisions: Sequence[str],
+    rule_ids: Sequence[str],
+    actions: Sequence[str],
+    level: float,
     holdout_auc: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Expected event rate (all rows, per decision, per rule), expected precision and recall of each
@@ -414,7 +470,9 @@ def estimated_performance_rows(
     sums = health.decision_sums()
     rows = [_rate_row("event_rate", ALL, _summed(sums), z)]
     for decision in [*decisions, *sorted(set(sums["decision"].to_list()) - set(decisions))]:
-        rows.append(_rate_row("event_rate_by_decision", decision, _summed(sums.filter(pl.col("decision") == decision)), z))
+        rows.append(
+            _rate_row("event_rate_by_decision", decision, _summed(sums.filter(pl.col("decision") == decision)), z)
+        )
     for rule in [*rule_ids, *sorted(set(sums["rule_id"].to_list()) - set(rule_ids))]:
         rows.append(_rate_row("event_rate_by_rule", rule, _summed(sums.filter(pl.col("rule_id") == rule)), z))
     total = _summed(sums)
@@ -437,8 +495,15 @@ def _recall_row(item: str, inside: Mapping[str, float], total: Mapping[str, floa
     low_b, high_b = total["low_sum"] - low_a, total["high_sum"] - high_a
     low = low_a / (low_a + high_b) if low_a + high_b > 0 else 0.0
     high = high_a / (high_a + low_b) if high_a + low_b > 0 else 1.0
-    return _row("recall", item, a / (a + b), max(0.0, min(low, a / (a + b)) - noise), min(1.0, max(high, a / (a + b)) + noise),
-                section=ESTIMATED, rows=int(inside["rows"]))
+    return _row(
+        "recall",
+        item,
+        a / (a + b),
+        max(0.0, min(low, a / (a + b)) - noise),
+        min(1.0, max(high, a / (a + b)) + noise),
+        section=ESTIMATED,
+        rows=int(inside["rows"]),
+    )
 
 
 def _auc_row(weights: np.ndarray, z: float, holdout: Mapping[str, float] | None) -> dict[str, Any]:
@@ -452,7 +517,9 @@ def _auc_row(weights: np.ndarray, z: float, holdout: Mapping[str, float] | None)
     rows = int(round(weights[0].sum() + weights[1].sum()))
     if math.isnan(estimate) or math.isnan(noise):
         return _row("auc", ALL, estimate, float("nan"), float("nan"), section=ESTIMATED, rows=rows)
-    return _row("auc", ALL, estimate, max(0.0, min(bounds) - noise), min(1.0, max(bounds) + noise), section=ESTIMATED, rows=rows)
+    return _row(
+        "auc", ALL, estimate, max(0.0, min(bounds) - noise), min(1.0, max(bounds) + noise), section=ESTIMATED, rows=rows
+    )
 
 
 def _error_flag(low: float, reference: float | None, reference_margin: float, tolerance: float) -> str | None:
@@ -487,7 +554,11 @@ def estimated_error_rows(
         mae_half = z * math.sqrt(fitted["mae_dispersion"] * s2 / n**2 + (fitted["mae_scale_se"] * s1 / n) ** 2)
         mse = fitted["mse_scale"] * s2 / n
         # On the log scale: a mean of squared errors leans right (a few large errors), and its interval with it.
-        mse_spread = z * math.sqrt(fitted["mse_dispersion"] * s4 / n**2 + (fitted["mse_scale_se"] * s2 / n) ** 2) / mse if mse > 0 else 0.0
+        mse_spread = (
+            z * math.sqrt(fitted["mse_dispersion"] * s4 / n**2 + (fitted["mse_scale_se"] * s2 / n) ** 2) / mse
+            if mse > 0
+            else 0.0
+        )
         mae_bounds = (max(0.0, mae - mae_half), mae + mae_half)
         rmse_bounds = (math.sqrt(mse * math.exp(-mse_spread)), math.sqrt(mse * math.exp(mse_spread)))
     else:
@@ -497,16 +568,28 @@ def estimated_error_rows(
         mae_bounds = rmse_bounds = (nan, nan)
     rows = []
     for measure, value, (low, high), reference in (
-        ("mae", mae, mae_bounds, mae_reference), ("rmse", math.sqrt(mse) if mse >= 0 else nan, rmse_bounds, rmse_reference),
+        ("mae", mae, mae_bounds, mae_reference),
+        ("rmse", math.sqrt(mse) if mse >= 0 else nan, rmse_bounds, rmse_reference),
     ):
-        row = _row(measure, ALL, value, low, high, section=ESTIMATED_ERROR, rows=int(n), reference=reference,
-                   flag=_error_flag(low, reference, margins[measure], tolerance))
+        row = _row(
+            measure,
+            ALL,
+            value,
+            low,
+            high,
+            section=ESTIMATED_ERROR,
+            rows=int(n),
+            reference=reference,
+            flag=_error_flag(low, reference, margins[measure], tolerance),
+        )
         row["delta"] = value / reference - 1.0 if reference else None
         rows.append(row)
     return rows
 
 
-def attribution_rows(health: HealthAccumulator, reference: Mapping[str, Any] | None, *, warn: float, alert: float) -> list[dict[str, Any]]:
+def attribution_rows(
+    health: HealthAccumulator, reference: Mapping[str, Any] | None, *, warn: float, alert: float
+) -> list[dict[str, Any]]:
     """Per feature: its mean |contribution| and mean contribution now and at registration, each
     change as a share of the reference's total mean |contribution| (flagged), and Kendall's tau-b of
     the two rankings by mean |contribution|.
@@ -528,9 +611,17 @@ def attribution_rows(health: HealthAccumulator, reference: Mapping[str, Any] | N
         for name, now in zip(names, current, strict=True):
             before = before_of.get(name)
             change = (now - before) / total if before is not None and total > 0 else float("nan")
-            flag = None if math.isnan(change) else ("alert" if abs(change) >= alert else "warn" if abs(change) >= warn else "ok")
-            rows.append({**_row(measure, name, float(now), section=ATTRIBUTION, rows=n, reference=before, flag=flag),
-                         "delta": float(change)})
+            flag = (
+                None
+                if math.isnan(change)
+                else ("alert" if abs(change) >= alert else "warn" if abs(change) >= warn else "ok")
+            )
+            rows.append(
+                {
+                    **_row(measure, name, float(now), section=ATTRIBUTION, rows=n, reference=before, flag=flag),
+                    "delta": float(change),
+                }
+            )
     current = health.attribution_abs_sum / n
     known = ~np.isnan(ref)
     tau = kendall_tau_b(current[known], ref[known]) if ref_means else float("nan")
@@ -540,16 +631,32 @@ def attribution_rows(health: HealthAccumulator, reference: Mapping[str, Any] | N
 
 
 def estimated_class_rows(
-    health: HealthAccumulator, *, classes: Sequence[str], level: float, calibration_rows: int | None = None,
+    health: HealthAccumulator,
+    *,
+    classes: Sequence[str],
+    level: float,
+    calibration_rows: int | None = None,
 ) -> list[dict[str, Any]]:
     """A multiclass job's estimated accuracy and macro F1 (item `all`), and per class its expected share of the rows
     (`class_rate`), precision, recall and F1, each with its interval at `level` (the labels' draw and, with
     `calibration_rows`, the calibration's own uncertainty from its hold-out); NaN before any classified row."""
     sums = health.class_sums if health.class_sums is not None else np.zeros(multiclass_sum_size(len(classes)))
-    estimate = multiclass_estimated_performance_from_sums(sums, classes=classes, level=level, calibration_rows=calibration_rows)
+    estimate = multiclass_estimated_performance_from_sums(
+        sums, classes=classes, level=level, calibration_rows=calibration_rows
+    )
     n = estimate["rows"]
-    rows = [_row(measure, ALL, estimate[measure]["value"], estimate[measure]["low"], estimate[measure]["high"], section=ESTIMATED, rows=n)
-            for measure in ("accuracy", "macro_f1")]
+    rows = [
+        _row(
+            measure,
+            ALL,
+            estimate[measure]["value"],
+            estimate[measure]["low"],
+            estimate[measure]["high"],
+            section=ESTIMATED,
+            rows=n,
+        )
+        for measure in ("accuracy", "macro_f1")
+    ]
     for name in classes:
         of_class = estimate["classes"][name]
         expected = of_class["expected_rows"]
@@ -557,13 +664,27 @@ def estimated_class_rows(
         rows.append(_row("class_rate", name, share[0], share[1], min(1.0, share[2]), section=ESTIMATED, rows=n))
         for measure in ("precision", "recall", "f1"):
             m = of_class[measure]
-            rows.append(_row(measure, name, m["value"], m["low"], m["high"], section=ESTIMATED,
-                             rows=of_class["predicted_rows"] if measure == "precision" else n))
+            rows.append(
+                _row(
+                    measure,
+                    name,
+                    m["value"],
+                    m["low"],
+                    m["high"],
+                    section=ESTIMATED,
+                    rows=of_class["predicted_rows"] if measure == "precision" else n,
+                )
+            )
     return rows
 
 
 def class_mix_rows(
-    health: HealthAccumulator, reference: Mapping[str, Any] | None, *, classes: Sequence[str], psi_warn: float, psi_alert: float,
+    health: HealthAccumulator,
+    reference: Mapping[str, Any] | None,
+    *,
+    classes: Sequence[str],
+    psi_warn: float,
+    psi_alert: float,
 ) -> list[dict[str, Any]]:
     """A multiclass job's predicted class mix against its model's reference rows: each class's share (`predicted_share`,
     reference: the reference rows' share, delta: the difference), and the mix's `psi` (flagged `warn`/`alert`),
@@ -573,18 +694,37 @@ def class_mix_rows(
     counts = multiclass_predicted_counts(health.class_sums, n_classes=len(classes))
     shares = reference.get("predicted_share", {})
     reference_counts = {name: int(round(float(shares.get(name, 0.0)) * int(reference["rows"]))) for name in classes}
-    mix = multiclass_class_mix(dict(zip(classes, counts.tolist(), strict=True)), reference_counts, alpha=CLASS_MIX_ALPHA,
-                               psi_warn=psi_warn, psi_alert=psi_alert)
+    mix = multiclass_class_mix(
+        dict(zip(classes, counts.tolist(), strict=True)),
+        reference_counts,
+        alpha=CLASS_MIX_ALPHA,
+        psi_warn=psi_warn,
+        psi_alert=psi_alert,
+    )
     n = int(counts.sum())
-    rows = [{**_row("predicted_share", c["class"], c["share"], section=CLASS_MIX, rows=c["rows"], reference=c["reference_share"]),
-             "delta": c["share"] - c["reference_share"]} for c in mix["classes"]]
+    rows = [
+        {
+            **_row(
+                "predicted_share",
+                c["class"],
+                c["share"],
+                section=CLASS_MIX,
+                rows=c["rows"],
+                reference=c["reference_share"],
+            ),
+            "delta": c["share"] - c["reference_share"],
+        }
+        for c in mix["classes"]
+    ]
     rows.append({**_row("psi", ALL, mix["psi"], section=CLASS_MIX, rows=n, flag=mix["flag"]), "delta": None})
     rows.append({**_row("js_distance", ALL, mix["js_distance"], section=CLASS_MIX, rows=n), "delta": None})
     rows.append({**_row("p_value", ALL, mix["p_value"], section=CLASS_MIX, rows=n), "delta": None})
     return rows
 
 
-def multivariate_rows(health: HealthAccumulator, pca: Mapping[str, Any] | None, *, tolerance: float, z_alert: float = 3.0) -> list[dict[str, Any]]:
+def multivariate_rows(
+    health: HealthAccumulator, pca: Mapping[str, Any] | None, *, tolerance: float, z_alert: float = 3.0
+) -> list[dict[str, Any]]:
     """The mean reconstruction error against the reference's: `alert` when it is both beyond
     `z_alert` standard errors of the reference's row spread and more than `tolerance` (relative) above it."""
     if not pca or not health.error_rows:
@@ -596,25 +736,65 @@ def multivariate_rows(health: HealthAccumulator, pca: Mapping[str, Any] | None, 
     relative = mean / ref_mean - 1.0 if ref_mean > 0 else float("nan")
     significant = abs(mean - ref_mean) > band
     flag = "alert" if significant and abs(relative) > tolerance else "warn" if significant else "ok"
-    row = _row("reconstruction_error", ALL, mean, ref_mean - band, ref_mean + band, section=MULTIVARIATE, rows=n,
-               reference=ref_mean, flag=flag)
+    row = _row(
+        "reconstruction_error",
+        ALL,
+        mean,
+        ref_mean - band,
+        ref_mean + band,
+        section=MULTIVARIATE,
+        rows=n,
+        reference=ref_mean,
+        flag=flag,
+    )
     row["delta"] = relative
     rows = [row]
     if "error_cap" in pca:
-        beyond = _row("beyond_cap_share", ALL, health.error_beyond_cap / n, section=MULTIVARIATE, rows=n,
-                      reference=1.0 - ERROR_CAP_QUANTILE)
+        beyond = _row(
+            "beyond_cap_share",
+            ALL,
+            health.error_beyond_cap / n,
+            section=MULTIVARIATE,
+            rows=n,
+            reference=1.0 - ERROR_CAP_QUANTILE,
+        )
         rows.append({**beyond, "delta": None})
     return rows
 
 
-HEALTH_COLUMNS = ("model_version", "section", "measure", "item", "value", "low", "high", "reference", "delta", "flag", "rows")
+HEALTH_COLUMNS = (
+    "model_version",
+    "section",
+    "measure",
+    "item",
+    "value",
+    "low",
+    "high",
+    "reference",
+    "delta",
+    "flag",
+    "rows",
+)
 
 
 def model_health_rows(
-    health: HealthAccumulator, reference: Mapping[str, Any], *, model_version: str, decisions: Sequence[str],
-    rule_ids: Sequence[str], actions: Sequence[str], level: float, attribution_warn: float, attribution_alert: float,
-    multivariate_tolerance: float, interval: Mapping[str, Any] | None = None, estimated_error_tolerance: float = 0.10,
-    classes: Sequence[str] = (), class_reference: Mapping[str, Any] | None = None, psi_warn: float = 0.1, psi_alert: float = 0.25,
+    health: HealthAccumulator,
+    reference: Mapping[str, Any],
+    *,
+    model_version: str,
+    decisions: Sequence[str],
+    rule_ids: Sequence[str],
+    actions: Sequence[str],
+    level: float,
+    attribution_warn: float,
+    attribution_alert: float,
+    multivariate_tolerance: float,
+    interval: Mapping[str, Any] | None = None,
+    estimated_error_tolerance: float = 0.10,
+    classes: Sequence[str] = (),
+    class_reference: Mapping[str, Any] | None = None,
+    psi_warn: float = 0.1,
+    psi_alert: float = 0.25,
     calibration_rows: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every model-health row of one partition, in the `model_health` table's columns (run key aside).
@@ -631,14 +811,21 @@ def model_health_rows(
         rows += class_mix_rows(health, class_reference, classes=classes, psi_warn=psi_warn, psi_alert=psi_alert)
     else:
         rows = estimated_performance_rows(
-            health, decisions=decisions, rule_ids=rule_ids, actions=actions, level=level, holdout_auc=reference.get("auc")
+            health,
+            decisions=decisions,
+            rule_ids=rule_ids,
+            actions=actions,
+            level=level,
+            holdout_auc=reference.get("auc"),
         )
     rows += attribution_rows(health, reference.get("attribution"), warn=attribution_warn, alert=attribution_alert)
     rows += multivariate_rows(health, reference.get("pca"), tolerance=multivariate_tolerance)
     return [{"model_version": model_version, "delta": None, **row} for row in rows]
 
 
-def health_headline(rows: Sequence[Mapping[str, Any]], *, forecasts: bool = False, classifies: bool = False) -> dict[str, Any]:
+def health_headline(
+    rows: Sequence[Mapping[str, Any]], *, forecasts: bool = False, classifies: bool = False
+) -> dict[str, Any]:
     """What a terminal shows of a run's `model_health` rows: a binary job's expected event rate and AUC, a
     multiclass job's (`classifies`) estimated accuracy and macro F1, a forecast job's (`forecasts`) estimated MAE and RMSE
     where the rows have them (each [value, low, high], the hold-out's as `*_reference`), and every flagged row as
@@ -649,7 +836,11 @@ def health_headline(rows: Sequence[Mapping[str, Any]], *, forecasts: bool = Fals
     estimate = {(r["measure"], r["item"]): [r["value"], r["low"], r["high"]] for r in rows if r["section"] == ESTIMATED}
     if classifies:
         # A multiclass job has no event rate, AUC or forecast error to name, even as null.
-        return {"accuracy": estimate.get(("accuracy", ALL)), "macro_f1": estimate.get(("macro_f1", ALL)), "flagged": flagged}
+        return {
+            "accuracy": estimate.get(("accuracy", ALL)),
+            "macro_f1": estimate.get(("macro_f1", ALL)),
+            "flagged": flagged,
+        }
     if not forecasts:
         return {"event_rate": estimate.get(("event_rate", ALL)), "auc": estimate.get(("auc", ALL)), "flagged": flagged}
     # A forecast job has no event rate or AUC to name, even as null.

@@ -57,27 +57,48 @@ class MonitoringHistory:
     """A multiclass job's `outcome_class_metrics` (a binary job's `metrics` instead)."""
 
 
-def pooled_comparisons(rows: pl.DataFrame, *, level: float, bins: int, labelled: int | None = None) -> list[dict[str, Any]]:
+def pooled_comparisons(
+    rows: pl.DataFrame, *, level: float, bins: int, labelled: int | None = None
+) -> list[dict[str, Any]]:
     """Champion against challenger on the labelled rows of many partitions at once, per (champion, challenger)
     version pair: one night rarely has the rows to tell two good models apart, a month often does. `labelled`:
     how many rows there were when `rows` is a sample of them."""
     out = []
     for (champion, challenger), pair in rows.group_by(["champion_version", "challenger_version"], maintain_order=True):
         compared = compared_models(
-            pair["outcome"].to_numpy().astype(np.int64), pair["champion"].to_numpy(), pair["challenger"].to_numpy(),
-            level=level, resamples=SHADOW_RESAMPLES, seed=0, ece_bins=bins,
+            pair["outcome"].to_numpy().astype(np.int64),
+            pair["champion"].to_numpy(),
+            pair["challenger"].to_numpy(),
+            level=level,
+            resamples=SHADOW_RESAMPLES,
+            seed=0,
+            ece_bins=bins,
         )
-        out.append({
-            "champion_version": champion, "challenger_version": challenger, "partitions": pair["partition_date"].n_unique(),
-            "first_date": pair["partition_date"].min(), "last_date": pair["partition_date"].max(), "rows": compared.rows,
-            "events": compared.events, "measures": compared.rows_long(), "recommendation": compared.recommendation,
-            "sample_of": labelled if labelled is not None and labelled > rows.height else None,
-        })
+        out.append(
+            {
+                "champion_version": champion,
+                "challenger_version": challenger,
+                "partitions": pair["partition_date"].n_unique(),
+                "first_date": pair["partition_date"].min(),
+                "last_date": pair["partition_date"].max(),
+                "rows": compared.rows,
+                "events": compared.events,
+                "measures": compared.rows_long(),
+                "recommendation": compared.recommendation,
+                "sample_of": labelled if labelled is not None and labelled > rows.height else None,
+            }
+        )
     return out
 
 
 def monitoring_history(
-    warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date, level: float = 0.95, bins: int = 10,
+    warehouse: Warehouse,
+    job: str,
+    *,
+    first_date: dt.date,
+    last_date: dt.date,
+    level: float = 0.95,
+    bins: int = 10,
     counted: Dataset = PREDICTIONS,
 ) -> MonitoringHistory:
     """The job's monitoring rows of the range; `level` and `bins` (the spec's `monitoring.outcome_interval_level`
@@ -85,7 +106,9 @@ def monitoring_history(
     `counted` (FORECASTS for a forecast job)."""
 
     def rows(dataset: Dataset) -> pl.DataFrame:
-        return pl.from_arrow(warehouse.monitoring_rows(dataset.table, job=job, first_date=first_date, last_date=last_date))
+        return pl.from_arrow(
+            warehouse.monitoring_rows(dataset.table, job=job, first_date=first_date, last_date=last_date)
+        )
 
     shadow_table, labelled = warehouse.labelled_shadow_rows(job, first_date=first_date, last_date=last_date)
     shadowed = pl.from_arrow(shadow_table)
@@ -94,7 +117,9 @@ def monitoring_history(
         first_date=first_date,
         last_date=last_date,
         decision_counts=pl.from_arrow(
-            warehouse.prediction_counts(job, first_date=first_date, last_date=last_date, by=("partition_date", "decision"), dataset=counted)
+            warehouse.prediction_counts(
+                job, first_date=first_date, last_date=last_date, by=("partition_date", "decision"), dataset=counted
+            )
         ),
         decision_monitoring=rows(DECISION_MONITORING),
         partitions=rows(OUTCOME_PARTITIONS),
@@ -139,7 +164,9 @@ class ForecastHistory:
     """Per partition and model version: rows, mean forecast, interval bounds, width and expected error (`Warehouse.forecast_means`)."""
 
 
-def forecast_monitoring_history(warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> ForecastHistory:
+def forecast_monitoring_history(
+    warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date
+) -> ForecastHistory:
     """The forecast job's monitoring rows of the range."""
     return ForecastHistory(
         history=monitoring_history(warehouse, job, first_date=first_date, last_date=last_date, counted=FORECASTS),
@@ -170,17 +197,28 @@ def pooled_decision_errors(errors: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def class_monitoring_rows(warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date) -> list[dict[str, Any]]:
+def class_monitoring_rows(
+    warehouse: Warehouse, job: str, *, first_date: dt.date, last_date: dt.date
+) -> list[dict[str, Any]]:
     """One row per partition of the range with a succeeded run: its date, model version, rows and the run's
     `classification` headline (None for a run recorded before it had one)."""
     rows = []
     for run in warehouse.latest_partition_runs(job, first_date=first_date, last_date=last_date):
         if run["status"] != "succeeded":
             continue
-        inference = json.loads(run["inference"]) if isinstance(run.get("inference"), str) else (run.get("inference") or {})
-        decisions = json.loads(run["decisions"]) if isinstance(run.get("decisions"), str) else (run.get("decisions") or {})
-        rows.append({
-            "partition_date": run["partition_date"], "model_version": run["model_version"], "rows": run["rows_scored"],
-            "decisions": decisions, "classification": inference.get("classification"),
-        })
+        inference = (
+            json.loads(run["inference"]) if isinstance(run.get("inference"), str) else (run.get("inference") or {})
+        )
+        decisions = (
+            json.loads(run["decisions"]) if isinstance(run.get("decisions"), str) else (run.get("decisions") or {})
+        )
+        rows.append(
+            {
+                "partition_date": run["partition_date"],
+                "model_version": run["model_version"],
+                "rows": run["rows_scored"],
+                "decisions": decisions,
+                "classification": inference.get("classification"),
+            }
+        )
     return sorted(rows, key=lambda r: r["partition_date"])

@@ -70,8 +70,16 @@ def _z(level: float) -> float:
 def _sum_layout(n_classes: int) -> dict[str, slice]:
     """Where each sum sits in the vector: rows, then per class m, C, T, L, H, then M and N row-major."""
     k = n_classes
-    names = (("rows", 1), ("predicted", k), ("correct", k), ("expected", k), ("correct_low", k), ("correct_high", k),
-             ("outer", k * k), ("outer_predicted", k * k))
+    names = (
+        ("rows", 1),
+        ("predicted", k),
+        ("correct", k),
+        ("expected", k),
+        ("correct_low", k),
+        ("correct_high", k),
+        ("outer", k * k),
+        ("outer_predicted", k * k),
+    )
     layout, start = {}, 0
     for name, size in names:
         layout[name] = slice(start, start + size)
@@ -99,8 +107,12 @@ def _checked_vectors(probabilities: np.ndarray, predicted: np.ndarray, n_classes
 
 
 def multiclass_estimate_sums(
-    probabilities: np.ndarray, predicted: np.ndarray, *, n_classes: int,
-    probability_low: np.ndarray | None = None, probability_high: np.ndarray | None = None,
+    probabilities: np.ndarray,
+    predicted: np.ndarray,
+    *,
+    n_classes: int,
+    probability_low: np.ndarray | None = None,
+    probability_high: np.ndarray | None = None,
 ) -> np.ndarray:
     """The float64 sums one chunk contributes to the estimate (length `multiclass_sum_size`); chunks add.
 
@@ -133,7 +145,12 @@ def multiclass_predicted_counts(sums: np.ndarray, *, n_classes: int) -> np.ndarr
 
 
 def _measure(
-    value: float, sd: float, low_point: float, high_point: float, z: float, calibration_rows: float | None = None,
+    value: float,
+    sd: float,
+    low_point: float,
+    high_point: float,
+    z: float,
+    calibration_rows: float | None = None,
 ) -> dict[str, float]:
     if math.isnan(value) or math.isnan(sd):
         return {"value": value, "low": _NAN, "high": _NAN, "sd": sd}
@@ -150,7 +167,11 @@ def _ratio(a: float, b: float) -> float:
 
 
 def multiclass_estimated_performance_from_sums(
-    sums: np.ndarray, *, classes: Sequence[str], level: float, calibration_rows: int | None = None,
+    sums: np.ndarray,
+    *,
+    classes: Sequence[str],
+    level: float,
+    calibration_rows: int | None = None,
 ) -> dict[str, Any]:
     """The estimate of `multiclass_estimated_performance` from (merged) `multiclass_estimate_sums`; with
     `calibration_rows` (the calibration's hold-out rows) the map's own uncertainty from them instead of the bounds.
@@ -182,14 +203,22 @@ def multiclass_estimated_performance_from_sums(
     outside = t - big_c
     accuracy_gradient = np.concatenate([np.full(k, 1.0 / n if n else _NAN), np.zeros(k)])
     result: dict[str, Any] = {
-        "rows": int(n), "level": float(level),
-        "accuracy": _measure(_ratio(big_c.sum(), n), sd(accuracy_gradient) if n else _NAN,
-                             _ratio(big_l.sum(), n), _ratio(big_h.sum(), n), z, calibration_rows),
+        "rows": int(n),
+        "level": float(level),
+        "accuracy": _measure(
+            _ratio(big_c.sum(), n),
+            sd(accuracy_gradient) if n else _NAN,
+            _ratio(big_l.sum(), n),
+            _ratio(big_h.sum(), n),
+            z,
+            calibration_rows,
+        ),
     }
 
     def rows_of(share: float) -> float | None:
         # The hold-out rows a per-class measure rests on: the class's share of them (the partition's share stands in).
         return None if calibration_rows is None else calibration_rows * share
+
     per_class: dict[str, Any] = {}
     macro_gradient, f1s, f1_lows, f1_highs = np.zeros(2 * k), [], [], []
     for j, name in enumerate(classes):
@@ -210,22 +239,47 @@ def multiclass_estimated_performance_from_sums(
             f1_highs.append(_ratio(2.0 * big_h[j], m[j] + big_h[j] + outside[j]))
         per_class[str(name)] = {
             "predicted_rows": int(m[j]),
-            "expected_rows": {"value": float(t[j]), "low": max(0.0, t[j] - z * expected_sd), "high": t[j] + z * expected_sd,
-                              "sd": expected_sd},
-            "precision": _measure(_ratio(big_c[j], m[j]), sd(precision_gradient) if m[j] > 0 else _NAN,
-                                  _ratio(big_l[j], m[j]), _ratio(big_h[j], m[j]), z, rows_of(_ratio(m[j], n))),
-            "recall": _measure(_ratio(big_c[j], t[j]), sd(recall_gradient) if t[j] > 0 else _NAN,
-                               _ratio(big_l[j], big_l[j] + outside[j]), _ratio(big_h[j], big_h[j] + outside[j]), z,
-                               rows_of(_ratio(t[j], n))),
-            "f1": _measure(_ratio(2.0 * big_c[j], base), sd(f1_gradient) if base > 0 else _NAN,
-                           _ratio(2.0 * big_l[j], m[j] + big_l[j] + outside[j]),
-                           _ratio(2.0 * big_h[j], m[j] + big_h[j] + outside[j]), z, rows_of(_ratio(min(m[j], t[j]), n))),
+            "expected_rows": {
+                "value": float(t[j]),
+                "low": max(0.0, t[j] - z * expected_sd),
+                "high": t[j] + z * expected_sd,
+                "sd": expected_sd,
+            },
+            "precision": _measure(
+                _ratio(big_c[j], m[j]),
+                sd(precision_gradient) if m[j] > 0 else _NAN,
+                _ratio(big_l[j], m[j]),
+                _ratio(big_h[j], m[j]),
+                z,
+                rows_of(_ratio(m[j], n)),
+            ),
+            "recall": _measure(
+                _ratio(big_c[j], t[j]),
+                sd(recall_gradient) if t[j] > 0 else _NAN,
+                _ratio(big_l[j], big_l[j] + outside[j]),
+                _ratio(big_h[j], big_h[j] + outside[j]),
+                z,
+                rows_of(_ratio(t[j], n)),
+            ),
+            "f1": _measure(
+                _ratio(2.0 * big_c[j], base),
+                sd(f1_gradient) if base > 0 else _NAN,
+                _ratio(2.0 * big_l[j], m[j] + big_l[j] + outside[j]),
+                _ratio(2.0 * big_h[j], m[j] + big_h[j] + outside[j]),
+                z,
+                rows_of(_ratio(min(m[j], t[j]), n)),
+            ),
         }
     if f1s:
         count = len(f1s)
-        result["macro_f1"] = _measure(float(np.mean(f1s)), sd(macro_gradient / count),
-                                      float(np.nanmean(f1_lows)), float(np.nanmean(f1_highs)), z,
-                                      None if calibration_rows is None else calibration_rows / count)
+        result["macro_f1"] = _measure(
+            float(np.mean(f1s)),
+            sd(macro_gradient / count),
+            float(np.nanmean(f1_lows)),
+            float(np.nanmean(f1_highs)),
+            z,
+            None if calibration_rows is None else calibration_rows / count,
+        )
     else:
         result["macro_f1"] = _measure(_NAN, _NAN, _NAN, _NAN, z)
     result["classes"] = per_class
@@ -233,13 +287,22 @@ def multiclass_estimated_performance_from_sums(
 
 
 def multiclass_estimated_performance(
-    probabilities: np.ndarray, predicted: np.ndarray, *, classes: Sequence[str], level: float,
-    probability_low: np.ndarray | None = None, probability_high: np.ndarray | None = None,
+    probabilities: np.ndarray,
+    predicted: np.ndarray,
+    *,
+    classes: Sequence[str],
+    level: float,
+    probability_low: np.ndarray | None = None,
+    probability_high: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Estimated accuracy, per class precision, recall, F1 and expected rows, and macro F1, each with its
     interval at `level`, from calibrated vectors (rows, K) and each row's predicted class index alone."""
     sums = multiclass_estimate_sums(
-        probabilities, predicted, n_classes=len(classes), probability_low=probability_low, probability_high=probability_high
+        probabilities,
+        predicted,
+        n_classes=len(classes),
+        probability_low=probability_low,
+        probability_high=probability_high,
     )
     return multiclass_estimated_performance_from_sums(sums, classes=classes, level=level)
 
@@ -249,7 +312,9 @@ def class_indices(labels: np.ndarray, classes: Sequence[str]) -> np.ndarray:
     values = np.asarray(labels)
     if np.issubdtype(values.dtype, np.integer):
         if values.size and (values.min() < 0 or values.max() >= len(classes)):
-            raise ValueError(f"label indices must lie in 0..{len(classes) - 1}, got {int(values.min())}..{int(values.max())}")
+            raise ValueError(
+                f"label indices must lie in 0..{len(classes) - 1}, got {int(values.min())}..{int(values.max())}"
+            )
         return values.astype(np.int64)
     indices, unknown = predict_class_label_indices(pl.Series(values.astype(str)), classes)
     if unknown:
@@ -266,9 +331,14 @@ def _calibration_bins(probability: np.ndarray, outcome: np.ndarray, bins: int) -
         mean_probability = np.where(rows > 0, probability_sum / rows, np.nan)
         observed_rate = np.where(rows > 0, events / rows, np.nan)
     return {
-        "bin": np.arange(bins, dtype=np.int64), "low": np.arange(bins) / bins, "high": np.arange(1, bins + 1) / bins,
-        "rows": rows, "events": events.round().astype(np.int64), "probability_sum": probability_sum,
-        "mean_probability": mean_probability, "observed_rate": observed_rate,
+        "bin": np.arange(bins, dtype=np.int64),
+        "low": np.arange(bins) / bins,
+        "high": np.arange(1, bins + 1) / bins,
+        "rows": rows,
+        "events": events.round().astype(np.int64),
+        "probability_sum": probability_sum,
+        "mean_probability": mean_probability,
+        "observed_rate": observed_rate,
     }
 
 
@@ -278,7 +348,12 @@ def _ece(table: Mapping[str, np.ndarray]) -> float:
 
 
 def multiclass_realized_performance(
-    probabilities: np.ndarray, predicted: np.ndarray, labels: np.ndarray, *, classes: Sequence[str], bins: int = 10,
+    probabilities: np.ndarray,
+    predicted: np.ndarray,
+    labels: np.ndarray,
+    *,
+    classes: Sequence[str],
+    bins: int = 10,
 ) -> dict[str, Any]:
     """Realized measures of labelled rows (labels: class names, or class indices as integers).
 
@@ -312,7 +387,10 @@ def multiclass_realized_performance(
         per_class[str(name)] = {
             "precision": _ratio(float(true_positive[j]), float(predicted_rows[j])),
             "recall": _ratio(float(true_positive[j]), float(support[j])),
-            "f1": f1, "support": int(support[j]), "predicted_rows": int(predicted_rows[j]), "ece": ece,
+            "f1": f1,
+            "support": int(support[j]),
+            "predicted_rows": int(predicted_rows[j]),
+            "ece": ece,
         }
     top = _calibration_bins(p[np.arange(n), c], correct.astype(np.float64), bins)
     return {
@@ -328,8 +406,12 @@ def multiclass_realized_performance(
 
 
 def multiclass_class_mix(
-    predicted_counts: Mapping[str, int], reference_counts: Mapping[str, int], *,
-    alpha: float = 0.01, psi_warn: float = 0.1, psi_alert: float = 0.25,
+    predicted_counts: Mapping[str, int],
+    reference_counts: Mapping[str, int],
+    *,
+    alpha: float = 0.01,
+    psi_warn: float = 0.1,
+    psi_alert: float = 0.25,
 ) -> dict[str, Any]:
     """The predicted class mix of a partition against the reference's.
 
@@ -349,8 +431,14 @@ def multiclass_class_mix(
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(reference_share > 0, share / reference_share, np.nan)
     rows = [
-        {"class": str(name), "rows": int(now[i]), "share": float(share[i]), "reference_rows": int(before[i]),
-         "reference_share": float(reference_share[i]), "ratio": float(ratio[i])}
+        {
+            "class": str(name),
+            "rows": int(now[i]),
+            "share": float(share[i]),
+            "reference_rows": int(before[i]),
+            "reference_share": float(reference_share[i]),
+            "ratio": float(ratio[i]),
+        }
         for i, name in enumerate(names)
     ]
     if not now.sum() or not before.sum():
@@ -370,5 +458,11 @@ def multiclass_class_mix(
         flag = "warn"
     else:
         flag = "ok"
-    return {"classes": rows, "js_distance": float(math.sqrt(max(divergence, 0.0))), "psi": psi, "chi_square": statistic,
-            "p_value": p_value, "flag": flag}
+    return {
+        "classes": rows,
+        "js_distance": float(math.sqrt(max(divergence, 0.0))),
+        "psi": psi,
+        "chi_square": statistic,
+        "p_value": p_value,
+        "flag": flag,
+    }

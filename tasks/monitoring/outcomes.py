@@ -61,21 +61,38 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
-from tasks.errors import LabelError
 from tasks.catalog import (
-    OUTCOME_ACTUALS, OUTCOME_CALIBRATION, OUTCOME_CLASS_CALIBRATION, OUTCOME_CLASS_LABELS, OUTCOME_CLASS_METRICS, OUTCOME_CLASS_RATES,
-    OUTCOME_DATASETS, OUTCOME_DECISIONS, OUTCOME_ERRORS, OUTCOME_ESTIMATES, OUTCOME_LABELS, OUTCOME_METRICS, OUTCOME_PARTITIONS,
-    SHADOW_OUTCOMES, Dataset,
+    OUTCOME_ACTUALS,
+    OUTCOME_CALIBRATION,
+    OUTCOME_CLASS_CALIBRATION,
+    OUTCOME_CLASS_LABELS,
+    OUTCOME_CLASS_METRICS,
+    OUTCOME_CLASS_RATES,
+    OUTCOME_DATASETS,
+    OUTCOME_DECISIONS,
+    OUTCOME_ERRORS,
+    OUTCOME_ESTIMATES,
+    OUTCOME_LABELS,
+    OUTCOME_METRICS,
+    OUTCOME_PARTITIONS,
+    SHADOW_OUTCOMES,
+    Dataset,
 )
-from tasks.monitoring.class_outcomes import CLASSIFICATION_COLUMNS, class_estimates_against_realized, class_outcome_rows
+from tasks.errors import LabelError
 from tasks.monitoring.champion_outcomes import ForecastRows, compared_forecasts, compared_models
+from tasks.monitoring.class_outcomes import CLASSIFICATION_COLUMNS, class_estimates_against_realized, class_outcome_rows
 from tasks.monitoring.forecast_outcomes import (
-    FORECAST_COLUMNS, PARTITION, error_estimates_against_realized, outcome_error_rows, partition_slice_values, sliced_forecasts,
+    FORECAST_COLUMNS,
+    PARTITION,
+    error_estimates_against_realized,
+    outcome_error_rows,
+    partition_slice_values,
+    sliced_forecasts,
 )
 from tasks.monitoring.health import ALL, ANY_ACTION, ANY_ACTION_BEFORE, ESTIMATED, PARTITION_FLAG_MEASURES
 from tasks.monitoring.measures import brier_score, exact_auc
 from tasks.prediction.class_labels import predict_binary_label_events, predict_class_label_text
+from tasks.quality.drift import SCORE_EDGES, SCORE_PSI_EDGES, Histogram, drift_bin_counts, drift_metrics
 from tasks.sinks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -108,7 +125,9 @@ def _checked_classes(outcome: pl.Series, *, where: str, column: str, classes: Se
     return text
 
 
-def _checked_binary(outcome: pl.Series, *, where: str, column: str, positive: str | None, negative: str | None) -> pl.Series:
+def _checked_binary(
+    outcome: pl.Series, *, where: str, column: str, positive: str | None, negative: str | None
+) -> pl.Series:
     """1 (the event), 0 or null (no label yet), from 1/0, booleans or the values `positive` and `negative` name
     (`predict_binary_label_events`); anything else is refused, never read as 0."""
     # A scheduled outcomes run has no flag to add: the spec is where the event is named.
@@ -122,7 +141,9 @@ def _checked_actuals(actual: pl.Series, *, where: str, column: str, kind: str) -
     """A finite number or null (no actual yet) for a regression job, a whole number >= 0 or null for a count job;
     anything else is refused, as a binary job's outcome other than 0 or 1 is: a guessed actual would be scored as real."""
     if not actual.dtype.is_numeric():
-        raise LabelError(f"{where}: column {column!r} holds the actual of a {kind} job and must be numeric, got type {actual.dtype}")
+        raise LabelError(
+            f"{where}: column {column!r} holds the actual of a {kind} job and must be numeric, got type {actual.dtype}"
+        )
     actual = actual.cast(pl.Float64)
     present = actual.drop_nulls()
     bad = present.filter(~present.is_finite())
@@ -142,8 +163,15 @@ def _checked_actuals(actual: pl.Series, *, where: str, column: str, kind: str) -
 
 
 def _checked_labels(
-    frame: pl.DataFrame, *, source: str, where: str, kind: str = "binary", column: str = "outcome", classes: Sequence[str] = (),
-    positive: str | None = None, negative: str | None = None,
+    frame: pl.DataFrame,
+    *,
+    source: str,
+    where: str,
+    kind: str = "binary",
+    column: str = "outcome",
+    classes: Sequence[str] = (),
+    positive: str | None = None,
+    negative: str | None = None,
 ) -> pl.DataFrame:
     """(entity_id, outcome, observed_date, source): a binary job's outcome 1 (the event: 1, true or `positive`), 0 or
     null (`_checked_binary`), a forecast job's actual (`_checked_actuals`), a multiclass job's class name of `classes`
@@ -157,7 +185,9 @@ def _checked_labels(
     try:
         observed = frame["observed_date"].cast(pl.Date)
     except pl.exceptions.PolarsError as error:
-        raise LabelError(f"{where}: observed date column cannot be read as dates ({frame['observed_date'].dtype}): {error}") from None
+        raise LabelError(
+            f"{where}: observed date column cannot be read as dates ({frame['observed_date'].dtype}): {error}"
+        ) from None
     return pl.DataFrame(
         {
             "entity_id": frame["entity_id"].cast(pl.String),
@@ -169,11 +199,17 @@ def _checked_labels(
     )
 
 
-def parquet_labels(folder: Path, source: LabelSource, *, kind: str = "binary", classes: Sequence[str] = ()) -> pl.DataFrame:
+def parquet_labels(
+    folder: Path, source: LabelSource, *, kind: str = "binary", classes: Sequence[str] = ()
+) -> pl.DataFrame:
     """The labels of one partition folder (`date=D`), with the columns the job spec names; empty without files.
     `kind` is the job's target kind: a forecast job's outcome is a number (`_checked_actuals`), a multiclass job's
     a name of `classes` (`_checked_classes`)."""
-    columns = {source.entity_column: "entity_id", source.outcome_column: "outcome", source.observed_date_column: "observed_date"}
+    columns = {
+        source.entity_column: "entity_id",
+        source.outcome_column: "outcome",
+        source.observed_date_column: "observed_date",
+    }
     frames = []
     for path in sorted(folder.glob("*.parquet")):
         present = pq.read_schema(path).names
@@ -183,22 +219,42 @@ def parquet_labels(folder: Path, source: LabelSource, *, kind: str = "binary", c
                 f"labels file {path} lacks column(s) {missing} named in the job spec's monitoring.labels; it has {present}"
             )
         frame = pl.read_parquet(path, columns=list(columns), hive_partitioning=False).rename(columns)
-        frames.append(_checked_labels(
-            frame, source="parquet", where=f"labels file {path}", kind=kind, column=source.outcome_column, classes=classes,
-            positive=source.positive, negative=source.negative,
-        ))
+        frames.append(
+            _checked_labels(
+                frame,
+                source="parquet",
+                where=f"labels file {path}",
+                kind=kind,
+                column=source.outcome_column,
+                classes=classes,
+                positive=source.positive,
+                negative=source.negative,
+            )
+        )
     return pl.concat(frames) if frames else pl.DataFrame(schema=_label_schema(kind))
 
 
 def table_labels(
-    table: pa.Table, *, name: str, kind: str = "binary", column: str = "outcome", classes: Sequence[str] = (),
-    positive: str | None = None, negative: str | None = None,
+    table: pa.Table,
+    *,
+    name: str,
+    kind: str = "binary",
+    column: str = "outcome",
+    classes: Sequence[str] = (),
+    positive: str | None = None,
+    negative: str | None = None,
 ) -> pl.DataFrame:
     """Labels read from the warehouse table `name` (columns entity_id, outcome, observed_date; `column`: the
     outcome's name in that table; `positive`/`negative`: the spec's monitoring.labels values of a binary job)."""
     return _checked_labels(
-        pl.from_arrow(table), source=f"table {name}", where=f"labels table {name!r}", kind=kind, column=column, classes=classes,
-        positive=positive, negative=negative,
+        pl.from_arrow(table),
+        source=f"table {name}",
+        where=f"labels table {name!r}",
+        kind=kind,
+        column=column,
+        classes=classes,
+        positive=positive,
+        negative=negative,
     )
 
 
@@ -211,9 +267,7 @@ def deduplicated_labels(labels: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return unique, labels.height - unique.height
 
 
-def realized_performance(
-    labelled: pl.DataFrame, *, actions: Sequence[str]
-) -> dict[tuple[str, str], tuple[float, int]]:
+def realized_performance(labelled: pl.DataFrame, *, actions: Sequence[str]) -> dict[tuple[str, str], tuple[float, int]]:
     """(measure, item) → (realized value, rows it was measured on), for every estimated measure, on
     `labelled` rows (probability, decision, rule_id, outcome) of one model version."""
     outcome = labelled["outcome"].cast(pl.Float64).to_numpy()
@@ -241,7 +295,9 @@ def realized_performance(
     return realized
 
 
-def estimates_against_realized(estimates: pl.DataFrame, labelled: pl.DataFrame, *, actions: Sequence[str]) -> list[dict[str, Any]]:
+def estimates_against_realized(
+    estimates: pl.DataFrame, labelled: pl.DataFrame, *, actions: Sequence[str]
+) -> list[dict[str, Any]]:
     """Each estimated measure of one model version beside its realized value on the labelled rows:
     `outside` when the realized value falls outside the estimate's interval; `partition_flag` (the
     same on every row) when the pooled event rate or the AUC does (PARTITION_FLAG_MEASURES)."""
@@ -250,11 +306,18 @@ def estimates_against_realized(estimates: pl.DataFrame, labelled: pl.DataFrame, 
     for row in estimates.iter_rows(named=True):
         value, count = realized.get((row["measure"], row["item"]), (float("nan"), 0))
         known = not (math.isnan(value) or row["low"] is None or math.isnan(row["low"]))
-        rows.append({
-            "measure": row["measure"], "item": row["item"], "estimate": row["value"], "low": row["low"], "high": row["high"],
-            "realized": value, "realized_rows": count,
-            "outside": (not row["low"] <= value <= row["high"]) if known else None,
-        })
+        rows.append(
+            {
+                "measure": row["measure"],
+                "item": row["item"],
+                "estimate": row["value"],
+                "low": row["low"],
+                "high": row["high"],
+                "realized": value,
+                "realized_rows": count,
+                "outside": (not row["low"] <= value <= row["high"]) if known else None,
+            }
+        )
     flagged = any(r["outside"] for r in rows if (r["measure"], r["item"]) in PARTITION_FLAG_MEASURES)
     return [{**r, "partition_flag": flagged} for r in rows]
 
@@ -323,9 +386,11 @@ class PartitionOutcomes:
     def model_versions(self) -> list[str]:
         """The model versions measured: a binary job's `outcome_metrics`, a forecast job's `outcome_errors`, a multiclass
         job's `outcome_class_metrics`."""
-        versions = [*self.tables[OUTCOME_METRICS.table].column("model_version").to_pylist(),
-                    *self.tables[OUTCOME_ERRORS.table].column("model_version").to_pylist(),
-                    *self.tables[OUTCOME_CLASS_METRICS.table].column("model_version").to_pylist()]
+        versions = [
+            *self.tables[OUTCOME_METRICS.table].column("model_version").to_pylist(),
+            *self.tables[OUTCOME_ERRORS.table].column("model_version").to_pylist(),
+            *self.tables[OUTCOME_CLASS_METRICS.table].column("model_version").to_pylist(),
+        ]
         return sorted(set(versions))
 
 
@@ -343,24 +408,35 @@ class AccountedLabels:
         if not (scored or self.stored.height):
             return []
         per_status = dict(self.stored.group_by("entity_status").len().iter_rows())
-        return [{
-            **key, "status": "not scored" if not scored else ("labelled" if labelled else "awaiting labels"),
-            "predictions": scored, "predictions_labelled": labelled, "labels": self.stored.height,
-            "labels_matched": per_status.get("scored", 0), "labels_quarantined": per_status.get("quarantined", 0),
-            "labels_unknown_entity": per_status.get("unknown", 0), "labels_duplicate": self.duplicates,
-            "labels_without_outcome": int(self.stored["outcome"].null_count()),
-        }]
+        return [
+            {
+                **key,
+                "status": "not scored" if not scored else ("labelled" if labelled else "awaiting labels"),
+                "predictions": scored,
+                "predictions_labelled": labelled,
+                "labels": self.stored.height,
+                "labels_matched": per_status.get("scored", 0),
+                "labels_quarantined": per_status.get("quarantined", 0),
+                "labels_unknown_entity": per_status.get("unknown", 0),
+                "labels_duplicate": self.duplicates,
+                "labels_without_outcome": int(self.stored["outcome"].null_count()),
+            }
+        ]
 
 
 def accounted_labels(labels: pl.DataFrame, scored: pl.Series, quarantined: pl.DataFrame | None) -> AccountedLabels:
     """`labels` deduplicated, each with its entity's status: `scored` (in the `scored` entity ids), `quarantined`
     (in `quarantined`: read, but not scored) or `unknown` (never seen)."""
     unique, duplicates = deduplicated_labels(labels)
-    known = pl.concat([
-        scored.to_frame("entity_id").unique().with_columns(pl.lit("scored").alias("entity_status")),
-        (quarantined if quarantined is not None else pl.DataFrame(schema={"entity_id": pl.String}))
-        .select(pl.col("entity_id").cast(pl.String)).unique().with_columns(pl.lit("quarantined").alias("entity_status")),
-    ]).unique(subset="entity_id", keep="first", maintain_order=True)
+    known = pl.concat(
+        [
+            scored.to_frame("entity_id").unique().with_columns(pl.lit("scored").alias("entity_status")),
+            (quarantined if quarantined is not None else pl.DataFrame(schema={"entity_id": pl.String}))
+            .select(pl.col("entity_id").cast(pl.String))
+            .unique()
+            .with_columns(pl.lit("quarantined").alias("entity_status")),
+        ]
+    ).unique(subset="entity_id", keep="first", maintain_order=True)
     stored = (
         unique.join(known, on="entity_id", how="left")
         .with_columns(pl.col("entity_status").fill_null("unknown"))
@@ -402,7 +478,9 @@ def partition_outcome_tables(
     job, config = spec.name, spec.monitoring
     predictions = predictions.sort("entity_id")
     accounted = accounted_labels(labels, predictions["entity_id"], quarantined)
-    joined = predictions.join(accounted.stored.select("entity_id", "outcome"), on="entity_id", how="left", maintain_order="left")
+    joined = predictions.join(
+        accounted.stored.select("entity_id", "outcome"), on="entity_id", how="left", maintain_order="left"
+    )
     labelled = joined.filter(pl.col("outcome").is_not_null())
 
     key = {"job": job, "partition_date": partition_date}
@@ -415,7 +493,8 @@ def partition_outcome_tables(
     actions = spec.action_decisions
     metric_rows, calibration_frames, decision_rows, estimate_rows = [], [], [], []
     estimated = (
-        estimates.filter(pl.col("section") == ESTIMATED) if estimates is not None and estimates.height
+        estimates.filter(pl.col("section") == ESTIMATED)
+        if estimates is not None and estimates.height
         else pl.DataFrame(schema={"model_version": pl.String})
     )
     for version in sorted(predictions["model_version"].unique().to_list()):
@@ -428,50 +507,80 @@ def partition_outcome_tables(
         expected = float(probability.mean()) if rows.height else float("nan")
         bins = calibration_bins(outcome, probability, config.calibration_bins)
         current = score_histogram(scored["score"].to_numpy())
-        metric_rows.append({
-            **key, "model_version": version, "scoring_run_id": ",".join(sorted(scored["run_id"].unique().to_list())),
-            "rows": scored.height, "labelled": rows.height, "events": events,
-            "observed_rate": events / rows.height if rows.height else float("nan"),
-            "observed_low": low, "observed_high": high, "interval_level": config.outcome_interval_level,
-            "expected_rate": expected, "expected_events": float(probability.sum()),
-            "expected_within_interval": bool(low <= expected <= high) if rows.height else None,
-            "auc": exact_auc(outcome, probability), "brier": brier_score(outcome, probability),
-            "ece": expected_calibration_error(bins),
-            "psi_score": drift_metrics(baseline, current)["psi"] if baseline.total else float("nan"),
-            "psi_baseline_rows": baseline.total,
-        })
+        metric_rows.append(
+            {
+                **key,
+                "model_version": version,
+                "scoring_run_id": ",".join(sorted(scored["run_id"].unique().to_list())),
+                "rows": scored.height,
+                "labelled": rows.height,
+                "events": events,
+                "observed_rate": events / rows.height if rows.height else float("nan"),
+                "observed_low": low,
+                "observed_high": high,
+                "interval_level": config.outcome_interval_level,
+                "expected_rate": expected,
+                "expected_events": float(probability.sum()),
+                "expected_within_interval": bool(low <= expected <= high) if rows.height else None,
+                "auc": exact_auc(outcome, probability),
+                "brier": brier_score(outcome, probability),
+                "ece": expected_calibration_error(bins),
+                "psi_score": drift_metrics(baseline, current)["psi"] if baseline.total else float("nan"),
+                "psi_baseline_rows": baseline.total,
+            }
+        )
         calibration_frames.append(bins.with_columns(pl.lit(version).alias("model_version")))
         of_version = estimated.filter(pl.col("model_version") == version)
         if of_version.height and rows.height:
-            estimate_rows += [{**key, "model_version": version, **r} for r in estimates_against_realized(of_version, rows, actions=actions)]
+            estimate_rows += [
+                {**key, "model_version": version, **r}
+                for r in estimates_against_realized(of_version, rows, actions=actions)
+            ]
         for decision in [*actions, ANY_ACTION]:
             chosen = [decision] if decision != ANY_ACTION else actions
             hit = rows.filter(pl.col("decision").is_in(chosen))
             hit_events = int(hit["outcome"].sum()) if hit.height else 0
-            decision_rows.append({
-                **key, "model_version": version, "decision": decision, "rows": hit.height, "events": hit_events,
-                "precision": hit_events / hit.height if hit.height else float("nan"),
-                "recall": hit_events / events if events else float("nan"),
-            })
+            decision_rows.append(
+                {
+                    **key,
+                    "model_version": version,
+                    "decision": decision,
+                    "rows": hit.height,
+                    "events": hit_events,
+                    "precision": hit_events / hit.height if hit.height else float("nan"),
+                    "recall": hit_events / events if events else float("nan"),
+                }
+            )
 
     calibration = (
-        pl.concat(calibration_frames).with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date"))
-        if calibration_frames else []
+        pl.concat(calibration_frames).with_columns(
+            pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")
+        )
+        if calibration_frames
+        else []
     )
     return PartitionOutcomes(
-        tables=_all_outcome_tables({
-            OUTCOME_LABELS.table: _table(
-                OUTCOME_LABELS,
-                accounted.stored.with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")),
-            ),
-            OUTCOME_PARTITIONS.table: _table(OUTCOME_PARTITIONS, partition_rows),
-            OUTCOME_METRICS.table: _table(OUTCOME_METRICS, metric_rows),
-            OUTCOME_CALIBRATION.table: _table(OUTCOME_CALIBRATION, calibration),
-            OUTCOME_DECISIONS.table: _table(OUTCOME_DECISIONS, decision_rows),
-            OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
-            SHADOW_OUTCOMES.table: _table(SHADOW_OUTCOMES, shadow_outcome_rows(labelled, shadow, key=key, level=config.outcome_interval_level,
-                                                                               bins=config.calibration_bins)),
-        })
+        tables=_all_outcome_tables(
+            {
+                OUTCOME_LABELS.table: _table(
+                    OUTCOME_LABELS,
+                    accounted.stored.with_columns(
+                        pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")
+                    ),
+                ),
+                OUTCOME_PARTITIONS.table: _table(OUTCOME_PARTITIONS, partition_rows),
+                OUTCOME_METRICS.table: _table(OUTCOME_METRICS, metric_rows),
+                OUTCOME_CALIBRATION.table: _table(OUTCOME_CALIBRATION, calibration),
+                OUTCOME_DECISIONS.table: _table(OUTCOME_DECISIONS, decision_rows),
+                OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
+                SHADOW_OUTCOMES.table: _table(
+                    SHADOW_OUTCOMES,
+                    shadow_outcome_rows(
+                        labelled, shadow, key=key, level=config.outcome_interval_level, bins=config.calibration_bins
+                    ),
+                ),
+            }
+        )
     )
 
 
@@ -500,7 +609,10 @@ def forecast_outcome_tables(
     forecasts = forecasts.sort("entity_id")
     accounted = accounted_labels(actuals, forecasts["entity_id"], quarantined)
     joined = forecasts.join(
-        accounted.stored.select("entity_id", pl.col("outcome").alias("actual")), on="entity_id", how="left", maintain_order="left"
+        accounted.stored.select("entity_id", pl.col("outcome").alias("actual")),
+        on="entity_id",
+        how="left",
+        maintain_order="left",
     )
     slices = list(config.slices) if slice_values is not None else []
     if slices:
@@ -508,8 +620,11 @@ def forecast_outcome_tables(
     key = {"job": job, "partition_date": partition_date}
     labelled = int(joined["actual"].is_not_null().sum())
     errors = outcome_error_rows(
-        joined, decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)), slices=slices,
-        interval_level=spec.prediction.interval_level, key=key,
+        joined,
+        decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)),
+        slices=slices,
+        interval_level=spec.prediction.interval_level,
+        key=key,
     )
     estimate_rows = []
     if estimates is not None and estimates.height:
@@ -517,23 +632,36 @@ def forecast_outcome_tables(
             own = [r for r in errors if r["model_version"] == version]
             realized = next(r for r in own if r["section"] == PARTITION and r["item"] == ALL)
             if realized["labelled"]:
-                estimate_rows += [{**key, "model_version": version, **r} for r in error_estimates_against_realized(
-                    estimates.filter(pl.col("model_version") == version), own)]
+                estimate_rows += [
+                    {**key, "model_version": version, **r}
+                    for r in error_estimates_against_realized(estimates.filter(pl.col("model_version") == version), own)
+                ]
     return PartitionOutcomes(
-        tables=_all_outcome_tables({
-            OUTCOME_ACTUALS.table: _table(
-                OUTCOME_ACTUALS,
-                accounted.stored.rename({"outcome": "actual"}).with_columns(
-                    pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")),
-            ),
-            OUTCOME_PARTITIONS.table: _table(OUTCOME_PARTITIONS, accounted.partition_rows(key, scored=forecasts.height, labelled=labelled)),
-            OUTCOME_ERRORS.table: _table(OUTCOME_ERRORS, errors),
-            OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
-            SHADOW_OUTCOMES.table: _table(SHADOW_OUTCOMES, forecast_shadow_outcome_rows(
-                joined.filter(pl.col("actual").is_not_null()), shadow, key=key, level=config.outcome_interval_level,
-                interval_level=spec.prediction.interval_level,
-            )),
-        })
+        tables=_all_outcome_tables(
+            {
+                OUTCOME_ACTUALS.table: _table(
+                    OUTCOME_ACTUALS,
+                    accounted.stored.rename({"outcome": "actual"}).with_columns(
+                        pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")
+                    ),
+                ),
+                OUTCOME_PARTITIONS.table: _table(
+                    OUTCOME_PARTITIONS, accounted.partition_rows(key, scored=forecasts.height, labelled=labelled)
+                ),
+                OUTCOME_ERRORS.table: _table(OUTCOME_ERRORS, errors),
+                OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
+                SHADOW_OUTCOMES.table: _table(
+                    SHADOW_OUTCOMES,
+                    forecast_shadow_outcome_rows(
+                        joined.filter(pl.col("actual").is_not_null()),
+                        shadow,
+                        key=key,
+                        level=config.outcome_interval_level,
+                        interval_level=spec.prediction.interval_level,
+                    ),
+                ),
+            }
+        )
     )
 
 
@@ -559,35 +687,51 @@ def class_outcome_tables(
     job, config = spec.name, spec.monitoring
     classifications = classifications.sort("entity_id")
     accounted = accounted_labels(labels, classifications["entity_id"], quarantined)
-    joined = classifications.join(accounted.stored.select("entity_id", "outcome"), on="entity_id", how="left", maintain_order="left")
+    joined = classifications.join(
+        accounted.stored.select("entity_id", "outcome"), on="entity_id", how="left", maintain_order="left"
+    )
     slices = list(config.slices) if slice_values is not None else []
     if slices:
         joined = sliced_forecasts(joined, slice_values, slices=slices, max_values=config.slice_max_values)
     key = {"job": job, "partition_date": partition_date}
     labelled = int(joined["outcome"].is_not_null().sum())
     metrics, rates, calibration = class_outcome_rows(
-        joined, classes=spec.target.classes, decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)), slices=slices,
-        bins=config.calibration_bins, key=key,
+        joined,
+        classes=spec.target.classes,
+        decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)),
+        slices=slices,
+        bins=config.calibration_bins,
+        key=key,
     )
     estimate_rows = []
     if estimates is not None and estimates.height:
         for version in sorted({r["model_version"] for r in metrics}):
-            estimate_rows += [{**key, "model_version": version, **r} for r in class_estimates_against_realized(
-                estimates.filter(pl.col("model_version") == version),
-                [r for r in metrics if r["model_version"] == version], [r for r in rates if r["model_version"] == version],
-            )]
+            estimate_rows += [
+                {**key, "model_version": version, **r}
+                for r in class_estimates_against_realized(
+                    estimates.filter(pl.col("model_version") == version),
+                    [r for r in metrics if r["model_version"] == version],
+                    [r for r in rates if r["model_version"] == version],
+                )
+            ]
     return PartitionOutcomes(
-        tables=_all_outcome_tables({
-            OUTCOME_CLASS_LABELS.table: _table(
-                OUTCOME_CLASS_LABELS,
-                accounted.stored.with_columns(pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")),
-            ),
-            OUTCOME_PARTITIONS.table: _table(OUTCOME_PARTITIONS, accounted.partition_rows(key, scored=classifications.height, labelled=labelled)),
-            OUTCOME_CLASS_METRICS.table: _table(OUTCOME_CLASS_METRICS, metrics),
-            OUTCOME_CLASS_RATES.table: _table(OUTCOME_CLASS_RATES, rates),
-            OUTCOME_CLASS_CALIBRATION.table: _table(OUTCOME_CLASS_CALIBRATION, calibration),
-            OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
-        })
+        tables=_all_outcome_tables(
+            {
+                OUTCOME_CLASS_LABELS.table: _table(
+                    OUTCOME_CLASS_LABELS,
+                    accounted.stored.with_columns(
+                        pl.lit(job).alias("job"), pl.lit(partition_date).alias("partition_date")
+                    ),
+                ),
+                OUTCOME_PARTITIONS.table: _table(
+                    OUTCOME_PARTITIONS, accounted.partition_rows(key, scored=classifications.height, labelled=labelled)
+                ),
+                OUTCOME_CLASS_METRICS.table: _table(OUTCOME_CLASS_METRICS, metrics),
+                OUTCOME_CLASS_RATES.table: _table(OUTCOME_CLASS_RATES, rates),
+                OUTCOME_CLASS_CALIBRATION.table: _table(OUTCOME_CLASS_CALIBRATION, calibration),
+                OUTCOME_ESTIMATES.table: _table(OUTCOME_ESTIMATES, estimate_rows),
+            }
+        )
     )
 
 
@@ -603,20 +747,39 @@ def shadow_outcome_rows(
     if shadow is None or not shadow.height or not labelled.height:
         return []
     # In entity order: the bootstrap draws by position, so the same rows give the same intervals however they were read.
-    both = labelled.join(shadow.select("entity_id", pl.col("probability").alias("challenger_probability"),
-                                       pl.col("model_version").alias("challenger_version")), on="entity_id", how="inner").sort("entity_id")
+    both = labelled.join(
+        shadow.select(
+            "entity_id",
+            pl.col("probability").alias("challenger_probability"),
+            pl.col("model_version").alias("challenger_version"),
+        ),
+        on="entity_id",
+        how="inner",
+    ).sort("entity_id")
     if not both.height:
         return []
     compared = compared_models(
-        both["outcome"].to_numpy().astype(np.int64), both["probability"].to_numpy(), both["challenger_probability"].to_numpy(),
-        level=level, resamples=SHADOW_RESAMPLES, seed=0, ece_bins=bins,
+        both["outcome"].to_numpy().astype(np.int64),
+        both["probability"].to_numpy(),
+        both["challenger_probability"].to_numpy(),
+        level=level,
+        resamples=SHADOW_RESAMPLES,
+        seed=0,
+        ece_bins=bins,
     )
     versions = {
         "champion_version": ",".join(sorted(both["model_version"].unique().to_list())),
         "challenger_version": ",".join(sorted(both["challenger_version"].unique().to_list())),
     }
     return [
-        {**key, **versions, "rows": compared.rows, "events": compared.events, **row, "recommendation": compared.recommendation}
+        {
+            **key,
+            **versions,
+            "rows": compared.rows,
+            "events": compared.events,
+            **row,
+            "recommendation": compared.recommendation,
+        }
         for row in compared.rows_long()
     ]
 
@@ -630,8 +793,11 @@ def forecast_shadow_outcome_rows(
     if shadow is None or not shadow.height or not labelled.height:
         return []
     challenger = shadow.select(
-        "entity_id", pl.col("forecast").alias("challenger_forecast"), pl.col("forecast_low").alias("challenger_low"),
-        pl.col("forecast_high").alias("challenger_high"), pl.col("model_version").alias("challenger_version"),
+        "entity_id",
+        pl.col("forecast").alias("challenger_forecast"),
+        pl.col("forecast_low").alias("challenger_low"),
+        pl.col("forecast_high").alias("challenger_high"),
+        pl.col("model_version").alias("challenger_version"),
     )
     # In entity order: the bootstrap draws by position, so the same rows give the same intervals however they were read.
     both = labelled.join(challenger, on="entity_id", how="inner").sort("entity_id")
@@ -642,9 +808,13 @@ def forecast_shadow_outcome_rows(
         return ForecastRows(*(both[c].to_numpy() for c in columns))
 
     compared = compared_forecasts(
-        both["actual"].to_numpy(), side("forecast", "forecast_low", "forecast_high"),
+        both["actual"].to_numpy(),
+        side("forecast", "forecast_low", "forecast_high"),
         side("challenger_forecast", "challenger_low", "challenger_high"),
-        interval_level=interval_level, level=level, resamples=SHADOW_RESAMPLES, seed=0,
+        interval_level=interval_level,
+        level=level,
+        resamples=SHADOW_RESAMPLES,
+        seed=0,
     )
     versions = {
         "champion_version": ",".join(sorted(both["model_version"].unique().to_list())),
@@ -663,13 +833,24 @@ def partition_labels(warehouse: Warehouse, spec: JobSpec, labels_dir: Path, part
     frames = [parquet_labels(labels_dir, source, kind=kind, classes=classes)]
     if source.table:
         rows = warehouse.source_labels(
-            source.table, job=spec.name, partition_date=partition_date, entity_column=source.entity_column,
-            outcome_column=source.outcome_column, observed_date_column=source.observed_date_column,
+            source.table,
+            job=spec.name,
+            partition_date=partition_date,
+            entity_column=source.entity_column,
+            outcome_column=source.outcome_column,
+            observed_date_column=source.observed_date_column,
         )
-        frames.append(table_labels(
-            rows, name=source.table, kind=kind, column=source.outcome_column, classes=classes, positive=source.positive,
-            negative=source.negative,
-        ))
+        frames.append(
+            table_labels(
+                rows,
+                name=source.table,
+                kind=kind,
+                column=source.outcome_column,
+                classes=classes,
+                positive=source.positive,
+                negative=source.negative,
+            )
+        )
     return pl.concat(frames)
 
 
@@ -695,26 +876,38 @@ def ingested_outcomes(
     predictions = pl.from_arrow(warehouse.partition_predictions(spec.name, partition_date, PREDICTION_COLUMNS))
     window = spec.monitoring.window_days
     baseline_scores = warehouse.prediction_counts(
-        spec.name, first_date=partition_date - dt.timedelta(days=window),
-        last_date=partition_date - dt.timedelta(days=1), by=("score",),
+        spec.name,
+        first_date=partition_date - dt.timedelta(days=window),
+        last_date=partition_date - dt.timedelta(days=1),
+        by=("score",),
     )
     quarantined = pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date))
     estimates = pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date))
     shadow = pl.from_arrow(warehouse.partition_shadow_predictions(spec.name, partition_date))
     outcomes = partition_outcome_tables(
-        predictions, labels, baseline_scores, spec, partition_date=partition_date, quarantined=quarantined, estimates=estimates,
+        predictions,
+        labels,
+        baseline_scores,
+        spec,
+        partition_date=partition_date,
+        quarantined=quarantined,
+        estimates=estimates,
         shadow=shadow,
     )
     warehouse.replace_monitoring_partition(job=spec.name, partition_date=partition_date, tables=outcomes.tables)
     return outcomes
 
 
-def _slice_values(spec: JobSpec, raw: RawPartition | None, *, scored: int, table: str) -> tuple[pl.DataFrame | None, list[str]]:
+def _slice_values(
+    spec: JobSpec, raw: RawPartition | None, *, scored: int, table: str
+) -> tuple[pl.DataFrame | None, list[str]]:
     """The slice columns' values of the partition's scored entities, re-read from its raw rows, and a note when they are gone."""
     if not spec.monitoring.slices or not scored or raw is None:
         return None, []
     values = partition_slice_values(raw, entity_column=spec.entity_column, slices=spec.monitoring.slices)
-    return values, [] if values is not None else [f"the raw partition {raw} is gone, so {table} has no slice rows for it"]
+    return values, [] if values is not None else [
+        f"the raw partition {raw} is gone, so {table} has no slice rows for it"
+    ]
 
 
 def _forecast_outcomes(
@@ -723,9 +916,13 @@ def _forecast_outcomes(
     forecasts = pl.from_arrow(warehouse.partition_forecasts(spec.name, partition_date, FORECAST_COLUMNS))
     values, notes = _slice_values(spec, raw, scored=forecasts.height, table="outcome_errors")
     outcomes = forecast_outcome_tables(
-        forecasts, actuals, spec, partition_date=partition_date,
+        forecasts,
+        actuals,
+        spec,
+        partition_date=partition_date,
         quarantined=pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date)),
-        estimates=pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date)), slice_values=values,
+        estimates=pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date)),
+        slice_values=values,
         shadow=pl.from_arrow(warehouse.partition_shadow_forecasts(spec.name, partition_date)),
     )
     return PartitionOutcomes(tables=outcomes.tables, notes=tuple(notes))
@@ -734,19 +931,26 @@ def _forecast_outcomes(
 def _class_outcomes(
     warehouse: Warehouse, spec: JobSpec, labels: pl.DataFrame, *, partition_date: dt.date, raw: RawPartition | None
 ) -> PartitionOutcomes:
-    classifications = pl.from_arrow(warehouse.partition_classifications(spec.name, partition_date, CLASSIFICATION_COLUMNS))
+    classifications = pl.from_arrow(
+        warehouse.partition_classifications(spec.name, partition_date, CLASSIFICATION_COLUMNS)
+    )
     values, notes = _slice_values(spec, raw, scored=classifications.height, table="outcome_class_metrics")
     outcomes = class_outcome_tables(
-        classifications, labels, spec, partition_date=partition_date,
+        classifications,
+        labels,
+        spec,
+        partition_date=partition_date,
         quarantined=pl.from_arrow(warehouse.quarantined_entities(spec.name, partition_date)),
-        estimates=pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date)), slice_values=values,
+        estimates=pl.from_arrow(warehouse.model_health_rows(spec.name, partition_date)),
+        slice_values=values,
     )
     return PartitionOutcomes(tables=outcomes.tables, notes=tuple(notes))
 
 
-def outcome_window(spec: JobSpec, *, start_date: dt.date | None, end_date: dt.date | None, yesterday: dt.date) -> tuple[dt.date, dt.date]:
+def outcome_window(
+    spec: JobSpec, *, start_date: dt.date | None, end_date: dt.date | None, yesterday: dt.date
+) -> tuple[dt.date, dt.date]:
     """The partitions an outcomes run covers: the given range, or the job's `lookback_days` ending yesterday."""
     last = end_date or yesterday
     first = start_date or last - dt.timedelta(days=spec.monitoring.lookback_days - 1)
     return first, last
-

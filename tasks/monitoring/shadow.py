@@ -27,7 +27,14 @@ SHADOW_SECTIONS = ("summary", "crosstab", "decision_mix", "expected_event_rate",
   champion's count), and `all` for every row;
 - `score_delta`: the challenger's score minus the champion's: `mean`, `mean_abs`, `p01` … `p99` in challenger_value;
 - `score_delta_histogram`: rows per score delta (champion_item)."""
-FORECAST_SHADOW_SECTIONS = ("summary", "crosstab", "decision_mix", "mean_forecast", "mean_interval_width", "forecast_delta")
+FORECAST_SHADOW_SECTIONS = (
+    "summary",
+    "crosstab",
+    "decision_mix",
+    "mean_forecast",
+    "mean_interval_width",
+    "forecast_delta",
+)
 """The sections of a forecast job's `shadow_comparison`: `summary` and `decision_mix` as a binary job's;
 - `crosstab`: one row per (champion decision, challenger decision) with rows, and the mean forecast under each model;
 - `mean_forecast`: per decision, the mean forecast of the rows each model puts there (rows: the champion's count), and
@@ -135,7 +142,9 @@ class ShadowAccumulator:
     def add(self, champion: pa.Table, challenger: pa.Table) -> np.ndarray:
         """Count a chunk's two prediction tables (same rows, same order); the mask of rows whose decision flips."""
         if champion.num_rows != challenger.num_rows:
-            raise ValueError(f"champion has {champion.num_rows} rows, challenger {challenger.num_rows}: not the same chunk")
+            raise ValueError(
+                f"champion has {champion.num_rows} rows, challenger {challenger.num_rows}: not the same chunk"
+            )
         d = len(self.decisions)
         mine = _decision_codes(champion.column("decision"), self.decisions)
         theirs = _decision_codes(challenger.column("decision"), self.decisions)
@@ -149,7 +158,9 @@ class ShadowAccumulator:
             self.forecast_deltas.update(_counted(_delta_keys(delta)))
             self.forecast_delta_sum += float(delta.sum())
             self.forecast_delta_abs_sum += float(np.abs(delta).sum())
-            self.champion_width += float((champion.column("forecast_high").to_numpy() - champion.column("forecast_low").to_numpy()).sum())
+            self.champion_width += float(
+                (champion.column("forecast_high").to_numpy() - champion.column("forecast_low").to_numpy()).sum()
+            )
             self.challenger_width += float(
                 (challenger.column("forecast_high").to_numpy() - challenger.column("forecast_low").to_numpy()).sum()
             )
@@ -159,15 +170,23 @@ class ShadowAccumulator:
                 challenger.column("predicted_class"), self.classes
             )
             self.class_rows += np.bincount(class_cell, minlength=k * k)
-            self.class_champion_probability += np.bincount(class_cell, champion.column("probability").to_numpy(), minlength=k * k)
-            self.class_challenger_probability += np.bincount(class_cell, challenger.column("probability").to_numpy(), minlength=k * k)
+            self.class_champion_probability += np.bincount(
+                class_cell, champion.column("probability").to_numpy(), minlength=k * k
+            )
+            self.class_challenger_probability += np.bincount(
+                class_cell, challenger.column("probability").to_numpy(), minlength=k * k
+            )
         else:
-            delta = challenger.column("score").to_numpy().astype(np.int64) - champion.column("score").to_numpy().astype(np.int64)
+            delta = challenger.column("score").to_numpy().astype(np.int64) - champion.column("score").to_numpy().astype(
+                np.int64
+            )
             self.score_deltas.update(_counted(delta))
         flipped = mine != theirs
         if len(self.examples) < FLIP_EXAMPLES and flipped.any():
             first = np.flatnonzero(flipped)[: FLIP_EXAMPLES - len(self.examples)]
-            self.examples += flipped_rows(champion.take(first), challenger.take(first), np.ones(first.size, dtype=bool)).to_pylist()
+            self.examples += flipped_rows(
+                champion.take(first), challenger.take(first), np.ones(first.size, dtype=bool)
+            ).to_pylist()
         return flipped
 
     def add_failed(self, rows: int, why: str) -> None:
@@ -212,16 +231,25 @@ def flipped_rows(champion: pa.Table, challenger: pa.Table, flipped: np.ndarray) 
         # a score, a probability and a class, a multiclass job's a score and a forecast): null there.
         return table.column(column) if column in table.column_names else pa.nulls(table.num_rows, kind)
 
-    return pa.table({
-        "entity_id": mine.column("entity_id"),
-        "champion_version": mine.column("model_version"), "challenger_version": theirs.column("model_version"),
-        "champion_decision": mine.column("decision"), "challenger_decision": theirs.column("decision"),
-        "champion_score": side(mine, "score", pa.int16()), "challenger_score": side(theirs, "score", pa.int16()),
-        "champion_probability": side(mine, "probability", pa.float64()), "challenger_probability": side(theirs, "probability", pa.float64()),
-        "champion_reason_codes": mine.column("reason_codes"), "challenger_reason_codes": theirs.column("reason_codes"),
-        "champion_forecast": side(mine, "forecast", pa.float64()), "challenger_forecast": side(theirs, "forecast", pa.float64()),
-        "champion_class": side(mine, "predicted_class", pa.string()), "challenger_class": side(theirs, "predicted_class", pa.string()),
-    })
+    return pa.table(
+        {
+            "entity_id": mine.column("entity_id"),
+            "champion_version": mine.column("model_version"),
+            "challenger_version": theirs.column("model_version"),
+            "champion_decision": mine.column("decision"),
+            "challenger_decision": theirs.column("decision"),
+            "champion_score": side(mine, "score", pa.int16()),
+            "challenger_score": side(theirs, "score", pa.int16()),
+            "champion_probability": side(mine, "probability", pa.float64()),
+            "challenger_probability": side(theirs, "probability", pa.float64()),
+            "champion_reason_codes": mine.column("reason_codes"),
+            "challenger_reason_codes": theirs.column("reason_codes"),
+            "champion_forecast": side(mine, "forecast", pa.float64()),
+            "challenger_forecast": side(theirs, "forecast", pa.float64()),
+            "champion_class": side(mine, "predicted_class", pa.string()),
+            "challenger_class": side(theirs, "predicted_class", pa.string()),
+        }
+    )
 
 
 def _quantile(deltas: Counter[int], q: float) -> int:
@@ -243,20 +271,45 @@ def shadow_comparison_rows(
     flipped = compared - int(np.trace(rows)) if d else 0
     base = {"champion_version": champion_version, "challenger_version": challenger_version}
 
-    def row(section: str, champion_item: str, challenger_item: str, n: int, champion: float | None, challenger: float | None) -> dict:
-        return {**base, "section": section, "champion_item": champion_item, "challenger_item": challenger_item, "rows": int(n),
-                "champion_value": champion, "challenger_value": challenger}
+    def row(
+        section: str, champion_item: str, challenger_item: str, n: int, champion: float | None, challenger: float | None
+    ) -> dict:
+        return {
+            **base,
+            "section": section,
+            "champion_item": champion_item,
+            "challenger_item": challenger_item,
+            "rows": int(n),
+            "champion_value": champion,
+            "challenger_value": challenger,
+        }
 
     out = [
         row("summary", "rows_compared", "rows_compared", compared, None, 1.0 if compared else None),
         row("summary", "rows_flipped", "rows_flipped", flipped, None, flipped / compared if compared else None),
-        row("summary", "rows_failed", "rows_failed", acc.rows_failed, None, acc.rows_failed / rows_scored if rows_scored else None),
+        row(
+            "summary",
+            "rows_failed",
+            "rows_failed",
+            acc.rows_failed,
+            None,
+            acc.rows_failed / rows_scored if rows_scored else None,
+        ),
     ]
     k = len(acc.classes)
     class_rows = acc.class_rows.reshape(k, k)
     if acc.classes:
         changed = compared - int(np.trace(class_rows))
-        out.append(row("summary", "rows_class_changed", "rows_class_changed", changed, None, changed / compared if compared else None))
+        out.append(
+            row(
+                "summary",
+                "rows_class_changed",
+                "rows_class_changed",
+                changed,
+                None,
+                changed / compared if compared else None,
+            )
+        )
     if not compared:
         return out
     p_mine = acc.champion_estimate.reshape(d, d)
@@ -264,16 +317,24 @@ def shadow_comparison_rows(
     for i, mine in enumerate(acc.decisions):
         for j, theirs in enumerate(acc.decisions):
             if rows[i, j]:
-                out.append(row("crosstab", mine, theirs, rows[i, j], p_mine[i, j] / rows[i, j], p_theirs[i, j] / rows[i, j]))
+                out.append(
+                    row("crosstab", mine, theirs, rows[i, j], p_mine[i, j] / rows[i, j], p_theirs[i, j] / rows[i, j])
+                )
     by_mine, by_theirs = rows.sum(axis=1), rows.sum(axis=0)
     for i, decision in enumerate(acc.decisions):
         out.append(row("decision_mix", decision, decision, compared, by_mine[i] / compared, by_theirs[i] / compared))
     means = "mean_forecast" if acc.forecasts else "expected_accuracy" if acc.classes else "expected_event_rate"
     for i, decision in enumerate(acc.decisions):
-        out.append(row(
-            means, decision, decision, by_mine[i],
-            p_mine[i].sum() / by_mine[i] if by_mine[i] else None, p_theirs[:, i].sum() / by_theirs[i] if by_theirs[i] else None,
-        ))
+        out.append(
+            row(
+                means,
+                decision,
+                decision,
+                by_mine[i],
+                p_mine[i].sum() / by_mine[i] if by_mine[i] else None,
+                p_theirs[:, i].sum() / by_theirs[i] if by_theirs[i] else None,
+            )
+        )
     out.append(row(means, "all", "all", compared, p_mine.sum() / compared, p_theirs.sum() / compared))
     if acc.classes:
         mine_p, theirs_p = acc.class_champion_probability.reshape(k, k), acc.class_challenger_probability.reshape(k, k)
@@ -283,20 +344,37 @@ def shadow_comparison_rows(
                     n = class_rows[i, j]
                     out.append(row("class_crosstab", mine, theirs, n, mine_p[i, j] / n, theirs_p[i, j] / n))
         by_mine, by_theirs = class_rows.sum(axis=1), class_rows.sum(axis=0)
-        out += [row("class_mix", c, c, compared, by_mine[i] / compared, by_theirs[i] / compared) for i, c in enumerate(acc.classes)]
+        out += [
+            row("class_mix", c, c, compared, by_mine[i] / compared, by_theirs[i] / compared)
+            for i, c in enumerate(acc.classes)
+        ]
         return out
     quantiles = [(f"p{round(q * 100):02d}", q) for q in _DELTA_QUANTILES]
     if acc.forecasts:
-        out.append(row("mean_interval_width", "all", "all", compared, acc.champion_width / compared, acc.challenger_width / compared))
+        out.append(
+            row(
+                "mean_interval_width",
+                "all",
+                "all",
+                compared,
+                acc.champion_width / compared,
+                acc.challenger_width / compared,
+            )
+        )
         out.append(row("forecast_delta", "mean", "mean", compared, None, acc.forecast_delta_sum / compared))
         out.append(row("forecast_delta", "mean_abs", "mean_abs", compared, None, acc.forecast_delta_abs_sum / compared))
-        out += [row("forecast_delta", name, name, compared, None, _delta_of_key(_quantile(acc.forecast_deltas, q))) for name, q in quantiles]
+        out += [
+            row("forecast_delta", name, name, compared, None, _delta_of_key(_quantile(acc.forecast_deltas, q)))
+            for name, q in quantiles
+        ]
         return out
     deltas = acc.score_deltas
     total = sum(deltas.values())
     mean = sum(v * n for v, n in deltas.items()) / total
     out.append(row("score_delta", "mean", "mean", total, None, mean))
-    out.append(row("score_delta", "mean_abs", "mean_abs", total, None, sum(abs(v) * n for v, n in deltas.items()) / total))
+    out.append(
+        row("score_delta", "mean_abs", "mean_abs", total, None, sum(abs(v) * n for v, n in deltas.items()) / total)
+    )
     out += [row("score_delta", name, name, total, None, float(_quantile(deltas, q))) for name, q in quantiles]
     out += [row("score_delta_histogram", str(v), str(v), n, None, None) for v, n in sorted(deltas.items())]
     return out
@@ -307,7 +385,10 @@ def shadow_headline(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not rows:
         return None
     summary = {r["champion_item"]: r for r in rows if r["section"] == "summary"}
-    top = sorted((r for r in rows if r["section"] == "crosstab" and r["champion_item"] != r["challenger_item"]), key=lambda r: -r["rows"])
+    top = sorted(
+        (r for r in rows if r["section"] == "crosstab" and r["champion_item"] != r["challenger_item"]),
+        key=lambda r: -r["rows"],
+    )
     return {
         "challenger_version": rows[0]["challenger_version"],
         "rows_compared": summary["rows_compared"]["rows"],

@@ -41,8 +41,13 @@ COUNT_COLUMNS = ("rows", "probability_sum", "probability_sq_sum")
 SLICE_KEYS = ("slice_column", "slice_value", "decision", "score_band")
 _FLOOR = 1e-4
 SLICE_COUNT_SCHEMA = {
-    "slice_column": pl.String, "slice_value": pl.String, "decision": pl.String, "score_band": pl.Int16,
-    "rows": pl.Int64, "probability_sum": pl.Float64, "probability_sq_sum": pl.Float64,
+    "slice_column": pl.String,
+    "slice_value": pl.String,
+    "decision": pl.String,
+    "score_band": pl.Int16,
+    "rows": pl.Int64,
+    "probability_sum": pl.Float64,
+    "probability_sq_sum": pl.Float64,
 }
 
 
@@ -55,25 +60,35 @@ def chunk_slice_counts(
         return pl.DataFrame(schema=SLICE_COUNT_SCHEMA)
     band = np.minimum(np.asarray(score, dtype=np.int64) // 10, SCORE_BANDS - 1)
     # Rule and band in one small integer, so each column's count is one group-by on (value, key).
-    base = pl.DataFrame({
-        "key": (np.asarray(rule_index, dtype=np.int32) * SCORE_BANDS + band).astype(np.int32),
-        "p": np.asarray(probability, dtype=np.float64),
-    })
+    base = pl.DataFrame(
+        {
+            "key": (np.asarray(rule_index, dtype=np.int32) * SCORE_BANDS + band).astype(np.int32),
+            "p": np.asarray(probability, dtype=np.float64),
+        }
+    )
     parts = []
     for column in slices.columns:
         grouped = (
             base.with_columns(slices[column].cast(pl.String).fill_null(NULL_VALUE).alias("slice_value"))
-            .lazy().group_by("slice_value", "key")
-            .agg(pl.len().cast(pl.Int64).alias("rows"), pl.col("p").sum().alias("probability_sum"),
-                 (pl.col("p") * pl.col("p")).sum().alias("probability_sq_sum"))
+            .lazy()
+            .group_by("slice_value", "key")
+            .agg(
+                pl.len().cast(pl.Int64).alias("rows"),
+                pl.col("p").sum().alias("probability_sum"),
+                (pl.col("p") * pl.col("p")).sum().alias("probability_sq_sum"),
+            )
             .collect()
         )
         key = grouped["key"].to_numpy()
-        parts.append(grouped.select(
-            pl.lit(column).alias("slice_column"), "slice_value",
-            pl.Series("decision", rule_decisions[key // SCORE_BANDS], dtype=pl.String),
-            pl.Series("score_band", (key % SCORE_BANDS).astype(np.int16)), *COUNT_COLUMNS,
-        ))
+        parts.append(
+            grouped.select(
+                pl.lit(column).alias("slice_column"),
+                "slice_value",
+                pl.Series("decision", rule_decisions[key // SCORE_BANDS], dtype=pl.String),
+                pl.Series("score_band", (key % SCORE_BANDS).astype(np.int16)),
+                *COUNT_COLUMNS,
+            )
+        )
     # Rows of two rules of one decision stay apart here; `merged_slice_counts` adds them up once per run.
     # Copied out of the chunk's buffers (see decisions.prediction_groups): a run keeps every chunk's counts.
     return pl.from_arrow(pl.concat(parts).to_arrow())
@@ -99,14 +114,24 @@ def merged_slice_counts(parts: Sequence[pl.DataFrame], *, max_values: int) -> pl
     if not merged.height:
         return merged
     totals = merged.group_by("slice_column", "slice_value").agg(pl.col("rows").sum().alias("total"))
-    kept = totals.sort(["total", "slice_value"], descending=[True, False]).group_by("slice_column", maintain_order=True).head(max_values)
-    pooled = merged.join(kept.select("slice_column", "slice_value", pl.lit(True).alias("kept")), on=["slice_column", "slice_value"], how="left")
+    kept = (
+        totals.sort(["total", "slice_value"], descending=[True, False])
+        .group_by("slice_column", maintain_order=True)
+        .head(max_values)
+    )
+    pooled = merged.join(
+        kept.select("slice_column", "slice_value", pl.lit(True).alias("kept")),
+        on=["slice_column", "slice_value"],
+        how="left",
+    )
     pooled = pooled.with_columns(
         pl.when(pl.col("kept")).then(pl.col("slice_value")).otherwise(pl.lit(OTHER)).alias("slice_value")
     )
     return (
-        pooled.group_by(*SLICE_KEYS).agg(pl.col(c).sum() for c in COUNT_COLUMNS)
-        .sort(*SLICE_KEYS).cast(SLICE_COUNT_SCHEMA)
+        pooled.group_by(*SLICE_KEYS)
+        .agg(pl.col(c).sum() for c in COUNT_COLUMNS)
+        .sort(*SLICE_KEYS)
+        .cast(SLICE_COUNT_SCHEMA)
     )
 
 
@@ -166,7 +191,10 @@ def slice_monitoring_rows(
             return np.array([counts.get(k, 0) for k in order], dtype=np.float64)
 
         mix, base_mix = by(frame, "decision", decision_order), by(base, "decision", decision_order)
-        bands, base_bands = by(frame, "score_band", list(range(SCORE_BANDS))), by(base, "score_band", list(range(SCORE_BANDS)))
+        bands, base_bands = (
+            by(frame, "score_band", list(range(SCORE_BANDS))),
+            by(base, "score_band", list(range(SCORE_BANDS))),
+        )
         if bn:
             shares = mix / n - base_mix / bn
             largest = int(np.argmax(np.abs(shares)))
@@ -178,12 +206,32 @@ def slice_monitoring_rows(
             ]
             baselines = {"decision_mix": 0.0, "expected_event_rate": bs / bn, "score_psi": 0.0}
             for measure, value_, detail, p in measured:
-                rows.append({**key, "measure": measure, "value": value_, "baseline": baselines[measure],
-                             "detail": detail, "p_value": p})
+                rows.append(
+                    {
+                        **key,
+                        "measure": measure,
+                        "value": value_,
+                        "baseline": baselines[measure],
+                        "detail": detail,
+                        "p_value": p,
+                    }
+                )
         else:
-            for measure, value_ in (("decision_mix", float("nan")), ("expected_event_rate", s / n if n else float("nan")),
-                                    ("score_psi", float("nan"))):
-                rows.append({**key, "measure": measure, "value": value_, "baseline": None, "detail": None, "p_value": float("nan")})
+            for measure, value_ in (
+                ("decision_mix", float("nan")),
+                ("expected_event_rate", s / n if n else float("nan")),
+                ("score_psi", float("nan")),
+            ):
+                rows.append(
+                    {
+                        **key,
+                        "measure": measure,
+                        "value": value_,
+                        "baseline": None,
+                        "detail": None,
+                        "p_value": float("nan"),
+                    }
+                )
     tested = [i for i, r in enumerate(rows) if not math.isnan(r["p_value"])]
     q_values = _bh(np.array([rows[i]["p_value"] for i in tested]))
     for r in rows:
@@ -217,22 +265,40 @@ def monitored_slices(
     key = {"job": spec.name, "partition_date": partition_date}
     window = spec.monitoring.window_days
     if counts is None:
-        stored = pl.from_arrow(warehouse.monitoring_rows(SLICE_COUNTS.table, job=spec.name, first_date=partition_date, last_date=partition_date))
+        stored = pl.from_arrow(
+            warehouse.monitoring_rows(
+                SLICE_COUNTS.table, job=spec.name, first_date=partition_date, last_date=partition_date
+            )
+        )
         counts = stored.filter(pl.col("run_id") == run_id).select(*SLICE_KEYS, *COUNT_COLUMNS).cast(SLICE_COUNT_SCHEMA)
-    history = pl.from_arrow(warehouse.monitoring_rows(
-        SLICE_COUNTS.table, job=spec.name, first_date=partition_date - dt.timedelta(days=window),
-        last_date=partition_date - dt.timedelta(days=1),
-    ))
+    history = pl.from_arrow(
+        warehouse.monitoring_rows(
+            SLICE_COUNTS.table,
+            job=spec.name,
+            first_date=partition_date - dt.timedelta(days=window),
+            last_date=partition_date - dt.timedelta(days=1),
+        )
+    )
     baseline = (
-        history.group_by(*SLICE_KEYS).agg(pl.col(c).sum() for c in COUNT_COLUMNS) if history.height
+        history.group_by(*SLICE_KEYS).agg(pl.col(c).sum() for c in COUNT_COLUMNS)
+        if history.height
         else pl.DataFrame(schema=SLICE_COUNT_SCHEMA)
     )
     rows = slice_monitoring_rows(
-        counts, baseline, decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)), fdr=spec.monitoring.slice_fdr,
+        counts,
+        baseline,
+        decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)),
+        fdr=spec.monitoring.slice_fdr,
     )
-    stored_counts = counts.select(pl.lit(spec.name).alias("job"), pl.lit(partition_date).alias("partition_date"),
-                                  pl.lit(run_id).alias("run_id"), pl.all())
+    stored_counts = counts.select(
+        pl.lit(spec.name).alias("job"),
+        pl.lit(partition_date).alias("partition_date"),
+        pl.lit(run_id).alias("run_id"),
+        pl.all(),
+    )
     return {
         SLICE_COUNTS.table: stored_counts.select(SLICE_COUNTS.schema.names).to_arrow().cast(SLICE_COUNTS.schema),
-        SLICE_MONITORING.table: pa.Table.from_pylist([{**key, "run_id": run_id, **r} for r in rows], schema=SLICE_MONITORING.schema),
+        SLICE_MONITORING.table: pa.Table.from_pylist(
+            [{**key, "run_id": run_id, **r} for r in rows], schema=SLICE_MONITORING.schema
+        ),
     }

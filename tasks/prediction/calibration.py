@@ -156,17 +156,21 @@ def predict_fitted_calibrator(
     margins = np.asarray(margins, dtype=np.float64)
     outcomes = np.asarray(outcomes, dtype=np.float64)
     if margins.ndim != 1 or margins.shape != outcomes.shape or margins.size == 0:
-        raise ValueError(f"need held-out rows with one outcome each, got margins {margins.shape} and outcomes {outcomes.shape}")
+        raise ValueError(
+            f"need held-out rows with one outcome each, got margins {margins.shape} and outcomes {outcomes.shape}"
+        )
     if not np.isfinite(margins).all():
         raise ValueError(f"margins must be finite; {int((~np.isfinite(margins)).sum())} are not")
     if not np.isin(outcomes, (0.0, 1.0)).all():
-        raise ValueError(f"outcomes must be 0 or 1; got {np.unique(outcomes[~np.isin(outcomes, (0.0, 1.0))])[:5].tolist()}")
+        raise ValueError(
+            f"outcomes must be 0 or 1; got {np.unique(outcomes[~np.isin(outcomes, (0.0, 1.0))])[:5].tolist()}"
+        )
     if min_class_rows < 1 or bins < 1:
         raise ValueError(f"min_class_rows and bins must be at least 1, got {min_class_rows} and {bins}")
     order = np.argsort(margins, kind="stable")
     m, y = margins[order], outcomes[order]
     starts = _bin_starts(m, y, min_class_rows=min_class_rows, bins=bins)
-    bounds = list(zip(starts, [*starts[1:], m.size]))
+    bounds = list(zip(starts, [*starts[1:], m.size], strict=True))
     # [margin sum, events, rows, first row, end row] per bin, pooled where posterior means fall.
     pooled: list[list[float]] = []
     for s, e in bounds:
@@ -179,8 +183,8 @@ def predict_fitted_calibrator(
     centers, events, totals = sums[:, 0] / sums[:, 2], sums[:, 1], sums[:, 2]
     first_row, end_row = sums[:, 3].astype(int), sums[:, 4].astype(int)
     rates = (events + 0.5) / (totals + 1.0)
-    lower = _LogisticFit.of(m[first_row[0]:end_row[0]], y[first_row[0]:end_row[0]], rates[0])
-    upper = _LogisticFit.of(m[first_row[-1]:end_row[-1]], y[first_row[-1]:end_row[-1]], rates[-1])
+    lower = _LogisticFit.of(m[first_row[0] : end_row[0]], y[first_row[0] : end_row[0]], rates[0])
+    upper = _LogisticFit.of(m[first_row[-1] : end_row[-1]], y[first_row[-1] : end_row[-1]], rates[-1])
     # The outer knots sit where their bin's own logistic reaches the bin's rate, not at its mean
     # margin: an outer bin that had to reach far inward for enough of the rarer outcome mixes rows of
     # very different risk, and its mean margin would place its rate far from where that risk is.
@@ -189,12 +193,21 @@ def predict_fitted_calibrator(
     if centers.size == 1:
         centers[0] = np.clip(upper.reaching(rates[0]), m[0], m[-1])
     else:
-        centers[0] = np.clip(lower.reaching(rates[0]), m[0], min(m[end_row[0] - 1], means[0] + (means[1] - means[0]) / 3))
-        centers[-1] = np.clip(upper.reaching(rates[-1]), max(m[first_row[-1]], means[-1] - (means[-1] - means[-2]) / 3), m[-1])
+        centers[0] = np.clip(
+            lower.reaching(rates[0]), m[0], min(m[end_row[0] - 1], means[0] + (means[1] - means[0]) / 3)
+        )
+        centers[-1] = np.clip(
+            upper.reaching(rates[-1]), max(m[first_row[-1]], means[-1] - (means[-1] - means[-2]) / 3), m[-1]
+        )
     return BinnedBetaCalibrator(
-        method=METHOD, centers=centers, events=events, totals=totals,
-        margin_low=m[first_row], margin_high=m[end_row - 1],
-        lower_tail=lower.tail_at(centers[0]), upper_tail=upper.tail_at(centers[-1]),
+        method=METHOD,
+        centers=centers,
+        events=events,
+        totals=totals,
+        margin_low=m[first_row],
+        margin_high=m[end_row - 1],
+        lower_tail=lower.tail_at(centers[0]),
+        upper_tail=upper.tail_at(centers[-1]),
         min_class_rows=min_class_rows,
     )
 
@@ -219,7 +232,7 @@ def _bin_starts(m: np.ndarray, y: np.ndarray, *, min_class_rows: int, bins: int)
     end = n
     while end > 0:
         needed = min(last_start(events, end, min_class_rows), last_start(nonevents, end, min_class_rows))
-        quota = max(last_start(c, end, q) for c, q in zip((rows, events, nonevents), quotas))
+        quota = max(last_start(c, end, q) for c, q in zip((rows, events, nonevents), quotas, strict=True))
         start = min(needed, quota)
         if start <= 0:
             # The rows below cannot make a bin of their own: they join the lowest bin so far.
@@ -258,7 +271,9 @@ class _LogisticFit:
         theta = _posterior_mode(x, outcome, prior_mean, prior_precision, free=np.array([True, True]))
         if theta[1] < 0:
             # A falling fit: the map stays monotone, so the slope is held at 0 and only α is refitted.
-            theta = _posterior_mode(x, outcome, np.array([prior_mean[0], 0.0]), prior_precision, free=np.array([True, False]))
+            theta = _posterior_mode(
+                x, outcome, np.array([prior_mean[0], 0.0]), prior_precision, free=np.array([True, False])
+            )
         p = special.expit(x @ theta)
         hessian = (x * (p * (1.0 - p))[:, None]).T @ x + prior_precision
         return cls(center=center, intercept=float(theta[0]), slope=float(theta[1]), covariance=np.linalg.inv(hessian))
@@ -267,19 +282,24 @@ class _LogisticFit:
         """The margin where the fit reaches `rate` (its rows' mean margin when the fit is flat)."""
         from scipy import special
 
-        return self.center + (float(special.logit(rate)) - self.intercept) / self.slope if self.slope > 0 else self.center
+        return (
+            self.center + (float(special.logit(rate)) - self.intercept) / self.slope if self.slope > 0 else self.center
+        )
 
     def tail_at(self, anchor: float) -> LogisticTail:
         shift = anchor - self.center
         s = self.covariance
         return LogisticTail(
-            slope=self.slope, slope_variance=float(s[1, 1]),
+            slope=self.slope,
+            slope_variance=float(s[1, 1]),
             anchor_variance=float(s[0, 0] + 2.0 * shift * s[0, 1] + shift**2 * s[1, 1]),
             covariance=float(s[0, 1] + shift * s[1, 1]),
         )
 
 
-def _posterior_mode(x: np.ndarray, y: np.ndarray, start: np.ndarray, prior_precision: np.ndarray, *, free: np.ndarray) -> np.ndarray:
+def _posterior_mode(
+    x: np.ndarray, y: np.ndarray, start: np.ndarray, prior_precision: np.ndarray, *, free: np.ndarray
+) -> np.ndarray:
     """Mode of a logistic regression's log posterior (Normal prior centred on `start`) over the `free`
     coefficients: Newton steps, halved until the posterior rises, since a full step can overshoot."""
     from scipy import special
@@ -353,8 +373,14 @@ def predict_calibrator_from_metadata(calibration: dict[str, Any]) -> BinnedBetaC
     if not isinstance(min_class_rows, int) or isinstance(min_class_rows, bool) or min_class_rows < 1:
         raise ValueError(f"'min_class_rows' must be a positive integer, got {min_class_rows!r}")
     return BinnedBetaCalibrator(
-        method=method, centers=centers, events=events, totals=totals, margin_low=low, margin_high=high,
-        lower_tail=_tail(calibration, "lower_tail"), upper_tail=_tail(calibration, "upper_tail"),
+        method=method,
+        centers=centers,
+        events=events,
+        totals=totals,
+        margin_low=low,
+        margin_high=high,
+        lower_tail=_tail(calibration, "lower_tail"),
+        upper_tail=_tail(calibration, "upper_tail"),
         min_class_rows=min_class_rows,
     )
 
@@ -403,7 +429,9 @@ class ProbabilityMap:
         self._calibrator = calibrator
         self._x = calibrator.centers
         self._mean, self._low, self._high = calibrator.knots(level)
-        self._logit_knots = tuple(special.logit(np.clip(k, _TINY, 1.0 - _TINY)) for k in (self._mean, self._low, self._high))
+        self._logit_knots = tuple(
+            special.logit(np.clip(k, _TINY, 1.0 - _TINY)) for k in (self._mean, self._low, self._high)
+        )
 
     def predict_calibrated_probability(self, margins: np.ndarray) -> CalibratedProbability:
         from scipy import special
@@ -420,7 +448,9 @@ class ProbabilityMap:
         for at, tail, outward in ((0, cal.lower_tail, -1.0), (-1, cal.upper_tail, 1.0)):
             rows = np.flatnonzero(outward * (margins - self._x[at]) > 0)
             if rows.size:
-                probability[rows], low[rows], high[rows] = self._tail(np.abs(margins[rows] - self._x[at]), tail, outward, at)
+                probability[rows], low[rows], high[rows] = self._tail(
+                    np.abs(margins[rows] - self._x[at]), tail, outward, at
+                )
         return CalibratedProbability(probability=probability, low=low, high=high)
 
     def _tail(self, distance: np.ndarray, tail: LogisticTail, outward: float, at: int) -> tuple[np.ndarray, ...]:
@@ -446,7 +476,9 @@ class ProbabilityMap:
         return mean, np.minimum(low, mean), np.maximum(high, mean)
 
 
-def _held_rise(distance: np.ndarray, slope: float, pull: float, v0: float, covariance: float, slope_variance: float) -> np.ndarray:
+def _held_rise(
+    distance: np.ndarray, slope: float, pull: float, v0: float, covariance: float, slope_variance: float
+) -> np.ndarray:
     """slope·e − pull·√V(e), V(e) = v0 + 2e·covariance + e²·slope_variance, at min(e, its maximiser).
 
     The function is concave (√V is convex), so holding it at its maximum keeps it non-decreasing."""

@@ -64,15 +64,26 @@ def predict_calibration_report(
         mean_p = float(probability[idx].mean())
         lo, hi = float(low[idx].mean()), float(high[idx].mean())
         ece += idx.size / probability.size * abs(mean_p - observed)
-        rows.append({
-            "rows": int(idx.size), "mean_probability": mean_p, "observed_rate": observed,
-            "interval_low": lo, "interval_high": hi, "checked": bool(idx.size >= min_rows),
-            "covered": bool(lo <= observed <= hi),
-        })
+        rows.append(
+            {
+                "rows": int(idx.size),
+                "mean_probability": mean_p,
+                "observed_rate": observed,
+                "interval_low": lo,
+                "interval_high": hi,
+                "checked": bool(idx.size >= min_rows),
+                "covered": bool(lo <= observed <= hi),
+            }
+        )
     checked = [r for r in rows if r["checked"]]
     return CalibrationReport(
-        rows=int(probability.size), events=int(outcome.sum()), ece=float(ece), interval_level=interval_level,
-        bins_checked=len(checked), bins_covered=sum(r["covered"] for r in checked), bins=rows,
+        rows=int(probability.size),
+        events=int(outcome.sum()),
+        ece=float(ece),
+        interval_level=interval_level,
+        bins_checked=len(checked),
+        bins_covered=sum(r["covered"] for r in checked),
+        bins=rows,
     )
 
 
@@ -126,8 +137,14 @@ def predict_calibration_quality(
     )
     saturation = _saturation_warning(probability_map, margins, outcomes, level)
     return CalibrationQuality(
-        method=table.method, interval_level=level, rows=int(margins.size), events=int(outcomes.sum()), ece=float(ece),
-        table=table.bins, reachable_low=table.reachable_low, reachable_high=table.reachable_high,
+        method=table.method,
+        interval_level=level,
+        rows=int(margins.size),
+        events=int(outcomes.sum()),
+        ece=float(ece),
+        table=table.bins,
+        reachable_low=table.reachable_low,
+        reachable_high=table.reachable_high,
         warnings=[*table.warnings, *([saturation] if saturation else [])],
     )
 
@@ -145,18 +162,27 @@ def _table(calibrator: BinnedBetaCalibrator, level: float) -> CalibrationTable:
     k = centers.size
     bins = [
         {
-            "bin": i + 1, "rows": int(calibrator.totals[i]), "events": int(calibrator.events[i]),
+            "bin": i + 1,
+            "rows": int(calibrator.totals[i]),
+            "events": int(calibrator.events[i]),
             "observed_rate": float(calibrator.events[i] / calibrator.totals[i]),
-            "margin_low": float(margin_low[i]), "margin_high": float(margin_high[i]),
-            "probability_from": float(at.probability[i]), "probability_to": float(at.probability[k + i]),
-            "interval_low": float(at.low[i]), "interval_high": float(at.high[k + i]),
+            "margin_low": float(margin_low[i]),
+            "margin_high": float(margin_high[i]),
+            "probability_from": float(at.probability[i]),
+            "probability_to": float(at.probability[k + i]),
+            "interval_low": float(at.low[i]),
+            "interval_high": float(at.high[k + i]),
         }
         for i in range(k)
     ]
     reachable_low, reachable_high = calibrator.reachable_range()
     return CalibrationTable(
-        method=calibrator.method, interval_level=level, bins=bins, reachable_low=reachable_low,
-        reachable_high=reachable_high, warnings=_count_warnings(calibrator),
+        method=calibrator.method,
+        interval_level=level,
+        bins=bins,
+        reachable_low=reachable_low,
+        reachable_high=reachable_high,
+        warnings=_count_warnings(calibrator),
     )
 
 
@@ -186,7 +212,9 @@ def _count_warnings(calibrator: BinnedBetaCalibrator) -> list[str]:
     return warnings
 
 
-def _saturation_warning(probability_map: ProbabilityMap, margins: np.ndarray, outcomes: np.ndarray, level: float) -> str | None:
+def _saturation_warning(
+    probability_map: ProbabilityMap, margins: np.ndarray, outcomes: np.ndarray, level: float
+) -> str | None:
     """A sentence when the top margins' observed rate is credibly above every probability the map gives them."""
     from scipy import stats  # ~0.9 s to import; only a model's calibration check needs it
 
@@ -202,9 +230,12 @@ def _saturation_warning(probability_map: ProbabilityMap, margins: np.ndarray, ou
         highest = float(probability_map.predict_calibrated_probability(margins[top[:1]]).probability[0])
         gap = float(observed_low) - highest
         if gap > 0 and (worst is None or gap > worst[0]):
-            worst = (gap, (
-                f"The top {share:.0%} of margins ({n:,} rows, margin ≥ {margins[top[-1]]:.3g}) had {k:,} events "
-                f"({k / n:.1%}, {level:.0%} interval {observed_low:.1%}–{observed_high:.1%}), but the map gives "
-                f"those rows at most {highest:.3f}: the probability saturates below the observed rate."
-            ))
+            worst = (
+                gap,
+                (
+                    f"The top {share:.0%} of margins ({n:,} rows, margin ≥ {margins[top[-1]]:.3g}) had {k:,} events "
+                    f"({k / n:.1%}, {level:.0%} interval {observed_low:.1%}–{observed_high:.1%}), but the map gives "
+                    f"those rows at most {highest:.3f}: the probability saturates below the observed rate."
+                ),
+            )
     return worst[1] if worst else None

@@ -20,7 +20,9 @@ def predict_class_label_text(labels: pl.Series) -> pl.Series:
         return labels.cast(pl.String).str.to_lowercase()
     if dtype.is_float():
         whole = labels.is_not_null() & labels.is_finite() & (labels == labels.round(0))
-        as_int = pl.when(whole).then(labels.cast(pl.Int64, strict=False).cast(pl.String)).otherwise(labels.cast(pl.String))
+        as_int = (
+            pl.when(whole).then(labels.cast(pl.Int64, strict=False).cast(pl.String)).otherwise(labels.cast(pl.String))
+        )
         return pl.select(as_int.alias(labels.name)).to_series()
     return labels.cast(pl.String)
 
@@ -51,7 +53,11 @@ class BinaryLabels:
 
 
 def predict_binary_label_events(
-    labels: pl.Series, *, positive: str | None, negative: str | None = None, flag: bool = True,
+    labels: pl.Series,
+    *,
+    positive: str | None,
+    negative: str | None = None,
+    flag: bool = True,
 ) -> BinaryLabels:
     """`labels` as 1 (the event) / 0 / null. Without `positive`: booleans (true is the event) or 0/1, and two other
     values are a problem naming them and the `--positive` to add (`flag`; else the spec's monitoring.labels.positive),
@@ -62,7 +68,9 @@ def predict_binary_label_events(
     if positive is None:
         if labels.dtype == pl.Boolean:
             return BinaryLabels(labels.cast(pl.Int8))
-        numbers = labels.cast(pl.Float64, strict=False) if labels.dtype.is_numeric() or labels.dtype == pl.String else None
+        numbers = (
+            labels.cast(pl.Float64, strict=False) if labels.dtype.is_numeric() or labels.dtype == pl.String else None
+        )
         zero_one = None if numbers is None else numbers.is_in([0.0, 1.0]).fill_null(False)
         if numbers is not None and zero_one is not None and int(zero_one.sum()) == present.len():
             return BinaryLabels(numbers.cast(pl.Int8))
@@ -74,38 +82,49 @@ def predict_binary_label_events(
             other = found[1 - found.index(likely)]
             shown = sorted(present.unique().to_list()) if labels.dtype.is_numeric() else found
             said = (
-                f"with --positive {shlex.quote(likely)} (or --positive {shlex.quote(other)})" if flag
+                f"with --positive {shlex.quote(likely)} (or --positive {shlex.quote(other)})"
+                if flag
                 else f"as positive: {json.dumps(likely)} (or {json.dumps(other)}) under "
-                    "monitoring.labels in the job spec"
+                "monitoring.labels in the job spec"
             )
             return BinaryLabels(None, f"has values {shown}: say which is the event {said}", suggested=likely)
         wrong = present if zero_one is None else labels.filter(labels.is_not_null() & ~zero_one)
-        return BinaryLabels(None, (
-            f"must be 1 (the event) or 0 (or true/false); {wrong.len():,} row(s) are not, e.g. "
-            f"{sorted(wrong.unique().head(5).to_list())}"
-        ))
+        return BinaryLabels(
+            None,
+            (
+                f"must be 1 (the event) or 0 (or true/false); {wrong.len():,} row(s) are not, e.g. "
+                f"{sorted(wrong.unique().head(5).to_list())}"
+            ),
+        )
     text = predict_class_label_text(labels)
     event = positive.lower() if labels.dtype == pl.Boolean and positive.lower() in ("true", "false") else positive
     values = sorted(set(text.drop_nulls().to_list()))
     others = [v for v in values if v != event]
     quoted = (
         "; YAML reads an unquoted yes/no/on/off as true/false: quote the value in the spec"
-        if event in ("true", "false") and labels.dtype != pl.Boolean else ""
+        if event in ("true", "false") and labels.dtype != pl.Boolean
+        else ""
     )
     if negative is None and len(others) > 1:
         what = (
-            f"none of them the event {event!r} (compared exactly, as text)" if event not in values
+            f"none of them the event {event!r} (compared exactly, as text)"
+            if event not in values
             else f"but besides the event {event!r} one other value is read as 0, and a third is "
-                "refused rather than read as 0"
+            "refused rather than read as 0"
         )
         return BinaryLabels(None, f"has values {values}, {what}{quoted}")
     unexpected = [v for v in others if v != negative] if negative is not None else []
     if unexpected:
         rows = int(text.is_in(unexpected).sum())
-        return BinaryLabels(None, (
-            f"holds {unexpected[:5]} on {rows:,} row(s), neither the event {event!r} nor {negative!r}: a label "
-            f"the job does not know is refused, not read as 0{quoted}"
-        ))
-    return BinaryLabels(pl.select(
-        pl.when(text.is_null()).then(None).otherwise((text == event).cast(pl.Int8)).alias(labels.name)
-    ).to_series())
+        return BinaryLabels(
+            None,
+            (
+                f"holds {unexpected[:5]} on {rows:,} row(s), neither the event {event!r} nor {negative!r}: a label "
+                f"the job does not know is refused, not read as 0{quoted}"
+            ),
+        )
+    return BinaryLabels(
+        pl.select(
+            pl.when(text.is_null()).then(None).otherwise((text == event).cast(pl.Int8)).alias(labels.name)
+        ).to_series()
+    )

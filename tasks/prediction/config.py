@@ -44,9 +44,12 @@ class TargetConfig(_Strict):
         ),
     )
     name: str = Field(
-        default="", description="What is forecast or classified, in the job's words (e.g. `units sold`, `fault type`); forecast and multiclass jobs."
+        default="",
+        description="What is forecast or classified, in the job's words (e.g. `units sold`, `fault type`); forecast and multiclass jobs.",
     )
-    unit: str = Field(default="", description="The forecast's unit as pages print it (e.g. `units`, `EUR`); forecast jobs only.")
+    unit: str = Field(
+        default="", description="The forecast's unit as pages print it (e.g. `units`, `EUR`); forecast jobs only."
+    )
     classes: list[str] = Field(
         default_factory=list,
         description=(
@@ -67,12 +70,18 @@ class TargetConfig(_Strict):
     def _classes_of_the_kind(self) -> TargetConfig:
         if self.kind != "multiclass":
             if self.classes:
-                raise ValueError(f"classes are given, but target.kind is {self.kind}: only a multiclass job names classes")
+                raise ValueError(
+                    f"classes are given, but target.kind is {self.kind}: only a multiclass job names classes"
+                )
             return self
         if len(self.classes) < 3:
             raise ValueError(
                 f"a multiclass job names at least 3 classes, got {self.classes}"
-                + ("; two classes are a binary job (target.kind: binary, outcome 1 for the event)" if len(self.classes) == 2 else "")
+                + (
+                    "; two classes are a binary job (target.kind: binary, outcome 1 for the event)"
+                    if len(self.classes) == 2
+                    else ""
+                )
             )
         repeated = sorted({c for c in self.classes if self.classes.count(c) > 1})
         if repeated:
@@ -97,14 +106,15 @@ class ScoreConfig(_Strict):
     base_probability: float = Field(gt=0, lt=1, description="Probability that maps to score 50.")
     points_to_double_odds: float = Field(gt=0, description="Score points per doubling of the odds.")
     name: str = Field(
-        default="score", min_length=1,
+        default="score",
+        min_length=1,
         description="What pages, artifacts and the model card call the score, in the job's words (`risk score`, `propensity score`).",
     )
     higher: str = Field(
         default="",
         description=(
             "What a higher score means, in the job's words (`riskier`, `more likely to buy`); pages print "
-            "\"higher: <this>\". Empty: \"more likely: <prediction.event>\"."
+            '"higher: <this>". Empty: "more likely: <prediction.event>".'
         ),
     )
 
@@ -112,7 +122,10 @@ class ScoreConfig(_Strict):
 class DecisionWords(_Strict):
     """How the job speaks of one decision: its plain name, and whether it is an action taken on the entity."""
 
-    label: str = Field(default="", description="The decision's plain name on pages and in the card (`Contact the customer`); empty: the decision itself.")
+    label: str = Field(
+        default="",
+        description="The decision's plain name on pages and in the card (`Contact the customer`); empty: the decision itself.",
+    )
     action: bool = Field(
         default=False,
         description=(
@@ -164,7 +177,12 @@ class ThresholdRule(_Strict):
         }
         if bad:
             raise ValueError(f"thresholds outside 0..1 (probabilities) or 0..100 (score): {bad}")
-        infinite = {f"{name}.{op}": t for name, comparisons in value.items() for op, t in comparisons.items() if t != t or abs(t) == float("inf")}
+        infinite = {
+            f"{name}.{op}": t
+            for name, comparisons in value.items()
+            for op, t in comparisons.items()
+            if t != t or abs(t) == float("inf")
+        }
         if infinite:
             raise ValueError(f"thresholds must be finite numbers: {infinite}")
         return value
@@ -213,7 +231,8 @@ class ReasonCode(_Strict):
 
     code: str
     label: str = Field(
-        default="", description="The feature's plain name on pages and in the card (`Annual km`); empty: one made from the column name."
+        default="",
+        description="The feature's plain name on pages and in the card (`Annual km`); empty: one made from the column name.",
     )
     text: str = Field(description="Default text: missing value, or a value no variant below covers.")
     by_band: ReasonBands | None = None
@@ -224,7 +243,9 @@ class ReasonCode(_Strict):
     @classmethod
     def _text_not_a_yaml_boolean(cls, value: object) -> object:
         if isinstance(value, bool):
-            raise ValueError(f"is {value!r}: YAML reads an unquoted yes/no/on/off/true/false as a boolean; put the text in quotes")
+            raise ValueError(
+                f"is {value!r}: YAML reads an unquoted yes/no/on/off/true/false as a boolean; put the text in quotes"
+            )
         return value
 
     @field_validator("by_value", mode="before")
@@ -234,7 +255,9 @@ class ReasonCode(_Strict):
             return value
         for key, text in value.items():
             if isinstance(text, bool):
-                raise ValueError(f"text of {key!r} is {text!r}: YAML reads an unquoted yes/no/on/off as a boolean; put the text in quotes")
+                raise ValueError(
+                    f"text of {key!r} is {text!r}: YAML reads an unquoted yes/no/on/off as a boolean; put the text in quotes"
+                )
         keys = [_value_key(k) for k in value]
         repeated = sorted({k for k in keys if keys.count(k) > 1})
         if repeated:
@@ -258,28 +281,39 @@ class ReasonConfig(_Strict):
     top_k: int = Field(default=3, ge=1, le=10)
     for_decisions: list[str] = Field(description="Decisions whose rows get reason codes.")
     no_reason_code: str | None = Field(
-        default=None, validation_alias=AliasChoices("no_reason_code", "no_adverse_code"),
+        default=None,
+        validation_alias=AliasChoices("no_reason_code", "no_adverse_code"),
         description=(
             "Code given when no feature pushes toward the event or the class (binary and multiclass jobs; forecast jobs name "
             "features up and down). `no_reason_code` is read as this."
         ),
     )
     no_reason_text: str | None = Field(
-        default=None, validation_alias=AliasChoices("no_reason_text", "no_adverse_text"), description="Its text; `no_adverse_text` is read as this."
+        default=None,
+        validation_alias=AliasChoices("no_reason_text", "no_adverse_text"),
+        description="Its text; `no_adverse_text` is read as this.",
     )
     codes: dict[str, ReasonCode] = Field(description="Model feature → business reason.")
 
 
 class PredictionConfig(_Strict):
-    event: str | None = Field(default=None, description="Binary jobs: the event the probability is about, in the job's words (`buys within 30 days`).")
+    event: str | None = Field(
+        default=None,
+        description="Binary jobs: the event the probability is about, in the job's words (`buys within 30 days`).",
+    )
     interval_level: float = Field(
-        default=0.90, gt=0, lt=1,
+        default=0.90,
+        gt=0,
+        lt=1,
         description="Binary jobs: credibility of the event rate's interval; forecast jobs: coverage of the conformal prediction interval.",
     )
-    score: ScoreConfig | None = Field(default=None, description="Binary jobs: the score scale; forecast jobs have none.")
+    score: ScoreConfig | None = Field(
+        default=None, description="Binary jobs: the score scale; forecast jobs have none."
+    )
     rules: list[ThresholdRule] = Field(min_length=1)
     decisions: dict[str, DecisionWords] = Field(
-        default_factory=dict, description="Decision (as the rules make it) → its plain name and whether it is an action; optional."
+        default_factory=dict,
+        description="Decision (as the rules make it) → its plain name and whether it is an action; optional.",
     )
     reasons: ReasonConfig
 
@@ -325,7 +359,8 @@ class PredictionConfig(_Strict):
         tests the margin, or the rules test probabilities without a score scale."""
         tested = predict_rule_fields(self.rules)
         return (
-            any(r.classes for r in self.rules) or "margin" in tested
+            any(r.classes for r in self.rules)
+            or "margin" in tested
             or (self.score is None and bool(tested) and tested <= set(CLASS_FIELDS))
         )
 

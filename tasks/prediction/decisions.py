@@ -88,7 +88,15 @@ class RuleDecisions:
 
 def predict_probability_cutoffs(rules: Sequence[Rule]) -> list[float]:
     """Every probability (or forecast) value a rule compares against: the cut-offs an interval can straddle."""
-    return sorted({v for r in rules for f, cmp in r.when.items() if f in (*_PROBABILITY_FIELDS, *FORECAST_FIELDS) for v in cmp.values()})
+    return sorted(
+        {
+            v
+            for r in rules
+            for f, cmp in r.when.items()
+            if f in (*_PROBABILITY_FIELDS, *FORECAST_FIELDS)
+            for v in cmp.values()
+        }
+    )
 
 
 def predict_rule_fields(rules: Sequence[Rule]) -> set[str]:
@@ -147,9 +155,13 @@ def predict_rule_decisions(values: dict[str, np.ndarray], rules: Sequence[Rule])
         rule_index[matched == 0] = len(rules) - 1
         matched[matched == 0] = 1
     if (matched != 1).any():
-        raise AssertionError(f"{int((matched != 1).sum())} rows matched no rule or several, although the rule table was proven exact")
+        raise AssertionError(
+            f"{int((matched != 1).sum())} rows matched no rule or several, although the rule table was proven exact"
+        )
     low, high = ("forecast_low", "forecast_high") if "forecast" in values else ("probability_low", "probability_high")
-    straddling = predict_straddling(values[low], values[high], predict_probability_cutoffs(rules), none=np.zeros(n, dtype=bool))
+    straddling = predict_straddling(
+        values[low], values[high], predict_probability_cutoffs(rules), none=np.zeros(n, dtype=bool)
+    )
     return RuleDecisions(decision=decision, rule_id=rule_id, straddling=straddling, rule_index=rule_index)
 
 
@@ -179,7 +191,9 @@ def _forecast_grid(rules: Sequence[Rule]) -> list[float]:
 
 def _point(values: dict[str, np.ndarray], i: int) -> str:
     if "class" in values:
-        return f"class={values['class'][i]}, " + ", ".join(f"{k}={values[k][i]:.4g}" for k in ("probability_low", "probability", "probability_high", "margin"))
+        return f"class={values['class'][i]}, " + ", ".join(
+            f"{k}={values[k][i]:.4g}" for k in ("probability_low", "probability", "probability_high", "margin")
+        )
     names = FORECAST_FIELDS if "forecast" in values else ("probability_low", "probability", "probability_high", "score")
     return ", ".join(f"{k}={values[k][i]:.4g}" for k in names)
 
@@ -191,7 +205,13 @@ def predict_rule_table_problems(rules: Sequence[Rule], score: ScoreScale | None)
     grid = _forecast_grid(rules) if score is None else _grid(rules, score)
     triples = np.array([t for t in itertools.combinations_with_replacement(grid, 3)])
     if score is None:
-        values = dict(zip(("forecast_low", "forecast", "forecast_high"), (triples[:, 0], triples[:, 1], triples[:, 2]), strict=True))
+        values = dict(
+            zip(
+                ("forecast_low", "forecast", "forecast_high"),
+                (triples[:, 0], triples[:, 1], triples[:, 2]),
+                strict=True,
+            )
+        )
     else:
         values = {
             "probability_low": triples[:, 0],
@@ -208,7 +228,12 @@ def _class_grid(rules: Sequence[Rule], classes: Sequence[str]) -> dict[str, np.n
     class's probability p is at least 1/K, and the runner-up's lies between the largest share of the other
     K − 1 classes, (1 − p)/(K − 1), and min(p, 1 − p), so the margin lies in [max(0, 2p − 1), p − (1 − p)/(K − 1)]."""
     k = len(classes)
-    cuts = {0.0, 1.0, 1.0 / k, *(v for r in rules for f, cmp in r.when.items() if f in _PROBABILITY_FIELDS for v in cmp.values())}
+    cuts = {
+        0.0,
+        1.0,
+        1.0 / k,
+        *(v for r in rules for f, cmp in r.when.items() if f in _PROBABILITY_FIELDS for v in cmp.values()),
+    }
     ordered = sorted(c for c in cuts if 0.0 <= c <= 1.0)
     grid = sorted({*ordered, *((a + b) / 2 for a, b in itertools.pairwise(ordered))})
     margin_cuts = sorted({0.0, 1.0, *(v for r in rules for v in r.when.get("margin", {}).values())})
@@ -222,7 +247,9 @@ def _class_grid(rules: Sequence[Rule], classes: Sequence[str]) -> dict[str, np.n
     n = p.size
     return {
         "class": np.repeat(np.array(classes, dtype=object), n),
-        "probability_low": np.tile(low, k), "probability": np.tile(p, k), "probability_high": np.tile(high, k),
+        "probability_low": np.tile(low, k),
+        "probability": np.tile(p, k),
+        "probability_high": np.tile(high, k),
         "margin": np.tile(margin, k),
     }
 
@@ -233,7 +260,9 @@ def predict_class_rule_table_problems(rules: Sequence[Rule], classes: Sequence[s
     and classes the rules name that the job does not have."""
     unknown = [
         f"prediction.rules[{i}] ({r.id}) when.class names {c!r}, which is not one of target.classes {list(classes)}"
-        for i, r in enumerate(rules) for c in _classes(r) if c not in classes
+        for i, r in enumerate(rules)
+        for c in _classes(r)
+        if c not in classes
     ]
     if unknown:
         return unknown

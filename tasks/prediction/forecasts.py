@@ -75,10 +75,14 @@ class ForecastMap:
         self.sigma_floor = float(interval["sigma_floor"])
         if "bin_alphas" in interval:
             self.bin_edges = np.asarray(interval["bin_edges"], dtype=np.float64)
-            self.quantiles = np.array([predict_conformal_quantile(np.asarray(a, dtype=np.float64), level) for a in interval["bin_alphas"]])
+            self.quantiles = np.array(
+                [predict_conformal_quantile(np.asarray(a, dtype=np.float64), level) for a in interval["bin_alphas"]]
+            )
         else:
             self.bin_edges = np.empty(0)
-            self.quantiles = np.array([predict_conformal_quantile(np.asarray(interval["alphas"], dtype=np.float64), level)])
+            self.quantiles = np.array(
+                [predict_conformal_quantile(np.asarray(interval["alphas"], dtype=np.float64), level)]
+            )
         if self.quantiles.size != self.bin_edges.size + 1:
             raise ValueError(f"interval has {self.bin_edges.size} bin edges but {self.quantiles.size} lists of scores")
         self.nonnegative = nonnegative

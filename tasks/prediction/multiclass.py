@@ -138,7 +138,9 @@ def predict_fitted_multiclass_calibrator(
     missing = [classes[i] for i in np.flatnonzero(counts == 0)]
     if missing:
         names = ", ".join(repr(m) for m in missing)
-        raise ValueError(f"the hold-out has no row of class {names}, so its probability cannot be calibrated; every class needs hold-out rows")
+        raise ValueError(
+            f"the hold-out has no row of class {names}, so its probability cannot be calibrated; every class needs hold-out rows"
+        )
     logp = _log_softmax(z)
     folds = _folds(y, k)
     uncalibrated = float(-np.mean(logp[np.arange(y.size), y]))
@@ -155,10 +157,16 @@ def predict_fitted_multiclass_calibrator(
     p = _softmax(logp * scale + bias)
     edges, rows, hits = _interval_bins(p, y)
     return MulticlassCalibrator(
-        classes=classes, method=method, temperature=1.0 / beta, scale=scale, bias=bias,
+        classes=classes,
+        method=method,
+        temperature=1.0 / beta,
+        scale=scale,
+        bias=bias,
         class_rows=tuple(int(c) for c in counts),
         cv_log_loss={"uncalibrated": uncalibrated, TEMPERATURE: cv_temperature, VECTOR: cv_vector},
-        bin_edges=edges, bin_rows=rows, bin_hits=hits,
+        bin_edges=edges,
+        bin_rows=rows,
+        bin_hits=hits,
     )
 
 
@@ -174,7 +182,12 @@ def predict_multiclass_calibrator_from_metadata(calibration: dict[str, Any]) -> 
         raise ValueError(f"calibration key 'classes' must be a list of at least 2 class names, got {classes!r}")
     k = len(classes)
     temperature = calibration.get("temperature")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not np.isfinite(temperature) or temperature <= 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not np.isfinite(temperature)
+        or temperature <= 0
+    ):
         raise ValueError(f"calibration key 'temperature' must be a positive number, got {temperature!r}")
     scale = _numbers(calibration, "scale", k)
     bias = _numbers(calibration, "bias", k)
@@ -189,14 +202,22 @@ def predict_multiclass_calibrator_from_metadata(calibration: dict[str, Any]) -> 
     hits = _nested(calibration, "bin_hits", k, integer=True)
     for c in range(k):
         if not (edges[c].size == rows[c].size == hits[c].size >= 1):
-            raise ValueError(f"calibration keys 'bin_edges', 'bin_rows', 'bin_hits' must have as many bins for class {classes[c]!r}")
+            raise ValueError(
+                f"calibration keys 'bin_edges', 'bin_rows', 'bin_hits' must have as many bins for class {classes[c]!r}"
+            )
         if (hits[c] < 0).any() or (hits[c] > rows[c]).any() or (np.diff(edges[c]) < 0).any():
             raise ValueError(f"calibration key 'bin_hits' or 'bin_edges' of class {classes[c]!r} is inconsistent")
     return MulticlassCalibrator(
-        classes=tuple(classes), method=method, temperature=float(temperature), scale=scale, bias=bias,
+        classes=tuple(classes),
+        method=method,
+        temperature=float(temperature),
+        scale=scale,
+        bias=bias,
         class_rows=tuple(int(v) for v in class_rows),
         cv_log_loss={str(key): (None if v is None else float(v)) for key, v in cv.items()},
-        bin_edges=edges, bin_rows=rows, bin_hits=hits,
+        bin_edges=edges,
+        bin_rows=rows,
+        bin_hits=hits,
     )
 
 
@@ -246,9 +267,13 @@ class ClassProbabilityMap:
         low = np.minimum(np.minimum(low, self._bin_low[bin_of]), top)
         high = np.maximum(np.maximum(high, self._bin_high[bin_of]), top)
         return ClassProbabilities(
-            probabilities=p, predicted=predicted.astype(np.int64), probability=top,
-            low=np.clip(low, 0.0, 1.0), high=np.clip(high, 0.0, 1.0),
-            runner_up=runner_up.astype(np.int64), margin=top - second,
+            probabilities=p,
+            predicted=predicted.astype(np.int64),
+            probability=top,
+            low=np.clip(low, 0.0, 1.0),
+            high=np.clip(high, 0.0, 1.0),
+            runner_up=runner_up.astype(np.int64),
+            margin=top - second,
         )
 
 
@@ -291,7 +316,15 @@ def _reliability(prob: np.ndarray, hit: np.ndarray, bins: int) -> tuple[float, l
     for b in np.flatnonzero(rows):
         mean_p, rate = sum_p[b] / rows[b], sum_hit[b] / rows[b]
         ece += rows[b] / prob.size * abs(mean_p - rate)
-        table.append({"low": b / bins, "high": (b + 1) / bins, "rows": int(rows[b]), "mean_probability": float(mean_p), "observed_rate": float(rate)})
+        table.append(
+            {
+                "low": b / bins,
+                "high": (b + 1) / bins,
+                "rows": int(rows[b]),
+                "mean_probability": float(mean_p),
+                "observed_rate": float(rate),
+            }
+        )
     return float(ece), table
 
 
@@ -427,8 +460,10 @@ def _numbers(calibration: dict[str, Any], key: str, k: int, *, integer: bool = F
 
 def _nested(calibration: dict[str, Any], key: str, k: int, *, integer: bool = False) -> tuple[np.ndarray, ...]:
     value = calibration.get(key)
-    if not isinstance(value, list) or len(value) != k or not all(
-        isinstance(v, list) and v and all(_is_number(x, integer) for x in v) for v in value
+    if (
+        not isinstance(value, list)
+        or len(value) != k
+        or not all(isinstance(v, list) and v and all(_is_number(x, integer) for x in v) for v in value)
     ):
         raise ValueError(f"calibration key {key!r} must be {k} non-empty lists of numbers, one per class")
     return tuple(np.array(v, dtype=np.int64 if integer else np.float64) for v in value)

@@ -54,7 +54,12 @@ class DecidedChunk:
         """The columns the rules tested, by their contract names."""
         if self.classified is not None:
             c = self.classified
-            return {"probability": c.probability, "probability_low": c.low, "probability_high": c.high, "margin": c.margin}
+            return {
+                "probability": c.probability,
+                "probability_low": c.low,
+                "probability_high": c.high,
+                "margin": c.margin,
+            }
         if self.forecast is not None:
             f = self.forecast
             return {"forecast": f.forecast, "forecast_low": f.low, "forecast_high": f.high}
@@ -64,7 +69,9 @@ class DecidedChunk:
 
 
 def predict_decided_chunk(
-    output: InferenceOutput, estimate_map: ProbabilityMap | ForecastMap | ClassProbabilityMap, config: PredictionConfig,
+    output: InferenceOutput,
+    estimate_map: ProbabilityMap | ForecastMap | ClassProbabilityMap,
+    config: PredictionConfig,
 ) -> DecidedChunk:
     """The chunk's estimates (a calibrated probability and score, a forecast and its interval, or the calibrated
     probability of every class) and the rule table's decision of every row."""
@@ -72,21 +79,36 @@ def predict_decided_chunk(
         classified = estimate_map.predict_class_probabilities(output.margins)
         classes = tuple(estimate_map.calibrator.classes)
         rules = predict_rule_decisions(
-            {"class": np.asarray(classes, dtype=object)[classified.predicted], "probability": classified.probability,
-             "probability_low": classified.low, "probability_high": classified.high, "margin": classified.margin},
+            {
+                "class": np.asarray(classes, dtype=object)[classified.predicted],
+                "probability": classified.probability,
+                "probability_low": classified.low,
+                "probability_high": classified.high,
+                "margin": classified.margin,
+            },
             config.rules,
         )
         reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
         return DecidedChunk(
-            inference=output, calibrated=None, score=None, rules=rules, reason_rows=reason_rows, classified=classified, classes=classes,
+            inference=output,
+            calibrated=None,
+            score=None,
+            rules=rules,
+            reason_rows=reason_rows,
+            classified=classified,
+            classes=classes,
         )
     if isinstance(estimate_map, ForecastMap):
         if output.expected_error is None:
             raise ValueError(f"chunk {output.chunk_id}: a forecast needs the error model's expected error of every row")
         forecast = estimate_map.predict_forecast(output.margins, output.expected_error)
-        rules = predict_rule_decisions({"forecast": forecast.forecast, "forecast_low": forecast.low, "forecast_high": forecast.high}, config.rules)
+        rules = predict_rule_decisions(
+            {"forecast": forecast.forecast, "forecast_low": forecast.low, "forecast_high": forecast.high}, config.rules
+        )
         reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
-        return DecidedChunk(inference=output, calibrated=None, score=None, rules=rules, reason_rows=reason_rows, forecast=forecast)
+        return DecidedChunk(
+            inference=output, calibrated=None, score=None, rules=rules, reason_rows=reason_rows, forecast=forecast
+        )
     calibrated = estimate_map.predict_calibrated_probability(output.margins)
     assert config.score is not None, "a binary job's prediction section has its score scale"
     score = predict_score(calibrated.probability, config.score)
@@ -139,7 +161,9 @@ def predict_output(
         contributions.explained_class is None or not np.array_equal(contributions.explained_class, reason_classes)
     ):
         raise ValueError("contributions were computed for other classes than the rows' predicted classes")
-    reasons = (predict_forecast_reason_codes if forecasts else predict_reason_codes)(contributions, config.reasons, reason_texts)
+    reasons = (predict_forecast_reason_codes if forecasts else predict_reason_codes)(
+        contributions, config.reasons, reason_texts
+    )
     # Rows without reasons get empty lists: spread the explained rows' list lengths over the chunk
     # (reason_rows ascend, so the flat values keep their order).
     lengths = np.zeros(n, dtype=np.int64)
@@ -188,8 +212,11 @@ def predict_output(
         "rule_id": rule_id,
         "reason_codes": codes,
         "reason_texts": texts,
-        **({"raw_margins": _fixed_lists(out.margins, out.margins.shape[1])} if classified is not None
-           else {"raw_margin": pa.array(out.margins, pa.float64())}),
+        **(
+            {"raw_margins": _fixed_lists(out.margins, out.margins.shape[1])}
+            if classified is not None
+            else {"raw_margin": pa.array(out.margins, pa.float64())}
+        ),
         "model_name": pa.array([out.model_name] * n, pa.string()),
         "model_version": pa.array([out.model_version] * n, pa.string()),
         "feature_version": pa.array([feature_version] * n, pa.string()),
@@ -204,17 +231,31 @@ def predict_output(
         log.info(
             "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s predicted_class=%s "
             "confidence_score=%.3f reasons_share=%.3f no_class_reason=%d straddling_share=%.3f",
-            job, out.chunk_id, n, rules, decisions, {r["values"]: r["counts"] for r in predicted},
-            float(classified.probability.mean()) if n else 0.0, len(decided.reason_rows) / n if n else 0.0,
-            reasons.without_pushing_factor, straddling / n if n else 0.0,
+            job,
+            out.chunk_id,
+            n,
+            rules,
+            decisions,
+            {r["values"]: r["counts"] for r in predicted},
+            float(classified.probability.mean()) if n else 0.0,
+            len(decided.reason_rows) / n if n else 0.0,
+            reasons.without_pushing_factor,
+            straddling / n if n else 0.0,
         )
     elif decided.forecast is not None:
         f = decided.forecast
         log.info(
             "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s forecast_mean=%.4g "
             "interval_width_mean=%.4g reasons_share=%.3f straddling_share=%.3f",
-            job, out.chunk_id, n, rules, decisions, float(f.forecast.mean()) if n else 0.0, float((f.high - f.low).mean()) if n else 0.0,
-            len(decided.reason_rows) / n if n else 0.0, straddling / n if n else 0.0,
+            job,
+            out.chunk_id,
+            n,
+            rules,
+            decisions,
+            float(f.forecast.mean()) if n else 0.0,
+            float((f.high - f.low).mean()) if n else 0.0,
+            len(decided.reason_rows) / n if n else 0.0,
+            straddling / n if n else 0.0,
         )
     else:
         assert decided.score is not None, "a binary job's chunk has its score"
@@ -223,8 +264,16 @@ def predict_output(
         log.info(
             "[PRED] entity=%s chunk=%d rows=%d business_rule=%s final_decision=%s %s_mean=%.1f "
             "reasons_share=%.3f no_reason=%d straddling_share=%.3f",
-            job, out.chunk_id, n, rules, decisions, score_key, float(decided.score.mean()) if n else 0.0,
-            len(decided.reason_rows) / n if n else 0.0, reasons.without_pushing_factor, straddling / n if n else 0.0,
+            job,
+            out.chunk_id,
+            n,
+            rules,
+            decisions,
+            score_key,
+            float(decided.score.mean()) if n else 0.0,
+            len(decided.reason_rows) / n if n else 0.0,
+            reasons.without_pushing_factor,
+            straddling / n if n else 0.0,
         )
     return PredictionOutput(
         chunk_id=out.chunk_id,

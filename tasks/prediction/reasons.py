@@ -14,8 +14,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from tasks.contracts import FeatureContributions
-from tasks.contracts import FeatureKind
+from tasks.contracts import FeatureContributions, FeatureKind
 from tasks.prediction.config import ReasonCode, ReasonConfig
 
 _BOOLEAN_KEYS = {"0": 0.0, "1": 1.0, "false": 0.0, "true": 1.0}
@@ -98,9 +97,13 @@ def _value_problems(feature: str, reason: ReasonCode, kind: FeatureKind, names: 
     for key in reason.by_value or {}:
         value = _meant_value(key, kind, names)
         if value is None and kind == "categorical" and names:
-            problems.append(f"{where}.by_value: key {key!r} is not a category of {feature} (categories: {', '.join(names)})")
+            problems.append(
+                f"{where}.by_value: key {key!r} is not a category of {feature} (categories: {', '.join(names)})"
+            )
         elif value is None and kind == "boolean":
-            problems.append(f"{where}.by_value: key {key!r} is not a value of the boolean {feature} (use 0/1 or true/false)")
+            problems.append(
+                f"{where}.by_value: key {key!r} is not a value of the boolean {feature} (use 0/1 or true/false)"
+            )
         elif value is None:
             problems.append(f"{where}.by_value: key {key!r} is not a number (the {kind} {feature} has numeric values)")
         elif value in meant:
@@ -156,14 +159,20 @@ def predict_reason_texts(
             continue
         if reason.by_band is not None:
             resolved[feature] = ValueTexts(
-                texts=(reason.by_band.low, reason.by_band.high), cuts=np.array([medians[feature]], dtype=np.float32), cut_side="left"
+                texts=(reason.by_band.low, reason.by_band.high),
+                cuts=np.array([medians[feature]], dtype=np.float32),
+                cut_side="left",
             )
         elif reason.by_cut is not None:
-            resolved[feature] = ValueTexts(texts=tuple(reason.by_cut.texts), cuts=np.array(reason.by_cut.cuts, dtype=np.float32))
+            resolved[feature] = ValueTexts(
+                texts=tuple(reason.by_cut.texts), cuts=np.array(reason.by_cut.cuts, dtype=np.float32)
+            )
         elif reason.by_value:
             names = tuple(categories.get(feature, ()))
             values = [_meant_value(k, kind, names) for k in reason.by_value]
-            resolved[feature] = ValueTexts(texts=tuple(reason.by_value.values()), values=np.array(values, dtype=np.float32))
+            resolved[feature] = ValueTexts(
+                texts=tuple(reason.by_value.values()), values=np.array(values, dtype=np.float32)
+            )
     return ReasonTexts(by_feature=resolved, defaulted=frozenset(unbanded))
 
 
@@ -171,7 +180,9 @@ FORECAST_DIRECTIONS = (("_UP", "raised the forecast"), ("_DOWN", "lowered the fo
 """A forecast reason's code suffix and the words after its text, for a contribution above and below 0."""
 
 
-def _checked_texts(contributions: FeatureContributions, config: ReasonConfig, texts: ReasonTexts | None) -> tuple[Mapping[str, ValueTexts], list[int]]:
+def _checked_texts(
+    contributions: FeatureContributions, config: ReasonConfig, texts: ReasonTexts | None
+) -> tuple[Mapping[str, ValueTexts], list[int]]:
     names = contributions.feature_names
     missing = [f for f in names if f not in config.codes]
     if missing:
@@ -180,11 +191,15 @@ def _checked_texts(contributions: FeatureContributions, config: ReasonConfig, te
     defaulted = texts.defaulted if texts is not None else frozenset()
     unresolved = [f for f in names if config.codes[f].varies and f not in by_feature and f not in defaulted]
     if unresolved:
-        raise ValueError(f"reason texts of {unresolved} depend on the value, but were not resolved (predict_reason_texts)")
+        raise ValueError(
+            f"reason texts of {unresolved} depend on the value, but were not resolved (predict_reason_texts)"
+        )
     varying = [j for j, f in enumerate(names) if f in by_feature]
     if varying and contributions.feature_values is None:
-        raise ValueError(f"reason texts of {[names[j] for j in varying]} depend on the value, but the "
-            "contributions carry no feature values")
+        raise ValueError(
+            f"reason texts of {[names[j] for j in varying]} depend on the value, but the "
+            "contributions carry no feature values"
+        )
     return by_feature, varying
 
 
@@ -204,7 +219,9 @@ def predict_forecast_reason_codes(
     for j, f in enumerate(names):
         first_text[j] = len(text_list)
         for _, words in FORECAST_DIRECTIONS:
-            text_list += [f"{t} {words}" for t in (config.codes[f].text, *(by_feature[f].texts if f in by_feature else ()))]
+            text_list += [
+                f"{t} {words}" for t in (config.codes[f].text, *(by_feature[f].texts if f in by_feature else ()))
+            ]
     variants = np.array([1 + (len(by_feature[f].texts) if f in by_feature else 0) for f in names], dtype=np.int64)
     values = contributions.values
     order = np.argsort(-np.abs(values), axis=1, kind="stable")[:, : config.top_k]

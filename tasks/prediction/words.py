@@ -12,7 +12,26 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-_ACRONYMS = {"id", "ids", "km", "kw", "kwh", "usd", "eur", "gbp", "pct", "ltv", "dti", "sku", "url", "ip", "api", "rpm", "hz", "khz"}
+_ACRONYMS = {
+    "id",
+    "ids",
+    "km",
+    "kw",
+    "kwh",
+    "usd",
+    "eur",
+    "gbp",
+    "pct",
+    "ltv",
+    "dti",
+    "sku",
+    "url",
+    "ip",
+    "api",
+    "rpm",
+    "hz",
+    "khz",
+}
 
 
 def predict_feature_label(name: str) -> str:

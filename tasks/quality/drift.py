@@ -70,7 +70,9 @@ def drift_bin_counts(values: np.ndarray, edges: np.ndarray, kind: FeatureKind = 
         # values at or above it (NaN never is): ~8x faster than a binary search per value for the
         # 10-20 edges of a drift histogram; the cumulative counts differ into the bins.
         nulls = int(np.count_nonzero(np.isnan(values)))
-        at_or_above = np.fromiter((np.count_nonzero(values >= edge) for edge in edges), dtype=np.int64, count=len(edges))
+        at_or_above = np.fromiter(
+            (np.count_nonzero(values >= edge) for edge in edges), dtype=np.int64, count=len(edges)
+        )
         bounds = np.concatenate(([values.size - nulls], at_or_above, [0]))
         return bounds[:-1] - bounds[1:], nulls
     present = values[~np.isnan(values)]
@@ -118,7 +120,10 @@ def reference_statistics(
             }
         else:
             categories = np.unique(present)
-            drift = {"categories": categories.tolist(), "drift_counts": drift_bin_counts(col, categories, kind)[0].tolist()}
+            drift = {
+                "categories": categories.tolist(),
+                "drift_counts": drift_bin_counts(col, categories, kind)[0].tolist(),
+            }
         stats[name] = ReferenceStats(
             count=col.size,
             null_count=int(col.size - present.size),
@@ -154,14 +159,18 @@ class Histogram:
             if not stats.drift_edges:
                 return None
             return cls(
-                edges=np.asarray(stats.drift_edges, dtype=np.float64), counts=np.asarray(stats.drift_counts, dtype=np.int64),
-                nulls=stats.null_count, psi_edges=np.asarray(stats.psi_edges, dtype=np.float64),
+                edges=np.asarray(stats.drift_edges, dtype=np.float64),
+                counts=np.asarray(stats.drift_counts, dtype=np.int64),
+                nulls=stats.null_count,
+                psi_edges=np.asarray(stats.psi_edges, dtype=np.float64),
             )
         if not stats.categories:
             return None
         return cls(
-            edges=np.asarray(stats.categories, dtype=np.float64), counts=np.asarray(stats.drift_counts, dtype=np.int64),
-            nulls=stats.null_count, kind=stats.kind,
+            edges=np.asarray(stats.categories, dtype=np.float64),
+            counts=np.asarray(stats.drift_counts, dtype=np.int64),
+            nulls=stats.null_count,
+            kind=stats.kind,
         )
 
     def same_bins(self, other: Histogram) -> bool:
@@ -172,8 +181,11 @@ class Histogram:
             return self.counts
         # Fine bin i starts at edges[i-1] (the underflow bin at -inf); it lies inside one coarse bin.
         starts = np.concatenate([[-np.inf], self.edges])
-        return np.bincount(np.searchsorted(self.psi_edges, starts, side="right"), weights=self.counts,
-                           minlength=len(self.psi_edges) + 1).astype(np.int64)
+        return np.bincount(
+            np.searchsorted(self.psi_edges, starts, side="right"),
+            weights=self.counts,
+            minlength=len(self.psi_edges) + 1,
+        ).astype(np.int64)
 
     @property
     def total(self) -> int:
@@ -197,7 +209,9 @@ class DriftAccumulator:
     def __post_init__(self) -> None:
         for name, edges in self.edges.items():
             self.histograms[name] = Histogram(
-                edges=edges, counts=np.zeros(len(edges) + 1, dtype=np.int64), psi_edges=self.psi_edges.get(name),
+                edges=edges,
+                counts=np.zeros(len(edges) + 1, dtype=np.int64),
+                psi_edges=self.psi_edges.get(name),
                 kind=self.kinds.get(name, "numeric"),
             )
 
@@ -240,7 +254,9 @@ def drift_bin_labels(hist: Histogram, names: tuple[str, ...] = ()) -> list[str]:
     if hist.kind == "numeric":
         return []
     if hist.kind == "boolean":
-        return [{0.0: "0 (false)", 1.0: "1 (true)"}.get(float(v), f"{v:g}") for v in hist.edges.tolist()] + [UNSEEN_LABEL]
+        return [{0.0: "0 (false)", 1.0: "1 (true)"}.get(float(v), f"{v:g}") for v in hist.edges.tolist()] + [
+            UNSEEN_LABEL
+        ]
     labels = []
     for value in hist.edges.tolist():
         code = int(value) if float(value).is_integer() else -1
@@ -320,7 +336,9 @@ def drift_metrics(reference: Histogram, current: Histogram) -> dict[str, float |
     }
 
 
-def drift_flag(metrics: Mapping[str, float | None], *, psi_warn: float, psi_alert: float, ks_warn: float, ks_alert: float) -> str:
+def drift_flag(
+    metrics: Mapping[str, float | None], *, psi_warn: float, psi_alert: float, ks_warn: float, ks_alert: float
+) -> str:
     """`alert` / `warn` / `ok` on PSI and (where the kind has one) KS; `no_data` without rows."""
     psi, ks = metrics["psi"], metrics["ks"]
     if psi is None or np.isnan(psi):
@@ -357,11 +375,18 @@ def drift_report_rows(
             if base is None or not base.same_bins(hist):
                 continue
             metrics = drift_metrics(base, hist)
-            rows.append({
-                "feature": name, "kind": hist.kind, "baseline": baseline, **metrics,
-                "flag": drift_flag(metrics, **thresholds),
-                "rows": hist.total, "null_share": hist.nulls / hist.total if hist.total else 0.0,
-                "baseline_null_share": base.nulls / base.total if base.total else 0.0,
-                "outside_p1_p99_share": outside, "unseen_share": unseen,
-            })
+            rows.append(
+                {
+                    "feature": name,
+                    "kind": hist.kind,
+                    "baseline": baseline,
+                    **metrics,
+                    "flag": drift_flag(metrics, **thresholds),
+                    "rows": hist.total,
+                    "null_share": hist.nulls / hist.total if hist.total else 0.0,
+                    "baseline_null_share": base.nulls / base.total if base.total else 0.0,
+                    "outside_p1_p99_share": outside,
+                    "unseen_share": unseen,
+                }
+            )
     return sorted(rows, key=lambda r: (r["baseline"], -np.nan_to_num(r["psi"], nan=-1.0)))

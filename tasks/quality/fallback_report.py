@@ -32,15 +32,27 @@ import math
 from typing import Any
 
 FALLBACK_KINDS = (
-    "guard_repair", "quarantine", "fallback_model", "failed_chunk", "no_reason", "reasons_by_framework", "reasons_unavailable",
-    "no_drift_reference", "no_health_reference", "challenger_failed",
+    "guard_repair",
+    "quarantine",
+    "fallback_model",
+    "failed_chunk",
+    "no_reason",
+    "reasons_by_framework",
+    "reasons_unavailable",
+    "no_drift_reference",
+    "no_health_reference",
+    "challenger_failed",
 )
 
 
 def _row(kind: str, detail: str, rows: int, rows_read: int, limit: float | None) -> dict[str, Any]:
     share = rows / rows_read if rows_read else 0.0
     return {
-        "kind": kind, "detail": detail, "rows": int(rows), "share": share, "limit": limit,
+        "kind": kind,
+        "detail": detail,
+        "rows": int(rows),
+        "share": share,
+        "limit": limit,
         "breached": limit is not None and share > limit and not math.isclose(share, limit),
     }
 
@@ -73,35 +85,79 @@ def fallback_report_rows(
     repairs = {k: v["repair"] for k, v in guard_by_expectation.items() if v.get("repair")}
     quarantines = {k: v["quarantine"] for k, v in guard_by_expectation.items() if v.get("quarantine")}
     rows.append(_row("guard_repair", "all", rows_repaired, rows_read, limits.get("guard_repair")))
-    rows += [_row("guard_repair", f"{guard_columns.get(k, '?')}: {k}", n, rows_read, None) for k, n in sorted(repairs.items())]
+    rows += [
+        _row("guard_repair", f"{guard_columns.get(k, '?')}: {k}", n, rows_read, None)
+        for k, n in sorted(repairs.items())
+    ]
     rows.append(_row("quarantine", "all", rows_quarantined, rows_read, limits.get("quarantine")))
     rows += [_row("quarantine", k, n, rows_read, None) for k, n in sorted(quarantines.items())]
-    rows.append(_row("fallback_model", fallback_reason or "primary model loaded", rows_fallback, rows_read, limits.get("fallback_model")))
+    rows.append(
+        _row(
+            "fallback_model",
+            fallback_reason or "primary model loaded",
+            rows_fallback,
+            rows_read,
+            limits.get("fallback_model"),
+        )
+    )
     rows.append(_row("failed_chunk", "all", rows_failed, rows_read, limits.get("failed_chunk")))
     # `no_adverse_reason`: the kind's old name; job specs may still limit it so.
-    rows.append(_row("no_reason", "all", rows_without_adverse_reason, rows_read, limits.get("no_reason", limits.get("no_adverse_reason"))))
-    rows.append(_row(
-        "reasons_by_framework", reasons_kernel_reason or "table kernel in use", rows_reasons_by_framework, rows_read,
-        # `reasons_by_xgboost`: the kind's name while XGBoost was the only framework; job specs may still limit it so.
-        limits.get("reasons_by_framework", limits.get("reasons_by_xgboost")),
-    ))
-    rows.append(_row(
-        "reasons_unavailable", reasons_unavailable_detail or "every row that needed reasons got them", rows_reasons_unavailable,
-        rows_read, limits.get("reasons_unavailable"),
-    ))
-    rows.append(_row(
-        "no_drift_reference", drift_reference_detail or "training reference in use", rows_without_drift_reference, rows_read,
-        limits.get("no_drift_reference"),
-    ))
-    rows.append(_row(
-        "no_health_reference", health_reference_detail or "model-health reference in use", rows_without_health_reference, rows_read,
-        limits.get("no_health_reference"),
-    ))
+    rows.append(
+        _row(
+            "no_reason",
+            "all",
+            rows_without_adverse_reason,
+            rows_read,
+            limits.get("no_reason", limits.get("no_adverse_reason")),
+        )
+    )
+    rows.append(
+        _row(
+            "reasons_by_framework",
+            reasons_kernel_reason or "table kernel in use",
+            rows_reasons_by_framework,
+            rows_read,
+            # `reasons_by_xgboost`: the kind's name while XGBoost was the only framework; job specs may still limit it so.
+            limits.get("reasons_by_framework", limits.get("reasons_by_xgboost")),
+        )
+    )
+    rows.append(
+        _row(
+            "reasons_unavailable",
+            reasons_unavailable_detail or "every row that needed reasons got them",
+            rows_reasons_unavailable,
+            rows_read,
+            limits.get("reasons_unavailable"),
+        )
+    )
+    rows.append(
+        _row(
+            "no_drift_reference",
+            drift_reference_detail or "training reference in use",
+            rows_without_drift_reference,
+            rows_read,
+            limits.get("no_drift_reference"),
+        )
+    )
+    rows.append(
+        _row(
+            "no_health_reference",
+            health_reference_detail or "model-health reference in use",
+            rows_without_health_reference,
+            rows_read,
+            limits.get("no_health_reference"),
+        )
+    )
     if rows_challenger_failed is not None:
-        rows.append(_row(
-            "challenger_failed", challenger_detail or "challenger scored every row", rows_challenger_failed, rows_read,
-            limits.get("challenger_failed"),
-        ))
+        rows.append(
+            _row(
+                "challenger_failed",
+                challenger_detail or "challenger scored every row",
+                rows_challenger_failed,
+                rows_read,
+                limits.get("challenger_failed"),
+            )
+        )
     return rows
 
 

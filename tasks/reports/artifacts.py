@@ -44,8 +44,13 @@ def model_health_artifact(rows: list[dict], *, job: str, partition_date: dt.date
         f"Model health of {job} on {partition_date} before labels (table model_health): estimated performance with its "
         "interval, attribution and multivariate drift; flagged: "
         + (", ".join(f"{r['section']} {r['item']} {r['flag']}" for r in flagged) or "nothing"),
-        table=[{k: shown(r[k]) for k in ("section", "measure", "item", "value", "low", "high", "reference", "delta", "flag", "rows")}
-               for r in ordered],
+        table=[
+            {
+                k: shown(r[k])
+                for k in ("section", "measure", "item", "value", "low", "high", "reference", "delta", "flag", "rows")
+            }
+            for r in ordered
+        ],
     )
 
 
@@ -54,10 +59,16 @@ def shadow_artifact(rows: list[dict], examples: list[dict], *, job: str, partiti
     rates (mean forecasts), the score delta (forecast delta), then the first flipped rows with both reason codes."""
     headline = shadow_headline(rows)
     shown = [
-        {"section": r["section"], "champion": r["champion_item"], "challenger": r["challenger_item"], "rows": r["rows"],
-         "champion_value": "—" if r["champion_value"] is None else f"{r['champion_value']:.4g}",
-         "challenger_value": "—" if r["challenger_value"] is None else f"{r['challenger_value']:.4g}"}
-        for r in rows if r["section"] != "score_delta_histogram"
+        {
+            "section": r["section"],
+            "champion": r["champion_item"],
+            "challenger": r["challenger_item"],
+            "rows": r["rows"],
+            "champion_value": "—" if r["champion_value"] is None else f"{r['champion_value']:.4g}",
+            "challenger_value": "—" if r["challenger_value"] is None else f"{r['challenger_value']:.4g}",
+        }
+        for r in rows
+        if r["section"] != "score_delta_histogram"
     ]
 
     def estimate(x: dict, side: str) -> str:
@@ -69,26 +80,39 @@ def shadow_artifact(rows: list[dict], examples: list[dict], *, job: str, partiti
         return f"{x[f'{side}_forecast']:.4g}"
 
     shown += [
-        {"section": "flipped_row",
-         "champion": f"{x['champion_decision']} ({estimate(x, 'champion')}; {', '.join(x['champion_reason_codes'] or [])})",
-         "challenger": f"{x['challenger_decision']} ({estimate(x, 'challenger')}; {', '.join(x['challenger_reason_codes'] or [])})",
-         "rows": 1, "champion_value": x["entity_id"], "challenger_value": ""}
+        {
+            "section": "flipped_row",
+            "champion": f"{x['champion_decision']} ({estimate(x, 'champion')}; {', '.join(x['champion_reason_codes'] or [])})",
+            "challenger": f"{x['challenger_decision']} ({estimate(x, 'challenger')}; {', '.join(x['challenger_reason_codes'] or [])})",
+            "rows": 1,
+            "champion_value": x["entity_id"],
+            "challenger_value": "",
+        }
         for x in examples
     ]
     share = headline["flipped_share"]
     sections = {r["section"] for r in rows}
-    shadow_table = "shadow_forecasts" if "forecast_delta" in sections else "shadow_classifications" if "class_mix" in sections else "shadow_predictions"
+    shadow_table = (
+        "shadow_forecasts"
+        if "forecast_delta" in sections
+        else "shadow_classifications"
+        if "class_mix" in sections
+        else "shadow_predictions"
+    )
     return Artifact(
         artifact_key("champion-challenger", job),
         f"Champion {rows[0]['champion_version']} against challenger {headline['challenger_version'] or '(not loaded)'} on {job} "
         f"{partition_date}: {headline['rows_flipped']} of {headline['rows_compared']} decisions would flip"
-        + (f" ({share:.2%})" if share is not None else "") + f"; challenger failed on {headline['rows_failed']} rows "
+        + (f" ({share:.2%})" if share is not None else "")
+        + f"; challenger failed on {headline['rows_failed']} rows "
         f"(tables shadow_comparison, decision_flips, {shadow_table})",
         table=shown,
     )
 
 
-def decision_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.date, run_id: str, window_days: int) -> Artifact:
+def decision_monitoring_artifact(
+    rows: list[dict], *, job: str, partition_date: dt.date, run_id: str, window_days: int
+) -> Artifact:
     """The `decision_monitoring` rows of one partition as a table artifact, the shifted measures named."""
     shifted = [r for r in rows if r["flag"] == "shift"]
 
@@ -98,18 +122,26 @@ def decision_monitoring_artifact(rows: list[dict], *, job: str, partition_date: 
     return Artifact(
         artifact_key("decision-monitoring", job),
         f"Decision monitoring of {job} on {partition_date} (run {run_id}) against the trailing {window_days} days "
-        "(table decision_monitoring): " + (", ".join(f"{r['measure']} {r['item']} shifted" for r in shifted) or "nothing shifted"),
+        "(table decision_monitoring): "
+        + (", ".join(f"{r['measure']} {r['item']} shifted" for r in shifted) or "nothing shifted"),
         table=[
             {
-                "measure": r["measure"], "item": r["item"], "value": f"{r['value']:.4g}", "trailing_mean": shown(r["baseline"], ".4g"),
-                "delta": shown(r["delta"], "+.4g"), "tolerance": shown(r["tolerance"], ".4g"), "flag": r["flag"] or "",
+                "measure": r["measure"],
+                "item": r["item"],
+                "value": f"{r['value']:.4g}",
+                "trailing_mean": shown(r["baseline"], ".4g"),
+                "delta": shown(r["delta"], "+.4g"),
+                "tolerance": shown(r["tolerance"], ".4g"),
+                "flag": r["flag"] or "",
             }
             for r in rows
         ],
     )
 
 
-def slice_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.date, fdr: float, window_days: int) -> Artifact:
+def slice_monitoring_artifact(
+    rows: list[dict], *, job: str, partition_date: dt.date, fdr: float, window_days: int
+) -> Artifact:
     """The `slice_monitoring` rows of one partition, shifted ones first, as a table artifact."""
     shifted = [r for r in rows if r["flag"] == "shift"]
 
@@ -120,10 +152,18 @@ def slice_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.
     return Artifact(
         artifact_key("slice-monitoring", job),
         f"Slices of {job} on {partition_date} against the trailing {window_days} days, false discovery rate {fdr:.0%} "
-        "(table slice_monitoring): " + (", ".join(f"{r['slice_column']}={r['slice_value']} {r['measure']}" for r in shifted) or "no slice shifted"),
+        "(table slice_monitoring): "
+        + (", ".join(f"{r['slice_column']}={r['slice_value']} {r['measure']}" for r in shifted) or "no slice shifted"),
         table=[
-            {"slice": f"{r['slice_column']}={r['slice_value']}", "measure": r["measure"], "value": shown(r["value"]),
-             "window": shown(r["baseline"]), "rows": r["rows"], "q_value": shown(r["q_value"]), "flag": r["flag"]}
+            {
+                "slice": f"{r['slice_column']}={r['slice_value']}",
+                "measure": r["measure"],
+                "value": shown(r["value"]),
+                "window": shown(r["baseline"]),
+                "rows": r["rows"],
+                "q_value": shown(r["q_value"]),
+                "flag": r["flag"],
+            }
             for r in ordered
         ],
     )
@@ -132,20 +172,33 @@ def slice_monitoring_artifact(rows: list[dict], *, job: str, partition_date: dt.
 def monitoring_page_link(job: str, page_url: str | None) -> list[Artifact]:
     """The link artifact to the monitoring page under SCORING_REPORT_BASE_URL; none without one (the page's
     Markdown artifact gives its path)."""
-    return [Artifact(artifact_key("monitoring-page", job), f"The monitoring page of {job}", link=page_url)] if page_url else []
+    return (
+        [Artifact(artifact_key("monitoring-page", job), f"The monitoring page of {job}", link=page_url)]
+        if page_url
+        else []
+    )
 
 
 def monitoring_page_artifacts(
-    performance: list[dict], *, job: str, first_date: dt.date, last_date: dt.date, page: Path, page_url: str | None,
-    unmatched: dict[str, int], interval_level: float, forecasts: bool = False,
+    performance: list[dict],
+    *,
+    job: str,
+    first_date: dt.date,
+    last_date: dt.date,
+    page: Path,
+    page_url: str | None,
+    unmatched: dict[str, int],
+    interval_level: float,
+    forecasts: bool = False,
 ) -> list[Artifact]:
     """The realized-performance table of the scored days (a forecast job's realized error), the labels that match no
     scored entity counted per reason (`unmatched_label_counts`), and the monitoring page's link (`page_url`, its address
     under SCORING_REPORT_BASE_URL, else its path), as artifact contents."""
     measured = (
         "MAE, RMSE, bias (actual − forecast), the interval's coverage and mean width on the forecasts with an actual (tables "
-        "outcome_errors, outcome_partitions)" if forecasts else
-        f"observed event rate with its {interval_level:.0%} Clopper-Pearson interval against the expected rate (tables "
+        "outcome_errors, outcome_partitions)"
+        if forecasts
+        else f"observed event rate with its {interval_level:.0%} Clopper-Pearson interval against the expected rate (tables "
         "outcome_metrics, outcome_partitions)"
     )
     return [
@@ -160,11 +213,14 @@ def monitoring_page_artifacts(
             artifact_key("monitoring-report", job),
             f"{'Forecast' if forecasts else 'Prediction'} monitoring and realized outcomes of {job}",
             markdown=(
-                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: {file_reference_markdown(page, page_url)} — " + (
+                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: {file_reference_markdown(page, page_url)} — "
+                + (
                     "decision mix, mean forecast and interval width over time, realized MAE, RMSE, bias and coverage per partition "
-                    "and decision, the estimated MAE beside the realized one.\n\n" if forecasts else
-                    "decision mix over time, expected vs observed event rate, calibration per model version.\n\n"
-                ) + unmatched_labels_text(unmatched)
+                    "and decision, the estimated MAE beside the realized one.\n\n"
+                    if forecasts
+                    else "decision mix over time, expected vs observed event rate, calibration per model version.\n\n"
+                )
+                + unmatched_labels_text(unmatched)
             ),
         ),
     ]

@@ -17,7 +17,9 @@ from tasks.prediction.words import JobWords
 from tasks.reports.html_parts import esc, html_table, page_html, percent, table_cell
 
 
-def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], decisions: Sequence[str], words: JobWords | None) -> str:
+def _mix_section(
+    rows: Sequence[Mapping[str, Any]], classes: Sequence[str], decisions: Sequence[str], words: JobWords | None
+) -> str:
     named = words.decision if words is not None else str
     body = []
     for r in rows:
@@ -25,11 +27,19 @@ def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], deci
         shares = c.get("predicted_share") or {}
         total = r["rows"] or 0
         body.append(
-            "<tr>" + table_cell(str(r["partition_date"])) + table_cell(r["model_version"]) + table_cell(total)
+            "<tr>"
+            + table_cell(str(r["partition_date"]))
+            + table_cell(r["model_version"])
+            + table_cell(total)
             + "".join(f'<td class="n">{esc(percent(shares.get(k)))}</td>' for k in classes)
-            + table_cell(c.get("mean_probability"), "—" if c.get("mean_probability") is None else f"{c['mean_probability']:.3f}")
+            + table_cell(
+                c.get("mean_probability"), "—" if c.get("mean_probability") is None else f"{c['mean_probability']:.3f}"
+            )
             + f'<td class="n">{esc(percent(c.get("low_margin_share")))}</td>'
-            + "".join(f'<td class="n">{esc(percent((r["decisions"] or {}).get(d, 0) / total if total else None))}</td>' for d in decisions)
+            + "".join(
+                f'<td class="n">{esc(percent((r["decisions"] or {}).get(d, 0) / total if total else None))}</td>'
+                for d in decisions
+            )
             + "</tr>"
         )
     cut = next((r["classification"]["low_margin_cut"] for r in rows if r["classification"]), 0.1)
@@ -39,16 +49,31 @@ def _mix_section(rows: Sequence[Mapping[str, Any]], classes: Sequence[str], deci
         f"of close calls (margin over the runner-up below {cut:g}) and each decision's share, from the latest succeeded run of "
         "each partition (table <code>runs</code>; every row in <code>classifications</code>).</p>"
         + html_table(
-            ["partition", "model", "rows", *(f"share {k}" for k in classes), "mean probability", f"margin < {cut:g}",
-             *(f"decision {named(d)}" for d in decisions)],
+            [
+                "partition",
+                "model",
+                "rows",
+                *(f"share {k}" for k in classes),
+                "mean probability",
+                f"margin < {cut:g}",
+                *(f"decision {named(d)}" for d in decisions),
+            ],
             body,
         )
     )
 
 
 def class_monitoring_page_html(
-    rows: Sequence[Mapping[str, Any]], *, job: str, name: str, classes: Sequence[str], decisions: Sequence[str],
-    first_date: dt.date, last_date: dt.date, realized: Sequence[Mapping[str, Any]] = (), words: JobWords | None = None,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    job: str,
+    name: str,
+    classes: Sequence[str],
+    decisions: Sequence[str],
+    first_date: dt.date,
+    last_date: dt.date,
+    realized: Sequence[Mapping[str, Any]] = (),
+    words: JobWords | None = None,
 ) -> str:
     """The multiclass job's monitoring page as one string; every text from the inputs is HTML-escaped. `realized`: the
     range's realized measures per partition and model version (tasks/reports/monitoring_page.py `realized_class_rows`); `words`
@@ -56,16 +81,24 @@ def class_monitoring_page_html(
     return page_html(
         f"Monitoring {job}",
         f"job <b>{esc(job)}</b> · classes of <b>{esc(name)}</b>: {esc(', '.join(classes))} · partitions {esc(first_date)}..{esc(last_date)}",
-        _mix_section(rows, classes, decisions, words)
-        + _realized_section(realized),
+        _mix_section(rows, classes, decisions, words) + _realized_section(realized),
     )
 
 
 _REALIZED_COLUMNS = (
-    ("date", "partition"), ("model_version", "model"), ("rows", "rows"), ("labelled", "labelled"), ("accuracy", "accuracy"),
-    ("estimated_accuracy", "estimated before labels"), ("accuracy_in_interval", "inside"), ("log_loss", "log loss"),
-    ("macro_f1", "macro F1"), ("classwise_ece", "classwise ECE"), ("top_label_ece", "top-label ECE"),
-    ("labels_quarantined", "labels of quarantined rows"), ("labels_unknown_entity", "labels of entities never scored"),
+    ("date", "partition"),
+    ("model_version", "model"),
+    ("rows", "rows"),
+    ("labelled", "labelled"),
+    ("accuracy", "accuracy"),
+    ("estimated_accuracy", "estimated before labels"),
+    ("accuracy_in_interval", "inside"),
+    ("log_loss", "log loss"),
+    ("macro_f1", "macro F1"),
+    ("classwise_ece", "classwise ECE"),
+    ("top_label_ece", "top-label ECE"),
+    ("labels_quarantined", "labels of quarantined rows"),
+    ("labels_unknown_entity", "labels of entities never scored"),
 )
 
 
@@ -78,6 +111,5 @@ def _realized_section(realized: Sequence[Mapping[str, Any]]) -> str:
         "top-label ECE (<code>outcome_class_metrics</code>; per class and slice in <code>outcome_class_rates</code>, "
         "calibration bins in <code>outcome_class_calibration</code>). The last two columns count labels no classification "
         "answers: of rows the guards quarantined, and of entities the partition never held (a wrong date or id; table "
-        "<code>outcome_partitions</code>).</p>"
-        + html_table([header for _, header in _REALIZED_COLUMNS], body)
+        "<code>outcome_partitions</code>).</p>" + html_table([header for _, header in _REALIZED_COLUMNS], body)
     )

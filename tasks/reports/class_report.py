@@ -14,8 +14,19 @@ from typing import Any
 
 from tasks.prediction.words import JobWords
 from tasks.reports.forecast_report import bars_svg
-from tasks.reports.html_report import BinLabels, DRIFT_TABLE_SCRIPT, Histograms, drift_sections, engineering_section, fallback_section, glance_section, lead_section, shadow_section, summary_section
 from tasks.reports.html_parts import cell_text, esc, flag_badge, html_table, page_html, percent, table_cell
+from tasks.reports.html_report import (
+    DRIFT_TABLE_SCRIPT,
+    BinLabels,
+    Histograms,
+    drift_sections,
+    engineering_section,
+    fallback_section,
+    glance_section,
+    lead_section,
+    shadow_section,
+    summary_section,
+)
 
 _SUMMARY_NAMES = {
     "rows_scored": "rows_classified",
@@ -30,7 +41,10 @@ def _probability(value: Any) -> str:
 
 def _class_mix_section(report: Mapping[str, Any]) -> str:
     body = [
-        "<tr>" + table_cell(r["class"]) + table_cell(r["rows"]) + f'<td class="n">{esc(percent(r["share"]))}</td>'
+        "<tr>"
+        + table_cell(r["class"])
+        + table_cell(r["rows"])
+        + f'<td class="n">{esc(percent(r["share"]))}</td>'
         + f'<td class="n">{esc(_probability(r["mean_probability"]))}</td></tr>'
         for r in report["class_mix"]
     ]
@@ -39,8 +53,7 @@ def _class_mix_section(report: Mapping[str, Any]) -> str:
         f'<p class="muted">{cell_text(report["rows"])} rows classified; each row\'s predicted class is its most probable one '
         "after calibration; the mean probability is that of the predicted class, over the rows predicted as it "
         f"(all rows: {esc(_probability(report['mean_probability']))}). Each row's whole probability vector is in "
-        "<code>classifications</code>.</p>"
-        + html_table(["class", "rows predicted", "share", "mean probability"], body)
+        "<code>classifications</code>.</p>" + html_table(["class", "rows predicted", "share", "mean probability"], body)
     )
 
 
@@ -48,13 +61,17 @@ def _margin_section(report: Mapping[str, Any]) -> str:
     margin = report["margin"]
     cut = margin["low_margin_cut"]
     figure = (
-        '<figure class="plot" data-plot="margin"><figcaption><b>Margin over the runner-up class</b></figcaption>'
-        f"{bars_svg('margin', margin['edges'], margin['counts'], axis='probability of the predicted class − the runner-up', unit='')}"
-        "</figure>"
-    ) if report["rows"] else "<p class=muted>no rows classified</p>"
+        (
+            '<figure class="plot" data-plot="margin"><figcaption><b>Margin over the runner-up class</b></figcaption>'
+            f"{bars_svg('margin', margin['edges'], margin['counts'], axis='probability of the predicted class − the runner-up', unit='')}"
+            "</figure>"
+        )
+        if report["rows"]
+        else "<p class=muted>no rows classified</p>"
+    )
     return (
         "<h2>Margins</h2>"
-        '<p class="muted">The margin is the predicted class\'s probability minus the runner-up\'s: near 0 the two likeliest '
+        "<p class=\"muted\">The margin is the predicted class's probability minus the runner-up's: near 0 the two likeliest "
         f"classes are a close call. Mean margin {esc(_probability(margin['mean']))}; rows with a margin below {cut:g}: "
         f"{cell_text(margin['low_margin_rows'])} ({esc(percent(margin['low_margin_share']))}).</p>"
         f'<div class="plots">{figure}</div>'
@@ -64,12 +81,20 @@ def _margin_section(report: Mapping[str, Any]) -> str:
 def _decisions_section(report: Mapping[str, Any], words: JobWords | None) -> str:
     classes, table = report["classes"], report["decision_by_class"]
     by_class = [
-        "<tr>" + table_cell(words.decision(decision) if words else decision) + "".join(table_cell(n) for n in rows) + table_cell(sum(rows)) + "</tr>"
+        "<tr>"
+        + table_cell(words.decision(decision) if words else decision)
+        + "".join(table_cell(n) for n in rows)
+        + table_cell(sum(rows))
+        + "</tr>"
         for decision, rows in zip(table["decisions"], table["rows"], strict=True)
     ]
     total = sum(r["rows"] for r in report["rules"])
     rules = [
-        "<tr>" + table_cell(r["rule_id"]) + table_cell(r["condition"]) + table_cell(r["decision"]) + table_cell(r["rows"])
+        "<tr>"
+        + table_cell(r["rule_id"])
+        + table_cell(r["condition"])
+        + table_cell(r["decision"])
+        + table_cell(r["rows"])
         + f'<td class="n">{esc(percent(r["rows"] / total if total else None))}</td></tr>'
         for r in report["rules"]
     ]
@@ -79,14 +104,16 @@ def _decisions_section(report: Mapping[str, Any], words: JobWords | None) -> str
         + html_table(["decision", *classes, "all classes"], by_class)
         + "<h2>Rules</h2>"
         '<p class="muted">The rule table, first match wins; each row\'s decision and the rule that made it are in '
-        "<code>classifications</code>.</p>"
-        + html_table(["rule", "when", "decision", "rows", "share"], rules)
+        "<code>classifications</code>.</p>" + html_table(["rule", "when", "decision", "rows", "share"], rules)
     )
 
 
 def _reasons_section(report: Mapping[str, Any], rows_with_reasons: int) -> str:
     body = [
-        "<tr>" + table_cell(r["code"]) + table_cell(r["text"]) + table_cell(r["rows"])
+        "<tr>"
+        + table_cell(r["code"])
+        + table_cell(r["text"])
+        + table_cell(r["rows"])
         + f'<td class="n">{esc(percent(r["rows"] / rows_with_reasons if rows_with_reasons else None))}</td></tr>'
         for r in report["reason_codes"]
     ]
@@ -106,9 +133,16 @@ def _health_section(rows: list[Mapping[str, Any]]) -> str:
     if not rows:
         return ""
     body = [
-        "<tr>" + table_cell(r.get("section")) + table_cell(r.get("measure")) + table_cell(r.get("item")) + table_cell(r.get("value"))
-        + table_cell(r.get("low")) + table_cell(r.get("high")) + table_cell(r.get("reference"))
-        + (f"<td>{flag_badge(r['flag'])}</td>" if r.get("flag") else "<td>—</td>") + "</tr>"
+        "<tr>"
+        + table_cell(r.get("section"))
+        + table_cell(r.get("measure"))
+        + table_cell(r.get("item"))
+        + table_cell(r.get("value"))
+        + table_cell(r.get("low"))
+        + table_cell(r.get("high"))
+        + table_cell(r.get("reference"))
+        + (f"<td>{flag_badge(r['flag'])}</td>" if r.get("flag") else "<td>—</td>")
+        + "</tr>"
         for r in rows
     ]
     return (
@@ -142,10 +176,26 @@ def class_run_report_html(
         f"Classification run {job} {partition_date}",
         f"job <b>{esc(job)}</b> · partition <b>{esc(partition_date)}</b> · run <code>{esc(run_id)}</code> · "
         f"classes of <b>{esc(report['name'])}</b>: {esc(', '.join(report['classes']))}",
-        lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
-                     reason_codes=report["reason_codes"], words=words)
-        + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                         words=words, compared=shifts is not None)
+        lead_section(
+            summary,
+            drift_rows,
+            histograms,
+            bin_labels or {},
+            shifts=shifts,
+            window_days=window_days,
+            reason_codes=report["reason_codes"],
+            words=words,
+        )
+        + glance_section(
+            summary,
+            fallback_rows,
+            drift_rows,
+            list(histograms),
+            health_rows=health_rows,
+            shadow_rows=shadow_rows,
+            words=words,
+            compared=shifts is not None,
+        )
         + summary_section(summary, _SUMMARY_NAMES, words)
         + _class_mix_section(report)
         + _margin_section(report)

@@ -75,14 +75,33 @@ def means_png(forecast: ForecastHistory, unit: str) -> str:
         rows = means.filter(pl.col("model_version") == version).sort("partition_date")
         x = np.array([where[d] for d in rows["partition_date"].to_list()])
         colour = VERSION_COLOURS[i % len(VERSION_COLOURS)]
-        ax.fill_between(x, rows["forecast_low_mean"].to_numpy(), rows["forecast_high_mean"].to_numpy(), color=colour, alpha=0.15,
-                        label=f"mean interval, v{version}")
-        ax.plot(x, rows["forecast_mean"].to_numpy(), "o-", color=colour, markersize=4, label=f"mean forecast, v{version}")
+        ax.fill_between(
+            x,
+            rows["forecast_low_mean"].to_numpy(),
+            rows["forecast_high_mean"].to_numpy(),
+            color=colour,
+            alpha=0.15,
+            label=f"mean interval, v{version}",
+        )
+        ax.plot(
+            x, rows["forecast_mean"].to_numpy(), "o-", color=colour, markersize=4, label=f"mean forecast, v{version}"
+        )
         labelled = errors.filter(pl.col("model_version") == version) if errors.height else errors
         if labelled.height:
-            ax.plot([where[d] for d in labelled["partition_date"].to_list() if d in where],
-                    [v for d, v in zip(labelled["partition_date"].to_list(), labelled["actual_mean"].to_list(), strict=True) if d in where],
-                    "s", color="#222", markersize=4, label=f"mean actual, v{version}")
+            ax.plot(
+                [where[d] for d in labelled["partition_date"].to_list() if d in where],
+                [
+                    v
+                    for d, v in zip(
+                        labelled["partition_date"].to_list(), labelled["actual_mean"].to_list(), strict=True
+                    )
+                    if d in where
+                ],
+                "s",
+                color="#222",
+                markersize=4,
+                label=f"mean actual, v{version}",
+            )
     ax.set_ylabel(unit or "forecast", fontsize=8)
     date_axis(ax, dates)
     _legend(ax, fig)
@@ -98,17 +117,37 @@ def width_png(forecast: ForecastHistory, unit: str) -> str:
         _empty(ax, "no published forecasts in this range")
         return png_data(fig)
     where = {d: i for i, d in enumerate(dates)}
-    widths = [v for f, c in ((means, "width_mean"), (errors, "mean_width")) if f.height for v in f[c].to_list() if v is not None and np.isfinite(v)]
-    for i, version in enumerate(sorted(set(means["model_version"].to_list()) | set(errors["model_version"].to_list() if errors.height else []))):
+    widths = [
+        v
+        for f, c in ((means, "width_mean"), (errors, "mean_width"))
+        if f.height
+        for v in f[c].to_list()
+        if v is not None and np.isfinite(v)
+    ]
+    for i, version in enumerate(
+        sorted(set(means["model_version"].to_list()) | set(errors["model_version"].to_list() if errors.height else []))
+    ):
         colour = VERSION_COLOURS[i % len(VERSION_COLOURS)]
         rows = means.filter(pl.col("model_version") == version).sort("partition_date") if means.height else means
         if rows.height:
-            ax.plot([where[d] for d in rows["partition_date"].to_list()], rows["width_mean"].to_numpy(), "o-", color=colour, markersize=4,
-                    label=f"every row, v{version}")
+            ax.plot(
+                [where[d] for d in rows["partition_date"].to_list()],
+                rows["width_mean"].to_numpy(),
+                "o-",
+                color=colour,
+                markersize=4,
+                label=f"every row, v{version}",
+            )
         labelled = errors.filter(pl.col("model_version") == version) if errors.height else errors
         if labelled.height:
-            ax.plot([where[d] for d in labelled["partition_date"].to_list()], labelled["mean_width"].to_numpy(), "x", color=colour,
-                    markersize=7, label=f"labelled rows, v{version}")
+            ax.plot(
+                [where[d] for d in labelled["partition_date"].to_list()],
+                labelled["mean_width"].to_numpy(),
+                "x",
+                color=colour,
+                markersize=7,
+                label=f"labelled rows, v{version}",
+            )
     # From 0, so a narrowing or widening reads as a share of the width; with room above the widest point.
     ax.set_ylim(0, max(widths, default=1.0) * 1.15 or 1.0)
     ax.set_ylabel(f"interval width ({unit})" if unit else "interval width", fontsize=8)
@@ -128,8 +167,14 @@ def realized_png(forecast: ForecastHistory, measure: str, label: str, *, level: 
     where = {d: i for i, d in enumerate(dates)}
     for i, version in enumerate(sorted(set(errors["model_version"].to_list()))):
         rows = errors.filter(pl.col("model_version") == version)
-        ax.plot([where[d] for d in rows["partition_date"].to_list()], rows[measure].to_numpy(), "o-",
-                color=VERSION_COLOURS[i % len(VERSION_COLOURS)], markersize=4, label=f"{label}, v{version}")
+        ax.plot(
+            [where[d] for d in rows["partition_date"].to_list()],
+            rows[measure].to_numpy(),
+            "o-",
+            color=VERSION_COLOURS[i % len(VERSION_COLOURS)],
+            markersize=4,
+            label=f"{label}, v{version}",
+        )
     if level is not None:
         ax.axhline(level, color="#777", linestyle="--", linewidth=1, label=f"level {level:.0%}")
     if measure == "bias":
@@ -144,26 +189,50 @@ def _estimated(forecast: ForecastHistory, measure: str) -> pl.DataFrame:
     """Per partition and model version: the MAE (or RMSE) estimated before the actuals with its interval, and the
     realized one with whether it fell outside, where the actuals landed."""
     health = forecast.history.model_health
-    estimated = health.filter(
-        (pl.col("section") == ESTIMATED_ERROR) & (pl.col("measure") == measure) & (pl.col("item") == ALL)
-    ).select("partition_date", "model_version", pl.col("value").alias("estimate"), "low", "high", "reference", "flag") if health.height else None
+    estimated = (
+        health.filter(
+            (pl.col("section") == ESTIMATED_ERROR) & (pl.col("measure") == measure) & (pl.col("item") == ALL)
+        ).select(
+            "partition_date", "model_version", pl.col("value").alias("estimate"), "low", "high", "reference", "flag"
+        )
+        if health.height
+        else None
+    )
     realized = forecast.history.estimates
-    realized = realized.filter((pl.col("measure") == measure) & (pl.col("item") == ALL)).select(
-        "partition_date", "model_version", pl.col("estimate").alias("judged_estimate"), pl.col("low").alias("judged_low"),
-        pl.col("high").alias("judged_high"), "realized", "realized_rows", "outside", "partition_flag",
-    ) if realized.height else None
+    realized = (
+        realized.filter((pl.col("measure") == measure) & (pl.col("item") == ALL)).select(
+            "partition_date",
+            "model_version",
+            pl.col("estimate").alias("judged_estimate"),
+            pl.col("low").alias("judged_low"),
+            pl.col("high").alias("judged_high"),
+            "realized",
+            "realized_rows",
+            "outside",
+            "partition_flag",
+        )
+        if realized.height
+        else None
+    )
     if estimated is None and realized is None:
         return pl.DataFrame()
     if estimated is None:
-        return realized.rename({"judged_estimate": "estimate", "judged_low": "low", "judged_high": "high"}).sort("partition_date")
+        return realized.rename({"judged_estimate": "estimate", "judged_low": "low", "judged_high": "high"}).sort(
+            "partition_date"
+        )
     if realized is None:
         return estimated.sort("partition_date")
     joined = estimated.join(realized, on=["partition_date", "model_version"], how="full", coalesce=True)
     # The interval `outside` was judged against first: the same as model health's unless that was re-run since.
-    return joined.with_columns(
-        pl.coalesce("judged_estimate", "estimate").alias("estimate"), pl.coalesce("judged_low", "low").alias("low"),
-        pl.coalesce("judged_high", "high").alias("high"),
-    ).drop("judged_estimate", "judged_low", "judged_high").sort("partition_date", "model_version")
+    return (
+        joined.with_columns(
+            pl.coalesce("judged_estimate", "estimate").alias("estimate"),
+            pl.coalesce("judged_low", "low").alias("low"),
+            pl.coalesce("judged_high", "high").alias("high"),
+        )
+        .drop("judged_estimate", "judged_low", "judged_high")
+        .sort("partition_date", "model_version")
+    )
 
 
 def estimated_png(rows: pl.DataFrame, unit: str) -> str:
@@ -175,8 +244,16 @@ def estimated_png(rows: pl.DataFrame, unit: str) -> str:
     dates = _dates(rows)
     x = np.array([dates.index(d) for d in rows["partition_date"].to_list()], dtype=np.float64)
     value = rows["estimate"].to_numpy()
-    ax.errorbar(x, value, yerr=np.vstack([value - rows["low"].to_numpy(), rows["high"].to_numpy() - value]), fmt="_", color="#1565c0",
-                capsize=4, markersize=12, label="estimated MAE (interval)")
+    ax.errorbar(
+        x,
+        value,
+        yerr=np.vstack([value - rows["low"].to_numpy(), rows["high"].to_numpy() - value]),
+        fmt="_",
+        color="#1565c0",
+        capsize=4,
+        markersize=12,
+        label="estimated MAE (interval)",
+    )
     if "realized" in rows.columns:
         for r, at in zip(rows.iter_rows(named=True), x, strict=True):
             if r["realized"] is not None:
@@ -202,12 +279,34 @@ def _means_section(forecast: ForecastHistory, decisions: Sequence[str]) -> str:
     for r in forecast.means.iter_rows(named=True):
         day = r["partition_date"]
         shares = [percent(totals.get((day, d), 0) / by_date[day]) if by_date.get(day) else "—" for d in present]
-        body.append("<tr>" + row_cells([
-            day.isoformat(), r["model_version"], r["rows"], r["forecast_mean"], r["forecast_low_mean"], r["forecast_high_mean"],
-            r["width_mean"], r["expected_error_mean"], *shares,
-        ]) + "</tr>")
-    header = ["date", "model version", "rows", "mean forecast", "mean low", "mean high", "mean width", "mean expected error",
-              *(f"share {d}" for d in present)]
+        body.append(
+            "<tr>"
+            + row_cells(
+                [
+                    day.isoformat(),
+                    r["model_version"],
+                    r["rows"],
+                    r["forecast_mean"],
+                    r["forecast_low_mean"],
+                    r["forecast_high_mean"],
+                    r["width_mean"],
+                    r["expected_error_mean"],
+                    *shares,
+                ]
+            )
+            + "</tr>"
+        )
+    header = [
+        "date",
+        "model version",
+        "rows",
+        "mean forecast",
+        "mean low",
+        "mean high",
+        "mean width",
+        "mean expected error",
+        *(f"share {d}" for d in present),
+    ]
     return (
         "<h2>Forecasts per partition</h2>"
         '<p class="muted">Every published row (table <code>forecasts</code>), before any actual lands; the decision shares '
@@ -217,14 +316,44 @@ def _means_section(forecast: ForecastHistory, decisions: Sequence[str]) -> str:
 
 def _realized_section(forecast: ForecastHistory) -> str:
     body = [
-        "<tr>" + row_cells([
-            r["partition_date"].isoformat(), r["model_version"], r["rows"], r["labelled"], r["actual_mean"], r["forecast_mean"], r["mae"],
-            r["rmse"], r["bias"], r["mape"], r["smape"], percent(r["coverage"]), percent(r["interval_level"]), r["mean_width"],
-        ]) + "</tr>"
+        "<tr>"
+        + row_cells(
+            [
+                r["partition_date"].isoformat(),
+                r["model_version"],
+                r["rows"],
+                r["labelled"],
+                r["actual_mean"],
+                r["forecast_mean"],
+                r["mae"],
+                r["rmse"],
+                r["bias"],
+                r["mape"],
+                r["smape"],
+                percent(r["coverage"]),
+                percent(r["interval_level"]),
+                r["mean_width"],
+            ]
+        )
+        + "</tr>"
         for r in _partition_errors(forecast.history.errors).iter_rows(named=True)
     ]
-    header = ["date", "model version", "rows", "labelled", "mean actual", "mean forecast", "MAE", "RMSE", "bias (actual − forecast)",
-              "MAPE", "sMAPE", "coverage", "level", "mean width"]
+    header = [
+        "date",
+        "model version",
+        "rows",
+        "labelled",
+        "mean actual",
+        "mean forecast",
+        "MAE",
+        "RMSE",
+        "bias (actual − forecast)",
+        "MAPE",
+        "sMAPE",
+        "coverage",
+        "level",
+        "mean width",
+    ]
     return (
         "<h2>Realized error per partition</h2>"
         '<p class="muted">The labelled rows of each partition against their actuals (table <code>outcome_errors</code>, section '
@@ -235,32 +364,80 @@ def _realized_section(forecast: ForecastHistory) -> str:
 
 def _decision_errors_section(forecast: ForecastHistory) -> str:
     pooled = pooled_decision_errors(forecast.history.errors)
-    body = [
-        "<tr>" + row_cells([r["model_version"], r["item"], r["labelled"], r["actual_mean"], r["forecast_mean"], r["mae"], r["rmse"], r["bias"],
-                         percent(r["coverage"]), r["mean_width"]]) + "</tr>"
-        for r in pooled.iter_rows(named=True)
-    ] if pooled.height else []
+    body = (
+        [
+            "<tr>"
+            + row_cells(
+                [
+                    r["model_version"],
+                    r["item"],
+                    r["labelled"],
+                    r["actual_mean"],
+                    r["forecast_mean"],
+                    r["mae"],
+                    r["rmse"],
+                    r["bias"],
+                    percent(r["coverage"]),
+                    r["mean_width"],
+                ]
+            )
+            + "</tr>"
+            for r in pooled.iter_rows(named=True)
+        ]
+        if pooled.height
+        else []
+    )
     return (
         "<h2>Realized error per decision</h2>"
         '<p class="muted">Labelled rows of the whole range, per decision (section <code>decision</code>), each partition weighted '
         "by its labelled rows.</p>"
-        + html_table(["model version", "decision", "labelled rows", "mean actual", "mean forecast", "MAE", "RMSE", "bias", "coverage",
-                  "mean width"], body)
+        + html_table(
+            [
+                "model version",
+                "decision",
+                "labelled rows",
+                "mean actual",
+                "mean forecast",
+                "MAE",
+                "RMSE",
+                "bias",
+                "coverage",
+                "mean width",
+            ],
+            body,
+        )
     )
 
 
 def _estimated_section(rows: pl.DataFrame, unit: str) -> str:
-    body = [
-        "<tr>" + row_cells([
-            r["partition_date"].isoformat(), r["model_version"], r["estimate"], r["low"], r["high"], r.get("realized"),
-            {True: "yes", False: "no"}.get(r.get("outside"), "—"), r.get("flag") or "—",
-        ]) + "</tr>"
-        for r in rows.iter_rows(named=True)
-    ] if rows.height else []
+    body = (
+        [
+            "<tr>"
+            + row_cells(
+                [
+                    r["partition_date"].isoformat(),
+                    r["model_version"],
+                    r["estimate"],
+                    r["low"],
+                    r["high"],
+                    r.get("realized"),
+                    {True: "yes", False: "no"}.get(r.get("outside"), "—"),
+                    r.get("flag") or "—",
+                ]
+            )
+            + "</tr>"
+            for r in rows.iter_rows(named=True)
+        ]
+        if rows.height
+        else []
+    )
     return (
-        "<h2>Estimated against realized error</h2><div class=\"plots wide\">"
-        + figure_html("estimated-mae", "<b>Estimated MAE</b> before the actuals, with its interval; the <b>realized</b> MAE once they land",
-                       estimated_png(rows, unit))
+        '<h2>Estimated against realized error</h2><div class="plots wide">'
+        + figure_html(
+            "estimated-mae",
+            "<b>Estimated MAE</b> before the actuals, with its interval; the <b>realized</b> MAE once they land",
+            estimated_png(rows, unit),
+        )
         + "</div>"
         '<p class="muted">Model health estimates each partition\'s MAE from the error model before its actuals land (table '
         "<code>model_health</code>, section <code>estimated_error</code>); <code>outcome_estimates</code> sets the realized MAE "
@@ -276,8 +453,22 @@ def _challenger_section(history: MonitoringHistory) -> str:
     if not rows.height:
         return ""
     body = [
-        "<tr>" + row_cells([r["partition_date"].isoformat(), r["champion_version"], r["challenger_version"], r["measure"], r["rows"],
-                         r["champion"], r["challenger"], r["delta"], interval_text_plain(r), r["better"]]) + "</tr>"
+        "<tr>"
+        + row_cells(
+            [
+                r["partition_date"].isoformat(),
+                r["champion_version"],
+                r["challenger_version"],
+                r["measure"],
+                r["rows"],
+                r["champion"],
+                r["challenger"],
+                r["delta"],
+                interval_text_plain(r),
+                r["better"],
+            ]
+        )
+        + "</tr>"
         for r in rows.iter_rows(named=True)
     ]
     advice = "".join(
@@ -289,13 +480,28 @@ def _challenger_section(history: MonitoringHistory) -> str:
         '<p class="muted">Both models on the same labelled rows (table <code>shadow_outcomes</code>); the difference is the '
         "challenger's minus the champion's, with its paired bootstrap interval; coverage is judged by its distance to the "
         "level.</p>"
-        + html_table(["partition", "champion", "challenger", "measure", "rows", "champion value", "challenger value", "difference",
-                  "interval", "better"], body)
+        + html_table(
+            [
+                "partition",
+                "champion",
+                "challenger",
+                "measure",
+                "rows",
+                "champion value",
+                "challenger value",
+                "difference",
+                "interval",
+                "better",
+            ],
+            body,
+        )
         + f"<ul>{advice}</ul>"
     )
 
 
-def forecast_monitoring_page_html(forecast: ForecastHistory, *, target: Mapping[str, str], level: float, words: JobWords) -> str:
+def forecast_monitoring_page_html(
+    forecast: ForecastHistory, *, target: Mapping[str, str], level: float, words: JobWords
+) -> str:
     """The whole monitoring page of a forecast job as one string; every text from the inputs is HTML-escaped. `target`
     is the spec's target (kind, name, unit), `level` its interval level; `words` (the decisions in rule-table order, by
     their plain names, and which of them are actions) order, name and colour the decision mix."""
@@ -306,21 +512,41 @@ def forecast_monitoring_page_html(forecast: ForecastHistory, *, target: Mapping[
         f"Forecast monitoring {history.job} {history.first_date}..{history.last_date}",
         f"job <b>{esc(history.job)}</b> · forecast of <b>{esc(target_words(target))}</b>, interval {esc(f'{level:.0%}')} · partitions "
         f"<b>{esc(history.first_date)}</b> to <b>{esc(history.last_date)}</b>",
-        "<h2>Decision mix over time</h2><div class=\"plots wide\">"
-        + figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved beyond "
-                       "tolerance against the trailing window</span>", decision_mix_png(history, words=words))
-        + "</div><h2>Forecast and interval over time</h2><div class=\"plots wide\">"
-        + figure_html("forecast-mean", f"<b>Mean forecast</b> of {esc(target.get('name') or 'the target')} with the mean interval, and "
-                       "the <b>mean actual</b> of the labelled rows", means_png(forecast, unit))
+        '<h2>Decision mix over time</h2><div class="plots wide">'
+        + figure_html(
+            "decision-mix",
+            '<b>Share of rows per decision</b> <span class="muted">▼ a decision share moved beyond '
+            "tolerance against the trailing window</span>",
+            decision_mix_png(history, words=words),
+        )
+        + '</div><h2>Forecast and interval over time</h2><div class="plots wide">'
+        + figure_html(
+            "forecast-mean",
+            f"<b>Mean forecast</b> of {esc(target.get('name') or 'the target')} with the mean interval, and "
+            "the <b>mean actual</b> of the labelled rows",
+            means_png(forecast, unit),
+        )
         + figure_html("interval-width", "<b>Mean interval width</b>", width_png(forecast, unit))
-        + "</div>" + _means_section(forecast, decisions)
-        + "<h2>Realized error over time</h2><div class=\"plots wide\">"
+        + "</div>"
+        + _means_section(forecast, decisions)
+        + '<h2>Realized error over time</h2><div class="plots wide">'
         + figure_html("mae", "<b>Realized MAE</b>", realized_png(forecast, "mae", f"MAE ({unit})" if unit else "MAE"))
-        + figure_html("rmse", "<b>Realized RMSE</b>", realized_png(forecast, "rmse", f"RMSE ({unit})" if unit else "RMSE"))
-        + figure_html("bias", "<b>Bias</b> (actual − forecast)", realized_png(forecast, "bias", f"bias ({unit})" if unit else "bias"))
-        + figure_html("coverage", f"<b>Interval coverage</b> against the level {esc(f'{level:.0%}')}",
-                       realized_png(forecast, "coverage", "coverage", level=level))
-        + "</div>" + _realized_section(forecast) + _decision_errors_section(forecast)
+        + figure_html(
+            "rmse", "<b>Realized RMSE</b>", realized_png(forecast, "rmse", f"RMSE ({unit})" if unit else "RMSE")
+        )
+        + figure_html(
+            "bias",
+            "<b>Bias</b> (actual − forecast)",
+            realized_png(forecast, "bias", f"bias ({unit})" if unit else "bias"),
+        )
+        + figure_html(
+            "coverage",
+            f"<b>Interval coverage</b> against the level {esc(f'{level:.0%}')}",
+            realized_png(forecast, "coverage", "coverage", level=level),
+        )
+        + "</div>"
+        + _realized_section(forecast)
+        + _decision_errors_section(forecast)
         + _estimated_section(estimated, unit)
         + _challenger_section(history)
         + labels_section(history)

@@ -15,8 +15,30 @@ from typing import Any
 
 from tasks.monitoring.health import ESTIMATED_ERROR
 from tasks.prediction.words import JobWords
-from tasks.reports.html_report import BinLabels, DRIFT_TABLE_SCRIPT, Histograms, drift_sections, engineering_section, fallback_section, glance_section, lead_section, shadow_section, summary_section
-from tasks.reports.html_parts import cell_text, count_shares, esc, flag_badge, html_table, page_html, percent, svg_number, svg_text, table_cell
+from tasks.reports.html_parts import (
+    cell_text,
+    count_shares,
+    esc,
+    flag_badge,
+    html_table,
+    page_html,
+    percent,
+    svg_number,
+    svg_text,
+    table_cell,
+)
+from tasks.reports.html_report import (
+    DRIFT_TABLE_SCRIPT,
+    BinLabels,
+    Histograms,
+    drift_sections,
+    engineering_section,
+    fallback_section,
+    glance_section,
+    lead_section,
+    shadow_section,
+    summary_section,
+)
 
 _SUMMARY_NAMES = {
     "rows_scored": "rows_forecast",
@@ -69,8 +91,10 @@ def bars_svg(name: str, edges: Sequence[float], counts: Sequence[int], *, axis: 
     def x(slot: float) -> float:
         return _LEFT + slot / n_bins * plot_w
 
-    parts = [f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(base)}" x2="{svg_number(_LEFT + plot_w)}" y2="{svg_number(base)}"/>',
-             f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(_TOP)}" x2="{svg_number(_LEFT)}" y2="{svg_number(base)}"/>']
+    parts = [
+        f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(base)}" x2="{svg_number(_LEFT + plot_w)}" y2="{svg_number(base)}"/>',
+        f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(_TOP)}" x2="{svg_number(_LEFT)}" y2="{svg_number(base)}"/>',
+    ]
     for tick in (0.0, peak / 2, peak):
         parts.append(svg_text(_LEFT - 4, y(tick) + 3, f"{tick:.1%}", anchor="end"))
     parts.append(svg_text(10, _TOP + plot_h / 2, "share of rows", rotate=-90))
@@ -96,22 +120,35 @@ def _forecast_section(forecast: Mapping[str, Any]) -> str:
     q, w = forecast["forecast_quantiles"], forecast["width_quantiles"]
 
     def bucket(pair: Sequence[float]) -> str:
-        return f"{_edge(pair[0])} to {_edge(pair[1])}{f' {unit}' if unit else ''}" if pair and pair[0] == pair[0] else "—"
+        return (
+            f"{_edge(pair[0])} to {_edge(pair[1])}{f' {unit}' if unit else ''}" if pair and pair[0] == pair[0] else "—"
+        )
 
     rows = [
         ("rows forecast", cell_text(forecast["rows"])),
         ("mean forecast", _in_unit(forecast["forecast_mean"], unit)),
-        (f"mean interval ({level:.0%})", f"{cell_text(forecast['forecast_low_mean'])} to {_in_unit(forecast['forecast_high_mean'], unit)}"),
+        (
+            f"mean interval ({level:.0%})",
+            f"{cell_text(forecast['forecast_low_mean'])} to {_in_unit(forecast['forecast_high_mean'], unit)}",
+        ),
         ("mean interval width", _in_unit(forecast["width_mean"], unit)),
         ("mean expected error |actual − forecast|", _in_unit(forecast["expected_error_mean"], unit)),
         *((f"forecast {p}", bucket(q[p])) for p in q),
         *((f"interval width {p}", bucket(w[p])) for p in w),
     ]
-    body = "".join(f"<tr><th>{esc(k)}</th><td class=\"n\">{esc(v)}</td></tr>" for k, v in rows)
+    body = "".join(f'<tr><th>{esc(k)}</th><td class="n">{esc(v)}</td></tr>' for k, v in rows)
     figures = []
     for key, caption, axis in (
-        ("forecast", f"Forecast of {forecast.get('name') or 'the target'}", f"forecast ({unit})" if unit else "forecast"),
-        ("interval_width", f"Width of the {level:.0%} prediction interval", f"interval width ({unit})" if unit else "interval width"),
+        (
+            "forecast",
+            f"Forecast of {forecast.get('name') or 'the target'}",
+            f"forecast ({unit})" if unit else "forecast",
+        ),
+        (
+            "interval_width",
+            f"Width of the {level:.0%} prediction interval",
+            f"interval width ({unit})" if unit else "interval width",
+        ),
     ):
         hist = forecast["histograms"][key]
         if not hist["counts"]:
@@ -135,21 +172,27 @@ def _forecast_section(forecast: Mapping[str, Any]) -> str:
 def _decisions_section(forecast: Mapping[str, Any]) -> str:
     total = sum(r["rows"] for r in forecast["rules"])
     body = [
-        "<tr>" + table_cell(r["rule_id"]) + table_cell(r["condition"]) + table_cell(r["decision"]) + table_cell(r["rows"])
+        "<tr>"
+        + table_cell(r["rule_id"])
+        + table_cell(r["condition"])
+        + table_cell(r["decision"])
+        + table_cell(r["rows"])
         + f'<td class="n">{esc(percent(r["rows"] / total if total else None))}</td></tr>'
         for r in forecast["rules"]
     ]
     return (
         "<h2>Decisions and rules</h2>"
         '<p class="muted">The rule table, first match wins; each row\'s decision and the rule that made it are in '
-        "<code>forecasts</code>.</p>"
-        + html_table(["rule", "when", "decision", "rows", "share"], body)
+        "<code>forecasts</code>.</p>" + html_table(["rule", "when", "decision", "rows", "share"], body)
     )
 
 
 def _reasons_section(forecast: Mapping[str, Any], rows_with_reasons: int) -> str:
     body = [
-        "<tr>" + table_cell(r["code"]) + table_cell(r["text"]) + table_cell(r["rows"])
+        "<tr>"
+        + table_cell(r["code"])
+        + table_cell(r["text"])
+        + table_cell(r["rows"])
         + f'<td class="n">{esc(percent(r["rows"] / rows_with_reasons if rows_with_reasons else None))}</td></tr>'
         for r in forecast["reason_codes"]
     ]
@@ -164,17 +207,38 @@ def _reasons_section(forecast: Mapping[str, Any], rows_with_reasons: int) -> str
 def _health_section(rows: Sequence[Mapping[str, Any]]) -> str:
     """Model health before actuals: the estimated error with its interval, then the flagged drift rows."""
     estimates = [r for r in rows if r["section"] == ESTIMATED_ERROR]
-    flagged = [r for r in rows if r["section"] in ("attribution", "multivariate") and (r["flag"] in ("warn", "alert") or r["measure"] in
-               ("rank_agreement", "reconstruction_error"))]
+    flagged = [
+        r
+        for r in rows
+        if r["section"] in ("attribution", "multivariate")
+        and (r["flag"] in ("warn", "alert") or r["measure"] in ("rank_agreement", "reconstruction_error"))
+    ]
     if not estimates and not flagged:
         return ""
     body = [
-        "<tr>" + table_cell(r["measure"]) + table_cell(r["item"]) + table_cell(r["value"]) + table_cell(r["low"]) + table_cell(r["high"]) + table_cell(r["reference"])
-        + (f"<td>{flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>") + table_cell(r["rows"]) + "</tr>" for r in estimates
+        "<tr>"
+        + table_cell(r["measure"])
+        + table_cell(r["item"])
+        + table_cell(r["value"])
+        + table_cell(r["low"])
+        + table_cell(r["high"])
+        + table_cell(r["reference"])
+        + (f"<td>{flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>")
+        + table_cell(r["rows"])
+        + "</tr>"
+        for r in estimates
     ]
     drift = [
-        "<tr>" + table_cell(r["section"]) + table_cell(r["measure"]) + table_cell(r["item"]) + table_cell(r["value"]) + table_cell(r["reference"])
-        + table_cell(r["delta"]) + (f"<td>{flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>") + "</tr>" for r in flagged
+        "<tr>"
+        + table_cell(r["section"])
+        + table_cell(r["measure"])
+        + table_cell(r["item"])
+        + table_cell(r["value"])
+        + table_cell(r["reference"])
+        + table_cell(r["delta"])
+        + (f"<td>{flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>")
+        + "</tr>"
+        for r in flagged
     ]
     return (
         "<h2>Model health before actuals</h2>"
@@ -211,10 +275,26 @@ def forecast_run_report_html(
         f"Forecast run {job} {partition_date}",
         f"job <b>{esc(job)}</b> · partition <b>{esc(partition_date)}</b> · run <code>{esc(run_id)}</code> · "
         f"forecast of <b>{esc(target_words(forecast))}</b>, interval {forecast['level']:.0%}",
-        lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
-                     reason_codes=forecast["reason_codes"], words=words)
-        + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                         words=words, compared=shifts is not None)
+        lead_section(
+            summary,
+            drift_rows,
+            histograms,
+            bin_labels or {},
+            shifts=shifts,
+            window_days=window_days,
+            reason_codes=forecast["reason_codes"],
+            words=words,
+        )
+        + glance_section(
+            summary,
+            fallback_rows,
+            drift_rows,
+            list(histograms),
+            health_rows=health_rows,
+            shadow_rows=shadow_rows,
+            words=words,
+            compared=shifts is not None,
+        )
         + summary_section(summary, _SUMMARY_NAMES, words)
         + _forecast_section(forecast)
         + _decisions_section(forecast)

@@ -45,6 +45,8 @@ th[aria-sort=ascending]::after{content:" \\25B2";font-size:9px}th[aria-sort=desc
 details.folded{margin:.8em 0}details.folded>summary{cursor:pointer;font-weight:600;padding:.3em 0}
 details[open]>summary .hint{display:none}.scroll td.n,.scroll td:first-child{white-space:nowrap}
 """
+
+
 def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
@@ -124,10 +126,7 @@ def page_html(title: str, meta: str, body: str, *, css: str = "", script: str = 
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}{css}</style></head><body>"
         f"<h1>{esc(title)}</h1>"
-        f'<p class="meta">{meta}</p>'
-        + body
-        + (f"<script>{script}</script>" if script else "")
-        + "</body></html>\n"
+        f'<p class="meta">{meta}</p>' + body + (f"<script>{script}</script>" if script else "") + "</body></html>\n"
     )
 
 

@@ -15,8 +15,6 @@ feature cost more than the scoring of a small partition.
 
 from __future__ import annotations
 
-from tasks.reports.html_parts import cell_text, count_shares, esc, flag_badge, html_table, is_number, page_html, percent, svg_number, svg_text, table_cell
-
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,9 +22,22 @@ from typing import Any
 import numpy as np
 
 from tasks.prediction.words import JobWords
-from tasks.reports.plain_words import DRIFT_MEASURE_WORDS, moved_direction, plain_summary
 from tasks.quality.drift import FORECAST_DRIFT_NAME, KS_BOUND_SHOWN_WITHIN, SCORE_DRIFT_NAME
 from tasks.quality.fallback_report import fallback_kind_totals
+from tasks.reports.html_parts import (
+    cell_text,
+    count_shares,
+    esc,
+    flag_badge,
+    html_table,
+    is_number,
+    page_html,
+    percent,
+    svg_number,
+    svg_text,
+    table_cell,
+)
+from tasks.reports.plain_words import DRIFT_MEASURE_WORDS, moved_direction, plain_summary
 
 Histograms = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]]
 BinLabels = Mapping[str, Sequence[str]]
@@ -126,7 +137,9 @@ def _count_rows(summary: Mapping[str, Any], names: Mapping[str, str | None]) -> 
 
 
 def summary_section(
-    summary: Mapping[str, Any], names: Mapping[str, str | None] | None = None, words: JobWords | None = None,
+    summary: Mapping[str, Any],
+    names: Mapping[str, str | None] | None = None,
+    words: JobWords | None = None,
 ) -> str:
     """The ledger counts an analyst reads, one row each (`ENGINEERING_COUNTS` are `engineering_section`'s); `names`
     renames a count (None leaves it out); `words` names the decisions."""
@@ -150,8 +163,14 @@ def engineering_section(summary: Mapping[str, Any], names: Mapping[str, str | No
 
 
 def lead_section(
-    summary: Mapping[str, Any], drift_rows: list[Mapping[str, Any]], histograms: Histograms, bin_labels: BinLabels, *,
-    shifts: Sequence[Mapping[str, Any]] | None, window_days: int | None, reason_codes: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+    drift_rows: list[Mapping[str, Any]],
+    histograms: Histograms,
+    bin_labels: BinLabels,
+    *,
+    shifts: Sequence[Mapping[str, Any]] | None,
+    window_days: int | None,
+    reason_codes: Sequence[Mapping[str, Any]],
     words: JobWords | None,
 ) -> str:
     """The page's opening: what the run says in plain words (tasks/reports/plain_words.py: plain_summary): the
@@ -163,17 +182,31 @@ def lead_section(
     }
     features = {str(f) for f in [*histograms, *(r.get("feature") for r in drift_rows)] if f not in _ESTIMATES}
     sentences = plain_summary(
-        shifts=shifts, drift_rows=drift_rows, n_features=len(features), directions=directions, reason_codes=reason_codes,
-        rows_with_reasons=int(summary.get("rows_with_reasons") or 0), rows_quarantined=int(summary.get("rows_quarantined") or 0),
-        rows_read=int(summary.get("rows_read") or 0), words=words, window_days=window_days,
+        shifts=shifts,
+        drift_rows=drift_rows,
+        n_features=len(features),
+        directions=directions,
+        reason_codes=reason_codes,
+        rows_with_reasons=int(summary.get("rows_with_reasons") or 0),
+        rows_quarantined=int(summary.get("rows_quarantined") or 0),
+        rows_read=int(summary.get("rows_read") or 0),
+        words=words,
+        window_days=window_days,
     )
-    return '<section class="lead" id="summary"><h2>In short</h2>' + "".join(f"<p>{esc(s)}</p>" for s in sentences) + "</section>"
+    return (
+        '<section class="lead" id="summary"><h2>In short</h2>'
+        + "".join(f"<p>{esc(s)}</p>" for s in sentences)
+        + "</section>"
+    )
 
 
 def reasons_section(reason_codes: Sequence[Mapping[str, Any]], rows_with_reasons: int) -> str:
     """Each reason code given with its rows and share of the rows given reasons, most given first."""
     body = [
-        "<tr>" + table_cell(r["code"]) + table_cell(r["text"]) + table_cell(r["rows"])
+        "<tr>"
+        + table_cell(r["code"])
+        + table_cell(r["text"])
+        + table_cell(r["rows"])
         + f'<td class="n">{esc(percent(r["rows"] / rows_with_reasons if rows_with_reasons else None))}</td></tr>'
         for r in reason_codes
     ]
@@ -189,24 +222,32 @@ def _fallback_row(r: Mapping[str, Any]) -> str:
     breached = bool(r.get("breached"))
     return (
         ('<tr class="breached">' if breached else "<tr>")
-        + table_cell(r.get("kind")) + table_cell(r.get("detail")) + table_cell(r.get("rows"))
+        + table_cell(r.get("kind"))
+        + table_cell(r.get("detail"))
+        + table_cell(r.get("rows"))
         + f'<td class="n">{esc(percent(r.get("share")))}</td><td class="n">{esc(percent(r.get("limit")))}</td>'
-        + table_cell(breached, "BREACHED" if breached else "no") + "</tr>"
+        + table_cell(breached, "BREACHED" if breached else "no")
+        + "</tr>"
     )
 
 
 def fallback_section(fallback_rows: list[Mapping[str, Any]]) -> str:
     """Every kind's total row; the guards' breakdown by expectation beside them, folded when a wide job has many."""
     header = ["kind", "detail", "rows", "share", "limit", "breached"]
-    breakdown = [r for r in fallback_rows if r.get("kind") in ("guard_repair", "quarantine") and r.get("detail") != "all"
-                 and not r.get("breached")]
+    breakdown = [
+        r
+        for r in fallback_rows
+        if r.get("kind") in ("guard_repair", "quarantine") and r.get("detail") != "all" and not r.get("breached")
+    ]
     if len(breakdown) <= FOLDED_BEYOND:
         return "<h2>Fallback report</h2>" + html_table(header, [_fallback_row(r) for r in fallback_rows])
     shown = [r for r in fallback_rows if not any(r is b for b in breakdown)]
     return (
-        "<h2>Fallback report</h2>" + html_table(header, [_fallback_row(r) for r in shown])
+        "<h2>Fallback report</h2>"
+        + html_table(header, [_fallback_row(r) for r in shown])
         + f'<details class="folded"><summary>By expectation: {len(breakdown)} guards that repaired or quarantined rows</summary>'
-        + html_table(header, [_fallback_row(r) for r in breakdown]) + "</details>"
+        + html_table(header, [_fallback_row(r) for r in breakdown])
+        + "</details>"
     )
 
 
@@ -232,8 +273,10 @@ def worst_drift_rows(drift_rows: list[Mapping[str, Any]]) -> dict[str, Mapping[s
     def rank(r: Mapping[str, Any]) -> tuple:
         flagged = r.get("flag") in _FLAGGED
         return (
-            -_SEVERITY[r["flag"]] if flagged else 0, -_psi_or_minus_one(r) if flagged else 0.0,
-            baselines.get(str(r.get("baseline")), 2), str(r.get("baseline")),
+            -_SEVERITY[r["flag"]] if flagged else 0,
+            -_psi_or_minus_one(r) if flagged else 0.0,
+            baselines.get(str(r.get("baseline")), 2),
+            str(r.get("baseline")),
         )
 
     worst: dict[str, Mapping[str, Any]] = {}
@@ -269,29 +312,52 @@ def _sort_cell(value: Any, text: str | None = None) -> str:
 
 def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], words: JobWords | None) -> str:
     rank = {f: i for i, f in enumerate(order)}
-    ordered = sorted(drift_rows, key=lambda r: (rank.get(str(r.get("feature")), len(rank)), str(r.get("feature")),
-                                                 r.get("baseline") != "reference", str(r.get("baseline"))))
+    ordered = sorted(
+        drift_rows,
+        key=lambda r: (
+            rank.get(str(r.get("feature")), len(rank)),
+            str(r.get("feature")),
+            r.get("baseline") != "reference",
+            str(r.get("baseline")),
+        ),
+    )
     rows = []
     for r in ordered:
         feature, flag = str(r.get("feature")), r.get("flag")
         rows.append(
             f'<tr data-feature="{esc(feature)}" data-flagged="{int(flag in _FLAGGED)}">'
-            + f"<td>{esc(feature_text(feature, words))}</td>" + table_cell(r.get("kind") or "numeric") + table_cell(r.get("baseline"))
+            + f"<td>{esc(feature_text(feature, words))}</td>"
+            + table_cell(r.get("kind") or "numeric")
+            + table_cell(r.get("baseline"))
             + f'<td data-v="{_SEVERITY.get(str(flag), -1)}">{flag_badge(flag)}</td>'
-            + _sort_cell(r.get("psi")) + _sort_cell(r.get("ks"), _ks_text(r.get("ks"), r.get("ks_upper")))
-            + _sort_cell(r.get("wasserstein")) + _sort_cell(r.get("js")) + _sort_cell(r.get("rows"))
+            + _sort_cell(r.get("psi"))
+            + _sort_cell(r.get("ks"), _ks_text(r.get("ks"), r.get("ks_upper")))
+            + _sort_cell(r.get("wasserstein"))
+            + _sort_cell(r.get("js"))
+            + _sort_cell(r.get("rows"))
             + _sort_cell(r.get("null_share"), percent(r.get("null_share")))
             + _sort_cell(r.get("outside_p1_p99_share"), percent(r.get("outside_p1_p99_share")))
-            + _sort_cell(r.get("unseen_share"), percent(r.get("unseen_share"))) + "</tr>"
+            + _sort_cell(r.get("unseen_share"), percent(r.get("unseen_share")))
+            + "</tr>"
         )
     header = [
-        ("feature", "text"), ("kind", "text"), ("baseline", "text"), ("flag", "num"), ("PSI", "num"), ("KS", "num"),
-        ("Wasserstein", "num"), ("JS", "num"), ("rows", "num"), ("null share", "num"), ("outside training p1–p99", "num"),
+        ("feature", "text"),
+        ("kind", "text"),
+        ("baseline", "text"),
+        ("flag", "num"),
+        ("PSI", "num"),
+        ("KS", "num"),
+        ("Wasserstein", "num"),
+        ("JS", "num"),
+        ("rows", "num"),
+        ("null share", "num"),
+        ("outside training p1–p99", "num"),
         ("unseen values", "num"),
     ]
     head = "".join(
         f'<th data-type="{kind}" title="{esc(DRIFT_MEASURE_WORDS[name] + "; " if name in DRIFT_MEASURE_WORDS else "")}sort by '
-        f'{esc(name)}">{esc(name)}</th>' for name, kind in header
+        f'{esc(name)}">{esc(name)}</th>'
+        for name, kind in header
     )
     body = "".join(rows) or f'<tr><td colspan="{len(header)}" class="muted">none</td></tr>'
     tools = (
@@ -300,7 +366,8 @@ def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], words:
         f'<span id="drift-shown" class="muted">{len(rows)} rows</span></div>'
     )
     note = (
-        '<p class="muted">What the measures say: ' + "; ".join(f"<b>{esc(k)}</b>: {esc(v)}" for k, v in DRIFT_MEASURE_WORDS.items())
+        '<p class="muted">What the measures say: '
+        + "; ".join(f"<b>{esc(k)}</b>: {esc(v)}" for k, v in DRIFT_MEASURE_WORDS.items())
         + ". A feature is flagged <b>warn</b> when it moved, <b>alert</b> when it moved a lot, against the training data "
         "(baseline reference) or the previous partition (baseline previous).</p>"
         '<p class="muted">Click a header to sort by it (again to reverse). KS is a lower bound from the bins; "≤" gives its '
@@ -309,7 +376,8 @@ def _drift_section(drift_rows: list[Mapping[str, Any]], order: list[str], words:
         "never had.</p>"
     )
     return (
-        "<h2>Drift</h2>" + tools
+        "<h2>Drift</h2>"
+        + tools
         + f'<div class="scroll"><table id="drift-table" class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
         + note
     )
@@ -320,15 +388,34 @@ def _health_section(rows: list[Mapping[str, Any]]) -> str:
     if not rows:
         return ""
     estimates = [r for r in rows if r["section"] == "estimated_performance"]
-    flagged = [r for r in rows if r["section"] != "estimated_performance" and (r["flag"] in ("warn", "alert") or r["measure"] in
-               ("rank_agreement", "reconstruction_error"))]
+    flagged = [
+        r
+        for r in rows
+        if r["section"] != "estimated_performance"
+        and (r["flag"] in ("warn", "alert") or r["measure"] in ("rank_agreement", "reconstruction_error"))
+    ]
     body = [
-        "<tr>" + table_cell(r["measure"]) + table_cell(r["item"]) + table_cell(r["value"]) + table_cell(r["low"]) + table_cell(r["high"])
-        + table_cell(r["rows"]) + "</tr>" for r in estimates
+        "<tr>"
+        + table_cell(r["measure"])
+        + table_cell(r["item"])
+        + table_cell(r["value"])
+        + table_cell(r["low"])
+        + table_cell(r["high"])
+        + table_cell(r["rows"])
+        + "</tr>"
+        for r in estimates
     ]
     drift = [
-        "<tr>" + table_cell(r["section"]) + table_cell(r["measure"]) + table_cell(r["item"]) + table_cell(r["value"]) + table_cell(r["reference"])
-        + table_cell(r["delta"]) + (f"<td>{flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>") + "</tr>" for r in flagged
+        "<tr>"
+        + table_cell(r["section"])
+        + table_cell(r["measure"])
+        + table_cell(r["item"])
+        + table_cell(r["value"])
+        + table_cell(r["reference"])
+        + table_cell(r["delta"])
+        + (f"<td>{flag_badge(r['flag'])}</td>" if r["flag"] else "<td>—</td>")
+        + "</tr>"
+        for r in flagged
     ]
     return (
         "<h2>Model health before labels</h2>"
@@ -352,7 +439,12 @@ _REFERENCE, _CURRENT = "#9fb7d6", "#c62828"
 
 
 def histogram_svg(
-    feature: str, edges: np.ndarray, current: np.ndarray, reference: np.ndarray | None, *, labels: Sequence[str] | None = None
+    feature: str,
+    edges: np.ndarray,
+    current: np.ndarray,
+    reference: np.ndarray | None,
+    *,
+    labels: Sequence[str] | None = None,
 ) -> str:
     """Shares per bin of the current partition over the reference, as an inline SVG element.
 
@@ -382,8 +474,10 @@ def histogram_svg(
     def x(slot: float) -> float:
         return _LEFT + slot / n_bins * plot_w
 
-    parts = [f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(base)}" x2="{svg_number(_LEFT + plot_w)}" y2="{svg_number(base)}"/>',
-             f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(_TOP)}" x2="{svg_number(_LEFT)}" y2="{svg_number(base)}"/>']
+    parts = [
+        f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(base)}" x2="{svg_number(_LEFT + plot_w)}" y2="{svg_number(base)}"/>',
+        f'<line class="axis" x1="{svg_number(_LEFT)}" y1="{svg_number(_TOP)}" x2="{svg_number(_LEFT)}" y2="{svg_number(base)}"/>',
+    ]
     for tick in (0.0, peak / 2, peak):
         parts.append(svg_text(_LEFT - 4, y(tick) + 3, f"{tick:.1%}", anchor="end"))
     parts.append(svg_text(10, _TOP + plot_h / 2, "share per bin" if labels is None else "share per value", rotate=-90))
@@ -391,11 +485,18 @@ def histogram_svg(
         for series, share in (("reference", shares.get("reference")), ("current", shares["current"])):
             if share is None:
                 continue
-            steps = "".join(f"H{svg_number(x(i))}V{svg_number(y(v))}H{svg_number(x(i + 1))}" for i, v in enumerate(share))
+            steps = "".join(
+                f"H{svg_number(x(i))}V{svg_number(y(v))}H{svg_number(x(i + 1))}" for i, v in enumerate(share)
+            )
             if series == "reference":
-                parts.insert(0, f'<path class="reference" d="M{svg_number(x(0))},{svg_number(base)}{steps}V{svg_number(base)}Z"/>')
+                parts.insert(
+                    0,
+                    f'<path class="reference" d="M{svg_number(x(0))},{svg_number(base)}{steps}V{svg_number(base)}Z"/>',
+                )
             else:
-                parts.append(f'<path class="current" d="M{svg_number(x(0))},{svg_number(base)}{steps[steps.index("V"):]}V{svg_number(base)}"/>')
+                parts.append(
+                    f'<path class="current" d="M{svg_number(x(0))},{svg_number(base)}{steps[steps.index("V") :]}V{svg_number(base)}"/>'
+                )
         step = max(1, len(edges) // 6)
         for i in range(0, len(edges), step):
             parts.append(svg_text(x(i + 1), base + 14, f"{edges[i]:.3g}"))
@@ -409,7 +510,9 @@ def histogram_svg(
                         f'<rect class="{series}" x="{svg_number(x(i + offset))}" y="{svg_number(y(value))}" '
                         f'width="{svg_number(0.4 / n_bins * plot_w)}" height="{svg_number(base - y(value))}"/>'
                     )
-            parts.append(svg_text(x(i + 0.5), base + 14, str(label), anchor="end" if rotate else "middle", rotate=rotate))
+            parts.append(
+                svg_text(x(i + 0.5), base + 14, str(label), anchor="end" if rotate else "middle", rotate=rotate)
+            )
     legend = [("reference", _REFERENCE)] * ("reference" in shares) + [("current", _CURRENT)]
     for k, (name, colour) in enumerate(reversed(legend)):
         right = _W - _RIGHT - k * 80
@@ -422,7 +525,10 @@ def histogram_svg(
 
 
 def _figures(
-    histograms: Histograms, drift_rows: list[Mapping[str, Any]], features: list[str], bin_labels: BinLabels,
+    histograms: Histograms,
+    drift_rows: list[Mapping[str, Any]],
+    features: list[str],
+    bin_labels: BinLabels,
     words: JobWords | None,
 ) -> str:
     figures = []
@@ -432,18 +538,25 @@ def _figures(
         shown = worst.get(feature, {})
         flag, psi, ks, baseline = shown.get("flag"), shown.get("psi"), shown.get("ks"), shown.get("baseline")
         # KS flags a feature as PSI does: a caption with PSI alone would show a warning beside a small PSI.
-        psi_text = f"PSI {cell_text(psi)}" + (f" · KS {cell_text(ks)}" if is_number(ks) else "") + f" vs {baseline}" if baseline else "no baseline"
+        psi_text = (
+            f"PSI {cell_text(psi)}" + (f" · KS {cell_text(ks)}" if is_number(ks) else "") + f" vs {baseline}"
+            if baseline
+            else "no baseline"
+        )
         name = feature_text(feature, words)
         figures.append(
             f'<figure class="plot" data-feature="{esc(feature)}"><figcaption><b>{esc(name)}</b> '
-            f"{flag_badge(flag)} <span class=\"muted\">{esc(psi_text)}</span></figcaption>"
+            f'{flag_badge(flag)} <span class="muted">{esc(psi_text)}</span></figcaption>'
             f"{histogram_svg(name, edges, current, reference, labels=bin_labels.get(feature))}</figure>"
         )
     return f'<div class="plots">{"".join(figures)}</div>'
 
 
 def _plots_section(
-    histograms: Histograms, drift_rows: list[Mapping[str, Any]], order: list[str], bin_labels: BinLabels,
+    histograms: Histograms,
+    drift_rows: list[Mapping[str, Any]],
+    order: list[str],
+    bin_labels: BinLabels,
     words: JobWords | None,
 ) -> str:
     """The flagged features' histograms open, most severe first; the others inside one closed <details>."""
@@ -458,18 +571,29 @@ def _plots_section(
     if not order:
         return intro + '<p class="muted">no histograms</p>'
     open_part = (
-        f"<h3>Flagged: {len(shown)} feature{'s' * (len(shown) != 1)}</h3>"
-        + _figures(histograms, drift_rows, shown, bin_labels, words)
-    ) if shown else '<p class="muted">No feature is flagged.</p>'
+        (
+            f"<h3>Flagged: {len(shown)} feature{'s' * (len(shown) != 1)}</h3>"
+            + _figures(histograms, drift_rows, shown, bin_labels, words)
+        )
+        if shown
+        else '<p class="muted">No feature is flagged.</p>'
+    )
     folded_part = (
-        f'<details class="folded" id="unflagged-histograms"><summary>{"The other " if shown else ""}{len(folded)} '
-        f"feature{'s' * (len(folded) != 1)}, not flagged <span class=\"hint muted\">(click to show)</span></summary>"
-        + _figures(histograms, drift_rows, folded, bin_labels, words) + "</details>"
-    ) if folded else ""
+        (
+            f'<details class="folded" id="unflagged-histograms"><summary>{"The other " if shown else ""}{len(folded)} '
+            f'feature{"s" * (len(folded) != 1)}, not flagged <span class="hint muted">(click to show)</span></summary>'
+            + _figures(histograms, drift_rows, folded, bin_labels, words)
+            + "</details>"
+        )
+        if folded
+        else ""
+    )
     return intro + open_part + folded_part
 
 
-def shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, Any]], words: JobWords | None = None) -> str:
+def shadow_section(
+    rows: list[Mapping[str, Any]], examples: list[Mapping[str, Any]], words: JobWords | None = None
+) -> str:
     """Champion against challenger: flipped rows, the decision crosstab, each decision's share and
     expected event rate (a forecast job: mean forecast) under both, the score (forecast) delta, and the
     first flipped rows with both reasons."""
@@ -478,7 +602,11 @@ def shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, An
     forecasts = any(r["section"] == "forecast_delta" for r in rows)
     classifies = any(r["section"] == "class_mix" for r in rows)
     means, delta_section = (
-        ("mean_forecast", "forecast_delta") if forecasts else ("expected_accuracy", "") if classifies else ("expected_event_rate", "score_delta")
+        ("mean_forecast", "forecast_delta")
+        if forecasts
+        else ("expected_accuracy", "")
+        if classifies
+        else ("expected_event_rate", "score_delta")
     )
     mean_text = cell_text if forecasts else percent
     summary = {r["champion_item"]: r for r in rows if r["section"] == "summary"}
@@ -488,25 +616,40 @@ def shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, An
     named = words.decision if words is not None else str
     cells = {(r["champion_item"], r["challenger_item"]): r["rows"] for r in rows if r["section"] == "crosstab"}
     crosstab = [
-        f"<tr><th>{esc(named(mine))}</th>" + "".join(table_cell(cells.get((mine, theirs), 0)) for theirs in decisions) + "</tr>"
+        f"<tr><th>{esc(named(mine))}</th>"
+        + "".join(table_cell(cells.get((mine, theirs), 0)) for theirs in decisions)
+        + "</tr>"
         for mine in decisions
     ]
     by_decision = {(r["section"], r["champion_item"]): r for r in rows if r["section"] in ("decision_mix", means)}
     mix = [
-        "<tr>" + table_cell(named(d)) + f'<td class="n">{esc(percent(by_decision[("decision_mix", d)]["champion_value"]))}</td>'
+        "<tr>"
+        + table_cell(named(d))
+        + f'<td class="n">{esc(percent(by_decision[("decision_mix", d)]["champion_value"]))}</td>'
         + f'<td class="n">{esc(percent(by_decision[("decision_mix", d)]["challenger_value"]))}</td>'
         + f'<td class="n">{esc(mean_text(by_decision[(means, d)]["champion_value"]))}</td>'
         + f'<td class="n">{esc(mean_text(by_decision[(means, d)]["challenger_value"]))}</td></tr>'
-        for d in decisions if ("decision_mix", d) in by_decision
+        for d in decisions
+        if ("decision_mix", d) in by_decision
     ]
-    delta = ["<tr>" + table_cell(r["champion_item"]) + table_cell(r["challenger_value"]) + "</tr>" for r in rows if r["section"] == delta_section]
+    delta = [
+        "<tr>" + table_cell(r["champion_item"]) + table_cell(r["challenger_value"]) + "</tr>"
+        for r in rows
+        if r["section"] == delta_section
+    ]
     estimate = "forecast" if forecasts else "class" if classifies else "score"
     # A binary job's score under its own name (`propensity score`); the rows' keys stay `*_score`.
     estimate_name = words.score_name if words is not None and estimate == "score" else estimate
     flips = [
-        "<tr>" + table_cell(x["entity_id"]) + table_cell(named(x["champion_decision"])) + table_cell(named(x["challenger_decision"]))
-        + table_cell(x[f"champion_{estimate}"]) + table_cell(x[f"challenger_{estimate}"]) + table_cell(", ".join(x["champion_reason_codes"] or []))
-        + table_cell(", ".join(x["challenger_reason_codes"] or [])) + "</tr>"
+        "<tr>"
+        + table_cell(x["entity_id"])
+        + table_cell(named(x["champion_decision"]))
+        + table_cell(named(x["challenger_decision"]))
+        + table_cell(x[f"champion_{estimate}"])
+        + table_cell(x[f"challenger_{estimate}"])
+        + table_cell(", ".join(x["champion_reason_codes"] or []))
+        + table_cell(", ".join(x["challenger_reason_codes"] or []))
+        + "</tr>"
         for x in examples
     ]
     mean_name = "mean forecast" if forecasts else "expected accuracy" if classifies else "expected event rate"
@@ -514,38 +657,74 @@ def shadow_section(rows: list[Mapping[str, Any]], examples: list[Mapping[str, An
     if classifies:
         # The flips by class: where the challenger moves each class's rows, whatever their decision.
         classes = list(dict.fromkeys(r["champion_item"] for r in rows if r["section"] == "class_mix"))
-        moved = {(r["champion_item"], r["challenger_item"]): r["rows"] for r in rows if r["section"] == "class_crosstab"}
+        moved = {
+            (r["champion_item"], r["challenger_item"]): r["rows"] for r in rows if r["section"] == "class_crosstab"
+        }
         changed = summary["rows_class_changed"]["rows"] if "rows_class_changed" in summary else 0
         by_class = (
             f"<h3>Predicted classes: champion (rows) × challenger (columns); {changed} rows change class</h3>"
-            + html_table(["champion \\ challenger", *classes], [
-                f"<tr><th>{esc(mine)}</th>" + "".join(table_cell(moved.get((mine, theirs), 0)) for theirs in classes) + "</tr>" for mine in classes
-            ])
+            + html_table(
+                ["champion \\ challenger", *classes],
+                [
+                    f"<tr><th>{esc(mine)}</th>"
+                    + "".join(table_cell(moved.get((mine, theirs), 0)) for theirs in classes)
+                    + "</tr>"
+                    for mine in classes
+                ],
+            )
         )
     else:
-        by_class = f"<h3>{esc(estimate_name[:1].upper() + estimate_name[1:])} delta (challenger − champion)</h3>" + html_table(["statistic", "delta"], delta)
+        by_class = (
+            f"<h3>{esc(estimate_name[:1].upper() + estimate_name[1:])} delta (challenger − champion)</h3>"
+            + html_table(["statistic", "delta"], delta)
+        )
     shadow_table = "shadow_forecasts" if forecasts else "shadow_classifications" if classifies else "shadow_predictions"
     return (
         "<h2>Champion and challenger</h2>"
-        f'<p>Champion <b>{esc(first["champion_version"])}</b> decided; challenger <b>{esc(first["challenger_version"] or "(not loaded)")}</b> '
+        f"<p>Champion <b>{esc(first['champion_version'])}</b> decided; challenger <b>{esc(first['challenger_version'] or '(not loaded)')}</b> "
         f"scored the same {compared} rows as a shadow and would flip <b>{flipped}</b> decisions ({share}). "
         f"Rows the challenger could not {'forecast' if forecasts else 'score'}: {failed}.</p>"
         '<p class="muted">Tables <code>shadow_comparison</code>, <code>decision_flips</code> (every flipped row) and '
         f"<code>{shadow_table}</code>; nothing the challenger computes drives a decision.</p>"
         + "<h3>Decisions: champion (rows) × challenger (columns)</h3>"
         + html_table(["champion \\ challenger", *(named(d) for d in decisions)], crosstab)
-        + html_table(["decision", "share (champion)", "share (challenger)", f"{mean_name} (champion)", f"{mean_name} (challenger)"], mix)
+        + html_table(
+            [
+                "decision",
+                "share (champion)",
+                "share (challenger)",
+                f"{mean_name} (champion)",
+                f"{mean_name} (challenger)",
+            ],
+            mix,
+        )
         + by_class
         + "<h3>First flipped rows</h3>"
-        + html_table(["entity", "champion", "challenger", f"champion {estimate_name}", f"challenger {estimate_name}", "champion reasons",
-                  "challenger reasons"], flips)
+        + html_table(
+            [
+                "entity",
+                "champion",
+                "challenger",
+                f"champion {estimate_name}",
+                f"challenger {estimate_name}",
+                "champion reasons",
+                "challenger reasons",
+            ],
+            flips,
+        )
     )
 
 
 def glance_section(
-    summary: Mapping[str, Any], fallback_rows: list[Mapping[str, Any]], drift_rows: list[Mapping[str, Any]], features: list[str],
-    *, health_rows: list[Mapping[str, Any]] | None = None, shadow_rows: list[Mapping[str, Any]] | None = None,
-    words: JobWords | None = None, compared: bool = False,
+    summary: Mapping[str, Any],
+    fallback_rows: list[Mapping[str, Any]],
+    drift_rows: list[Mapping[str, Any]],
+    features: list[str],
+    *,
+    health_rows: list[Mapping[str, Any]] | None = None,
+    shadow_rows: list[Mapping[str, Any]] | None = None,
+    words: JobWords | None = None,
+    compared: bool = False,
 ) -> str:
     """What needs a look first: the features flagged (how many, the worst few with their PSI and KS), the fallbacks
     that counted rows (breached limits first), and the decisions' mix with the shift the run itself measured (the
@@ -555,18 +734,25 @@ def glance_section(
     estimates = {n: worst[n] for n in _ESTIMATES if n in worst}
     inputs = [f for f in dict.fromkeys([*features, *worst]) if f not in _ESTIMATES]
     flagged = [f for f in flagged_features(drift_rows) if f not in _ESTIMATES]
-    totals = sorted((r for r in fallback_kind_totals(fallback_rows) if r.get("rows")), key=lambda r: (not r.get("breached"), -int(r["rows"])))
+    totals = sorted(
+        (r for r in fallback_kind_totals(fallback_rows) if r.get("rows")),
+        key=lambda r: (not r.get("breached"), -int(r["rows"])),
+    )
     breached = sum(bool(r.get("breached")) for r in totals)
     return (
         f'<section class="glance{" flagged" if flagged or breached else ""}" id="glance"><h2>At a glance</h2>'
         + _drift_glance(flagged, worst, len(inputs), words)
         + _fallback_glance(totals, breached)
-        + _decision_glance(summary.get("decisions") or {}, estimates, health_rows or [], shadow_rows or [], words, compared)
+        + _decision_glance(
+            summary.get("decisions") or {}, estimates, health_rows or [], shadow_rows or [], words, compared
+        )
         + "</section>"
     )
 
 
-def _drift_glance(flagged: list[str], worst: Mapping[str, Mapping[str, Any]], n_features: int, words: JobWords | None) -> str:
+def _drift_glance(
+    flagged: list[str], worst: Mapping[str, Mapping[str, Any]], n_features: int, words: JobWords | None
+) -> str:
     if not flagged:
         return (
             f"<p><b>No feature flagged</b> of {n_features} (drift against the training reference and the previous "
@@ -575,12 +761,20 @@ def _drift_glance(flagged: list[str], worst: Mapping[str, Mapping[str, Any]], n_
     alerts = sum(worst[f]["flag"] == "alert" for f in flagged)
     return (
         f"<p><b>{len(flagged)} of {n_features} features flagged</b> ({alerts} alert, {len(flagged) - alerts} warn)"
-        + (f"; the {_GLANCE_FEATURES} most drifted:" if len(flagged) > _GLANCE_FEATURES else ":") + "</p>"
-        + html_table(["feature", "flag", "PSI", "KS", "against"], [
-            "<tr>" + f"<td>{esc(feature_text(f, words))}</td><td>{flag_badge(worst[f]['flag'])}</td>"
-            + table_cell(worst[f].get("psi")) + table_cell(worst[f].get("ks")) + table_cell(worst[f].get("baseline")) + "</tr>"
-            for f in flagged[:_GLANCE_FEATURES]
-        ])
+        + (f"; the {_GLANCE_FEATURES} most drifted:" if len(flagged) > _GLANCE_FEATURES else ":")
+        + "</p>"
+        + html_table(
+            ["feature", "flag", "PSI", "KS", "against"],
+            [
+                "<tr>"
+                + f"<td>{esc(feature_text(f, words))}</td><td>{flag_badge(worst[f]['flag'])}</td>"
+                + table_cell(worst[f].get("psi"))
+                + table_cell(worst[f].get("ks"))
+                + table_cell(worst[f].get("baseline"))
+                + "</tr>"
+                for f in flagged[:_GLANCE_FEATURES]
+            ],
+        )
         + f'<p class="muted"><b>PSI</b>: {esc(DRIFT_MEASURE_WORDS["PSI"])}; <b>KS</b>: {esc(DRIFT_MEASURE_WORDS["KS"])}.</p>'
     )
 
@@ -589,18 +783,24 @@ def _fallback_glance(totals: list[Mapping[str, Any]], breached: int) -> str:
     """Each kind's total that counted rows, the breached first."""
     fallbacks = "; ".join(
         f"{esc(r['kind'])} {esc(cell_text(r['rows']))} rows ({esc(percent(r.get('share')))}"
-        + (f", <b>limit {esc(percent(r.get('limit')))} BREACHED</b>" if r.get("breached") else "") + ")"
+        + (f", <b>limit {esc(percent(r.get('limit')))} BREACHED</b>" if r.get("breached") else "")
+        + ")"
         for r in totals
     )
     return (
         f"<p><b>Fallbacks:</b> {fallbacks or 'none'}"
-        + (f" — {breached} limit{'s' * (breached != 1)} breached" if breached else "") + ".</p>"
+        + (f" — {breached} limit{'s' * (breached != 1)} breached" if breached else "")
+        + ".</p>"
     )
 
 
 def _decision_glance(
-    decisions: Mapping[str, int], estimates: Mapping[str, Mapping[str, Any]], health_rows: list[Mapping[str, Any]],
-    shadow_rows: list[Mapping[str, Any]], words: JobWords | None, compared: bool = False,
+    decisions: Mapping[str, int],
+    estimates: Mapping[str, Mapping[str, Any]],
+    health_rows: list[Mapping[str, Any]],
+    shadow_rows: list[Mapping[str, Any]],
+    words: JobWords | None,
+    compared: bool = False,
 ) -> str:
     """The run's decision mix and the changes the run itself measured: its score's (forecast's) drift against the
     reference and the previous partition, a class's predicted share against the model's reference, the challenger's
@@ -608,11 +808,20 @@ def _decision_glance(
     written; else the page says where that shift is (table decision_monitoring) rather than guessing it."""
     total = sum(int(n) for n in decisions.values())
     named = words.decision if words is not None else str
-    mix = " · ".join(f"{esc(named(d))} {esc(cell_text(n))} ({esc(percent(n / total))})" for d, n in decisions.items()) if total else "no rows decided"
-    lines = [f"<p><b>Decisions:</b> {mix}." + (
-        " Their shift against the trailing window: above, and in table <code>decision_monitoring</code>.</p>" if compared else
-        " Their shift against the trailing window: table <code>decision_monitoring</code> and the job's monitoring page, "
-        "written after this run is published.</p>")]
+    mix = (
+        " · ".join(f"{esc(named(d))} {esc(cell_text(n))} ({esc(percent(n / total))})" for d, n in decisions.items())
+        if total
+        else "no rows decided"
+    )
+    lines = [
+        f"<p><b>Decisions:</b> {mix}."
+        + (
+            " Their shift against the trailing window: above, and in table <code>decision_monitoring</code>.</p>"
+            if compared
+            else " Their shift against the trailing window: table <code>decision_monitoring</code> and the job's monitoring page, "
+            "written after this run is published.</p>"
+        )
+    ]
     for name, r in estimates.items():
         ks = f" · KS {esc(cell_text(r.get('ks')))}" if is_number(r.get("ks")) else ""
         lines.append(
@@ -620,15 +829,22 @@ def _decision_glance(
             f"{flag_badge(r.get('flag'))} PSI "
             f"{esc(cell_text(r.get('psi')))}{ks} against the {esc(_BASELINE_WORDS.get(str(r.get('baseline')), r.get('baseline')))}.</p>"
         )
-    shares = [r for r in health_rows if r.get("section") == "class_mix" and r.get("measure") == "predicted_share"
-              and is_number(r.get("value")) and is_number(r.get("reference"))]
+    shares = [
+        r
+        for r in health_rows
+        if r.get("section") == "class_mix"
+        and r.get("measure") == "predicted_share"
+        and is_number(r.get("value"))
+        and is_number(r.get("reference"))
+    ]
     if shares:
         moved = max(shares, key=lambda r: abs(float(r["value"]) - float(r["reference"])))
         psi = next((r for r in health_rows if r.get("section") == "class_mix" and r.get("measure") == "psi"), None)
         lines.append(
             f"<p><b>Class mix against the model's reference:</b> the largest change is {esc(moved['item'])}, "
             f"{esc(percent(moved['value']))} of rows (reference {esc(percent(moved['reference']))})"
-            + (f"; PSI {esc(cell_text(psi['value']))} {flag_badge(psi.get('flag'))}" if psi is not None else "") + ".</p>"
+            + (f"; PSI {esc(cell_text(psi['value']))} {flag_badge(psi.get('flag'))}" if psi is not None else "")
+            + ".</p>"
         )
     counts = {r.get("champion_item"): r.get("rows") for r in shadow_rows if r.get("section") == "summary"}
     if counts.get("rows_compared"):
@@ -663,16 +879,32 @@ def run_report_html(
     `bin_labels` names the bins of the boolean and categorical features, which are drawn as bars; `words` are the
     job's own (its features' and decisions' plain names, its score's).
     """
-    meta = f'job <b>{esc(job)}</b> · partition <b>{esc(partition_date)}</b> · run <code>{esc(run_id)}</code>'
+    meta = f"job <b>{esc(job)}</b> · partition <b>{esc(partition_date)}</b> · run <code>{esc(run_id)}</code>"
     if words is not None:
         meta += f" · event: {esc(words.subject)} · {esc(words.score_meaning)}"
     return page_html(
         f"Scoring run {job} {partition_date}",
         meta,
-        lead_section(summary, drift_rows, histograms, bin_labels or {}, shifts=shifts, window_days=window_days,
-                     reason_codes=reason_codes or [], words=words)
-        + glance_section(summary, fallback_rows, drift_rows, list(histograms), health_rows=health_rows, shadow_rows=shadow_rows,
-                         words=words, compared=shifts is not None)
+        lead_section(
+            summary,
+            drift_rows,
+            histograms,
+            bin_labels or {},
+            shifts=shifts,
+            window_days=window_days,
+            reason_codes=reason_codes or [],
+            words=words,
+        )
+        + glance_section(
+            summary,
+            fallback_rows,
+            drift_rows,
+            list(histograms),
+            health_rows=health_rows,
+            shadow_rows=shadow_rows,
+            words=words,
+            compared=shifts is not None,
+        )
         + summary_section(summary, words=words)
         + (reasons_section(reason_codes, int(summary.get("rows_with_reasons") or 0)) if reason_codes else "")
         + fallback_section(fallback_rows)

@@ -16,20 +16,24 @@ from pathlib import Path
 from typing import Any
 
 from tasks.contracts import (
-    CLASSIFICATION_FIELD_MEANINGS, CLASSIFICATION_SCHEMA, FORECAST_FIELD_MEANINGS, FORECAST_SCHEMA, PREDICTION_FIELD_MEANINGS,
+    CLASSIFICATION_FIELD_MEANINGS,
+    CLASSIFICATION_SCHEMA,
+    FORECAST_FIELD_MEANINGS,
+    FORECAST_SCHEMA,
+    PREDICTION_FIELD_MEANINGS,
     PREDICTION_SCHEMA,
 )
 from tasks.inference.aliases import inference_model_aliases
 from tasks.inference.registry import ModelMetadata, inference_model_artifact
 from tasks.jobspec import JobSpec, load_job_spec
+from tasks.monitoring.forecast_distribution import rule_condition_text
 from tasks.prediction.calibration import METHOD as LOGISTIC_TAILS_METHOD
 from tasks.prediction.calibration_check import predict_calibration_table
-from tasks.monitoring.forecast_distribution import rule_condition_text
 from tasks.prediction.config import ReasonCode
 from tasks.prediction.reasons import FORECAST_DIRECTIONS
+from tasks.reports.artifacts import Artifact, artifact_key
 from tasks.reports.html_parts import page_html, write_run_report
 from tasks.reports.links import file_reference_markdown
-from tasks.reports.artifacts import Artifact, artifact_key
 from tasks.settings import Settings
 from tasks.sinks.warehouse import Warehouse
 from tasks.sinks.warehouse_choice import warehouse_for
@@ -56,7 +60,10 @@ def _decisions_text(spec: JobSpec, decisions: list[str] | tuple[str, ...]) -> st
 
 def _rule_actions(spec: JobSpec) -> str:
     words = spec.words
-    return "; ".join(f"{r.id} → {words.decision(r.decision)}" + (f" ({r.description})" if r.description else "") for r in spec.prediction.rules)
+    return "; ".join(
+        f"{r.id} → {words.decision(r.decision)}" + (f" ({r.description})" if r.description else "")
+        for r in spec.prediction.rules
+    )
 
 
 def _feature_cell(spec: JobSpec, feature: str) -> str:
@@ -71,9 +78,15 @@ def _ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
     rule_actions = _rule_actions(spec)
     reasons_for = _decisions_text(spec, p.reasons.for_decisions)
     return {
-        "probability": ("0–1", f"Drives the rules below; expected number of events = sum of probabilities ({p.event})."),
+        "probability": (
+            "0–1",
+            f"Drives the rules below; expected number of events = sum of probabilities ({p.event}).",
+        ),
         "probability_low": ("0–1, ≤ probability", f"{p.interval_level:.0%} credible interval; rules may act on it."),
-        "probability_high": ("0–1, ≥ probability", "An interval straddling a cut-off is sent to a person where a rule says so."),
+        "probability_high": (
+            "0–1, ≥ probability",
+            "An interval straddling a cut-off is sent to a person where a rule says so.",
+        ),
         "score": (
             "0–100 integer",
             f"50 at p = {p.score.base_probability:g}; +{p.score.points_to_double_odds:g} points per doubling of the odds.",
@@ -115,10 +128,16 @@ def _class_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
     classes = " / ".join(target.classes)
     return {
         "predicted_class": (classes, "The rules below may test it (`class in {…}`)."),
-        "probability": ("0–1", "The rules may test it; summed over rows it is the expected number of rows of each predicted class that are right."),
+        "probability": (
+            "0–1",
+            "The rules may test it; summed over rows it is the expected number of rows of each predicted class that are right.",
+        ),
         "probability_low": ("0–1, ≤ probability", f"{p.interval_level:.0%} credible interval; rules may act on it."),
         "probability_high": ("0–1, ≥ probability", "Rules may act on the plausible range rather than the point value."),
-        "class_probabilities": (f"{len(target.classes)} values in 0–1, adding up to 1", f"In class order: {', '.join(target.classes)}."),
+        "class_probabilities": (
+            f"{len(target.classes)} values in 0–1, adding up to 1",
+            f"In class order: {', '.join(target.classes)}.",
+        ),
         "runner_up_class": (classes, "The alternative a person weighs on a close call."),
         "margin": ("0–1", "A small margin is a close call between two classes; rules may send it to a person."),
         "decision": (" / ".join(decisions), rule_actions),
@@ -129,9 +148,13 @@ def _class_ranges_and_actions(spec: JobSpec) -> dict[str, tuple[str, str]]:
 
 def _class_reason_section(spec: JobSpec) -> str:
     reasons = spec.prediction.reasons
-    rows = [[_feature_cell(spec, feature), reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
+    rows = [
+        [_feature_cell(spec, feature), reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()
+    ]
     if reasons.no_reason_code:
-        rows.append(["no feature pushes toward the predicted class", reasons.no_reason_code, reasons.no_reason_text or ""])
+        rows.append(
+            ["no feature pushes toward the predicted class", reasons.no_reason_code, reasons.no_reason_text or ""]
+        )
     return (
         f"Up to {reasons.top_k} codes per row, for decisions {_decisions_text(spec, reasons.for_decisions)}: the features that pushed "
         "the row most toward its predicted class (exact contributions to that class's margin).\n\n"
@@ -150,31 +173,53 @@ def _class_calibration_section(spec: JobSpec, metadata: ModelMetadata) -> str:
     }.get(method, f"`{method}`")
     lines = [
         f"Method: **{how}**, chosen by {_number(calibration.get('folds'))}-fold cross-validated log loss on the hold-out"
-        + (f" ({_number({k: v for k, v in (calibration.get('cv_log_loss') or {}).items() if v is not None})})" if calibration.get("cv_log_loss") else "")
+        + (
+            f" ({_number({k: v for k, v in (calibration.get('cv_log_loss') or {}).items() if v is not None})})"
+            if calibration.get("cv_log_loss")
+            else ""
+        )
         + f". Interval of the predicted class's probability at {spec.prediction.interval_level:.0%} credibility, from the hold-out's rows "
         "predicted as that class with a like probability.",
     ]
     if not reliability:
         lines.append("The registered metadata holds no classwise reliability: register the model again.")
         return "\n\n".join(lines)
-    measured = "out of fold (each half of the hold-out calibrated by the other)" if reliability.get("out_of_fold") else "in sample (a half of the hold-out lacked a class)"
+    measured = (
+        "out of fold (each half of the hold-out calibrated by the other)"
+        if reliability.get("out_of_fold")
+        else "in sample (a half of the hold-out lacked a class)"
+    )
     lines.append(
         f"Reliability measured {measured}: classwise ECE **{reliability['classwise_ece']:.4f}**, top-label ECE "
         f"{reliability.get('top_label_ece', math.nan):.4f}."
     )
-    lines.append(_md_table(
-        ["class", "hold-out rows", "ECE", "mean probability", "observed share"],
-        [
-            [c["class"], f"{c['rows']:,}", f"{c['ece']:.4f}", *_bin_means(c.get("bins") or [])]
-            for c in reliability.get("classes", [])
-        ],
-    ))
+    lines.append(
+        _md_table(
+            ["class", "hold-out rows", "ECE", "mean probability", "observed share"],
+            [
+                [c["class"], f"{c['rows']:,}", f"{c['ece']:.4f}", *_bin_means(c.get("bins") or [])]
+                for c in reliability.get("classes", [])
+            ],
+        )
+    )
     for c in reliability.get("classes", []):
-        lines.append(f"**{c['class']}**: probability of the class against how often the rows were that class, per probability bin.")
-        lines.append(_md_table(
-            ["probability bin", "rows", "mean probability", "observed share"],
-            [[f"{b['low']:.1f}–{b['high']:.1f}", f"{b['rows']:,}", f"{b['mean_probability']:.4f}", f"{b['observed_rate']:.4f}"] for b in c.get("bins") or []],
-        ))
+        lines.append(
+            f"**{c['class']}**: probability of the class against how often the rows were that class, per probability bin."
+        )
+        lines.append(
+            _md_table(
+                ["probability bin", "rows", "mean probability", "observed share"],
+                [
+                    [
+                        f"{b['low']:.1f}–{b['high']:.1f}",
+                        f"{b['rows']:,}",
+                        f"{b['mean_probability']:.4f}",
+                        f"{b['observed_rate']:.4f}",
+                    ]
+                    for b in c.get("bins") or []
+                ],
+            )
+        )
     return "\n\n".join(lines)
 
 
@@ -182,7 +227,10 @@ def _bin_means(bins: list[dict[str, Any]]) -> list[str]:
     rows = sum(b["rows"] for b in bins)
     if not rows:
         return ["—", "—"]
-    return [f"{sum(b['mean_probability'] * b['rows'] for b in bins) / rows:.4f}", f"{sum(b['observed_rate'] * b['rows'] for b in bins) / rows:.4f}"]
+    return [
+        f"{sum(b['mean_probability'] * b['rows'] for b in bins) / rows:.4f}",
+        f"{sum(b['observed_rate'] * b['rows'] for b in bins) / rows:.4f}",
+    ]
 
 
 def target_text(spec: JobSpec) -> str:
@@ -211,8 +259,12 @@ def reason_text(reason: ReasonCode) -> str:
 
 def _reason_section(spec: JobSpec) -> str:
     reasons = spec.prediction.reasons
-    rows = [[_feature_cell(spec, feature), reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()]
-    rows.append([f"no feature pushes toward the event ({spec.words.subject})", reasons.no_reason_code, reasons.no_reason_text])
+    rows = [
+        [_feature_cell(spec, feature), reason.code, reason_text(reason)] for feature, reason in reasons.codes.items()
+    ]
+    rows.append(
+        [f"no feature pushes toward the event ({spec.words.subject})", reasons.no_reason_code, reasons.no_reason_text]
+    )
     return (
         f"Up to {reasons.top_k} codes per row, for decisions {_decisions_text(spec, reasons.for_decisions)}: the features "
         "that pushed the row's margin most toward the event.\n\n" + _md_table(["feature", "code", "text"], rows)
@@ -222,11 +274,14 @@ def _reason_section(spec: JobSpec) -> str:
 def _forecast_reason_section(spec: JobSpec) -> str:
     reasons = spec.prediction.reasons
     up, down = (suffix for suffix, _ in FORECAST_DIRECTIONS)
-    rows = [[_feature_cell(spec, feature), f"{reason.code}{up} / {reason.code}{down}", reason_text(reason)] for feature, reason in reasons.codes.items()]
+    rows = [
+        [_feature_cell(spec, feature), f"{reason.code}{up} / {reason.code}{down}", reason_text(reason)]
+        for feature, reason in reasons.codes.items()
+    ]
     return (
         f"Up to {reasons.top_k} codes per row, for decisions {_decisions_text(spec, reasons.for_decisions)}: the features "
         "that moved the row's forecast most, whichever way, on the model's margin scale (exact contributions). "
-        f"`<CODE>{up}` reads \"<text> {FORECAST_DIRECTIONS[0][1]}\", `<CODE>{down}` \"<text> {FORECAST_DIRECTIONS[1][1]}\".\n\n"
+        f'`<CODE>{up}` reads "<text> {FORECAST_DIRECTIONS[0][1]}", `<CODE>{down}` "<text> {FORECAST_DIRECTIONS[1][1]}".\n\n'
         + _md_table(["feature", "codes", "text"], rows)
     )
 
@@ -244,16 +299,20 @@ def _interval_section(spec: JobSpec, metadata: ModelMetadata) -> str:
     if not check:
         return "The registered model has no prediction interval in its metadata: register it again."
     unit = f" {spec.target.unit}" if spec.target.unit else ""
-    link = {"log": "log link: forecast = exp(margin)", "identity": "identity link: forecast = margin"}.get(metadata.link or "", metadata.link or "")
+    link = {"log": "log link: forecast = exp(margin)", "identity": "identity link: forecast = margin"}.get(
+        metadata.link or "", metadata.link or ""
+    )
     method = (
-        "split conformal, normalized by the error model" if interval.get("method") == "split_conformal_normalized"
+        "split conformal, normalized by the error model"
+        if interval.get("method") == "split_conformal_normalized"
         else str(interval.get("method"))
     )
     lines = [
         f"Method: **{method}** (crepes): forecast ± q·max(σ, {_number(float(interval.get('sigma_floor', math.nan)))}), σ the error "
         "model's expected |actual − forecast| of the row and q the conformal quantile of the normalized hold-out errors at the "
         f"level, so an easy row gets a narrow interval and a hard one a wide one; {link}"
-        + ("; a count's interval is cut at 0" if spec.target.kind == "count" else "") + ".",
+        + ("; a count's interval is cut at 0" if spec.target.kind == "count" else "")
+        + ".",
         f"Level: **{spec.prediction.interval_level:.0%}** (the spec's `interval_level`; registered at {check.get('level', math.nan):.0%}). "
         f"Hold-out split: {_number(interval.get('rows_fit'))} rows fitted the error model, {_number(interval.get('rows_calibration'))} "
         f"set the interval's quantile, {_number(interval.get('rows_check'))} were held back to check them.",
@@ -319,7 +378,8 @@ def _calibration_section(spec: JobSpec, metadata: ModelMetadata) -> str:
         return f"The registered calibration map is unusable: field calibration: {exc}."
     beyond = (
         "beyond them the map continues as a logistic in the margin toward 0 and 1"
-        if table.method == LOGISTIC_TAILS_METHOD else "beyond them it stays flat"
+        if table.method == LOGISTIC_TAILS_METHOD
+        else "beyond them it stays flat"
     )
     rows = sum(b["rows"] for b in table.bins)
     events = sum(b["events"] for b in table.bins)
@@ -331,7 +391,10 @@ def _calibration_section(spec: JobSpec, metadata: ModelMetadata) -> str:
             ["bin", "rows", "events", "observed rate", "margins", "probability", "interval"],
             [
                 [
-                    str(b["bin"]), f"{b['rows']:,}", f"{b['events']:,}", f"{b['observed_rate']:.2%}",
+                    str(b["bin"]),
+                    f"{b['rows']:,}",
+                    f"{b['events']:,}",
+                    f"{b['observed_rate']:.2%}",
                     f"{_number(b['margin_low'])} to {_number(b['margin_high'])}",
                     f"{_probability(b['probability_from'])} – {_probability(b['probability_to'])}",
                     f"{_probability(b['interval_low'])} – {_probability(b['interval_high'])}",
@@ -352,34 +415,54 @@ def _guard_section(latest_run: dict[str, Any] | None, guard_summary: list[dict[s
     if not guard_summary:
         return f"{run}: no guard summary was recorded."
     acted = [g for g in guard_summary if g["rows"]]
-    return (
-        f"{run}: {len(acted)} of {len(guard_summary)} expectations acted on rows.\n\n"
-        + _md_table(
-            ["expectation", "column", "type", "action", "evaluated by", "rows", "share"],
+    return f"{run}: {len(acted)} of {len(guard_summary)} expectations acted on rows.\n\n" + _md_table(
+        ["expectation", "column", "type", "action", "evaluated by", "rows", "share"],
+        [
             [
-                [g["expectation"], g["column_name"] or "", g["expectation_type"], g["action"], g["evaluated_by"],
-                 f"{g['rows']:,}", f"{g['share']:.2%}"]
-                for g in guard_summary
-            ],
-        )
+                g["expectation"],
+                g["column_name"] or "",
+                g["expectation_type"],
+                g["action"],
+                g["evaluated_by"],
+                f"{g['rows']:,}",
+                f"{g['share']:.2%}",
+            ]
+            for g in guard_summary
+        ],
     )
 
 
 def model_card_markdown(
-    spec: JobSpec, metadata: ModelMetadata, latest_run: dict[str, Any] | None, *, guard_summary: list[dict[str, Any]] | None = None,
+    spec: JobSpec,
+    metadata: ModelMetadata,
+    latest_run: dict[str, Any] | None,
+    *,
+    guard_summary: list[dict[str, Any]] | None = None,
     aliases: dict[str, str] | None = None,
 ) -> str:
     """The card as Markdown; `latest_run` is the job's newest succeeded `runs` row, if any, `guard_summary`
     that run's `guard_summary` rows, and `aliases` where the model's aliases point."""
     forecasts, classifies = spec.target.forecasts, spec.target.classifies
-    extra = _forecast_ranges_and_actions(spec) if forecasts else _class_ranges_and_actions(spec) if classifies else _ranges_and_actions(spec)
+    extra = (
+        _forecast_ranges_and_actions(spec)
+        if forecasts
+        else _class_ranges_and_actions(spec)
+        if classifies
+        else _ranges_and_actions(spec)
+    )
     schema, meanings = (
-        (FORECAST_SCHEMA, FORECAST_FIELD_MEANINGS) if forecasts else (CLASSIFICATION_SCHEMA, CLASSIFICATION_FIELD_MEANINGS) if classifies
+        (FORECAST_SCHEMA, FORECAST_FIELD_MEANINGS)
+        if forecasts
+        else (CLASSIFICATION_SCHEMA, CLASSIFICATION_FIELD_MEANINGS)
+        if classifies
         else (PREDICTION_SCHEMA, PREDICTION_FIELD_MEANINGS)
     )
     words = spec.words
     if not (forecasts or classifies):
-        meanings = {**meanings, "score": f"{words.score_name[:1].upper()}{words.score_name[1:]} from the probability; higher: {words.score_higher}."}
+        meanings = {
+            **meanings,
+            "score": f"{words.score_name[:1].upper()}{words.score_name[1:]} from the probability; higher: {words.score_higher}.",
+        }
     contract = [[f.name, str(f.type), meanings[f.name], *extra.get(f.name, ("", ""))] for f in schema]
     inference = json.loads(latest_run["inference"]) if latest_run and latest_run.get("inference") else {}
 
@@ -387,33 +470,61 @@ def model_card_markdown(
         value = inference.get(key)
         return fmt.format(value) if value is not None else "no run yet"
 
-    feature_models = ", ".join(f"{m.name} {m.version} → `{m.output_feature}`" for m in spec.model.feature_models) or "none"
+    feature_models = (
+        ", ".join(f"{m.name} {m.version} → `{m.output_feature}`" for m in spec.model.feature_models) or "none"
+    )
     run_ref = (
         f"run `{latest_run['run_id']}` of {latest_run['partition_date']} ({latest_run['rows_read']:,} rows)"
-        if latest_run else "no succeeded run yet"
+        if latest_run
+        else "no succeeded run yet"
     )
     spec_rows = [
-        ["Model", f"{metadata.name} version {metadata.version} ({metadata.framework}, `{metadata.model_file}`, sha256 {metadata.sha256[:12]}…)"],
-        ["Named in the spec", spec.model.version + (f"; shadowed by challenger {spec.model.challenger}" if spec.model.challenger else "")],
+        [
+            "Model",
+            f"{metadata.name} version {metadata.version} ({metadata.framework}, `{metadata.model_file}`, sha256 {metadata.sha256[:12]}…)",
+        ],
+        [
+            "Named in the spec",
+            spec.model.version + (f"; shadowed by challenger {spec.model.challenger}" if spec.model.challenger else ""),
+        ],
         ["Aliases", ", ".join(f"{a} → {v}" for a, v in (aliases or {}).items()) or "none"],
         ["Fallback version", spec.model.fallback_version or "none"],
         ["Feature models", feature_models],
         ["Feature version", metadata.feature_version],
-        ["Input", f"float32 matrix, C-contiguous, shape (chunk rows, {len(metadata.features)}): {', '.join(metadata.features)}"],
-        ["Output", (
-            f"one raw margin per row on the model's {metadata.link or 'identity'} link scale (float64), and the error model's "
-            "expected |actual − forecast| per row"
-        ) if forecasts else (
-            f"one raw margin per class per row (float64, rows × {len(spec.target.classes)}, in class order); their softmax is the "
-            "model's own probabilities"
-        ) if classifies else "one raw log-odds margin per row (float64)"],
+        [
+            "Input",
+            f"float32 matrix, C-contiguous, shape (chunk rows, {len(metadata.features)}): {', '.join(metadata.features)}",
+        ],
+        [
+            "Output",
+            (
+                f"one raw margin per row on the model's {metadata.link or 'identity'} link scale (float64), and the error model's "
+                "expected |actual − forecast| per row"
+            )
+            if forecasts
+            else (
+                f"one raw margin per class per row (float64, rows × {len(spec.target.classes)}, in class order); their softmax is the "
+                "model's own probabilities"
+            )
+            if classifies
+            else "one raw log-odds margin per row (float64)",
+        ],
         ["Device asked", spec.inference.device],
-        ["Device and providers used", f"{inference.get('device_type', 'no run yet')}: {', '.join(inference.get('providers', [])) or 'no run yet'}"],
+        [
+            "Device and providers used",
+            f"{inference.get('device_type', 'no run yet')}: {', '.join(inference.get('providers', [])) or 'no run yet'}",
+        ],
         ["Chunk size", f"{spec.chunk_rows:,} rows"],
-        ["Retries, error budget", f"{spec.inference.retries} retries per chunk; at most {spec.inference.max_failed_share:.1%} of rows in failed chunks"],
+        [
+            "Retries, error budget",
+            f"{spec.inference.retries} retries per chunk; at most {spec.inference.max_failed_share:.1%} of rows in failed chunks",
+        ],
         ["Throughput (inference)", f"{measured('inference_rows_per_s')} rows/s"],
         ["Throughput (end to end)", f"{measured('end_to_end_rows_per_s')} rows/s"],
-        ["Latency per chunk", f"p50 {measured('latency_ms_p50', '{:.1f}')} ms, p99 {measured('latency_ms_p99', '{:.1f}')} ms, max {measured('latency_ms_max', '{:.1f}')} ms"],
+        [
+            "Latency per chunk",
+            f"p50 {measured('latency_ms_p50', '{:.1f}')} ms, p99 {measured('latency_ms_p99', '{:.1f}')} ms, max {measured('latency_ms_max', '{:.1f}')} ms",
+        ],
         ["Memory", f"peak RSS {measured('peak_rss_mb', '{:,.0f}')} MB"],
         ["Measured on", run_ref],
     ]
@@ -450,8 +561,11 @@ def model_card_markdown(
             "## Prediction Contract",
             f"Event: **{spec.prediction.event}**. Score: **{words.score_name}**, higher: {words.score_higher}. Decisions: "
             f"{_decisions_text(spec, words.decisions)}"
-            + (f"; those that act on the entity (their precision and recall are measured on outcomes): {words.actions_text(conjunction='and')}"
-               if words.actions else "")
+            + (
+                f"; those that act on the entity (their precision and recall are measured on outcomes): {words.actions_text(conjunction='and')}"
+                if words.actions
+                else ""
+            )
             + f".\n\nService level: {spec.service_level}",
             _md_table(["field", "type", "meaning", "range", "business action"], contract),
             "## Reason codes",
@@ -459,17 +573,24 @@ def model_card_markdown(
             "## Calibration",
             _calibration_section(spec, metadata),
         ]
-    return "\n\n".join([
-        f"# Model card: {spec.name}",
-        spec.description,
-        *kind_sections,
-        "## Inference Specification",
-        _md_table(["", ""], spec_rows),
-        "## Training",
-        _md_table(["", ""], _training_rows(metadata.training)) if metadata.training else "No training record in the metadata.",
-        "## Guards in the latest run",
-        _guard_section(latest_run, guard_summary or []),
-    ]) + "\n"
+    return (
+        "\n\n".join(
+            [
+                f"# Model card: {spec.name}",
+                spec.description,
+                *kind_sections,
+                "## Inference Specification",
+                _md_table(["", ""], spec_rows),
+                "## Training",
+                _md_table(["", ""], _training_rows(metadata.training))
+                if metadata.training
+                else "No training record in the metadata.",
+                "## Guards in the latest run",
+                _guard_section(latest_run, guard_summary or []),
+            ]
+        )
+        + "\n"
+    )
 
 
 def job_model_card(job: str, settings: Settings, warehouse: Warehouse | None = None) -> str:
@@ -483,7 +604,9 @@ def job_model_card(job: str, settings: Settings, warehouse: Warehouse | None = N
     version = latest["model_version"] if latest else spec.model.version
     registry = settings.model_registry_dir(spec.model.name)
     metadata = inference_model_artifact(registry, version).metadata
-    return model_card_markdown(spec, metadata, latest, guard_summary=guard_summary, aliases=inference_model_aliases(registry))
+    return model_card_markdown(
+        spec, metadata, latest, guard_summary=guard_summary, aliases=inference_model_aliases(registry)
+    )
 
 
 def model_card_page_html(markdown: str) -> str:
@@ -509,6 +632,10 @@ def model_card_artifact(job: str, page: Path, page_url: str | None) -> Artifact:
     description = f"The model card of {job} (contract, model, training, guards of the latest run)"
     if page_url:
         return Artifact(artifact_key("model-card", job), description, link=page_url)
-    return Artifact(artifact_key("model-card", job), description, markdown=(
-        f"**Model card** of `{job}`: {file_reference_markdown(page, None)} (Markdown: `{page.with_suffix('.md').name}` beside it)."
-    ))
+    return Artifact(
+        artifact_key("model-card", job),
+        description,
+        markdown=(
+            f"**Model card** of `{job}`: {file_reference_markdown(page, None)} (Markdown: `{page.with_suffix('.md').name}` beside it)."
+        ),
+    )

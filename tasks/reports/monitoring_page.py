@@ -67,15 +67,21 @@ def realized_performance_rows(history: MonitoringHistory) -> list[dict[str, Any]
     label_counts = _label_counts(history)
     out = []
     for r in history.metrics.sort("partition_date", "model_version").iter_rows(named=True):
-        out.append({
-            "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"],
-            "labelled": r["labelled"], "events": r["events"], "observed_rate": percent(r["observed_rate"]),
-            "observed_interval": _interval_text(r["observed_low"], r["observed_high"]),
-            "expected_rate": percent(r["expected_rate"]),
-            "expected_in_interval": {True: "yes", False: "NO", None: "—"}[r["expected_within_interval"]],
-            **{k: _three_decimals(r[k]) for k in ("auc", "brier", "ece", "psi_score")},
-            **label_counts(r["partition_date"]),
-        })
+        out.append(
+            {
+                "date": r["partition_date"].isoformat(),
+                "model_version": r["model_version"],
+                "rows": r["rows"],
+                "labelled": r["labelled"],
+                "events": r["events"],
+                "observed_rate": percent(r["observed_rate"]),
+                "observed_interval": _interval_text(r["observed_low"], r["observed_high"]),
+                "expected_rate": percent(r["expected_rate"]),
+                "expected_in_interval": {True: "yes", False: "NO", None: "—"}[r["expected_within_interval"]],
+                **{k: _three_decimals(r[k]) for k in ("auc", "brier", "ece", "psi_score")},
+                **label_counts(r["partition_date"]),
+            }
+        )
     return out
 
 
@@ -84,7 +90,10 @@ def _label_counts(history: MonitoringHistory) -> Callable[[dt.date], dict[str, i
 
     def label_counts(day: dt.date) -> dict[str, int]:
         row = labels.get(day) or {}
-        return {"labels_quarantined": row.get("labels_quarantined", 0), "labels_unknown_entity": row.get("labels_unknown_entity", 0)}
+        return {
+            "labels_quarantined": row.get("labels_quarantined", 0),
+            "labels_unknown_entity": row.get("labels_unknown_entity", 0),
+        }
 
     return label_counts
 
@@ -109,13 +118,20 @@ def realized_error_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
     errors = history.errors.filter(pl.col("section") == "partition") if history.errors.height else history.errors
     out = []
     for r in errors.sort("partition_date", "model_version").iter_rows(named=True):
-        out.append({
-            "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"],
-            "labelled": r["labelled"], **{k: _four_digits(r[k]) for k in ("mae", "rmse")},
-            "bias": "—" if r["bias"] is None else f"{r['bias']:+.4g}",
-            "coverage": "—" if r["coverage"] is None else percent(r["coverage"]), "mean_width": _four_digits(r["mean_width"]),
-            "interval_level": f"{r['interval_level']:.0%}", **label_counts(r["partition_date"]),
-        })
+        out.append(
+            {
+                "date": r["partition_date"].isoformat(),
+                "model_version": r["model_version"],
+                "rows": r["rows"],
+                "labelled": r["labelled"],
+                **{k: _four_digits(r[k]) for k in ("mae", "rmse")},
+                "bias": "—" if r["bias"] is None else f"{r['bias']:+.4g}",
+                "coverage": "—" if r["coverage"] is None else percent(r["coverage"]),
+                "mean_width": _four_digits(r["mean_width"]),
+                "interval_level": f"{r['interval_level']:.0%}",
+                **label_counts(r["partition_date"]),
+            }
+        )
     return out
 
 
@@ -124,30 +140,61 @@ def realized_class_rows(history: MonitoringHistory) -> list[dict[str, Any]]:
     section `partition`) beside the accuracy estimated before labels (`outcome_estimates`); labels of days never scored
     are counted by `unmatched_label_counts`, not listed."""
     label_counts = _label_counts(history)
-    metrics = history.class_metrics.filter(pl.col("section") == "partition") if history.class_metrics.height else history.class_metrics
-    estimates = history.estimates.filter(pl.col("measure") == "accuracy") if history.estimates.height else history.estimates
+    metrics = (
+        history.class_metrics.filter(pl.col("section") == "partition")
+        if history.class_metrics.height
+        else history.class_metrics
+    )
+    estimates = (
+        history.estimates.filter(pl.col("measure") == "accuracy") if history.estimates.height else history.estimates
+    )
     estimated = {(r["partition_date"], r["model_version"]): r for r in estimates.iter_rows(named=True)}
     out = []
     for r in metrics.sort("partition_date", "model_version").iter_rows(named=True):
         estimate = estimated.get((r["partition_date"], r["model_version"]))
-        out.append({
-            "date": r["partition_date"].isoformat(), "model_version": r["model_version"], "rows": r["rows"], "labelled": r["labelled"],
-            "accuracy": "—" if r["accuracy"] is None else percent(r["accuracy"]),
-            "estimated_accuracy": "—" if estimate is None else _interval_text(estimate["low"], estimate["high"]),
-            "accuracy_in_interval": "—" if estimate is None else {True: "NO", False: "yes", None: "—"}[estimate["outside"]],
-            **{k: "—" if r[k] is None else _three_decimals(r[k]) for k in ("log_loss", "macro_f1", "classwise_ece", "top_label_ece")},
-            **label_counts(r["partition_date"]),
-        })
+        out.append(
+            {
+                "date": r["partition_date"].isoformat(),
+                "model_version": r["model_version"],
+                "rows": r["rows"],
+                "labelled": r["labelled"],
+                "accuracy": "—" if r["accuracy"] is None else percent(r["accuracy"]),
+                "estimated_accuracy": "—" if estimate is None else _interval_text(estimate["low"], estimate["high"]),
+                "accuracy_in_interval": "—"
+                if estimate is None
+                else {True: "NO", False: "yes", None: "—"}[estimate["outside"]],
+                **{
+                    k: "—" if r[k] is None else _three_decimals(r[k])
+                    for k in ("log_loss", "macro_f1", "classwise_ece", "top_label_ece")
+                },
+                **label_counts(r["partition_date"]),
+            }
+        )
     return out
 
 
 _TERMINAL_HEADERS = {
-    "model_version": "version", "observed_rate": "observed", "observed_interval": "interval", "expected_rate": "expected",
-    "expected_in_interval": "in int.", "auc": "AUC", "brier": "Brier", "ece": "ECE", "psi_score": "PSI",
-    "labels_quarantined": "quar.", "labels_unknown_entity": "unknown",
-    "mae": "MAE", "rmse": "RMSE", "mean_width": "mean width", "interval_level": "level",
-    "estimated_accuracy": "estimated", "accuracy_in_interval": "in int.", "log_loss": "log loss", "macro_f1": "macro F1",
-    "classwise_ece": "classwise ECE", "top_label_ece": "top-label ECE",
+    "model_version": "version",
+    "observed_rate": "observed",
+    "observed_interval": "interval",
+    "expected_rate": "expected",
+    "expected_in_interval": "in int.",
+    "auc": "AUC",
+    "brier": "Brier",
+    "ece": "ECE",
+    "psi_score": "PSI",
+    "labels_quarantined": "quar.",
+    "labels_unknown_entity": "unknown",
+    "mae": "MAE",
+    "rmse": "RMSE",
+    "mean_width": "mean width",
+    "interval_level": "level",
+    "estimated_accuracy": "estimated",
+    "accuracy_in_interval": "in int.",
+    "log_loss": "log loss",
+    "macro_f1": "macro F1",
+    "classwise_ece": "classwise ECE",
+    "top_label_ece": "top-label ECE",
 }
 
 
@@ -179,7 +226,8 @@ def realized_error_table(job: str, rows: list[dict[str, Any]]) -> Table:
         "on the forecasts with an actual: MAE, RMSE, bias = mean(actual − forecast); coverage: share of actuals inside the "
         "forecast's interval, against its level; mean width of that interval; quar. / unknown: labels of entities the "
         "partition quarantined / never saw (table outcome_errors)",
-        rows, red=lambda col, value: col == "labels_unknown_entity" and bool(value),
+        rows,
+        red=lambda col, value: col == "labels_unknown_entity" and bool(value),
     )
 
 
@@ -191,7 +239,10 @@ def realized_class_table(job: str, rows: list[dict[str, Any]], *, interval_level
         "before labels; in int.: the realized accuracy inside it; log loss of the calibrated vector; macro F1; classwise ECE "
         "(mean one-vs-rest) and top-label ECE; quar. / unknown: labels of entities the partition quarantined / never saw "
         "(tables outcome_class_metrics, outcome_class_rates)",
-        rows, red=lambda col, value: (col == "labels_unknown_entity" and bool(value)) or (col == "accuracy_in_interval" and value == "NO"),
+        rows,
+        red=lambda col, value: (
+            (col == "labels_unknown_entity" and bool(value)) or (col == "accuracy_in_interval" and value == "NO")
+        ),
     )
 
 
@@ -202,7 +253,10 @@ def realized_performance_table(job: str, rows: list[dict[str, Any]], *, interval
         f"observed event rate with its {interval_level:.0%} Clopper–Pearson interval; expected: mean calibrated "
         "probability; in int.: expected inside the interval; PSI: score vs the trailing window; quar. / unknown: "
         "labels of entities the partition quarantined / never saw",
-        rows, red=lambda col, value: (col == "labels_unknown_entity" and bool(value)) or (col == "expected_in_interval" and value == "NO"),
+        rows,
+        red=lambda col, value: (
+            (col == "labels_unknown_entity" and bool(value)) or (col == "expected_in_interval" and value == "NO")
+        ),
     )
 
 
@@ -274,7 +328,15 @@ def decision_mix_png(history: MonitoringHistory, *, words: JobWords | None = Non
         bottom += share
     shifted = [dates.index(d) for d in _shifted_dates(history) if d in dates]
     if shifted:
-        ax.plot(shifted, [1.04] * len(shifted), "v", color="#c62828", markersize=8, label="decision share shifted", clip_on=False)
+        ax.plot(
+            shifted,
+            [1.04] * len(shifted),
+            "v",
+            color="#c62828",
+            markersize=8,
+            label="decision share shifted",
+            clip_on=False,
+        )
     ax.set_ylim(0, 1.0)
     ax.set_ylabel("share of rows", fontsize=8)
     date_axis(ax, dates)
@@ -301,10 +363,25 @@ def event_rate_png(history: MonitoringHistory, event: str) -> str:
         err = np.vstack([observed - rows["observed_low"].to_numpy(), rows["observed_high"].to_numpy() - observed])
         colour = VERSION_COLOURS[i % len(VERSION_COLOURS)]
         level = rows["interval_level"][0]
-        ax.errorbar(x, observed, yerr=err, fmt="o", color=colour, capsize=3, markersize=4,
-                    label=f"observed, v{version} ({level:.0%} interval)")
-        ax.plot(x, rows["expected_rate"].to_numpy(), "_", color=colour, markersize=14, markeredgewidth=2,
-                label=f"expected, v{version}")
+        ax.errorbar(
+            x,
+            observed,
+            yerr=err,
+            fmt="o",
+            color=colour,
+            capsize=3,
+            markersize=4,
+            label=f"observed, v{version} ({level:.0%} interval)",
+        )
+        ax.plot(
+            x,
+            rows["expected_rate"].to_numpy(),
+            "_",
+            color=colour,
+            markersize=14,
+            markeredgewidth=2,
+            label=f"expected, v{version}",
+        )
     ax.set_ylim(bottom=0)
     ax.set_ylabel(f"share of rows: {event}"[:60], fontsize=8)
     date_axis(ax, dates)
@@ -317,18 +394,28 @@ def calibration_png(history: MonitoringHistory, version: str) -> str:
     """Event rate against mean probability per bin, the range's bins added up; ideal on the diagonal."""
     bins = (
         history.calibration.filter(pl.col("model_version") == version)
-        .group_by("bin").agg(pl.col("rows").sum(), pl.col("events").sum(), pl.col("probability_sum").sum())
-        .filter(pl.col("rows") > 0).sort("bin")
+        .group_by("bin")
+        .agg(pl.col("rows").sum(), pl.col("events").sum(), pl.col("probability_sum").sum())
+        .filter(pl.col("rows") > 0)
+        .sort("bin")
     )
     fig, ax = new_figure(4.6, 3.6)
     top = 0.05
     if not bins.is_empty():
         mean_p = (bins["probability_sum"] / bins["rows"]).to_numpy()
         rate = (bins["events"] / bins["rows"]).to_numpy()
-        intervals = [event_rate_interval(int(e), int(n), 0.95) for e, n in zip(bins["events"], bins["rows"], strict=True)]
-        err = np.array([[r - lo for (lo, _), r in zip(intervals, rate, strict=True)],
-                        [hi - r for (_, hi), r in zip(intervals, rate, strict=True)]])
-        ax.errorbar(mean_p, rate, yerr=err, fmt="o-", color="#1565c0", capsize=3, markersize=4, label="bins (95% interval)")
+        intervals = [
+            event_rate_interval(int(e), int(n), 0.95) for e, n in zip(bins["events"], bins["rows"], strict=True)
+        ]
+        err = np.array(
+            [
+                [r - lo for (lo, _), r in zip(intervals, rate, strict=True)],
+                [hi - r for (_, hi), r in zip(intervals, rate, strict=True)],
+            ]
+        )
+        ax.errorbar(
+            mean_p, rate, yerr=err, fmt="o-", color="#1565c0", capsize=3, markersize=4, label="bins (95% interval)"
+        )
         top = float(max(mean_p.max(), np.nanmax([hi for _, hi in intervals]))) * 1.08
     ax.plot([0, top], [0, top], "--", color="#777", linewidth=1, label="perfect calibration")
     ax.set_xlim(0, top)
@@ -390,8 +477,14 @@ def _precision_section(history: MonitoringHistory, words: JobWords) -> str:
             precision = r["events"] / r["rows"] if r["rows"] else float("nan")
             recall = r["events"] / r["all_events"] if r["all_events"] else float("nan")
             shown = r["decision"] if r["decision"] == ANY_ACTION else words.decision(r["decision"])
-            body.append("<tr>" + row_cells([r["model_version"], shown, r["rows"], r["events"], percent(precision), percent(recall)]) + "</tr>")
-    heading = f"Actions against outcomes: {words.actions_text(conjunction='and')}" if actions else "Actions against outcomes"
+            body.append(
+                "<tr>"
+                + row_cells([r["model_version"], shown, r["rows"], r["events"], percent(precision), percent(recall)])
+                + "</tr>"
+            )
+    heading = (
+        f"Actions against outcomes: {words.actions_text(conjunction='and')}" if actions else "Actions against outcomes"
+    )
     return (
         f"<h2>{esc(heading)}</h2>"
         '<p class="muted">Labelled rows of the whole range, for the decisions that act on the entity: precision = events '
@@ -404,7 +497,8 @@ def _precision_section(history: MonitoringHistory, words: JobWords) -> str:
 def _measures_text(by: dict[str, dict[str, Any]]) -> str:
     return ", ".join(
         f"{m} {by[m]['champion']:.4f} → {by[m]['challenger']:.4f} (Δ {by[m]['delta']:+.4f}, {interval_text_plain(by[m])})"
-        for m in ("auc", "brier", "ece") if m in by
+        for m in ("auc", "brier", "ece")
+        if m in by
     )
 
 
@@ -423,7 +517,8 @@ def challenger_lines(history: MonitoringHistory) -> list[str]:
         lines.append(
             f"pooled over {pooled['partitions']} partition(s) {pooled['first_date']}..{pooled['last_date']}: champion "
             f"{pooled['champion_version']} vs challenger {pooled['challenger_version']} on {pooled['rows']} labelled rows"
-            + (f" (an md5 sample of entities, of {pooled['sample_of']})" if pooled.get("sample_of") else "") + ": "
+            + (f" (an md5 sample of entities, of {pooled['sample_of']})" if pooled.get("sample_of") else "")
+            + ": "
             f"{_measures_text({r['measure']: r for r in pooled['measures']})}; {pooled['recommendation']}"
         )
     return lines
@@ -431,28 +526,74 @@ def challenger_lines(history: MonitoringHistory) -> list[str]:
 
 def interval_text_plain(row: dict[str, Any]) -> str:
     low, high = row["delta_low"], row["delta_high"]
-    return "no interval" if low is None or high is None or math.isnan(low) or math.isnan(high) else f"{low:+.4f} to {high:+.4f}"
+    return (
+        "no interval"
+        if low is None or high is None or math.isnan(low) or math.isnan(high)
+        else f"{low:+.4f} to {high:+.4f}"
+    )
 
 
 def _challenger_section(history: MonitoringHistory) -> str:
     if not history.shadow_outcomes.height:
         return ""
     rows = [
-        "<tr>" + row_cells([r["partition_date"], r["champion_version"], r["challenger_version"], r["measure"], r["rows"],
-                         r["champion"], r["challenger"], r["delta"], interval_text_plain(r), r["better"]]) + "</tr>"
+        "<tr>"
+        + row_cells(
+            [
+                r["partition_date"],
+                r["champion_version"],
+                r["challenger_version"],
+                r["measure"],
+                r["rows"],
+                r["champion"],
+                r["challenger"],
+                r["delta"],
+                interval_text_plain(r),
+                r["better"],
+            ]
+        )
+        + "</tr>"
         for r in history.shadow_outcomes.iter_rows(named=True)
     ] + [
-        "<tr>" + row_cells([f"pooled {p['first_date']}..{p['last_date']}", p["champion_version"], p["challenger_version"], r["measure"],
-                         p["rows"], r["champion"], r["challenger"], r["delta"], interval_text_plain(r), r["better"]]) + "</tr>"
-        for p in history.pooled_comparisons for r in p["measures"]
+        "<tr>"
+        + row_cells(
+            [
+                f"pooled {p['first_date']}..{p['last_date']}",
+                p["champion_version"],
+                p["challenger_version"],
+                r["measure"],
+                p["rows"],
+                r["champion"],
+                r["challenger"],
+                r["delta"],
+                interval_text_plain(r),
+                r["better"],
+            ]
+        )
+        + "</tr>"
+        for p in history.pooled_comparisons
+        for r in p["measures"]
     ]
     recommendations = "".join(f"<li>{esc(line)}</li>" for line in challenger_lines(history))
     return (
         "<h2>Champion and challenger on labels</h2>"
         '<p class="muted">Both models on the same labelled rows (table <code>shadow_outcomes</code>); the difference is the '
         "challenger's minus the champion's, with its paired bootstrap interval.</p>"
-        + html_table(["partition", "champion", "challenger", "measure", "rows", "champion value", "challenger value", "difference",
-                  "interval", "better"], rows)
+        + html_table(
+            [
+                "partition",
+                "champion",
+                "challenger",
+                "measure",
+                "rows",
+                "champion value",
+                "challenger value",
+                "difference",
+                "interval",
+                "better",
+            ],
+            rows,
+        )
         + f"<ul>{recommendations}</ul>"
     )
 
@@ -462,14 +603,35 @@ def labels_section(history: MonitoringHistory) -> str:
     for r in history.partitions.sort("partition_date").iter_rows(named=True):
         cls = ' class="unknown"' if r["labels_unknown_entity"] else ""
         body.append(
-            f"<tr{cls}>" + row_cells([
-                r["partition_date"].isoformat(), r["status"], r["predictions"], r["predictions_labelled"], r["labels"],
-                r["labels_matched"], r["labels_quarantined"], r["labels_unknown_entity"], r["labels_duplicate"],
-                r["labels_without_outcome"],
-            ]) + "</tr>"
+            f"<tr{cls}>"
+            + row_cells(
+                [
+                    r["partition_date"].isoformat(),
+                    r["status"],
+                    r["predictions"],
+                    r["predictions_labelled"],
+                    r["labels"],
+                    r["labels_matched"],
+                    r["labels_quarantined"],
+                    r["labels_unknown_entity"],
+                    r["labels_duplicate"],
+                    r["labels_without_outcome"],
+                ]
+            )
+            + "</tr>"
         )
-    header = ["date", "status", "predictions", "with outcome", "labels", "matched", "quarantined entity", "unknown entity",
-              "duplicates", "without outcome"]
+    header = [
+        "date",
+        "status",
+        "predictions",
+        "with outcome",
+        "labels",
+        "matched",
+        "quarantined entity",
+        "unknown entity",
+        "duplicates",
+        "without outcome",
+    ]
     return (
         "<h2>Labels per partition</h2>"
         '<p class="muted">Every label is kept in <code>outcome_labels</code> with the status of its entity: labels of '
@@ -482,11 +644,25 @@ def flags_section(history: MonitoringHistory) -> str:
     frame = history.decision_monitoring
     body = []
     if not frame.is_empty():
-        for r in frame.filter(pl.col("flag") == "shift").sort("partition_date", "measure", "item").iter_rows(named=True):
-            body.append("<tr>" + row_cells([
-                r["partition_date"].isoformat(), r["measure"], r["item"], r["value"], r["baseline"], r["delta"],
-                r["tolerance"], r["baseline_partitions"],
-            ]) + "</tr>")
+        for r in (
+            frame.filter(pl.col("flag") == "shift").sort("partition_date", "measure", "item").iter_rows(named=True)
+        ):
+            body.append(
+                "<tr>"
+                + row_cells(
+                    [
+                        r["partition_date"].isoformat(),
+                        r["measure"],
+                        r["item"],
+                        r["value"],
+                        r["baseline"],
+                        r["delta"],
+                        r["tolerance"],
+                        r["baseline_partitions"],
+                    ]
+                )
+                + "</tr>"
+            )
     note = "" if not frame.is_empty() else '<p class="muted">No decision monitoring rows in this range.</p>'
     header = ["date", "measure", "item", "value", "trailing mean", "delta", "tolerance", "partitions in window"]
     return "<h2>Decision-monitoring flags</h2>" + note + html_table(header, body)
@@ -502,10 +678,15 @@ def monitoring_page_html(history: MonitoringHistory, *, words: JobWords) -> str:
     event = words.subject
     title = f"Prediction monitoring {history.job} {history.first_date}..{history.last_date}"
     versions = sorted(set(history.calibration["model_version"].to_list()))
-    calibration = "".join(
-        figure_html(f"calibration-{v}", f"<b>Calibration</b> of model version {esc(v)}", calibration_png(history, v))
-        for v in versions
-    ) or '<p class="muted">No labelled predictions yet.</p>'
+    calibration = (
+        "".join(
+            figure_html(
+                f"calibration-{v}", f"<b>Calibration</b> of model version {esc(v)}", calibration_png(history, v)
+            )
+            for v in versions
+        )
+        or '<p class="muted">No labelled predictions yet.</p>'
+    )
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -517,13 +698,23 @@ def monitoring_page_html(history: MonitoringHistory, *, words: JobWords) -> str:
         f"<b>{esc(history.first_date)}</b> to <b>{esc(history.last_date)}</b></p>"
         "<h2>Decision mix over time</h2>"
         '<div class="plots wide">'
-        + figure_html("decision-mix", "<b>Share of rows per decision</b> <span class=\"muted\">▼ a decision share moved "
-                       "beyond tolerance against the trailing window</span>", decision_mix_png(history, words=words))
+        + figure_html(
+            "decision-mix",
+            '<b>Share of rows per decision</b> <span class="muted">▼ a decision share moved '
+            "beyond tolerance against the trailing window</span>",
+            decision_mix_png(history, words=words),
+        )
         + "</div><h2>Expected vs observed event rate</h2>"
         '<div class="plots wide">'
-        + figure_html("event-rate", "<b>Observed event rate</b> with its interval, and the <b>expected</b> rate "
-                       "(mean calibrated probability of the same rows)", event_rate_png(history, event))
-        + '</div><h2>Calibration per model version</h2><div class="plots">' + calibration + "</div>"
+        + figure_html(
+            "event-rate",
+            "<b>Observed event rate</b> with its interval, and the <b>expected</b> rate "
+            "(mean calibrated probability of the same rows)",
+            event_rate_png(history, event),
+        )
+        + '</div><h2>Calibration per model version</h2><div class="plots">'
+        + calibration
+        + "</div>"
         + _performance_section(history)
         + _precision_section(history, words)
         + labels_section(history)

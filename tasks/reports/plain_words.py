@@ -16,7 +16,7 @@ BASELINE_WORDS = {"reference": "the training data", "previous": "the previous pa
 FLAG_WORDS = {"warn": "moved", "alert": "moved a lot"}
 DRIFT_MEASURE_WORDS = {
     "PSI": "how far the spread of values moved (population stability index: under 0.1 little, 0.1–0.25 some, "
-           "over 0.25 a lot)",
+    "over 0.25 a lot)",
     "KS": "the largest gap between the two cumulative shares of rows (Kolmogorov–Smirnov, 0 to 1)",
     "Wasserstein": "how far values moved on average, in the feature's own unit (Wasserstein distance)",
     "JS": "how different the two shares of rows per bin are (Jensen–Shannon distance, 0 to 1)",
@@ -65,8 +65,14 @@ def shift_parts(row: Mapping[str, Any], words: JobWords | None, window_days: int
         if baseline == 0:
             return subject, f"{_share(value)} of rows, none in {window}"
         change, of_rows = (value - baseline) / baseline, " of rows" if measure.endswith("_share") else ""
-        return subject, f"{abs(change):.0%} {'more' if change > 0 else 'less'} than {window} ({_share(value)}{of_rows}, was {_share(baseline)})"
-    return subject, f"moved {'up' if value > baseline else 'down'} from {baseline:,.4g} to {value:,.4g} against {window}"
+        return (
+            subject,
+            f"{abs(change):.0%} {'more' if change > 0 else 'less'} than {window} ({_share(value)}{of_rows}, was {_share(baseline)})",
+        )
+    return (
+        subject,
+        f"moved {'up' if value > baseline else 'down'} from {baseline:,.4g} to {value:,.4g} against {window}",
+    )
 
 
 def shift_text(row: Mapping[str, Any], words: JobWords | None, window_days: int) -> str:
@@ -114,9 +120,17 @@ def reason_text(row: Mapping[str, Any], rows_with_reasons: int) -> str:
 
 
 def plain_summary(
-    *, shifts: Sequence[Mapping[str, Any]] | None, drift_rows: Sequence[Mapping[str, Any]], n_features: int,
-    directions: Mapping[str, str | None], reason_codes: Sequence[Mapping[str, Any]], rows_with_reasons: int,
-    rows_quarantined: int, rows_read: int, words: JobWords | None, window_days: int | None,
+    *,
+    shifts: Sequence[Mapping[str, Any]] | None,
+    drift_rows: Sequence[Mapping[str, Any]],
+    n_features: int,
+    directions: Mapping[str, str | None],
+    reason_codes: Sequence[Mapping[str, Any]],
+    rows_with_reasons: int,
+    rows_quarantined: int,
+    rows_read: int,
+    words: JobWords | None,
+    window_days: int | None,
 ) -> list[str]:
     """The sentences a run's page opens with: what moved in the decisions against the trailing window (`shifts`, the
     shifted `decision_monitoring` rows; None when not compared), the features that moved, the rows set aside and the
@@ -124,8 +138,9 @@ def plain_summary(
     sentences = []
     if shifts is not None and window_days is not None:
         sentences.append(
-            _sentence("; ".join(shift_text(r, words, window_days) for r in shifts)) if shifts else
-            f"The decisions are in line with the trailing {window_days} days."
+            _sentence("; ".join(shift_text(r, words, window_days) for r in shifts))
+            if shifts
+            else f"The decisions are in line with the trailing {window_days} days."
         )
     features = list(dict.fromkeys(str(r["feature"]) for r in flagged_drift_rows(drift_rows)))
     if features:
@@ -151,7 +166,10 @@ def feature_directions(histograms: Mapping[str, Mapping[str, Any]]) -> dict[str,
     """Each numeric feature's `moved_direction` from a run's drift histograms (`ScoringSummary.drift_histograms`);
     a boolean or categorical feature has none."""
     return {
-        name: moved_direction(np.asarray(h["edges"]), np.asarray(h["current"]), np.asarray(h["reference"]) if h["reference"] else None)
-        if h.get("kind", "numeric") == "numeric" else None
+        name: moved_direction(
+            np.asarray(h["edges"]), np.asarray(h["current"]), np.asarray(h["reference"]) if h["reference"] else None
+        )
+        if h.get("kind", "numeric") == "numeric"
+        else None
         for name, h in histograms.items()
     }

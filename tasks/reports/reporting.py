@@ -36,13 +36,25 @@ def partition_summary_table(job: str, rows: list[dict[str, Any]], words: JobWord
     decisions = sorted({d for r in rows for d in (r["decisions"] or {})})
     named = words.decision if words is not None else str
     table = Table(title=f"{job}: latest run per partition")
-    for col in ("date", "status", "read", "scored", "repaired", "quarantined", *(named(d) for d in decisions), "with reasons"):
+    for col in (
+        "date",
+        "status",
+        "read",
+        "scored",
+        "repaired",
+        "quarantined",
+        *(named(d) for d in decisions),
+        "with reasons",
+    ):
         table.add_column(col, justify="left" if col in ("date", "status") else "right")
     for r in rows:
         table.add_row(
             str(r["partition_date"]),
             r["status"],
-            *(str(r[k] if r[k] is not None else "-") for k in ("rows_read", "rows_scored", "rows_repaired", "rows_quarantined")),
+            *(
+                str(r[k] if r[k] is not None else "-")
+                for k in ("rows_read", "rows_scored", "rows_repaired", "rows_quarantined")
+            ),
             *(str((r["decisions"] or {}).get(d, 0)) for d in decisions),
             str(r["rows_with_reasons"] or 0),
         )
@@ -50,24 +62,44 @@ def partition_summary_table(job: str, rows: list[dict[str, Any]], words: JobWord
 
 
 def partition_outcome(
-    job: str, date: dt.date, *, result: dict[str, Any] | None = None, reason: str = "", planned: bool = False,
-    link: str = "", words: JobWords | None = None, run_id: str = "",
+    job: str,
+    date: dt.date,
+    *,
+    result: dict[str, Any] | None = None,
+    reason: str = "",
+    planned: bool = False,
+    link: str = "",
+    words: JobWords | None = None,
+    run_id: str = "",
 ) -> dict[str, Any]:
     """One row of a nightly or backfill outcome table: what became of one partition, its outcome and reason
     first, then its rows, decisions (by their names in the job's `words`) and flags, and the link to its run
     page last (`link`: a URL, or the page's path), which is the longest cell; a failed day's `run_id` and `link` (its
     log file) when it ran."""
-    row = {"date": date.isoformat(), "outcome": "failed", "reason": table_reason(reason), "job": job, "rows_scored": 0, "decisions": "",
-           "flags": "", "run_id": run_id, "link": link}
+    row = {
+        "date": date.isoformat(),
+        "outcome": "failed",
+        "reason": table_reason(reason),
+        "job": job,
+        "rows_scored": 0,
+        "decisions": "",
+        "flags": "",
+        "run_id": run_id,
+        "link": link,
+    }
     if planned:
         return {**row, "outcome": "would score"}
     if result is None:
         return row
     named = words.decision if words is not None else str
     return {
-        **row, "outcome": "succeeded", "rows_scored": result["rows_scored"],
+        **row,
+        "outcome": "succeeded",
+        "rows_scored": result["rows_scored"],
         "decisions": ", ".join(f"{named(d)} {n:,}" for d, n in (result.get("decisions") or {}).items()),
-        "flags": _flags(result), "run_id": result["run_id"], "link": link,
+        "flags": _flags(result),
+        "run_id": result["run_id"],
+        "link": link,
     }
 
 
@@ -89,7 +121,9 @@ def _flags(result: dict[str, Any]) -> str:
 def failed_outcomes_message(outcomes: list[dict[str, Any]]) -> str | None:
     """`N of M partition(s) failed: job date (why), …`, or None when every partition succeeded."""
     failed = [
-        f"{o['job']} {o['date']}" + (f" ({o['reason']})" if o["reason"] else "") for o in outcomes if o["outcome"] == "failed"
+        f"{o['job']} {o['date']}" + (f" ({o['reason']})" if o["reason"] else "")
+        for o in outcomes
+        if o["outcome"] == "failed"
     ]
     return f"{len(failed)} of {len(outcomes)} partition(s) failed: {', '.join(failed)}" if failed else None
 

@@ -63,7 +63,9 @@ def backfill_dates(settings: Settings, start: object, end: object) -> list[dt.da
         )
     today = dt.datetime.now(ZoneInfo(settings.timezone)).date()
     if last > today:
-        raise PartitionError(f"the end date {last} is after today ({today}, {settings.timezone}): a day still to come has no data to score")
+        raise PartitionError(
+            f"the end date {last} is after today ({today}, {settings.timezone}): a day still to come has no data to score"
+        )
     return partition_range(first, last)
 
 

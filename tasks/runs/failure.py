@@ -42,7 +42,10 @@ def recorded_failed_run(
     cannot be written (warehouse locked, disk full), the failure is kept beside the outputs and the next
     start of the job records it; the files stay until then unless they were dropped already."""
     record = {
-        "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": now_utc(),
+        "run_id": run_id,
+        "job": job,
+        "partition_date": partition_date,
+        "ended_at": now_utc(),
         "error": f"{type(error).__name__}: {user_facing_error(error)[0]}",
         "error_detail": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
     }
@@ -54,15 +57,25 @@ def recorded_failed_run(
     except Exception as exc:
         kept = recorded_pending_failure(pending, record)
         log.warning(
-            "%s %s: the failure of run %s could not be written to the ledger (%s: %s); %s", job, partition_date, run_id,
-            type(exc).__name__, exc, f"kept in {kept} for the next start" if kept else "the next start closes it as abandoned",
+            "%s %s: the failure of run %s could not be written to the ledger (%s: %s); %s",
+            job,
+            partition_date,
+            run_id,
+            type(exc).__name__,
+            exc,
+            f"kept in {kept} for the next start" if kept else "the next start closes it as abandoned",
         )
         return
     released_failure_room(pending, run_id)
     if failed:
         discarded_run(dirs, partition_date, run_id)
     else:
-        log.warning("%s %s: run %s had committed its rows; the next start of the job finishes its publish", job, partition_date, run_id)
+        log.warning(
+            "%s %s: run %s had committed its rows; the next start of the job finishes its publish",
+            job,
+            partition_date,
+            run_id,
+        )
 
 
 def recorded_refused_run(
@@ -76,7 +89,10 @@ def recorded_refused_run(
     if isinstance(error, PartitionBusy) or warehouse.run_status(run_id) is not None:
         return False
     record = {
-        "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": now_utc(),
+        "run_id": run_id,
+        "job": job,
+        "partition_date": partition_date,
+        "ended_at": now_utc(),
         "error": f"{type(error).__name__}: {user_facing_error(error)[0]}",
         "error_detail": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
     }

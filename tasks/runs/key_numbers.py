@@ -38,8 +38,17 @@ def _forecast_numbers(forecast: dict[str, Any], health_rows: list[dict[str, Any]
     for measure in ("mae", "rmse"):
         r = estimated.get(measure)
         if r is not None and r["value"] is not None and r["value"] == r["value"]:
-            flag = f", {r['flag']}: above the hold-out's {shown(r['reference'])}{unit}" if r["flag"] in ("warn", "alert") else ""
-            rows.append((f"estimated {measure.upper()}", f"{shown(r['value'])}{unit} ({shown(r['low'])}–{shown(r['high'])}{flag})"))
+            flag = (
+                f", {r['flag']}: above the hold-out's {shown(r['reference'])}{unit}"
+                if r["flag"] in ("warn", "alert")
+                else ""
+            )
+            rows.append(
+                (
+                    f"estimated {measure.upper()}",
+                    f"{shown(r['value'])}{unit} ({shown(r['low'])}–{shown(r['high'])}{flag})",
+                )
+            )
     return rows
 
 
@@ -48,18 +57,33 @@ def _class_numbers(report: dict[str, Any]) -> list[tuple[str, str]]:
     predicted as it, the mean probability of the predicted class, and the close calls (a small margin)."""
     margin = report["margin"]
     rows = [
-        (f"predicted {r['class']}", f"{r['rows']:,} ({r['share']:.1%}), mean probability " + (
-            "—" if r["mean_probability"] is None else f"{r['mean_probability']:.3f}"))
-        for r in report["class_mix"] if r["share"] is not None
+        (
+            f"predicted {r['class']}",
+            f"{r['rows']:,} ({r['share']:.1%}), mean probability "
+            + ("—" if r["mean_probability"] is None else f"{r['mean_probability']:.3f}"),
+        )
+        for r in report["class_mix"]
+        if r["share"] is not None
     ]
     if report["mean_probability"] is not None:
         rows.append(("mean probability of the predicted class", f"{report['mean_probability']:.3f}"))
-        rows.append((f"rows with margin < {margin['low_margin_cut']:g}", f"{margin['low_margin_rows']:,} ({margin['low_margin_share']:.1%})"))
+        rows.append(
+            (
+                f"rows with margin < {margin['low_margin_cut']:g}",
+                f"{margin['low_margin_rows']:,} ({margin['low_margin_share']:.1%})",
+            )
+        )
     return rows
 
 
 def _rows_word(summary: ScoringSummary) -> str:
-    return "rows classified" if summary.classification_report else "rows forecast" if summary.forecast_report else "rows scored"
+    return (
+        "rows classified"
+        if summary.classification_report
+        else "rows forecast"
+        if summary.forecast_report
+        else "rows scored"
+    )
 
 
 def _drift_flag_rows(summary: ScoringSummary, words: JobWords | None) -> list[tuple[str, str]]:
@@ -75,9 +99,9 @@ def _drift_flag_rows(summary: ScoringSummary, words: JobWords | None) -> list[tu
         # The histograms hold the training reference's counts: a direction against the previous partition is unknown.
         direction = directions.get(r["feature"]) if r.get("baseline") == "reference" else None
         by_feature.setdefault(str(r["feature"]), []).append(drift_flag_text(r, direction) + psi)
-    return [("drift flags", f"{len(by_feature)} feature{'s' * (len(by_feature) != 1)} moved beyond the warning threshold")] + [
-        (f"moved: {feature_name(feature, words)}", "; ".join(texts)) for feature, texts in by_feature.items()
-    ]
+    return [
+        ("drift flags", f"{len(by_feature)} feature{'s' * (len(by_feature) != 1)} moved beyond the warning threshold")
+    ] + [(f"moved: {feature_name(feature, words)}", "; ".join(texts)) for feature, texts in by_feature.items()]
 
 
 def _shift_rows(monitoring: dict | None, words: JobWords | None) -> list[tuple[str, str]]:
@@ -92,7 +116,12 @@ def _shift_rows(monitoring: dict | None, words: JobWords | None) -> list[tuple[s
         # would claim a comparison that was not made.
         measures, without = monitoring.get("measures"), monitoring.get("without_baseline") or 0
         if without and without == measures:
-            return [(f"decision mix vs the trailing {window} days", f"no baseline yet: no partition scored in the {window} days before")]
+            return [
+                (
+                    f"decision mix vs the trailing {window} days",
+                    f"no baseline yet: no partition scored in the {window} days before",
+                )
+            ]
         return [(f"decision mix vs the trailing {window} days", "no measure moved beyond its tolerance")]
     return [(f"shift: {subject}", change) for subject, change in (shift_parts(r, words, window) for r in shifts)]
 
@@ -101,7 +130,9 @@ TOP_REASONS = 3
 """Reason codes the key numbers name, most given first; the run page lists them all."""
 
 
-def key_numbers(summary: ScoringSummary, words: JobWords | None = None, monitoring: dict | None = None) -> list[dict[str, str]]:
+def key_numbers(
+    summary: ScoringSummary, words: JobWords | None = None, monitoring: dict | None = None
+) -> list[dict[str, str]]:
     """The few numbers an analyst looks at first, one row each: rows, decisions (by their plain names in the job's
     `words`), the decision-mix shift decision `monitoring` flagged against the trailing window, the reason codes given
     most, fallbacks, drift flags (one row per feature), the estimated performance (a forecast job: the mean forecast,
@@ -110,26 +141,44 @@ def key_numbers(summary: ScoringSummary, words: JobWords | None = None, monitori
     forecast, classes = summary.forecast_report, summary.classification_report
     named = words.decision if words is not None else str
     rows = [
-        ("rows read", f"{summary.rows_read:,}"), (_rows_word(summary), f"{summary.rows_scored:,}"),
-        ("rows repaired", f"{summary.guard.rows_repaired:,}"), ("rows quarantined", f"{summary.guard.rows_quarantined:,}"),
+        ("rows read", f"{summary.rows_read:,}"),
+        (_rows_word(summary), f"{summary.rows_scored:,}"),
+        ("rows repaired", f"{summary.guard.rows_repaired:,}"),
+        ("rows quarantined", f"{summary.guard.rows_quarantined:,}"),
         ("rows in failed chunks", f"{summary.rows_failed:,}"),
         *(_forecast_numbers(forecast, summary.model_health) if forecast else ()),
         *(_class_numbers(classes) if classes else ()),
-        *((f"decision {named(d)}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n)) for d, n in summary.decisions.items()),
+        *(
+            (f"decision {named(d)}", f"{n:,} ({n / summary.rows_scored:.1%})" if summary.rows_scored else str(n))
+            for d, n in summary.decisions.items()
+        ),
         *_shift_rows(monitoring, words),
-        *((f"reason given #{i}", reason_text(r, summary.rows_with_reasons)) for i, r in enumerate(summary.reason_codes[:TOP_REASONS], 1)),
-        *((f"fallback {r['kind']}", f"{r['rows']:,} ({r['share']:.2%})" + (" BREACHED" if r["breached"] else ""))
-          for r in fallback_kind_totals(summary.fallback_report) if r["rows"]),
+        *(
+            (f"reason given #{i}", reason_text(r, summary.rows_with_reasons))
+            for i, r in enumerate(summary.reason_codes[:TOP_REASONS], 1)
+        ),
+        *(
+            (f"fallback {r['kind']}", f"{r['rows']:,} ({r['share']:.2%})" + (" BREACHED" if r["breached"] else ""))
+            for r in fallback_kind_totals(summary.fallback_report)
+            if r["rows"]
+        ),
         *_drift_flag_rows(summary, words),
     ]
     health = health_headline(summary.model_health, forecasts=forecast is not None, classifies=classes is not None)
     for measure, fmt in (("event_rate", ".2%"), ("auc", ".3f")):
         values = (health or {}).get(measure)
         if values and all(v == v for v in values):
-            rows.append((f"expected {measure.replace('_', ' ')}", f"{values[0]:{fmt}} ({values[1]:{fmt}}–{values[2]:{fmt}})"))
+            rows.append(
+                (f"expected {measure.replace('_', ' ')}", f"{values[0]:{fmt}} ({values[1]:{fmt}}–{values[2]:{fmt}})")
+            )
     shadow = shadow_headline(summary.shadow_comparison)
     if shadow:
-        rows.append((f"challenger {shadow['challenger_version'] or '(not loaded)'}", f"{shadow['rows_flipped']:,} decisions would flip"))
+        rows.append(
+            (
+                f"challenger {shadow['challenger_version'] or '(not loaded)'}",
+                f"{shadow['rows_flipped']:,} decisions would flip",
+            )
+        )
     return [{"measure": k, "value": v} for k, v in rows]
 
 
@@ -143,4 +192,6 @@ def key_numbers_markdown(rows: list[dict[str, str]]) -> str:
             return f"[{text}]({text})"
         return f"`{text}`" if text.startswith("/") else text
 
-    return "\n".join(["| measure | value |", "| --- | --- |", *(f"| {cell(r['measure'])} | {cell(r['value'])} |" for r in rows)])
+    return "\n".join(
+        ["| measure | value |", "| --- | --- |", *(f"| {cell(r['measure'])} | {cell(r['value'])} |" for r in rows)]
+    )

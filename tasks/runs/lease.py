@@ -20,9 +20,13 @@ from tasks.sinks.partition_lock import PartitionLease
 from tasks.sinks.warehouse import Warehouse
 
 
-def run_lease(warehouse: Warehouse, settings: Settings, run_id: str, job: str, partition_date: dt.date) -> PartitionLease:
+def run_lease(
+    warehouse: Warehouse, settings: Settings, run_id: str, job: str, partition_date: dt.date
+) -> PartitionLease:
     """The lease that makes this run the partition's only writer (`with lease.held(): …`)."""
-    return PartitionLease(warehouse, job, partition_date, run_id, ttl_s=settings.lock_ttl_s, wait_s=settings.lock_wait_s)
+    return PartitionLease(
+        warehouse, job, partition_date, run_id, ttl_s=settings.lock_ttl_s, wait_s=settings.lock_wait_s
+    )
 
 
 def started_run(warehouse: Warehouse, settings: Settings, ticket: RunTicket) -> list[dict]:
@@ -30,13 +34,25 @@ def started_run(warehouse: Warehouse, settings: Settings, ticket: RunTicket) -> 
     partition's and, where no live run holds them, the others'), then the run opened in the ledger."""
     with warehouse.kept_open():
         recovered = recovered_partition(
-            warehouse, output_dirs(settings, ticket.job), job=ticket.job, partition_date=ticket.partition_date,
-            holder_run_id=ticket.run_id, pending_dir=pending_ledger_dir(settings, ticket.job), now=now_utc(),
+            warehouse,
+            output_dirs(settings, ticket.job),
+            job=ticket.job,
+            partition_date=ticket.partition_date,
+            holder_run_id=ticket.run_id,
+            pending_dir=pending_ledger_dir(settings, ticket.job),
+            now=now_utc(),
             delta=lambda: delta_tables(ticket.delta_sink, settings),
         )
-        recovered += recovered_job(warehouse, settings, ticket.job, recovering_run_id=f"recovery-{ticket.run_id}", skip=ticket.partition_date)
+        recovered += recovered_job(
+            warehouse, settings, ticket.job, recovering_run_id=f"recovery-{ticket.run_id}", skip=ticket.partition_date
+        )
         reserved_failure_room(pending_ledger_dir(settings, ticket.job), ticket.run_id)
         warehouse.record_run_started(
-            {**ticket.model_dump(include={"run_id", "job", "partition_date", "model_name", "model_version", "feature_version"}), "started_at": now_utc()}
+            {
+                **ticket.model_dump(
+                    include={"run_id", "job", "partition_date", "model_name", "model_version", "feature_version"}
+                ),
+                "started_at": now_utc(),
+            }
         )
     return [dataclasses.asdict(r) for r in recovered]

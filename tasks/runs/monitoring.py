@@ -48,14 +48,23 @@ log = logging.getLogger("scoring.monitoring")
 
 
 def decision_monitoring(
-    warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date, run_id: str,
-    groups: list[dict[str, Any]] | None = None, slice_counts: list[dict[str, Any]] | None = None,
+    warehouse: Warehouse,
+    settings: Settings,
+    job: str,
+    partition_date: dt.date,
+    run_id: str,
+    groups: list[dict[str, Any]] | None = None,
+    slice_counts: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], list[Artifact]]:
     """Decision mix, rule hits, score summary, straddling share and expected events of the published
     partition against the trailing window, stored in `decision_monitoring`: the flagged measures and the table.
     `groups` are the run's own counts (`ScoringSummary.decision_groups`); without them the published rows are counted."""
     spec = load_job_spec(job, settings)
-    counted = None if groups is None else decision_groups_frame(groups, forecasts=spec.target.forecasts, classifies=spec.target.classifies)
+    counted = (
+        None
+        if groups is None
+        else decision_groups_frame(groups, forecasts=spec.target.forecasts, classifies=spec.target.classifies)
+    )
     sliced = None if slice_counts is None else slice_counts_frame(slice_counts)
     with warehouse.kept_open():
         decided, slice_table = monitored_decisions(
@@ -66,29 +75,50 @@ def decision_monitoring(
     shifted_slices = [r for r in slices if r["flag"] == "shift"]
     if shifted_slices:
         log.warning(
-            "[MON] %s %s: %d slice measure(s) moved (false discovery rate %.0f%%): %s", job, partition_date, len(shifted_slices),
+            "[MON] %s %s: %d slice measure(s) moved (false discovery rate %.0f%%): %s",
+            job,
+            partition_date,
+            len(shifted_slices),
             spec.monitoring.slice_fdr * 100,
-            ", ".join(f"{r['slice_column']}={r['slice_value']} {r['measure']} q={r['q_value']:.2g}" for r in shifted_slices),
+            ", ".join(
+                f"{r['slice_column']}={r['slice_value']} {r['measure']} q={r['q_value']:.2g}" for r in shifted_slices
+            ),
         )
     shifted = [r for r in rows if r["flag"] == "shift"]
     if shifted:
         log.warning(
-            "[MON] %s %s: %d measure(s) moved beyond tolerance: %s", job, partition_date, len(shifted),
+            "[MON] %s %s: %d measure(s) moved beyond tolerance: %s",
+            job,
+            partition_date,
+            len(shifted),
             ", ".join(f"{r['measure']}[{r['item']}] {r['delta']:+.3f}" for r in shifted),
         )
     result = {
-        "job": job, "partition_date": partition_date.isoformat(), "run_id": run_id, "measures": len(rows),
+        "job": job,
+        "partition_date": partition_date.isoformat(),
+        "run_id": run_id,
+        "measures": len(rows),
         "shifted": [f"{r['measure']}:{r['item']}" for r in shifted],
         "shifted_slices": [f"{r['slice_column']}={r['slice_value']}:{r['measure']}" for r in shifted_slices],
         "shifts": [{k: r[k] for k in ("measure", "item", "value", "baseline", "delta")} for r in shifted],
         "window_days": spec.monitoring.window_days,
         "without_baseline": sum(r["flag"] == "no_baseline" for r in rows),
     }
-    artifacts = [decision_monitoring_artifact(rows, job=job, partition_date=partition_date, run_id=run_id,
-                                              window_days=spec.monitoring.window_days)]
+    artifacts = [
+        decision_monitoring_artifact(
+            rows, job=job, partition_date=partition_date, run_id=run_id, window_days=spec.monitoring.window_days
+        )
+    ]
     if slices:
-        artifacts.append(slice_monitoring_artifact(slices, job=job, partition_date=partition_date, fdr=spec.monitoring.slice_fdr,
-                                                   window_days=spec.monitoring.window_days))
+        artifacts.append(
+            slice_monitoring_artifact(
+                slices,
+                job=job,
+                partition_date=partition_date,
+                fdr=spec.monitoring.slice_fdr,
+                window_days=spec.monitoring.window_days,
+            )
+        )
     return result, artifacts
 
 
@@ -99,7 +129,9 @@ def outcomes_run_name(settings: Settings, job: object, start_date: object, end_d
     try:
         first, last = (None if d is None else parse_partition_date(d) for d in (start_date, end_date))
         windows = [
-            outcome_window(load_job_spec(name, settings), start_date=first, end_date=last, yesterday=yesterday(settings))
+            outcome_window(
+                load_job_spec(name, settings), start_date=first, end_date=last, yesterday=yesterday(settings)
+            )
             for name in (configured_jobs(settings) if str(job) == ALL_JOBS else [str(job)])
         ]
         return f"outcomes {job} {min(w[0] for w in windows)}…{max(w[1] for w in windows)}"
@@ -107,28 +139,44 @@ def outcomes_run_name(settings: Settings, job: object, start_date: object, end_d
         return f"outcomes {job} {start_date or 'lookback'}…{end_date or 'yesterday'}"
 
 
-def ingested_partition_outcomes(warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date) -> dict[str, Any]:
+def ingested_partition_outcomes(
+    warehouse: Warehouse, settings: Settings, job: str, partition_date: dt.date
+) -> dict[str, Any]:
     """Labels of one partition joined to its predictions; labels and outcome metrics replaced in the warehouse."""
     spec = load_job_spec(job, settings)
     # Only a forecast or multiclass job with slices reads its raw partition again: binary slice monitoring runs in the scoring pass.
     rereads = spec.target.forecasts or spec.target.classifies
     raw = raw_partition(spec.source, settings, job, partition_date) if rereads and spec.monitoring.slices else None
     outcomes = ingested_outcomes(
-        warehouse, spec, labels_dir=settings.labels_partition_dir(job, partition_date.isoformat()), partition_date=partition_date,
+        warehouse,
+        spec,
+        labels_dir=settings.labels_partition_dir(job, partition_date.isoformat()),
+        partition_date=partition_date,
         raw=raw,
     )
     for note in outcomes.notes:
         log.warning("[OUT] %s %s: %s", job, partition_date, note)
     partition = outcomes.partition_row() or {"status": "no labels, not scored", "labels": 0, "labels_unknown_entity": 0}
     if partition["status"] == "not scored":
-        log.warning("[OUT] %s %s: the partition was never scored; its %d label(s) are kept and counted as labels of a day not scored",
-                    job, partition_date, partition["labels"])
+        log.warning(
+            "[OUT] %s %s: the partition was never scored; its %d label(s) are kept and counted as labels of a day not scored",
+            job,
+            partition_date,
+            partition["labels"],
+        )
     elif partition.get("labels_unknown_entity"):
-        log.warning("[OUT] %s %s: %d label(s) for entities the partition never scored", job, partition_date,
-                    partition["labels_unknown_entity"])
+        log.warning(
+            "[OUT] %s %s: %d label(s) for entities the partition never scored",
+            job,
+            partition_date,
+            partition["labels_unknown_entity"],
+        )
     return {
-        "job": job, "date": partition_date.isoformat(), "status": partition["status"],
-        "labels": partition.get("labels", 0), "labels_unknown_entity": partition.get("labels_unknown_entity", 0),
+        "job": job,
+        "date": partition_date.isoformat(),
+        "status": partition["status"],
+        "labels": partition.get("labels", 0),
+        "labels_unknown_entity": partition.get("labels_unknown_entity", 0),
         "model_versions": ",".join(outcomes.model_versions()),
         **({"notes": list(outcomes.notes)} if outcomes.notes else {}),
     }
@@ -145,40 +193,82 @@ def written_monitoring_page(
     decisions = list(dict.fromkeys(r.decision for r in spec.prediction.rules))
     if spec.target.classifies:
         rows = class_monitoring_rows(warehouse, job, first_date=first_date, last_date=last_date)
-        realized = realized_class_rows(monitoring_history(
-            warehouse, job, first_date=first_date, last_date=last_date, level=spec.monitoring.outcome_interval_level,
-            bins=spec.monitoring.calibration_bins,
-        ))
-        write_run_report(page, class_monitoring_page_html(
-            rows, job=job, name=spec.target.name or spec.monitoring.labels.outcome_column, classes=spec.target.classes,
-            decisions=decisions, first_date=first_date, last_date=last_date, realized=realized, words=spec.words,
-        ))
-        log.info("monitoring page of %s: %s", job, page)
-        return page, [*monitoring_page_link(job, page_url), Artifact(
-            artifact_key("monitoring-report", job), f"Class-mix monitoring of {job}",
-            markdown=(
-                f"**Monitoring page** of `{job}` for {first_date}..{last_date}: {file_reference_markdown(page, page_url)} — each "
-                "partition's class mix, mean probability of the predicted class, close calls and decisions."
+        realized = realized_class_rows(
+            monitoring_history(
+                warehouse,
+                job,
+                first_date=first_date,
+                last_date=last_date,
+                level=spec.monitoring.outcome_interval_level,
+                bins=spec.monitoring.calibration_bins,
+            )
+        )
+        write_run_report(
+            page,
+            class_monitoring_page_html(
+                rows,
+                job=job,
+                name=spec.target.name or spec.monitoring.labels.outcome_column,
+                classes=spec.target.classes,
+                decisions=decisions,
+                first_date=first_date,
+                last_date=last_date,
+                realized=realized,
+                words=spec.words,
             ),
-        )]
+        )
+        log.info("monitoring page of %s: %s", job, page)
+        return page, [
+            *monitoring_page_link(job, page_url),
+            Artifact(
+                artifact_key("monitoring-report", job),
+                f"Class-mix monitoring of {job}",
+                markdown=(
+                    f"**Monitoring page** of `{job}` for {first_date}..{last_date}: {file_reference_markdown(page, page_url)} — each "
+                    "partition's class mix, mean probability of the predicted class, close calls and decisions."
+                ),
+            ),
+        ]
     if spec.target.forecasts:
         forecast = forecast_monitoring_history(warehouse, job, first_date=first_date, last_date=last_date)
-        write_run_report(page, forecast_monitoring_page_html(
-            forecast, target=spec.target.model_dump(), level=spec.prediction.interval_level, words=spec.words,
-        ))
+        write_run_report(
+            page,
+            forecast_monitoring_page_html(
+                forecast,
+                target=spec.target.model_dump(),
+                level=spec.prediction.interval_level,
+                words=spec.words,
+            ),
+        )
         log.info("monitoring page of %s: %s", job, page)
         return page, monitoring_page_artifacts(
-            realized_error_rows(forecast.history), job=job, first_date=first_date, last_date=last_date, page=page, page_url=page_url,
+            realized_error_rows(forecast.history),
+            job=job,
+            first_date=first_date,
+            last_date=last_date,
+            page=page,
+            page_url=page_url,
             unmatched=unmatched_label_counts(forecast.history),
-            interval_level=spec.prediction.interval_level, forecasts=True,
+            interval_level=spec.prediction.interval_level,
+            forecasts=True,
         )
     history = monitoring_history(
-        warehouse, job, first_date=first_date, last_date=last_date, level=spec.monitoring.outcome_interval_level,
+        warehouse,
+        job,
+        first_date=first_date,
+        last_date=last_date,
+        level=spec.monitoring.outcome_interval_level,
         bins=spec.monitoring.calibration_bins,
     )
     write_run_report(page, monitoring_page_html(history, words=spec.words))
     log.info("monitoring page of %s: %s", job, page)
     return page, monitoring_page_artifacts(
-        realized_performance_rows(history), job=job, first_date=first_date, last_date=last_date, page=page, page_url=page_url,
-        unmatched=unmatched_label_counts(history), interval_level=spec.monitoring.outcome_interval_level,
+        realized_performance_rows(history),
+        job=job,
+        first_date=first_date,
+        last_date=last_date,
+        page=page,
+        page_url=page_url,
+        unmatched=unmatched_label_counts(history),
+        interval_level=spec.monitoring.outcome_interval_level,
     )

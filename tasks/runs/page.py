@@ -22,18 +22,31 @@ from tasks.sinks.warehouse import Warehouse
 log = logging.getLogger("scoring.run")
 
 
-def trailing_shifts(warehouse: Warehouse, settings: Settings, ticket: RunTicket, summary: ScoringSummary) -> tuple[list[dict] | None, int | None]:
+def trailing_shifts(
+    warehouse: Warehouse, settings: Settings, ticket: RunTicket, summary: ScoringSummary
+) -> tuple[list[dict] | None, int | None]:
     """The decision-mix measures of the run that moved beyond tolerance against the trailing window, as decision
     monitoring stores them once the run publishes, and the window's days: what the run page opens with. (None, None)
     when they cannot be read: the page is a view of the run and says nothing of them then."""
     try:
         spec = load_job_spec(ticket.job, settings)
-        groups = decision_groups_frame(summary.decision_groups, forecasts=spec.target.forecasts, classifies=spec.target.classifies)
+        groups = decision_groups_frame(
+            summary.decision_groups, forecasts=spec.target.forecasts, classifies=spec.target.classifies
+        )
         rows = trailing_decision_monitoring(
-            warehouse, spec, partition_date=ticket.partition_date, run_id=ticket.run_id, groups=groups.sort(*group_keys(groups)),
+            warehouse,
+            spec,
+            partition_date=ticket.partition_date,
+            run_id=ticket.run_id,
+            groups=groups.sort(*group_keys(groups)),
         ).to_pylist()
     except Exception as exc:
-        log.warning("%s %s: the run page cannot compare the decisions with the trailing days: %s", ticket.job, ticket.partition_date, exc)
+        log.warning(
+            "%s %s: the run page cannot compare the decisions with the trailing days: %s",
+            ticket.job,
+            ticket.partition_date,
+            exc,
+        )
         return None, None
     if all(r["flag"] == "no_baseline" for r in rows):
         # No partition in the window to compare with: the page says nothing of the decision mix rather than "in line".
@@ -42,38 +55,77 @@ def trailing_shifts(warehouse: Warehouse, settings: Settings, ticket: RunTicket,
 
 
 def partition_page(
-    ticket: RunTicket, summary: ScoringSummary, counts: dict, *, shifts: list[dict] | None = None, window_days: int | None = None,
+    ticket: RunTicket,
+    summary: ScoringSummary,
+    counts: dict,
+    *,
+    shifts: list[dict] | None = None,
+    window_days: int | None = None,
 ) -> tuple[str, list[str]]:
     """The run's HTML page and the warnings of making it; it opens with the decision-mix `shifts` against the trailing
     `window_days` (`trailing_shifts`). The page is a view of the run, not its output: when it cannot be rendered, a short
     page says why and the run publishes without it."""
     try:
         histograms = {
-            name: (np.asarray(h["edges"]), np.asarray(h["current"]), np.asarray(h["reference"]) if h["reference"] else None)
+            name: (
+                np.asarray(h["edges"]),
+                np.asarray(h["current"]),
+                np.asarray(h["reference"]) if h["reference"] else None,
+            )
             for name, h in summary.drift_histograms.items()
         }
         if summary.classification_report is not None:
             return class_run_report_html(
-                job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
-                report=summary.classification_report, fallback_rows=summary.fallback_report, drift_rows=summary.drift_report,
-                histograms=histograms, bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
-                health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
-                words=ticket.words, shifts=shifts, window_days=window_days,
+                job=ticket.job,
+                partition_date=ticket.partition_date,
+                run_id=ticket.run_id,
+                summary=counts,
+                report=summary.classification_report,
+                fallback_rows=summary.fallback_report,
+                drift_rows=summary.drift_report,
+                histograms=histograms,
+                bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
+                health_rows=summary.model_health,
+                shadow_rows=summary.shadow_comparison,
+                flip_examples=summary.flip_examples,
+                words=ticket.words,
+                shifts=shifts,
+                window_days=window_days,
             ), []
         if summary.forecast_report is not None:
             return forecast_run_report_html(
-                job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts, forecast=summary.forecast_report,
-                fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
+                job=ticket.job,
+                partition_date=ticket.partition_date,
+                run_id=ticket.run_id,
+                summary=counts,
+                forecast=summary.forecast_report,
+                fallback_rows=summary.fallback_report,
+                drift_rows=summary.drift_report,
+                histograms=histograms,
                 bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
-                health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
-                words=ticket.words, shifts=shifts, window_days=window_days,
+                health_rows=summary.model_health,
+                shadow_rows=summary.shadow_comparison,
+                flip_examples=summary.flip_examples,
+                words=ticket.words,
+                shifts=shifts,
+                window_days=window_days,
             ), []
         return run_report_html(
-            job=ticket.job, partition_date=ticket.partition_date, run_id=ticket.run_id, summary=counts,
-            fallback_rows=summary.fallback_report, drift_rows=summary.drift_report, histograms=histograms,
+            job=ticket.job,
+            partition_date=ticket.partition_date,
+            run_id=ticket.run_id,
+            summary=counts,
+            fallback_rows=summary.fallback_report,
+            drift_rows=summary.drift_report,
+            histograms=histograms,
             bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
-            health_rows=summary.model_health, shadow_rows=summary.shadow_comparison, flip_examples=summary.flip_examples,
-            words=ticket.words, shifts=shifts, window_days=window_days, reason_codes=summary.reason_codes,
+            health_rows=summary.model_health,
+            shadow_rows=summary.shadow_comparison,
+            flip_examples=summary.flip_examples,
+            words=ticket.words,
+            shifts=shifts,
+            window_days=window_days,
+            reason_codes=summary.reason_codes,
         ), []
     except Exception as exc:
         log.warning("%s %s: the run page failed: %s", ticket.job, ticket.partition_date, exc)

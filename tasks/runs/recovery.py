@@ -84,7 +84,9 @@ def reserved_failure_room(folder: Path, run_id: str) -> Path:
     except OSError as exc:
         path.unlink(missing_ok=True)
         if exc.errno == errno.ENOSPC:
-            raise disk_full_fault(path, needed_bytes=FAILURE_RESERVATION_BYTES, detail="the room a run sets aside for its failure record") from exc
+            raise disk_full_fault(
+                path, needed_bytes=FAILURE_RESERVATION_BYTES, detail="the room a run sets aside for its failure record"
+            ) from exc
         raise
 
 
@@ -101,10 +103,14 @@ def _fitted(record: dict[str, Any], limit: int) -> bytes:
     detail = record.get("error_detail") or ""
     # Each character dropped shortens the JSON by at least one byte; the margin pays for the "…".
     keep = max(0, len(detail) - (len(text) - limit) - 64)
-    text = json.dumps({**record, "error_detail": "…" + detail[len(detail) - keep:] if keep else None}, default=str).encode()
+    text = json.dumps(
+        {**record, "error_detail": "…" + detail[len(detail) - keep :] if keep else None}, default=str
+    ).encode()
     if len(text) <= limit:
         return text
-    return json.dumps({**record, "error_detail": None, "error": record["error"][: limit // 8] + "…"}, default=str).encode()
+    return json.dumps(
+        {**record, "error_detail": None, "error": record["error"][: limit // 8] + "…"}, default=str
+    ).encode()
 
 
 def recorded_pending_failure(folder: Path, record: dict[str, Any]) -> Path | None:
@@ -124,7 +130,9 @@ def recorded_pending_failure(folder: Path, record: dict[str, Any]) -> Path | Non
             os.replace(reserved, path)
             return path
         except OSError as exc:
-            log.warning("run %s: its failure record did not fit in the room set aside for it (%s)", record["run_id"], exc)
+            log.warning(
+                "run %s: its failure record did not fit in the room set aside for it (%s)", record["run_id"], exc
+            )
     tmp = path.with_suffix(".tmp")
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -158,8 +166,15 @@ def job_delta_tables(job: str, settings: Settings) -> DeltaTables | None:
 
 
 def recovered_partition(
-    warehouse: Warehouse, dirs: OutputDirs, *, job: str, partition_date: dt.date, holder_run_id: str,
-    pending_dir: Path, now: dt.datetime, delta: Callable[[], DeltaTables | None] = lambda: None,
+    warehouse: Warehouse,
+    dirs: OutputDirs,
+    *,
+    job: str,
+    partition_date: dt.date,
+    holder_run_id: str,
+    pending_dir: Path,
+    now: dt.datetime,
+    delta: Callable[[], DeltaTables | None] = lambda: None,
 ) -> list[RecoveredRun]:
     """Close every unfinished run of the partition but `holder_run_id`. The caller holds the lease.
 
@@ -172,10 +187,16 @@ def recovered_partition(
         if record["partition_date"] != partition_date or record["run_id"] == holder_run_id:
             continue
         was = warehouse.run_status(record["run_id"]) or "missing"
-        if warehouse.record_run_failed(**{k: record[k] for k in ("run_id", "job", "partition_date", "ended_at", "error", "error_detail")}):
+        if warehouse.record_run_failed(
+            **{k: record[k] for k in ("run_id", "job", "partition_date", "ended_at", "error", "error_detail")}
+        ):
             discarded_run(dirs, partition_date, record["run_id"])
             released_failure_room(pending_dir, record["run_id"])
-            recovered.append(RecoveredRun(record["run_id"], job, partition_date, was, "failed", "failure recorded from the pending record"))
+            recovered.append(
+                RecoveredRun(
+                    record["run_id"], job, partition_date, was, "failed", "failure recorded from the pending record"
+                )
+            )
         path.unlink(missing_ok=True)
     for row in warehouse.unfinished_runs(job, partition_date):
         run_id, status = row["run_id"], row["status"]
@@ -186,19 +207,25 @@ def recovered_partition(
             tables = delta()
             if tables is not None:
                 written_delta_partition(
-                    tables, job=job, partition_date=partition_date, run_id=run_id,
+                    tables,
+                    job=job,
+                    partition_date=partition_date,
+                    run_id=run_id,
                     files=version_tables(store, partition, run_id),
                 )
             released_failure_room(pending_dir, run_id)
             warehouse.record_run_rolled_forward(
-                run_id, ended_at=now,
+                run_id,
+                ended_at=now,
                 warning=(
                     f"published by recovery (run {holder_run_id}): the run's publish did not finish after its warehouse commit"
                     + ("; recovery wrote its Delta tables" if tables is not None else "")
                 ),
             )
             discard_staged(dirs.of(INFERENCE_HANDOFF), run_id)
-            done = "Parquet swapped to its committed version" + (f", Delta tables {tables.base} written" if tables is not None else "")
+            done = "Parquet swapped to its committed version" + (
+                f", Delta tables {tables.base} written" if tables is not None else ""
+            )
             recovered.append(RecoveredRun(run_id, job, partition_date, status, "succeeded", done))
         else:
             # Files first, then the ledger: a kill between the two leaves a row still unfinished, which
@@ -206,15 +233,22 @@ def recovered_partition(
             discarded_run(dirs, partition_date, run_id)
             released_failure_room(pending_dir, run_id)
             warehouse.record_run_abandoned(
-                run_id, ended_at=now,
+                run_id,
+                ended_at=now,
                 error=(
                     f"abandoned while {status}: its process died or lost the partition lease before the warehouse commit; "
                     f"the previous outputs stand (closed by run {holder_run_id})"
                 ),
             )
-            recovered.append(RecoveredRun(run_id, job, partition_date, status, "failed", "staged files and unpublished version removed"))
+            recovered.append(
+                RecoveredRun(
+                    run_id, job, partition_date, status, "failed", "staged files and unpublished version removed"
+                )
+            )
     for run in recovered:
-        log.warning("recovered run %s of %s %s: %s -> %s (%s)", run.run_id, job, partition_date, run.was, run.now, run.action)
+        log.warning(
+            "recovered run %s of %s %s: %s -> %s (%s)", run.run_id, job, partition_date, run.was, run.now, run.action
+        )
     return recovered
 
 
@@ -225,7 +259,12 @@ def partitions_needing_recovery(warehouse: Warehouse, settings: Settings, job: s
 
 
 def recovered_job(
-    warehouse: Warehouse, settings: Settings, job: str, *, recovering_run_id: str, skip: dt.date | None = None,
+    warehouse: Warehouse,
+    settings: Settings,
+    job: str,
+    *,
+    recovering_run_id: str,
+    skip: dt.date | None = None,
 ) -> list[RecoveredRun]:
     """Recover every partition of `job` that has unfinished runs, except `skip` and partitions a live
     run holds (their lease is busy: that run is still working and closes its own row)."""
@@ -239,8 +278,14 @@ def recovered_job(
         try:
             with lease.held():
                 recovered += recovered_partition(
-                    warehouse, dirs, job=job, partition_date=day, holder_run_id=recovering_run_id,
-                    pending_dir=pending_ledger_dir(settings, job), now=dt.datetime.now(dt.UTC), delta=delta,
+                    warehouse,
+                    dirs,
+                    job=job,
+                    partition_date=day,
+                    holder_run_id=recovering_run_id,
+                    pending_dir=pending_ledger_dir(settings, job),
+                    now=dt.datetime.now(dt.UTC),
+                    delta=delta,
                 )
         except PartitionBusy:
             log.info("partition %s of %s is held by a live run; left to it", day, job)

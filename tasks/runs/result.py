@@ -22,13 +22,23 @@ from tasks.sinks.publish import PublishedPartition
 
 
 def finished_run_result(
-    ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, *,
-    artifacts: dict | None, artifacts_error: str, monitoring: dict | None, monitoring_error: str,
+    ticket: RunTicket,
+    summary: ScoringSummary,
+    published: PublishedPartition,
+    *,
+    artifacts: dict | None,
+    artifacts_error: str,
+    monitoring: dict | None,
+    monitoring_error: str,
 ) -> dict:
     """The result of a published run once its artifacts and decision monitoring ran (None: that step
     failed with its error): the run has succeeded, so a failure there is one more warning."""
-    result = artifacts if artifacts is not None else run_result(
-        ticket, summary, report="", warnings=[*published.warnings, f"artifacts not written: {artifacts_error}"]
+    result = (
+        artifacts
+        if artifacts is not None
+        else run_result(
+            ticket, summary, report="", warnings=[*published.warnings, f"artifacts not written: {artifacts_error}"]
+        )
     )
     if monitoring is not None:
         result["decision_monitoring"] = monitoring
@@ -41,14 +51,24 @@ def _drift_flags_markdown(rows: list[dict], words: JobWords | None = None) -> st
     flagged = flagged_drift_rows(rows)
     if not flagged:
         return "No feature moved beyond its warning threshold."
-    return "Features that moved: " + ", ".join(
-        f"**{feature_name(r['feature'], words)}** {drift_flag_text(r)} (PSI {r['psi']:.3f})" for r in flagged
-    ) + ". PSI, the population stability index, says how far the spread of values moved: under 0.1 little, over 0.25 a lot."
+    return (
+        "Features that moved: "
+        + ", ".join(
+            f"**{feature_name(r['feature'], words)}** {drift_flag_text(r)} (PSI {r['psi']:.3f})" for r in flagged
+        )
+        + ". PSI, the population stability index, says how far the spread of values moved: under 0.1 little, over 0.25 a lot."
+    )
 
 
 def run_artifacts(
-    ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition, report_path: Path, *, page_url: str | None = None,
-    monitoring: dict | None = None, more_artifacts: Sequence[Artifact] = (),
+    ticket: RunTicket,
+    summary: ScoringSummary,
+    published: PublishedPartition,
+    report_path: Path,
+    *,
+    page_url: str | None = None,
+    monitoring: dict | None = None,
+    more_artifacts: Sequence[Artifact] = (),
 ) -> list[Artifact]:
     """The run's artifacts in the order they are made: the key numbers (the run page's address in their last row) pinned
     first in the UI, then the run page's link, `more_artifacts` (decision monitoring's, the model card's), model health, the
@@ -57,21 +77,42 @@ def run_artifacts(
     counts = summary.ledger_counts()
     measures = {**ticket.model_dump(), **counts, "published": published.rows, "warnings": published.warnings}
     return [
-        Artifact(artifact_key("key-numbers", job), f"{job} on {day}: rows, " + (
-            "mean forecast, interval width, estimated error, decisions, fallbacks, drift flags" if summary.forecast_report else
-            "class mix, mean probability, close calls, decisions, fallbacks, drift flags" if summary.classification_report else
-            "decisions and their shift, reasons given, fallbacks, drift flags, expected performance"),
-            markdown=key_numbers_markdown([*key_numbers(summary, ticket.words, monitoring), {"measure": "run page", "value": page_url or str(report_path)}]),
-            pinned=True),
-        *([Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)] if page_url else []),
+        Artifact(
+            artifact_key("key-numbers", job),
+            f"{job} on {day}: rows, "
+            + (
+                "mean forecast, interval width, estimated error, decisions, fallbacks, drift flags"
+                if summary.forecast_report
+                else "class mix, mean probability, close calls, decisions, fallbacks, drift flags"
+                if summary.classification_report
+                else "decisions and their shift, reasons given, fallbacks, drift flags, expected performance"
+            ),
+            markdown=key_numbers_markdown(
+                [
+                    *key_numbers(summary, ticket.words, monitoring),
+                    {"measure": "run page", "value": page_url or str(report_path)},
+                ]
+            ),
+            pinned=True,
+        ),
+        *(
+            [Artifact(artifact_key("run-page", job), f"The run page of {job} on {day}", link=page_url)]
+            if page_url
+            else []
+        ),
         *more_artifacts,
         model_health_artifact(summary.model_health, job=job, partition_date=day),
-        *([shadow_artifact(summary.shadow_comparison, summary.flip_examples, job=job, partition_date=day)]
-          if summary.shadow_comparison else []),
+        *(
+            [shadow_artifact(summary.shadow_comparison, summary.flip_examples, job=job, partition_date=day)]
+            if summary.shadow_comparison
+            else []
+        ),
         Artifact(
             artifact_key("drift-report", job),
             f"Drift of {job} on {day} against the training reference and the previous partition (table drift_report)",
-            table=[{k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()} for row in summary.drift_report],
+            table=[
+                {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()} for row in summary.drift_report
+            ],
         ),
         Artifact(
             artifact_key("fallback-report", job),
@@ -86,26 +127,39 @@ def run_artifacts(
             table=summary.guard_summary,
         ),
         Artifact(
-            artifact_key("run-report", job), f"HTML run report of {job} for {day}",
+            artifact_key("run-report", job),
+            f"HTML run report of {job} for {day}",
             markdown=(
                 f"**Run report** of `{job}` on {day}: {file_reference_markdown(report_path, page_url)} — summary, fallback table, "
                 "drift table and a histogram per feature, most drifted first.\n\n"
                 + _drift_flags_markdown(summary.drift_report, ticket.words)
             ),
         ),
-        Artifact(artifact_key("run-summary", job), f"Scoring of {job} for {day}: the run's identity and counts, for engineers",
-                 table=[{"measure": k, "value": str(v)} for k, v in measures.items()]),
+        Artifact(
+            artifact_key("run-summary", job),
+            f"Scoring of {job} for {day}: the run's identity and counts, for engineers",
+            table=[{"measure": k, "value": str(v)} for k, v in measures.items()],
+        ),
     ]
 
 
 def run_result(ticket: RunTicket, summary: ScoringSummary, *, report: str, warnings: list[str]) -> dict:
     """What score_partition returns for a published run."""
     return {
-        "run_id": ticket.run_id, "job": ticket.job, "partition_date": ticket.partition_date.isoformat(),
-        "report": report, **summary.ledger_counts(),
-        "model_health": health_headline(summary.model_health, forecasts=summary.forecast is not None, classifies=summary.classification is not None),
+        "run_id": ticket.run_id,
+        "job": ticket.job,
+        "partition_date": ticket.partition_date.isoformat(),
+        "report": report,
+        **summary.ledger_counts(),
+        "model_health": health_headline(
+            summary.model_health, forecasts=summary.forecast is not None, classifies=summary.classification is not None
+        ),
         "challenger": shadow_headline(summary.shadow_comparison),
-        "drift_flags": [f"{feature_name(r['feature'], ticket.words)} {r['flag']}" for r in summary.drift_report if r["flag"] in ("warn", "alert")],
+        "drift_flags": [
+            f"{feature_name(r['feature'], ticket.words)} {r['flag']}"
+            for r in summary.drift_report
+            if r["flag"] in ("warn", "alert")
+        ],
         **({"forecast": summary.forecast} if summary.forecast is not None else {}),
         **({"classification": summary.classification} if summary.classification is not None else {}),
         "warnings": list(warnings),

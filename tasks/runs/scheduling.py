@@ -24,8 +24,12 @@ def partition_selection(settings: Settings, job: str, dates: list[dt.date], mode
     if mode == "all":
         return [{"date": d.isoformat(), "selected": True, "last status": "", "reason": ""} for d in dates]
     return [
-        {"date": row["partition_date"].isoformat(), "selected": row["status"] in _SELECTED_STATUSES[mode],
-         "last status": row["status"], "reason": table_reason(row["error"] or "")}
+        {
+            "date": row["partition_date"].isoformat(),
+            "selected": row["status"] in _SELECTED_STATUSES[mode],
+            "last status": row["status"],
+            "reason": table_reason(row["error"] or ""),
+        }
         for row in partition_summaries(settings, job, dates)
     ]
 
@@ -44,7 +48,9 @@ def selection_message(job: str, mode: BackfillMode, selection: list[dict[str, An
     span = f"{selection[0]['date']}…{selection[-1]['date']}" if selection else "the range"
     selected, none = _MODE_WORDS.get(mode, ("selected", "was selected"))
     if picked:
-        days = ", ".join(f"{r['date']} ({r['last status']}" + (f": {r['reason']}" if r["reason"] else "") + ")" for r in picked)
+        days = ", ".join(
+            f"{r['date']} ({r['last status']}" + (f": {r['reason']}" if r["reason"] else "") + ")" for r in picked
+        )
         return f"{job} {span}, mode {mode}: {len(picked)} of {len(selection)} day(s) to score, {selected}: {days}"
     counts: dict[str, int] = {}
     for r in selection:

@@ -45,7 +45,9 @@ class RunTicket(BaseModel):
     def run_deadline(self) -> RunDeadline | None:
         if self.deadline is None or self.max_run_seconds is None:
             return None
-        return RunDeadline(self.deadline, self.max_run_seconds, f"run {self.run_id} of {self.job} {self.partition_date}")
+        return RunDeadline(
+            self.deadline, self.max_run_seconds, f"run {self.run_id} of {self.job} {self.partition_date}"
+        )
 
 
 def now_utc() -> dt.datetime:
@@ -53,16 +55,27 @@ def now_utc() -> dt.datetime:
 
 
 def run_ticket(
-    prepared: PreparedJob, *, run_id: str, partition_date: dt.date, chunk_rows: int | None, max_run_seconds: float | None = None,
+    prepared: PreparedJob,
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    chunk_rows: int | None,
+    max_run_seconds: float | None = None,
 ) -> RunTicket:
     """The run's identity; `max_run_seconds` is the settings' limit, which the spec's `limits.max_run_seconds` overrides."""
     meta = prepared.model.engine.metadata
     return RunTicket(
-        run_id=run_id, job=prepared.spec.name, partition_date=partition_date,
-        chunk_rows=chunk_rows or prepared.spec.chunk_rows, model_name=meta.name, model_version=meta.version,
-        feature_version=prepared.features.FEATURE_VERSION, delta_sink=prepared.spec.sinks.delta,
+        run_id=run_id,
+        job=prepared.spec.name,
+        partition_date=partition_date,
+        chunk_rows=chunk_rows or prepared.spec.chunk_rows,
+        model_name=meta.name,
+        model_version=meta.version,
+        feature_version=prepared.features.FEATURE_VERSION,
+        delta_sink=prepared.spec.sinks.delta,
         challenger_version=prepared.challenger_plan.version if prepared.challenger_plan else None,
-        max_run_seconds=prepared.spec.limits.max_run_seconds or max_run_seconds, words=prepared.spec.words,
+        max_run_seconds=prepared.spec.limits.max_run_seconds or max_run_seconds,
+        words=prepared.spec.words,
     )
 
 

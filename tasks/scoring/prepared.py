@@ -13,15 +13,15 @@ from functools import cached_property
 
 import numpy as np
 
-from tasks.errors import FeatureVersionMismatch, ModelArtifactError, ScoringError
 from tasks.contracts import FeatureKind
+from tasks.errors import FeatureVersionMismatch, ModelArtifactError, ScoringError
 from tasks.features import FeatureModule, feature_categories, feature_kinds
 from tasks.guards import GuardSuite
+from tasks.inference.config import FeatureModelRef
 from tasks.inference.engine import LoadedModel, inference_loaded_model
 from tasks.inference.kinds import inference_job_kind_words, inference_model_kind_words, inference_same_kind
 from tasks.inference.registry import ModelMetadata, inference_check_feature_version
 from tasks.jobs.validation import validated_job
-from tasks.inference.config import FeatureModelRef
 from tasks.jobspec import JobSpec
 from tasks.monitoring.health import HealthAccumulator, PcaReference
 from tasks.prediction.calibration import ProbabilityMap, predict_calibrator_from_metadata
@@ -30,7 +30,14 @@ from tasks.prediction.decisions import predict_probability_cutoffs
 from tasks.prediction.forecasts import ForecastMap
 from tasks.prediction.multiclass import ClassProbabilityMap, predict_multiclass_calibrator_from_metadata
 from tasks.prediction.reasons import ReasonTexts, predict_reason_texts
-from tasks.quality.drift import FORECAST_DRIFT_NAME, SCORE_DRIFT_NAME, SCORE_EDGES, SCORE_PSI_EDGES, DriftAccumulator, Histogram
+from tasks.quality.drift import (
+    FORECAST_DRIFT_NAME,
+    SCORE_DRIFT_NAME,
+    SCORE_EDGES,
+    SCORE_PSI_EDGES,
+    DriftAccumulator,
+    Histogram,
+)
 from tasks.settings import Settings
 from tasks.sinks.warehouse import Warehouse
 from tasks.sinks.warehouse_choice import warehouse_for
@@ -152,7 +159,8 @@ class PreparedJob:
         """An empty accumulator on the reference's bins of every model input, and the estimate's (score or forecast) if asked."""
         bins = self.prediction_plan.estimate_bins if with_estimate else {}
         return DriftAccumulator(
-            edges={**self.drift_edges, **{name: edges for name, (edges, _) in bins.items()}}, kinds=self.drift_kinds,
+            edges={**self.drift_edges, **{name: edges for name, (edges, _) in bins.items()}},
+            kinds=self.drift_kinds,
             psi_edges={**self.psi_edges, **{name: psi for name, (_, psi) in bins.items()}},
         )
 
@@ -168,13 +176,19 @@ class PreparedJob:
     @cached_property
     def prediction_plan(self) -> PredictionPlan:
         return PredictionPlan(
-            job=self.spec.name, config=self.spec.prediction, estimate_map=predict_estimate_map(self.model.engine.metadata, self.spec),
-            reason_texts=self.reason_texts, feature_version=self.features.FEATURE_VERSION,
+            job=self.spec.name,
+            config=self.spec.prediction,
+            estimate_map=predict_estimate_map(self.model.engine.metadata, self.spec),
+            reason_texts=self.reason_texts,
+            feature_version=self.features.FEATURE_VERSION,
             cutoffs=tuple(predict_probability_cutoffs(self.spec.prediction.rules)),
-            challenger=self.challenger_plan, challenger_failure=self.spec.model.challenger_failure,
-            estimate_bins={
-                name: (hist.edges, hist.psi_edges) for name, hist in self.estimate_reference.items()
-            } if self.spec.target.forecasts else {} if self.spec.target.classifies else {SCORE_DRIFT_NAME: (SCORE_EDGES, SCORE_PSI_EDGES)},
+            challenger=self.challenger_plan,
+            challenger_failure=self.spec.model.challenger_failure,
+            estimate_bins={name: (hist.edges, hist.psi_edges) for name, hist in self.estimate_reference.items()}
+            if self.spec.target.forecasts
+            else {}
+            if self.spec.target.classifies
+            else {SCORE_DRIFT_NAME: (SCORE_EDGES, SCORE_PSI_EDGES)},
         )
 
     @cached_property
@@ -191,7 +205,9 @@ class PreparedJob:
         """Empty model-health sums for the final model's inputs and the job's rule table."""
         rules = self.spec.prediction.rules
         return HealthAccumulator(
-            features=self.model_features, rule_ids=tuple(r.id for r in rules), rule_decisions=tuple(r.decision for r in rules)
+            features=self.model_features,
+            rule_ids=tuple(r.id for r in rules),
+            rule_decisions=tuple(r.decision for r in rules),
         )
 
     @property
@@ -205,7 +221,9 @@ class PreparedJob:
         return (*self.features.FEATURES, *(ref.output_feature for ref, _ in self.feature_models))
 
 
-def prepared_job(job: str, partition_date: dt.date, settings: Settings, warehouse: Warehouse | None = None) -> PreparedJob:
+def prepared_job(
+    job: str, partition_date: dt.date, settings: Settings, warehouse: Warehouse | None = None
+) -> PreparedJob:
     """The job loaded for a run of `partition_date`, after `validated_job` found no problem in its
     inputs (JobValidationError lists them all), with its engines built and drift baselines read
     from `warehouse` (the settings' own when not given)."""
@@ -216,37 +234,53 @@ def prepared_job(job: str, partition_date: dt.date, settings: Settings, warehous
     device, nthread = spec.inference.device, spec.inference.nthread
     feature_models = []
     for ref in spec.model.feature_models:
-        loaded = inference_loaded_model(settings.model_registry_dir(ref.name), ref.version, None, device=device, nthread=nthread)
+        loaded = inference_loaded_model(
+            settings.model_registry_dir(ref.name), ref.version, None, device=device, nthread=nthread
+        )
         inference_check_feature_version(loaded.engine.artifact, features.FEATURE_VERSION, tuple(features.FEATURES))
         feature_models.append((ref, loaded))
     model = inference_loaded_model(
-        settings.model_registry_dir(spec.model.name), spec.model.version, spec.model.fallback_version, device=device, nthread=nthread
+        settings.model_registry_dir(spec.model.name),
+        spec.model.version,
+        spec.model.fallback_version,
+        device=device,
+        nthread=nthread,
     )
     meta = model.engine.metadata
     if not meta.reference:
         log.warning(
             "model %s %s has no training reference statistics; scoring %s without drift against training "
-            "(drift.require_reference: false)", meta.name, meta.version, spec.name,
+            "(drift.require_reference: false)",
+            meta.name,
+            meta.version,
+            spec.name,
         )
     reference = {
-        name: hist
-        for name, stats in meta.reference.items()
-        if (hist := Histogram.of_reference(stats)) is not None
+        name: hist for name, stats in meta.reference.items() if (hist := Histogram.of_reference(stats)) is not None
     }
-    forecast = Histogram.of_reference(meta.forecast_reference) if spec.target.forecasts and meta.forecast_reference else None
+    forecast = (
+        Histogram.of_reference(meta.forecast_reference) if spec.target.forecasts and meta.forecast_reference else None
+    )
     estimate_reference = {FORECAST_DRIFT_NAME: forecast} if forecast is not None else {}
     binned = {**reference, **estimate_reference}
     previous = {
         row["feature"]: Histogram(
-            edges=np.asarray(row["edges"], dtype=np.float64), counts=np.asarray(row["counts"], dtype=np.int64),
-            nulls=row["nulls"], kind=row.get("kind") or "numeric",
+            edges=np.asarray(row["edges"], dtype=np.float64),
+            counts=np.asarray(row["counts"], dtype=np.int64),
+            nulls=row["nulls"],
+            kind=row.get("kind") or "numeric",
             psi_edges=binned[row["feature"]].psi_edges if row["feature"] in binned else SCORE_PSI_EDGES,
         )
         for row in (warehouse or warehouse_for(settings)).previous_drift_histograms(job, partition_date)
     }
     prepared = PreparedJob(
-        spec=spec, suite=validated.suite, features=features, model=model, feature_models=tuple(feature_models),
-        raw=validated.raw or raw_partition(spec.source, settings, job, partition_date), drift_baselines={"reference": reference, "previous": previous},
+        spec=spec,
+        suite=validated.suite,
+        features=features,
+        model=model,
+        feature_models=tuple(feature_models),
+        raw=validated.raw or raw_partition(spec.source, settings, job, partition_date),
+        drift_baselines={"reference": reference, "previous": previous},
         reason_texts=_reason_texts(model, spec, feature_kinds(features), feature_categories(features)),
         estimate_reference=estimate_reference,
     )
@@ -263,8 +297,11 @@ def _with_challenger(prepared: PreparedJob, settings: Settings) -> PreparedJob:
     spec, features = prepared.spec, prepared.features
     try:
         challenger = inference_loaded_model(
-            settings.model_registry_dir(spec.model.name), spec.model.challenger, None,
-            device=spec.inference.device, nthread=spec.inference.nthread,
+            settings.model_registry_dir(spec.model.name),
+            spec.model.challenger,
+            None,
+            device=spec.inference.device,
+            nthread=spec.inference.nthread,
         )
         meta = challenger.engine.metadata
         if meta.feature_version != features.FEATURE_VERSION:
@@ -274,7 +311,9 @@ def _with_challenger(prepared: PreparedJob, settings: Settings) -> PreparedJob:
             )
         missing = [f for f in meta.features if f not in prepared.model_features]
         if missing:
-            raise FeatureVersionMismatch(f"challenger {meta.name} {meta.version} takes features the job does not compute: {missing}")
+            raise FeatureVersionMismatch(
+                f"challenger {meta.name} {meta.version} takes features the job does not compute: {missing}"
+            )
         if not inference_same_kind(meta.target, spec.target.kind):
             raise ModelArtifactError(
                 f"challenger {meta.name} {meta.version} was registered as {inference_model_kind_words(meta.target)}, but job {spec.name} is "
@@ -288,7 +327,9 @@ def _with_challenger(prepared: PreparedJob, settings: Settings) -> PreparedJob:
             raise ModelArtifactError(
                 f"challenger {meta.name} {meta.version} has no conformal interval or error model; register it again with score register"
             )
-        plan = ChallengerPlan(named=spec.model.challenger, version=meta.version, estimate_map=predict_estimate_map(meta, spec))
+        plan = ChallengerPlan(
+            named=spec.model.challenger, version=meta.version, estimate_map=predict_estimate_map(meta, spec)
+        )
     except (ScoringError, ValueError) as exc:
         if spec.model.challenger_failure == "fail":
             raise
@@ -303,7 +344,9 @@ _preloaded_lock = threading.Lock()
 
 
 @contextmanager
-def preloaded_job(job: str, partition_date: dt.date, settings: Settings, *, run_settings_json: str) -> Iterator[PreparedJob]:
+def preloaded_job(
+    job: str, partition_date: dt.date, settings: Settings, *, run_settings_json: str
+) -> Iterator[PreparedJob]:
     """`prepared_job`, offered for the run of (job, partition_date) started inside the block in this
     process (whose settings serialize to `run_settings_json`), so a job checked before its run starts
     is loaded once; whatever the run did not take is dropped when the block ends."""
@@ -333,11 +376,18 @@ def _reason_texts(
     # Without a training reference (the job's opt-in) there is no median to band on: the default text speaks.
     unreferenced = not meta.reference and not spec.drift.require_reference
     if unreferenced and any(r.by_band is not None for r in spec.prediction.reasons.codes.values()):
-        log.warning("[PRED] model %s %s has no training reference: by_band reasons of %s get their default text",
-                    meta.name, meta.version, spec.name)
+        log.warning(
+            "[PRED] model %s %s has no training reference: by_band reasons of %s get their default text",
+            meta.name,
+            meta.version,
+            spec.name,
+        )
     try:
         return predict_reason_texts(
-            spec.prediction.reasons, kinds=kinds, categories=categories, medians=medians,
+            spec.prediction.reasons,
+            kinds=kinds,
+            categories=categories,
+            medians=medians,
             bands_without_median="default_text" if unreferenced else "refuse",
         )
     except ValueError as exc:

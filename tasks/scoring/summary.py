@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tasks.catalog import DRIFT_HISTOGRAMS, DRIFT_REPORT, FALLBACK_REPORT, GUARD_SUMMARY, MODEL_HEALTH, SHADOW_COMPARISON, Dataset
+from tasks.catalog import (
+    DRIFT_HISTOGRAMS,
+    DRIFT_REPORT,
+    FALLBACK_REPORT,
+    GUARD_SUMMARY,
+    MODEL_HEALTH,
+    SHADOW_COMPARISON,
+    Dataset,
+)
 from tasks.errors import FallbackLimitExceeded, GuardFailure, InferenceFailure, PartitionError
 from tasks.features import feature_categories
 from tasks.guards import GuardCounts, guard_limit_breaches, guard_summary_rows
@@ -161,12 +169,18 @@ class ScoringSummary:
         }
 
 
-def forecast_headline(distribution: ForecastDistribution, *, kind: str, name: str, unit: str, level: float) -> dict[str, Any]:
+def forecast_headline(
+    distribution: ForecastDistribution, *, kind: str, name: str, unit: str, level: float
+) -> dict[str, Any]:
     """A forecast job's run in a few numbers: its kind and target, the mean forecast and the mean width of
     the prediction interval at `level` over the scored rows (None without any)."""
     rows = distribution.rows
     return {
-        "kind": kind, "name": name, "unit": unit, "interval_level": level, "rows": rows,
+        "kind": kind,
+        "name": name,
+        "unit": unit,
+        "interval_level": level,
+        "rows": rows,
         "mean": distribution.sums["forecast"] / rows if rows else None,
         "mean_interval_width": distribution.sums["width"] / rows if rows else None,
     }
@@ -179,8 +193,9 @@ def _health_gaps(prepared: PreparedJob) -> list[str]:
         gaps.append("multivariate drift (the model was registered before model health: register it again)")
     if "attribution" not in meta.health:
         gaps.append(
-            f"attribution drift ({why.split(': ')[0]})" if (why := inference_reasons_unavailable(meta)) is not None else
-            "attribution drift (the model was registered before model health: register it again)"
+            f"attribution drift ({why.split(': ')[0]})"
+            if (why := inference_reasons_unavailable(meta)) is not None
+            else "attribution drift (the model was registered before model health: register it again)"
         )
     if prepared.spec.target.forecasts and not meta.interval.get("estimated_error"):
         gaps.append("interval of the estimated error (the model was registered before it: register it again)")
@@ -273,37 +288,60 @@ def scoring_summary(
     ]
     if distribution is not None:
         summary.forecast = forecast_headline(
-            distribution, kind=spec.target.kind, name=spec.target.name or spec.monitoring.labels.outcome_column,
-            unit=spec.target.unit, level=spec.prediction.interval_level,
+            distribution,
+            kind=spec.target.kind,
+            name=spec.target.name or spec.monitoring.labels.outcome_column,
+            unit=spec.target.unit,
+            level=spec.prediction.interval_level,
         )
         summary.forecast_report = forecast_run_summary(
-            distribution, target=spec.target.model_dump(), level=spec.prediction.interval_level,
-            rules=[r.model_dump() for r in spec.prediction.rules], rule_rows=summary.rules,
+            distribution,
+            target=spec.target.model_dump(),
+            level=spec.prediction.interval_level,
+            rules=[r.model_dump() for r in spec.prediction.rules],
+            rule_rows=summary.rules,
             reason_texts=texts,
         )
     if classified is not None:
         name = spec.target.name or spec.monitoring.labels.outcome_column
-        summary.classification = classification_headline(classified, name=name, classes=spec.target.classes, decisions=summary.decisions)
+        summary.classification = classification_headline(
+            classified, name=name, classes=spec.target.classes, decisions=summary.decisions
+        )
         summary.classification_report = class_run_summary(
-            classified, name=name, classes=spec.target.classes, level=spec.prediction.interval_level,
-            rules=[r.model_dump() for r in spec.prediction.rules], rule_rows=summary.rules,
+            classified,
+            name=name,
+            classes=spec.target.classes,
+            level=spec.prediction.interval_level,
+            rules=[r.model_dump() for r in spec.prediction.rules],
+            rule_rows=summary.rules,
             reason_texts=texts,
         )
     health = prepared.health_accumulator()
     for inference in sorted(inferences, key=lambda u: u.unit_id):
         health.merge(inference.health)
     monitoring = spec.monitoring
-    summary.model_health = [] if not monitoring.health.enabled else model_health_rows(
-        health, prepared.health_reference, model_version=engine.metadata.version,
-        decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)), rule_ids=[r.id for r in spec.prediction.rules],
-        actions=spec.action_decisions, level=monitoring.health.interval_level,
-        attribution_warn=monitoring.health.attribution_warn, attribution_alert=monitoring.health.attribution_alert,
-        multivariate_tolerance=monitoring.health.multivariate_tolerance,
-        interval=engine.metadata.interval if spec.target.forecasts else None,
-        estimated_error_tolerance=monitoring.health.estimated_error_tolerance,
-        classes=spec.target.classes if spec.target.classifies else (), class_reference=engine.metadata.class_reference,
-        calibration_rows=engine.metadata.training.get("rows_holdout") if spec.target.classifies else None,
-        psi_warn=spec.drift.psi_warn, psi_alert=spec.drift.psi_alert,
+    summary.model_health = (
+        []
+        if not monitoring.health.enabled
+        else model_health_rows(
+            health,
+            prepared.health_reference,
+            model_version=engine.metadata.version,
+            decisions=list(dict.fromkeys(r.decision for r in spec.prediction.rules)),
+            rule_ids=[r.id for r in spec.prediction.rules],
+            actions=spec.action_decisions,
+            level=monitoring.health.interval_level,
+            attribution_warn=monitoring.health.attribution_warn,
+            attribution_alert=monitoring.health.attribution_alert,
+            multivariate_tolerance=monitoring.health.multivariate_tolerance,
+            interval=engine.metadata.interval if spec.target.forecasts else None,
+            estimated_error_tolerance=monitoring.health.estimated_error_tolerance,
+            classes=spec.target.classes if spec.target.classifies else (),
+            class_reference=engine.metadata.class_reference,
+            calibration_rows=engine.metadata.training.get("rows_holdout") if spec.target.classifies else None,
+            psi_warn=spec.drift.psi_warn,
+            psi_alert=spec.drift.psi_alert,
+        )
     )
     summary.slice_counts = merged_slice_counts(
         [part for inference in sorted(inferences, key=lambda u: u.unit_id) for part in inference.slice_counts],
@@ -318,8 +356,12 @@ def scoring_summary(
         )
     summary.guard_summary = guard_summary_rows(prepared.suite, summary.guard)
     write_staged_chunk(
-        dirs.guard_summary, run_id, 0,
-        ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS)),
+        dirs.guard_summary,
+        run_id,
+        0,
+        ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(
+            pl.DataFrame(summary.guard_summary, schema=GUARD_SUMMARY_COLUMNS)
+        ),
     )
     baselines = prepared.report_baselines
     summary.drift_report = drift_report_rows(drift, baselines, spec.drift.model_dump(exclude={"require_reference"}))
@@ -327,27 +369,57 @@ def scoring_summary(
     binned_reference = baselines.get("reference", {})
     categories = feature_categories(prepared.features)
     summary.drift_histograms = {
-        name: {"kind": h.kind, "edges": h.edges.tolist(), "current": h.counts.tolist(),
-               "reference": binned_reference[name].counts.tolist() if name in binned_reference else [],
-               "labels": drift_bin_labels(h, categories.get(name, ()))}
+        name: {
+            "kind": h.kind,
+            "edges": h.edges.tolist(),
+            "current": h.counts.tolist(),
+            "reference": binned_reference[name].counts.tolist() if name in binned_reference else [],
+            "labels": drift_bin_labels(h, categories.get(name, ())),
+        }
         for name, h in drift.histograms.items()
     }
     stamp = ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column)
-    write_staged_chunk(dirs.drift_report, run_id, 0, stamp.stamped(pl.DataFrame(summary.drift_report, schema=DRIFT_REPORT_COLUMNS)))
-    write_staged_chunk(dirs.drift_histograms, run_id, 0, stamp.stamped(pl.DataFrame(
-        [{"feature": k, "kind": h.kind, "edges": h.edges.tolist(), "counts": h.counts.tolist(), "nulls": h.nulls}
-         for k, h in drift.histograms.items()],
-        schema=DRIFT_HISTOGRAM_COLUMNS,
-    )))
-    write_staged_chunk(dirs.model_health, run_id, 0, stamp.stamped(pl.DataFrame(summary.model_health, schema=MODEL_HEALTH_COLUMNS)))
+    write_staged_chunk(
+        dirs.drift_report, run_id, 0, stamp.stamped(pl.DataFrame(summary.drift_report, schema=DRIFT_REPORT_COLUMNS))
+    )
+    write_staged_chunk(
+        dirs.drift_histograms,
+        run_id,
+        0,
+        stamp.stamped(
+            pl.DataFrame(
+                [
+                    {
+                        "feature": k,
+                        "kind": h.kind,
+                        "edges": h.edges.tolist(),
+                        "counts": h.counts.tolist(),
+                        "nulls": h.nulls,
+                    }
+                    for k, h in drift.histograms.items()
+                ],
+                schema=DRIFT_HISTOGRAM_COLUMNS,
+            )
+        ),
+    )
+    write_staged_chunk(
+        dirs.model_health, run_id, 0, stamp.stamped(pl.DataFrame(summary.model_health, schema=MODEL_HEALTH_COLUMNS))
+    )
     shadow = _merged_shadow(prepared, inferences, predictions, rows_scored=summary.rows_scored)
     if shadow is not None:
         summary.shadow_comparison = shadow_comparison_rows(
-            shadow, champion_version=engine.metadata.version, rows_scored=summary.rows_scored,
+            shadow,
+            champion_version=engine.metadata.version,
+            rows_scored=summary.rows_scored,
             challenger_version=prepared.challenger_plan.version if prepared.challenger_plan else None,
         )
         summary.flip_examples = shadow.examples
-    write_staged_chunk(dirs.shadow_comparison, run_id, 0, stamp.stamped(pl.DataFrame(summary.shadow_comparison, schema=SHADOW_COMPARISON_COLUMNS)))
+    write_staged_chunk(
+        dirs.shadow_comparison,
+        run_id,
+        0,
+        stamp.stamped(pl.DataFrame(summary.shadow_comparison, schema=SHADOW_COMPARISON_COLUMNS)),
+    )
     health_gaps = _health_gaps(prepared) if monitoring.health.enabled else []
     summary.fallback_report = fallback_report_rows(
         rows_read=summary.rows_read,
@@ -364,21 +436,30 @@ def scoring_summary(
         rows_reasons_unavailable=summary.rows_reasons_unavailable,
         reasons_unavailable_detail=getattr(engine, "reasons_unavailable", None),
         rows_without_drift_reference=0 if reference else summary.rows_read,
-        drift_reference_detail=None if reference else (
+        drift_reference_detail=None
+        if reference
+        else (
             f"model {engine.metadata.name} {engine.metadata.version} has no training reference (drift.require_reference: false)"
         ),
         rows_without_health_reference=summary.rows_read if health_gaps else 0,
         health_reference_detail=(
-            f"model {engine.metadata.name} {engine.metadata.version}: no {' and no '.join(health_gaps)}" if health_gaps else None
+            f"model {engine.metadata.name} {engine.metadata.version}: no {' and no '.join(health_gaps)}"
+            if health_gaps
+            else None
         ),
         limits=spec.limits.max_fallback_share,
         rows_challenger_failed=None if shadow is None else shadow.rows_failed,
-        challenger_detail=None if shadow is None or not shadow.failures else (
-            f"{shadow.failures[0]}" + (f" (and {len(shadow.failures) - 1} more chunks)" if len(shadow.failures) > 1 else "")
+        challenger_detail=None
+        if shadow is None or not shadow.failures
+        else (
+            f"{shadow.failures[0]}"
+            + (f" (and {len(shadow.failures) - 1} more chunks)" if len(shadow.failures) > 1 else "")
         ),
     )
     write_staged_chunk(
-        dirs.fallback_report, run_id, 0,
+        dirs.fallback_report,
+        run_id,
+        0,
         ChunkRef(run_id, spec.name, partition_date, 0, spec.entity_column).stamped(
             pl.DataFrame(summary.fallback_report, schema=FALLBACK_REPORT_COLUMNS)
         ),
@@ -405,8 +486,13 @@ def scoring_summary(
         raise FallbackLimitExceeded(f"job {spec.name} on {partition_date}: " + "; ".join(fallback_breaches))
     log.info(
         "scored %s %s: %d read, %d scored, %d repaired, %d quarantined in %.2fs",
-        spec.name, partition_date, summary.rows_read, summary.rows_scored,
-        summary.guard.rows_repaired, summary.guard.rows_quarantined, summary.wall_s,
+        spec.name,
+        partition_date,
+        summary.rows_read,
+        summary.rows_scored,
+        summary.guard.rows_repaired,
+        summary.guard.rows_quarantined,
+        summary.wall_s,
     )
     return summary
 
@@ -427,6 +513,11 @@ def score_partition_chunks(
     ]
     inferences, predictions = [u.inference for u in units], [u.prediction for u in units]
     return scoring_summary(
-        prepared, inferences, predictions, run_id=run_id, partition_date=partition_date, dirs=dirs,
+        prepared,
+        inferences,
+        predictions,
+        run_id=run_id,
+        partition_date=partition_date,
+        dirs=dirs,
         wall_s=time.perf_counter() - started,
     )

@@ -26,12 +26,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.ipc  # noqa: F401  (pa.ipc: the inference → prediction handoff files)
 
+from tasks.catalog import DECISION_FLIPS, SHADOW_CLASSIFICATIONS, SHADOW_FORECASTS, SHADOW_PREDICTIONS
 from tasks.contracts import FeatureContributions, InferenceInput, InferenceOutput
 from tasks.errors import DeviceUnavailable, InferenceFailure, ModelArtifactError, environment_fault
 from tasks.guards import GuardCounts, GuardedChunk, guarded_chunk
 from tasks.guards.duplicates import chunk_duplicate_mask, quarantined_rows_between
 from tasks.inference.engine import InferenceEngine
-from tasks.catalog import DECISION_FLIPS, SHADOW_CLASSIFICATIONS, SHADOW_FORECASTS, SHADOW_PREDICTIONS
 from tasks.monitoring.class_distribution import ClassDistribution
 from tasks.monitoring.decisions import prediction_groups
 from tasks.monitoring.forecast_distribution import ForecastDistribution, reason_code_counts
@@ -79,8 +79,10 @@ class ChunkRef:
 
     def stamped(self, frame: pl.DataFrame) -> pa.Table:
         return frame.select(
-            pl.lit(self.run_id).alias("run_id"), pl.lit(self.job).alias("job"),
-            pl.lit(self.partition_date).alias("partition_date"), pl.all(),
+            pl.lit(self.run_id).alias("run_id"),
+            pl.lit(self.job).alias("job"),
+            pl.lit(self.partition_date).alias("partition_date"),
+            pl.all(),
         ).to_arrow()
 
 
@@ -90,8 +92,15 @@ def _inferred(prepared: PreparedJob, batch: InferenceInput) -> tuple[InferenceIn
     for _, loaded in prepared.feature_models:
         extra = loaded.engine.inference_outputs(batch).margins.astype(np.float32)
         features = np.ascontiguousarray(np.column_stack([features, extra]))
-    full = batch if features is batch.features else InferenceInput(
-        chunk_id=batch.chunk_id, entity_ids=batch.entity_ids, features=features, feature_names=prepared.model_features
+    full = (
+        batch
+        if features is batch.features
+        else InferenceInput(
+            chunk_id=batch.chunk_id,
+            entity_ids=batch.entity_ids,
+            features=features,
+            feature_names=prepared.model_features,
+        )
     )
     return full, prepared.model.inference_outputs(full)
 
@@ -109,14 +118,24 @@ def _explained_chunk(
     unavailable = engine.reasons_unavailable is not None
     if unavailable or decided.reason_rows.size == 0:
         contributions = FeatureContributions(
-            row_index=np.empty(0, dtype=np.intp), values=np.empty((0, len(inputs.feature_names))), feature_names=inputs.feature_names,
+            row_index=np.empty(0, dtype=np.intp),
+            values=np.empty((0, len(inputs.feature_names))),
+            feature_names=inputs.feature_names,
             feature_values=np.empty((0, len(inputs.feature_names)), dtype=np.float32),
             explained_by="none" if unavailable else getattr(engine, "contributions_kernel", "none"),
             explained_class=None if decided.classified is None else np.empty(0, dtype=np.int64),
         )
-        return replace(decided, reason_rows=contributions.row_index), contributions, int(decided.reason_rows.size) if unavailable else 0
+        return (
+            replace(decided, reason_rows=contributions.row_index),
+            contributions,
+            int(decided.reason_rows.size) if unavailable else 0,
+        )
     if decided.classified is not None:
-        return decided, engine.inference_contributions(inputs, decided.reason_rows, top_k=top_k, classes=decided.reason_classes), 0
+        return (
+            decided,
+            engine.inference_contributions(inputs, decided.reason_rows, top_k=top_k, classes=decided.reason_classes),
+            0,
+        )
     return decided, engine.inference_contributions(inputs, decided.reason_rows, top_k=top_k), 0
 
 
@@ -158,7 +177,9 @@ def _sparse_rows(values: np.ndarray, rows: np.ndarray, n: int, dtype: pa.DataTyp
     return pa.ListArray.from_arrays(offsets, pa.array(values.ravel(), type=dtype), mask=pa.array(~valid))
 
 
-def _write_handoff(path: Path, decided: DecidedChunk, contributions: FeatureContributions, *, with_values: bool) -> None:
+def _write_handoff(
+    path: Path, decided: DecidedChunk, contributions: FeatureContributions, *, with_values: bool
+) -> None:
     """The decided chunk for its prediction task: margins and decisions per row, and for the rows that
     need reasons their contributions and, when a reason's text depends on the value (`with_values`),
     their own feature values; the other rows' lists are null and cost nothing."""
@@ -169,15 +190,28 @@ def _write_handoff(path: Path, decided: DecidedChunk, contributions: FeatureCont
         "entity_id": inferred.entity_ids,
         # A multiclass chunk's `margin` is the decided margin to the runner-up (decided_columns): its raw margins, one list
         # a row, go under their contract name.
-        **({"margin": pa.array(inferred.margins, type=pa.float64())} if classified is None
-           else {"raw_margins": _sparse_rows(inferred.margins, np.arange(n), n, pa.float64())}),
-        **({} if inferred.expected_error is None else {"expected_error": pa.array(inferred.expected_error, type=pa.float64())}),
+        **(
+            {"margin": pa.array(inferred.margins, type=pa.float64())}
+            if classified is None
+            else {"raw_margins": _sparse_rows(inferred.margins, np.arange(n), n, pa.float64())}
+        ),
+        **(
+            {}
+            if inferred.expected_error is None
+            else {"expected_error": pa.array(inferred.expected_error, type=pa.float64())}
+        ),
         **decided.decided_columns(),
-        **({} if classified is None else {
-            "predicted": classified.predicted, "runner_up": classified.runner_up,
-            "class_probabilities": _sparse_rows(classified.probabilities, np.arange(n), n, pa.float64()),
-        }),
-        "decision": pa.array(decided.rules.decision, pa.string()), "rule_id": pa.array(decided.rules.rule_id, pa.string()),
+        **(
+            {}
+            if classified is None
+            else {
+                "predicted": classified.predicted,
+                "runner_up": classified.runner_up,
+                "class_probabilities": _sparse_rows(classified.probabilities, np.arange(n), n, pa.float64()),
+            }
+        ),
+        "decision": pa.array(decided.rules.decision, pa.string()),
+        "rule_id": pa.array(decided.rules.rule_id, pa.string()),
         "straddling": decided.rules.straddling,
         "contributions": _sparse_rows(contributions.values, contributions.row_index, n, pa.float64()),
     }
@@ -187,8 +221,12 @@ def _write_handoff(path: Path, decided: DecidedChunk, contributions: FeatureCont
         {
             _HANDOFF_FEATURES: json.dumps(list(contributions.feature_names)).encode(),
             b"inference": json.dumps(
-                {"model_name": inferred.model_name, "model_version": inferred.model_version,
-                 "device_type": inferred.device_type, "latency_ms": inferred.latency_ms}
+                {
+                    "model_name": inferred.model_name,
+                    "model_version": inferred.model_version,
+                    "device_type": inferred.device_type,
+                    "latency_ms": inferred.latency_ms,
+                }
             ).encode(),
             b"contributions": json.dumps(
                 {"explained_by": contributions.explained_by, "tie_recomputed_rows": contributions.tie_recomputed_rows}
@@ -212,13 +250,17 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[DecidedChunk, FeatureContr
         return table.column(name).combine_chunks().flatten().to_numpy().reshape(table.num_rows, len(classes))
 
     inferred = InferenceOutput(
-        chunk_id=chunk_id, entity_ids=table.column("entity_id").combine_chunks(),
-        margins=matrix("raw_margins") if classes else table.column("margin").to_numpy(), **json.loads(meta[b"inference"]),
+        chunk_id=chunk_id,
+        entity_ids=table.column("entity_id").combine_chunks(),
+        margins=matrix("raw_margins") if classes else table.column("margin").to_numpy(),
+        **json.loads(meta[b"inference"]),
         expected_error=table.column("expected_error").to_numpy() if forecasts else None,
     )
     decided_names = (
-        ("forecast", "forecast_low", "forecast_high") if forecasts
-        else ("probability", "probability_low", "probability_high", "margin", "predicted", "runner_up") if classes
+        ("forecast", "forecast_low", "forecast_high")
+        if forecasts
+        else ("probability", "probability_low", "probability_high", "margin", "predicted", "runner_up")
+        if classes
         else ("probability", "probability_low", "probability_high", "score")
     )
     column = {name: table.column(name).to_numpy(zero_copy_only=False) for name in (*decided_names, *_RULED_COLUMNS)}
@@ -233,28 +275,50 @@ def _read_handoff(path: Path, chunk_id: int) -> tuple[DecidedChunk, FeatureContr
     explained_class = None
     if classes:
         classified = ClassProbabilities(
-            probabilities=matrix("class_probabilities"), predicted=column["predicted"], probability=column["probability"],
-            low=column["probability_low"], high=column["probability_high"], runner_up=column["runner_up"], margin=column["margin"],
+            probabilities=matrix("class_probabilities"),
+            predicted=column["predicted"],
+            probability=column["probability"],
+            low=column["probability_low"],
+            high=column["probability_high"],
+            runner_up=column["runner_up"],
+            margin=column["margin"],
         )
         decided = DecidedChunk(
-            inference=inferred, calibrated=None, score=None, rules=rules, reason_rows=row_index, classified=classified, classes=classes,
+            inference=inferred,
+            calibrated=None,
+            score=None,
+            rules=rules,
+            reason_rows=row_index,
+            classified=classified,
+            classes=classes,
         )
         explained_class = classified.predicted[row_index]
     elif forecasts:
         decided = DecidedChunk(
-            inference=inferred, calibrated=None, score=None, rules=rules, reason_rows=row_index,
+            inference=inferred,
+            calibrated=None,
+            score=None,
+            rules=rules,
+            reason_rows=row_index,
             forecast=Forecast(column["forecast"], column["forecast_low"], column["forecast_high"]),
         )
     else:
         decided = DecidedChunk(
             inference=inferred,
-            calibrated=CalibratedProbability(column["probability"], column["probability_low"], column["probability_high"]),
-            score=column["score"], rules=rules, reason_rows=row_index,
+            calibrated=CalibratedProbability(
+                column["probability"], column["probability_low"], column["probability_high"]
+            ),
+            score=column["score"],
+            rules=rules,
+            reason_rows=row_index,
         )
     return decided, FeatureContributions(
-        row_index=row_index, values=explained("contributions", np.float64), feature_names=names,
+        row_index=row_index,
+        values=explained("contributions", np.float64),
+        feature_names=names,
         feature_values=explained("feature_values", np.float32) if "feature_values" in table.column_names else None,
-        explained_class=explained_class, **json.loads(meta[b"contributions"]),
+        explained_class=explained_class,
+        **json.loads(meta[b"contributions"]),
     )
 
 
@@ -327,8 +391,15 @@ def _peak_rss_mb() -> float:
 
 
 def _decided_chunks(
-    prepared: PreparedJob, unit: WorkUnit, result: UnitInference, *, run_id: str, partition_date: dt.date, chunk_rows: int,
-    dirs: OutputDirs, deadline: RunDeadline | None = None,
+    prepared: PreparedJob,
+    unit: WorkUnit,
+    result: UnitInference,
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    chunk_rows: int,
+    dirs: OutputDirs,
+    deadline: RunDeadline | None = None,
 ) -> Iterator[tuple[DecidedChunk, FeatureContributions, Shadow | None]]:
     """Guard, build features, infer, decide and explain every chunk of `unit`, counting into `result`.
 
@@ -345,7 +416,9 @@ def _decided_chunks(
             deadline.check()
         chunk = ChunkRef(run_id, spec.name, partition_date, chunk_id, spec.entity_column)
         guarded = guarded_chunk(
-            pl.from_arrow(table), prepared.suite, entity_column=spec.entity_column,
+            pl.from_arrow(table),
+            prepared.suite,
+            entity_column=spec.entity_column,
             duplicate_rows=chunk_duplicate_mask(duplicate_rows, unit.first_row + result.rows_read, table.num_rows),
         )
         result.rows_read += table.num_rows
@@ -362,7 +435,8 @@ def _decided_chunks(
         )
 
         def decided_and_explained() -> tuple[InferenceInput, DecidedChunk, FeatureContributions, int]:
-            full, inferred = _inferred(prepared, batch)
+            # Called within this iteration only (by _with_retries below): `batch` is this chunk's.
+            full, inferred = _inferred(prepared, batch)  # noqa: B023
             decided = predict_decided_chunk(inferred, plan.estimate_map, plan.config)
             return full, *_explained_chunk(engine, full, decided, plan.config.reasons.top_k)
 
@@ -374,11 +448,15 @@ def _decided_chunks(
             raise
         except Exception as exc:
             failed = guarded.scorable.with_columns(
-                pl.lit([f"inference_failed({type(exc).__name__})"], dtype=pl.List(pl.String)).alias("failed_expectations")
+                pl.lit([f"inference_failed({type(exc).__name__})"], dtype=pl.List(pl.String)).alias(
+                    "failed_expectations"
+                )
             )
             _write_quarantine(failed, dirs, chunk, "inference")
             result.rows_failed += failed.height
-            result.failed_chunks.append({"chunk": chunk_id, "rows": failed.height, "error": f"{type(exc).__name__}: {exc}"})
+            result.failed_chunks.append(
+                {"chunk": chunk_id, "rows": failed.height, "error": f"{type(exc).__name__}: {exc}"}
+            )
             continue
         result.explained_rows[contributions.explained_by] += contributions.row_index.shape[0]
         result.rows_reasons_unavailable += unexplained
@@ -386,7 +464,12 @@ def _decided_chunks(
         result.latency_ms.append(decided.inference.latency_ms)
         result.drift.add_matrix(prepared.model_features, full.features)
         _health_of_chunk(
-            prepared, result, full, decided, guarded.scorable, first_row=unit.first_row + result.rows_read - table.num_rows,
+            prepared,
+            result,
+            full,
+            decided,
+            guarded.scorable,
+            first_row=unit.first_row + result.rows_read - table.num_rows,
             partition_rows=unit.partition_rows,
         )
         yield decided, contributions, _shadow_of_chunk(prepared, full, result)
@@ -405,9 +488,15 @@ def _shadow_of_chunk(prepared: PreparedJob, full: InferenceInput, result: UnitIn
     plan, challenger = prepared.prediction_plan, prepared.challenger
     engine = challenger.engine
     columns = prepared.challenger_columns
-    inputs = full if np.array_equal(columns, np.arange(full.features.shape[1])) else InferenceInput(
-        chunk_id=full.chunk_id, entity_ids=full.entity_ids, features=np.ascontiguousarray(full.features[:, columns]),
-        feature_names=tuple(engine.metadata.features),
+    inputs = (
+        full
+        if np.array_equal(columns, np.arange(full.features.shape[1]))
+        else InferenceInput(
+            chunk_id=full.chunk_id,
+            entity_ids=full.entity_ids,
+            features=np.ascontiguousarray(full.features[:, columns]),
+            feature_names=tuple(engine.metadata.features),
+        )
     )
 
     def decided_and_explained() -> Shadow:
@@ -417,7 +506,9 @@ def _shadow_of_chunk(prepared: PreparedJob, full: InferenceInput, result: UnitIn
 
     try:
         return _with_retries(
-            1 + prepared.spec.inference.retries, f"challenger {plan.challenger.version} on chunk {full.chunk_id}", decided_and_explained
+            1 + prepared.spec.inference.retries,
+            f"challenger {plan.challenger.version} on chunk {full.chunk_id}",
+            decided_and_explained,
         )
     except Exception as exc:
         if plan.challenger_failure == "fail" and environment_fault(exc) is None:
@@ -442,8 +533,14 @@ values would otherwise keep a frame of them per chunk until the unit ends."""
 
 
 def _health_of_chunk(
-    prepared: PreparedJob, result: UnitInference, full: InferenceInput, decided: DecidedChunk, scorable: pl.DataFrame, *,
-    first_row: int, partition_rows: int,
+    prepared: PreparedJob,
+    result: UnitInference,
+    full: InferenceInput,
+    decided: DecidedChunk,
+    scorable: pl.DataFrame,
+    *,
+    first_row: int,
+    partition_rows: int,
 ) -> None:
     """The chunk's model-health sums and slice counts, from what the pass already holds; the only new
     work is the PCA projection and the contributions of the attribution sample."""
@@ -451,9 +548,15 @@ def _health_of_chunk(
     config = prepared.spec.monitoring.health
     slices = prepared.spec.monitoring.slices
     if slices and calibrated is not None:
-        result.slice_counts.append(chunk_slice_counts(
-            scorable.select(slices), calibrated.probability, rules.rule_index, prepared.rule_decisions, decided.score
-        ))
+        result.slice_counts.append(
+            chunk_slice_counts(
+                scorable.select(slices),
+                calibrated.probability,
+                rules.rule_index,
+                prepared.rule_decisions,
+                decided.score,
+            )
+        )
         if len(result.slice_counts) >= _SLICE_PARTS_FOLDED:
             result.slice_counts = [summed_slice_counts(result.slice_counts)]
     if not config.enabled:
@@ -464,7 +567,9 @@ def _health_of_chunk(
         classified = decided.classified
         result.health.add_classified(classified.probabilities, classified.predicted, classified.low, classified.high)
     if decided.forecast is not None and decided.inference.expected_error is not None:
-        result.health.add_expected_error(decided.inference.expected_error, floor=prepared.prediction_plan.estimate_map.sigma_floor)
+        result.health.add_expected_error(
+            decided.inference.expected_error, floor=prepared.prediction_plan.estimate_map.sigma_floor
+        )
     result.health.add_inputs(full.features, prepared.pca_reference)
     share = attribution_share(config.attribution_share, config.attribution_min_rows, partition_rows)
     if "attribution" in prepared.health_reference and share > 0:
@@ -480,15 +585,24 @@ def _unit_inference(prepared: PreparedJob, unit_id: int) -> UnitInference:
 
 def _unit_prediction(plan: PredictionPlan, unit_id: int) -> UnitPrediction:
     return UnitPrediction(
-        unit_id, drift=plan.estimate_drift(),
-        shadow=ShadowAccumulator(plan.decisions, forecasts=plan.forecasts, classes=plan.classes) if plan.challenger is not None else None,
+        unit_id,
+        drift=plan.estimate_drift(),
+        shadow=ShadowAccumulator(plan.decisions, forecasts=plan.forecasts, classes=plan.classes)
+        if plan.challenger is not None
+        else None,
         forecasts=ForecastDistribution() if plan.forecasts else None,
         classifications=ClassDistribution() if plan.classifies else None,
     )
 
 
 def _shadow_predicted_chunk(
-    plan: PredictionPlan, result: UnitPrediction, champion: pa.Table, shadow: Shadow, *, run_id: str, partition_date: dt.date,
+    plan: PredictionPlan,
+    result: UnitPrediction,
+    champion: pa.Table,
+    shadow: Shadow,
+    *,
+    run_id: str,
+    partition_date: dt.date,
     dirs: OutputDirs,
 ) -> None:
     """The challenger's chunk in the prediction contract (plus the alias it was named by), staged as
@@ -497,33 +611,59 @@ def _shadow_predicted_chunk(
     decided, contributions = shadow
     chunk_id = decided.inference.chunk_id
     table = predict_output(
-        decided, contributions, plan.config,
-        run_id=run_id, job=plan.job, partition_date=partition_date, feature_version=plan.feature_version,
+        decided,
+        contributions,
+        plan.config,
+        run_id=run_id,
+        job=plan.job,
+        partition_date=partition_date,
+        feature_version=plan.feature_version,
         reason_texts=plan.reason_texts,
     ).table
     dataset = (
-        SHADOW_CLASSIFICATIONS if decided.classified is not None else SHADOW_FORECASTS if decided.forecast is not None else SHADOW_PREDICTIONS
+        SHADOW_CLASSIFICATIONS
+        if decided.classified is not None
+        else SHADOW_FORECASTS
+        if decided.forecast is not None
+        else SHADOW_PREDICTIONS
     )
-    table = table.append_column(dataset.schema.field("alias"), pa.array([plan.challenger.named] * table.num_rows, pa.string()))
+    table = table.append_column(
+        dataset.schema.field("alias"), pa.array([plan.challenger.named] * table.num_rows, pa.string())
+    )
     write_staged_chunk(dirs.of(dataset), run_id, chunk_id, table)
     flipped = result.shadow.add(champion, table)
     if flipped.any():
         flips = flipped_rows(champion, table, flipped)
         key = champion.select(["run_id", "job", "partition_date"]).take(pa.array(np.flatnonzero(flipped)))
         write_staged_chunk(
-            dirs.decision_flips, run_id, chunk_id, pa.Table.from_arrays([*key.columns, *flips.columns], schema=DECISION_FLIPS.schema)
+            dirs.decision_flips,
+            run_id,
+            chunk_id,
+            pa.Table.from_arrays([*key.columns, *flips.columns], schema=DECISION_FLIPS.schema),
         )
 
 
 def _predicted_chunk(
-    plan: PredictionPlan, result: UnitPrediction, decided: DecidedChunk, contributions: FeatureContributions, shadow: Shadow | None,
-    *, run_id: str, partition_date: dt.date, dirs: OutputDirs,
+    plan: PredictionPlan,
+    result: UnitPrediction,
+    decided: DecidedChunk,
+    contributions: FeatureContributions,
+    shadow: Shadow | None,
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    dirs: OutputDirs,
 ) -> None:
     """The decided chunk in the prediction contract, staged, and counted into `result`; the
     challenger's shadow of it beside, when there is one."""
     predicted = predict_output(
-        decided, contributions, plan.config,
-        run_id=run_id, job=plan.job, partition_date=partition_date, feature_version=plan.feature_version,
+        decided,
+        contributions,
+        plan.config,
+        run_id=run_id,
+        job=plan.job,
+        partition_date=partition_date,
+        feature_version=plan.feature_version,
         reason_texts=plan.reason_texts,
     )
     forecasts = decided.forecast is not None
@@ -531,7 +671,9 @@ def _predicted_chunk(
     staged = dirs.classifications if classifies else dirs.forecasts if forecasts else dirs.predictions
     write_staged_chunk(staged, run_id, decided.inference.chunk_id, predicted.table)
     if shadow is not None:
-        _shadow_predicted_chunk(plan, result, predicted.table, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs)
+        _shadow_predicted_chunk(
+            plan, result, predicted.table, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs
+        )
     result.rows_scored += predicted.table.num_rows
     result.rows_with_reasons += predicted.rows_needing_reasons
     result.rows_without_adverse_reason += predicted.rows_without_adverse_reason
@@ -552,36 +694,90 @@ def _predicted_chunk(
     result.decision_groups.append(prediction_groups(pl.from_arrow(grouped), plan.cutoffs))
 
 
-_GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "score", "probability", "probability_low", "probability_high")
-_FORECAST_GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "forecast", "forecast_low", "forecast_high")
-_CLASS_GROUPED_COLUMNS = ("run_id", "model_version", "decision", "rule_id", "predicted_class", "probability", "probability_low", "probability_high")
+_GROUPED_COLUMNS = (
+    "run_id",
+    "model_version",
+    "decision",
+    "rule_id",
+    "score",
+    "probability",
+    "probability_low",
+    "probability_high",
+)
+_FORECAST_GROUPED_COLUMNS = (
+    "run_id",
+    "model_version",
+    "decision",
+    "rule_id",
+    "forecast",
+    "forecast_low",
+    "forecast_high",
+)
+_CLASS_GROUPED_COLUMNS = (
+    "run_id",
+    "model_version",
+    "decision",
+    "rule_id",
+    "predicted_class",
+    "probability",
+    "probability_low",
+    "probability_high",
+)
 
 
 def scored_unit(
-    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs,
+    prepared: PreparedJob,
+    unit: WorkUnit,
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    chunk_rows: int,
+    dirs: OutputDirs,
     deadline: RunDeadline | None = None,
 ) -> ScoredUnit:
     """Every chunk of `unit` from raw rows to the staged prediction contract, in one pass per chunk."""
     plan = prepared.prediction_plan
     inference, prediction = _unit_inference(prepared, unit.unit_id), _unit_prediction(plan, unit.unit_id)
     for decided, contributions, shadow in _decided_chunks(
-        prepared, unit, inference, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs, deadline=deadline,
+        prepared,
+        unit,
+        inference,
+        run_id=run_id,
+        partition_date=partition_date,
+        chunk_rows=chunk_rows,
+        dirs=dirs,
+        deadline=deadline,
     ):
         inference.chunk_ids.append(decided.inference.chunk_id)
-        _predicted_chunk(plan, prediction, decided, contributions, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs)
+        _predicted_chunk(
+            plan, prediction, decided, contributions, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs
+        )
     inference.peak_rss_mb = prediction.peak_rss_mb = _peak_rss_mb()
     return ScoredUnit(inference, prediction)
 
 
 def inferred_unit(
-    prepared: PreparedJob, unit: WorkUnit, *, run_id: str, partition_date: dt.date, chunk_rows: int, dirs: OutputDirs,
+    prepared: PreparedJob,
+    unit: WorkUnit,
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    chunk_rows: int,
+    dirs: OutputDirs,
     deadline: RunDeadline | None = None,
 ) -> UnitInference:
     """The inference half of `scored_unit`: each decided chunk and its explained rows' contributions go to a handoff file."""
     result = _unit_inference(prepared, unit.unit_id)
     with_values = bool(prepared.prediction_plan.reason_texts.by_feature)
     for decided, contributions, shadow in _decided_chunks(
-        prepared, unit, result, run_id=run_id, partition_date=partition_date, chunk_rows=chunk_rows, dirs=dirs, deadline=deadline,
+        prepared,
+        unit,
+        result,
+        run_id=run_id,
+        partition_date=partition_date,
+        chunk_rows=chunk_rows,
+        dirs=dirs,
+        deadline=deadline,
     ):
         chunk_id = decided.inference.chunk_id
         _write_handoff(_handoff_path(dirs, run_id, chunk_id), decided, contributions, with_values=with_values)
@@ -593,7 +789,12 @@ def inferred_unit(
 
 
 def predicted_unit(
-    plan: PredictionPlan, inference: UnitInference, *, run_id: str, partition_date: dt.date, dirs: OutputDirs,
+    plan: PredictionPlan,
+    inference: UnitInference,
+    *,
+    run_id: str,
+    partition_date: dt.date,
+    dirs: OutputDirs,
     deadline: RunDeadline | None = None,
 ) -> UnitPrediction:
     """The prediction half of `scored_unit`: the handoff files of `inference` in the prediction contract,
@@ -606,7 +807,9 @@ def predicted_unit(
         path, shadow_path = _handoff_path(dirs, run_id, chunk_id), _handoff_path(dirs, run_id, chunk_id, shadow=True)
         decided, contributions = _read_handoff(path, chunk_id)
         shadow = _read_handoff(shadow_path, chunk_id) if shadow_path.exists() else None
-        _predicted_chunk(plan, result, decided, contributions, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs)
+        _predicted_chunk(
+            plan, result, decided, contributions, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs
+        )
         path.unlink()
         shadow_path.unlink(missing_ok=True)
     result.peak_rss_mb = _peak_rss_mb()

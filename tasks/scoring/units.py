@@ -20,6 +20,7 @@ from tasks.sinks.parquet_store import OutputDirs, staging_dir
 from tasks.sources import ParquetPartition, ReadLimit, opened_parquet, read_row_group
 from tasks.sources.chunks import rechunked_tables
 
+
 @dataclass(frozen=True)
 class RunDeadline:
     """When a run must have finished scoring (seconds since the epoch, so every worker of the run reads the same
@@ -159,7 +160,13 @@ def planned_work_units(prepared: PreparedJob, *, run_id: str, chunk_rows: int, d
     quarantined = duplicates.quarantined_rows(rule.on_duplicate)
     log.warning(
         "%s: %d entity id(s) appear more than once in column %r (%d rows); %s quarantines %d of them (%s)",
-        prepared.raw, duplicates.id_count, rule.column, duplicates.rows.height, rule.key, quarantined.size, rule.on_duplicate,
+        prepared.raw,
+        duplicates.id_count,
+        rule.column,
+        duplicates.rows.height,
+        rule.key,
+        quarantined.size,
+        rule.on_duplicate,
     )
     path = write_quarantined_rows(scratch / "duplicate-rows.parquet", quarantined)
     return [replace(unit, duplicate_rows_file=str(path)) for unit in units]
@@ -178,7 +185,9 @@ def unit_chunks(unit: WorkUnit, chunk_rows: int) -> Iterator[tuple[int, pa.Table
             except _CORRUPT_PARQUET as exc:
                 _raise_if_os_error(exc)
                 raise PartitionError(f"raw file {path} is corrupt in row group {group}: {_first_line(exc)}") from exc
-            yield from read_row_group(opened[1], path, group, limit=unit.read_limit).to_batches(max_chunksize=chunk_rows)
+            yield from read_row_group(opened[1], path, group, limit=unit.read_limit).to_batches(
+                max_chunksize=chunk_rows
+            )
 
     try:
         yield from enumerate(rechunked_tables(batches(), chunk_rows), start=unit.first_chunk_id)

@@ -37,7 +37,9 @@ class DeltaSink(_Strict):
         # URL that could never work would leave the run committed until the spec is fixed.
         parts = urllib.parse.urlsplit(value)
         if parts.scheme not in DELTA_SCHEMES:
-            raise ValueError(f"url scheme {parts.scheme!r} is not supported; use a local path, file:///… or s3://bucket/prefix")
+            raise ValueError(
+                f"url scheme {parts.scheme!r} is not supported; use a local path, file:///… or s3://bucket/prefix"
+            )
         if parts.scheme == "s3" and not parts.netloc:
             raise ValueError("an s3:// url names its bucket: s3://bucket/prefix")
         if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
@@ -45,7 +47,9 @@ class DeltaSink(_Strict):
         if parts.query or parts.fragment:
             raise ValueError("url takes no query or fragment")
         if not parts.scheme and not PurePosixPath(value).is_absolute() and ".." in PurePosixPath(value).parts:
-            raise ValueError("a relative path stays inside the data root: no `..`; give an absolute path to write elsewhere")
+            raise ValueError(
+                "a relative path stays inside the data root: no `..`; give an absolute path to write elsewhere"
+            )
         return value
 
 

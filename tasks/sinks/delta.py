@@ -124,7 +124,12 @@ def partition_predicate(job: str, partition_date: dt.date) -> str:
 
 
 def written_delta_partition(
-    tables: DeltaTables, *, job: str, partition_date: dt.date, run_id: str, files: Mapping[str, Sequence[Path]],
+    tables: DeltaTables,
+    *,
+    job: str,
+    partition_date: dt.date,
+    run_id: str,
+    files: Mapping[str, Sequence[Path]],
 ) -> dict[str, int]:
     """Rows now in each table for (job, partition_date): every dataset's `files` replace the partition
     in `<base>/<dataset>`, one commit per table. Repeatable (recovery writes a committed run again)."""
@@ -140,12 +145,17 @@ def written_delta_partition(
         rows = ds.dataset([str(p) for p in paths], schema=warehouse_dataset(name).schema, format="parquet")
         try:
             write_deltalake(
-                url, rows.scanner(batch_size=_BATCH_ROWS).to_reader(), mode="overwrite", predicate=predicate,
+                url,
+                rows.scanner(batch_size=_BATCH_ROWS).to_reader(),
+                mode="overwrite",
+                predicate=predicate,
                 partition_by=PARTITION_COLUMNS,
                 # A column added to a dataset in a later release joins the table on its next write
                 # (older rows read null), as the warehouse adds it in place.
                 schema_mode="merge",
-                commit_properties=CommitProperties(custom_metadata={"run_id": run_id, "job": job, "partition_date": partition_date.isoformat()}),
+                commit_properties=CommitProperties(
+                    custom_metadata={"run_id": run_id, "job": job, "partition_date": partition_date.isoformat()}
+                ),
             )
         except Exception as exc:  # noqa: BLE001  (OSError, DeltaError, CommitFailedError, …: each is this table refusing the write)
             detail = _masked(_ANSI.sub("", str(exc)))
@@ -156,7 +166,14 @@ def written_delta_partition(
                 f"the next start of {job} (or `score recover {job}`) writes its Delta tables again"
             ) from None
         written[name] = rows.count_rows()
-    log.info("Delta tables %s: partition (%s, %s) replaced by run %s, rows %s", tables.base, job, partition_date, run_id, written)
+    log.info(
+        "Delta tables %s: partition (%s, %s) replaced by run %s, rows %s",
+        tables.base,
+        job,
+        partition_date,
+        run_id,
+        written,
+    )
     return written
 
 

@@ -14,7 +14,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from tasks.errors import ReadOnlyStorage, duckdb_lock_holder, environment_fault, locked_warehouse_fault, process_description
+from tasks.errors import (
+    ReadOnlyStorage,
+    duckdb_lock_holder,
+    environment_fault,
+    locked_warehouse_fault,
+    process_description,
+)
 from tasks.sinks.warehouse import Warehouse
 from tasks.sinks.warehouse.migrations import migrated
 from tasks.sinks.warehouse.schema import DUCKDB_TYPES, create_missing_tables
@@ -58,7 +64,10 @@ class _DuckDBSession:
         # file order: at 10 M rows 2× faster within the memory limit. Only for this connection, so
         # reads elsewhere keep a stable order (the outcomes' sums must not change between reads).
         self.con.execute("SET SESSION preserve_insertion_order = false")
-        self.con.execute(f"INSERT INTO {quoted(table)} BY NAME SELECT * FROM read_parquet(?, hive_partitioning = false)", [[str(p) for p in paths]])
+        self.con.execute(
+            f"INSERT INTO {quoted(table)} BY NAME SELECT * FROM read_parquet(?, hive_partitioning = false)",
+            [[str(p) for p in paths]],
+        )
 
     def append_arrow(self, table: str, rows: pa.Table) -> None:
         columns = ", ".join(quoted(c) for c in rows.schema.names)
@@ -139,7 +148,9 @@ class DuckDBWarehouse(Warehouse):
             except duckdb.Error as exc:
                 # Every write in the block was committed to the WAL; a checkpoint that fails on
                 # close is retried by the next open, and must not undo a step that succeeded.
-                log.warning("warehouse %s: its checkpoint at close failed; the next open replays the log: %s", self.path, exc)
+                log.warning(
+                    "warehouse %s: its checkpoint at close failed; the next open replays the log: %s", self.path, exc
+                )
 
     def _opened(self) -> duckdb.DuckDBPyConnection:
         """A connection, once no other process holds the file's lock (waiting up to `lock_timeout_s`).
@@ -166,7 +177,10 @@ class DuckDBWarehouse(Warehouse):
                 if not announced:
                     log.warning(
                         "warehouse %s is locked by process %d (%s); waiting up to %g s for it (SCORING_WAREHOUSE_LOCK_WAIT_S)",
-                        self.path, holder, process_description(holder), self.lock_timeout_s,
+                        self.path,
+                        holder,
+                        process_description(holder),
+                        self.lock_timeout_s,
                     )
                     announced = True
                 time.sleep(min(delay, max(self.lock_timeout_s - waited, 0.0)))

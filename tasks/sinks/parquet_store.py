@@ -60,7 +60,9 @@ def _repeating_columns(schema: pa.Schema) -> list[str]:
     return [
         f"{f.name}.list.element" if pa.types.is_list(f.type) else f.name
         for f in schema
-        if f.name != "entity_id" and not pa.types.is_floating(f.type) and not (pa.types.is_list(f.type) and pa.types.is_floating(f.type.value_type))
+        if f.name != "entity_id"
+        and not pa.types.is_floating(f.type)
+        and not (pa.types.is_list(f.type) and pa.types.is_floating(f.type.value_type))
     ]
 
 
@@ -113,7 +115,12 @@ class PartitionStore:
         return sorted((self.version_dir(partition, run_id) / self._relative(name)).glob("*.parquet"))
 
     def assembled_version(
-        self, partition: str, run_id: str, *, page_html: str | None, after_each: Callable[[str], None] = lambda name: None,
+        self,
+        partition: str,
+        run_id: str,
+        *,
+        page_html: str | None,
+        after_each: Callable[[str], None] = lambda name: None,
     ) -> Path:
         """Move the run's staged files into its version folder, fsynced, ready to be swapped in;
         `after_each(name)` runs once each dataset is moved (crash trials stop there).

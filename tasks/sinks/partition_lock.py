@@ -70,7 +70,9 @@ class PartitionLease:
         deadline = time.monotonic() + self.wait_s
         waited_for: str | None = None
         while True:
-            holder = self.store.acquire_partition_lease(self.job, self.partition_date, self.run_id, self.host, self.pid, self.ttl_s)
+            holder = self.store.acquire_partition_lease(
+                self.job, self.partition_date, self.run_id, self.host, self.pid, self.ttl_s
+            )
             if holder is None:
                 return
             if holder["host"] == self.host and not process_alive(int(holder["pid"])):
@@ -80,7 +82,11 @@ class PartitionLease:
                     self.taken_over_from = holder["run_id"]
                     log.warning(
                         "partition %s of job %s: took over the lease of run %s, whose process %s on %s is gone",
-                        self.partition_date, self.job, holder["run_id"], holder["pid"], self.host,
+                        self.partition_date,
+                        self.job,
+                        holder["run_id"],
+                        holder["pid"],
+                        self.host,
                     )
                     return
                 continue
@@ -94,7 +100,10 @@ class PartitionLease:
                 waited_for = holder["run_id"]
                 log.info(
                     "partition %s of job %s is being scored by run %s; waiting up to %g s",
-                    self.partition_date, self.job, holder["run_id"], self.wait_s,
+                    self.partition_date,
+                    self.job,
+                    holder["run_id"],
+                    self.wait_s,
                 )
             time.sleep(min(self.poll_s, max(deadline - time.monotonic(), 0.0)))
 
@@ -136,4 +145,10 @@ class PartitionLease:
                 self.store.release_partition_lease(self.job, self.partition_date, self.run_id)
             except Exception as exc:
                 # The lease expires by itself; the run's own outcome matters more than this.
-                log.warning("partition %s of job %s: lease not released (%s); it expires in %g s", self.partition_date, self.job, exc, self.ttl_s)
+                log.warning(
+                    "partition %s of job %s: lease not released (%s); it expires in %g s",
+                    self.partition_date,
+                    self.job,
+                    exc,
+                    self.ttl_s,
+                )

@@ -110,7 +110,9 @@ class PostgresWarehouse(Warehouse):
 
     def __init__(self, url: str) -> None:
         if urllib.parse.urlsplit(url).scheme not in ("postgresql", "postgres"):
-            raise ValueError("the warehouse URL must start with postgresql:// (the value is not shown: it may hold a password)")
+            raise ValueError(
+                "the warehouse URL must start with postgresql:// (the value is not shown: it may hold a password)"
+            )
         self._url = url
 
     def __repr__(self) -> str:

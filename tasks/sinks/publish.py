@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from tasks.catalog import INFERENCE_HANDOFF, PARTITION_DATASETS
-from tasks.sinks.crash_points import crash_point
 from tasks.errors import PartitionLeaseLost
-from tasks.sinks.parquet_store import PartitionStore, discard_staged
-from tasks.sinks.parquet_store import OutputDirs
+from tasks.sinks.crash_points import crash_point
 from tasks.sinks.delta import DeltaTables, written_delta_partition
+from tasks.sinks.parquet_store import OutputDirs, PartitionStore, discard_staged
 from tasks.sinks.warehouse import Warehouse
 
 log = logging.getLogger("scoring.publish")
@@ -45,7 +44,9 @@ T = TypeVar("T")
 def partition_store(dirs: OutputDirs) -> PartitionStore:
     """The job's published Parquet datasets, the catalog's PARTITION_DATASETS, each under its name."""
     return PartitionStore(
-        root=dirs.root, datasets={d.name: dirs.of(d) for d in PARTITION_DATASETS}, schemas={d.name: d.schema for d in PARTITION_DATASETS},
+        root=dirs.root,
+        datasets={d.name: dirs.of(d) for d in PARTITION_DATASETS},
+        schemas={d.name: d.schema for d in PARTITION_DATASETS},
     )
 
 
@@ -63,8 +64,17 @@ class PublishedPartition:
 
 
 def published_partition(
-    warehouse: Warehouse, dirs: OutputDirs, *, job: str, partition_date: dt.date, run_id: str,
-    counts: dict, page_html: str | None, warnings: Sequence[str], ended_at: dt.datetime, crash_at: str | None = None,
+    warehouse: Warehouse,
+    dirs: OutputDirs,
+    *,
+    job: str,
+    partition_date: dt.date,
+    run_id: str,
+    counts: dict,
+    page_html: str | None,
+    warnings: Sequence[str],
+    ended_at: dt.datetime,
+    crash_at: str | None = None,
     delta: DeltaTables | None = None,
 ) -> PublishedPartition:
     """Publish the run's staged outputs in the six steps above, to the Delta tables of `delta` too
@@ -73,13 +83,22 @@ def published_partition(
     with warehouse.kept_open():
         store = partition_store(dirs)
         partition = partition_date.isoformat()
-        store.assembled_version(partition, run_id, page_html=page_html, after_each=lambda name: crash_point(f"publish:staged:{name}", crash_at))
+        store.assembled_version(
+            partition,
+            run_id,
+            page_html=page_html,
+            after_each=lambda name: crash_point(f"publish:staged:{name}", crash_at),
+        )
         crash_point("publish:assembled", crash_at)
         if not warehouse.record_run_publishing(run_id):
-            raise PartitionLeaseLost(f"run {run_id} of {job} {partition_date} was closed by another run; nothing is published")
+            raise PartitionLeaseLost(
+                f"run {run_id} of {job} {partition_date} was closed by another run; nothing is published"
+            )
         crash_point("publish:intent", crash_at)
         files = version_tables(store, partition, run_id)
-        rows = warehouse.replace_partition(job=job, partition_date=partition_date, committing_run=run_id, counts=counts, files=files)
+        rows = warehouse.replace_partition(
+            job=job, partition_date=partition_date, committing_run=run_id, counts=counts, files=files
+        )
         crash_point("publish:committed", crash_at)
         store.swapped_in(partition, run_id)
         crash_point("publish:swapped", crash_at)
@@ -89,10 +108,18 @@ def published_partition(
         discard_staged(dirs.of(INFERENCE_HANDOFF), run_id)
         published = PublishedPartition(rows=rows, warnings=list(warnings))
         try:
-            retried(lambda: warehouse.record_run_ended(run_id, status="succeeded", ended_at=ended_at, counts=counts, warnings=warnings))
+            retried(
+                lambda: warehouse.record_run_ended(
+                    run_id, status="succeeded", ended_at=ended_at, counts=counts, warnings=warnings
+                )
+            )
         except Exception as exc:
-            published.warnings.append(f"ledger not updated ({type(exc).__name__}: {exc}); the next start of {job} closes the run as succeeded")
-            log.warning("%s %s: run %s published, but its ledger row could not be closed: %s", job, partition_date, run_id, exc)
+            published.warnings.append(
+                f"ledger not updated ({type(exc).__name__}: {exc}); the next start of {job} closes the run as succeeded"
+            )
+            log.warning(
+                "%s %s: run %s published, but its ledger row could not be closed: %s", job, partition_date, run_id, exc
+            )
     return published
 
 

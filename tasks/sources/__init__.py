@@ -16,11 +16,24 @@ from pathlib import Path
 from tasks.settings import Settings
 from tasks.sources.config import ParquetSource, SourceConfig, SqlSource
 from tasks.sources.limits import ReadLimit
-from tasks.sources.parquet import ParquetPartition, checked_parquet_files, is_url, local_path, opened_parquet, read_row_group
+from tasks.sources.parquet import (
+    ParquetPartition,
+    checked_parquet_files,
+    is_url,
+    local_path,
+    opened_parquet,
+    read_row_group,
+)
 from tasks.sources.sql import SqlPartition
 
 __all__ = [
-    "ParquetPartition", "RawPartition", "ReadLimit", "SqlPartition", "checked_parquet_files", "opened_parquet", "raw_partition",
+    "ParquetPartition",
+    "RawPartition",
+    "ReadLimit",
+    "SqlPartition",
+    "checked_parquet_files",
+    "opened_parquet",
+    "raw_partition",
     "read_row_group",
 ]
 

@@ -44,7 +44,9 @@ class ParquetSource(_Strict):
         try:
             formatted = value.format(date=dt.date(2026, 1, 31))
         except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(f"url {shown!r} must use only the placeholder {{date}} (or {{date:FORMAT}}): {exc}") from None
+            raise ValueError(
+                f"url {shown!r} must use only the placeholder {{date}} (or {{date:FORMAT}}): {exc}"
+            ) from None
         if formatted == value:
             raise ValueError(f"url {shown!r} has no {{date}} placeholder, so every partition would read the same files")
         return value
@@ -58,7 +60,8 @@ class SqlSource(_Strict):
 
     warehouse: Literal["duckdb", "postgresql"] = Field(description="The database engine the query runs on.")
     query: str = Field(
-        min_length=1, description="SELECT returning the partition's raw rows; `:partition_date` is bound to the partition's date."
+        min_length=1,
+        description="SELECT returning the partition's raw rows; `:partition_date` is bound to the partition's date.",
     )
     database: str | None = Field(
         default=None,

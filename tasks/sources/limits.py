@@ -91,7 +91,12 @@ def bounded(call: Callable[[], T], *, where: str, limit: ReadLimit | None, store
         what = "answered with an error" if finished and _SERVER_ERROR.search(str(error)) else "stopped answering"
         log.warning(
             "source %s %s (%s); retrying (attempt %d of %d, up to %.0f s more)",
-            where, what, reason, attempt + 1, limit.attempts, limit.left_s(attempt),
+            where,
+            what,
+            reason,
+            attempt + 1,
+            limit.attempts,
+            limit.left_s(attempt),
         )
         time.sleep(limit.pause_s(attempt))
     raise AssertionError("unreachable")  # the last attempt returns or raises
@@ -146,8 +151,12 @@ def _within(call: Callable[[], T], timeout_s: float) -> tuple[bool, T | None, Ba
 
 def _transient(error: BaseException | None) -> bool:
     text = str(error)
-    return isinstance(error, OSError) and getattr(error, "errno", None) is None and bool(_TRANSIENT.search(text)) \
+    return (
+        isinstance(error, OSError)
+        and getattr(error, "errno", None) is None
+        and bool(_TRANSIENT.search(text))
         and not _NOT_TRANSIENT.search(text)
+    )
 
 
 def _first_line(error: BaseException | None) -> str:

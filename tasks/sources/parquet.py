@@ -33,7 +33,11 @@ def is_url(location: str) -> bool:
 
 
 def local_path(location: str) -> Path:
-    return Path(urllib.parse.unquote(urllib.parse.urlsplit(location).path)) if location.startswith("file://") else Path(location)
+    return (
+        Path(urllib.parse.unquote(urllib.parse.urlsplit(location).path))
+        if location.startswith("file://")
+        else Path(location)
+    )
 
 
 def _credential_env() -> tuple[tuple[str, str], ...]:
@@ -57,10 +61,14 @@ def _filesystem(scheme_and_host: str, env: tuple[tuple[str, str], ...], timeout_
             # longer than `bounded` waits fails by itself, so `bounded` names the timeout, and its
             # abandoned thread ends soon after: pyarrow's S3 shutdown at exit would wait for it.
             _, (options,) = fs.__reduce__()
-            return pafs.S3FileSystem(**{
-                **options, "connect_timeout": timeout_s + 1, "request_timeout": timeout_s + 1,
-                "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
-            })
+            return pafs.S3FileSystem(
+                **{
+                    **options,
+                    "connect_timeout": timeout_s + 1,
+                    "request_timeout": timeout_s + 1,
+                    "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+                }
+            )
         return fs
     import fsspec
 
@@ -104,14 +112,21 @@ def opened_parquet(location: str, limit: ReadLimit | None = None) -> pq.ParquetF
 
 
 def read_row_group(
-    parquet: pq.ParquetFile, location: str, group: int, *, columns: list[str] | None = None, limit: ReadLimit | None = None
+    parquet: pq.ParquetFile,
+    location: str,
+    group: int,
+    *,
+    columns: list[str] | None = None,
+    limit: ReadLimit | None = None,
 ) -> pa.Table:
     """Row group `group` of the raw file at `location`, within `limit`: bytes that are not (or no
     longer) Parquet, in any column, are a PartitionError naming the file and the row group; a store
     that does not answer is SourceUnreachable."""
     try:
         return bounded(
-            lambda: parquet.read_row_group(group, columns=columns), where=redacted_url(location), limit=limit,
+            lambda: parquet.read_row_group(group, columns=columns),
+            where=redacted_url(location),
+            limit=limit,
             store=_credential_env() if is_url(location) else None,
         )
     except (pa.ArrowException, OSError) as exc:
@@ -120,12 +135,17 @@ def read_row_group(
             raise
         if is_url(location) and isinstance(fault := _remote_fault(location, exc), SourceUnreachable):
             raise fault from exc
-        raise PartitionError(f"raw file {redacted_url(location)} is corrupt in row group {group}: {_first_line(exc)}") from exc
+        raise PartitionError(
+            f"raw file {redacted_url(location)} is corrupt in row group {group}: {_first_line(exc)}"
+        ) from exc
 
 
 _KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
 )
 
 
@@ -135,7 +155,11 @@ def _not_a_regular_file(path: Path) -> str | None:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        return f"raw file {path} is a symlink to {os.path.realpath(path)}, which does not exist" if path.is_symlink() else None
+        return (
+            f"raw file {path} is a symlink to {os.path.realpath(path)}, which does not exist"
+            if path.is_symlink()
+            else None
+        )
     except OSError:
         return None  # opening it names the error (permission, I/O) as the environment's
     if stat.S_ISREG(mode):
@@ -156,15 +180,21 @@ def _remote_fault(url: str, exc: BaseException) -> BaseException:
     text = str(exc)
     first = scrubbed(text.strip().splitlines()[0], url=url) if text.strip() else type(exc).__name__
     if re.search(r"Could not resolve|resolving region", text, re.IGNORECASE):
-        where = "the endpoint comes from AWS_ENDPOINT_URL" if os.environ.get("AWS_ENDPOINT_URL") else (
-            "no AWS_ENDPOINT_URL is set, so the store is AWS itself"
+        where = (
+            "the endpoint comes from AWS_ENDPOINT_URL"
+            if os.environ.get("AWS_ENDPOINT_URL")
+            else ("no AWS_ENDPOINT_URL is set, so the store is AWS itself")
         )
         return SourceUnreachable(
             f"the object store of the raw source {redacted_url(url)} cannot be reached: its host name does not resolve "
             f"({where}; check the network and DNS): {first}"
         )
-    if re.search(r"NETWORK_CONNECTION|Could not connect|Could not resolve|timed out|ACCESS_DENIED|AccessDenied|"
-                 r"InvalidAccessKeyId|SignatureDoesNotMatch|HTTP status (401|403|500|503)|credentials", text, re.IGNORECASE):
+    if re.search(
+        r"NETWORK_CONNECTION|Could not connect|Could not resolve|timed out|ACCESS_DENIED|AccessDenied|"
+        r"InvalidAccessKeyId|SignatureDoesNotMatch|HTTP status (401|403|500|503)|credentials",
+        text,
+        re.IGNORECASE,
+    ):
         return SourceUnreachable(
             f"cannot read the raw source {redacted_url(url)}: {first} (credentials and endpoint come from the environment: "
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ...)"
@@ -202,7 +232,9 @@ class ParquetPartition:
         A local entry may be no regular file: `entry_problem` says so before anything opens it."""
         if self.local:
             folder = local_path(self.location)
-            return bounded(lambda: [str(p) for p in sorted(folder.rglob("*.parquet"))], where=self.location, limit=self.limit)
+            return bounded(
+                lambda: [str(p) for p in sorted(folder.rglob("*.parquet"))], where=self.location, limit=self.limit
+            )
         try:
             return bounded(self._listed, where=str(self), limit=self.limit, store=_credential_env())
         except OSError as exc:
@@ -215,9 +247,11 @@ class ParquetPartition:
         infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
         base = self.location.rstrip("/")
         names = sorted(
-            info.path[len(prefix):].lstrip("/") for info in infos
-            if info.type == pafs.FileType.File and info.path.endswith(".parquet")
-            and not any(part.startswith(("_", ".")) for part in info.path[len(prefix):].split("/") if part)
+            info.path[len(prefix) :].lstrip("/")
+            for info in infos
+            if info.type == pafs.FileType.File
+            and info.path.endswith(".parquet")
+            and not any(part.startswith(("_", ".")) for part in info.path[len(prefix) :].split("/") if part)
         )
         return [f"{base}/{name}" for name in names]
 
@@ -236,7 +270,10 @@ class ParquetPartition:
         path = local_path(location)
         if path.is_symlink():
             target = Path(os.path.realpath(path))
-            roots = {Path(os.path.realpath(local_path(self.root or self.location))), Path(os.path.realpath(local_path(self.location)))}
+            roots = {
+                Path(os.path.realpath(local_path(self.root or self.location))),
+                Path(os.path.realpath(local_path(self.location))),
+            }
             if not any(target.is_relative_to(root) for root in roots):
                 shown = " or ".join(str(r) for r in sorted(roots))
                 return f"raw file {path} is a symlink to {target}, outside the raw folder {shown}; copy the file in instead"

@@ -44,8 +44,14 @@ class SqlPartition:
     def of(cls, source: SqlSource, settings: Settings, job: str, partition_date: dt.date) -> SqlPartition:
         if source.warehouse == "duckdb":
             path = Path(source.database) if source.database else settings.duckdb_path
-            return cls(source, job, partition_date, path if path.is_absolute() else settings.data_dir / path, None,
-                       settings.duckdb_memory_limit)
+            return cls(
+                source,
+                job,
+                partition_date,
+                path if path.is_absolute() else settings.data_dir / path,
+                None,
+                settings.duckdb_memory_limit,
+            )
         secret = settings.source_url or settings.warehouse_url
         if secret is None:
             raise SourceUnreachable(
@@ -102,7 +108,9 @@ class SqlPartition:
 
         assert self.database is not None
         if not self.database.is_file():
-            raise PartitionError(f"source database {self.database} of job {self.job} does not exist (source.sql.database)")
+            raise PartitionError(
+                f"source database {self.database} of job {self.job} does not exist (source.sql.database)"
+            )
         try:
             # The warehouse's own settings, so a source that is the warehouse file shares its instance.
             con = duckdb.connect(str(self.database), config={"memory_limit": self.memory_limit})
@@ -114,9 +122,16 @@ class SqlPartition:
             bound = PARTITION_PARAMETER.sub("$partition_date", query)
             try:
                 # A relation's reader streams from the engine; a DB-API result's would copy the rows first.
-                reader = con.sql(bound, params={"partition_date": self.partition_date}).to_arrow_reader(batch_size=batch_rows)
-            except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
-                    duckdb.ConversionException, duckdb.InvalidInputException) as exc:
+                reader = con.sql(bound, params={"partition_date": self.partition_date}).to_arrow_reader(
+                    batch_size=batch_rows
+                )
+            except (
+                duckdb.ParserException,
+                duckdb.BinderException,
+                duckdb.CatalogException,
+                duckdb.ConversionException,
+                duckdb.InvalidInputException,
+            ) as exc:
                 raise self._query_error(exc) from None
             yield reader
         finally:
@@ -137,7 +152,9 @@ class SqlPartition:
         try:
             con = adbc_driver_postgresql.dbapi.connect(self.url)
         except Exception as exc:
-            raise SourceUnreachable(f"cannot connect to the source database {redacted_url(self.url)}: {scrub(_first_line(exc))}") from None
+            raise SourceUnreachable(
+                f"cannot connect to the source database {redacted_url(self.url)}: {scrub(_first_line(exc))}"
+            ) from None
         try:
             with con.cursor() as cursor:
                 try:
@@ -146,7 +163,9 @@ class SqlPartition:
                 except adbc_driver_manager.ProgrammingError as exc:
                     raise self._query_error(exc, scrub) from None
                 except adbc_driver_manager.Error as exc:
-                    raise SourceUnreachable(f"the source query of job {self.job} failed on {self.location}: {scrub(_first_line(exc))}") from None
+                    raise SourceUnreachable(
+                        f"the source query of job {self.job} failed on {self.location}: {scrub(_first_line(exc))}"
+                    ) from None
                 yield reader
         finally:
             con.close()
@@ -161,4 +180,3 @@ class SqlPartition:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-

@@ -37,7 +37,9 @@ class WarehouseBase(ABC):
 
     def applied_migrations(self) -> list[dict[str, Any]]:
         """The migrations this warehouse has had, oldest first."""
-        return self._read_rows("schema_migrations", "SELECT id, description, applied_at FROM schema_migrations ORDER BY id", {})
+        return self._read_rows(
+            "schema_migrations", "SELECT id, description, applied_at FROM schema_migrations ORDER BY id", {}
+        )
 
     def _read_rows(self, table: str, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """`sql`'s rows; none while the warehouse or `table` does not exist yet (nothing wrote them)."""

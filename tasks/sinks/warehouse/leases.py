@@ -18,7 +18,14 @@ class PartitionLeases(WarehouseBase):
     ) -> dict[str, Any] | None:
         """Take the partition's lease for `ttl_s` seconds: None when this run now holds it (it was
         free, expired or already ours), else the holder's row (run_id, host, pid, expires_at)."""
-        values = {"job": job, "partition_date": partition_date, "run_id": run_id, "host": host, "pid": pid, "ttl_s": ttl_s}
+        values = {
+            "job": job,
+            "partition_date": partition_date,
+            "run_id": run_id,
+            "host": host,
+            "pid": pid,
+            "ttl_s": ttl_s,
+        }
         with self._session(write=True) as session:
             # A holder may release between the failed insert and the look-up; then the insert is retried.
             for _ in range(3):
@@ -70,8 +77,13 @@ class PartitionLeases(WarehouseBase):
                     "UPDATE partition_leases SET run_id = $run_id, host = $host, pid = $pid, acquired_at = now(), "
                     f"expires_at = {_LEASE_EXPIRY} WHERE {PARTITION_KEY} AND run_id = $previous_run_id RETURNING run_id",
                     {
-                        "job": job, "partition_date": partition_date, "run_id": run_id, "host": host, "pid": pid,
-                        "ttl_s": ttl_s, "previous_run_id": previous_run_id,
+                        "job": job,
+                        "partition_date": partition_date,
+                        "run_id": run_id,
+                        "host": host,
+                        "pid": pid,
+                        "ttl_s": ttl_s,
+                        "previous_run_id": previous_run_id,
                     },
                 )
             )

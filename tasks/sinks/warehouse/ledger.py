@@ -11,26 +11,48 @@ from tasks.sinks.warehouse.base import WarehouseBase
 from tasks.sinks.warehouse.session import Session
 
 _RUN_COUNT_COLUMNS = (
-    "rows_read", "rows_scored", "rows_repaired", "rows_quarantined", "rows_failed", "rows_fallback",
-    "rows_with_reasons", "rows_without_adverse_reason", "rows_straddling",
+    "rows_read",
+    "rows_scored",
+    "rows_repaired",
+    "rows_quarantined",
+    "rows_failed",
+    "rows_fallback",
+    "rows_with_reasons",
+    "rows_without_adverse_reason",
+    "rows_straddling",
 )
 _RUN_JSON_COLUMNS = ("decisions", "guard_counts", "inference")
 
 
 def closed_run(
-    session: Session, run_id: str, *, status: str, ended_at: Any, error: str | None, counts: dict[str, Any] | None,
-    warnings: Sequence[str], only_if: str = "",
+    session: Session,
+    run_id: str,
+    *,
+    status: str,
+    ended_at: Any,
+    error: str | None,
+    counts: dict[str, Any] | None,
+    warnings: Sequence[str],
+    only_if: str = "",
 ) -> bool:
     values = {
-        "run_id": run_id, "status": status, "ended_at": ended_at, "error": error, "warnings": json.dumps(list(warnings)),
+        "run_id": run_id,
+        "status": status,
+        "ended_at": ended_at,
+        "error": error,
+        "warnings": json.dumps(list(warnings)),
         **{k: (counts or {}).get(k) for k in _RUN_COUNT_COLUMNS},
         **{k: json.dumps(counts[k]) if counts and k in counts else None for k in _RUN_JSON_COLUMNS},
     }
     assignments = [f"{c} = ${c}" for c in ("status", "ended_at", "error")] + ["warnings = CAST($warnings AS JSON)"]
     if counts is not None:
-        assignments += [f"{c} = ${c}" for c in _RUN_COUNT_COLUMNS] + [f"{c} = CAST(${c} AS JSON)" for c in _RUN_JSON_COLUMNS]
+        assignments += [f"{c} = ${c}" for c in _RUN_COUNT_COLUMNS] + [
+            f"{c} = CAST(${c} AS JSON)" for c in _RUN_JSON_COLUMNS
+        ]
     return bool(
-        session.rows(f"UPDATE runs SET {', '.join(assignments)} WHERE run_id = $run_id {only_if} RETURNING run_id", values)
+        session.rows(
+            f"UPDATE runs SET {', '.join(assignments)} WHERE run_id = $run_id {only_if} RETURNING run_id", values
+        )
     )
 
 
@@ -57,7 +79,13 @@ class RunLedger(WarehouseBase):
             )
 
     def record_run_ended(
-        self, run_id: str, *, status: str, ended_at: Any, error: str | None = None, counts: dict[str, Any] | None = None,
+        self,
+        run_id: str,
+        *,
+        status: str,
+        ended_at: Any,
+        error: str | None = None,
+        counts: dict[str, Any] | None = None,
         warnings: Sequence[str] = (),
     ) -> None:
         with self._session(write=True) as session:
@@ -87,8 +115,12 @@ class RunLedger(WarehouseBase):
                     "error = excluded.error, error_detail = excluded.error_detail "
                     "WHERE r.status IN ('running', 'publishing', 'failed') RETURNING run_id",
                     {
-                        "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": ended_at,
-                        "error": error, "error_detail": error_detail,
+                        "run_id": run_id,
+                        "job": job,
+                        "partition_date": partition_date,
+                        "ended_at": ended_at,
+                        "error": error,
+                        "error_detail": error_detail,
                     },
                 )
             )
@@ -105,8 +137,12 @@ class RunLedger(WarehouseBase):
                     "VALUES ($run_id, $job, $partition_date, 'refused', $ended_at, $ended_at, $error, $error_detail) "
                     "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
                     {
-                        "run_id": run_id, "job": job, "partition_date": partition_date, "ended_at": ended_at,
-                        "error": error, "error_detail": error_detail,
+                        "run_id": run_id,
+                        "job": job,
+                        "partition_date": partition_date,
+                        "ended_at": ended_at,
+                        "error": error,
+                        "error_detail": error_detail,
                     },
                 )
             )
@@ -130,7 +166,13 @@ class RunLedger(WarehouseBase):
         """Close a run that died before its commit as failed; False when it is no longer unfinished."""
         with self._session(write=True) as session:
             return closed_run(
-                session, run_id, status="failed", ended_at=ended_at, error=error, counts=None, warnings=(),
+                session,
+                run_id,
+                status="failed",
+                ended_at=ended_at,
+                error=error,
+                counts=None,
+                warnings=(),
                 only_if="AND status IN ('running', 'publishing')",
             )
 
@@ -148,7 +190,8 @@ class RunLedger(WarehouseBase):
     def latest_succeeded_run(self, job: str) -> dict[str, Any] | None:
         """The newest succeeded `runs` row of `job`, or None when it never succeeded (or no ledger exists)."""
         rows = self._read_rows(
-            "runs", "SELECT * FROM runs WHERE job = $job AND status = 'succeeded' ORDER BY ended_at DESC NULLS LAST LIMIT 1",
+            "runs",
+            "SELECT * FROM runs WHERE job = $job AND status = 'succeeded' ORDER BY ended_at DESC NULLS LAST LIMIT 1",
             {"job": job},
         )
         return rows[0] if rows else None

@@ -72,8 +72,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "outside_p1_p99_share, drift_report.kind, unseen_share; drift_histograms.kind",
         _adding(ADDED_COLUMNS, RENAMED_COLUMNS),
     ),
-    Migration("0002_partition_indexes", "an index on (job, partition_date) of every partition table (PostgreSQL)", _partition_indexes),
-    Migration("0003_forecast_columns", "decision_flips.champion_forecast, challenger_forecast", _adding(_FORECAST_COLUMNS)),
+    Migration(
+        "0002_partition_indexes",
+        "an index on (job, partition_date) of every partition table (PostgreSQL)",
+        _partition_indexes,
+    ),
+    Migration(
+        "0003_forecast_columns", "decision_flips.champion_forecast, challenger_forecast", _adding(_FORECAST_COLUMNS)
+    ),
     Migration("0004_class_columns", "decision_flips.champion_class, challenger_class", _adding(_CLASS_COLUMNS)),
 )
 """Every schema change since the first release, in order. A new column or index is a new entry here; tables

@@ -21,7 +21,12 @@ class PartitionPublishing(WarehouseBase):
     """The replacement of a partition's scored rows, and of its monitoring rows."""
 
     def replace_partition(
-        self, *, job: str, partition_date: Any, files: dict[str, list[Path]], committing_run: str | None = None,
+        self,
+        *,
+        job: str,
+        partition_date: Any,
+        files: dict[str, list[Path]],
+        committing_run: str | None = None,
         counts: dict[str, Any] | None = None,
     ) -> dict[str, int]:
         """Swap in the run's rows of each table for (job, partition_date) in one transaction.
@@ -40,11 +45,19 @@ class PartitionPublishing(WarehouseBase):
                 session.execute(f"DELETE FROM {quoted(table)} WHERE {PARTITION_KEY}", key)
                 if paths:
                     session.append_parquet(table, paths)
-                inserted[table] = session.rows(f"SELECT count(*) AS n FROM {quoted(table)} WHERE {PARTITION_KEY}", key)[0]["n"]
+                inserted[table] = session.rows(f"SELECT count(*) AS n FROM {quoted(table)} WHERE {PARTITION_KEY}", key)[
+                    0
+                ]["n"]
             if committing_run is not None:
                 session.execute(f"DELETE FROM decision_monitoring WHERE {PARTITION_KEY}", key)
                 if not closed_run(
-                    session, committing_run, status="committed", ended_at=None, error=None, counts=counts, warnings=(),
+                    session,
+                    committing_run,
+                    status="committed",
+                    ended_at=None,
+                    error=None,
+                    counts=counts,
+                    warnings=(),
                     only_if="AND status = 'publishing'",
                 ):
                     raise PartitionLeaseLost(
@@ -54,7 +67,9 @@ class PartitionPublishing(WarehouseBase):
         log.info("warehouse %s: partition (%s, %s) replaced, rows %s", self.location, job, partition_date, inserted)
         return inserted
 
-    def replace_monitoring_partition(self, *, job: str, partition_date: Any, tables: dict[str, pa.Table]) -> dict[str, int]:
+    def replace_monitoring_partition(
+        self, *, job: str, partition_date: Any, tables: dict[str, pa.Table]
+    ) -> dict[str, int]:
         """Swap in the rows of each monitoring table for (job, partition_date) in one transaction.
 
         A table given zero rows is emptied for the partition. Every row must belong to the
@@ -66,7 +81,9 @@ class PartitionPublishing(WarehouseBase):
                 raise ValueError(f"rows for {table} do not match its schema: got {rows.schema}, expected {schema}")
             keys = {(r["job"], r["partition_date"]) for r in rows.select(["job", "partition_date"]).to_pylist()}
             if keys - {(job, partition_date)}:
-                raise ValueError(f"rows for {table} belong to other partitions than ({job}, {partition_date}): {sorted(keys)}")
+                raise ValueError(
+                    f"rows for {table} belong to other partitions than ({job}, {partition_date}): {sorted(keys)}"
+                )
         key = {"job": job, "partition_date": partition_date}
         inserted: dict[str, int] = {}
         with self._session(write=True) as session, session.transaction():
@@ -74,5 +91,7 @@ class PartitionPublishing(WarehouseBase):
                 session.execute(f"DELETE FROM {quoted(table)} WHERE {PARTITION_KEY}", key)
                 if rows.num_rows:
                     session.append_arrow(table, rows)
-                inserted[table] = session.rows(f"SELECT count(*) AS n FROM {quoted(table)} WHERE {PARTITION_KEY}", key)[0]["n"]
+                inserted[table] = session.rows(f"SELECT count(*) AS n FROM {quoted(table)} WHERE {PARTITION_KEY}", key)[
+                    0
+                ]["n"]
         return inserted

@@ -21,7 +21,6 @@ def quoted(identifier: str) -> str:
     return f'"{identifier}"'
 
 
-
 def parameter_names(sql: str) -> list[str]:
     """The `$name` parameters of a query, each once, in order of first use."""
     return list(dict.fromkeys(NAMED_PARAMETER.findall(sql)))

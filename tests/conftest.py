@@ -101,8 +101,12 @@ SLOW_FIXTURES = frozenset({"prefect_harness", "postgres_url", "s3_server", "live
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or any(
-            item.get_closest_marker(name) for name in ("server", "browser", "crash")
+        # any_warehouse asks for its PostgreSQL database only when its parameter is "postgres".
+        on_postgres = getattr(getattr(item, "callspec", None), "params", {}).get("any_warehouse") == "postgres"
+        if (
+            on_postgres
+            or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or any(item.get_closest_marker(name) for name in ("server", "browser", "crash"))
         ):
             item.add_marker(pytest.mark.slow)
 

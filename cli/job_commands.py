@@ -100,7 +100,7 @@ def init(
                 "multi:softprob with num_class",
                 f"     {len(target.classes) if target else 'K'}, LightGBM multiclass, CatBoost MultiClass, a scikit-learn classifier) and save "
                 "it: XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm,",
-                "     scikit-learn .skops (skops.io.dump) or ONNX .onnx (README: Model formats), then",
+                "     scikit-learn .skops (skops.io.dump) or ONNX .onnx (docs/guides/model-formats.md), then",
                 f"     score register {done.job} --model MODEL --holdout HOLDOUT.parquet   (rows it never saw, with the "
                 f"{label_column or 'label'}: they calibrate the class probabilities)",
             ]
@@ -109,14 +109,14 @@ def init(
                 "  2. train a regressor on them (count: e.g. XGBoost count:poisson or reg:tweedie; regression: e.g. XGBoost "
                 "reg:squarederror) and save it:",
                 "     XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm, scikit-learn .skops (skops.io.dump) or ONNX .onnx "
-                "(README: Model formats), then",
+                "(docs/guides/model-formats.md), then",
                 f"     score register {done.job} --model MODEL --holdout HOLDOUT.parquet   (rows it never saw, with the actual "
                 f"{label_column or 'outcome'}: they fit the prediction interval)",
             ]
             if forecasts
             else [
                 "  2. train a binary classifier on them and save it: XGBoost .ubj/.json, LightGBM .txt, CatBoost .cbm,",
-                "     scikit-learn .skops (skops.io.dump) or ONNX .onnx (README: Model formats), then",
+                "     scikit-learn .skops (skops.io.dump) or ONNX .onnx (docs/guides/model-formats.md), then",
                 f"     score register {done.job} --model MODEL --holdout HOLDOUT.parquet   (rows it never saw, with the outcome)",
             ]
         )

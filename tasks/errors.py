@@ -117,7 +117,7 @@ class PartitionLeaseLost(ScoringError):
 
 
 class ExitCode:
-    """Exit codes of the `score` command, one per kind of fault (documented in README.md)."""
+    """Exit codes of the `score` command, one per kind of fault (docs/operations/runbook.md lists them)."""
 
     USER = 2
     """Bad input: a job spec, a date, a model artifact, raw data. Fix the input and re-run."""

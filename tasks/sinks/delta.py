@@ -7,7 +7,7 @@ commit, so a reader of one table sees the previous run's rows of the partition o
 never both, and other partitions and jobs are untouched. An empty dataset goes the same way:
 delta-rs 1.x commits a predicate overwrite of zero rows as the removal of the partition's files,
 so the previous run's rows go too (tests/test_delta_sink.py checks it). The tables are separate
-commits: across tables there is no atomicity (README: "Delta Lake sink").
+commits: across tables there is no atomicity (docs/guides/delta.md).
 
 Rows are streamed from the run's version files (a pyarrow dataset read batch by batch), never
 concatenated. Columns go as the catalog's schemas type them: strings, date32, int16, int64,

@@ -74,43 +74,8 @@ def partition_page(
             )
             for name, h in summary.drift_histograms.items()
         }
-        if summary.classification_report is not None:
-            return class_run_report_html(
-                job=ticket.job,
-                partition_date=ticket.partition_date,
-                run_id=ticket.run_id,
-                summary=counts,
-                report=summary.classification_report,
-                fallback_rows=summary.fallback_report,
-                drift_rows=summary.drift_report,
-                histograms=histograms,
-                bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
-                health_rows=summary.model_health,
-                shadow_rows=summary.shadow_comparison,
-                flip_examples=summary.flip_examples,
-                words=ticket.words,
-                shifts=shifts,
-                window_days=window_days,
-            ), []
-        if summary.forecast_report is not None:
-            return forecast_run_report_html(
-                job=ticket.job,
-                partition_date=ticket.partition_date,
-                run_id=ticket.run_id,
-                summary=counts,
-                forecast=summary.forecast_report,
-                fallback_rows=summary.fallback_report,
-                drift_rows=summary.drift_report,
-                histograms=histograms,
-                bin_labels={name: h["labels"] for name, h in summary.drift_histograms.items() if h.get("labels")},
-                health_rows=summary.model_health,
-                shadow_rows=summary.shadow_comparison,
-                flip_examples=summary.flip_examples,
-                words=ticket.words,
-                shifts=shifts,
-                window_days=window_days,
-            ), []
-        return run_report_html(
+        # What every kind of run page shows; each kind adds its own report.
+        shared = dict(
             job=ticket.job,
             partition_date=ticket.partition_date,
             run_id=ticket.run_id,
@@ -125,8 +90,12 @@ def partition_page(
             words=ticket.words,
             shifts=shifts,
             window_days=window_days,
-            reason_codes=summary.reason_codes,
-        ), []
+        )
+        if summary.classification_report is not None:
+            return class_run_report_html(**shared, report=summary.classification_report), []
+        if summary.forecast_report is not None:
+            return forecast_run_report_html(**shared, forecast=summary.forecast_report), []
+        return run_report_html(**shared, reason_codes=summary.reason_codes), []
     except Exception as exc:
         log.warning("%s %s: the run page failed: %s", ticket.job, ticket.partition_date, exc)
         page = (

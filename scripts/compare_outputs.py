@@ -1,76 +1,93 @@
-"""Compare two data folders' published outputs dataset by dataset, row for row: did a change alter what a job writes?
+"""Compare two data folders row for row: every Parquet file under output/ and every warehouse table.
 
-    .venv/bin/python scripts/compare_outputs.py OLD_DATA_DIR NEW_DATA_DIR [--rename OLD=NEW ...]
+For a refactoring that must not change what is published: score the demo at the commit before and after,
+on the same day (the demo's dates end yesterday), then compare:
 
-Every `output/<job>/<dataset>/date=D/*.parquet` of both folders is read (the current version of each partition,
-through the folder a reader sees), run ids and timings are left out (they differ on every run), the rows are sorted by
-every other column and compared exactly. `--rename` maps a text value of the old folder before comparing, for a value a
-change renamed on purpose. Prints one line per dataset that differs (the columns that do) and a total; exit 1 if any.
+    SCORING_DATA_DIR=/tmp/before score demo --days 2 --rows-per-day 3000 --windows-per-day 20 --store-items 1000 --train-days 6
+    SCORING_DATA_DIR=/tmp/after  score demo ...   # the same flags, at the new commit
+    python scripts/compare_outputs.py /tmp/before /tmp/after
+
+Volatile columns (run ids, timestamps, durations, paths, the inference timings) are dropped; rows are sorted by
+every remaining column; floats compare to 1e-9 relative (a sum's order may differ between runs). Prints one line
+per difference and exits 1 when there is any.
 """
 
-from __future__ import annotations
-
-import argparse
+import re
 import sys
 from pathlib import Path
 
+import duckdb
+import numpy as np
 import polars as pl
 
-VOLATILE = ("run_id", "_at", "seconds", "latency", "duration", "elapsed", "_ms", "rows_per_s", "path", "peak_rss")
+VOLATILE = re.compile(
+    r"(^|_)(run_id|flow_run_id|id|at|time|ts|seconds|s|ms|latency|started|finished|created|updated|heartbeat|"
+    r"pid|host|path|url|link|lease|token|duration|elapsed|wall|attempt|inference)($|_)|_at$|_s$|_ms$|seconds|timestamp|path|url"
+)
 
 
-def _datasets(data_dir: Path) -> dict[str, list[Path]]:
-    out: dict[str, list[Path]] = {}
-    root = data_dir / "output"
-    for f in sorted(root.glob("*/**/date=*/*.parquet")):
-        rel = f.relative_to(root)
-        if any(part.startswith("_") for part in rel.parts) or rel.parts[1] == "logs":
-            continue
-        out.setdefault(str(rel.parent), []).append(f)
-    return out
+def stable(df: pl.DataFrame) -> pl.DataFrame:
+    keep = [c for c in df.columns if not VOLATILE.search(c.lower())]
+    df = df.select(keep)
+    keep = [
+        c for c in keep if df.schema[c].is_numeric() or df.schema[c] in (pl.String, pl.Boolean, pl.Date, pl.Categorical)
+    ]
+    df = df.select([pl.col(c).cast(pl.String) if df.schema[c] == pl.Categorical else pl.col(c) for c in keep])
+    return df.sort(keep, nulls_last=True) if keep else df
 
 
-def _stable(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
-    frame = frame.select(columns)
-    sortable = [c for c in columns if not isinstance(frame.schema[c], pl.List | pl.Struct | pl.Array)]
-    return frame.sort(sortable, nulls_last=True) if sortable else frame
+def same(a: pl.DataFrame, b: pl.DataFrame) -> str | None:
+    a, b = stable(a), stable(b)
+    if a.columns != b.columns:
+        return f"columns {a.columns} vs {b.columns}"
+    if a.height != b.height:
+        return f"rows {a.height} vs {b.height}"
+    diff = []
+    for c in a.columns:
+        if a[c].dtype.is_float():
+            x, y = a[c].to_numpy(), b[c].to_numpy()
+            if not np.allclose(x, y, rtol=1e-9, atol=1e-12, equal_nan=True):
+                diff.append(c)
+        elif not a[c].equals(b[c]):
+            diff.append(c)
+    if diff:
+        return f"values differ in {diff}"
+    return None
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("old", type=Path)
-    parser.add_argument("new", type=Path)
-    parser.add_argument(
-        "--rename", action="append", default=[], metavar="OLD=NEW", help="a text value renamed on purpose"
+def main(a_dir: str, b_dir: str) -> int:
+    a, b = Path(a_dir), Path(b_dir)
+    problems, checked = [], 0
+    uid = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{16,}")
+    fa = {uid.sub("X", str(p.relative_to(a))): p for p in (a / "output").rglob("*.parquet") if ".staging" not in str(p)}
+    fb = {uid.sub("X", str(p.relative_to(b))): p for p in (b / "output").rglob("*.parquet") if ".staging" not in str(p)}
+    if set(fa) != set(fb):
+        problems.append(
+            f"parquet files differ: only A {sorted(set(fa) - set(fb))[:5]}, only B {sorted(set(fb) - set(fa))[:5]}"
+        )
+    for rel in sorted(set(fa) & set(fb)):
+        checked += 1
+        why = same(pl.read_parquet(fa[rel]), pl.read_parquet(fb[rel]))
+        if why:
+            problems.append(f"{rel}: {why}")
+    ca, cb = (
+        duckdb.connect(str(a / "warehouse.duckdb"), read_only=True),
+        duckdb.connect(str(b / "warehouse.duckdb"), read_only=True),
     )
-    args = parser.parse_args()
-    renames = dict(r.split("=", 1) for r in args.rename)
-    old, new = _datasets(args.old), _datasets(args.new)
-    differing = 0
-    for key in sorted(set(old) | set(new)):
-        if key not in old or key not in new:
-            print(f"only in {'old' if key in old else 'new'}: {key}")
-            differing += 1
-            continue
-        a = pl.concat([pl.read_parquet(f) for f in old[key]], how="diagonal_relaxed")
-        b = pl.concat([pl.read_parquet(f) for f in new[key]], how="diagonal_relaxed")
-        if renames:
-            a = a.with_columns(pl.col(c).replace(renames) for c, t in a.schema.items() if t == pl.String)
-        kept = [c for c in a.columns if not any(v in c for v in VOLATILE)]
-        if set(kept) != {c for c in b.columns if not any(v in c for v in VOLATILE)}:
-            print(f"columns differ: {key}: {sorted(set(a.columns) ^ set(b.columns))}")
-            differing += 1
-            continue
-        x, y = _stable(a, kept), _stable(b, kept)
-        if x.shape != y.shape or not x.equals(y):
-            columns = (
-                [c for c in kept if not x[c].equals(y[c])] if x.shape == y.shape else f"rows {x.height} vs {y.height}"
-            )
-            print(f"differs: {key}: {columns}")
-            differing += 1
-    print(f"datasets compared: {len(set(old) & set(new))}, differing: {differing}")
-    return 1 if differing else 0
+    q = "select table_schema || '.' || table_name from information_schema.tables where table_type='BASE TABLE' order by 1"
+    ta, tb = {r[0] for r in ca.sql(q).fetchall()}, {r[0] for r in cb.sql(q).fetchall()}
+    if ta != tb:
+        problems.append(f"warehouse tables differ: only A {sorted(ta - tb)}, only B {sorted(tb - ta)}")
+    for t in sorted(ta & tb):
+        checked += 1
+        why = same(ca.sql(f"select * from {t}").pl(), cb.sql(f"select * from {t}").pl())
+        if why:
+            problems.append(f"warehouse {t}: {why}")
+    for p in problems:
+        print(p)
+    print(f"compared {checked} Parquet files and tables: {len(problems)} difference(s)")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(*sys.argv[1:3]))

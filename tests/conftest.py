@@ -7,6 +7,7 @@ only reads them or writes to partitions it owns.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import secrets
@@ -64,6 +65,19 @@ _SCORING_VARS = (
 
 CRASH_SUMMARY: list[str] = []
 """One line per crash-test backend, printed at the end of the session (trial counts, outcomes)."""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker hands its crash-trial lines to the controller, which prints the summary.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["crash_summary"] = list(CRASH_SUMMARY)
+
+
+if importlib.util.find_spec("xdist") is not None:
+
+    def pytest_testnodedown(node, error) -> None:
+        CRASH_SUMMARY.extend(getattr(node, "workeroutput", {}).get("crash_summary", []))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -8,18 +8,9 @@ from typing import Annotated
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
+from flows.steps import partitions
 from flows.steps.blocks import with_warehouse_url
 from flows.steps.partition import recover_job
-from flows.steps.partitions import (
-    backfill_run_name,
-    nightly_run_name,
-    planned_outcomes,
-    reported_outcomes,
-    scheduled_start,
-    scored_partition,
-    scored_partitions,
-    selected_dates,
-)
 from flows.steps.run_logs import logged_flow
 from tasks.jobspec import configured_jobs
 from tasks.runs.calendar import job_name_enum, scheduled_partition_date
@@ -27,11 +18,11 @@ from tasks.runs.scheduling import BackfillMode, catch_up_dates
 from tasks.settings import current_settings
 
 JobName = job_name_enum(current_settings())
-MAX_CONCURRENCY = 8
-"""Partitions one backfill scores at once, at most."""
+MAX_CONCURRENCY = 8  # partitions one backfill scores at once, at most
+BACKFILL_RUNNER = ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY)
 
 
-@logged_flow(name="nightly", flow_run_name=nightly_run_name)
+@logged_flow(name="nightly", flow_run_name=partitions.nightly_run_name)
 def nightly(date: dt.date | None = None) -> list[dict]:
     """Score every configured job's night, after the days of the last `SCORING_CATCH_UP_DAYS` whose run
     failed, was abandoned or never ran; one failure does not stop the rest.
@@ -41,17 +32,15 @@ def nightly(date: dt.date | None = None) -> list[dict]:
             its scheduled start, a run started by hand yesterday.
     """
     settings = with_warehouse_url(current_settings())
-    day = date or scheduled_partition_date(settings, scheduled_start())
+    day = date or scheduled_partition_date(settings, partitions.scheduled_start())
     outcomes = []
     for job in configured_jobs(settings):
         recover_job(job)
-        outcomes += [scored_partition(job, d, None) for d in [*catch_up_dates(settings, job, day), day]]
-    return reported_outcomes(outcomes, "nightly-outcomes")
+        outcomes += [partitions.scored_partition(job, d, None) for d in [*catch_up_dates(settings, job, day), day]]
+    return partitions.reported_outcomes(outcomes, "nightly-outcomes")
 
 
-@logged_flow(
-    name="backfill", flow_run_name=backfill_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY)
-)
+@logged_flow(name="backfill", flow_run_name=partitions.backfill_run_name, task_runner=BACKFILL_RUNNER)
 def backfill(
     job: JobName,  # type: ignore[valid-type]
     start_date: dt.date,
@@ -72,10 +61,10 @@ def backfill(
         concurrency: Engineering: how many days are scored at once (1 to 8); each takes memory and cores.
         chunk_rows: Engineering: rows per chunk; 0 keeps the job's own chunk size.
     """
-    dates = selected_dates(str(job), start_date, end_date, mode, recover=not dry_run)
+    dates = partitions.selected_dates(str(job), start_date, end_date, mode, recover=not dry_run)
     if dry_run:
-        return planned_outcomes(str(job), dates, mode)
-    outcomes = scored_partitions(
+        return partitions.planned_outcomes(str(job), dates, mode)
+    outcomes = partitions.scored_partitions(
         str(job), dates, chunk_rows=chunk_rows or None, concurrency=concurrency, label=f"mode {mode}"
     )
-    return reported_outcomes(outcomes, "backfill-outcomes")
+    return partitions.reported_outcomes(outcomes, "backfill-outcomes")

@@ -6,7 +6,6 @@ import datetime as dt
 import uuid
 from typing import Annotated
 
-from prefect import flow
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 from pydantic import Field
@@ -22,20 +21,12 @@ from flows.steps.partition import (
     start_run,
 )
 from flows.steps.run_logs import logged_flow, refusal_writes_no_log
-from flows.steps.task_runners import UnitThreadPoolTaskRunner, dask_task_runner, units_in_own_flow
-from flows.steps.units import scored_summary
+from flows.steps.task_runners import UnitThreadPoolTaskRunner
+from flows.steps.units import partition_summary
 from tasks.jobspec import checked_job_name
 from tasks.results import PartitionResult
 from tasks.runs.calendar import parse_partition_date
-from tasks.runs.ticket import RunTicket
-from tasks.scoring.summary import ScoringSummary
 from tasks.settings import current_settings
-
-
-@flow(name="score-units")
-def score_units(ticket: RunTicket) -> ScoringSummary:
-    """Each work unit scored on the Dask cluster the flow runs with, then their counts merged."""
-    return scored_summary(ticket)
 
 
 @logged_flow(
@@ -65,12 +56,7 @@ def score_partition(job: str, date: dt.date, chunk_rows: Annotated[int, Field(ge
     with lease.held():
         try:
             ticket, recovered = start_run(ticket)
-            settings = current_settings()
-            summary = (
-                score_units.with_options(task_runner=dask_task_runner(settings))(ticket)
-                if units_in_own_flow(settings)
-                else scored_summary(ticket)
-            )
+            summary = partition_summary(ticket)
             lease.ensure_held()
             # quote(): Prefect would walk every list of the summary looking for futures, ~0.1 s a task.
             published = publish_partition(ticket, quote(summary))

@@ -4,7 +4,6 @@ side_by_side, whose typed results are checked against the published Parquet file
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import shutil
 import threading
 from pathlib import Path
@@ -65,19 +64,19 @@ def two_jobs(demo_env: DemoEnv, fresh_data: Settings, tmp_path: Path, monkeypatc
 def test_two_jobs_are_scored_side_by_side_and_their_results_are_what_was_published(
     demo_env: DemoEnv, two_jobs: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.examples.side_by_side import score_side_by_side
-
     # Side by side: each run waits here, before scoring, until the other has come as far. Run one after the other,
     # the first would wait in vain, fail, and the example with it.
-    flow_module = importlib.import_module("flows.score_partition")
+    import flows.steps.units as unit_steps
+    from flows.examples.side_by_side import score_side_by_side
+
     both_scoring = threading.Barrier(2, timeout=300)
-    scored_summary = flow_module.scored_summary
+    scored_summary = unit_steps.scored_summary
 
     def scored_beside_the_other(ticket: Any) -> Any:
         both_scoring.wait()
         return scored_summary(ticket)
 
-    monkeypatch.setattr(flow_module, "scored_summary", scored_beside_the_other)
+    monkeypatch.setattr(unit_steps, "scored_summary", scored_beside_the_other)
     day = demo_env.plan.scoring_dates[0]
     results = score_side_by_side([DEMO_JOB, TWIN], day)
 

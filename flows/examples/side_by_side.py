@@ -19,8 +19,9 @@ from prefect import flow, task
 from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import PartitionResult, score_partition
+from flows.score_partition import score_partition
 from tasks.errors import ScoringError, user_facing_error
+from tasks.results import PartitionResult
 
 log = logging.getLogger("scoring.examples")
 

@@ -11,7 +11,7 @@ import logging
 import signal
 import time
 
-from prefect import task
+from prefect import flow, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.exceptions import TerminationSignal
 from prefect.futures import PrefectFuture, as_completed, wait
@@ -19,7 +19,7 @@ from prefect.utilities.annotations import quote
 
 from flows.steps.api import reporting_to_api
 from flows.steps.blocks import run_warehouse, with_warehouse_url
-from flows.steps.task_runners import inference_runs_apart, inference_task_resources
+from flows.steps.task_runners import dask_task_runner, inference_runs_apart, inference_task_resources, units_in_own_flow
 from tasks.errors import OrchestrationLost, RunStopped
 from tasks.runs.ticket import RunTicket, pinned_versions
 from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job
@@ -188,3 +188,18 @@ def scored_summary(ticket: RunTicket) -> ScoringSummary:
     # quote(): Prefect would walk every list of the units' results looking for futures, ~0.1 s a task.
     # Only tasks called in this process get quoted arguments: the Dask runner turns a quote into a tuple.
     return summarize_run(ticket, quote(inferences), quote(predictions), started)
+
+
+@flow(name="score-units")
+def score_units(ticket: RunTicket) -> ScoringSummary:
+    """Each work unit scored on the Dask cluster the flow runs with, then their counts merged."""
+    return scored_summary(ticket)
+
+
+def partition_summary(ticket: RunTicket) -> ScoringSummary:
+    """The run's summary: its units scored on the partition flow's own task runner, or on Dask (whose runner is not
+    the run's) in a `score-units` subflow of their own."""
+    settings = current_settings()
+    if units_in_own_flow(settings):
+        return score_units.with_options(task_runner=dask_task_runner(settings))(ticket)
+    return scored_summary(ticket)

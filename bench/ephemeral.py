@@ -96,7 +96,7 @@ def measured_run(data: BenchData, mode: str, run_index: int) -> dict:
     log = data.data_dir / "bench-logs" / f"ephemeral-{mode}-{run_index}.log"
     spawned = time.time()
     run = checked(
-        measured_child([SCORE, "run", DEMO_JOB, "--date", data.date], env=child_env(data), log_path=log),
+        measured_child([SCORE, "--verbose", "run", DEMO_JOB, "--date", data.date], env=child_env(data), log_path=log),
         f"score run ({mode})",
     )
     return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Annotated
 
 import typer
@@ -47,7 +48,13 @@ app.command()(init)
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        # The process is ending: the interpreter's teardown would run the cycle collector over every object of
+        # ~2,700 modules (0.5-0.8 s a command on two cores). Frozen, they are freed by reference counting alone;
+        # exit handlers (Prefect's log and event drains, the temporary server's stop) run as before.
+        gc.freeze()
 
 
 if __name__ == "__main__":

@@ -72,13 +72,9 @@ def variant_jobs_dir(base: Path, variant: str) -> tuple[Path, list[str]]:
     spec_path = target / f"{DEMO_JOB}.yaml"
     spec = loaded_yaml(spec_path)
     decisions = list(dict.fromkeys(rule["decision"] for rule in spec["prediction"]["rules"]))
-    shipped = list(spec["prediction"]["reasons"]["for_decisions"])
     wanted = {"off": [], "non_approved": [d for d in decisions if d != APPROVE], "every_row": decisions}[variant]
+    # Outcome monitoring's action decisions are the spec's `decisions.<d>.action`, not the reasons': they stay as shipped.
     spec["prediction"]["reasons"]["for_decisions"] = wanted
-    monitoring = spec.get("monitoring")
-    if isinstance(monitoring, dict) and monitoring.get("adverse_decisions") is None:
-        # Outcome monitoring defaults its adverse decisions to the reasons' ones: keep it as shipped.
-        monitoring["adverse_decisions"] = shipped
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return target, wanted
 

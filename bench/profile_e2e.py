@@ -198,7 +198,7 @@ def main() -> None:
         from flows.score_partition import score_partition
 
         imported = time.perf_counter()
-        result = score_partition(DEMO_JOB, dt.date.fromisoformat(data.date), args.chunk_rows)
+        result = score_partition(DEMO_JOB, dt.date.fromisoformat(data.date), args.chunk_rows or 0)
     finally:
         main_session = main_profiler.stop()
         restore()

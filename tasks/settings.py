@@ -17,6 +17,17 @@ from tasks.errors import SettingsError, UnsafePath
 from tasks.redaction import is_credential_parameter, redacted_url, url_parts
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (what a container's cpuset or `taskset` leaves it), not the
+    machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
+
+
 _SECRET_MASK = str(SecretStr("x"))
 
 
@@ -80,7 +91,14 @@ class Settings(BaseSettings):
         default="threads",
         description="Where the chunk tasks of score_partition run: a thread pool here, or a Dask cluster.",
     )
-    task_workers: int = Field(default=2, ge=1, description="Threads of the thread runner (chunk tasks at once).")
+    task_workers: int = Field(
+        default_factory=usable_cores,
+        ge=1,
+        description=(
+            "Threads of the thread runner (units scored at once); default: the cores this process may use. Each unit's "
+            "framework calls get the cores shared out among them unless the job sets `inference.nthread`."
+        ),
+    )
     dask_address: str | None = Field(
         default=None,
         description="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786; none starts a local one.",

@@ -614,3 +614,35 @@ def test_a_process_builds_an_engine_once_per_verified_version(demo_version_dir: 
     model.write_bytes(model.read_bytes()[:-10])
     with pytest.raises(ModelArtifactError, match="sha256"):
         inference_loaded_model(registry, "1", None, device="cpu", nthread=1)
+
+
+def test_units_at_once_share_the_cores_and_a_job_s_nthread_wins(
+    demo_version_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default the thread runner has a worker per core this process may use (its affinity), and each unit's XGBoost
+    call gets twice its fair share of them, at most every core, as XGBoost's own configuration says; a job's
+    `inference.nthread` is taken as it is."""
+    import os
+
+    from tasks.settings import Settings
+
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("SCORING_TASK_WORKERS", raising=False)
+    assert Settings().task_workers == cores
+    monkeypatch.setenv("SCORING_TASK_WORKERS", "7")
+    assert Settings().task_workers == 7
+
+    registry = tmp_path / "registry" / DEMO_JOB
+    copied_version(registry, demo_version_dir, "1")
+
+    def booster_threads(nthread: int, calls: int | None) -> int:
+        engine = inference_loaded_model(
+            registry, "1", None, device="cpu", nthread=nthread, concurrent_calls=calls
+        ).engine
+        return int(json.loads(engine.booster.save_config())["learner"]["generic_param"]["nthread"])
+
+    for calls in (1, 2, 3, 64):
+        assert booster_threads(0, calls) == min(cores, max(1, (2 * cores) // calls))
+    assert booster_threads(3, 64) == 3
+    # Without a count of units (Dask workers size their own threads), the job's 0 is XGBoost's own default.
+    assert booster_threads(0, None) == 0

@@ -46,6 +46,7 @@ from tasks.inference.treeshap import (
     inference_treeshap_kernel,
     inference_xgboost_class_tree_arrays,
 )
+from tasks.settings import usable_cores
 
 log = logging.getLogger("scoring.inference")
 
@@ -233,6 +234,7 @@ class XGBoostEngine(ExplainingEngine):
         *,
         device: Device = "cpu",
         nthread: int = 0,
+        call_threads: int | None = None,
         max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
     ) -> None:
         xgb = inference_xgboost_module()
@@ -254,7 +256,7 @@ class XGBoostEngine(ExplainingEngine):
         with warnings.catch_warnings():
             # XGBoost warns and falls back to CPU when it sees no GPU; its config says what it will use.
             warnings.simplefilter("ignore", UserWarning)
-            self.booster.set_param({"nthread": nthread, "device": wanted})
+            self.booster.set_param({"nthread": nthread if call_threads is None else call_threads, "device": wanted})
             self.device_type = json.loads(self.booster.save_config())["learner"]["generic_param"]["device"].split(":")[
                 0
             ]
@@ -344,14 +346,16 @@ class ONNXEngine(ExplainingEngine):
     a probability tensor, a ZipMap or a raw score) becomes the margins; without that choice (feature models,
     versions registered before it) output 0, one value per row, is the raw output."""
 
-    def __init__(self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> None:
+    def __init__(
+        self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0, call_threads: int | None = None
+    ) -> None:
         import onnxruntime as ort
 
         self.artifact = artifact
         self.metadata = artifact.metadata
         self.model_path = artifact.model_path
         options = ort.SessionOptions()
-        options.intra_op_num_threads = nthread
+        options.intra_op_num_threads = nthread if call_threads is None else call_threads
         options.inter_op_num_threads = 1
         # Asking ONNX Runtime for CUDA on a machine without a GPU logs errors and runs on CPU anyway.
         try_cuda = device == "cuda" or (device == "auto" and inference_cuda_device_present())
@@ -440,13 +444,31 @@ class ONNXEngine(ExplainingEngine):
 _ENGINES = {"xgboost": XGBoostEngine, "onnx": ONNXEngine}
 
 
-def inference_engine(artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> InferenceEngine:
+def inference_call_threads(nthread: int, concurrent_calls: int) -> int:
+    """Threads of one framework call (XGBoost's and LightGBM's predict, ONNX Runtime's session, CatBoost's): the job's
+    `nthread` when it sets one, else twice the cores' fair share among the `concurrent_calls` units scored at once, at
+    most every core. Twice, because units rarely call the engine at the same moment (the rest of a unit's chunk is
+    Python, polars and Parquet): on two cores, two workers ran the 1 M-row bench pass at 125-157 k rows/s with two
+    threads a call and 101-111 k with one (bench/workers.py); never every core a call, which on 16 cores would be
+    256 threads. The table TreeSHAP kernel is not one of these calls: its launches take turns
+    (treeshap._PARALLEL_LAUNCH), so each takes every core `nthread` allows."""
+    cores = usable_cores()
+    return nthread if nthread > 0 else min(cores, max(1, 2 * cores // max(1, concurrent_calls)))
+
+
+def inference_engine(
+    artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0, concurrent_calls: int | None = None
+) -> InferenceEngine:
+    """The artifact's engine; `concurrent_calls` (units at once) sizes its calls' threads (`inference_call_threads`),
+    None leaves them to `nthread` alone (0: the framework's own default, every core)."""
     framework = artifact.metadata.framework
+    calls = None if concurrent_calls is None else inference_call_threads(nthread, concurrent_calls)
     if framework in _ENGINES:
-        return _ENGINES[framework](artifact, device=device, nthread=nthread)
+        return _ENGINES[framework](artifact, device=device, nthread=nthread, call_threads=calls)
     from tasks.inference.frameworks import inference_engine_module
 
-    return inference_engine_module(framework, artifact.model_path).ENGINE(artifact, device=device, nthread=nthread)
+    engine_class = inference_engine_module(framework, artifact.model_path).ENGINE
+    return engine_class(artifact, device=device, nthread=nthread, call_threads=calls)
 
 
 @dataclass(frozen=True)
@@ -482,24 +504,26 @@ def _loaded(engine: InferenceEngine, fallback_reason: str | None = None) -> Load
     return LoadedModel(engine, fallback_reason, ErrorModel(path))
 
 
-_RUN_ENGINES: OrderedDict[tuple[str, Device, int], InferenceEngine] = OrderedDict()
+_RUN_ENGINES: OrderedDict[tuple[str, Device, int, int | None], InferenceEngine] = OrderedDict()
 _RUN_ENGINES_LOCK = threading.Lock()
 _RUN_ENGINES_KEPT = 4
 """Engines kept per process; the least recently used is dropped first."""
 
 
-def _run_engine(artifact: ModelArtifact, *, device: Device, nthread: int) -> InferenceEngine:
+def _run_engine(
+    artifact: ModelArtifact, *, device: Device, nthread: int, concurrent_calls: int | None
+) -> InferenceEngine:
     """The engine of a verified artifact, built once per process: the partitions of a backfill and
     the nights of a long-lived worker share it instead of paying the load and the TreeSHAP kernel's
     check again (~0.1 s a run). The key is the whole metadata and folder, so a re-registered or
     recalibrated version builds anew; the file itself was checked against its sha256 by the caller."""
-    key = (artifact.model_dump_json(), device, nthread)
+    key = (artifact.model_dump_json(), device, nthread, concurrent_calls)
     with _RUN_ENGINES_LOCK:
         engine = _RUN_ENGINES.get(key)
         if engine is not None:
             _RUN_ENGINES.move_to_end(key)
             return engine
-    engine = inference_engine(artifact, device=device, nthread=nthread)
+    engine = inference_engine(artifact, device=device, nthread=nthread, concurrent_calls=concurrent_calls)
     with _RUN_ENGINES_LOCK:
         _RUN_ENGINES[key] = engine
         while len(_RUN_ENGINES) > _RUN_ENGINES_KEPT:
@@ -508,14 +532,22 @@ def _run_engine(artifact: ModelArtifact, *, device: Device, nthread: int) -> Inf
 
 
 def inference_loaded_model(
-    registry_dir: Path, version: str, fallback_version: str | None, *, device: Device, nthread: int
+    registry_dir: Path,
+    version: str,
+    fallback_version: str | None,
+    *,
+    device: Device,
+    nthread: int,
+    concurrent_calls: int | None = None,
 ) -> LoadedModel:
     """Load the job's model; when it cannot be loaded and the job names a fallback, load that instead.
+    `concurrent_calls`: units scored at once (see `inference_engine`).
 
     A device problem is a configuration error, not a broken model: it never triggers the fallback.
     """
     try:
-        return _loaded(_run_engine(inference_model_artifact(registry_dir, version), device=device, nthread=nthread))
+        artifact = inference_model_artifact(registry_dir, version)
+        return _loaded(_run_engine(artifact, device=device, nthread=nthread, concurrent_calls=concurrent_calls))
     except ModelArtifactError as exc:
         if fallback_version is None:
             raise
@@ -527,5 +559,10 @@ def inference_loaded_model(
         fallback_version,
         reason,
     )
-    engine = _run_engine(inference_model_artifact(registry_dir, fallback_version), device=device, nthread=nthread)
+    engine = _run_engine(
+        inference_model_artifact(registry_dir, fallback_version),
+        device=device,
+        nthread=nthread,
+        concurrent_calls=concurrent_calls,
+    )
     return _loaded(engine, fallback_reason=reason)

@@ -553,14 +553,17 @@ class CatBoostEngine(ExplainingEngine):
     """CatBoost inference: RawFormulaVal margins (on the GPU where CatBoost can evaluate there), reasons by the
     table TreeSHAP checked against ShapValues."""
 
-    def __init__(self, artifact: ModelArtifact, *, device: str = "cpu", nthread: int = 0) -> None:
+    def __init__(
+        self, artifact: ModelArtifact, *, device: str = "cpu", nthread: int = 0, call_threads: int | None = None
+    ) -> None:
         from tasks.inference.engine import inference_cuda_device_present
 
         self.artifact = artifact
         self.metadata = artifact.metadata
         self.model_path = artifact.model_path
         self.model = inference_catboost_model(artifact.model_path)
-        self._threads = -1 if nthread <= 0 else nthread
+        threads = nthread if call_threads is None else call_threads
+        self._threads = -1 if threads <= 0 else threads
         self._task_type = "CPU"
         gpu_problem: str | None = "no NVIDIA device is present"
         if device == "cuda" or (device == "auto" and inference_cuda_device_present()):

@@ -451,6 +451,7 @@ class LightGBMEngine(ExplainingEngine):
         *,
         device: Device = "cpu",
         nthread: int = 0,
+        call_threads: int | None = None,
         max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
     ) -> None:
         self.artifact = artifact
@@ -469,7 +470,8 @@ class LightGBMEngine(ExplainingEngine):
         self.providers = ("lightgbm:cpu",)
         self.reasons_unavailable = None
         self.feature_names = tuple(self.metadata.features)
-        self._predict_params = {"num_threads": nthread} if nthread > 0 else {}
+        threads = nthread if call_threads is None else call_threads
+        self._predict_params = {"num_threads": threads} if threads > 0 else {}
         self._zero_missing = np.zeros(len(self.feature_names), dtype=bool)
         label = f"{self.metadata.name} {self.metadata.version}"
         start = time.perf_counter()

@@ -1019,7 +1019,10 @@ class SklearnEngine(ExplainingEngine):
     """A scikit-learn classifier, regressor or pipeline from a skops file, on CPU: its own outputs as margins, reasons
     from its trees (the TreeSHAP table) or coefficients where it has them."""
 
-    def __init__(self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0) -> None:
+    def __init__(
+        self, artifact: ModelArtifact, *, device: Device = "cpu", nthread: int = 0, call_threads: int | None = None
+    ) -> None:
+        # scikit-learn's predict of a skops model runs in the calling thread: `call_threads` has nothing to size here.
         self.artifact = artifact
         self.metadata = meta = artifact.metadata
         self.model_path = artifact.model_path

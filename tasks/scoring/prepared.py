@@ -221,6 +221,12 @@ class PreparedJob:
         return (*self.features.FEATURES, *(ref.output_feature for ref, _ in self.feature_models))
 
 
+def units_at_once(settings: Settings) -> int | None:
+    """Units that call the engines at once in this process: the thread runner's workers; None on Dask, whose workers
+    are processes sized by their own threads (`SCORING_DASK_THREADS_PER_WORKER`)."""
+    return settings.task_workers if settings.task_runner == "threads" else None
+
+
 def prepared_job(
     job: str, partition_date: dt.date, settings: Settings, warehouse: Warehouse | None = None
 ) -> PreparedJob:
@@ -232,10 +238,16 @@ def prepared_job(
         log.warning("[PRED] job %s: %s", job, note)
     spec, features = validated.spec, validated.features
     device, nthread = spec.inference.device, spec.inference.nthread
+    calls = units_at_once(settings)
     feature_models = []
     for ref in spec.model.feature_models:
         loaded = inference_loaded_model(
-            settings.model_registry_dir(ref.name), ref.version, None, device=device, nthread=nthread
+            settings.model_registry_dir(ref.name),
+            ref.version,
+            None,
+            device=device,
+            nthread=nthread,
+            concurrent_calls=calls,
         )
         inference_check_feature_version(loaded.engine.artifact, features.FEATURE_VERSION, tuple(features.FEATURES))
         feature_models.append((ref, loaded))
@@ -245,6 +257,7 @@ def prepared_job(
         spec.model.fallback_version,
         device=device,
         nthread=nthread,
+        concurrent_calls=calls,
     )
     meta = model.engine.metadata
     if not meta.reference:
@@ -302,6 +315,7 @@ def _with_challenger(prepared: PreparedJob, settings: Settings) -> PreparedJob:
             None,
             device=spec.inference.device,
             nthread=spec.inference.nthread,
+            concurrent_calls=units_at_once(settings),
         )
         meta = challenger.engine.metadata
         if meta.feature_version != features.FEATURE_VERSION:

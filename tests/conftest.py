@@ -164,10 +164,15 @@ def prefect_logging() -> None:
 
 @pytest.fixture(scope="session")
 def prefect_harness(prefect_logging: None) -> Iterator[None]:
-    """A temporary Prefect server and database for flow runs (started once per session)."""
+    """A temporary Prefect server and database for flow runs (started once per session).
+
+    The session's in-process flow runs beat no heartbeat: Prefect joins a run's heartbeat thread at its end, and that
+    thread sleeps in whole seconds, ~0.5 s a run that no test looks at (the one that does turns it back on)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=180):
+    from flows.steps.partitions import subflow_without_heartbeat
+
+    with prefect_test_harness(server_startup_timeout=180), subflow_without_heartbeat():
         yield
 
 

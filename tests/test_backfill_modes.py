@@ -279,11 +279,15 @@ def test_a_backfills_partition_subflows_run_without_their_own_heartbeat(monkeypa
         return partitions.scored_partition(DEMO_JOB, dt.date(2026, 3, 10), None)
 
     monkeypatch.setattr(partitions, "score_partition", probe)
-    outcome = parent()
+    # The session's harness turns flow heartbeats off (conftest); a backfill started by people beats.
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: 180}):
+        outcome = parent()
 
     assert outcome["outcome"] == "succeeded"
     assert seen["partition"] is None
-    assert seen["parent"] == get_current_settings().flows.heartbeat_frequency is not None
+    assert seen["parent"] == 180
 
 
 def test_partitions_loading_their_models_at_once_all_get_the_whole_xgboost() -> None:

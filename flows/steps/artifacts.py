@@ -30,7 +30,7 @@ def _deleted(client: SyncPrefectClient, artifact_id: uuid.UUID) -> None:
         if response.status_code != 503:
             break
         time.sleep(0.02 * (attempt + 1))
-    if response.status_code in (204, 404):
+    if response.is_success or response.status_code == 404:
         return
     client.delete_artifact(artifact_id)
 

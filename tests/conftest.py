@@ -194,11 +194,20 @@ def fresh_data(demo_env: DemoEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def user_project_env(root: Path) -> dict[str, str]:
     """The environment of a user's own project under `root` (empty jobs and expectations folders, their
-    own data folder), for `score` run as a subprocess; no `SCORING_*` variable of the test run leaks in."""
+    own data folder), for `score` run as a subprocess; no `SCORING_*` variable of the test run leaks in.
+
+    Made while the session's Prefect server runs (the module asks for `prefect_harness`), its runs talk to that
+    server, as a set-up workstation's do; otherwise each `score` that runs a flow starts Prefect's temporary API
+    (~7 s to start and stop), as a terminal without a server does (the quick start and the bring-your-own guide's
+    walk keep that path)."""
+    from prefect.settings import PREFECT_API_URL
+
     (root / "jobs").mkdir()
     (root / "expectations").mkdir()
+    server = PREFECT_API_URL.value()
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith("SCORING_")},
+        **({"PREFECT_API_URL": server} if server else {}),
         "SCORING_DATA_DIR": str(root / "data"),
         "SCORING_JOBS_DIR": str(root / "jobs"),
         "SCORING_EXPECTATIONS_DIR": str(root / "expectations"),

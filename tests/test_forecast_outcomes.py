@@ -34,7 +34,8 @@ from tasks.sinks.postgres_warehouse import PostgresWarehouse
 from tasks.sinks.warehouse import Warehouse
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 JOB = "sales"
 DAYS = [dt.date(2026, 3, 1) + dt.timedelta(days=i) for i in range(8)]

@@ -24,7 +24,8 @@ from tasks.prediction.forecasts import ForecastMap, predict_conformal_quantile
 from tasks.prediction.reasons import predict_forecast_reason_codes
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 crepes = pytest.importorskip("crepes")
 

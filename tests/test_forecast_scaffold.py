@@ -28,7 +28,8 @@ from tasks.prediction.decisions import FORECAST_FIELDS
 from tasks.settings import Settings
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 STORES = ("north", "south", "harbour", "airport")
 CREDIT_WORDS = re.compile(r"\b(events?|risk|probabilit\w*|AUC|calibrat\w*)\b", re.IGNORECASE)

@@ -54,7 +54,8 @@ from user_projects import (  # noqa: E402
 )
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 TREE = "sklearn.tree._tree.Tree"
 HIST_TREE = "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor"

@@ -30,7 +30,8 @@ from tasks.monitoring.outcomes import parquet_labels
 from tasks.settings import Settings
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 JOB = "churn"
 DAY = dt.date(2026, 3, 2)

@@ -27,7 +27,8 @@ from user_projects import (
 )
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 TRAIN = [dt.date(2026, 5, 1), dt.date(2026, 5, 2)]
 HOLDOUT = dt.date(2026, 5, 3)

@@ -31,7 +31,8 @@ from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 from tasks.sinks.warehouse import Warehouse
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 JOB = "faults"
 CLASSES = ["none", "bearing", "overheat", "leak"]

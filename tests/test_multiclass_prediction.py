@@ -17,7 +17,8 @@ from user_projects import assert_nothing_registered, assert_one_error_line, regi
 from tasks.prediction.config import PredictionConfig, TargetConfig
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 CLASSES = ["none", "bearing", "overheat", "leak"]
 FEATURES = ("vibration", "temperature", "pressure", "age_years")

@@ -21,7 +21,8 @@ from test_multiclass_prediction import RULES, fault_rows
 from user_projects import day_output, score_cli
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 CREDIT_WORDS = re.compile(r"\b(risk|risky|scores?|events?|AUC|default)\b", re.IGNORECASE)
 TRAIN = [dt.date(2026, 5, 1), dt.date(2026, 5, 2)]

@@ -45,7 +45,8 @@ from user_projects import (  # noqa: E402
 )
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 TRAIN_DAYS = [dt.date(2026, 10, 1), dt.date(2026, 10, 2)]
 HOLDOUT_DAY, SCORED_DAY = dt.date(2026, 10, 3), dt.date(2026, 10, 4)

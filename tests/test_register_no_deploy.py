@@ -19,7 +19,8 @@ from conftest import user_project_env
 from user_projects import churn_project, day_output, model_inputs, raw_partition, registered_version, score_cli
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 TRAIN_DAY, HOLDOUT_DAY, SCORED_DAY = dt.date(2026, 10, 1), dt.date(2026, 10, 2), dt.date(2026, 10, 3)
 

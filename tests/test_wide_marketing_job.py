@@ -23,7 +23,8 @@ from conftest import user_project_env
 from user_projects import day_output, model_inputs, registered_version, score_cli
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+# A user's project whose `score` talks to the session's Prefect server (conftest.user_project_env).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 JOB = "marketing"
 DAYS = [dt.date(2026, 9, 1), dt.date(2026, 9, 2)]

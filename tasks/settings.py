@@ -17,6 +17,7 @@ from tasks.errors import SettingsError, UnsafePath
 from tasks.redaction import is_credential_parameter, redacted_url, url_parts
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_SECRET_MASK = str(SecretStr("x"))
 
 
 def usable_cores() -> int:
@@ -26,9 +27,6 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS and Windows have no affinity call
         return os.cpu_count() or 1
-
-
-_SECRET_MASK = str(SecretStr("x"))
 
 
 class Settings(BaseSettings):
@@ -96,7 +94,8 @@ class Settings(BaseSettings):
         ge=1,
         description=(
             "Threads of the thread runner (units scored at once); default: the cores this process may use. Each unit's "
-            "framework calls get the cores shared out among them unless the job sets `inference.nthread`."
+            "framework calls get twice the cores' fair share among them, at most every core, unless the job sets "
+            "`inference.nthread`."
         ),
     )
     dask_address: str | None = Field(

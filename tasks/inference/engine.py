@@ -449,7 +449,8 @@ def inference_call_threads(nthread: int, concurrent_calls: int) -> int:
     `nthread` when it sets one, else twice the cores' fair share among the `concurrent_calls` units scored at once, at
     most every core. Twice, because units rarely call the engine at the same moment (the rest of a unit's chunk is
     Python, polars and Parquet): on two cores, two workers ran the 1 M-row bench pass at 125-157 k rows/s with two
-    threads a call and 101-121 k with one (bench/workers.py); never every core a call, which on 16 cores would be
+    threads a call and 101-121 k with one (`score run` of bench/_data.py's 1 M-row partition, SCORING_TASK_WORKERS=2, the
+    job's `inference.nthread` 2 or 1); never every core a call, which on 16 cores would be
     256 threads. The table TreeSHAP kernel is not one of these calls: its launches take turns
     (treeshap._PARALLEL_LAUNCH), so each takes every core `nthread` allows."""
     cores = usable_cores()

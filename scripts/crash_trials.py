@@ -6,8 +6,8 @@
 
 Prepares a demo credit partition in a temporary data dir (or uses `--data-dir`, which must hold
 raw data and a trained model), scores it once cleanly as the reference, then per trial starts
-`score run` as a child process and, once it logs its first Prefect line (imports done, the flow
-starting), kills its process group with SIGKILL after a random delay between 0 and 105 % of the
+`score run` as a child process (forked from a server that imported the CLI and the flow once,
+scripts/forked_score.py) and, once it logs its first Prefect line (the flow starting), kills its process group with SIGKILL after a random delay between 0 and 105 % of the
 clean run's flow time (first to last Prefect line), so kills land all along guards, inference,
 prediction, publishing and reports; then it checks the partition:
 
@@ -63,7 +63,9 @@ from tasks.demo.challenger import challenger_jobs_dir, registered_demo_challenge
 from tasks.inference.registry import inference_model_versions  # noqa: E402
 from tasks.settings import Settings  # noqa: E402
 
-SCORE = str(Path(sys.executable).with_name("score"))
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+from forked_score import ForkedChild, ScoreForks  # noqa: E402
+
 JOB = "credit_risk"
 DATASETS = tuple(d.name for d in catalog.PARTITION_DATASETS)
 """Every dataset a run publishes, in publish order (tasks/catalog.py)."""
@@ -144,18 +146,6 @@ def _comparable(table: pa.Table) -> pa.Table:
     return table.drop_columns(["run_id"]).sort_by("entity_id")
 
 
-def _child(env: dict[str, str], day: dt.date, log_path: Path) -> subprocess.Popen:
-    with log_path.open("wb") as log:
-        return subprocess.Popen(
-            [SCORE, "run", JOB, "--date", day.isoformat()],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=REPO_ROOT,
-        )
-
-
 def _last_task(log_path: Path) -> str:
     tasks_seen = _TASK_LINE.findall(log_path.read_text(errors="replace"))
     return f"after {tasks_seen[-1]}" if tasks_seen else "before any task finished"
@@ -169,7 +159,7 @@ def _flow_span_s(output: str) -> float:
     return (stamps[-1] - stamps[0]) % 86_400
 
 
-def _wait_for_flow_start(child: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
+def _wait_for_flow_start(child: ForkedChild, log_path: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while child.poll() is None and time.monotonic() < deadline:
         if _PREFECT_LINE.search(log_path.read_text(errors="replace")):
@@ -182,17 +172,22 @@ def crash_trials(
 ) -> CrashReport:
     """Run the trials against the data dir and warehouse that `settings` and `env` name."""
     logs.mkdir(parents=True, exist_ok=True)
+    with ScoreForks(env) as forks:
+        return _crash_trials(settings, day, trials=trials, seed=seed, forks=forks, logs=logs)
+
+
+def _crash_trials(
+    settings: Settings, day: dt.date, *, trials: int, seed: int, forks: ScoreForks, logs: Path
+) -> CrashReport:
     postgres = settings.warehouse_url is not None or settings.warehouse_secret_block is not None
+    run = ["run", JOB, "--date", day.isoformat()]
     start = time.perf_counter()
-    reference_run = subprocess.run(
-        [SCORE, "run", JOB, "--date", day.isoformat()], env=env, capture_output=True, text=True, cwd=REPO_ROOT
-    )
+    reference_run = forks.run(run, logs / "reference.log")
     clean_s = time.perf_counter() - start
+    reference_output = (logs / "reference.log").read_text(errors="replace")
     if reference_run.returncode != 0:
-        raise RuntimeError(
-            f"the clean reference run failed:\n{reference_run.stdout[-3000:]}\n{reference_run.stderr[-3000:]}"
-        )
-    flow_s = _flow_span_s(reference_run.stdout + reference_run.stderr)
+        raise RuntimeError(f"the clean reference run failed:\n{reference_output[-6000:]}")
+    flow_s = _flow_span_s(reference_output)
     reference = _parquet_partition(settings, "predictions", day)
     assert reference is not None
     expected_rows = reference.num_rows
@@ -224,7 +219,7 @@ def crash_trials(
     try:
         for trial in range(trials):
             log_path = logs / f"trial-{trial:03d}.log"
-            child = _child(env, day, log_path)
+            child = forks.start(run, log_path)
             _wait_for_flow_start(child, log_path, timeout_s=2 * clean_s)
             delay = rng.uniform(0.0, 1.05) * flow_s
             try:
@@ -240,15 +235,14 @@ def crash_trials(
                 report.violations += [
                     f"after trial {trial}: {p}" for p in _warehouse_problems(settings, day, expected_rows)
                 ]
-        final = subprocess.run(
-            [SCORE, "run", JOB, "--date", day.isoformat()], env=env, capture_output=True, text=True, cwd=REPO_ROOT
-        )
+        final = forks.run(run, logs / "final.log")
     finally:
         done.set()
         thread.join()
     report.interrupted_in = dict(sorted(interrupted.items()))
     if final.returncode != 0:
-        report.violations.append(f"the run after the last kill failed: {final.stdout[-2000:]} {final.stderr[-2000:]}")
+        final_output = (logs / "final.log").read_text(errors="replace")
+        report.violations.append(f"the run after the last kill failed: {final_output[-4000:]}")
         return report
     report.violations += _parquet_problems(settings, day, expected_rows) + _warehouse_problems(
         settings, day, expected_rows
@@ -411,26 +405,32 @@ def publish_crash_trials(
     jobs = challenger_jobs_dir(settings, logs.parent / "jobs-with-challenger", champion=champion, challenger=challenger)
     env = {**env, "SCORING_JOBS_DIR": str(jobs)}
     raws = _raw_versions(settings, day)
+    with ScoreForks(env) as forks:
+        _publish_crash_trials(settings, day, other_day, report=report, raws=raws, forks=forks, logs=logs)
+    return report
+
+
+def _publish_crash_trials(
+    settings: Settings,
+    day: dt.date,
+    other_day: dt.date,
+    *,
+    report: PublishCrashReport,
+    raws: tuple[pa.Table, pa.Table],
+    forks: ScoreForks,
+    logs: Path,
+) -> None:
     published_raw: dict[str, int] = {}
 
-    def scored(
-        which: int, log_name: str, extra: dict[str, str] | None = None, target: dt.date = day
-    ) -> subprocess.CompletedProcess:
+    def scored(which: int, log_name: str, extra: dict[str, str] | None = None, target: dt.date = day) -> ForkedChild:
         if target == day:
             _write_raw(settings, day, raws[which])
-        with (logs / log_name).open("wb") as log:
-            return subprocess.run(
-                [SCORE, "run", JOB, "--date", target.isoformat()],
-                env={**env, **(extra or {})},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO_ROOT,
-            )
+        return forks.run(["run", JOB, "--date", target.isoformat()], logs / log_name, {**forks.env, **(extra or {})})
 
     if scored(0, "clean.log").returncode != 0:
         raise RuntimeError(f"the clean run failed; see {logs / 'clean.log'}")
     recovered_by: Counter[str] = Counter()
-    for trial in range(trials):
+    for trial in range(report.trials):
         point = PUBLISH_POINTS[trial % len(PUBLISH_POINTS)]
         current = configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)[0]
         previous_run = next(iter(_partition_runs(settings, day)["parquet predictions"]))
@@ -459,10 +459,7 @@ def publish_crash_trials(
             )
         if trial % 2 == 0:
             how = "score recover"
-            with (logs / f"recover-{trial:03d}.log").open("wb") as log:
-                done = subprocess.run(
-                    [SCORE, "recover", JOB], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT
-                )
+            done = forks.run(["recover", JOB], logs / f"recover-{trial:03d}.log")
         else:
             how = "next run start"
             done = scored(0, f"next-{trial:03d}.log", target=other_day)
@@ -488,7 +485,6 @@ def publish_crash_trials(
             report.violations.append(f"trial {trial} ({point}): the killed run ended {status.get(killed_run)}")
         report.partitions_checked += 1
     report.recovered_by = dict(recovered_by)
-    return report
 
 
 def main() -> int:

@@ -2,7 +2,8 @@
 same atomic commit, the decision-flip report against an independent recomputation, and a champion
 whose outputs do not change because a challenger watched.
 
-The user-facing paths run the real `score` command against the session's Prefect server; the
+The user-facing paths run the `score` command (forked from a process that imported it once,
+scripts/forked_score.py) against the session's Prefect server; the
 warehouse is the run's own DuckDB file (and PostgreSQL where the backend matters)."""
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from polars.testing import assert_frame_equal
 
 from tasks.demo.challenger import challenger_jobs_dir, registered_demo_challenger
 from tasks.inference.aliases import ALIASES_FILE, inference_model_aliases
-from tasks.settings import Settings
+from tasks.settings import PROJECT_ROOT, Settings
 from tests.conftest import DEMO_JOB, DemoEnv
 
-SCORE = str(Path(sys.executable).with_name("score"))
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+from forked_score import completed  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Project:
     settings: Settings
 
     def score(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([SCORE, *args], env=self.env, cwd=self.root, capture_output=True, text=True, timeout=600)
+        done = completed(list(args), env=self.env, cwd=self.root, timeout=600)
         if ok:
             assert done.returncode == 0, (args, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
         assert "Traceback" not in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr[-3000:]

@@ -32,7 +32,9 @@ from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.delta import DeltaTables, written_delta_partition
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
-SCORE = Path(sys.executable).parent / "score"
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+from forked_score import completed  # noqa: E402
+
 PARTITIONED_SCHEMAS = table_schemas(PARTITION_DATASETS)
 """Every table a scoring run replaces per partition, with its schema (tasks/catalog.py)."""
 
@@ -210,15 +212,7 @@ def _score(day: dt.date, **env: str) -> subprocess.CompletedProcess:
     from prefect.settings import PREFECT_API_URL
 
     environment = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), **env}
-    return subprocess.run(
-        [str(SCORE), "run", DEMO_JOB, "--date", day.isoformat()],
-        env=environment,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
+    return completed(["run", DEMO_JOB, "--date", day.isoformat()], env=environment, cwd=PROJECT_ROOT, timeout=300)
 
 
 def test_a_kill_between_the_parquet_swap_and_the_delta_writes_is_finished_by_recovery(

@@ -45,7 +45,8 @@ ROWS = 1200
 CHUNK_ROWS = 400
 FEATURES = ("price", "promo", "temperature", "rain_mm")
 LEVEL = 0.9
-SCORE = Path(sys.executable).parent / "score"
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+from forked_score import completed  # noqa: E402
 
 
 def sales_rows(day: dt.date, n: int, seed: int, *, price_shift: float = 0.0) -> pl.DataFrame:
@@ -587,15 +588,7 @@ def test_a_kill_at_the_publish_points_leaves_the_old_or_the_new_forecasts_never_
     where = f"WHERE partition_date = DATE '{day}'"
 
     def score(*args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(SCORE), *args],
-            env={**env, **extra},
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            timeout=300,
-        )
+        return completed(list(args), env={**env, **extra}, cwd=PROJECT_ROOT, timeout=300)
 
     for trial, point in enumerate(_PUBLISH_POINTS):
         new = "b" if published == "a" else "a"
@@ -664,14 +657,7 @@ def test_a_binary_challenger_on_a_forecast_job_is_refused_like_any_model(project
     assert prepared.challenger is None and said in prepared.challenger_error
 
     project.write_spec(challenger="3", failure="fail")
-    done = subprocess.run(
-        [str(SCORE), "validate", JOB],
-        env={**os.environ, **project.env},
-        cwd=project.root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = completed(["validate", JOB], env={**os.environ, **project.env}, cwd=project.root, timeout=300)
     errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, (
         done.stdout[-2000:] + done.stderr[-2000:]

@@ -1,8 +1,8 @@
 """The ledger is the truth after faults: every run ends `succeeded` or `failed`, also when the kill,
 the fault or the failed write hits the ledger itself, and what died is picked up again.
 
-Kills land at named points of the publish (`SCORING_CRASH_AT`, tasks/sinks/crash_points.py) in a real
-`score run` child process; ledger faults are the DuckDB lock error injected at the ledger write.
+Kills land at named points of the publish (`SCORING_CRASH_AT`, tasks/sinks/crash_points.py) in a
+`score run` child process (forked from one that imported `score` once, scripts/forked_score.py); ledger faults are the DuckDB lock error injected at the ledger write.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +28,9 @@ from tasks.settings import PROJECT_ROOT, Settings, current_settings
 from tasks.sinks.duckdb_warehouse import DuckDBWarehouse
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
-SCORE = Path(sys.executable).parent / "score"
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+from forked_score import completed  # noqa: E402
+
 _LOCKED = duckdb.IOException(
     'IO Error: Could not set lock on file "warehouse.duckdb": Conflicting lock is held in /usr/bin/python3.11 (PID 4242)'
 )
@@ -54,13 +55,7 @@ def _killed_at(point: str, day: dt.date) -> None:
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "SCORING_CRASH_AT": point, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    child = subprocess.run(
-        [str(SCORE), "run", DEMO_JOB, "--date", day.isoformat()],
-        env=env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-    )
+    child = completed(["run", DEMO_JOB, "--date", day.isoformat()], env=env, cwd=PROJECT_ROOT)
     assert child.returncode == -signal.SIGKILL, child.stdout[-2000:] + child.stderr[-2000:]
 
 

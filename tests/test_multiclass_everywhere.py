@@ -45,7 +45,9 @@ DAYS = [dt.date(2026, 6, 1) + dt.timedelta(days=d) for d in range(5)]
 TRAIN_DAY, HOLDOUT_DAY, SCORED_DAYS = DAYS[0], DAYS[1], DAYS[3:]
 ROWS = 900
 CHUNK_ROWS = 300
-SCORE = Path(sys.executable).parent / "score"
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+from forked_score import completed  # noqa: E402
+
 CUTOFFS = (0.5,)
 """The probability cut-off of test_multiclass_prediction's rule table."""
 
@@ -521,15 +523,7 @@ def test_a_kill_at_the_publish_points_leaves_the_old_or_the_new_classifications_
     where = f"WHERE partition_date = DATE '{day}'"
 
     def score(*args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(SCORE), *args],
-            env={**env, **extra},
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            timeout=300,
-        )
+        return completed(list(args), env={**env, **extra}, cwd=PROJECT_ROOT, timeout=300)
 
     for trial, point in enumerate(_PUBLISH_POINTS):
         new = "b" if published == "a" else "a"

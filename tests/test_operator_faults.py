@@ -1,7 +1,9 @@
 """Operator faults through the installed `score` command: one `error:` line naming the thing, exit 2
 for bad input and 3 for a broken environment, no traceback, nothing written before the lease.
 
-Each CLI test runs the real console script in a child process against its own copy of the demo data.
+Each CLI test runs `score` in a child process against its own copy of the demo data, forked from a process that
+imported it once (scripts/forked_score.py), with the session's Prefect server as its API (the real console script
+and Prefect's temporary API: test_terminal.py and the guides' walks).
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ from tasks.errors import ExitCode, ReadOnlyStorage, user_facing_error
 from tasks.inference.registry import inference_model_checksum
 from tasks.settings import PROJECT_ROOT
 
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+from forked_score import completed  # noqa: E402
+
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 SCORE = Path(sys.executable).parent / "score"
 DAY = "2026-03-10"
@@ -52,17 +57,13 @@ def data(demo_env: DemoEnv, tmp_path: Path) -> Path:
 def score(
     data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 300
 ) -> subprocess.CompletedProcess:
+    from prefect.settings import PREFECT_API_URL
+
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SCORING_")}
-    environment.update({"SCORING_DATA_DIR": str(data_dir), **(env or {})})
-    return subprocess.run(
-        [str(SCORE), *(args or ("run", DEMO_JOB, "--date", DAY))],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=timeout,
+    environment.update(
+        {"PREFECT_API_URL": str(PREFECT_API_URL.value()), "SCORING_DATA_DIR": str(data_dir), **(env or {})}
     )
+    return completed(list(args or ("run", DEMO_JOB, "--date", DAY)), env=environment, cwd=PROJECT_ROOT, timeout=timeout)
 
 
 def one_error_line(result: subprocess.CompletedProcess, code: int) -> str:

@@ -2,8 +2,9 @@
 end with the exit code, the terminal and the ledger telling the same story, and the next runs of the
 job work (issue 32, items 1 and 4 and the signal item).
 
-Each test runs the real `score` console script in child processes against its own copy of the demo
-data; the faults are real: a PostgreSQL server of the test's own stopped with `pg_ctl -m immediate`,
+Each test runs `score` in child processes against its own copy of the demo data (the signal test the
+console script itself; the others forked from a process that imported `score` once, scripts/forked_score.py);
+the faults are real: a PostgreSQL server of the test's own stopped with `pg_ctl -m immediate`,
 a size-limited tmpfs, signals sent to the child.
 """
 
@@ -32,6 +33,9 @@ from tasks.runs.recovery import pending_ledger_dir
 from tasks.settings import PROJECT_ROOT, Settings, current_settings
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+from forked_score import completed  # noqa: E402
+
 SCORE = Path(sys.executable).parent / "score"
 
 
@@ -136,15 +140,7 @@ def _environment(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 def score(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(SCORE), *args],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
+    return completed(list(args), env=env, cwd=PROJECT_ROOT, timeout=300)
 
 
 def started(env: dict[str, str], *args: str) -> subprocess.Popen:

@@ -172,7 +172,7 @@ def crash_trials(
 ) -> CrashReport:
     """Run the trials against the data dir and warehouse that `settings` and `env` name."""
     logs.mkdir(parents=True, exist_ok=True)
-    with ScoreForks(env) as forks:
+    with ScoreForks(env, with_prefect=True) as forks:
         return _crash_trials(settings, day, trials=trials, seed=seed, forks=forks, logs=logs)
 
 
@@ -405,7 +405,7 @@ def publish_crash_trials(
     jobs = challenger_jobs_dir(settings, logs.parent / "jobs-with-challenger", champion=champion, challenger=challenger)
     env = {**env, "SCORING_JOBS_DIR": str(jobs)}
     raws = _raw_versions(settings, day)
-    with ScoreForks(env) as forks:
+    with ScoreForks(env, with_prefect=True) as forks:
         _publish_crash_trials(settings, day, other_day, report=report, raws=raws, forks=forks, logs=logs)
     return report
 

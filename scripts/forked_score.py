@@ -1,24 +1,27 @@
-"""`score` commands forked from one interpreter that has already imported the CLI, the flow and the ML runtimes.
+"""`score` commands forked from one interpreter that has already imported the CLI, the domain and the ML runtimes.
 
-A `score` command spends ~2-3 s of its life importing (Prefect, the flow, XGBoost, numba, SciPy) before it does
+A `score` command spends ~2-3 s of its life importing (the project, XGBoost, numba, SciPy, Prefect) before it does
 anything. The crash trials start dozens of `score run` children to kill them, and the tests run hundreds of commands
-as a user would, so both fork each one from a server process that imported everything once (the zygote of an Android
+as a user would, so both fork each one from a server process that imported them once (the zygote of an Android
 phone, `multiprocessing`'s forkserver):
 
-    with ScoreForks(env, cwd) as forks:
+    with ScoreForks(env, with_prefect=True) as forks:
         child = forks.start(["run", "credit_risk", "--date", "2026-03-10"], log_path)
         child.wait(timeout=2.0)   # a `subprocess.Popen` look-alike: pid, poll, wait, returncode
 
     done = completed(["validate", "churn"], env=env, cwd=root)   # a `subprocess.run(..., capture_output=True)`
 
-The server is `python scripts/forked_score.py`, started with the environment its children get. Prefect reads its
-settings (the environment, and `prefect.toml`, `.env` and `[tool.prefect]` of the working folder) when it is
-imported, so a child may change only `SCORING_*` variables (read by `Settings` at each use) and start in a folder
-that gives Prefect the same; `start` refuses anything else, and `completed` starts a new server for it. Each child
-is a process group of its own (kill it with `os.killpg`), has its output on the log file, and ends as `score` ends:
-through `cli.score.main` and the interpreter's exit handlers (Prefect's log and event drains run), with `score`'s
-exit code, or -N when a signal N killed it. The console script itself, its start-up and Prefect's temporary API
-stay covered by the tests that start it (test_terminal.py, the guides' walks, test_lazy_imports.py).
+The server is `python scripts/forked_score.py`, started with the environment its children get. It imports every
+module of `tasks` and `cli` and the libraries a run loads, but not Prefect: Prefect configures logging and takes
+its settings (the environment, `prefect.toml`, `.env` and `[tool.prefect]` of the working folder) when it is
+imported, and a command that never loads it (`score register`) must not print its log lines. A server
+`with_prefect` (the crash trials: every child a `score run`) imports the flow and Prefect too. Either way a child
+may change only `SCORING_*` variables (read by `Settings` at each use) and start in a folder that gives Prefect the
+same; `start` refuses anything else, and `completed` starts a new server for it. Each child is a process group of
+its own (kill it with `os.killpg`), has its output on the log file, and ends as `score` ends: through
+`cli.score.main` and the interpreter's exit handlers (Prefect's log and event drains run), with `score`'s exit
+code, or -N when a signal N killed it. The console script itself, its start-up and Prefect's temporary API stay
+covered by the tests that start it (test_terminal.py, the guides' walks, test_lazy_imports.py).
 
 The server answers one child at a time: `start` waits for the previous child to end.
 """
@@ -37,25 +40,12 @@ import threading
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PRELOADED = (
-    "cli.score",
-    "cli.run_commands",
-    "cli.job_commands",
-    "cli.ledger_commands",
-    "cli.model_commands",
-    "flows.score_partition",
-    "prefect.flow_engine",
-    "prefect.task_engine",
-    "tasks.inference.treeshap_kernels",
-    "xgboost",
-    "pandas",
-    "scipy.special",
-    "scipy.stats",
-    "duckdb",
-    "pyarrow.dataset",
-    "pyarrow.parquet",
-)
-"""What a `score run` imports on its way (`python -X importtime`), imported once by the server."""
+LIBRARIES = ("xgboost", "pandas", "scipy.special", "scipy.stats", "duckdb", "pyarrow.dataset", "pyarrow.parquet")
+"""What a `score run` imports besides the project (`python -X importtime`), imported once by the server, with every
+module of `tasks` (but the demo's, which load scikit-learn and torch) and `cli`."""
+WITH_PREFECT = ("flows.score_partition", "prefect.flow_engine", "prefect.task_engine")
+"""Imported too by a server `with_prefect`: Prefect configures logging and takes its settings when it is imported,
+so its children show Prefect's log lines in commands that never load it (`score register`, `score validate`)."""
 LEARNED = ("skops.io", "sklearn.ensemble", "lightgbm", "catboost", "onnxruntime", "great_expectations")
 """Imported by the server once a child has imported them (a job of that framework, a suite GX checks): skops alone
 takes ~2.3 s (it loads torch through scikit-learn's array API), which a server of a module that never scores a
@@ -65,6 +55,8 @@ scikit-learn model should not pay."""
 def _child(argv: list[str], environ: dict[str, str], cwd: str, log: str, errors: str) -> None:
     """The forked child: becomes `score argv` with its output on `log` (its errors on `errors`); never returns to
     the server's loop."""
+    from tasks import TELEMETRY_OFF
+
     os.setpgid(0, 0)
     for target, path in ((1, log), (2, errors)):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -75,6 +67,9 @@ def _child(argv: list[str], environ: dict[str, str], cwd: str, log: str, errors:
     os.close(null)
     os.environ.clear()
     os.environ.update(environ)
+    # What importing `tasks` does in a `score` process of its own (the server imported it before this environment).
+    for name, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(name, value)
     os.chdir(cwd)
     sys.argv = ["score", *argv]
     from cli.score import main
@@ -82,7 +77,7 @@ def _child(argv: list[str], environ: dict[str, str], cwd: str, log: str, errors:
     main()
 
 
-def _learn(imported: Path) -> None:
+def _learn(imported: Path, with_prefect: bool) -> None:
     """Import what of LEARNED the last child imported (its module names in `imported`, written at its exit)."""
     import importlib
 
@@ -95,25 +90,36 @@ def _learn(imported: Path) -> None:
     for name in LEARNED:
         if name in names and name not in sys.modules:
             importlib.import_module(name)
-    _check_no_threads()
+    _check_forkable(with_prefect)
 
 
-def _check_no_threads() -> None:
+def _check_forkable(with_prefect: bool) -> None:
+    """The server's imports left nothing a `score` process of its own would not have at its start."""
+    import logging
+
     # No thread is copied into a child: a Python thread (one that an import started) could leave a lock held. The
     # native ones the imports start (OpenBLAS's pool, jemalloc's background threads of Arrow and Polars, Polars'
     # spill cleaner) are idle here, and those libraries take their locks around a fork (pthread_atfork).
     if threading.active_count() != 1:
         raise RuntimeError(f"the imports started threads; forking now is unsafe: {threading.enumerate()}")
+    if not with_prefect and ("prefect" in sys.modules or logging.root.handlers):
+        raise RuntimeError("the imports loaded Prefect or configured logging: children would not start as `score`")
 
 
-def serve() -> None:
+def serve(with_prefect: bool) -> None:
     import importlib
+    import pkgutil
 
-    import tasks  # noqa: F401  (telemetry off before Prefect loads, as in `score`)
+    import cli
+    import tasks  # telemetry off before anything loads Prefect, as in `score`
 
-    for name in PRELOADED:
+    for package in (tasks, cli):
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if not module.name.startswith("tasks.demo"):
+                importlib.import_module(module.name)
+    for name in LIBRARIES + (WITH_PREFECT if with_prefect else ()):
         importlib.import_module(name)
-    _check_no_threads()
+    _check_forkable(with_prefect)
     answers = sys.stdout
     answers.write("ready\n")
     answers.flush()
@@ -135,7 +141,7 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         answers.write(f"exit {os.waitstatus_to_exitcode(status)}\n")
         answers.flush()
-        _learn(imported)
+        _learn(imported, with_prefect)
     imported.parent.rmdir()
 
 
@@ -180,11 +186,11 @@ class ForkedChild:
 class ScoreForks:
     """The server process and its children (see the module's docstring)."""
 
-    def __init__(self, env: dict[str, str], cwd: Path = REPO_ROOT) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path = REPO_ROOT, *, with_prefect: bool = False) -> None:
         self.env = dict(env)
         self.cwd = Path(cwd)
         self._server = subprocess.Popen(
-            [sys.executable, __file__],
+            [sys.executable, __file__, *(["--with-prefect"] if with_prefect else [])],
             # Without SCORING_* variables: no import may take them for every child.
             env={
                 **_imported_with(env),
@@ -312,4 +318,4 @@ def completed(
 
 
 if __name__ == "__main__":
-    serve()
+    serve(with_prefect="--with-prefect" in sys.argv[1:])

@@ -57,11 +57,14 @@ def data(demo_env: DemoEnv, tmp_path: Path) -> Path:
 def score(
     data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 300
 ) -> subprocess.CompletedProcess:
+    """`score args` (default: a run of the demo job's DAY) on `data_dir`, as a user's child process; its flows talk to
+    the session's Prefect server where the module runs one (else to Prefect's temporary API)."""
     from prefect.settings import PREFECT_API_URL
 
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SCORING_")}
+    api = PREFECT_API_URL.value()
     environment.update(
-        {"PREFECT_API_URL": str(PREFECT_API_URL.value()), "SCORING_DATA_DIR": str(data_dir), **(env or {})}
+        {**({"PREFECT_API_URL": str(api)} if api else {}), "SCORING_DATA_DIR": str(data_dir), **(env or {})}
     )
     return completed(list(args or ("run", DEMO_JOB, "--date", DAY)), env=environment, cwd=PROJECT_ROOT, timeout=timeout)
 

@@ -23,7 +23,7 @@ from tasks.redaction import is_credential_parameter, redacted_text, redacted_url
 from tasks.settings import credential_free_url
 
 # Trains models or runs `score` processes (minutes on two cores): left out of `make test-fast`.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 # One table of URL shapes: what every message shows.
 REDACTED = [

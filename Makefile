@@ -29,13 +29,14 @@ lock:
 demo: $(STAMP)
 	$(VENV)/bin/score demo
 
-# Every test, on one pytest worker per core (a module's tests stay on one worker: they share its fixtures).
+# Every test, on one pytest worker per core (a module's tests stay on one worker: they share its fixtures), the
+# modules in tests/conftest.py's order (the longest first; xdist would start the modules with the most tests first).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # The inner loop: no flow on a Prefect server, no PostgreSQL or S3 server, no `score` process, no browser.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" --durations=10
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" --durations=10
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -392,10 +392,11 @@ def publish_crash_trials(
     trials: int,
     env: dict[str, str],
     logs: Path,
+    points: tuple[str, ...] = PUBLISH_POINTS,
 ) -> PublishCrashReport:
-    """Kill `score run` inside its publish at each point of PUBLISH_POINTS in turn, with an input that
-    differs from the published run's, then recover — alternately by `score recover` and by the next
-    run start of the job (a run of `other_day`) — and check both stores hold exactly one run."""
+    """Kill `score run` inside its publish at each of `points` in turn, with an input that differs from the
+    published run's, then recover — alternately by `score recover` and by the next run start of the job (a run of
+    `other_day`) — and check both stores hold exactly one run."""
     logs.mkdir(parents=True, exist_ok=True)
     postgres = settings.warehouse_url is not None or settings.warehouse_secret_block is not None
     report = PublishCrashReport(backend="postgresql" if postgres else "duckdb", trials=trials)
@@ -406,7 +407,7 @@ def publish_crash_trials(
     env = {**env, "SCORING_JOBS_DIR": str(jobs)}
     raws = _raw_versions(settings, day)
     with ScoreForks(env, with_prefect=True) as forks:
-        _publish_crash_trials(settings, day, other_day, report=report, raws=raws, forks=forks, logs=logs)
+        _publish_crash_trials(settings, day, other_day, report=report, raws=raws, forks=forks, logs=logs, points=points)
     return report
 
 
@@ -419,6 +420,7 @@ def _publish_crash_trials(
     raws: tuple[pa.Table, pa.Table],
     forks: ScoreForks,
     logs: Path,
+    points: tuple[str, ...],
 ) -> None:
     published_raw: dict[str, int] = {}
 
@@ -431,7 +433,7 @@ def _publish_crash_trials(
         raise RuntimeError(f"the clean run failed; see {logs / 'clean.log'}")
     recovered_by: Counter[str] = Counter()
     for trial in range(report.trials):
-        point = PUBLISH_POINTS[trial % len(PUBLISH_POINTS)]
+        point = points[trial % len(points)]
         current = configured_warehouse(settings).latest_partition_runs(JOB, first_date=day, last_date=day)[0]
         previous_run = next(iter(_partition_runs(settings, day)["parquet predictions"]))
         which = 1 - published_raw.get(previous_run, 0)

@@ -123,6 +123,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or any(item.get_closest_marker(name) for name in ("server", "browser", "crash"))
         ):
             item.add_marker(pytest.mark.slow)
+    # The modules that kill runs or drive a Prefect server and worker are the suite's longest (1-4 minutes each, on
+    # one worker: `--dist loadfile`); started first, the other workers' short modules fill in around them instead of
+    # one worker running the last long module alone. Every worker sorts alike (xdist asks for one order).
+    long_modules = {
+        item.module.__name__
+        for item in items
+        if isinstance(item, pytest.Function) and any(item.get_closest_marker(m) for m in ("server", "crash"))
+    }
+    items.sort(key=lambda item: getattr(getattr(item, "module", None), "__name__", "") not in long_modules)
 
 
 @dataclass(frozen=True)

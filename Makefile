@@ -1,8 +1,8 @@
 # Every target sets up .venv itself, with the tested versions of constraints.txt; the stamp makes a second
 # run a no-op until pyproject.toml or constraints.txt changes. `make lock` takes the newest versions
 # pyproject.toml allows and writes them to constraints.txt (then run `make test`).
-# pip --no-compile: Python compiles a module's bytecode when it is first imported; compiling every file of every
-# package at install took ~50 s of a ~125 s install on two cores.
+# pip compiles every installed file's bytecode: this machine sets PYTHONDONTWRITEBYTECODE, so with --no-compile each
+# process would compile every module it imports from source, every time.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -17,7 +17,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet --no-compile -c constraints.txt -e '.[demo,test,docs,dev]'
+	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[demo,test,docs,dev]'
 	touch $(STAMP)
 
 lock:

@@ -7,6 +7,7 @@ only reads them or writes to partitions it owns.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -184,26 +185,13 @@ def prefect_harness(prefect_logging: None) -> Iterator[None]:
 
     from flows.steps.partitions import subflow_without_heartbeat
 
-    quiet = {
-        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
-        "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
-    }
-    before = {name: os.environ.get(name) for name in quiet}
-    os.environ.update(quiet)  # read by the server process as it starts, and by no one else
-    try:
-        harness = prefect_test_harness(server_startup_timeout=180)
-        harness.__enter__()
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    try:
-        with subflow_without_heartbeat():
-            yield
-    finally:
-        harness.__exit__(None, None, None)
+    with contextlib.ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as starting:  # read by the server process as it starts, by no one else
+            starting.setenv("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED", "false")
+            starting.setenv("PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED", "false")
+            stack.enter_context(prefect_test_harness(server_startup_timeout=180))
+        stack.enter_context(subflow_without_heartbeat())
+        yield
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from tasks.inference.registry import (
     inference_model_checksum,
     inference_reasons_unavailable,
 )
+from tasks.inference.tree_margins import MARGIN_KERNEL_NAME, TreeMarginKernel, inference_checked_tree_margins
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
     XGBOOST_NAME,
@@ -267,9 +268,21 @@ class XGBoostEngine(ExplainingEngine):
             )
         if device == "auto" and self.device_type != "cuda":
             log.info("[INF] model_name=%s device auto: no usable GPU, scoring on CPU", self.metadata.name)
-        self.providers = (f"xgboost:{self.device_type}",)
+        self.providers: tuple[str, ...] = (f"xgboost:{self.device_type}",)
         self.reasons_unavailable = None
         self.feature_names = tuple(self.metadata.features)
+        self._margin_threads = nthread if call_threads is None else call_threads
+        self.margin_kernel: TreeMarginKernel | None = None
+        model_json = self.booster.save_raw("json")
+        if self.device_type == "cpu" and self.metadata.target != "multiclass":
+            self.margin_kernel = inference_checked_tree_margins(
+                model_json,
+                self._xgboost_margins,
+                model_label=f"{self.metadata.name} {self.metadata.version}",
+                nthread=self._margin_threads,
+            ).kernel
+            if self.margin_kernel is not None:
+                self.providers = (f"xgboost:{self.device_type}", MARGIN_KERNEL_NAME)
         if self.metadata.target == "multiclass":
             self._multiclass_contributions(len(self.metadata.classes), nthread, max_path_features)
             return
@@ -277,7 +290,7 @@ class XGBoostEngine(ExplainingEngine):
             choice = KernelChoice(None, "device cuda: XGBoost's GPU TreeSHAP", None, 0.0, XGBOOST_NAME)
         else:
             choice = inference_checked_treeshap(
-                self.booster.save_raw("json"),
+                model_json,
                 self._xgboost_contributions,
                 model_label=f"{self.metadata.name} {self.metadata.version}",
                 nthread=nthread,
@@ -285,9 +298,16 @@ class XGBoostEngine(ExplainingEngine):
             )
         self.contributions_source = TreeContributions(choice, self._xgboost_contributions, nthread=nthread)
 
+    def _xgboost_margins(self, features: np.ndarray) -> np.ndarray:
+        return self.booster.inplace_predict(features, predict_type="margin", validate_features=False)
+
     def inference_outputs(self, batch: InferenceInput) -> InferenceOutput:
         start = time.perf_counter()
-        margins = self.booster.inplace_predict(batch.features, predict_type="margin", validate_features=False)
+        kernel = self.margin_kernel
+        if kernel is not None and batch.features.ndim == 2 and batch.features.shape[1] == kernel.n_features:
+            margins = kernel.margins(batch.features, nthread=self._margin_threads)
+        else:
+            margins = self._xgboost_margins(batch.features)
         latency_ms = (time.perf_counter() - start) * 1000.0
         return _logged_output(self.metadata, batch, margins, latency_ms, self.device_type)
 

@@ -405,7 +405,19 @@ def inference_treeshap_kernel(
     )
 
 
-def inference_guard_rows(kernel: ContributionKernel, *, rows: int = GUARD_ROWS, seed: int = 0) -> np.ndarray:
+class SplitSource(Protocol):
+    """What the guard rows are built from: a model's features and the thresholds it splits each one at."""
+
+    @property
+    def n_features(self) -> int: ...
+
+    @property
+    def used_features(self) -> np.ndarray: ...
+
+    def split_thresholds(self, feature: int) -> np.ndarray: ...
+
+
+def inference_guard_rows(kernel: SplitSource, *, rows: int = GUARD_ROWS, seed: int = 0) -> np.ndarray:
     """Rows that exercise the splits: exact thresholds, values just below them, values around them, NaNs."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, kernel.n_features)).astype(np.float32)

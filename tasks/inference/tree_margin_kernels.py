@@ -1,0 +1,111 @@
+"""The numba kernels of the tree-margin predictor (tasks/inference/tree_margins.py): the node layout it
+reads and the margins of a block of rows.
+
+Imported where a margin kernel is built or run, never at the top of a module (numba takes ~0.3 s to
+import). The compiled kernels are cached next to this file (`cache=True`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def inference_margin_layout(left, right, feature, value, default_left, node_start):
+    """Per tree, its nodes renumbered breadth first so that every split's right child is its left child + 1,
+    and one padding leaf at the end. Returns (feature, threshold, child, default_right, leaf_value, root, depth):
+    at a leaf the threshold is NaN and the child the leaf itself, so a row that reached it stays whatever it
+    is compared with; `depth` is the deepest leaf's. Nodes no split leads to are left as such leaves."""
+    n_trees = node_start.size - 1
+    n_nodes = node_start[n_trees] + 1
+    out_feature = np.zeros(n_nodes, np.int32)
+    out_threshold = np.full(n_nodes, np.nan, np.float32)
+    out_child = np.arange(n_nodes).astype(np.int32)
+    out_default_right = np.zeros(n_nodes, np.bool_)
+    out_leaf = np.zeros(n_nodes, np.float32)
+    roots = np.empty(n_trees, np.int32)
+    depth = 0
+    widest = 0
+    for t in range(n_trees):
+        widest = max(widest, node_start[t + 1] - node_start[t])
+    order = np.empty(widest, np.int64)
+    level = np.empty(widest, np.int64)
+    for t in range(n_trees):
+        base = node_start[t]
+        roots[t] = base
+        order[0] = 0
+        level[0] = 0
+        filled = 1
+        at = -1
+        while at + 1 < filled:
+            at += 1
+            k = order[at]
+            g = base + k
+            here = base + at
+            if left[g] < 0:
+                out_leaf[here] = value[g]
+                continue
+            out_feature[here] = feature[g]
+            out_threshold[here] = value[g]
+            out_default_right[here] = default_left[g] == 0
+            out_child[here] = base + filled
+            order[filled] = left[g]
+            order[filled + 1] = right[g]
+            level[filled] = level[at] + 1
+            level[filled + 1] = level[at] + 1
+            depth = max(depth, level[at] + 1)
+            filled += 2
+    return out_feature, out_threshold, out_child, out_default_right, out_leaf, roots, depth
+
+
+@numba.njit(cache=True, parallel=True)
+def inference_tree_margins(x, feature, threshold, child, default_right, leaf, roots, depth, bias, out, block):
+    # Each block's rows are transposed so that a split reads one contiguous column. A row's margin starts at
+    # the bias and adds its leaf of every tree in the model's order, all in float32, which is how XGBoost's
+    # CPU predictor sums them: the margins are XGBoost's to the bit. The root and its two children are
+    # evaluated for every row without branching (constants of the tree); the deeper levels follow each
+    # row's node, rows innermost, so the loop carries no dependency from one row to the next.
+    n_rows, n_features = x.shape
+    n_blocks = (n_rows + block - 1) // block
+    for b in numba.prange(n_blocks):
+        first = b * block
+        m = min(n_rows, first + block) - first
+        xt = np.empty((n_features, block), np.float32)
+        node = np.empty(block, np.int32)
+        acc = np.empty(block, np.float32)
+        for j in range(m):
+            acc[j] = bias
+            for f in range(n_features):
+                xt[f, j] = x[first + j, f]
+        for t in range(roots.size):
+            k = roots[t]
+            column = xt[feature[k]]
+            at_root = threshold[k]
+            root_right = default_right[k]
+            a = child[k]
+            column_a = xt[feature[a]]
+            at_a = threshold[a]
+            right_a = default_right[a]
+            child_a = child[a]
+            column_b = xt[feature[a + 1]]
+            at_b = threshold[a + 1]
+            right_b = default_right[a + 1]
+            child_b = child[a + 1]
+            for j in range(m):
+                v = column[j]
+                va = column_a[j]
+                vb = column_b[j]
+                # NaN fails every comparison: it goes right only where the default is right.
+                node_a = child_a + np.int32((va >= at_a) | ((va != va) & right_a))
+                node_b = child_b + np.int32((vb >= at_b) | ((vb != vb) & right_b))
+                node[j] = node_b if (v >= at_root) | ((v != v) & root_right) else node_a
+            for _ in range(2, depth):
+                for j in range(m):
+                    k = node[j]
+                    v = xt[feature[k], j]
+                    node[j] = child[k] + np.int32((v >= threshold[k]) | ((v != v) & default_right[k]))
+            for j in range(m):
+                acc[j] += leaf[node[j]]
+        for j in range(m):
+            out[first + j] = acc[j]

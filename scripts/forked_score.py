@@ -19,8 +19,8 @@ imported, and a command that never loads it (`score register`) must not print it
 may change only `SCORING_*` variables (read by `Settings` at each use) and start in a folder that gives Prefect the
 same; `start` refuses anything else, and `completed` starts a new server for it. Each child is a process group of
 its own (kill it with `os.killpg`), has its output on the log file, and ends as `score` ends: through
-`cli.score.main` and the interpreter's exit handlers (Prefect's log and event drains run), with `score`'s exit
-code, or -N when a signal N killed it. The console script itself, its start-up and Prefect's temporary API stay
+`cli.score.main`, its threads and the interpreter's exit handlers (Prefect's log and event drains run), but not
+the C library's (`_ended`), with `score`'s exit code, or -N when a signal N killed it. The console script itself, its start-up and Prefect's temporary API stay
 covered by the tests that start it (test_terminal.py, the guides' walks, test_lazy_imports.py).
 
 The server answers one child at a time: `start` waits for the previous child to end.
@@ -37,7 +37,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 from pathlib import Path
+from typing import NoReturn
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LIBRARIES = ("xgboost", "pandas", "scipy.special", "scipy.stats", "duckdb", "pyarrow.dataset", "pyarrow.parquet")
@@ -75,6 +77,34 @@ def _child(argv: list[str], environ: dict[str, str], cwd: str, log: str, errors:
     from cli.score import main
 
     main()
+
+
+def _child_exit_code(request: dict) -> int:
+    """`score`'s exit code for the request, with what the interpreter would print of an exception that ends it."""
+    try:
+        _child(request["argv"], request["env"], request["cwd"], request["log"], request["errors"])
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _ended(code: int) -> NoReturn:
+    """End a child as the interpreter ends `score` (its threads joined, its exit handlers run: Prefect's log and
+    event drains), but without the C library's exit handlers: ONNX Runtime's joins a thread of its pool, which in
+    a forked child can wait forever (a failed `score run` with an ONNX challenger hung after its last line)."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 def _learn(imported: Path, with_prefect: bool) -> None:
@@ -130,8 +160,7 @@ def serve(with_prefect: bool) -> None:
         pid = os.fork()
         if pid == 0:
             atexit.register(lambda: imported.write_text(json.dumps(sorted(sys.modules))))
-            _child(request["argv"], request["env"], request["cwd"], request["log"], request["errors"])
-            sys.exit(0)
+            _ended(_child_exit_code(request))
         try:
             os.setpgid(pid, pid)
         except (PermissionError, ProcessLookupError):

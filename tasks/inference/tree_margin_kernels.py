@@ -59,53 +59,68 @@ def inference_margin_layout(left, right, feature, value, default_left, node_star
     return out_feature, out_threshold, out_child, out_default_right, out_leaf, roots, depth
 
 
-@numba.njit(cache=True, parallel=True)
-def inference_tree_margins(x, feature, threshold, child, default_right, leaf, roots, depth, bias, out, block):
-    # Each block's rows are transposed so that a split reads one contiguous column. A row's margin starts at
+@numba.njit(cache=True, nogil=True, inline="always")
+def _block_margins(x, first, m, feature, threshold, child, default_right, leaf, roots, depth, bias, out):
+    # The block's rows are transposed so that a split reads one contiguous column. A row's margin starts at
     # the bias and adds its leaf of every tree in the model's order, all in float32, which is how XGBoost's
     # CPU predictor sums them: the margins are XGBoost's to the bit. The root and its two children are
     # evaluated for every row without branching (constants of the tree); the deeper levels follow each
     # row's node, rows innermost, so the loop carries no dependency from one row to the next.
-    n_rows, n_features = x.shape
-    n_blocks = (n_rows + block - 1) // block
-    for b in numba.prange(n_blocks):
+    n_features = x.shape[1]
+    xt = np.empty((n_features, m), np.float32)
+    node = np.empty(m, np.int32)
+    acc = np.empty(m, np.float32)
+    for j in range(m):
+        acc[j] = bias
+        for f in range(n_features):
+            xt[f, j] = x[first + j, f]
+    for t in range(roots.size):
+        k = roots[t]
+        column = xt[feature[k]]
+        at_root = threshold[k]
+        root_right = default_right[k]
+        a = child[k]
+        column_a = xt[feature[a]]
+        at_a = threshold[a]
+        right_a = default_right[a]
+        child_a = child[a]
+        column_b = xt[feature[a + 1]]
+        at_b = threshold[a + 1]
+        right_b = default_right[a + 1]
+        child_b = child[a + 1]
+        for j in range(m):
+            v = column[j]
+            va = column_a[j]
+            vb = column_b[j]
+            # NaN fails every comparison: it goes right only where the default is right.
+            node_a = child_a + np.int32((va >= at_a) | ((va != va) & right_a))
+            node_b = child_b + np.int32((vb >= at_b) | ((vb != vb) & right_b))
+            node[j] = node_b if (v >= at_root) | ((v != v) & root_right) else node_a
+        for _ in range(2, depth):
+            for j in range(m):
+                k = node[j]
+                v = xt[feature[k], j]
+                node[j] = child[k] + np.int32((v >= threshold[k]) | ((v != v) & default_right[k]))
+        for j in range(m):
+            acc[j] += leaf[node[j]]
+    for j in range(m):
+        out[first + j] = acc[j]
+
+
+@numba.njit(cache=True, parallel=True)
+def inference_tree_margins(x, feature, threshold, child, default_right, leaf, roots, depth, bias, out, block):
+    """Margins of every row of `x` into `out`, blocks of `block` rows on numba's threads."""
+    n_rows = x.shape[0]
+    for b in numba.prange((n_rows + block - 1) // block):
         first = b * block
         m = min(n_rows, first + block) - first
-        xt = np.empty((n_features, block), np.float32)
-        node = np.empty(block, np.int32)
-        acc = np.empty(block, np.float32)
-        for j in range(m):
-            acc[j] = bias
-            for f in range(n_features):
-                xt[f, j] = x[first + j, f]
-        for t in range(roots.size):
-            k = roots[t]
-            column = xt[feature[k]]
-            at_root = threshold[k]
-            root_right = default_right[k]
-            a = child[k]
-            column_a = xt[feature[a]]
-            at_a = threshold[a]
-            right_a = default_right[a]
-            child_a = child[a]
-            column_b = xt[feature[a + 1]]
-            at_b = threshold[a + 1]
-            right_b = default_right[a + 1]
-            child_b = child[a + 1]
-            for j in range(m):
-                v = column[j]
-                va = column_a[j]
-                vb = column_b[j]
-                # NaN fails every comparison: it goes right only where the default is right.
-                node_a = child_a + np.int32((va >= at_a) | ((va != va) & right_a))
-                node_b = child_b + np.int32((vb >= at_b) | ((vb != vb) & right_b))
-                node[j] = node_b if (v >= at_root) | ((v != v) & root_right) else node_a
-            for _ in range(2, depth):
-                for j in range(m):
-                    k = node[j]
-                    v = xt[feature[k], j]
-                    node[j] = child[k] + np.int32((v >= threshold[k]) | ((v != v) & default_right[k]))
-            for j in range(m):
-                acc[j] += leaf[node[j]]
-        for j in range(m):
-            out[first + j] = acc[j]
+        _block_margins(x, first, m, feature, threshold, child, default_right, leaf, roots, depth, bias, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def inference_tree_margins_serial(x, feature, threshold, child, default_right, leaf, roots, depth, bias, out, block):
+    """The same on the calling thread, without the GIL: work units scored at once each run their own."""
+    n_rows = x.shape[0]
+    for first in range(0, n_rows, block):
+        m = min(n_rows, first + block) - first
+        _block_margins(x, first, m, feature, threshold, child, default_right, leaf, roots, depth, bias, out)

@@ -88,30 +88,24 @@ class TreeMarginKernel:
         )
 
     def margins(self, features: np.ndarray, *, nthread: int = 0) -> np.ndarray:
-        """One float32 margin per row of `features` (rows × n_features)."""
+        """One float32 margin per row of `features` (rows × n_features), on `nthread` threads (0: all numba has).
+        On one thread the kernel runs on the caller's, without the GIL and without the launch lock, so work
+        units scored at once each run their own."""
         import numba
 
-        from tasks.inference.tree_margin_kernels import inference_tree_margins
+        from tasks.inference.tree_margin_kernels import inference_tree_margins, inference_tree_margins_serial
 
         x, _, threads = inference_kernel_arrays(features, self.n_features, nthread)
         out = np.empty(x.shape[0], dtype=np.float32)
         if x.shape[0] == 0:
             return out
+        arrays = (self.feature, self.threshold, self.child, self.default_right, self.leaf, self.roots)
+        if threads == 1:
+            inference_tree_margins_serial(x, *arrays, self.depth, self.bias, out, _BLOCK_ROWS)
+            return out
         with _PARALLEL_LAUNCH:
             numba.set_num_threads(threads)
-            inference_tree_margins(
-                x,
-                self.feature,
-                self.threshold,
-                self.child,
-                self.default_right,
-                self.leaf,
-                self.roots,
-                self.depth,
-                self.bias,
-                out,
-                _BLOCK_ROWS,
-            )
+            inference_tree_margins(x, *arrays, self.depth, self.bias, out, _BLOCK_ROWS)
         return out
 
 

@@ -36,6 +36,9 @@ class ChildRun:
     tree_peak_rss_mb: float
     """Largest sum of RSS over the child and all its descendants, sampled every `sample_s`."""
     log_path: Path
+    cpu_s: float = 0.0
+    """User + system CPU seconds of the child and the descendants it waited for (wait4): on a shared machine whose
+    neighbours take its cores now and then, what a run costs moves far less than its wall time."""
     stdout: str = field(repr=False, default="")
 
     def log_tail(self, lines: int = 25) -> str:
@@ -115,6 +118,7 @@ def measured_child(cmd: list[str], *, env: dict[str, str], log_path: Path, sampl
         maxrss_mb=usage.ru_maxrss / 1024,
         tree_peak_rss_mb=peak[0] / 2**20,
         log_path=log_path,
+        cpu_s=usage.ru_utime + usage.ru_stime,
         stdout=stdout,
     )
 

@@ -15,7 +15,8 @@ The children talk to a `prefect server` the bench starts first (`--api server`, 
 deployments run); `--api ephemeral` lets each start Prefect's temporary API, as a terminal run
 without a server does. Each round runs the limit script (bench/limit.py, same partition, batches of the chunk size)
 first, then each variant; `--repeat` rounds, the median is reported with every run listed.
-`ratio_to_limit` = e2e wall / limit wall of whole processes; `maxrss_mb` is the child's own
+`ratio_to_limit` = e2e wall / limit wall of whole processes, `cpu_ratio_to_limit` the same of their user + system
+CPU seconds (what a run costs, which a shared machine's neighbours move far less than its wall); `maxrss_mb` is the child's own
 ru_maxrss (wait4), `tree_peak_rss_mb` the sampled sum over the child and its descendants
 (Prefect's ephemeral API server runs as a subprocess).
 """
@@ -124,6 +125,7 @@ def measured_e2e(data: BenchData, *, variant: str, jobs_dir: Path, chunk_rows: i
     inference = ledger.get("inference") if isinstance(ledger.get("inference"), dict) else {}
     return {
         "wall_s": round(run.wall_s, 3),
+        "cpu_s": round(run.cpu_s, 3),
         "maxrss_mb": round(run.maxrss_mb, 1),
         "tree_peak_rss_mb": round(run.tree_peak_rss_mb, 1),
         "rows_read": ledger.get("rows_read"),
@@ -147,8 +149,10 @@ def e2e_figure(
     *,
     chunk_rows: int | None,
     limit_wall_s: float | None,
+    limit_cpu_s: float | None = None,
 ) -> dict:
     wall = median([r["wall_s"] for r in runs])
+    cpu = median([r["cpu_s"] for r in runs])
     figure = {
         "bench": "e2e",
         "api": api,
@@ -158,6 +162,7 @@ def e2e_figure(
         "chunk_rows": chunk_rows or JOB_CHUNK_ROWS,
         "repeat": len(runs),
         "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
         "rows_per_s": round(data.rows / wall),
         "maxrss_mb": round(median([r["maxrss_mb"] for r in runs]), 1),
         "tree_peak_rss_mb": round(median([r["tree_peak_rss_mb"] for r in runs]), 1),
@@ -166,6 +171,8 @@ def e2e_figure(
     if limit_wall_s:
         figure["limit_wall_s"] = limit_wall_s
         figure["ratio_to_limit"] = round(wall / limit_wall_s, 2)
+    if limit_cpu_s:
+        figure["cpu_ratio_to_limit"] = round(cpu / limit_cpu_s, 2)
     figure["runs"] = runs
     return figure
 
@@ -214,14 +221,35 @@ def main() -> None:
                 )
                 print(f"round {i + 1}/{args.repeat}: {v} {runs[v][-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
     table_rows = []
-    limit_wall = None
+    limit_wall = limit_cpu = None
     if limit_runs:
         limit = limit_figure(data, limit_runs, batch_rows=batch_rows)
-        limit_wall = limit["wall_s"]
+        limit_wall, limit_cpu = limit["wall_s"], limit["cpu_s"]
         emit(limit)
-        table_rows.append(["limit", limit["wall_s"], f"{limit['rows_per_s']:,}", "1.00", limit["maxrss_mb"], "-", "-"])
+        table_rows.append(
+            [
+                "limit",
+                limit["wall_s"],
+                f"{limit['rows_per_s']:,}",
+                "1.00",
+                limit["cpu_s"],
+                "1.00",
+                limit["maxrss_mb"],
+                "-",
+                "-",
+            ]
+        )
     for v in variants:
-        figure = e2e_figure(data, args.api, v, jobs[v][1], runs[v], chunk_rows=args.chunk_rows, limit_wall_s=limit_wall)
+        figure = e2e_figure(
+            data,
+            args.api,
+            v,
+            jobs[v][1],
+            runs[v],
+            chunk_rows=args.chunk_rows,
+            limit_wall_s=limit_wall,
+            limit_cpu_s=limit_cpu,
+        )
         emit(figure)
         table_rows.append(
             [
@@ -229,6 +257,8 @@ def main() -> None:
                 figure["wall_s"],
                 f"{figure['rows_per_s']:,}",
                 figure.get("ratio_to_limit", "-"),
+                figure["cpu_s"],
+                figure.get("cpu_ratio_to_limit", "-"),
                 figure["maxrss_mb"],
                 figure["tree_peak_rss_mb"],
                 f"{figure['rows_with_reasons']:,}",
@@ -251,7 +281,17 @@ def main() -> None:
         emit({"bench": "e2e_targets", "api": args.api, "rows": data.rows, **targets})
     print_table(
         f"e2e: {data.rows:,} rows, chunks of {batch_rows:,}, {args.api} API (median of {args.repeat})",
-        ["figure", "wall s", "rows/s", "× limit", "peak RSS MB", "tree peak MB", "rows with reasons"],
+        [
+            "figure",
+            "wall s",
+            "rows/s",
+            "× limit",
+            "cpu s",
+            "cpu × limit",
+            "peak RSS MB",
+            "tree peak MB",
+            "rows with reasons",
+        ],
         table_rows,
     )
     for name, t in targets.items():

@@ -10,7 +10,9 @@ float32 chunks with:
 - stage: the engine's `inference_outputs(InferenceInput(...))`, which adds the input contract
   checks, the `[INF]` log line, latency timing and the output DTO.
 
-Each pass runs `--repeat` times; the median is reported. Overhead = stage / bare − 1.
+Each pass runs `--repeat` times; the median is reported. Overhead = stage / bare − 1. The XGBoost engine's
+margins on the CPU come from the tree-margin kernel (tasks/inference/tree_margins.py), XGBoost's margins to the
+bit, so its overhead is negative: the kernel's gain over `inplace_predict`, net of the stage's own costs.
 """
 
 from __future__ import annotations

@@ -131,6 +131,7 @@ def measured_limit(data: BenchData, *, batch_rows: int, nthread: int, run_index:
     inner = last_json_line(run.stdout)
     return {
         "wall_s": round(run.wall_s, 3),
+        "cpu_s": round(run.cpu_s, 3),
         "maxrss_mb": round(run.maxrss_mb, 1),
         "tree_peak_rss_mb": round(run.tree_peak_rss_mb, 1),
         **inner,
@@ -145,6 +146,7 @@ def limit_figure(data: BenchData, runs: list[dict], *, batch_rows: int) -> dict:
         "batch_rows": batch_rows,
         "repeat": len(runs),
         "wall_s": round(wall, 3),
+        "cpu_s": round(median([r["cpu_s"] for r in runs]), 3),
         "rows_per_s": round(data.rows / wall),
         "work_s": round(median([r["work_s"] for r in runs]), 3),
         "work_rows_per_s": round(data.rows / median([r["work_s"] for r in runs])),

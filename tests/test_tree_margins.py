@@ -87,6 +87,8 @@ MODELS = {
     "gamma": ({"objective": "reg:gamma", "max_depth": 4}, 8),
     "tweedie": ({"objective": "reg:tweedie", "max_depth": 4}, 8),
     "stumps": ({"objective": "binary:logistic", "max_depth": 1}, 8),
+    "every split pruned: single-leaf trees": ({"objective": "binary:logistic", "max_depth": 3, "gamma": 1e6}, 8),
+    "some splits pruned": ({"objective": "binary:logistic", "max_depth": 6, "gamma": 2.0}, 8),
     "lossguide, 31 leaves": ({"objective": "binary:logistic", "grow_policy": "lossguide", "max_leaves": 31}, 12),
     "random forest of 4 trees a round": (
         {"objective": "binary:logistic", "num_parallel_tree": 4, "subsample": 0.8, "colsample_bynode": 0.8},

@@ -14,11 +14,12 @@ import numpy as np
 @numba.njit(cache=True)
 def inference_margin_layout(left, right, feature, value, default_left, node_start):
     """Per tree, its nodes renumbered breadth first so that every split's right child is its left child + 1,
-    and one padding leaf at the end. Returns (feature, threshold, child, default_right, leaf_value, root, depth):
-    at a leaf the threshold is NaN and the child the leaf itself, so a row that reached it stays whatever it
-    is compared with; `depth` is the deepest leaf's. Nodes no split leads to are left as such leaves."""
+        and two padding leaves at the end (the first three levels read a node's children and grandchildren
+    even where it is a leaf). Returns (feature, threshold, child, default_right, leaf_value, root, depth):
+        at a leaf the threshold is NaN and the child the leaf itself, so a row that reached it stays whatever it
+        is compared with; `depth` is the deepest leaf's. Nodes no split leads to are left as such leaves."""
     n_trees = node_start.size - 1
-    n_nodes = node_start[n_trees] + 1
+    n_nodes = node_start[n_trees] + 2
     out_feature = np.zeros(n_nodes, np.int32)
     out_threshold = np.full(n_nodes, np.nan, np.float32)
     out_child = np.arange(n_nodes).astype(np.int32)
@@ -63,7 +64,7 @@ def inference_margin_layout(left, right, feature, value, default_left, node_star
 def _block_margins(x, first, m, feature, threshold, child, default_right, leaf, roots, depth, bias, out):
     # The block's rows are transposed so that a split reads one contiguous column. A row's margin starts at
     # the bias and adds its leaf of every tree in the model's order, all in float32, which is how XGBoost's
-    # CPU predictor sums them: the margins are XGBoost's to the bit. The root and its two children are
+    # CPU predictor sums them: the margins are XGBoost's to the bit. The first three levels (seven splits) are
     # evaluated for every row without branching (constants of the tree); the deeper levels follow each
     # row's node, rows innermost, so the loop carries no dependency from one row to the next.
     n_features = x.shape[1]
@@ -76,27 +77,39 @@ def _block_margins(x, first, m, feature, threshold, child, default_right, leaf, 
             xt[f, j] = x[first + j, f]
     for t in range(roots.size):
         k = roots[t]
-        column = xt[feature[k]]
-        at_root = threshold[k]
-        root_right = default_right[k]
         a = child[k]
-        column_a = xt[feature[a]]
-        at_a = threshold[a]
-        right_a = default_right[a]
-        child_a = child[a]
-        column_b = xt[feature[a + 1]]
-        at_b = threshold[a + 1]
-        right_b = default_right[a + 1]
-        child_b = child[a + 1]
+        b = a + 1
+        aa = child[a]
+        ab = aa + 1
+        ba = child[b]
+        bb = ba + 1
+        column, at_k, right_k = xt[feature[k]], threshold[k], default_right[k]
+        column_a, at_a, right_a = xt[feature[a]], threshold[a], default_right[a]
+        column_b, at_b, right_b = xt[feature[b]], threshold[b], default_right[b]
+        column_aa, at_aa, right_aa, child_aa = xt[feature[aa]], threshold[aa], default_right[aa], child[aa]
+        column_ab, at_ab, right_ab, child_ab = xt[feature[ab]], threshold[ab], default_right[ab], child[ab]
+        column_ba, at_ba, right_ba, child_ba = xt[feature[ba]], threshold[ba], default_right[ba], child[ba]
+        column_bb, at_bb, right_bb, child_bb = xt[feature[bb]], threshold[bb], default_right[bb], child[bb]
         for j in range(m):
-            v = column[j]
-            va = column_a[j]
-            vb = column_b[j]
             # NaN fails every comparison: it goes right only where the default is right.
-            node_a = child_a + np.int32((va >= at_a) | ((va != va) & right_a))
-            node_b = child_b + np.int32((vb >= at_b) | ((vb != vb) & right_b))
-            node[j] = node_b if (v >= at_root) | ((v != v) & root_right) else node_a
-        for _ in range(2, depth):
+            v = column[j]
+            go_b = (v >= at_k) | ((v != v) & right_k)
+            v = column_a[j]
+            go_ab = (v >= at_a) | ((v != v) & right_a)
+            v = column_b[j]
+            go_bb = (v >= at_b) | ((v != v) & right_b)
+            v = column_aa[j]
+            node_aa = child_aa + np.int32((v >= at_aa) | ((v != v) & right_aa))
+            v = column_ab[j]
+            node_ab = child_ab + np.int32((v >= at_ab) | ((v != v) & right_ab))
+            v = column_ba[j]
+            node_ba = child_ba + np.int32((v >= at_ba) | ((v != v) & right_ba))
+            v = column_bb[j]
+            node_bb = child_bb + np.int32((v >= at_bb) | ((v != v) & right_bb))
+            node_a = node_ab if go_ab else node_aa
+            node_b = node_bb if go_bb else node_ba
+            node[j] = node_b if go_b else node_a
+        for _ in range(3, depth):
             for j in range(m):
                 k = node[j]
                 v = xt[feature[k], j]

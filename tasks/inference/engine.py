@@ -36,7 +36,13 @@ from tasks.inference.registry import (
     inference_model_checksum,
     inference_reasons_unavailable,
 )
-from tasks.inference.tree_margins import MARGIN_KERNEL_NAME, TreeMarginKernel, inference_checked_tree_margins
+from tasks.inference.tree_margins import (
+    MARGIN_KERNEL_NAME,
+    ClassMarginKernels,
+    TreeMarginKernel,
+    inference_checked_class_tree_margins,
+    inference_checked_tree_margins,
+)
 from tasks.inference.treeshap import (
     DEFAULT_MAX_PATH_FEATURES,
     XGBOOST_NAME,
@@ -272,10 +278,15 @@ class XGBoostEngine(ExplainingEngine):
         self.reasons_unavailable = None
         self.feature_names = tuple(self.metadata.features)
         self._margin_threads = nthread if call_threads is None else call_threads
-        self.margin_kernel: TreeMarginKernel | None = None
+        self.margin_kernel: TreeMarginKernel | ClassMarginKernels | None = None
         model_json = self.booster.save_raw("json")
-        if self.device_type == "cpu" and self.metadata.target != "multiclass":
-            self.margin_kernel = inference_checked_tree_margins(
+        if self.device_type == "cpu":
+            checked = (
+                inference_checked_class_tree_margins
+                if self.metadata.target == "multiclass"
+                else inference_checked_tree_margins
+            )
+            self.margin_kernel = checked(
                 model_json,
                 self._xgboost_margins,
                 model_label=f"{self.metadata.name} {self.metadata.version}",

@@ -136,6 +136,18 @@ def test_every_class_margin_is_xgboost_s_bit_for_bit(params: dict) -> None:
     assert np.array_equal(np.ascontiguousarray(ours).view(np.uint32), theirs.view(np.uint32))
 
 
+def test_the_base_margin_is_xgboost_s_own_where_numpy_s_log_is_one_float_off() -> None:
+    """For base_score 0.4988 numpy's float32 log and the C library's logf (XGBoost's) differ in the last bit; a base
+    margin one float off changed ~1 in 10,000 margins by one float, which 256 load-time rows did not notice."""
+    booster, _ = _trained({"objective": "binary:logistic", "max_depth": 8, "base_score": 0.4988})
+    choice = inference_checked_tree_margins(booster.save_raw("json"), _xgboost_margins(booster), model_label="b")
+    assert choice.kernel is not None
+    rows = _rows(200_000, 8, 13)
+    ours = choice.kernel.margins(rows)
+    theirs = np.asarray(_xgboost_margins(booster)(rows), dtype=np.float32)
+    assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
+
+
 def test_float64_rows_are_taken_as_xgboost_takes_them() -> None:
     booster, _ = _trained({"objective": "binary:logistic", "max_depth": 5})
     choice = inference_checked_tree_margins(booster.save_raw("json"), _xgboost_margins(booster), model_label="f64")

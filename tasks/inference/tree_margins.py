@@ -8,15 +8,15 @@ the base margin plus each tree's leaf, in float32 and in tree order, so every ma
 
 It is used only after it reproduced `inplace_predict` bit for bit on rows built around every split
 threshold (and NaNs) at load; a multiclass model gets one kernel per class, each checked against its column.
-A model it cannot represent (categorical splits, several targets, a DART or linear booster, an objective whose
-base margin it does not know) or a check that fails leaves the margins to XGBoost, logged with the reason.
+A model it cannot represent (categorical splits, several targets, a DART or linear booster) or a check that fails
+leaves the margins to XGBoost, logged with the reason. The base margin is XGBoost's own (`_xgboost_base_margins`).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,9 +25,6 @@ from functools import cached_property
 import numpy as np
 
 from tasks.inference.treeshap import (
-    _IDENTITY_OBJECTIVES,
-    _LOG_OBJECTIVES,
-    _LOGIT_OBJECTIVES,
     _PARALLEL_LAUNCH,
     GUARD_ROWS,
     TreeArrays,
@@ -42,8 +39,6 @@ log = logging.getLogger("scoring.inference")
 
 MARGIN_KERNEL_NAME = "tree_margins"
 _BLOCK_ROWS = 256
-_BIAS_ULPS = 4
-_SOFTMAX_OBJECTIVES = frozenset({"multi:softprob", "multi:softmax"})
 
 
 @dataclass(frozen=True)
@@ -77,19 +72,6 @@ class TreeMarginKernel:
     def split_thresholds(self, feature: int) -> np.ndarray:
         return self.threshold[self._splits[self.feature[self._splits] == feature]]
 
-    def with_bias(self, bias: np.float32) -> TreeMarginKernel:
-        return TreeMarginKernel(
-            self.n_features,
-            self.feature,
-            self.threshold,
-            self.child,
-            self.default_right,
-            self.leaf,
-            self.roots,
-            self.depth,
-            bias,
-        )
-
     def margins(self, features: np.ndarray, *, nthread: int = 0) -> np.ndarray:
         """One float32 margin per row of `features` (rows × n_features), on `nthread` threads (0: all numba has).
         On one thread the kernel runs on the caller's, without the GIL and without the launch lock, so work
@@ -112,43 +94,25 @@ class TreeMarginKernel:
         return out
 
 
-def _base_scores(learner: dict) -> list[np.float32]:
-    base_score = json.loads(learner["learner_model_param"]["base_score"])
-    return [np.float32(b) for b in (base_score if isinstance(base_score, list) else [base_score])]
+def _xgboost_base_margins(model: dict) -> np.ndarray:
+    """The base margin of each output exactly as XGBoost computes it from the model's `base_score`: the model with
+    every leaf set to 0, loaded into XGBoost, predicts that and nothing else. (Computing it here instead depends on
+    the C library's logf: numpy's differs from glibc's in the last bit for some scores, and a base margin one float
+    off changes ~1 in 10,000 margins by one float, too few for the load-time rows to notice.)"""
+    from tasks.inference.frameworks import inference_xgboost_module
 
-
-def _bias_candidates(learner: dict, score: np.float32 | None = None) -> list[np.float32]:
-    """The base margins XGBoost may hold for `base_score` (`score`: one class's), most likely first: its own
-    float32 arithmetic, the float64 result rounded, then their neighbours up to `_BIAS_ULPS` floats away. The model
-    file keeps `base_score` as decimal text, which need not be the float a booster trained in this process holds,
-    and the C library's logf and numpy's may differ in the last bit; the load-time check keeps the one that
-    reproduces XGBoost's margins."""
-    objective = learner["objective"]["name"]
-    score = _base_scores(learner)[0] if score is None else score
-    one = np.float32(1.0)
-    with np.errstate(all="ignore"):
-        if objective in _LOGIT_OBJECTIVES:
-            nominal = [-np.log(one / score - one), np.float32(-math.log(1.0 / float(score) - 1.0))]
-        elif objective in _LOG_OBJECTIVES:
-            nominal = [np.log(score), np.float32(math.log(float(score)))]
-        elif objective in _IDENTITY_OBJECTIVES or objective in _SOFTMAX_OBJECTIVES:
-            nominal = [score]
-        else:
-            raise TreeShapUnsupported(f"objective {objective}: its base margin is not known to the kernel")
-    candidates = [np.float32(c) for c in nominal]
-    for step in range(1, _BIAS_ULPS + 1):
-        for c in nominal:
-            down = up = np.float32(c)
-            for _ in range(step):
-                down, up = np.nextafter(down, np.float32(-np.inf)), np.nextafter(up, np.float32(np.inf))
-            candidates += [down, up]
-    unique: list[np.float32] = []
-    for c in candidates:
-        if np.isfinite(c) and not any(c.tobytes() == u.tobytes() for u in unique):
-            unique.append(c)
-    if not unique:
-        raise TreeShapUnsupported(f"base_score {score} has no finite margin under {objective}")
-    return unique
+    xgb = inference_xgboost_module()
+    zeroed = copy.deepcopy(model)
+    for tree in zeroed["learner"]["gradient_booster"]["model"]["trees"]:
+        tree["split_conditions"] = [
+            0.0 if left == -1 else value
+            for left, value in zip(tree["left_children"], tree["split_conditions"], strict=True)
+        ]
+    booster = xgb.Booster()
+    booster.load_model(bytearray(json.dumps(zeroed).encode()))
+    n_features = int(model["learner"]["learner_model_param"]["num_feature"])
+    probe = np.zeros((1, n_features), dtype=np.float32)
+    return np.asarray(booster.inplace_predict(probe, predict_type="margin"), dtype=np.float32).reshape(-1)
 
 
 def _kernel_of(arrays: TreeArrays, bias: np.float32) -> TreeMarginKernel:
@@ -160,15 +124,12 @@ def _kernel_of(arrays: TreeArrays, bias: np.float32) -> TreeMarginKernel:
     return TreeMarginKernel(arrays.n_features, feature, threshold, child, default_right, leaf, roots, int(depth), bias)
 
 
-def inference_tree_margin_kernel(
-    model_json: bytes | bytearray | str | dict,
-) -> tuple[TreeMarginKernel, list[np.float32]]:
-    """The kernel of a model saved by `booster.save_raw("json")` with its first base margin candidate, and all
-    the candidates; raises TreeShapUnsupported for what it cannot represent."""
+def inference_tree_margin_kernel(model_json: bytes | bytearray | str | dict) -> TreeMarginKernel:
+    """The kernel of a model saved by `booster.save_raw("json")`; raises TreeShapUnsupported for what it cannot
+    represent."""
     model = model_json if isinstance(model_json, dict) else json.loads(model_json)
     arrays = inference_xgboost_tree_arrays(model)
-    candidates = _bias_candidates(model["learner"])
-    return _kernel_of(arrays, candidates[0]), candidates
+    return _kernel_of(arrays, _xgboost_base_margins(model)[0])
 
 
 @dataclass(frozen=True)
@@ -215,34 +176,28 @@ def inference_checked_tree_margins(
     refused with a WARNING, because that is a defect."""
     start = time.perf_counter()
     try:
-        kernel, candidates = inference_tree_margin_kernel(model_json)
+        kernel = inference_tree_margin_kernel(model_json)
     except TreeShapUnsupported as exc:
         log.info("[INF] model_name=%s margins by XGBoost: %s", model_label, exc)
         return MarginChoice(None, str(exc), time.perf_counter() - start)
     rows = inference_guard_rows(kernel, rows=guard_rows)
     expected = np.asarray(reference(rows), dtype=np.float32).reshape(-1)
-    differing = rows.shape[0]
-    for bias in candidates:
-        candidate = kernel.with_bias(bias)
-        got = candidate.margins(rows, nthread=nthread)
-        differing = min(differing, int(np.count_nonzero(got.view(np.uint32) != expected.view(np.uint32))))
-        if differing == 0:
-            load_s = time.perf_counter() - start
-            log.info(
-                "[INF] model_name=%s margins by %s: trees=%d depth=%d load_ms=%.0f",
-                model_label,
-                MARGIN_KERNEL_NAME,
-                candidate.n_trees,
-                candidate.depth,
-                load_s * 1000,
-            )
-            return MarginChoice(candidate, None, load_s)
-    reason = (
-        f"its margins differed from XGBoost's inplace_predict on {differing} of {rows.shape[0]} load-time rows "
-        f"(the closest of {len(candidates)} base margins)"
+    got = kernel.margins(rows, nthread=nthread)
+    differing = int(np.count_nonzero(got.view(np.uint32) != expected.view(np.uint32)))
+    if differing:
+        reason = f"its margins differed from XGBoost's inplace_predict on {differing} of {rows.shape[0]} load-time rows"
+        log.warning("[INF] model_name=%s margin kernel refused, margins by XGBoost: %s", model_label, reason)
+        return MarginChoice(None, reason, time.perf_counter() - start)
+    load_s = time.perf_counter() - start
+    log.info(
+        "[INF] model_name=%s margins by %s: trees=%d depth=%d load_ms=%.0f",
+        model_label,
+        MARGIN_KERNEL_NAME,
+        kernel.n_trees,
+        kernel.depth,
+        load_s * 1000,
     )
-    log.warning("[INF] model_name=%s margin kernel refused, margins by XGBoost: %s", model_label, reason)
-    return MarginChoice(None, reason, time.perf_counter() - start)
+    return MarginChoice(kernel, None, load_s)
 
 
 def inference_checked_class_tree_margins(
@@ -258,40 +213,31 @@ def inference_checked_class_tree_margins(
     start = time.perf_counter()
     try:
         model = model_json if isinstance(model_json, dict) else json.loads(model_json)
-        learner = model["learner"]
         per_class = inference_xgboost_class_tree_arrays(model)
-        scores = _base_scores(learner)
-        if len(scores) not in (1, len(per_class)):
-            raise TreeShapUnsupported(f"{len(scores)} base scores for {len(per_class)} classes")
-        candidates = [_bias_candidates(learner, scores[k if len(scores) > 1 else 0]) for k in range(len(per_class))]
     except TreeShapUnsupported as exc:
         log.info("[INF] model_name=%s margins by XGBoost: %s", model_label, exc)
         return MarginChoice(None, str(exc), time.perf_counter() - start)
-    kernels = [_kernel_of(arrays, c[0]) for arrays, c in zip(per_class, candidates, strict=True)]
-    rows = inference_guard_rows(ClassMarginKernels(tuple(kernels)), rows=guard_rows)
-    expected = np.asarray(reference(rows), dtype=np.float32)
-    if expected.shape != (rows.shape[0], len(kernels)):
-        reason = f"XGBoost's margins have shape {expected.shape}, not one per class of {len(kernels)}"
+    biases = _xgboost_base_margins(model)
+    if biases.size != len(per_class):
+        reason = f"XGBoost gives {biases.size} base margins for {len(per_class)} classes"
         log.warning("[INF] model_name=%s margin kernel refused, margins by XGBoost: %s", model_label, reason)
         return MarginChoice(None, reason, time.perf_counter() - start)
-    chosen: list[TreeMarginKernel] = []
-    for k, (kernel, biases) in enumerate(zip(kernels, candidates, strict=True)):
-        column = np.ascontiguousarray(expected[:, k])
-        differing = rows.shape[0]
-        for bias in biases:
-            candidate = kernel.with_bias(bias)
-            got = candidate.margins(rows, nthread=nthread)
-            differing = min(differing, int(np.count_nonzero(got.view(np.uint32) != column.view(np.uint32))))
-            if differing == 0:
-                chosen.append(candidate)
-                break
-        else:
-            reason = (
-                f"class {k}'s margins differed from XGBoost's inplace_predict on {differing} of {rows.shape[0]} "
-                f"load-time rows (the closest of {len(biases)} base margins)"
-            )
-            log.warning("[INF] model_name=%s margin kernel refused, margins by XGBoost: %s", model_label, reason)
-            return MarginChoice(None, reason, time.perf_counter() - start)
+    chosen = [_kernel_of(arrays, bias) for arrays, bias in zip(per_class, biases, strict=True)]
+    rows = inference_guard_rows(ClassMarginKernels(tuple(chosen)), rows=guard_rows)
+    expected = np.asarray(reference(rows), dtype=np.float32)
+    got = ClassMarginKernels(tuple(chosen)).margins(rows, nthread=nthread)
+    differing = (
+        int(np.count_nonzero(np.ascontiguousarray(got).view(np.uint32) != expected.view(np.uint32)))
+        if expected.shape == got.shape
+        else rows.shape[0]
+    )
+    if differing:
+        reason = (
+            f"its class margins differed from XGBoost's inplace_predict ({expected.shape}) on {differing} values "
+            f"of {rows.shape[0]} load-time rows"
+        )
+        log.warning("[INF] model_name=%s margin kernel refused, margins by XGBoost: %s", model_label, reason)
+        return MarginChoice(None, reason, time.perf_counter() - start)
     load_s = time.perf_counter() - start
     log.info(
         "[INF] model_name=%s margins by %s: classes=%d trees=%d depth=%d load_ms=%.0f",

@@ -150,6 +150,14 @@ class ClassMarginKernels:
     def split_thresholds(self, feature: int) -> np.ndarray:
         return np.concatenate([k.split_thresholds(feature) for k in self.kernels])
 
+    @property
+    def n_trees(self) -> int:
+        return sum(k.n_trees for k in self.kernels)
+
+    @property
+    def depth(self) -> int:
+        return max(k.depth for k in self.kernels)
+
     def margins(self, features: np.ndarray, *, nthread: int = 0) -> np.ndarray:
         return np.column_stack([k.margins(features, nthread=nthread) for k in self.kernels])
 
@@ -163,27 +171,31 @@ class MarginChoice:
     load_s: float
 
 
-def inference_checked_tree_margins(
-    model_json: bytes | bytearray | str | dict,
+def _checked(
+    built: Callable[[], TreeMarginKernel | ClassMarginKernels],
     reference: Callable[[np.ndarray], np.ndarray],
     *,
     model_label: str,
-    nthread: int = 0,
-    guard_rows: int = GUARD_ROWS,
+    nthread: int,
+    guard_rows: int,
 ) -> MarginChoice:
-    """Build the kernel and keep it only if its margins equal `reference` (XGBoost's `inplace_predict` margins)
+    """Keep the kernel `built()` gives only if its margins equal `reference` (XGBoost's `inplace_predict` margins)
     bit for bit on the guard rows. A model it cannot represent is logged at INFO; a kernel that disagrees is
     refused with a WARNING, because that is a defect."""
     start = time.perf_counter()
     try:
-        kernel = inference_tree_margin_kernel(model_json)
+        kernel = built()
     except TreeShapUnsupported as exc:
         log.info("[INF] model_name=%s margins by XGBoost: %s", model_label, exc)
         return MarginChoice(None, str(exc), time.perf_counter() - start)
     rows = inference_guard_rows(kernel, rows=guard_rows)
-    expected = np.asarray(reference(rows), dtype=np.float32).reshape(-1)
-    got = kernel.margins(rows, nthread=nthread)
-    differing = int(np.count_nonzero(got.view(np.uint32) != expected.view(np.uint32)))
+    got = np.ascontiguousarray(kernel.margins(rows, nthread=nthread))
+    expected = np.asarray(reference(rows), dtype=np.float32)
+    differing = (
+        int(np.count_nonzero(got.view(np.uint32) != expected.reshape(got.shape).view(np.uint32)))
+        if expected.size == got.size
+        else got.size
+    )
     if differing:
         reason = f"its margins differed from XGBoost's inplace_predict on {differing} of {rows.shape[0]} load-time rows"
         log.warning("[INF] model_name=%s margin kernel refused, margins by XGBoost: %s", model_label, reason)
@@ -200,6 +212,33 @@ def inference_checked_tree_margins(
     return MarginChoice(kernel, None, load_s)
 
 
+def inference_checked_tree_margins(
+    model_json: bytes | bytearray | str | dict,
+    reference: Callable[[np.ndarray], np.ndarray],
+    *,
+    model_label: str,
+    nthread: int = 0,
+    guard_rows: int = GUARD_ROWS,
+) -> MarginChoice:
+    """The kernel of a single-output model, checked against `reference` (`_checked`)."""
+    return _checked(
+        lambda: inference_tree_margin_kernel(model_json),
+        reference,
+        model_label=model_label,
+        nthread=nthread,
+        guard_rows=guard_rows,
+    )
+
+
+def _class_kernels(model_json: bytes | bytearray | str | dict) -> ClassMarginKernels:
+    model = model_json if isinstance(model_json, dict) else json.loads(model_json)
+    per_class = inference_xgboost_class_tree_arrays(model)
+    biases = _xgboost_base_margins(model)
+    if biases.size != len(per_class):
+        raise TreeShapUnsupported(f"XGBoost gives {biases.size} base margins for {len(per_class)} classes")
+    return ClassMarginKernels(tuple(_kernel_of(arrays, bias) for arrays, bias in zip(per_class, biases, strict=True)))
+
+
 def inference_checked_class_tree_margins(
     model_json: bytes | bytearray | str | dict,
     reference: Callable[[np.ndarray], np.ndarray],
@@ -208,44 +247,12 @@ def inference_checked_class_tree_margins(
     nthread: int = 0,
     guard_rows: int = GUARD_ROWS,
 ) -> MarginChoice:
-    """`inference_checked_tree_margins` for a multiclass model (`multi:softprob`, `multi:softmax`): every class's
-    margins must equal column k of `reference` (XGBoost's `inplace_predict` margins, rows × classes) bit for bit."""
-    start = time.perf_counter()
-    try:
-        model = model_json if isinstance(model_json, dict) else json.loads(model_json)
-        per_class = inference_xgboost_class_tree_arrays(model)
-    except TreeShapUnsupported as exc:
-        log.info("[INF] model_name=%s margins by XGBoost: %s", model_label, exc)
-        return MarginChoice(None, str(exc), time.perf_counter() - start)
-    biases = _xgboost_base_margins(model)
-    if biases.size != len(per_class):
-        reason = f"XGBoost gives {biases.size} base margins for {len(per_class)} classes"
-        log.warning("[INF] model_name=%s margin kernel refused, margins by XGBoost: %s", model_label, reason)
-        return MarginChoice(None, reason, time.perf_counter() - start)
-    chosen = [_kernel_of(arrays, bias) for arrays, bias in zip(per_class, biases, strict=True)]
-    rows = inference_guard_rows(ClassMarginKernels(tuple(chosen)), rows=guard_rows)
-    expected = np.asarray(reference(rows), dtype=np.float32)
-    got = ClassMarginKernels(tuple(chosen)).margins(rows, nthread=nthread)
-    differing = (
-        int(np.count_nonzero(np.ascontiguousarray(got).view(np.uint32) != expected.view(np.uint32)))
-        if expected.shape == got.shape
-        else rows.shape[0]
+    """A multiclass model's kernels (`multi:softprob`, `multi:softmax`): every class's margins must equal column k
+    of `reference` (XGBoost's `inplace_predict` margins, rows × classes) bit for bit (`_checked`)."""
+    return _checked(
+        lambda: _class_kernels(model_json),
+        reference,
+        model_label=model_label,
+        nthread=nthread,
+        guard_rows=guard_rows,
     )
-    if differing:
-        reason = (
-            f"its class margins differed from XGBoost's inplace_predict ({expected.shape}) on {differing} values "
-            f"of {rows.shape[0]} load-time rows"
-        )
-        log.warning("[INF] model_name=%s margin kernel refused, margins by XGBoost: %s", model_label, reason)
-        return MarginChoice(None, reason, time.perf_counter() - start)
-    load_s = time.perf_counter() - start
-    log.info(
-        "[INF] model_name=%s margins by %s: classes=%d trees=%d depth=%d load_ms=%.0f",
-        model_label,
-        MARGIN_KERNEL_NAME,
-        len(chosen),
-        sum(k.n_trees for k in chosen),
-        max(k.depth for k in chosen),
-        load_s * 1000,
-    )
-    return MarginChoice(ClassMarginKernels(tuple(chosen)), None, load_s)

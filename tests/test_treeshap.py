@@ -164,14 +164,54 @@ def test_kernel_reads_ubj_models_the_same(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("depth", "trees", "params"),
+    [
+        (6, 40, {}),
+        # Ten features at depth 8: most paths split twice or more on one feature (a repeated slot inside a group).
+        (8, 20, {}),
+        (0, 20, {"grow_policy": "lossguide", "max_leaves": 31}),
+    ],
+    ids=["depth6", "depth8-repeats", "lossguide"],
+)
+def test_subtree_tables_are_the_leaf_tables_summed(depth: int, trees: int, params: dict) -> None:
+    booster = trained(depth, trees, **params)
+    model = booster.save_raw("json")
+    rows = random_rows(2000, seed=5)
+    by_leaf = inference_treeshap_kernel(model, group_bits=0)
+    assert np.diff(by_leaf.group_node_start).max() == 0  # every group a single leaf: the per-leaf tables
+    reference = pred_contribs(booster, rows)
+    for bits in (3, 8, 12):
+        kernel = inference_treeshap_kernel(model, group_bits=bits)
+        assert kernel.group_root.size < by_leaf.group_root.size  # subtrees were merged
+        assert (
+            int((kernel.group_width + np.diff(kernel.group_node_start))[np.diff(kernel.group_node_start) > 0].max())
+            <= bits
+        )
+        ours = kernel.contributions(rows)
+        # The same leaf entries, summed in another order: equal to float64 rounding, and XGBoost's to its float32.
+        np.testing.assert_allclose(ours, by_leaf.contributions(rows), rtol=0, atol=1e-12)
+        assert inference_treeshap_max_diff(kernel, lambda r: reference, rows) <= GUARD_TOLERANCE
+        per_tree = sum(kernel.tree_kernel(t).contributions(rows[:50]) for t in range(kernel.n_trees))
+        np.testing.assert_allclose(per_tree[:, :-1], ours[:50, :-1], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="group_bits"):
+        inference_treeshap_kernel(model, group_bits=17)
+
+
 # --- guard 1: the load-time check against XGBoost ---------------------------------------------
 
 
+def first_group(kernel: treeshap.TreeShapKernel) -> tuple[int, int, int]:
+    """The first group with a feature: its table's offset, its entries and its number of features."""
+    widths = np.diff(kernel.group_feature_start)
+    group = int(np.flatnonzero(widths > 0)[0])
+    bits = int(kernel.group_width[group]) + int(np.diff(kernel.group_node_start)[group])
+    return int(kernel.group_offset[group]), int(widths[group]) << bits, int(widths[group])
+
+
 def corrupted(kernel: treeshap.TreeShapKernel) -> treeshap.TreeShapKernel:
-    """The kernel with the table of one leaf of the first tree off by 1e-3 for every bit pattern."""
-    leaf = int(np.flatnonzero(kernel.leaf_width > 0)[0])
-    start = kernel.leaf_offset[leaf]
-    size = int(kernel.leaf_width[leaf]) << int(kernel.leaf_width[leaf])
+    """The kernel with the table of one group (a subtree or leaf) of the first tree off by 1e-3 everywhere."""
+    start, size, _ = first_group(kernel)
     kernel.table[start : start + size] += 1e-3
     return kernel
 
@@ -191,13 +231,11 @@ def test_guard_measures_a_single_wrong_entry() -> None:
     kernel = inference_treeshap_kernel(booster.save_raw("json"))
     rows = inference_guard_rows(kernel)
     before = kernel.contributions(rows[:1])
-    # Find the one entry the first guard row reads for slot 0 of the first tree's first leaf.
-    leaf = int(np.flatnonzero(kernel.leaf_width > 0)[0])
-    width = int(kernel.leaf_width[leaf])
-    feature = kernel.leaf_feature[leaf, 0]
+    # Find the one entry the first guard row reads for the first feature of the first tree's first group.
+    start, size, width = first_group(kernel)
+    feature = kernel.group_feature[kernel.group_feature_start[np.flatnonzero(np.diff(kernel.group_feature_start))[0]]]
     read = None
-    for pattern in range(1 << width):
-        at = kernel.leaf_offset[leaf] + pattern * width
+    for at in range(start, start + size, width):
         kernel.table[at] += 1.0
         moved = kernel.contributions(rows[:1])[0, feature] != before[0, feature]
         kernel.table[at] -= 1.0
@@ -205,9 +243,14 @@ def test_guard_measures_a_single_wrong_entry() -> None:
             read = at
             break
     assert read is not None
+    clean = kernel.contributions(rows)
     kernel.table[read] += 1e-4
-    diff = inference_treeshap_max_diff(kernel, lambda r: pred_contribs(booster, r), rows)
-    assert diff == pytest.approx(1e-4, rel=0.1)
+    reference = pred_contribs(booster, rows)
+    diff = inference_treeshap_max_diff(kernel, lambda r: reference, rows)
+    # The rows that read the entry are off by 1e-4, measured against their own magnitude where that is above 1.
+    readers = (kernel.contributions(rows) != clean).any(axis=1)
+    scale = np.maximum(1.0, np.abs(reference[readers]).max(axis=1))
+    assert readers[0] and diff == pytest.approx(float((1e-4 / scale).max()), rel=0.1)
 
 
 def test_a_kernel_that_disagrees_is_refused_logged_and_xgboost_explains(
@@ -378,6 +421,47 @@ def test_near_tie_rows_follow_the_reason_ranking() -> None:
     assert inference_near_tie_rows(values[5:6], 3, exact=exact_last_three, tolerance=tol).tolist() == [False]
     assert inference_near_tie_rows(values[6:7], 2, exact=exact, tolerance=tol).tolist() == [False]
     assert inference_near_tie_rows(values[:0], 3, tolerance=tol).shape == (0,)
+
+
+def ranked_near_ties(values, top_k, exact, tolerance, by_size):  # noqa: ANN001, ANN201
+    """The tie test written out with a full stable sort of every row: the reference the kernel must equal."""
+    values = np.abs(values) if by_size else values
+    ranks = min(top_k + 1, values.shape[1])
+    order = np.argsort(-values, axis=1, kind="stable")[:, :ranks]
+    ranked, ranked_exact = np.take_along_axis(values, order, axis=1), exact[order]
+    flagged = np.zeros(values.shape[0], dtype=bool)
+    for j in range(min(top_k, values.shape[1])):
+        may_be_positive = ranked[:, j] > -tolerance
+        flagged |= may_be_positive & (np.abs(ranked[:, j]) < tolerance) & ~ranked_exact[:, j]
+        if j + 1 < ranks:
+            close = ranked[:, j] - ranked[:, j + 1] < tolerance
+            flagged |= may_be_positive & close & ~(ranked_exact[:, j] & ranked_exact[:, j + 1])
+    return flagged
+
+
+@pytest.mark.parametrize("by_size", [False, True])
+def test_near_tie_rows_equal_a_full_sort_on_rows_full_of_ties(by_size: bool) -> None:
+    rng = np.random.default_rng(4)
+    outcomes = 0
+    for features in (1, 2, 5, 20):
+        # Few distinct values (equal ones, both zeros, near-equal ones) so the ranking's order among equals and
+        # the exact features' pairing decide many rows.
+        values = rng.integers(-3, 4, size=(4000, features)) * 0.1 + rng.choice([0.0, 4e-6, 3e-5], (4000, features))
+        values[rng.random(values.shape) < 0.1] = -0.0
+        exact = rng.random(features) < 0.3
+        values[:, exact] = 0.0
+        tolerance = rng.choice([1e-5, 2e-5, 5e-5], 4000)
+        for top_k in (1, 3, features + 1):
+            expected = ranked_near_ties(values, top_k, exact, tolerance, by_size)
+            outcomes += int(0 < expected.sum() < expected.size)
+            got = inference_near_tie_rows(values, top_k, exact=exact, tolerance=tolerance, by_size=by_size)
+            np.testing.assert_array_equal(got, expected)
+            # A view of a wider array (the kernel's contributions without their bias column), as the engine passes it.
+            wide = np.hstack([values, np.ones((4000, 1))])[:, :-1]
+            np.testing.assert_array_equal(
+                inference_near_tie_rows(wide, top_k, exact=exact, tolerance=tolerance, by_size=by_size), expected
+            )
+    assert outcomes >= 6  # most cases flag some rows and not others
 
 
 def symmetric_booster() -> xgb.Booster:

@@ -8,6 +8,13 @@ for all 2^d bit patterns with TreeSHAP's own extend/unwind arithmetic (Lundberg 
 does it). Explaining a row then costs one comparison per split plus d additions per leaf, instead
 of TreeSHAP's O(leaves × depth²) per tree.
 
+The same holds for a whole subtree: its leaves' patterns follow from the row's pattern at the
+subtree's root and the row's decisions at the subtree's own splits. So a small subtree (its root's
+path features plus its splits within 8 bits: three levels below the root's first feature, two below
+five) gets one table at load, the sum of its leaves' entries, and a row reads each of the subtree's
+distinct features once: ~5 reads instead of 4 × 3 at depth 2 below the root of a depth-4 tree, and
+3.2 × the rows per second of the leaf-by-leaf reads on the credit model (bench/reasons.py).
+
 The kernel is only trusted after it matched XGBoost's `pred_contribs` on a sample of rows at load;
 anything it cannot represent (categorical splits, several outputs, linear or DART boosters, paths
 too wide for a table) is left to XGBoost.
@@ -33,6 +40,10 @@ log = logging.getLogger("scoring.inference")
 KERNEL_NAME = "table_treeshap"
 XGBOOST_NAME = "xgboost"
 DEFAULT_MAX_PATH_FEATURES = 12
+# 8 bits (a subtree of 3 levels below 1 feature, or 2 levels below 5) measured fastest at depths 4, 6 and 8 on
+# these cores (bench/reasons.py); past it the tables stop fitting in L2 and grow faster than the reads shrink.
+DEFAULT_GROUP_BITS = 8
+_MAX_GROUP_BITS = 16
 # A 300-tree depth-6 model needs at most ~60 MB; a depth-8 one up to 4 MB per tree. Past this the tables stop
 # fitting next to the worker's chunks, and XGBoost's own TreeSHAP is the better trade.
 DEFAULT_MAX_TABLE_BYTES = 256 * 2**20
@@ -84,7 +95,15 @@ def _base_margin(learner: dict) -> float:
 
 @dataclass
 class TreeShapKernel:
-    """Pattern tables of one single-output XGBoost tree ensemble; `contributions` explains rows."""
+    """Subtree tables of one single-output tree ensemble; `contributions` explains rows.
+
+    The nodes of every tree are laid out in preorder (`tree_node_start` marks each tree's first). A group is a
+    subtree explained by one table, or a single leaf: its table is indexed by the row's pattern at the group's
+    root (`group_width` bits, one per distinct feature above it: does the row follow every split on it?) and
+    the row's decisions at the group's own splits (`group_node`, in order, next bits up), and holds, per
+    distinct feature of the group (`group_feature`), the sum of its leaves' TreeSHAP contributions. The splits
+    above the groups (`push_node`) push each row's pattern down to the groups' roots.
+    """
 
     n_features: int
     node_feature: np.ndarray
@@ -94,16 +113,21 @@ class TreeShapKernel:
     node_left: np.ndarray
     node_right: np.ndarray
     tree_node_start: np.ndarray
-    leaf_node: np.ndarray
-    leaf_width: np.ndarray
-    leaf_feature: np.ndarray
-    leaf_offset: np.ndarray
-    tree_leaf_start: np.ndarray
+    push_node: np.ndarray
+    tree_push_start: np.ndarray
+    group_root: np.ndarray
+    group_width: np.ndarray
+    group_node_start: np.ndarray
+    group_node: np.ndarray
+    group_feature_start: np.ndarray
+    group_feature: np.ndarray
+    group_offset: np.ndarray
+    tree_group_start: np.ndarray
     table: np.ndarray
     bias: float
     widest_path: int
     layout = "paths"
-    """Tables per leaf and path-feature pattern (any tree shape); `oblivious` kernels have one table per tree."""
+    """Tables per subtree and pattern (any tree shape); `oblivious` kernels have one table per tree."""
 
     @property
     def n_trees(self) -> int:
@@ -113,11 +137,13 @@ class TreeShapKernel:
         """The kernel of tree `tree` alone (bias 0): the same tables, so its contributions are that tree's share
         of this kernel's, computed by the same arithmetic."""
         nodes = slice(int(self.tree_node_start[tree]), int(self.tree_node_start[tree + 1]))
-        leaves = slice(int(self.tree_leaf_start[tree]), int(self.tree_leaf_start[tree + 1]))
-        offsets = self.leaf_offset[leaves]
-        # Leaves' tables follow one another tree by tree: this tree's end where the next tree's first leaf starts.
-        first = int(offsets[0]) if offsets.size else 0
-        last = int(self.leaf_offset[leaves.stop]) if leaves.stop < self.leaf_offset.size else self.table.size
+        pushes = slice(int(self.tree_push_start[tree]), int(self.tree_push_start[tree + 1]))
+        groups = slice(int(self.tree_group_start[tree]), int(self.tree_group_start[tree + 1]))
+        members = self.group_node_start[groups.start : groups.stop + 1]
+        features = self.group_feature_start[groups.start : groups.stop + 1]
+        # Groups' tables follow one another tree by tree: this tree's end where the next tree's first group starts.
+        first = int(self.group_offset[groups.start]) if groups.stop > groups.start else 0
+        last = int(self.group_offset[groups.stop]) if groups.stop < self.group_offset.size else self.table.size
         return TreeShapKernel(
             n_features=self.n_features,
             node_feature=self.node_feature[nodes],
@@ -127,11 +153,16 @@ class TreeShapKernel:
             node_left=self.node_left[nodes],
             node_right=self.node_right[nodes],
             tree_node_start=np.array([0, nodes.stop - nodes.start], dtype=np.int64),
-            leaf_node=self.leaf_node[leaves],
-            leaf_width=self.leaf_width[leaves],
-            leaf_feature=self.leaf_feature[leaves],
-            leaf_offset=(offsets - first).astype(np.int64),
-            tree_leaf_start=np.array([0, leaves.stop - leaves.start], dtype=np.int64),
+            push_node=self.push_node[pushes],
+            tree_push_start=np.array([0, pushes.stop - pushes.start], dtype=np.int64),
+            group_root=self.group_root[groups],
+            group_width=self.group_width[groups],
+            group_node_start=members - members[0],
+            group_node=self.group_node[int(members[0]) : int(members[-1])],
+            group_feature_start=features - features[0],
+            group_feature=self.group_feature[int(features[0]) : int(features[-1])],
+            group_offset=self.group_offset[groups] - first,
+            tree_group_start=np.array([0, groups.stop - groups.start], dtype=np.int64),
             table=self.table[first:last],
             bias=0.0,
             widest_path=self.widest_path,
@@ -156,7 +187,7 @@ class TreeShapKernel:
         """rows × (features + 1) float64 contributions, the bias last, like XGBoost's `pred_contribs`."""
         import numba
 
-        from tasks.inference.treeshap_kernels import inference_table_contributions
+        from tasks.inference.treeshap_kernels import inference_group_contributions
 
         x, out, threads = inference_kernel_arrays(features, self.n_features, nthread)
         if x.shape[0] == 0:
@@ -167,7 +198,7 @@ class TreeShapKernel:
         block = int(min(512, 2**17 // widest_tree, max(16, math.ceil(x.shape[0] / (2 * threads)))))
         with _PARALLEL_LAUNCH:
             numba.set_num_threads(threads)
-            inference_table_contributions(
+            inference_group_contributions(
                 x,
                 self.node_feature,
                 self.node_value,
@@ -176,11 +207,16 @@ class TreeShapKernel:
                 self.node_left,
                 self.node_right,
                 self.tree_node_start,
-                self.leaf_node,
-                self.leaf_width,
-                self.leaf_feature,
-                self.leaf_offset,
-                self.tree_leaf_start,
+                self.push_node,
+                self.tree_push_start,
+                self.tree_group_start,
+                self.group_root,
+                self.group_width,
+                self.group_node_start,
+                self.group_node,
+                self.group_feature_start,
+                self.group_feature,
+                self.group_offset,
                 self.table,
                 self.bias,
                 out,
@@ -319,11 +355,19 @@ def inference_treeshap_kernel(
     *,
     max_path_features: int = DEFAULT_MAX_PATH_FEATURES,
     max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES,
+    group_bits: int = DEFAULT_GROUP_BITS,
 ) -> TreeShapKernel:
     """The table kernel of a tree ensemble (`TreeArrays`, or XGBoost's `save_raw("json")`);
-    raises TreeShapUnsupported."""
+    raises TreeShapUnsupported.
+
+    Each leaf's contributions for all 2^d patterns of its d path features are computed first; then a subtree
+    whose root pattern and own splits fit in `group_bits` bits gets one table summing its leaves' entries
+    (0: every leaf is its own group). A row then reads each group's distinct features once, instead of d
+    entries of every leaf."""
     if not 0 <= max_path_features <= _PATTERN_BITS:
         raise ValueError(f"max_path_features must be within 0..{_PATTERN_BITS}, got {max_path_features}")
+    if not 0 <= group_bits <= _MAX_GROUP_BITS:
+        raise ValueError(f"group_bits must be within 0..{_MAX_GROUP_BITS}, got {group_bits}")
     trees = model if isinstance(model, TreeArrays) else inference_xgboost_tree_arrays(model)
     if trees.node_start.size < 2:
         raise TreeShapUnsupported("the model has no trees")
@@ -336,7 +380,12 @@ def inference_treeshap_kernel(
     node_start = trees.node_start
     # numba takes ~0.3 s to import (more on a cold disk): the kernels load with the first model
     # explained, not with this module, so `score --help` and the flows' imports never pay for it.
-    from tasks.inference.treeshap_kernels import inference_leaf_tables, inference_tree_layout
+    from tasks.inference.treeshap_kernels import (
+        inference_group_layout,
+        inference_group_tables,
+        inference_leaf_tables,
+        inference_tree_layout,
+    )
 
     layout = inference_tree_layout(
         trees.left,
@@ -376,15 +425,68 @@ def inference_treeshap_kernel(
             f"the tables would take {table_bytes / 2**20:.0f} MiB, over the cap of {max_table_bytes / 2**20:.0f} MiB"
         )
     leaf_offset = np.concatenate([[0], np.cumsum(entries)[:-1]]).astype(np.int64)
-    table = np.empty(int(entries.sum()), dtype=np.float64)
+    leaf_table = np.empty(int(entries.sum()), dtype=np.float64)
     with _PARALLEL_LAUNCH:
-        inference_leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, table)
-    if not np.isfinite(table).all():
+        inference_leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, leaf_table)
+    if not np.isfinite(leaf_table).all():
         # A zero-cover branch makes TreeSHAP divide by zero; the framework's answer there is its own.
         raise TreeShapUnsupported("a split has a branch with zero cover")
     n_features = trees.n_features
     if node_feature.size and int(node_feature.max()) >= n_features:
         raise TreeShapUnsupported(f"a split uses feature {int(node_feature.max())} of a {n_features}-feature model")
+    leaf_feature = np.ascontiguousarray(leaf_feature[:, : max(1, widest)])
+    (
+        push_node,
+        tree_push_start,
+        group_root,
+        group_width,
+        group_node_start,
+        group_node,
+        group_leaf_start,
+        group_feature_start,
+        group_feature,
+        tree_group_start,
+    ) = inference_group_layout(
+        node_left,
+        node_right,
+        node_bit,
+        tree_node_start,
+        leaf_node,
+        leaf_width,
+        leaf_feature,
+        tree_leaf_start,
+        group_bits,
+    )
+    group_entries = np.diff(group_feature_start) << (group_width.astype(np.int64) + np.diff(group_node_start))
+    group_bytes = int(group_entries.sum()) * 8
+    if group_bytes > max_table_bytes:
+        raise TreeShapUnsupported(
+            f"the tables would take {group_bytes / 2**20:.0f} MiB, over the cap of {max_table_bytes / 2**20:.0f} MiB"
+        )
+    group_offset = np.concatenate([[0], np.cumsum(group_entries)[:-1]]).astype(np.int64)
+    table = np.zeros(int(group_entries.sum()), dtype=np.float64)
+    with _PARALLEL_LAUNCH:
+        inference_group_tables(
+            node_left,
+            node_right,
+            node_bit,
+            tree_node_start,
+            tree_group_start,
+            group_root,
+            group_width,
+            group_node_start,
+            group_node,
+            group_leaf_start,
+            group_feature_start,
+            group_feature,
+            group_offset,
+            leaf_node,
+            leaf_width,
+            leaf_feature,
+            leaf_offset,
+            leaf_table,
+            table,
+        )
     return TreeShapKernel(
         n_features=n_features,
         node_feature=node_feature,
@@ -394,11 +496,16 @@ def inference_treeshap_kernel(
         node_left=node_left,
         node_right=node_right,
         tree_node_start=tree_node_start,
-        leaf_node=leaf_node,
-        leaf_width=leaf_width,
-        leaf_feature=np.ascontiguousarray(leaf_feature[:, : max(1, widest)]),
-        leaf_offset=leaf_offset,
-        tree_leaf_start=tree_leaf_start,
+        push_node=push_node,
+        tree_push_start=tree_push_start,
+        group_root=group_root,
+        group_width=group_width,
+        group_node_start=group_node_start,
+        group_node=group_node,
+        group_feature_start=group_feature_start,
+        group_feature=group_feature,
+        group_offset=group_offset,
+        tree_group_start=tree_group_start,
         table=table,
         bias=bias_margin + float(tree_mean.sum()),
         widest_path=int(widest),
@@ -591,24 +698,16 @@ def inference_near_tie_rows(
     could be positive lies within `tolerance` of 0 or of the next rank's value. `exact` marks features
     whose value is exactly known (never split on: 0 in every implementation), so two of them never make a tie.
     """
-    if by_size:
-        values = np.abs(values)
     n_rows, n_features = values.shape
-    flagged = np.zeros(n_rows, dtype=bool)
     if n_rows == 0 or n_features == 0 or top_k <= 0:
-        return flagged
+        return np.zeros(n_rows, dtype=bool)
     exact = np.zeros(n_features, dtype=bool) if exact is None else np.asarray(exact, dtype=bool)
-    ranks = min(top_k + 1, n_features)
-    order = np.argsort(-values, axis=1, kind="stable")[:, :ranks]
-    ranked = np.take_along_axis(values, order, axis=1)
-    ranked_exact = exact[order]
-    for j in range(min(top_k, n_features)):
-        may_be_positive = ranked[:, j] > -tolerance
-        flagged |= may_be_positive & (np.abs(ranked[:, j]) < tolerance) & ~ranked_exact[:, j]
-        if j + 1 < ranks:
-            close = ranked[:, j] - ranked[:, j + 1] < tolerance
-            flagged |= may_be_positive & close & ~(ranked_exact[:, j] & ranked_exact[:, j + 1])
-    return flagged
+    tolerance = np.broadcast_to(np.asarray(tolerance, dtype=np.float64).reshape(-1), (n_rows,))
+    from tasks.inference.treeshap_kernels import inference_near_ties
+
+    return inference_near_ties(
+        np.asarray(values, dtype=np.float64), top_k, exact, np.ascontiguousarray(tolerance), by_size
+    )
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The numba kernels of the table TreeSHAP (tasks/inference/treeshap.py): the tree layout, the leaf
-tables and the contributions of a block of rows.
+tables, the subtree (group) tables summed from them and the contributions of a block of rows.
 
 numba takes ~0.3 s to import (more on a cold disk) and is needed only once a model's contributions
 are explained, so treeshap.py imports this module where it builds or runs a kernel, never at the
@@ -194,84 +194,6 @@ def inference_leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, table)
 
 
 @numba.njit(cache=True, parallel=True)
-def inference_table_contributions(
-    x,
-    node_feature,
-    node_value,
-    node_default_left,
-    node_bit,
-    node_left,
-    node_right,
-    tree_node_start,
-    leaf_node,
-    leaf_width,
-    leaf_feature,
-    leaf_offset,
-    tree_leaf_start,
-    table,
-    bias,
-    out,
-    block,
-):
-    # Rows are the innermost loop everywhere: every row of a block does the same split or reads the
-    # same leaf's table, so the loops carry no dependency, branch on nothing and stay in cache.
-    n_rows, n_features = x.shape
-    n_trees = tree_node_start.size - 1
-    widest_tree = 0
-    for t in range(n_trees):
-        widest_tree = max(widest_tree, tree_node_start[t + 1] - tree_node_start[t])
-    n_blocks = (n_rows + block - 1) // block
-    for b in numba.prange(n_blocks):
-        first = b * block
-        m = min(n_rows, first + block) - first
-        xt = np.empty((n_features, block), np.float32)
-        for j in range(m):
-            for f in range(n_features):
-                xt[f, j] = x[first + j, f]
-        acc = np.zeros((n_features, block), np.float64)
-        pattern = np.empty((widest_tree, block), np.int32)
-        at = np.empty(block, np.int64)
-        for t in range(n_trees):
-            base = tree_node_start[t]
-            for j in range(m):
-                pattern[0, j] = -1
-            for k in range(tree_node_start[t + 1] - base):
-                g = base + k
-                lk = node_left[g]
-                if lk < 0:
-                    continue
-                rk = node_right[g]
-                threshold = node_value[g]
-                default_left = np.int32(node_default_left[g])
-                bit = np.int32(1) << node_bit[g]
-                column = xt[node_feature[g]]
-                for j in range(m):
-                    value = column[j]
-                    # NaN fails every comparison: it goes left only when the default is left.
-                    go_left = np.int32(value < threshold) | (np.int32(value != value) & default_left)
-                    here = pattern[k, j]
-                    pattern[lk, j] = here & ~(bit * (1 - go_left))
-                    pattern[rk, j] = here & ~(bit * go_left)
-            for leaf in range(tree_leaf_start[t], tree_leaf_start[t + 1]):
-                d = leaf_width[leaf]
-                if d == 0:
-                    continue
-                mask = (np.int32(1) << d) - 1
-                offset = leaf_offset[leaf]
-                reached = pattern[leaf_node[leaf]]
-                for j in range(m):
-                    at[j] = offset + np.int64(reached[j] & mask) * d
-                for i in range(d):
-                    row = acc[leaf_feature[leaf, i]]
-                    for j in range(m):
-                        row[j] += table[at[j] + i]
-        for j in range(m):
-            for f in range(n_features):
-                out[first + j, f] = acc[f, j]
-            out[first + j, n_features] = bias
-
-
-@numba.njit(cache=True, parallel=True)
 def inference_oblivious_contributions(
     x,
     level_feature,
@@ -326,3 +248,331 @@ def inference_oblivious_contributions(
             for f in range(n_features):
                 out[first + j, f] = acc[f, j]
             out[first + j, n_features] = bias
+
+
+@numba.njit(cache=True, error_model="numpy")
+def inference_group_layout(
+    node_left, node_right, node_bit, tree_node_start, leaf_node, leaf_width, leaf_feature, tree_leaf_start, group_bits
+):
+    """Which subtrees are explained as one table (groups), and what each group's table is indexed by.
+
+    A group is a subtree whose root path has w distinct features and which has m splits of its own, with
+    w + m <= group_bits, or a single leaf. The contributions of all its leaves to a row are a function of
+    the row's pattern at the group's root (w bits) and its m decisions inside the group, so one table of
+    2^(w+m) rows replaces the leaves' own tables and a row reads only the group's distinct features once.
+    Nodes above the groups still push the pattern down (`push_node`).
+    """
+    n_trees = tree_node_start.size - 1
+    total = tree_node_start[n_trees]
+    size = np.ones(total, np.int64)
+    splits = np.zeros(total, np.int64)
+    width = np.zeros(total, np.int64)
+    for t in range(n_trees):
+        base = tree_node_start[t]
+        end = tree_node_start[t + 1]
+        for g in range(end - 1, base - 1, -1):
+            lk = node_left[g]
+            if lk >= 0:
+                size[g] = 1 + size[base + lk] + size[base + node_right[g]]
+                splits[g] = 1 + splits[base + lk] + splits[base + node_right[g]]
+        # Preorder: a parent precedes its children, so its width is known when theirs is set.
+        for g in range(base, end):
+            lk = node_left[g]
+            if lk >= 0:
+                grows = 1 if node_bit[g] == width[g] else 0
+                width[base + lk] = width[g] + grows
+                width[base + node_right[g]] = width[g] + grows
+    push_node = np.zeros(total, np.int32)
+    tree_push_start = np.zeros(n_trees + 1, np.int64)
+    group_root = np.zeros(total, np.int32)
+    group_width = np.zeros(total, np.int32)
+    group_node_start = np.zeros(total + 1, np.int64)
+    group_node = np.zeros(total, np.int32)
+    group_leaf_start = np.zeros(total + 1, np.int64)
+    tree_group_start = np.zeros(n_trees + 1, np.int64)
+    stack = np.zeros(total + 1, np.int64)
+    pushes = 0
+    groups = 0
+    members = 0
+    for t in range(n_trees):
+        base = tree_node_start[t]
+        tree_push_start[t] = pushes
+        tree_group_start[t] = groups
+        stack[0] = 0
+        top = 1
+        leaf = tree_leaf_start[t]
+        while top > 0:
+            top -= 1
+            k = stack[top]
+            g = base + k
+            if node_left[g] >= 0 and width[g] + splits[g] > group_bits:
+                push_node[pushes] = k
+                pushes += 1
+                stack[top] = node_right[g]
+                stack[top + 1] = node_left[g]
+                top += 2
+                continue
+            group_root[groups] = k
+            group_width[groups] = width[g]
+            group_node_start[groups] = members
+            group_leaf_start[groups] = leaf
+            for j in range(k, k + size[g]):
+                if node_left[base + j] >= 0:
+                    group_node[members] = j
+                    members += 1
+            # Leaves are numbered in preorder too, so the group's leaves are the next ones.
+            while leaf < tree_leaf_start[t + 1] and leaf_node[leaf] < k + size[g]:
+                leaf += 1
+            groups += 1
+    tree_push_start[n_trees] = pushes
+    tree_group_start[n_trees] = groups
+    group_node_start[groups] = members
+    group_leaf_start[groups] = tree_leaf_start[n_trees]
+    # Each group's distinct features (the union of its leaves' path features) in first-seen order.
+    max_width = leaf_feature.shape[1]
+    group_feature = np.full(groups * (group_bits + max_width + 1), -1, np.int32)
+    group_feature_start = np.zeros(groups + 1, np.int64)
+    used = 0
+    for q in range(groups):
+        group_feature_start[q] = used
+        for leaf in range(group_leaf_start[q], group_leaf_start[q + 1]):
+            for i in range(leaf_width[leaf]):
+                f = leaf_feature[leaf, i]
+                seen = False
+                for u in range(group_feature_start[q], used):
+                    if group_feature[u] == f:
+                        seen = True
+                        break
+                if not seen:
+                    group_feature[used] = f
+                    used += 1
+    group_feature_start[groups] = used
+    return (
+        push_node[:pushes],
+        tree_push_start,
+        group_root[:groups],
+        group_width[:groups],
+        group_node_start[: groups + 1],
+        group_node[:members],
+        group_leaf_start[: groups + 1],
+        group_feature_start,
+        group_feature[:used],
+        tree_group_start,
+    )
+
+
+@numba.njit(cache=True, parallel=True, error_model="numpy")
+def inference_group_tables(
+    node_left,
+    node_right,
+    node_bit,
+    tree_node_start,
+    tree_group_start,
+    group_root,
+    group_width,
+    group_node_start,
+    group_node,
+    group_leaf_start,
+    group_feature_start,
+    group_feature,
+    group_offset,
+    leaf_node,
+    leaf_width,
+    leaf_feature,
+    leaf_offset,
+    table,
+    group_table,
+):
+    """Each group's table: for every root pattern and decisions inside it, the sum of its leaves' table
+    entries at the patterns those give them, per group feature."""
+    n_trees = tree_node_start.size - 1
+    for t in numba.prange(n_trees):
+        base = tree_node_start[t]
+        for q in range(tree_group_start[t], tree_group_start[t + 1]):
+            w = group_width[q]
+            first_node = group_node_start[q]
+            m = group_node_start[q + 1] - first_node
+            first_feature = group_feature_start[q]
+            n_group_features = group_feature_start[q + 1] - first_feature
+            if n_group_features == 0:
+                continue
+            offset = group_offset[q]
+            for leaf in range(group_leaf_start[q], group_leaf_start[q + 1]):
+                d = leaf_width[leaf]
+                if d == 0:
+                    continue
+                target = leaf_node[leaf]
+                # The group's splits on the way to this leaf: their position among the group's splits, their
+                # pattern bit, and whether the way goes left.
+                on_path = np.zeros(m, np.int64)
+                path_bit = np.zeros(m, np.int64)
+                path_left = np.zeros(m, np.int64)
+                steps = 0
+                k = group_root[q]
+                while node_left[base + k] >= 0:
+                    position = 0
+                    while group_node[first_node + position] != k:
+                        position += 1
+                    lk = node_left[base + k]
+                    rk = node_right[base + k]
+                    on_path[steps] = position
+                    path_bit[steps] = node_bit[base + k]
+                    # Preorder: the left subtree is every node from the left child up to the right child.
+                    goes_left = target < rk
+                    path_left[steps] = 1 if goes_left else 0
+                    steps += 1
+                    k = lk if goes_left else rk
+                slot = np.zeros(d, np.int64)
+                for i in range(d):
+                    f = leaf_feature[leaf, i]
+                    u = 0
+                    while group_feature[first_feature + u] != f:
+                        u += 1
+                    slot[i] = u
+                mask = (np.int64(1) << d) - 1
+                for index in range(np.int64(1) << (w + m)):
+                    pattern = index | ~((np.int64(1) << w) - 1)
+                    for s in range(steps):
+                        went_left = (index >> (w + on_path[s])) & 1
+                        if went_left != path_left[s]:
+                            pattern &= ~(np.int64(1) << path_bit[s])
+                    at = leaf_offset[leaf] + (pattern & mask) * d
+                    row = offset + index * n_group_features
+                    for i in range(d):
+                        group_table[row + slot[i]] += table[at + i]
+
+
+@numba.njit(cache=True, parallel=True)
+def inference_group_contributions(
+    x,
+    node_feature,
+    node_value,
+    node_default_left,
+    node_bit,
+    node_left,
+    node_right,
+    tree_node_start,
+    push_node,
+    tree_push_start,
+    tree_group_start,
+    group_root,
+    group_width,
+    group_node_start,
+    group_node,
+    group_feature_start,
+    group_feature,
+    group_offset,
+    group_table,
+    bias,
+    out,
+    block,
+):
+    # Rows are the innermost loop everywhere: every row of a block does the same split or reads the same
+    # group's table, so the loops carry no dependency, branch on nothing and stay in cache. The pattern is pushed
+    # only down to the groups' roots; each group's table row is found from that pattern and the row's decisions
+    # at the group's splits.
+    n_rows, n_features = x.shape
+    n_trees = tree_node_start.size - 1
+    widest_tree = 0
+    for t in range(n_trees):
+        widest_tree = max(widest_tree, tree_node_start[t + 1] - tree_node_start[t])
+    n_blocks = (n_rows + block - 1) // block
+    for b in numba.prange(n_blocks):
+        first = b * block
+        m = min(n_rows, first + block) - first
+        xt = np.empty((n_features, block), np.float32)
+        for j in range(m):
+            for f in range(n_features):
+                xt[f, j] = x[first + j, f]
+        acc = np.zeros((n_features, block), np.float64)
+        pattern = np.empty((widest_tree, block), np.int32)
+        at = np.empty(block, np.int64)
+        for t in range(n_trees):
+            base = tree_node_start[t]
+            for j in range(m):
+                pattern[0, j] = -1
+            for p in range(tree_push_start[t], tree_push_start[t + 1]):
+                k = push_node[p]
+                g = base + k
+                lk = node_left[g]
+                rk = node_right[g]
+                threshold = node_value[g]
+                default_left = np.int32(node_default_left[g])
+                bit = np.int32(1) << node_bit[g]
+                column = xt[node_feature[g]]
+                for j in range(m):
+                    value = column[j]
+                    # NaN fails every comparison: it goes left only when the default is left.
+                    go_left = np.int32(value < threshold) | (np.int32(value != value) & default_left)
+                    here = pattern[k, j]
+                    pattern[lk, j] = here & ~(bit * (1 - go_left))
+                    pattern[rk, j] = here & ~(bit * go_left)
+            for q in range(tree_group_start[t], tree_group_start[t + 1]):
+                first_feature = group_feature_start[q]
+                width = group_feature_start[q + 1] - first_feature
+                if width == 0:
+                    continue
+                w = group_width[q]
+                mask = (np.int32(1) << w) - 1
+                reached = pattern[group_root[q]]
+                for j in range(m):
+                    at[j] = reached[j] & mask
+                shift = w
+                for s in range(group_node_start[q], group_node_start[q + 1]):
+                    g = base + group_node[s]
+                    threshold = node_value[g]
+                    default_left = np.int64(node_default_left[g])
+                    column = xt[node_feature[g]]
+                    for j in range(m):
+                        value = column[j]
+                        go_left = np.int64(value < threshold) | (np.int64(value != value) & default_left)
+                        at[j] |= go_left << shift
+                    shift += 1
+                offset = group_offset[q]
+                for j in range(m):
+                    at[j] = offset + at[j] * width
+                for i in range(width):
+                    row = acc[group_feature[first_feature + i]]
+                    for j in range(m):
+                        row[j] += group_table[at[j] + i]
+        for j in range(m):
+            for f in range(n_features):
+                out[first + j, f] = acc[f, j]
+            out[first + j, n_features] = bias
+
+
+@numba.njit(cache=True, parallel=True)
+def inference_near_ties(values, top_k, exact, tolerance, by_size):
+    """Per row, whether its top-k reasons could change under float noise of `tolerance[row]`; the test of
+    `tasks.inference.treeshap.inference_near_tie_rows`, on each row's `top_k + 1` largest values (or |values|
+    with `by_size`) found by a partial selection, ranked as `np.argsort(-values, kind="stable")` ranks them:
+    equal values by position, NaN last."""
+    n_rows, n_features = values.shape
+    ranks = min(top_k + 1, n_features)
+    flagged = np.zeros(n_rows, np.bool_)
+    for r in numba.prange(n_rows):
+        picked = np.zeros(n_features, np.bool_)
+        ranked = np.empty(ranks, np.float64)
+        ranked_exact = np.zeros(ranks, np.bool_)
+        for k in range(ranks):
+            best = -1
+            b = 0.0
+            for i in range(n_features):
+                if picked[i]:
+                    continue
+                v = abs(values[r, i]) if by_size else values[r, i]
+                if best < 0 or v > b or (b != b and v == v):
+                    best = i
+                    b = v
+            picked[best] = True
+            ranked[k] = b
+            ranked_exact[k] = exact[best]
+        tol = tolerance[r]
+        for j in range(min(top_k, n_features)):
+            if not ranked[j] > -tol:
+                continue
+            if abs(ranked[j]) < tol and not ranked_exact[j]:
+                flagged[r] = True
+            if j + 1 < ranks and ranked[j] - ranked[j + 1] < tol and not (ranked_exact[j] and ranked_exact[j + 1]):
+                flagged[r] = True
+    return flagged

@@ -24,6 +24,10 @@ Figures per model:
   values above 0) on every row and the largest absolute difference.
 
 k is the credit job's configured reasons count for both models.
+
+- layouts: the kernel's rows per second with its subtree tables (shipped) and with every leaf its own table
+  (`group_bits=0`, what the kernel read before subtree tables), interleaved on the same rows; goal ≥ 2×, and
+  the largest difference between the two (float64 rounding: the same entries summed in another order).
 """
 
 from __future__ import annotations
@@ -189,8 +193,19 @@ def _reasons_figure(
                 times[label].append(time.perf_counter() - start)
     ours, theirs = results["kernel"], results["xgboost"]
     identical = (_reasons(ours, k) == _reasons(theirs, k)).all(axis=1)
-    kernel_only = engine._treeshap.contributions(rows)[:, :-1]
+    kernel_only = engine.contributions_source.kernel.contributions(rows)[:, :-1]
     kernel_s, xgboost_s = statistics.median(times["kernel"]), statistics.median(times["xgboost"])
+    # The same kernel with every leaf its own table (group_bits=0: the reads of the kernel before subtree
+    # tables), against the shipped one, kernel calls only, interleaved.
+    by_leaf = inference_treeshap_kernel(engine.booster.save_raw("json"), group_bits=0)
+    layouts: dict[str, list[float]] = {"subtree": [], "by_leaf": []}
+    for _ in range(repeat):
+        for label, kernel in (("subtree", engine.contributions_source.kernel), ("by_leaf", by_leaf)):
+            start = time.perf_counter()
+            values = kernel.contributions(rows)
+            layouts[label].append(time.perf_counter() - start)
+            results[label] = values
+    subtree_s, by_leaf_s = statistics.median(layouts["subtree"]), statistics.median(layouts["by_leaf"])
     return {
         "scenario": "reasons",
         "model": name,
@@ -208,6 +223,13 @@ def _reasons_figure(
             (_reasons(kernel_only, k) == _reasons(theirs, k)).all(axis=1).sum()
         ),
         "kernel_only_max_abs_diff": float(np.abs(kernel_only - theirs).max()),
+        "subtree_rows_per_s": round(rows.shape[0] / subtree_s),
+        "by_leaf_rows_per_s": round(rows.shape[0] / by_leaf_s),
+        "subtree_over_by_leaf": round(by_leaf_s / subtree_s, 2),
+        "subtree_over_by_leaf_goal": 2.0,
+        "subtree_vs_by_leaf_max_abs_diff": float(np.abs(results["subtree"] - results["by_leaf"]).max()),
+        "subtree_table_mib": round(engine.contributions_source.kernel.table_bytes / 2**20, 1),
+        "by_leaf_table_mib": round(by_leaf.table_bytes / 2**20, 1),
     }
 
 
@@ -273,7 +295,7 @@ def main() -> None:
 
     print(
         f"\n{'model':<10} {'rows':>7} {'k':>2} {'kernel s':>9} {'xgboost s':>10} {'speedup':>8} {'max |diff|':>11} "
-        f"{'top-k same':>11} {'ties':>5} {'build s':>8} {'guard s':>8}"
+        f"{'top-k same':>11} {'ties':>5} {'build s':>8} {'guard s':>8} {'rows/s':>9} {'by leaf':>9} {'ratio':>6}"
     )
     loads = {f["model"]: f for f in figures if f["scenario"] == "model_load"}
     for f in figures:
@@ -283,7 +305,8 @@ def main() -> None:
         print(
             f"{f['model']:<10} {f['rows']:>7} {f['top_k']:>2} {f['kernel_s']:>9.3f} {f['xgboost_s']:>10.3f} "
             f"{f['speedup']:>7.1f}x {f['max_abs_diff']:>11.2e} {f['topk_identical_rows']:>11} {f['tie_recomputed_rows']:>5} "
-            f"{load['table_build_s']:>8.3f} {load['guard_s']:>8.3f}"
+            f"{load['table_build_s']:>8.3f} {load['guard_s']:>8.3f} {f['subtree_rows_per_s']:>9} "
+            f"{f['by_leaf_rows_per_s']:>9} {f['subtree_over_by_leaf']:>5.2f}x"
         )
     sys.stdout.flush()
 

@@ -521,12 +521,12 @@ def inference_group_contributions(
                 for s in range(group_node_start[q], group_node_start[q + 1]):
                     g = base + group_node[s]
                     threshold = node_value[g]
-                    default_left = np.int64(node_default_left[g])
+                    goes_left_if_missing = np.int64(node_default_left[g])
                     column = xt[node_feature[g]]
                     for j in range(m):
                         value = column[j]
-                        go_left = np.int64(value < threshold) | (np.int64(value != value) & default_left)
-                        at[j] |= go_left << shift
+                        decided_left = np.int64(value < threshold) | (np.int64(value != value) & goes_left_if_missing)
+                        at[j] |= decided_left << shift
                     shift += 1
                 offset = group_offset[q]
                 for j in range(m):

@@ -541,19 +541,21 @@ def inference_group_contributions(
             out[first + j, n_features] = bias
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def inference_near_ties(values, top_k, exact, tolerance, by_size):
     """Per row, whether its top-k reasons could change under float noise of `tolerance[row]`; the test of
     `tasks.inference.treeshap.inference_near_tie_rows`, on each row's `top_k + 1` largest values (or |values|
     with `by_size`) found by a partial selection, ranked as `np.argsort(-values, kind="stable")` ranks them:
-    equal values by position, NaN last."""
+    equal values by position, NaN last. Serial and without the GIL: it is cheap next to the kernel, and needs
+    no turn at the parallel launch (treeshap._PARALLEL_LAUNCH) while another worker's kernel runs."""
     n_rows, n_features = values.shape
     ranks = min(top_k + 1, n_features)
     flagged = np.zeros(n_rows, np.bool_)
-    for r in numba.prange(n_rows):
-        picked = np.zeros(n_features, np.bool_)
-        ranked = np.empty(ranks, np.float64)
-        ranked_exact = np.zeros(ranks, np.bool_)
+    picked = np.zeros(n_features, np.bool_)
+    ranked = np.empty(ranks, np.float64)
+    ranked_exact = np.zeros(ranks, np.bool_)
+    chosen = np.empty(ranks, np.int64)
+    for r in range(n_rows):
         for k in range(ranks):
             best = -1
             b = 0.0
@@ -565,8 +567,11 @@ def inference_near_ties(values, top_k, exact, tolerance, by_size):
                     best = i
                     b = v
             picked[best] = True
+            chosen[k] = best
             ranked[k] = b
             ranked_exact[k] = exact[best]
+        for k in range(ranks):
+            picked[chosen[k]] = False
         tol = tolerance[r]
         for j in range(min(top_k, n_features)):
             if not ranked[j] > -tol:

@@ -350,6 +350,16 @@ def inference_xgboost_class_tree_arrays(model_json: bytes | bytearray | str | di
     return per_class
 
 
+def _table_offsets(entries: np.ndarray, max_table_bytes: int) -> np.ndarray:
+    """Where each table starts in one float64 array of them all; refuses tables over the cap."""
+    table_bytes = int(entries.sum()) * 8
+    if table_bytes > max_table_bytes:
+        raise TreeShapUnsupported(
+            f"the tables would take {table_bytes / 2**20:.0f} MiB, over the cap of {max_table_bytes / 2**20:.0f} MiB"
+        )
+    return np.concatenate([[0], np.cumsum(entries)[:-1]]).astype(np.int64)
+
+
 def inference_treeshap_kernel(
     model: TreeArrays | bytes | bytearray | str | dict,
     *,
@@ -419,12 +429,7 @@ def inference_treeshap_kernel(
             f"a root path splits on {widest} distinct features, over the table cap of {max_path_features}"
         )
     entries = leaf_width.astype(np.int64) << leaf_width.astype(np.int64)
-    table_bytes = int(entries.sum()) * 8
-    if table_bytes > max_table_bytes:
-        raise TreeShapUnsupported(
-            f"the tables would take {table_bytes / 2**20:.0f} MiB, over the cap of {max_table_bytes / 2**20:.0f} MiB"
-        )
-    leaf_offset = np.concatenate([[0], np.cumsum(entries)[:-1]]).astype(np.int64)
+    leaf_offset = _table_offsets(entries, max_table_bytes)
     leaf_table = np.empty(int(entries.sum()), dtype=np.float64)
     with _PARALLEL_LAUNCH:
         inference_leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, leaf_table)
@@ -458,12 +463,7 @@ def inference_treeshap_kernel(
         group_bits,
     )
     group_entries = np.diff(group_feature_start) << (group_width.astype(np.int64) + np.diff(group_node_start))
-    group_bytes = int(group_entries.sum()) * 8
-    if group_bytes > max_table_bytes:
-        raise TreeShapUnsupported(
-            f"the tables would take {group_bytes / 2**20:.0f} MiB, over the cap of {max_table_bytes / 2**20:.0f} MiB"
-        )
-    group_offset = np.concatenate([[0], np.cumsum(group_entries)[:-1]]).astype(np.int64)
+    group_offset = _table_offsets(group_entries, max_table_bytes)
     table = np.zeros(int(group_entries.sum()), dtype=np.float64)
     with _PARALLEL_LAUNCH:
         inference_group_tables(

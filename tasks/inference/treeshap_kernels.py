@@ -171,6 +171,16 @@ def _unwound_path_sum(pweight, depth, zero_fraction, one_fraction):
     return total
 
 
+@numba.njit(cache=True, inline="always")
+def _block_columns(x, first, m, block):
+    """Rows first..first+m of x, one feature per row of the result, so a split reads one contiguous run."""
+    xt = np.empty((x.shape[1], block), np.float32)
+    for j in range(m):
+        for f in range(x.shape[1]):
+            xt[f, j] = x[first + j, f]
+    return xt
+
+
 @numba.njit(cache=True, parallel=True, error_model="numpy")
 def inference_leaf_tables(leaf_width, leaf_zero, leaf_value, leaf_offset, table):
     """For every leaf and bit pattern, TreeSHAP's contribution of each path feature (slot order)."""
@@ -216,10 +226,7 @@ def inference_oblivious_contributions(
     for b in numba.prange(n_blocks):
         first = b * block
         m = min(n_rows, first + block) - first
-        xt = np.empty((n_features, block), np.float32)
-        for j in range(m):
-            for f in range(n_features):
-                xt[f, j] = x[first + j, f]
+        xt = _block_columns(x, first, m, block)
         acc = np.zeros((n_features, block), np.float64)
         at = np.empty(block, np.int64)
         for t in range(n_trees):
@@ -480,10 +487,7 @@ def inference_group_contributions(
     for b in numba.prange(n_blocks):
         first = b * block
         m = min(n_rows, first + block) - first
-        xt = np.empty((n_features, block), np.float32)
-        for j in range(m):
-            for f in range(n_features):
-                xt[f, j] = x[first + j, f]
+        xt = _block_columns(x, first, m, block)
         acc = np.zeros((n_features, block), np.float64)
         pattern = np.empty((widest_tree, block), np.int32)
         at = np.empty(block, np.int64)

@@ -17,7 +17,7 @@ from conftest import DEMO_JOB, DemoEnv
 from tasks.contracts import InferenceInput
 from tasks.inference.engine import XGBoostEngine
 from tasks.inference.registry import inference_model_artifact
-from tasks.inference.tree_margins import inference_checked_class_tree_margins, inference_checked_tree_margins
+from tasks.inference.tree_margins import inference_checked_tree_margins
 
 
 def _rows(n: int, n_features: int, seed: int) -> np.ndarray:
@@ -127,7 +127,9 @@ def test_every_class_margin_is_xgboost_s_bit_for_bit(params: dict) -> None:
         np.nan_to_num(x[:, 0]) + 0.5 * np.nan_to_num(x[:, 1]), np.linspace(-1.5, 1.5, params["num_class"] - 1)
     )
     booster = xgb.train({"nthread": 1, **params}, xgb.DMatrix(x, label=y), 30)
-    choice = inference_checked_class_tree_margins(booster.save_raw("json"), _xgboost_margins(booster), model_label="mc")
+    choice = inference_checked_tree_margins(
+        booster.save_raw("json"), _xgboost_margins(booster), model_label="mc", multiclass=True
+    )
     assert choice.kernel is not None, choice.reason
     rows = _adversarial_rows(booster, 8, seed=9)
     ours = choice.kernel.margins(rows, nthread=2)

@@ -40,7 +40,6 @@ from tasks.inference.tree_margins import (
     MARGIN_KERNEL_NAME,
     ClassMarginKernels,
     TreeMarginKernel,
-    inference_checked_class_tree_margins,
     inference_checked_tree_margins,
 )
 from tasks.inference.treeshap import (
@@ -281,15 +280,11 @@ class XGBoostEngine(ExplainingEngine):
         self.margin_kernel: TreeMarginKernel | ClassMarginKernels | None = None
         model_json = self.booster.save_raw("json")
         if self.device_type == "cpu":
-            checked = (
-                inference_checked_class_tree_margins
-                if self.metadata.target == "multiclass"
-                else inference_checked_tree_margins
-            )
-            self.margin_kernel = checked(
+            self.margin_kernel = inference_checked_tree_margins(
                 model_json,
                 self._xgboost_margins,
                 model_label=f"{self.metadata.name} {self.metadata.version}",
+                multiclass=self.metadata.target == "multiclass",
                 nthread=self._margin_threads,
             ).kernel
             if self.margin_kernel is not None:

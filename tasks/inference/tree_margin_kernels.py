@@ -14,10 +14,10 @@ import numpy as np
 @numba.njit(cache=True)
 def inference_margin_layout(left, right, feature, value, default_left, node_start):
     """Per tree, its nodes renumbered breadth first so that every split's right child is its left child + 1,
-        and two padding leaves at the end (the first three levels read a node's children and grandchildren
+    and two padding leaves at the end (the first three levels read a node's children and grandchildren
     even where it is a leaf). Returns (feature, threshold, child, default_right, leaf_value, root, depth):
-        at a leaf the threshold is NaN and the child the leaf itself, so a row that reached it stays whatever it
-        is compared with; `depth` is the deepest leaf's. Nodes no split leads to are left as such leaves."""
+    at a leaf the threshold is NaN and the child the leaf itself, so a row that reached it stays whatever it
+    is compared with; `depth` is the deepest leaf's. Nodes no split leads to are left as such leaves."""
     n_trees = node_start.size - 1
     n_nodes = node_start[n_trees] + 2
     out_feature = np.zeros(n_nodes, np.int32)

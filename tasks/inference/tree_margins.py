@@ -162,6 +162,15 @@ class ClassMarginKernels:
         return np.column_stack([k.margins(features, nthread=nthread) for k in self.kernels])
 
 
+def _class_kernels(model_json: bytes | bytearray | str | dict) -> ClassMarginKernels:
+    model = model_json if isinstance(model_json, dict) else json.loads(model_json)
+    per_class = inference_xgboost_class_tree_arrays(model)
+    biases = _xgboost_base_margins(model)
+    if biases.size != len(per_class):
+        raise TreeShapUnsupported(f"XGBoost gives {biases.size} base margins for {len(per_class)} classes")
+    return ClassMarginKernels(tuple(_kernel_of(arrays, bias) for arrays, bias in zip(per_class, biases, strict=True)))
+
+
 @dataclass(frozen=True)
 class MarginChoice:
     """The margin kernel to use, or why XGBoost's own predictor computes the margins."""
@@ -171,20 +180,22 @@ class MarginChoice:
     load_s: float
 
 
-def _checked(
-    built: Callable[[], TreeMarginKernel | ClassMarginKernels],
+def inference_checked_tree_margins(
+    model_json: bytes | bytearray | str | dict,
     reference: Callable[[np.ndarray], np.ndarray],
     *,
     model_label: str,
-    nthread: int,
-    guard_rows: int,
+    multiclass: bool = False,
+    nthread: int = 0,
+    guard_rows: int = GUARD_ROWS,
 ) -> MarginChoice:
-    """Keep the kernel `built()` gives only if its margins equal `reference` (XGBoost's `inplace_predict` margins)
-    bit for bit on the guard rows. A model it cannot represent is logged at INFO; a kernel that disagrees is
-    refused with a WARNING, because that is a defect."""
+    """Build the kernel and keep it only if its margins equal `reference` (XGBoost's `inplace_predict` margins)
+    bit for bit on the guard rows; with `multiclass` (`multi:softprob`, `multi:softmax`) one kernel per class, each
+    equal to its column of `reference` (rows × classes). A model it cannot represent is logged at INFO; a kernel
+    that disagrees is refused with a WARNING, because that is a defect."""
     start = time.perf_counter()
     try:
-        kernel = built()
+        kernel = _class_kernels(model_json) if multiclass else inference_tree_margin_kernel(model_json)
     except TreeShapUnsupported as exc:
         log.info("[INF] model_name=%s margins by XGBoost: %s", model_label, exc)
         return MarginChoice(None, str(exc), time.perf_counter() - start)
@@ -210,49 +221,3 @@ def _checked(
         load_s * 1000,
     )
     return MarginChoice(kernel, None, load_s)
-
-
-def inference_checked_tree_margins(
-    model_json: bytes | bytearray | str | dict,
-    reference: Callable[[np.ndarray], np.ndarray],
-    *,
-    model_label: str,
-    nthread: int = 0,
-    guard_rows: int = GUARD_ROWS,
-) -> MarginChoice:
-    """The kernel of a single-output model, checked against `reference` (`_checked`)."""
-    return _checked(
-        lambda: inference_tree_margin_kernel(model_json),
-        reference,
-        model_label=model_label,
-        nthread=nthread,
-        guard_rows=guard_rows,
-    )
-
-
-def _class_kernels(model_json: bytes | bytearray | str | dict) -> ClassMarginKernels:
-    model = model_json if isinstance(model_json, dict) else json.loads(model_json)
-    per_class = inference_xgboost_class_tree_arrays(model)
-    biases = _xgboost_base_margins(model)
-    if biases.size != len(per_class):
-        raise TreeShapUnsupported(f"XGBoost gives {biases.size} base margins for {len(per_class)} classes")
-    return ClassMarginKernels(tuple(_kernel_of(arrays, bias) for arrays, bias in zip(per_class, biases, strict=True)))
-
-
-def inference_checked_class_tree_margins(
-    model_json: bytes | bytearray | str | dict,
-    reference: Callable[[np.ndarray], np.ndarray],
-    *,
-    model_label: str,
-    nthread: int = 0,
-    guard_rows: int = GUARD_ROWS,
-) -> MarginChoice:
-    """A multiclass model's kernels (`multi:softprob`, `multi:softmax`): every class's margins must equal column k
-    of `reference` (XGBoost's `inplace_predict` margins, rows × classes) bit for bit (`_checked`)."""
-    return _checked(
-        lambda: _class_kernels(model_json),
-        reference,
-        model_label=model_label,
-        nthread=nthread,
-        guard_rows=guard_rows,
-    )

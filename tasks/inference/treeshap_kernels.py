@@ -15,7 +15,8 @@ import numpy as np
 
 @numba.njit(cache=True, error_model="numpy")
 def inference_tree_layout(left, right, split_feature, split_value, default_left, hess, node_start, max_width):
-    """Reachable nodes of every tree in preorder, each split's pattern bit, and each leaf's path.
+    """Reachable nodes of every tree in preorder, each split's pattern bit, each leaf's path, and each node's
+    number of distinct features above it (its pattern's width).
 
     A split's bit is the position of its feature among the distinct features on the path from the
     root down to it, so all leaves below a split agree on it and a row's pattern can be pushed
@@ -145,6 +146,7 @@ def inference_tree_layout(left, right, split_feature, split_value, default_left,
         leaf_zero[:leaves],
         leaf_value[:leaves],
         widest,
+        above[:out],
     )
 
 
@@ -259,7 +261,7 @@ def inference_oblivious_contributions(
 
 @numba.njit(cache=True, error_model="numpy")
 def inference_group_layout(
-    node_left, node_right, node_bit, tree_node_start, leaf_node, leaf_width, leaf_feature, tree_leaf_start, group_bits
+    node_left, node_right, width, tree_node_start, leaf_node, leaf_width, leaf_feature, tree_leaf_start, group_bits
 ):
     """Which subtrees are explained as one table (groups), and what each group's table is indexed by.
 
@@ -273,22 +275,13 @@ def inference_group_layout(
     total = tree_node_start[n_trees]
     size = np.ones(total, np.int64)
     splits = np.zeros(total, np.int64)
-    width = np.zeros(total, np.int64)
     for t in range(n_trees):
         base = tree_node_start[t]
-        end = tree_node_start[t + 1]
-        for g in range(end - 1, base - 1, -1):
+        for g in range(tree_node_start[t + 1] - 1, base - 1, -1):
             lk = node_left[g]
             if lk >= 0:
                 size[g] = 1 + size[base + lk] + size[base + node_right[g]]
                 splits[g] = 1 + splits[base + lk] + splits[base + node_right[g]]
-        # Preorder: a parent precedes its children, so its width is known when theirs is set.
-        for g in range(base, end):
-            lk = node_left[g]
-            if lk >= 0:
-                grows = 1 if node_bit[g] == width[g] else 0
-                width[base + lk] = width[g] + grows
-                width[base + node_right[g]] = width[g] + grows
     push_node = np.zeros(total, np.int32)
     tree_push_start = np.zeros(n_trees + 1, np.int64)
     group_root = np.zeros(total, np.int32)

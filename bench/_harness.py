@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -213,6 +215,48 @@ def prefect_api(data: BenchData, api: str) -> Iterator[str | None]:
             os.environ["PREFECT_API_URL"] = saved
 
 
+_SERVER_PIDS: list[int] = []
+"""The `prefect server` processes prefect_api has running now."""
+
+
+def api_server_cpu_s() -> float | None:
+    """User + system CPU seconds so far of the `prefect server` prefect_api started (its workers included): a child's
+    run costs the server's CPU too, on the same cores. None without a server, or without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    if not _SERVER_PIDS:
+        return None
+    total = 0.0
+    for pid in _SERVER_PIDS:
+        try:
+            root = psutil.Process(pid)
+            for process in (root, *root.children(recursive=True)):
+                times = process.cpu_times()
+                total += times.user + times.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def _warmed_server(api_url: str, env: dict[str, str]) -> None:
+    """One empty flow run against the new server before anything is timed: its first flow run (the flow's row, its
+    first events and logs in an empty database) cost the first timed child ~1-2 s more than the next ones."""
+    code = "import tasks\nfrom prefect import flow\n@flow\ndef bench_warmup():\n    return 1\nbench_warmup()\n"
+    warmup = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "PREFECT_API_URL": api_url},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if warmup.returncode != 0:
+        raise SystemExit(
+            f"error: the warm-up flow against {api_url} failed:\n{(warmup.stdout + warmup.stderr)[-3000:]}"
+        )
+
+
 @contextlib.contextmanager
 def _started_server(data: BenchData) -> Iterator[str]:
     with socket.socket() as sock:
@@ -220,9 +264,15 @@ def _started_server(data: BenchData) -> Iterator[str]:
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     env = child_env(data)
+    # A database of its own, made at start and dropped at exit: one kept under PREFECT_HOME grows with every bench
+    # run's flow runs, events and logs (to hundreds of MB), and the server's and the clients' CPU per run grew with
+    # it (30-40 % between two back-to-back backfills), so figures of two runs were not comparable.
+    database_dir = Path(tempfile.mkdtemp(prefix="server-db-", dir=data.prefect_home))
+    env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database_dir / 'prefect.db'}"
     log_path = data.data_dir / "bench-logs" / "prefect-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
+    with contextlib.ExitStack() as cleanup, log_path.open("w") as log:
+        cleanup.callback(shutil.rmtree, database_dir, True)
         server = subprocess.Popen(
             [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
             env=env,
@@ -244,9 +294,13 @@ def _started_server(data: BenchData) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"error: prefect server not healthy in 120 s; see {log_path}")
                 time.sleep(0.5)
+            _warmed_server(f"{url}/api", env)
             print(f"prefect server on {url} (log {log_path})", file=sys.stderr, flush=True)
+            _SERVER_PIDS.append(server.pid)
             yield f"{url}/api"
         finally:
+            if server.pid in _SERVER_PIDS:
+                _SERVER_PIDS.remove(server.pid)
             for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
                 if server.poll() is not None:
                     break

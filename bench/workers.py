@@ -8,7 +8,9 @@ once per worker count (`SCORING_TASK_WORKERS`), the engine threads left to the p
 XGBoost and ONNX calls get the cores shared out among the workers). The chunk pass's rows/s is the
 run's own figure (the ledger's `inference.end_to_end_rows_per_s`: read, guards, features, inference,
 prediction, reasons and staged writes, from the first chunk to the last); `wall_s` is the whole
-child's. `scaling` = N workers' pass rows/s over one worker's (goal ≥ 1.7 with 2 workers).
+child's. `scaling` = N workers' pass rows/s over one worker's (goal ≥ 1.7 with 2 workers). `cores_busy` = the child's
+user + system CPU seconds over its wall; `ceiling` = min(N, cores) / one worker's `cores_busy`: the most N workers
+can give when one worker's engine calls already keep that many cores busy.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def measured_workers(data: BenchData, workers: int, run_index: int) -> dict:
         raise SystemExit(f"error: the run with {workers} worker(s) did not succeed; see {log}")
     return {
         "wall_s": round(run.wall_s, 3),
+        "cpu_s": round(run.cpu_s, 3),
+        "cores_busy": round(run.cpu_s / run.wall_s, 2),
         "pass_rows_per_s": inference["end_to_end_rows_per_s"],
         "inference_rows_per_s": inference.get("inference_rows_per_s"),
         "maxrss_mb": round(run.maxrss_mb, 1),
@@ -79,25 +83,42 @@ def main() -> None:
         count: {
             "workers": count,
             "wall_s": median([r["wall_s"] for r in rounds]),
+            "cores_busy": median([r["cores_busy"] for r in rounds]),
             "pass_rows_per_s": round(median([r["pass_rows_per_s"] for r in rounds])),
             "runs": rounds,
         }
         for count, rounds in runs.items()
     }
     scaling = round(figures[args.workers]["pass_rows_per_s"] / figures[1]["pass_rows_per_s"], 2)
+    # What more workers can add at most: the cores one worker's run leaves idle (its engines' calls already take
+    # several threads), over the whole run (start-up and publish included, a few seconds of a 10 M-row run).
+    cores = len(os.sched_getaffinity(0))
+    ceiling = round(min(args.workers, cores) / figures[1]["cores_busy"], 2)
     for figure in figures.values():
         emit({"bench": "workers", "rows": data.rows, "api": args.api, **figure})
-    emit({"bench": "workers", "rows": data.rows, "scaling": scaling, "goal": SCALING_GOAL, "workers": args.workers})
+    emit(
+        {
+            "bench": "workers",
+            "rows": data.rows,
+            "scaling": scaling,
+            "goal": SCALING_GOAL,
+            "workers": args.workers,
+            "cores": cores,
+            "ceiling": ceiling,
+        }
+    )
     print_table(
         f"the chunk pass of {data.rows:,} rows by worker count (median of {args.repeat})",
-        ["workers", "wall s", "pass rows/s", "scaling", "goal"],
+        ["workers", "wall s", "cores busy", "pass rows/s", "scaling", "ceiling", "goal"],
         [
-            [1, figures[1]["wall_s"], figures[1]["pass_rows_per_s"], 1.0, "-"],
+            [1, figures[1]["wall_s"], figures[1]["cores_busy"], figures[1]["pass_rows_per_s"], 1.0, "-", "-"],
             [
                 args.workers,
                 figures[args.workers]["wall_s"],
+                figures[args.workers]["cores_busy"],
                 figures[args.workers]["pass_rows_per_s"],
                 scaling,
+                ceiling,
                 f"≥ {SCALING_GOAL}",
             ],
         ],

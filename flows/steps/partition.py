@@ -7,6 +7,7 @@ built inside the task that uses them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -104,21 +105,25 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
     )
     counts = summary.ledger_counts()
     settings = current_settings()
-    shifts, window_days = trailing_shifts(run_warehouse(ticket.run_id), settings, ticket, summary)
-    page, warnings = partition_page(ticket, summary, counts, shifts=shifts, window_days=window_days)
-    published = published_partition(
-        run_warehouse(ticket.run_id),
-        output_dirs(settings, ticket.job),
-        job=ticket.job,
-        partition_date=ticket.partition_date,
-        run_id=ticket.run_id,
-        counts=counts,
-        page_html=page,
-        warnings=warnings,
-        ended_at=now_utc(),
-        crash_at=settings.crash_at,
-        delta=delta_tables(ticket.delta_sink, settings),
-    )
+    warehouse = run_warehouse(ticket.run_id)
+    # The trailing window's read and the publish share one open database: an open and its checkpoint at close cost
+    # ~30-60 ms each on a warehouse of a few months (bench/backfill.py pays them once per partition).
+    with warehouse.kept_open():
+        shifts, window_days = trailing_shifts(warehouse, settings, ticket, summary)
+        page, warnings = partition_page(ticket, summary, counts, shifts=shifts, window_days=window_days)
+        published = published_partition(
+            warehouse,
+            output_dirs(settings, ticket.job),
+            job=ticket.job,
+            partition_date=ticket.partition_date,
+            run_id=ticket.run_id,
+            counts=counts,
+            page_html=page,
+            warnings=warnings,
+            ended_at=now_utc(),
+            crash_at=settings.crash_at,
+            delta=delta_tables(ticket.delta_sink, settings),
+        )
     # Published: whatever fails from here is a warning, never a failure record.
     released_failure_room(pending_ledger_dir(settings, ticket.job), ticket.run_id)
     return published
@@ -157,18 +162,24 @@ def finish_run(
 def finished_run(ticket: RunTicket, summary: ScoringSummary, published: PublishedPartition) -> dict:
     """Decision monitoring and artifacts of a published run. The run has succeeded: what fails here
     is kept on its ledger row as a warning, not lost and not a failure."""
-    # quote(): the summary's lists are not walked for futures (see score_partition).
-    monitored = monitored_run_decisions(
-        ticket.job,
-        ticket.partition_date,
-        ticket.run_id,
-        quote(summary.decision_groups),
-        quote(summary.slice_counts),
-        return_state=True,
-    )
+    # Decision monitoring and the model card read and write the warehouse back to back: one open database (their
+    # tasks run in this thread), closed before the artifacts and alerts talk to the network. A database that cannot be
+    # opened fails each task on its own, as a warning of the published run, never the run.
+    with contextlib.ExitStack() as opened:
+        with contextlib.suppress(Exception):
+            opened.enter_context(run_warehouse(ticket.run_id).kept_open())
+        # quote(): the summary's lists are not walked for futures (see score_partition).
+        monitored = monitored_run_decisions(
+            ticket.job,
+            ticket.partition_date,
+            ticket.run_id,
+            quote(summary.decision_groups),
+            quote(summary.slice_counts),
+            return_state=True,
+        )
+        # Every artifact of the run is left by finish-run, which alone can keep the key numbers first.
+        carded = write_model_card(ticket, return_state=True)
     monitoring, monitoring_artifacts = monitored.result() if monitored.is_completed() else (None, [])
-    # Every artifact of the run is left by finish-run, which alone can keep the key numbers first.
-    carded = write_model_card(ticket, return_state=True)
     card = [carded.result()] if carded.is_completed() else []
     finished = finish_run(
         ticket,

@@ -241,6 +241,40 @@ def test_a_failure_the_ledger_cannot_take_is_recorded_by_the_next_start(
     ]
 
 
+def test_a_warehouse_that_cannot_be_opened_after_publish_leaves_the_run_succeeded_with_warnings(
+    demo_env: DemoEnv,
+    fresh_data: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Monitoring and the model card share one open database after the publish; when it cannot be opened (a full
+    disk), each of them fails on its own and is kept as a warning of the published run, which still succeeds."""
+    import flows.steps.partition
+    from flows.score_partition import score_partition
+
+    published = []
+    opened = DuckDBWarehouse._opened
+    release = flows.steps.partition.released_failure_room
+
+    def published_then_full(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        release(*args, **kwargs)
+        published.append(True)
+
+    def full_after_publish(self: DuckDBWarehouse):  # noqa: ANN202
+        if published:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return opened(self)
+
+    monkeypatch.setattr(flows.steps.partition, "released_failure_room", published_then_full)
+    monkeypatch.setattr(DuckDBWarehouse, "_opened", full_after_publish)
+    day = demo_env.plan.scoring_dates[-1]
+    result = score_partition(DEMO_JOB, day)
+    assert any(w.startswith("decision monitoring failed: disk full") for w in result.warnings), result.warnings
+    assert any(w.startswith("model card not written: disk full") for w in result.warnings), result.warnings
+    monkeypatch.setattr(DuckDBWarehouse, "_opened", opened)
+    (run,) = _ledger(fresh_data, day)
+    assert run["status"] == "succeeded"
+
+
 def test_monitoring_that_fails_after_publish_leaves_the_run_succeeded_with_a_warning(
     demo_env: DemoEnv,
     fresh_data: Settings,

@@ -10,6 +10,7 @@ a size-limited tmpfs, signals sent to the child.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -346,23 +348,51 @@ def test_a_full_disk_before_the_publish_ends_failed_with_its_cause(
     assert _ledger_files(settings) == []
 
 
+@contextlib.contextmanager
+def _kept_full(tmpfs: Path) -> Iterator[None]:
+    """`tmpfs` full for the block: what the run frees meanwhile (DuckDB truncating its log at a checkpoint) is taken
+    again within milliseconds, as on a disk that other writers fill, so which step fails does not depend on the order
+    in which the run frees and writes."""
+    filler = _filled(tmpfs, 0)
+    stop = threading.Event()
+
+    def refill() -> None:
+        fd = os.open(filler, os.O_WRONLY | os.O_APPEND)
+        try:
+            while not stop.wait(0.001):
+                free = shutil.disk_usage(tmpfs).free
+                if free:
+                    with contextlib.suppress(OSError):
+                        os.write(fd, b"\0" * free)
+        finally:
+            os.close(fd)
+
+    refiller = threading.Thread(target=refill, daemon=True)
+    refiller.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        refiller.join()
+        filler.unlink()
+
+
 def test_a_full_disk_after_the_publish_is_a_succeeded_run_with_warnings(
     demo_env: DemoEnv,
     tmpfs: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The disk fills up once the run is published (its page is linked; the filler takes the last byte while the
-    run is frozen): decision monitoring and the ledger's warnings do not fit. The run is succeeded, the terminal
-    says what failed on `warning:` lines, exit 0."""
+    run is frozen, and keeps taking what the run frees): decision monitoring, the model card and the ledger's warnings
+    do not fit. The run is succeeded, the terminal says what failed on `warning:` lines, exit 0."""
     settings, day = _two_thousand_rows_on(tmpfs, demo_env, monkeypatch)
     child = started(_environment(settings), "run", DEMO_JOB, "--date", day.isoformat())
     # The warehouse's line of the publish: decision monitoring, the model card and the artifacts come after it.
     before = output_until(child, f"partition ({DEMO_JOB}, {day.isoformat()}) replaced")
     os.kill(child.pid, signal.SIGSTOP)
-    filler = _filled(tmpfs, 0)
-    os.kill(child.pid, signal.SIGCONT)
-    rest, _ = child.communicate(timeout=300)
-    filler.unlink()
+    with _kept_full(tmpfs):
+        os.kill(child.pid, signal.SIGCONT)
+        rest, _ = child.communicate(timeout=300)
     output = before + rest
     assert child.returncode == 0 and "Traceback" not in output and "error:" not in output, output[-3000:]
     (run,) = ledger(settings, day)

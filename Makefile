@@ -3,7 +3,7 @@
 # pyproject.toml allows and writes them to constraints.txt (then run `make test`).
 # pip compiles every installed file's bytecode: this machine sets PYTHONDONTWRITEBYTECODE, so with --no-compile each
 # process would compile every module it imports from source, every time. The editable install leaves the project's own
-# modules uncompiled, so compileall does them (0.1-0.15 s a `score` process and test worker); a module edited later is
+# modules uncompiled, so compileall does them (~0.25 s a `score` process and test worker); a module edited later is
 # compiled in memory, as before.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv

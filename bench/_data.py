@@ -125,6 +125,15 @@ def write_partition(
     partial.rename(target)
 
 
+def warmup_flow(env: dict[str, str], where: str) -> None:
+    """Run one empty flow with `env` (its PREFECT_HOME or PREFECT_API_URL), so that the API's database has its first
+    flow run before anything is timed; `where` names that API in the error."""
+    code = "import tasks\nfrom prefect import flow\n@flow\ndef bench_warmup():\n    return 1\nbench_warmup()\n"
+    warmup = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+    if warmup.returncode != 0:
+        raise RuntimeError(f"the warm-up flow {where} failed:\n{(warmup.stdout + warmup.stderr)[-3000:]}")
+
+
 def _warm_prefect_home(prefect_home: Path) -> None:
     """Run one empty flow so that the API database exists before anything is timed."""
     marker = prefect_home / ".bench-warm"
@@ -133,13 +142,7 @@ def _warm_prefect_home(prefect_home: Path) -> None:
     prefect_home.mkdir(parents=True, exist_ok=True)
     from tasks import TELEMETRY_OFF
 
-    env = {**os.environ, "PREFECT_HOME": str(prefect_home), **TELEMETRY_OFF}
-    code = "import tasks\nfrom prefect import flow\n@flow\ndef bench_warmup():\n    return 1\nbench_warmup()\n"
-    warmup = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True)
-    if warmup.returncode != 0:
-        raise RuntimeError(
-            f"the warm-up flow in PREFECT_HOME={prefect_home} failed:\n{(warmup.stdout + warmup.stderr)[-3000:]}"
-        )
+    warmup_flow({**os.environ, "PREFECT_HOME": str(prefect_home), **TELEMETRY_OFF}, f"in PREFECT_HOME={prefect_home}")
     marker.write_text("ok\n")
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _data import REPO_ROOT, BenchData
+from _data import REPO_ROOT, BenchData, warmup_flow
 
 PYTHON = sys.executable
 SCORE = str(Path(sys.executable).with_name("score"))
@@ -240,23 +240,6 @@ def api_server_cpu_s() -> float | None:
     return total
 
 
-def _warmed_server(api_url: str, env: dict[str, str]) -> None:
-    """One empty flow run against the new server before anything is timed: its first flow run (the flow's row, its
-    first events and logs in an empty database) cost the first timed child ~1-2 s more than the next ones."""
-    code = "import tasks\nfrom prefect import flow\n@flow\ndef bench_warmup():\n    return 1\nbench_warmup()\n"
-    warmup = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**env, "PREFECT_API_URL": api_url},
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if warmup.returncode != 0:
-        raise SystemExit(
-            f"error: the warm-up flow against {api_url} failed:\n{(warmup.stdout + warmup.stderr)[-3000:]}"
-        )
-
-
 @contextlib.contextmanager
 def _started_server(data: BenchData) -> Iterator[str]:
     with socket.socket() as sock:
@@ -294,7 +277,9 @@ def _started_server(data: BenchData) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"error: prefect server not healthy in 120 s; see {log_path}")
                 time.sleep(0.5)
-            _warmed_server(f"{url}/api", env)
+            # The server's first flow run (its rows, first events and logs in an empty database) would cost the first
+            # timed child ~1-2 s more than the next ones.
+            warmup_flow({**env, "PREFECT_API_URL": f"{url}/api"}, f"against {url}")
             print(f"prefect server on {url} (log {log_path})", file=sys.stderr, flush=True)
             _SERVER_PIDS.append(server.pid)
             yield f"{url}/api"

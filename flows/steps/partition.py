@@ -106,8 +106,8 @@ def publish_partition(ticket: RunTicket, summary: ScoringSummary) -> PublishedPa
     counts = summary.ledger_counts()
     settings = current_settings()
     warehouse = run_warehouse(ticket.run_id)
-    # The trailing window's read and the publish share one open database: an open and its checkpoint at close cost
-    # ~30-60 ms each on a warehouse of a few months (bench/backfill.py pays them once per partition).
+    # The trailing window's read and the publish share one open database: an open costs ~20-35 ms and a close after
+    # writes a checkpoint (bench/backfill.py pays them once per partition).
     with warehouse.kept_open():
         shifts, window_days = trailing_shifts(warehouse, settings, ticket, summary)
         page, warnings = partition_page(ticket, summary, counts, shifts=shifts, window_days=window_days)

@@ -20,6 +20,8 @@ from pathlib import Path
 import tasks  # noqa: F401
 from tasks.demo.credit_data import write_demo_partitions
 from tasks.demo.setup import prepared_demo
+from tasks.runs.lease import started_run
+from tasks.runs.ticket import run_ticket
 from tasks.scoring.prepared import prepared_job
 from tasks.scoring.summary import score_partition_chunks
 from tasks.settings import Settings
@@ -58,6 +60,9 @@ def main() -> None:
         )
         for label, job in (("reasons_non_approved", prepared), ("reasons_off", no_reasons)):
             run_id = f"bench-{label}"
+            warehouse = DuckDBWarehouse(settings.duckdb_path)
+            # Opened in the ledger as a run opens itself under its lease: the publish commits only an open run.
+            started_run(warehouse, settings, run_ticket(job, run_id=run_id, partition_date=day, chunk_rows=None))
             start = time.perf_counter()
             summary = score_partition_chunks(
                 job,
@@ -67,11 +72,15 @@ def main() -> None:
                 dirs=output_dirs(settings, "credit_risk"),
             )
             published_partition(
-                DuckDBWarehouse(settings.duckdb_path),
+                warehouse,
                 output_dirs(settings, "credit_risk"),
                 job="credit_risk",
                 partition_date=day,
                 run_id=run_id,
+                counts=summary.ledger_counts(),
+                page_html=None,
+                warnings=[],
+                ended_at=dt.datetime.now(dt.UTC),
             )
             wall = time.perf_counter() - start
             print(

@@ -225,6 +225,34 @@ def test_each_row_gets_the_one_rule_it_matches_and_otherwise_takes_the_rest() ->
     assert out.straddling.tolist() == [False, True, False, False, False]
 
 
+def test_rows_decided_here_and_rows_read_back_give_the_same_columns_and_rows_needing_reasons() -> None:
+    """Rows decided here take their strings from the rule table by position; rows read back (the hand-off
+    files) carry them. Both give the decisions the rules' conditions give, evaluated here with numpy."""
+    from tasks.prediction.decisions import RuleDecisions
+    from tasks.prediction.outputs import _rule_columns
+
+    rng = np.random.default_rng(7)
+    p = rng.uniform(0, 1, 5_000)
+    low, high = p * rng.uniform(0, 1, p.size), p + (1 - p) * rng.uniform(0, 1, p.size)
+    score = rng.integers(0, 101, p.size)
+    decided = predict_rule_decisions(values(p.tolist(), low.tolist(), high.tolist(), score.tolist()), RULES)
+    ids = np.where(
+        low >= 0.25,
+        "DECLINE",
+        np.where(high >= 0.25, "REVIEW_STRADDLE", np.where(score > 60, "REVIEW_SCORE", "APPROVE")),
+    )
+    decisions = np.array([{"DECLINE": "decline", "APPROVE": "approve"}.get(i, "review") for i in ids])
+    assert len(set(ids)) == 4
+    read_back = RuleDecisions(decided.decision, decided.rule_id, decided.straddling)
+    for rules in (decided, read_back):
+        assert rules.decision.tolist() == decisions.tolist() and rules.rule_id.tolist() == ids.tolist()
+        decision, rule_id = _rule_columns(rules)
+        assert decision.to_pylist() == decisions.tolist() and rule_id.to_pylist() == ids.tolist()
+        assert decision.type == rule_id.type == pa.string()
+        assert rules.rows_deciding(("review", "decline")).tolist() == np.flatnonzero(decisions != "approve").tolist()
+        assert rules.rows_deciding(()).size == 0
+
+
 def test_probability_cutoffs_are_the_probability_thresholds_only() -> None:
     assert predict_probability_cutoffs(RULES) == [0.25]
 

@@ -84,6 +84,17 @@ class RuleDecisions:
     rule_index: np.ndarray | None = None
     """Position of each row's rule in the rule table (int16): what per-rule sums count with, without
     comparing strings; None where the decisions were read back rather than made (the hand-off files)."""
+    table_decisions: tuple[str, ...] = ()
+    table_rule_ids: tuple[str, ...] = ()
+    """The decision and id of each rule of the table `rule_index` points into (empty without `rule_index`)."""
+
+    def rows_deciding(self, decisions: Sequence[str]) -> np.ndarray:
+        """Positions of the rows whose decision is one of `decisions`, ascending."""
+        if self.rule_index is None:
+            return np.flatnonzero(np.isin(self.decision, list(decisions)))
+        # One membership test per rule rather than per row: a string comparison for each row costs ~10x.
+        wanted = np.array([decision in decisions for decision in self.table_decisions], dtype=bool)
+        return np.flatnonzero(wanted[self.rule_index])
 
 
 def predict_probability_cutoffs(rules: Sequence[Rule]) -> list[float]:
@@ -136,33 +147,39 @@ def predict_rule_decisions(values: dict[str, np.ndarray], rules: Sequence[Rule])
     (a binary job's probability fields and score, a forecast job's forecast fields, or a multiclass job's
     `class` names, probability fields and margin)."""
     n = _rows(values)
-    decision = np.empty(n, dtype=object)
-    rule_id = np.empty(n, dtype=object)
     rule_index = np.zeros(n, dtype=np.int16)
     matched = np.zeros(n, dtype=np.int8)
     for position, rule in enumerate(rules):
         if not _conditional(rule):
             continue
         hit = _matches(rule, values)
-        decision[hit] = rule.decision
-        rule_id[hit] = rule.id
         rule_index[hit] = position
         matched += hit
     otherwise = rules[-1] if not _conditional(rules[-1]) else None
     if otherwise is not None:
-        decision[matched == 0] = otherwise.decision
-        rule_id[matched == 0] = otherwise.id
         rule_index[matched == 0] = len(rules) - 1
         matched[matched == 0] = 1
     if (matched != 1).any():
         raise AssertionError(
             f"{int((matched != 1).sum())} rows matched no rule or several, although the rule table was proven exact"
         )
+    table_decisions = tuple(rule.decision for rule in rules)
+    table_rule_ids = tuple(rule.id for rule in rules)
+    # Taken from the table by position once every row has its rule (~4x faster than a masked write per rule).
+    decision = np.array(table_decisions, dtype=object)[rule_index]
+    rule_id = np.array(table_rule_ids, dtype=object)[rule_index]
     low, high = ("forecast_low", "forecast_high") if "forecast" in values else ("probability_low", "probability_high")
     straddling = predict_straddling(
         values[low], values[high], predict_probability_cutoffs(rules), none=np.zeros(n, dtype=bool)
     )
-    return RuleDecisions(decision=decision, rule_id=rule_id, straddling=straddling, rule_index=rule_index)
+    return RuleDecisions(
+        decision=decision,
+        rule_id=rule_id,
+        straddling=straddling,
+        rule_index=rule_index,
+        table_decisions=table_decisions,
+        table_rule_ids=table_rule_ids,
+    )
 
 
 def _probability_at_raw_score(raw: float, score: ScoreScale) -> float:

@@ -88,7 +88,7 @@ def predict_decided_chunk(
             },
             config.rules,
         )
-        reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
+        reason_rows = rules.rows_deciding(config.reasons.for_decisions)
         return DecidedChunk(
             inference=output,
             calibrated=None,
@@ -105,7 +105,7 @@ def predict_decided_chunk(
         rules = predict_rule_decisions(
             {"forecast": forecast.forecast, "forecast_low": forecast.low, "forecast_high": forecast.high}, config.rules
         )
-        reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
+        reason_rows = rules.rows_deciding(config.reasons.for_decisions)
         return DecidedChunk(
             inference=output, calibrated=None, score=None, rules=rules, reason_rows=reason_rows, forecast=forecast
         )
@@ -121,7 +121,7 @@ def predict_decided_chunk(
         },
         config.rules,
     )
-    reason_rows = np.flatnonzero(np.isin(rules.decision, config.reasons.for_decisions))
+    reason_rows = rules.rows_deciding(config.reasons.for_decisions)
     return DecidedChunk(inference=output, calibrated=calibrated, score=score, rules=rules, reason_rows=reason_rows)
 
 
@@ -129,6 +129,23 @@ def _fixed_lists(matrix: np.ndarray, width: int) -> pa.ListArray:
     """Rows of a rows × width matrix as one list each (the class vector of a multiclass row)."""
     flat = pa.array(np.ascontiguousarray(matrix, dtype=np.float64).reshape(-1), pa.float64())
     return pa.ListArray.from_arrays(pa.array(np.arange(0, matrix.shape[0] * width + 1, width, dtype=np.int32)), flat)
+
+
+def _repeated(value: object, type_: pa.DataType, n: int) -> pa.Array:
+    """`value` on each of `n` rows (~10x faster than converting a list of `n` Python objects)."""
+    return pa.repeat(pa.scalar(value, type_), n)
+
+
+def _rule_columns(rules: RuleDecisions) -> tuple[pa.Array, pa.Array]:
+    """The decision and rule id of each row, as string columns: taken from the rule table by each row's rule
+    where the rows were decided here, converted from the rows' strings where they were read back."""
+    if rules.rule_index is None:
+        return pa.array(rules.decision, pa.string()), pa.array(rules.rule_id, pa.string())
+    at = pa.array(rules.rule_index)
+    return (
+        pa.array(rules.table_decisions, pa.string()).take(at),
+        pa.array(rules.table_rule_ids, pa.string()).take(at),
+    )
 
 
 def _counts(values: pa.Array) -> dict[str, int]:
@@ -171,12 +188,11 @@ def predict_output(
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     codes = pa.ListArray.from_arrays(offsets, reasons.codes.flatten())
     texts = pa.ListArray.from_arrays(offsets, reasons.texts.flatten())
-    decision = pa.array(decided.rules.decision, pa.string())
-    rule_id = pa.array(decided.rules.rule_id, pa.string())
+    decision, rule_id = _rule_columns(decided.rules)
     columns = {
-        "run_id": pa.array([run_id] * n, pa.string()),
-        "job": pa.array([job] * n, pa.string()),
-        "partition_date": pa.array([partition_date] * n, pa.date32()),
+        "run_id": _repeated(run_id, pa.string(), n),
+        "job": _repeated(job, pa.string(), n),
+        "partition_date": _repeated(partition_date, pa.date32(), n),
         "entity_id": out.entity_ids.cast(pa.string()),
     }
     if classified is not None:
@@ -217,9 +233,9 @@ def predict_output(
             if classified is not None
             else {"raw_margin": pa.array(out.margins, pa.float64())}
         ),
-        "model_name": pa.array([out.model_name] * n, pa.string()),
-        "model_version": pa.array([out.model_version] * n, pa.string()),
-        "feature_version": pa.array([feature_version] * n, pa.string()),
+        "model_name": _repeated(out.model_name, pa.string(), n),
+        "model_version": _repeated(out.model_version, pa.string(), n),
+        "feature_version": _repeated(feature_version, pa.string(), n),
     }
     schema = CLASSIFICATION_SCHEMA if classified is not None else FORECAST_SCHEMA if forecasts else PREDICTION_SCHEMA
     table = pa.Table.from_pydict(columns, schema=schema)

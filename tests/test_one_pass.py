@@ -4,6 +4,7 @@ of a unit cut in two (inference on workers of its own) builds no inference engin
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections import Counter
 
 import polars as pl
@@ -113,3 +114,42 @@ def test_prediction_side_builds_no_engine_and_matches_the_one_pass(
             merged_prediction_groups(half.decision_groups).drop("run_id"),
             merged_prediction_groups(whole.prediction.decision_groups).drop("run_id"),
         )
+
+
+def test_units_planned_for_the_workers_score_the_rows_of_one_chunk_units(fresh_data: Settings, day: dt.date) -> None:
+    """Planned for two workers, the partition is cut into at most UNITS_PER_WORKER units a worker, of whole row
+    groups in partition order; their chunks have the ids and rows of one-chunk units', and the staged predictions
+    and decision counts are the same."""
+    from tasks.scoring.units import UNITS_PER_WORKER, unit_chunks
+
+    raw = fresh_data.raw_partition_dir(DEMO_JOB, day.isoformat())
+    (path,) = sorted(raw.glob("*.parquet"))
+    pq.write_table(pq.read_table(path), path, row_group_size=100)
+    groups = pq.read_metadata(path).num_row_groups
+    prepared = prepared_job(DEMO_JOB, day, fresh_data)
+    dirs = output_dirs(fresh_data, DEMO_JOB)
+    many = planned_work_units(prepared, run_id="many", chunk_rows=100, dirs=dirs)
+    few = planned_work_units(prepared, run_id="few", chunk_rows=100, dirs=dirs, workers=2)
+    assert len(many) == groups > 2 * UNITS_PER_WORKER
+    rows = sum(unit.rows for unit in many)
+    per_unit = math.ceil(math.ceil(rows / (2 * UNITS_PER_WORKER)) / 100)  # whole 100-row groups of >= rows / 8
+    assert [unit.rows for unit in few[:-1]] == [per_unit * 100] * (len(few) - 1) and len(few) <= 2 * UNITS_PER_WORKER
+    assert [g for unit in few for g in unit.row_groups] == [g for unit in many for g in unit.row_groups]
+    assert [unit.first_row for unit in few] == [sum(unit.rows for unit in few[:i]) for i in range(len(few))]
+
+    def chunks(units: list) -> list[tuple[int, list]]:
+        return [(i, t.column(0).to_pylist()) for unit in units for i, t in unit_chunks(unit, 100)]
+
+    assert chunks(few) == chunks(many)
+    args = {"partition_date": day, "chunk_rows": 100, "dirs": dirs}
+    scored = {
+        run_id: [unit_pass.scored_unit(prepared, unit, run_id=run_id, **args) for unit in units]
+        for run_id, units in (("many", many), ("few", few))
+    }
+
+    def staged(run_id: str) -> pl.DataFrame:
+        return pl.read_parquet(staging_dir(dirs.predictions, run_id) / "*.parquet").drop("run_id").sort("entity_id")
+
+    assert_frame_equal(staged("few"), staged("many"))
+    decisions = {run_id: sum((u.prediction.decisions for u in units), Counter()) for run_id, units in scored.items()}
+    assert decisions["few"] == decisions["many"] and sum(decisions["few"].values()) > 0

@@ -22,7 +22,7 @@ from flows.steps.blocks import run_warehouse, with_warehouse_url
 from flows.steps.task_runners import dask_task_runner, inference_runs_apart, inference_task_resources, units_in_own_flow
 from tasks.errors import OrchestrationLost, RunStopped
 from tasks.runs.ticket import RunTicket, pinned_versions
-from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job
+from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job, units_scored_at_once
 from tasks.scoring.progress import reported_progress
 from tasks.scoring.summary import ScoringSummary, scoring_summary
 from tasks.scoring.unit_pass import (
@@ -69,11 +69,13 @@ def _unit_args(ticket: RunTicket) -> dict:
 @task(name="plan-work-units")
 def plan_work_units(ticket: RunTicket) -> list[WorkUnit]:
     """The partition's row groups grouped into units of at least one chunk, with the rows of duplicated entity ids."""
+    settings = current_settings()
     return planned_work_units(
         _run_job(ticket),
         run_id=ticket.run_id,
         chunk_rows=ticket.chunk_rows,
-        dirs=output_dirs(current_settings(), ticket.job),
+        dirs=output_dirs(settings, ticket.job),
+        workers=units_scored_at_once(settings),
     )
 
 

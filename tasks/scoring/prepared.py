@@ -227,6 +227,14 @@ def units_at_once(settings: Settings) -> int | None:
     return settings.task_workers if settings.task_runner == "threads" else None
 
 
+def units_scored_at_once(settings: Settings) -> int | None:
+    """Units the run's task runner scores at once: the thread runner's workers, or a local Dask cluster's worker
+    threads; None on an existing cluster, whose size the run does not know."""
+    if settings.task_runner == "threads":
+        return settings.task_workers
+    return None if settings.dask_address else settings.dask_workers * settings.dask_threads_per_worker
+
+
 def prepared_job(
     job: str, partition_date: dt.date, settings: Settings, warehouse: Warehouse | None = None
 ) -> PreparedJob:

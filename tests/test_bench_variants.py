@@ -27,3 +27,23 @@ def test_each_e2e_variant_is_a_spec_the_product_loads_with_the_reasons_it_names(
     # Only the reasons change: outcome monitoring still acts on the decisions the shipped spec marks.
     assert spec.monitoring.model_dump() == shipped.monitoring.model_dump()
     assert spec.prediction.decisions == shipped.prediction.decisions
+
+
+def test_the_domain_pipeline_bench_scores_and_publishes_a_partition(tmp_path: Path) -> None:
+    """bench/spine_throughput.py calls the publish directly, not through a flow: when the publish's signature or its
+    ledger rule changed, it died before printing a figure and nothing noticed for several sessions."""
+    import json
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "bench" / "spine_throughput.py"), "--rows", "3000", "--chunk-rows", "1000"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    figures = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [f["scenario"] for f in figures] == ["reasons_non_approved", "reasons_off"]
+    assert all(f["rows"] == 3000 and f["rows_per_s"] > 0 for f in figures)
+    assert figures[0]["rows_with_reasons"] > 0 == figures[1]["rows_with_reasons"]

@@ -82,8 +82,8 @@ def main() -> None:
     figures = {
         count: {
             "workers": count,
-            "wall_s": median([r["wall_s"] for r in rounds]),
-            "cores_busy": median([r["cores_busy"] for r in rounds]),
+            "wall_s": round(median([r["wall_s"] for r in rounds]), 3),
+            "cores_busy": round(median([r["cores_busy"] for r in rounds]), 2),
             "pass_rows_per_s": round(median([r["pass_rows_per_s"] for r in rounds])),
             "runs": rounds,
         }

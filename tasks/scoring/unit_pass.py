@@ -9,12 +9,14 @@ with no inference engine loaded (a `PredictionPlan` is all it needs)."""
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import json
 import logging
 import os
 import resource
 import socket
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -385,6 +387,29 @@ class ScoredUnit:
     prediction: UnitPrediction
 
 
+def _libc_malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): its allocator returns pages its own way
+        return None
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+_TRIM_EVERY_S = 0.5
+_trimmed_at = [0.0]
+
+
+def _returned_free_memory() -> None:
+    """Give the pages malloc holds free back to the system, at most every half second. glibc keeps what each
+    thread's arena freed for its next allocation, and with two workers the chunks' freed tables left a 10 M-row run
+    ~100 MB above its live memory by the end of the pass; a trim takes ~6 ms."""
+    now = time.monotonic()
+    if _MALLOC_TRIM is None or now - _trimmed_at[0] < _TRIM_EVERY_S:
+        return
+    _trimmed_at[0] = now
+    _MALLOC_TRIM(0)
+
+
 def _peak_rss_mb() -> float:
     # The worker process's high-water mark: a scoring run's memory must not grow with the partition.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -752,6 +777,7 @@ def scored_unit(
         _predicted_chunk(
             plan, prediction, decided, contributions, shadow, run_id=run_id, partition_date=partition_date, dirs=dirs
         )
+        _returned_free_memory()
     inference.peak_rss_mb = prediction.peak_rss_mb = _peak_rss_mb()
     return ScoredUnit(inference, prediction)
 

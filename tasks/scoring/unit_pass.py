@@ -810,6 +810,7 @@ def inferred_unit(
         if shadow is not None:
             _write_handoff(_handoff_path(dirs, run_id, chunk_id, shadow=True), *shadow, with_values=with_values)
         result.chunk_ids.append(chunk_id)
+        _returned_free_memory()
     result.peak_rss_mb = _peak_rss_mb()
     return result
 
@@ -838,5 +839,6 @@ def predicted_unit(
         )
         path.unlink()
         shadow_path.unlink(missing_ok=True)
+        _returned_free_memory()
     result.peak_rss_mb = _peak_rss_mb()
     return result

@@ -22,7 +22,7 @@ from flows.steps.blocks import run_warehouse, with_warehouse_url
 from flows.steps.task_runners import dask_task_runner, inference_runs_apart, inference_task_resources, units_in_own_flow
 from tasks.errors import OrchestrationLost, RunStopped
 from tasks.runs.ticket import RunTicket, pinned_versions
-from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job, units_scored_at_once
+from tasks.scoring.prepared import PredictionPlan, PreparedJob, prepared_job, taken_preloaded_job, unit_workers
 from tasks.scoring.progress import reported_progress
 from tasks.scoring.summary import ScoringSummary, scoring_summary
 from tasks.scoring.unit_pass import (
@@ -75,7 +75,7 @@ def plan_work_units(ticket: RunTicket) -> list[WorkUnit]:
         run_id=ticket.run_id,
         chunk_rows=ticket.chunk_rows,
         dirs=output_dirs(settings, ticket.job),
-        workers=units_scored_at_once(settings),
+        workers=unit_workers(settings),
     )
 
 

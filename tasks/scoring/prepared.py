@@ -227,9 +227,10 @@ def units_at_once(settings: Settings) -> int | None:
     return settings.task_workers if settings.task_runner == "threads" else None
 
 
-def units_scored_at_once(settings: Settings) -> int | None:
-    """Units the run's task runner scores at once: the thread runner's workers, or a local Dask cluster's worker
-    threads; None on an existing cluster, whose size the run does not know."""
+def unit_workers(settings: Settings) -> int | None:
+    """The workers that score a run's units at once, which its units are planned for: the thread runner's threads, or
+    a local Dask cluster's worker threads; None on an existing cluster, whose size the run does not know. (Not
+    `units_at_once`, which sizes the engines' threads and counts only the units calling them in this process.)"""
     if settings.task_runner == "threads":
         return settings.task_workers
     return None if settings.dask_address else settings.dask_workers * settings.dask_threads_per_worker

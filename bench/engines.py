@@ -103,7 +103,9 @@ def _lightgbm(folder: Path, x: np.ndarray, y: np.ndarray):  # noqa: ANN202
 def _catboost(folder: Path, x: np.ndarray, y: np.ndarray):  # noqa: ANN202
     from catboost import CatBoostClassifier, Pool
 
-    model = CatBoostClassifier(iterations=TREES, depth=DEPTH, learning_rate=0.05, random_seed=3, verbose=False)
+    model = CatBoostClassifier(
+        iterations=TREES, depth=DEPTH, learning_rate=0.05, random_seed=3, verbose=False, allow_writing_files=False
+    )
     model.fit(x, y)
     path = folder / "model.cbm"
     model.save_model(str(path), format="cbm")
